@@ -1,0 +1,248 @@
+//! # dojo-cache: the `$DOJO_HOME` cache shared by every stage
+//!
+//! Pristine trees (sandbox), Python environments (sandbox), downloaded sources (task) and model
+//! files (engine) are all expensive to build and must never be seen half-built. This crate owns
+//! the one mechanism they share:
+//!
+//! - [`Cache::get_or_build`]: build an entry at most once across threads *and processes*
+//!   (an exclusive file lock per entry), into a temporary sibling directory, then publish it with
+//!   an atomic `rename`. A crash mid-build leaves only a temporary directory that the next build
+//!   removes; readers never see a partial entry.
+//! - [`Cache::fetch`]: a download checked against its sha256 before it is published.
+//!
+//! Layout: `$DOJO_HOME/<bucket>/<key>` (default `$DOJO_HOME` = `~/.cache/dojo`).
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// Errors name the entry and the cause, so a user can see which cache path to inspect.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("cache directory {path} is not usable: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("download of {url} failed: {reason}")]
+    Download { url: String, reason: String },
+    #[error("sha256 mismatch for {url}: expected {expected}, got {actual}")]
+    Checksum {
+        url: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("building cache entry {entry} failed: {reason}")]
+    Build { entry: PathBuf, reason: String },
+}
+
+pub type Result<T, E = CacheError> = std::result::Result<T, E>;
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> CacheError + '_ {
+    move |source| CacheError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The root of every cached artefact: `$DOJO_HOME`, else `$HOME/.cache/dojo`.
+pub fn dojo_home() -> PathBuf {
+    if let Some(h) = std::env::var_os("DOJO_HOME").filter(|h| !h.is_empty()) {
+        return PathBuf::from(h);
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    home.join(".cache").join("dojo")
+}
+
+/// Hex sha256 of some bytes; cache keys are built from it.
+pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
+    hex::encode(Sha256::digest(bytes.as_ref()))
+}
+
+/// Hex sha256 of a file's contents, streamed.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = File::open(path).map_err(io_err(path))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf).map_err(io_err(path))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// A cache rooted at one directory.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    root: PathBuf,
+}
+
+impl Cache {
+    /// The cache at [`dojo_home`].
+    pub fn open() -> Result<Cache> {
+        Cache::at(dojo_home())
+    }
+
+    /// A cache rooted at `root` (created if missing).
+    pub fn at(root: impl Into<PathBuf>) -> Result<Cache> {
+        let root = root.into();
+        fs::create_dir_all(&root).map_err(io_err(&root))?;
+        Ok(Cache { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `$DOJO_HOME/<bucket>`, created if missing.
+    pub fn bucket(&self, bucket: &str) -> Result<PathBuf> {
+        let dir = self.root.join(bucket);
+        fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        Ok(dir)
+    }
+
+    /// Return `<bucket>/<key>`, building it first if it does not exist.
+    ///
+    /// `build` receives an empty temporary directory and must fill it; on success it becomes the
+    /// entry atomically. Concurrent callers (threads or processes) for the same key wait on a lock
+    /// and then find the published entry. On failure nothing is published.
+    pub fn get_or_build<E: std::fmt::Display>(
+        &self,
+        bucket: &str,
+        key: &str,
+        build: impl FnOnce(&Path) -> std::result::Result<(), E>,
+    ) -> Result<PathBuf> {
+        let dir = self.bucket(bucket)?;
+        let entry = dir.join(key);
+        if entry.exists() {
+            return Ok(entry);
+        }
+        let lock_path = dir.join(format!(".{key}.lock"));
+        let lock = File::create(&lock_path).map_err(io_err(&lock_path))?;
+        lock.lock().map_err(io_err(&lock_path))?;
+        // Someone else may have published while we waited.
+        if entry.exists() {
+            return Ok(entry);
+        }
+        let tmp = dir.join(format!(".{key}.tmp-{}", std::process::id()));
+        if tmp.exists() {
+            fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
+        }
+        fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+        if let Err(e) = build(&tmp) {
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(CacheError::Build {
+                entry,
+                reason: e.to_string(),
+            });
+        }
+        fs::rename(&tmp, &entry).map_err(io_err(&entry))?;
+        tracing::debug!(entry = %entry.display(), "published cache entry");
+        Ok(entry)
+    }
+
+    /// Download `url` into `downloads/<sha256>/<file_name>` unless already there, verifying the
+    /// sha256 before publishing. Returns the file's path.
+    pub fn fetch(&self, url: &str, sha256: &str, file_name: &str) -> Result<PathBuf> {
+        let sha = sha256.to_ascii_lowercase();
+        let dir = self.get_or_build("downloads", &sha, |tmp| -> Result<()> {
+            let dest = tmp.join(file_name);
+            download(url, &dest)?;
+            let actual = sha256_file(&dest)?;
+            if actual != sha {
+                return Err(CacheError::Checksum {
+                    url: url.to_string(),
+                    expected: sha.clone(),
+                    actual,
+                });
+            }
+            Ok(())
+        })?;
+        Ok(dir.join(file_name))
+    }
+}
+
+/// Stream `url` to `dest`. Uses the proxy settings in the environment, as pip and cargo do.
+fn download(url: &str, dest: &Path) -> Result<()> {
+    let fail = |reason: String| CacheError::Download {
+        url: url.to_string(),
+        reason,
+    };
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .proxy(ureq::Proxy::try_from_env())
+        .build()
+        .into();
+    let resp = agent.get(url).call().map_err(|e| fail(e.to_string()))?;
+    let mut reader = resp.into_body().into_reader();
+    let mut out = File::create(dest).map_err(io_err(dest))?;
+    io::copy(&mut reader, &mut out).map_err(|e| fail(e.to_string()))?;
+    out.flush().map_err(io_err(dest))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn builds_once_under_contention() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::at(tmp.path()).unwrap();
+        let builds = Arc::new(AtomicUsize::new(0));
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let cache = cache.clone();
+                let builds = builds.clone();
+                std::thread::spawn(move || {
+                    cache
+                        .get_or_build("b", "k", |d| -> io::Result<()> {
+                            builds.fetch_add(1, Ordering::SeqCst);
+                            fs::write(d.join("f"), b"x")
+                        })
+                        .unwrap()
+                })
+            })
+            .collect();
+        for h in handles {
+            let p = h.join().unwrap();
+            assert_eq!(fs::read(p.join("f")).unwrap(), b"x");
+        }
+        assert_eq!(builds.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn failed_build_publishes_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::at(tmp.path()).unwrap();
+        let err = cache
+            .get_or_build("b", "k", |d| {
+                fs::write(d.join("half"), b"x").unwrap();
+                Err("boom")
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("boom"), "{err}");
+        assert!(!tmp.path().join("b/k").exists());
+        let leftovers: Vec<_> = fs::read_dir(tmp.path().join("b"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains("tmp"))
+            .collect();
+        assert!(leftovers.is_empty());
+    }
+
+    #[test]
+    fn sha256_of_known_bytes() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

@@ -1,0 +1,3 @@
+//! # dojo-chat: tokens exactly as the model sees them
+//!
+//! Shared by the embedded engine (generation) and curate/train (token-exact training data).

@@ -1,0 +1,3 @@
+//! # dojo-curate: from raw rollouts to training data
+//!
+//! Pipeline position: task → sandbox → agent ⇄ policy → trajectory → grade → **curate** → train.

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The whole test suite: installs the Python tools the tests use (pinned), then runs every test.
+# README and .ci/run both call exactly this script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/setup-tools.sh
+cargo test --workspace --locked "$@"
