@@ -1,7 +1,10 @@
 //! # dojo: one binary for the whole pipeline
 //!
 //! task → sandbox → agent ⇄ policy → trajectory → grade → curate → train → select.
-//! Each subcommand lives in its own module and calls into the crate that owns the stage.
+//! Each subcommand lives in its own module under `cmd/` and calls into the crate that owns the
+//! stage; this file only dispatches.
+
+mod cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -14,14 +17,47 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print the version.
-    Version,
+    /// Isolated copy-on-write sandboxes: doctor, run, exec, diff, rm.
+    #[command(subcommand)]
+    Sandbox(cmd::sandbox::SandboxCmd),
+    /// Task files: check.
+    #[command(subcommand)]
+    Tasks(cmd::tasks::TasksCmd),
+    /// Check that tasks are runnable (test patch fails, gold patch passes); fill in F2P/P2P.
+    Validate(cmd::tasks::ValidateArgs),
+    /// Grade SWE-bench predictions.
+    Eval(cmd::tasks::EvalArgs),
+    /// Run a policy on tasks, K samples each, resumably.
+    Rollout(cmd::rollout::RolloutArgs),
+    /// The main job: the bundled benchmark end to end, with an HTML report.
+    Demo(cmd::rollout::DemoArgs),
+    /// Serve a model over an OpenAI-compatible API.
+    Serve(cmd::serve::ServeArgs),
+    /// Ask a language server what the agent's lsp_tool would.
+    Lsp(cmd::lsp::LspArgs),
+    /// Filter rollouts and export training data.
+    Curate(cmd::curate::CurateArgs),
 }
 
 fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DOJO_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
-    match cli.command {
-        Command::Version => println!("dojo {}", env!("CARGO_PKG_VERSION")),
-    }
-    Ok(())
+    let code = match cli.command {
+        Command::Sandbox(c) => cmd::sandbox::run(c)?,
+        Command::Tasks(c) => cmd::tasks::run_tasks(c)?,
+        Command::Validate(a) => cmd::tasks::run_validate(a)?,
+        Command::Eval(a) => cmd::tasks::run_eval(a)?,
+        Command::Rollout(a) => cmd::rollout::run_rollout(a)?,
+        Command::Demo(a) => cmd::rollout::run_demo(a)?,
+        Command::Serve(a) => cmd::serve::run(a)?,
+        Command::Lsp(a) => cmd::lsp::run(a)?,
+        Command::Curate(a) => cmd::curate::run(a)?,
+    };
+    std::process::exit(code);
 }
