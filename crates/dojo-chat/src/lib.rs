@@ -1,3 +1,309 @@
 //! # dojo-chat: tokens exactly as the model sees them
 //!
-//! Shared by the embedded engine (generation) and curate/train (token-exact training data).
+//! Pipeline position: between **agent ⇄ policy** and **curate → train**. The embedded engine
+//! uses it to turn OpenAI-shaped messages into prompt token ids; curate and train use the very
+//! same code to produce token-exact training data (ids + per-token assistant masks), so what the
+//! trainer sees is what the policy saw. It deliberately does not depend on candle.
+//!
+//! - [`Tokenizer`]: from `tokenizer.json`, or rebuilt from GGUF metadata with a checked
+//!   pre-tokenizer mapping ([`tokenizer::SUPPORTED_GGUF_PRE`]).
+//! - [`ChatTemplate`]: the model's Jinja template rendered like HF `apply_chat_template`.
+//! - [`ChatFormat`]: both together, plus message normalisation (tool calls for templates that
+//!   have no tool support), prompts, training samples with assistant masks, and Hermes
+//!   `<tool_call>` parsing of generated text.
+//! - [`default_model`]: the default SmolLM2-135M-Instruct Q4_1 GGUF, fetched on first use.
+
+pub mod default_model;
+pub mod gguf;
+pub mod messages;
+pub mod template;
+pub mod tokenizer;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+
+pub use default_model::default_model_path;
+pub use gguf::{GgufMetadata, GgufValue, read_metadata};
+pub use messages::{ParsedAssistant, normalize_messages, parse_tool_calls};
+pub use template::ChatTemplate;
+pub use tokenizer::Tokenizer;
+
+/// Everything that can go wrong here names the file, message or template involved.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    #[error("GGUF file {path}: {reason}")]
+    Gguf { path: PathBuf, reason: String },
+    #[error("tokenizer {source_name}: {reason}")]
+    Tokenizer { source_name: String, reason: String },
+    #[error("chat template: {reason}")]
+    Template { reason: String },
+    #[error("{path}: {reason}")]
+    File { path: PathBuf, reason: String },
+    #[error("message {index}: {reason}")]
+    Message { index: usize, reason: String },
+    #[error(
+        "chat template is not prefix-stable at message {index}: rendering the conversation up to \
+         that message is not a prefix of the full rendering, so assistant spans are ambiguous"
+    )]
+    NotPrefixStable { index: usize },
+    #[error("default model: {0}")]
+    DefaultModel(String),
+}
+
+pub type Result<T, E = ChatError> = std::result::Result<T, E>;
+
+/// A prompt ready for generation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prompt {
+    pub text: String,
+    pub ids: Vec<u32>,
+}
+
+/// Where one assistant message sits in a rendered conversation.
+///
+/// `start..end` are byte offsets into the text: from just after the generation prompt
+/// (`<|im_start|>assistant\n`) up to and including the end-of-turn token, i.e. exactly what
+/// the model would have generated. What follows (the `\n` after `<|im_end|>`) belongs to the
+/// environment, as in verl/TRL assistant masks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AssistantSpan {
+    /// Index into the caller's `messages`.
+    pub message_index: usize,
+    pub start: usize,
+    pub end: usize,
+    /// Token range `token_start..token_end` of this span in `input_ids`.
+    pub token_start: usize,
+    pub token_end: usize,
+}
+
+/// A whole conversation as training data: ids plus a 0/1 mask that is 1 on assistant tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainingSample {
+    pub text: String,
+    pub input_ids: Vec<u32>,
+    pub assistant_mask: Vec<u8>,
+    pub spans: Vec<AssistantSpan>,
+}
+
+/// Options for rendering beyond messages and tools.
+#[derive(Debug, Clone, Default)]
+pub struct RenderOptions {
+    pub add_generation_prompt: bool,
+    /// Extra template variables, e.g. `{"enable_thinking": false}` for Qwen3.
+    pub extra: Option<serde_json::Map<String, Json>>,
+}
+
+/// A model's tokenizer and chat template, used together.
+#[derive(Debug, Clone)]
+pub struct ChatFormat {
+    pub tokenizer: Tokenizer,
+    pub template: ChatTemplate,
+    template_id: String,
+}
+
+/// ChatML, for models that ship no template.
+pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+impl ChatFormat {
+    pub fn new(tokenizer: Tokenizer, template: ChatTemplate) -> ChatFormat {
+        let template_id = dojo_cache::sha256_hex(template.source())[..16].to_string();
+        ChatFormat {
+            tokenizer,
+            template,
+            template_id,
+        }
+    }
+
+    /// Tokenizer and template from a GGUF file's metadata (`tokenizer.chat_template`; ChatML
+    /// when absent).
+    pub fn from_gguf(path: &Path) -> Result<ChatFormat> {
+        let meta = read_metadata(path)?;
+        Self::from_gguf_metadata(&meta)
+    }
+
+    pub fn from_gguf_metadata(meta: &GgufMetadata) -> Result<ChatFormat> {
+        let tokenizer = Tokenizer::from_gguf(meta)?;
+        let source = meta
+            .get("tokenizer.chat_template")
+            .and_then(|v| v.as_str())
+            .unwrap_or(CHATML_TEMPLATE);
+        let tok = |id: Option<u32>| id.and_then(|i| tokenizer.id_to_token(i)).unwrap_or_default();
+        let template = ChatTemplate::new(source, &tok(tokenizer.bos_id()), &tok(tokenizer.eos_id()))?;
+        Ok(ChatFormat::new(tokenizer, template))
+    }
+
+    /// A Hugging Face model directory: `tokenizer.json` + `tokenizer_config.json`
+    /// (`chat_template`, `bos_token`, `eos_token`; a separate `chat_template.jinja` also works).
+    pub fn from_hf_dir(dir: &Path) -> Result<ChatFormat> {
+        let tok_path = dir.join("tokenizer.json");
+        let cfg_path = dir.join("tokenizer_config.json");
+        let cfg: Json = match std::fs::read_to_string(&cfg_path) {
+            Ok(s) => serde_json::from_str(&s).map_err(|e| ChatError::File {
+                path: cfg_path.clone(),
+                reason: format!("invalid JSON: {e}"),
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Json::Null,
+            Err(e) => {
+                return Err(ChatError::File {
+                    path: cfg_path,
+                    reason: e.to_string(),
+                });
+            }
+        };
+        // bos/eos are either strings or AddedToken objects {"content": ...}.
+        let special = |k: &str| -> Option<String> {
+            match cfg.get(k)? {
+                Json::String(s) => Some(s.clone()),
+                Json::Object(o) => o.get("content")?.as_str().map(str::to_string),
+                _ => None,
+            }
+        };
+        let bos = special("bos_token");
+        let eos = special("eos_token");
+        let add_bos = cfg.get("add_bos_token").and_then(Json::as_bool).unwrap_or(false);
+        let tokenizer =
+            Tokenizer::from_file(&tok_path)?.with_special(bos.as_deref(), eos.as_deref(), add_bos);
+        let jinja_path = dir.join("chat_template.jinja");
+        let source = match cfg.get("chat_template") {
+            Some(Json::String(s)) => s.clone(),
+            // A list of named templates: take "default".
+            Some(Json::Array(list)) => list
+                .iter()
+                .find(|t| t.get("name").and_then(Json::as_str) == Some("default"))
+                .and_then(|t| t.get("template")?.as_str())
+                .map(str::to_string)
+                .ok_or_else(|| ChatError::File {
+                    path: cfg_path.clone(),
+                    reason: "chat_template list has no `default` entry".into(),
+                })?,
+            _ if jinja_path.exists() => {
+                std::fs::read_to_string(&jinja_path).map_err(|e| ChatError::File {
+                    path: jinja_path.clone(),
+                    reason: e.to_string(),
+                })?
+            }
+            _ => CHATML_TEMPLATE.to_string(),
+        };
+        let template = ChatTemplate::new(
+            &source,
+            bos.as_deref().unwrap_or(""),
+            eos.as_deref().unwrap_or(""),
+        )?;
+        Ok(ChatFormat::new(tokenizer, template))
+    }
+
+    /// The default model's format (downloads the model on first use).
+    pub fn default_model() -> Result<ChatFormat> {
+        Self::from_gguf(&default_model_path()?)
+    }
+
+    /// First 16 hex digits of the template source's sha256: the `template_id` of exports.
+    pub fn template_id(&self) -> &str {
+        &self.template_id
+    }
+
+    /// Render OpenAI-shaped messages (normalised, see [`normalize_messages`]) to text.
+    pub fn render(&self, messages: &[Json], tools: Option<&[Json]>, opts: &RenderOptions) -> Result<String> {
+        let norm = self.normalize(messages, tools)?;
+        self.render_normalized(&norm.messages, norm.tools.as_deref(), opts.add_generation_prompt, opts)
+    }
+
+    /// The prompt for the next assistant turn: text and ids.
+    pub fn prompt(&self, messages: &[Json], tools: Option<&[Json]>, opts: &RenderOptions) -> Result<Prompt> {
+        let opts = RenderOptions {
+            add_generation_prompt: true,
+            ..opts.clone()
+        };
+        let text = self.render(messages, tools, &opts)?;
+        let ids = self.tokenizer.encode(&text)?;
+        Ok(Prompt { text, ids })
+    }
+
+    /// A finished conversation as a training sample: ids and an assistant mask that is 1 on
+    /// every token an assistant message generated (end-of-turn token included).
+    ///
+    /// Spans come from rendering each prefix of the conversation; a template whose prefix
+    /// renderings are not prefixes of the whole (e.g. Qwen3 dropping old `<think>` blocks) is
+    /// refused with [`ChatError::NotPrefixStable`] rather than guessed at.
+    pub fn training_sample(
+        &self,
+        messages: &[Json],
+        tools: Option<&[Json]>,
+        opts: &RenderOptions,
+    ) -> Result<TrainingSample> {
+        let norm = self.normalize(messages, tools)?;
+        let tools = norm.tools.as_deref();
+        let text = self.render_normalized(&norm.messages, tools, false, opts)?;
+        let (input_ids, offsets) = self.tokenizer.encode_with_offsets(&text)?;
+        let stop_strings: Vec<String> = self
+            .tokenizer
+            .stop_ids()
+            .into_iter()
+            .filter_map(|id| self.tokenizer.id_to_token(id))
+            .collect();
+        let mut assistant_mask = vec![0u8; input_ids.len()];
+        let mut spans = Vec::new();
+        for (j, msg) in norm.messages.iter().enumerate() {
+            if msg.get("role").and_then(Json::as_str) != Some("assistant") {
+                continue;
+            }
+            let index = norm.origin[j];
+            let before = self.render_normalized(&norm.messages[..j], tools, true, opts)?;
+            let after = self.render_normalized(&norm.messages[..=j], tools, false, opts)?;
+            if !text.starts_with(&before) || !text.starts_with(&after) || after.len() < before.len()
+            {
+                return Err(ChatError::NotPrefixStable { index });
+            }
+            let start = before.len();
+            let segment = &after[start..];
+            let end = stop_strings
+                .iter()
+                .filter_map(|s| segment.find(s.as_str()).map(|p| p + s.len()))
+                .min()
+                .map_or(after.len(), |e| start + e);
+            let mut token_start = input_ids.len();
+            let mut token_end = 0;
+            for (t, &(s, _)) in offsets.iter().enumerate() {
+                if s >= start && s < end {
+                    assistant_mask[t] = 1;
+                    token_start = token_start.min(t);
+                    token_end = t + 1;
+                }
+            }
+            if token_end == 0 {
+                token_start = 0;
+            }
+            spans.push(AssistantSpan {
+                message_index: index,
+                start,
+                end,
+                token_start,
+                token_end,
+            });
+        }
+        Ok(TrainingSample {
+            text,
+            input_ids,
+            assistant_mask,
+            spans,
+        })
+    }
+
+    /// Normalise messages for this template (see [`normalize_messages`]).
+    pub fn normalize(&self, messages: &[Json], tools: Option<&[Json]>) -> Result<messages::Normalized> {
+        normalize_messages(messages, tools, self.template.supports_tools())
+    }
+
+    fn render_normalized(
+        &self,
+        messages: &[Json],
+        tools: Option<&[Json]>,
+        add_generation_prompt: bool,
+        opts: &RenderOptions,
+    ) -> Result<String> {
+        self.template
+            .render(messages, tools, add_generation_prompt, opts.extra.as_ref())
+    }
+}

@@ -1,3 +1,23 @@
 //! # dojo-curate: from raw rollouts to training data
 //!
 //! Pipeline position: task → sandbox → agent ⇄ policy → trajectory → grade → **curate** → train.
+//!
+//! Reads the JSONL trajectory files `dojo rollout` writes, applies the filters the published
+//! recipes used (SWE-Master's format and difficulty filters, SWE-Gym's per-task cap, exact
+//! dedup, an optional minimum of successful LSP calls), renders what survives with the target
+//! model's chat template and tokenizer, and writes training data the usual trainers read as is:
+//! pre-tokenized Parquet with loss masks (token-exact with what the policy saw), OpenAI-shaped
+//! messages (Parquet + JSONL) and LLaMA-Factory's sharegpt layout. Every stage reports how many
+//! trajectories it dropped and why; every unreadable line is reported with file, line and reason.
+
+pub mod filters;
+pub mod input;
+pub mod view;
+pub mod chat;
+pub mod export;
+pub mod pipeline;
+pub mod render;
+pub mod report;
+
+pub use pipeline::{Config, CurateError, FilterSet, Formats, Outcome, run};
+pub use render::{ChatModel, Masking};

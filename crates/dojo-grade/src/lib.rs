@@ -1,3 +1,43 @@
 //! # dojo-grade: verdicts equal to the official SWE-bench harness
 //!
 //! Pipeline position: task → sandbox → agent ⇄ policy → trajectory → **grade** → curate → train.
+//!
+//! A reward is only as good as its grader, and users compare numbers across systems, so this
+//! crate reproduces `swebench==5.0.2`'s log parsers exactly and its grading rules under two
+//! documented rule sets ([`Semantics::Classic`], the default, and [`Semantics::Swebench5`]).
+//! A differential test (`tests/differential.rs`) runs the official Python functions on every
+//! real log in `../shared/data` and on our own logs and requires zero disagreements.
+//!
+//! - [`parsers`]: [`Parser`] (pytest, pytest v2, pytest_options, django, sympy, seaborn,
+//!   matplotlib and the per-repository aliases) → [`StatusMap`].
+//! - [`grading`]: [`logs_eval`] (`get_logs_eval`), [`eval_tests_report`] (`get_eval_tests_report`),
+//!   [`resolution_status`], [`derive_lists`] (validation).
+//! - [`report`]: [`InstanceReport`] (`report.json`, official keys + `schema_version`, outcome,
+//!   error kind) and [`RunSummary`] (`resolved_ids`, `unresolved_ids`, `error_ids`,
+//!   `empty_patch_ids`, counts).
+//! - [`run`]: [`grade_in_sandbox`] and [`validate_in_sandbox`], the harness flow in a
+//!   [`dojo_sandbox::Sandbox`]. Infrastructure failures (environment, test patch, timeout,
+//!   runner) are [`ErrorKind`]s with `infra_failure = true`, never "unresolved".
+
+pub mod grading;
+pub mod parsers;
+pub mod report;
+pub mod run;
+
+pub use grading::{
+    EvalType, GoldLists, ResolvedStatus, Semantics, SuccessFailure, TestsStatus, derive_lists, eval_tests_report,
+    logs_eval, parse_test_exit_code, read_log_text, resolution_status,
+};
+pub use parsers::{Parser, StatusMap};
+pub use report::{ErrorKind, InstanceReport, MalformedLine, Outcome, RunSummary, SCHEMA_VERSION, eval_report_from_log};
+pub use run::{GradeOptions, Validation, check_patch, grade_in_sandbox, status_map_of, validate_in_sandbox};
+
+/// Configuration errors (grading cannot even start). Everything that happens while grading is
+/// reported in the [`InstanceReport`] instead.
+#[derive(Debug, thiserror::Error)]
+pub enum GradeError {
+    #[error("instance {instance_id}: unknown log parser {name:?} (known: {known})", known = parsers::PARSER_NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))]
+    UnknownParser { instance_id: String, name: String },
+    #[error("instance {instance_id}: unknown eval_type {name:?} (pass_and_fail or fail_only)")]
+    BadEvalType { instance_id: String, name: String },
+}

@@ -14,13 +14,49 @@
 //!
 //! This file holds the public contract other crates code against; the isolation machinery lives in
 //! the submodules.
+//!
+//! ## Status: usable
+//!
+//! The namespace backend works end to end: `PristineStore::open()?.build(&source)?` →
+//! `Sandbox::create(&pristine, env.as_ref(), &SandboxOptions::default()).await?` → `exec` /
+//! `read_file` / `write_file` / `diff` / `apply_patch` / `reset` → `teardown`.
+//!
+//! ## Design
+//!
+//! No helper executable: setup runs in the library, in `pre_exec` closures that only issue
+//! async-signal-safe system calls on data prepared before `fork` ([`child`]), so any binary (the
+//! `dojo` CLI or another crate's test binary) can create sandboxes. Per sandbox a *holder* (pid 1
+//! of its own pid namespace, in its own user/mount/net namespaces, running as the unprivileged
+//! host uid [`ns::sandbox_uid`] mapped to root inside) builds a new root: host directories bound
+//! read-only, overlayfs (`userxattr`) at `/testbed`, a private tmpfs `/tmp`, the venv read-only at
+//! `/venv`, `$DOJO_HOME` hidden, `lo` up. Each command *joins* the user/mount/net namespaces with
+//! `setns` and runs in a fresh pid namespace of its own (so everything it started, `setsid`
+//! escapees included, dies with it: at exit, timeout or teardown), with rlimits, Landlock (writes
+//! only in /testbed, /tmp, /dev/shm) and a seccomp filter. Reset swaps in a fresh upper dir and
+//! /tmp with the new mount API and deletes the old upper in the background.
+//!
+//! Semantics worth knowing: background processes a command leaves behind are killed when the
+//! command's main process exits (use [`Sandbox::spawn`] for long-running servers); `$HOME` is
+//! `/tmp`; the user inside is root (uid 0), which is the host's sandbox uid outside.
 
+pub mod cgroup;
+mod child;
+pub mod doctor;
+mod exec;
+mod fallback;
+pub mod ns;
+pub mod patch;
 pub mod pristine;
 pub mod pyenv;
+pub mod registry;
+pub mod sys;
+pub mod trash;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+pub use ns::VENV_PATH;
 
 pub use pristine::{Pristine, PristineStore, Source};
 pub use pyenv::{EnvSpec, PythonEnv};
@@ -98,6 +134,9 @@ pub struct SandboxOptions {
     pub limits: Limits,
     /// Extra environment variables for every command.
     pub env: BTreeMap<String, String>,
+    /// Keep the sandbox alive after this process exits (the holder detaches; it is recorded in
+    /// the registry under `$DOJO_HOME/sandboxes` and removed with `dojo sandbox rm ID`).
+    pub keep: bool,
 }
 
 /// One command to run inside a sandbox.
@@ -156,6 +195,22 @@ impl ExecRequest {
         self.cwd = Some(cwd.into());
         self
     }
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+    pub fn stdin(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.stdin = Some(data.into());
+        self
+    }
+    pub fn grace(mut self, g: Duration) -> Self {
+        self.grace = g;
+        self
+    }
+    pub fn output_cap(mut self, head: usize, tail: usize) -> Self {
+        self.output_cap = OutputCap { head, tail };
+        self
+    }
 }
 
 /// What a command did.
@@ -208,60 +263,421 @@ impl ApplyOutcome {
     }
 }
 
+
 /// A long-running process inside the sandbox with piped stdio (language servers).
+///
+/// `child` is the supervisor: killing it (or dropping it: `kill_on_drop`) kills the process and
+/// everything it started.
 pub struct SandboxProcess {
     pub child: tokio::process::Child,
+}
+
+enum Inner {
+    Ns(ns::NsSandbox),
+    Fallback(fallback::FbSandbox),
 }
 
 /// One rollout's isolated workspace. Cheap to create (overlay mount), cheap to reset.
 pub struct Sandbox {
     id: String,
-    #[allow(dead_code)]
     root: PathBuf,
+    inner: Inner,
+    keep: bool,
+    done: bool,
+}
+
+/// `$DOJO_HOME/sandboxes`.
+pub fn sandboxes_dir() -> PathBuf {
+    dojo_cache::dojo_home().join("sandboxes")
+}
+
+fn new_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let seed = format!("{t}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+    dojo_cache::sha256_hex(seed)[..16].to_string()
+}
+
+/// Which backend `Auto` resolves to on this host (probed once). `DOJO_SANDBOX_BACKEND`
+/// (`namespace` | `fallback`) overrides it.
+pub fn auto_backend() -> BackendKind {
+    static B: std::sync::OnceLock<BackendKind> = std::sync::OnceLock::new();
+    *B.get_or_init(|| match std::env::var("DOJO_SANDBOX_BACKEND").as_deref() {
+        Ok("fallback") => BackendKind::Fallback,
+        Ok("namespace") => BackendKind::Namespace,
+        _ => {
+            if doctor::namespaces_usable() {
+                BackendKind::Namespace
+            } else {
+                let msg = "dojo-sandbox: WARNING: user/mount/pid/net namespaces or overlayfs are \
+                           not usable on this host; using the FALLBACK backend (git clone --shared \
+                           + process groups): no network isolation, no private /tmp, no uid \
+                           change. Run `dojo sandbox doctor` for details.";
+                eprintln!("{msg}");
+                tracing::warn!("{msg}");
+                BackendKind::Fallback
+            }
+        }
+    })
 }
 
 impl Sandbox {
     /// Create a sandbox over `pristine`, optionally with a shared Python environment.
     pub async fn create(
-        _pristine: &Pristine,
-        _env: Option<&PythonEnv>,
-        _opts: &SandboxOptions,
+        pristine: &Pristine,
+        env: Option<&PythonEnv>,
+        opts: &SandboxOptions,
     ) -> Result<Sandbox> {
-        Err(SandboxError::Other("not implemented yet".into()))
+        let id = new_id();
+        let base = sandboxes_dir();
+        std::fs::create_dir_all(&base).map_err(ns::io_err(&base))?;
+        trash::sweep(&base);
+        let root = base.join(&id);
+        std::fs::create_dir_all(&root).map_err(ns::io_err(&root))?;
+        let backend = match opts.backend {
+            BackendKind::Auto => auto_backend(),
+            b => b,
+        };
+        let venv = env.map(|e| e.path.as_path());
+        let inner = match backend {
+            BackendKind::Fallback => {
+                fallback::create(&root, &pristine.path, venv, &opts.limits, &opts.env).map(Inner::Fallback)
+            }
+            _ => ns::create(ns::CreateArgs {
+                id: &id,
+                dir: &root,
+                lower: &pristine.path,
+                venv,
+                limits: &opts.limits,
+                extra_env: &opts.env,
+                keep: opts.keep,
+            })
+            .await
+            .map(Inner::Ns),
+        };
+        let inner = match inner {
+            Ok(i) => i,
+            Err(e) => {
+                trash::discard(&root);
+                return Err(e);
+            }
+        };
+        let sb = Sandbox {
+            id,
+            root,
+            inner,
+            keep: opts.keep,
+            done: false,
+        };
+        if opts.keep {
+            registry::save(&sb, pristine, env, opts)?;
+        }
+        Ok(sb)
     }
+
     pub fn id(&self) -> &str {
         &self.id
     }
+
+    /// Which backend this sandbox uses.
+    pub fn backend(&self) -> BackendKind {
+        match self.inner {
+            Inner::Ns(_) => BackendKind::Namespace,
+            Inner::Fallback(_) => BackendKind::Fallback,
+        }
+    }
+
+    /// The sandbox's directory on the host (upper dirs, registry entry).
+    pub fn host_dir(&self) -> &Path {
+        &self.root
+    }
+
+    /// Pid of the holder process (namespace backend).
+    pub fn holder_pid(&self) -> Option<i32> {
+        match &self.inner {
+            Inner::Ns(n) => Some(n.holder_pid),
+            Inner::Fallback(_) => None,
+        }
+    }
+
+    /// Memory charged to the sandbox's cgroup, when cgroups are in use.
+    pub fn memory_usage(&self) -> Option<u64> {
+        match &self.inner {
+            Inner::Ns(n) => n.cgroup.as_ref().and_then(|c| c.memory_current()),
+            Inner::Fallback(_) => None,
+        }
+    }
+
     /// Run a command; non-zero exits are *not* errors (see [`ExecOutput`]).
-    pub async fn exec(&self, _req: &ExecRequest) -> Result<ExecOutput> {
-        Err(SandboxError::Other("not implemented yet".into()))
+    pub async fn exec(&self, req: &ExecRequest) -> Result<ExecOutput> {
+        match &self.inner {
+            Inner::Ns(n) => {
+                let (cmd, r, w, cg) = n.command(req)?;
+                let out = exec::run(cmd, r, w, req, &n.live).await;
+                drop(cg);
+                out
+            }
+            Inner::Fallback(f) => {
+                let (cmd, r, w) = f.command(req)?;
+                exec::run(cmd, r, w, req, &f.live).await
+            }
+        }
     }
+
     /// Start a long-running process with piped stdin/stdout/stderr inside the sandbox.
-    pub async fn spawn(&self, _req: &ExecRequest) -> Result<SandboxProcess> {
-        Err(SandboxError::Other("not implemented yet".into()))
+    pub async fn spawn(&self, req: &ExecRequest) -> Result<SandboxProcess> {
+        let (mut cmd, r, w, cg) = match &self.inner {
+            Inner::Ns(n) => n.command(req)?,
+            Inner::Fallback(f) => {
+                let (c, r, w) = f.command(req)?;
+                (c, r, w, Vec::new())
+            }
+        };
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let child = cmd
+            .spawn()
+            .map_err(|e| SandboxError::Setup(format!("spawning {:?}: {e}", req.argv)))?;
+        drop(w);
+        drop(cg);
+        let msgs = tokio::task::spawn_blocking(move || exec::read_status(r))
+            .await
+            .unwrap_or_default();
+        if let Some(e) = exec::status_error("starting the process", &msgs) {
+            return Err(e);
+        }
+        Ok(SandboxProcess { child })
     }
+
+    /// An absolute in-sandbox path for `path` (relative paths are relative to [`WORKSPACE`]).
+    fn abs(path: &str) -> String {
+        if path.starts_with('/') {
+            path.to_string()
+        } else {
+            format!("{WORKSPACE}/{path}")
+        }
+    }
+
+    /// Split an absolute path into (area, relative) when it lies in /testbed or /tmp.
+    fn area(abs: &str) -> Option<(&'static str, String)> {
+        for area in [WORKSPACE, "/tmp"] {
+            if abs == area {
+                return Some((area, String::new()));
+            }
+            if let Some(rest) = abs.strip_prefix(area).and_then(|r| r.strip_prefix('/')) {
+                return Some((area, rest.to_string()));
+            }
+        }
+        None
+    }
+
+    fn area_fd(&self, area: &str) -> Result<std::os::fd::OwnedFd> {
+        match &self.inner {
+            Inner::Ns(n) => n.area_fd(area),
+            Inner::Fallback(f) if area == WORKSPACE => f.ws_fd(),
+            Inner::Fallback(_) => ns::open_path(Path::new(area)),
+        }
+    }
+
     /// Read a file; `path` is absolute inside the sandbox or relative to [`WORKSPACE`].
-    pub async fn read_file(&self, _path: &str) -> Result<Vec<u8>> {
-        Err(SandboxError::Other("not implemented yet".into()))
+    ///
+    /// Files under /testbed and /tmp are read directly from the host (no process), refusing
+    /// symlinks that leave the area; anything else is read by `cat` inside the sandbox, with the
+    /// sandbox's own permissions.
+    pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        let abs = Self::abs(path);
+        if let Some((area, rel)) = Self::area(&abs) {
+            match self.area_fd(area).and_then(|d| {
+                ns::read_beneath(&d, &rel).map_err(ns::io_err(Path::new(&abs)))
+            }) {
+                Ok(v) => return Ok(v),
+                Err(SandboxError::Io { source, .. })
+                    if matches!(
+                        source.raw_os_error(),
+                        Some(libc::ENOENT) | Some(libc::EISDIR) | Some(libc::ENOTDIR)
+                    ) =>
+                {
+                    return Err(SandboxError::Io {
+                        path: abs,
+                        source,
+                    });
+                }
+                Err(SandboxError::Gone(g)) => return Err(SandboxError::Gone(g)),
+                Err(_) => {}
+            }
+        }
+        let out = self
+            .exec(&ExecRequest::new(["cat", "--", &abs]).output_cap(usize::MAX / 2, 0))
+            .await?;
+        if !out.success() {
+            return Err(SandboxError::Io {
+                path: abs,
+                source: std::io::Error::other(out.stderr_lossy().trim().to_string()),
+            });
+        }
+        Ok(out.stdout)
     }
+
     /// Write a file as the sandbox user (creating parents).
-    pub async fn write_file(&self, _path: &str, _contents: &[u8]) -> Result<()> {
-        Err(SandboxError::Other("not implemented yet".into()))
+    pub async fn write_file(&self, path: &str, contents: &[u8]) -> Result<()> {
+        let abs = Self::abs(path);
+        if let Some((area, rel)) = Self::area(&abs)
+            && !rel.is_empty()
+            && let Ok(d) = self.area_fd(area)
+            && ns::write_beneath(&d, &rel, contents, ns::owner()).is_ok()
+        {
+            return Ok(());
+        }
+        let out = self
+            .exec(
+                &ExecRequest::new([
+                    "bash",
+                    "-c",
+                    "mkdir -p -- \"$(dirname -- \"$1\")\" && cat > \"$1\"",
+                    "write_file",
+                    &abs,
+                ])
+                .stdin(contents.to_vec()),
+            )
+            .await?;
+        if !out.success() {
+            return Err(SandboxError::Io {
+                path: abs,
+                source: std::io::Error::other(out.stderr_lossy().trim().to_string()),
+            });
+        }
+        Ok(())
     }
+
     /// The workspace diff against the pristine tree as a binary-safe git patch (no caches).
     pub async fn diff(&self) -> Result<String> {
-        Err(SandboxError::Other("not implemented yet".into()))
+        let out = self
+            .exec(
+                &ExecRequest::new(["bash", "-c", patch::DIFF_SCRIPT])
+                    .output_cap(usize::MAX / 2, 0)
+                    .timeout(Duration::from_secs(600)),
+            )
+            .await?;
+        if !out.success() {
+            return Err(SandboxError::Other(format!(
+                "git diff in sandbox {} failed ({:?}): {}",
+                self.id,
+                out.exit_code,
+                out.stderr_lossy().trim()
+            )));
+        }
+        String::from_utf8(out.stdout)
+            .map_err(|e| SandboxError::Other(format!("diff of sandbox {} is not UTF-8: {e}", self.id)))
     }
+
     /// Apply a patch with the harness's fallback chain; refuses paths that leave the repository.
-    pub async fn apply_patch(&self, _patch: &str) -> Result<ApplyOutcome> {
-        Err(SandboxError::Other("not implemented yet".into()))
+    pub async fn apply_patch(&self, patch_text: &str) -> Result<ApplyOutcome> {
+        patch::check_patch(patch_text).map_err(|r| SandboxError::PathEscape(r.0))?;
+        let name = format!("/tmp/.dojo-patch-{}.diff", new_id());
+        self.write_file(&name, patch_text.as_bytes()).await?;
+        let out = self
+            .exec(
+                &ExecRequest::new(["bash", "-c", patch::APPLY_SCRIPT, "apply", &name])
+                    .timeout(Duration::from_secs(300)),
+            )
+            .await?;
+        let log = out.stdout_lossy();
+        let method = log.lines().find_map(|l| match l.strip_prefix("@@DOJO_APPLIED ") {
+            Some("git_apply") => Some(ApplyMethod::GitApply),
+            Some("git_apply_reject") => Some(ApplyMethod::GitApplyReject),
+            Some("patch_fuzz") => Some(ApplyMethod::PatchFuzz),
+            _ => None,
+        });
+        let _ = self.exec(&ExecRequest::new(["rm", "-f", &name])).await;
+        Ok(ApplyOutcome {
+            method,
+            log: log
+                .lines()
+                .filter(|l| !l.starts_with("@@DOJO_APPLIED"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        })
     }
-    /// Discard every change (tens of milliseconds).
+
+    /// Discard every change (tens of milliseconds): kills running commands, swaps in a fresh
+    /// upper dir and /tmp; the old upper dir is deleted in the background.
     pub async fn reset(&mut self) -> Result<()> {
-        Err(SandboxError::Other("not implemented yet".into()))
+        match &mut self.inner {
+            Inner::Ns(n) => {
+                n.reset().await?;
+                if self.keep {
+                    registry::update_generation(&self.root, n.generation)?;
+                }
+                Ok(())
+            }
+            Inner::Fallback(f) => {
+                f.kill_live();
+                let out = (&*self)
+                    .exec(&ExecRequest::shell(
+                        "git reset -q --hard dojo-base && git clean -fdxq",
+                    ))
+                    .await?;
+                if !out.success() {
+                    return Err(SandboxError::Setup(format!(
+                        "fallback reset failed: {}",
+                        out.stderr_lossy()
+                    )));
+                }
+                Ok(())
+            }
+        }
     }
+
     /// Kill everything and release the workspace.
-    pub async fn teardown(self) -> Result<()> {
+    pub async fn teardown(mut self) -> Result<()> {
+        self.done = true;
+        match &mut self.inner {
+            Inner::Ns(n) => n.teardown().await,
+            Inner::Fallback(f) => f.kill_live(),
+        }
+        trash::discard(&self.root);
         Ok(())
+    }
+
+    /// Leave a `keep` sandbox running after this handle is dropped (the CLI's `--keep`).
+    pub fn detach(mut self) -> String {
+        self.done = true;
+        std::mem::take(&mut self.id)
+    }
+
+    /// Re-open a kept sandbox by id (see [`registry`]).
+    pub async fn attach(id: &str) -> Result<Sandbox> {
+        registry::attach(id)
+    }
+}
+
+impl Drop for Sandbox {
+    /// A sandbox dropped without `teardown` is still cleaned up (synchronously kills, deletes in
+    /// the background), unless it is a kept sandbox.
+    fn drop(&mut self) {
+        if self.done || self.keep {
+            return;
+        }
+        match &mut self.inner {
+            Inner::Ns(n) => {
+                n.kill_live();
+                // SAFETY: plain kill(2) of our holder.
+                unsafe { libc::kill(n.holder_pid, libc::SIGKILL) };
+                if let Some(cg) = n.cgroup.take() {
+                    std::thread::spawn(move || {
+                        cg.kill_all();
+                        let _ = cg.remove();
+                    });
+                }
+            }
+            Inner::Fallback(f) => f.kill_live(),
+        }
+        trash::discard(&self.root);
     }
 }

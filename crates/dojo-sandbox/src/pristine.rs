@@ -1,17 +1,65 @@
 //! Pristine trees: read-only, content-addressed snapshots of a project at one commit.
+//!
+//! Each entry is `$DOJO_HOME/pristine/<key>/tree`: the project's files in a fresh one-commit git
+//! repository (tag `dojo-base`), never a clone — history after the base commit would reveal the
+//! fix. Bytecode and caches are ignored through `.git/info/exclude` (so diffs never contain them
+//! and the project's own files are untouched), bytecode is precompiled with the sandbox Python,
+//! and the tree is owned by the sandbox uid (files owned by an unmapped uid could not be edited
+//! inside the user namespace). Builds go through [`dojo_cache::Cache::get_or_build`]: concurrent
+//! builders wait on one lock and nobody ever sees a half-built entry.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::{Result, SandboxError};
 
 /// Where a pristine tree comes from.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Source {
-    /// A directory copied as is.
+    /// A directory copied as is (its `.git`, if any, is dropped).
     Dir { path: PathBuf },
     /// A git repository (or bare mirror) at a commit, exported with `git archive` (never cloned).
     Git { repo: PathBuf, commit: String },
-    /// An sdist or tarball (`.tar.gz`, `.tgz`, `.tar.bz2`, `.zip`); a single top directory is stripped.
+    /// An sdist or tarball (`.tar.gz`, `.tgz`, `.tar.bz2`, `.tar.xz`, `.zip`); a single top
+    /// directory is stripped.
     Archive { path: PathBuf },
+}
+
+impl Source {
+    /// Human-readable description for errors and logs.
+    pub fn describe(&self) -> String {
+        match self {
+            Source::Dir { path } => format!("directory {}", path.display()),
+            Source::Git { repo, commit } => format!("git {}@{commit}", repo.display()),
+            Source::Archive { path } => format!("archive {}", path.display()),
+        }
+    }
+
+    /// Parse the CLI form: `repo@commit` (when `repo` is a git repository), an archive file, or
+    /// a directory.
+    pub fn parse(s: &str) -> Result<Source> {
+        let p = Path::new(s);
+        if p.is_file() {
+            return Ok(Source::Archive { path: p.into() });
+        }
+        if p.is_dir() {
+            return Ok(Source::Dir { path: p.into() });
+        }
+        if let Some((repo, commit)) = s.rsplit_once('@')
+            && Path::new(repo).is_dir()
+            && !commit.is_empty()
+        {
+            return Ok(Source::Git {
+                repo: repo.into(),
+                commit: commit.into(),
+            });
+        }
+        Err(SandboxError::Pristine {
+            source_desc: s.to_string(),
+            reason: "not a directory, an archive file, or <git-repo>@<commit>".into(),
+        })
+    }
 }
 
 /// A built, read-only tree: a fresh one-commit git repository.
@@ -27,4 +75,303 @@ pub struct Pristine {
 #[derive(Debug, Clone)]
 pub struct PristineStore {
     pub root: PathBuf,
+}
+
+/// Patterns excluded from diffs (written to `.git/info/exclude` of every pristine tree).
+pub const EXCLUDES: &str = "__pycache__/\n*.py[cod]\n*$py.class\n.pytest_cache/\n.mypy_cache/\n\
+.ruff_cache/\n.hypothesis/\n.tox/\n.nox/\n.coverage\n.coverage.*\n*.egg-info/\n.eggs/\n\
+.ipynb_checkpoints/\n";
+
+/// Tag of the base commit in every pristine repository.
+pub const BASE_TAG: &str = "dojo-base";
+
+/// Bumped when the tree layout changes, so old entries are not reused.
+const LAYOUT_VERSION: &str = "pristine-v1";
+
+/// The Python used to precompile bytecode (world-readable, so the sandbox uid can run it).
+pub const DEFAULT_PYTHON: &str = "/usr/bin/python3.11";
+
+impl PristineStore {
+    /// The store at `$DOJO_HOME/pristine`.
+    pub fn open() -> Result<PristineStore> {
+        let cache = dojo_cache::Cache::open().map_err(|e| SandboxError::Other(e.to_string()))?;
+        Ok(PristineStore {
+            root: cache.root().join("pristine"),
+        })
+    }
+
+    /// A store rooted elsewhere (tests).
+    pub fn at(root: impl Into<PathBuf>) -> PristineStore {
+        PristineStore { root: root.into() }
+    }
+
+    /// Build (once) and return the pristine tree of `source`. Blocking: call it from
+    /// `spawn_blocking` in async code. Precompiles bytecode with [`DEFAULT_PYTHON`] when present.
+    pub fn build(&self, source: &Source) -> Result<Pristine> {
+        let err = |reason: String| SandboxError::Pristine {
+            source_desc: source.describe(),
+            reason,
+        };
+        let identity = match source {
+            Source::Git { repo, commit } => format!("git\0{}", resolve_commit(repo, commit).map_err(err)?),
+            Source::Archive { path } => format!(
+                "archive\0{}",
+                dojo_cache::sha256_file(path).map_err(|e| err(e.to_string()))?
+            ),
+            Source::Dir { path } => format!("dir\0{}", hash_dir(path).map_err(err)?),
+        };
+        let uid = crate::ns::sandbox_uid();
+        let key = dojo_cache::sha256_hex(format!("{LAYOUT_VERSION}\0{uid}\0{identity}"));
+        let (parent, bucket) = split_root(&self.root);
+        let cache = dojo_cache::Cache::at(parent).map_err(|e| err(e.to_string()))?;
+        let entry = cache
+            .get_or_build(&bucket, &key, |tmp| build_into(source, tmp))
+            .map_err(|e| err(e.to_string()))?;
+        Ok(Pristine {
+            id: key,
+            path: entry.join("tree"),
+        })
+    }
+
+    /// Async wrapper around [`PristineStore::build`].
+    pub async fn build_async(&self, source: &Source) -> Result<Pristine> {
+        let (s, src) = (self.clone(), source.clone());
+        tokio::task::spawn_blocking(move || s.build(&src))
+            .await
+            .map_err(|e| SandboxError::Other(format!("pristine build task: {e}")))?
+    }
+}
+
+fn split_root(root: &Path) -> (PathBuf, String) {
+    let parent = root.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let bucket = root
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "pristine".into());
+    (parent, bucket)
+}
+
+/// Run a command; on failure return its stderr as the reason.
+pub(crate) fn run(cmd: &mut Command, what: &str) -> std::result::Result<Vec<u8>, String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{what}: cannot run: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(out.stdout)
+}
+
+fn git() -> Command {
+    let mut c = Command::new("git");
+    c.env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0");
+    c
+}
+
+fn resolve_commit(repo: &Path, commit: &str) -> std::result::Result<String, String> {
+    if !repo.exists() {
+        return Err(format!("repository {} does not exist", repo.display()));
+    }
+    let out = run(
+        git()
+            .arg("-C")
+            .arg(repo)
+            .args(["rev-parse", "--verify", "--quiet"])
+            .arg(format!("{commit}^{{commit}}")),
+        &format!("resolving commit {commit}"),
+    )
+    .map_err(|_| format!("commit {commit} does not exist in {}", repo.display()))?;
+    Ok(String::from_utf8_lossy(&out).trim().to_string())
+}
+
+/// Content hash of a directory tree (paths, types, exec bits, contents, symlink targets).
+fn hash_dir(root: &Path) -> std::result::Result<String, String> {
+    use sha2::Digest;
+    use std::os::unix::fs::PermissionsExt;
+    if !root.is_dir() {
+        return Err(format!("{} is not a directory", root.display()));
+    }
+    let mut h = sha2::Sha256::new();
+    for e in walkdir::WalkDir::new(root)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| e.file_name() != ".git")
+    {
+        let e = e.map_err(|e| e.to_string())?;
+        let rel = e.path().strip_prefix(root).unwrap_or(e.path());
+        h.update(rel.as_os_str().as_encoded_bytes());
+        h.update([0]);
+        let ft = e.file_type();
+        if ft.is_symlink() {
+            let t = std::fs::read_link(e.path()).map_err(|x| x.to_string())?;
+            h.update(b"l");
+            h.update(t.as_os_str().as_encoded_bytes());
+        } else if ft.is_file() {
+            let md = e.metadata().map_err(|x| x.to_string())?;
+            h.update(if md.permissions().mode() & 0o111 != 0 { b"x" } else { b"f" });
+            h.update(dojo_cache::sha256_file(e.path()).map_err(|x| x.to_string())?);
+        } else {
+            h.update(b"d");
+        }
+        h.update([0]);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), String> {
+    let tree = tmp.join("tree");
+    match source {
+        Source::Git { repo, commit } => {
+            let sha = resolve_commit(repo, commit)?;
+            std::fs::create_dir_all(&tree).map_err(|e| e.to_string())?;
+            let mut archive = git()
+                .arg("-C")
+                .arg(repo)
+                .args(["archive", "--format=tar", &sha])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("git archive: {e}"))?;
+            let stdout = archive.stdout.take().ok_or("git archive: no stdout")?;
+            let tar = Command::new("tar")
+                .args(["-x", "--no-same-owner", "-C"])
+                .arg(&tree)
+                .stdin(stdout)
+                .output()
+                .map_err(|e| format!("tar: {e}"))?;
+            let g = archive.wait_with_output().map_err(|e| e.to_string())?;
+            if !g.status.success() {
+                return Err(format!(
+                    "git archive {sha} failed: {}",
+                    String::from_utf8_lossy(&g.stderr).trim()
+                ));
+            }
+            if !tar.status.success() {
+                return Err(format!(
+                    "extracting git archive failed: {}",
+                    String::from_utf8_lossy(&tar.stderr).trim()
+                ));
+            }
+        }
+        Source::Archive { path } => {
+            let x = tmp.join("x");
+            std::fs::create_dir_all(&x).map_err(|e| e.to_string())?;
+            let name = path.to_string_lossy().to_lowercase();
+            if name.ends_with(".zip") || name.ends_with(".whl") {
+                run(
+                    Command::new("unzip").arg("-q").arg(path).arg("-d").arg(&x),
+                    &format!("unzip {}", path.display()),
+                )?;
+            } else {
+                run(
+                    Command::new("tar")
+                        .args(["-x", "--no-same-owner", "-f"])
+                        .arg(path)
+                        .arg("-C")
+                        .arg(&x),
+                    &format!("extracting {}", path.display()),
+                )?;
+            }
+            let entries: Vec<_> = std::fs::read_dir(&x)
+                .map_err(|e| e.to_string())?
+                .flatten()
+                .collect();
+            let top = match entries.as_slice() {
+                [one] if one.file_type().is_ok_and(|t| t.is_dir()) => one.path(),
+                [] => return Err(format!("archive {} is empty", path.display())),
+                _ => x.clone(),
+            };
+            std::fs::rename(&top, &tree).map_err(|e| e.to_string())?;
+            let _ = std::fs::remove_dir_all(&x);
+        }
+        Source::Dir { path } => {
+            if !path.is_dir() {
+                return Err(format!("{} is not a directory", path.display()));
+            }
+            std::fs::create_dir_all(&tree).map_err(|e| e.to_string())?;
+            let mut src = path.as_os_str().to_owned();
+            src.push("/.");
+            run(
+                Command::new("cp").arg("-a").arg(&src).arg(&tree),
+                &format!("copying {}", path.display()),
+            )?;
+            let _ = std::fs::remove_dir_all(tree.join(".git"));
+        }
+    }
+    strip_bytecode(&tree);
+    init_repo(&tree)?;
+    if Path::new(DEFAULT_PYTHON).exists() && std::env::var_os("DOJO_NO_COMPILEALL").is_none() {
+        // Best effort: Python-2-only files fail to compile and that is fine.
+        let _ = Command::new(DEFAULT_PYTHON)
+            .args(["-m", "compileall", "-q", "-j0"])
+            .arg(&tree)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    if crate::ns::is_root() {
+        let uid = crate::ns::sandbox_uid();
+        run(
+            Command::new("chown")
+                .arg("-R")
+                .arg(format!("{uid}:{uid}"))
+                .arg(&tree),
+            "chown of the pristine tree",
+        )?;
+    }
+    let meta = serde_json::json!({
+        "schema_version": 1,
+        "source": source,
+        "base_tag": BASE_TAG,
+    });
+    std::fs::write(tmp.join("meta.json"), meta.to_string()).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn strip_bytecode(tree: &Path) {
+    let mut doomed = Vec::new();
+    for e in walkdir::WalkDir::new(tree).into_iter().flatten() {
+        let n = e.file_name().to_string_lossy();
+        if (e.file_type().is_dir() && n == "__pycache__")
+            || (e.file_type().is_file() && (n.ends_with(".pyc") || n.ends_with(".pyo")))
+        {
+            doomed.push(e.path().to_path_buf());
+        }
+    }
+    for d in doomed {
+        let _ = std::fs::remove_dir_all(&d).or_else(|_| std::fs::remove_file(&d));
+    }
+}
+
+fn init_repo(tree: &Path) -> std::result::Result<(), String> {
+    let g = |args: &[&str]| {
+        let mut c = git();
+        c.arg("-C").arg(tree).args(args);
+        c.env("GIT_AUTHOR_NAME", "dojo")
+            .env("GIT_AUTHOR_EMAIL", "dojo@localhost")
+            .env("GIT_COMMITTER_NAME", "dojo")
+            .env("GIT_COMMITTER_EMAIL", "dojo@localhost")
+            .env("GIT_AUTHOR_DATE", "2000-01-01T00:00:00Z")
+            .env("GIT_COMMITTER_DATE", "2000-01-01T00:00:00Z");
+        c
+    };
+    run(&mut g(&["init", "-q", "-b", "main"]), "git init")?;
+    let info = tree.join(".git/info");
+    std::fs::create_dir_all(&info).map_err(|e| e.to_string())?;
+    std::fs::write(info.join("exclude"), EXCLUDES).map_err(|e| e.to_string())?;
+    // -f: the base commit holds every file of the source, even ones its .gitignore matches.
+    run(&mut g(&["add", "-A", "-f"]), "git add")?;
+    run(
+        &mut g(&["commit", "-q", "--no-verify", "--allow-empty", "-m", "dojo base"]),
+        "git commit",
+    )?;
+    run(&mut g(&["tag", BASE_TAG]), "git tag")?;
+    Ok(())
 }

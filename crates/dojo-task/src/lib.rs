@@ -3,3 +3,49 @@
 //! Pipeline position: **task** → sandbox → agent ⇄ policy → trajectory → grade → curate → train.
 //! The SWE-bench instance schema (and SWE-Gym / SWE-smith / SWE-rebench variants), strict loaders
 //! for JSON, JSONL and Parquet, and the per-repository environment specs (TOML).
+//!
+//! - [`Task`]: one instance; `FAIL_TO_PASS` / `PASS_TO_PASS` decoded from JSON strings or arrays;
+//!   the `source` extension for tasks built from sdists ([`SdistSource`]).
+//! - [`load_tasks`] (strict) and [`read_tasks`] (collects every bad row, for `dojo tasks check`):
+//!   every error names the file, the line/item/row, the instance_id and the field.
+//! - [`EnvRegistry`]: the `envs/**/*.toml` specs embedded at build time, overridable by a
+//!   directory and per task; [`EnvRegistry::resolve`] gives a task's [`RepoEnv`] (sandbox
+//!   [`dojo_sandbox::EnvSpec`], test command, log parser, timeout). Schema: `envs/README.md`.
+//! - [`task_source`]: the [`dojo_sandbox::Source`] of a task's pristine tree (sdists are
+//!   downloaded through `dojo_cache` and get their bug patch applied before the one commit).
+
+mod env;
+mod load;
+mod model;
+mod parquet;
+mod prepare;
+
+pub use env::{
+    Directives, EnvRegistry, NON_TEST_EXTS, RepoEnv, eval_script_test_cmd, patch_targets, test_directives,
+};
+pub use load::{LoadReport, load_tasks, read_rows, read_tasks};
+pub use model::{EnvOverride, GRADING_FIELDS, Location, REQUIRED_FIELDS, SdistSource, Task, TaskSource};
+pub use prepare::{PrepareOptions, apply_in_dir, sdist_tree, task_source};
+
+/// Errors of task loading and environment resolution. Each names where the problem is.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{location}: {reason}")]
+    Parse { location: String, reason: String },
+    #[error("{location}: instance {instance_id}: field {field}: {reason}")]
+    Invalid { location: String, instance_id: String, field: String, reason: String },
+    #[error("instance {instance_id} appears more than once ({locations})")]
+    Duplicate { instance_id: String, locations: String },
+    #[error("environment spec {origin}: {reason}")]
+    Env { origin: String, reason: String },
+    #[error("instance {instance_id}: no environment spec for repo {repo} (embedded envs/ or --envs DIR), and the task has no `env`")]
+    NoEnv { instance_id: String, repo: String },
+    #[error("instance {instance_id}: preparing ({step}) failed: {reason}")]
+    Prepare { instance_id: String, step: String, reason: String },
+}

@@ -1,8 +1,129 @@
-//! `dojo curate` (dojo-curate).
+//! `dojo curate` (dojo-curate): filter rollouts and export training data.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
 
 #[derive(clap::Args)]
-pub struct CurateArgs {}
+pub struct CurateArgs {
+    /// Rollout outputs of `dojo rollout` (directories searched for *.jsonl, or files).
+    #[arg(long, num_args = 1.., required = true)]
+    pub rollouts: Vec<PathBuf>,
+    /// Output directory.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Filters to run, comma-separated: dedup, difficulty, format, lsp, cap (or `none`).
+    /// They always run in that order.
+    #[arg(long, default_value = "dedup,difficulty,format,cap")]
+    pub filters: String,
+    /// Per-task cap (SWE-Gym: 2), preferring fewest turns, then fewest tokens.
+    #[arg(long, default_value_t = 2)]
+    pub cap: usize,
+    /// Token budget with the target tokenizer (SWE-Master: 81,920).
+    #[arg(long, default_value_t = 81_920)]
+    pub max_tokens: usize,
+    /// Assistant-turn budget.
+    #[arg(long, default_value_t = 100)]
+    pub max_turns: usize,
+    /// Difficulty filter: keep tasks whose mean reward is strictly above this...
+    #[arg(long, default_value_t = 0.0)]
+    pub difficulty_low: f64,
+    /// ...and strictly below this.
+    #[arg(long, default_value_t = 1.0)]
+    pub difficulty_high: f64,
+    /// With the `lsp` filter: minimum successful LSP-tool calls.
+    #[arg(long, default_value_t = 2)]
+    pub lsp_min: usize,
+    /// Name of the LSP tool in the trajectories.
+    #[arg(long, default_value = "lsp_tool")]
+    pub lsp_tool: String,
+    /// Target model for tokens and templates: `default` (the bundled SmolLM2), a GGUF path, or
+    /// `none` (no tokenization: messages exports only, budgets from recorded usage).
+    #[arg(long, default_value = "default")]
+    pub model: String,
+    /// Exports, comma-separated: parquet (pre-tokenized), messages (Parquet + JSONL), sharegpt.
+    #[arg(long, default_value = "parquet,messages")]
+    pub format: String,
+    /// Which assistant turns carry loss: all-assistant or last-turn.
+    #[arg(long, default_value = "all-assistant")]
+    pub masking: String,
+    /// Rendering threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Skip the HTML/SVG report.
+    #[arg(long)]
+    pub no_report: bool,
+    /// Exit 3 when any input line could not be used.
+    #[arg(long)]
+    pub strict: bool,
+}
 
-pub fn run(_args: CurateArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("dojo curate: not implemented yet")
+fn formats(list: &str) -> anyhow::Result<dojo_curate::Formats> {
+    let mut f = dojo_curate::Formats {
+        tokens: false,
+        messages: false,
+        sharegpt: false,
+    };
+    for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match name {
+            "parquet" | "tokens" => f.tokens = true,
+            "messages" => f.messages = true,
+            "sharegpt" => f.sharegpt = true,
+            other => anyhow::bail!("unknown --format {other:?} (parquet, messages, sharegpt)"),
+        }
+    }
+    Ok(f)
+}
+
+pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
+    let mut cfg = dojo_curate::Config::new(args.rollouts.clone(), args.out.clone());
+    cfg.filters = dojo_curate::FilterSet::parse(&args.filters, args.lsp_min).map_err(anyhow::Error::msg)?;
+    cfg.cap = args.cap;
+    cfg.format.max_tokens = Some(args.max_tokens);
+    cfg.format.max_turns = Some(args.max_turns);
+    cfg.difficulty.low = args.difficulty_low;
+    cfg.difficulty.high = args.difficulty_high;
+    cfg.lsp_tool = args.lsp_tool.clone();
+    cfg.masking = args.masking.parse().map_err(anyhow::Error::msg)?;
+    cfg.formats = formats(&args.format)?;
+    cfg.threads = args.threads;
+    cfg.report = !args.no_report;
+    let model = if args.model == "none" {
+        anyhow::ensure!(
+            !cfg.formats.tokens,
+            "--model none cannot write the pre-tokenized parquet; use --format messages"
+        );
+        None
+    } else {
+        Some(dojo_curate::chat::load(&args.model).with_context(|| format!("loading --model {}", args.model))?)
+    };
+    let out = dojo_curate::run(&cfg, model.as_deref()).context("dojo curate")?;
+    for p in out.problems.iter().take(50) {
+        eprintln!("warning: {p}");
+    }
+    if out.problems.len() > 50 {
+        eprintln!("warning: ... {} more problems in {}", out.problems.len() - 50, args.out.join("manifest.json").display());
+    }
+    println!(
+        "read {} trajectories from {} files ({} bytes, {} unusable lines)",
+        out.trajectories,
+        out.files_read,
+        out.bytes_read,
+        out.problems.len()
+    );
+    print!("{}", dojo_curate::report::stage_table(&out.stages));
+    if let Some(d) = &out.difficulty {
+        println!(
+            "tasks: {} always fail, {} always pass, {} mixed",
+            d.always_fail, d.always_pass, d.mixed
+        );
+    }
+    println!(
+        "kept {} trajectories -> {} samples, {} trained tokens",
+        out.kept_trajectories, out.samples, out.trained_tokens
+    );
+    for f in &out.written {
+        println!("wrote {}", f.display());
+    }
+    Ok(if args.strict && !out.problems.is_empty() { 3 } else { 0 })
 }

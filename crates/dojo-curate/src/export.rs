@@ -1,0 +1,538 @@
+//! Writing the training data.
+//!
+//! * `tokens.parquet`: pre-tokenized (`input_ids`, `labels`, `assistant_masks`, metadata columns,
+//!   tokenizer/template fingerprints). TRL's SFTTrainer takes it as is; it is bit-exact with what
+//!   the target tokenizer and template produce, so no trainer re-templates anything.
+//! * `messages.jsonl` + `messages.parquet`: OpenAI-shaped `messages` (observations as
+//!   `role: tool`, `tool_calls[].function.arguments` as an object in JSONL) plus `tools`, for verl's
+//!   multi-turn SFT dataset, TRL `assistant_only_loss`, OpenRLHF `--multiturn`.
+//! * `sharegpt.jsonl` (with a flag): LLaMA-Factory's sharegpt layout (`function_call`/`observation`).
+//!
+//! Every file carries [`EXPORT_SCHEMA_VERSION`]: Parquet in its key-value metadata (footer and
+//! Arrow schema), all of them in `manifest.json`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, Float64Array, Int8Array, Int32Array, Int64Array, ListArray, RecordBatch, StringArray,
+    StructArray,
+};
+use arrow::buffer::OffsetBuffer;
+use arrow::datatypes::{DataType, Field, Fields, Schema};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+use serde_json::{Value, json};
+
+use crate::view::{Traj, arguments_object, content_text, role};
+
+/// Version of every export layout this crate writes. Bump on any column/field change.
+pub const EXPORT_SCHEMA_VERSION: u32 = 1;
+
+/// Errors writing exports; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: parquet: {reason}")]
+    Parquet { path: PathBuf, reason: String },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ExportError + '_ {
+    move |source| ExportError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Columns shared by every row of every export.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowMeta {
+    pub task_id: String,
+    /// `task_id#sample` (+ `/part` for split trajectories).
+    pub traj_id: String,
+    pub sample: i64,
+    pub part: i32,
+    pub source: String,
+    pub reward: f64,
+    pub num_turns: i32,
+}
+
+/// One pre-tokenized sample.
+#[derive(Debug, Clone)]
+pub struct TokenRow {
+    pub meta: RowMeta,
+    pub input_ids: Vec<u32>,
+    pub assistant_masks: Vec<u8>,
+}
+
+/// The target model's identity, stamped on the token export.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Fingerprints {
+    pub model: String,
+    pub tokenizer_sha: String,
+    pub template_sha: String,
+}
+
+/// A message in the portable export shape: `content` always a string, tool-call arguments as
+/// objects, vendor fields dropped (`reasoning_content` kept: it is generated text).
+pub fn portable_message(m: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    out.insert("role".into(), json!(role(m)));
+    out.insert("content".into(), json!(content_text(m)));
+    if let Some(r) = m.get("reasoning_content").and_then(Value::as_str) {
+        out.insert("reasoning_content".into(), json!(r));
+    }
+    if let Some(calls) = m.get("tool_calls").and_then(Value::as_array)
+        && !calls.is_empty()
+    {
+        let calls: Vec<Value> = calls
+            .iter()
+            .map(|c| {
+                let f = c.get("function").unwrap_or(c);
+                let mut call = serde_json::Map::new();
+                if let Some(id) = c.get("id") {
+                    call.insert("id".into(), id.clone());
+                }
+                call.insert("type".into(), json!("function"));
+                call.insert(
+                    "function".into(),
+                    json!({
+                        "name": f.get("name").cloned().unwrap_or(json!("")),
+                        "arguments": arguments_object(f.get("arguments")),
+                    }),
+                );
+                Value::Object(call)
+            })
+            .collect();
+        out.insert("tool_calls".into(), Value::Array(calls));
+    }
+    for k in ["tool_call_id", "name"] {
+        if let Some(v) = m.get(k).filter(|v| v.is_string()) {
+            out.insert(k.into(), v.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+/// One messages-export row.
+#[derive(Debug, Clone)]
+pub struct MessagesRow {
+    pub meta: RowMeta,
+    /// Portable messages (see [`portable_message`]).
+    pub messages: Vec<Value>,
+    pub tools: Vec<Value>,
+}
+
+fn kv_metadata(kind: &str, extra: &[(&str, String)]) -> Vec<(String, String)> {
+    let mut kv = vec![
+        ("dojo.schema_version".to_string(), EXPORT_SCHEMA_VERSION.to_string()),
+        ("dojo.kind".to_string(), kind.to_string()),
+        (
+            "dojo.writer".to_string(),
+            format!("dojo-curate {}", env!("CARGO_PKG_VERSION")),
+        ),
+    ];
+    kv.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+    kv
+}
+
+fn write_parquet(path: &Path, batch: RecordBatch, kv: Vec<(String, String)>) -> Result<(), ExportError> {
+    let perr = |e: &dyn std::fmt::Display| ExportError::Parquet {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let file = std::fs::File::create(path).map_err(io_err(path))?;
+    let level = ZstdLevel::try_new(3).map_err(|e| perr(&e))?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(level))
+        .set_key_value_metadata(Some(
+            kv.iter()
+                .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+                .collect(),
+        ))
+        .build();
+    let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).map_err(|e| perr(&e))?;
+    w.write(&batch).map_err(|e| perr(&e))?;
+    w.close().map_err(|e| perr(&e))?;
+    Ok(())
+}
+
+fn meta_columns(metas: &[&RowMeta]) -> (Vec<Field>, Vec<ArrayRef>) {
+    let fields = vec![
+        Field::new("task_id", DataType::Utf8, false),
+        Field::new("traj_id", DataType::Utf8, false),
+        Field::new("sample", DataType::Int64, false),
+        Field::new("part", DataType::Int32, false),
+        Field::new("source", DataType::Utf8, false),
+        Field::new("reward", DataType::Float64, false),
+        Field::new("num_turns", DataType::Int32, false),
+    ];
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(metas.iter().map(|m| m.task_id.as_str()))),
+        Arc::new(StringArray::from_iter_values(metas.iter().map(|m| m.traj_id.as_str()))),
+        Arc::new(Int64Array::from_iter_values(metas.iter().map(|m| m.sample))),
+        Arc::new(Int32Array::from_iter_values(metas.iter().map(|m| m.part))),
+        Arc::new(StringArray::from_iter_values(metas.iter().map(|m| m.source.as_str()))),
+        Arc::new(Float64Array::from_iter_values(metas.iter().map(|m| m.reward))),
+        Arc::new(Int32Array::from_iter_values(metas.iter().map(|m| m.num_turns))),
+    ];
+    (fields, cols)
+}
+
+fn list_of(item: DataType, lengths: impl IntoIterator<Item = usize>, values: ArrayRef) -> (Field, ArrayRef) {
+    let item = Arc::new(Field::new("item", item, true));
+    let arr = ListArray::new(item.clone(), OffsetBuffer::from_lengths(lengths), values, None);
+    (Field::new("x", DataType::List(item), false), Arc::new(arr))
+}
+
+fn named(f: Field, name: &str) -> Field {
+    f.with_name(name)
+}
+
+/// Writes the pre-tokenized Parquet.
+pub fn write_tokens_parquet(path: &Path, rows: &[TokenRow], fp: &Fingerprints) -> Result<(), ExportError> {
+    let metas: Vec<&RowMeta> = rows.iter().map(|r| &r.meta).collect();
+    let (mut fields, mut cols) = meta_columns(&metas);
+    let lens: Vec<usize> = rows.iter().map(|r| r.input_ids.len()).collect();
+    let ids = Int32Array::from_iter_values(rows.iter().flat_map(|r| r.input_ids.iter().map(|&i| i as i32)));
+    let labels = Int32Array::from_iter_values(rows.iter().flat_map(|r| {
+        r.input_ids
+            .iter()
+            .zip(&r.assistant_masks)
+            .map(|(&i, &m)| if m == 1 { i as i32 } else { -100 })
+    }));
+    let masks = Int8Array::from_iter_values(
+        rows.iter().flat_map(|r| r.assistant_masks.iter().map(|&m| m as i8)),
+    );
+    for (name, dt, arr) in [
+        ("input_ids", DataType::Int32, Arc::new(ids) as ArrayRef),
+        ("labels", DataType::Int32, Arc::new(labels) as ArrayRef),
+        ("assistant_masks", DataType::Int8, Arc::new(masks) as ArrayRef),
+    ] {
+        let (f, a) = list_of(dt, lens.iter().copied(), arr);
+        fields.push(named(f, name));
+        cols.push(a);
+    }
+    fields.push(Field::new("n_tokens", DataType::Int32, false));
+    cols.push(Arc::new(Int32Array::from_iter_values(lens.iter().map(|&n| n as i32))));
+    fields.push(Field::new("n_trained", DataType::Int32, false));
+    cols.push(Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| {
+        r.assistant_masks.iter().filter(|&&m| m == 1).count() as i32
+    }))));
+    for (name, v) in [("tokenizer_sha", &fp.tokenizer_sha), ("template_sha", &fp.template_sha)] {
+        fields.push(Field::new(name, DataType::Utf8, false));
+        cols.push(Arc::new(StringArray::from_iter_values(rows.iter().map(|_| v.as_str()))));
+    }
+    let kv = kv_metadata(
+        "tokens",
+        &[
+            ("dojo.model", fp.model.clone()),
+            ("dojo.tokenizer_sha", fp.tokenizer_sha.clone()),
+            ("dojo.template_sha", fp.template_sha.clone()),
+        ],
+    );
+    finish(path, fields, cols, kv)
+}
+
+fn finish(path: &Path, fields: Vec<Field>, cols: Vec<ArrayRef>, kv: Vec<(String, String)>) -> Result<(), ExportError> {
+    let schema = Schema::new_with_metadata(fields, kv.iter().cloned().collect());
+    let batch = RecordBatch::try_new(Arc::new(schema), cols).map_err(|e| ExportError::Parquet {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    write_parquet(path, batch, kv)
+}
+
+fn opt_str(m: &Value, k: &str) -> Option<String> {
+    m.get(k).and_then(Value::as_str).map(str::to_string)
+}
+
+/// Writes the messages Parquet. `messages` is a list of structs (role, content,
+/// reasoning_content, tool_calls, tool_call_id, name); absent fields are null.
+///
+/// Why `arguments` is a JSON *string* here while it is an object in the JSONL: a Parquet column
+/// has one schema, so objects of different tools would be merged into one struct whose missing
+/// keys come back as `null` — and a template's `arguments|tojson` then renders `"path": null`
+/// keys the model never produced. Loaders that want objects `json.loads` it (verl does); the
+/// JSONL keeps the objects.
+pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), ExportError> {
+    let metas: Vec<&RowMeta> = rows.iter().map(|r| &r.meta).collect();
+    let (mut fields, mut cols) = meta_columns(&metas);
+    let all: Vec<&Value> = rows.iter().flat_map(|r| r.messages.iter()).collect();
+    // tool_calls: list<struct{id, type, function: struct{name, arguments}}>
+    let calls: Vec<&Value> = all
+        .iter()
+        .flat_map(|m| m.get("tool_calls").and_then(Value::as_array).into_iter().flatten())
+        .collect();
+    let fn_fields = Fields::from(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("arguments", DataType::Utf8, false),
+    ]);
+    let function = StructArray::new(
+        fn_fields.clone(),
+        vec![
+            Arc::new(StringArray::from_iter_values(calls.iter().map(|c| {
+                c.pointer("/function/name").and_then(Value::as_str).unwrap_or_default().to_string()
+            }))),
+            Arc::new(StringArray::from_iter_values(calls.iter().map(|c| {
+                c.pointer("/function/arguments").map(Value::to_string).unwrap_or_else(|| "{}".into())
+            }))),
+        ],
+        None,
+    );
+    let call_fields = Fields::from(vec![
+        Field::new("id", DataType::Utf8, true),
+        Field::new("type", DataType::Utf8, false),
+        Field::new("function", DataType::Struct(fn_fields), false),
+    ]);
+    let call_struct = StructArray::new(
+        call_fields.clone(),
+        vec![
+            Arc::new(StringArray::from_iter(calls.iter().map(|c| opt_str(c, "id")))),
+            Arc::new(StringArray::from_iter_values(calls.iter().map(|_| "function"))),
+            Arc::new(function),
+        ],
+        None,
+    );
+    let call_item = Arc::new(Field::new("item", DataType::Struct(call_fields), true));
+    let has_calls: Vec<bool> = all.iter().map(|m| m.get("tool_calls").is_some()).collect();
+    let tool_calls = ListArray::new(
+        call_item.clone(),
+        OffsetBuffer::from_lengths(all.iter().map(|m| {
+            m.get("tool_calls").and_then(Value::as_array).map_or(0, Vec::len)
+        })),
+        Arc::new(call_struct),
+        Some(has_calls.into()),
+    );
+    let msg_fields = Fields::from(vec![
+        Field::new("role", DataType::Utf8, false),
+        Field::new("content", DataType::Utf8, false),
+        Field::new("reasoning_content", DataType::Utf8, true),
+        Field::new("tool_calls", DataType::List(call_item), true),
+        Field::new("tool_call_id", DataType::Utf8, true),
+        Field::new("name", DataType::Utf8, true),
+    ]);
+    let msg_struct = StructArray::new(
+        msg_fields.clone(),
+        vec![
+            Arc::new(StringArray::from_iter_values(all.iter().map(|m| role(m).to_string()))),
+            Arc::new(StringArray::from_iter_values(all.iter().map(|m| content_text(m)))),
+            Arc::new(StringArray::from_iter(all.iter().map(|m| opt_str(m, "reasoning_content")))),
+            Arc::new(tool_calls),
+            Arc::new(StringArray::from_iter(all.iter().map(|m| opt_str(m, "tool_call_id")))),
+            Arc::new(StringArray::from_iter(all.iter().map(|m| opt_str(m, "name")))),
+        ],
+        None,
+    );
+    let (f, a) = list_of(
+        DataType::Struct(msg_fields),
+        rows.iter().map(|r| r.messages.len()),
+        Arc::new(msg_struct),
+    );
+    fields.push(named(f, "messages"));
+    cols.push(a);
+    fields.push(Field::new("tools", DataType::Utf8, false));
+    cols.push(Arc::new(StringArray::from_iter_values(
+        rows.iter().map(|r| Value::Array(r.tools.clone()).to_string()),
+    )));
+    finish(path, fields, cols, kv_metadata("messages", &[]))
+}
+
+fn meta_json(m: &RowMeta) -> serde_json::Map<String, Value> {
+    let mut o = serde_json::Map::new();
+    o.insert("task_id".into(), json!(m.task_id));
+    o.insert("traj_id".into(), json!(m.traj_id));
+    o.insert("sample".into(), json!(m.sample));
+    o.insert("part".into(), json!(m.part));
+    o.insert("source".into(), json!(m.source));
+    o.insert("reward".into(), json!(m.reward));
+    o.insert("num_turns".into(), json!(m.num_turns));
+    o
+}
+
+fn write_lines(path: &Path, lines: impl Iterator<Item = Value>) -> Result<(), ExportError> {
+    let f = std::fs::File::create(path).map_err(io_err(path))?;
+    let mut w = std::io::BufWriter::new(f);
+    for v in lines {
+        serde_json::to_writer(&mut w, &v).map_err(|e| io_err(path)(e.into()))?;
+        w.write_all(b"\n").map_err(io_err(path))?;
+    }
+    w.flush().map_err(io_err(path))
+}
+
+/// Writes the messages JSONL (`messages`, `tools`, metadata columns).
+pub fn write_messages_jsonl(path: &Path, rows: &[MessagesRow]) -> Result<(), ExportError> {
+    write_lines(
+        path,
+        rows.iter().map(|r| {
+            let mut o = serde_json::Map::new();
+            o.insert("messages".into(), Value::Array(r.messages.clone()));
+            o.insert("tools".into(), Value::Array(r.tools.clone()));
+            o.extend(meta_json(&r.meta));
+            Value::Object(o)
+        }),
+    )
+}
+
+/// Converts portable messages to LLaMA-Factory's sharegpt layout. Errors when the conversation
+/// cannot alternate as LLaMA-Factory requires (human/observation at odd positions,
+/// gpt/function_call at even ones).
+///
+/// System messages go to `system`; a turn's thought text before its calls is kept as
+/// `<think>…</think>` in front of the call JSON, which LLaMA-Factory's function formatter strips
+/// into the template's thought slot; trailing messages after the last assistant turn (the
+/// submit's observation) are dropped: nothing after it is trained.
+pub fn to_sharegpt(messages: &[Value], tools: &[Value]) -> Result<Value, String> {
+    let mut system = Vec::new();
+    let mut conv: Vec<Value> = Vec::new();
+    let last_assistant = messages.iter().rposition(|m| role(m) == "assistant");
+    for (i, m) in messages.iter().enumerate() {
+        if last_assistant.is_some_and(|l| i > l) {
+            break;
+        }
+        let text = content_text(m);
+        let (from, value) = match role(m) {
+            "system" => {
+                system.push(text);
+                continue;
+            }
+            "user" => ("human", text),
+            "tool" => ("observation", text),
+            "assistant" => {
+                let calls = Traj::tool_calls(m);
+                if calls.is_empty() {
+                    ("gpt", text)
+                } else {
+                    let calls: Vec<Value> = calls
+                        .into_iter()
+                        .map(|(name, arguments)| json!({"name": name, "arguments": arguments}))
+                        .collect();
+                    let body = if calls.len() == 1 {
+                        calls[0].to_string()
+                    } else {
+                        Value::Array(calls).to_string()
+                    };
+                    let value = if text.trim().is_empty() {
+                        body
+                    } else {
+                        format!("<think>{}</think>{body}", text.trim())
+                    };
+                    ("function_call", value)
+                }
+            }
+            other => return Err(format!("message {i} has role {other:?}, which sharegpt cannot hold")),
+        };
+        // Parallel calls produce several observations: LLaMA-Factory wants one.
+        if from == "observation"
+            && let Some(prev) = conv.last_mut()
+            && prev["from"] == "observation"
+        {
+            let joined = format!("{}\n{}", prev["value"].as_str().unwrap_or_default(), value);
+            prev["value"] = json!(joined);
+            continue;
+        }
+        let even = conv.len() % 2 == 1;
+        let ok = if even {
+            matches!(from, "gpt" | "function_call")
+        } else {
+            matches!(from, "human" | "observation")
+        };
+        if !ok {
+            return Err(format!(
+                "message {i} ({from}) breaks sharegpt's human/gpt alternation at position {}",
+                conv.len()
+            ));
+        }
+        conv.push(json!({"from": from, "value": value}));
+    }
+    if conv.is_empty() || conv.len() % 2 == 1 {
+        return Err("conversation does not end with an assistant turn".into());
+    }
+    Ok(json!({
+        "conversations": conv,
+        "system": system.join("\n\n"),
+        "tools": Value::Array(tools.to_vec()).to_string(),
+    }))
+}
+
+/// Writes sharegpt JSONL; returns the rows that could not be converted (index, reason).
+pub fn write_sharegpt(path: &Path, rows: &[MessagesRow]) -> Result<Vec<(usize, String)>, ExportError> {
+    let mut bad = Vec::new();
+    let mut out = Vec::with_capacity(rows.len());
+    for (i, r) in rows.iter().enumerate() {
+        match to_sharegpt(&r.messages, &r.tools) {
+            Ok(Value::Object(mut o)) => {
+                o.extend(meta_json(&r.meta));
+                out.push(Value::Object(o));
+            }
+            Ok(_) => {}
+            Err(e) => bad.push((i, e)),
+        }
+    }
+    write_lines(path, out.into_iter())?;
+    Ok(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn portable_messages_have_object_arguments_and_string_content() {
+        let m = json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}],
+            "vendor_field": 1});
+        let p = portable_message(&m);
+        assert_eq!(
+            p,
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}]})
+        );
+    }
+
+    #[test]
+    fn sharegpt_alternates_and_drops_the_trailing_observation() {
+        let msgs: Vec<Value> = [
+            json!({"role": "system", "content": "sys"}),
+            json!({"role": "user", "content": "fix"}),
+            json!({"role": "assistant", "content": "look", "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}},
+                {"id": "b", "type": "function", "function": {"name": "bash", "arguments": {"command": "pwd"}}}]}),
+            json!({"role": "tool", "tool_call_id": "a", "content": "x.py"}),
+            json!({"role": "tool", "tool_call_id": "b", "content": "/testbed"}),
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "s", "type": "function", "function": {"name": "submit", "arguments": {}}}]}),
+            json!({"role": "tool", "tool_call_id": "s", "content": "done"}),
+        ]
+        .to_vec();
+        let s = to_sharegpt(&msgs, &[]).unwrap();
+        assert_eq!(s["system"], "sys");
+        let conv = s["conversations"].as_array().unwrap();
+        let froms: Vec<&str> = conv.iter().map(|c| c["from"].as_str().unwrap()).collect();
+        assert_eq!(froms, ["human", "function_call", "observation", "function_call"]);
+        assert_eq!(
+            conv[1]["value"],
+            "<think>look</think>[{\"name\":\"bash\",\"arguments\":{\"command\":\"ls\"}},{\"name\":\"bash\",\"arguments\":{\"command\":\"pwd\"}}]"
+        );
+        assert_eq!(conv[2]["value"], "x.py\n/testbed");
+        assert_eq!(conv[3]["value"], "{\"name\":\"submit\",\"arguments\":{}}");
+    }
+
+    #[test]
+    fn sharegpt_rejects_broken_alternation() {
+        let msgs = vec![
+            json!({"role": "user", "content": "a"}),
+            json!({"role": "user", "content": "b"}),
+            json!({"role": "assistant", "content": "c"}),
+        ];
+        assert!(to_sharegpt(&msgs, &[]).unwrap_err().contains("alternation"));
+    }
+}

@@ -1,0 +1,236 @@
+//! Reading rollout outputs: directories (searched recursively for `*.jsonl`) or files.
+//!
+//! Nothing is dropped silently: every line that is not a usable trajectory becomes a [`Problem`]
+//! with file, line and reason, and the rest of the file is still read. A torn last line (a rollout
+//! killed mid-write) is reported as such, distinct from corruption in the middle of a file.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use crate::view::{Origin, Traj};
+
+/// A line (or file) that could not be used, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub file: String,
+    /// 1-based; 0 when the problem concerns the whole file.
+    pub line: usize,
+    /// Short machine-readable kind (`truncated_last_line`, `invalid_json`, `unknown_schema_version`,
+    /// `missing_field`, `io`, `unrenderable`, `tokenizer_mismatch`), used in count tables.
+    pub kind: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}: {}: {}", self.file, self.line, self.kind, self.reason)
+    }
+}
+
+/// What reading the inputs produced.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub trajs: Vec<Traj>,
+    pub problems: Vec<Problem>,
+    pub files: Vec<PathBuf>,
+    pub bytes: u64,
+    /// Non-empty lines seen (each is a trajectory or a problem).
+    pub lines: usize,
+}
+
+/// Expands directories into their `*.jsonl` files (sorted, so runs are reproducible).
+pub fn expand(inputs: &[PathBuf]) -> (Vec<PathBuf>, Vec<Problem>) {
+    let mut files = Vec::new();
+    let mut problems = Vec::new();
+    for input in inputs {
+        if input.is_dir() {
+            let mut found = Vec::new();
+            walk(input, &mut found, &mut problems);
+            if found.is_empty() {
+                problems.push(Problem {
+                    file: input.display().to_string(),
+                    line: 0,
+                    kind: "io".into(),
+                    reason: "directory holds no *.jsonl trajectory files".into(),
+                });
+            }
+            found.sort();
+            files.extend(found);
+        } else if input.is_file() {
+            files.push(input.clone());
+        } else {
+            problems.push(Problem {
+                file: input.display().to_string(),
+                line: 0,
+                kind: "io".into(),
+                reason: "no such file or directory".into(),
+            });
+        }
+    }
+    (files, problems)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>, problems: &mut Vec<Problem>) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            problems.push(Problem {
+                file: dir.display().to_string(),
+                line: 0,
+                kind: "io".into(),
+                reason: e.to_string(),
+            });
+            return;
+        }
+    };
+    for entry in entries.flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            walk(&p, out, problems);
+        } else if p.extension().is_some_and(|e| e == "jsonl") {
+            out.push(p);
+        }
+    }
+}
+
+/// Reads every trajectory of the given files/directories.
+pub fn load(inputs: &[PathBuf]) -> Loaded {
+    let (files, mut problems) = expand(inputs);
+    let mut loaded = Loaded::default();
+    for f in &files {
+        read_file(f, &mut loaded, &mut problems);
+    }
+    loaded.problems.splice(0..0, problems);
+    loaded.files = files;
+    loaded
+}
+
+fn read_file(path: &Path, out: &mut Loaded, problems: &mut Vec<Problem>) {
+    let name = path.display().to_string();
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            problems.push(Problem {
+                file: name,
+                line: 0,
+                kind: "io".into(),
+                reason: e.to_string(),
+            });
+            return;
+        }
+    };
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut buf = Vec::new();
+    let mut line_no = 0;
+    loop {
+        buf.clear();
+        let n = match reader.read_until(b'\n', &mut buf) {
+            Ok(n) => n,
+            Err(e) => {
+                problems.push(Problem {
+                    file: name.clone(),
+                    line: line_no + 1,
+                    kind: "io".into(),
+                    reason: e.to_string(),
+                });
+                return;
+            }
+        };
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        out.bytes += n as u64;
+        let torn = buf.last() != Some(&b'\n');
+        let text = trim_ascii(&buf);
+        if text.is_empty() {
+            continue;
+        }
+        out.lines += 1;
+        let value: serde_json::Value = match serde_json::from_slice(text) {
+            Ok(v) => v,
+            Err(e) => {
+                let (kind, reason) = if torn {
+                    (
+                        "truncated_last_line",
+                        format!("last line has no newline and is not valid JSON ({e}); a rollout killed mid-write?"),
+                    )
+                } else {
+                    ("invalid_json", e.to_string())
+                };
+                problems.push(Problem {
+                    file: name.clone(),
+                    line: line_no,
+                    kind: kind.into(),
+                    reason,
+                });
+                continue;
+            }
+        };
+        let origin = Origin {
+            file: name.clone(),
+            line: line_no,
+        };
+        match Traj::from_value(&value, origin) {
+            Ok(t) => out.trajs.push(t),
+            Err(e) => problems.push(Problem {
+                file: name.clone(),
+                line: line_no,
+                kind: if e.field == "schema_version" && e.reason.starts_with("unknown") {
+                    "unknown_schema_version".into()
+                } else {
+                    "missing_field".into()
+                },
+                reason: format!("{}: {}", e.field, e.reason),
+            }),
+        }
+    }
+}
+
+fn trim_ascii(b: &[u8]) -> &[u8] {
+    let start = b.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(b.len());
+    let end = b.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(start, |e| e + 1);
+    &b[start..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn bad_lines_are_reported_and_the_rest_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.jsonl");
+        let mut f = std::fs::File::create(&p).unwrap();
+        let good = r#"{"schema_version":1,"task_id":"a","messages":[{"role":"user","content":"x"}]}"#;
+        writeln!(f, "{good}").unwrap();
+        writeln!(f, "{{not json").unwrap();
+        writeln!(f, r#"{{"schema_version":7,"task_id":"a","messages":[]}}"#).unwrap();
+        writeln!(f).unwrap();
+        writeln!(f, "{good}").unwrap();
+        write!(f, r#"{{"schema_version":1,"task_id":"#).unwrap();
+        drop(f);
+        let l = load(&[dir.path().to_path_buf()]);
+        assert_eq!(l.trajs.len(), 2);
+        let kinds: Vec<_> = l.problems.iter().map(|p| (p.line, p.kind.as_str())).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (2, "invalid_json"),
+                (3, "unknown_schema_version"),
+                (6, "truncated_last_line")
+            ]
+        );
+        assert!(l.problems.iter().all(|p| p.file.ends_with("r.jsonl")));
+        assert_eq!(l.lines, 5);
+        assert_eq!(l.trajs[1].origin.line, 5);
+    }
+
+    #[test]
+    fn missing_input_is_a_problem_not_a_panic() {
+        let l = load(&[PathBuf::from("/nonexistent/dir")]);
+        assert!(l.trajs.is_empty());
+        assert_eq!(l.problems[0].kind, "io");
+    }
+}

@@ -1,0 +1,568 @@
+//! One curation run: read → dedup → difficulty → format → lsp → cap → render → export → report.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::export::{
+    self, EXPORT_SCHEMA_VERSION, ExportError, Fingerprints, MessagesRow, RowMeta, TokenRow,
+};
+use crate::filters::{self, Cand, DifficultyConfig, DifficultyStats, FormatConfig, StageReport};
+use crate::input::{self, Problem};
+use crate::render::{self, ChatModel, Masking, Window};
+use crate::report::{self, Histogram};
+use crate::view::Traj;
+
+/// Which filters run (their order is fixed, see [`crate::filters`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct FilterSet {
+    pub dedup: bool,
+    pub difficulty: bool,
+    pub format: bool,
+    pub cap: bool,
+    /// Minimum successful LSP-tool calls; `None` = filter off.
+    pub lsp_min: Option<usize>,
+}
+
+impl Default for FilterSet {
+    fn default() -> Self {
+        FilterSet {
+            dedup: true,
+            difficulty: true,
+            format: true,
+            cap: true,
+            lsp_min: None,
+        }
+    }
+}
+
+impl FilterSet {
+    /// Parses `format,difficulty,cap,dedup,lsp` (`none` for no filter). `lsp` takes its minimum
+    /// from `lsp_min` (default 2, SWE-Master's `limit_lsp`).
+    pub fn parse(list: &str, lsp_min: usize) -> Result<FilterSet, String> {
+        let mut f = FilterSet {
+            dedup: false,
+            difficulty: false,
+            format: false,
+            cap: false,
+            lsp_min: None,
+        };
+        for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match name {
+                "dedup" => f.dedup = true,
+                "difficulty" => f.difficulty = true,
+                "format" => f.format = true,
+                "cap" => f.cap = true,
+                "lsp" => f.lsp_min = Some(lsp_min),
+                "none" => {}
+                other => {
+                    return Err(format!(
+                        "unknown filter {other:?} (known: dedup, difficulty, format, lsp, cap, none)"
+                    ));
+                }
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// What to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Formats {
+    /// `tokens.parquet` (needs a model).
+    pub tokens: bool,
+    /// `messages.jsonl` + `messages.parquet`.
+    pub messages: bool,
+    /// `sharegpt.jsonl`.
+    pub sharegpt: bool,
+}
+
+/// A whole run's settings.
+#[derive(Debug, Clone, Serialize)]
+pub struct Config {
+    pub inputs: Vec<PathBuf>,
+    pub out: PathBuf,
+    pub filters: FilterSet,
+    pub difficulty: DifficultyConfig,
+    pub format: FormatConfig,
+    pub cap: usize,
+    pub lsp_tool: String,
+    pub masking: Masking,
+    pub formats: Formats,
+    /// Worker threads for rendering/tokenizing (0 = available parallelism).
+    pub threads: usize,
+    /// Write `report.html` and the SVG charts.
+    pub report: bool,
+}
+
+impl Config {
+    pub fn new(inputs: Vec<PathBuf>, out: PathBuf) -> Config {
+        Config {
+            inputs,
+            out,
+            filters: FilterSet::default(),
+            difficulty: DifficultyConfig::default(),
+            format: FormatConfig::default(),
+            cap: 2,
+            lsp_tool: "lsp_tool".into(),
+            masking: Masking::AllAssistant,
+            formats: Formats {
+                tokens: true,
+                messages: true,
+                sharegpt: false,
+            },
+            threads: 0,
+            report: true,
+        }
+    }
+}
+
+/// Errors that stop a run (bad input lines never do: they are [`Problem`]s).
+#[derive(Debug, thiserror::Error)]
+pub enum CurateError {
+    #[error(transparent)]
+    Export(#[from] ExportError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Config(String),
+}
+
+/// What a run did.
+#[derive(Debug, Default, Serialize)]
+pub struct Outcome {
+    pub files_read: usize,
+    pub bytes_read: u64,
+    pub lines: usize,
+    pub trajectories: usize,
+    pub stages: Vec<StageReport>,
+    pub difficulty: Option<DifficultyStats>,
+    pub problems: Vec<String>,
+    /// Problem kind → count.
+    pub problem_counts: BTreeMap<String, usize>,
+    pub kept_trajectories: usize,
+    pub samples: usize,
+    pub trained_tokens: usize,
+    pub sample_tokens: Vec<usize>,
+    pub kept_turns: Vec<usize>,
+    pub written: Vec<PathBuf>,
+    pub seconds: BTreeMap<String, f64>,
+}
+
+fn threads(n: usize) -> usize {
+    if n > 0 {
+        n
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+}
+
+/// Maps `f` over `items` on `n` threads, keeping order.
+fn par_map<T: Sync, R: Send>(items: &[T], n: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    if n <= 1 || items.len() < 2 {
+        return items.iter().map(f).collect();
+    }
+    let chunk = items.len().div_ceil(n);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|c| s.spawn(|| c.iter().map(&f).collect::<Vec<R>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
+}
+
+/// Portable messages and windows of one trajectory (arguments as objects; see
+/// [`export::portable_message`]). Rendering uses the same messages the messages export holds, so
+/// both exports describe one conversation.
+fn portable_windows(t: &Traj) -> Vec<Window> {
+    let mut p = t.clone();
+    p.messages = t.messages.iter().map(export::portable_message).collect();
+    for c in &mut p.compressions {
+        c.messages = c.messages.iter().map(export::portable_message).collect();
+    }
+    render::windows(&p)
+}
+
+fn portable_tools(t: &Traj) -> Vec<Value> {
+    t.tools.clone()
+}
+
+/// Token count of the longest window (what must fit the training context), or the error.
+fn count_tokens(model: &dyn ChatModel, t: &Traj) -> Result<usize, String> {
+    let tools = portable_tools(t);
+    let mut max = 0;
+    for w in portable_windows(t) {
+        let text = model.render(&w.messages, &tools, false)?;
+        max = max.max(model.count(&text)?);
+    }
+    Ok(max)
+}
+
+fn record_problem(out: &mut Outcome, p: Problem) {
+    *out.problem_counts.entry(p.kind.clone()).or_default() += 1;
+    out.problems.push(p.to_string());
+}
+
+/// Drops candidates whose conversation cannot be rendered/tokenized, counting them.
+fn tokenize_stage(
+    cands: Vec<Cand>,
+    model: &dyn ChatModel,
+    nthreads: usize,
+    out: &mut Outcome,
+) -> Vec<Cand> {
+    let mut rep = StageReport {
+        stage: "tokenize".into(),
+        input: cands.len(),
+        ..Default::default()
+    };
+    let counts = par_map(&cands, nthreads, |c| count_tokens(model, &c.traj));
+    let mut kept = Vec::with_capacity(cands.len());
+    for (mut c, n) in cands.into_iter().zip(counts) {
+        match n {
+            Ok(n) => {
+                c.n_tokens = Some(n);
+                kept.push(c);
+            }
+            Err(e) => {
+                *rep.dropped.entry("unrenderable".into()).or_default() += 1;
+                record_problem(
+                    out,
+                    Problem {
+                        file: c.traj.origin.file.clone(),
+                        line: c.traj.origin.line,
+                        kind: "unrenderable".into(),
+                        reason: format!("task {}: {e}", c.traj.task_id),
+                    },
+                );
+            }
+        }
+    }
+    rep.kept = kept.len();
+    out.stages.push(rep);
+    kept
+}
+
+/// Runs the pipeline. `model` is the target chat template + tokenizer; without one, token
+/// budgets use the recorded usage and no token export is written.
+pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, CurateError> {
+    let t0 = Instant::now();
+    let nthreads = threads(cfg.threads);
+    if cfg.formats.tokens && model.is_none() {
+        return Err(CurateError::Config(
+            "the token export needs a target model (tokenizer + chat template)".into(),
+        ));
+    }
+    let loaded = input::load(&cfg.inputs);
+    let mut out = Outcome {
+        files_read: loaded.files.len(),
+        bytes_read: loaded.bytes,
+        lines: loaded.lines,
+        trajectories: loaded.trajs.len(),
+        ..Default::default()
+    };
+    for p in loaded.problems {
+        record_problem(&mut out, p);
+    }
+    out.seconds.insert("read".into(), t0.elapsed().as_secs_f64());
+    let t1 = Instant::now();
+    let mut cands: Vec<Cand> = loaded
+        .trajs
+        .into_iter()
+        .map(|t| Cand {
+            n_tokens: None,
+            traj: t,
+        })
+        .collect();
+    if cfg.filters.dedup {
+        let (k, rep) = filters::dedup(cands);
+        cands = k;
+        out.stages.push(rep);
+    }
+    if cfg.filters.difficulty {
+        let (k, rep, st) = filters::difficulty(cands, &cfg.difficulty);
+        cands = k;
+        out.stages.push(rep);
+        out.difficulty = Some(st);
+    } else {
+        out.difficulty = Some(filters::difficulty_stats(&cands));
+    }
+    if cfg.filters.format {
+        // Cheap checks first, so only plausible trajectories pay for rendering.
+        let (k, rep) = filters::format(cands, &FormatConfig {
+            max_tokens: None,
+            ..cfg.format.clone()
+        });
+        cands = k;
+        let mut rep = rep;
+        rep.stage = "format".into();
+        out.stages.push(rep);
+    }
+    if let Some(model) = model {
+        cands = tokenize_stage(cands, model, nthreads, &mut out);
+    } else {
+        for c in &mut cands {
+            c.n_tokens = c.traj.recorded_tokens.map(|n| n as usize);
+        }
+    }
+    if cfg.filters.format && cfg.format.max_tokens.is_some() {
+        let mut rep = StageReport {
+            stage: "token_budget".into(),
+            input: cands.len(),
+            ..Default::default()
+        };
+        let max = cfg.format.max_tokens.unwrap_or(usize::MAX);
+        cands.retain(|c| {
+            let over = c.n_tokens.is_some_and(|n| n > max);
+            if over {
+                *rep.dropped.entry("over_token_budget".into()).or_default() += 1;
+            }
+            !over
+        });
+        rep.kept = cands.len();
+        out.stages.push(rep);
+    }
+    if let Some(min) = cfg.filters.lsp_min {
+        let (k, rep) = filters::lsp(cands, &cfg.lsp_tool, min);
+        cands = k;
+        out.stages.push(rep);
+    }
+    if cfg.filters.cap {
+        let (k, rep) = filters::cap(cands, cfg.cap);
+        cands = k;
+        out.stages.push(rep);
+    }
+    out.kept_trajectories = cands.len();
+    out.kept_turns = cands.iter().map(|c| c.traj.num_turns()).collect();
+    out.seconds.insert("filter+count".into(), t1.elapsed().as_secs_f64());
+
+    let t2 = Instant::now();
+    std::fs::create_dir_all(&cfg.out).map_err(|source| CurateError::Io {
+        path: cfg.out.clone(),
+        source,
+    })?;
+    // Windows → rows.
+    let mut msg_rows = Vec::new();
+    let mut windows_of = Vec::new();
+    for c in &cands {
+        let t = &c.traj;
+        let ws = portable_windows(t);
+        let multi = ws.len() > 1;
+        for w in ws {
+            let traj_id = if multi {
+                format!("{}#{}/{}", t.task_id, t.sample, w.part)
+            } else {
+                format!("{}#{}", t.task_id, t.sample)
+            };
+            let meta = RowMeta {
+                task_id: t.task_id.clone(),
+                traj_id,
+                sample: t.sample,
+                part: w.part as i32,
+                source: t.source.clone(),
+                reward: t.reward,
+                num_turns: w.messages[w.first_new..]
+                    .iter()
+                    .filter(|m| crate::view::role(m) == "assistant")
+                    .count() as i32,
+            };
+            msg_rows.push(MessagesRow {
+                meta,
+                messages: w.messages.clone(),
+                tools: portable_tools(t),
+            });
+            windows_of.push((w, t.origin.clone(), portable_tools(t)));
+        }
+    }
+    let mut token_rows: Vec<TokenRow> = Vec::new();
+    let mut fingerprints = None;
+    if let (true, Some(model)) = (cfg.formats.tokens, model) {
+        let rendered = par_map(&windows_of, nthreads, |(w, _, tools)| {
+            render::render_window(model, w, tools, cfg.masking)
+        });
+        let mut keep = vec![true; msg_rows.len()];
+        for (i, r) in rendered.into_iter().enumerate() {
+            match r {
+                Ok(r) => token_rows.push(TokenRow {
+                    meta: msg_rows[i].meta.clone(),
+                    input_ids: r.input_ids,
+                    assistant_masks: r.assistant_masks,
+                }),
+                Err(e) => {
+                    keep[i] = false;
+                    let o = &windows_of[i].1;
+                    record_problem(
+                        &mut out,
+                        Problem {
+                            file: o.file.clone(),
+                            line: o.line,
+                            kind: "unrenderable".into(),
+                            reason: format!("{}: {e}", msg_rows[i].meta.traj_id),
+                        },
+                    );
+                }
+            }
+        }
+        // Every export holds the same samples.
+        let mut k = keep.iter();
+        msg_rows.retain(|_| *k.next().unwrap_or(&true));
+        fingerprints = Some(Fingerprints {
+            model: model.name(),
+            tokenizer_sha: model.tokenizer_fingerprint(),
+            template_sha: model.template_fingerprint(),
+        });
+    }
+    out.samples = msg_rows.len();
+    out.sample_tokens = token_rows.iter().map(|r| r.input_ids.len()).collect();
+    out.trained_tokens = token_rows
+        .iter()
+        .map(|r| r.assistant_masks.iter().filter(|&&m| m == 1).count())
+        .sum();
+    out.seconds.insert("render".into(), t2.elapsed().as_secs_f64());
+
+    let t3 = Instant::now();
+    let mut files = Vec::new();
+    if let Some(fp) = &fingerprints {
+        let p = cfg.out.join("tokens.parquet");
+        export::write_tokens_parquet(&p, &token_rows, fp)?;
+        files.push(p);
+    }
+    if cfg.formats.messages {
+        let p = cfg.out.join("messages.jsonl");
+        export::write_messages_jsonl(&p, &msg_rows)?;
+        files.push(p);
+        let p = cfg.out.join("messages.parquet");
+        export::write_messages_parquet(&p, &msg_rows)?;
+        files.push(p);
+    }
+    if cfg.formats.sharegpt {
+        let p = cfg.out.join("sharegpt.jsonl");
+        let bad = export::write_sharegpt(&p, &msg_rows)?;
+        for (i, reason) in bad {
+            let r = &msg_rows[i];
+            record_problem(
+                &mut out,
+                Problem {
+                    file: p.display().to_string(),
+                    line: 0,
+                    kind: "sharegpt_unconvertible".into(),
+                    reason: format!("{}: {reason}", r.meta.traj_id),
+                },
+            );
+        }
+        files.push(p);
+    }
+    out.seconds.insert("write".into(), t3.elapsed().as_secs_f64());
+    if cfg.report {
+        files.extend(write_report(cfg, &out)?);
+    }
+    out.written = files;
+    let manifest = cfg.out.join("manifest.json");
+    write_manifest(&manifest, cfg, &out, fingerprints.as_ref())?;
+    out.written.push(manifest);
+    out.seconds.insert("total".into(), t0.elapsed().as_secs_f64());
+    Ok(out)
+}
+
+fn write_report(cfg: &Config, out: &Outcome) -> Result<Vec<PathBuf>, CurateError> {
+    let mut charts = Vec::new();
+    if let Some(d) = &out.difficulty {
+        charts.push(("difficulty", Histogram {
+            title: "Tasks by mean reward over their rollouts".into(),
+            x_label: "mean reward".into(),
+            bins: d
+                .histogram
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| (format!("{:.1}–{:.1}", i as f64 / 10.0, (i + 1) as f64 / 10.0), c))
+                .collect(),
+        }));
+    }
+    charts.push((
+        "tokens",
+        Histogram::of("Tokens per exported sample", "tokens", &out.sample_tokens, 20),
+    ));
+    charts.push((
+        "turns",
+        Histogram::of("Assistant turns per kept trajectory", "turns", &out.kept_turns, 20),
+    ));
+    let mut summary = vec![
+        ("files read".to_string(), out.files_read.to_string()),
+        ("bytes read".to_string(), out.bytes_read.to_string()),
+        ("trajectories read".to_string(), out.trajectories.to_string()),
+        ("kept trajectories".to_string(), out.kept_trajectories.to_string()),
+        ("exported samples".to_string(), out.samples.to_string()),
+        ("trained tokens".to_string(), out.trained_tokens.to_string()),
+    ];
+    if let Some(d) = &out.difficulty {
+        summary.push((
+            "tasks: always fail / always pass / mixed".into(),
+            format!("{} / {} / {}", d.always_fail, d.always_pass, d.mixed),
+        ));
+    }
+    for (k, v) in &out.problem_counts {
+        summary.push((format!("problems: {k}"), v.to_string()));
+    }
+    let hists: Vec<Histogram> = charts.iter().map(|c| c.1.clone()).collect();
+    let html = report::html("dojo curate", &out.stages, &summary, &out.problems, &hists);
+    let mut files = Vec::new();
+    let p = cfg.out.join("report.html");
+    write(&p, &html)?;
+    files.push(p);
+    for (name, c) in &charts {
+        let p = cfg.out.join(format!("{name}.svg"));
+        write(&p, &report::bar_svg(c))?;
+        files.push(p);
+    }
+    Ok(files)
+}
+
+fn write(p: &Path, s: &str) -> Result<(), CurateError> {
+    std::fs::write(p, s).map_err(|source| CurateError::Io {
+        path: p.to_path_buf(),
+        source,
+    })
+}
+
+fn write_manifest(
+    p: &Path,
+    cfg: &Config,
+    out: &Outcome,
+    fp: Option<&Fingerprints>,
+) -> Result<(), CurateError> {
+    let m = json!({
+        "schema_version": EXPORT_SCHEMA_VERSION,
+        "kind": "dojo-curate-export",
+        "writer": format!("dojo-curate {}", env!("CARGO_PKG_VERSION")),
+        "files": out.written.iter().filter_map(|f| f.file_name()).map(|f| f.to_string_lossy()).collect::<Vec<_>>(),
+        "model": fp,
+        "masking": cfg.masking,
+        "config": cfg,
+        "input": {
+            "files": out.files_read, "bytes": out.bytes_read, "lines": out.lines,
+            "trajectories": out.trajectories,
+        },
+        "stages": out.stages,
+        "difficulty": out.difficulty.as_ref().map(|d| json!({
+            "always_fail": d.always_fail, "always_pass": d.always_pass, "mixed": d.mixed,
+            "histogram": d.histogram,
+        })),
+        "kept_trajectories": out.kept_trajectories,
+        "samples": out.samples,
+        "trained_tokens": out.trained_tokens,
+        "problem_counts": out.problem_counts,
+        "problems": out.problems,
+    });
+    let text = serde_json::to_string_pretty(&m).unwrap_or_default();
+    write(p, &text)
+}

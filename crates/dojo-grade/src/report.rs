@@ -1,0 +1,327 @@
+//! Per-instance `report.json` (the official keys, plus ours) and the run summary.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+
+use crate::grading::{GoldLists, ResolvedStatus, Semantics, TestsStatus, EvalType, eval_tests_report, logs_eval, resolution_status};
+use crate::parsers::Parser;
+
+/// Version of the files this crate writes (`report.json`, the run summary).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Why an instance could not be graded. Only [`ErrorKind::PatchApply`] and
+/// [`ErrorKind::BadPatch`] are the submitted patch's fault; the rest are infrastructure and must
+/// never be scored as the agent's failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The model patch did not apply with any method of the harness's chain.
+    PatchApply,
+    /// The model patch is not gradable: binary hunks, or paths outside the repository.
+    BadPatch,
+    /// The task's own test patch did not apply (the task is broken).
+    TestPatchApply,
+    /// The environment (venv, pristine tree) could not be built.
+    EnvBuild,
+    /// The test command ran past its timeout.
+    Timeout,
+    /// The sandbox or runner failed (could not start, crashed, vanished).
+    Runner,
+}
+
+impl ErrorKind {
+    pub fn is_infrastructure(self) -> bool {
+        !matches!(self, ErrorKind::PatchApply | ErrorKind::BadPatch)
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::PatchApply => "patch_apply",
+            ErrorKind::BadPatch => "bad_patch",
+            ErrorKind::TestPatchApply => "test_patch_apply",
+            ErrorKind::EnvBuild => "env_build",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Runner => "runner",
+        }
+    }
+}
+
+/// The verdict of one instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Resolved,
+    Unresolved,
+    /// No patch submitted (empty or null): not run, as the harness does.
+    EmptyPatch,
+    Error,
+}
+
+/// One instance's grade. Serialised as the official report (`{instance_id: {...}}`) with our
+/// extra keys inside the instance object, so official tooling (`report[id]["resolved"]`) reads it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct InstanceReport {
+    #[serde(skip)]
+    pub instance_id: String,
+    #[serde(rename = "patch_is_None")]
+    pub patch_is_none: bool,
+    pub patch_exists: bool,
+    pub patch_successfully_applied: bool,
+    pub resolved: bool,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tests_status: Option<TestsStatus>,
+    pub schema_version: u32,
+    pub outcome: Outcome,
+    #[serde(default)]
+    pub error_kind: Option<ErrorKind>,
+    /// True for infrastructure failures (never the agent's fault).
+    #[serde(default)]
+    pub infra_failure: bool,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub resolution_status: Option<ResolvedStatus>,
+    pub semantics: Semantics,
+    #[serde(default)]
+    pub log_parser: String,
+    #[serde(default)]
+    pub test_exit_code: Option<i32>,
+    #[serde(default)]
+    pub test_duration_s: Option<f64>,
+    #[serde(default)]
+    pub test_output_truncated: bool,
+    /// How the model patch applied (`git_apply`, `git_apply_reject`, `patch_fuzz`).
+    #[serde(default)]
+    pub patch_apply_method: Option<String>,
+    /// The harness-style test log (`test_output.txt`), written next to the report.
+    #[serde(skip)]
+    pub test_output: String,
+}
+
+impl InstanceReport {
+    pub fn new(instance_id: &str, semantics: Semantics, log_parser: &str) -> InstanceReport {
+        InstanceReport {
+            instance_id: instance_id.to_string(),
+            patch_is_none: false,
+            patch_exists: false,
+            patch_successfully_applied: false,
+            resolved: false,
+            tests_status: None,
+            schema_version: SCHEMA_VERSION,
+            outcome: Outcome::Unresolved,
+            error_kind: None,
+            infra_failure: false,
+            error: None,
+            resolution_status: None,
+            semantics,
+            log_parser: log_parser.to_string(),
+            test_exit_code: None,
+            test_duration_s: None,
+            test_output_truncated: false,
+            patch_apply_method: None,
+            test_output: String::new(),
+        }
+    }
+
+    /// Mark as an error of `kind` with a message.
+    pub fn fail(mut self, kind: ErrorKind, msg: impl Into<String>) -> InstanceReport {
+        self.outcome = Outcome::Error;
+        self.error_kind = Some(kind);
+        self.infra_failure = kind.is_infrastructure();
+        self.error = Some(msg.into());
+        self.resolved = false;
+        self
+    }
+
+    /// `{instance_id: {...}}`.
+    pub fn to_json(&self) -> Value {
+        let inner = serde_json::to_value(self).unwrap_or(Value::Null);
+        let mut m = Map::new();
+        m.insert(self.instance_id.clone(), inner);
+        Value::Object(m)
+    }
+
+    /// Read back a report written by [`InstanceReport::to_json`] (for resuming a run).
+    pub fn from_json(v: &Value) -> Option<InstanceReport> {
+        let (id, inner) = v.as_object()?.iter().next()?;
+        let mut r: InstanceReport = serde_json::from_value(inner.clone()).ok()?;
+        r.instance_id = id.clone();
+        Some(r)
+    }
+}
+
+/// Grade a harness log (`test_output.txt`) as `get_eval_report` does: the official keys,
+/// `resolved`, and the tests status. `model_patch = None` gives `patch_is_None`.
+pub fn eval_report_from_log(
+    instance_id: &str,
+    model_patch: Option<&str>,
+    log: &str,
+    parser: Parser,
+    gold: &GoldLists,
+    eval_type: EvalType,
+    semantics: Semantics,
+) -> InstanceReport {
+    let mut r = InstanceReport::new(instance_id, semantics, &format!("{parser:?}"));
+    if model_patch.is_none() {
+        r.patch_is_none = true;
+        r.outcome = Outcome::EmptyPatch;
+        return r;
+    }
+    r.patch_exists = true;
+    let (sm, found) = logs_eval(log, parser, semantics);
+    r.test_output = log.to_string();
+    if !found {
+        r.error = Some("no valid test output in the log (apply failure, timeout marker, missing markers or no results)".into());
+        return r;
+    }
+    r.patch_successfully_applied = true;
+    let ts = eval_tests_report(&sm, gold, false, eval_type, semantics);
+    let status = resolution_status(&ts);
+    r.resolved = status == ResolvedStatus::Full;
+    r.outcome = if r.resolved { Outcome::Resolved } else { Outcome::Unresolved };
+    r.resolution_status = Some(status);
+    r.tests_status = Some(ts);
+    r
+}
+
+/// A predictions line that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MalformedLine {
+    pub line: usize,
+    pub reason: String,
+}
+
+/// The run report (`DIR/report.json`): the official `make_run_report` keys plus our breakdown.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunSummary {
+    pub schema_version: u32,
+    pub total_instances: usize,
+    pub submitted_instances: usize,
+    pub completed_instances: usize,
+    pub resolved_instances: usize,
+    pub unresolved_instances: usize,
+    pub empty_patch_instances: usize,
+    pub error_instances: usize,
+    pub infra_failure_instances: usize,
+    pub completed_ids: Vec<String>,
+    pub incomplete_ids: Vec<String>,
+    pub empty_patch_ids: Vec<String>,
+    pub submitted_ids: Vec<String>,
+    pub resolved_ids: Vec<String>,
+    pub unresolved_ids: Vec<String>,
+    pub error_ids: Vec<String>,
+    pub infra_failure_ids: Vec<String>,
+    /// instance_id → error kind, for every id in `error_ids`.
+    pub error_kinds: BTreeMap<String, ErrorKind>,
+    pub semantics: Option<Semantics>,
+    pub malformed_prediction_lines: Vec<MalformedLine>,
+    /// Predictions whose instance_id is not in the task file.
+    pub unknown_prediction_ids: Vec<String>,
+}
+
+impl RunSummary {
+    /// Summarise: `task_ids` are all tasks, `submitted` the ids with a prediction, `reports`
+    /// the graded ones (empty-patch instances included).
+    pub fn build<'a>(
+        task_ids: impl IntoIterator<Item = &'a str>,
+        submitted: impl IntoIterator<Item = &'a str>,
+        reports: impl IntoIterator<Item = &'a InstanceReport>,
+        semantics: Semantics,
+    ) -> RunSummary {
+        let mut s = RunSummary { schema_version: SCHEMA_VERSION, semantics: Some(semantics), ..Default::default() };
+        let tasks: std::collections::BTreeSet<&str> = task_ids.into_iter().collect();
+        let submitted: std::collections::BTreeSet<&str> = submitted.into_iter().collect();
+        let by_id: BTreeMap<&str, &InstanceReport> = reports.into_iter().map(|r| (r.instance_id.as_str(), r)).collect();
+        s.total_instances = tasks.len();
+        s.submitted_ids = submitted.iter().map(|x| x.to_string()).collect();
+        s.submitted_instances = submitted.len();
+        for id in &tasks {
+            if !submitted.contains(id) {
+                s.incomplete_ids.push(id.to_string());
+                continue;
+            }
+            let Some(r) = by_id.get(id) else {
+                s.incomplete_ids.push(id.to_string());
+                continue;
+            };
+            match r.outcome {
+                Outcome::EmptyPatch => s.empty_patch_ids.push(id.to_string()),
+                Outcome::Resolved => {
+                    s.completed_ids.push(id.to_string());
+                    s.resolved_ids.push(id.to_string());
+                }
+                Outcome::Unresolved => {
+                    s.completed_ids.push(id.to_string());
+                    s.unresolved_ids.push(id.to_string());
+                }
+                Outcome::Error => {
+                    s.error_ids.push(id.to_string());
+                    let kind = r.error_kind.unwrap_or(ErrorKind::Runner);
+                    if kind.is_infrastructure() {
+                        s.infra_failure_ids.push(id.to_string());
+                    }
+                    s.error_kinds.insert(id.to_string(), kind);
+                }
+            }
+        }
+        s.unknown_prediction_ids = submitted.iter().filter(|x| !tasks.contains(*x)).map(|x| x.to_string()).collect();
+        s.completed_instances = s.completed_ids.len();
+        s.resolved_instances = s.resolved_ids.len();
+        s.unresolved_instances = s.unresolved_ids.len();
+        s.empty_patch_instances = s.empty_patch_ids.len();
+        s.error_instances = s.error_ids.len();
+        s.infra_failure_instances = s.infra_failure_ids.len();
+        s
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_else(|e| json!({"error": e.to_string()}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_round_trips_with_official_shape() {
+        let f2p = vec!["a".to_string()];
+        let log = "+ : '>>>>> Start Test Output'\nPASSED a\n+ : '>>>>> End Test Output'\n";
+        let gold = GoldLists { fail_to_pass: &f2p, ..Default::default() };
+        let r = eval_report_from_log("x__y-1", Some("diff"), log, Parser::Pytest, &gold, EvalType::PassAndFail, Semantics::Classic);
+        let j = r.to_json();
+        assert_eq!(j["x__y-1"]["resolved"], true);
+        assert_eq!(j["x__y-1"]["patch_is_None"], false);
+        assert_eq!(j["x__y-1"]["tests_status"]["FAIL_TO_PASS"]["success"][0], "a");
+        assert_eq!(j["x__y-1"]["schema_version"], SCHEMA_VERSION);
+        let back = InstanceReport::from_json(&j).unwrap();
+        assert_eq!(back.instance_id, "x__y-1");
+        assert_eq!(back.outcome, Outcome::Resolved);
+    }
+
+    #[test]
+    fn summary_buckets() {
+        let mk = |id: &str, o: Outcome, k: Option<ErrorKind>| {
+            let mut r = InstanceReport::new(id, Semantics::Classic, "pytest");
+            r.outcome = o;
+            r.error_kind = k;
+            r
+        };
+        let reps = [
+            mk("a", Outcome::Resolved, None),
+            mk("b", Outcome::Unresolved, None),
+            mk("c", Outcome::EmptyPatch, None),
+            mk("d", Outcome::Error, Some(ErrorKind::Timeout)),
+            mk("e", Outcome::Error, Some(ErrorKind::PatchApply)),
+        ];
+        let s = RunSummary::build(["a", "b", "c", "d", "e", "f"], ["a", "b", "c", "d", "e", "zz"], reps.iter(), Semantics::Classic);
+        assert_eq!(s.resolved_ids, ["a"]);
+        assert_eq!(s.unresolved_ids, ["b"]);
+        assert_eq!(s.empty_patch_ids, ["c"]);
+        assert_eq!(s.error_ids, ["d", "e"]);
+        assert_eq!(s.infra_failure_ids, ["d"]);
+        assert_eq!(s.incomplete_ids, ["f"]);
+        assert_eq!(s.unknown_prediction_ids, ["zz"]);
+        assert_eq!(s.completed_instances, 2);
+    }
+}

@@ -1,0 +1,151 @@
+//! Every way a chat completion can fail, classified as the infrastructure's fault or the
+//! model's/request's fault. The classification decides whether a rollout is scored: an
+//! infrastructure failure is never counted against the agent.
+
+use std::time::Duration;
+
+/// Whose fault a failure is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// The server, network or deployment failed (429, 5xx, timeouts, dropped connections,
+    /// bodies that are not the promised JSON). Retryable; never the agent's fault.
+    Infrastructure,
+    /// The request itself was rejected (4xx other than 408/429), e.g. the context is too long
+    /// or a parameter is invalid. Retrying the same request will not help.
+    Model,
+}
+
+/// A failed chat completion. Every variant names the endpoint it came from.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LlmError {
+    #[error("{endpoint}: rate limited (HTTP 429){}: {body}", retry_after.map(|d| format!(", retry after {d:?}")).unwrap_or_default())]
+    RateLimited { endpoint: String, retry_after: Option<Duration>, body: String },
+    #[error("{endpoint}: server error HTTP {status}: {body}")]
+    Server { endpoint: String, status: u16, body: String },
+    #[error("{endpoint}: no response within {after:?}")]
+    Timeout { endpoint: String, after: Duration },
+    #[error("{endpoint}: connection failed: {detail}")]
+    Connection { endpoint: String, detail: String },
+    /// HTTP 2xx whose body is not a chat completion: HTML from a proxy, truncated JSON, no
+    /// choices.
+    #[error("{endpoint}: unusable response body (HTTP {status}): {detail}; body starts {snippet:?}")]
+    BadBody { endpoint: String, status: u16, detail: String, snippet: String },
+    /// The prompt does not fit the model's context window (a 400 that says so).
+    #[error("{endpoint}: context length exceeded: {body}")]
+    ContextLength { endpoint: String, body: String },
+    /// Any other 4xx: the request is wrong (unknown model, bad parameter, auth).
+    #[error("{endpoint}: request rejected HTTP {status}: {body}")]
+    Rejected { endpoint: String, status: u16, body: String },
+    /// Client misconfiguration (no endpoint, bad URL); detected before any request.
+    #[error("LLM client configuration: {0}")]
+    Config(String),
+    /// An in-process backend (the embedded engine) failed internally.
+    #[error("{endpoint}: backend failure: {detail}")]
+    Backend { endpoint: String, detail: String },
+}
+
+impl LlmError {
+    /// Whose fault this failure is.
+    pub fn class(&self) -> FailureClass {
+        match self {
+            LlmError::RateLimited { .. }
+            | LlmError::Server { .. }
+            | LlmError::Timeout { .. }
+            | LlmError::Connection { .. }
+            | LlmError::BadBody { .. }
+            | LlmError::Config(_)
+            | LlmError::Backend { .. } => FailureClass::Infrastructure,
+            LlmError::ContextLength { .. } | LlmError::Rejected { .. } => FailureClass::Model,
+        }
+    }
+    pub fn is_infrastructure(&self) -> bool {
+        self.class() == FailureClass::Infrastructure
+    }
+    /// Whether the same request may succeed when sent again (to this or another endpoint).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            LlmError::RateLimited { .. }
+                | LlmError::Server { .. }
+                | LlmError::Timeout { .. }
+                | LlmError::Connection { .. }
+                | LlmError::BadBody { .. }
+        )
+    }
+    /// Short machine-readable name, for trajectory records and summaries.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LlmError::RateLimited { .. } => "rate_limited",
+            LlmError::Server { .. } => "server_error",
+            LlmError::Timeout { .. } => "timeout",
+            LlmError::Connection { .. } => "connection",
+            LlmError::BadBody { .. } => "bad_body",
+            LlmError::ContextLength { .. } => "context_length",
+            LlmError::Rejected { .. } => "rejected",
+            LlmError::Config(_) => "config",
+            LlmError::Backend { .. } => "backend",
+        }
+    }
+
+    /// Classify a non-2xx HTTP answer.
+    pub fn from_status(endpoint: &str, status: u16, body: &str, retry_after: Option<Duration>) -> LlmError {
+        let endpoint = endpoint.to_string();
+        let body = clip(body, 2000);
+        match status {
+            429 => LlmError::RateLimited { endpoint, retry_after, body },
+            // 408 Request Timeout and 5xx are the server's problem.
+            408 | 500..=599 => LlmError::Server { endpoint, status, body },
+            400 | 413 if looks_like_context_overflow(&body) => LlmError::ContextLength { endpoint, body },
+            400..=499 => LlmError::Rejected { endpoint, status, body },
+            // 1xx/3xx that reqwest did not follow: a broken proxy.
+            _ => LlmError::Server { endpoint, status, body },
+        }
+    }
+}
+
+fn looks_like_context_overflow(body: &str) -> bool {
+    let b = body.to_ascii_lowercase();
+    ["context length", "context_length", "maximum context", "too many tokens", "prompt is too long", "max_model_len"]
+        .iter()
+        .any(|p| b.contains(p))
+}
+
+/// At most `max` bytes of `s`, cut on a char boundary.
+pub(crate) fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_classified() {
+        let c = |s, b: &str| LlmError::from_status("e", s, b, None);
+        assert_eq!(c(429, "").class(), FailureClass::Infrastructure);
+        assert!(c(429, "").is_retryable());
+        assert_eq!(c(500, "").class(), FailureClass::Infrastructure);
+        assert_eq!(c(503, "").class(), FailureClass::Infrastructure);
+        assert_eq!(c(408, "").class(), FailureClass::Infrastructure);
+        assert_eq!(c(400, "bad temperature").class(), FailureClass::Model);
+        assert!(!c(400, "bad temperature").is_retryable());
+        assert_eq!(c(401, "").kind(), "rejected");
+        let ctx = c(400, "This model's maximum context length is 32768 tokens");
+        assert_eq!(ctx.kind(), "context_length");
+        assert_eq!(ctx.class(), FailureClass::Model);
+    }
+
+    #[test]
+    fn clip_respects_char_boundaries() {
+        assert_eq!(clip("ééé", 3), "é…");
+        assert_eq!(clip("abc", 5), "abc");
+    }
+}

@@ -1,0 +1,380 @@
+//! One language server for one workspace, kept correct across edits and crashes.
+//!
+//! - **Start and readiness**: `initialize`/`initialized`, then before the first query wait (no
+//!   fixed sleep) until no `$/progress` sequence is open. Servers that answer *empty* while they
+//!   are still analysing (the pyright family) are probed again whenever their progress changes or
+//!   a short tick passes, until a non-empty answer arrives or the readiness deadline passes.
+//! - **Sync**: before every query the workspace's Python files are stamped (mtime, size) and
+//!   compared with what the server last saw. Open documents whose text changed get `didChange`
+//!   (full text), other changed/created/deleted files a `didChangeWatchedFiles`. So edits made
+//!   by a shell command are seen as surely as the editor tool's.
+//! - **Crashes**: a dead server is restarted (up to a limit) and the query retried once; the
+//!   restart re-opens documents lazily.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lsp_types::Url;
+use serde_json::{Value, json};
+
+use crate::LspError;
+use crate::backend::{Backend, Launch, Stamps};
+use crate::client::Client;
+use crate::servers::ServerKind;
+
+/// Tunables of a session.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// Limit for one request once the server is ready.
+    pub request_timeout: Duration,
+    /// Limit for start + indexing before the first answer.
+    pub ready_timeout: Duration,
+    /// Restarts allowed over the session's life before the server counts as broken.
+    pub max_restarts: u32,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            request_timeout: Duration::from_secs(60),
+            ready_timeout: Duration::from_secs(180),
+            max_restarts: 3,
+        }
+    }
+}
+
+struct Doc {
+    version: i32,
+    text: String,
+}
+
+#[derive(Default)]
+struct State {
+    client: Option<Client>,
+    started_at: Option<Instant>,
+    /// Set once the server gave a non-empty answer, finished its progress, or the deadline passed.
+    ready: bool,
+    docs: HashMap<String, Doc>,
+    stamps: Option<Stamps>,
+    restarts: u32,
+    starts: u32,
+}
+
+/// Counters for tests, logs and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    pub starts: u32,
+    pub restarts: u32,
+    pub open_documents: usize,
+}
+
+/// A language server over one workspace. Queries are serialised (one agent, one server).
+pub struct LspSession {
+    backend: Arc<dyn Backend>,
+    kind: ServerKind,
+    launch: Launch,
+    opts: SessionOptions,
+    root_uri: Url,
+    state: tokio::sync::Mutex<State>,
+}
+
+impl LspSession {
+    /// A session that starts `launch` lazily on the first query.
+    pub fn new(backend: Arc<dyn Backend>, kind: ServerKind, launch: Launch, opts: SessionOptions) -> Result<Self, LspError> {
+        let root_uri = Url::from_directory_path(backend.root())
+            .map_err(|_| LspError::Workspace(format!("workspace root {} is not absolute", backend.root().display())))?;
+        Ok(LspSession { backend, kind, launch, opts, root_uri, state: Default::default() })
+    }
+
+    pub fn kind(&self) -> ServerKind {
+        self.kind
+    }
+
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The server's pid as seen by this process (tests kill it to exercise restarts).
+    pub async fn server_pid(&self) -> Option<u32> {
+        self.state.lock().await.client.as_ref().and_then(Client::pid)
+    }
+
+    pub async fn stats(&self) -> SessionStats {
+        let st = self.state.lock().await;
+        SessionStats { starts: st.starts, restarts: st.restarts, open_documents: st.docs.len() }
+    }
+
+    /// Start the server now (otherwise the first query does it) and wait for readiness.
+    pub async fn start(&self) -> Result<(), LspError> {
+        let mut st = self.state.lock().await;
+        self.ensure_started(&mut st).await?;
+        self.wait_progress_idle(&st).await;
+        Ok(())
+    }
+
+    /// Stop the server politely.
+    pub async fn shutdown(&self) {
+        let mut st = self.state.lock().await;
+        if let Some(c) = st.client.take() {
+            c.shutdown().await;
+        }
+    }
+
+    /// `file:` URI of a workspace path (relative to the root, or absolute as the server sees it).
+    pub fn uri(&self, path: &str) -> Result<Url, LspError> {
+        let p = if Path::new(path).is_absolute() { PathBuf::from(path) } else { self.backend.root().join(path) };
+        Url::from_file_path(&p).map_err(|_| LspError::Workspace(format!("cannot make a URI of {}", p.display())))
+    }
+
+    /// Display form of a URI the server returned: relative to the root when inside it.
+    pub fn display_path(&self, uri: &Url) -> String {
+        match uri.to_file_path() {
+            Ok(p) => match p.strip_prefix(self.backend.root()) {
+                Ok(rel) => rel.to_string_lossy().into_owned(),
+                Err(_) => p.to_string_lossy().into_owned(),
+            },
+            Err(()) => uri.to_string(),
+        }
+    }
+
+    /// Send `method` after syncing the workspace and opening `file` (if any). `params` get the
+    /// document URI already filled in by the caller (see [`LspSession::uri`]).
+    ///
+    /// `empty` tells whether an answer is "nothing" (for readiness probing).
+    pub async fn query(&self, file: Option<&str>, method: &str, params: Value) -> Result<Value, LspError> {
+        let mut st = self.state.lock().await;
+        let mut crashes = 0;
+        loop {
+            match self.query_once(&mut st, file, method, params.clone()).await {
+                Err(LspError::ServerCrashed(detail)) => {
+                    crashes += 1;
+                    tracing::warn!(server = self.kind.name(), %detail, "language server died; restarting");
+                    if crashes > 1 {
+                        return Err(LspError::ServerCrashed(detail));
+                    }
+                    // The next ensure_started sees the dead client and restarts it.
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn query_once(&self, st: &mut State, file: Option<&str>, method: &str, params: Value) -> Result<Value, LspError> {
+        self.ensure_started(st).await?;
+        self.sync(st).await?;
+        if let Some(f) = file {
+            self.open(st, f).await?;
+        }
+        if !st.ready {
+            self.wait_progress_idle(st).await;
+        }
+        let client = st.client.as_ref().ok_or_else(|| LspError::ServerCrashed("no server".into()))?;
+        let deadline = st.started_at.unwrap_or_else(Instant::now) + self.opts.ready_timeout;
+        let mut progress = client.progress();
+        loop {
+            let timeout = if st.ready {
+                self.opts.request_timeout
+            } else {
+                deadline.saturating_duration_since(Instant::now()).max(self.opts.request_timeout)
+            };
+            let answer = client.request(method, params.clone(), timeout).await?;
+            if st.ready || !is_empty_answer(&answer) || !probes_when_empty(self.kind) {
+                if !is_empty_answer(&answer) {
+                    st.ready = true;
+                }
+                return Ok(answer);
+            }
+            let p = progress.borrow().clone();
+            if Instant::now() >= deadline || (p.ended > 0 && p.active == 0) {
+                st.ready = true;
+                return Ok(answer);
+            }
+            // Probe again when the server reports progress, or after a short tick.
+            let _ = tokio::time::timeout(Duration::from_millis(250), progress.changed()).await;
+        }
+    }
+
+    async fn ensure_started(&self, st: &mut State) -> Result<(), LspError> {
+        if st.client.as_ref().is_some_and(Client::is_alive) {
+            return Ok(());
+        }
+        if let Some(dead) = st.client.take() {
+            st.restarts += 1;
+            let detail = dead.crash_detail();
+            dead.shutdown().await;
+            if st.restarts > self.opts.max_restarts {
+                return Err(LspError::ServerCrashed(format!(
+                    "{} crashed {} times (limit {}); last: {detail}",
+                    self.kind.name(),
+                    st.restarts,
+                    self.opts.max_restarts
+                )));
+            }
+        }
+        st.docs.clear();
+        st.ready = false;
+        st.starts += 1;
+        let child = self.backend.spawn(&self.launch).await?;
+        let client = Client::start(child)?;
+        let root = self.backend.root().to_string_lossy().into_owned();
+        let init = json!({
+            "processId": std::process::id(),
+            "clientInfo": {"name": "dojo-lsp", "version": env!("CARGO_PKG_VERSION")},
+            "rootPath": root,
+            "rootUri": self.root_uri,
+            "workspaceFolders": [{"uri": self.root_uri, "name": "workspace"}],
+            "capabilities": {
+                "general": {"positionEncodings": ["utf-16"]},
+                "window": {"workDoneProgress": true},
+                "workspace": {
+                    "configuration": true,
+                    "workspaceFolders": true,
+                    "didChangeWatchedFiles": {"dynamicRegistration": true},
+                    "symbol": {}
+                },
+                "textDocument": {
+                    "synchronization": {"didSave": false},
+                    "hover": {"contentFormat": ["markdown", "plaintext"]},
+                    "definition": {"linkSupport": true},
+                    "typeDefinition": {"linkSupport": true},
+                    "implementation": {"linkSupport": true},
+                    "references": {},
+                    "documentHighlight": {},
+                    "documentSymbol": {"hierarchicalDocumentSymbolSupport": true},
+                    "callHierarchy": {},
+                    "publishDiagnostics": {}
+                }
+            }
+        });
+        let started = Instant::now();
+        client.request("initialize", init, self.opts.ready_timeout).await.map_err(|e| match e {
+            LspError::Timeout { after, .. } => LspError::NotReady(format!("{} did not answer initialize within {after:?}", self.kind.name())),
+            other => other,
+        })?;
+        client.notify("initialized", json!({}))?;
+        st.started_at = Some(started);
+        st.client = Some(client);
+        // The server reads the files itself at start; only later changes need announcing.
+        st.stamps = Some(self.backend.scan().await?);
+        tracing::debug!(server = self.kind.name(), pid = ?st.client.as_ref().and_then(Client::pid), "language server initialised");
+        Ok(())
+    }
+
+    async fn wait_progress_idle(&self, st: &State) {
+        let Some(client) = st.client.as_ref() else { return };
+        let deadline = st.started_at.unwrap_or_else(Instant::now) + self.opts.ready_timeout;
+        let mut rx = client.progress();
+        loop {
+            if rx.borrow().active == 0 || Instant::now() >= deadline || !client.is_alive() {
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if tokio::time::timeout(left, rx.changed()).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Announce every change since the server last looked.
+    async fn sync(&self, st: &mut State) -> Result<(), LspError> {
+        let now = self.backend.scan().await?;
+        let before = st.stamps.take().unwrap_or_default();
+        let mut events = Vec::new();
+        for (path, stamp) in &now {
+            match before.get(path) {
+                None => events.push((path.clone(), 1)), // created
+                Some(old) if old != stamp => events.push((path.clone(), 2)),
+                Some(_) => {}
+            }
+        }
+        for path in before.keys().filter(|p| !now.contains_key(*p)) {
+            events.push((path.clone(), 3)); // deleted
+        }
+        st.stamps = Some(now);
+        let client = st.client.as_ref().ok_or_else(|| LspError::ServerCrashed("no server".into()))?;
+        let mut watched = Vec::new();
+        for (path, kind) in events {
+            if st.docs.contains_key(&path) {
+                match self.backend.read_file(&path).await? {
+                    Some(bytes) => {
+                        let text = String::from_utf8_lossy(&bytes).into_owned();
+                        let uri = self.uri(&path)?;
+                        if let Some(doc) = st.docs.get_mut(&path)
+                            && doc.text != text
+                        {
+                            doc.version += 1;
+                            client.notify(
+                                "textDocument/didChange",
+                                json!({"textDocument": {"uri": uri, "version": doc.version}, "contentChanges": [{"text": text}]}),
+                            )?;
+                            doc.text = text;
+                        }
+                    }
+                    None => {
+                        st.docs.remove(&path);
+                        client.notify("textDocument/didClose", json!({"textDocument": {"uri": self.uri(&path)?}}))?;
+                    }
+                }
+                if kind != 3 {
+                    continue;
+                }
+            }
+            watched.push(json!({"uri": self.uri(&path)?, "type": kind}));
+        }
+        if !watched.is_empty() {
+            client.notify("workspace/didChangeWatchedFiles", json!({"changes": watched}))?;
+        }
+        Ok(())
+    }
+
+    /// Make sure the server has `path` open with its current text; returns the text.
+    async fn open(&self, st: &mut State, path: &str) -> Result<String, LspError> {
+        let bytes = self.backend.read_file(path).await?.ok_or_else(|| LspError::NoSuchFile(path.to_string()))?;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let uri = self.uri(path)?;
+        let key = self.rel_key(path);
+        let client = st.client.as_ref().ok_or_else(|| LspError::ServerCrashed("no server".into()))?;
+        match st.docs.get_mut(&key) {
+            Some(doc) if doc.text == text => {}
+            Some(doc) => {
+                doc.version += 1;
+                client.notify(
+                    "textDocument/didChange",
+                    json!({"textDocument": {"uri": uri, "version": doc.version}, "contentChanges": [{"text": text}]}),
+                )?;
+                doc.text = text.clone();
+            }
+            None => {
+                client.notify(
+                    "textDocument/didOpen",
+                    json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}),
+                )?;
+                st.docs.insert(key, Doc { version: 1, text: text.clone() });
+            }
+        }
+        Ok(text)
+    }
+
+    /// Documents are keyed by their root-relative path (the form `scan` produces).
+    fn rel_key(&self, path: &str) -> String {
+        Path::new(path)
+            .strip_prefix(self.backend.root())
+            .map_or_else(|_| path.to_string(), |r| r.to_string_lossy().into_owned())
+    }
+}
+
+/// The pyright family answers `null`/`[]` while its first analysis runs; ty and pyrefly
+/// (`lazy-blocking`) block until they can answer, so probing would only waste time on true empties.
+fn probes_when_empty(kind: ServerKind) -> bool {
+    matches!(kind, ServerKind::Pyright | ServerKind::Basedpyright)
+}
+
+pub(crate) fn is_empty_answer(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}

@@ -1,0 +1,268 @@
+//! Resource limits through cgroups, behind a trait: v1 (this development host: hybrid layout,
+//! memory/pids/cpu controllers writable as root) and v2 (production: one unified hierarchy with
+//! `memory.max`, `pids.max`, `cpu.max`, `cgroup.kill`). Without a usable cgroup tree (not root,
+//! or `DOJO_CGROUP=off`) sandboxes still get rlimits; `dojo sandbox doctor` says which applies.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::Limits;
+
+/// Creates one cgroup (per hierarchy) per sandbox.
+pub trait CgroupDriver: Send + Sync + std::fmt::Debug {
+    /// "v1" or "v2".
+    fn version(&self) -> &'static str;
+    /// Controllers that will be used.
+    fn controllers(&self) -> Vec<String>;
+    fn create(&self, id: &str, limits: &Limits) -> std::io::Result<Box<dyn CgroupHandle>>;
+    /// The handle of an existing sandbox cgroup (kept sandboxes re-attached by id).
+    fn open(&self, id: &str) -> Box<dyn CgroupHandle>;
+}
+
+/// One sandbox's cgroup(s).
+pub trait CgroupHandle: Send + Sync + std::fmt::Debug {
+    /// `cgroup.procs` files a process writes "0" into to join (one per hierarchy).
+    fn procs_files(&self) -> Vec<PathBuf>;
+    /// Whether the memory limit is enforced by the cgroup (else rlimits are used instead).
+    fn limits_memory(&self) -> bool;
+    /// Memory currently charged (bytes), when known.
+    fn memory_current(&self) -> Option<u64>;
+    /// SIGKILL every process in the cgroup.
+    fn kill_all(&self);
+    /// Remove the cgroup(s); retries while processes are still exiting.
+    fn remove(&self) -> std::io::Result<()>;
+}
+
+/// Pick the driver for this host, or `None` when cgroups cannot be managed here.
+pub fn detect() -> Option<Box<dyn CgroupDriver>> {
+    if std::env::var("DOJO_CGROUP").is_ok_and(|v| v == "off" || v == "0") {
+        return None;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let root = Path::new("/sys/fs/cgroup");
+    if let Ok(c) = fs::read_to_string(root.join("cgroup.controllers")) {
+        let has = |x: &str| c.split_whitespace().any(|w| w == x);
+        if has("memory") && has("pids") {
+            return Some(Box::new(V2 {
+                base: root.join("dojo"),
+                cpu: has("cpu"),
+            }));
+        }
+    }
+    let mem = root.join("memory");
+    let pids = root.join("pids");
+    if mem.join("cgroup.procs").exists() && pids.join("cgroup.procs").exists() {
+        let cpu = root.join("cpu");
+        return Some(Box::new(V1 {
+            memory: mem.join("dojo"),
+            pids: pids.join("dojo"),
+            cpu: cpu.join("cpu.cfs_quota_us").exists().then(|| cpu.join("dojo")),
+        }));
+    }
+    None
+}
+
+fn write(path: &Path, v: &str) -> std::io::Result<()> {
+    fs::write(path, v).map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+fn pids_in(dir: &Path) -> Vec<i32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+fn kill_pids(dir: &Path) {
+    for _ in 0..50 {
+        let pids = pids_in(dir);
+        if pids.is_empty() {
+            return;
+        }
+        for p in pids {
+            // SAFETY: plain kill(2).
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+fn rmdir_retry(dir: &Path) -> std::io::Result<()> {
+    let mut last = None;
+    for _ in 0..200 {
+        match fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+        kill_pids(dir);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("rmdir failed")))
+}
+
+#[derive(Debug)]
+struct V1 {
+    memory: PathBuf,
+    pids: PathBuf,
+    cpu: Option<PathBuf>,
+}
+
+impl CgroupDriver for V1 {
+    fn version(&self) -> &'static str {
+        "v1"
+    }
+    fn controllers(&self) -> Vec<String> {
+        let mut v = vec!["memory".to_string(), "pids".to_string()];
+        if self.cpu.is_some() {
+            v.push("cpu".into());
+        }
+        v
+    }
+    fn create(&self, id: &str, limits: &Limits) -> std::io::Result<Box<dyn CgroupHandle>> {
+        let mut dirs = Vec::new();
+        let mem = self.memory.join(id);
+        fs::create_dir_all(&mem)?;
+        dirs.push(mem.clone());
+        if let Some(m) = limits.memory_bytes {
+            write(&mem.join("memory.limit_in_bytes"), &m.to_string())?;
+            // No swap here, but where there is: keep it out of the sandbox's budget.
+            let _ = write(&mem.join("memory.swappiness"), "0");
+        }
+        let pids = self.pids.join(id);
+        fs::create_dir_all(&pids)?;
+        dirs.push(pids.clone());
+        if let Some(p) = limits.max_processes {
+            write(&pids.join("pids.max"), &p.to_string())?;
+        }
+        if let (Some(cpu), Some(pct)) = (&self.cpu, limits.cpu_quota_percent) {
+            let d = cpu.join(id);
+            fs::create_dir_all(&d)?;
+            write(&d.join("cpu.cfs_period_us"), "100000")?;
+            write(&d.join("cpu.cfs_quota_us"), &(pct as u64 * 1000).to_string())?;
+            dirs.push(d);
+        }
+        Ok(Box::new(V1Handle { dirs }))
+    }
+    fn open(&self, id: &str) -> Box<dyn CgroupHandle> {
+        let mut dirs = vec![self.memory.join(id), self.pids.join(id)];
+        if let Some(c) = &self.cpu
+            && c.join(id).exists()
+        {
+            dirs.push(c.join(id));
+        }
+        Box::new(V1Handle { dirs })
+    }
+}
+
+#[derive(Debug)]
+struct V1Handle {
+    dirs: Vec<PathBuf>,
+}
+
+impl CgroupHandle for V1Handle {
+    fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+    fn limits_memory(&self) -> bool {
+        true
+    }
+    fn memory_current(&self) -> Option<u64> {
+        fs::read_to_string(self.dirs[0].join("memory.usage_in_bytes"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+    fn kill_all(&self) {
+        for d in &self.dirs {
+            kill_pids(d);
+        }
+    }
+    fn remove(&self) -> std::io::Result<()> {
+        for d in &self.dirs {
+            rmdir_retry(d)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct V2 {
+    base: PathBuf,
+    cpu: bool,
+}
+
+impl CgroupDriver for V2 {
+    fn version(&self) -> &'static str {
+        "v2"
+    }
+    fn controllers(&self) -> Vec<String> {
+        let mut v = vec!["memory".to_string(), "pids".to_string()];
+        if self.cpu {
+            v.push("cpu".into());
+        }
+        v
+    }
+    fn create(&self, id: &str, limits: &Limits) -> std::io::Result<Box<dyn CgroupHandle>> {
+        let ctl = if self.cpu { "+memory +pids +cpu" } else { "+memory +pids" };
+        if !self.base.exists() {
+            fs::create_dir_all(&self.base)?;
+        }
+        if let Some(parent) = self.base.parent() {
+            let _ = write(&parent.join("cgroup.subtree_control"), ctl);
+        }
+        let _ = write(&self.base.join("cgroup.subtree_control"), ctl);
+        let dir = self.base.join(id);
+        fs::create_dir_all(&dir)?;
+        if let Some(m) = limits.memory_bytes {
+            write(&dir.join("memory.max"), &m.to_string())?;
+            let _ = write(&dir.join("memory.swap.max"), "0");
+        }
+        if let Some(p) = limits.max_processes {
+            write(&dir.join("pids.max"), &p.to_string())?;
+        }
+        if let (true, Some(pct)) = (self.cpu, limits.cpu_quota_percent) {
+            write(&dir.join("cpu.max"), &format!("{} 100000", pct as u64 * 1000))?;
+        }
+        Ok(Box::new(V2Handle { dir }))
+    }
+    fn open(&self, id: &str) -> Box<dyn CgroupHandle> {
+        Box::new(V2Handle {
+            dir: self.base.join(id),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct V2Handle {
+    dir: PathBuf,
+}
+
+impl CgroupHandle for V2Handle {
+    fn procs_files(&self) -> Vec<PathBuf> {
+        vec![self.dir.join("cgroup.procs")]
+    }
+    fn limits_memory(&self) -> bool {
+        true
+    }
+    fn memory_current(&self) -> Option<u64> {
+        fs::read_to_string(self.dir.join("memory.current"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+    fn kill_all(&self) {
+        if write(&self.dir.join("cgroup.kill"), "1").is_err() {
+            kill_pids(&self.dir);
+        }
+    }
+    fn remove(&self) -> std::io::Result<()> {
+        rmdir_retry(&self.dir)
+    }
+}

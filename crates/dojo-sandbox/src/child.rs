@@ -1,0 +1,933 @@
+//! What runs between `fork` and `exec`: the holder's namespace setup and the per-command
+//! supervisor. Everything is prepared by the parent into plain C strings and pointers; the child
+//! code below only issues system calls (async-signal-safe), so it is correct even when the
+//! calling process is multi-threaded (tokio) and whatever binary it is (the `dojo` CLI or another
+//! crate's test binary — no helper executable has to be found).
+//!
+//! Processes of one command (namespace backend):
+//! ```text
+//! caller (tokio) ── I: supervisor (host pid ns; joined the sandbox user/mnt/net ns, uid S)
+//!                   ├── K: pid 1 of a fresh pid ns (forwards TERM to everyone, reaps orphans)
+//!                   └── L: the command (pid 2 there; own mount ns with its own /proc,
+//!                          setsid, rlimits, Landlock, seccomp, execve)
+//! ```
+//! The caller signals I only. TERM → I → K → `kill(-1, TERM)` inside the pid namespace. When L
+//! exits (or I is SIGKILLed, or the caller dies: lifeline pipe EOF), K is gone and the kernel kills
+//! every process left in that pid namespace, `setsid` double-forked daemons included.
+
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use std::ffi::CString;
+
+use crate::sys::{self, Fd, Step};
+
+/// A NULL-terminated array of C strings that stays valid while `self` lives.
+pub(crate) struct CArgv {
+    _owned: Vec<CString>,
+    ptrs: Vec<*const libc::c_char>,
+}
+
+// SAFETY: the pointers point into `_owned`, which is immutable and owned by the same struct.
+unsafe impl Send for CArgv {}
+unsafe impl Sync for CArgv {}
+
+impl CArgv {
+    pub(crate) fn new(items: Vec<CString>) -> CArgv {
+        let mut ptrs: Vec<*const libc::c_char> = items.iter().map(|c| c.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        CArgv {
+            _owned: items,
+            ptrs,
+        }
+    }
+    pub(crate) fn as_ptr(&self) -> *const *const libc::c_char {
+        self.ptrs.as_ptr()
+    }
+    pub(crate) fn items(&self) -> &[CString] {
+        &self._owned
+    }
+}
+
+pub(crate) fn cstr(s: impl AsRef<[u8]>) -> CString {
+    // Interior NULs cannot come from valid paths/args; replace them rather than panic.
+    let v: Vec<u8> = s
+        .as_ref()
+        .iter()
+        .map(|&b| if b == 0 { b'?' } else { b })
+        .collect();
+    CString::new(v).unwrap_or_default()
+}
+
+/// Which isolation the command child sets up.
+pub(crate) enum Mode {
+    /// Join the sandbox's user/mount/net namespaces (fds), then fresh pid + mount ns.
+    Namespaces {
+        userns: Fd,
+        mntns: Fd,
+        netns: Fd,
+        /// Host root: drop supplementary groups before joining.
+        host_root: bool,
+    },
+    /// No namespaces: process group + subreaper; kill descendants by walking /proc.
+    Fallback,
+}
+
+/// Everything the command child needs, prepared before fork.
+pub(crate) struct ExecPlan {
+    pub mode: Mode,
+    /// Pipe to the caller: empty at exec (CLOEXEC), or a TAG_ERR message.
+    pub status_w: Fd,
+    /// Read end of the caller's lifeline pipe (EOF = the caller died).
+    pub lifeline_r: Fd,
+    /// `cgroup.procs` files (opened for writing) to join before anything else.
+    pub cgroup_procs: Vec<Fd>,
+    /// Candidate executables (argv[0] resolved against PATH by the parent, in order).
+    pub exe_candidates: Vec<CString>,
+    pub argv: CArgv,
+    pub envp: CArgv,
+    pub cwd: CString,
+    pub rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    /// Landlock ABI to use (0 = skip).
+    pub landlock_abi: i32,
+    pub landlock_full: Vec<CString>,
+    pub landlock_files: Vec<CString>,
+    pub seccomp: Option<&'static [libc::sock_filter]>,
+}
+
+/// Body of the pre_exec closure for a command. Never returns on success paths: the supervisor
+/// `_exit`s with the command's status; the command `execve`s.
+pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
+    // Renumber the fds we need; everything else (including std's exec-error pipe, so spawn()
+    // returns now) is closed.
+    let mut fds = [0 as Fd; 16];
+    let mut n = 0;
+    fn push(fds: &mut [Fd; 16], n: &mut usize, fd: Fd) -> usize {
+        fds[*n] = fd;
+        *n += 1;
+        *n - 1
+    }
+    let i_status = push(&mut fds, &mut n, plan.status_w);
+    let i_life = push(&mut fds, &mut n, plan.lifeline_r);
+    let (i_user, i_mnt, i_net) = match plan.mode {
+        Mode::Namespaces {
+            userns,
+            mntns,
+            netns,
+            ..
+        } => (
+            push(&mut fds, &mut n, userns),
+            push(&mut fds, &mut n, mntns),
+            push(&mut fds, &mut n, netns),
+        ),
+        Mode::Fallback => (usize::MAX, usize::MAX, usize::MAX),
+    };
+    let cg_start = n;
+    for &fd in &plan.cgroup_procs {
+        if n >= fds.len() {
+            break;
+        }
+        push(&mut fds, &mut n, fd);
+    }
+    let cg_end = n;
+    if !sys::keep_fds(&mut fds[..n]) {
+        return std::io::Error::last_os_error();
+    }
+    let status = fds[i_status];
+    let life = fds[i_life];
+
+    for &cg in &fds[cg_start..cg_end] {
+        // "0" moves the writing process; our children inherit the cgroup.
+        if !sys::write_all(cg, b"0") {
+            sys::fail(status, Step::Cgroup);
+        }
+        libc::close(cg);
+    }
+
+    let fresh_pid_ns = match plan.mode {
+        Mode::Namespaces { host_root, .. } => {
+            if host_root && libc::setgroups(0, std::ptr::null()) != 0 {
+                sys::fail(status, Step::Setgroups);
+            }
+            for (i, t) in [
+                (i_user, libc::CLONE_NEWUSER),
+                (i_mnt, libc::CLONE_NEWNS),
+                (i_net, libc::CLONE_NEWNET),
+            ] {
+                if libc::setns(fds[i], t) != 0 {
+                    sys::fail(status, Step::Setns);
+                }
+                libc::close(fds[i]);
+            }
+            if libc::setresgid(0, 0, 0) != 0 {
+                sys::fail(status, Step::Setgid);
+            }
+            if libc::setresuid(0, 0, 0) != 0 {
+                sys::fail(status, Step::Setuid);
+            }
+            if libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWPID) != 0 {
+                sys::fail(status, Step::Unshare);
+            }
+            true
+        }
+        Mode::Fallback => {
+            if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+                sys::fail(status, Step::Signals);
+            }
+            false
+        }
+    };
+
+    let sfd = sys::block_and_signalfd(&[
+        libc::SIGCHLD,
+        libc::SIGTERM,
+        libc::SIGINT,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+    ]);
+    if sfd < 0 {
+        sys::fail(status, Step::Signals);
+    }
+
+    // K: pid 1 of the command's pid namespace.
+    let mut k_pid: libc::pid_t = -1;
+    let mut death = [-1 as Fd; 2];
+    if fresh_pid_ns {
+        if libc::pipe2(death.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            sys::fail(status, Step::Fork);
+        }
+        k_pid = libc::fork();
+        if k_pid < 0 {
+            sys::fail(status, Step::Fork);
+        }
+        if k_pid == 0 {
+            mini_init(death[0], death[1], status);
+        }
+        libc::close(death[0]);
+    }
+
+    // L: the command.
+    let l_pid = libc::fork();
+    if l_pid < 0 {
+        sys::fail(status, Step::Fork);
+    }
+    if l_pid == 0 {
+        libc::close(sfd);
+        libc::close(life);
+        if death[1] >= 0 {
+            libc::close(death[1]);
+        }
+        exec_command(plan, status, fresh_pid_ns);
+    }
+
+    // Supervisor I: let the pipes reach EOF once the command's processes are gone.
+    libc::close(0);
+    libc::close(1);
+    libc::close(2);
+    libc::close(status);
+    supervise(sfd, life, k_pid, l_pid, fresh_pid_ns)
+}
+
+/// K: stays pid 1 so the namespace lives while the command runs; forwards TERM to everyone.
+unsafe fn mini_init(death_r: Fd, death_w: Fd, status: Fd) -> ! {
+    libc::close(death_w);
+    libc::close(status);
+    libc::close(0);
+    libc::close(1);
+    libc::close(2);
+    // Orphans are reparented to us: reap them automatically.
+    libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+    let sfd = sys::block_and_signalfd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
+    loop {
+        let mut p = [
+            libc::pollfd {
+                fd: death_r,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let r = libc::poll(p.as_mut_ptr(), 2, -1);
+        if r < 0 {
+            if sys::errno() == libc::EINTR {
+                continue;
+            }
+            libc::_exit(1);
+        }
+        if p[0].revents != 0 {
+            // The supervisor is gone: dying takes the whole pid namespace with us.
+            libc::_exit(0);
+        }
+        if p[1].revents != 0 && sys::read_signal(sfd) > 0 {
+            libc::kill(-1, libc::SIGTERM);
+        }
+    }
+}
+
+unsafe fn exec_command(plan: &ExecPlan, status: Fd, fresh_pid_ns: bool) -> ! {
+    sys::unblock_all_signals();
+    for s in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGPIPE] {
+        libc::signal(s, libc::SIG_DFL);
+    }
+    if fresh_pid_ns {
+        // Our own /proc, so pids, /proc/self and `ps` agree inside the command.
+        if !sys::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        ) {
+            sys::fail(status, Step::Proc);
+        }
+    }
+    if libc::chdir(plan.cwd.as_ptr()) != 0 {
+        sys::fail(status, Step::Chdir);
+    }
+    for &(res, val) in &plan.rlimits {
+        let lim = libc::rlimit {
+            rlim_cur: val,
+            rlim_max: val,
+        };
+        if libc::setrlimit(res, &lim) != 0 {
+            sys::fail(status, Step::Rlimit);
+        }
+    }
+    if libc::setsid() < 0 {
+        sys::fail(status, Step::Signals);
+    }
+    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+        sys::fail(status, Step::Landlock);
+    }
+    if plan.landlock_abi > 0 {
+        let mut full = [c"/".as_ref(); 8];
+        let mut files = [c"/".as_ref(); 8];
+        let nf = plan.landlock_full.len().min(8);
+        let nd = plan.landlock_files.len().min(8);
+        for i in 0..nf {
+            full[i] = plan.landlock_full[i].as_c_str();
+        }
+        for i in 0..nd {
+            files[i] = plan.landlock_files[i].as_c_str();
+        }
+        if !sys::landlock_restrict(plan.landlock_abi, &full[..nf], &files[..nd]) {
+            sys::fail(status, Step::Landlock);
+        }
+    }
+    if let Some(prog) = plan.seccomp
+        && !sys::seccomp_install(prog)
+    {
+        sys::fail(status, Step::Seccomp);
+    }
+    let mut last = libc::ENOENT;
+    for exe in &plan.exe_candidates {
+        libc::execve(exe.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr());
+        let e = sys::errno();
+        if e != libc::ENOENT && e != libc::ENOTDIR {
+            last = e;
+        }
+    }
+    // Not an infrastructure failure: like a shell, report "command not found" as 127.
+    *libc::__errno_location() = last;
+    let msg: &[u8] = if last == libc::ENOENT {
+        b"dojo-sandbox: command not found\n"
+    } else {
+        b"dojo-sandbox: cannot execute command\n"
+    };
+    sys::write_all(2, msg);
+    libc::_exit(if last == libc::ENOENT { 127 } else { 126 })
+}
+
+/// I: wait for the command; forward TERM; kill everything when it exits or the caller dies.
+unsafe fn supervise(sfd: Fd, life: Fd, k_pid: libc::pid_t, l_pid: libc::pid_t, ns: bool) -> ! {
+    loop {
+        let mut p = [
+            libc::pollfd {
+                fd: sfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: life,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let r = libc::poll(p.as_mut_ptr(), 2, -1);
+        if r < 0 {
+            if sys::errno() == libc::EINTR {
+                continue;
+            }
+            kill_all(k_pid, l_pid, ns, libc::SIGKILL);
+            libc::_exit(sys::SETUP_FAILED_EXIT);
+        }
+        if p[1].revents != 0 {
+            kill_all(k_pid, l_pid, ns, libc::SIGKILL);
+            libc::_exit(137);
+        }
+        if p[0].revents == 0 {
+            continue;
+        }
+        let sig = sys::read_signal(sfd);
+        if sig == libc::SIGCHLD {
+            // Reap every child that exited (K, or reparented orphans in fallback mode); stop when
+            // the command itself is done.
+            loop {
+                let mut st = 0;
+                let w = libc::waitpid(-1, &mut st, libc::WNOHANG);
+                if w <= 0 {
+                    break;
+                }
+                if w == l_pid {
+                    kill_all(k_pid, l_pid, ns, libc::SIGKILL);
+                    sys::exit_like(st);
+                }
+            }
+        } else if sig > 0 {
+            kill_all(k_pid, l_pid, ns, libc::SIGTERM);
+        }
+    }
+}
+
+/// Signal everything the command started.
+unsafe fn kill_all(k_pid: libc::pid_t, l_pid: libc::pid_t, ns: bool, sig: libc::c_int) {
+    if ns {
+        // K forwards TERM to the whole namespace; KILL of K kills the namespace.
+        libc::kill(k_pid, sig);
+        if sig == libc::SIGKILL {
+            libc::waitpid(k_pid, std::ptr::null_mut(), 0);
+        }
+        return;
+    }
+    // Fallback: the command's group, then every descendant (they are reparented to us, the
+    // subreaper, when their parents die), until none is left.
+    libc::kill(-l_pid, sig);
+    if sig != libc::SIGKILL {
+        kill_children(sig);
+        return;
+    }
+    for _ in 0..10_000 {
+        if kill_children(sig) == 0 {
+            break;
+        }
+        while libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) > 0 {}
+        libc::usleep(1000);
+    }
+}
+
+/// Send `sig` to each direct child (and its process group); returns how many were found.
+unsafe fn kill_children(sig: libc::c_int) -> usize {
+    let mut path = [0u8; 64];
+    let mut len = 0;
+    for &b in b"/proc/self/task/" {
+        path[len] = b;
+        len += 1;
+    }
+    len += fmt_u32(libc::getpid() as u32, &mut path[len..]);
+    for &b in b"/children\0" {
+        path[len] = b;
+        len += 1;
+    }
+    let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return 0;
+    }
+    let mut buf = [0u8; 4096];
+    let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+    libc::close(fd);
+    if n <= 0 {
+        return 0;
+    }
+    let mut count = 0;
+    let mut cur: i64 = 0;
+    let mut in_num = false;
+    for &b in &buf[..n as usize] {
+        if b.is_ascii_digit() {
+            cur = cur * 10 + (b - b'0') as i64;
+            in_num = true;
+        } else if in_num {
+            libc::kill(-(cur as libc::pid_t), sig);
+            libc::kill(cur as libc::pid_t, sig);
+            count += 1;
+            cur = 0;
+            in_num = false;
+        }
+    }
+    count
+}
+
+fn fmt_u32(mut v: u32, out: &mut [u8]) -> usize {
+    let mut tmp = [0u8; 10];
+    let mut i = 0;
+    loop {
+        tmp[i] = b'0' + (v % 10) as u8;
+        i += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for j in 0..i {
+        out[j] = tmp[i - 1 - j];
+    }
+    i
+}
+
+// ---------------------------------------------------------------------------------------------
+// The holder.
+
+/// One entry of the new root: a read-only bind of a host directory or a copied symlink.
+pub(crate) enum RootEntry {
+    Bind { src: CString, dst: CString },
+    Symlink { target: CString, dst: CString },
+}
+
+/// Everything the holder needs, prepared before fork. Paths starting with `/tmp/` refer to the
+/// new root while it is being built (it is a tmpfs mounted over `/tmp` in the private mount ns).
+pub(crate) struct HolderPlan {
+    /// Switch from host root to this uid/gid before creating the user namespace.
+    pub switch_to: Option<(u32, u32)>,
+    pub keep: bool,
+    pub status_w: Fd,
+    pub lifeline_r: Option<Fd>,
+    pub lower: Fd,
+    pub upper: Fd,
+    pub work: Fd,
+    pub venv: Option<Fd>,
+    pub cgroup_procs: Vec<Fd>,
+    pub uid_map: CString,
+    pub gid_map: CString,
+    pub entries: Vec<RootEntry>,
+    /// Host paths (prefixed with /tmp) to cover with an empty read-only tmpfs ($DOJO_HOME).
+    pub hide: Vec<CString>,
+    /// Overlay options; refers to the renumbered fds (/proc/self/fd/N).
+    pub overlay_opts: CString,
+    /// Where the venv fd will be after renumbering (/proc/self/fd/N).
+    pub venv_src: CString,
+    pub tmp_opts: CString,
+    pub shm_opts: CString,
+}
+
+/// Fixed descriptor numbers after [`sys::keep_fds`] in the holder: status, lower, upper, work,
+/// then venv (if any), then the lifeline (if any), then cgroups.
+pub(crate) const H_LOWER: Fd = 4;
+pub(crate) const H_UPPER: Fd = 5;
+pub(crate) const H_WORK: Fd = 6;
+pub(crate) const H_VENV: Fd = 7;
+
+/// Body of the pre_exec closure that becomes the holder. P (this process) switches uid, creates
+/// the namespaces and forks C (pid 1 of the new pid ns), reports C's pid and waits for it; C builds
+/// the root, reports success and then just waits for the lifeline to close (or forever when kept).
+pub(crate) unsafe fn run_holder(plan: &HolderPlan) -> std::io::Error {
+    let mut fds = [0 as Fd; 16];
+    let mut n = 0;
+    for fd in [plan.status_w, plan.lower, plan.upper, plan.work] {
+        fds[n] = fd;
+        n += 1;
+    }
+    if let Some(v) = plan.venv {
+        fds[n] = v;
+        n += 1;
+    }
+    let i_life = plan.lifeline_r.map(|l| {
+        fds[n] = l;
+        n += 1;
+        n - 1
+    });
+    let cg_start = n;
+    for &c in &plan.cgroup_procs {
+        if n < fds.len() {
+            fds[n] = c;
+            n += 1;
+        }
+    }
+    let cg_end = n;
+    if !sys::keep_fds(&mut fds[..n]) {
+        return std::io::Error::last_os_error();
+    }
+    let status = fds[0];
+    let life = i_life.map(|i| fds[i]);
+    for &cg in &fds[cg_start..cg_end] {
+        if !sys::write_all(cg, b"0") {
+            sys::fail(status, Step::Cgroup);
+        }
+        libc::close(cg);
+    }
+    if plan.keep {
+        libc::setsid();
+    }
+    if let Some((uid, gid)) = plan.switch_to {
+        if libc::setgroups(0, std::ptr::null()) != 0 {
+            sys::fail(status, Step::Setgroups);
+        }
+        if libc::setresgid(gid, gid, gid) != 0 {
+            sys::fail(status, Step::Setgid);
+        }
+        if libc::setresuid(uid, uid, uid) != 0 {
+            sys::fail(status, Step::Setuid);
+        }
+    }
+    // Changing uid cleared "dumpable", which makes /proc/self/* root-owned: restore it so we
+    // can write our own uid_map.
+    libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+    if libc::unshare(
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWPID,
+    ) != 0
+    {
+        sys::fail(status, Step::Unshare);
+    }
+    if !sys::write_file(c"/proc/self/setgroups", b"deny")
+        || !sys::write_file(c"/proc/self/uid_map", plan.uid_map.as_bytes())
+        || !sys::write_file(c"/proc/self/gid_map", plan.gid_map.as_bytes())
+    {
+        sys::fail(status, Step::UidMap);
+    }
+    let c = libc::fork();
+    if c < 0 {
+        sys::fail(status, Step::Fork);
+    }
+    if c == 0 {
+        holder_init(plan, status, life);
+    }
+    sys::send(status, sys::TAG_PID, c, 0);
+    libc::close(status);
+    if let Some(l) = life {
+        libc::close(l);
+    }
+    libc::close_range(3, libc::c_uint::MAX, 0);
+    let mut st = 0;
+    loop {
+        let w = libc::waitpid(c, &mut st, 0);
+        if w == c {
+            break;
+        }
+        if w < 0 && sys::errno() != libc::EINTR {
+            libc::_exit(1);
+        }
+    }
+    sys::exit_like(st)
+}
+
+unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>) -> ! {
+    let t = |s: &std::ffi::CStr| s.as_ptr();
+    let null = std::ptr::null::<libc::c_char>();
+    let fail = |step| sys::fail(status, step);
+    if !sys::mount(
+        null,
+        t(c"/"),
+        null,
+        libc::MS_REC | libc::MS_PRIVATE,
+        null,
+    ) {
+        fail(Step::MakePrivate);
+    }
+    if !sys::mount(
+        t(c"tmpfs"),
+        t(c"/tmp"),
+        t(c"tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        t(c"mode=0755,size=1m"),
+    ) {
+        fail(Step::RootTmpfs);
+    }
+    for e in &plan.entries {
+        match e {
+            RootEntry::Bind { src, dst } => {
+                if libc::mkdir(dst.as_ptr(), 0o755) != 0 {
+                    fail(Step::Mkdir);
+                }
+                if !sys::mount(src.as_ptr(), dst.as_ptr(), null, libc::MS_BIND | libc::MS_REC, null)
+                {
+                    fail(Step::Bind);
+                }
+                if !sys::mount_setattr_rec(dst, sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID) {
+                    fail(Step::Readonly);
+                }
+            }
+            RootEntry::Symlink { target, dst } => {
+                if libc::symlink(target.as_ptr(), dst.as_ptr()) != 0 {
+                    fail(Step::Mkdir);
+                }
+            }
+        }
+    }
+    for h in &plan.hide {
+        // Unreachable paths (under a 0700 home) need no hiding; ignore failures.
+        sys::mount(
+            t(c"tmpfs"),
+            h.as_ptr(),
+            t(c"tmpfs"),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            t(c"size=4k,mode=0755"),
+        );
+    }
+    // /dev: a small tmpfs with the harmless device nodes bound in.
+    if libc::mkdir(t(c"/tmp/dev"), 0o755) != 0
+        || !sys::mount(
+            t(c"tmpfs"),
+            t(c"/tmp/dev"),
+            t(c"tmpfs"),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            t(c"mode=0755,size=64k"),
+        )
+    {
+        fail(Step::Dev);
+    }
+    for (src, dst) in [
+        (c"/dev/null", c"/tmp/dev/null"),
+        (c"/dev/zero", c"/tmp/dev/zero"),
+        (c"/dev/full", c"/tmp/dev/full"),
+        (c"/dev/random", c"/tmp/dev/random"),
+        (c"/dev/urandom", c"/tmp/dev/urandom"),
+        (c"/dev/tty", c"/tmp/dev/tty"),
+    ] {
+        let fd = libc::open(dst.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o644);
+        if fd < 0 {
+            fail(Step::Dev);
+        }
+        libc::close(fd);
+        if !sys::mount(src.as_ptr(), dst.as_ptr(), null, libc::MS_BIND, null) && src != c"/dev/tty"
+        {
+            fail(Step::Dev);
+        }
+    }
+    for (target, dst) in [
+        (c"/proc/self/fd", c"/tmp/dev/fd"),
+        (c"/proc/self/fd/0", c"/tmp/dev/stdin"),
+        (c"/proc/self/fd/1", c"/tmp/dev/stdout"),
+        (c"/proc/self/fd/2", c"/tmp/dev/stderr"),
+        (c"pts/ptmx", c"/tmp/dev/ptmx"),
+    ] {
+        libc::symlink(target.as_ptr(), dst.as_ptr());
+    }
+    if libc::mkdir(t(c"/tmp/dev/shm"), 0o1777) != 0
+        || !sys::mount(
+            t(c"tmpfs"),
+            t(c"/tmp/dev/shm"),
+            t(c"tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            plan.shm_opts.as_ptr(),
+        )
+    {
+        fail(Step::Dev);
+    }
+    if libc::mkdir(t(c"/tmp/dev/pts"), 0o755) == 0 {
+        // Pseudo-terminals for tools that need one; optional.
+        sys::mount(
+            t(c"devpts"),
+            t(c"/tmp/dev/pts"),
+            t(c"devpts"),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            t(c"newinstance,ptmxmode=0666,mode=0620"),
+        );
+    }
+    // The workspace: overlay of the pristine tree (read-only lower) and this sandbox's upper.
+    if libc::mkdir(t(c"/tmp/testbed"), 0o755) != 0 {
+        fail(Step::Mkdir);
+    }
+    if !sys::mount(
+        t(c"overlay"),
+        t(c"/tmp/testbed"),
+        t(c"overlay"),
+        0,
+        plan.overlay_opts.as_ptr(),
+    ) {
+        fail(Step::Overlay);
+    }
+    if plan.venv.is_some() {
+        if libc::mkdir(t(c"/tmp/venv"), 0o755) != 0 {
+            fail(Step::Mkdir);
+        }
+        if !sys::mount(
+            plan.venv_src.as_ptr(),
+            t(c"/tmp/venv"),
+            null,
+            libc::MS_BIND | libc::MS_REC,
+            null,
+        ) {
+            fail(Step::Bind);
+        }
+        if !sys::mount_setattr_rec(
+            c"/tmp/venv",
+            sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+        ) {
+            fail(Step::Readonly);
+        }
+    }
+    if libc::mkdir(t(c"/tmp/tmp"), 0o1777) != 0
+        || !sys::mount(
+            t(c"tmpfs"),
+            t(c"/tmp/tmp"),
+            t(c"tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            plan.tmp_opts.as_ptr(),
+        )
+    {
+        fail(Step::Tmpfs);
+    }
+    if libc::mkdir(t(c"/tmp/proc"), 0o555) != 0
+        || !sys::mount(
+            t(c"proc"),
+            t(c"/tmp/proc"),
+            t(c"proc"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            null,
+        )
+    {
+        fail(Step::Proc);
+    }
+    if libc::chdir(t(c"/tmp")) != 0
+        || libc::syscall(libc::SYS_pivot_root, t(c"."), t(c".")) != 0
+        || libc::umount2(t(c"."), libc::MNT_DETACH) != 0
+        || libc::chdir(t(c"/")) != 0
+    {
+        fail(Step::PivotRoot);
+    }
+    // The root tmpfs itself (mount points only) becomes read-only too.
+    if !sys::mount(
+        null,
+        t(c"/"),
+        null,
+        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+        null,
+    ) {
+        fail(Step::Readonly);
+    }
+    if !sys::mount(
+        null,
+        t(c"/dev"),
+        null,
+        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NOEXEC,
+        null,
+    ) {
+        fail(Step::Readonly);
+    }
+    if !sys::loopback_up() {
+        fail(Step::LoopbackUp);
+    }
+    sys::send(status, sys::TAG_OK, 0, 0);
+    libc::close(status);
+    // Hold the namespaces. Orphans cannot appear here (commands live in their own pid ns), but
+    // reap anything just in case.
+    libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+    match life {
+        Some(l) => {
+            libc::close_range(3, (l - 1) as libc::c_uint, 0);
+            libc::close_range((l + 1) as libc::c_uint, libc::c_uint::MAX, 0);
+            loop {
+                let mut p = libc::pollfd {
+                    fd: l,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let r = libc::poll(&mut p, 1, -1);
+                if r > 0 && p.revents != 0 {
+                    libc::_exit(0);
+                }
+            }
+        }
+        None => {
+            libc::close_range(3, libc::c_uint::MAX, 0);
+            loop {
+                libc::pause();
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reset: replace /testbed (new upper) and /tmp inside a live sandbox from outside.
+
+pub(crate) struct RemountPlan {
+    pub status_w: Fd,
+    pub userns: Fd,
+    pub mntns: Fd,
+    pub lower: Fd,
+    pub upper: Fd,
+    pub work: Fd,
+    pub host_root: bool,
+    /// "/proc/self/fd/N" strings for the renumbered lower/upper/work.
+    pub lower_s: CString,
+    pub upper_s: CString,
+    pub work_s: CString,
+    pub tmp_size: CString,
+}
+
+pub(crate) const R_USER: Fd = 4;
+pub(crate) const R_MNT: Fd = 5;
+pub(crate) const R_LOWER: Fd = 6;
+pub(crate) const R_UPPER: Fd = 7;
+pub(crate) const R_WORK: Fd = 8;
+
+pub(crate) unsafe fn run_remount(plan: &RemountPlan) -> std::io::Error {
+    let mut fds = [
+        plan.status_w,
+        plan.userns,
+        plan.mntns,
+        plan.lower,
+        plan.upper,
+        plan.work,
+    ];
+    if !sys::keep_fds(&mut fds) {
+        return std::io::Error::last_os_error();
+    }
+    let status = fds[0];
+    if plan.host_root && libc::setgroups(0, std::ptr::null()) != 0 {
+        sys::fail(status, Step::Setgroups);
+    }
+    if libc::setns(R_USER, libc::CLONE_NEWUSER) != 0 {
+        sys::fail(status, Step::Setns);
+    }
+    if libc::setresgid(0, 0, 0) != 0 {
+        sys::fail(status, Step::Setgid);
+    }
+    if libc::setresuid(0, 0, 0) != 0 {
+        sys::fail(status, Step::Setuid);
+    }
+    libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+    // Build the new overlay and tmpfs while paths still resolve in the host's mount namespace.
+    let ovl = sys::fsopen(c"overlay");
+    if ovl < 0
+        || !sys::fsconfig_flag(ovl, c"userxattr")
+        || !sys::fsconfig_str(ovl, c"lowerdir", &plan.lower_s)
+        || !sys::fsconfig_str(ovl, c"upperdir", &plan.upper_s)
+        || !sys::fsconfig_str(ovl, c"workdir", &plan.work_s)
+    {
+        sys::fail(status, Step::NewMount);
+    }
+    let ovl_m = sys::fs_create_mount(ovl);
+    if ovl_m < 0 {
+        sys::fail(status, Step::NewMount);
+    }
+    let tmp = sys::fsopen(c"tmpfs");
+    if tmp < 0
+        || !sys::fsconfig_str(tmp, c"mode", c"1777")
+        || !sys::fsconfig_str(tmp, c"size", &plan.tmp_size)
+    {
+        sys::fail(status, Step::NewMount);
+    }
+    let tmp_m = sys::fs_create_mount(tmp);
+    if tmp_m < 0 {
+        sys::fail(status, Step::NewMount);
+    }
+    if libc::setns(R_MNT, libc::CLONE_NEWNS) != 0 {
+        sys::fail(status, Step::Setns);
+    }
+    if libc::umount2(c"/testbed".as_ptr(), libc::MNT_DETACH) != 0 {
+        sys::fail(status, Step::Umount);
+    }
+    if !sys::move_mount_to(ovl_m, c"/testbed") {
+        sys::fail(status, Step::MoveMount);
+    }
+    if libc::umount2(c"/tmp".as_ptr(), libc::MNT_DETACH) != 0 {
+        sys::fail(status, Step::Umount);
+    }
+    if !sys::move_mount_to(tmp_m, c"/tmp") {
+        sys::fail(status, Step::MoveMount);
+    }
+    sys::send(status, sys::TAG_OK, 0, 0);
+    libc::_exit(0)
+}

@@ -1,0 +1,160 @@
+//! `dojo sandbox doctor`: which isolation features work on this host, probed for real (a forked
+//! child tries each one as the sandbox uid), and which backend `Auto` will use.
+
+use std::ffi::CString;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+
+use crate::child::cstr;
+use crate::{BackendKind, ns, sys};
+
+/// One probed feature.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Feature {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// Everything `doctor` reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub kernel: String,
+    pub running_as_root: bool,
+    pub sandbox_uid: u32,
+    pub features: Vec<Feature>,
+    pub landlock_abi: i32,
+    pub cgroup_version: Option<String>,
+    pub cgroup_controllers: Vec<String>,
+    pub backend: BackendKind,
+}
+
+/// Try `unshare(flags)` (plus an overlay mount with `userxattr` when `overlay`) in a forked child
+/// running as the sandbox uid.
+fn probe(flags: libc::c_int, overlay: bool) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("dojo-probe-{}-{flags}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for d in ["l", "u", "w", "m"] {
+        std::fs::create_dir_all(dir.join(d)).map_err(|e| e.to_string())?;
+        let _ = ns::chown_to_sandbox(&dir.join(d));
+    }
+    let _ = ns::chown_to_sandbox(&dir);
+    let uid = ns::sandbox_uid();
+    let root = ns::is_root();
+    let uid_map = cstr(format!("0 {uid} 1\n"));
+    let opts = cstr(format!(
+        "userxattr,lowerdir={0}/l,upperdir={0}/u,workdir={0}/w",
+        dir.display()
+    ));
+    let target: CString = cstr(dir.join("m").as_os_str().as_encoded_bytes());
+    let mut cmd = std::process::Command::new("/bin/true");
+    // SAFETY: only async-signal-safe system calls on data prepared above.
+    unsafe {
+        cmd.pre_exec(move || {
+            let err = std::io::Error::last_os_error;
+            if root
+                && (libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setresgid(uid, uid, uid) != 0
+                    || libc::setresuid(uid, uid, uid) != 0)
+            {
+                return Err(err());
+            }
+            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+            if libc::unshare(flags) != 0 {
+                return Err(err());
+            }
+            if flags & libc::CLONE_NEWUSER != 0
+                && (!sys::write_file(c"/proc/self/setgroups", b"deny")
+                    || !sys::write_file(c"/proc/self/uid_map", uid_map.as_bytes())
+                    || !sys::write_file(c"/proc/self/gid_map", uid_map.as_bytes()))
+            {
+                return Err(err());
+            }
+            if overlay
+                && !sys::mount(
+                    c"overlay".as_ptr(),
+                    target.as_ptr(),
+                    c"overlay".as_ptr(),
+                    0,
+                    opts.as_ptr(),
+                )
+            {
+                return Err(err());
+            }
+            Ok(())
+        });
+    }
+    let r = match cmd.status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("probe exited with {s}")),
+        Err(e) => Err(e.to_string()),
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+/// Whether the namespace backend can run here (user+mount+pid+net namespaces and overlayfs with
+/// `userxattr` as the sandbox uid).
+pub fn namespaces_usable() -> bool {
+    probe(
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWPID,
+        true,
+    )
+    .is_ok()
+}
+
+fn feature(name: &str, r: Result<(), String>) -> Feature {
+    Feature {
+        name: name.into(),
+        ok: r.is_ok(),
+        detail: r.err().unwrap_or_else(|| "works".into()),
+    }
+}
+
+/// Probe everything.
+pub fn report() -> Report {
+    let u = libc::CLONE_NEWUSER;
+    let mut features = vec![
+        feature("user namespace", probe(u, false)),
+        feature("mount namespace", probe(u | libc::CLONE_NEWNS, false)),
+        feature("pid namespace", probe(u | libc::CLONE_NEWPID, false)),
+        feature("network namespace", probe(u | libc::CLONE_NEWNET, false)),
+        feature("overlayfs (userxattr) in a user namespace", probe(u | libc::CLONE_NEWNS, true)),
+    ];
+    let abi = ns::landlock_abi();
+    features.push(Feature {
+        name: "landlock".into(),
+        ok: abi > 0,
+        detail: if abi > 0 {
+            format!("ABI {abi}")
+        } else {
+            "unavailable (writes are still confined by the read-only root)".into()
+        },
+    });
+    let seccomp = std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Seccomp_filters:")))
+        .unwrap_or(false)
+        || Path::new("/proc/sys/kernel/seccomp/actions_avail").exists();
+    features.push(Feature {
+        name: "seccomp filter".into(),
+        ok: seccomp,
+        detail: if seccomp { "available".into() } else { "not available".into() },
+    });
+    let cg = crate::cgroup::detect();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    Report {
+        schema_version: 1,
+        kernel,
+        running_as_root: ns::is_root(),
+        sandbox_uid: ns::sandbox_uid(),
+        features,
+        landlock_abi: abi,
+        cgroup_version: cg.as_ref().map(|c| c.version().to_string()),
+        cgroup_controllers: cg.as_ref().map(|c| c.controllers()).unwrap_or_default(),
+        backend: crate::auto_backend(),
+    }
+}

@@ -1,0 +1,249 @@
+//! Running one supervised command from tokio: continuous draining of stdout/stderr with head+tail
+//! caps, stdin feeding, timeout with TERM → grace → KILL, and the setup status pipe.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+use crate::sys;
+use crate::{ExecOutput, ExecRequest, OutputCap, Result, SandboxError};
+
+/// Keeps the first `head` and the last `tail` bytes of a stream; memory is bounded by head+tail.
+#[derive(Debug)]
+pub(crate) struct CapBuf {
+    cap: OutputCap,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    pub(crate) truncated: bool,
+}
+
+impl CapBuf {
+    pub(crate) fn new(cap: OutputCap) -> CapBuf {
+        CapBuf {
+            cap,
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            truncated: false,
+        }
+    }
+    pub(crate) fn push(&mut self, mut data: &[u8]) {
+        if self.head.len() < self.cap.head {
+            let n = (self.cap.head - self.head.len()).min(data.len());
+            self.head.extend_from_slice(&data[..n]);
+            data = &data[n..];
+        }
+        if data.is_empty() {
+            return;
+        }
+        if self.cap.tail == 0 {
+            self.truncated = true;
+            return;
+        }
+        if data.len() >= self.cap.tail {
+            self.truncated |= !self.tail.is_empty() || data.len() > self.cap.tail;
+            self.tail.clear();
+            self.tail.extend(&data[data.len() - self.cap.tail..]);
+            return;
+        }
+        let overflow = (self.tail.len() + data.len()).saturating_sub(self.cap.tail);
+        if overflow > 0 {
+            self.truncated = true;
+            self.tail.drain(..overflow);
+        }
+        self.tail.extend(data);
+    }
+    pub(crate) fn finish(self) -> (Vec<u8>, bool) {
+        let mut v = self.head;
+        if self.truncated {
+            v.extend_from_slice(
+                format!(
+                    "\n[... output truncated by dojo-sandbox (head {} + tail {} bytes kept) ...]\n",
+                    self.cap.head, self.cap.tail
+                )
+                .as_bytes(),
+            );
+        }
+        v.extend(self.tail);
+        (v, self.truncated)
+    }
+}
+
+async fn drain(mut r: impl AsyncRead + Unpin, cap: OutputCap) -> CapBuf {
+    let mut buf = CapBuf::new(cap);
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.push(&chunk[..n]),
+        }
+    }
+    buf
+}
+
+/// Live supervisor pids of a sandbox, so reset/teardown can kill commands still running.
+pub(crate) type LiveSet = Arc<Mutex<std::collections::HashSet<i32>>>;
+
+/// A CLOEXEC pipe (read, write).
+pub(crate) fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two valid descriptors on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: freshly created, owned by us.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The process-wide lifeline: every helper process polls the read end and exits when it reports
+/// EOF, i.e. when this process died (the write end is only ever held here).
+pub(crate) fn lifeline_r() -> i32 {
+    static LIFELINE: std::sync::OnceLock<(OwnedFd, OwnedFd)> = std::sync::OnceLock::new();
+    LIFELINE
+        .get_or_init(|| pipe().expect("creating the lifeline pipe"))
+        .0
+        .as_raw_fd()
+}
+
+/// Read setup messages from a status pipe until EOF (blocking; run in spawn_blocking).
+pub(crate) fn read_status(fd: OwnedFd) -> Vec<(u32, i32, i32)> {
+    let mut out = Vec::new();
+    let mut f = std::fs::File::from(fd);
+    let mut m = [0u8; 12];
+    use std::io::Read;
+    while f.read_exact(&mut m).is_ok() {
+        out.push(sys::decode(&m));
+    }
+    out
+}
+
+pub(crate) fn status_error(what: &str, msgs: &[(u32, i32, i32)]) -> Option<SandboxError> {
+    msgs.iter().find(|m| m.0 == sys::TAG_ERR).map(|&(_, step, e)| {
+        SandboxError::Setup(format!(
+            "{what}: {} failed: {}",
+            sys::step_name(step),
+            std::io::Error::from_raw_os_error(e)
+        ))
+    })
+}
+
+/// Spawn a prepared supervisor command and run it to completion.
+pub(crate) async fn run(
+    mut cmd: tokio::process::Command,
+    status_r: OwnedFd,
+    status_w: OwnedFd,
+    req: &ExecRequest,
+    live: &LiveSet,
+) -> Result<ExecOutput> {
+    let start = Instant::now();
+    cmd.stdin(if req.stdin.is_some() {
+        std::process::Stdio::piped()
+    } else {
+        std::process::Stdio::null()
+    })
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| SandboxError::Setup(format!("spawning the command supervisor: {e}")))?;
+    drop(status_w);
+    let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+    live.lock().unwrap_or_else(|p| p.into_inner()).insert(pid);
+    let status_task = tokio::task::spawn_blocking(move || read_status(status_r));
+    let stdin = child.stdin.take();
+    let input = req.stdin.clone();
+    let feed = async move {
+        if let (Some(mut w), Some(data)) = (stdin, input) {
+            let _ = w.write_all(&data).await;
+            let _ = w.shutdown().await;
+        }
+    };
+    let out = child.stdout.take();
+    let err = child.stderr.take();
+    let cap = req.output_cap;
+    let out_task = tokio::spawn(async move {
+        match out {
+            Some(o) => drain(o, cap).await,
+            None => CapBuf::new(cap),
+        }
+    });
+    let err_task = tokio::spawn(async move {
+        match err {
+            Some(e) => drain(e, cap).await,
+            None => CapBuf::new(cap),
+        }
+    });
+    tokio::spawn(feed);
+    let mut timed_out = false;
+    let status = match tokio::time::timeout(req.timeout, child.wait()).await {
+        Ok(s) => s,
+        Err(_) => {
+            timed_out = true;
+            // SAFETY: plain kill(2) of our own child.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            match tokio::time::timeout(req.grace, child.wait()).await {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = child.start_kill();
+                    child.wait().await
+                }
+            }
+        }
+    };
+    live.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid);
+    let status =
+        status.map_err(|e| SandboxError::Setup(format!("waiting for the command: {e}")))?;
+    let msgs = status_task.await.unwrap_or_default();
+    if let Some(e) = status_error("running the command", &msgs) {
+        return Err(e);
+    }
+    let (stdout, stdout_truncated) = out_task
+        .await
+        .map(CapBuf::finish)
+        .unwrap_or((Vec::new(), false));
+    let (stderr, stderr_truncated) = err_task
+        .await
+        .map(CapBuf::finish)
+        .unwrap_or((Vec::new(), false));
+    Ok(ExecOutput {
+        exit_code: status.code(),
+        signal: status.signal(),
+        stdout,
+        stderr,
+        stdout_truncated,
+        stderr_truncated,
+        timed_out,
+        duration: start.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capbuf_keeps_head_and_tail() {
+        let mut b = CapBuf::new(OutputCap { head: 4, tail: 4 });
+        for chunk in [b"abc".as_ref(), b"defgh", b"ijkl", b"mn"] {
+            b.push(chunk);
+        }
+        let (v, t) = b.finish();
+        assert!(t);
+        let s = String::from_utf8(v).unwrap();
+        assert!(s.starts_with("abcd"), "{s}");
+        assert!(s.ends_with("klmn"), "{s}");
+    }
+
+    #[test]
+    fn capbuf_small_output_untouched() {
+        let mut b = CapBuf::new(OutputCap { head: 4, tail: 4 });
+        b.push(b"abcdef");
+        let (v, t) = b.finish();
+        assert!(!t);
+        assert_eq!(v, b"abcdef");
+    }
+}

@@ -1,0 +1,647 @@
+//! The namespace backend, caller side: creating the holder, building per-command plans, reset by
+//! remounting a fresh upper dir, direct file I/O through `/proc/<holder>/root`, teardown.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::child::{self, CArgv, ExecPlan, HolderPlan, Mode, RemountPlan, RootEntry, cstr};
+use crate::exec::{self, LiveSet};
+use crate::{ExecRequest, Limits, Result, SandboxError, WORKSPACE, cgroup, sys};
+
+/// Where the Python environment is mounted (read-only) inside every sandbox.
+pub const VENV_PATH: &str = "/venv";
+
+/// Size of each sandbox's private /tmp (a tmpfs; memory is charged to the sandbox's cgroup).
+pub(crate) const TMP_SIZE: &str = "2g";
+
+pub(crate) fn setup_err(what: impl std::fmt::Display) -> SandboxError {
+    SandboxError::Setup(what.to_string())
+}
+
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SandboxError + '_ {
+    move |source| SandboxError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+pub(crate) fn is_root() -> bool {
+    // SAFETY: no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The unprivileged host uid (and gid) sandboxes run as. As root: `$DOJO_SANDBOX_UID`
+/// (default 1,600,000, outside any real user's range). Otherwise the caller's own uid.
+pub fn sandbox_uid() -> u32 {
+    if !is_root() {
+        // SAFETY: no preconditions.
+        return unsafe { libc::geteuid() };
+    }
+    std::env::var("DOJO_SANDBOX_UID")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&u| u != 0)
+        .unwrap_or(1_600_000)
+}
+
+fn sandbox_gid() -> u32 {
+    if !is_root() {
+        // SAFETY: no preconditions.
+        return unsafe { libc::getegid() };
+    }
+    sandbox_uid()
+}
+
+pub(crate) fn chown_to_sandbox(path: &Path) -> Result<()> {
+    if is_root() {
+        std::os::unix::fs::chown(path, Some(sandbox_uid()), Some(sandbox_gid()))
+            .map_err(io_err(path))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn open_path(path: &Path) -> Result<OwnedFd> {
+    let c = cstr(path.as_os_str().as_encoded_bytes());
+    // SAFETY: valid C string; the result is checked.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io_err(path)(std::io::Error::last_os_error()));
+    }
+    // SAFETY: fresh descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn open_ns(pid: i32, kind: &str) -> Result<OwnedFd> {
+    let p = PathBuf::from(format!("/proc/{pid}/ns/{kind}"));
+    let f = std::fs::File::open(&p).map_err(io_err(&p))?;
+    Ok(OwnedFd::from(f))
+}
+
+/// The host's top-level directories, bound read-only into every sandbox root (computed once).
+fn root_entries() -> &'static Vec<(String, Option<PathBuf>)> {
+    static E: OnceLock<Vec<(String, Option<PathBuf>)>> = OnceLock::new();
+    E.get_or_init(|| {
+        let skip = [
+            "proc",
+            "sys",
+            "dev",
+            "tmp",
+            "testbed",
+            "venv",
+            "lost+found",
+        ];
+        let mut v = Vec::new();
+        if let Ok(rd) = std::fs::read_dir("/") {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if skip.contains(&name.as_str()) {
+                    continue;
+                }
+                let Ok(ft) = e.file_type() else { continue };
+                if ft.is_symlink() {
+                    if let Ok(t) = std::fs::read_link(e.path()) {
+                        v.push((name, Some(t)));
+                    }
+                } else if ft.is_dir() {
+                    v.push((name, None));
+                }
+            }
+        }
+        v.sort();
+        v
+    })
+}
+
+pub(crate) fn seccomp_prog() -> &'static [libc::sock_filter] {
+    static P: OnceLock<Vec<libc::sock_filter>> = OnceLock::new();
+    P.get_or_init(sys::seccomp_program)
+}
+
+pub(crate) fn landlock_abi() -> i32 {
+    static A: OnceLock<i32> = OnceLock::new();
+    *A.get_or_init(|| {
+        if std::env::var("DOJO_LANDLOCK").is_ok_and(|v| v == "off" || v == "0") {
+            0
+        } else {
+            sys::landlock_abi()
+        }
+    })
+}
+
+/// Base environment of every command.
+pub(crate) fn base_env(venv: Option<&str>, extra: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    let sys_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    match venv {
+        Some(v) => {
+            env.insert("PATH".into(), format!("{v}/bin:{sys_path}"));
+            env.insert("VIRTUAL_ENV".into(), v.to_string());
+        }
+        None => {
+            env.insert("PATH".into(), sys_path.into());
+        }
+    }
+    env.insert("HOME".into(), "/tmp".into());
+    env.insert("USER".into(), "root".into());
+    env.insert("LOGNAME".into(), "root".into());
+    env.insert("SHELL".into(), "/bin/bash".into());
+    env.insert("LANG".into(), "C.UTF-8".into());
+    env.insert("LC_ALL".into(), "C.UTF-8".into());
+    env.insert("TMPDIR".into(), "/tmp".into());
+    env.insert("PIP_DISABLE_PIP_VERSION_CHECK".into(), "1".into());
+    for (k, v) in extra {
+        env.insert(k.clone(), v.clone());
+    }
+    env
+}
+
+/// argv[0] resolved against PATH (candidates tried in order by the child).
+pub(crate) fn exe_candidates(argv0: &str, env: &BTreeMap<String, String>) -> Vec<CString> {
+    if argv0.contains('/') {
+        return vec![cstr(argv0)];
+    }
+    env.get("PATH")
+        .map(String::as_str)
+        .unwrap_or("/usr/bin:/bin")
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| cstr(format!("{d}/{argv0}")))
+        .collect()
+}
+
+pub(crate) fn rlimits(limits: &Limits, memory_by_cgroup: bool) -> Vec<(libc::__rlimit_resource_t, u64)> {
+    let mut v = vec![(libc::RLIMIT_CORE, 0)];
+    if let Some(p) = limits.max_processes {
+        v.push((libc::RLIMIT_NPROC, p));
+    }
+    if let Some(f) = limits.max_file_size_bytes {
+        v.push((libc::RLIMIT_FSIZE, f));
+    }
+    if let Some(n) = limits.max_open_files {
+        v.push((libc::RLIMIT_NOFILE, n));
+    }
+    if let (Some(m), false) = (limits.memory_bytes, memory_by_cgroup) {
+        v.push((libc::RLIMIT_AS, m));
+    }
+    v
+}
+
+pub(crate) fn envp(env: &BTreeMap<String, String>) -> CArgv {
+    CArgv::new(env.iter().map(|(k, v)| cstr(format!("{k}={v}"))).collect())
+}
+
+/// A live namespace sandbox (caller side).
+pub(crate) struct NsSandbox {
+    pub dir: PathBuf,
+    pub holder_pid: i32,
+    pub holder: Option<tokio::process::Child>,
+    pub userns: OwnedFd,
+    pub mntns: OwnedFd,
+    pub netns: OwnedFd,
+    pub lower: PathBuf,
+    pub generation: u32,
+    pub cgroup: Option<Box<dyn cgroup::CgroupHandle>>,
+    pub live: LiveSet,
+    pub env: BTreeMap<String, String>,
+    pub limits: Limits,
+}
+
+pub(crate) fn upper_dirs(dir: &Path, generation: u32) -> (PathBuf, PathBuf) {
+    (
+        dir.join(format!("upper-{generation}")),
+        dir.join(format!("work-{generation}")),
+    )
+}
+
+fn make_layer_dirs(dir: &Path, generation: u32) -> Result<(PathBuf, PathBuf)> {
+    let (u, w) = upper_dirs(dir, generation);
+    for d in [&u, &w] {
+        std::fs::create_dir_all(d).map_err(io_err(d))?;
+        chown_to_sandbox(d)?;
+    }
+    Ok((u, w))
+}
+
+pub(crate) struct CreateArgs<'a> {
+    pub id: &'a str,
+    pub dir: &'a Path,
+    pub lower: &'a Path,
+    pub venv: Option<&'a Path>,
+    pub limits: &'a Limits,
+    pub extra_env: &'a BTreeMap<String, String>,
+    pub keep: bool,
+}
+
+pub(crate) async fn create(a: CreateArgs<'_>) -> Result<NsSandbox> {
+    let (upper, work) = make_layer_dirs(a.dir, 0)?;
+    let lower_fd = open_path(a.lower)?;
+    let upper_fd = open_path(&upper)?;
+    let work_fd = open_path(&work)?;
+    let venv_fd = a.venv.map(open_path).transpose()?;
+    let cg = match cgroup::detect() {
+        Some(d) => Some(d.create(a.id, a.limits).map_err(|e| {
+            setup_err(format!("creating the {} cgroup for sandbox {}: {e}", d.version(), a.id))
+        })?),
+        None => None,
+    };
+    let cg_fds = open_procs(cg.as_deref())?;
+    let (status_r, status_w) = exec::pipe().map_err(|e| setup_err(format!("pipe: {e}")))?;
+    let uid = sandbox_uid();
+    let gid = sandbox_gid();
+    let mut entries = Vec::new();
+    for (name, link) in root_entries() {
+        let dst = cstr(format!("/tmp/{name}"));
+        entries.push(match link {
+            Some(t) => RootEntry::Symlink {
+                target: cstr(t.as_os_str().as_encoded_bytes()),
+                dst,
+            },
+            None => RootEntry::Bind {
+                src: cstr(format!("/{name}")),
+                dst,
+            },
+        });
+    }
+    entries.push(RootEntry::Bind {
+        src: cstr("/sys"),
+        dst: cstr("/tmp/sys"),
+    });
+    let home = dojo_cache::dojo_home();
+    let hide = if home.starts_with("/tmp") || home.starts_with("/proc") {
+        Vec::new()
+    } else {
+        vec![cstr(format!("/tmp{}", home.display()))]
+    };
+    let plan = HolderPlan {
+        switch_to: is_root().then_some((uid, gid)),
+        keep: a.keep,
+        status_w: status_w.as_raw_fd(),
+        lifeline_r: (!a.keep).then(exec::lifeline_r),
+        lower: lower_fd.as_raw_fd(),
+        upper: upper_fd.as_raw_fd(),
+        work: work_fd.as_raw_fd(),
+        venv: venv_fd.as_ref().map(|f| f.as_raw_fd()),
+        cgroup_procs: cg_fds.iter().map(|f| f.as_raw_fd()).collect(),
+        uid_map: cstr(format!("0 {uid} 1\n")),
+        gid_map: cstr(format!("0 {gid} 1\n")),
+        entries,
+        hide,
+        overlay_opts: cstr(format!(
+            "userxattr,lowerdir=/proc/self/fd/{},upperdir=/proc/self/fd/{},workdir=/proc/self/fd/{}",
+            child::H_LOWER,
+            child::H_UPPER,
+            child::H_WORK
+        )),
+        venv_src: cstr(format!("/proc/self/fd/{}", child::H_VENV)),
+        tmp_opts: cstr(format!("mode=1777,size={TMP_SIZE}")),
+        shm_opts: cstr("mode=1777,size=256m"),
+    };
+    let mut cmd = tokio::process::Command::new("/bin/false");
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: run_holder only issues async-signal-safe system calls on data prepared above.
+    unsafe {
+        cmd.pre_exec(move || Err(child::run_holder(&plan)));
+    }
+    let holder = cmd
+        .spawn()
+        .map_err(|e| setup_err(format!("starting the sandbox holder: {e}")))?;
+    drop(status_w);
+    let msgs = tokio::task::spawn_blocking(move || exec::read_status(status_r))
+        .await
+        .unwrap_or_default();
+    drop((lower_fd, upper_fd, work_fd, venv_fd, cg_fds));
+    let pid = msgs.iter().find(|m| m.0 == sys::TAG_PID).map(|m| m.1);
+    let fail = |e: SandboxError, cg: &Option<Box<dyn cgroup::CgroupHandle>>| {
+        if let Some(p) = pid {
+            // SAFETY: plain kill(2) of the holder we just created.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        if let Some(c) = cg {
+            c.kill_all();
+            let _ = c.remove();
+        }
+        e
+    };
+    if let Some(e) = exec::status_error("creating the sandbox", &msgs) {
+        return Err(fail(e, &cg));
+    }
+    let (Some(pid), true) = (pid, msgs.iter().any(|m| m.0 == sys::TAG_OK)) else {
+        return Err(fail(
+            setup_err("the sandbox holder exited before finishing its setup"),
+            &cg,
+        ));
+    };
+    let userns = open_ns(pid, "user").map_err(|e| fail(e, &cg))?;
+    let mntns = open_ns(pid, "mnt").map_err(|e| fail(e, &cg))?;
+    let netns = open_ns(pid, "net").map_err(|e| fail(e, &cg))?;
+    Ok(NsSandbox {
+        dir: a.dir.to_path_buf(),
+        holder_pid: pid,
+        holder: Some(holder),
+        userns,
+        mntns,
+        netns,
+        lower: a.lower.to_path_buf(),
+        generation: 0,
+        cgroup: cg,
+        live: Default::default(),
+        env: base_env(a.venv.map(|_| VENV_PATH), a.extra_env),
+        limits: a.limits.clone(),
+    })
+}
+
+fn open_procs(cg: Option<&dyn cgroup::CgroupHandle>) -> Result<Vec<OwnedFd>> {
+    let mut v = Vec::new();
+    if let Some(c) = cg {
+        for p in c.procs_files() {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .map_err(io_err(&p))?;
+            v.push(OwnedFd::from(f));
+        }
+    }
+    Ok(v)
+}
+
+impl NsSandbox {
+    /// Resolve a command's working directory inside the sandbox.
+    fn cwd(req: &ExecRequest) -> String {
+        match &req.cwd {
+            None => WORKSPACE.to_string(),
+            Some(c) if c.starts_with('/') => c.clone(),
+            Some(c) => format!("{WORKSPACE}/{c}"),
+        }
+    }
+
+    /// Build the supervisor command for `req` (not yet spawned) and its status pipe.
+    pub(crate) fn command(
+        &self,
+        req: &ExecRequest,
+    ) -> Result<(tokio::process::Command, OwnedFd, OwnedFd, Vec<OwnedFd>)> {
+        if req.argv.is_empty() {
+            return Err(SandboxError::Other("empty argv".into()));
+        }
+        let mut env = self.env.clone();
+        for (k, v) in &req.env {
+            env.insert(k.clone(), v.clone());
+        }
+        env.insert("PWD".into(), Self::cwd(req));
+        let cg_fds = open_procs(self.cgroup.as_deref())?;
+        let (status_r, status_w) = exec::pipe().map_err(|e| setup_err(format!("pipe: {e}")))?;
+        let abi = landlock_abi();
+        let plan = ExecPlan {
+            mode: Mode::Namespaces {
+                userns: self.userns.as_raw_fd(),
+                mntns: self.mntns.as_raw_fd(),
+                netns: self.netns.as_raw_fd(),
+                host_root: is_root(),
+            },
+            status_w: status_w.as_raw_fd(),
+            lifeline_r: exec::lifeline_r(),
+            cgroup_procs: cg_fds.iter().map(|f| f.as_raw_fd()).collect(),
+            exe_candidates: exe_candidates(&req.argv[0], &env),
+            argv: CArgv::new(req.argv.iter().map(cstr).collect()),
+            envp: envp(&env),
+            cwd: cstr(Self::cwd(req)),
+            rlimits: rlimits(
+                &self.limits,
+                self.cgroup.as_ref().is_some_and(|c| c.limits_memory()),
+            ),
+            landlock_abi: abi,
+            landlock_full: vec![cstr(WORKSPACE), cstr("/tmp"), cstr("/dev/shm")],
+            landlock_files: vec![cstr("/dev")],
+            seccomp: Some(seccomp_prog()),
+        };
+        let mut cmd = tokio::process::Command::new("/bin/false");
+        // SAFETY: run_command only issues async-signal-safe system calls on the prepared plan.
+        unsafe {
+            cmd.pre_exec(move || Err(child::run_command(&plan)));
+        }
+        Ok((cmd, status_r, status_w, cg_fds))
+    }
+
+    pub(crate) fn kill_live(&self) {
+        let live: Vec<i32> = self
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect();
+        for pid in live {
+            // SAFETY: plain kill(2) of a supervisor we spawned.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+
+    /// Swap in a fresh upper dir and /tmp; the old ones go to the trash.
+    pub(crate) async fn reset(&mut self) -> Result<()> {
+        self.kill_live();
+        let old = upper_dirs(&self.dir, self.generation);
+        let generation = self.generation + 1;
+        let (upper, work) = make_layer_dirs(&self.dir, generation)?;
+        let lower_fd = open_path(&self.lower)?;
+        let upper_fd = open_path(&upper)?;
+        let work_fd = open_path(&work)?;
+        let (status_r, status_w) = exec::pipe().map_err(|e| setup_err(format!("pipe: {e}")))?;
+        let plan = RemountPlan {
+            status_w: status_w.as_raw_fd(),
+            userns: self.userns.as_raw_fd(),
+            mntns: self.mntns.as_raw_fd(),
+            lower: lower_fd.as_raw_fd(),
+            upper: upper_fd.as_raw_fd(),
+            work: work_fd.as_raw_fd(),
+            host_root: is_root(),
+            lower_s: cstr(format!("/proc/self/fd/{}", child::R_LOWER)),
+            upper_s: cstr(format!("/proc/self/fd/{}", child::R_UPPER)),
+            work_s: cstr(format!("/proc/self/fd/{}", child::R_WORK)),
+            tmp_size: cstr(TMP_SIZE),
+        };
+        let mut cmd = tokio::process::Command::new("/bin/false");
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        // SAFETY: run_remount only issues async-signal-safe system calls on the prepared plan.
+        unsafe {
+            cmd.pre_exec(move || Err(child::run_remount(&plan)));
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| setup_err(format!("starting the reset helper: {e}")))?;
+        drop(status_w);
+        let msgs = tokio::task::spawn_blocking(move || exec::read_status(status_r))
+            .await
+            .unwrap_or_default();
+        let _ = child.wait().await;
+        drop((lower_fd, upper_fd, work_fd));
+        if let Some(e) = exec::status_error("resetting the sandbox", &msgs) {
+            return Err(e);
+        }
+        if !msgs.iter().any(|m| m.0 == sys::TAG_OK) {
+            return Err(setup_err("the reset helper exited without finishing"));
+        }
+        self.generation = generation;
+        crate::trash::discard(&old.0);
+        crate::trash::discard(&old.1);
+        Ok(())
+    }
+
+    /// Kill everything and wait for the holder to be gone.
+    pub(crate) async fn teardown(&mut self) {
+        self.kill_live();
+        // SAFETY: plain kill(2); the holder is pid 1 of the sandbox's pid namespace, so the
+        // kernel kills every process left in it.
+        unsafe { libc::kill(self.holder_pid, libc::SIGKILL) };
+        if let Some(mut h) = self.holder.take() {
+            let _ = h.wait().await;
+        } else {
+            wait_gone(self.holder_pid).await;
+        }
+        if let Some(cg) = self.cgroup.take() {
+            cg.kill_all();
+            let _ = tokio::task::spawn_blocking(move || cg.remove()).await;
+        }
+    }
+
+    /// An O_PATH fd of `/testbed` (or `/tmp`) inside the sandbox, opened from the host.
+    pub(crate) fn area_fd(&self, area: &str) -> Result<OwnedFd> {
+        let root = PathBuf::from(format!("/proc/{}/root", self.holder_pid));
+        let rootfd = open_path(&root).map_err(|_| SandboxError::Gone(self.dir.display().to_string()))?;
+        openat2(
+            rootfd.as_raw_fd(),
+            area.trim_start_matches('/'),
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+            libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_SYMLINKS,
+        )
+        .map_err(io_err(Path::new(area)))
+    }
+}
+
+/// Wait until a process (not our child) has disappeared.
+pub(crate) async fn wait_gone(pid: i32) {
+    for _ in 0..2000 {
+        // SAFETY: signal 0 only checks existence.
+        if unsafe { libc::kill(pid, 0) } != 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+pub(crate) fn openat2(
+    dirfd: i32,
+    path: &str,
+    flags: i32,
+    mode: u32,
+    resolve: u64,
+) -> std::io::Result<OwnedFd> {
+    let c = cstr(if path.is_empty() { "." } else { path });
+    let how = libc::open_how {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: mode as u64,
+        resolve,
+    };
+    // SAFETY: valid pointers; result checked.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dirfd,
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    } as i32;
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Resolution flags that keep a path beneath its starting directory, on its mount, without
+/// magic links: symlinks planted in the workspace cannot make the host read or write elsewhere.
+pub(crate) const BENEATH: u64 =
+    libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_XDEV;
+
+/// Read `rel` beneath `dir` (no escape).
+pub(crate) fn read_beneath(dir: &OwnedFd, rel: &str) -> std::io::Result<Vec<u8>> {
+    let fd = openat2(dir.as_raw_fd(), rel, libc::O_RDONLY, 0, BENEATH)?;
+    let mut f = std::fs::File::from(fd);
+    let mut v = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut v)?;
+    Ok(v)
+}
+
+/// Write `rel` beneath `dir`, creating parent directories; new entries are owned by `owner`.
+pub(crate) fn write_beneath(
+    dir: &OwnedFd,
+    rel: &str,
+    data: &[u8],
+    owner: Option<(u32, u32)>,
+) -> std::io::Result<()> {
+    let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    let Some((file, parents)) = comps.split_last() else {
+        return Err(std::io::Error::from_raw_os_error(libc::EISDIR));
+    };
+    let mut cur = openat2(dir.as_raw_fd(), ".", libc::O_PATH | libc::O_DIRECTORY, 0, BENEATH)?;
+    for p in parents {
+        if *p == ".." {
+            return Err(std::io::Error::from_raw_os_error(libc::EXDEV));
+        }
+        let next = match openat2(cur.as_raw_fd(), p, libc::O_PATH | libc::O_DIRECTORY, 0, BENEATH) {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                let c = cstr(*p);
+                // SAFETY: valid fd and C string.
+                if unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o755) } != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some((u, g)) = owner {
+                    // SAFETY: valid fd and C string.
+                    unsafe {
+                        libc::fchownat(cur.as_raw_fd(), c.as_ptr(), u, g, libc::AT_SYMLINK_NOFOLLOW)
+                    };
+                }
+                openat2(cur.as_raw_fd(), p, libc::O_PATH | libc::O_DIRECTORY, 0, BENEATH)?
+            }
+            Err(e) => return Err(e),
+        };
+        cur = next;
+    }
+    if *file == ".." {
+        return Err(std::io::Error::from_raw_os_error(libc::EXDEV));
+    }
+    let fd = openat2(
+        cur.as_raw_fd(),
+        file,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        0o644,
+        BENEATH,
+    )?;
+    let mut f = std::fs::File::from(fd);
+    std::io::Write::write_all(&mut f, data)?;
+    if let Some((u, g)) = owner {
+        let md = f.metadata()?;
+        if md.uid() != u || md.gid() != g {
+            std::os::unix::fs::fchown(&f, Some(u), Some(g))?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn owner() -> Option<(u32, u32)> {
+    is_root().then(|| (sandbox_uid(), sandbox_gid()))
+}

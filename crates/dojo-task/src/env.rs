@@ -1,0 +1,405 @@
+//! Environment specs: how a repository at a version gets its sandbox environment and how its
+//! tests are run. Data files in `envs/` (schema: `envs/README.md`), embedded at build time,
+//! overridable by a directory and per task.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use dojo_sandbox::EnvSpec;
+
+use crate::TaskError;
+use crate::model::{EnvOverride, Task};
+
+/// The files under the repository's `envs/` at build time: (relative path, contents).
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/embedded_envs.rs"));
+}
+
+/// SWE-bench's `NON_TEST_EXTS`: test-patch files with these endings are not test directives.
+/// (`csv` has no dot upstream; kept as is.)
+pub const NON_TEST_EXTS: &[&str] =
+    &[".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml"];
+
+/// What gets appended to the test command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Directives {
+    /// The files of the test patch (pytest and most runners).
+    Files,
+    /// Django's runtests labels: `tests/a/b.py` → `a.b`.
+    Django,
+    /// Nothing (the command already names its tests, e.g. taken from an `eval_script`).
+    None,
+}
+
+impl Directives {
+    fn parse(s: &str) -> Option<Directives> {
+        match s {
+            "files" => Some(Directives::Files),
+            "django" => Some(Directives::Django),
+            "none" => Some(Directives::None),
+            _ => None,
+        }
+    }
+}
+
+/// One table of an env file (`[default]` or `[versions."X"]`): every key optional.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Table {
+    python: Option<String>,
+    requirements: Option<Vec<String>>,
+    install: Option<Vec<String>>,
+    editable: Option<bool>,
+    test_cmd: Option<String>,
+    log_parser: Option<String>,
+    timeout_s: Option<u64>,
+    test_directives: Option<String>,
+    eval_type: Option<String>,
+    env: Option<BTreeMap<String, String>>,
+}
+
+impl From<&EnvOverride> for Table {
+    fn from(o: &EnvOverride) -> Table {
+        Table {
+            python: o.python.clone(),
+            requirements: o.requirements.clone(),
+            install: o.install.clone(),
+            editable: o.editable,
+            test_cmd: o.test_cmd.clone(),
+            log_parser: o.log_parser.clone(),
+            timeout_s: o.timeout_s,
+            test_directives: o.test_directives.clone(),
+            eval_type: o.eval_type.clone(),
+            env: o.env.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnvFile {
+    repo: String,
+    #[serde(default)]
+    default: Table,
+    #[serde(default)]
+    versions: BTreeMap<String, Table>,
+}
+
+/// A resolved environment for one task: the sandbox environment plus how to run and read its tests.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RepoEnv {
+    pub repo: String,
+    pub version: String,
+    /// What `dojo_sandbox` builds the shared venv from.
+    pub spec: EnvSpec,
+    /// The command without test directives (or the eval_script's full command).
+    pub test_cmd: String,
+    /// Parser name as written (`pytest` or `parse_log_pytest`).
+    pub log_parser: String,
+    pub timeout_s: u64,
+    pub directives: Directives,
+    /// `pass_and_fail` or `fail_only`.
+    pub eval_type: String,
+    pub env: BTreeMap<String, String>,
+    /// Where the spec came from (file, and whether a task override or eval_script applied).
+    pub origin: String,
+}
+
+impl RepoEnv {
+    /// The full test command for `task`: `test_cmd` plus the test-patch directives.
+    pub fn test_command(&self, task: &Task) -> String {
+        let dirs = test_directives(&task.test_patch, self.directives);
+        if dirs.is_empty() {
+            self.test_cmd.clone()
+        } else {
+            format!("{} {}", self.test_cmd, dirs.join(" "))
+        }
+    }
+}
+
+/// The files a patch creates or modifies (`diff --git a/X b/Y` → `Y`), in order.
+pub fn patch_targets(patch: &str) -> Vec<String> {
+    // Same as the harness's `re.findall(r"diff --git a/.* b/(.*)", patch)`: anywhere in a line,
+    // the last " b/" after it, the rest of the line (a trailing "\r" included).
+    patch
+        .split('\n')
+        .filter_map(|l| l.find("diff --git a/").map(|i| &l[i + "diff --git a/".len()..]))
+        .filter_map(|rest| rest.rsplit_once(" b/").map(|(_, b)| b.to_string()))
+        .collect()
+}
+
+/// SWE-bench's `get_test_directives`.
+pub fn test_directives(test_patch: &str, kind: Directives) -> Vec<String> {
+    if kind == Directives::None {
+        return Vec::new();
+    }
+    let files = patch_targets(test_patch)
+        .into_iter()
+        .filter(|d| !NON_TEST_EXTS.iter().any(|ext| d.ends_with(ext)));
+    match kind {
+        Directives::Django => files
+            .map(|d| {
+                let d = d.strip_suffix(".py").unwrap_or(&d);
+                let d = d.strip_prefix("tests/").unwrap_or(d);
+                d.replace('/', ".")
+            })
+            .collect(),
+        _ => files.collect(),
+    }
+}
+
+/// The test command of an eval_script: the lines between the start and end markers.
+pub fn eval_script_test_cmd(script: &str) -> Option<String> {
+    let start = ": '>>>>> Start Test Output'";
+    let end = ": '>>>>> End Test Output'";
+    let (_, rest) = script.split_once(start)?;
+    let (body, _) = rest.split_once(end)?;
+    let cmd = body.trim();
+    (!cmd.is_empty()).then(|| cmd.to_string())
+}
+
+/// All known env files, keyed by repo; later sources override earlier ones.
+#[derive(Debug, Clone, Default)]
+pub struct EnvRegistry {
+    files: BTreeMap<String, (String, EnvFile)>,
+}
+
+impl EnvRegistry {
+    /// The specs embedded in the binary (the repository's `envs/**/*.toml`).
+    pub fn embedded() -> Result<EnvRegistry, TaskError> {
+        let mut reg = EnvRegistry::default();
+        for (name, text) in embedded::EMBEDDED {
+            reg.add_text(&format!("(embedded) envs/{name}"), text)?;
+        }
+        Ok(reg)
+    }
+
+    /// Embedded specs, overridden by every `*.toml` under `dir` (recursively) when given.
+    pub fn with_dir(dir: Option<&Path>) -> Result<EnvRegistry, TaskError> {
+        let mut reg = EnvRegistry::embedded()?;
+        if let Some(d) = dir {
+            reg.add_dir(d)?;
+        }
+        Ok(reg)
+    }
+
+    pub fn add_dir(&mut self, dir: &Path) -> Result<(), TaskError> {
+        let io = |e: std::io::Error| TaskError::Io { path: dir.display().to_string(), source: e };
+        let mut stack = vec![dir.to_path_buf()];
+        let mut files = Vec::new();
+        while let Some(d) = stack.pop() {
+            for entry in std::fs::read_dir(&d).map_err(io)? {
+                let p = entry.map_err(io)?.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|e| e == "toml") {
+                    files.push(p);
+                }
+            }
+        }
+        files.sort();
+        for p in files {
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| TaskError::Io { path: p.display().to_string(), source: e })?;
+            self.add_text(&p.display().to_string(), &text)?;
+        }
+        Ok(())
+    }
+
+    /// Add one file's text; `origin` names it in errors.
+    pub fn add_text(&mut self, origin: &str, text: &str) -> Result<(), TaskError> {
+        let f: EnvFile = toml::from_str(text)
+            .map_err(|e| TaskError::Env { origin: origin.to_string(), reason: e.to_string() })?;
+        let check = |t: &Table, where_: &str| -> Result<(), TaskError> {
+            check_table(t).map_err(|reason| TaskError::Env { origin: origin.to_string(), reason: format!("{where_}: {reason}") })
+        };
+        check(&f.default, "[default]")?;
+        for (v, t) in &f.versions {
+            check(t, &format!("[versions.\"{v}\"]"))?;
+        }
+        self.files.insert(f.repo.clone(), (origin.to_string(), f));
+        Ok(())
+    }
+
+    pub fn repos(&self) -> impl Iterator<Item = &str> {
+        self.files.keys().map(String::as_str)
+    }
+
+    pub fn has_repo(&self, repo: &str) -> bool {
+        self.files.contains_key(repo)
+    }
+
+    /// The environment of `task`: defaults ← `[default]` ← `[versions."v"]` ← task `env` ←
+    /// `eval_script` test command and task `log_parser`.
+    pub fn resolve(&self, task: &Task) -> Result<RepoEnv, TaskError> {
+        let mut layers: Vec<Table> = Vec::new();
+        let mut origin = String::new();
+        match self.files.get(&task.repo) {
+            Some((o, f)) => {
+                origin.push_str(o);
+                layers.push(f.default.clone());
+                if let Some(v) = f.versions.get(&task.version) {
+                    layers.push(v.clone());
+                    origin.push_str(&format!(" [versions.\"{}\"]", task.version));
+                }
+            }
+            None if task.env.is_some() => origin.push_str("(task env only)"),
+            None => {
+                return Err(TaskError::NoEnv { instance_id: task.instance_id.clone(), repo: task.repo.clone() });
+            }
+        }
+        if let Some(o) = &task.env {
+            let t = Table::from(o);
+            check_table(&t).map_err(|reason| TaskError::Invalid {
+                location: "(task)".into(),
+                instance_id: task.instance_id.clone(),
+                field: "env".into(),
+                reason,
+            })?;
+            layers.push(t);
+            origin.push_str(" + task env");
+        }
+        let pick = |f: fn(&Table) -> Option<String>| layers.iter().rev().find_map(f);
+        let mut env = RepoEnv {
+            repo: task.repo.clone(),
+            version: task.version.clone(),
+            spec: EnvSpec {
+                python: pick(|t| t.python.clone()).unwrap_or_else(|| "3.11".into()),
+                requirements: layers.iter().rev().find_map(|t| t.requirements.clone()).unwrap_or_default(),
+                install: layers.iter().rev().find_map(|t| t.install.clone()).unwrap_or_default(),
+                editable: layers.iter().rev().find_map(|t| t.editable).unwrap_or(true),
+            },
+            test_cmd: pick(|t| t.test_cmd.clone()).unwrap_or_else(|| "pytest -rA".into()),
+            log_parser: pick(|t| t.log_parser.clone()).unwrap_or_else(|| "pytest".into()),
+            timeout_s: layers.iter().rev().find_map(|t| t.timeout_s).unwrap_or(1800),
+            directives: pick(|t| t.test_directives.clone())
+                .and_then(|d| Directives::parse(&d))
+                .unwrap_or(Directives::Files),
+            eval_type: pick(|t| t.eval_type.clone()).unwrap_or_else(|| "pass_and_fail".into()),
+            env: layers.iter().rev().find_map(|t| t.env.clone()).unwrap_or_default(),
+            origin,
+        };
+        if let Some(script) = &task.eval_script {
+            let cmd = eval_script_test_cmd(script).ok_or_else(|| TaskError::Invalid {
+                location: "(task)".into(),
+                instance_id: task.instance_id.clone(),
+                field: "eval_script".into(),
+                reason: "has no test command between ': '>>>>> Start Test Output'' and ': '>>>>> End Test Output''".into(),
+            })?;
+            env.test_cmd = cmd;
+            env.directives = Directives::None;
+            env.origin.push_str(" + eval_script");
+        }
+        if let Some(p) = &task.log_parser {
+            env.log_parser = p.clone();
+        }
+        if let Some(t) = &task.eval_type {
+            env.eval_type = t.clone();
+        }
+        Ok(env)
+    }
+}
+
+fn check_table(t: &Table) -> Result<(), String> {
+    if let Some(d) = &t.test_directives
+        && Directives::parse(d).is_none()
+    {
+        return Err(format!("test_directives = {d:?} (expected \"files\", \"django\" or \"none\")"));
+    }
+    if let Some(e) = &t.eval_type
+        && e != "pass_and_fail"
+        && e != "fail_only"
+    {
+        return Err(format!("eval_type = {e:?} (expected \"pass_and_fail\" or \"fail_only\")"));
+    }
+    if let Some(p) = &t.python
+        && !p.split('.').all(|x| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(format!("python = {p:?} is not a version like \"3.11\""));
+    }
+    if t.timeout_s == Some(0) {
+        return Err("timeout_s must be positive".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Location;
+    use serde_json::json;
+
+    fn task(v: serde_json::Value) -> Task {
+        let loc = Location { file: "x".into(), unit: "line", index: 1 };
+        Task::from_row(v.as_object().cloned().unwrap(), &loc).unwrap()
+    }
+
+    #[test]
+    fn embedded_covers_swebench_dev_repos() {
+        let reg = EnvRegistry::embedded().unwrap();
+        for r in [
+            "marshmallow-code/marshmallow",
+            "sqlfluff/sqlfluff",
+            "pylint-dev/astroid",
+            "pydicom/pydicom",
+            "pvlib/pvlib-python",
+            "pyvista/pyvista",
+        ] {
+            assert!(reg.has_repo(r), "{r} missing from embedded envs");
+        }
+        let t = task(json!({"instance_id":"pydicom__pydicom-1","repo":"pydicom/pydicom","base_commit":"c",
+            "patch":"p","version":"2.3",
+            "test_patch":"diff --git a/pydicom/tests/test_x.py b/pydicom/tests/test_x.py\n--- a/x\ndiff --git a/data/a.json b/data/a.json\n"}));
+        let env = reg.resolve(&t).unwrap();
+        assert_eq!(env.spec.python, "3.10");
+        assert_eq!(env.log_parser, "pydicom");
+        assert_eq!(env.test_command(&t), "pytest -rA pydicom/tests/test_x.py");
+    }
+
+    #[test]
+    fn layering_eval_script_and_task_override() {
+        let mut reg = EnvRegistry::default();
+        reg.add_text(
+            "t.toml",
+            r#"repo = "a/b"
+[default]
+python = "3.11"
+requirements = ["pytest==8.3.3"]
+test_cmd = "python -m pytest -rA"
+[versions."2.0"]
+python = "3.12"
+"#,
+        )
+        .unwrap();
+        let t = task(json!({"instance_id":"a","repo":"a/b","base_commit":"c","patch":"p","version":"2.0",
+            "env":{"timeout_s":5},
+            "eval_script":"x\n: '>>>>> Start Test Output'\npytest -rA t/test_a.py\n: '>>>>> End Test Output'\n"}));
+        let env = reg.resolve(&t).unwrap();
+        assert_eq!(env.spec.python, "3.12");
+        assert_eq!(env.spec.requirements, ["pytest==8.3.3"]);
+        assert_eq!(env.timeout_s, 5);
+        assert_eq!(env.test_command(&t), "pytest -rA t/test_a.py");
+        let u = task(json!({"instance_id":"u","repo":"zz/zz","base_commit":"c","patch":"p"}));
+        assert!(reg.resolve(&u).unwrap_err().to_string().contains("zz/zz"));
+    }
+
+    #[test]
+    fn bad_env_files_are_rejected_with_origin() {
+        let mut reg = EnvRegistry::default();
+        let e = reg.add_text("bad.toml", "repo = \"a/b\"\n[default]\npyhton = \"3.11\"\n").unwrap_err().to_string();
+        assert!(e.contains("bad.toml") && e.contains("pyhton"), "{e}");
+        let e = reg
+            .add_text("bad2.toml", "repo = \"a/b\"\n[versions.\"1\"]\ntest_directives = \"all\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("versions") && e.contains("test_directives"), "{e}");
+    }
+
+    #[test]
+    fn directives_match_swebench() {
+        let p = "diff --git a/tests/forms/test_a.py b/tests/forms/test_a.py\ndiff --git a/README.md b/README.md\ndiff --git a/x.csv b/x.csv\n";
+        assert_eq!(test_directives(p, Directives::Files), ["tests/forms/test_a.py"]);
+        assert_eq!(test_directives(p, Directives::Django), ["forms.test_a"]);
+    }
+}

@@ -1,0 +1,174 @@
+//! Strict loaders for task files: JSONL (one instance per line), JSON (an array or a single
+//! object) and Parquet (SWE-bench's distribution format). The format is chosen by extension.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use crate::TaskError;
+use crate::model::{Location, Task};
+
+/// Everything read from one file: the valid tasks and, separately, every invalid row.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    pub tasks: Vec<Task>,
+    pub errors: Vec<TaskError>,
+    /// instance_id → every location it appears at (only ids seen more than once).
+    pub duplicates: BTreeMap<String, Vec<String>>,
+    pub rows: usize,
+}
+
+/// Read every row, collecting invalid ones instead of stopping (for `dojo tasks check`).
+pub fn read_tasks(path: &Path) -> Result<LoadReport, TaskError> {
+    let rows = read_rows(path)?;
+    let mut rep = LoadReport { rows: rows.len(), ..Default::default() };
+    let mut seen: HashMap<String, Vec<String>> = HashMap::new();
+    for (loc, row) in rows {
+        match row.and_then(|r| Task::from_row(r, &loc)) {
+            Ok(t) => {
+                seen.entry(t.instance_id.clone()).or_default().push(loc.to_string());
+                rep.tasks.push(t);
+            }
+            Err(e) => rep.errors.push(e),
+        }
+    }
+    rep.duplicates = seen.into_iter().filter(|(_, v)| v.len() > 1).collect();
+    Ok(rep)
+}
+
+/// Read a task file strictly: the first invalid row or a duplicated instance_id is an error.
+pub fn load_tasks(path: &Path) -> Result<Vec<Task>, TaskError> {
+    let rep = read_tasks(path)?;
+    if let Some(e) = rep.errors.into_iter().next() {
+        return Err(e);
+    }
+    if let Some((id, locs)) = rep.duplicates.into_iter().next() {
+        return Err(TaskError::Duplicate { instance_id: id, locations: locs.join(", ") });
+    }
+    Ok(rep.tasks)
+}
+
+type Row = (Location, Result<Map<String, Value>, TaskError>);
+
+fn not_object(loc: &Location, v: &Value) -> TaskError {
+    TaskError::Invalid {
+        location: loc.to_string(),
+        instance_id: "?".into(),
+        field: "(row)".into(),
+        reason: format!("expected a JSON object, found {}", json_kind(v)),
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Object(_) => "an object",
+        Value::Array(_) => "an array",
+        _ => "a scalar",
+    }
+}
+
+/// The raw rows of a file, each with its location; row-level parse errors are kept per row.
+pub fn read_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
+    let file = path.display().to_string();
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let io = |e: std::io::Error| TaskError::Io { path: file.clone(), source: e };
+    match ext.as_str() {
+        "jsonl" | "ndjson" => {
+            let f = File::open(path).map_err(io)?;
+            let mut out = Vec::new();
+            for (i, line) in BufReader::new(f).split(b'\n').enumerate() {
+                let line = line.map_err(io)?;
+                let loc = Location { file: file.clone(), unit: "line", index: i + 1 };
+                let text = match String::from_utf8(line) {
+                    Ok(t) => t,
+                    Err(_) => {
+                        out.push((loc.clone(), Err(TaskError::Parse { location: loc.to_string(), reason: "not UTF-8".into() })));
+                        continue;
+                    }
+                };
+                if text.trim().is_empty() {
+                    continue;
+                }
+                let row = match serde_json::from_str::<Value>(&text) {
+                    Ok(Value::Object(m)) => Ok(m),
+                    Ok(v) => Err(not_object(&loc, &v)),
+                    Err(e) => Err(TaskError::Parse { location: loc.to_string(), reason: e.to_string() }),
+                };
+                out.push((loc, row));
+            }
+            Ok(out)
+        }
+        "json" => {
+            let text = std::fs::read_to_string(path).map_err(io)?;
+            let v: Value = serde_json::from_str(&text)
+                .map_err(|e| TaskError::Parse { location: format!("{file} line {}", e.line()), reason: e.to_string() })?;
+            let items = match v {
+                Value::Array(a) => a,
+                Value::Object(m) => vec![Value::Object(m)],
+                _ => return Err(TaskError::Parse { location: file, reason: "expected an array of instances or one instance".into() }),
+            };
+            Ok(items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let loc = Location { file: file.clone(), unit: "item", index: i + 1 };
+                    let row = match v {
+                        Value::Object(m) => Ok(m),
+                        other => Err(not_object(&loc, &other)),
+                    };
+                    (loc, row)
+                })
+                .collect())
+        }
+        "parquet" => crate::parquet::read_parquet_rows(path),
+        other => Err(TaskError::Parse {
+            location: file,
+            reason: format!("unknown task file extension {other:?} (expected .jsonl, .json or .parquet)"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn jsonl_collects_every_bad_line_and_duplicates() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.jsonl");
+        let mut f = File::create(&p).unwrap();
+        let good = r#"{"instance_id":"a-1","repo":"a/a","base_commit":"c","patch":"p","FAIL_TO_PASS":[],"PASS_TO_PASS":[]}"#;
+        writeln!(f, "{good}").unwrap();
+        writeln!(f, "{{not json").unwrap();
+        writeln!(f).unwrap();
+        writeln!(f, "[1,2]").unwrap();
+        writeln!(f, "{good}").unwrap();
+        f.write_all(b"{\"instance_id\":\"\xff\"}\n").unwrap();
+        drop(f);
+        let rep = read_tasks(&p).unwrap();
+        assert_eq!(rep.tasks.len(), 2);
+        let errs: Vec<String> = rep.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert!(errs[0].contains("t.jsonl line 2"), "{errs:?}");
+        assert!(errs[1].contains("line 4") && errs[1].contains("array"), "{errs:?}");
+        assert!(errs[2].contains("line 6") && errs[2].contains("UTF-8"), "{errs:?}");
+        assert_eq!(rep.duplicates["a-1"].len(), 2);
+        let e = load_tasks(&p).unwrap_err().to_string();
+        assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn json_single_object_and_unknown_extension() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("one.json");
+        std::fs::write(&p, r#"{"instance_id":"a-1","repo":"a/a","base_commit":"c","patch":"p"}"#).unwrap();
+        assert_eq!(load_tasks(&p).unwrap().len(), 1);
+        let q = dir.path().join("t.csv");
+        std::fs::write(&q, "x").unwrap();
+        assert!(load_tasks(&q).unwrap_err().to_string().contains("extension"));
+    }
+}

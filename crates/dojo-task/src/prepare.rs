@@ -1,0 +1,181 @@
+//! From a task to what the sandbox builds: the pristine tree's [`Source`] and the Python
+//! [`EnvSpec`](dojo_sandbox::EnvSpec).
+//!
+//! For sdist tasks the tree is the sdist unpacked (single top directory stripped) with the
+//! task's `bug_patch` applied, cached under `$DOJO_HOME/task-src/<key>`; the sandbox then
+//! commits it as one commit, so no history reveals the fix. For git tasks (SWE-bench rows) the
+//! repository must be present locally under `repos_dir` as `owner__name` (or `name`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use dojo_cache::Cache;
+use dojo_sandbox::Source;
+
+use crate::TaskError;
+use crate::model::{SdistSource, Task};
+
+/// Where to find what a task needs.
+#[derive(Debug, Clone, Default)]
+pub struct PrepareOptions {
+    /// Local clones or mirrors of the repositories of git-based tasks (`owner__name` or `name`).
+    pub repos_dir: Option<PathBuf>,
+}
+
+fn err(task: &Task, step: &str, reason: impl Into<String>) -> TaskError {
+    TaskError::Prepare { instance_id: task.instance_id.clone(), step: step.to_string(), reason: reason.into() }
+}
+
+/// The source of `task`'s pristine tree; for sdists this downloads (once) and builds the
+/// bug-injected tree in the cache.
+pub fn task_source(task: &Task, opts: &PrepareOptions) -> Result<Source, TaskError> {
+    if let Some(s) = task.sdist() {
+        let cache = Cache::open().map_err(|e| err(task, "cache", e.to_string()))?;
+        let dir = sdist_tree(&cache, task, s)?;
+        return Ok(Source::Dir { path: dir });
+    }
+    let Some(root) = &opts.repos_dir else {
+        return Err(err(
+            task,
+            "source",
+            format!(
+                "task has no `source` and no repository directory was given (--repos DIR holding {})",
+                task.repo.replace('/', "__")
+            ),
+        ));
+    };
+    let name = task.repo.rsplit('/').next().unwrap_or(&task.repo);
+    let candidates = [root.join(task.repo.replace('/', "__")), root.join(name)];
+    let repo = candidates
+        .iter()
+        .find(|p| p.exists())
+        .ok_or_else(|| err(task, "source", format!("no repository at {} or {}", candidates[0].display(), candidates[1].display())))?;
+    Ok(Source::Git { repo: repo.clone(), commit: task.base_commit.clone() })
+}
+
+/// Download the sdist, unpack it, strip its top directory and apply the bug patch, once per
+/// (sdist, bug patch); returns the cached tree.
+pub fn sdist_tree(cache: &Cache, task: &Task, s: &SdistSource) -> Result<PathBuf, TaskError> {
+    let archive = cache
+        .fetch(&s.url, &s.sha256, &s.filename)
+        .map_err(|e| err(task, "download", e.to_string()))?;
+    let key = dojo_cache::sha256_hex(format!("sdist-tree-v1\0{}\0{}", s.sha256, s.bug_patch));
+    cache
+        .get_or_build("task-src", &key, |tmp| build_tree(&archive, &s.filename, &s.bug_patch, tmp))
+        .map_err(|e| err(task, "unpack", e.to_string()))
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{what}: cannot start: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+fn build_tree(archive: &Path, filename: &str, bug_patch: &str, dest: &Path) -> Result<(), String> {
+    let unpack = dest.join(".dojo-unpack");
+    std::fs::create_dir_all(&unpack).map_err(|e| e.to_string())?;
+    if filename.ends_with(".zip") || filename.ends_with(".whl") {
+        run(Command::new("unzip").arg("-q").arg(archive).arg("-d").arg(&unpack), "unzip")?;
+    } else {
+        // tar detects gzip/bzip2/xz itself.
+        run(Command::new("tar").arg("-xf").arg(archive).arg("-C").arg(&unpack).arg("--no-same-owner"), "tar")?;
+    }
+    let entries: Vec<PathBuf> = std::fs::read_dir(&unpack)
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    let top = match entries.as_slice() {
+        [one] if one.is_dir() => one.clone(),
+        _ => unpack.clone(),
+    };
+    for e in std::fs::read_dir(&top).map_err(|e| e.to_string())? {
+        let p = e.map_err(|e| e.to_string())?.path();
+        let Some(name) = p.file_name() else { continue };
+        std::fs::rename(&p, dest.join(name)).map_err(|e| format!("moving {}: {e}", p.display()))?;
+    }
+    std::fs::remove_dir_all(&unpack).map_err(|e| e.to_string())?;
+    if !bug_patch.trim().is_empty() {
+        apply_in_dir(dest, bug_patch).map_err(|e| format!("bug_patch does not apply to the sdist: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Apply a unified diff to a plain directory with `git apply` (strict, like the harness's first
+/// attempt), inside a throwaway repository so an enclosing repository is never touched.
+pub fn apply_in_dir(dir: &Path, patch: &str) -> Result<(), String> {
+    let patch_file = dir.join(".dojo-patch.diff");
+    let mut text = patch.to_string();
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    std::fs::write(&patch_file, text).map_err(|e| e.to_string())?;
+    let had_git = dir.join(".git").exists();
+    let res = (|| {
+        if !had_git {
+            run(Command::new("git").arg("init").arg("-q").current_dir(dir), "git init")?;
+        }
+        run(
+            Command::new("git")
+                .args(["apply", "--whitespace=nowarn", ".dojo-patch.diff"])
+                .current_dir(dir),
+            "git apply",
+        )
+    })();
+    let _ = std::fs::remove_file(&patch_file);
+    if !had_git {
+        let _ = std::fs::remove_dir_all(dir.join(".git"));
+    }
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Location;
+    use serde_json::json;
+
+    /// A real tarball made with tar, fetched through the cache from a file:// URL when the cache
+    /// supports it, else built directly.
+    #[test]
+    fn tree_from_tarball_strips_top_dir_and_applies_bug() {
+        let work = tempfile::tempdir().unwrap();
+        let src = work.path().join("pkg-1.0");
+        std::fs::create_dir_all(src.join("pkg")).unwrap();
+        std::fs::write(src.join("pkg/core.py"), "def inc(x):\n    return x + 1\n").unwrap();
+        let tgz = work.path().join("pkg-1.0.tar.gz");
+        run(Command::new("tar").arg("-czf").arg(&tgz).arg("-C").arg(work.path()).arg("pkg-1.0"), "tar").unwrap();
+        let bug = "diff --git a/pkg/core.py b/pkg/core.py\n--- a/pkg/core.py\n+++ b/pkg/core.py\n@@ -1,2 +1,2 @@\n def inc(x):\n-    return x + 1\n+    return x + 2\n";
+        let dest = work.path().join("out");
+        std::fs::create_dir_all(&dest).unwrap();
+        build_tree(&tgz, "pkg-1.0.tar.gz", bug, &dest).unwrap();
+        let body = std::fs::read_to_string(dest.join("pkg/core.py")).unwrap();
+        assert!(body.contains("x + 2"), "{body}");
+        assert!(!dest.join(".git").exists() && !dest.join(".dojo-unpack").exists());
+
+        let dest2 = work.path().join("out2");
+        std::fs::create_dir_all(&dest2).unwrap();
+        let bad = bug.replace("return x + 1", "return x + 9");
+        let e = build_tree(&tgz, "pkg-1.0.tar.gz", &bad, &dest2).unwrap_err();
+        assert!(e.contains("git apply"), "{e}");
+    }
+
+    #[test]
+    fn git_task_without_repos_dir_names_what_is_missing() {
+        let loc = Location { file: "f".into(), unit: "line", index: 1 };
+        let t = Task::from_row(
+            json!({"instance_id":"a__b-1","repo":"a/b","base_commit":"c","patch":"p"}).as_object().cloned().unwrap(),
+            &loc,
+        )
+        .unwrap();
+        let e = task_source(&t, &PrepareOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("a__b-1") && e.contains("a__b"), "{e}");
+    }
+}
