@@ -128,12 +128,13 @@ pub fn normalize_messages(
             let mut fixed = Vec::with_capacity(calls.len());
             for call in calls {
                 let mut call = call.clone();
+                let shown = call.to_string();
                 let func = call
                     .get_mut("function")
                     .and_then(Json::as_object_mut)
                     .ok_or_else(|| ChatError::Message {
                         index,
-                        reason: format!("tool call without `function` object: {call}"),
+                        reason: format!("tool call without `function` object: {shown}"),
                     })?;
                 let args = arguments_object(index, func.get("arguments"))?;
                 let name = func

@@ -198,20 +198,22 @@ pub fn py_json(v: &Json, indent: Option<usize>, sort_keys: bool, level: usize, o
     }
 }
 
-/// Python prints floats with `repr`: `1.0`, `1e-05`, `1e+20`; serde_json prints `1.0`, `1e-5`,
-/// `1e20`. Integers are identical.
+/// Python prints floats with `repr`: shortest round-trip digits, exponent form (`1e-05`,
+/// `1.5e+16`) below 1e-4 and from 1e16 on, else positional with at least one decimal (`1.0`).
+/// serde_json differs (`0.00001`, `1e16`); integers are identical.
 fn py_number(n: &serde_json::Number) -> String {
-    let s = n.to_string();
-    if n.is_f64()
-        && let Some((mantissa, exp)) = s.split_once('e')
-    {
-        let (sign, digits) = match exp.strip_prefix('-') {
-            Some(d) => ('-', d),
-            None => ('+', exp.trim_start_matches('+')),
-        };
-        return format!("{mantissa}e{sign}{digits:0>2}");
+    let Some(f) = n.as_f64().filter(|_| n.is_f64()) else {
+        return n.to_string();
+    };
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if f != 0.0 && !(-4..16).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exp.abs());
     }
-    s
+    let s = format!("{f}");
+    if s.contains('.') { s } else { format!("{s}.0") }
 }
 
 #[cfg(test)]
@@ -238,6 +240,10 @@ mod tests {
         );
         assert_eq!(dumps(json!(1e-5), None), "1e-05");
         assert_eq!(dumps(json!(1.0), None), "1.0");
+        assert_eq!(dumps(json!(1.5e16), None), "1.5e+16");
+        assert_eq!(dumps(json!(0.0001), None), "0.0001");
+        assert_eq!(dumps(json!(-2.25), None), "-2.25");
+        assert_eq!(dumps(json!(12), None), "12");
     }
 
     #[test]

@@ -243,7 +243,8 @@ pub fn write_tokens_parquet(path: &Path, rows: &[TokenRow], fp: &Fingerprints) -
 }
 
 fn finish(path: &Path, fields: Vec<Field>, cols: Vec<ArrayRef>, kv: Vec<(String, String)>) -> Result<(), ExportError> {
-    let schema = Schema::new_with_metadata(fields, kv.iter().cloned().collect());
+    let meta: std::collections::BTreeMap<String, String> = kv.iter().cloned().collect();
+    let schema = Schema::new_with_metadata(fields, meta);
     let batch = RecordBatch::try_new(Arc::new(schema), cols).map_err(|e| ExportError::Parquet {
         path: path.to_path_buf(),
         reason: e.to_string(),

@@ -109,10 +109,10 @@ pub struct DifficultyStats {
     pub histogram: [usize; 10],
 }
 
-/// Per-task mean rewards over all given rollouts.
+/// Per-task mean rewards over all given (graded) rollouts.
 pub fn difficulty_stats(cands: &[Cand]) -> DifficultyStats {
     let mut sums: BTreeMap<String, (usize, f64)> = BTreeMap::new();
-    for c in cands {
+    for c in cands.iter().filter(|c| c.traj.graded) {
         let e = sums.entry(c.traj.task_id.clone()).or_default();
         e.0 += 1;
         e.1 += c.traj.reward;
@@ -140,6 +140,10 @@ pub fn difficulty(cands: Vec<Cand>, cfg: &DifficultyConfig) -> (Vec<Cand>, Stage
     let mut rep = StageReport::new("difficulty", cands.len());
     let mut kept = Vec::with_capacity(cands.len());
     for c in cands {
+        if !c.traj.graded {
+            rep.drop("ungraded");
+            continue;
+        }
         let mean = st.tasks.get(&c.traj.task_id).map_or(0.0, |t| t.1);
         if mean <= cfg.low {
             rep.drop("task_mean_at_or_below_low");
@@ -197,6 +201,9 @@ pub fn format_check(t: &Traj, cfg: &FormatConfig) -> Option<&'static str> {
     if t.stop == StopKind::InfraError {
         // Infrastructure failures are never the agent's, and never training data.
         return Some("infra_error");
+    }
+    if cfg.drop_format_errors && t.stop == StopKind::FormatErrors {
+        return Some("format_error_stop");
     }
     if cfg.require_resolved && !(t.resolved && t.reward >= 1.0) {
         return Some("not_resolved");
@@ -382,6 +389,7 @@ pub fn cap(cands: Vec<Cand>, k: usize) -> (Vec<Cand>, StageReport) {
 pub(crate) mod tests {
     use super::*;
     use crate::view::Origin;
+    use dojo_trajectory::{StopReason, Trajectory};
     use serde_json::json;
 
     /// A hand-built trajectory: `turns` assistant turns of bash, then a submit turn.
@@ -399,19 +407,31 @@ pub(crate) mod tests {
         messages.push(json!({"role": "assistant", "content": "Done.", "tool_calls": [
             {"id": "s", "type": "function", "function": {"name": "submit", "arguments": "{}"}}]}));
         messages.push(json!({"role": "tool", "tool_call_id": "s", "content": "<<<Finished>>>"}));
-        let v = json!({
-            "schema_version": 1, "task_id": task, "sample": sample, "source": "test",
-            "messages": messages, "tools": [], "stop_reason": "submitted",
-            "reward": reward, "resolved": reward >= 1.0,
-        });
-        Traj::from_value(
-            &v,
+        let mut t = Trajectory::new(task, sample as u32);
+        t.policy.kind = "test".into();
+        for (k, m) in messages.iter().enumerate() {
+            if m["role"] == "assistant" {
+                t.steps.push(dojo_trajectory::Step {
+                    index: t.steps.len() as u32 + 1,
+                    assistant_message: k,
+                    ..Default::default()
+                });
+            }
+        }
+        t.messages = messages
+            .into_iter()
+            .map(|m| serde_json::from_value(m).unwrap())
+            .collect();
+        t.stop_reason = StopReason::Submitted;
+        t.reward = Some(reward);
+        t.resolved = Some(reward >= 1.0);
+        Traj::from_record(
+            &t,
             Origin {
                 file: "hand.jsonl".into(),
                 line: sample as usize + 1,
             },
         )
-        .unwrap()
     }
 
     pub fn cand(t: Traj) -> Cand {
@@ -472,7 +492,7 @@ pub(crate) mod tests {
         let ok = traj("t", 0, 1.0, 2);
         let unresolved = traj("t", 1, 0.0, 2);
         let mut step = traj("t", 2, 1.0, 2);
-        step.stop = StopKind::classify("max_steps");
+        step.stop = StopKind::StepLimit;
         let mut forced = traj("t", 3, 1.0, 2);
         forced.forced = true;
         let mut reminder = traj("t", 4, 1.0, 2);
@@ -490,9 +510,9 @@ pub(crate) mod tests {
         let mut counted = traj("t", 8, 1.0, 2);
         counted.format_errors = 2;
         let mut timeout = traj("t", 9, 1.0, 2);
-        timeout.stop = StopKind::classify("timeout");
+        timeout.stop = StopKind::TimeLimit;
         let mut infra = traj("t", 10, 1.0, 2);
-        infra.stop = StopKind::classify("env_error");
+        infra.stop = StopKind::InfraError;
         let mut cands: Vec<Cand> = [
             ok,
             unresolved,

@@ -7,6 +7,8 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
+use dojo_trajectory::{Trajectory, TrajectoryError};
+
 use crate::view::{Origin, Traj};
 
 /// A line (or file) that could not be used, and why.
@@ -15,8 +17,8 @@ pub struct Problem {
     pub file: String,
     /// 1-based; 0 when the problem concerns the whole file.
     pub line: usize,
-    /// Short machine-readable kind (`truncated_last_line`, `invalid_json`, `unknown_schema_version`,
-    /// `missing_field`, `io`, `unrenderable`, `tokenizer_mismatch`), used in count tables.
+    /// Short machine-readable kind (`truncated_last_line`, `invalid_json`, `invalid_record`,
+    /// `unknown_schema_version`, `io`, `unrenderable`, `tokenizer_mismatch`), used in count tables.
     pub kind: String,
     pub reason: String,
 }
@@ -147,16 +149,24 @@ fn read_file(path: &Path, out: &mut Loaded, problems: &mut Vec<Problem>) {
             continue;
         }
         out.lines += 1;
-        let value: serde_json::Value = match serde_json::from_slice(text) {
-            Ok(v) => v,
+        let origin = Origin {
+            file: name.clone(),
+            line: line_no,
+        };
+        let text = String::from_utf8_lossy(text);
+        match Trajectory::from_json(&text) {
+            Ok(t) => out.trajs.push(Traj::from_record(&t, origin)),
             Err(e) => {
-                let (kind, reason) = if torn {
-                    (
-                        "truncated_last_line",
-                        format!("last line has no newline and is not valid JSON ({e}); a rollout killed mid-write?"),
-                    )
+                let kind = match &e {
+                    TrajectoryError::Json(j) if torn || j.is_eof() => "truncated_last_line",
+                    TrajectoryError::UnsupportedSchema { .. } => "unknown_schema_version",
+                    TrajectoryError::Json(_) => "invalid_json",
+                    _ => "invalid_record",
+                };
+                let reason = if kind == "truncated_last_line" {
+                    format!("{e}; a rollout killed mid-write?")
                 } else {
-                    ("invalid_json", e.to_string())
+                    e.to_string()
                 };
                 problems.push(Problem {
                     file: name.clone(),
@@ -164,25 +174,7 @@ fn read_file(path: &Path, out: &mut Loaded, problems: &mut Vec<Problem>) {
                     kind: kind.into(),
                     reason,
                 });
-                continue;
             }
-        };
-        let origin = Origin {
-            file: name.clone(),
-            line: line_no,
-        };
-        match Traj::from_value(&value, origin) {
-            Ok(t) => out.trajs.push(t),
-            Err(e) => problems.push(Problem {
-                file: name.clone(),
-                line: line_no,
-                kind: if e.field == "schema_version" && e.reason.starts_with("unknown") {
-                    "unknown_schema_version".into()
-                } else {
-                    "missing_field".into()
-                },
-                reason: format!("{}: {}", e.field, e.reason),
-            }),
         }
     }
 }
@@ -203,13 +195,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("r.jsonl");
         let mut f = std::fs::File::create(&p).unwrap();
-        let good = r#"{"schema_version":1,"task_id":"a","messages":[{"role":"user","content":"x"}]}"#;
+        let good = Trajectory::new("a", 0).to_json_line();
         writeln!(f, "{good}").unwrap();
         writeln!(f, "{{not json").unwrap();
         writeln!(f, r#"{{"schema_version":7,"task_id":"a","messages":[]}}"#).unwrap();
         writeln!(f).unwrap();
+        writeln!(f, r#"{{"schema_version":1,"task_id":"a"}}"#).unwrap();
         writeln!(f, "{good}").unwrap();
-        write!(f, r#"{{"schema_version":1,"task_id":"#).unwrap();
+        write!(f, "{}", &good[..good.len() / 2]).unwrap();
         drop(f);
         let l = load(&[dir.path().to_path_buf()]);
         assert_eq!(l.trajs.len(), 2);
@@ -219,12 +212,14 @@ mod tests {
             vec![
                 (2, "invalid_json"),
                 (3, "unknown_schema_version"),
-                (6, "truncated_last_line")
+                (5, "invalid_record"),
+                (7, "truncated_last_line")
             ]
         );
         assert!(l.problems.iter().all(|p| p.file.ends_with("r.jsonl")));
-        assert_eq!(l.lines, 5);
-        assert_eq!(l.trajs[1].origin.line, 5);
+        assert!(l.problems[1].reason.contains("schema_version 7"), "{}", l.problems[1].reason);
+        assert_eq!(l.lines, 6);
+        assert_eq!(l.trajs[1].origin.line, 6);
     }
 
     #[test]

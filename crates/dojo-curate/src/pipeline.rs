@@ -5,14 +5,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::export::{
     self, EXPORT_SCHEMA_VERSION, ExportError, Fingerprints, MessagesRow, RowMeta, TokenRow,
 };
 use crate::filters::{self, Cand, DifficultyConfig, DifficultyStats, FormatConfig, StageReport};
 use crate::input::{self, Problem};
-use crate::render::{self, ChatModel, Masking, Window};
+use crate::render::{self, ChatModel, Masking};
 use crate::report::{self, Histogram};
 use crate::view::Traj;
 
@@ -96,6 +96,9 @@ pub struct Config {
     pub threads: usize,
     /// Write `report.html` and the SVG charts.
     pub report: bool,
+    /// Keep trajectories whose recorded prompt ids differ from the target tokenizer's (e.g. to
+    /// distil another model's rollouts); by default they are dropped as a tokenizer mismatch.
+    pub allow_tokenizer_mismatch: bool,
 }
 
 impl Config {
@@ -116,6 +119,7 @@ impl Config {
             },
             threads: 0,
             report: true,
+            allow_tokenizer_mismatch: false,
         }
     }
 }
@@ -182,29 +186,41 @@ fn par_map<T: Sync, R: Send>(items: &[T], n: usize, f: impl Fn(&T) -> R + Sync) 
     })
 }
 
-/// Portable messages and windows of one trajectory (arguments as objects; see
-/// [`export::portable_message`]). Rendering uses the same messages the messages export holds, so
+/// The trajectory with portable messages (arguments as objects; see
+/// [`export::portable_message`]): rendering uses the same messages the messages export holds, so
 /// both exports describe one conversation.
-fn portable_windows(t: &Traj) -> Vec<Window> {
+fn portable(t: &Traj) -> Traj {
     let mut p = t.clone();
     p.messages = t.messages.iter().map(export::portable_message).collect();
-    for c in &mut p.compressions {
-        c.messages = c.messages.iter().map(export::portable_message).collect();
+    p.summaries = t.summaries.iter().map(export::portable_message).collect();
+    p
+}
+
+/// Token count of the longest window (what must fit the training context), after checking the
+/// recorded prompt ids (if any) against the target tokenizer.
+fn count_tokens(model: &dyn ChatModel, t: &Traj, check_ids: bool) -> Result<usize, (&'static str, String)> {
+    let p = portable(t);
+    if check_ids && let Some((k, ids)) = &t.recorded_prompt {
+        let prompt = render::prompt_of(&p, *k).map_err(|e| ("invalid_record", e))?;
+        let ours = model.prompt_ids(&prompt, &p.tools).map_err(|e| ("unrenderable", e))?;
+        if &ours != ids {
+            let at = ours.iter().zip(ids).position(|(a, b)| a != b).unwrap_or(ours.len().min(ids.len()));
+            return Err((
+                "tokenizer_mismatch",
+                format!(
+                    "the policy ({}) was sent {} prompt tokens at step {}, the target model {} renders {} (first difference at token {at}): trajectories and --model do not share a tokenizer/template",
+                    t.source,
+                    ids.len(),
+                    k + 1,
+                    model.name(),
+                    ours.len()
+                ),
+            ));
+        }
     }
-    render::windows(&p)
-}
-
-fn portable_tools(t: &Traj) -> Vec<Value> {
-    t.tools.clone()
-}
-
-/// Token count of the longest window (what must fit the training context), or the error.
-fn count_tokens(model: &dyn ChatModel, t: &Traj) -> Result<usize, String> {
-    let tools = portable_tools(t);
     let mut max = 0;
-    for w in portable_windows(t) {
-        let text = model.render(&w.messages, &tools, false)?;
-        max = max.max(model.count(&text)?);
+    for w in render::windows(&p).map_err(|e| ("invalid_record", e))? {
+        max = max.max(model.count(&w.messages, &p.tools).map_err(|e| ("unrenderable", e))?);
     }
     Ok(max)
 }
@@ -218,6 +234,7 @@ fn record_problem(out: &mut Outcome, p: Problem) {
 fn tokenize_stage(
     cands: Vec<Cand>,
     model: &dyn ChatModel,
+    check_ids: bool,
     nthreads: usize,
     out: &mut Outcome,
 ) -> Vec<Cand> {
@@ -226,7 +243,7 @@ fn tokenize_stage(
         input: cands.len(),
         ..Default::default()
     };
-    let counts = par_map(&cands, nthreads, |c| count_tokens(model, &c.traj));
+    let counts = par_map(&cands, nthreads, |c| count_tokens(model, &c.traj, check_ids));
     let mut kept = Vec::with_capacity(cands.len());
     for (mut c, n) in cands.into_iter().zip(counts) {
         match n {
@@ -234,14 +251,14 @@ fn tokenize_stage(
                 c.n_tokens = Some(n);
                 kept.push(c);
             }
-            Err(e) => {
-                *rep.dropped.entry("unrenderable".into()).or_default() += 1;
+            Err((kind, e)) => {
+                *rep.dropped.entry(kind.into()).or_default() += 1;
                 record_problem(
                     out,
                     Problem {
                         file: c.traj.origin.file.clone(),
                         line: c.traj.origin.line,
-                        kind: "unrenderable".into(),
+                        kind: kind.into(),
                         reason: format!("task {}: {e}", c.traj.task_id),
                     },
                 );
@@ -309,7 +326,7 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, Curat
         out.stages.push(rep);
     }
     if let Some(model) = model {
-        cands = tokenize_stage(cands, model, nthreads, &mut out);
+        cands = tokenize_stage(cands, model, !cfg.allow_tokenizer_mismatch, nthreads, &mut out);
     } else {
         for c in &mut cands {
             c.n_tokens = c.traj.recorded_tokens.map(|n| n as usize);
@@ -355,8 +372,24 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, Curat
     let mut msg_rows = Vec::new();
     let mut windows_of = Vec::new();
     for c in &cands {
-        let t = &c.traj;
-        let ws = portable_windows(t);
+        let t = &portable(&c.traj);
+        // Windows were computed without error while counting tokens, or no model is set and this
+        // is the first time: a failure here is counted like any other.
+        let ws = match render::windows(t) {
+            Ok(ws) => ws,
+            Err(e) => {
+                record_problem(
+                    &mut out,
+                    Problem {
+                        file: t.origin.file.clone(),
+                        line: t.origin.line,
+                        kind: "invalid_record".into(),
+                        reason: format!("task {}: {e}", t.task_id),
+                    },
+                );
+                continue;
+            }
+        };
         let multi = ws.len() > 1;
         for w in ws {
             let traj_id = if multi {
@@ -379,9 +412,9 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, Curat
             msg_rows.push(MessagesRow {
                 meta,
                 messages: w.messages.clone(),
-                tools: portable_tools(t),
+                tools: t.tools.clone(),
             });
-            windows_of.push((w, t.origin.clone(), portable_tools(t)));
+            windows_of.push((w, t.origin.clone(), t.tools.clone()));
         }
     }
     let mut token_rows: Vec<TokenRow> = Vec::new();

@@ -7,10 +7,8 @@
 //! The messages are kept verbatim (OpenAI JSON shape) because the exports must reproduce exactly
 //! what the policy saw.
 
+use dojo_trajectory::{PromptPart, StopReason, Trajectory};
 use serde_json::Value;
-
-/// Schema versions of trajectory records this crate knows how to read.
-pub const SUPPORTED_TRAJECTORY_VERSIONS: &[u64] = &[1];
 
 /// Where a record came from: for error messages and the `source` column.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,7 +23,7 @@ impl std::fmt::Display for Origin {
     }
 }
 
-/// Why a rollout ended, normalised across spellings (`max_steps`, `MAX_TURNS`, ...).
+/// Why a rollout ended, as curation groups it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StopKind {
     /// The agent called submit (or otherwise finished on its own).
@@ -38,52 +36,34 @@ pub enum StopKind {
     TimeLimit,
     /// The environment or infrastructure failed (never the agent's fault; never trained on).
     InfraError,
-    /// Anything else the recorder wrote (kept as text in `Traj::stop_reason`).
-    Other,
+    /// Too many consecutive turns without a valid tool call.
+    FormatErrors,
 }
 
 impl StopKind {
-    /// Maps a recorded stop reason to its kind. Unknown spellings become `Other`, never an error:
-    /// the format filter treats `Other` as "not a clean submit" only when asked to.
-    pub fn classify(reason: &str) -> StopKind {
-        let r = reason.to_ascii_lowercase().replace(['-', ' '], "_");
-        match r.as_str() {
-            "submitted" | "submit" | "env_done" | "done" | "finished" | "stop" => {
-                StopKind::Submitted
-            }
-            "max_steps" | "max_turns" | "step_limit" | "turn_limit" | "steps" | "turns" => {
-                StopKind::StepLimit
-            }
-            "max_tokens" | "token_limit" | "truncation" | "context_limit" | "length"
-            | "prompt_too_long" | "tokens" | "context" => StopKind::TokenLimit,
-            "timeout" | "time_limit" | "traj_timeout" | "wall_time" | "time" => StopKind::TimeLimit,
-            "env_error" | "no_sandbox" | "no_container" | "infra_error" | "infra" | "error"
-            | "sandbox_error" | "policy_error" => StopKind::InfraError,
-            _ => {
-                if r.contains("step") || r.contains("turn") {
-                    StopKind::StepLimit
-                } else if r.contains("token") || r.contains("context") {
-                    StopKind::TokenLimit
-                } else if r.contains("time") {
-                    StopKind::TimeLimit
-                } else {
-                    StopKind::Other
-                }
-            }
+    fn of(r: StopReason, infra_failure: bool) -> StopKind {
+        if infra_failure || r.is_infrastructure() {
+            return StopKind::InfraError;
+        }
+        match r {
+            StopReason::Submitted => StopKind::Submitted,
+            StopReason::MaxSteps => StopKind::StepLimit,
+            StopReason::MaxTokens => StopKind::TokenLimit,
+            StopReason::Timeout => StopKind::TimeLimit,
+            StopReason::FormatErrors => StopKind::FormatErrors,
+            StopReason::LlmError | StopReason::EnvError => StopKind::InfraError,
         }
     }
 }
 
-/// One point where the context manager replaced the history with a compressed one.
-///
-/// `messages` is the history as sent to the policy right after compression; the turns that follow
-/// (up to the next compression) were generated from it, which is what one SFT sample holds.
+/// What curation needs of one agent step: which message it generated and what it was sent.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Compression {
-    /// Index into `Traj::messages` of the first message generated after this compression.
-    pub resume_at: usize,
-    /// The compressed history sent to the policy at that point.
-    pub messages: Vec<Value>,
+pub struct StepView {
+    /// Index in `Traj::messages` of the assistant message this step generated.
+    pub assistant_message: usize,
+    /// The prompt exactly as sent, when it differed from `messages[..assistant_message]`
+    /// (context compression): indices into `messages` or into `Traj::summaries`.
+    pub prompt: Option<Vec<PromptPart>>,
 }
 
 /// The fields curation uses, read from one trajectory record.
@@ -107,176 +87,71 @@ pub struct Traj {
     pub resolved: bool,
     /// Format-error reminders the agent loop sent (0 when the record has no counter).
     pub format_errors: u64,
-    pub compressions: Vec<Compression>,
-    /// Tokens as recorded by the policy's usage counters (prompt + completion of the last call),
-    /// used only when no tokenizer is configured.
+    /// Graded at all (reward or resolved recorded); ungraded rollouts carry no difficulty signal.
+    pub graded: bool,
+    pub steps: Vec<StepView>,
+    /// Summary messages of the context manager's compressions (`PromptPart::Summary(i)`).
+    pub summaries: Vec<Value>,
+    /// Largest prompt + completion the policy reported for one call, used as the token count
+    /// only when no tokenizer is configured.
     pub recorded_tokens: Option<u64>,
+    /// The first step whose prompt token ids the policy server returned: (position in `steps`,
+    /// ids). Checked against the target tokenizer to catch a tokenizer/model mismatch.
+    pub recorded_prompt: Option<(usize, Vec<u32>)>,
 }
 
-/// A record that could not be read as a trajectory, with the reason.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ViewError {
-    pub field: String,
-    pub reason: String,
-}
-
-fn ptr<'a>(v: &'a Value, paths: &[&str]) -> Option<&'a Value> {
-    paths.iter().find_map(|p| v.pointer(p).filter(|x| !x.is_null()))
-}
-
-fn as_u64(v: &Value) -> Option<u64> {
-    match v {
-        Value::Number(n) => n.as_u64(),
-        Value::String(s) => s.trim().trim_start_matches('v').parse().ok(),
-        _ => None,
-    }
-}
-
-fn as_text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+fn json<T: serde::Serialize>(v: &T) -> Value {
+    // Plain data with string keys: serialisation cannot fail.
+    serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
 impl Traj {
-    /// Reads the view out of one JSON record. Missing optional fields take neutral defaults;
-    /// missing required ones (schema version, task id, messages) are errors naming the field.
-    pub fn from_value(v: &Value, origin: Origin) -> Result<Traj, ViewError> {
-        let err = |field: &str, reason: &str| ViewError {
-            field: field.to_string(),
-            reason: reason.to_string(),
+    /// The view of one trajectory record.
+    pub fn from_record(t: &Trajectory, origin: Origin) -> Traj {
+        let source = match &t.policy.model {
+            Some(m) if !m.is_empty() => format!("{}:{m}", t.policy.kind),
+            _ => t.policy.kind.clone(),
         };
-        let version = ptr(v, &["/schema_version", "/version"])
-            .ok_or_else(|| err("schema_version", "missing"))?;
-        let schema_version =
-            as_u64(version).ok_or_else(|| err("schema_version", "not an integer"))?;
-        if !SUPPORTED_TRAJECTORY_VERSIONS.contains(&schema_version) {
-            return Err(err(
-                "schema_version",
-                &format!(
-                    "unknown trajectory schema version {schema_version} (this build reads {:?})",
-                    SUPPORTED_TRAJECTORY_VERSIONS
-                ),
-            ));
-        }
-        let task_id = ptr(v, &["/task_id", "/instance_id", "/task/id", "/task/instance_id"])
-            .and_then(Value::as_str)
-            .ok_or_else(|| err("task_id", "missing or not a string"))?
-            .to_string();
-        let messages = ptr(v, &["/messages", "/conversation"])
-            .and_then(Value::as_array)
-            .ok_or_else(|| err("messages", "missing or not an array"))?
-            .clone();
-        for (i, m) in messages.iter().enumerate() {
-            if m.get("role").and_then(Value::as_str).is_none() {
-                return Err(err(&format!("messages[{i}].role"), "missing"));
-            }
-        }
-        let tools = ptr(v, &["/tools", "/task/tools"])
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let sample = ptr(v, &["/sample", "/sample_index", "/sample_idx", "/key/sample_index"])
-            .and_then(Value::as_i64)
-            .unwrap_or(0);
-        let source = ptr(v, &["/source", "/policy", "/model", "/policy/model", "/policy/name"])
-            .map(|p| match p {
-                Value::Object(o) => o
-                    .get("model")
-                    .or_else(|| o.get("name"))
-                    .map(as_text)
-                    .unwrap_or_default(),
-                other => as_text(other),
-            })
-            .unwrap_or_default();
-        let stop_reason = ptr(
-            v,
-            &["/stop_reason", "/termination_reason", "/stop", "/exit_status"],
-        )
-        .map(|s| match s {
-            Value::Object(o) => o
-                .get("kind")
-                .or_else(|| o.get("reason"))
-                .map(as_text)
-                .unwrap_or_else(|| s.to_string()),
-            other => as_text(other),
-        })
-        .unwrap_or_default();
-        let stop = StopKind::classify(&stop_reason);
-        let forced = ptr(v, &["/forced", "/forced_submission", "/forced_submit"])
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        let reward = ptr(v, &["/reward", "/grade/reward", "/grading/reward"])
-            .and_then(Value::as_f64)
+        let reward = t
+            .reward
+            .or(t.resolved.map(|r| if r { 1.0 } else { 0.0 }))
             .unwrap_or(0.0);
-        let resolved = ptr(
-            v,
-            &[
-                "/resolved",
-                "/grade/resolved",
-                "/grading/resolved",
-                "/report/resolved",
-                "/grading_report/resolved",
-            ],
-        )
-        .and_then(Value::as_bool)
-        .unwrap_or(reward >= 1.0);
-        let format_errors = ptr(
-            v,
-            &[
-                "/format_errors",
-                "/counters/format_errors",
-                "/metrics/format_errors",
-            ],
-        )
-        .and_then(as_u64)
-        .unwrap_or(0);
-        let recorded_tokens = ptr(v, &["/usage/total_tokens", "/token_usage/total_tokens"])
-            .and_then(as_u64);
-        let mut compressions = Vec::new();
-        if let Some(events) =
-            ptr(v, &["/compressions", "/compression_events", "/context_events"]).and_then(Value::as_array)
-        {
-            for (i, e) in events.iter().enumerate() {
-                let resume_at = ptr(e, &["/resume_at", "/message_index", "/at"])
-                    .and_then(as_u64)
-                    .ok_or_else(|| err(&format!("compressions[{i}].resume_at"), "missing"))?
-                    as usize;
-                let msgs = ptr(e, &["/messages", "/history"])
-                    .and_then(Value::as_array)
-                    .ok_or_else(|| err(&format!("compressions[{i}].messages"), "missing"))?
-                    .clone();
-                if resume_at > messages.len() {
-                    return Err(err(
-                        &format!("compressions[{i}].resume_at"),
-                        &format!("{resume_at} is past the {} messages", messages.len()),
-                    ));
-                }
-                compressions.push(Compression {
-                    resume_at,
-                    messages: msgs,
-                });
-            }
-            compressions.sort_by_key(|c| c.resume_at);
-        }
-        Ok(Traj {
+        let recorded_tokens = t
+            .steps
+            .iter()
+            .map(|s| s.usage.prompt_tokens + s.usage.completion_tokens)
+            .max();
+        Traj {
             origin,
-            schema_version,
-            task_id,
-            sample,
+            schema_version: u64::from(t.schema_version),
+            task_id: t.task_id.clone(),
+            sample: i64::from(t.sample_index),
             source,
-            messages,
-            tools,
-            stop_reason,
-            stop,
-            forced,
+            messages: t.messages.iter().map(json).collect(),
+            tools: t.tools.iter().map(json).collect(),
+            stop_reason: t.stop_reason.as_str().to_string(),
+            stop: StopKind::of(t.stop_reason, t.infra_failure),
+            forced: t.forced_submission,
             reward,
-            resolved,
-            format_errors,
-            compressions,
+            resolved: t.resolved.unwrap_or(reward >= 1.0),
+            format_errors: u64::from(t.format_errors),
+            graded: t.reward.is_some() || t.resolved.is_some(),
+            steps: t
+                .steps
+                .iter()
+                .map(|s| StepView {
+                    assistant_message: s.assistant_message,
+                    prompt: s.prompt.clone(),
+                })
+                .collect(),
+            summaries: t.compressions.iter().map(|c| json(&c.summary)).collect(),
             recorded_tokens,
-        })
+            recorded_prompt: t
+                .steps
+                .iter()
+                .enumerate()
+                .find_map(|(k, s)| s.prompt_token_ids.clone().map(|ids| (k, ids))),
+        }
     }
 
     /// Number of assistant turns (policy calls that produced a message).
@@ -342,32 +217,37 @@ pub fn arguments_object(a: Option<&Value>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dojo_trajectory::ChatMessage;
     use serde_json::json;
 
-    fn origin() -> Origin {
-        Origin {
-            file: "t.jsonl".into(),
-            line: 1,
-        }
-    }
-
     #[test]
-    fn stop_kinds() {
-        assert_eq!(StopKind::classify("MAX_TURNS"), StopKind::StepLimit);
-        assert_eq!(StopKind::classify("max_steps"), StopKind::StepLimit);
-        assert_eq!(StopKind::classify("TRUNCATION"), StopKind::TokenLimit);
-        assert_eq!(StopKind::classify("traj-timeout"), StopKind::TimeLimit);
-        assert_eq!(StopKind::classify("submitted"), StopKind::Submitted);
-        assert_eq!(StopKind::classify("ENV_ERROR"), StopKind::InfraError);
-        assert_eq!(StopKind::classify("weird"), StopKind::Other);
-    }
-
-    #[test]
-    fn unknown_version_is_an_error_naming_the_field() {
-        let v = json!({"schema_version": 99, "task_id": "t", "messages": []});
-        let e = Traj::from_value(&v, origin()).unwrap_err();
-        assert_eq!(e.field, "schema_version");
-        assert!(e.reason.contains("unknown trajectory schema version 99"));
+    fn maps_a_record() {
+        let mut t = Trajectory::new("t1", 3);
+        t.policy.kind = "embedded".into();
+        t.policy.model = Some("SmolLM2".into());
+        t.messages = vec![ChatMessage::system("s"), ChatMessage::user("u")];
+        t.stop_reason = StopReason::MaxSteps;
+        t.forced_submission = true;
+        t.resolved = Some(true);
+        let v = Traj::from_record(
+            &t,
+            Origin {
+                file: "f".into(),
+                line: 7,
+            },
+        );
+        assert_eq!(v.source, "embedded:SmolLM2");
+        assert_eq!(v.sample, 3);
+        assert_eq!(v.reward, 1.0);
+        assert!(v.graded && v.forced);
+        assert_eq!(v.stop, StopKind::StepLimit);
+        assert_eq!(v.messages[1], json!({"role": "user", "content": "u"}));
+        let mut t = Trajectory::new("t1", 0);
+        t.stop_reason = StopReason::Submitted;
+        t.infra_failure = true;
+        let v = Traj::from_record(&t, Origin { file: "f".into(), line: 1 });
+        assert_eq!(v.stop, StopKind::InfraError);
+        assert!(!v.graded);
     }
 
     #[test]
@@ -379,11 +259,5 @@ mod tests {
         let calls = Traj::tool_calls(&m);
         assert_eq!(calls[0], ("submit".to_string(), json!({})));
         assert_eq!(calls[1], ("bash".to_string(), json!({"command": "ls"})));
-    }
-
-    #[test]
-    fn missing_messages_names_the_field() {
-        let v = json!({"schema_version": 1, "task_id": "t"});
-        assert_eq!(Traj::from_value(&v, origin()).unwrap_err().field, "messages");
     }
 }

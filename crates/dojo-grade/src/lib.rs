@@ -18,7 +18,10 @@
 //! - [`run`]: [`grade_in_sandbox`] and [`validate_in_sandbox`], the harness flow in a
 //!   [`dojo_sandbox::Sandbox`]. Infrastructure failures (environment, test patch, timeout,
 //!   runner) are [`ErrorKind`]s with `infra_failure = true`, never "unresolved".
+//! - [`batch`]: `dojo eval` / `dojo validate` over many instances (resumable, concurrent,
+//!   progress bar), [`batch::load_predictions`] (bad lines reported with their line numbers).
 
+pub mod batch;
 pub mod grading;
 pub mod parsers;
 pub mod report;

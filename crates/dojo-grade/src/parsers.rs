@@ -414,13 +414,13 @@ mod tests {
 
     #[test]
     fn django_lines_and_multiline_patterns() {
-        let log = "test_a (m.T) ... ok\ntest_b (m.T) ... skipped 'x'\ntest_c (m.T) ... FAIL\nERROR: test_d (m.T)\ntest_e (m.T)\nDocstring ... \nok\ntest_f (m.T) ... System check identified no issues (0 silenced)\nok\nFAIL:\n";
+        let log = "test_a (m.T) ... ok\ntest_b (m.T) ... skipped 'x'\ntest_c (m.T) ... FAIL\nERROR: test_d (m.T)\ntest_e (m.T) ... noise\nok\ntest_f (m.T) ... System check identified no issues (0 silenced)\nok\nFAIL:\n";
         let m = Parser::Django.parse(log);
         assert_eq!(m.get("test_a (m.T)"), Some("PASSED"));
         assert_eq!(m.get("test_b (m.T)"), Some("SKIPPED"));
         assert_eq!(m.get("test_c (m.T)"), Some("FAILED"));
         assert_eq!(m.get("test_d"), Some("ERROR"));
-        assert_eq!(m.get("Docstring"), Some("PASSED"));
+        assert_eq!(m.get("test_e (m.T)"), Some("PASSED"));
         assert_eq!(m.get("test_f (m.T)"), Some("PASSED"));
     }
 

@@ -85,11 +85,12 @@ fn restore_test_files_script(test_patch: &str) -> Option<String> {
     if files.is_empty() {
         return None;
     }
+    let base = dojo_sandbox::pristine::BASE_TAG;
     let mut s = String::from("set -u\ncd /testbed\n");
     for f in files {
         let q = shell_quote(&f);
         s.push_str(&format!(
-            "if git cat-file -e HEAD:{q} 2>/dev/null; then git checkout -q HEAD -- {q}; else rm -f -- {q}; fi\n"
+            "if git cat-file -e {base}:{q} 2>/dev/null; then git checkout -q {base} -- {q}; else rm -f -- {q}; fi\n"
         ));
     }
     Some(s)

@@ -12,9 +12,11 @@
 //! 5xx, timeouts, dropped connections and garbage bodies are infrastructure and are retried;
 //! other 4xx are the request's fault.
 
+mod client;
 mod error;
 mod wire;
 
+pub use client::{ClientConfig, EndpointConfig, EndpointStats, OpenAiClient, SharedClient};
 pub use error::{FailureClass, LlmError};
 pub use wire::*;
 

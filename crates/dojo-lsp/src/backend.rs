@@ -10,8 +10,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::Stdio;
-use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use crate::LspError;
 
@@ -40,7 +39,10 @@ pub trait Backend: Send + Sync {
     /// The workspace root as the *server* sees it (absolute).
     fn root(&self) -> &Path;
     /// Start the server with piped stdin/stdout/stderr, its cwd at [`Backend::root`].
-    fn spawn<'a>(&'a self, launch: &'a Launch) -> BoxFuture<'a, Result<tokio::process::Child, LspError>>;
+    fn spawn<'a>(
+        &'a self,
+        launch: &'a Launch,
+    ) -> BoxFuture<'a, Result<tokio::process::Child, LspError>>;
     /// Read a file; relative paths are under the root, absolute ones are as the server sees them.
     /// `Ok(None)` when the file does not exist.
     fn read_file<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, LspError>>;
@@ -64,7 +66,8 @@ impl HostBackend {
     /// `root` must exist; it is canonicalised so the URIs the server returns map back to it.
     pub fn new(root: impl AsRef<Path>) -> Result<Self, LspError> {
         let root = root.as_ref();
-        let root = std::fs::canonicalize(root).map_err(|e| LspError::Workspace(format!("{}: {e}", root.display())))?;
+        let root = std::fs::canonicalize(root)
+            .map_err(|e| LspError::Workspace(format!("{}: {e}", root.display())))?;
         Ok(HostBackend { root })
     }
 }
@@ -74,9 +77,15 @@ impl Backend for HostBackend {
         &self.root
     }
 
-    fn spawn<'a>(&'a self, launch: &'a Launch) -> BoxFuture<'a, Result<tokio::process::Child, LspError>> {
+    fn spawn<'a>(
+        &'a self,
+        launch: &'a Launch,
+    ) -> BoxFuture<'a, Result<tokio::process::Child, LspError>> {
         Box::pin(async move {
-            let (prog, args) = launch.argv.split_first().ok_or_else(|| LspError::ServerMissing("empty command".into()))?;
+            let (prog, args) = launch
+                .argv
+                .split_first()
+                .ok_or_else(|| LspError::ServerMissing("empty command".into()))?;
             tokio::process::Command::new(prog)
                 .args(args)
                 .envs(&launch.env)
@@ -137,86 +146,122 @@ fn scan_dir(root: &Path) -> Result<Stamps, LspError> {
             .ok()
             .and_then(|m| m.duration_since(UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_nanos() as i128);
-        let Ok(rel) = entry.path().strip_prefix(root) else { continue };
-        out.insert(rel.to_string_lossy().into_owned(), Stamp { mtime_ns, size: meta.len() });
+        let Ok(rel) = entry.path().strip_prefix(root) else {
+            continue;
+        };
+        out.insert(
+            rel.to_string_lossy().into_owned(),
+            Stamp {
+                mtime_ns,
+                size: meta.len(),
+            },
+        );
     }
     Ok(out)
 }
 
-/// The server runs inside a rollout's sandbox and sees its copy-on-write workspace at
-/// [`dojo_sandbox::WORKSPACE`]. The server binary must be readable inside the sandbox (the tools
-/// directory is world-readable; see [`crate::servers`]).
-#[derive(Clone)]
-pub struct SandboxBackend {
-    sandbox: Arc<dojo_sandbox::Sandbox>,
-    root: PathBuf,
-}
+#[cfg(feature = "sandbox")]
+pub use sandboxed::SandboxBackend;
 
-impl SandboxBackend {
-    pub fn new(sandbox: Arc<dojo_sandbox::Sandbox>) -> Self {
-        SandboxBackend { sandbox, root: PathBuf::from(dojo_sandbox::WORKSPACE) }
-    }
-}
+#[cfg(feature = "sandbox")]
+mod sandboxed {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
 
-fn sandbox_err(e: dojo_sandbox::SandboxError) -> LspError {
-    LspError::Workspace(format!("sandbox: {e}"))
-}
-
-impl Backend for SandboxBackend {
-    fn root(&self) -> &Path {
-        &self.root
+    /// The server runs inside a rollout's sandbox and sees its copy-on-write workspace at
+    /// [`dojo_sandbox::WORKSPACE`]. The server binary must be readable inside the sandbox (the tools
+    /// directory is world-readable; see [`crate::servers`]).
+    #[derive(Clone)]
+    pub struct SandboxBackend {
+        sandbox: Arc<dojo_sandbox::Sandbox>,
+        root: PathBuf,
     }
 
-    fn spawn<'a>(&'a self, launch: &'a Launch) -> BoxFuture<'a, Result<tokio::process::Child, LspError>> {
-        Box::pin(async move {
-            let mut req = dojo_sandbox::ExecRequest::new(launch.argv.clone()).cwd(dojo_sandbox::WORKSPACE);
-            req.env = launch.env.clone();
-            // A language server lives as long as the rollout; the session kills it on drop.
-            req.timeout = Duration::from_secs(7 * 24 * 3600);
-            let proc = self
-                .sandbox
-                .spawn(&req)
-                .await
-                .map_err(|e| LspError::ServerMissing(format!("cannot start {:?} in sandbox {}: {e}", launch.argv, self.sandbox.id())))?;
-            Ok(proc.child)
-        })
+    impl SandboxBackend {
+        pub fn new(sandbox: Arc<dojo_sandbox::Sandbox>) -> Self {
+            SandboxBackend {
+                sandbox,
+                root: PathBuf::from(dojo_sandbox::WORKSPACE),
+            }
+        }
     }
 
-    fn read_file<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, LspError>> {
-        Box::pin(async move {
-            match self.sandbox.read_file(path).await {
-                Ok(b) => Ok(Some(b)),
-                Err(dojo_sandbox::SandboxError::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound || source.raw_os_error() == Some(libc_eisdir()) =>
-                {
-                    Ok(None)
+    fn sandbox_err(e: dojo_sandbox::SandboxError) -> LspError {
+        LspError::Workspace(format!("sandbox: {e}"))
+    }
+
+    impl Backend for SandboxBackend {
+        fn root(&self) -> &Path {
+            &self.root
+        }
+
+        fn spawn<'a>(
+            &'a self,
+            launch: &'a Launch,
+        ) -> BoxFuture<'a, Result<tokio::process::Child, LspError>> {
+            Box::pin(async move {
+                let mut req = dojo_sandbox::ExecRequest::new(launch.argv.clone())
+                    .cwd(dojo_sandbox::WORKSPACE);
+                req.env = launch.env.clone();
+                // A language server lives as long as the rollout; the session kills it on drop.
+                req.timeout = Duration::from_secs(7 * 24 * 3600);
+                let proc = self.sandbox.spawn(&req).await.map_err(|e| {
+                    LspError::ServerMissing(format!(
+                        "cannot start {:?} in sandbox {}: {e}",
+                        launch.argv,
+                        self.sandbox.id()
+                    ))
+                })?;
+                Ok(proc.child)
+            })
+        }
+
+        fn read_file<'a>(
+            &'a self,
+            path: &'a str,
+        ) -> BoxFuture<'a, Result<Option<Vec<u8>>, LspError>> {
+            Box::pin(async move {
+                match self.sandbox.read_file(path).await {
+                    Ok(b) => Ok(Some(b)),
+                    Err(dojo_sandbox::SandboxError::Io { source, .. })
+                        if source.kind() == std::io::ErrorKind::NotFound
+                            || source.raw_os_error() == Some(libc_eisdir()) =>
+                    {
+                        Ok(None)
+                    }
+                    Err(e) => Err(sandbox_err(e)),
                 }
-                Err(e) => Err(sandbox_err(e)),
-            }
-        })
-    }
+            })
+        }
 
-    fn scan(&self) -> BoxFuture<'_, Result<Stamps, LspError>> {
-        Box::pin(async move {
-            // One `find` per query: cheaper than any per-file round trip into the sandbox.
-            let script = format!(
-                "find {} -name '.*' -prune -o -type f \\( -name '*.py' -o -name '*.pyi' \\) -printf '%P\\t%T@\\t%s\\n'",
-                dojo_sandbox::WORKSPACE
-            );
-            let out = self
-                .sandbox
-                .exec(&dojo_sandbox::ExecRequest::shell(script).timeout(Duration::from_secs(60)))
-                .await
-                .map_err(sandbox_err)?;
-            if !out.success() {
-                return Err(LspError::Workspace(format!("scanning workspace failed: {}", out.stderr_lossy())));
-            }
-            Ok(parse_find_output(&out.stdout_lossy()))
-        })
-    }
+        fn scan(&self) -> BoxFuture<'_, Result<Stamps, LspError>> {
+            Box::pin(async move {
+                // One `find` per query: cheaper than any per-file round trip into the sandbox.
+                let script = format!(
+                    "find {} -name '.*' -prune -o -type f \\( -name '*.py' -o -name '*.pyi' \\) -printf '%P\\t%T@\\t%s\\n'",
+                    dojo_sandbox::WORKSPACE
+                );
+                let out = self
+                    .sandbox
+                    .exec(
+                        &dojo_sandbox::ExecRequest::shell(script).timeout(Duration::from_secs(60)),
+                    )
+                    .await
+                    .map_err(sandbox_err)?;
+                if !out.success() {
+                    return Err(LspError::Workspace(format!(
+                        "scanning workspace failed: {}",
+                        out.stderr_lossy()
+                    )));
+                }
+                Ok(parse_find_output(&out.stdout_lossy()))
+            })
+        }
 
-    fn describe(&self) -> String {
-        format!("sandbox {}", self.sandbox.id())
+        fn describe(&self) -> String {
+            format!("sandbox {}", self.sandbox.id())
+        }
     }
 }
 
@@ -225,13 +270,26 @@ pub(crate) fn parse_find_output(text: &str) -> Stamps {
     let mut out = Stamps::new();
     for line in text.lines() {
         let mut parts = line.rsplitn(3, '\t');
-        let (Some(size), Some(mtime), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
-        let Ok(size) = size.parse::<u64>() else { continue };
+        let (Some(size), Some(mtime), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let Ok(size) = size.parse::<u64>() else {
+            continue;
+        };
         let (secs, frac) = mtime.split_once('.').unwrap_or((mtime, "0"));
-        let Ok(secs) = secs.parse::<i128>() else { continue };
+        let Ok(secs) = secs.parse::<i128>() else {
+            continue;
+        };
         let frac: String = frac.chars().chain(std::iter::repeat('0')).take(9).collect();
         let nanos = frac.parse::<i128>().unwrap_or(0);
-        out.insert(path.to_string(), Stamp { mtime_ns: secs * 1_000_000_000 + nanos, size });
+        out.insert(
+            path.to_string(),
+            Stamp {
+                mtime_ns: secs * 1_000_000_000 + nanos,
+                size,
+            },
+        );
     }
     out
 }
@@ -242,9 +300,23 @@ mod tests {
 
     #[test]
     fn parses_find_lines() {
-        let s = parse_find_output("a/b.py\t1700000000.1234567890\t42\nweird\tname.py\t5.5\t1\nbad line\n");
-        assert_eq!(s["a/b.py"], Stamp { mtime_ns: 1_700_000_000_123_456_789, size: 42 });
-        assert_eq!(s["weird\tname.py"], Stamp { mtime_ns: 5_500_000_000, size: 1 });
+        let s = parse_find_output(
+            "a/b.py\t1700000000.1234567890\t42\nweird\tname.py\t5.5\t1\nbad line\n",
+        );
+        assert_eq!(
+            s["a/b.py"],
+            Stamp {
+                mtime_ns: 1_700_000_000_123_456_789,
+                size: 42
+            }
+        );
+        assert_eq!(
+            s["weird\tname.py"],
+            Stamp {
+                mtime_ns: 5_500_000_000,
+                size: 1
+            }
+        );
         assert_eq!(s.len(), 2);
     }
 
@@ -256,10 +328,15 @@ mod tests {
         std::fs::write(d.path().join("pkg/b.txt"), "x").unwrap();
         std::fs::write(d.path().join("pkg/.hidden/c.py"), "x").unwrap();
         let b = HostBackend::new(d.path()).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let s = rt.block_on(b.scan()).unwrap();
         assert_eq!(s.keys().collect::<Vec<_>>(), vec!["pkg/a.py"]);
-        assert_eq!(rt.block_on(b.read_file("pkg/a.py")).unwrap().unwrap(), b"x = 1\n");
+        assert_eq!(
+            rt.block_on(b.read_file("pkg/a.py")).unwrap().unwrap(),
+            b"x = 1\n"
+        );
         assert!(rt.block_on(b.read_file("nope.py")).unwrap().is_none());
         assert!(rt.block_on(b.read_file("pkg")).unwrap().is_none());
     }

@@ -51,8 +51,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Client {
     /// Take over a spawned child with piped stdio and start the I/O tasks.
     pub fn start(mut child: tokio::process::Child) -> Result<Client, LspError> {
-        let stdin = child.stdin.take().ok_or_else(|| LspError::ServerCrashed("server stdin not piped".into()))?;
-        let stdout = child.stdout.take().ok_or_else(|| LspError::ServerCrashed("server stdout not piped".into()))?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| LspError::ServerCrashed("server stdin not piped".into()))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| LspError::ServerCrashed("server stdout not piped".into()))?;
         let stderr = child.stderr.take();
         let pid = child.id();
         let pending: Pending = Arc::default();
@@ -84,7 +90,9 @@ impl Client {
                     t.push_str(&String::from_utf8_lossy(&buf[..n]));
                     if t.len() > STDERR_TAIL * 2 {
                         let cut = t.len() - STDERR_TAIL;
-                        let cut = (cut..t.len()).find(|&i| t.is_char_boundary(i)).unwrap_or(t.len());
+                        let cut = (cut..t.len())
+                            .find(|&i| t.is_char_boundary(i))
+                            .unwrap_or(t.len());
                         t.replace_range(..cut, "");
                     }
                 }
@@ -110,12 +118,20 @@ impl Client {
                 match (method, id) {
                     (Some(m), Some(id)) => {
                         let result = answer_server_request(m, msg.get("params"));
-                        let _ = reply.send(encode(&json!({"jsonrpc": "2.0", "id": id, "result": result})));
+                        let _ = reply.send(encode(
+                            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                        ));
                     }
                     (Some("$/progress"), None) => {
                         let params = msg.get("params");
-                        let token = params.and_then(|p| p.get("token")).map(|t| t.to_string()).unwrap_or_default();
-                        match params.and_then(|p| p.pointer("/value/kind")).and_then(Value::as_str) {
+                        let token = params
+                            .and_then(|p| p.get("token"))
+                            .map(|t| t.to_string())
+                            .unwrap_or_default();
+                        match params
+                            .and_then(|p| p.pointer("/value/kind"))
+                            .and_then(Value::as_str)
+                        {
                             Some("begin") => {
                                 tokens.insert(token);
                             }
@@ -126,16 +142,25 @@ impl Client {
                             }
                             _ => {}
                         }
-                        let _ = progress_tx.send(Progress { active: tokens.len(), ended });
+                        let _ = progress_tx.send(Progress {
+                            active: tokens.len(),
+                            ended,
+                        });
                     }
                     (Some(_), None) => {} // diagnostics, log messages: not needed for navigation
                     (None, Some(id)) => {
                         let Some(id) = id.as_i64() else { continue };
-                        let Some(tx) = lock(&reader_pending).remove(&id) else { continue };
+                        let Some(tx) = lock(&reader_pending).remove(&id) else {
+                            continue;
+                        };
                         let res = match msg.get("error") {
                             Some(e) => Err(LspError::Rpc {
                                 code: e.get("code").and_then(Value::as_i64).unwrap_or(0),
-                                message: e.get("message").and_then(Value::as_str).unwrap_or("").to_string(),
+                                message: e
+                                    .get("message")
+                                    .and_then(Value::as_str)
+                                    .unwrap_or("")
+                                    .to_string(),
                             }),
                             None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
                         };
@@ -185,20 +210,28 @@ impl Client {
             return Err(LspError::ServerCrashed(self.crash_detail()));
         }
         self.out
-            .send(encode(&json!({"jsonrpc": "2.0", "method": method, "params": params})))
+            .send(encode(
+                &json!({"jsonrpc": "2.0", "method": method, "params": params}),
+            ))
             .map_err(|_| LspError::ServerCrashed(self.crash_detail()))
     }
 
     /// Send a request and wait for its answer at most `timeout`; on timeout the request is
     /// cancelled so the server does not keep working on it.
-    pub async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, LspError> {
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+    ) -> Result<Value, LspError> {
         if !self.is_alive() {
             return Err(LspError::ServerCrashed(self.crash_detail()));
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(id, tx);
-        let frame = encode(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let frame =
+            encode(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         if self.out.send(frame).is_err() {
             lock(&self.pending).remove(&id);
             return Err(LspError::ServerCrashed(self.crash_detail()));
@@ -209,7 +242,10 @@ impl Client {
             Err(_) => {
                 lock(&self.pending).remove(&id);
                 let _ = self.notify("$/cancelRequest", json!({"id": id}));
-                Err(LspError::Timeout { method: method.to_string(), after: timeout })
+                Err(LspError::Timeout {
+                    method: method.to_string(),
+                    after: timeout,
+                })
             }
         }
     }
@@ -217,12 +253,17 @@ impl Client {
     /// Polite shutdown (bounded), then kill.
     pub async fn shutdown(&self) {
         if self.is_alive() {
-            let _ = self.request("shutdown", Value::Null, Duration::from_secs(2)).await;
+            let _ = self
+                .request("shutdown", Value::Null, Duration::from_secs(2))
+                .await;
             let _ = self.notify("exit", Value::Null);
         }
         let child = lock(&self.child).take();
         if let Some(mut child) = child {
-            if tokio::time::timeout(Duration::from_secs(1), child.wait()).await.is_err() {
+            if tokio::time::timeout(Duration::from_secs(1), child.wait())
+                .await
+                .is_err()
+            {
                 let _ = child.start_kill();
                 let _ = child.wait().await;
             }
@@ -239,8 +280,21 @@ impl Drop for Client {
 }
 
 fn crash_detail(why: &str, stderr: &str) -> String {
-    let tail: String = stderr.trim().lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
-    if tail.is_empty() { why.to_string() } else { format!("{why}; stderr tail:\n{tail}") }
+    let tail: String = stderr
+        .trim()
+        .lines()
+        .rev()
+        .take(8)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join("\n");
+    if tail.is_empty() {
+        why.to_string()
+    } else {
+        format!("{why}; stderr tail:\n{tail}")
+    }
 }
 
 /// Answers for the requests servers send to clients. Configuration items get `null` (server
@@ -248,7 +302,10 @@ fn crash_detail(why: &str, stderr: &str) -> String {
 fn answer_server_request(method: &str, params: Option<&Value>) -> Value {
     match method {
         "workspace/configuration" => {
-            let n = params.and_then(|p| p.get("items")).and_then(Value::as_array).map_or(0, Vec::len);
+            let n = params
+                .and_then(|p| p.get("items"))
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
             Value::Array(vec![Value::Null; n])
         }
         "workspace/workspaceFolders" => Value::Null,
@@ -264,7 +321,10 @@ mod tests {
     fn configuration_gets_one_null_per_item() {
         let v = answer_server_request("workspace/configuration", Some(&json!({"items": [{}, {}]})));
         assert_eq!(v, json!([null, null]));
-        assert_eq!(answer_server_request("window/workDoneProgress/create", None), Value::Null);
+        assert_eq!(
+            answer_server_request("window/workDoneProgress/create", None),
+            Value::Null
+        );
     }
 
     #[test]

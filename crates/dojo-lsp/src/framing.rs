@@ -34,7 +34,9 @@ pub enum FrameError {
 }
 
 /// Read one frame. Headers other than Content-Length (Content-Type) are ignored.
-pub async fn read_frame<R: AsyncBufRead + Unpin>(r: &mut R) -> Result<serde_json::Value, FrameError> {
+pub async fn read_frame<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+) -> Result<serde_json::Value, FrameError> {
     let mut len: Option<usize> = None;
     let mut line = String::new();
     let mut first = true;
@@ -42,7 +44,11 @@ pub async fn read_frame<R: AsyncBufRead + Unpin>(r: &mut R) -> Result<serde_json
         line.clear();
         let n = r.read_line(&mut line).await?;
         if n == 0 {
-            return Err(if first { FrameError::Eof } else { FrameError::BadHeader("EOF in headers".into()) });
+            return Err(if first {
+                FrameError::Eof
+            } else {
+                FrameError::BadHeader("EOF in headers".into())
+            });
         }
         first = false;
         let trimmed = line.trim_end_matches(['\r', '\n']);
@@ -53,7 +59,10 @@ pub async fn read_frame<R: AsyncBufRead + Unpin>(r: &mut R) -> Result<serde_json
             return Err(FrameError::BadHeader(trimmed.to_string()));
         };
         if name.trim().eq_ignore_ascii_case("content-length") {
-            let v: usize = value.trim().parse().map_err(|_| FrameError::BadHeader(trimmed.to_string()))?;
+            let v: usize = value
+                .trim()
+                .parse()
+                .map_err(|_| FrameError::BadHeader(trimmed.to_string()))?;
             if v > MAX_FRAME {
                 return Err(FrameError::TooLarge(v));
             }
@@ -82,8 +91,15 @@ mod tests {
     }
 
     impl AsyncRead for Chunked {
-        fn poll_read(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-            let n = self.chunk.min(buf.remaining()).min(self.data.len() - self.pos);
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            let n = self
+                .chunk
+                .min(buf.remaining())
+                .min(self.data.len() - self.pos);
             let start = self.pos;
             buf.put_slice(&self.data[start..start + n]);
             self.pos += n;
@@ -92,7 +108,9 @@ mod tests {
     }
 
     fn rt() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread().build().unwrap()
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
     }
 
     fn json_value() -> impl Strategy<Value = serde_json::Value> {
@@ -149,14 +167,18 @@ mod tests {
     #[test]
     fn extra_headers_are_ignored() {
         let raw = b"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\nContent-Length: 2\r\n\r\n{}";
-        let v = rt().block_on(read_frame(&mut BufReader::new(&raw[..]))).unwrap();
+        let v = rt()
+            .block_on(read_frame(&mut BufReader::new(&raw[..])))
+            .unwrap();
         assert_eq!(v, serde_json::json!({}));
     }
 
     #[test]
     fn missing_length_is_an_error() {
         let raw = b"Content-Type: x\r\n\r\n{}";
-        let e = rt().block_on(read_frame(&mut BufReader::new(&raw[..]))).unwrap_err();
+        let e = rt()
+            .block_on(read_frame(&mut BufReader::new(&raw[..])))
+            .unwrap_err();
         assert!(matches!(e, FrameError::NoLength), "{e}");
     }
 }

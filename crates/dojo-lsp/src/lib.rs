@@ -28,7 +28,9 @@ pub mod servers;
 pub mod session;
 pub mod tool;
 
-pub use backend::{Backend, HostBackend, Launch, SandboxBackend};
+#[cfg(feature = "sandbox")]
+pub use backend::SandboxBackend;
+pub use backend::{Backend, HostBackend, Launch};
 pub use servers::{ServerKind, install};
 pub use session::{LspSession, SessionOptions, SessionStats};
 pub use tool::{Command, InfraEvent, InfraKind, LspTool, Observation};

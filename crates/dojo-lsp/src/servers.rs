@@ -12,7 +12,9 @@ use crate::LspError;
 use crate::backend::Launch;
 
 /// Which language server to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ServerKind {
     /// Astral's `ty server`: fast start, lazy, whole-project references. The default.
@@ -28,7 +30,12 @@ pub enum ServerKind {
 }
 
 impl ServerKind {
-    pub const ALL: [ServerKind; 4] = [ServerKind::Ty, ServerKind::Pyrefly, ServerKind::Pyright, ServerKind::Basedpyright];
+    pub const ALL: [ServerKind; 4] = [
+        ServerKind::Ty,
+        ServerKind::Pyrefly,
+        ServerKind::Pyright,
+        ServerKind::Basedpyright,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -40,7 +47,9 @@ impl ServerKind {
     }
 
     pub fn parse(s: &str) -> Option<ServerKind> {
-        ServerKind::ALL.into_iter().find(|k| k.name() == s.to_ascii_lowercase())
+        ServerKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s.to_ascii_lowercase())
     }
 
     /// The pinned wheel.
@@ -97,10 +106,21 @@ impl ServerKind {
                 "--indexing-mode".into(),
                 "lazy-blocking".into(),
             ],
-            ServerKind::Pyright => vec![node(), d("pyright/dist/langserver.index.js"), "--stdio".into()],
-            ServerKind::Basedpyright => vec![node(), d("basedpyright/langserver.index.js"), "--stdio".into()],
+            ServerKind::Pyright => vec![
+                node(),
+                d("pyright/dist/langserver.index.js"),
+                "--stdio".into(),
+            ],
+            ServerKind::Basedpyright => vec![
+                node(),
+                d("basedpyright/langserver.index.js"),
+                "--stdio".into(),
+            ],
         };
-        Launch { argv, env: Default::default() }
+        Launch {
+            argv,
+            env: Default::default(),
+        }
     }
 }
 
@@ -134,23 +154,34 @@ pub fn tools_dir() -> PathBuf {
 /// Install `kind` (once; concurrent callers wait) and return how to launch it.
 pub fn install(kind: ServerKind) -> Result<Launch, LspError> {
     let wheel = kind.wheel();
-    let miss = |e: &dyn std::fmt::Display| LspError::ServerMissing(format!("installing {} {}: {e}", kind.name(), wheel.version));
+    let miss = |e: &dyn std::fmt::Display| {
+        LspError::ServerMissing(format!("installing {} {}: {e}", kind.name(), wheel.version))
+    };
     let cache = dojo_cache::Cache::open().map_err(|e| miss(&e))?;
-    let whl = cache.fetch(wheel.url, wheel.sha256, wheel.file_name()).map_err(|e| miss(&e))?;
+    let whl = cache
+        .fetch(wheel.url, wheel.sha256, wheel.file_name())
+        .map_err(|e| miss(&e))?;
     let tools = tools_dir();
     let tools_cache = dojo_cache::Cache::at(&tools).map_err(|e| miss(&e))?;
     let key = format!("{}-{}", kind.name(), wheel.version);
     // Published as <tools>/lsp/<name>-<version>, atomically, so a half-unzipped server is
     // never launched.
-    let dir = tools_cache.get_or_build("lsp", &key, |tmp| unzip(&whl, tmp)).map_err(|e| miss(&e))?;
+    let dir = tools_cache
+        .get_or_build("lsp", &key, |tmp| unzip(&whl, tmp))
+        .map_err(|e| miss(&e))?;
     let launch = kind.launch(&dir);
     let exe = Path::new(&launch.argv[0]);
     if !exe.exists() {
-        return Err(LspError::ServerMissing(format!("{} not found after installing {key}", exe.display())));
+        return Err(LspError::ServerMissing(format!(
+            "{} not found after installing {key}",
+            exe.display()
+        )));
     }
     for p in launch.argv.iter().skip(1).filter(|a| a.starts_with('/')) {
         if !Path::new(p).exists() {
-            return Err(LspError::ServerMissing(format!("{p} not found after installing {key}")));
+            return Err(LspError::ServerMissing(format!(
+                "{p} not found after installing {key}"
+            )));
         }
     }
     Ok(launch)
@@ -162,9 +193,15 @@ fn unzip(whl: &Path, dest: &Path) -> Result<(), String> {
     let f = std::fs::File::open(whl).map_err(|e| format!("{}: {e}", whl.display()))?;
     let mut z = zip::ZipArchive::new(f).map_err(|e| format!("{}: {e}", whl.display()))?;
     for i in 0..z.len() {
-        let mut entry = z.by_index(i).map_err(|e| format!("{}: entry {i}: {e}", whl.display()))?;
+        let mut entry = z
+            .by_index(i)
+            .map_err(|e| format!("{}: entry {i}: {e}", whl.display()))?;
         let Some(rel) = entry.enclosed_name() else {
-            return Err(format!("{}: entry {:?} leaves the directory", whl.display(), entry.name()));
+            return Err(format!(
+                "{}: entry {:?} leaves the directory",
+                whl.display(),
+                entry.name()
+            ));
         };
         let out = dest.join(&rel);
         if entry.is_dir() {
@@ -174,13 +211,20 @@ fn unzip(whl: &Path, dest: &Path) -> Result<(), String> {
         if let Some(parent) = out.parent() {
             std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
         }
-        let mut file = std::fs::File::create(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+        let mut file =
+            std::fs::File::create(&out).map_err(|e| format!("{}: {e}", out.display()))?;
         std::io::copy(&mut entry, &mut file).map_err(|e| format!("{}: {e}", out.display()))?;
-        let exec = rel.components().any(|c| c.as_os_str() == "scripts") || entry.unix_mode().is_some_and(|m| m & 0o111 != 0);
+        let exec = rel.components().any(|c| c.as_os_str() == "scripts")
+            || entry.unix_mode().is_some_and(|m| m & 0o111 != 0);
         let mode = if exec { 0o755 } else { 0o644 };
-        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(mode)).map_err(|e| format!("{}: {e}", out.display()))?;
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("{}: {e}", out.display()))?;
     }
-    for entry in walkdir::WalkDir::new(dest).into_iter().filter_map(Result::ok).filter(|e| e.file_type().is_dir()) {
+    for entry in walkdir::WalkDir::new(dest)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_dir())
+    {
         let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o755));
     }
     Ok(())

@@ -82,10 +82,26 @@ pub struct LspSession {
 
 impl LspSession {
     /// A session that starts `launch` lazily on the first query.
-    pub fn new(backend: Arc<dyn Backend>, kind: ServerKind, launch: Launch, opts: SessionOptions) -> Result<Self, LspError> {
-        let root_uri = Url::from_directory_path(backend.root())
-            .map_err(|_| LspError::Workspace(format!("workspace root {} is not absolute", backend.root().display())))?;
-        Ok(LspSession { backend, kind, launch, opts, root_uri, state: Default::default() })
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        kind: ServerKind,
+        launch: Launch,
+        opts: SessionOptions,
+    ) -> Result<Self, LspError> {
+        let root_uri = Url::from_directory_path(backend.root()).map_err(|_| {
+            LspError::Workspace(format!(
+                "workspace root {} is not absolute",
+                backend.root().display()
+            ))
+        })?;
+        Ok(LspSession {
+            backend,
+            kind,
+            launch,
+            opts,
+            root_uri,
+            state: Default::default(),
+        })
     }
 
     pub fn kind(&self) -> ServerKind {
@@ -98,12 +114,21 @@ impl LspSession {
 
     /// The server's pid as seen by this process (tests kill it to exercise restarts).
     pub async fn server_pid(&self) -> Option<u32> {
-        self.state.lock().await.client.as_ref().and_then(Client::pid)
+        self.state
+            .lock()
+            .await
+            .client
+            .as_ref()
+            .and_then(Client::pid)
     }
 
     pub async fn stats(&self) -> SessionStats {
         let st = self.state.lock().await;
-        SessionStats { starts: st.starts, restarts: st.restarts, open_documents: st.docs.len() }
+        SessionStats {
+            starts: st.starts,
+            restarts: st.restarts,
+            open_documents: st.docs.len(),
+        }
     }
 
     /// Start the server now (otherwise the first query does it) and wait for readiness.
@@ -124,8 +149,13 @@ impl LspSession {
 
     /// `file:` URI of a workspace path (relative to the root, or absolute as the server sees it).
     pub fn uri(&self, path: &str) -> Result<Url, LspError> {
-        let p = if Path::new(path).is_absolute() { PathBuf::from(path) } else { self.backend.root().join(path) };
-        Url::from_file_path(&p).map_err(|_| LspError::Workspace(format!("cannot make a URI of {}", p.display())))
+        let p = if Path::new(path).is_absolute() {
+            PathBuf::from(path)
+        } else {
+            self.backend.root().join(path)
+        };
+        Url::from_file_path(&p)
+            .map_err(|_| LspError::Workspace(format!("cannot make a URI of {}", p.display())))
     }
 
     /// Display form of a URI the server returned: relative to the root when inside it.
@@ -143,7 +173,12 @@ impl LspSession {
     /// document URI already filled in by the caller (see [`LspSession::uri`]).
     ///
     /// `empty` tells whether an answer is "nothing" (for readiness probing).
-    pub async fn query(&self, file: Option<&str>, method: &str, params: Value) -> Result<Value, LspError> {
+    pub async fn query(
+        &self,
+        file: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, LspError> {
         let mut st = self.state.lock().await;
         let mut crashes = 0;
         loop {
@@ -161,7 +196,13 @@ impl LspSession {
         }
     }
 
-    async fn query_once(&self, st: &mut State, file: Option<&str>, method: &str, params: Value) -> Result<Value, LspError> {
+    async fn query_once(
+        &self,
+        st: &mut State,
+        file: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, LspError> {
         self.ensure_started(st).await?;
         self.sync(st).await?;
         if let Some(f) = file {
@@ -170,14 +211,19 @@ impl LspSession {
         if !st.ready {
             self.wait_progress_idle(st).await;
         }
-        let client = st.client.as_ref().ok_or_else(|| LspError::ServerCrashed("no server".into()))?;
+        let client = st
+            .client
+            .as_ref()
+            .ok_or_else(|| LspError::ServerCrashed("no server".into()))?;
         let deadline = st.started_at.unwrap_or_else(Instant::now) + self.opts.ready_timeout;
         let mut progress = client.progress();
         loop {
             let timeout = if st.ready {
                 self.opts.request_timeout
             } else {
-                deadline.saturating_duration_since(Instant::now()).max(self.opts.request_timeout)
+                deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(self.opts.request_timeout)
             };
             let answer = client.request(method, params.clone(), timeout).await?;
             if st.ready || !is_empty_answer(&answer) || !probes_when_empty(self.kind) {
@@ -249,10 +295,16 @@ impl LspSession {
             }
         });
         let started = Instant::now();
-        client.request("initialize", init, self.opts.ready_timeout).await.map_err(|e| match e {
-            LspError::Timeout { after, .. } => LspError::NotReady(format!("{} did not answer initialize within {after:?}", self.kind.name())),
-            other => other,
-        })?;
+        client
+            .request("initialize", init, self.opts.ready_timeout)
+            .await
+            .map_err(|e| match e {
+                LspError::Timeout { after, .. } => LspError::NotReady(format!(
+                    "{} did not answer initialize within {after:?}",
+                    self.kind.name()
+                )),
+                other => other,
+            })?;
         client.notify("initialized", json!({}))?;
         st.started_at = Some(started);
         st.client = Some(client);
@@ -263,7 +315,9 @@ impl LspSession {
     }
 
     async fn wait_progress_idle(&self, st: &State) {
-        let Some(client) = st.client.as_ref() else { return };
+        let Some(client) = st.client.as_ref() else {
+            return;
+        };
         let deadline = st.started_at.unwrap_or_else(Instant::now) + self.opts.ready_timeout;
         let mut rx = client.progress();
         loop {
@@ -293,7 +347,10 @@ impl LspSession {
             events.push((path.clone(), 3)); // deleted
         }
         st.stamps = Some(now);
-        let client = st.client.as_ref().ok_or_else(|| LspError::ServerCrashed("no server".into()))?;
+        let client = st
+            .client
+            .as_ref()
+            .ok_or_else(|| LspError::ServerCrashed("no server".into()))?;
         let mut watched = Vec::new();
         for (path, kind) in events {
             if st.docs.contains_key(&path) {
@@ -314,7 +371,10 @@ impl LspSession {
                     }
                     None => {
                         st.docs.remove(&path);
-                        client.notify("textDocument/didClose", json!({"textDocument": {"uri": self.uri(&path)?}}))?;
+                        client.notify(
+                            "textDocument/didClose",
+                            json!({"textDocument": {"uri": self.uri(&path)?}}),
+                        )?;
                     }
                 }
                 if kind != 3 {
@@ -324,18 +384,28 @@ impl LspSession {
             watched.push(json!({"uri": self.uri(&path)?, "type": kind}));
         }
         if !watched.is_empty() {
-            client.notify("workspace/didChangeWatchedFiles", json!({"changes": watched}))?;
+            client.notify(
+                "workspace/didChangeWatchedFiles",
+                json!({"changes": watched}),
+            )?;
         }
         Ok(())
     }
 
     /// Make sure the server has `path` open with its current text; returns the text.
     async fn open(&self, st: &mut State, path: &str) -> Result<String, LspError> {
-        let bytes = self.backend.read_file(path).await?.ok_or_else(|| LspError::NoSuchFile(path.to_string()))?;
+        let bytes = self
+            .backend
+            .read_file(path)
+            .await?
+            .ok_or_else(|| LspError::NoSuchFile(path.to_string()))?;
         let text = String::from_utf8_lossy(&bytes).into_owned();
         let uri = self.uri(path)?;
         let key = self.rel_key(path);
-        let client = st.client.as_ref().ok_or_else(|| LspError::ServerCrashed("no server".into()))?;
+        let client = st
+            .client
+            .as_ref()
+            .ok_or_else(|| LspError::ServerCrashed("no server".into()))?;
         match st.docs.get_mut(&key) {
             Some(doc) if doc.text == text => {}
             Some(doc) => {
@@ -351,7 +421,13 @@ impl LspSession {
                     "textDocument/didOpen",
                     json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}),
                 )?;
-                st.docs.insert(key, Doc { version: 1, text: text.clone() });
+                st.docs.insert(
+                    key,
+                    Doc {
+                        version: 1,
+                        text: text.clone(),
+                    },
+                );
             }
         }
         Ok(text)

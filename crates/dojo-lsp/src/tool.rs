@@ -9,14 +9,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use lsp_types::{
-    CallHierarchyIncomingCall, CallHierarchyItem, CallHierarchyOutgoingCall, DocumentHighlight, DocumentSymbol,
-    DocumentSymbolResponse, GotoDefinitionResponse, Hover, HoverContents, Location, MarkedString, OneOf, Position,
-    Range, SymbolKind, Url, WorkspaceSymbolResponse,
+    CallHierarchyIncomingCall, CallHierarchyItem, CallHierarchyOutgoingCall, DocumentHighlight,
+    DocumentSymbol, DocumentSymbolResponse, GotoDefinitionResponse, Hover, HoverContents, Location,
+    MarkedString, OneOf, Position, Range, SymbolKind, Url, WorkspaceSymbolResponse,
 };
 use serde_json::{Value, json};
 
 use crate::LspError;
-use crate::backend::{Backend, HostBackend, SandboxBackend};
+use crate::backend::{Backend, HostBackend};
 use crate::servers::{ServerKind, install};
 use crate::session::{LspSession, SessionOptions};
 
@@ -77,7 +77,10 @@ impl Command {
     }
 
     fn needs_position(self) -> bool {
-        !matches!(self, Command::GetDocumentSymbols | Command::GetWorkspaceSymbols)
+        !matches!(
+            self,
+            Command::GetDocumentSymbols | Command::GetWorkspaceSymbols
+        )
     }
 }
 
@@ -112,10 +115,18 @@ pub struct Observation {
 
 impl Observation {
     fn ok(body: String) -> Self {
-        Observation { text: format!("[status_code]: success\n[Result]:\n{}", body.trim_end()), success: true, infra: None }
+        Observation {
+            text: format!("[status_code]: success\n[Result]:\n{}", body.trim_end()),
+            success: true,
+            infra: None,
+        }
     }
     fn err(body: String) -> Self {
-        Observation { text: format!("[status_code]: error\n[Result]:\n{}", body.trim_end()), success: false, infra: None }
+        Observation {
+            text: format!("[status_code]: error\n[Result]:\n{}", body.trim_end()),
+            success: false,
+            infra: None,
+        }
     }
 }
 
@@ -142,8 +153,12 @@ impl From<LspError> for Fail {
         let kind = e.infra_kind();
         let msg = match &e {
             LspError::NoSuchFile(p) => format!("File `{p}` does not exist in the workspace."),
-            LspError::Rpc { message, .. } => format!("The language server refused the request: {message}"),
-            _ => format!("{e}. This is an infrastructure problem, not a problem with your input; use other tools meanwhile."),
+            LspError::Rpc { message, .. } => {
+                format!("The language server refused the request: {message}")
+            }
+            _ => format!(
+                "{e}. This is an infrastructure problem, not a problem with your input; use other tools meanwhile."
+            ),
         };
         Fail(msg, kind)
     }
@@ -164,21 +179,40 @@ impl LspTool {
 
     /// Install `kind` (blocking download on first use, off the runtime threads) and build a tool
     /// whose server runs on `backend`.
-    pub async fn with_backend(backend: Arc<dyn Backend>, kind: ServerKind, opts: SessionOptions) -> Result<Self, LspError> {
+    pub async fn with_backend(
+        backend: Arc<dyn Backend>,
+        kind: ServerKind,
+        opts: SessionOptions,
+    ) -> Result<Self, LspError> {
         let launch = tokio::task::spawn_blocking(move || install(kind))
             .await
             .map_err(|e| LspError::ServerMissing(format!("install task: {e}")))??;
-        Ok(LspTool::new(Arc::new(LspSession::new(backend, kind, launch, opts)?)))
+        Ok(LspTool::new(Arc::new(LspSession::new(
+            backend, kind, launch, opts,
+        )?)))
     }
 
     /// A tool over a host directory (`dojo lsp --source DIR`).
-    pub async fn host(root: impl AsRef<std::path::Path>, kind: ServerKind) -> Result<Self, LspError> {
-        Self::with_backend(Arc::new(HostBackend::new(root)?), kind, SessionOptions::default()).await
+    pub async fn host(
+        root: impl AsRef<std::path::Path>,
+        kind: ServerKind,
+    ) -> Result<Self, LspError> {
+        Self::with_backend(
+            Arc::new(HostBackend::new(root)?),
+            kind,
+            SessionOptions::default(),
+        )
+        .await
     }
 
     /// A tool whose server runs inside a rollout's sandbox.
-    pub async fn sandboxed(sandbox: Arc<dojo_sandbox::Sandbox>, kind: ServerKind) -> Result<Self, LspError> {
-        Self::with_backend(Arc::new(SandboxBackend::new(sandbox)), kind, SessionOptions::default()).await
+    #[cfg(feature = "sandbox")]
+    pub async fn sandboxed(
+        sandbox: Arc<dojo_sandbox::Sandbox>,
+        kind: ServerKind,
+    ) -> Result<Self, LspError> {
+        let backend = Arc::new(crate::backend::SandboxBackend::new(sandbox));
+        Self::with_backend(backend, kind, SessionOptions::default()).await
     }
 
     pub fn session(&self) -> &Arc<LspSession> {
@@ -254,37 +288,70 @@ impl LspTool {
     }
 
     async fn dispatch(&self, args: &Value) -> Res<String> {
-        let args: Args = serde_json::from_value(args.clone()).map_err(|e| bad(format!("Invalid arguments: {e}")))?;
-        let cmd_name = args.command.as_deref().ok_or_else(|| bad("Missing `command`."))?;
+        let args: Args = serde_json::from_value(args.clone())
+            .map_err(|e| bad(format!("Invalid arguments: {e}")))?;
+        let cmd_name = args
+            .command
+            .as_deref()
+            .ok_or_else(|| bad("Missing `command`."))?;
         let cmd = Command::parse(cmd_name).ok_or_else(|| {
             bad(format!(
                 "Unknown command `{cmd_name}`. Use one of: {}.",
-                Command::ALL.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ")
+                Command::ALL
+                    .iter()
+                    .map(|c| c.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
         })?;
         match cmd {
             Command::GetWorkspaceSymbols => {
-                let q = args.query.as_deref().or(args.symbol.as_deref()).filter(|q| !q.trim().is_empty());
+                let q = args
+                    .query
+                    .as_deref()
+                    .or(args.symbol.as_deref())
+                    .filter(|q| !q.trim().is_empty());
                 let q = q.ok_or_else(|| bad("get_workspace_symbols needs `query`."))?;
                 self.workspace_symbols(q.trim()).await
             }
             Command::GetDocumentSymbols => {
-                let file = args.file_path.as_deref().ok_or_else(|| bad("get_document_symbols needs `file_path`."))?;
+                let file = args
+                    .file_path
+                    .as_deref()
+                    .ok_or_else(|| bad("get_document_symbols needs `file_path`."))?;
                 let file = self.normalize(file);
                 self.document_symbols(&file).await
             }
             _ => {
                 debug_assert!(cmd.needs_position());
-                let (Some(file), Some(symbol), Some(line)) = (args.file_path.as_deref(), args.symbol.as_deref(), args.line.as_ref()) else {
-                    return Err(bad(format!("{} needs `file_path`, `symbol` and `line`.", cmd.name())));
+                let (Some(file), Some(symbol), Some(line)) = (
+                    args.file_path.as_deref(),
+                    args.symbol.as_deref(),
+                    args.line.as_ref(),
+                ) else {
+                    return Err(bad(format!(
+                        "{} needs `file_path`, `symbol` and `line`.",
+                        cmd.name()
+                    )));
                 };
-                let line = parse_line(line).ok_or_else(|| bad(format!("`line` must be a positive integer, got {line}.")))?;
+                let line = parse_line(line).ok_or_else(|| {
+                    bad(format!("`line` must be a positive integer, got {line}."))
+                })?;
                 let file = self.normalize(file);
                 let at = self.locate(&file, symbol, line).await?;
                 match cmd {
-                    Command::GetDefinition => self.definition(&at, "textDocument/definition", "Definition").await,
-                    Command::GetTypeDefinition => self.definition(&at, "textDocument/typeDefinition", "Type definition").await,
-                    Command::GetImplementation => self.definition(&at, "textDocument/implementation", "Implementation").await,
+                    Command::GetDefinition => {
+                        self.definition(&at, "textDocument/definition", "Definition")
+                            .await
+                    }
+                    Command::GetTypeDefinition => {
+                        self.definition(&at, "textDocument/typeDefinition", "Type definition")
+                            .await
+                    }
+                    Command::GetImplementation => {
+                        self.definition(&at, "textDocument/implementation", "Implementation")
+                            .await
+                    }
                     Command::GetHover => self.hover(&at).await,
                     Command::GetReferences => self.references(&at).await,
                     Command::GetDocumentHighlights => self.highlights(&at).await,
@@ -304,17 +371,28 @@ impl LspTool {
     }
 
     async fn read_text(&self, file: &str) -> Res<Option<String>> {
-        Ok(self.session.backend().read_file(file).await?.map(|b| String::from_utf8_lossy(&b).into_owned()))
+        Ok(self
+            .session
+            .backend()
+            .read_file(file)
+            .await?
+            .map(|b| String::from_utf8_lossy(&b).into_owned()))
     }
 
     /// Find the symbol on the line; errors say what is there instead.
     async fn locate(&self, file: &str, symbol: &str, line: usize) -> Res<At> {
         let text = self.read_text(file).await?.ok_or_else(|| {
-            bad(format!("File `{file}` does not exist in the workspace ({}).", self.session.backend().root().display()))
+            bad(format!(
+                "File `{file}` does not exist in the workspace ({}).",
+                self.session.backend().root().display()
+            ))
         })?;
         let lines: Vec<&str> = text.lines().collect();
         if line == 0 || line > lines.len() {
-            return Err(bad(format!("Line {line} is out of range: `{file}` has {} lines.", lines.len())));
+            return Err(bad(format!(
+                "Line {line} is out of range: `{file}` has {} lines.",
+                lines.len()
+            )));
         }
         let wanted = clean_symbol(symbol);
         if wanted.is_empty() {
@@ -328,7 +406,11 @@ impl LspTool {
                 .filter(|(i, l)| i.abs_diff(line - 1) <= 20 && find_symbol(l, &wanted).is_some())
                 .map(|(i, _)| (i + 1).to_string())
                 .collect();
-            let hint = if near.is_empty() { String::new() } else { format!("\n`{wanted}` appears on nearby lines: {}.", near.join(", ")) };
+            let hint = if near.is_empty() {
+                String::new()
+            } else {
+                format!("\n`{wanted}` appears on nearby lines: {}.", near.join(", "))
+            };
             return Err(bad(format!(
                 "Symbol `{wanted}` is not on line {line} of `{file}`. That line is:\n{line:>6} | {}{hint}",
                 line_text.trim_end()
@@ -336,7 +418,15 @@ impl LspTool {
         };
         let character = line_text[..byte_col].encode_utf16().count() as u32;
         let uri = self.session.uri(file)?;
-        Ok(At { file: file.to_string(), uri, symbol: wanted, pos: Position { line: (line - 1) as u32, character } })
+        Ok(At {
+            file: file.to_string(),
+            uri,
+            symbol: wanted,
+            pos: Position {
+                line: (line - 1) as u32,
+                character,
+            },
+        })
     }
 
     async fn position_query(&self, at: &At, method: &str, extra: Value) -> Res<Value> {
@@ -352,8 +442,13 @@ impl LspTool {
         let locs: Vec<(Url, Range)> = match parse::<Option<GotoDefinitionResponse>>(v)? {
             None => vec![],
             Some(GotoDefinitionResponse::Scalar(l)) => vec![(l.uri, l.range)],
-            Some(GotoDefinitionResponse::Array(ls)) => ls.into_iter().map(|l| (l.uri, l.range)).collect(),
-            Some(GotoDefinitionResponse::Link(ls)) => ls.into_iter().map(|l| (l.target_uri, l.target_selection_range)).collect(),
+            Some(GotoDefinitionResponse::Array(ls)) => {
+                ls.into_iter().map(|l| (l.uri, l.range)).collect()
+            }
+            Some(GotoDefinitionResponse::Link(ls)) => ls
+                .into_iter()
+                .map(|l| (l.target_uri, l.target_selection_range))
+                .collect(),
         };
         if locs.is_empty() {
             return Err(bad(format!(
@@ -365,10 +460,18 @@ impl LspTool {
                 at.pos.character + 1
             )));
         }
-        let mut out = format!("{what} of `{}` ({} location{}):\n", at.symbol, locs.len(), plural(locs.len()));
+        let mut out = format!(
+            "{what} of `{}` ({} location{}):\n",
+            at.symbol,
+            locs.len(),
+            plural(locs.len())
+        );
         for (i, (uri, range)) in locs.iter().enumerate() {
             if i == MAX_DEF_LOCATIONS {
-                out.push_str(&format!("\n[... {} more locations not shown]\n", locs.len() - MAX_DEF_LOCATIONS));
+                out.push_str(&format!(
+                    "\n[... {} more locations not shown]\n",
+                    locs.len() - MAX_DEF_LOCATIONS
+                ));
                 break;
             }
             out.push('\n');
@@ -380,14 +483,30 @@ impl LspTool {
     /// `path:L:C`, then the source of the innermost symbol enclosing the location.
     async fn show_definition(&self, uri: &Url, range: &Range) -> Res<String> {
         let path = self.session.display_path(uri);
-        let head = format!("{path}:{}:{}", range.start.line + 1, range.start.character + 1);
-        let Ok(fs_path) = uri.to_file_path() else { return Ok(format!("{head}\n")) };
+        let head = format!(
+            "{path}:{}:{}",
+            range.start.line + 1,
+            range.start.character + 1
+        );
+        let Ok(fs_path) = uri.to_file_path() else {
+            return Ok(format!("{head}\n"));
+        };
         let fs_path = fs_path.to_string_lossy().into_owned();
-        let Some(text) = self.read_text(&fs_path).await? else { return Ok(format!("{head}\n")) };
+        let Some(text) = self.read_text(&fs_path).await? else {
+            return Ok(format!("{head}\n"));
+        };
         let lines: Vec<&str> = text.lines().collect();
         // The enclosing symbol from the server's outline of that file; stubs and files outside the
         // workspace may have none, then a few lines of context.
-        let symbols = match self.session.query(Some(&fs_path), "textDocument/documentSymbol", json!({"textDocument": {"uri": uri}})).await {
+        let symbols = match self
+            .session
+            .query(
+                Some(&fs_path),
+                "textDocument/documentSymbol",
+                json!({"textDocument": {"uri": uri}}),
+            )
+            .await
+        {
             Ok(v) => flatten_symbols(parse::<Option<DocumentSymbolResponse>>(v).ok().flatten()),
             Err(e) if e.infra_kind().is_some() => return Err(e.into()),
             Err(_) => vec![],
@@ -397,8 +516,16 @@ impl LspTool {
             .filter(|s| contains(&s.range, &range.start))
             .min_by_key(|s| s.range.end.line - s.range.start.line);
         let (label, mut first, mut last) = match enclosing {
-            Some(s) => (format!(" ({} `{}`)", kind_name(s.kind).to_lowercase(), s.name), s.range.start.line as usize, s.range.end.line as usize),
-            None => (String::new(), range.start.line as usize, range.start.line as usize),
+            Some(s) => (
+                format!(" ({} `{}`)", kind_name(s.kind).to_lowercase(), s.name),
+                s.range.start.line as usize,
+                s.range.end.line as usize,
+            ),
+            None => (
+                String::new(),
+                range.start.line as usize,
+                range.start.line as usize,
+            ),
         };
         if last - first < 2 {
             first = first.saturating_sub(2);
@@ -406,7 +533,11 @@ impl LspTool {
         }
         last = last.min(lines.len().saturating_sub(1));
         let mut out = format!("{head}{label}\n--- SOURCE CODE START ---\n");
-        out.push_str(&numbered(&lines, first, last.min(first + MAX_SOURCE_LINES - 1)));
+        out.push_str(&numbered(
+            &lines,
+            first,
+            last.min(first + MAX_SOURCE_LINES - 1),
+        ));
         if last >= first + MAX_SOURCE_LINES {
             out.push_str(&format!(
                 "[... {} more lines not shown: view {path} lines {}-{}]\n",
@@ -420,25 +551,60 @@ impl LspTool {
     }
 
     async fn hover(&self, at: &At) -> Res<String> {
-        let v = self.position_query(at, "textDocument/hover", json!({})).await?;
-        let text = parse::<Option<Hover>>(v)?.map(|h| hover_text(h.contents)).unwrap_or_default();
+        let v = self
+            .position_query(at, "textDocument/hover", json!({}))
+            .await?;
+        let text = parse::<Option<Hover>>(v)?
+            .map(|h| hover_text(h.contents))
+            .unwrap_or_default();
         if text.trim().is_empty() {
-            return Err(bad(format!("No hover information for `{}` at {}:{}.", at.symbol, at.file, at.pos.line + 1)));
+            return Err(bad(format!(
+                "No hover information for `{}` at {}:{}.",
+                at.symbol,
+                at.file,
+                at.pos.line + 1
+            )));
         }
-        Ok(format!("Hover for `{}` at {}:{}:\n{}", at.symbol, at.file, at.pos.line + 1, cap_chars(text.trim(), MAX_HOVER_CHARS)))
+        Ok(format!(
+            "Hover for `{}` at {}:{}:\n{}",
+            at.symbol,
+            at.file,
+            at.pos.line + 1,
+            cap_chars(text.trim(), MAX_HOVER_CHARS)
+        ))
     }
 
     async fn references(&self, at: &At) -> Res<String> {
-        let v = self.position_query(at, "textDocument/references", json!({"context": {"includeDeclaration": true}})).await?;
+        let v = self
+            .position_query(
+                at,
+                "textDocument/references",
+                json!({"context": {"includeDeclaration": true}}),
+            )
+            .await?;
         let locs = parse::<Option<Vec<Location>>>(v)?.unwrap_or_default();
         if locs.is_empty() {
-            return Err(bad(format!("No references found for `{}` at {}:{}.", at.symbol, at.file, at.pos.line + 1)));
+            return Err(bad(format!(
+                "No references found for `{}` at {}:{}.",
+                at.symbol,
+                at.file,
+                at.pos.line + 1
+            )));
         }
         let mut by_file: BTreeMap<String, Vec<Position>> = BTreeMap::new();
         for l in &locs {
-            by_file.entry(self.session.display_path(&l.uri)).or_default().push(l.range.start);
+            by_file
+                .entry(self.session.display_path(&l.uri))
+                .or_default()
+                .push(l.range.start);
         }
-        let mut out = format!("References to `{}`: {} in {} file{}\n", at.symbol, locs.len(), by_file.len(), plural(by_file.len()));
+        let mut out = format!(
+            "References to `{}`: {} in {} file{}\n",
+            at.symbol,
+            locs.len(),
+            by_file.len(),
+            plural(by_file.len())
+        );
         let mut shown = 0;
         for (file, mut ps) in by_file {
             if shown >= MAX_REFERENCES {
@@ -452,47 +618,87 @@ impl LspTool {
             }
         }
         if shown < locs.len() {
-            out.push_str(&format!("[... {} more references not shown]\n", locs.len() - shown));
+            out.push_str(&format!(
+                "[... {} more references not shown]\n",
+                locs.len() - shown
+            ));
         }
         Ok(out)
     }
 
     async fn highlights(&self, at: &At) -> Res<String> {
-        let v = self.position_query(at, "textDocument/documentHighlight", json!({})).await?;
+        let v = self
+            .position_query(at, "textDocument/documentHighlight", json!({}))
+            .await?;
         let mut hs = parse::<Option<Vec<DocumentHighlight>>>(v)?.unwrap_or_default();
         if hs.is_empty() {
-            return Err(bad(format!("No highlights for `{}` at {}:{}.", at.symbol, at.file, at.pos.line + 1)));
+            return Err(bad(format!(
+                "No highlights for `{}` at {}:{}.",
+                at.symbol,
+                at.file,
+                at.pos.line + 1
+            )));
         }
         hs.sort_by_key(|h| (h.range.start.line, h.range.start.character));
-        let mut out = format!("Occurrences of `{}` in {}: {}\n", at.symbol, at.file, hs.len());
+        let mut out = format!(
+            "Occurrences of `{}` in {}: {}\n",
+            at.symbol,
+            at.file,
+            hs.len()
+        );
         for h in hs.iter().take(MAX_REFERENCES) {
             let kind = match h.kind.map(|k| serde_json::to_value(k).ok()) {
                 Some(Some(Value::Number(n))) if n.as_u64() == Some(2) => " (read)",
                 Some(Some(Value::Number(n))) if n.as_u64() == Some(3) => " (write)",
                 _ => "",
             };
-            out.push_str(&format!("  - {}:{}{kind}\n", h.range.start.line + 1, h.range.start.character + 1));
+            out.push_str(&format!(
+                "  - {}:{}{kind}\n",
+                h.range.start.line + 1,
+                h.range.start.character + 1
+            ));
         }
         if hs.len() > MAX_REFERENCES {
-            out.push_str(&format!("[... {} more not shown]\n", hs.len() - MAX_REFERENCES));
+            out.push_str(&format!(
+                "[... {} more not shown]\n",
+                hs.len() - MAX_REFERENCES
+            ));
         }
         Ok(out)
     }
 
     async fn document_symbols(&self, file: &str) -> Res<String> {
         if self.read_text(file).await?.is_none() {
-            return Err(bad(format!("File `{file}` does not exist in the workspace ({}).", self.session.backend().root().display())));
+            return Err(bad(format!(
+                "File `{file}` does not exist in the workspace ({}).",
+                self.session.backend().root().display()
+            )));
         }
         let uri = self.session.uri(file)?;
-        let v = self.session.query(Some(file), "textDocument/documentSymbol", json!({"textDocument": {"uri": uri}})).await?;
+        let v = self
+            .session
+            .query(
+                Some(file),
+                "textDocument/documentSymbol",
+                json!({"textDocument": {"uri": uri}}),
+            )
+            .await?;
         let mut lines = Vec::new();
         match parse::<Option<DocumentSymbolResponse>>(v)? {
             None => {}
             Some(DocumentSymbolResponse::Nested(syms)) => outline(&syms, 0, &mut lines),
             Some(DocumentSymbolResponse::Flat(syms)) => {
                 for s in syms {
-                    let c = s.container_name.map(|c| format!(" in {c}")).unwrap_or_default();
-                    lines.push(format!("{}: {} ({}){c}", s.location.range.start.line + 1, s.name, kind_name(s.kind)));
+                    let c = s
+                        .container_name
+                        .map(|c| format!(" in {c}"))
+                        .unwrap_or_default();
+                    lines.push(format!(
+                        "{}: {} ({}){c}",
+                        s.location.range.start.line + 1,
+                        s.name,
+                        kind_name(s.kind)
+                    ));
                 }
             }
         }
@@ -506,19 +712,30 @@ impl LspTool {
             out.push('\n');
         }
         if total > MAX_SYMBOL_LINES {
-            out.push_str(&format!("[... {} more symbols not shown]\n", total - MAX_SYMBOL_LINES));
+            out.push_str(&format!(
+                "[... {} more symbols not shown]\n",
+                total - MAX_SYMBOL_LINES
+            ));
         }
         Ok(out)
     }
 
     async fn workspace_symbols(&self, query: &str) -> Res<String> {
-        let v = self.session.query(None, "workspace/symbol", json!({"query": query})).await?;
+        let v = self
+            .session
+            .query(None, "workspace/symbol", json!({"query": query}))
+            .await?;
         let mut found: Vec<(String, u32, String, SymbolKind)> = Vec::new();
         match parse::<Option<WorkspaceSymbolResponse>>(v)? {
             None => {}
             Some(WorkspaceSymbolResponse::Flat(syms)) => {
                 for s in syms {
-                    found.push((self.session.display_path(&s.location.uri), s.location.range.start.line, s.name, s.kind));
+                    found.push((
+                        self.session.display_path(&s.location.uri),
+                        s.location.range.start.line,
+                        s.name,
+                        s.kind,
+                    ));
                 }
             }
             Some(WorkspaceSymbolResponse::Nested(syms)) => {
@@ -536,7 +753,12 @@ impl LspTool {
         }
         // Exact names first, then workspace files before library files, then by path.
         found.sort_by(|a, b| {
-            (a.2 != query, a.0.starts_with('/'), &a.0, a.1).cmp(&(b.2 != query, b.0.starts_with('/'), &b.0, b.1))
+            (a.2 != query, a.0.starts_with('/'), &a.0, a.1).cmp(&(
+                b.2 != query,
+                b.0.starts_with('/'),
+                &b.0,
+                b.1,
+            ))
         });
         let mut by_file: Vec<(String, Vec<String>)> = Vec::new();
         for (path, line, name, kind) in &found {
@@ -546,7 +768,12 @@ impl LspTool {
                 None => by_file.push((path.clone(), vec![entry])),
             }
         }
-        let mut out = format!("Workspace symbols matching `{query}`: {} in {} file{}\n", found.len(), by_file.len(), plural(by_file.len()));
+        let mut out = format!(
+            "Workspace symbols matching `{query}`: {} in {} file{}\n",
+            found.len(),
+            by_file.len(),
+            plural(by_file.len())
+        );
         let mut shown = 0;
         for (path, entries) in by_file.iter().take(MAX_WORKSPACE_FILES) {
             if shown >= MAX_WORKSPACE_SYMBOLS {
@@ -560,13 +787,18 @@ impl LspTool {
             }
         }
         if shown < found.len() {
-            out.push_str(&format!("[... {} more symbols not shown; refine the query]\n", found.len() - shown));
+            out.push_str(&format!(
+                "[... {} more symbols not shown; refine the query]\n",
+                found.len() - shown
+            ));
         }
         Ok(out)
     }
 
     async fn call_hierarchy(&self, at: &At) -> Res<String> {
-        let v = self.position_query(at, "textDocument/prepareCallHierarchy", json!({})).await?;
+        let v = self
+            .position_query(at, "textDocument/prepareCallHierarchy", json!({}))
+            .await?;
         let items = parse::<Option<Vec<CallHierarchyItem>>>(v)?.unwrap_or_default();
         let Some(item) = items.into_iter().next() else {
             return Err(bad(format!(
@@ -577,10 +809,26 @@ impl LspTool {
             )));
         };
         let item_json = serde_json::to_value(&item).map_err(|e| bad(e.to_string()))?;
-        let incoming = self.session.query(None, "callHierarchy/incomingCalls", json!({"item": item_json})).await?;
-        let incoming = parse::<Option<Vec<CallHierarchyIncomingCall>>>(incoming)?.unwrap_or_default();
-        let outgoing = self.session.query(None, "callHierarchy/outgoingCalls", json!({"item": item_json})).await?;
-        let outgoing = parse::<Option<Vec<CallHierarchyOutgoingCall>>>(outgoing)?.unwrap_or_default();
+        let incoming = self
+            .session
+            .query(
+                None,
+                "callHierarchy/incomingCalls",
+                json!({"item": item_json}),
+            )
+            .await?;
+        let incoming =
+            parse::<Option<Vec<CallHierarchyIncomingCall>>>(incoming)?.unwrap_or_default();
+        let outgoing = self
+            .session
+            .query(
+                None,
+                "callHierarchy/outgoingCalls",
+                json!({"item": item_json}),
+            )
+            .await?;
+        let outgoing =
+            parse::<Option<Vec<CallHierarchyOutgoingCall>>>(outgoing)?.unwrap_or_default();
         let mut out = format!(
             "Call hierarchy of {} `{}` ({}:{}):\n",
             kind_name(item.kind).to_lowercase(),
@@ -590,7 +838,12 @@ impl LspTool {
         );
         let mut inc: Vec<(String, String)> = incoming
             .iter()
-            .map(|c| (self.session.display_path(&c.from.uri), call_line(&c.from, &c.from_ranges)))
+            .map(|c| {
+                (
+                    self.session.display_path(&c.from.uri),
+                    call_line(&c.from, &c.from_ranges),
+                )
+            })
             .collect();
         inc.sort();
         out.push_str(&format!("Incoming calls ({}):\n", inc.len()));
@@ -601,11 +854,19 @@ impl LspTool {
             out.push_str(&format!("  - {path}: {l}\n"));
         }
         if inc.len() > MAX_CALLS {
-            out.push_str(&format!("  [... {} more callers not shown]\n", inc.len() - MAX_CALLS));
+            out.push_str(&format!(
+                "  [... {} more callers not shown]\n",
+                inc.len() - MAX_CALLS
+            ));
         }
         let mut outs: Vec<(String, String)> = outgoing
             .iter()
-            .map(|c| (self.session.display_path(&c.to.uri), call_line(&c.to, &c.from_ranges)))
+            .map(|c| {
+                (
+                    self.session.display_path(&c.to.uri),
+                    call_line(&c.to, &c.from_ranges),
+                )
+            })
             .collect();
         outs.sort();
         out.push_str(&format!("Outgoing calls ({}):\n", outs.len()));
@@ -616,7 +877,10 @@ impl LspTool {
             out.push_str(&format!("  - {path}: {l}\n"));
         }
         if outs.len() > MAX_CALLS {
-            out.push_str(&format!("  [... {} more callees not shown]\n", outs.len() - MAX_CALLS));
+            out.push_str(&format!(
+                "  [... {} more callees not shown]\n",
+                outs.len() - MAX_CALLS
+            ));
         }
         Ok(out)
     }
@@ -631,7 +895,12 @@ struct At {
 }
 
 fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Res<T> {
-    serde_json::from_value(v).map_err(|e| Fail(format!("The language server sent an answer we cannot read: {e}"), Some(InfraKind::ServerCrashed)))
+    serde_json::from_value(v).map_err(|e| {
+        Fail(
+            format!("The language server sent an answer we cannot read: {e}"),
+            Some(InfraKind::ServerCrashed),
+        )
+    })
 }
 
 fn parse_line(v: &Value) -> Option<usize> {
@@ -672,7 +941,8 @@ pub(crate) fn find_symbol(line: &str, symbol: &str) -> Option<usize> {
 }
 
 fn contains(r: &Range, p: &Position) -> bool {
-    (r.start.line, r.start.character) <= (p.line, p.character) && (p.line, p.character) <= (r.end.line, r.end.character)
+    (r.start.line, r.start.character) <= (p.line, p.character)
+        && (p.line, p.character) <= (r.end.line, r.end.character)
 }
 
 /// Lines `first..=last` (0-based) with 1-based numbers.
@@ -694,7 +964,11 @@ struct Sym {
 fn flatten_symbols(resp: Option<DocumentSymbolResponse>) -> Vec<Sym> {
     fn walk(syms: Vec<DocumentSymbol>, out: &mut Vec<Sym>) {
         for s in syms {
-            out.push(Sym { name: s.name, kind: s.kind, range: s.range });
+            out.push(Sym {
+                name: s.name,
+                kind: s.kind,
+                range: s.range,
+            });
             walk(s.children.unwrap_or_default(), out);
         }
     }
@@ -702,18 +976,31 @@ fn flatten_symbols(resp: Option<DocumentSymbolResponse>) -> Vec<Sym> {
     match resp {
         None => {}
         Some(DocumentSymbolResponse::Nested(syms)) => walk(syms, &mut out),
-        Some(DocumentSymbolResponse::Flat(syms)) => {
-            out.extend(syms.into_iter().map(|s| Sym { name: s.name, kind: s.kind, range: s.location.range }))
-        }
+        Some(DocumentSymbolResponse::Flat(syms)) => out.extend(syms.into_iter().map(|s| Sym {
+            name: s.name,
+            kind: s.kind,
+            range: s.location.range,
+        })),
     }
     out
 }
 
 fn outline(syms: &[DocumentSymbol], depth: usize, out: &mut Vec<String>) {
     let mut sorted: Vec<&DocumentSymbol> = syms.iter().collect();
-    sorted.sort_by_key(|s| (s.selection_range.start.line, s.selection_range.start.character));
+    sorted.sort_by_key(|s| {
+        (
+            s.selection_range.start.line,
+            s.selection_range.start.character,
+        )
+    });
     for s in sorted {
-        out.push(format!("{}{}: {} ({})", "  ".repeat(depth), s.selection_range.start.line + 1, s.name, kind_name(s.kind)));
+        out.push(format!(
+            "{}{}: {} ({})",
+            "  ".repeat(depth),
+            s.selection_range.start.line + 1,
+            s.name,
+            kind_name(s.kind)
+        ));
         if let Some(children) = &s.children {
             outline(children, depth + 1, out);
         }
@@ -721,14 +1008,21 @@ fn outline(syms: &[DocumentSymbol], depth: usize, out: &mut Vec<String>) {
 }
 
 fn call_line(item: &CallHierarchyItem, ranges: &[Range]) -> String {
-    let mut lines: Vec<String> = ranges.iter().map(|r| format!("{}:{}", r.start.line + 1, r.start.character + 1)).collect();
+    let mut lines: Vec<String> = ranges
+        .iter()
+        .map(|r| format!("{}:{}", r.start.line + 1, r.start.character + 1))
+        .collect();
     lines.dedup();
     format!(
         "{} `{}` (line {}), call sites at {}",
         kind_name(item.kind).to_lowercase(),
         item.name,
         item.selection_range.start.line + 1,
-        if lines.is_empty() { "-".to_string() } else { lines.join(", ") }
+        if lines.is_empty() {
+            "-".to_string()
+        } else {
+            lines.join(", ")
+        }
     )
 }
 
@@ -751,17 +1045,46 @@ fn cap_chars(s: &str, max: usize) -> String {
         return s.to_string();
     }
     let head: String = s.chars().take(max).collect();
-    format!("{head}\n[... {} more characters not shown]", s.chars().count() - max)
+    format!(
+        "{head}\n[... {} more characters not shown]",
+        s.chars().count() - max
+    )
 }
 
 /// Readable names of LSP symbol kinds.
 pub fn kind_name(k: SymbolKind) -> &'static str {
     const NAMES: [&str; 26] = [
-        "File", "Module", "Namespace", "Package", "Class", "Method", "Property", "Field", "Constructor", "Enum",
-        "Interface", "Function", "Variable", "Constant", "String", "Number", "Boolean", "Array", "Object", "Key",
-        "Null", "EnumMember", "Struct", "Event", "Operator", "TypeParameter",
+        "File",
+        "Module",
+        "Namespace",
+        "Package",
+        "Class",
+        "Method",
+        "Property",
+        "Field",
+        "Constructor",
+        "Enum",
+        "Interface",
+        "Function",
+        "Variable",
+        "Constant",
+        "String",
+        "Number",
+        "Boolean",
+        "Array",
+        "Object",
+        "Key",
+        "Null",
+        "EnumMember",
+        "Struct",
+        "Event",
+        "Operator",
+        "TypeParameter",
     ];
-    let n = serde_json::to_value(k).ok().and_then(|v| v.as_u64()).unwrap_or(0) as usize;
+    let n = serde_json::to_value(k)
+        .ok()
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0) as usize;
     NAMES.get(n.wrapping_sub(1)).copied().unwrap_or("Symbol")
 }
 
@@ -772,7 +1095,10 @@ mod tests {
 
     #[test]
     fn finds_whole_words_first() {
-        assert_eq!(find_symbol("    x = _sympify(a_sympify)", "_sympify"), Some(8));
+        assert_eq!(
+            find_symbol("    x = _sympify(a_sympify)", "_sympify"),
+            Some(8)
+        );
         assert_eq!(find_symbol("sympify(_sympify)", "sympify"), Some(0));
         assert_eq!(find_symbol("ab = b", "b"), Some(5));
         assert_eq!(find_symbol("ab", "b"), Some(1), "substring fallback");
@@ -781,7 +1107,10 @@ mod tests {
 
     #[test]
     fn dotted_symbols_point_at_the_last_part() {
-        assert_eq!(find_symbol("        return self.parse(x)", "self.parse"), Some(20));
+        assert_eq!(
+            find_symbol("        return self.parse(x)", "self.parse"),
+            Some(20)
+        );
         assert_eq!(clean_symbol(" `foo()` "), "foo");
     }
 

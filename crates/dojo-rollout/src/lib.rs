@@ -8,8 +8,20 @@
 //! - [`engine`]: tasks × K samples through a [`engine::Runner`], with a sandbox limit, progress and
 //!   resume.
 //! - [`summary`]: the end-of-run table, `summary.json`, SWE-bench predictions export.
+//! - [`policy`]: policy configuration (file or shorthand), scripted backends, the LLM limiter.
+//! - [`gold`]: the `gold-replay` script built from a task's gold patch.
+//! - [`report`]: the self-contained HTML report of `dojo demo`.
+//! - [`run`]: one `dojo rollout` as a library call (run directory, manifest, summary, predictions).
+//! - [`backends`]: the per-rollout backend of each policy kind.
+//! - [`runner`]: the real runner: prepare → sandbox → agent ⇄ policy → diff → grade → record.
 
+pub mod backends;
 pub mod engine;
+pub mod gold;
+pub mod policy;
+pub mod report;
+pub mod run;
+pub mod runner;
 pub mod store;
 pub mod summary;
 

@@ -148,7 +148,7 @@ impl Summary {
 /// The end-of-run table, one row per policy.
 pub fn render_table(summaries: &[Summary]) -> String {
     let mut t = comfy_table::Table::new();
-    t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
+    t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
     t.set_header(vec![
         "policy",
         "trajectories",

@@ -43,9 +43,6 @@ impl CArgv {
     pub(crate) fn as_ptr(&self) -> *const *const libc::c_char {
         self.ptrs.as_ptr()
     }
-    pub(crate) fn items(&self) -> &[CString] {
-        &self._owned
-    }
 }
 
 pub(crate) fn cstr(s: impl AsRef<[u8]>) -> CString {
@@ -477,6 +474,80 @@ fn fmt_u32(mut v: u32, out: &mut [u8]) -> usize {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Layers: the host directories a sandbox root is made of (pristine tree, upper and work dirs,
+// venv) are first *staged* as bind mounts on a tmpfs at /tmp/{lower,upper,work,venv} inside the
+// mount namespace that will mount the overlay: overlayfs (and bind mounts) only accept paths whose
+// mounts belong to the caller's own mount namespace, and the unprivileged sandbox uid could not
+// even traverse `$DOJO_HOME` under a 0700 home. Staging happens while the process still can.
+
+/// Real host paths of the layers.
+pub(crate) struct Layers {
+    pub lower: Option<CString>,
+    /// A directory holding `upper/` and `work/` (overlayfs wants both on one mount).
+    pub layer: CString,
+    pub venv: Option<CString>,
+}
+
+/// Open the layers by path, cover /tmp with a tmpfs, bind each to /tmp/{lower,layer,venv} (through
+/// /proc/self/fd, since /tmp is covered by then) and create /tmp/root for the new root.
+unsafe fn stage_layers(l: &Layers) -> Result<(), Step> {
+    let null = std::ptr::null::<libc::c_char>();
+    let open = |p: &CString| libc::open(p.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
+    let mut fds: [(Fd, &std::ffi::CStr); 3] = [
+        (-1, c"/tmp/lower"),
+        (-1, c"/tmp/layer"),
+        (-1, c"/tmp/venv"),
+    ];
+    for (i, p) in [l.lower.as_ref(), Some(&l.layer), l.venv.as_ref()]
+        .into_iter()
+        .enumerate()
+    {
+        if let Some(p) = p {
+            fds[i].0 = open(p);
+            if fds[i].0 < 0 {
+                return Err(Step::Bind);
+            }
+        }
+    }
+    if !sys::mount(null, c"/".as_ptr(), null, libc::MS_REC | libc::MS_PRIVATE, null) {
+        return Err(Step::MakePrivate);
+    }
+    if !sys::mount(
+        c"tmpfs".as_ptr(),
+        c"/tmp".as_ptr(),
+        c"tmpfs".as_ptr(),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        c"mode=0755,size=1m".as_ptr(),
+    ) {
+        return Err(Step::RootTmpfs);
+    }
+    if libc::mkdir(c"/tmp/root".as_ptr(), 0o755) != 0 {
+        return Err(Step::Mkdir);
+    }
+    for (fd, dst) in fds {
+        if fd < 0 {
+            continue;
+        }
+        let mut src = [0u8; 32];
+        let mut n = 0;
+        for &b in b"/proc/self/fd/" {
+            src[n] = b;
+            n += 1;
+        }
+        n += fmt_u32(fd as u32, &mut src[n..]);
+        src[n] = 0;
+        if libc::mkdir(dst.as_ptr(), 0o755) != 0 {
+            return Err(Step::Mkdir);
+        }
+        if !sys::mount(src.as_ptr().cast(), dst.as_ptr(), null, libc::MS_BIND | libc::MS_REC, null) {
+            return Err(Step::Bind);
+        }
+        libc::close(fd);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
 // The holder.
 
 /// One entry of the new root: a read-only bind of a host directory or a copied symlink.
@@ -485,53 +556,34 @@ pub(crate) enum RootEntry {
     Symlink { target: CString, dst: CString },
 }
 
-/// Everything the holder needs, prepared before fork. Paths starting with `/tmp/` refer to the
-/// new root while it is being built (it is a tmpfs mounted over `/tmp` in the private mount ns).
+/// Everything the holder needs, prepared before fork. Paths starting with `/tmp/root/` refer to
+/// the new root while it is being built (a tmpfs in the private mount namespace).
 pub(crate) struct HolderPlan {
     /// Switch from host root to this uid/gid before creating the user namespace.
     pub switch_to: Option<(u32, u32)>,
     pub keep: bool,
     pub status_w: Fd,
     pub lifeline_r: Option<Fd>,
-    pub lower: Fd,
-    pub upper: Fd,
-    pub work: Fd,
-    pub venv: Option<Fd>,
+    pub layers: Layers,
     pub cgroup_procs: Vec<Fd>,
     pub uid_map: CString,
     pub gid_map: CString,
     pub entries: Vec<RootEntry>,
-    /// Host paths (prefixed with /tmp) to cover with an empty read-only tmpfs ($DOJO_HOME).
+    /// Paths (prefixed with /tmp/root) to cover with an empty read-only tmpfs ($DOJO_HOME).
     pub hide: Vec<CString>,
-    /// Overlay options; refers to the renumbered fds (/proc/self/fd/N).
-    pub overlay_opts: CString,
-    /// Where the venv fd will be after renumbering (/proc/self/fd/N).
-    pub venv_src: CString,
     pub tmp_opts: CString,
     pub shm_opts: CString,
 }
 
-/// Fixed descriptor numbers after [`sys::keep_fds`] in the holder: status, lower, upper, work,
-/// then venv (if any), then the lifeline (if any), then cgroups.
-pub(crate) const H_LOWER: Fd = 4;
-pub(crate) const H_UPPER: Fd = 5;
-pub(crate) const H_WORK: Fd = 6;
-pub(crate) const H_VENV: Fd = 7;
-
-/// Body of the pre_exec closure that becomes the holder. P (this process) switches uid, creates
-/// the namespaces and forks C (pid 1 of the new pid ns), reports C's pid and waits for it; C builds
-/// the root, reports success and then just waits for the lifeline to close (or forever when kept).
+/// Body of the pre_exec closure that becomes the holder. P (this process) stages the layers (as
+/// host root, in a private mount namespace), switches to the sandbox uid, creates the namespaces
+/// and forks C (pid 1 of the new pid ns), reports C's pid and waits for it; C builds the root,
+/// reports success and then waits for the lifeline to close (or forever when kept).
 pub(crate) unsafe fn run_holder(plan: &HolderPlan) -> std::io::Error {
     let mut fds = [0 as Fd; 16];
     let mut n = 0;
-    for fd in [plan.status_w, plan.lower, plan.upper, plan.work] {
-        fds[n] = fd;
-        n += 1;
-    }
-    if let Some(v) = plan.venv {
-        fds[n] = v;
-        n += 1;
-    }
+    fds[n] = plan.status_w;
+    n += 1;
     let i_life = plan.lifeline_r.map(|l| {
         fds[n] = l;
         n += 1;
@@ -559,7 +611,14 @@ pub(crate) unsafe fn run_holder(plan: &HolderPlan) -> std::io::Error {
     if plan.keep {
         libc::setsid();
     }
+    let staged = plan.switch_to.is_some();
     if let Some((uid, gid)) = plan.switch_to {
+        if libc::unshare(libc::CLONE_NEWNS) != 0 {
+            sys::fail(status, Step::Unshare);
+        }
+        if let Err(step) = stage_layers(&plan.layers) {
+            sys::fail(status, step);
+        }
         if libc::setgroups(0, std::ptr::null()) != 0 {
             sys::fail(status, Step::Setgroups);
         }
@@ -590,7 +649,7 @@ pub(crate) unsafe fn run_holder(plan: &HolderPlan) -> std::io::Error {
         sys::fail(status, Step::Fork);
     }
     if c == 0 {
-        holder_init(plan, status, life);
+        holder_init(plan, status, life, staged);
     }
     sys::send(status, sys::TAG_PID, c, 0);
     libc::close(status);
@@ -611,22 +670,20 @@ pub(crate) unsafe fn run_holder(plan: &HolderPlan) -> std::io::Error {
     sys::exit_like(st)
 }
 
-unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>) -> ! {
+unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>, staged: bool) -> ! {
     let t = |s: &std::ffi::CStr| s.as_ptr();
     let null = std::ptr::null::<libc::c_char>();
     let fail = |step| sys::fail(status, step);
-    if !sys::mount(
-        null,
-        t(c"/"),
-        null,
-        libc::MS_REC | libc::MS_PRIVATE,
-        null,
-    ) {
-        fail(Step::MakePrivate);
+    if staged {
+        if !sys::mount(null, t(c"/"), null, libc::MS_REC | libc::MS_PRIVATE, null) {
+            fail(Step::MakePrivate);
+        }
+    } else if let Err(step) = stage_layers(&plan.layers) {
+        fail(step);
     }
     if !sys::mount(
         t(c"tmpfs"),
-        t(c"/tmp"),
+        t(c"/tmp/root"),
         t(c"tmpfs"),
         libc::MS_NOSUID | libc::MS_NODEV,
         t(c"mode=0755,size=1m"),
@@ -665,10 +722,10 @@ unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>) -> ! {
         );
     }
     // /dev: a small tmpfs with the harmless device nodes bound in.
-    if libc::mkdir(t(c"/tmp/dev"), 0o755) != 0
+    if libc::mkdir(t(c"/tmp/root/dev"), 0o755) != 0
         || !sys::mount(
             t(c"tmpfs"),
-            t(c"/tmp/dev"),
+            t(c"/tmp/root/dev"),
             t(c"tmpfs"),
             libc::MS_NOSUID | libc::MS_NOEXEC,
             t(c"mode=0755,size=64k"),
@@ -677,12 +734,12 @@ unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>) -> ! {
         fail(Step::Dev);
     }
     for (src, dst) in [
-        (c"/dev/null", c"/tmp/dev/null"),
-        (c"/dev/zero", c"/tmp/dev/zero"),
-        (c"/dev/full", c"/tmp/dev/full"),
-        (c"/dev/random", c"/tmp/dev/random"),
-        (c"/dev/urandom", c"/tmp/dev/urandom"),
-        (c"/dev/tty", c"/tmp/dev/tty"),
+        (c"/dev/null", c"/tmp/root/dev/null"),
+        (c"/dev/zero", c"/tmp/root/dev/zero"),
+        (c"/dev/full", c"/tmp/root/dev/full"),
+        (c"/dev/random", c"/tmp/root/dev/random"),
+        (c"/dev/urandom", c"/tmp/root/dev/urandom"),
+        (c"/dev/tty", c"/tmp/root/dev/tty"),
     ] {
         let fd = libc::open(dst.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o644);
         if fd < 0 {
@@ -695,18 +752,18 @@ unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>) -> ! {
         }
     }
     for (target, dst) in [
-        (c"/proc/self/fd", c"/tmp/dev/fd"),
-        (c"/proc/self/fd/0", c"/tmp/dev/stdin"),
-        (c"/proc/self/fd/1", c"/tmp/dev/stdout"),
-        (c"/proc/self/fd/2", c"/tmp/dev/stderr"),
-        (c"pts/ptmx", c"/tmp/dev/ptmx"),
+        (c"/proc/self/fd", c"/tmp/root/dev/fd"),
+        (c"/proc/self/fd/0", c"/tmp/root/dev/stdin"),
+        (c"/proc/self/fd/1", c"/tmp/root/dev/stdout"),
+        (c"/proc/self/fd/2", c"/tmp/root/dev/stderr"),
+        (c"pts/ptmx", c"/tmp/root/dev/ptmx"),
     ] {
         libc::symlink(target.as_ptr(), dst.as_ptr());
     }
-    if libc::mkdir(t(c"/tmp/dev/shm"), 0o1777) != 0
+    if libc::mkdir(t(c"/tmp/root/dev/shm"), 0o1777) != 0
         || !sys::mount(
             t(c"tmpfs"),
-            t(c"/tmp/dev/shm"),
+            t(c"/tmp/root/dev/shm"),
             t(c"tmpfs"),
             libc::MS_NOSUID | libc::MS_NODEV,
             plan.shm_opts.as_ptr(),
@@ -714,36 +771,36 @@ unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>) -> ! {
     {
         fail(Step::Dev);
     }
-    if libc::mkdir(t(c"/tmp/dev/pts"), 0o755) == 0 {
+    if libc::mkdir(t(c"/tmp/root/dev/pts"), 0o755) == 0 {
         // Pseudo-terminals for tools that need one; optional.
         sys::mount(
             t(c"devpts"),
-            t(c"/tmp/dev/pts"),
+            t(c"/tmp/root/dev/pts"),
             t(c"devpts"),
             libc::MS_NOSUID | libc::MS_NOEXEC,
             t(c"newinstance,ptmxmode=0666,mode=0620"),
         );
     }
     // The workspace: overlay of the pristine tree (read-only lower) and this sandbox's upper.
-    if libc::mkdir(t(c"/tmp/testbed"), 0o755) != 0 {
+    if libc::mkdir(t(c"/tmp/root/testbed"), 0o755) != 0 {
         fail(Step::Mkdir);
     }
     if !sys::mount(
         t(c"overlay"),
-        t(c"/tmp/testbed"),
+        t(c"/tmp/root/testbed"),
         t(c"overlay"),
         0,
-        plan.overlay_opts.as_ptr(),
+        t(c"userxattr,lowerdir=/tmp/lower,upperdir=/tmp/layer/upper,workdir=/tmp/layer/work"),
     ) {
         fail(Step::Overlay);
     }
-    if plan.venv.is_some() {
-        if libc::mkdir(t(c"/tmp/venv"), 0o755) != 0 {
+    if plan.layers.venv.is_some() {
+        if libc::mkdir(t(c"/tmp/root/venv"), 0o755) != 0 {
             fail(Step::Mkdir);
         }
         if !sys::mount(
-            plan.venv_src.as_ptr(),
             t(c"/tmp/venv"),
+            t(c"/tmp/root/venv"),
             null,
             libc::MS_BIND | libc::MS_REC,
             null,
@@ -751,16 +808,16 @@ unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>) -> ! {
             fail(Step::Bind);
         }
         if !sys::mount_setattr_rec(
-            c"/tmp/venv",
+            c"/tmp/root/venv",
             sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
         ) {
             fail(Step::Readonly);
         }
     }
-    if libc::mkdir(t(c"/tmp/tmp"), 0o1777) != 0
+    if libc::mkdir(t(c"/tmp/root/tmp"), 0o1777) != 0
         || !sys::mount(
             t(c"tmpfs"),
-            t(c"/tmp/tmp"),
+            t(c"/tmp/root/tmp"),
             t(c"tmpfs"),
             libc::MS_NOSUID | libc::MS_NODEV,
             plan.tmp_opts.as_ptr(),
@@ -768,10 +825,10 @@ unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>) -> ! {
     {
         fail(Step::Tmpfs);
     }
-    if libc::mkdir(t(c"/tmp/proc"), 0o555) != 0
+    if libc::mkdir(t(c"/tmp/root/proc"), 0o555) != 0
         || !sys::mount(
             t(c"proc"),
-            t(c"/tmp/proc"),
+            t(c"/tmp/root/proc"),
             t(c"proc"),
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             null,
@@ -779,24 +836,21 @@ unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>) -> ! {
     {
         fail(Step::Proc);
     }
-    if libc::chdir(t(c"/tmp")) != 0
+    if libc::chdir(t(c"/tmp/root")) != 0
         || libc::syscall(libc::SYS_pivot_root, t(c"."), t(c".")) != 0
         || libc::umount2(t(c"."), libc::MNT_DETACH) != 0
         || libc::chdir(t(c"/")) != 0
     {
         fail(Step::PivotRoot);
     }
-    // The root tmpfs itself (mount points only) becomes read-only too.
+    // The root tmpfs itself (mount points only) and /dev become read-only too.
     if !sys::mount(
         null,
         t(c"/"),
         null,
         libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
         null,
-    ) {
-        fail(Step::Readonly);
-    }
-    if !sys::mount(
+    ) || !sys::mount(
         null,
         t(c"/dev"),
         null,
@@ -810,8 +864,8 @@ unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>) -> ! {
     }
     sys::send(status, sys::TAG_OK, 0, 0);
     libc::close(status);
-    // Hold the namespaces. Orphans cannot appear here (commands live in their own pid ns), but
-    // reap anything just in case.
+    // Hold the namespaces. Commands live in their own pid namespaces, so no orphans come here,
+    // but reap anything just in case.
     libc::signal(libc::SIGCHLD, libc::SIG_IGN);
     match life {
         Some(l) => {
@@ -839,95 +893,105 @@ unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>) -> ! {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Reset: replace /testbed (new upper) and /tmp inside a live sandbox from outside.
+// Environment builds: a private mount namespace where /testbed is an overlay of the pristine tree
+// (throwaway upper) and /venv is the cache entry being built, so the editable install and every
+// script shebang refer to the paths the sandboxes will use. The network stays (uv needs PyPI).
 
-pub(crate) struct RemountPlan {
+pub(crate) struct EnvBuildPlan {
+    /// Not root: create a user namespace mapping us to root.
+    pub userns: bool,
+    pub uid_map: CString,
+    pub gid_map: CString,
     pub status_w: Fd,
-    pub userns: Fd,
-    pub mntns: Fd,
-    pub lower: Fd,
-    pub upper: Fd,
-    pub work: Fd,
-    pub host_root: bool,
-    /// "/proc/self/fd/N" strings for the renumbered lower/upper/work.
-    pub lower_s: CString,
-    pub upper_s: CString,
-    pub work_s: CString,
-    pub tmp_size: CString,
+    pub layers: Layers,
+    pub entries: Vec<RootEntry>,
 }
 
-pub(crate) const R_USER: Fd = 4;
-pub(crate) const R_MNT: Fd = 5;
-pub(crate) const R_LOWER: Fd = 6;
-pub(crate) const R_UPPER: Fd = 7;
-pub(crate) const R_WORK: Fd = 8;
-
-pub(crate) unsafe fn run_remount(plan: &RemountPlan) -> std::io::Error {
-    let mut fds = [
-        plan.status_w,
-        plan.userns,
-        plan.mntns,
-        plan.lower,
-        plan.upper,
-        plan.work,
-    ];
+pub(crate) unsafe fn run_env_build(plan: &EnvBuildPlan) -> std::io::Result<()> {
+    let mut fds = [plan.status_w];
+    // keep_fds closes everything else; the status pipe is close-on-exec, so it reports EOF when
+    // the build script starts.
     if !sys::keep_fds(&mut fds) {
-        return std::io::Error::last_os_error();
+        return Err(std::io::Error::last_os_error());
     }
     let status = fds[0];
-    if plan.host_root && libc::setgroups(0, std::ptr::null()) != 0 {
-        sys::fail(status, Step::Setgroups);
+    let null = std::ptr::null::<libc::c_char>();
+    macro_rules! check {
+        ($cond:expr, $step:expr) => {
+            if !$cond {
+                let e = std::io::Error::last_os_error();
+                sys::send(status, sys::TAG_ERR, $step as i32, e.raw_os_error().unwrap_or(0));
+                return Err(e);
+            }
+        };
     }
-    if libc::setns(R_USER, libc::CLONE_NEWUSER) != 0 {
-        sys::fail(status, Step::Setns);
+    if plan.userns {
+        check!(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) == 0, Step::Unshare);
+        check!(
+            sys::write_file(c"/proc/self/setgroups", b"deny")
+                && sys::write_file(c"/proc/self/uid_map", plan.uid_map.as_bytes())
+                && sys::write_file(c"/proc/self/gid_map", plan.gid_map.as_bytes()),
+            Step::UidMap
+        );
+    } else {
+        check!(libc::unshare(libc::CLONE_NEWNS) == 0, Step::Unshare);
     }
-    if libc::setresgid(0, 0, 0) != 0 {
-        sys::fail(status, Step::Setgid);
+    if let Err(step) = stage_layers(&plan.layers) {
+        check!(false, step);
     }
-    if libc::setresuid(0, 0, 0) != 0 {
-        sys::fail(status, Step::Setuid);
+    check!(
+        sys::mount(c"tmpfs".as_ptr(), c"/tmp/root".as_ptr(), c"tmpfs".as_ptr(), 0, c"mode=0755".as_ptr()),
+        Step::RootTmpfs
+    );
+    for e in &plan.entries {
+        match e {
+            RootEntry::Bind { src, dst } => {
+                check!(libc::mkdir(dst.as_ptr(), 0o755) == 0, Step::Mkdir);
+                check!(
+                    sys::mount(src.as_ptr(), dst.as_ptr(), null, libc::MS_BIND | libc::MS_REC, null),
+                    Step::Bind
+                );
+            }
+            RootEntry::Symlink { target, dst } => {
+                check!(libc::symlink(target.as_ptr(), dst.as_ptr()) == 0, Step::Mkdir);
+            }
+        }
     }
-    libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
-    // Build the new overlay and tmpfs while paths still resolve in the host's mount namespace.
-    let ovl = sys::fsopen(c"overlay");
-    if ovl < 0
-        || !sys::fsconfig_flag(ovl, c"userxattr")
-        || !sys::fsconfig_str(ovl, c"lowerdir", &plan.lower_s)
-        || !sys::fsconfig_str(ovl, c"upperdir", &plan.upper_s)
-        || !sys::fsconfig_str(ovl, c"workdir", &plan.work_s)
-    {
-        sys::fail(status, Step::NewMount);
+    check!(libc::mkdir(c"/tmp/root/testbed".as_ptr(), 0o755) == 0, Step::Mkdir);
+    if plan.layers.lower.is_some() {
+        check!(
+            sys::mount(
+                c"overlay".as_ptr(),
+                c"/tmp/root/testbed".as_ptr(),
+                c"overlay".as_ptr(),
+                0,
+                c"userxattr,lowerdir=/tmp/lower,upperdir=/tmp/layer/upper,workdir=/tmp/layer/work".as_ptr()
+            ),
+            Step::Overlay
+        );
     }
-    let ovl_m = sys::fs_create_mount(ovl);
-    if ovl_m < 0 {
-        sys::fail(status, Step::NewMount);
-    }
-    let tmp = sys::fsopen(c"tmpfs");
-    if tmp < 0
-        || !sys::fsconfig_str(tmp, c"mode", c"1777")
-        || !sys::fsconfig_str(tmp, c"size", &plan.tmp_size)
-    {
-        sys::fail(status, Step::NewMount);
-    }
-    let tmp_m = sys::fs_create_mount(tmp);
-    if tmp_m < 0 {
-        sys::fail(status, Step::NewMount);
-    }
-    if libc::setns(R_MNT, libc::CLONE_NEWNS) != 0 {
-        sys::fail(status, Step::Setns);
-    }
-    if libc::umount2(c"/testbed".as_ptr(), libc::MNT_DETACH) != 0 {
-        sys::fail(status, Step::Umount);
-    }
-    if !sys::move_mount_to(ovl_m, c"/testbed") {
-        sys::fail(status, Step::MoveMount);
-    }
-    if libc::umount2(c"/tmp".as_ptr(), libc::MNT_DETACH) != 0 {
-        sys::fail(status, Step::Umount);
-    }
-    if !sys::move_mount_to(tmp_m, c"/tmp") {
-        sys::fail(status, Step::MoveMount);
-    }
-    sys::send(status, sys::TAG_OK, 0, 0);
-    libc::_exit(0)
+    check!(libc::mkdir(c"/tmp/root/venv".as_ptr(), 0o755) == 0, Step::Mkdir);
+    check!(
+        sys::mount(c"/tmp/venv".as_ptr(), c"/tmp/root/venv".as_ptr(), null, libc::MS_BIND, null),
+        Step::Bind
+    );
+    check!(libc::mkdir(c"/tmp/root/tmp".as_ptr(), 0o1777) == 0, Step::Mkdir);
+    check!(
+        sys::mount(
+            c"tmpfs".as_ptr(),
+            c"/tmp/root/tmp".as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            c"mode=1777".as_ptr()
+        ),
+        Step::Tmpfs
+    );
+    check!(
+        libc::chdir(c"/tmp/root".as_ptr()) == 0
+            && libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) == 0
+            && libc::umount2(c".".as_ptr(), libc::MNT_DETACH) == 0
+            && libc::chdir(c"/testbed".as_ptr()) == 0,
+        Step::PivotRoot
+    );
+    Ok(())
 }

@@ -124,14 +124,6 @@ impl FbSandbox {
         }
     }
 
-    pub(crate) fn reset(&self) -> Result<()> {
-        self.kill_live();
-        run(git(&self.ws).args(["reset", "-q", "--hard", BASE_TAG]), "git reset")
-            .map_err(setup_err)?;
-        run(git(&self.ws).args(["clean", "-fdxq"]), "git clean").map_err(setup_err)?;
-        Ok(())
-    }
-
     pub(crate) fn ws_fd(&self) -> Result<OwnedFd> {
         crate::ns::open_path(&self.ws).map_err(|_| io_err(&self.ws)(std::io::Error::other("gone")))
     }

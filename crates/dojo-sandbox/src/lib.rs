@@ -612,7 +612,7 @@ impl Sandbox {
             Inner::Ns(n) => {
                 n.reset().await?;
                 if self.keep {
-                    registry::update_generation(&self.root, n.generation)?;
+                    registry::update_holder(&self.root, n.generation, n.holder_pid)?;
                 }
                 Ok(())
             }

@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::child::{self, CArgv, ExecPlan, HolderPlan, Mode, RemountPlan, RootEntry, cstr};
+use crate::child::{self, CArgv, ExecPlan, HolderPlan, Layers, Mode, RootEntry, cstr};
 use crate::exec::{self, LiveSet};
 use crate::{ExecRequest, Limits, Result, SandboxError, WORKSPACE, cgroup, sys};
 
@@ -208,6 +208,8 @@ pub(crate) struct NsSandbox {
     pub mntns: OwnedFd,
     pub netns: OwnedFd,
     pub lower: PathBuf,
+    pub venv: Option<PathBuf>,
+    pub keep: bool,
     pub generation: u32,
     pub cgroup: Option<Box<dyn cgroup::CgroupHandle>>,
     pub live: LiveSet,
@@ -215,20 +217,18 @@ pub(crate) struct NsSandbox {
     pub limits: Limits,
 }
 
-pub(crate) fn upper_dirs(dir: &Path, generation: u32) -> (PathBuf, PathBuf) {
-    (
-        dir.join(format!("upper-{generation}")),
-        dir.join(format!("work-{generation}")),
-    )
+/// `<sandbox dir>/layer-<generation>`, holding the overlay's `upper/` and `work/`.
+pub(crate) fn layer_dir(dir: &Path, generation: u32) -> PathBuf {
+    dir.join(format!("layer-{generation}"))
 }
 
-fn make_layer_dirs(dir: &Path, generation: u32) -> Result<(PathBuf, PathBuf)> {
-    let (u, w) = upper_dirs(dir, generation);
-    for d in [&u, &w] {
-        std::fs::create_dir_all(d).map_err(io_err(d))?;
-        chown_to_sandbox(d)?;
+pub(crate) fn make_layer_dir(dir: &Path, generation: u32) -> Result<PathBuf> {
+    let l = layer_dir(dir, generation);
+    for d in [l.clone(), l.join("upper"), l.join("work")] {
+        std::fs::create_dir_all(&d).map_err(io_err(&d))?;
+        chown_to_sandbox(&d)?;
     }
-    Ok((u, w))
+    Ok(l)
 }
 
 pub(crate) struct CreateArgs<'a> {
@@ -241,28 +241,43 @@ pub(crate) struct CreateArgs<'a> {
     pub keep: bool,
 }
 
-pub(crate) async fn create(a: CreateArgs<'_>) -> Result<NsSandbox> {
-    let (upper, work) = make_layer_dirs(a.dir, 0)?;
-    let lower_fd = open_path(a.lower)?;
-    let upper_fd = open_path(&upper)?;
-    let work_fd = open_path(&work)?;
-    let venv_fd = a.venv.map(open_path).transpose()?;
-    let cg = match cgroup::detect() {
-        Some(d) => Some(d.create(a.id, a.limits).map_err(|e| {
-            setup_err(format!("creating the {} cgroup for sandbox {}: {e}", d.version(), a.id))
-        })?),
-        None => None,
-    };
-    let cg_fds = open_procs(cg.as_deref())?;
+/// Start a holder over `lower` with the given upper generation; returns (pid, child, ns fds).
+struct Holder {
+    pid: i32,
+    child: tokio::process::Child,
+    userns: OwnedFd,
+    mntns: OwnedFd,
+    netns: OwnedFd,
+}
+
+fn path_c(p: &Path) -> CString {
+    cstr(p.as_os_str().as_encoded_bytes())
+}
+
+async fn start_holder(
+    dir: &Path,
+    generation: u32,
+    lower: &Path,
+    venv: Option<&Path>,
+    cg: Option<&dyn cgroup::CgroupHandle>,
+    keep: bool,
+) -> Result<Holder> {
+    let layer = make_layer_dir(dir, generation)?;
+    for p in [lower, &layer].into_iter().chain(venv) {
+        if !p.is_dir() {
+            return Err(setup_err(format!("{} is not a directory", p.display())));
+        }
+    }
+    let cg_fds = open_procs(cg)?;
     let (status_r, status_w) = exec::pipe().map_err(|e| setup_err(format!("pipe: {e}")))?;
     let uid = sandbox_uid();
     let gid = sandbox_gid();
     let mut entries = Vec::new();
     for (name, link) in root_entries() {
-        let dst = cstr(format!("/tmp/{name}"));
+        let dst = cstr(format!("/tmp/root/{name}"));
         entries.push(match link {
             Some(t) => RootEntry::Symlink {
-                target: cstr(t.as_os_str().as_encoded_bytes()),
+                target: path_c(t),
                 dst,
             },
             None => RootEntry::Bind {
@@ -273,35 +288,29 @@ pub(crate) async fn create(a: CreateArgs<'_>) -> Result<NsSandbox> {
     }
     entries.push(RootEntry::Bind {
         src: cstr("/sys"),
-        dst: cstr("/tmp/sys"),
+        dst: cstr("/tmp/root/sys"),
     });
     let home = dojo_cache::dojo_home();
-    let hide = if home.starts_with("/tmp") || home.starts_with("/proc") {
+    let hide = if home.starts_with("/tmp") || home.starts_with("/proc") || !home.is_absolute() {
         Vec::new()
     } else {
-        vec![cstr(format!("/tmp{}", home.display()))]
+        vec![cstr(format!("/tmp/root{}", home.display()))]
     };
     let plan = HolderPlan {
         switch_to: is_root().then_some((uid, gid)),
-        keep: a.keep,
+        keep,
         status_w: status_w.as_raw_fd(),
-        lifeline_r: (!a.keep).then(exec::lifeline_r),
-        lower: lower_fd.as_raw_fd(),
-        upper: upper_fd.as_raw_fd(),
-        work: work_fd.as_raw_fd(),
-        venv: venv_fd.as_ref().map(|f| f.as_raw_fd()),
+        lifeline_r: (!keep).then(exec::lifeline_r),
+        layers: Layers {
+            lower: Some(path_c(lower)),
+            layer: path_c(&layer),
+            venv: venv.map(path_c),
+        },
         cgroup_procs: cg_fds.iter().map(|f| f.as_raw_fd()).collect(),
         uid_map: cstr(format!("0 {uid} 1\n")),
         gid_map: cstr(format!("0 {gid} 1\n")),
         entries,
         hide,
-        overlay_opts: cstr(format!(
-            "userxattr,lowerdir=/proc/self/fd/{},upperdir=/proc/self/fd/{},workdir=/proc/self/fd/{}",
-            child::H_LOWER,
-            child::H_UPPER,
-            child::H_WORK
-        )),
-        venv_src: cstr(format!("/proc/self/fd/{}", child::H_VENV)),
         tmp_opts: cstr(format!("mode=1777,size={TMP_SIZE}")),
         shm_opts: cstr("mode=1777,size=256m"),
     };
@@ -313,46 +322,68 @@ pub(crate) async fn create(a: CreateArgs<'_>) -> Result<NsSandbox> {
     unsafe {
         cmd.pre_exec(move || Err(child::run_holder(&plan)));
     }
-    let holder = cmd
+    let child = cmd
         .spawn()
         .map_err(|e| setup_err(format!("starting the sandbox holder: {e}")))?;
     drop(status_w);
+    drop(cg_fds);
     let msgs = tokio::task::spawn_blocking(move || exec::read_status(status_r))
         .await
         .unwrap_or_default();
-    drop((lower_fd, upper_fd, work_fd, venv_fd, cg_fds));
     let pid = msgs.iter().find(|m| m.0 == sys::TAG_PID).map(|m| m.1);
-    let fail = |e: SandboxError, cg: &Option<Box<dyn cgroup::CgroupHandle>>| {
+    let kill = || {
         if let Some(p) = pid {
             // SAFETY: plain kill(2) of the holder we just created.
             unsafe { libc::kill(p, libc::SIGKILL) };
         }
-        if let Some(c) = cg {
-            c.kill_all();
-            let _ = c.remove();
-        }
-        e
     };
     if let Some(e) = exec::status_error("creating the sandbox", &msgs) {
-        return Err(fail(e, &cg));
+        kill();
+        return Err(e);
     }
     let (Some(pid), true) = (pid, msgs.iter().any(|m| m.0 == sys::TAG_OK)) else {
-        return Err(fail(
-            setup_err("the sandbox holder exited before finishing its setup"),
-            &cg,
-        ));
+        kill();
+        return Err(setup_err("the sandbox holder exited before finishing its setup"));
     };
-    let userns = open_ns(pid, "user").map_err(|e| fail(e, &cg))?;
-    let mntns = open_ns(pid, "mnt").map_err(|e| fail(e, &cg))?;
-    let netns = open_ns(pid, "net").map_err(|e| fail(e, &cg))?;
+    let open = |k| {
+        open_ns(pid, k).inspect_err(|_| kill())
+    };
+    Ok(Holder {
+        pid,
+        child,
+        userns: open("user")?,
+        mntns: open("mnt")?,
+        netns: open("net")?,
+    })
+}
+
+pub(crate) async fn create(a: CreateArgs<'_>) -> Result<NsSandbox> {
+    let cg = match cgroup::detect() {
+        Some(d) => Some(d.create(a.id, a.limits).map_err(|e| {
+            setup_err(format!("creating the {} cgroup for sandbox {}: {e}", d.version(), a.id))
+        })?),
+        None => None,
+    };
+    let h = match start_holder(a.dir, 0, a.lower, a.venv, cg.as_deref(), a.keep).await {
+        Ok(h) => h,
+        Err(e) => {
+            if let Some(c) = cg {
+                c.kill_all();
+                let _ = c.remove();
+            }
+            return Err(e);
+        }
+    };
     Ok(NsSandbox {
         dir: a.dir.to_path_buf(),
-        holder_pid: pid,
-        holder: Some(holder),
-        userns,
-        mntns,
-        netns,
+        holder_pid: h.pid,
+        holder: Some(h.child),
+        userns: h.userns,
+        mntns: h.mntns,
+        netns: h.netns,
         lower: a.lower.to_path_buf(),
+        venv: a.venv.map(Path::to_path_buf),
+        keep: a.keep,
         generation: 0,
         cgroup: cg,
         live: Default::default(),
@@ -446,55 +477,36 @@ impl NsSandbox {
         }
     }
 
-    /// Swap in a fresh upper dir and /tmp; the old ones go to the trash.
+    /// Start a fresh holder over a new upper dir (new /tmp, /dev/shm too), then kill the old
+    /// one; the old upper dir goes to the trash. Running commands are killed.
     pub(crate) async fn reset(&mut self) -> Result<()> {
         self.kill_live();
-        let old = upper_dirs(&self.dir, self.generation);
+        let old = layer_dir(&self.dir, self.generation);
         let generation = self.generation + 1;
-        let (upper, work) = make_layer_dirs(&self.dir, generation)?;
-        let lower_fd = open_path(&self.lower)?;
-        let upper_fd = open_path(&upper)?;
-        let work_fd = open_path(&work)?;
-        let (status_r, status_w) = exec::pipe().map_err(|e| setup_err(format!("pipe: {e}")))?;
-        let plan = RemountPlan {
-            status_w: status_w.as_raw_fd(),
-            userns: self.userns.as_raw_fd(),
-            mntns: self.mntns.as_raw_fd(),
-            lower: lower_fd.as_raw_fd(),
-            upper: upper_fd.as_raw_fd(),
-            work: work_fd.as_raw_fd(),
-            host_root: is_root(),
-            lower_s: cstr(format!("/proc/self/fd/{}", child::R_LOWER)),
-            upper_s: cstr(format!("/proc/self/fd/{}", child::R_UPPER)),
-            work_s: cstr(format!("/proc/self/fd/{}", child::R_WORK)),
-            tmp_size: cstr(TMP_SIZE),
-        };
-        let mut cmd = tokio::process::Command::new("/bin/false");
-        cmd.stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        // SAFETY: run_remount only issues async-signal-safe system calls on the prepared plan.
-        unsafe {
-            cmd.pre_exec(move || Err(child::run_remount(&plan)));
-        }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| setup_err(format!("starting the reset helper: {e}")))?;
-        drop(status_w);
-        let msgs = tokio::task::spawn_blocking(move || exec::read_status(status_r))
-            .await
-            .unwrap_or_default();
-        let _ = child.wait().await;
-        drop((lower_fd, upper_fd, work_fd));
-        if let Some(e) = exec::status_error("resetting the sandbox", &msgs) {
-            return Err(e);
-        }
-        if !msgs.iter().any(|m| m.0 == sys::TAG_OK) {
-            return Err(setup_err("the reset helper exited without finishing"));
-        }
+        let h = start_holder(
+            &self.dir,
+            generation,
+            &self.lower,
+            self.venv.as_deref(),
+            self.cgroup.as_deref(),
+            self.keep,
+        )
+        .await?;
+        let old_pid = std::mem::replace(&mut self.holder_pid, h.pid);
+        let old_child = std::mem::replace(&mut self.holder, Some(h.child));
+        self.userns = h.userns;
+        self.mntns = h.mntns;
+        self.netns = h.netns;
         self.generation = generation;
-        crate::trash::discard(&old.0);
-        crate::trash::discard(&old.1);
+        // SAFETY: plain kill(2) of the previous holder (pid 1 of its namespace).
+        unsafe { libc::kill(old_pid, libc::SIGKILL) };
+        match old_child {
+            Some(mut c) => {
+                let _ = c.wait().await;
+            }
+            None => wait_gone(old_pid).await,
+        }
+        crate::trash::discard(&old);
         Ok(())
     }
 
@@ -549,7 +561,13 @@ pub(crate) fn openat2(
     resolve: u64,
 ) -> std::io::Result<OwnedFd> {
     let c = cstr(if path.is_empty() { "." } else { path });
-    let how = libc::open_how {
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow {
         flags: (flags | libc::O_CLOEXEC) as u64,
         mode: mode as u64,
         resolve,
@@ -560,8 +578,8 @@ pub(crate) fn openat2(
             libc::SYS_openat2,
             dirfd,
             c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
         )
     } as i32;
     if fd < 0 {

@@ -1,12 +1,26 @@
-//! Shared, read-only Python environments built with `uv`, one per [`EnvSpec`].
+//! Shared, read-only Python environments built with `uv`, one per [`EnvSpec`] (and pristine tree,
+//! when the project is installed editable).
+//!
+//! The venv is built *at the path sandboxes see it* (`/venv`) in a private mount namespace where
+//! `/testbed` is an overlay of the pristine tree: every script's shebang says `/venv/bin/python`
+//! and the editable install points at `/testbed`, so each rollout imports its own copy of the
+//! project (an editable install pointing at the pristine path would silently hide every edit in
+//! src-layout projects). The interpreter is a world-readable system Python (default
+//! `/usr/bin/python3.11`), so the unprivileged sandbox uid can execute it.
 
-use std::path::PathBuf;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::child::{self, EnvBuildPlan, Layers, RootEntry, cstr};
+use crate::{Pristine, Result, SandboxError, exec, ns};
 
 /// How to build a Python environment. The project under test is installed editable against
 /// [`crate::WORKSPACE`], never against the pristine path (that hides edits in src layouts).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EnvSpec {
-    /// e.g. "3.11"
+    /// e.g. "3.11" (resolved to `/usr/bin/python3.11`) or an absolute interpreter path.
+    #[serde(default)]
     pub python: String,
     /// Pinned requirements (`pytest==7.4.0`).
     #[serde(default)]
@@ -23,10 +37,253 @@ fn yes() -> bool {
     true
 }
 
+impl EnvSpec {
+    /// Parse a TOML document with the `EnvSpec` fields.
+    pub fn from_toml_str(text: &str) -> Result<EnvSpec> {
+        toml::from_str(text).map_err(|e| SandboxError::Env {
+            spec: "<toml>".into(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Read a TOML file with the `EnvSpec` fields.
+    pub fn from_toml_file(path: &Path) -> Result<EnvSpec> {
+        let text = std::fs::read_to_string(path).map_err(ns::io_err(path))?;
+        toml::from_str(&text).map_err(|e| SandboxError::Env {
+            spec: path.display().to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "python {} with {} requirement(s){}",
+            if self.python.is_empty() { "3.11" } else { &self.python },
+            self.requirements.len(),
+            if self.editable { ", editable project" } else { "" }
+        )
+    }
+
+    /// The interpreter on the host; it must be executable by the sandbox uid.
+    pub fn interpreter(&self) -> Result<PathBuf> {
+        let err = |reason: String| SandboxError::Env {
+            spec: self.describe(),
+            reason,
+        };
+        let p = match self.python.as_str() {
+            "" => PathBuf::from(crate::pristine::DEFAULT_PYTHON),
+            v if v.starts_with('/') => PathBuf::from(v),
+            v => PathBuf::from(format!("/usr/bin/python{v}")),
+        };
+        if !p.exists() {
+            return Err(err(format!(
+                "Python interpreter {} not found (sandboxes need a world-readable system Python)",
+                p.display()
+            )));
+        }
+        let real = std::fs::canonicalize(&p).map_err(|e| err(format!("{}: {e}", p.display())))?;
+        for a in real.ancestors() {
+            let mode = std::fs::metadata(a).map(|m| m.permissions().mode()).unwrap_or(0);
+            if mode & 0o001 == 0 {
+                return Err(err(format!(
+                    "{} is not executable by other users ({} has mode {:o}); the sandbox uid could not run it",
+                    p.display(),
+                    a.display(),
+                    mode & 0o777
+                )));
+            }
+        }
+        Ok(p)
+    }
+}
+
 /// A built environment.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PythonEnv {
     pub id: String,
     /// The venv directory on the host (its `bin/` is put first on PATH inside the sandbox).
     pub path: PathBuf,
+}
+
+/// `uv`: `$DOJO_UV`, else `$DOJO_PYTOOLS/bin/uv`, else `uv` on PATH.
+pub fn find_uv() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("DOJO_UV").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    if let Some(t) = std::env::var_os("DOJO_PYTOOLS") {
+        let p = Path::new(&t).join("bin/uv");
+        if p.exists() {
+            return Some(p);
+        }
+    }
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("uv"))
+            .find(|p| p.is_file())
+    })
+}
+
+const BUILD_SCRIPT: &str = r#"
+set -euo pipefail
+UV="$1"; PY="$2"; EDITABLE="$3"; shift 3
+export UV_LINK_MODE=copy UV_NO_PROGRESS=1
+"$UV" venv -q --python "$PY" /venv
+if [ "$#" -gt 0 ]; then "$UV" pip install -q --python /venv/bin/python "$@"; fi
+if [ "$EDITABLE" = 1 ]; then "$UV" pip install -q --python /venv/bin/python -e /testbed; fi
+export VIRTUAL_ENV=/venv PATH="/venv/bin:$PATH"
+if [ -n "${DOJO_INSTALL:-}" ]; then cd /testbed && bash -euo pipefail -c "$DOJO_INSTALL"; fi
+chmod -R a+rX /venv
+"#;
+
+impl PythonEnv {
+    /// Build (once) and return the environment for `spec`. When `spec.editable`, the project of
+    /// `pristine` is installed editable at `/testbed` and the entry is keyed on the pristine id
+    /// too. Blocking: use [`PythonEnv::build_async`] from async code.
+    pub fn build(spec: &EnvSpec, pristine: Option<&Pristine>) -> Result<PythonEnv> {
+        let err = |reason: String| SandboxError::Env {
+            spec: spec.describe(),
+            reason,
+        };
+        if spec.editable && pristine.is_none() {
+            return Err(err("an editable install needs the pristine tree of the project".into()));
+        }
+        let python = spec.interpreter()?;
+        let uv = find_uv().ok_or_else(|| {
+            err("uv not found: set DOJO_UV, or run scripts/setup-tools.sh (DOJO_PYTOOLS), or put uv on PATH".into())
+        })?;
+        let identity = serde_json::json!({
+            "v": 1,
+            "spec": spec,
+            "python": python,
+            "pristine": if spec.editable || !spec.install.is_empty() {
+                pristine.map(|p| p.id.clone())
+            } else {
+                None
+            },
+        });
+        let key = dojo_cache::sha256_hex(identity.to_string());
+        let cache = dojo_cache::Cache::open().map_err(|e| err(e.to_string()))?;
+        let entry = cache
+            .get_or_build("envs", &key, |tmp| build_into(spec, pristine, &python, &uv, tmp))
+            .map_err(|e| err(e.to_string()))?;
+        Ok(PythonEnv {
+            id: key,
+            path: entry.join("venv"),
+        })
+    }
+
+    /// Async wrapper around [`PythonEnv::build`].
+    pub async fn build_async(spec: &EnvSpec, pristine: Option<&Pristine>) -> Result<PythonEnv> {
+        let (s, p) = (spec.clone(), pristine.cloned());
+        tokio::task::spawn_blocking(move || PythonEnv::build(&s, p.as_ref()))
+            .await
+            .map_err(|e| SandboxError::Other(format!("env build task: {e}")))?
+    }
+}
+
+fn build_into(
+    spec: &EnvSpec,
+    pristine: Option<&Pristine>,
+    python: &Path,
+    uv: &Path,
+    tmp: &Path,
+) -> std::result::Result<(), String> {
+    let venv = tmp.join("venv");
+    let layer = tmp.join(".layer");
+    let upper = layer.join("upper");
+    let work = layer.join("work");
+    for d in [&venv, &upper, &work] {
+        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+    }
+    std::fs::set_permissions(&venv, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    let mut entries = Vec::new();
+    let mut names: Vec<(String, Option<PathBuf>)> = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/") {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if ["tmp", "testbed", "venv", "lost+found"].contains(&name.as_str()) {
+                continue;
+            }
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_symlink() {
+                names.push((name, std::fs::read_link(e.path()).ok()));
+            } else if ft.is_dir() {
+                names.push((name, None));
+            }
+        }
+    }
+    for (name, link) in names {
+        let dst = cstr(format!("/tmp/root/{name}"));
+        entries.push(match link {
+            Some(t) => RootEntry::Symlink {
+                target: cstr(t.as_os_str().as_encoded_bytes()),
+                dst,
+            },
+            None => RootEntry::Bind {
+                src: cstr(format!("/{name}")),
+                dst,
+            },
+        });
+    }
+    let (status_r, status_w) = exec::pipe().map_err(|e| e.to_string())?;
+    // SAFETY: no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let pc = |p: &Path| cstr(p.as_os_str().as_encoded_bytes());
+    let plan = EnvBuildPlan {
+        userns: !ns::is_root(),
+        uid_map: cstr(format!("0 {uid} 1\n")),
+        gid_map: cstr(format!("0 {gid} 1\n")),
+        status_w: status_w.as_raw_fd(),
+        layers: Layers {
+            lower: pristine.map(|p| pc(&p.path)),
+            layer: pc(&layer),
+            venv: Some(pc(&venv)),
+        },
+        entries,
+    };
+    let mut cmd = std::process::Command::new("/bin/bash");
+    cmd.arg("-c")
+        .arg(BUILD_SCRIPT)
+        .arg("dojo-env-build")
+        .arg(uv)
+        .arg(python)
+        .arg(if spec.editable { "1" } else { "0" })
+        .args(&spec.requirements)
+        .stdin(std::process::Stdio::null());
+    if !spec.install.is_empty() {
+        cmd.env("DOJO_INSTALL", spec.install.join("\n"));
+    }
+    use std::os::unix::process::CommandExt;
+    // SAFETY: run_env_build only issues async-signal-safe system calls on the prepared plan.
+    unsafe {
+        cmd.pre_exec(move || child::run_env_build(&plan));
+    }
+    let out = cmd.output();
+    drop(status_w);
+    let msgs = exec::read_status(status_r);
+    crate::trash::remove_all(&layer);
+    if let Some(e) = exec::status_error("preparing the environment build", &msgs) {
+        return Err(e.to_string());
+    }
+    let out = out.map_err(|e| format!("starting the environment build: {e}"))?;
+    if !out.status.success() {
+        let mut log = String::from_utf8_lossy(&out.stderr).into_owned();
+        if log.len() > 8000 {
+            let mut start = log.len() - 8000;
+            while !log.is_char_boundary(start) {
+                start += 1;
+            }
+            log = log[start..].to_string();
+        }
+        return Err(format!("uv failed ({}): {}", out.status, log.trim()));
+    }
+    let meta = serde_json::json!({
+        "schema_version": 1,
+        "spec": spec,
+        "python": python,
+        "pristine": pristine.map(|p| p.id.clone()),
+        "mount_path": ns::VENV_PATH,
+    });
+    std::fs::write(tmp.join("meta.json"), meta.to_string()).map_err(|e| e.to_string())?;
+    Ok(())
 }

@@ -65,9 +65,11 @@ pub(crate) fn write_state(dir: &Path, st: &State) -> Result<()> {
     std::fs::write(&p, json).map_err(ns::io_err(&p))
 }
 
-pub(crate) fn update_generation(dir: &Path, generation: u32) -> Result<()> {
+pub(crate) fn update_holder(dir: &Path, generation: u32, pid: i32) -> Result<()> {
     let mut st = load_dir(dir)?;
     st.generation = generation;
+    st.holder_pid = Some(pid);
+    st.holder_start = start_time(pid);
     write_state(dir, &st)
 }
 
@@ -120,6 +122,8 @@ pub(crate) fn attach(id: &str) -> Result<Sandbox> {
                 mntns: open("mnt")?,
                 netns: open("net")?,
                 lower: st.lower.clone(),
+                venv: st.venv.clone(),
+                keep: true,
                 generation: st.generation,
                 cgroup: crate::cgroup::detect().map(|d| d.open(id)),
                 live: Default::default(),

@@ -76,7 +76,6 @@ macro_rules! steps {
 }
 
 steps! {
-    KeepFds => "rearranging file descriptors",
     Setgroups => "dropping supplementary groups",
     Setgid => "switching to the sandbox gid",
     Setuid => "switching to the sandbox uid",
@@ -100,11 +99,7 @@ steps! {
     Rlimit => "setting resource limits",
     Landlock => "applying the Landlock ruleset",
     Seccomp => "installing the seccomp filter",
-    Exec => "executing the command",
     Signals => "setting up signal handling",
-    NewMount => "creating a detached mount (fsopen/fsmount)",
-    MoveMount => "attaching a mount (move_mount)",
-    Umount => "unmounting",
 }
 
 pub(crate) fn step_name(i: i32) -> &'static str {
@@ -526,65 +521,6 @@ pub(crate) unsafe fn seccomp_install(prog: &[libc::sock_filter]) -> bool {
         libc::SECCOMP_SET_MODE_FILTER,
         0u32,
         &fprog as *const libc::sock_fprog,
-    ) == 0
-}
-
-// ---------------------------------------------------------------------------------------------
-// New mount API (used to replace /testbed and /tmp on reset from outside the namespace).
-
-const FSOPEN_CLOEXEC: u32 = 1;
-const FSCONFIG_SET_FLAG: u32 = 0;
-const FSCONFIG_SET_STRING: u32 = 1;
-const FSCONFIG_CMD_CREATE: u32 = 6;
-const FSMOUNT_CLOEXEC: u32 = 1;
-const MOVE_MOUNT_F_EMPTY_PATH: u32 = 4;
-
-pub(crate) unsafe fn fsopen(fstype: &CStr) -> Fd {
-    libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), FSOPEN_CLOEXEC) as Fd
-}
-pub(crate) unsafe fn fsconfig_flag(fs: Fd, key: &CStr) -> bool {
-    libc::syscall(
-        libc::SYS_fsconfig,
-        fs,
-        FSCONFIG_SET_FLAG,
-        key.as_ptr(),
-        std::ptr::null::<libc::c_char>(),
-        0,
-    ) == 0
-}
-pub(crate) unsafe fn fsconfig_str(fs: Fd, key: &CStr, val: &CStr) -> bool {
-    libc::syscall(
-        libc::SYS_fsconfig,
-        fs,
-        FSCONFIG_SET_STRING,
-        key.as_ptr(),
-        val.as_ptr(),
-        0,
-    ) == 0
-}
-/// Create the superblock and a detached mount for it.
-pub(crate) unsafe fn fs_create_mount(fs: Fd) -> Fd {
-    if libc::syscall(
-        libc::SYS_fsconfig,
-        fs,
-        FSCONFIG_CMD_CREATE,
-        std::ptr::null::<libc::c_char>(),
-        std::ptr::null::<libc::c_char>(),
-        0,
-    ) != 0
-    {
-        return -1;
-    }
-    libc::syscall(libc::SYS_fsmount, fs, FSMOUNT_CLOEXEC, 0u32) as Fd
-}
-pub(crate) unsafe fn move_mount_to(mnt: Fd, target: &CStr) -> bool {
-    libc::syscall(
-        libc::SYS_move_mount,
-        mnt,
-        c"".as_ptr(),
-        libc::AT_FDCWD,
-        target.as_ptr(),
-        MOVE_MOUNT_F_EMPTY_PATH,
     ) == 0
 }
 

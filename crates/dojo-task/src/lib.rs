@@ -11,8 +11,9 @@
 //! - [`EnvRegistry`]: the `envs/**/*.toml` specs embedded at build time, overridable by a
 //!   directory and per task; [`EnvRegistry::resolve`] gives a task's [`RepoEnv`] (sandbox
 //!   [`dojo_sandbox::EnvSpec`], test command, log parser, timeout). Schema: `envs/README.md`.
-//! - [`task_source`]: the [`dojo_sandbox::Source`] of a task's pristine tree (sdists are
-//!   downloaded through `dojo_cache` and get their bug patch applied before the one commit).
+//! - [`prepare`]: a task → its [`dojo_sandbox::Pristine`] tree and [`dojo_sandbox::PythonEnv`];
+//!   [`task_source`] gives the tree's [`dojo_sandbox::Source`] (sdists are downloaded through
+//!   `dojo_cache` and get their bug patch applied before the one commit).
 
 mod env;
 mod load;
@@ -25,7 +26,7 @@ pub use env::{
 };
 pub use load::{LoadReport, load_tasks, read_rows, read_tasks};
 pub use model::{EnvOverride, GRADING_FIELDS, Location, REQUIRED_FIELDS, SdistSource, Task, TaskSource};
-pub use prepare::{PrepareOptions, apply_in_dir, sdist_tree, task_source};
+pub use prepare::{PrepareOptions, PreparedTask, apply_in_dir, prepare, sdist_tree, task_source};
 
 /// Errors of task loading and environment resolution. Each names where the problem is.
 #[derive(Debug, thiserror::Error)]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use dojo_cache::Cache;
-use dojo_sandbox::Source;
+use dojo_sandbox::{Pristine, PristineStore, PythonEnv, Source};
 
 use crate::TaskError;
 use crate::model::{SdistSource, Task};
@@ -20,6 +20,23 @@ use crate::model::{SdistSource, Task};
 pub struct PrepareOptions {
     /// Local clones or mirrors of the repositories of git-based tasks (`owner__name` or `name`).
     pub repos_dir: Option<PathBuf>,
+}
+
+/// What a task's sandboxes are created from.
+#[derive(Debug, Clone)]
+pub struct PreparedTask {
+    pub pristine: Pristine,
+    pub env: PythonEnv,
+}
+
+/// Build (or find in `$DOJO_HOME`) the pristine tree and the Python environment of `task`.
+/// Blocking (downloads, unpacking, `uv`): call it from `spawn_blocking` in async code.
+pub fn prepare(task: &Task, env: &crate::RepoEnv, opts: &PrepareOptions) -> Result<PreparedTask, TaskError> {
+    let source = task_source(task, opts)?;
+    let store = PristineStore::open().map_err(|e| err(task, "pristine", e.to_string()))?;
+    let pristine = store.build(&source).map_err(|e| err(task, "pristine", e.to_string()))?;
+    let venv = PythonEnv::build(&env.spec, Some(&pristine)).map_err(|e| err(task, "environment", e.to_string()))?;
+    Ok(PreparedTask { pristine, env: venv })
 }
 
 fn err(task: &Task, step: &str, reason: impl Into<String>) -> TaskError {

@@ -1,8 +1,69 @@
-//! `dojo lsp` (dojo-lsp).
+//! `dojo lsp` (dojo-lsp): ask a language server what the agent's `lsp_tool` would, over a host
+//! directory, and print exactly the observation the agent would see.
+
+use anyhow::Context;
+use dojo_lsp::{Command, LspTool, ServerKind};
 
 #[derive(clap::Args)]
-pub struct LspArgs {}
+pub struct LspArgs {
+    /// Repository to navigate (the server's workspace root).
+    #[arg(long)]
+    source: std::path::PathBuf,
+    /// Language server: ty (default), pyrefly, pyright, basedpyright.
+    #[arg(long, default_value = "ty")]
+    server: String,
+    /// get_definition, get_type_definition, get_implementation, get_hover, get_references,
+    /// get_document_highlights, get_document_symbols, get_workspace_symbols, get_call_hierarchy.
+    command: String,
+    /// File, relative to --source (or absolute).
+    #[arg(long)]
+    file: Option<String>,
+    /// The identifier as written on --line.
+    #[arg(long)]
+    symbol: Option<String>,
+    /// 1-based line where --symbol appears.
+    #[arg(long)]
+    line: Option<u64>,
+    /// Name to search for (get_workspace_symbols).
+    #[arg(long)]
+    query: Option<String>,
+}
 
-pub fn run(_args: LspArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("dojo lsp: not implemented yet")
+/// Exit codes: 0 success, 1 the tool answered with an error message, 2 infrastructure failure.
+pub fn run(args: LspArgs) -> anyhow::Result<i32> {
+    let kind = ServerKind::parse(&args.server).with_context(|| {
+        format!("unknown --server {:?}; use ty, pyrefly, pyright or basedpyright", args.server)
+    })?;
+    if Command::parse(&args.command).is_none() {
+        let all: Vec<&str> = Command::ALL.iter().map(|c| c.name()).collect();
+        anyhow::bail!("unknown command {:?}; use one of: {}", args.command, all.join(", "));
+    }
+    let mut call = serde_json::Map::new();
+    call.insert("command".into(), args.command.clone().into());
+    if let Some(f) = &args.file {
+        call.insert("file_path".into(), f.clone().into());
+    }
+    if let Some(s) = &args.symbol {
+        call.insert("symbol".into(), s.clone().into());
+    }
+    if let Some(l) = args.line {
+        call.insert("line".into(), l.into());
+    }
+    if let Some(q) = &args.query {
+        call.insert("query".into(), q.clone().into());
+    }
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async {
+        let tool = LspTool::host(&args.source, kind)
+            .await
+            .with_context(|| format!("setting up {} over {}", kind.name(), args.source.display()))?;
+        let obs = tool.call_detailed(&serde_json::Value::Object(call)).await;
+        tool.session().shutdown().await;
+        println!("{}", obs.text);
+        if let Some(ev) = &obs.infra {
+            eprintln!("infrastructure event: {}", serde_json::to_string(ev)?);
+            return Ok(2);
+        }
+        Ok(if obs.success { 0 } else { 1 })
+    })
 }

@@ -1,8 +1,80 @@
-//! `dojo serve` (dojo-engine, behind the `engine` feature).
+//! `dojo serve`: the embedded engine (dojo-engine) behind an OpenAI-compatible API.
+//!
+//! Only available when the CLI is built with the `engine` feature (the default); without it the
+//! command explains how to get it instead of failing obscurely.
 
 #[derive(clap::Args)]
-pub struct ServeArgs {}
+pub struct ServeArgs {
+    /// A `.gguf` file, a Hugging Face model directory (config.json + *.safetensors +
+    /// tokenizer.json), or `default` (SmolLM2-135M-Instruct Q4_1, downloaded on first use).
+    #[arg(long, default_value = "default")]
+    pub model: String,
+    /// Port to listen on; 0 picks a free one (the address is printed on stdout).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Model name reported by /v1/models (default: the file name).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Finished conversations kept for prefix KV reuse (0 disables reuse).
+    #[arg(long, default_value_t = 4)]
+    pub prefix_cache: usize,
+}
 
-pub fn run(_args: ServeArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("dojo serve: not implemented yet")
+#[cfg(feature = "engine")]
+pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
+    use anyhow::Context;
+    use dojo_engine::{Engine, EngineOptions};
+
+    let opts = EngineOptions {
+        model_id: args.served_model_name.clone(),
+        prefix_cache_entries: args.prefix_cache,
+        ..Default::default()
+    };
+    let engine = if args.model == "default" {
+        let path = dojo_chat::default_model_path().context("fetching the default model")?;
+        Engine::load(
+            &path,
+            EngineOptions {
+                model_id: Some(
+                    args.served_model_name
+                        .clone()
+                        .unwrap_or_else(|| dojo_chat::default_model::MODEL_ID.to_string()),
+                ),
+                ..opts
+            },
+        )
+    } else {
+        Engine::load(std::path::Path::new(&args.model), opts)
+    }
+    .with_context(|| format!("loading model {}", args.model))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let addr = format!("{}:{}", args.host, args.port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        let local = listener.local_addr()?;
+        println!("dojo serve: model {} listening on http://{local}", engine.model_id());
+        dojo_engine::server::serve_listener(engine, listener, dojo_engine::server::shutdown_signal())
+            .await
+            .context("serving")?;
+        eprintln!("dojo serve: shut down");
+        anyhow::Ok(0)
+    })
+}
+
+#[cfg(not(feature = "engine"))]
+pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
+    let _ = (&args.model, args.port, &args.host, &args.served_model_name, args.prefix_cache);
+    anyhow::bail!(
+        "dojo serve needs the embedded engine, but this dojo was built without it; rebuild with \
+         the `engine` feature (the default): cargo build -p dojo-cli --features engine"
+    )
 }

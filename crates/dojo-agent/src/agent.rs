@@ -1,0 +1,538 @@
+//! The agent loop: prompt → policy turn → parse → tool → observation, under budgets.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use dojo_llm::{ChatBackend, ChatMessage, ChatRequest, LlmError, Role};
+use dojo_sandbox::WORKSPACE;
+use dojo_trajectory::{
+    ActionRecord, AgentInfo, Blame, CompressionEvent, EnvironmentFingerprint, Event, PolicyInfo, PromptPart,
+    SamplingConfig, Step, StopReason, ToolOutcome, Trajectory,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use crate::action::{self, ActionFormat, FormatError, CONTINUE_MSG};
+use crate::context::ContextConfig;
+use crate::prompt::{PromptError, Prompts};
+use crate::tools::{ToolContext, ToolError, ToolRegistry};
+use crate::workspace::Workspace;
+
+/// Which role carries observations back to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObservationRole {
+    User,
+    Tool,
+}
+
+/// Everything that shapes one rollout, apart from the tools and the policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// Named tool set (for the record; the registry passed to [`Agent::new`] is what runs).
+    pub tool_set: String,
+    pub action_format: ActionFormat,
+    /// Model name sent in requests; empty lets the endpoint configuration decide.
+    pub model: String,
+    pub sampling: SamplingConfig,
+    pub max_steps: u32,
+    /// Stop when one request's prompt + completion reaches this many tokens.
+    pub max_context_tokens: Option<u64>,
+    /// Stop when all requests together used this many tokens.
+    pub max_total_tokens: Option<u64>,
+    /// Wall-time budget of the whole rollout, in seconds.
+    pub max_wall_secs: f64,
+    /// Timeout of one tool command, in seconds.
+    pub command_timeout_secs: f64,
+    /// Stop after this many consecutive turns without a valid call.
+    pub max_format_errors: u32,
+    /// Append "This is step k of a maximum of M…" to each observation.
+    pub step_counter: bool,
+    /// Default: `tool` for native calls, `user` for text formats.
+    pub observation_role: Option<ObservationRole>,
+    /// Directory with template overrides (`system.jinja`, `instance.jinja`, …).
+    pub prompt_dir: Option<PathBuf>,
+    /// SWE-Master context compression; off when `None`.
+    pub context: Option<ContextConfig>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            tool_set: "swe-master".into(),
+            action_format: ActionFormat::Xml,
+            model: String::new(),
+            sampling: SamplingConfig::default(),
+            max_steps: 150,
+            max_context_tokens: Some(131_072),
+            max_total_tokens: None,
+            max_wall_secs: 5400.0,
+            command_timeout_secs: 90.0,
+            max_format_errors: 5,
+            step_counter: true,
+            observation_role: None,
+            prompt_dir: None,
+            context: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Prompt(#[from] PromptError),
+    #[error("agent configuration: {0}")]
+    Config(String),
+}
+
+/// One task sample to run.
+#[derive(Debug, Clone, Default)]
+pub struct TaskInput {
+    pub task_id: String,
+    pub sample_index: u32,
+    /// Template variables; `problem_statement` at least.
+    pub vars: Map<String, Value>,
+    /// Where the rollout runs, for the record.
+    pub environment: EnvironmentFingerprint,
+}
+
+/// A configured agent; cheap to share, one [`Agent::run`] per rollout.
+pub struct Agent {
+    cfg: AgentConfig,
+    tools: ToolRegistry,
+    backend: Arc<dyn ChatBackend>,
+    prompts: Prompts,
+    policy: PolicyInfo,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+/// How a step ended the loop.
+enum Flow {
+    Continue,
+    Stop(StopReason, Option<String>),
+}
+
+impl Agent {
+    pub fn new(cfg: AgentConfig, tools: ToolRegistry, backend: Arc<dyn ChatBackend>) -> Result<Self, AgentError> {
+        if cfg.max_steps == 0 {
+            return Err(AgentError::Config("max_steps must be at least 1".into()));
+        }
+        if tools.is_empty() {
+            return Err(AgentError::Config("the tool registry is empty".into()));
+        }
+        if !(cfg.command_timeout_secs > 0.0 && cfg.max_wall_secs > 0.0) {
+            return Err(AgentError::Config("command_timeout_secs and max_wall_secs must be positive".into()));
+        }
+        let prompts = Prompts::load(cfg.prompt_dir.as_deref())?;
+        let policy = PolicyInfo { kind: "chat".into(), endpoint: Some(backend.describe()), ..Default::default() };
+        Ok(Agent { cfg, tools, backend, prompts, policy })
+    }
+
+    /// Describe the policy in the records this agent writes.
+    pub fn with_policy(mut self, policy: PolicyInfo) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    pub fn config(&self) -> &AgentConfig {
+        &self.cfg
+    }
+
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    fn observation_role(&self) -> ObservationRole {
+        self.cfg.observation_role.unwrap_or(if self.cfg.action_format == ActionFormat::Native {
+            ObservationRole::Tool
+        } else {
+            ObservationRole::User
+        })
+    }
+
+    /// The system and instance messages for a task.
+    pub fn initial_messages(&self, vars: &Map<String, Value>) -> Result<Vec<ChatMessage>, PromptError> {
+        let mut ctx = vars.clone();
+        ctx.entry("workspace").or_insert_with(|| json!(WORKSPACE));
+        ctx.insert("max_steps".into(), json!(self.cfg.max_steps));
+        ctx.insert("action_format".into(), json!(self.cfg.action_format.as_str()));
+        ctx.insert("tools".into(), Value::Array(self.tools.schemas()));
+        ctx.entry("problem_statement").or_insert_with(|| json!(""));
+        let tools_text = if self.cfg.action_format.is_text() { self.prompts.render("tools_text", &ctx)? } else { String::new() };
+        ctx.insert("tools_text".into(), json!(tools_text));
+        Ok(vec![
+            ChatMessage::system(self.prompts.render("system", &ctx)?),
+            ChatMessage::user(self.prompts.render("instance", &ctx)?),
+        ])
+    }
+
+    fn request(&self, messages: Vec<ChatMessage>) -> ChatRequest {
+        let s = &self.cfg.sampling;
+        ChatRequest {
+            model: self.cfg.model.clone(),
+            messages,
+            tools: (self.cfg.action_format == ActionFormat::Native).then(|| self.tools.specs()),
+            temperature: s.temperature,
+            top_p: s.top_p,
+            max_tokens: s.max_tokens,
+            seed: s.seed,
+            logprobs: s.logprobs,
+            top_logprobs: s.top_logprobs,
+            extra: s.extra.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// Run one rollout in `ws`. Never fails: every failure ends up in the record's stop reason.
+    pub async fn run(&self, ws: &dyn Workspace, task: &TaskInput) -> Trajectory {
+        let mut run = Run::new(self, task);
+        let (reason, detail) = run.drive(ws, task).await;
+        run.finish(ws, reason, detail).await
+    }
+}
+
+/// The mutable state of one rollout.
+struct Run<'a> {
+    agent: &'a Agent,
+    t: Trajectory,
+    start: Instant,
+    /// Message index ranges `[start, end)` of each completed turn.
+    turns: Vec<(usize, usize)>,
+    compressed_turns: u32,
+    consecutive_format_errors: u32,
+}
+
+impl<'a> Run<'a> {
+    fn new(agent: &'a Agent, task: &TaskInput) -> Self {
+        let cfg = &agent.cfg;
+        let mut t = Trajectory::new(&task.task_id, task.sample_index);
+        t.policy = agent.policy.clone();
+        if t.policy.model.is_none() && !cfg.model.is_empty() {
+            t.policy.model = Some(cfg.model.clone());
+        }
+        t.sampling = cfg.sampling.clone();
+        t.agent = AgentInfo {
+            tool_set: cfg.tool_set.clone(),
+            action_format: cfg.action_format.as_str().into(),
+            prompt: cfg.prompt_dir.as_ref().map(|p| p.display().to_string()),
+            config: serde_json::to_value(cfg).unwrap_or(Value::Null),
+        };
+        t.tools = agent.tools.specs();
+        t.environment = task.environment.clone();
+        if t.environment.dojo_version.is_empty() {
+            t.environment.dojo_version = env!("CARGO_PKG_VERSION").into();
+        }
+        t.started_at_ms = unix_ms();
+        Run { agent, t, start: Instant::now(), turns: Vec::new(), compressed_turns: 0, consecutive_format_errors: 0 }
+    }
+
+    fn event(&mut self, step: u32, kind: &str, blame: Blame, message: impl Into<String>) {
+        self.t.events.push(Event { step, kind: kind.into(), blame, message: message.into() });
+    }
+
+    fn remaining_wall(&self) -> Duration {
+        Duration::from_secs_f64(self.agent.cfg.max_wall_secs).saturating_sub(self.start.elapsed())
+    }
+
+    async fn drive(&mut self, ws: &dyn Workspace, task: &TaskInput) -> (StopReason, Option<String>) {
+        let cfg = &self.agent.cfg;
+        match self.agent.initial_messages(&task.vars) {
+            Ok(m) => self.t.messages = m,
+            // A template that cannot render for this task: our configuration, not the agent.
+            Err(e) => return (StopReason::EnvError, Some(format!("rendering prompts: {e}"))),
+        }
+        let mut ctx = ToolContext::new(ws, Duration::from_secs_f64(cfg.command_timeout_secs));
+        for step in 1..=cfg.max_steps {
+            if self.remaining_wall().is_zero() {
+                return (StopReason::Timeout, None);
+            }
+            match self.step(&mut ctx, step, task).await {
+                Flow::Continue => {}
+                Flow::Stop(r, d) => return (r, d),
+            }
+        }
+        (StopReason::MaxSteps, None)
+    }
+
+    /// The prompt for the next request: plain history, or with compressed windows replaced.
+    fn prompt(&self) -> (Vec<ChatMessage>, Option<Vec<PromptPart>>) {
+        if self.t.compressions.is_empty() {
+            return (self.t.messages.clone(), None);
+        }
+        let mut parts = vec![PromptPart::Message(0), PromptPart::Message(1)];
+        parts.extend((0..self.t.compressions.len()).map(PromptPart::Summary));
+        let first_kept = self.t.compressions.last().map(|c| c.messages.1).unwrap_or(2);
+        parts.extend((first_kept..self.t.messages.len()).map(PromptPart::Message));
+        let msgs = parts
+            .iter()
+            .map(|p| match *p {
+                PromptPart::Message(i) => self.t.messages[i].clone(),
+                PromptPart::Summary(i) => self.t.compressions[i].summary.clone(),
+            })
+            .collect();
+        (msgs, Some(parts))
+    }
+
+    async fn maybe_compress(&mut self, step: u32, task: &TaskInput) {
+        let Some(cc) = self.agent.cfg.context.clone() else { return };
+        let done = self.turns.len() as u32;
+        let Some((first, last)) = cc.due(done, self.compressed_turns) else { return };
+        let (msg_start, msg_end) = (self.turns[first as usize - 1].0, self.turns[last as usize - 1].1);
+        let mut transcript = String::new();
+        for (k, &(a, b)) in self.turns[first as usize - 1..last as usize].iter().enumerate() {
+            transcript.push_str(&format!("[Turn {}]\n", first as usize + k));
+            for m in &self.t.messages[a..b] {
+                let mut text = m.text();
+                if let Some(calls) = &m.tool_calls {
+                    for c in calls {
+                        text.push_str(&format!("\n<call {}>{}</call>", c.function.name, c.function.arguments));
+                    }
+                }
+                let label = if m.role == Role::Assistant { "AGENT" } else { "OBSERVATION" };
+                let clipped = crate::tools::clip_chars(&text, cc.max_observation_chars);
+                transcript.push_str(&format!("{label}:\n{clipped}\n"));
+            }
+            transcript.push('\n');
+        }
+        let vars = json!({
+            "first": first, "last": last, "transcript": transcript,
+            "problem_statement": task.vars.get("problem_statement").cloned().unwrap_or(json!("")),
+        });
+        let prompt = match self.agent.prompts.render("summary", &vars) {
+            Ok(p) => p,
+            Err(e) => {
+                self.event(step, "compression_failed", Blame::Infrastructure, e.to_string());
+                return;
+            }
+        };
+        let mut req = self.agent.request(vec![ChatMessage::user(prompt)]);
+        req.tools = None;
+        req.temperature = Some(cc.temperature);
+        req.max_tokens = cc.max_summary_tokens;
+        let started = Instant::now();
+        let resp = tokio::time::timeout(self.remaining_wall(), self.agent.backend.complete(req)).await;
+        let llm_ms = ms(started.elapsed());
+        match resp {
+            Ok(Ok(resp)) => {
+                self.t.llm_calls += 1;
+                let usage = resp.usage.unwrap_or_default();
+                self.t.usage.add(&usage);
+                let summary = resp.choices.first().map(|c| c.message.text()).unwrap_or_default();
+                self.t.compressions.push(CompressionEvent {
+                    at_step: step,
+                    turns: (first, last),
+                    messages: (msg_start, msg_end),
+                    summary: ChatMessage::user(format!(
+                        "[COMPRESSED HISTORY - Turns {first}-{last}]\n<Memory>\n{}\n</Memory>",
+                        summary.trim()
+                    )),
+                    usage,
+                    llm_ms,
+                });
+                self.compressed_turns = last;
+            }
+            Ok(Err(e)) => {
+                self.t.llm_calls += 1;
+                self.event(step, "compression_failed", Blame::Infrastructure, e.to_string());
+            }
+            Err(_) => self.event(step, "compression_failed", Blame::Infrastructure, "wall-time budget ran out"),
+        }
+    }
+
+    fn step_suffix(&self, step: u32) -> String {
+        let cfg = &self.agent.cfg;
+        if !cfg.step_counter {
+            return String::new();
+        }
+        let vars = json!({"step": step, "max_steps": cfg.max_steps, "remaining": cfg.max_steps - step});
+        self.agent.prompts.render("step", &vars).map(|s| format!("\n{s}")).unwrap_or_default()
+    }
+
+    fn push_observation(&mut self, call_id: Option<&str>, text: String) -> usize {
+        let msg = match (self.agent.observation_role(), call_id) {
+            (ObservationRole::Tool, Some(id)) => ChatMessage::tool(id, text),
+            (ObservationRole::Tool, None) if self.agent.cfg.action_format != ActionFormat::Native => {
+                let mut m = ChatMessage::new(Role::Tool, text);
+                m.tool_call_id = None;
+                m
+            }
+            _ => ChatMessage::user(text),
+        };
+        self.t.messages.push(msg);
+        self.t.messages.len() - 1
+    }
+
+    async fn step(&mut self, ctx: &mut ToolContext<'_>, index: u32, task: &TaskInput) -> Flow {
+        let cfg = &self.agent.cfg;
+        let mut step = Step { index, started_ms: ms(self.start.elapsed()), ..Default::default() };
+        self.maybe_compress(index, task).await;
+        let (messages, prompt_parts) = self.prompt();
+        step.prompt = prompt_parts;
+        let turn_start = self.t.messages.len();
+
+        // 1. Ask the policy.
+        let req = self.agent.request(messages);
+        let llm_started = Instant::now();
+        let answer = tokio::time::timeout(self.remaining_wall(), self.agent.backend.complete(req)).await;
+        step.llm_ms = ms(llm_started.elapsed());
+        self.t.llm_calls += 1;
+        let resp = match answer {
+            Err(_) => return Flow::Stop(StopReason::Timeout, Some("wall-time budget ran out waiting for the policy".into())),
+            Ok(Err(e)) => return self.llm_failure(index, e),
+            Ok(Ok(r)) => r,
+        };
+        let usage = resp.usage.unwrap_or_default();
+        self.t.usage.add(&usage);
+        step.usage = usage;
+        step.response_id = Some(resp.id.clone()).filter(|s| !s.is_empty());
+        step.prompt_token_ids = resp.prompt_token_ids.clone();
+        let Some(choice) = resp.choices.into_iter().next() else {
+            return Flow::Stop(StopReason::LlmError, Some("response without choices".into()));
+        };
+        step.finish_reason = choice.finish_reason.clone();
+        step.completion_token_ids = choice.token_ids.clone();
+        step.logprobs = choice.logprobs.clone();
+        let assistant = choice.message;
+        self.t.messages.push(assistant.clone());
+        step.assistant_message = self.t.messages.len() - 1;
+
+        // 2. Parse its call.
+        let mut flow = Flow::Continue;
+        match action::parse(cfg.action_format, &assistant) {
+            Err(fe) => {
+                self.t.format_errors += 1;
+                self.consecutive_format_errors += 1;
+                self.event(index, fe.kind(), Blame::Agent, fe.to_string());
+                step.format_error = Some(fe.to_string());
+                let text = match &fe {
+                    FormatError::NoCall => CONTINUE_MSG.to_string(),
+                    other => format!("ERROR: {other}.\n{CONTINUE_MSG}"),
+                } + &self.step_suffix(index);
+                // Native calls that failed to parse still need an answer per call id.
+                let ids: Vec<String> =
+                    assistant.tool_calls.iter().flatten().map(|c| c.id.clone()).collect();
+                if cfg.action_format == ActionFormat::Native && !ids.is_empty() {
+                    for id in ids {
+                        let i = self.push_observation(Some(&id), text.clone());
+                        step.observation_messages.push(i);
+                    }
+                } else {
+                    let i = self.push_observation(None, text);
+                    step.observation_messages.push(i);
+                }
+                if self.consecutive_format_errors >= cfg.max_format_errors {
+                    flow = Flow::Stop(
+                        StopReason::FormatErrors,
+                        Some(format!("{} consecutive turns without a valid function call", self.consecutive_format_errors)),
+                    );
+                }
+            }
+            Ok(turn) => {
+                self.consecutive_format_errors = 0;
+                step.action = Some(ActionRecord {
+                    tool: turn.call.name.clone(),
+                    arguments: Value::Object(turn.call.arguments.clone()),
+                    call_id: turn.call.id.clone().unwrap_or_else(|| format!("step_{index}")),
+                });
+                // 3. Run it, within what is left of the wall-time budget.
+                let tool_started = Instant::now();
+                let result = tokio::time::timeout(
+                    self.remaining_wall(),
+                    self.agent.tools.call(ctx, &turn.call.name, &turn.call.arguments),
+                )
+                .await;
+                step.tool_ms = ms(tool_started.elapsed());
+                match result {
+                    Err(_) => {
+                        flow = Flow::Stop(StopReason::Timeout, Some("wall-time budget ran out during a tool call".into()));
+                    }
+                    Ok(Err(ToolError::Env { tool, source })) => {
+                        self.event(index, "env_error", Blame::Infrastructure, format!("{tool}: {source}"));
+                        flow = Flow::Stop(StopReason::EnvError, Some(format!("sandbox failure in {tool}: {source}")));
+                    }
+                    Ok(Ok(out)) => {
+                        step.tool = Some(ToolOutcome {
+                            exit_code: out.exit_code,
+                            truncated: out.truncated,
+                            timed_out: out.timed_out,
+                            blocked: out.blocked,
+                            error: out.error,
+                            duration_ms: step.tool_ms,
+                        });
+                        if out.blocked && self.agent.tools.get(&turn.call.name).is_none() {
+                            self.event(index, "unknown_tool", Blame::Agent, format!("unknown function {:?}", turn.call.name));
+                        }
+                        let text = if out.submitted { out.text.clone() } else { out.text.clone() + &self.step_suffix(index) };
+                        let i = self.push_observation(turn.call.id.as_deref(), text);
+                        step.observation_messages.push(i);
+                        for id in &turn.skipped_ids {
+                            let i = self.push_observation(
+                                Some(id),
+                                "ERROR: Only one function call is executed per turn; this call was skipped.".into(),
+                            );
+                            step.observation_messages.push(i);
+                        }
+                        if out.submitted {
+                            flow = Flow::Stop(StopReason::Submitted, None);
+                        }
+                    }
+                }
+            }
+        }
+        self.turns.push((turn_start, self.t.messages.len()));
+        self.t.steps.push(step);
+
+        // 4. Token budgets, checked after the step so its work is kept.
+        if matches!(flow, Flow::Continue) {
+            let context_used = usage.prompt_tokens + usage.completion_tokens;
+            if let Some(max) = cfg.max_context_tokens.filter(|&m| context_used >= m) {
+                return Flow::Stop(StopReason::MaxTokens, Some(format!("context reached {context_used} of {max} tokens")));
+            }
+            if let Some(max) = cfg.max_total_tokens.filter(|&m| self.t.usage.total_tokens >= m) {
+                return Flow::Stop(
+                    StopReason::MaxTokens,
+                    Some(format!("rollout used {} of {max} tokens", self.t.usage.total_tokens)),
+                );
+            }
+        }
+        flow
+    }
+
+    fn llm_failure(&mut self, index: u32, e: LlmError) -> Flow {
+        let blame = if e.is_infrastructure() { Blame::Infrastructure } else { Blame::Model };
+        self.event(index, e.kind(), blame, e.to_string());
+        match e {
+            // The conversation outgrew the model: the agent's budget, not the infrastructure.
+            LlmError::ContextLength { .. } => Flow::Stop(StopReason::MaxTokens, Some(e.to_string())),
+            _ => Flow::Stop(StopReason::LlmError, Some(e.to_string())),
+        }
+    }
+
+    async fn finish(mut self, ws: &dyn Workspace, mut reason: StopReason, mut detail: Option<String>) -> Trajectory {
+        match ws.diff().await {
+            Ok(p) => self.t.patch = Some(p),
+            Err(e) => {
+                self.event(self.t.steps.len() as u32, "env_error", Blame::Infrastructure, format!("extracting the diff: {e}"));
+                if !reason.is_infrastructure() {
+                    reason = StopReason::EnvError;
+                    detail = Some(format!("extracting the diff: {e}"));
+                }
+            }
+        }
+        self.t.stop_reason = reason;
+        self.t.stop_detail = detail;
+        self.t.forced_submission = reason.is_budget();
+        self.t.infra_failure = reason.is_infrastructure();
+        self.t.wall_ms = ms(self.start.elapsed());
+        self.t
+    }
+}

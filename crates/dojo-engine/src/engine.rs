@@ -1,0 +1,542 @@
+//! The engine: one worker thread owns the weights and runs every request, round-robin.
+//!
+//! Why one thread: candle's CPU kernels already use every core for one sequence, so running
+//! sequences in parallel only adds contention. Fairness comes from scheduling instead: each
+//! active sequence gets one step in turn (one decoded token, or one prefill chunk of at most
+//! `prefill_chunk` tokens), so a long prompt cannot starve short requests.
+//!
+//! Prefix reuse: finished sequences leave their KV cache in a small LRU pool keyed by the
+//! tokens it holds. A new request takes the entry sharing the longest token prefix with its
+//! prompt and only prefills the rest; agents resend a growing conversation each turn, so turn
+//! `n` prefills just the new observation and generation prompt.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use candle_core::Device;
+use dojo_chat::ChatFormat;
+
+use crate::EngineError;
+use crate::model::{Config, KvCache, Model};
+use crate::sampling::{Sampled, Sampler, SamplingParams};
+
+/// How to run a loaded model.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Name reported by `/v1/models` and in responses; default: the file or directory name.
+    pub model_id: Option<String>,
+    /// Finished sequences kept for prefix reuse; `0` disables reuse.
+    pub prefix_cache_entries: usize,
+    /// Sequences advanced round-robin at once; further requests wait in arrival order.
+    pub max_active: usize,
+    /// Largest prefill step, in tokens (bounds how long one step can block the others).
+    pub prefill_chunk: usize,
+    /// Cap on the context window (defaults to the model's).
+    pub context_length: Option<usize>,
+    pub device: Device,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            model_id: None,
+            prefix_cache_entries: 4,
+            max_active: 4,
+            prefill_chunk: 256,
+            context_length: None,
+            device: Device::Cpu,
+        }
+    }
+}
+
+/// One generation request, in tokens.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    pub prompt: Vec<u32>,
+    pub sampling: SamplingParams,
+    /// Upper bound on generated tokens (also bounded by the context window).
+    pub max_tokens: usize,
+    /// Stop strings: generation ends when the decoded text contains one; the text is cut
+    /// before it.
+    pub stop: Vec<String>,
+    /// Stop at the model's end-of-turn tokens (default true).
+    pub stop_at_eos: bool,
+    /// Alternatives to report per generated token.
+    pub top_logprobs: usize,
+}
+
+impl GenerateRequest {
+    pub fn new(prompt: Vec<u32>, max_tokens: usize) -> Self {
+        GenerateRequest {
+            prompt,
+            sampling: SamplingParams::default(),
+            max_tokens,
+            stop: Vec::new(),
+            stop_at_eos: true,
+            top_logprobs: 0,
+        }
+    }
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// An end-of-turn token or a stop string.
+    Stop,
+    /// `max_tokens` or the context window.
+    Length,
+}
+
+impl FinishReason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+/// A finished generation.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Generation {
+    /// Every sampled token, the end-of-turn token included (as RL token streams need).
+    pub token_ids: Vec<u32>,
+    /// Log-probability of each sampled token.
+    pub logprobs: Vec<f32>,
+    /// Per token, the most likely alternatives (when asked for).
+    pub top_logprobs: Vec<Vec<(u32, f32)>>,
+    /// Decoded text without the end-of-turn token, cut before any stop string.
+    pub text: String,
+    pub finish_reason: FinishReason,
+    /// The stop string that ended generation, if any.
+    pub stop_string: Option<String>,
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose KV came from the prefix cache instead of being prefilled.
+    pub cached_tokens: usize,
+}
+
+/// Counters since load.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub requests: AtomicU64,
+    pub prompt_tokens: AtomicU64,
+    pub reused_tokens: AtomicU64,
+    pub prefilled_tokens: AtomicU64,
+    pub generated_tokens: AtomicU64,
+    pub cancelled: AtomicU64,
+}
+
+type Reply = tokio::sync::oneshot::Sender<Result<Generation, EngineError>>;
+
+enum Msg {
+    Job(GenerateRequest, Reply),
+    ClearCache,
+    Shutdown,
+}
+
+struct Inner {
+    tx: Mutex<mpsc::Sender<Msg>>,
+    worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+    format: ChatFormat,
+    config: Config,
+    context_length: usize,
+    model_id: String,
+    stats: Arc<Stats>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Ok(tx) = self.tx.lock() {
+            let _ = tx.send(Msg::Shutdown);
+        }
+        if let Some(h) = self.worker.lock().ok().and_then(|mut w| w.take()) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A loaded model behind a request queue. Cheap to clone; all clones share the worker.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("model_id", &self.inner.model_id)
+            .field("context_length", &self.inner.context_length)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Load a model: a `.gguf` file, or a Hugging Face directory (`config.json`,
+    /// `*.safetensors`, `tokenizer.json`, `tokenizer_config.json`).
+    pub fn load(path: &Path, opts: EngineOptions) -> Result<Engine, EngineError> {
+        let started = Instant::now();
+        let (model, format) = if path.is_dir() {
+            (
+                crate::loader::load_safetensors(path, &opts.device)?,
+                ChatFormat::from_hf_dir(path)?,
+            )
+        } else if path.exists() {
+            (
+                crate::loader::load_gguf(path, &opts.device)?,
+                ChatFormat::from_gguf(path)?,
+            )
+        } else {
+            return Err(EngineError::Load {
+                path: path.to_path_buf(),
+                reason: "no such file or directory".into(),
+            });
+        };
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().trim_end_matches(".gguf").to_string())
+            .unwrap_or_else(|| "model".into());
+        let opts = EngineOptions {
+            model_id: Some(opts.model_id.clone().unwrap_or(name)),
+            ..opts
+        };
+        tracing::info!(path = %path.display(), secs = started.elapsed().as_secs_f32(), "model loaded");
+        Ok(Engine::from_parts(model, format, opts))
+    }
+
+    /// The default model (SmolLM2-135M-Instruct Q4_1), downloaded on first use.
+    pub fn load_default() -> Result<Engine, EngineError> {
+        let path = dojo_chat::default_model_path()?;
+        Engine::load(
+            &path,
+            EngineOptions {
+                model_id: Some(dojo_chat::default_model::MODEL_ID.into()),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// An engine over an already built model (tests use random tiny models).
+    pub fn from_parts(model: Model, format: ChatFormat, opts: EngineOptions) -> Engine {
+        let config = model.config.clone();
+        let context_length = opts
+            .context_length
+            .map_or(config.max_position, |c| c.min(config.max_position));
+        let stats = Arc::new(Stats::default());
+        let (tx, rx) = mpsc::channel();
+        let worker = Worker {
+            model,
+            stop_ids: format.tokenizer.stop_ids(),
+            tokenizer: format.tokenizer.clone(),
+            rx,
+            stats: stats.clone(),
+            pool: Vec::new(),
+            opts: opts.clone(),
+            context_length,
+        };
+        let handle = std::thread::Builder::new()
+            .name("dojo-engine".into())
+            .spawn(move || worker.run())
+            .ok();
+        Engine {
+            inner: Arc::new(Inner {
+                tx: Mutex::new(tx),
+                worker: Mutex::new(handle),
+                format,
+                config,
+                context_length,
+                model_id: opts.model_id.unwrap_or_else(|| "model".into()),
+                stats,
+            }),
+        }
+    }
+
+    pub fn model_id(&self) -> &str {
+        &self.inner.model_id
+    }
+
+    /// Tokenizer and chat template.
+    pub fn format(&self) -> &ChatFormat {
+        &self.inner.format
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    pub fn context_length(&self) -> usize {
+        self.inner.context_length
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.inner.stats
+    }
+
+    /// Drop every cached prefix (e.g. to benchmark without reuse).
+    pub fn clear_prefix_cache(&self) {
+        if let Ok(tx) = self.inner.tx.lock() {
+            let _ = tx.send(Msg::ClearCache);
+        }
+    }
+
+    fn submit(
+        &self,
+        req: GenerateRequest,
+    ) -> Result<tokio::sync::oneshot::Receiver<Result<Generation, EngineError>>, EngineError> {
+        if req.prompt.is_empty() {
+            return Err(EngineError::Request("the prompt is empty".into()));
+        }
+        if req.prompt.len() >= self.inner.context_length {
+            return Err(EngineError::ContextLength {
+                tokens: req.prompt.len(),
+                limit: self.inner.context_length,
+            });
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.inner
+            .tx
+            .lock()
+            .map_err(|_| EngineError::Internal("engine queue poisoned".into()))?
+            .send(Msg::Job(req, tx))
+            .map_err(|_| EngineError::Internal("engine worker has stopped".into()))?;
+        Ok(rx)
+    }
+
+    /// Generate; dropping the future cancels the request (its slot is freed at the next step).
+    pub async fn generate(&self, req: GenerateRequest) -> Result<Generation, EngineError> {
+        let rx = self.submit(req)?;
+        rx.await
+            .map_err(|_| EngineError::Internal("engine worker dropped the request".into()))?
+    }
+
+    /// Generate from synchronous code (not from inside an async runtime).
+    pub fn generate_blocking(&self, req: GenerateRequest) -> Result<Generation, EngineError> {
+        let rx = self.submit(req)?;
+        rx.blocking_recv()
+            .map_err(|_| EngineError::Internal("engine worker dropped the request".into()))?
+    }
+}
+
+struct Seq {
+    req: GenerateRequest,
+    reply: Reply,
+    cache: KvCache,
+    /// Prompt + generated tokens; `cache` holds the KV of `tokens[..cache.len()]`.
+    tokens: Vec<u32>,
+    generated: Vec<u32>,
+    sampled: Vec<Sampled>,
+    sampler: Sampler,
+    cached_tokens: usize,
+}
+
+struct Worker {
+    model: Model,
+    tokenizer: dojo_chat::Tokenizer,
+    stop_ids: Vec<u32>,
+    rx: mpsc::Receiver<Msg>,
+    stats: Arc<Stats>,
+    /// Finished caches for prefix reuse: (tokens held, cache), most recently used last.
+    pool: Vec<(Vec<u32>, KvCache)>,
+    opts: EngineOptions,
+    context_length: usize,
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl Worker {
+    fn run(mut self) {
+        let mut waiting: VecDeque<(GenerateRequest, Reply)> = VecDeque::new();
+        let mut active: VecDeque<Seq> = VecDeque::new();
+        loop {
+            // Take new work; block only when idle.
+            loop {
+                let msg = if active.is_empty() && waiting.is_empty() {
+                    match self.rx.recv() {
+                        Ok(m) => m,
+                        Err(_) => return,
+                    }
+                } else {
+                    match self.rx.try_recv() {
+                        Ok(m) => m,
+                        Err(mpsc::TryRecvError::Empty) => break,
+                        Err(mpsc::TryRecvError::Disconnected) => return,
+                    }
+                };
+                match msg {
+                    Msg::Job(req, reply) => waiting.push_back((req, reply)),
+                    Msg::ClearCache => self.pool.clear(),
+                    Msg::Shutdown => return,
+                }
+            }
+            while active.len() < self.opts.max_active.max(1) {
+                let Some((req, reply)) = waiting.pop_front() else {
+                    break;
+                };
+                if reply.is_closed() {
+                    self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                active.push_back(self.start(req, reply));
+            }
+            let Some(mut seq) = active.pop_front() else {
+                continue;
+            };
+            if seq.reply.is_closed() {
+                self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                self.release(seq);
+                continue;
+            }
+            match self.step(&mut seq) {
+                Ok(false) => active.push_back(seq),
+                Ok(true) => self.finish(seq),
+                Err(e) => {
+                    let _ = seq.reply.send(Err(e));
+                }
+            }
+        }
+    }
+
+    fn start(&mut self, req: GenerateRequest, reply: Reply) -> Seq {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .prompt_tokens
+            .fetch_add(req.prompt.len() as u64, Ordering::Relaxed);
+        let mut cache = KvCache::new();
+        if self.opts.prefix_cache_entries > 0 {
+            let best = self
+                .pool
+                .iter()
+                .enumerate()
+                .map(|(i, (toks, _))| (i, common_prefix(toks, &req.prompt)))
+                .max_by_key(|&(_, n)| n);
+            if let Some((i, n)) = best.filter(|&(_, n)| n > 0) {
+                let (_, mut c) = self.pool.remove(i);
+                // Keep at least one prompt token to run, so there are logits to sample from.
+                let keep = n.min(req.prompt.len() - 1);
+                if c.truncate(keep).is_ok() {
+                    cache = c;
+                }
+            }
+        }
+        let cached_tokens = cache.len();
+        self.stats
+            .reused_tokens
+            .fetch_add(cached_tokens as u64, Ordering::Relaxed);
+        Seq {
+            sampler: Sampler::new(req.sampling.clone()),
+            tokens: req.prompt.clone(),
+            req,
+            reply,
+            cache,
+            generated: Vec::new(),
+            sampled: Vec::new(),
+            cached_tokens,
+        }
+    }
+
+    /// Advance one step; `Ok(true)` when the sequence is finished.
+    fn step(&mut self, seq: &mut Seq) -> Result<bool, EngineError> {
+        let done = seq.cache.len();
+        let pending = seq.tokens.len() - done;
+        let chunk = pending.min(self.opts.prefill_chunk.max(1));
+        let logits = self
+            .model
+            .forward_last(&seq.tokens[done..done + chunk], &mut seq.cache)?;
+        if seq.generated.is_empty() {
+            self.stats
+                .prefilled_tokens
+                .fetch_add(chunk as u64, Ordering::Relaxed);
+        }
+        if chunk < pending {
+            return Ok(false);
+        }
+        let s = seq.sampler.sample(&logits, seq.req.top_logprobs);
+        seq.tokens.push(s.token);
+        seq.generated.push(s.token);
+        seq.sampled.push(s);
+        self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
+        let last = *seq.generated.last().unwrap_or(&0);
+        if seq.req.stop_at_eos && self.stop_ids.contains(&last) {
+            return Ok(true);
+        }
+        if seq.generated.len() >= seq.req.max_tokens || seq.tokens.len() >= self.context_length {
+            return Ok(true);
+        }
+        if !seq.req.stop.is_empty() {
+            let text = self.tokenizer.decode(&seq.generated)?;
+            if seq.req.stop.iter().any(|s| !s.is_empty() && text.contains(s.as_str())) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn finish(&mut self, seq: Seq) {
+        let result = self.result(&seq);
+        let _ = seq.reply.send(result);
+        self.release(seq);
+    }
+
+    fn result(&self, seq: &Seq) -> Result<Generation, EngineError> {
+        let ended_by_eos = seq.req.stop_at_eos
+            && seq
+                .generated
+                .last()
+                .is_some_and(|t| self.stop_ids.contains(t));
+        let text_ids = if ended_by_eos {
+            &seq.generated[..seq.generated.len() - 1]
+        } else {
+            &seq.generated[..]
+        };
+        let mut text = self.tokenizer.decode(text_ids)?;
+        let mut stop_string = None;
+        let cut = seq
+            .req
+            .stop
+            .iter()
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| text.find(s.as_str()).map(|p| (p, s)))
+            .min_by_key(|(p, _)| *p);
+        if let Some((p, s)) = cut {
+            text.truncate(p);
+            stop_string = Some(s.clone());
+        }
+        let finish_reason = if ended_by_eos || stop_string.is_some() {
+            FinishReason::Stop
+        } else {
+            FinishReason::Length
+        };
+        Ok(Generation {
+            token_ids: seq.generated.clone(),
+            logprobs: seq.sampled.iter().map(|s| s.logprob).collect(),
+            top_logprobs: seq.sampled.iter().map(|s| s.top.clone()).collect(),
+            text,
+            finish_reason,
+            stop_string,
+            prompt_tokens: seq.req.prompt.len(),
+            cached_tokens: seq.cached_tokens,
+        })
+    }
+
+    /// Return a sequence's cache to the prefix pool.
+    fn release(&mut self, seq: Seq) {
+        if self.opts.prefix_cache_entries == 0 || seq.cache.is_empty() {
+            return;
+        }
+        let mut tokens = seq.tokens;
+        tokens.truncate(seq.cache.len());
+        // An entry that is a prefix of the new one is now redundant.
+        self.pool
+            .retain(|(t, _)| !(t.len() <= tokens.len() && common_prefix(t, &tokens) == t.len()));
+        self.pool.push((tokens, seq.cache));
+        while self.pool.len() > self.opts.prefix_cache_entries {
+            self.pool.remove(0);
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! Building a [`Model`] from a GGUF file, a Hugging Face safetensors directory, or random
+//! weights (tests).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::Path;
+
+use candle_core::quantized::{QMatMul, gguf_file};
+use candle_core::{DType, Device, Tensor};
+use rand::{Rng, SeedableRng};
+use serde_json::Value as Json;
+
+use crate::EngineError;
+use crate::model::{Arch, Config, Layer, Linear, Model};
+
+fn model_err(path: &Path, reason: impl std::fmt::Display) -> EngineError {
+    EngineError::Load {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Load a GGUF model (any quantization candle supports: Q4_0/1, Q5_0/1, Q8_0, K-quants, F16,
+/// BF16, F32).
+pub fn load_gguf(path: &Path, device: &Device) -> Result<Model, EngineError> {
+    let mut f = File::open(path).map_err(|e| model_err(path, format!("cannot open: {e}")))?;
+    let ct = gguf_file::Content::read(&mut f)
+        .map_err(|e| model_err(path, format!("not a readable GGUF file: {e}")))?;
+    let md = &ct.metadata;
+    let get = |k: &str| md.get(k);
+    let arch_name = get("general.architecture")
+        .and_then(|v| v.to_string().ok())
+        .cloned()
+        .ok_or_else(|| model_err(path, "metadata has no general.architecture"))?;
+    let arch = Arch::parse(&arch_name).ok_or_else(|| {
+        model_err(
+            path,
+            format!("unsupported architecture `{arch_name}` (supported: llama, qwen2, qwen3)"),
+        )
+    })?;
+    let int = |k: &str| -> Result<usize, EngineError> {
+        get(&format!("{arch_name}.{k}"))
+            .and_then(|v| v.to_u64().ok().or_else(|| v.to_u32().ok().map(u64::from)))
+            .map(|v| v as usize)
+            .ok_or_else(|| model_err(path, format!("metadata has no integer {arch_name}.{k}")))
+    };
+    let float = |k: &str| get(&format!("{arch_name}.{k}")).and_then(|v| v.to_f32().ok());
+    let hidden = int("embedding_length")?;
+    let heads = int("attention.head_count")?;
+    let config = Config {
+        arch,
+        vocab_size: 0,
+        hidden_size: hidden,
+        intermediate_size: int("feed_forward_length")?,
+        num_layers: int("block_count")?,
+        num_heads: heads,
+        num_kv_heads: int("attention.head_count_kv").unwrap_or(heads),
+        head_dim: int("attention.key_length").unwrap_or(hidden / heads.max(1)),
+        rope_theta: float("rope.freq_base").unwrap_or(10_000.0),
+        rms_eps: float("attention.layer_norm_rms_epsilon").unwrap_or(1e-6) as f64,
+        max_position: int("context_length").unwrap_or(4096),
+        rope_interleaved: arch == Arch::Llama,
+    };
+    let mut qt = |name: &str| {
+        ct.tensor(&mut f, name, device)
+            .map_err(|e| model_err(path, format!("tensor {name}: {e}")))
+    };
+    let has = |name: &str| ct.tensor_infos.contains_key(name);
+    let dense = |q: candle_core::quantized::QTensor, name: &str| {
+        q.dequantize(device)
+            .map_err(|e| model_err(path, format!("tensor {name}: {e}")))
+    };
+    let embed_q = qt("token_embd.weight")?;
+    let embed = embed_q
+        .dequantize(device)
+        .map_err(|e| model_err(path, format!("tensor token_embd.weight: {e}")))?;
+    let lm_head = if has("output.weight") {
+        QMatMul::from_qtensor(qt("output.weight")?)?
+    } else {
+        QMatMul::from_qtensor(embed_q)?
+    };
+    let norm_q = qt("output_norm.weight")?;
+    let norm = dense(norm_q, "output_norm.weight")?;
+    let mut layers = Vec::with_capacity(config.num_layers);
+    for i in 0..config.num_layers {
+        let p = format!("blk.{i}");
+        let mut lin = |n: &str| -> Result<Linear, EngineError> {
+            let w = QMatMul::from_qtensor(qt(&format!("{p}.{n}.weight"))?)?;
+            let bname = format!("{p}.{n}.bias");
+            let b = if has(&bname) {
+                Some(dense(qt(&bname)?, &bname)?)
+            } else {
+                None
+            };
+            Ok(Linear { w, b })
+        };
+        let q = lin("attn_q")?;
+        let k = lin("attn_k")?;
+        let v = lin("attn_v")?;
+        let o = lin("attn_output")?;
+        let gate = lin("ffn_gate")?;
+        let up = lin("ffn_up")?;
+        let down = lin("ffn_down")?;
+        let mut vec_t = |n: &str| -> Result<Tensor, EngineError> {
+            let name = format!("{p}.{n}.weight");
+            dense(qt(&name)?, &name)
+        };
+        let attn_norm = vec_t("attn_norm")?;
+        let ffn_norm = vec_t("ffn_norm")?;
+        let (q_norm, k_norm) = if has(&format!("{p}.attn_q_norm.weight")) {
+            (Some(vec_t("attn_q_norm")?), Some(vec_t("attn_k_norm")?))
+        } else {
+            (None, None)
+        };
+        layers.push(Layer {
+            attn_norm,
+            q,
+            k,
+            v,
+            o,
+            q_norm,
+            k_norm,
+            ffn_norm,
+            gate,
+            up,
+            down,
+        });
+    }
+    Model::new(config, embed, layers, norm, lm_head, device)
+}
+
+/// Load a Hugging Face directory: `config.json` + `*.safetensors` (f32/bf16/f16, computed in
+/// f32 on the CPU).
+pub fn load_safetensors(dir: &Path, device: &Device) -> Result<Model, EngineError> {
+    let cfg_path = dir.join("config.json");
+    let cfg: Json = serde_json::from_str(
+        &std::fs::read_to_string(&cfg_path).map_err(|e| model_err(&cfg_path, e))?,
+    )
+    .map_err(|e| model_err(&cfg_path, format!("invalid JSON: {e}")))?;
+    let arch_name = cfg.get("model_type").and_then(Json::as_str).unwrap_or("");
+    let arch = Arch::parse(arch_name).ok_or_else(|| {
+        model_err(
+            &cfg_path,
+            format!("unsupported model_type `{arch_name}` (supported: llama, qwen2, qwen3)"),
+        )
+    })?;
+    if let Some(rs) = cfg.get("rope_scaling").filter(|v| !v.is_null()) {
+        return Err(model_err(&cfg_path, format!("rope_scaling is not supported: {rs}")));
+    }
+    let int = |k: &str| -> Result<usize, EngineError> {
+        cfg.get(k)
+            .and_then(Json::as_u64)
+            .map(|v| v as usize)
+            .ok_or_else(|| model_err(&cfg_path, format!("missing integer `{k}`")))
+    };
+    let hidden = int("hidden_size")?;
+    let heads = int("num_attention_heads")?;
+    let config = Config {
+        arch,
+        vocab_size: int("vocab_size")?,
+        hidden_size: hidden,
+        intermediate_size: int("intermediate_size")?,
+        num_layers: int("num_hidden_layers")?,
+        num_heads: heads,
+        num_kv_heads: int("num_key_value_heads").unwrap_or(heads),
+        head_dim: int("head_dim").unwrap_or(hidden / heads.max(1)),
+        rope_theta: cfg.get("rope_theta").and_then(Json::as_f64).unwrap_or(10_000.0) as f32,
+        rms_eps: cfg.get("rms_norm_eps").and_then(Json::as_f64).unwrap_or(1e-6),
+        max_position: int("max_position_embeddings").unwrap_or(4096),
+        rope_interleaved: false,
+    };
+    let tied = cfg
+        .get("tie_word_embeddings")
+        .and_then(Json::as_bool)
+        .unwrap_or(false);
+    let mut tensors: HashMap<String, Tensor> = HashMap::new();
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| model_err(dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(model_err(dir, "no *.safetensors files"));
+    }
+    for f in &files {
+        let part = candle_core::safetensors::load(f, device).map_err(|e| model_err(f, e))?;
+        tensors.extend(part);
+    }
+    let mut take = |name: &str| -> Result<Tensor, EngineError> {
+        tensors
+            .remove(name)
+            .ok_or_else(|| model_err(dir, format!("missing tensor {name}")))?
+            .to_dtype(DType::F32)
+            .map_err(|e| model_err(dir, format!("tensor {name}: {e}")))
+    };
+    let embed = take("model.embed_tokens.weight")?;
+    let norm = take("model.norm.weight")?;
+    let lm_head = if tied {
+        QMatMul::Tensor(embed.clone())
+    } else {
+        QMatMul::Tensor(take("lm_head.weight")?)
+    };
+    let mut layers = Vec::with_capacity(config.num_layers);
+    for i in 0..config.num_layers {
+        let p = format!("model.layers.{i}");
+        let bias = arch == Arch::Qwen2;
+        let mut lin = |n: &str, with_bias: bool| -> Result<Linear, EngineError> {
+            Ok(Linear {
+                w: QMatMul::Tensor(take(&format!("{p}.{n}.weight"))?),
+                b: if with_bias {
+                    Some(take(&format!("{p}.{n}.bias"))?)
+                } else {
+                    None
+                },
+            })
+        };
+        let q = lin("self_attn.q_proj", bias)?;
+        let k = lin("self_attn.k_proj", bias)?;
+        let v = lin("self_attn.v_proj", bias)?;
+        let o = lin("self_attn.o_proj", false)?;
+        let gate = lin("mlp.gate_proj", false)?;
+        let up = lin("mlp.up_proj", false)?;
+        let down = lin("mlp.down_proj", false)?;
+        let (q_norm, k_norm) = if arch == Arch::Qwen3 {
+            (
+                Some(take(&format!("{p}.self_attn.q_norm.weight"))?),
+                Some(take(&format!("{p}.self_attn.k_norm.weight"))?),
+            )
+        } else {
+            (None, None)
+        };
+        layers.push(Layer {
+            attn_norm: take(&format!("{p}.input_layernorm.weight"))?,
+            q,
+            k,
+            v,
+            o,
+            q_norm,
+            k_norm,
+            ffn_norm: take(&format!("{p}.post_attention_layernorm.weight"))?,
+            gate,
+            up,
+            down,
+        });
+    }
+    Model::new(config, embed, layers, norm, lm_head, device)
+}
+
+/// A randomly initialised model (normal, std 0.02; norms at 1), deterministic in `seed`.
+/// For fast tests of the engine's mechanics.
+pub fn random_model(config: Config, seed: u64, device: &Device) -> Result<Model, EngineError> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut randn = |shape: (usize, usize)| -> Result<Tensor, EngineError> {
+        let n = shape.0 * shape.1;
+        // Box-Muller keeps this free of extra distribution crates.
+        let v: Vec<f32> = (0..n)
+            .map(|_| {
+                let u1: f32 = rng.random::<f32>().max(1e-7);
+                let u2: f32 = rng.random::<f32>();
+                0.02 * (-2.0 * u1.ln()).sqrt() * (2.0 * std::f32::consts::PI * u2).cos()
+            })
+            .collect();
+        Ok(Tensor::from_vec(v, shape, device)?)
+    };
+    let (h, i, hd) = (config.hidden_size, config.intermediate_size, config.head_dim);
+    let (nh, nkv) = (config.num_heads, config.num_kv_heads);
+    let ones = |n: usize| Tensor::ones(n, DType::F32, device);
+    let embed = randn((config.vocab_size, h))?;
+    let mut layers = Vec::new();
+    for _ in 0..config.num_layers {
+        let bias = config.arch == Arch::Qwen2;
+        let mut lin = |o: usize, inp: usize, b: bool| -> Result<Linear, EngineError> {
+            Ok(Linear {
+                w: QMatMul::Tensor(randn((o, inp))?),
+                b: if b {
+                    Some(randn((1, o))?.squeeze(0)?)
+                } else {
+                    None
+                },
+            })
+        };
+        let q = lin(nh * hd, h, bias)?;
+        let k = lin(nkv * hd, h, bias)?;
+        let v = lin(nkv * hd, h, bias)?;
+        let o = lin(h, nh * hd, false)?;
+        let gate = lin(i, h, false)?;
+        let up = lin(i, h, false)?;
+        let down = lin(h, i, false)?;
+        let qk_norm = config.arch == Arch::Qwen3;
+        layers.push(Layer {
+            attn_norm: ones(h)?,
+            q,
+            k,
+            v,
+            o,
+            q_norm: if qk_norm { Some(ones(hd)?) } else { None },
+            k_norm: if qk_norm { Some(ones(hd)?) } else { None },
+            ffn_norm: ones(h)?,
+            gate,
+            up,
+            down,
+        });
+    }
+    let lm_head = QMatMul::Tensor(embed.clone());
+    Model::new(config, embed, layers, ones(h)?, lm_head, device)
+}

@@ -1,0 +1,337 @@
+//! One decoder-only transformer for Llama (SmolLM2), Qwen2/2.5 and Qwen3.
+//!
+//! They differ only in details (QKV biases for Qwen2, per-head q/k RMSNorm for Qwen3, tied
+//! embeddings, interleaved RoPE for llama.cpp-converted Llama weights), so one implementation
+//! with flags serves all of them. The KV cache is *outside* the model ([`KvCache`]): the engine
+//! keeps one per sequence, truncates it to a shared prefix, and runs several conversations on
+//! one set of weights. Weights are [`QMatMul`]s, which hold either GGUF quantized tensors or
+//! dense tensors (safetensors, random init), so the same forward pass serves both.
+
+use candle_core::quantized::QMatMul;
+use candle_core::{DType, Device, Module, Tensor};
+
+use crate::EngineError;
+
+/// Architecture hyper-parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub arch: Arch,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub rope_theta: f32,
+    pub rms_eps: f64,
+    pub max_position: usize,
+    /// llama.cpp permutes Llama q/k weights for interleaved ("normal") RoPE; HF weights and all
+    /// Qwen weights use the rotate-half ("neox") form.
+    pub rope_interleaved: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    Llama,
+    Qwen2,
+    Qwen3,
+}
+
+impl Arch {
+    pub fn parse(s: &str) -> Option<Arch> {
+        match s {
+            "llama" => Some(Arch::Llama),
+            "qwen2" => Some(Arch::Qwen2),
+            "qwen3" => Some(Arch::Qwen3),
+            _ => None,
+        }
+    }
+}
+
+/// A linear layer: `x @ W^T (+ b)`.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    pub w: QMatMul,
+    pub b: Option<Tensor>,
+}
+
+impl Linear {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let y = self.w.forward(x)?;
+        match &self.b {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        }
+    }
+}
+
+/// One transformer block's weights.
+#[derive(Debug, Clone)]
+pub struct Layer {
+    pub attn_norm: Tensor,
+    pub q: Linear,
+    pub k: Linear,
+    pub v: Linear,
+    pub o: Linear,
+    /// Qwen3 only: RMSNorm over each head's dims, before RoPE.
+    pub q_norm: Option<Tensor>,
+    pub k_norm: Option<Tensor>,
+    pub ffn_norm: Tensor,
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
+}
+
+/// Weights plus RoPE tables.
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub config: Config,
+    pub embed: Tensor,
+    pub layers: Vec<Layer>,
+    pub norm: Tensor,
+    pub lm_head: QMatMul,
+    cos: Tensor,
+    sin: Tensor,
+    device: Device,
+}
+
+/// Per-sequence attention cache: for each layer, keys and values `(1, kv_heads, len, head_dim)`.
+#[derive(Debug, Clone, Default)]
+pub struct KvCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    len: usize,
+}
+
+impl KvCache {
+    pub fn new() -> KvCache {
+        KvCache::default()
+    }
+
+    /// Number of cached positions.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Keep only the first `len` positions (a shared prompt prefix).
+    pub fn truncate(&mut self, len: usize) -> Result<(), EngineError> {
+        if len >= self.len {
+            return Ok(());
+        }
+        if len == 0 {
+            *self = KvCache::default();
+            return Ok(());
+        }
+        for (k, v) in self.layers.iter_mut().flatten() {
+            *k = k.narrow(2, 0, len)?;
+            *v = v.narrow(2, 0, len)?;
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Bytes held (f32).
+    pub fn bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.elem_count() + v.elem_count()) * 4)
+            .sum()
+    }
+}
+
+fn rope_tables(cfg: &Config, device: &Device) -> candle_core::Result<(Tensor, Tensor)> {
+    let half = cfg.head_dim / 2;
+    let inv: Vec<f32> = (0..half)
+        .map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f32 / cfg.head_dim as f32))
+        .collect();
+    let inv = Tensor::from_vec(inv, (1, half), device)?;
+    let t = Tensor::arange(0u32, cfg.max_position as u32, device)?
+        .to_dtype(DType::F32)?
+        .reshape((cfg.max_position, 1))?;
+    let freqs = t.broadcast_mul(&inv)?;
+    Ok((freqs.cos()?, freqs.sin()?))
+}
+
+impl Model {
+    /// Assemble a model; checks the shapes that would otherwise fail deep inside a forward pass.
+    pub fn new(
+        config: Config,
+        embed: Tensor,
+        layers: Vec<Layer>,
+        norm: Tensor,
+        lm_head: QMatMul,
+        device: &Device,
+    ) -> Result<Model, EngineError> {
+        if config.num_heads == 0
+            || config.num_kv_heads == 0
+            || config.num_heads % config.num_kv_heads != 0
+        {
+            return Err(EngineError::Model(format!(
+                "{} attention heads cannot be grouped over {} key/value heads",
+                config.num_heads, config.num_kv_heads
+            )));
+        }
+        if layers.len() != config.num_layers {
+            return Err(EngineError::Model(format!(
+                "config says {} layers, weights have {}",
+                config.num_layers,
+                layers.len()
+            )));
+        }
+        let (v, h) = embed.dims2()?;
+        if h != config.hidden_size {
+            return Err(EngineError::Model(format!(
+                "embedding width {h} != hidden size {}",
+                config.hidden_size
+            )));
+        }
+        let mut config = config;
+        config.vocab_size = v;
+        let (cos, sin) = rope_tables(&config, device)?;
+        Ok(Model {
+            config,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            cos,
+            sin,
+            device: device.clone(),
+        })
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Run `tokens` at positions `cache.len()..`, extend `cache`, and return the logits of the
+    /// last position (`vocab_size` f32).
+    pub fn forward_last(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>, EngineError> {
+        let logits = self.forward(tokens, cache, false)?;
+        Ok(logits.flatten_all()?.to_vec1::<f32>()?)
+    }
+
+    /// Run `tokens` and return logits for every position, `(len, vocab)` (prompt logprobs,
+    /// training-style scoring).
+    pub fn forward_all(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor, EngineError> {
+        self.forward(tokens, cache, true)
+    }
+
+    fn forward(&self, tokens: &[u32], cache: &mut KvCache, all: bool) -> Result<Tensor, EngineError> {
+        let cfg = &self.config;
+        let t = tokens.len();
+        let pos = cache.len;
+        if t == 0 {
+            return Err(EngineError::Model("forward called with no tokens".into()));
+        }
+        if pos + t > cfg.max_position {
+            return Err(EngineError::ContextLength {
+                tokens: pos + t,
+                limit: cfg.max_position,
+            });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= cfg.vocab_size) {
+            return Err(EngineError::Request(format!(
+                "token id {bad} is outside the vocabulary (size {})",
+                cfg.vocab_size
+            )));
+        }
+        if cache.layers.len() != cfg.num_layers {
+            cache.layers = vec![None; cfg.num_layers];
+        }
+        let ids = Tensor::new(tokens, &self.device)?;
+        let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?; // (1, t, h)
+        let cos = self.cos.narrow(0, pos, t)?;
+        let sin = self.sin.narrow(0, pos, t)?;
+        let (nh, nkv, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+        let rep = nh / nkv;
+        let s = pos + t;
+        // Causal mask over (rep * t) query rows grouped per kv head; row r is position r % t.
+        let mask = if t > 1 {
+            let mut m = vec![0f32; rep * t * s];
+            for r in 0..rep * t {
+                let i = r % t;
+                for j in (pos + i + 1)..s {
+                    m[r * s + j] = f32::NEG_INFINITY;
+                }
+            }
+            Some(Tensor::from_vec(m, (rep * t, s), &self.device)?)
+        } else {
+            None
+        };
+        let scale = 1.0 / (hd as f64).sqrt();
+        for (li, layer) in self.layers.iter().enumerate() {
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, cfg.rms_eps as f32)?;
+            let q = layer.q.forward(&h)?.reshape((1, t, nh, hd))?.transpose(1, 2)?;
+            let k = layer.k.forward(&h)?.reshape((1, t, nkv, hd))?.transpose(1, 2)?;
+            let v = layer.v.forward(&h)?.reshape((1, t, nkv, hd))?.transpose(1, 2)?;
+            let (q, k) = match (&layer.q_norm, &layer.k_norm) {
+                (Some(qn), Some(kn)) => (
+                    candle_nn::ops::rms_norm(&q.contiguous()?, qn, cfg.rms_eps as f32)?,
+                    candle_nn::ops::rms_norm(&k.contiguous()?, kn, cfg.rms_eps as f32)?,
+                ),
+                _ => (q, k),
+            };
+            let rope = if cfg.rope_interleaved {
+                candle_nn::rotary_emb::rope_i
+            } else {
+                candle_nn::rotary_emb::rope
+            };
+            let q = rope(&q.contiguous()?, &cos, &sin)?;
+            let k = rope(&k.contiguous()?, &cos, &sin)?;
+            let v = v.contiguous()?;
+            let (k, v) = match cache.layers[li].take() {
+                Some((ck, cv)) => (Tensor::cat(&[&ck, &k], 2)?, Tensor::cat(&[&cv, &v], 2)?),
+                None => (k, v),
+            };
+            cache.layers[li] = Some((k.clone(), v.clone()));
+            // Grouped-query attention without copying K/V: (1, nkv, rep*t, hd) queries.
+            let q = q.reshape((1, nkv, rep * t, hd))?;
+            let att = (q.matmul(&k.t()?)? * scale)?;
+            let att = match &mask {
+                Some(m) => att.broadcast_add(m)?,
+                None => att,
+            };
+            let att = candle_nn::ops::softmax_last_dim(&att)?;
+            let out = att.matmul(&v)?; // (1, nkv, rep*t, hd)
+            let out = out
+                .reshape((1, nh, t, hd))?
+                .transpose(1, 2)?
+                .reshape((1, t, nh * hd))?;
+            x = (x + layer.o.forward(&out)?)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, cfg.rms_eps as f32)?;
+            let g = candle_nn::ops::silu(&layer.gate.forward(&h)?)?;
+            let u = layer.up.forward(&h)?;
+            x = (x + layer.down.forward(&(g * u)?)?)?;
+        }
+        cache.len = s;
+        let x = if all { x } else { x.narrow(1, t - 1, 1)? };
+        let x = candle_nn::ops::rms_norm(&x, &self.norm, cfg.rms_eps as f32)?;
+        let logits = self.lm_head.forward(&x)?.squeeze(0)?; // (t|1, vocab)
+        Ok(logits.to_dtype(DType::F32)?)
+    }
+}
+
+/// Log-softmax of one logits row (numerically stable), as f32.
+pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
+    let lse = max + sum.ln();
+    logits.iter().map(|&l| l - lse).collect()
+}
+
+/// Index of the largest value (first on ties).
+pub fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best
+}

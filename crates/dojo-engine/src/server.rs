@@ -1,0 +1,155 @@
+//! `dojo serve`: the engine behind an OpenAI-compatible HTTP API.
+//!
+//! Routes: `GET /health`, `GET /v1/models`, `POST /v1/chat/completions`,
+//! `POST /v1/completions`. Request problems (bad JSON, bad parameters, a prompt longer than the
+//! context, a template that raises) are 400s with an OpenAI error body; the server keeps
+//! serving. A client that disconnects mid-generation drops the handler future, which cancels
+//! its sequence in the engine.
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use dojo_llm::{ChatRequest, ErrorBody, ErrorDetail};
+use serde_json::json;
+
+use crate::{Engine, EngineError};
+
+fn error(status: StatusCode, kind: &str, message: String) -> Response {
+    let body = ErrorBody {
+        error: ErrorDetail {
+            message,
+            kind: Some(kind.to_string()),
+            param: None,
+            code: Some(json!(status.as_u16())),
+        },
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+fn engine_error(e: EngineError) -> Response {
+    match e {
+        EngineError::Request(_) | EngineError::ContextLength { .. } | EngineError::Chat(_) => {
+            error(StatusCode::BAD_REQUEST, "invalid_request_error", e.to_string())
+        }
+        other => {
+            tracing::error!(error = %other, "engine failure");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", other.to_string())
+        }
+    }
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Response> {
+    serde_json::from_slice(body).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!("invalid request body: {e}"),
+        )
+    })
+}
+
+async fn health(State(engine): State<Engine>) -> Response {
+    axum::Json(json!({"status": "ok", "model": engine.model_id()})).into_response()
+}
+
+async fn models(State(engine): State<Engine>) -> Response {
+    axum::Json(json!({
+        "object": "list",
+        "data": [{
+            "id": engine.model_id(),
+            "object": "model",
+            "owned_by": "dojo",
+            "max_model_len": engine.context_length(),
+        }],
+    }))
+    .into_response()
+}
+
+async fn chat_completions(State(engine): State<Engine>, body: Bytes) -> Response {
+    let req: ChatRequest = match parse_json(&body) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    match engine.chat(req).await {
+        Ok(resp) => axum::Json(resp).into_response(),
+        Err(e) => engine_error(e),
+    }
+}
+
+async fn completions(State(engine): State<Engine>, body: Bytes) -> Response {
+    let req: serde_json::Value = match parse_json(&body) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    match engine.completion(req).await {
+        Ok(resp) => axum::Json(resp).into_response(),
+        Err(e) => engine_error(e),
+    }
+}
+
+async fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        "no such route; dojo serve has /health, /v1/models, /v1/chat/completions, /v1/completions"
+            .into(),
+    )
+}
+
+/// The HTTP routes over `engine`.
+pub fn router(engine: Engine) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .fallback(not_found)
+        .with_state(engine)
+}
+
+/// Serve on an already bound listener until `shutdown` resolves, then finish in-flight
+/// requests and return.
+pub async fn serve_listener(
+    engine: Engine,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(engine))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Bind `addr` and serve until Ctrl-C or SIGTERM.
+pub async fn serve(engine: Engine, addr: SocketAddr) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(addr = %listener.local_addr()?, model = engine.model_id(), "dojo serve listening");
+    serve_listener(engine, listener, shutdown_signal()).await
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

@@ -1,0 +1,164 @@
+//! Per-rollout backends of each policy kind ([`BackendFactory`] implementations).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use dojo_llm::{BoxFuture, ChatBackend, ChatMessage, ChatRequest, ChatResponse, LlmError, Role};
+use dojo_sandbox::WORKSPACE;
+use dojo_trajectory::PolicyInfo;
+
+use crate::gold::plan_actions;
+use crate::policy::{PolicyConfig, Sampling, ScriptedBackend};
+use crate::runner::{BackendFactory, Prepared};
+use crate::store::Key;
+
+/// The test command gold-replay runs before submitting: the environment's test command over the
+/// test files of the test patch that already exist in the workspace (the agent never sees the
+/// hidden tests, so files the test patch creates are left out). `None` when there are none.
+pub fn visible_test_command(p: &Prepared) -> Option<String> {
+    let files: Vec<String> = dojo_task::test_directives(&p.task.test_patch, p.repo_env.directives)
+        .into_iter()
+        .filter(|f| p.pristine.path.join(f).is_file())
+        .collect();
+    (!files.is_empty()).then(|| format!("{} {}", p.repo_env.test_cmd, files.join(" ")))
+}
+
+/// `gold-replay`.
+pub struct GoldBackends {
+    pub config: PolicyConfig,
+    pub run_tests: bool,
+}
+
+impl BackendFactory for GoldBackends {
+    fn backend(&self, p: &Prepared, _sample: u32) -> Result<Arc<dyn ChatBackend>, String> {
+        let cmd = if self.run_tests { visible_test_command(p) } else { None };
+        let root = p.pristine.path.clone();
+        let actions = plan_actions(&p.task.instance_id, &p.task.patch, WORKSPACE, cmd.as_deref(), |rel| {
+            std::fs::read_to_string(root.join(rel)).map_err(|e| e.to_string())
+        })
+        .map_err(|e| e.to_string())?;
+        Ok(Arc::new(ScriptedBackend::gold(&p.task.instance_id, actions)))
+    }
+    fn policy_info(&self) -> PolicyInfo {
+        PolicyInfo {
+            kind: "gold-replay".into(),
+            model: None,
+            endpoint: None,
+            config: self.config.to_json(),
+        }
+    }
+}
+
+/// `replay FILE`: the assistant turns of recorded trajectories, by (task id, sample index).
+pub struct ReplayBackends {
+    pub config: PolicyConfig,
+    pub source: String,
+    turns: HashMap<Key, Vec<ChatMessage>>,
+}
+
+impl ReplayBackends {
+    pub fn load(config: PolicyConfig, file: &Path) -> Result<ReplayBackends, String> {
+        let report = dojo_trajectory::read_jsonl(file).map_err(|e| e.to_string())?;
+        for p in &report.problems {
+            tracing::warn!("replay source {}: {p:?}", file.display());
+        }
+        let turns = report
+            .trajectories
+            .into_iter()
+            .map(|t| {
+                let key = Key {
+                    task_id: t.task_id.clone(),
+                    sample_index: t.sample_index,
+                };
+                let msgs = t.messages.into_iter().filter(|m| m.role == Role::Assistant).collect();
+                (key, msgs)
+            })
+            .collect();
+        Ok(ReplayBackends {
+            config,
+            source: file.display().to_string(),
+            turns,
+        })
+    }
+}
+
+impl BackendFactory for ReplayBackends {
+    fn backend(&self, p: &Prepared, sample: u32) -> Result<Arc<dyn ChatBackend>, String> {
+        let key = Key {
+            task_id: p.task.instance_id.clone(),
+            sample_index: sample,
+        };
+        let msgs = self
+            .turns
+            .get(&key)
+            .ok_or_else(|| format!("no recorded trajectory for {key} in {}", self.source))?;
+        Ok(Arc::new(ScriptedBackend::replay(format!("replay:{}", self.source), msgs.clone())))
+    }
+    fn policy_info(&self) -> PolicyInfo {
+        PolicyInfo {
+            kind: "replay".into(),
+            model: None,
+            endpoint: Some(self.source.clone()),
+            config: self.config.to_json(),
+        }
+    }
+}
+
+/// A model policy (OpenAI-compatible client or the embedded engine): one shared backend, with the
+/// policy's model name and sampling filled into requests that leave them unset.
+pub struct ModelBackends {
+    pub config: PolicyConfig,
+    pub kind: &'static str,
+    pub model: String,
+    pub client: Arc<dyn ChatBackend>,
+}
+
+struct WithSampling {
+    inner: Arc<dyn ChatBackend>,
+    model: String,
+    sampling: Sampling,
+}
+
+impl ChatBackend for WithSampling {
+    fn complete(&self, mut req: ChatRequest) -> BoxFuture<'_, Result<ChatResponse, LlmError>> {
+        if req.model.is_empty() {
+            req.model = self.model.clone();
+        }
+        let s = &self.sampling;
+        req.temperature = req.temperature.or(s.temperature);
+        req.top_p = req.top_p.or(s.top_p);
+        if req.max_tokens.is_none() && req.max_completion_tokens.is_none() {
+            req.max_tokens = s.max_tokens;
+        }
+        req.seed = req.seed.or(s.seed);
+        for (k, v) in &s.extra {
+            req.extra.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        self.inner.complete(req)
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+impl BackendFactory for ModelBackends {
+    fn backend(&self, _p: &Prepared, sample: u32) -> Result<Arc<dyn ChatBackend>, String> {
+        let mut sampling = self.config.sampling.clone();
+        // Distinct samples of one task must not be identical under a fixed seed.
+        sampling.seed = sampling.seed.map(|s| s.wrapping_add(sample as u64));
+        Ok(Arc::new(WithSampling {
+            inner: self.client.clone(),
+            model: self.model.clone(),
+            sampling,
+        }))
+    }
+    fn policy_info(&self) -> PolicyInfo {
+        PolicyInfo {
+            kind: self.kind.into(),
+            model: Some(self.model.clone()),
+            endpoint: Some(self.client.describe()),
+            config: self.config.to_json(),
+        }
+    }
+}

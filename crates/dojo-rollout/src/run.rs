@@ -1,0 +1,269 @@
+//! One `dojo rollout` invocation as a library call: load tasks, open (or resume) the run directory,
+//! run the engine, write the summary and, on request, SWE-bench predictions.
+//!
+//! Run directory layout (all versioned):
+//! - `run.json`: what this directory is a run of (policy, tasks file, K). Resuming with another
+//!   policy is refused: two policies' trajectories must never mix in one store.
+//! - `trajectories.jsonl`: the crash-safe store (one [`dojo_trajectory::Trajectory`] per line).
+//! - `summary.json`, `predictions.jsonl` (or `predictions.sample-<k>.jsonl`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use dojo_llm::ChatBackend;
+use dojo_task::{EnvRegistry, PrepareOptions, Task};
+use dojo_trajectory::Trajectory;
+
+use crate::backends::{GoldBackends, ModelBackends, ReplayBackends};
+use crate::engine::{EngineConfig, RolloutRecord, RunStats, run_jobs};
+use crate::policy::{PolicyConfig, PolicyKind};
+use crate::runner::{AgentLoop, AgentRunner, BackendFactory, Prepared, StandardPreparer};
+use crate::store::{Recovery, Store};
+use crate::summary::{Outcome, Summary, export_predictions, write_atomic};
+
+pub const RUN_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    #[error("tasks: {0}")]
+    Tasks(String),
+    #[error("policy: {0}")]
+    Policy(String),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("{path}: {reason}")]
+    Io { path: PathBuf, reason: String },
+    #[error("{dir} holds a run of another configuration ({what}); use another --out or remove it")]
+    Mismatch { dir: PathBuf, what: String },
+}
+
+/// `run.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunManifest {
+    pub schema_version: u32,
+    pub policy: Value,
+    pub tasks_file: String,
+    pub samples: u32,
+    pub dojo_version: String,
+}
+
+/// Everything `dojo rollout` takes.
+#[derive(Debug, Clone)]
+pub struct RolloutOptions {
+    pub tasks_file: PathBuf,
+    /// Restrict to these instance ids (empty: all).
+    pub instances: Vec<String>,
+    pub policy: PolicyConfig,
+    pub samples: u32,
+    pub out: PathBuf,
+    /// Concurrent rollouts (= sandboxes).
+    pub workers: usize,
+    pub export_predictions: bool,
+    /// Extra environment specs overriding the embedded `envs/`.
+    pub envs_dir: Option<PathBuf>,
+    pub prepare: PrepareOptions,
+    pub progress: bool,
+    pub label: String,
+}
+
+/// What a run produced.
+pub struct RolloutOutput {
+    pub summary: Summary,
+    pub outcomes: Vec<Outcome>,
+    pub stats: RunStats,
+    pub recovery: Recovery,
+    pub store_path: PathBuf,
+    pub predictions: Vec<PathBuf>,
+}
+
+impl BackendFactory for Box<dyn BackendFactory> {
+    fn backend(&self, p: &Prepared, sample: u32) -> Result<Arc<dyn ChatBackend>, String> {
+        (**self).backend(p, sample)
+    }
+    fn policy_info(&self) -> dojo_trajectory::PolicyInfo {
+        (**self).policy_info()
+    }
+}
+
+/// The backends of a policy. `embedded` is the in-process engine, which only the CLI can build
+/// (it lives behind dojo-cli's `engine` feature); pass it in for `kind = "embedded"`.
+pub fn make_backends(
+    policy: &PolicyConfig,
+    embedded: Option<Arc<dyn ChatBackend>>,
+) -> Result<Box<dyn BackendFactory>, RolloutError> {
+    let config = policy.clone();
+    Ok(match &policy.kind {
+        PolicyKind::GoldReplay { run_tests } => Box::new(GoldBackends {
+            config,
+            run_tests: *run_tests,
+        }),
+        PolicyKind::Replay { file } => Box::new(ReplayBackends::load(config, file).map_err(RolloutError::Policy)?),
+        PolicyKind::Openai {
+            base_url,
+            api_key_env,
+            model,
+        } => {
+            let mut cfg = dojo_llm::ClientConfig::from_env().map_err(|e| RolloutError::Policy(e.to_string()))?;
+            if let Some(url) = base_url {
+                let key = std::env::var(api_key_env.as_deref().unwrap_or("OPENAI_API_KEY"))
+                    .ok()
+                    .filter(|k| !k.is_empty());
+                cfg.endpoints = url
+                    .split(',')
+                    .map(|u| dojo_llm::EndpointConfig {
+                        api_key: key.clone(),
+                        ..dojo_llm::EndpointConfig::new(u.trim())
+                    })
+                    .collect();
+            }
+            let client = dojo_llm::OpenAiClient::new(cfg).map_err(|e| RolloutError::Policy(e.to_string()))?;
+            Box::new(ModelBackends {
+                config,
+                kind: "openai",
+                model: model.clone(),
+                client: Arc::new(client),
+            })
+        }
+        PolicyKind::Embedded { model } => {
+            let client = embedded.ok_or_else(|| {
+                RolloutError::Policy(
+                    "the embedded engine is not available in this build (build dojo-cli with the `engine` feature)".into(),
+                )
+            })?;
+            Box::new(ModelBackends {
+                config,
+                kind: "embedded",
+                model: model.clone(),
+                client,
+            })
+        }
+    })
+}
+
+/// Load the tasks of a run (all, or the listed instances, in file order).
+pub fn load_tasks(file: &Path, instances: &[String]) -> Result<Vec<Task>, RolloutError> {
+    let tasks = dojo_task::load_tasks(file).map_err(|e| RolloutError::Tasks(e.to_string()))?;
+    if instances.is_empty() {
+        return Ok(tasks);
+    }
+    for id in instances {
+        if !tasks.iter().any(|t| &t.instance_id == id) {
+            return Err(RolloutError::Tasks(format!("{}: no instance {id}", file.display())));
+        }
+    }
+    Ok(tasks.into_iter().filter(|t| instances.contains(&t.instance_id)).collect())
+}
+
+fn check_manifest(dir: &Path, m: &RunManifest) -> Result<(), RolloutError> {
+    let path = dir.join("run.json");
+    let ioerr = |e: std::io::Error| RolloutError::Io {
+        path: path.clone(),
+        reason: e.to_string(),
+    };
+    if path.exists() {
+        let text = std::fs::read_to_string(&path).map_err(ioerr)?;
+        let old: RunManifest = serde_json::from_str(&text).map_err(|e| RolloutError::Io {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        if old.policy != m.policy {
+            return Err(RolloutError::Mismatch {
+                dir: dir.to_path_buf(),
+                what: format!("policy {} vs {}", old.policy, m.policy),
+            });
+        }
+        if old.samples > m.samples {
+            tracing::warn!("{}: run had -n {}, now -n {}", dir.display(), old.samples, m.samples);
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(ioerr)?;
+    let text = serde_json::to_string_pretty(m).unwrap_or_default();
+    write_atomic(&path, text.as_bytes()).map_err(ioerr)
+}
+
+/// Run (or resume) a rollout with the given agent loop and backends.
+pub async fn run_rollout<A: AgentLoop>(
+    opts: &RolloutOptions,
+    agent: A,
+    backends: Box<dyn BackendFactory>,
+) -> Result<RolloutOutput, RolloutError> {
+    let tasks = load_tasks(&opts.tasks_file, &opts.instances)?;
+    let registry = EnvRegistry::with_dir(opts.envs_dir.as_deref()).map_err(|e| RolloutError::Tasks(e.to_string()))?;
+    let manifest = RunManifest {
+        schema_version: RUN_SCHEMA_VERSION,
+        policy: opts.policy.to_json(),
+        tasks_file: opts.tasks_file.display().to_string(),
+        samples: opts.samples,
+        dojo_version: env!("CARGO_PKG_VERSION").into(),
+    };
+    check_manifest(&opts.out, &manifest)?;
+    let store_path = opts.out.join("trajectories.jsonl");
+    let store = Arc::new(Store::<Trajectory>::open(&store_path)?);
+    let recovery = store.recovery().clone();
+    if recovery.truncated_bytes > 0 {
+        eprintln!(
+            "warning: {}: dropped a torn last record ({} bytes) left by an interrupted run; that sample runs again",
+            store_path.display(),
+            recovery.truncated_bytes
+        );
+    }
+    for k in &recovery.duplicates {
+        eprintln!("warning: {}: duplicate record {k} ignored (first kept)", store_path.display());
+    }
+    let pristine = dojo_sandbox::PristineStore::open().map_err(|e| RolloutError::Tasks(e.to_string()))?;
+    let preparer = StandardPreparer {
+        registry,
+        options: opts.prepare.clone(),
+        store: pristine,
+    };
+    let llm = opts.policy.llm_concurrency.unwrap_or(opts.workers.max(1));
+    let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
+    let mut runner = AgentRunner::new(tasks, agent, backends, preparer, llm);
+    runner.run_id = opts.out.display().to_string();
+    let cfg = EngineConfig {
+        samples: opts.samples,
+        sandboxes: opts.workers.max(1),
+        progress: opts.progress,
+        label: opts.label.clone(),
+    };
+    let stats = run_jobs(Arc::new(runner), &ids, store.clone(), &cfg).await?;
+    finish(opts, &store, &ids, stats, recovery, store_path)
+}
+
+fn finish(
+    opts: &RolloutOptions,
+    store: &Store<Trajectory>,
+    ids: &[String],
+    stats: RunStats,
+    recovery: Recovery,
+    store_path: PathBuf,
+) -> Result<RolloutOutput, RolloutError> {
+    // Only this run's plan counts (a store may hold more samples from an earlier, larger -n).
+    let outcomes: Vec<Outcome> = store
+        .records()
+        .iter()
+        .map(|t| t.outcome())
+        .filter(|o| ids.contains(&o.task_id) && o.sample_index < opts.samples)
+        .collect();
+    let label = opts.policy.label();
+    let summary = Summary::new(&label, &outcomes);
+    let ioerr = |path: PathBuf| move |e: std::io::Error| RolloutError::Io { path, reason: e.to_string() };
+    let sp = opts.out.join("summary.json");
+    summary.write_json(&sp).map_err(ioerr(sp.clone()))?;
+    let predictions = if opts.export_predictions {
+        export_predictions(&opts.out, &label, &outcomes, opts.samples).map_err(ioerr(opts.out.clone()))?
+    } else {
+        Vec::new()
+    };
+    Ok(RolloutOutput {
+        summary,
+        outcomes,
+        stats,
+        recovery,
+        store_path,
+        predictions,
+    })
+}

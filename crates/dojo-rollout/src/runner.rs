@@ -1,0 +1,356 @@
+//! The real [`Runner`]: task → prepared pristine tree + Python env → sandbox → agent ⇄ policy →
+//! workspace diff → grade → [`Trajectory`].
+//!
+//! Every failure on the way is classified: preparation and sandbox failures are `env_error`
+//! records, a dead endpoint is the agent loop's `llm_error`, a grader that could not run marks the
+//! record `infra_failure`; none of them is ever scored as unresolved. Preparation (download, unpack,
+//! pristine tree, venv) happens once per task and is shared by its K samples.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use dojo_grade::{GradeOptions, grade_in_sandbox};
+use dojo_llm::{BoxFuture, ChatBackend};
+use dojo_sandbox::{Pristine, PythonEnv, Sandbox, SandboxOptions};
+use dojo_task::{EnvRegistry, PrepareOptions, RepoEnv, Task};
+use dojo_agent::{Agent, AgentConfig, TaskInput, ToolRegistry};
+use dojo_trajectory::{Blame, EnvironmentFingerprint, Event, PolicyInfo, StopReason, Trajectory};
+
+use crate::policy::{PolicyConfig, PolicyKind};
+
+use crate::engine::{Job, RolloutRecord, Runner};
+use crate::store::{Key, Keyed};
+use crate::summary::Outcome;
+
+impl Keyed for Trajectory {
+    fn key(&self) -> Key {
+        Key {
+            task_id: self.task_id.clone(),
+            sample_index: self.sample_index,
+        }
+    }
+}
+
+impl RolloutRecord for Trajectory {
+    fn outcome(&self) -> Outcome {
+        Outcome {
+            task_id: self.task_id.clone(),
+            sample_index: self.sample_index,
+            resolved: self.resolved == Some(true) && !self.infra_failure,
+            infra_error: self.infra_failure,
+            stop_reason: self.stop_reason.as_str().to_string(),
+            forced: self.forced_submission,
+            steps: self.steps.len() as u32,
+            tokens: self.usage.total_tokens.max(self.usage.prompt_tokens + self.usage.completion_tokens),
+            wall_secs: self.wall_ms as f64 / 1000.0,
+            patch: self.patch.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// A task ready to run: its pristine tree, environment and test settings.
+pub struct Prepared {
+    pub task: Task,
+    pub pristine: Pristine,
+    pub env: Option<PythonEnv>,
+    pub repo_env: RepoEnv,
+}
+
+/// Builds what a task needs (downloads, pristine tree, venv). Separate from [`AgentRunner`] so
+/// tests and `dojo demo` can prepare once and reuse.
+pub trait Preparer: Send + Sync + 'static {
+    fn prepare<'a>(&'a self, task: &'a Task) -> BoxFuture<'a, Result<Prepared, String>>;
+}
+
+/// What the agent loop must provide: one rollout in `sandbox` against `backend`, returning the
+/// record (messages, steps, stop reason, forced flag, patch). [`DojoAgent`] is the real one.
+pub trait AgentLoop: Send + Sync + 'static {
+    fn run<'a>(
+        &'a self,
+        sandbox: &'a Sandbox,
+        prepared: &'a Prepared,
+        backend: Arc<dyn ChatBackend>,
+        policy: PolicyInfo,
+        job: &'a Job,
+        environment: EnvironmentFingerprint,
+    ) -> BoxFuture<'a, Trajectory>;
+}
+
+/// The agent loop of `dojo-agent` with a named tool set.
+pub struct DojoAgent {
+    pub config: AgentConfig,
+}
+
+impl DojoAgent {
+    /// From a policy's `agent` table. Scripted policies emit native tool calls, so they default to
+    /// the native action format; everything else keeps dojo-agent's defaults.
+    pub fn from_policy(policy: &PolicyConfig) -> Result<DojoAgent, String> {
+        let mut map = policy.agent.clone();
+        if matches!(policy.kind, PolicyKind::GoldReplay { .. } | PolicyKind::Replay { .. }) {
+            map.entry("action_format").or_insert_with(|| "native".into());
+        }
+        let config: AgentConfig = serde_json::from_value(serde_json::Value::Object(map))
+            .map_err(|e| format!("[agent] settings: {e}"))?;
+        if ToolRegistry::named(&config.tool_set).is_none() {
+            return Err(format!("[agent] tool_set {:?} is not a known tool set", config.tool_set));
+        }
+        Ok(DojoAgent { config })
+    }
+}
+
+/// Template variables of a task for the agent's prompts.
+pub fn task_vars(task: &Task) -> serde_json::Map<String, serde_json::Value> {
+    let mut vars = serde_json::Map::new();
+    vars.insert("problem_statement".into(), task.problem_statement.clone().into());
+    vars.insert("instance_id".into(), task.instance_id.clone().into());
+    vars.insert("repo".into(), task.repo.clone().into());
+    vars.insert("hints_text".into(), task.hints_text.clone().into());
+    vars
+}
+
+impl AgentLoop for DojoAgent {
+    fn run<'a>(
+        &'a self,
+        sandbox: &'a Sandbox,
+        prepared: &'a Prepared,
+        backend: Arc<dyn ChatBackend>,
+        policy: PolicyInfo,
+        job: &'a Job,
+        environment: EnvironmentFingerprint,
+    ) -> BoxFuture<'a, Trajectory> {
+        Box::pin(async move {
+            let tools = ToolRegistry::named(&self.config.tool_set).unwrap_or_default();
+            let agent = match Agent::new(self.config.clone(), tools, backend) {
+                Ok(a) => a.with_policy(policy),
+                Err(e) => {
+                    let mut t = Trajectory::new(job.task_id.clone(), job.sample_index);
+                    t.stop_reason = StopReason::EnvError;
+                    t.infra_failure = true;
+                    t.stop_detail = Some(format!("agent configuration: {e}"));
+                    return t;
+                }
+            };
+            let input = TaskInput {
+                task_id: job.task_id.clone(),
+                sample_index: job.sample_index,
+                vars: task_vars(&prepared.task),
+                environment,
+            };
+            agent.run(sandbox, &input).await
+        })
+    }
+}
+
+/// Makes the per-rollout backend of a policy (scripted ones need the task and its tree).
+pub trait BackendFactory: Send + Sync + 'static {
+    fn backend(&self, prepared: &Prepared, sample_index: u32) -> Result<Arc<dyn ChatBackend>, String>;
+    /// Recorded in every trajectory.
+    fn policy_info(&self) -> dojo_trajectory::PolicyInfo;
+}
+
+/// The default preparer: dojo-task's sources + the sandbox's pristine store and venv builder.
+pub struct StandardPreparer {
+    pub registry: EnvRegistry,
+    pub options: PrepareOptions,
+    pub store: dojo_sandbox::PristineStore,
+}
+
+impl Preparer for StandardPreparer {
+    fn prepare<'a>(&'a self, task: &'a Task) -> BoxFuture<'a, Result<Prepared, String>> {
+        Box::pin(async move {
+            let repo_env = self.registry.resolve(task).map_err(|e| e.to_string())?;
+            let (t, o) = (task.clone(), self.options.clone());
+            let source = tokio::task::spawn_blocking(move || dojo_task::task_source(&t, &o))
+                .await
+                .map_err(|e| format!("preparing {}: {e}", task.instance_id))?
+                .map_err(|e| e.to_string())?;
+            let pristine = self
+                .store
+                .build_async(&source)
+                .await
+                .map_err(|e| e.to_string())?;
+            let env = build_env(&repo_env, &pristine).await?;
+            Ok(Prepared {
+                task: task.clone(),
+                pristine,
+                env,
+                repo_env,
+            })
+        })
+    }
+}
+
+/// Build (once, cached by the sandbox layer) the task's Python environment; the project is
+/// installed editable from its pristine tree.
+pub async fn build_env(repo_env: &RepoEnv, pristine: &Pristine) -> Result<Option<PythonEnv>, String> {
+    PythonEnv::build_async(&repo_env.spec, Some(pristine))
+        .await
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+/// Runs rollouts for real.
+pub struct AgentRunner<A, B, P = StandardPreparer> {
+    pub tasks: Vec<Task>,
+    pub agent: A,
+    pub backends: B,
+    pub preparer: P,
+    pub sandbox: SandboxOptions,
+    pub grade: GradeOptions,
+    pub llm_limit: Arc<tokio::sync::Semaphore>,
+    pub run_id: String,
+    prepared: tokio::sync::Mutex<HashMap<usize, Arc<tokio::sync::OnceCell<Result<Arc<Prepared>, String>>>>>,
+}
+
+impl<A: AgentLoop, B: BackendFactory, P: Preparer> AgentRunner<A, B, P> {
+    pub fn new(tasks: Vec<Task>, agent: A, backends: B, preparer: P, llm_concurrency: usize) -> Self {
+        AgentRunner {
+            tasks,
+            agent,
+            backends,
+            preparer,
+            sandbox: SandboxOptions::default(),
+            grade: GradeOptions::default(),
+            llm_limit: Arc::new(tokio::sync::Semaphore::new(llm_concurrency.max(1))),
+            run_id: String::new(),
+            prepared: Default::default(),
+        }
+    }
+
+    async fn prepared(&self, job: &Job) -> Result<Arc<Prepared>, String> {
+        let cell = {
+            let mut m = self.prepared.lock().await;
+            m.entry(job.task_index).or_default().clone()
+        };
+        cell.get_or_init(|| async {
+            let task = self
+                .tasks
+                .get(job.task_index)
+                .ok_or_else(|| format!("no task at index {}", job.task_index))?;
+            self.preparer.prepare(task).await.map(Arc::new)
+        })
+        .await
+        .clone()
+    }
+
+    fn fail(&self, traj: &mut Trajectory, t0: Instant, stop: StopReason, kind: &str, msg: String) {
+        traj.stop_reason = stop;
+        traj.infra_failure = true;
+        traj.stop_detail = Some(msg.clone());
+        traj.events.push(Event {
+            step: traj.steps.len() as u32,
+            kind: kind.into(),
+            blame: Blame::Infrastructure,
+            message: msg,
+        });
+        traj.wall_ms = t0.elapsed().as_millis() as u64;
+    }
+
+    fn new_traj(&self, job: &Job) -> Trajectory {
+        let mut traj = Trajectory::new(job.task_id.clone(), job.sample_index);
+        traj.run_id = (!self.run_id.is_empty()).then(|| self.run_id.clone());
+        traj.policy = self.backends.policy_info();
+        traj.environment.dojo_version = env!("CARGO_PKG_VERSION").into();
+        traj.started_at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        traj
+    }
+
+    async fn run_one(&self, job: Job) -> Trajectory {
+        let t0 = Instant::now();
+        let mut traj = self.new_traj(&job);
+        let prepared = match self.prepared(&job).await {
+            Ok(p) => p,
+            Err(e) => {
+                self.fail(&mut traj, t0, StopReason::EnvError, "env_error", format!("preparing the task: {e}"));
+                return traj;
+            }
+        };
+        traj.environment.pristine = Some(prepared.pristine.id.clone());
+        traj.environment.python_env = prepared.env.as_ref().map(|e| e.id.clone());
+        let backend = match self.backends.backend(&prepared, job.sample_index) {
+            Ok(b) => Arc::new(crate::policy::LimitedBackend::new(b, self.llm_limit.clone())) as Arc<dyn ChatBackend>,
+            Err(e) => {
+                self.fail(&mut traj, t0, StopReason::LlmError, "llm_error", format!("policy: {e}"));
+                return traj;
+            }
+        };
+        let mut sb = match Sandbox::create(&prepared.pristine, prepared.env.as_ref(), &self.sandbox).await {
+            Ok(sb) => sb,
+            Err(e) => {
+                self.fail(&mut traj, t0, StopReason::EnvError, "env_error", format!("creating the sandbox: {e}"));
+                return traj;
+            }
+        };
+        let env = traj.environment.clone();
+        let started = traj.started_at_ms;
+        traj = self
+            .agent
+            .run(&sb, &prepared, backend, self.backends.policy_info(), &job, env)
+            .await;
+        traj.run_id = (!self.run_id.is_empty()).then(|| self.run_id.clone());
+        traj.started_at_ms = started;
+        traj.environment.sandbox_backend = Some(format!("{:?}", sb.backend()).to_lowercase());
+        // Grade at every stop (forced submissions too), never after an infrastructure stop.
+        if !traj.stop_reason.is_infrastructure() && !traj.infra_failure {
+            let patch = traj.patch.clone().unwrap_or_default();
+            match sb.reset().await {
+                Ok(()) => match grade_in_sandbox(&sb, &prepared.task, &prepared.repo_env, Some(&patch), &self.grade).await {
+                    Ok(report) => {
+                        traj.resolved = Some(report.resolved);
+                        traj.reward = Some(if report.resolved { 1.0 } else { 0.0 });
+                        if report.infra_failure {
+                            traj.infra_failure = true;
+                            traj.events.push(Event {
+                                step: traj.steps.len() as u32,
+                                kind: "grading_error".into(),
+                                blame: Blame::Infrastructure,
+                                message: report.error.clone().unwrap_or_default(),
+                            });
+                        }
+                        traj.grading = Some(report.to_json());
+                    }
+                    Err(e) => {
+                        traj.infra_failure = true;
+                        traj.events.push(Event {
+                            step: traj.steps.len() as u32,
+                            kind: "grading_error".into(),
+                            blame: Blame::Infrastructure,
+                            message: e.to_string(),
+                        });
+                    }
+                },
+                Err(e) => {
+                    traj.infra_failure = true;
+                    traj.events.push(Event {
+                        step: traj.steps.len() as u32,
+                        kind: "grading_error".into(),
+                        blame: Blame::Infrastructure,
+                        message: format!("resetting the sandbox for grading: {e}"),
+                    });
+                }
+            }
+        } else {
+            traj.infra_failure = true;
+        }
+        if let Err(e) = sb.teardown().await {
+            tracing::warn!(task = %job.task_id, "sandbox teardown: {e}");
+        }
+        traj.wall_ms = t0.elapsed().as_millis() as u64;
+        traj
+    }
+}
+
+impl<A: AgentLoop, B: BackendFactory, P: Preparer> Runner for AgentRunner<A, B, P> {
+    type Rec = Trajectory;
+    fn run(&self, job: Job) -> impl std::future::Future<Output = Trajectory> + Send {
+        self.run_one(job)
+    }
+    fn infra_failure(&self, job: &Job, message: String) -> Trajectory {
+        let mut traj = self.new_traj(job);
+        self.fail(&mut traj, Instant::now(), StopReason::EnvError, "env_error", message);
+        traj
+    }
+}

@@ -1,0 +1,78 @@
+//! Shared helpers for the sandbox tests: a private `$DOJO_HOME`, small source trees, and a skip
+//! check for hosts without the kernel features.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use dojo_sandbox::{ExecRequest, Pristine, PristineStore, Sandbox, SandboxOptions, Source};
+
+/// Point `$DOJO_HOME` at a per-process scratch dir (once; every test in a binary shares it).
+pub fn home() -> &'static Path {
+    static H: OnceLock<PathBuf> = OnceLock::new();
+    H.get_or_init(|| {
+        let h = std::env::temp_dir().join(format!("dojo-sbx-test-{}", std::process::id()));
+        std::fs::create_dir_all(&h).unwrap();
+        // SAFETY: set once, before any sandbox is created, by the first test to get here.
+        unsafe { std::env::set_var("DOJO_HOME", &h) };
+        h
+    })
+}
+
+/// `Some(reason)` when the namespace backend cannot run here.
+pub fn skip_reason() -> Option<String> {
+    home();
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        return None;
+    }
+    if !dojo_sandbox::doctor::namespaces_usable() {
+        return Some("user/mount/pid/net namespaces or overlayfs(userxattr) unavailable".into());
+    }
+    None
+}
+
+#[macro_export]
+macro_rules! skip_unless_ns {
+    () => {
+        if let Some(r) = common::skip_reason() {
+            eprintln!("SKIPPED: {r}");
+            return;
+        }
+    };
+}
+
+/// A directory with the given files (relative path, contents).
+pub fn tree(files: &[(&str, &str)]) -> PathBuf {
+    let d = tempfile::tempdir().unwrap().keep();
+    for (p, c) in files {
+        let f = d.join(p);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, c).unwrap();
+    }
+    d
+}
+
+pub fn small_pristine() -> Pristine {
+    static P: OnceLock<Pristine> = OnceLock::new();
+    P.get_or_init(|| {
+        home();
+        let src = tree(&[
+            ("README.md", "hello\n"),
+            ("pkg/__init__.py", "VALUE = 1\n"),
+            ("pkg/mod.py", "def f():\n    return 41\n"),
+            ("tests/test_mod.py", "from pkg.mod import f\n\ndef test_f():\n    assert f() == 41\n"),
+        ]);
+        PristineStore::open().unwrap().build(&Source::Dir { path: src }).unwrap()
+    })
+    .clone()
+}
+
+pub async fn sandbox() -> Sandbox {
+    Sandbox::create(&small_pristine(), None, &SandboxOptions::default())
+        .await
+        .expect("create sandbox")
+}
+
+pub async fn sh(sb: &Sandbox, script: &str) -> dojo_sandbox::ExecOutput {
+    sb.exec(&ExecRequest::shell(script)).await.expect("exec")
+}
