@@ -97,24 +97,33 @@ impl FormatError {
 }
 
 static PARAM: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?s)<parameter\s*=\s*([^>]+)>(.*?)</parameter>").unwrap_or_else(|e| unreachable!("static regex: {e}"))
+    Regex::new(r"(?s)<parameter\s*=\s*([^>]+)>(.*?)</parameter>")
+        .unwrap_or_else(|e| unreachable!("static regex: {e}"))
 });
 
 /// Parse the assistant message of one turn.
 pub fn parse(format: ActionFormat, msg: &ChatMessage) -> Result<ParsedTurn, FormatError> {
-    let text = msg.content.as_ref().map(MessageContent::text).unwrap_or_default();
+    let text = msg
+        .content
+        .as_ref()
+        .map(MessageContent::text)
+        .unwrap_or_default();
     match format {
         ActionFormat::Native => parse_native(msg, &text),
         ActionFormat::Xml => {
             let r = parse_xml_function(&text);
-            if matches!(r, Err(FormatError::NoCall)) && (text.contains("<tool_call>") || has_native(msg)) {
+            if matches!(r, Err(FormatError::NoCall))
+                && (text.contains("<tool_call>") || has_native(msg))
+            {
                 return Err(FormatError::WrongFormat { expected: "xml" });
             }
             r
         }
         ActionFormat::Hermes => {
             let r = parse_hermes(&text);
-            if matches!(r, Err(FormatError::NoCall)) && (text.contains("<function=") || has_native(msg)) {
+            if matches!(r, Err(FormatError::NoCall))
+                && (text.contains("<function=") || has_native(msg))
+            {
                 return Err(FormatError::WrongFormat { expected: "hermes" });
             }
             r
@@ -129,7 +138,9 @@ pub fn parse(format: ActionFormat, msg: &ChatMessage) -> Result<ParsedTurn, Form
                 None => parse_xml_function(&text),
             };
             if matches!(r, Err(FormatError::NoCall)) && has_native(msg) {
-                return Err(FormatError::WrongFormat { expected: "qwen3-coder" });
+                return Err(FormatError::WrongFormat {
+                    expected: "qwen3-coder",
+                });
             }
             r
         }
@@ -161,15 +172,34 @@ fn parse_native(msg: &ChatMessage, text: &str) -> Result<ParsedTurn, FormatError
             // Some servers double-encode: a JSON string holding the object.
             Ok(Value::String(inner)) => match serde_json::from_str::<Value>(&inner) {
                 Ok(Value::Object(m)) => m,
-                _ => return Err(FormatError::BadArguments { name, detail: "a string, not an object".into() }),
+                _ => {
+                    return Err(FormatError::BadArguments {
+                        name,
+                        detail: "a string, not an object".into(),
+                    });
+                }
             },
-            Ok(other) => return Err(FormatError::BadArguments { name, detail: format!("got {other}") }),
-            Err(e) => return Err(FormatError::BadArguments { name, detail: e.to_string() }),
+            Ok(other) => {
+                return Err(FormatError::BadArguments {
+                    name,
+                    detail: format!("got {other}"),
+                });
+            }
+            Err(e) => {
+                return Err(FormatError::BadArguments {
+                    name,
+                    detail: e.to_string(),
+                });
+            }
         }
     };
     Ok(ParsedTurn {
         thought: text.trim().to_string(),
-        call: Call { name, arguments, id: Some(first.id.clone()) },
+        call: Call {
+            name,
+            arguments,
+            id: Some(first.id.clone()),
+        },
         skipped_ids: calls[1..].iter().map(|c| c.id.clone()).collect(),
     })
 }
@@ -211,16 +241,28 @@ fn parse_xml_function(text: &str) -> Result<ParsedTurn, FormatError> {
     }
     Ok(ParsedTurn {
         thought: text[..start].trim().to_string(),
-        call: Call { name, arguments, id: None },
+        call: Call {
+            name,
+            arguments,
+            id: None,
+        },
         skipped_ids: Vec::new(),
     })
 }
 
 fn parse_hermes(text: &str) -> Result<ParsedTurn, FormatError> {
-    let (before, body) = tag_body(text, "<tool_call>", "</tool_call>").ok_or(FormatError::NoCall)?;
-    let v: Value = serde_json::from_str(body.trim())
-        .map_err(|e| FormatError::BadArguments { name: "?".into(), detail: format!("tool_call is not JSON: {e}") })?;
-    let name = v.get("name").and_then(Value::as_str).unwrap_or("").trim().to_string();
+    let (before, body) =
+        tag_body(text, "<tool_call>", "</tool_call>").ok_or(FormatError::NoCall)?;
+    let v: Value = serde_json::from_str(body.trim()).map_err(|e| FormatError::BadArguments {
+        name: "?".into(),
+        detail: format!("tool_call is not JSON: {e}"),
+    })?;
+    let name = v
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .trim()
+        .to_string();
     if name.is_empty() {
         return Err(FormatError::EmptyName);
     }
@@ -229,11 +271,29 @@ fn parse_hermes(text: &str) -> Result<ParsedTurn, FormatError> {
         Some(Value::Object(m)) => m.clone(),
         Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
             Ok(Value::Object(m)) => m,
-            _ => return Err(FormatError::BadArguments { name, detail: "arguments string is not a JSON object".into() }),
+            _ => {
+                return Err(FormatError::BadArguments {
+                    name,
+                    detail: "arguments string is not a JSON object".into(),
+                });
+            }
         },
-        Some(other) => return Err(FormatError::BadArguments { name, detail: format!("got {other}") }),
+        Some(other) => {
+            return Err(FormatError::BadArguments {
+                name,
+                detail: format!("got {other}"),
+            });
+        }
     };
-    Ok(ParsedTurn { thought: before.trim().to_string(), call: Call { name, arguments, id: None }, skipped_ids: Vec::new() })
+    Ok(ParsedTurn {
+        thought: before.trim().to_string(),
+        call: Call {
+            name,
+            arguments,
+            id: None,
+        },
+        skipped_ids: Vec::new(),
+    })
 }
 
 /// Text of an argument value for the XML formats.
@@ -262,7 +322,11 @@ pub fn render_xml_function(call: &Call, always_newline: bool) -> String {
 /// The assistant message that makes `call` in `format`, with `thought` before it.
 pub fn render(format: ActionFormat, thought: &str, call: &Call) -> ChatMessage {
     let with_thought = |block: String| {
-        if thought.is_empty() { block } else { format!("{thought}\n\n{block}") }
+        if thought.is_empty() {
+            block
+        } else {
+            format!("{thought}\n\n{block}")
+        }
     };
     match format {
         ActionFormat::Native => {
@@ -270,7 +334,11 @@ pub fn render(format: ActionFormat, thought: &str, call: &Call) -> ChatMessage {
             let id = call.id.clone().unwrap_or_else(|| "call_0".to_string());
             ChatMessage {
                 role: Role::Assistant,
-                content: if thought.is_empty() { None } else { Some(MessageContent::Text(thought.to_string())) },
+                content: if thought.is_empty() {
+                    None
+                } else {
+                    Some(MessageContent::Text(thought.to_string()))
+                },
                 name: None,
                 tool_calls: Some(vec![ToolCall::function(id, &call.name, args)]),
                 tool_call_id: None,
@@ -278,9 +346,10 @@ pub fn render(format: ActionFormat, thought: &str, call: &Call) -> ChatMessage {
             }
         }
         ActionFormat::Xml => ChatMessage::assistant(with_thought(render_xml_function(call, false))),
-        ActionFormat::Qwen3Coder => {
-            ChatMessage::assistant(with_thought(format!("<tool_call>\n{}\n</tool_call>", render_xml_function(call, true))))
-        }
+        ActionFormat::Qwen3Coder => ChatMessage::assistant(with_thought(format!(
+            "<tool_call>\n{}\n</tool_call>",
+            render_xml_function(call, true)
+        ))),
         ActionFormat::Hermes => {
             let v = serde_json::json!({"name": call.name, "arguments": Value::Object(call.arguments.clone())});
             ChatMessage::assistant(with_thought(format!("<tool_call>\n{v}\n</tool_call>")))
@@ -295,7 +364,11 @@ mod tests {
     use serde_json::json;
 
     fn call(name: &str, args: Value) -> Call {
-        Call { name: name.into(), arguments: args.as_object().cloned().unwrap(), id: None }
+        Call {
+            name: name.into(),
+            arguments: args.as_object().cloned().unwrap(),
+            id: None,
+        }
     }
 
     #[test]
@@ -305,19 +378,34 @@ mod tests {
         );
         let t = parse(ActionFormat::Xml, &m).unwrap();
         assert_eq!(t.thought, "Let me look.");
-        assert_eq!(t.call, call("str_replace_editor", json!({"command": "view", "path": "/testbed/a.py"})));
+        assert_eq!(
+            t.call,
+            call(
+                "str_replace_editor",
+                json!({"command": "view", "path": "/testbed/a.py"})
+            )
+        );
         // Cut at a `</function>` stop sequence.
         let m = ChatMessage::assistant("<function=submit>\n");
         assert_eq!(parse(ActionFormat::Xml, &m).unwrap().call.name, "submit");
         // Wrong format for the parser.
         let m = ChatMessage::assistant("<tool_call>{\"name\": \"submit\"}</tool_call>");
-        assert_eq!(parse(ActionFormat::Xml, &m).unwrap_err().kind(), "wrong_format");
-        assert_eq!(parse(ActionFormat::Xml, &ChatMessage::assistant("I am done.")).unwrap_err(), FormatError::NoCall);
+        assert_eq!(
+            parse(ActionFormat::Xml, &m).unwrap_err().kind(),
+            "wrong_format"
+        );
+        assert_eq!(
+            parse(ActionFormat::Xml, &ChatMessage::assistant("I am done.")).unwrap_err(),
+            FormatError::NoCall
+        );
     }
 
     #[test]
     fn native_handles_bad_json_and_extra_calls() {
-        let mut m = ChatMessage { content: None, ..ChatMessage::assistant("") };
+        let mut m = ChatMessage {
+            content: None,
+            ..ChatMessage::assistant("")
+        };
         m.tool_calls = Some(vec![
             ToolCall::function("a", "execute_bash", "{\"command\": \"ls\"}"),
             ToolCall::function("b", "submit", "{}"),
@@ -325,12 +413,25 @@ mod tests {
         let t = parse(ActionFormat::Native, &m).unwrap();
         assert_eq!(t.skipped_ids, ["b"]);
         assert_eq!(t.call.id.as_deref(), Some("a"));
-        m.tool_calls = Some(vec![ToolCall::function("a", "execute_bash", "{\"command\": ")]);
-        assert_eq!(parse(ActionFormat::Native, &m).unwrap_err().kind(), "bad_arguments");
+        m.tool_calls = Some(vec![ToolCall::function(
+            "a",
+            "execute_bash",
+            "{\"command\": ",
+        )]);
+        assert_eq!(
+            parse(ActionFormat::Native, &m).unwrap_err().kind(),
+            "bad_arguments"
+        );
         m.tool_calls = Some(vec![ToolCall::function("a", "execute_bash", "[1]")]);
-        assert_eq!(parse(ActionFormat::Native, &m).unwrap_err().kind(), "bad_arguments");
+        assert_eq!(
+            parse(ActionFormat::Native, &m).unwrap_err().kind(),
+            "bad_arguments"
+        );
         let text = ChatMessage::assistant("<function=submit></function>");
-        assert_eq!(parse(ActionFormat::Native, &text).unwrap_err().kind(), "wrong_format");
+        assert_eq!(
+            parse(ActionFormat::Native, &text).unwrap_err().kind(),
+            "wrong_format"
+        );
     }
 
     #[test]
@@ -346,11 +447,24 @@ mod tests {
         );
         let t = parse(ActionFormat::Qwen3Coder, &m).unwrap();
         assert_eq!(t.thought, "ok");
-        assert_eq!(t.call, call("str_replace_editor", json!({"command": "view", "view_range": "[1, 5]"})));
-        let bad = ChatMessage::assistant("<tool_call>{\"name\": \"x\", \"arguments\": </tool_call>");
-        assert_eq!(parse(ActionFormat::Hermes, &bad).unwrap_err().kind(), "bad_arguments");
+        assert_eq!(
+            t.call,
+            call(
+                "str_replace_editor",
+                json!({"command": "view", "view_range": "[1, 5]"})
+            )
+        );
+        let bad =
+            ChatMessage::assistant("<tool_call>{\"name\": \"x\", \"arguments\": </tool_call>");
+        assert_eq!(
+            parse(ActionFormat::Hermes, &bad).unwrap_err().kind(),
+            "bad_arguments"
+        );
         let unnamed = ChatMessage::assistant("<tool_call>{\"arguments\": {}}</tool_call>");
-        assert_eq!(parse(ActionFormat::Hermes, &unnamed).unwrap_err(), FormatError::EmptyName);
+        assert_eq!(
+            parse(ActionFormat::Hermes, &unnamed).unwrap_err(),
+            FormatError::EmptyName
+        );
     }
 
     fn name_strategy() -> impl Strategy<Value = String> {
@@ -360,11 +474,16 @@ mod tests {
     /// angle brackets) is fair game.
     fn value_strategy() -> impl Strategy<Value = String> {
         "(?s).{0,200}".prop_filter("no delimiter tags", |s| {
-            !s.contains("</parameter>") && !s.contains("</function>") && !s.contains("</tool_call>") && !s.contains("<parameter")
+            !s.contains("</parameter>")
+                && !s.contains("</function>")
+                && !s.contains("</tool_call>")
+                && !s.contains("<parameter")
         })
     }
     fn thought_strategy() -> impl Strategy<Value = String> {
-        "(?s).{0,100}".prop_filter("no call tags", |s| !s.contains("<function") && !s.contains("<tool_call>"))
+        "(?s).{0,100}".prop_filter("no call tags", |s| {
+            !s.contains("<function") && !s.contains("<tool_call>")
+        })
     }
     fn args_strategy() -> impl Strategy<Value = Map<String, Value>> {
         proptest::collection::btree_map(name_strategy(), value_strategy(), 0..5)
@@ -419,6 +538,9 @@ mod tests {
         let big = "x".repeat(2_000_000);
         let c = call("execute_bash", json!({"command": big}));
         let t = parse(ActionFormat::Xml, &render(ActionFormat::Xml, "", &c)).unwrap();
-        assert_eq!(t.call.arguments["command"].as_str().unwrap().len(), 2_000_000);
+        assert_eq!(
+            t.call.arguments["command"].as_str().unwrap().len(),
+            2_000_000
+        );
     }
 }

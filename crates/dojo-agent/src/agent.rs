@@ -7,13 +7,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use dojo_llm::{ChatBackend, ChatMessage, ChatRequest, LlmError, Role};
 use dojo_sandbox::WORKSPACE;
 use dojo_trajectory::{
-    ActionRecord, AgentInfo, Blame, CompressionEvent, EnvironmentFingerprint, Event, PolicyInfo, PromptPart,
-    SamplingConfig, Step, StopReason, ToolOutcome, Trajectory,
+    ActionRecord, AgentInfo, Blame, CompressionEvent, EnvironmentFingerprint, Event, PolicyInfo,
+    PromptPart, SamplingConfig, Step, StopReason, ToolOutcome, Trajectory,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
-use crate::action::{self, ActionFormat, FormatError, CONTINUE_MSG};
+use crate::action::{self, ActionFormat, CONTINUE_MSG, FormatError};
 use crate::context::ContextConfig;
 use crate::prompt::{PromptError, Prompts};
 use crate::tools::{ToolContext, ToolError, ToolRegistry};
@@ -108,7 +108,10 @@ pub struct Agent {
 }
 
 fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn ms(d: Duration) -> u64 {
@@ -122,7 +125,11 @@ enum Flow {
 }
 
 impl Agent {
-    pub fn new(cfg: AgentConfig, tools: ToolRegistry, backend: Arc<dyn ChatBackend>) -> Result<Self, AgentError> {
+    pub fn new(
+        cfg: AgentConfig,
+        tools: ToolRegistry,
+        backend: Arc<dyn ChatBackend>,
+    ) -> Result<Self, AgentError> {
         if cfg.max_steps == 0 {
             return Err(AgentError::Config("max_steps must be at least 1".into()));
         }
@@ -130,11 +137,23 @@ impl Agent {
             return Err(AgentError::Config("the tool registry is empty".into()));
         }
         if !(cfg.command_timeout_secs > 0.0 && cfg.max_wall_secs > 0.0) {
-            return Err(AgentError::Config("command_timeout_secs and max_wall_secs must be positive".into()));
+            return Err(AgentError::Config(
+                "command_timeout_secs and max_wall_secs must be positive".into(),
+            ));
         }
         let prompts = Prompts::load(cfg.prompt_dir.as_deref())?;
-        let policy = PolicyInfo { kind: "chat".into(), endpoint: Some(backend.describe()), ..Default::default() };
-        Ok(Agent { cfg, tools, backend, prompts, policy })
+        let policy = PolicyInfo {
+            kind: "chat".into(),
+            endpoint: Some(backend.describe()),
+            ..Default::default()
+        };
+        Ok(Agent {
+            cfg,
+            tools,
+            backend,
+            prompts,
+            policy,
+        })
     }
 
     /// Describe the policy in the records this agent writes.
@@ -152,22 +171,34 @@ impl Agent {
     }
 
     fn observation_role(&self) -> ObservationRole {
-        self.cfg.observation_role.unwrap_or(if self.cfg.action_format == ActionFormat::Native {
-            ObservationRole::Tool
-        } else {
-            ObservationRole::User
-        })
+        self.cfg
+            .observation_role
+            .unwrap_or(if self.cfg.action_format == ActionFormat::Native {
+                ObservationRole::Tool
+            } else {
+                ObservationRole::User
+            })
     }
 
     /// The system and instance messages for a task.
-    pub fn initial_messages(&self, vars: &Map<String, Value>) -> Result<Vec<ChatMessage>, PromptError> {
+    pub fn initial_messages(
+        &self,
+        vars: &Map<String, Value>,
+    ) -> Result<Vec<ChatMessage>, PromptError> {
         let mut ctx = vars.clone();
         ctx.entry("workspace").or_insert_with(|| json!(WORKSPACE));
         ctx.insert("max_steps".into(), json!(self.cfg.max_steps));
-        ctx.insert("action_format".into(), json!(self.cfg.action_format.as_str()));
+        ctx.insert(
+            "action_format".into(),
+            json!(self.cfg.action_format.as_str()),
+        );
         ctx.insert("tools".into(), Value::Array(self.tools.schemas()));
         ctx.entry("problem_statement").or_insert_with(|| json!(""));
-        let tools_text = if self.cfg.action_format.is_text() { self.prompts.render("tools_text", &ctx)? } else { String::new() };
+        let tools_text = if self.cfg.action_format.is_text() {
+            self.prompts.render("tools_text", &ctx)?
+        } else {
+            String::new()
+        };
         ctx.insert("tools_text".into(), json!(tools_text));
         Ok(vec![
             ChatMessage::system(self.prompts.render("system", &ctx)?),
@@ -232,23 +263,44 @@ impl<'a> Run<'a> {
             t.environment.dojo_version = env!("CARGO_PKG_VERSION").into();
         }
         t.started_at_ms = unix_ms();
-        Run { agent, t, start: Instant::now(), turns: Vec::new(), compressed_turns: 0, consecutive_format_errors: 0 }
+        Run {
+            agent,
+            t,
+            start: Instant::now(),
+            turns: Vec::new(),
+            compressed_turns: 0,
+            consecutive_format_errors: 0,
+        }
     }
 
     fn event(&mut self, step: u32, kind: &str, blame: Blame, message: impl Into<String>) {
-        self.t.events.push(Event { step, kind: kind.into(), blame, message: message.into() });
+        self.t.events.push(Event {
+            step,
+            kind: kind.into(),
+            blame,
+            message: message.into(),
+        });
     }
 
     fn remaining_wall(&self) -> Duration {
         Duration::from_secs_f64(self.agent.cfg.max_wall_secs).saturating_sub(self.start.elapsed())
     }
 
-    async fn drive(&mut self, ws: &dyn Workspace, task: &TaskInput) -> (StopReason, Option<String>) {
+    async fn drive(
+        &mut self,
+        ws: &dyn Workspace,
+        task: &TaskInput,
+    ) -> (StopReason, Option<String>) {
         let cfg = &self.agent.cfg;
         match self.agent.initial_messages(&task.vars) {
             Ok(m) => self.t.messages = m,
             // A template that cannot render for this task: our configuration, not the agent.
-            Err(e) => return (StopReason::EnvError, Some(format!("rendering prompts: {e}"))),
+            Err(e) => {
+                return (
+                    StopReason::EnvError,
+                    Some(format!("rendering prompts: {e}")),
+                );
+            }
         }
         let mut ctx = ToolContext::new(ws, Duration::from_secs_f64(cfg.command_timeout_secs));
         for step in 1..=cfg.max_steps {
@@ -270,7 +322,12 @@ impl<'a> Run<'a> {
         }
         let mut parts = vec![PromptPart::Message(0), PromptPart::Message(1)];
         parts.extend((0..self.t.compressions.len()).map(PromptPart::Summary));
-        let first_kept = self.t.compressions.last().map(|c| c.messages.1).unwrap_or(2);
+        let first_kept = self
+            .t
+            .compressions
+            .last()
+            .map(|c| c.messages.1)
+            .unwrap_or(2);
         parts.extend((first_kept..self.t.messages.len()).map(PromptPart::Message));
         let msgs = parts
             .iter()
@@ -283,21 +340,38 @@ impl<'a> Run<'a> {
     }
 
     async fn maybe_compress(&mut self, step: u32, task: &TaskInput) {
-        let Some(cc) = self.agent.cfg.context.clone() else { return };
+        let Some(cc) = self.agent.cfg.context.clone() else {
+            return;
+        };
         let done = self.turns.len() as u32;
-        let Some((first, last)) = cc.due(done, self.compressed_turns) else { return };
-        let (msg_start, msg_end) = (self.turns[first as usize - 1].0, self.turns[last as usize - 1].1);
+        let Some((first, last)) = cc.due(done, self.compressed_turns) else {
+            return;
+        };
+        let (msg_start, msg_end) = (
+            self.turns[first as usize - 1].0,
+            self.turns[last as usize - 1].1,
+        );
         let mut transcript = String::new();
-        for (k, &(a, b)) in self.turns[first as usize - 1..last as usize].iter().enumerate() {
+        for (k, &(a, b)) in self.turns[first as usize - 1..last as usize]
+            .iter()
+            .enumerate()
+        {
             transcript.push_str(&format!("[Turn {}]\n", first as usize + k));
             for m in &self.t.messages[a..b] {
                 let mut text = m.text();
                 if let Some(calls) = &m.tool_calls {
                     for c in calls {
-                        text.push_str(&format!("\n<call {}>{}</call>", c.function.name, c.function.arguments));
+                        text.push_str(&format!(
+                            "\n<call {}>{}</call>",
+                            c.function.name, c.function.arguments
+                        ));
                     }
                 }
-                let label = if m.role == Role::Assistant { "AGENT" } else { "OBSERVATION" };
+                let label = if m.role == Role::Assistant {
+                    "AGENT"
+                } else {
+                    "OBSERVATION"
+                };
                 let clipped = crate::tools::clip_chars(&text, cc.max_observation_chars);
                 transcript.push_str(&format!("{label}:\n{clipped}\n"));
             }
@@ -310,7 +384,12 @@ impl<'a> Run<'a> {
         let prompt = match self.agent.prompts.render("summary", &vars) {
             Ok(p) => p,
             Err(e) => {
-                self.event(step, "compression_failed", Blame::Infrastructure, e.to_string());
+                self.event(
+                    step,
+                    "compression_failed",
+                    Blame::Infrastructure,
+                    e.to_string(),
+                );
                 return;
             }
         };
@@ -319,14 +398,19 @@ impl<'a> Run<'a> {
         req.temperature = Some(cc.temperature);
         req.max_tokens = cc.max_summary_tokens;
         let started = Instant::now();
-        let resp = tokio::time::timeout(self.remaining_wall(), self.agent.backend.complete(req)).await;
+        let resp =
+            tokio::time::timeout(self.remaining_wall(), self.agent.backend.complete(req)).await;
         let llm_ms = ms(started.elapsed());
         match resp {
             Ok(Ok(resp)) => {
                 self.t.llm_calls += 1;
                 let usage = resp.usage.unwrap_or_default();
                 self.t.usage.add(&usage);
-                let summary = resp.choices.first().map(|c| c.message.text()).unwrap_or_default();
+                let summary = resp
+                    .choices
+                    .first()
+                    .map(|c| c.message.text())
+                    .unwrap_or_default();
                 self.t.compressions.push(CompressionEvent {
                     at_step: step,
                     turns: (first, last),
@@ -342,9 +426,19 @@ impl<'a> Run<'a> {
             }
             Ok(Err(e)) => {
                 self.t.llm_calls += 1;
-                self.event(step, "compression_failed", Blame::Infrastructure, e.to_string());
+                self.event(
+                    step,
+                    "compression_failed",
+                    Blame::Infrastructure,
+                    e.to_string(),
+                );
             }
-            Err(_) => self.event(step, "compression_failed", Blame::Infrastructure, "wall-time budget ran out"),
+            Err(_) => self.event(
+                step,
+                "compression_failed",
+                Blame::Infrastructure,
+                "wall-time budget ran out",
+            ),
         }
     }
 
@@ -353,14 +447,21 @@ impl<'a> Run<'a> {
         if !cfg.step_counter {
             return String::new();
         }
-        let vars = json!({"step": step, "max_steps": cfg.max_steps, "remaining": cfg.max_steps - step});
-        self.agent.prompts.render("step", &vars).map(|s| format!("\n{s}")).unwrap_or_default()
+        let vars =
+            json!({"step": step, "max_steps": cfg.max_steps, "remaining": cfg.max_steps - step});
+        self.agent
+            .prompts
+            .render("step", &vars)
+            .map(|s| format!("\n{s}"))
+            .unwrap_or_default()
     }
 
     fn push_observation(&mut self, call_id: Option<&str>, text: String) -> usize {
         let msg = match (self.agent.observation_role(), call_id) {
             (ObservationRole::Tool, Some(id)) => ChatMessage::tool(id, text),
-            (ObservationRole::Tool, None) if self.agent.cfg.action_format != ActionFormat::Native => {
+            (ObservationRole::Tool, None)
+                if self.agent.cfg.action_format != ActionFormat::Native =>
+            {
                 let mut m = ChatMessage::new(Role::Tool, text);
                 m.tool_call_id = None;
                 m
@@ -373,7 +474,11 @@ impl<'a> Run<'a> {
 
     async fn step(&mut self, ctx: &mut ToolContext<'_>, index: u32, task: &TaskInput) -> Flow {
         let cfg = &self.agent.cfg;
-        let mut step = Step { index, started_ms: ms(self.start.elapsed()), ..Default::default() };
+        let mut step = Step {
+            index,
+            started_ms: ms(self.start.elapsed()),
+            ..Default::default()
+        };
         self.maybe_compress(index, task).await;
         let (messages, prompt_parts) = self.prompt();
         step.prompt = prompt_parts;
@@ -382,11 +487,17 @@ impl<'a> Run<'a> {
         // 1. Ask the policy.
         let req = self.agent.request(messages);
         let llm_started = Instant::now();
-        let answer = tokio::time::timeout(self.remaining_wall(), self.agent.backend.complete(req)).await;
+        let answer =
+            tokio::time::timeout(self.remaining_wall(), self.agent.backend.complete(req)).await;
         step.llm_ms = ms(llm_started.elapsed());
         self.t.llm_calls += 1;
         let resp = match answer {
-            Err(_) => return Flow::Stop(StopReason::Timeout, Some("wall-time budget ran out waiting for the policy".into())),
+            Err(_) => {
+                return Flow::Stop(
+                    StopReason::Timeout,
+                    Some("wall-time budget ran out waiting for the policy".into()),
+                );
+            }
             Ok(Err(e)) => return self.llm_failure(index, e),
             Ok(Ok(r)) => r,
         };
@@ -396,7 +507,10 @@ impl<'a> Run<'a> {
         step.response_id = Some(resp.id.clone()).filter(|s| !s.is_empty());
         step.prompt_token_ids = resp.prompt_token_ids.clone();
         let Some(choice) = resp.choices.into_iter().next() else {
-            return Flow::Stop(StopReason::LlmError, Some("response without choices".into()));
+            return Flow::Stop(
+                StopReason::LlmError,
+                Some("response without choices".into()),
+            );
         };
         step.finish_reason = choice.finish_reason.clone();
         step.completion_token_ids = choice.token_ids.clone();
@@ -418,8 +532,12 @@ impl<'a> Run<'a> {
                     other => format!("ERROR: {other}.\n{CONTINUE_MSG}"),
                 } + &self.step_suffix(index);
                 // Native calls that failed to parse still need an answer per call id.
-                let ids: Vec<String> =
-                    assistant.tool_calls.iter().flatten().map(|c| c.id.clone()).collect();
+                let ids: Vec<String> = assistant
+                    .tool_calls
+                    .iter()
+                    .flatten()
+                    .map(|c| c.id.clone())
+                    .collect();
                 if cfg.action_format == ActionFormat::Native && !ids.is_empty() {
                     for id in ids {
                         let i = self.push_observation(Some(&id), text.clone());
@@ -432,7 +550,10 @@ impl<'a> Run<'a> {
                 if self.consecutive_format_errors >= cfg.max_format_errors {
                     flow = Flow::Stop(
                         StopReason::FormatErrors,
-                        Some(format!("{} consecutive turns without a valid function call", self.consecutive_format_errors)),
+                        Some(format!(
+                            "{} consecutive turns without a valid function call",
+                            self.consecutive_format_errors
+                        )),
                     );
                 }
             }
@@ -441,23 +562,40 @@ impl<'a> Run<'a> {
                 step.action = Some(ActionRecord {
                     tool: turn.call.name.clone(),
                     arguments: Value::Object(turn.call.arguments.clone()),
-                    call_id: turn.call.id.clone().unwrap_or_else(|| format!("step_{index}")),
+                    call_id: turn
+                        .call
+                        .id
+                        .clone()
+                        .unwrap_or_else(|| format!("step_{index}")),
                 });
                 // 3. Run it, within what is left of the wall-time budget.
                 let tool_started = Instant::now();
                 let result = tokio::time::timeout(
                     self.remaining_wall(),
-                    self.agent.tools.call(ctx, &turn.call.name, &turn.call.arguments),
+                    self.agent
+                        .tools
+                        .call(ctx, &turn.call.name, &turn.call.arguments),
                 )
                 .await;
                 step.tool_ms = ms(tool_started.elapsed());
                 match result {
                     Err(_) => {
-                        flow = Flow::Stop(StopReason::Timeout, Some("wall-time budget ran out during a tool call".into()));
+                        flow = Flow::Stop(
+                            StopReason::Timeout,
+                            Some("wall-time budget ran out during a tool call".into()),
+                        );
                     }
                     Ok(Err(ToolError::Env { tool, source })) => {
-                        self.event(index, "env_error", Blame::Infrastructure, format!("{tool}: {source}"));
-                        flow = Flow::Stop(StopReason::EnvError, Some(format!("sandbox failure in {tool}: {source}")));
+                        self.event(
+                            index,
+                            "env_error",
+                            Blame::Infrastructure,
+                            format!("{tool}: {source}"),
+                        );
+                        flow = Flow::Stop(
+                            StopReason::EnvError,
+                            Some(format!("sandbox failure in {tool}: {source}")),
+                        );
                     }
                     Ok(Ok(out)) => {
                         step.tool = Some(ToolOutcome {
@@ -468,10 +606,22 @@ impl<'a> Run<'a> {
                             error: out.error,
                             duration_ms: step.tool_ms,
                         });
-                        if out.blocked && self.agent.tools.get(&turn.call.name).is_none() {
-                            self.event(index, "unknown_tool", Blame::Agent, format!("unknown function {:?}", turn.call.name));
+                        if let Some(note) = &out.infra_note {
+                            self.event(index, "tool_infra", Blame::Infrastructure, format!("{}: {note}", turn.call.name));
                         }
-                        let text = if out.submitted { out.text.clone() } else { out.text.clone() + &self.step_suffix(index) };
+                        if out.blocked && self.agent.tools.get(&turn.call.name).is_none() {
+                            self.event(
+                                index,
+                                "unknown_tool",
+                                Blame::Agent,
+                                format!("unknown function {:?}", turn.call.name),
+                            );
+                        }
+                        let text = if out.submitted {
+                            out.text.clone()
+                        } else {
+                            out.text.clone() + &self.step_suffix(index)
+                        };
                         let i = self.push_observation(turn.call.id.as_deref(), text);
                         step.observation_messages.push(i);
                         for id in &turn.skipped_ids {
@@ -495,12 +645,21 @@ impl<'a> Run<'a> {
         if matches!(flow, Flow::Continue) {
             let context_used = usage.prompt_tokens + usage.completion_tokens;
             if let Some(max) = cfg.max_context_tokens.filter(|&m| context_used >= m) {
-                return Flow::Stop(StopReason::MaxTokens, Some(format!("context reached {context_used} of {max} tokens")));
-            }
-            if let Some(max) = cfg.max_total_tokens.filter(|&m| self.t.usage.total_tokens >= m) {
                 return Flow::Stop(
                     StopReason::MaxTokens,
-                    Some(format!("rollout used {} of {max} tokens", self.t.usage.total_tokens)),
+                    Some(format!("context reached {context_used} of {max} tokens")),
+                );
+            }
+            if let Some(max) = cfg
+                .max_total_tokens
+                .filter(|&m| self.t.usage.total_tokens >= m)
+            {
+                return Flow::Stop(
+                    StopReason::MaxTokens,
+                    Some(format!(
+                        "rollout used {} of {max} tokens",
+                        self.t.usage.total_tokens
+                    )),
                 );
             }
         }
@@ -508,20 +667,36 @@ impl<'a> Run<'a> {
     }
 
     fn llm_failure(&mut self, index: u32, e: LlmError) -> Flow {
-        let blame = if e.is_infrastructure() { Blame::Infrastructure } else { Blame::Model };
+        let blame = if e.is_infrastructure() {
+            Blame::Infrastructure
+        } else {
+            Blame::Model
+        };
         self.event(index, e.kind(), blame, e.to_string());
         match e {
             // The conversation outgrew the model: the agent's budget, not the infrastructure.
-            LlmError::ContextLength { .. } => Flow::Stop(StopReason::MaxTokens, Some(e.to_string())),
+            LlmError::ContextLength { .. } => {
+                Flow::Stop(StopReason::MaxTokens, Some(e.to_string()))
+            }
             _ => Flow::Stop(StopReason::LlmError, Some(e.to_string())),
         }
     }
 
-    async fn finish(mut self, ws: &dyn Workspace, mut reason: StopReason, mut detail: Option<String>) -> Trajectory {
+    async fn finish(
+        mut self,
+        ws: &dyn Workspace,
+        mut reason: StopReason,
+        mut detail: Option<String>,
+    ) -> Trajectory {
         match ws.diff().await {
             Ok(p) => self.t.patch = Some(p),
             Err(e) => {
-                self.event(self.t.steps.len() as u32, "env_error", Blame::Infrastructure, format!("extracting the diff: {e}"));
+                self.event(
+                    self.t.steps.len() as u32,
+                    "env_error",
+                    Blame::Infrastructure,
+                    format!("extracting the diff: {e}"),
+                );
                 if !reason.is_infrastructure() {
                     reason = StopReason::EnvError;
                     detail = Some(format!("extracting the diff: {e}"));

@@ -18,7 +18,7 @@ pub mod prompt;
 pub mod tools;
 mod workspace;
 
-pub use action::{ActionFormat, Call, FormatError, ParsedTurn, CONTINUE_MSG};
+pub use action::{ActionFormat, CONTINUE_MSG, Call, FormatError, ParsedTurn};
 pub use agent::{Agent, AgentConfig, AgentError, ObservationRole, TaskInput};
 pub use context::ContextConfig;
 pub use prompt::Prompts;

@@ -62,21 +62,33 @@ impl Prompts {
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         for name in TEMPLATES {
             let source = match dir.map(|d| d.join(format!("{name}.jinja"))) {
-                Some(p) if p.exists() => std::fs::read_to_string(&p)
-                    .map_err(|source| PromptError::Io { path: p.display().to_string(), source })?,
+                Some(p) if p.exists() => {
+                    std::fs::read_to_string(&p).map_err(|source| PromptError::Io {
+                        path: p.display().to_string(),
+                        source,
+                    })?
+                }
                 _ => default_source(name).to_string(),
             };
             env.add_template_owned(name.to_string(), source)
-                .map_err(|source| PromptError::Template { name: name.to_string(), source })?;
+                .map_err(|source| PromptError::Template {
+                    name: name.to_string(),
+                    source,
+                })?;
         }
         Ok(Prompts { env })
     }
 
     /// Render template `name` with `ctx`.
     pub fn render(&self, name: &str, ctx: &impl Serialize) -> Result<String, PromptError> {
-        let err = |source| PromptError::Template { name: name.to_string(), source };
+        let err = |source| PromptError::Template {
+            name: name.to_string(),
+            source,
+        };
         let t = self.env.get_template(name).map_err(err)?;
-        let out = t.render(minijinja::Value::from(minijinja::value::Serde(ctx))).map_err(err)?;
+        let out = t
+            .render(minijinja::Value::from(minijinja::value::Serde(ctx)))
+            .map_err(err)?;
         Ok(out.trim_end().to_string())
     }
 }
@@ -108,26 +120,47 @@ mod tests {
         let p = Prompts::builtin().unwrap();
         insta::assert_snapshot!("system", p.render("system", &vars("native")).unwrap());
         insta::assert_snapshot!("instance", p.render("instance", &vars("native")).unwrap());
-        insta::assert_snapshot!("tools_text_xml", p.render("tools_text", &vars("xml")).unwrap());
-        insta::assert_snapshot!("tools_text_hermes", p.render("tools_text", &vars("hermes")).unwrap());
+        insta::assert_snapshot!(
+            "tools_text_xml",
+            p.render("tools_text", &vars("xml")).unwrap()
+        );
+        insta::assert_snapshot!(
+            "tools_text_hermes",
+            p.render("tools_text", &vars("hermes")).unwrap()
+        );
         insta::assert_snapshot!(
             "step",
-            p.render("step", &json!({"step": 3, "max_steps": 150, "remaining": 147})).unwrap()
+            p.render(
+                "step",
+                &json!({"step": 3, "max_steps": 150, "remaining": 147})
+            )
+            .unwrap()
         );
     }
 
     #[test]
     fn missing_variables_are_errors_and_overrides_apply() {
         let p = Prompts::builtin().unwrap();
-        let err = p.render("instance", &json!({"workspace": "/testbed"})).unwrap_err();
+        let err = p
+            .render("instance", &json!({"workspace": "/testbed"}))
+            .unwrap_err();
         assert!(err.to_string().contains("instance"), "{err}");
         let dir = std::env::temp_dir().join(format!("dojo-prompts-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("instance.jinja"), "Fix: {{ problem_statement }}").unwrap();
         let p = Prompts::load(Some(&dir)).unwrap();
-        assert_eq!(p.render("instance", &json!({"problem_statement": "x"})).unwrap(), "Fix: x");
+        assert_eq!(
+            p.render("instance", &json!({"problem_statement": "x"}))
+                .unwrap(),
+            "Fix: x"
+        );
         std::fs::write(dir.join("step.jinja"), "{% if %}").unwrap();
-        assert!(Prompts::load(Some(&dir)).unwrap_err().to_string().contains("step"));
+        assert!(
+            Prompts::load(Some(&dir))
+                .unwrap_err()
+                .to_string()
+                .contains("step")
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -16,7 +16,11 @@ pub trait Workspace: Send + Sync {
     /// Read a file; absolute inside the sandbox, or relative to `/testbed`.
     fn read_file<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, SandboxError>>;
     /// Write a file, creating parent directories.
-    fn write_file<'a>(&'a self, path: &'a str, data: &'a [u8]) -> BoxFuture<'a, Result<(), SandboxError>>;
+    fn write_file<'a>(
+        &'a self,
+        path: &'a str,
+        data: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), SandboxError>>;
     /// The workspace diff as a git patch.
     fn diff(&self) -> BoxFuture<'_, Result<String, SandboxError>>;
     /// The real sandbox behind this workspace, for tools that need more (language servers).
@@ -32,7 +36,11 @@ impl Workspace for Sandbox {
     fn read_file<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, SandboxError>> {
         Box::pin(Sandbox::read_file(self, path))
     }
-    fn write_file<'a>(&'a self, path: &'a str, data: &'a [u8]) -> BoxFuture<'a, Result<(), SandboxError>> {
+    fn write_file<'a>(
+        &'a self,
+        path: &'a str,
+        data: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), SandboxError>> {
         Box::pin(Sandbox::write_file(self, path, data))
     }
     fn diff(&self) -> BoxFuture<'_, Result<String, SandboxError>> {
@@ -63,7 +71,9 @@ impl LocalWorkspace {
         let rel = match path.strip_prefix(WORKSPACE) {
             Some(rest) if rest.is_empty() || rest.starts_with('/') => rest.trim_start_matches('/'),
             Some(_) => return Err(SandboxError::PathEscape(path.to_string())),
-            None if path.starts_with('/') => return Err(SandboxError::PathEscape(path.to_string())),
+            None if path.starts_with('/') => {
+                return Err(SandboxError::PathEscape(path.to_string()));
+            }
             None => path,
         };
         let mut out = self.root.clone();
@@ -90,12 +100,19 @@ impl LocalWorkspace {
         cmd.args(args)
             .current_dir(&cwd)
             .envs(&req.env)
-            .stdin(if req.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if req.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        let io = |source| SandboxError::Io { path: prog.clone(), source };
+        let io = |source| SandboxError::Io {
+            path: prog.clone(),
+            source,
+        };
         let mut child = cmd.spawn().map_err(io)?;
         if let (Some(data), Some(mut stdin)) = (req.stdin.clone(), child.stdin.take()) {
             use tokio::io::AsyncWriteExt;
@@ -112,8 +129,16 @@ impl LocalWorkspace {
             }
             Err(_) => {
                 // Kill the whole process group so grandchildren holding the pipes die too.
-                if let Some(pid) = pid {
-                    let _ = std::process::Command::new("kill").args(["-KILL", &format!("-{pid}")]).status();
+                // (Never via the `kill` binary: procps-ng 4.0 turns `kill -KILL -<pgid>` into
+                // kill(-1), which kills every process of the user.)
+                if let Some(pgid) = pid
+                    .and_then(|p| libc::pid_t::try_from(p).ok())
+                    .filter(|&p| p > 1)
+                {
+                    // SAFETY: plain syscall on a process group we created (process_group(0)).
+                    unsafe {
+                        libc::killpg(pgid, libc::SIGKILL);
+                    }
                 }
                 (None, Vec::new(), Vec::new(), true)
             }
@@ -123,7 +148,9 @@ impl LocalWorkspace {
         use std::os::unix::process::ExitStatusExt;
         Ok(ExecOutput {
             exit_code: status.and_then(|s| s.code()),
-            signal: status.and_then(|s| s.signal()).or(if timed_out { Some(9) } else { None }),
+            signal: status
+                .and_then(|s| s.signal())
+                .or(if timed_out { Some(9) } else { None }),
             stdout,
             stderr,
             stdout_truncated,
@@ -151,13 +178,25 @@ impl Workspace for LocalWorkspace {
     fn read_file<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, SandboxError>> {
         Box::pin(async move {
             let p = self.host_path(path)?;
-            tokio::fs::read(&p).await.map_err(|source| SandboxError::Io { path: path.to_string(), source })
+            tokio::fs::read(&p)
+                .await
+                .map_err(|source| SandboxError::Io {
+                    path: path.to_string(),
+                    source,
+                })
         })
     }
-    fn write_file<'a>(&'a self, path: &'a str, data: &'a [u8]) -> BoxFuture<'a, Result<(), SandboxError>> {
+    fn write_file<'a>(
+        &'a self,
+        path: &'a str,
+        data: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), SandboxError>> {
         Box::pin(async move {
             let p = self.host_path(path)?;
-            let io = |source| SandboxError::Io { path: path.to_string(), source };
+            let io = |source| SandboxError::Io {
+                path: path.to_string(),
+                source,
+            };
             if let Some(parent) = p.parent() {
                 tokio::fs::create_dir_all(parent).await.map_err(io)?;
             }
@@ -166,11 +205,15 @@ impl Workspace for LocalWorkspace {
     }
     fn diff(&self) -> BoxFuture<'_, Result<String, SandboxError>> {
         Box::pin(async move {
-            let req = ExecRequest::shell("git add -A >/dev/null 2>&1 && git diff --cached --binary")
-                .timeout(Duration::from_secs(60));
+            let req =
+                ExecRequest::shell("git add -A >/dev/null 2>&1 && git diff --cached --binary")
+                    .timeout(Duration::from_secs(60));
             let out = self.run(&req).await?;
             if !out.success() {
-                return Err(SandboxError::Other(format!("git diff failed: {}", out.stderr_lossy())));
+                return Err(SandboxError::Other(format!(
+                    "git diff failed: {}",
+                    out.stderr_lossy()
+                )));
             }
             Ok(out.stdout_lossy())
         })
@@ -184,7 +227,10 @@ mod tests {
     #[test]
     fn host_paths_stay_inside() {
         let ws = LocalWorkspace::new("/tmp/x");
-        assert_eq!(ws.host_path("/testbed/a/b.py").unwrap(), PathBuf::from("/tmp/x/a/b.py"));
+        assert_eq!(
+            ws.host_path("/testbed/a/b.py").unwrap(),
+            PathBuf::from("/tmp/x/a/b.py")
+        );
         assert_eq!(ws.host_path("/testbed").unwrap(), PathBuf::from("/tmp/x"));
         assert_eq!(ws.host_path("a.py").unwrap(), PathBuf::from("/tmp/x/a.py"));
         assert!(ws.host_path("/etc/passwd").is_err());

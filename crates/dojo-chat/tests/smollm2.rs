@@ -21,11 +21,19 @@ fn format() -> Option<ChatFormat> {
     Some(ChatFormat::from_gguf(&model()?).expect("GGUF chat format"))
 }
 
-/// Golden ids from llama.cpp (llama-cpp-python 0.3.x `Llama.tokenize(special=True,
+/// Golden ids from llama.cpp (llama-cpp-python 0.3.36 `Llama.tokenize(special=True,
 /// add_bos=False)` on the same GGUF); see benchmarks/results/engine.md for the command.
 const GOLDEN: &[(&str, &[u32])] = &[
     ("<|im_start|>system", &[1, 9690]),
     ("<|im_start|>user\nHello!<|im_end|>\n", &[1, 4093, 198, 19556, 17, 2, 198]),
+    (
+        "def add(a, b):\n    return a + b  # 12345 digits\n",
+        &[1604, 803, 24, 81, 28, 278, 727, 472, 1003, 253, 1232, 278, 216, 907, 216, 33, 34, 35, 36, 37, 18638, 198],
+    ),
+    (
+        "unicode: héllo wörld — 你好 🙂",
+        &[35852, 42, 294, 2756, 31394, 267, 29989, 400, 1841, 216, 18645, 250, 48392, 138, 47526],
+    ),
 ];
 
 #[test]

@@ -599,3 +599,176 @@ fn write_manifest(
     let text = serde_json::to_string_pretty(&m).unwrap_or_default();
     write(p, &text)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::tests::CharChatml;
+    use dojo_trajectory::{StopReason, Trajectory};
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use serde_json::Value;
+    use std::io::Write;
+
+    /// A record: `turns` bash turns then a submit, graded with `reward`.
+    pub fn record(task: &str, sample: u32, reward: f64, turns: usize) -> Trajectory {
+        let mut msgs = vec![
+            json!({"role": "system", "content": "You are an agent."}),
+            json!({"role": "user", "content": format!("Fix {task}.")}),
+        ];
+        let mut t = Trajectory::new(task, sample);
+        for i in 0..=turns {
+            let (name, args) = if i == turns {
+                ("submit", "{}".to_string())
+            } else {
+                ("execute_bash", format!("{{\"command\": \"ls {i}\"}}"))
+            };
+            t.steps.push(dojo_trajectory::Step {
+                index: i as u32 + 1,
+                assistant_message: msgs.len(),
+                ..Default::default()
+            });
+            msgs.push(json!({"role": "assistant", "content": format!("Step {i}."), "tool_calls": [
+                {"id": format!("c{i}"), "type": "function", "function": {"name": name, "arguments": args}}]}));
+            msgs.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": format!("out {i}")}));
+        }
+        t.messages = msgs
+            .into_iter()
+            .map(|m| serde_json::from_value(m).unwrap())
+            .collect();
+        t.policy.kind = "test".into();
+        t.stop_reason = StopReason::Submitted;
+        t.reward = Some(reward);
+        t.resolved = Some(reward >= 1.0);
+        t
+    }
+
+    #[test]
+    fn end_to_end_counts_every_trajectory_and_writes_every_export() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("rollouts");
+        std::fs::create_dir_all(&input).unwrap();
+        let mut f = std::fs::File::create(input.join("r.jsonl")).unwrap();
+        let mut forced = record("mixed", 2, 1.0, 1);
+        forced.forced_submission = true;
+        forced.stop_reason = StopReason::MaxSteps;
+        let recs = [
+            record("mixed", 0, 1.0, 3),
+            record("mixed", 1, 1.0, 1),
+            forced,
+            record("mixed", 3, 0.0, 2),
+            record("mixed", 4, 1.0, 2),
+            record("pass", 0, 1.0, 1),
+            record("pass", 1, 1.0, 1),
+            record("fail", 0, 0.0, 1),
+        ];
+        for r in &recs {
+            writeln!(f, "{}", r.to_json_line()).unwrap();
+        }
+        writeln!(f, "{}", recs[0].to_json_line()).unwrap(); // exact duplicate
+        let half = recs[1].to_json_line();
+        write!(f, "{}", &half[..half.len() / 3]).unwrap(); // torn tail
+        drop(f);
+        let out_dir = dir.path().join("out");
+        let mut cfg = Config::new(vec![input], out_dir.clone());
+        cfg.formats.sharegpt = true;
+        cfg.threads = 2;
+        let out = run(&cfg, Some(&CharChatml)).unwrap();
+        assert_eq!(out.trajectories, 9);
+        assert_eq!(out.problem_counts["truncated_last_line"], 1);
+        let stages: Vec<(&str, usize, usize)> = out
+            .stages
+            .iter()
+            .map(|s| (s.stage.as_str(), s.input, s.kept))
+            .collect();
+        assert_eq!(
+            stages,
+            vec![
+                ("dedup", 9, 8),
+                ("difficulty", 8, 5),
+                ("format", 5, 3),
+                ("tokenize", 3, 3),
+                ("token_budget", 3, 3),
+                ("cap", 3, 2),
+            ]
+        );
+        for s in &out.stages {
+            assert_eq!(s.input, s.kept + s.dropped_total(), "{s:?}");
+        }
+        // The cap keeps the two shortest: samples 1 (1 turn) and 4 (2 turns).
+        let jsonl = std::fs::read_to_string(out_dir.join("messages.jsonl")).unwrap();
+        let rows: Vec<Value> = jsonl
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let ids: Vec<&str> = rows.iter().map(|r| r["traj_id"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["mixed#1", "mixed#4"]);
+        assert_eq!(
+            rows[0]["messages"][2]["tool_calls"][0]["function"]["arguments"],
+            json!({"command": "ls 0"})
+        );
+        let file = std::fs::File::open(out_dir.join("tokens.parquet")).unwrap();
+        let pq = SerializedFileReader::new(file).unwrap();
+        let md = pq.metadata().file_metadata();
+        assert_eq!(md.num_rows(), 2);
+        let kv: BTreeMap<String, String> = md
+            .key_value_metadata()
+            .unwrap()
+            .iter()
+            .map(|k| (k.key.clone(), k.value.clone().unwrap_or_default()))
+            .collect();
+        assert_eq!(kv["dojo.schema_version"], EXPORT_SCHEMA_VERSION.to_string());
+        assert_eq!(kv["dojo.tokenizer_sha"], "chars");
+        let manifest: Value =
+            serde_json::from_str(&std::fs::read_to_string(out_dir.join("manifest.json")).unwrap())
+                .unwrap();
+        assert_eq!(manifest["schema_version"], EXPORT_SCHEMA_VERSION);
+        assert_eq!(manifest["samples"], 2);
+        for f in [
+            "messages.parquet",
+            "sharegpt.jsonl",
+            "report.html",
+            "difficulty.svg",
+            "tokens.svg",
+            "turns.svg",
+        ] {
+            assert!(out_dir.join(f).exists(), "{f} missing");
+        }
+        let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+        assert!(html.contains("truncated_last_line"));
+    }
+
+    #[test]
+    fn tokenizer_mismatch_is_reported_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.jsonl");
+        let mut good = record("t", 0, 1.0, 1);
+        let prompt: Vec<Value> = good.messages[..2]
+            .iter()
+            .map(|m| export::portable_message(&serde_json::to_value(m).unwrap()))
+            .collect();
+        good.steps[0].prompt_token_ids = Some(CharChatml.prompt_ids(&prompt, &[]).unwrap());
+        let mut bad = record("t", 1, 1.0, 1);
+        bad.steps[0].prompt_token_ids = Some(vec![1, 2, 3]);
+        std::fs::write(&p, format!("{}\n{}\n", good.to_json_line(), bad.to_json_line())).unwrap();
+        let mut cfg = Config::new(vec![p], dir.path().join("out"));
+        cfg.filters = FilterSet::parse("format", 2).unwrap();
+        let out = run(&cfg, Some(&CharChatml)).unwrap();
+        assert_eq!(out.problem_counts["tokenizer_mismatch"], 1);
+        assert!(
+            out.problems[0].contains("r.jsonl:2: tokenizer_mismatch"),
+            "{}",
+            out.problems[0]
+        );
+        assert_eq!(out.samples, 1);
+        cfg.allow_tokenizer_mismatch = true;
+        assert_eq!(run(&cfg, Some(&CharChatml)).unwrap().samples, 2);
+    }
+
+    #[test]
+    fn filter_list_parses_and_rejects_unknown_names() {
+        let f = FilterSet::parse("format, cap,lsp", 3).unwrap();
+        assert!(f.format && f.cap && !f.dedup && !f.difficulty);
+        assert_eq!(f.lsp_min, Some(3));
+        assert!(FilterSet::parse("format,fancy", 2).unwrap_err().contains("fancy"));
+    }
+}

@@ -153,13 +153,43 @@ impl Engine {
             Some(Json::Object(m)) => Some(m.clone()),
             Some(other) => return Err(bad(format!("chat_template_kwargs must be an object, got {other}"))),
         };
-        let prompt = self
+        // A named `tool_choice` (or `required` with a single tool) is enforced by starting the
+        // assistant turn with the call's opening, as guided decoding would; those forced tokens
+        // end the prompt (`prompt_token_ids`), they are not sampled.
+        let forced_name = match &req.tool_choice {
+            Some(Json::Object(o)) => o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Json::as_str)
+                .map(str::to_string),
+            Some(Json::String(s)) if s == "required" => match req.tools.as_deref() {
+                Some([only]) => Some(only.function.name.clone()),
+                _ => None,
+            },
+            _ => None,
+        };
+        let forced = match (&forced_name, &tools) {
+            (Some(name), Some(t)) => {
+                if !t.iter().any(|t| t["function"]["name"] == name.as_str()) {
+                    return Err(bad(format!("tool_choice names `{name}`, which is not in tools")));
+                }
+                format!("<tool_call>\n{{\"name\": {}, \"arguments\": ", json!(name))
+            }
+            (Some(_), None) => return Err(bad("tool_choice names a function but no tools were given")),
+            _ => String::new(),
+        };
+        let mut prompt = self
             .format()
             .prompt(&messages, tools.as_deref(), &RenderOptions {
                 add_generation_prompt: true,
                 extra,
             })
             .map_err(|e| bad(e.to_string()))?;
+        if !forced.is_empty() {
+            let ids = self.format().tokenizer.encode(&forced).map_err(|e| bad(e.to_string()))?;
+            prompt.ids.extend(ids);
+            prompt.text.push_str(&forced);
+        }
         let want_logprobs = req.logprobs == Some(true);
         let k = knobs(
             req.temperature,
@@ -182,7 +212,8 @@ impl Engine {
         for (i, g) in gens.into_iter().enumerate() {
             usage.completion_tokens += g.token_ids.len() as u64;
             let (content, tool_calls) = if parse_tools {
-                let p = dojo_chat::parse_tool_calls(&g.text, &format!("call_{id}_{i}_"));
+                let text = format!("{forced}{}", g.text);
+                let p = dojo_chat::parse_tool_calls(&text, &format!("call_{id}_{i}_"));
                 let calls: Vec<ToolCall> = p
                     .tool_calls
                     .into_iter()

@@ -389,7 +389,7 @@ impl Worker {
             };
             if seq.reply.is_closed() {
                 self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
-                self.release(seq);
+                self.release(seq.tokens, seq.cache);
                 continue;
             }
             match self.step(&mut seq) {
@@ -479,8 +479,14 @@ impl Worker {
 
     fn finish(&mut self, seq: Seq) {
         let result = self.result(&seq);
-        let _ = seq.reply.send(result);
-        self.release(seq);
+        let Seq {
+            reply,
+            tokens,
+            cache,
+            ..
+        } = seq;
+        let _ = reply.send(result);
+        self.release(tokens, cache);
     }
 
     fn result(&self, seq: &Seq) -> Result<Generation, EngineError> {
@@ -525,16 +531,15 @@ impl Worker {
     }
 
     /// Return a sequence's cache to the prefix pool.
-    fn release(&mut self, seq: Seq) {
-        if self.opts.prefix_cache_entries == 0 || seq.cache.is_empty() {
+    fn release(&mut self, mut tokens: Vec<u32>, cache: KvCache) {
+        if self.opts.prefix_cache_entries == 0 || cache.is_empty() {
             return;
         }
-        let mut tokens = seq.tokens;
-        tokens.truncate(seq.cache.len());
+        tokens.truncate(cache.len());
         // An entry that is a prefix of the new one is now redundant.
         self.pool
             .retain(|(t, _)| !(t.len() <= tokens.len() && common_prefix(t, &tokens) == t.len()));
-        self.pool.push((tokens, seq.cache));
+        self.pool.push((tokens, cache));
         while self.pool.len() > self.opts.prefix_cache_entries {
             self.pool.remove(0);
         }

@@ -1,7 +1,8 @@
 //! Differential test against the official grader.
 //!
 //! For every real log in `../shared/data` (`harness_logs/`, `test_outputs/`, `local_runs/`),
-//! logs produced here by real pytest runs, and a few hundred generated logs, we compare with the
+//! logs produced here by real pytest runs, the logs our sandbox grading test wrote (when it ran
+//! earlier in this target dir), and a few hundred generated logs, we compare with the
 //! official Python functions (run by `tests/official_oracle.py` with `$DOJO_PYTOOLS/bin/python`):
 //! - every parser's status map (keys, values and order) against `swebench==5.0.2`;
 //! - `get_logs_eval` + `get_eval_report` (5.x rules) against `swebench==5.0.2`;
@@ -320,6 +321,17 @@ fn collect_cases(tmp: &Path, python: &Path) -> Vec<Case> {
             cases.push(Case { id: format!("{id}.{parser}"), path: p.clone(), parser, gold: Some(gold.clone()), eval_type: EvalType::PassAndFail, stored: None });
         }
     }
+    // Logs our own sandbox runs wrote (tests/sandbox_grade.rs), when that test ran before.
+    let ours = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dojo-grade-logs");
+    let mut own = Vec::new();
+    walk(&ours, &mut own);
+    for p in own {
+        let Ok(g) = std::fs::read_to_string(p.with_extension("gold.json")) else { continue };
+        let g: Value = serde_json::from_str(&g).unwrap();
+        let id = format!("own_{}", p.file_stem().unwrap().to_string_lossy());
+        let gold = Some((list(&g["FAIL_TO_PASS"]), list(&g["PASS_TO_PASS"])));
+        cases.push(Case { id, path: p, parser: "pytest", gold, eval_type: EvalType::PassAndFail, stored: None });
+    }
     for seed in 0..300u64 {
         let text = generated_log(seed);
         let p = tmp.join(format!("gen_{seed}.txt"));
@@ -416,6 +428,7 @@ fn official_parsers_and_grading_agree() {
 
     let mut disagreements = Vec::new();
     let mut documented = 0usize;
+    let mut outcomes = std::collections::BTreeMap::new();
     let (mut maps, mut verdicts5, mut verdicts4, mut stored_checked) = (0, 0, 0, 0);
     for c in &cases {
         let bytes = std::fs::read(&c.path).unwrap();
@@ -452,6 +465,7 @@ fn official_parsers_and_grading_agree() {
             }
             let ours = eval_report_from_log(&c.id, Some("diff"), &text, parser, &gold, c.eval_type, Semantics::Swebench5);
             verdicts5 += 1;
+            *outcomes.entry(format!("{:?}", ours.resolution_status)).or_insert(0usize) += 1;
             if comparable(&ours) != official_comparable(&off["report"]) {
                 disagreements.push(format!("{} report(5.x): ours {} official {}", c.id, comparable(&ours), off["report"]));
             }
@@ -492,6 +506,8 @@ fn official_parsers_and_grading_agree() {
         cases.len(),
         disagreements.len()
     );
+    println!("5.x resolution statuses compared (None = no valid test output): {outcomes:?}");
+    assert!(outcomes.len() >= 3, "the cases must cover FULL, NO and invalid logs: {outcomes:?}");
     assert!(verdicts5 > 300 && maps > 2000, "too few comparisons: {maps} maps, {verdicts5} verdicts");
     assert!(disagreements.is_empty(), "{} disagreements:\n{}", disagreements.len(), disagreements.iter().take(20).cloned().collect::<Vec<_>>().join("\n"));
 }

@@ -35,7 +35,12 @@ fn default_concurrency() -> usize {
 
 impl EndpointConfig {
     pub fn new(base_url: impl Into<String>) -> Self {
-        EndpointConfig { base_url: base_url.into(), api_key: None, model: None, max_concurrency: default_concurrency() }
+        EndpointConfig {
+            base_url: base_url.into(),
+            api_key: None,
+            model: None,
+            max_concurrency: default_concurrency(),
+        }
     }
 }
 
@@ -106,14 +111,19 @@ impl ClientConfig {
     }
 
     fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, LlmError> {
-        let base = get("OPENAI_BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".to_string());
+        let base =
+            get("OPENAI_BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".to_string());
         let key = get("OPENAI_API_KEY").filter(|k| !k.is_empty());
         let model = get("OPENAI_MODEL").filter(|m| !m.is_empty());
         let endpoints: Vec<_> = base
             .split(',')
             .map(str::trim)
             .filter(|u| !u.is_empty())
-            .map(|u| EndpointConfig { api_key: key.clone(), model: model.clone(), ..EndpointConfig::new(u) })
+            .map(|u| EndpointConfig {
+                api_key: key.clone(),
+                model: model.clone(),
+                ..EndpointConfig::new(u)
+            })
             .collect();
         if endpoints.is_empty() {
             return Err(LlmError::Config("OPENAI_BASE_URL names no endpoint".into()));
@@ -160,10 +170,16 @@ impl OpenAiClient {
             let parsed = reqwest::Url::parse(&e.base_url)
                 .map_err(|err| LlmError::Config(format!("endpoint URL {:?}: {err}", e.base_url)))?;
             if !matches!(parsed.scheme(), "http" | "https") {
-                return Err(LlmError::Config(format!("endpoint URL {:?}: scheme must be http or https", e.base_url)));
+                return Err(LlmError::Config(format!(
+                    "endpoint URL {:?}: scheme must be http or https",
+                    e.base_url
+                )));
             }
             if e.max_concurrency == 0 {
-                return Err(LlmError::Config(format!("endpoint {:?}: max_concurrency must be at least 1", e.base_url)));
+                return Err(LlmError::Config(format!(
+                    "endpoint {:?}: max_concurrency must be at least 1",
+                    e.base_url
+                )));
             }
             endpoints.push(Endpoint {
                 url: format!("{}/chat/completions", e.base_url.trim_end_matches('/')),
@@ -180,7 +196,14 @@ impl OpenAiClient {
             .pool_max_idle_per_host(256)
             .build()
             .map_err(|e| LlmError::Config(format!("building HTTP client: {e}")))?;
-        Ok(OpenAiClient { http, cfg, endpoints, next: AtomicUsize::new(0), usage: Mutex::new(Usage::default()), retries: AtomicU64::new(0) })
+        Ok(OpenAiClient {
+            http,
+            cfg,
+            endpoints,
+            next: AtomicUsize::new(0),
+            usage: Mutex::new(Usage::default()),
+            retries: AtomicU64::new(0),
+        })
     }
 
     /// Tokens used by every successful request so far.
@@ -212,7 +235,12 @@ impl OpenAiClient {
         let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
         (0..n)
             .map(|k| (start + k) % n)
-            .min_by_key(|&i| (Some(i) == avoid && n > 1, self.endpoints[i].in_flight.load(Ordering::Relaxed)))
+            .min_by_key(|&i| {
+                (
+                    Some(i) == avoid && n > 1,
+                    self.endpoints[i].in_flight.load(Ordering::Relaxed),
+                )
+            })
             .unwrap_or(0)
     }
 
@@ -220,7 +248,11 @@ impl OpenAiClient {
         let ep = &self.endpoints[idx];
         let name = &ep.cfg.base_url;
         // The semaphore is never closed, so acquire only fails if it were.
-        let _permit = ep.permits.acquire().await.map_err(|_| LlmError::Config("endpoint limiter closed".into()))?;
+        let _permit = ep
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| LlmError::Config("endpoint limiter closed".into()))?;
         ep.in_flight.fetch_add(1, Ordering::Relaxed);
         ep.requests.fetch_add(1, Ordering::Relaxed);
         let result = self.send(ep, req).await;
@@ -261,7 +293,10 @@ impl OpenAiClient {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<f64>().ok())
             .and_then(|s| Duration::try_from_secs_f64(s).ok());
-        let bytes = resp.bytes().await.map_err(|e| transport_error(name, &e, self.cfg.request_timeout))?;
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| transport_error(name, &e, self.cfg.request_timeout))?;
         let text = String::from_utf8_lossy(&bytes);
         if !(200..300).contains(&status) {
             return Err(LlmError::from_status(name, status, &text, retry_after));
@@ -275,7 +310,12 @@ impl OpenAiClient {
             } else {
                 format!("not a chat completion: {e}")
             };
-            LlmError::BadBody { endpoint: name.to_string(), status, detail, snippet: clip(trimmed, 200) }
+            LlmError::BadBody {
+                endpoint: name.to_string(),
+                status,
+                detail,
+                snippet: clip(trimmed, 200),
+            }
         })?;
         if parsed.choices.is_empty() {
             return Err(LlmError::BadBody {
@@ -292,12 +332,18 @@ impl OpenAiClient {
     }
 
     fn backoff(&self, attempt: u32, err: &LlmError) -> Duration {
-        let exp = self.cfg.backoff_base.saturating_mul(1u32 << attempt.min(16));
+        let exp = self
+            .cfg
+            .backoff_base
+            .saturating_mul(1u32 << attempt.min(16));
         let cap = exp.min(self.cfg.backoff_max);
         // Full jitter: uniform in [0, cap], so synchronized clients spread out.
         let jittered = cap.mul_f64(random_unit());
         match err {
-            LlmError::RateLimited { retry_after: Some(ra), .. } => jittered.max((*ra).min(self.cfg.backoff_max)),
+            LlmError::RateLimited {
+                retry_after: Some(ra),
+                ..
+            } => jittered.max((*ra).min(self.cfg.backoff_max)),
             _ => jittered,
         }
     }
@@ -329,7 +375,11 @@ impl ChatBackend for OpenAiClient {
         Box::pin(self.chat(req))
     }
     fn describe(&self) -> String {
-        self.endpoints.iter().map(|e| e.cfg.base_url.as_str()).collect::<Vec<_>>().join(",")
+        self.endpoints
+            .iter()
+            .map(|e| e.cfg.base_url.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
@@ -345,7 +395,10 @@ fn random_unit() -> f64 {
 fn transport_error(endpoint: &str, e: &reqwest::Error, timeout: Duration) -> LlmError {
     let endpoint = endpoint.to_string();
     if e.is_timeout() {
-        return LlmError::Timeout { endpoint, after: timeout };
+        return LlmError::Timeout {
+            endpoint,
+            after: timeout,
+        };
     }
     // Walk the source chain: "connection closed before message completed" hides there.
     let mut detail = e.to_string();
@@ -380,7 +433,9 @@ mod tests {
 
     #[test]
     fn bad_urls_are_config_errors() {
-        let err = OpenAiClient::new(ClientConfig::new(vec![EndpointConfig::new("ftp://x")])).err().unwrap();
+        let err = OpenAiClient::new(ClientConfig::new(vec![EndpointConfig::new("ftp://x")]))
+            .err()
+            .unwrap();
         assert!(matches!(err, LlmError::Config(_)), "{err}");
         assert!(OpenAiClient::new(ClientConfig::new(vec![])).is_err());
     }

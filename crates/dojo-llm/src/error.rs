@@ -20,23 +20,42 @@ pub enum FailureClass {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LlmError {
     #[error("{endpoint}: rate limited (HTTP 429){}: {body}", retry_after.map(|d| format!(", retry after {d:?}")).unwrap_or_default())]
-    RateLimited { endpoint: String, retry_after: Option<Duration>, body: String },
+    RateLimited {
+        endpoint: String,
+        retry_after: Option<Duration>,
+        body: String,
+    },
     #[error("{endpoint}: server error HTTP {status}: {body}")]
-    Server { endpoint: String, status: u16, body: String },
+    Server {
+        endpoint: String,
+        status: u16,
+        body: String,
+    },
     #[error("{endpoint}: no response within {after:?}")]
     Timeout { endpoint: String, after: Duration },
     #[error("{endpoint}: connection failed: {detail}")]
     Connection { endpoint: String, detail: String },
     /// HTTP 2xx whose body is not a chat completion: HTML from a proxy, truncated JSON, no
     /// choices.
-    #[error("{endpoint}: unusable response body (HTTP {status}): {detail}; body starts {snippet:?}")]
-    BadBody { endpoint: String, status: u16, detail: String, snippet: String },
+    #[error(
+        "{endpoint}: unusable response body (HTTP {status}): {detail}; body starts {snippet:?}"
+    )]
+    BadBody {
+        endpoint: String,
+        status: u16,
+        detail: String,
+        snippet: String,
+    },
     /// The prompt does not fit the model's context window (a 400 that says so).
     #[error("{endpoint}: context length exceeded: {body}")]
     ContextLength { endpoint: String, body: String },
     /// Any other 4xx: the request is wrong (unknown model, bad parameter, auth).
     #[error("{endpoint}: request rejected HTTP {status}: {body}")]
-    Rejected { endpoint: String, status: u16, body: String },
+    Rejected {
+        endpoint: String,
+        status: u16,
+        body: String,
+    },
     /// Client misconfiguration (no endpoint, bad URL); detected before any request.
     #[error("LLM client configuration: {0}")]
     Config(String),
@@ -89,26 +108,56 @@ impl LlmError {
     }
 
     /// Classify a non-2xx HTTP answer.
-    pub fn from_status(endpoint: &str, status: u16, body: &str, retry_after: Option<Duration>) -> LlmError {
+    pub fn from_status(
+        endpoint: &str,
+        status: u16,
+        body: &str,
+        retry_after: Option<Duration>,
+    ) -> LlmError {
         let endpoint = endpoint.to_string();
         let body = clip(body, 2000);
         match status {
-            429 => LlmError::RateLimited { endpoint, retry_after, body },
+            429 => LlmError::RateLimited {
+                endpoint,
+                retry_after,
+                body,
+            },
             // 408 Request Timeout and 5xx are the server's problem.
-            408 | 500..=599 => LlmError::Server { endpoint, status, body },
-            400 | 413 if looks_like_context_overflow(&body) => LlmError::ContextLength { endpoint, body },
-            400..=499 => LlmError::Rejected { endpoint, status, body },
+            408 | 500..=599 => LlmError::Server {
+                endpoint,
+                status,
+                body,
+            },
+            400 | 413 if looks_like_context_overflow(&body) => {
+                LlmError::ContextLength { endpoint, body }
+            }
+            400..=499 => LlmError::Rejected {
+                endpoint,
+                status,
+                body,
+            },
             // 1xx/3xx that reqwest did not follow: a broken proxy.
-            _ => LlmError::Server { endpoint, status, body },
+            _ => LlmError::Server {
+                endpoint,
+                status,
+                body,
+            },
         }
     }
 }
 
 fn looks_like_context_overflow(body: &str) -> bool {
     let b = body.to_ascii_lowercase();
-    ["context length", "context_length", "maximum context", "too many tokens", "prompt is too long", "max_model_len"]
-        .iter()
-        .any(|p| b.contains(p))
+    [
+        "context length",
+        "context_length",
+        "maximum context",
+        "too many tokens",
+        "prompt is too long",
+        "max_model_len",
+    ]
+    .iter()
+    .any(|p| b.contains(p))
 }
 
 /// At most `max` bytes of `s`, cut on a char boundary.

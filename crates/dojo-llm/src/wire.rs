@@ -100,7 +100,10 @@ impl ChatMessage {
     }
     /// The content as text ("" when absent).
     pub fn text(&self) -> String {
-        self.content.as_ref().map(MessageContent::text).unwrap_or_default()
+        self.content
+            .as_ref()
+            .map(MessageContent::text)
+            .unwrap_or_default()
     }
 }
 
@@ -122,11 +125,18 @@ fn function_type() -> String {
 }
 
 impl ToolCall {
-    pub fn function(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+    pub fn function(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
         ToolCall {
             id: id.into(),
             kind: function_type(),
-            function: FunctionCall { name: name.into(), arguments: arguments.into() },
+            function: FunctionCall {
+                name: name.into(),
+                arguments: arguments.into(),
+            },
             extra: Map::new(),
         }
     }
@@ -150,7 +160,11 @@ pub struct ToolSpec {
 }
 
 impl ToolSpec {
-    pub fn function(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
+    pub fn function(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+    ) -> Self {
         ToolSpec {
             kind: function_type(),
             function: FunctionDef {
@@ -376,7 +390,10 @@ mod tests {
         let c = &resp.choices[0];
         assert_eq!(c.token_ids.as_deref(), Some(&[9, 8][..]));
         assert_eq!(c.message.extra["reasoning_content"], "hmm");
-        assert_eq!(c.message.tool_calls.as_ref().unwrap()[0].function.name, "execute_bash");
+        assert_eq!(
+            c.message.tool_calls.as_ref().unwrap()[0].function.name,
+            "execute_bash"
+        );
         assert_eq!(serde_json::to_value(&resp).unwrap(), raw);
     }
 
@@ -389,7 +406,10 @@ mod tests {
             ..Default::default()
         };
         req.extra.insert("return_token_ids".into(), json!(true));
-        req.extra.insert("chat_template_kwargs".into(), json!({"enable_thinking": false}));
+        req.extra.insert(
+            "chat_template_kwargs".into(),
+            json!({"enable_thinking": false}),
+        );
         let v = serde_json::to_value(&req).unwrap();
         assert_eq!(
             v,

@@ -6,15 +6,16 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::Router;
 use dojo_llm::{
-    ChatBackend, ChatMessage, ChatRequest, ClientConfig, EndpointConfig, FailureClass, LlmError, OpenAiClient,
+    ChatBackend, ChatMessage, ChatRequest, ClientConfig, EndpointConfig, FailureClass, LlmError,
+    OpenAiClient,
 };
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 #[derive(Clone)]
 enum Answer {
@@ -33,18 +34,27 @@ struct Script {
 type Shared = Arc<Mutex<Script>>;
 
 async fn handler(State(s): State<Shared>, headers: HeaderMap, body: String) -> Response {
-    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     let answer = {
         let mut s = s.lock().unwrap();
-        s.seen.push((serde_json::from_str(&body).unwrap_or(Value::Null), auth));
+        s.seen
+            .push((serde_json::from_str(&body).unwrap_or(Value::Null), auth));
         s.answers.pop_front()
     };
     match answer {
         Some(Answer::Json(v)) => axum::Json(v).into_response(),
-        Some(Answer::Status(code, body)) => (StatusCode::from_u16(code).unwrap(), body).into_response(),
-        Some(Answer::Raw(code, ctype, body)) => {
-            (StatusCode::from_u16(code).unwrap(), [("content-type", ctype)], body).into_response()
+        Some(Answer::Status(code, body)) => {
+            (StatusCode::from_u16(code).unwrap(), body).into_response()
         }
+        Some(Answer::Raw(code, ctype, body)) => (
+            StatusCode::from_u16(code).unwrap(),
+            [("content-type", ctype)],
+            body,
+        )
+            .into_response(),
         Some(Answer::Stall(d)) => {
             tokio::time::sleep(d).await;
             axum::Json(completion("late")).into_response()
@@ -54,8 +64,13 @@ async fn handler(State(s): State<Shared>, headers: HeaderMap, body: String) -> R
 }
 
 async fn serve(answers: Vec<Answer>) -> (String, Shared) {
-    let shared: Shared = Arc::new(Mutex::new(Script { answers: answers.into(), seen: vec![] }));
-    let app = Router::new().route("/v1/chat/completions", post(handler)).with_state(shared.clone());
+    let shared: Shared = Arc::new(Mutex::new(Script {
+        answers: answers.into(),
+        seen: vec![],
+    }));
+    let app = Router::new()
+        .route("/v1/chat/completions", post(handler))
+        .with_state(shared.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -71,7 +86,10 @@ fn completion(text: &str) -> Value {
 }
 
 fn client(url: &str, retries: u32, timeout: Duration) -> OpenAiClient {
-    let mut cfg = ClientConfig::new(vec![EndpointConfig { api_key: Some("sk-test".into()), ..EndpointConfig::new(url) }]);
+    let mut cfg = ClientConfig::new(vec![EndpointConfig {
+        api_key: Some("sk-test".into()),
+        ..EndpointConfig::new(url)
+    }]);
     cfg.max_retries = retries;
     cfg.backoff_base = Duration::from_millis(1);
     cfg.backoff_max = Duration::from_millis(5);
@@ -80,7 +98,11 @@ fn client(url: &str, retries: u32, timeout: Duration) -> OpenAiClient {
 }
 
 fn request() -> ChatRequest {
-    ChatRequest { model: "m".into(), messages: vec![ChatMessage::user("hi")], ..Default::default() }
+    ChatRequest {
+        model: "m".into(),
+        messages: vec![ChatMessage::user("hi")],
+        ..Default::default()
+    }
 }
 
 #[tokio::test]
@@ -100,16 +122,25 @@ async fn tool_calls_vendor_fields_and_auth_round_trip() {
     req.n = Some(1);
     req.logprobs = Some(true);
     req.extra.insert("return_token_ids".into(), json!(true));
-    req.extra.insert("chat_template_kwargs".into(), json!({"enable_thinking": false}));
+    req.extra.insert(
+        "chat_template_kwargs".into(),
+        json!({"enable_thinking": false}),
+    );
     let resp = c.complete(req).await.unwrap();
     let choice = &resp.choices[0];
-    assert_eq!(choice.message.tool_calls.as_ref().unwrap()[0].function.name, "execute_bash");
+    assert_eq!(
+        choice.message.tool_calls.as_ref().unwrap()[0].function.name,
+        "execute_bash"
+    );
     assert_eq!(choice.token_ids.as_deref(), Some(&[5, 6, 7][..]));
     assert_eq!(resp.prompt_token_ids.as_deref(), Some(&[1, 2][..]));
     assert_eq!(c.usage().total_tokens, 5);
     let seen = &script.lock().unwrap().seen[0];
     assert_eq!(seen.0["return_token_ids"], json!(true));
-    assert_eq!(seen.0["chat_template_kwargs"]["enable_thinking"], json!(false));
+    assert_eq!(
+        seen.0["chat_template_kwargs"]["enable_thinking"],
+        json!(false)
+    );
     assert_eq!(seen.0["n"], json!(1));
     assert_eq!(seen.1.as_deref(), Some("Bearer sk-test"));
 }
@@ -144,7 +175,10 @@ async fn retry_budget_is_bounded_and_error_is_infrastructure() {
 #[tokio::test]
 async fn bad_request_is_not_retried_and_blames_the_model() {
     let (url, script) = serve(vec![
-        Answer::Status(400, r#"{"error":{"message":"This model's maximum context length is 4096 tokens"}}"#.into()),
+        Answer::Status(
+            400,
+            r#"{"error":{"message":"This model's maximum context length is 4096 tokens"}}"#.into(),
+        ),
         Answer::Status(422, "bad temperature".into()),
     ])
     .await;
@@ -153,7 +187,10 @@ async fn bad_request_is_not_retried_and_blames_the_model() {
     assert!(matches!(err, LlmError::ContextLength { .. }), "{err}");
     assert_eq!(err.class(), FailureClass::Model);
     let err = c.complete(request()).await.unwrap_err();
-    assert!(matches!(err, LlmError::Rejected { status: 422, .. }), "{err}");
+    assert!(
+        matches!(err, LlmError::Rejected { status: 422, .. }),
+        "{err}"
+    );
     assert_eq!(script.lock().unwrap().seen.len(), 2);
 }
 
@@ -161,26 +198,47 @@ async fn bad_request_is_not_retried_and_blames_the_model() {
 async fn html_truncated_json_and_empty_choices_are_bad_bodies() {
     let full = completion("x").to_string();
     let (url, _) = serve(vec![
-        Answer::Raw(200, "text/html", "<html><body>502 Bad Gateway</body></html>".into()),
+        Answer::Raw(
+            200,
+            "text/html",
+            "<html><body>502 Bad Gateway</body></html>".into(),
+        ),
         Answer::Raw(200, "application/json", full[..full.len() / 2].to_string()),
         Answer::Json(json!({"id": "c", "choices": []})),
         Answer::Json(json!({"unexpected": true})),
     ])
     .await;
     let c = client(&url, 0, Duration::from_secs(30));
-    for expect in ["HTML", "truncated JSON", "no choices", "not a chat completion"] {
+    for expect in [
+        "HTML",
+        "truncated JSON",
+        "no choices",
+        "not a chat completion",
+    ] {
         let err = c.complete(request()).await.unwrap_err();
         assert!(matches!(err, LlmError::BadBody { .. }), "{err}");
-        assert!(err.to_string().contains(expect), "{err} should mention {expect}");
+        assert!(
+            err.to_string().contains(expect),
+            "{err} should mention {expect}"
+        );
         assert!(err.is_infrastructure());
     }
 }
 
 #[tokio::test]
 async fn garbage_then_good_is_retried() {
-    let (url, _) = serve(vec![Answer::Raw(200, "text/html", "<html>".into()), Answer::Json(completion("ok"))]).await;
+    let (url, _) = serve(vec![
+        Answer::Raw(200, "text/html", "<html>".into()),
+        Answer::Json(completion("ok")),
+    ])
+    .await;
     let c = client(&url, 3, Duration::from_secs(30));
-    assert_eq!(c.complete(request()).await.unwrap().choices[0].message.text(), "ok");
+    assert_eq!(
+        c.complete(request()).await.unwrap().choices[0]
+            .message
+            .text(),
+        "ok"
+    );
 }
 
 #[tokio::test]
@@ -211,7 +269,10 @@ async fn closed_connections_and_refused_ports_are_connection_errors() {
     assert!(err.is_infrastructure());
 
     // Nothing listening at all.
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let c = client(&format!("http://{free}/v1"), 0, Duration::from_secs(30));
     let err = c.complete(request()).await.unwrap_err();
     assert!(matches!(err, LlmError::Connection { .. }), "{err}");
@@ -223,7 +284,10 @@ async fn failover_to_a_healthy_endpoint_and_model_default() {
     let (good, good_script) = serve(vec![Answer::Json(completion("ok")); 10]).await;
     let mut cfg = ClientConfig::new(vec![
         EndpointConfig::new(&bad),
-        EndpointConfig { model: Some("served-model".into()), ..EndpointConfig::new(&good) },
+        EndpointConfig {
+            model: Some("served-model".into()),
+            ..EndpointConfig::new(&good)
+        },
     ]);
     cfg.backoff_base = Duration::from_millis(1);
     cfg.max_retries = 2;

@@ -78,9 +78,11 @@ impl Client {
         });
 
         // Stderr: keep the tail for crash messages; never let the pipe fill up.
+        let (stderr_done_tx, stderr_done) = oneshot::channel::<()>();
         if let Some(mut err) = stderr {
             let tail = stderr_tail.clone();
             tokio::spawn(async move {
+                let _done = stderr_done_tx;
                 let mut buf = vec![0u8; 8192];
                 while let Ok(n) = err.read(&mut buf).await {
                     if n == 0 {
@@ -169,6 +171,8 @@ impl Client {
                     (None, None) => {}
                 }
             };
+            // A dying server's last words arrive on stderr; give them a moment to land.
+            let _ = tokio::time::timeout(Duration::from_secs(1), stderr_done).await;
             let _ = alive_tx.send(false);
             let detail = crash_detail(&why, &lock(&tail));
             for (_, tx) in lock(&reader_pending).drain() {
@@ -230,6 +234,12 @@ impl Client {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(id, tx);
+        // The reader marks the server dead *before* failing the pending requests, so checking
+        // after inserting cannot miss a crash that raced with this request.
+        if !self.is_alive() {
+            lock(&self.pending).remove(&id);
+            return Err(LspError::ServerCrashed(self.crash_detail()));
+        }
         let frame =
             encode(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         if self.out.send(frame).is_err() {

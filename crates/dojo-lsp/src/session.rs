@@ -159,20 +159,20 @@ impl LspSession {
     }
 
     /// Display form of a URI the server returned: relative to the root when inside it.
+    /// Typeshed stubs live in a server-private cache; they are shown as `<typeshed>/stdlib/...`
+    /// so observations do not depend on where that cache is.
     pub fn display_path(&self, uri: &Url) -> String {
         match uri.to_file_path() {
             Ok(p) => match p.strip_prefix(self.backend.root()) {
                 Ok(rel) => rel.to_string_lossy().into_owned(),
-                Err(_) => p.to_string_lossy().into_owned(),
+                Err(_) => shorten_library_path(&p.to_string_lossy()),
             },
             Err(()) => uri.to_string(),
         }
     }
 
-    /// Send `method` after syncing the workspace and opening `file` (if any). `params` get the
-    /// document URI already filled in by the caller (see [`LspSession::uri`]).
-    ///
-    /// `empty` tells whether an answer is "nothing" (for readiness probing).
+    /// Send `method` after syncing the workspace and opening `file` (if any). `params` carry the
+    /// document URI already (see [`LspSession::uri`]).
     pub async fn query(
         &self,
         file: Option<&str>,
@@ -441,6 +441,32 @@ impl LspSession {
     }
 }
 
+fn shorten_library_path(p: &str) -> String {
+    if let Some(i) = p.find("typeshed") {
+        for part in ["/stdlib/", "/stubs/"] {
+            if let Some(j) = p[i..].find(part) {
+                return format!("<typeshed>{}", &p[i + j..]);
+            }
+        }
+    }
+    p.to_string()
+}
+
+/// Lexically clean a relative path the agent typed (`./a/../b.py` → `b.py`).
+pub(crate) fn clean_relative(p: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in p.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    parts.join("/")
+}
+
 /// The pyright family answers `null`/`[]` while its first analysis runs; ty and pyrefly
 /// (`lazy-blocking`) block until they can answer, so probing would only waste time on true empties.
 fn probes_when_empty(kind: ServerKind) -> bool {
@@ -452,5 +478,29 @@ pub(crate) fn is_empty_answer(v: &Value) -> bool {
         Value::Null => true,
         Value::Array(a) => a.is_empty(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_paths_are_shortened() {
+        assert_eq!(
+            shorten_library_path("/root/.cache/ty/vendored/typeshed/2e4d/stdlib/functools.pyi"),
+            "<typeshed>/stdlib/functools.pyi"
+        );
+        assert_eq!(
+            shorten_library_path("/t/pyright/dist/typeshed-fallback/stubs/requests/api.pyi"),
+            "<typeshed>/stubs/requests/api.pyi"
+        );
+        assert_eq!(shorten_library_path("/venv/lib/site-packages/x.py"), "/venv/lib/site-packages/x.py");
+    }
+
+    #[test]
+    fn relative_paths_are_cleaned() {
+        assert_eq!(clean_relative("./src/flask/../flask/config.py"), "src/flask/config.py");
+        assert_eq!(clean_relative("a//b/./c.py"), "a/b/c.py");
     }
 }

@@ -211,8 +211,18 @@ impl LspTool {
         sandbox: Arc<dojo_sandbox::Sandbox>,
         kind: ServerKind,
     ) -> Result<Self, LspError> {
+        let launch = tokio::task::spawn_blocking(move || install(kind))
+            .await
+            .map_err(|e| LspError::ServerMissing(format!("install task: {e}")))??;
+        // Sandboxes hide $DOJO_HOME and mount a private /tmp: a server there cannot start.
+        let home = dojo_cache::dojo_home();
+        if let Some(p) = launch.argv.iter().find(|a| a.starts_with('/') && (std::path::Path::new(a).starts_with(&home) || a.starts_with("/tmp/"))) {
+            return Err(LspError::ServerMissing(format!(
+                "{p} is not visible inside sandboxes (under $DOJO_HOME or /tmp); set DOJO_TOOLS to a world-readable directory elsewhere, e.g. /opt/dojo/tools"
+            )));
+        }
         let backend = Arc::new(crate::backend::SandboxBackend::new(sandbox));
-        Self::with_backend(backend, kind, SessionOptions::default()).await
+        Ok(LspTool::new(Arc::new(LspSession::new(backend, kind, launch, SessionOptions::default())?)))
     }
 
     pub fn session(&self) -> &Arc<LspSession> {
@@ -365,9 +375,12 @@ impl LspTool {
     fn normalize(&self, file: &str) -> String {
         let root = self.session.backend().root();
         let p = std::path::Path::new(file.trim());
-        let rel = p.strip_prefix(root).unwrap_or(p);
-        let s = rel.to_string_lossy();
-        s.strip_prefix("./").unwrap_or(&s).to_string()
+        match p.strip_prefix(root) {
+            Ok(rel) => crate::session::clean_relative(&rel.to_string_lossy()),
+            // Absolute paths outside the workspace (installed libraries) stay as they are.
+            Err(_) if p.is_absolute() => p.to_string_lossy().into_owned(),
+            Err(_) => crate::session::clean_relative(&p.to_string_lossy()),
+        }
     }
 
     async fn read_text(&self, file: &str) -> Res<Option<String>> {
@@ -382,10 +395,7 @@ impl LspTool {
     /// Find the symbol on the line; errors say what is there instead.
     async fn locate(&self, file: &str, symbol: &str, line: usize) -> Res<At> {
         let text = self.read_text(file).await?.ok_or_else(|| {
-            bad(format!(
-                "File `{file}` does not exist in the workspace ({}).",
-                self.session.backend().root().display()
-            ))
+            bad(format!("File `{file}` does not exist in the workspace."))
         })?;
         let lines: Vec<&str> = text.lines().collect();
         if line == 0 || line > lines.len() {
@@ -669,10 +679,7 @@ impl LspTool {
 
     async fn document_symbols(&self, file: &str) -> Res<String> {
         if self.read_text(file).await?.is_none() {
-            return Err(bad(format!(
-                "File `{file}` does not exist in the workspace ({}).",
-                self.session.backend().root().display()
-            )));
+            return Err(bad(format!("File `{file}` does not exist in the workspace.")));
         }
         let uri = self.session.uri(file)?;
         let v = self

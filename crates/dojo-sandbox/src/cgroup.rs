@@ -84,8 +84,7 @@ fn kill_pids(dir: &Path) {
             return;
         }
         for p in pids {
-            // SAFETY: plain kill(2).
-            unsafe { libc::kill(p, libc::SIGKILL) };
+            crate::sys::kill_pid(p, libc::SIGKILL);
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
@@ -130,8 +129,6 @@ impl CgroupDriver for V1 {
         dirs.push(mem.clone());
         if let Some(m) = limits.memory_bytes {
             write(&mem.join("memory.limit_in_bytes"), &m.to_string())?;
-            // No swap here, but where there is: keep it out of the sandbox's budget.
-            let _ = write(&mem.join("memory.swappiness"), "0");
         }
         let pids = self.pids.join(id);
         fs::create_dir_all(&pids)?;

@@ -258,7 +258,9 @@ unsafe fn mini_init(death_r: Fd, death_w: Fd, status: Fd) -> ! {
             // The supervisor is gone: dying takes the whole pid namespace with us.
             libc::_exit(0);
         }
-        if p[1].revents != 0 && sys::read_signal(sfd) > 0 {
+        // kill(-1) means "everyone in my pid namespace" only because we are its init; never
+        // send it from anywhere else.
+        if p[1].revents != 0 && sys::read_signal(sfd) > 0 && libc::getpid() == 1 {
             libc::kill(-1, libc::SIGTERM);
         }
     }
@@ -393,6 +395,9 @@ unsafe fn supervise(sfd: Fd, life: Fd, k_pid: libc::pid_t, l_pid: libc::pid_t, n
 unsafe fn kill_all(k_pid: libc::pid_t, l_pid: libc::pid_t, ns: bool, sig: libc::c_int) {
     if ns {
         // K forwards TERM to the whole namespace; KILL of K kills the namespace.
+        if k_pid <= 1 {
+            return;
+        }
         libc::kill(k_pid, sig);
         if sig == libc::SIGKILL {
             libc::waitpid(k_pid, std::ptr::null_mut(), 0);
@@ -401,7 +406,9 @@ unsafe fn kill_all(k_pid: libc::pid_t, l_pid: libc::pid_t, ns: bool, sig: libc::
     }
     // Fallback: the command's group, then every descendant (they are reparented to us, the
     // subreaper, when their parents die), until none is left.
-    libc::kill(-l_pid, sig);
+    if l_pid > 1 {
+        libc::kill(-l_pid, sig);
+    }
     if sig != libc::SIGKILL {
         kill_children(sig);
         return;
@@ -446,8 +453,10 @@ unsafe fn kill_children(sig: libc::c_int) -> usize {
             cur = cur * 10 + (b - b'0') as i64;
             in_num = true;
         } else if in_num {
-            libc::kill(-(cur as libc::pid_t), sig);
-            libc::kill(cur as libc::pid_t, sig);
+            if cur > 1 {
+                libc::kill(-(cur as libc::pid_t), sig);
+                libc::kill(cur as libc::pid_t, sig);
+            }
             count += 1;
             cur = 0;
             in_num = false;

@@ -151,7 +151,11 @@ pub(crate) async fn run(
         .spawn()
         .map_err(|e| SandboxError::Setup(format!("spawning the command supervisor: {e}")))?;
     drop(status_w);
-    let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+    // A just-spawned child always has a pid; never let 0/-1 reach kill(2).
+    let pid = child
+        .id()
+        .map(|p| p as i32)
+        .ok_or_else(|| SandboxError::Setup("the command supervisor has no pid".into()))?;
     live.lock().unwrap_or_else(|p| p.into_inner()).insert(pid);
     let status_task = tokio::task::spawn_blocking(move || read_status(status_r));
     let stdin = child.stdin.take();
@@ -183,8 +187,7 @@ pub(crate) async fn run(
         Ok(s) => s,
         Err(_) => {
             timed_out = true;
-            // SAFETY: plain kill(2) of our own child.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
+            crate::sys::kill_pid(pid, libc::SIGTERM);
             match tokio::time::timeout(req.grace, child.wait()).await {
                 Ok(s) => s,
                 Err(_) => {

@@ -42,7 +42,8 @@ pub(crate) fn create(
     let ws = dir.join("ws");
     run(
         Command::new("git")
-            .args(["clone", "-q", "--shared", "--no-checkout"])
+            // The pristine tree belongs to the sandbox uid, not to us.
+            .args(["-c", "safe.directory=*", "clone", "-q", "--shared", "--no-checkout"])
             .arg(lower)
             .arg(&ws),
         "git clone --shared",
@@ -119,8 +120,7 @@ impl FbSandbox {
 
     pub(crate) fn kill_live(&self) {
         for pid in self.live.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            // SAFETY: plain kill(2) of a supervisor we spawned.
-            unsafe { libc::kill(*pid, libc::SIGKILL) };
+            crate::sys::kill_pid(*pid, libc::SIGKILL);
         }
     }
 

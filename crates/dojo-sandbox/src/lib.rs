@@ -32,8 +32,18 @@
 //! `/venv`, `$DOJO_HOME` hidden, `lo` up. Each command *joins* the user/mount/net namespaces with
 //! `setns` and runs in a fresh pid namespace of its own (so everything it started, `setsid`
 //! escapees included, dies with it: at exit, timeout or teardown), with rlimits, Landlock (writes
-//! only in /testbed, /tmp, /dev/shm) and a seccomp filter. Reset swaps in a fresh upper dir and
-//! /tmp with the new mount API and deletes the old upper in the background.
+//! only in /testbed, /tmp, /dev/shm) and a seccomp filter. Reset starts a fresh holder over a new
+//! upper dir (new /tmp too), kills the old one and deletes the old upper in the background.
+//!
+//! Why fork-from-library rather than a helper binary or a holder serving requests over a unix
+//! socket: other crates' test binaries must be able to create sandboxes, and a binary built for
+//! another package cannot be located reliably from them; `setns` + fork keeps each command a
+//! direct child of the caller (tokio owns its pipes and exit status, no fd passing protocol).
+//! Joining costs one `setns` per namespace plus two forks (a pid-1 reaper and the command).
+//!
+//! Environment: `DOJO_HOME` (cache root), `DOJO_SANDBOX_UID` (sandbox uid when running as root,
+//! default 1600000), `DOJO_SANDBOX_BACKEND` (`namespace` | `fallback`, overrides `Auto`),
+//! `DOJO_CGROUP=off`, `DOJO_LANDLOCK=off`, `DOJO_UV` / `DOJO_PYTOOLS` (where `uv` is).
 //!
 //! Semantics worth knowing: background processes a command leaves behind are killed when the
 //! command's main process exits (use [`Sandbox::spawn`] for long-running servers); `$HOME` is
@@ -270,6 +280,16 @@ impl ApplyOutcome {
 /// everything it started.
 pub struct SandboxProcess {
     pub child: tokio::process::Child,
+}
+
+impl SandboxProcess {
+    /// SIGTERM to everything the process started (its supervisor forwards it to the whole pid
+    /// namespace); follow with `child.start_kill()` (SIGKILL) after a grace period.
+    pub fn terminate(&self) {
+        if let Some(pid) = self.child.id() {
+            crate::sys::kill_pid(pid as i32, libc::SIGTERM);
+        }
+    }
 }
 
 enum Inner {
@@ -524,13 +544,22 @@ impl Sandbox {
         Ok(out.stdout)
     }
 
+    /// Who owns files the host writes into the workspace: the sandbox uid (namespace backend,
+    /// as root), else whoever we are.
+    fn file_owner(&self) -> Option<(u32, u32)> {
+        match self.inner {
+            Inner::Ns(_) => ns::owner(),
+            Inner::Fallback(_) => None,
+        }
+    }
+
     /// Write a file as the sandbox user (creating parents).
     pub async fn write_file(&self, path: &str, contents: &[u8]) -> Result<()> {
         let abs = Self::abs(path);
         if let Some((area, rel)) = Self::area(&abs)
             && !rel.is_empty()
             && let Ok(d) = self.area_fd(area)
-            && ns::write_beneath(&d, &rel, contents, ns::owner()).is_ok()
+            && ns::write_beneath(&d, &rel, contents, self.file_owner()).is_ok()
         {
             return Ok(());
         }
@@ -667,8 +696,7 @@ impl Drop for Sandbox {
         match &mut self.inner {
             Inner::Ns(n) => {
                 n.kill_live();
-                // SAFETY: plain kill(2) of our holder.
-                unsafe { libc::kill(n.holder_pid, libc::SIGKILL) };
+                crate::sys::kill_pid(n.holder_pid, libc::SIGKILL);
                 if let Some(cg) = n.cgroup.take() {
                     std::thread::spawn(move || {
                         cg.kill_all();

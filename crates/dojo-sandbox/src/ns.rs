@@ -15,8 +15,12 @@ use crate::{ExecRequest, Limits, Result, SandboxError, WORKSPACE, cgroup, sys};
 /// Where the Python environment is mounted (read-only) inside every sandbox.
 pub const VENV_PATH: &str = "/venv";
 
-/// Size of each sandbox's private /tmp (a tmpfs; memory is charged to the sandbox's cgroup).
-pub(crate) const TMP_SIZE: &str = "2g";
+/// Size of each sandbox's private /tmp (a tmpfs; its pages are charged to the sandbox's memory
+/// cgroup): 2 GiB, or half the memory limit when that is smaller.
+pub(crate) fn tmp_size(limits: &Limits) -> u64 {
+    let cap = 2u64 << 30;
+    limits.memory_bytes.map_or(cap, |m| cap.min(m / 2).max(16 << 20))
+}
 
 pub(crate) fn setup_err(what: impl std::fmt::Display) -> SandboxError {
     SandboxError::Setup(what.to_string())
@@ -29,7 +33,7 @@ pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SandboxError
     }
 }
 
-pub(crate) fn is_root() -> bool {
+pub fn is_root() -> bool {
     // SAFETY: no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
@@ -261,6 +265,7 @@ async fn start_holder(
     venv: Option<&Path>,
     cg: Option<&dyn cgroup::CgroupHandle>,
     keep: bool,
+    limits: &Limits,
 ) -> Result<Holder> {
     let layer = make_layer_dir(dir, generation)?;
     for p in [lower, &layer].into_iter().chain(venv) {
@@ -311,7 +316,7 @@ async fn start_holder(
         gid_map: cstr(format!("0 {gid} 1\n")),
         entries,
         hide,
-        tmp_opts: cstr(format!("mode=1777,size={TMP_SIZE}")),
+        tmp_opts: cstr(format!("mode=1777,size={}", tmp_size(limits))),
         shm_opts: cstr("mode=1777,size=256m"),
     };
     let mut cmd = tokio::process::Command::new("/bin/false");
@@ -333,8 +338,7 @@ async fn start_holder(
     let pid = msgs.iter().find(|m| m.0 == sys::TAG_PID).map(|m| m.1);
     let kill = || {
         if let Some(p) = pid {
-            // SAFETY: plain kill(2) of the holder we just created.
-            unsafe { libc::kill(p, libc::SIGKILL) };
+            crate::sys::kill_pid(p, libc::SIGKILL);
         }
     };
     if let Some(e) = exec::status_error("creating the sandbox", &msgs) {
@@ -364,7 +368,7 @@ pub(crate) async fn create(a: CreateArgs<'_>) -> Result<NsSandbox> {
         })?),
         None => None,
     };
-    let h = match start_holder(a.dir, 0, a.lower, a.venv, cg.as_deref(), a.keep).await {
+    let h = match start_holder(a.dir, 0, a.lower, a.venv, cg.as_deref(), a.keep, a.limits).await {
         Ok(h) => h,
         Err(e) => {
             if let Some(c) = cg {
@@ -472,8 +476,7 @@ impl NsSandbox {
             .copied()
             .collect();
         for pid in live {
-            // SAFETY: plain kill(2) of a supervisor we spawned.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            crate::sys::kill_pid(pid, libc::SIGKILL);
         }
     }
 
@@ -490,6 +493,7 @@ impl NsSandbox {
             self.venv.as_deref(),
             self.cgroup.as_deref(),
             self.keep,
+            &self.limits,
         )
         .await?;
         let old_pid = std::mem::replace(&mut self.holder_pid, h.pid);
@@ -498,8 +502,7 @@ impl NsSandbox {
         self.mntns = h.mntns;
         self.netns = h.netns;
         self.generation = generation;
-        // SAFETY: plain kill(2) of the previous holder (pid 1 of its namespace).
-        unsafe { libc::kill(old_pid, libc::SIGKILL) };
+        crate::sys::kill_pid(old_pid, libc::SIGKILL);
         match old_child {
             Some(mut c) => {
                 let _ = c.wait().await;
@@ -515,7 +518,7 @@ impl NsSandbox {
         self.kill_live();
         // SAFETY: plain kill(2); the holder is pid 1 of the sandbox's pid namespace, so the
         // kernel kills every process left in it.
-        unsafe { libc::kill(self.holder_pid, libc::SIGKILL) };
+        crate::sys::kill_pid(self.holder_pid, libc::SIGKILL);
         if let Some(mut h) = self.holder.take() {
             let _ = h.wait().await;
         } else {
@@ -546,7 +549,7 @@ impl NsSandbox {
 pub(crate) async fn wait_gone(pid: i32) {
     for _ in 0..2000 {
         // SAFETY: signal 0 only checks existence.
-        if unsafe { libc::kill(pid, 0) } != 0 {
+        if pid <= 1 || unsafe { libc::kill(pid, 0) } != 0 {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;

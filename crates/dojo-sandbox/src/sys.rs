@@ -30,6 +30,16 @@ pub(crate) unsafe fn write_all(fd: Fd, mut buf: &[u8]) -> bool {
     true
 }
 
+/// `kill(2)` for the caller side, refusing pids that would address groups or everyone
+/// (0, -1, negative) or init: a bookkeeping bug must never turn into `kill(-1, SIGKILL)` as root.
+pub fn kill_pid(pid: i32, sig: libc::c_int) -> bool {
+    if pid <= 1 {
+        return false;
+    }
+    // SAFETY: plain kill(2) of one process.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
 /// A status message on a setup pipe: 12 bytes, written atomically (< PIPE_BUF).
 pub(crate) const TAG_PID: u32 = 1;
 pub(crate) const TAG_OK: u32 = 2;

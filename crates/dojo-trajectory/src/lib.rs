@@ -14,7 +14,7 @@
 
 mod read;
 
-pub use read::{read_jsonl, JsonlReader, LineProblem, ProblemKind, ReadReport, TrajectoryError};
+pub use read::{JsonlReader, LineProblem, ProblemKind, ReadReport, TrajectoryError, read_jsonl};
 
 pub use dojo_llm::{ChatMessage, ChoiceLogprobs, ToolSpec, Usage};
 use serde::{Deserialize, Serialize};
@@ -50,7 +50,10 @@ impl StopReason {
     }
     /// Budget stops, after which the workspace is submitted on the agent's behalf.
     pub fn is_budget(self) -> bool {
-        matches!(self, StopReason::MaxSteps | StopReason::MaxTokens | StopReason::Timeout)
+        matches!(
+            self,
+            StopReason::MaxSteps | StopReason::MaxTokens | StopReason::Timeout
+        )
     }
     pub fn as_str(self) -> &'static str {
         match self {
@@ -361,7 +364,8 @@ impl Trajectory {
     /// One JSONL line (no trailing newline).
     pub fn to_json_line(&self) -> String {
         // Serializing plain data with string keys cannot fail.
-        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"serialize_error\":{:?}}}", e.to_string()))
+        serde_json::to_string(self)
+            .unwrap_or_else(|e| format!("{{\"serialize_error\":{:?}}}", e.to_string()))
     }
 
     /// Parse one record, checking the schema version first so a future record gets a clear
@@ -374,7 +378,12 @@ impl Trajectory {
     pub fn prompt_of(&self, index: u32) -> Option<Vec<&ChatMessage>> {
         let step = self.steps.iter().find(|s| s.index == index)?;
         match &step.prompt {
-            None => Some(self.messages.get(..step.assistant_message)?.iter().collect()),
+            None => Some(
+                self.messages
+                    .get(..step.assistant_message)?
+                    .iter()
+                    .collect(),
+            ),
             Some(parts) => parts
                 .iter()
                 .map(|p| match *p {
@@ -399,7 +408,11 @@ mod tests {
             ChatMessage::user("fix it"),
             ChatMessage::assistant("<function=submit></function>"),
         ];
-        t.steps.push(Step { index: 1, assistant_message: 2, ..Default::default() });
+        t.steps.push(Step {
+            index: 1,
+            assistant_message: 2,
+            ..Default::default()
+        });
         t.stop_reason = StopReason::Submitted;
         t.patch = Some(String::new());
         t.grading = Some(json!({"resolved": true}));

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use crate::{Trajectory, SCHEMA_VERSION};
+use crate::{SCHEMA_VERSION, Trajectory};
 
 /// Why a record could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -15,7 +15,9 @@ pub enum TrajectoryError {
     Json(#[source] serde_json::Error),
     #[error("record has no numeric `schema_version`")]
     NoSchemaVersion,
-    #[error("record has schema_version {found}; this build reads only version {supported} (upgrade dojo)")]
+    #[error(
+        "record has schema_version {found}; this build reads only version {supported} (upgrade dojo)"
+    )]
     UnsupportedSchema { found: u64, supported: u32 },
     #[error("record of schema version {version} does not match its layout: {source}")]
     Layout {
@@ -38,9 +40,15 @@ pub(crate) fn parse_record(text: &str) -> Result<Trajectory, TrajectoryError> {
         .and_then(serde_json::Value::as_u64)
         .ok_or(TrajectoryError::NoSchemaVersion)?;
     if version != u64::from(SCHEMA_VERSION) {
-        return Err(TrajectoryError::UnsupportedSchema { found: version, supported: SCHEMA_VERSION });
+        return Err(TrajectoryError::UnsupportedSchema {
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
     }
-    serde_json::from_value(value).map_err(|source| TrajectoryError::Layout { version: SCHEMA_VERSION, source })
+    serde_json::from_value(value).map_err(|source| TrajectoryError::Layout {
+        version: SCHEMA_VERSION,
+        source,
+    })
 }
 
 /// What was wrong with a line.
@@ -71,7 +79,13 @@ impl std::fmt::Display for LineProblem {
             ProblemKind::Corrupt => "corrupt record",
             ProblemKind::UnsupportedSchema => "unsupported record",
         };
-        write!(f, "{}:{}: {what}: {}", self.file.display(), self.line, self.error)
+        write!(
+            f,
+            "{}:{}: {what}: {}",
+            self.file.display(),
+            self.line,
+            self.error
+        )
     }
 }
 
@@ -85,8 +99,15 @@ pub struct JsonlReader {
 impl JsonlReader {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TrajectoryError> {
         let path = path.as_ref().to_path_buf();
-        let f = File::open(&path).map_err(|source| TrajectoryError::Io { path: path.clone(), source })?;
-        Ok(JsonlReader { file: path, lines: BufReader::new(f).split(b'\n'), line: 0 })
+        let f = File::open(&path).map_err(|source| TrajectoryError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(JsonlReader {
+            file: path,
+            lines: BufReader::new(f).split(b'\n'),
+            line: 0,
+        })
     }
 }
 
@@ -99,8 +120,16 @@ impl Iterator for JsonlReader {
                 Ok(raw) => raw,
                 Err(source) => {
                     self.line += 1;
-                    let error = TrajectoryError::Io { path: self.file.clone(), source };
-                    return Some(Err(LineProblem { file: self.file.clone(), line: self.line, kind: ProblemKind::Corrupt, error }));
+                    let error = TrajectoryError::Io {
+                        path: self.file.clone(),
+                        source,
+                    };
+                    return Some(Err(LineProblem {
+                        file: self.file.clone(),
+                        line: self.line,
+                        kind: ProblemKind::Corrupt,
+                        error,
+                    }));
                 }
             };
             self.line += 1;
@@ -115,7 +144,12 @@ impl Iterator for JsonlReader {
                     TrajectoryError::Json(e) if e.is_eof() => ProblemKind::Truncated,
                     _ => ProblemKind::Corrupt,
                 };
-                LineProblem { file: self.file.clone(), line: self.line, kind, error }
+                LineProblem {
+                    file: self.file.clone(),
+                    line: self.line,
+                    kind,
+                    error,
+                }
             }));
         }
     }
@@ -177,7 +211,10 @@ mod tests {
             ]
         );
         let msg = report.problems[1].to_string();
-        assert!(msg.contains("t.jsonl:4") && msg.contains("schema_version 99"), "{msg}");
+        assert!(
+            msg.contains("t.jsonl:4") && msg.contains("schema_version 99"),
+            "{msg}"
+        );
         let msg = report.problems[2].to_string();
         assert!(msg.contains("missing field"), "{msg}");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -7,9 +7,9 @@ use std::sync::LazyLock;
 use dojo_llm::BoxFuture;
 use dojo_sandbox::{ExecRequest, WORKSPACE};
 use regex::Regex;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
-use super::{env_err, function_schema, Args, Tool, ToolContext, ToolError, ToolOutput};
+use super::{Args, Tool, ToolContext, ToolError, ToolOutput, env_err, function_schema};
 
 /// How an `execute_bash` variant behaves.
 #[derive(Debug, Clone)]
@@ -42,7 +42,8 @@ static SM_GIT: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 static ANSI: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]").unwrap_or_else(|e| unreachable!("static regex: {e}"))
+    Regex::new(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+        .unwrap_or_else(|e| unreachable!("static regex: {e}"))
 });
 
 impl BashConfig {
@@ -59,16 +60,28 @@ impl BashConfig {
     }
     /// R2E-Gym: refuses `ipython`, `jupyter`, `pip`, `nohup` (and history-revealing git).
     pub fn r2e() -> Self {
-        Self::base("cmd", &["ipython", "jupyter", "pip", "nohup"], vec![GIT_HISTORY.clone()])
+        Self::base(
+            "cmd",
+            &["ipython", "jupyter", "pip", "nohup"],
+            vec![GIT_HISTORY.clone()],
+        )
     }
     /// SWE-Master: refuses any command starting with `git`, `ipython`, `jupyter`, `nohup`, and
     /// `git show|log|clone` anywhere.
     pub fn swe_master() -> Self {
-        Self::base("command", &["git", "ipython", "jupyter", "nohup"], vec![SM_GIT.clone()])
+        Self::base(
+            "command",
+            &["git", "ipython", "jupyter", "nohup"],
+            vec![SM_GIT.clone()],
+        )
     }
     /// Ours: interactive tools and history-revealing git are refused; other git is allowed.
     pub fn dojo() -> Self {
-        Self::base("command", &["ipython", "jupyter", "nohup", "vim", "vi", "nano", "less"], vec![GIT_HISTORY.clone()])
+        Self::base(
+            "command",
+            &["ipython", "jupyter", "nohup", "vim", "vi", "nano", "less"],
+            vec![GIT_HISTORY.clone()],
+        )
     }
 }
 
@@ -86,7 +99,9 @@ impl BashTool {
         let first = cmd.split_whitespace().next().unwrap_or("");
         let first_base = first.rsplit('/').next().unwrap_or(first);
         if self.cfg.blocked_first_words.iter().any(|b| b == first_base) {
-            return Some(format!("Bash command '{first_base}' is not allowed. Please use a different command or tool."));
+            return Some(format!(
+                "Bash command '{first_base}' is not allowed. Please use a different command or tool."
+            ));
         }
         if self.cfg.blocked_patterns.iter().any(|re| re.is_match(cmd)) {
             return Some(
@@ -98,11 +113,21 @@ impl BashTool {
         None
     }
 
-    async fn run(&self, ctx: &mut ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, ToolError> {
+    async fn run(
+        &self,
+        ctx: &mut ToolContext<'_>,
+        args: &Map<String, Value>,
+    ) -> Result<ToolOutput, ToolError> {
         let cmd = match Args(args).str(&self.cfg.arg) {
             Ok(Some(c)) if !c.trim().is_empty() => c,
-            Ok(_) => return Ok(ToolOutput::error(format!("ERROR: Parameter `{}` is required and must not be empty.", self.cfg.arg))),
-            Err(e) => return Ok(ToolOutput::error(format!("ERROR: {e}"))),
+            Ok(_) => {
+                let msg = format!(
+                    "ERROR: Parameter `{}` is required and must not be empty.",
+                    self.cfg.arg
+                );
+                return Ok(ToolOutput::error(observation("-1", &msg)));
+            }
+            Err(e) => return Ok(ToolOutput::error(observation("-1", &format!("ERROR: {e}")))),
         };
         if let Some(reason) = self.blocked_reason(&cmd) {
             return Ok(ToolOutput {
@@ -112,13 +137,18 @@ impl BashTool {
                 ..Default::default()
             });
         }
-        let req = ExecRequest::shell(cmd).timeout(ctx.command_timeout).cwd(WORKSPACE);
+        let req = ExecRequest::shell(cmd)
+            .timeout(ctx.command_timeout)
+            .cwd(WORKSPACE);
         let out = ctx.ws.exec(&req).await.map_err(env_err(&self.cfg.name))?;
         if out.timed_out {
             return Ok(ToolOutput {
                 text: observation(
                     "-1",
-                    &format!("The command took too long to execute (>{}s)", ctx.command_timeout.as_secs()),
+                    &format!(
+                        "The command took too long to execute (>{}s)",
+                        ctx.command_timeout.as_secs()
+                    ),
                 ),
                 timed_out: true,
                 error: true,
@@ -138,7 +168,12 @@ impl BashTool {
         if failed {
             body = format!("Error executing command:\n\n{body}");
         }
-        let (body, cut) = truncate(&body, self.cfg.head_lines, self.cfg.tail_lines, self.cfg.max_chars);
+        let (body, cut) = truncate(
+            &body,
+            self.cfg.head_lines,
+            self.cfg.tail_lines,
+            self.cfg.max_chars,
+        );
         Ok(ToolOutput {
             text: observation(&code, &body),
             exit_code: out.exit_code,
@@ -206,7 +241,11 @@ impl Tool for BashTool {
         let required: &[&str] = if self.cfg.arg == "cmd" { &["cmd"] } else { &[] };
         function_schema(&self.cfg.name, description, props, required)
     }
-    fn call<'a>(&'a self, ctx: &'a mut ToolContext<'_>, args: &'a Map<String, Value>) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        ctx: &'a mut ToolContext<'_>,
+        args: &'a Map<String, Value>,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(self.run(ctx, args))
     }
 }
@@ -218,10 +257,24 @@ mod tests {
     #[test]
     fn blocks_history_and_interactive_commands() {
         let dojo = BashTool::new(BashConfig::dojo());
-        for bad in ["git log -p", "cd /testbed && git show HEAD~1", "git --no-pager log", "git -C /testbed reflog", "ipython", "/usr/bin/nohup x", "echo $(git blame a.py)"] {
+        for bad in [
+            "git log -p",
+            "cd /testbed && git show HEAD~1",
+            "git --no-pager log",
+            "git -C /testbed reflog",
+            "ipython",
+            "/usr/bin/nohup x",
+            "echo $(git blame a.py)",
+        ] {
             assert!(dojo.blocked_reason(bad).is_some(), "{bad}");
         }
-        for ok in ["git status", "git diff", "python -m pytest -x", "echo logging", "grep -rn 'git log' docs"] {
+        for ok in [
+            "git status",
+            "git diff",
+            "python -m pytest -x",
+            "echo logging",
+            "grep -rn 'git log' docs",
+        ] {
             assert!(dojo.blocked_reason(ok).is_none(), "{ok}");
         }
         let sm = BashTool::new(BashConfig::swe_master());

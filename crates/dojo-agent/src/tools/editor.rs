@@ -6,9 +6,9 @@ use std::collections::HashMap;
 
 use dojo_llm::BoxFuture;
 use dojo_sandbox::{ExecRequest, SandboxError};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
-use super::{clip_chars, env_err, function_schema, Args, Tool, ToolContext, ToolError, ToolOutput};
+use super::{Args, Tool, ToolContext, ToolError, ToolOutput, clip_chars, env_err, function_schema};
 
 /// Which editor variant to offer.
 #[derive(Debug, Clone)]
@@ -90,23 +90,34 @@ impl EditorTool {
         (text, true)
     }
 
-    async fn run(&self, ctx: &mut ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, ToolError> {
+    async fn run(
+        &self,
+        ctx: &mut ToolContext<'_>,
+        args: &Map<String, Value>,
+    ) -> Result<ToolOutput, ToolError> {
         let a = Args(args);
         let (command, path) = match (a.required_str("command"), a.required_str("path")) {
             (Ok(c), Ok(p)) => (c, p),
-            (Err(e), _) | (_, Err(e)) => return Ok(ToolOutput::error(format!("ERROR: {e}"))),
+            (Err(e), _) | (_, Err(e)) => {
+                return Ok(ToolOutput::error(super::wrap(
+                    &self.cfg.name,
+                    &format!("ERROR: {e}"),
+                )));
+            }
         };
         if !self.cfg.commands.contains(&command.as_str()) {
-            return Ok(ToolOutput::error(format!(
+            let msg = format!(
                 "ERROR: Unrecognized command '{command}'. Allowed commands for {}: {}.",
                 self.cfg.name,
                 self.cfg.commands.join(", ")
-            )));
+            );
+            return Ok(ToolOutput::error(super::wrap(&self.cfg.name, &msg)));
         }
         if !path.starts_with('/') {
-            return Ok(ToolOutput::error(format!(
+            let msg = format!(
                 "ERROR: The path '{path}' is not an absolute path; it should start with '/', e.g. /testbed/{path}."
-            )));
+            );
+            return Ok(ToolOutput::error(super::wrap(&self.cfg.name, &msg)));
         }
         let result = match command.as_str() {
             "view" => self.view(ctx, &path, &a).await,
@@ -118,26 +129,41 @@ impl EditorTool {
         };
         match result {
             Ok(out) => Ok(out),
-            Err(Fail::Agent(msg)) => Ok(ToolOutput::error(format!("ERROR: {msg}"))),
+            Err(Fail::Agent(msg)) => Ok(ToolOutput::error(super::wrap(
+                &self.cfg.name,
+                &format!("ERROR: {msg}"),
+            ))),
             Err(Fail::Env(e)) => Err(env_err(&self.cfg.name)(e)),
         }
     }
 
-    async fn view(&self, ctx: &mut ToolContext<'_>, path: &str, a: &Args<'_>) -> Result<ToolOutput, Fail> {
+    async fn view(
+        &self,
+        ctx: &mut ToolContext<'_>,
+        path: &str,
+        a: &Args<'_>,
+    ) -> Result<ToolOutput, Fail> {
         let range = a.int_list("view_range").map_err(Fail::Agent)?;
-        let concise = if self.cfg.concise_param { a.bool("concise").map_err(Fail::Agent)? } else { None };
+        let concise = if self.cfg.concise_param {
+            a.bool("concise").map_err(Fail::Agent)?
+        } else {
+            None
+        };
         match kind_of(ctx, path).await? {
             Kind::Missing => Err(Fail::Agent(format!("The path '{path}' does not exist."))),
             Kind::Dir => {
                 if range.is_some() {
-                    return Err(Fail::Agent("view_range is not allowed when path points to a directory.".into()));
+                    return Err(Fail::Agent(
+                        "view_range is not allowed when path points to a directory.".into(),
+                    ));
                 }
                 let filter = match &self.cfg.view_extensions {
                     Some(exts) if exts == &["py"] => r" \( -type d -o -name '*.py' \)",
                     _ => "",
                 };
-                let script =
-                    format!("find \"$DOJO_P\" -maxdepth 2 -not -path '*/.*'{filter} | LC_ALL=C sort");
+                let script = format!(
+                    "find \"$DOJO_P\" -maxdepth 2 -not -path '*/.*'{filter} | LC_ALL=C sort"
+                );
                 let mut req = ExecRequest::shell(script);
                 req.env.insert("DOJO_P".into(), path.to_string());
                 let out = ctx.ws.exec(&req).await.map_err(Fail::Env)?;
@@ -146,13 +172,21 @@ impl EditorTool {
                     out.stdout_lossy()
                 );
                 let (text, truncated) = self.clip(body);
-                Ok(ToolOutput { text: super::wrap(&self.cfg.name, &text), truncated, ..Default::default() })
+                Ok(ToolOutput {
+                    text: super::wrap(&self.cfg.name, &text),
+                    truncated,
+                    ..Default::default()
+                })
             }
             Kind::File(bytes) => {
                 if let Some(exts) = &self.cfg.view_extensions {
                     let ext = path.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
                     if !exts.contains(&ext) {
-                        let list = exts.iter().map(|e| format!(".{e}")).collect::<Vec<_>>().join(", ");
+                        let list = exts
+                            .iter()
+                            .map(|e| format!(".{e}"))
+                            .collect::<Vec<_>>()
+                            .join(", ");
                         return Err(Fail::Agent(format!(
                             "Viewing '{path}' is not supported: only {list} files can be viewed. Use execute_bash (e.g. cat) for other files."
                         )));
@@ -169,7 +203,8 @@ impl EditorTool {
                     )
                 } else if path.ends_with(".py")
                     && concise != Some(false)
-                    && (concise == Some(true) || self.cfg.condense_above_lines.is_some_and(|max| n > max))
+                    && (concise == Some(true)
+                        || self.cfg.condense_above_lines.is_some_and(|max| n > max))
                 {
                     format!(
                         "Here is a condensed view of the file: {path}. Function bodies of 4 or more lines are elided; \
@@ -177,35 +212,66 @@ impl EditorTool {
                         condensed(&lines)
                     )
                 } else {
-                    format!("Here's the result of running `cat -n` on the file: {path}:\n{}", numbered(&lines, 1))
+                    format!(
+                        "Here's the result of running `cat -n` on the file: {path}:\n{}",
+                        numbered(&lines, 1)
+                    )
                 };
                 let (text, truncated) = self.clip(body);
-                Ok(ToolOutput { text: super::wrap(&self.cfg.name, &text), truncated, ..Default::default() })
+                Ok(ToolOutput {
+                    text: super::wrap(&self.cfg.name, &text),
+                    truncated,
+                    ..Default::default()
+                })
             }
         }
     }
 
-    async fn create(&self, ctx: &mut ToolContext<'_>, path: &str, a: &Args<'_>) -> Result<ToolOutput, Fail> {
+    async fn create(
+        &self,
+        ctx: &mut ToolContext<'_>,
+        path: &str,
+        a: &Args<'_>,
+    ) -> Result<ToolOutput, Fail> {
         let Some(text) = a.str("file_text").map_err(Fail::Agent)? else {
-            return Err(Fail::Agent("Parameter `file_text` is required for command: create.".into()));
+            return Err(Fail::Agent(
+                "Parameter `file_text` is required for command: create.".into(),
+            ));
         };
         match kind_of(ctx, path).await? {
             Kind::Missing => {}
-            Kind::Dir => return Err(Fail::Agent(format!("'{path}' is a directory; create needs a file path."))),
+            Kind::Dir => {
+                return Err(Fail::Agent(format!(
+                    "'{path}' is a directory; create needs a file path."
+                )));
+            }
             Kind::File(_) => {
                 return Err(Fail::Agent(format!(
                     "File already exists at: {path}. Cannot overwrite it with create; use str_replace to edit it."
                 )));
             }
         }
-        ctx.ws.write_file(path, text.as_bytes()).await.map_err(Fail::Env)?;
+        ctx.ws
+            .write_file(path, text.as_bytes())
+            .await
+            .map_err(Fail::Env)?;
         push_history(ctx, path, None);
-        Ok(ToolOutput::ok(super::wrap(&self.cfg.name, &format!("File created successfully at: {path}"))))
+        Ok(ToolOutput::ok(super::wrap(
+            &self.cfg.name,
+            &format!("File created successfully at: {path}"),
+        )))
     }
 
-    async fn str_replace(&self, ctx: &mut ToolContext<'_>, path: &str, a: &Args<'_>) -> Result<ToolOutput, Fail> {
+    async fn str_replace(
+        &self,
+        ctx: &mut ToolContext<'_>,
+        path: &str,
+        a: &Args<'_>,
+    ) -> Result<ToolOutput, Fail> {
         let Some(old) = a.str("old_str").map_err(Fail::Agent)? else {
-            return Err(Fail::Agent("Parameter `old_str` is required for command: str_replace.".into()));
+            return Err(Fail::Agent(
+                "Parameter `old_str` is required for command: str_replace.".into(),
+            ));
         };
         let new = a.str("new_str").map_err(Fail::Agent)?.unwrap_or_default();
         let bytes = read_existing(ctx, path).await?;
@@ -223,7 +289,10 @@ impl EditorTool {
             1 => {
                 let at = hits[0];
                 let updated = format!("{}{}{}", &text[..at], new, &text[at + old.len()..]);
-                ctx.ws.write_file(path, updated.as_bytes()).await.map_err(Fail::Env)?;
+                ctx.ws
+                    .write_file(path, updated.as_bytes())
+                    .await
+                    .map_err(Fail::Env)?;
                 push_history(ctx, path, Some(bytes));
                 let first = text[..at].matches('\n').count() + 1;
                 let last = first + new.matches('\n').count();
@@ -233,10 +302,16 @@ impl EditorTool {
                      Review the changes and make sure they are as expected. Edit the file again if necessary.",
                     snippet(&lines, first, last)
                 );
-                Ok(ToolOutput::ok(super::wrap(&self.cfg.name, &self.clip(out).0)))
+                Ok(ToolOutput::ok(super::wrap(
+                    &self.cfg.name,
+                    &self.clip(out).0,
+                )))
             }
             _ => {
-                let lines: Vec<usize> = hits.iter().map(|&i| text[..i].matches('\n').count() + 1).collect();
+                let lines: Vec<usize> = hits
+                    .iter()
+                    .map(|&i| text[..i].matches('\n').count() + 1)
+                    .collect();
                 Err(Fail::Agent(format!(
                     "Multiple occurrences of old_str `{}` found in lines {lines:?}. No replacement was performed. \
                      Include more surrounding lines so old_str is unique.",
@@ -246,12 +321,21 @@ impl EditorTool {
         }
     }
 
-    async fn insert(&self, ctx: &mut ToolContext<'_>, path: &str, a: &Args<'_>) -> Result<ToolOutput, Fail> {
+    async fn insert(
+        &self,
+        ctx: &mut ToolContext<'_>,
+        path: &str,
+        a: &Args<'_>,
+    ) -> Result<ToolOutput, Fail> {
         let Some(line) = a.int("insert_line").map_err(Fail::Agent)? else {
-            return Err(Fail::Agent("Parameter `insert_line` is required for command: insert.".into()));
+            return Err(Fail::Agent(
+                "Parameter `insert_line` is required for command: insert.".into(),
+            ));
         };
         let Some(new) = a.str("new_str").map_err(Fail::Agent)? else {
-            return Err(Fail::Agent("Parameter `new_str` is required for command: insert.".into()));
+            return Err(Fail::Agent(
+                "Parameter `new_str` is required for command: insert.".into(),
+            ));
         };
         let bytes = read_existing(ctx, path).await?;
         let text = String::from_utf8_lossy(&bytes).into_owned();
@@ -272,7 +356,10 @@ impl EditorTool {
         if text.ends_with('\n') || (text.is_empty() && !new.is_empty()) {
             updated.push('\n');
         }
-        ctx.ws.write_file(path, updated.as_bytes()).await.map_err(Fail::Env)?;
+        ctx.ws
+            .write_file(path, updated.as_bytes())
+            .await
+            .map_err(Fail::Env)?;
         push_history(ctx, path, Some(bytes));
         let all = split_lines(&updated);
         let out = format!(
@@ -281,11 +368,18 @@ impl EditorTool {
              Edit the file again if necessary.",
             snippet(&all, k + 1, (k + new_lines.len()).max(k + 1))
         );
-        Ok(ToolOutput::ok(super::wrap(&self.cfg.name, &self.clip(out).0)))
+        Ok(ToolOutput::ok(super::wrap(
+            &self.cfg.name,
+            &self.clip(out).0,
+        )))
     }
 
     async fn undo(&self, ctx: &mut ToolContext<'_>, path: &str) -> Result<ToolOutput, Fail> {
-        let previous = ctx.state::<History>(HISTORY_KEY).0.get_mut(path).and_then(Vec::pop);
+        let previous = ctx
+            .state::<History>(HISTORY_KEY)
+            .0
+            .get_mut(path)
+            .and_then(Vec::pop);
         let Some(previous) = previous else {
             return Err(Fail::Agent(format!("No edit history found for {path}.")));
         };
@@ -298,7 +392,11 @@ impl EditorTool {
                     numbered(&split_lines(&text), 1)
                 );
                 let (text, truncated) = self.clip(out);
-                Ok(ToolOutput { text: super::wrap(&self.cfg.name, &text), truncated, ..Default::default() })
+                Ok(ToolOutput {
+                    text: super::wrap(&self.cfg.name, &text),
+                    truncated,
+                    ..Default::default()
+                })
             }
             None => {
                 let mut req = ExecRequest::shell("rm -f -- \"$DOJO_P\"");
@@ -306,7 +404,9 @@ impl EditorTool {
                 ctx.ws.exec(&req).await.map_err(Fail::Env)?;
                 Ok(ToolOutput::ok(super::wrap(
                     &self.cfg.name,
-                    &format!("Last edit to {path} undone successfully: the file it created was removed."),
+                    &format!(
+                        "Last edit to {path} undone successfully: the file it created was removed."
+                    ),
                 )))
             }
         }
@@ -316,7 +416,11 @@ impl EditorTool {
 const HISTORY_KEY: &str = "editor.history";
 
 fn push_history(ctx: &mut ToolContext<'_>, path: &str, previous: Option<Vec<u8>>) {
-    ctx.state::<History>(HISTORY_KEY).0.entry(path.to_string()).or_default().push(previous);
+    ctx.state::<History>(HISTORY_KEY)
+        .0
+        .entry(path.to_string())
+        .or_default()
+        .push(previous);
 }
 
 enum Fail {
@@ -336,14 +440,19 @@ enum Kind {
 async fn kind_of(ctx: &ToolContext<'_>, path: &str) -> Result<Kind, Fail> {
     match ctx.ws.read_file(path).await {
         Ok(bytes) => return Ok(Kind::File(bytes)),
-        Err(SandboxError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(Kind::Missing),
+        Err(SandboxError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Kind::Missing);
+        }
         Err(SandboxError::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::IsADirectory || source.raw_os_error() == Some(21) =>
+            if source.kind() == std::io::ErrorKind::IsADirectory
+                || source.raw_os_error() == Some(21) =>
         {
             return Ok(Kind::Dir);
         }
         Err(SandboxError::PathEscape(p)) => {
-            return Err(Fail::Agent(format!("The path '{p}' is outside the repository workspace.")));
+            return Err(Fail::Agent(format!(
+                "The path '{p}' is outside the repository workspace."
+            )));
         }
         Err(_) => {}
     }
@@ -355,7 +464,9 @@ async fn kind_of(ctx: &ToolContext<'_>, path: &str) -> Result<Kind, Fail> {
     match out.stdout_lossy().trim() {
         "dir" => Ok(Kind::Dir),
         "missing" => Ok(Kind::Missing),
-        _ => Err(Fail::Agent(format!("The file '{path}' exists but cannot be read."))),
+        _ => Err(Fail::Agent(format!(
+            "The file '{path}' exists but cannot be read."
+        ))),
     }
 }
 
@@ -400,11 +511,15 @@ fn snippet(lines: &[&str], first: usize, last: usize) -> String {
 
 fn check_range(r: &[i64], n: usize) -> Result<(usize, usize), String> {
     let [start, end] = r else {
-        return Err(format!("view_range must be a list of two integers, got {r:?}."));
+        return Err(format!(
+            "view_range must be a list of two integers, got {r:?}."
+        ));
     };
     let (start, end) = (*start, *end);
     if start < 1 || start as usize > n.max(1) {
-        return Err(format!("Invalid view_range {r:?}: the first element must be within [1, {n}]."));
+        return Err(format!(
+            "Invalid view_range {r:?}: the first element must be within [1, {n}]."
+        ));
     }
     let end = if end == -1 { n as i64 } else { end };
     if end < start || end as usize > n {
@@ -427,7 +542,10 @@ pub(crate) fn condensed(lines: &[&str]) -> String {
             let body_start = header_end + 1;
             if body_end + 1 - body_start >= 4 {
                 out.push_str(&numbered(&lines[i..=header_end], i + 1));
-                let indent: String = lines[body_start].chars().take_while(|c| c.is_whitespace()).collect();
+                let indent: String = lines[body_start]
+                    .chars()
+                    .take_while(|c| c.is_whitespace())
+                    .collect();
                 out.push_str(&format!(
                     "{:6}\t{indent}... eliding lines {}-{} ...\n",
                     body_start + 1,
@@ -519,11 +637,18 @@ impl Tool for EditorTool {
         let ext_note = match &self.cfg.view_extensions {
             Some(exts) => format!(
                 " `view` accepts only {} files and directories.",
-                exts.iter().map(|e| format!(".{e}")).collect::<Vec<_>>().join(", ")
+                exts.iter()
+                    .map(|e| format!(".{e}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             None => String::new(),
         };
-        let undo = if self.cfg.commands.contains(&"undo_edit") { "\n* `undo_edit` reverts the last edit made to a file." } else { "" };
+        let undo = if self.cfg.commands.contains(&"undo_edit") {
+            "\n* `undo_edit` reverts the last edit made to a file."
+        } else {
+            ""
+        };
         let description = format!(
             "View, create and edit files.\n\
              * `view` of a file prints it with line numbers (like `cat -n`); long Python files are shown condensed \
@@ -537,7 +662,11 @@ impl Tool for EditorTool {
         function_schema(&self.cfg.name, &description, props, &["command", "path"])
     }
 
-    fn call<'a>(&'a self, ctx: &'a mut ToolContext<'_>, args: &'a Map<String, Value>) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        ctx: &'a mut ToolContext<'_>,
+        args: &'a Map<String, Value>,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(self.run(ctx, args))
     }
 }
@@ -569,7 +698,10 @@ mod tests {
         let src = "import os\n\nclass A:\n    def short(self):\n        return 1\n\n    def long(self,\n             x):\n        a = 1\n        b = 2\n        c = 3\n        return a + b + c + x\n\ndef top():\n    pass\n";
         let lines = split_lines(src);
         let out = condensed(&lines);
-        assert!(out.contains("     9\t        ... eliding lines 9-12 ...\n"), "{out}");
+        assert!(
+            out.contains("     9\t        ... eliding lines 9-12 ...\n"),
+            "{out}"
+        );
         assert!(out.contains("     5\t        return 1\n"), "{out}");
         assert!(out.contains("     8\t             x):\n"), "{out}");
         assert!(!out.contains("c = 3"), "{out}");

@@ -8,11 +8,15 @@
 
 mod bash;
 mod editor;
+#[cfg(feature = "lsp")]
+mod lsp;
 mod search;
 mod submit;
 
 pub use bash::{BashConfig, BashTool};
 pub use editor::{EditorConfig, EditorTool};
+#[cfg(feature = "lsp")]
+pub use lsp::LspToolAdapter;
 pub use search::SearchTool;
 pub use submit::SubmitTool;
 
@@ -42,15 +46,25 @@ pub struct ToolOutput {
     pub error: bool,
     /// The agent asked to end the episode.
     pub submitted: bool,
+    /// An infrastructure problem inside the tool that did not stop it from answering (e.g. a
+    /// language server crashed and the agent was told to use other tools); recorded as an event.
+    pub infra_note: Option<String>,
 }
 
 impl ToolOutput {
     pub fn ok(text: impl Into<String>) -> Self {
-        ToolOutput { text: text.into(), ..Default::default() }
+        ToolOutput {
+            text: text.into(),
+            ..Default::default()
+        }
     }
     /// An agent-facing error (`ERROR: …`); not an infrastructure failure.
     pub fn error(text: impl Into<String>) -> Self {
-        ToolOutput { text: text.into(), error: true, ..Default::default() }
+        ToolOutput {
+            text: text.into(),
+            error: true,
+            ..Default::default()
+        }
     }
 }
 
@@ -75,16 +89,24 @@ pub struct ToolContext<'w> {
 
 impl<'w> ToolContext<'w> {
     pub fn new(ws: &'w dyn Workspace, command_timeout: Duration) -> Self {
-        ToolContext { ws, command_timeout, state: HashMap::new() }
+        ToolContext {
+            ws,
+            command_timeout,
+            state: HashMap::new(),
+        }
     }
     /// The state stored under `key`, created with `Default` on first use.
     pub fn state<T: Any + Send + Sync + Default>(&mut self, key: &str) -> &mut T {
-        let slot = self.state.entry(key.to_string()).or_insert_with(|| Box::new(T::default()));
+        let slot = self
+            .state
+            .entry(key.to_string())
+            .or_insert_with(|| Box::new(T::default()));
         if !slot.is::<T>() {
             *slot = Box::new(T::default());
         }
         // Just ensured above.
-        slot.downcast_mut::<T>().unwrap_or_else(|| unreachable!("state slot type checked"))
+        slot.downcast_mut::<T>()
+            .unwrap_or_else(|| unreachable!("state slot type checked"))
     }
 }
 
@@ -95,8 +117,11 @@ pub trait Tool: Send + Sync {
     fn schema(&self) -> Value;
     /// Run the tool. Argument values may be strings even for integer parameters (text action
     /// formats carry only strings); tools coerce them.
-    fn call<'a>(&'a self, ctx: &'a mut ToolContext<'_>, args: &'a Map<String, Value>)
-    -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
+    fn call<'a>(
+        &'a self,
+        ctx: &'a mut ToolContext<'_>,
+        args: &'a Map<String, Value>,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
 }
 
 /// The tools offered in a rollout, in offer order.
@@ -167,7 +192,10 @@ impl ToolRegistry {
 
     /// Schemas as typed OpenAI `tools` entries.
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools.iter().filter_map(|t| serde_json::from_value(t.schema()).ok()).collect()
+        self.tools
+            .iter()
+            .filter_map(|t| serde_json::from_value(t.schema()).ok())
+            .collect()
     }
 
     /// Schemas as raw JSON.
@@ -177,7 +205,12 @@ impl ToolRegistry {
 
     /// Validate `args` against the tool's schema (unknown and missing parameters) and run it.
     /// Unknown tools and bad arguments become agent-facing errors, never panics.
-    pub async fn call(&self, ctx: &mut ToolContext<'_>, name: &str, args: &Map<String, Value>) -> Result<ToolOutput, ToolError> {
+    pub async fn call(
+        &self,
+        ctx: &mut ToolContext<'_>,
+        name: &str,
+        args: &Map<String, Value>,
+    ) -> Result<ToolOutput, ToolError> {
         let Some(tool) = self.get(name) else {
             let mut out = ToolOutput::error(format!(
                 "ERROR: Unknown function '{name}'. Available functions: {}.",
@@ -187,7 +220,9 @@ impl ToolRegistry {
             return Ok(out);
         };
         if let Err(msg) = check_args(&tool.schema(), args) {
-            let mut out = ToolOutput::error(format!("ERROR: Invalid parameters for function '{name}': {msg}"));
+            let mut out = ToolOutput::error(format!(
+                "ERROR: Invalid parameters for function '{name}': {msg}"
+            ));
             out.blocked = true;
             return Ok(out);
         }
@@ -198,7 +233,11 @@ impl ToolRegistry {
 fn check_args(schema: &Value, args: &Map<String, Value>) -> Result<(), String> {
     let params = &schema["function"]["parameters"];
     if let Some(props) = params.get("properties").and_then(Value::as_object) {
-        let unknown: Vec<&str> = args.keys().filter(|k| !props.contains_key(*k)).map(String::as_str).collect();
+        let unknown: Vec<&str> = args
+            .keys()
+            .filter(|k| !props.contains_key(*k))
+            .map(String::as_str)
+            .collect();
         if !unknown.is_empty() {
             return Err(format!(
                 "unknown parameter(s) {}; expected some of {}",
@@ -208,9 +247,16 @@ fn check_args(schema: &Value, args: &Map<String, Value>) -> Result<(), String> {
         }
     }
     if let Some(req) = params.get("required").and_then(Value::as_array) {
-        let missing: Vec<&str> = req.iter().filter_map(Value::as_str).filter(|k| !args.contains_key(*k)).collect();
+        let missing: Vec<&str> = req
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|k| !args.contains_key(*k))
+            .collect();
         if !missing.is_empty() {
-            return Err(format!("missing required parameter(s) {}", missing.join(", ")));
+            return Err(format!(
+                "missing required parameter(s) {}",
+                missing.join(", ")
+            ));
         }
     }
     Ok(())
@@ -225,27 +271,40 @@ impl Args<'_> {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
             Some(v @ (Value::Number(_) | Value::Bool(_))) => Ok(Some(v.to_string())),
-            Some(other) => Err(format!("parameter `{key}` must be a string, got {}", type_name(other))),
+            Some(other) => Err(format!(
+                "parameter `{key}` must be a string, got {}",
+                type_name(other)
+            )),
         }
     }
     pub fn required_str(&self, key: &str) -> Result<String, String> {
-        self.str(key)?.ok_or_else(|| format!("parameter `{key}` is required"))
+        self.str(key)?
+            .ok_or_else(|| format!("parameter `{key}` is required"))
     }
     pub fn int(&self, key: &str) -> Result<Option<i64>, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) => n.as_i64().map(Some).ok_or_else(|| format!("parameter `{key}` must be an integer, got {n}")),
-            Some(Value::String(s)) => s
-                .trim()
-                .parse::<i64>()
+            Some(Value::Number(n)) => n
+                .as_i64()
                 .map(Some)
-                .map_err(|_| format!("parameter `{key}` must be an integer, got {:?}", clip_chars(s, 80))),
-            Some(other) => Err(format!("parameter `{key}` must be an integer, got {}", type_name(other))),
+                .ok_or_else(|| format!("parameter `{key}` must be an integer, got {n}")),
+            Some(Value::String(s)) => s.trim().parse::<i64>().map(Some).map_err(|_| {
+                format!(
+                    "parameter `{key}` must be an integer, got {:?}",
+                    clip_chars(s, 80)
+                )
+            }),
+            Some(other) => Err(format!(
+                "parameter `{key}` must be an integer, got {}",
+                type_name(other)
+            )),
         }
     }
     /// A list of integers: a JSON array, or text such as `[1, 20]` or `1,20`.
     pub fn int_list(&self, key: &str) -> Result<Option<Vec<i64>>, String> {
-        let bad = |v: &dyn std::fmt::Display| format!("parameter `{key}` must be a list of integers, got {v}");
+        let bad = |v: &dyn std::fmt::Display| {
+            format!("parameter `{key}` must be a list of integers, got {v}")
+        };
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Array(items)) => items
@@ -275,9 +334,15 @@ impl Args<'_> {
             Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
                 "true" | "1" | "yes" => Ok(Some(true)),
                 "false" | "0" | "no" => Ok(Some(false)),
-                _ => Err(format!("parameter `{key}` must be true or false, got {:?}", clip_chars(s, 80))),
+                _ => Err(format!(
+                    "parameter `{key}` must be true or false, got {:?}",
+                    clip_chars(s, 80)
+                )),
             },
-            Some(other) => Err(format!("parameter `{key}` must be a boolean, got {}", type_name(other))),
+            Some(other) => Err(format!(
+                "parameter `{key}` must be a boolean, got {}",
+                type_name(other)
+            )),
         }
     }
 }
@@ -307,11 +372,19 @@ pub(crate) fn wrap(name: &str, body: &str) -> String {
 }
 
 pub(crate) fn env_err(tool: &str) -> impl FnOnce(SandboxError) -> ToolError + '_ {
-    move |source| ToolError::Env { tool: tool.to_string(), source }
+    move |source| ToolError::Env {
+        tool: tool.to_string(),
+        source,
+    }
 }
 
 /// A function schema with string-typed properties unless given.
-pub(crate) fn function_schema(name: &str, description: &str, properties: Value, required: &[&str]) -> Value {
+pub(crate) fn function_schema(
+    name: &str,
+    description: &str,
+    properties: Value,
+    required: &[&str],
+) -> Value {
     serde_json::json!({
         "type": "function",
         "function": {
@@ -333,7 +406,8 @@ mod tests {
 
     #[test]
     fn args_coerce_text_values() {
-        let m = args(json!({"a": "12", "b": "[1, -1]", "c": [3, "4"], "d": "false", "e": {"x": 1}}));
+        let m =
+            args(json!({"a": "12", "b": "[1, -1]", "c": [3, "4"], "d": "false", "e": {"x": 1}}));
         let a = Args(&m);
         assert_eq!(a.int("a").unwrap(), Some(12));
         assert_eq!(a.int_list("b").unwrap(), Some(vec![1, -1]));
@@ -346,8 +420,14 @@ mod tests {
 
     #[test]
     fn named_sets_have_expected_tools() {
-        assert_eq!(ToolRegistry::named("r2e").unwrap().names(), ["search", "file_editor", "execute_bash", "finish"]);
-        assert_eq!(ToolRegistry::named("swe-master").unwrap().names(), ["str_replace_editor", "execute_bash", "submit"]);
+        assert_eq!(
+            ToolRegistry::named("r2e").unwrap().names(),
+            ["search", "file_editor", "execute_bash", "finish"]
+        );
+        assert_eq!(
+            ToolRegistry::named("swe-master").unwrap().names(),
+            ["str_replace_editor", "execute_bash", "submit"]
+        );
         assert_eq!(
             ToolRegistry::named("dojo").unwrap().names(),
             ["search", "str_replace_editor", "execute_bash", "submit"]
@@ -355,7 +435,11 @@ mod tests {
         assert!(ToolRegistry::named("nope").is_none());
         for set in TOOL_SETS {
             let r = ToolRegistry::named(set).unwrap();
-            assert_eq!(r.specs().len(), r.names().len(), "{set} schemas parse as ToolSpec");
+            assert_eq!(
+                r.specs().len(),
+                r.names().len(),
+                "{set} schemas parse as ToolSpec"
+            );
         }
     }
 
@@ -363,7 +447,15 @@ mod tests {
     fn check_args_reports_unknown_and_missing() {
         let schema = function_schema("t", "d", json!({"a": {"type": "string"}}), &["a"]);
         assert!(check_args(&schema, &args(json!({"a": "x"}))).is_ok());
-        assert!(check_args(&schema, &args(json!({}))).unwrap_err().contains("missing"));
-        assert!(check_args(&schema, &args(json!({"a": "x", "b": 1}))).unwrap_err().contains("unknown parameter(s) b"));
+        assert!(
+            check_args(&schema, &args(json!({})))
+                .unwrap_err()
+                .contains("missing")
+        );
+        assert!(
+            check_args(&schema, &args(json!({"a": "x", "b": 1})))
+                .unwrap_err()
+                .contains("unknown parameter(s) b")
+        );
     }
 }

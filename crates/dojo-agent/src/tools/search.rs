@@ -3,9 +3,9 @@
 
 use dojo_llm::BoxFuture;
 use dojo_sandbox::{ExecRequest, WORKSPACE};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
-use super::{env_err, function_schema, wrap, Args, Tool, ToolContext, ToolError, ToolOutput};
+use super::{Args, Tool, ToolContext, ToolError, ToolOutput, env_err, function_schema, wrap};
 
 /// More matching files than this and the agent is asked to narrow the search.
 const MAX_FILES: usize = 100;
@@ -28,17 +28,33 @@ exit 0
 /// Resolve `path` against `/testbed` and drop `.` segments and trailing slashes (grep treats a
 /// command-line `.` as hidden).
 fn resolve(path: &str) -> String {
-    let abs = if path.starts_with('/') { path.to_string() } else { format!("{WORKSPACE}/{path}") };
-    let parts: Vec<&str> = abs.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+    let abs = if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("{WORKSPACE}/{path}")
+    };
+    let parts: Vec<&str> = abs
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
     format!("/{}", parts.join("/"))
 }
 
 impl SearchTool {
-    async fn run(&self, ctx: &mut ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, ToolError> {
+    async fn run(
+        &self,
+        ctx: &mut ToolContext<'_>,
+        args: &Map<String, Value>,
+    ) -> Result<ToolOutput, ToolError> {
         let a = Args(args);
         let term = match a.required_str("search_term") {
             Ok(t) if !t.is_empty() => t,
-            Ok(_) => return Ok(ToolOutput::error(wrap("search", "ERROR: search_term must not be empty."))),
+            Ok(_) => {
+                return Ok(ToolOutput::error(wrap(
+                    "search",
+                    "ERROR: search_term must not be empty.",
+                )));
+            }
             Err(e) => return Ok(ToolOutput::error(wrap("search", &format!("ERROR: {e}")))),
         };
         let path = match a.str("path") {
@@ -84,7 +100,12 @@ impl SearchTool {
                     format!("Matches for \"{term}\" in {path}:\n{shown}")
                 }
             }
-            _ => return Ok(ToolOutput::error(wrap("search", &format!("ERROR: Path '{path}' does not exist.")))),
+            _ => {
+                return Ok(ToolOutput::error(wrap(
+                    "search",
+                    &format!("ERROR: Path '{path}' does not exist."),
+                )));
+            }
         };
         Ok(ToolOutput::ok(wrap("search", &body)))
     }
@@ -109,7 +130,11 @@ impl Tool for SearchTool {
             &["search_term"],
         )
     }
-    fn call<'a>(&'a self, ctx: &'a mut ToolContext<'_>, args: &'a Map<String, Value>) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        ctx: &'a mut ToolContext<'_>,
+        args: &'a Map<String, Value>,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(self.run(ctx, args))
     }
 }

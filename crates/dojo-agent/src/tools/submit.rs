@@ -2,9 +2,9 @@
 //! diff at that moment is the agent's answer.
 
 use dojo_llm::BoxFuture;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
-use super::{function_schema, Tool, ToolContext, ToolError, ToolOutput};
+use super::{Tool, ToolContext, ToolError, ToolOutput, function_schema};
 
 /// The observation of a submission.
 pub const FINISHED: &str = "<<< Finished >>>";
@@ -17,11 +17,17 @@ pub struct SubmitTool {
 impl SubmitTool {
     /// `finish{command: "submit", result}`.
     pub fn r2e() -> Self {
-        SubmitTool { name: "finish", r2e: true }
+        SubmitTool {
+            name: "finish",
+            r2e: true,
+        }
     }
     /// `submit{}`.
     pub fn swe_master() -> Self {
-        SubmitTool { name: "submit", r2e: false }
+        SubmitTool {
+            name: "submit",
+            r2e: false,
+        }
     }
 }
 
@@ -51,14 +57,24 @@ impl Tool for SubmitTool {
             )
         }
     }
-    fn call<'a>(&'a self, _ctx: &'a mut ToolContext<'_>, args: &'a Map<String, Value>) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        _ctx: &'a mut ToolContext<'_>,
+        args: &'a Map<String, Value>,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            if self.r2e {
-                if let Some(c) = args.get("command").and_then(Value::as_str).filter(|c| *c != "submit") {
-                    return Ok(ToolOutput::error(format!("ERROR: Unknown command '{c}' for finish; use `submit`.")));
-                }
+            let wrong = args.get("command").and_then(Value::as_str).filter(|c| *c != "submit");
+            if let (true, Some(c)) = (self.r2e, wrong) {
+                return Ok(ToolOutput::error(super::wrap(
+                    self.name,
+                    &format!("ERROR: Unknown command '{c}' for finish; use `submit`."),
+                )));
             }
-            Ok(ToolOutput { text: FINISHED.to_string(), submitted: true, ..Default::default() })
+            Ok(ToolOutput {
+                text: FINISHED.to_string(),
+                submitted: true,
+                ..Default::default()
+            })
         })
     }
 }

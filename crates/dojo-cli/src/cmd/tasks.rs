@@ -105,7 +105,7 @@ fn check(file: &Path, envs: Option<&Path>) -> anyhow::Result<i32> {
                 _ => false,
             };
             if absent {
-                missing.entry(f).or_default().push(t.instance_id.as_str());
+                missing.entry(*f).or_default().push(t.instance_id.as_str());
             }
         }
         match registry.resolve(t) {
@@ -239,11 +239,12 @@ fn write_lists(path: &Path, tasks: &[Task], results: &[(usize, dojo_grade::Valid
     let mut fill: BTreeMap<&str, String> = BTreeMap::new();
     for (i, v) in results {
         let t = &tasks[*i];
-        if v.ok || (v.problems.iter().all(|p| p.starts_with("FAIL_TO_PASS is empty")) && !v.derived_fail_to_pass.is_empty()) {
-            if t.fail_to_pass.as_ref().is_none_or(Vec::is_empty) {
-                let row = t.row_with_lists(&v.derived_fail_to_pass, &v.derived_pass_to_pass);
-                fill.insert(t.instance_id.as_str(), serde_json::to_string(&row)?);
-            }
+        // A new task (no lists yet) whose two runs were clean gets the derived lists.
+        let clean = v.problems.iter().all(|p| p.starts_with("FAIL_TO_PASS is empty"));
+        let new_task = t.fail_to_pass.as_ref().is_none_or(Vec::is_empty);
+        if clean && new_task && !v.derived_fail_to_pass.is_empty() {
+            let row = t.row_with_lists(&v.derived_fail_to_pass, &v.derived_pass_to_pass);
+            fill.insert(t.instance_id.as_str(), serde_json::to_string(&row)?);
         }
     }
     let text = std::fs::read_to_string(path)?;

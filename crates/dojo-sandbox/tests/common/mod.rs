@@ -76,3 +76,30 @@ pub async fn sandbox() -> Sandbox {
 pub async fn sh(sb: &Sandbox, script: &str) -> dojo_sandbox::ExecOutput {
     sb.exec(&ExecRequest::shell(script)).await.expect("exec")
 }
+
+/// Make the repo's pinned uv (scripts/setup-tools.sh → target/pytools) findable when nothing
+/// else points at one.
+pub fn ensure_uv() -> bool {
+    home();
+    if dojo_sandbox::pyenv::find_uv().is_none() {
+        let local = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/pytools/bin/uv");
+        if Path::new(local).exists() {
+            // SAFETY: tests set it before building any environment; same value every time.
+            unsafe { std::env::set_var("DOJO_UV", local) };
+        }
+    }
+    dojo_sandbox::pyenv::find_uv().is_some()
+}
+
+/// A venv with no packages (no network needed), or None without uv.
+pub fn bare_env() -> Option<dojo_sandbox::PythonEnv> {
+    if !ensure_uv() {
+        return None;
+    }
+    let spec = dojo_sandbox::EnvSpec {
+        python: "3.11".into(),
+        editable: false,
+        ..Default::default()
+    };
+    Some(dojo_sandbox::PythonEnv::build(&spec, None).expect("bare env"))
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Engine benchmark, side by side with llama.cpp on the same GGUF, 1 and 2 threads.
+# Needs llama-cpp-python (builds from source: pip install llama-cpp-python==0.3.36) in $PY.
+# Usage: crates/dojo-engine/bench/run.sh [PYTHON_WITH_LLAMA_CPP]
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../../.." && pwd)"
+PY="${1:-python3}"
+cd "$ROOT"
+cargo build --release -p dojo-engine --example bench
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/bench"
+GGUF="$("$BIN" path)"
+for t in 1 2; do
+  RAYON_NUM_THREADS=$t "$BIN" speed "$GGUF"
+  "$PY" crates/dojo-engine/bench/llamacpp.py "$GGUF" "$t"
+done
+RAYON_NUM_THREADS=2 "$BIN" agent "$GGUF"

@@ -1,0 +1,140 @@
+//! Engine benchmarks; `crates/dojo-engine/bench/run.sh` runs them next to llama.cpp.
+//!
+//! `cargo run --release -p dojo-engine --example bench -- speed [GGUF]`: prefill and decode
+//! tokens/s of the bare model (threads from `RAYON_NUM_THREADS`), printed as JSON.
+//! `... --example bench -- agent [GGUF]`: wall time of a 20-turn agent conversation through
+//! the engine's chat API, with and without prefix KV reuse.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use dojo_engine::{Engine, EngineOptions, KvCache};
+use dojo_llm::{ChatMessage, ChatRequest, ToolSpec};
+use serde_json::json;
+
+/// The fixed benchmark prompt (same text for llama.cpp; see bench/llamacpp.py).
+pub const PROMPT_TEXT: &str = include_str!("../bench/prompt.txt");
+const PREFILL_TOKENS: usize = 128;
+const DECODE_TOKENS: usize = 64;
+const REPEATS: usize = 3;
+
+fn model_path(arg: Option<String>) -> PathBuf {
+    arg.map(PathBuf::from).unwrap_or_else(|| {
+        dojo_chat::default_model_path().unwrap_or_else(|e| panic!("default model: {e}"))
+    })
+}
+
+fn speed(path: PathBuf) {
+    let device = candle_core::Device::Cpu;
+    let model = dojo_engine::loader::load_gguf(&path, &device).expect("load");
+    let format = dojo_chat::ChatFormat::from_gguf(&path).expect("format");
+    let ids = format.tokenizer.encode(PROMPT_TEXT).expect("encode");
+    assert!(ids.len() >= PREFILL_TOKENS, "prompt.txt is too short");
+    let prompt = &ids[..PREFILL_TOKENS];
+    let mut best_prefill = f64::MAX;
+    let mut best_decode = f64::MAX;
+    let mut generated = Vec::new();
+    for _ in 0..REPEATS + 1 {
+        let mut cache = KvCache::new();
+        let t0 = Instant::now();
+        let mut logits = model.forward_last(prompt, &mut cache).expect("prefill");
+        let prefill = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        generated.clear();
+        for _ in 0..DECODE_TOKENS {
+            let next = dojo_engine::model::argmax(&logits) as u32;
+            generated.push(next);
+            logits = model.forward_last(&[next], &mut cache).expect("decode");
+        }
+        let decode = t1.elapsed().as_secs_f64();
+        best_prefill = best_prefill.min(prefill);
+        best_decode = best_decode.min(decode);
+    }
+    let threads = candle_core::utils::get_num_threads();
+    println!(
+        "{}",
+        json!({
+            "engine": "dojo-engine (candle 0.11)",
+            "threads": threads,
+            "prefill_tokens": PREFILL_TOKENS,
+            "prefill_tok_s": PREFILL_TOKENS as f64 / best_prefill,
+            "decode_tokens": DECODE_TOKENS,
+            "decode_tok_s": DECODE_TOKENS as f64 / best_decode,
+            "greedy_ids_head": &generated[..8],
+        })
+    );
+}
+
+fn agent(path: PathBuf) {
+    let tools = vec![ToolSpec::function(
+        "bash",
+        "Run a shell command in the repository.",
+        json!({"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}),
+    )];
+    let observation: String = (0..12)
+        .map(|i| format!("src/module_{i}.py: def function_{i}(x): return x * {i}\n"))
+        .collect();
+    for reuse in [true, false] {
+        let engine = Engine::load(
+            &path,
+            EngineOptions {
+                prefix_cache_entries: if reuse { 4 } else { 0 },
+                ..Default::default()
+            },
+        )
+        .expect("load");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let mut messages = vec![
+            ChatMessage::system("You are a software engineer. Use the bash tool to explore."),
+            ChatMessage::user("Find the function that multiplies by 7 and explain it."),
+        ];
+        let t0 = Instant::now();
+        let mut per_turn = Vec::new();
+        for turn in 0..20 {
+            let t = Instant::now();
+            let req = ChatRequest {
+                messages: messages.clone(),
+                tools: Some(tools.clone()),
+                temperature: Some(0.0),
+                max_tokens: Some(24),
+                ..Default::default()
+            };
+            let resp = rt.block_on(engine.chat(req)).expect("chat");
+            per_turn.push(t.elapsed().as_secs_f64());
+            let mut msg = resp.choices[0].message.clone();
+            msg.extra.clear();
+            messages.push(msg);
+            messages.push(ChatMessage::user(format!("Turn {turn} output:\n{observation}")));
+        }
+        let total = t0.elapsed().as_secs_f64();
+        let s = engine.stats();
+        use std::sync::atomic::Ordering::Relaxed;
+        println!(
+            "{}",
+            json!({
+                "prefix_reuse": reuse,
+                "turns": 20,
+                "total_s": total,
+                "last_turn_s": per_turn.last(),
+                "prompt_tokens": s.prompt_tokens.load(Relaxed),
+                "prefilled_tokens": s.prefilled_tokens.load(Relaxed),
+                "reused_tokens": s.reused_tokens.load(Relaxed),
+                "generated_tokens": s.generated_tokens.load(Relaxed),
+            })
+        );
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mode = args.next().unwrap_or_else(|| "speed".into());
+    let path = model_path(args.next());
+    match mode.as_str() {
+        "speed" => speed(path),
+        "agent" => agent(path),
+        "path" => println!("{}", path.display()),
+        other => panic!("unknown mode {other}; use speed or agent"),
+    }
+}

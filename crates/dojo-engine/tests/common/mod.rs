@@ -1,0 +1,98 @@
+//! Shared test fixtures: a tiny byte-level tokenizer with ChatML and tiny random models.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+
+use dojo_chat::ChatFormat;
+use dojo_engine::model::{Arch, Config};
+use dojo_engine::{Engine, EngineOptions};
+use serde_json::json;
+
+/// GPT-2's byte → printable-char table (what ByteLevel BPE vocabularies contain).
+fn byte_chars() -> Vec<char> {
+    let mut out = vec!['\0'; 256];
+    let mut n = 0u32;
+    for b in 0..256u32 {
+        let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        out[b as usize] = if printable {
+            char::from_u32(b).unwrap()
+        } else {
+            n += 1;
+            char::from_u32(255 + n).unwrap()
+        };
+    }
+    out
+}
+
+pub const SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+/// 3 special tokens + 256 bytes.
+pub const VOCAB: usize = 259;
+
+/// Write a byte-level tokenizer (no merges) and a ChatML tokenizer_config into `dir`.
+pub fn write_tiny_tokenizer(dir: &Path) {
+    let mut vocab = serde_json::Map::new();
+    for (i, s) in SPECIALS.iter().enumerate() {
+        vocab.insert(s.to_string(), json!(i));
+    }
+    for (i, c) in byte_chars().into_iter().enumerate() {
+        vocab.insert(c.to_string(), json!(i + 3));
+    }
+    let added: Vec<_> = SPECIALS
+        .iter()
+        .enumerate()
+        .map(|(i, s)| json!({"id": i, "content": s, "single_word": false, "lstrip": false,
+                             "rstrip": false, "normalized": false, "special": true}))
+        .collect();
+    let tok = json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+                  "ignore_merges": false, "vocab": vocab, "merges": []}
+    });
+    std::fs::write(dir.join("tokenizer.json"), tok.to_string()).unwrap();
+    let cfg = json!({"bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
+                     "chat_template": dojo_chat::CHATML_TEMPLATE});
+    std::fs::write(dir.join("tokenizer_config.json"), cfg.to_string()).unwrap();
+}
+
+pub fn tiny_format() -> ChatFormat {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_tokenizer(dir.path());
+    ChatFormat::from_hf_dir(dir.path()).unwrap()
+}
+
+pub fn tiny_config(arch: Arch) -> Config {
+    Config {
+        arch,
+        vocab_size: VOCAB,
+        hidden_size: 32,
+        intermediate_size: 64,
+        num_layers: 2,
+        num_heads: 4,
+        num_kv_heads: 2,
+        head_dim: 8,
+        rope_theta: 10_000.0,
+        rms_eps: 1e-6,
+        max_position: 2048,
+        rope_interleaved: arch == Arch::Llama,
+    }
+}
+
+pub fn tiny_engine(opts: EngineOptions) -> Engine {
+    let model =
+        dojo_engine::loader::random_model(tiny_config(Arch::Qwen2), 42, &candle_core::Device::Cpu)
+            .unwrap();
+    Engine::from_parts(
+        model,
+        tiny_format(),
+        EngineOptions {
+            model_id: Some("tiny".into()),
+            ..opts
+        },
+    )
+}

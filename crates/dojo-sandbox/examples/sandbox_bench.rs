@@ -1,0 +1,335 @@
+//! Sandbox benchmark (issue #2 §8): create / first command / reset / diff / teardown of a
+//! namespace sandbox side by side with `git clone --shared` + checkout and `cp -a`, on sympy 1.12
+//! (large) and flask 3.0.0 (small) sdists; per-command overhead against a bare fork/exec; 64
+//! concurrent sandboxes with memory per idle sandbox.
+//!
+//! Run: `cargo run --release -p dojo-sandbox --example sandbox_bench [-- --out FILE] [--runs N]`
+//! (as root on a host where `dojo sandbox doctor` shows the namespace backend).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use dojo_sandbox::{ExecRequest, Pristine, PristineStore, Sandbox, SandboxOptions, Source};
+
+const SYMPY: (&str, &str, &str) = (
+    "https://files.pythonhosted.org/packages/source/s/sympy/sympy-1.12.tar.gz",
+    "ebf595c8dac3e0fdc4152c51878b498396ec7f30e7a914d6071e674d49420fb8",
+    "sympy-1.12.tar.gz",
+);
+const FLASK: (&str, &str, &str) = (
+    "https://files.pythonhosted.org/packages/source/f/flask/flask-3.0.0.tar.gz",
+    "cfadcdb638b609361d29ec22360d6070a77d7463dcb3ab08d2c2f2f168845f58",
+    "flask-3.0.0.tar.gz",
+);
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+}
+
+fn sh(cmd: &str, cwd: &Path) {
+    let st = Command::new("bash").arg("-c").arg(cmd).current_dir(cwd).status().expect("bash");
+    assert!(st.success(), "{cmd} failed");
+}
+
+#[derive(Default)]
+struct Row {
+    create: Vec<f64>,
+    first: Vec<f64>,
+    reset: Vec<f64>,
+    diff: Vec<f64>,
+    teardown: Vec<f64>,
+}
+
+impl Row {
+    fn fmt(&self, name: &str) -> String {
+        let f = |v: &Vec<f64>| if v.is_empty() { "–".to_string() } else { format!("{:.1}", median(v.clone())) };
+        format!(
+            "| {name} | {} | {} | {} | {} | {} |",
+            f(&self.create),
+            f(&self.first),
+            f(&self.reset),
+            f(&self.diff),
+            f(&self.teardown)
+        )
+    }
+}
+
+const EDIT: &str = "echo '# bench edit' >> README* 2>/dev/null; echo x > new_file.txt";
+
+async fn bench_sandbox(p: &Pristine, runs: usize) -> Row {
+    let mut r = Row::default();
+    for _ in 0..runs {
+        let t = Instant::now();
+        let mut sb = Sandbox::create(p, None, &SandboxOptions::default()).await.unwrap();
+        r.create.push(ms(t.elapsed()));
+        let t = Instant::now();
+        let out = sb.exec(&ExecRequest::new(["true"])).await.unwrap();
+        assert!(out.success());
+        r.first.push(ms(t.elapsed()));
+        let out = sb.exec(&ExecRequest::shell(EDIT)).await.unwrap();
+        assert!(out.success());
+        let t = Instant::now();
+        let d = sb.diff().await.unwrap();
+        r.diff.push(ms(t.elapsed()));
+        assert!(d.contains("new_file.txt"));
+        let t = Instant::now();
+        sb.reset().await.unwrap();
+        r.reset.push(ms(t.elapsed()));
+        let t = Instant::now();
+        sb.teardown().await.unwrap();
+        r.teardown.push(ms(t.elapsed()));
+    }
+    dojo_sandbox::trash::flush();
+    r
+}
+
+fn bench_clone(p: &Pristine, scratch: &Path, runs: usize) -> Row {
+    let mut r = Row::default();
+    for i in 0..runs {
+        let ws = scratch.join(format!("clone-{i}"));
+        let t = Instant::now();
+        sh(
+            &format!(
+                "git clone -q --shared --no-checkout {} {} && git -C {} checkout -q dojo-base",
+                p.path.display(),
+                ws.display(),
+                ws.display()
+            ),
+            scratch,
+        );
+        r.create.push(ms(t.elapsed()));
+        let t = Instant::now();
+        let st = Command::new("true").current_dir(&ws).status().unwrap();
+        assert!(st.success());
+        r.first.push(ms(t.elapsed()));
+        sh(EDIT, &ws);
+        let t = Instant::now();
+        sh("git add -A && git diff --cached --binary dojo-base >/dev/null && git reset -q", &ws);
+        r.diff.push(ms(t.elapsed()));
+        let t = Instant::now();
+        sh("git reset -q --hard dojo-base && git clean -fdxq", &ws);
+        r.reset.push(ms(t.elapsed()));
+        let t = Instant::now();
+        std::fs::remove_dir_all(&ws).unwrap();
+        r.teardown.push(ms(t.elapsed()));
+    }
+    r
+}
+
+fn bench_cp(p: &Pristine, scratch: &Path, runs: usize) -> Row {
+    let mut r = Row::default();
+    for i in 0..runs {
+        let ws = scratch.join(format!("cp-{i}"));
+        let t = Instant::now();
+        sh(&format!("cp -a {} {}", p.path.display(), ws.display()), scratch);
+        r.create.push(ms(t.elapsed()));
+        let t = Instant::now();
+        std::fs::remove_dir_all(&ws).unwrap();
+        r.teardown.push(ms(t.elapsed()));
+    }
+    r
+}
+
+fn pss_kb(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Pss:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Pids of the holder and its parent (the waiter it was forked from).
+fn holder_pids(sb: &Sandbox) -> Vec<i32> {
+    let Some(c) = sb.holder_pid() else { return vec![] };
+    let ppid = std::fs::read_to_string(format!("/proc/{c}/stat"))
+        .ok()
+        .and_then(|s| s[s.rfind(')')? + 2..].split_whitespace().nth(1)?.parse().ok());
+    std::iter::once(c).chain(ppid).collect()
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
+    let runs: usize = arg("--runs").and_then(|r| r.parse().ok()).unwrap_or(7);
+    let out_file = arg("--out").map(PathBuf::from);
+    let cache = dojo_cache::Cache::open().expect("cache");
+    let store = PristineStore::open().expect("store");
+    let scratch = std::env::temp_dir().join(format!("dojo-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let mut md = String::new();
+    md.push_str("# Sandbox benchmarks (dojo-sandbox)\n\n");
+    md.push_str(&format!(
+        "Reproduce: `cargo run --release -p dojo-sandbox --example sandbox_bench -- --runs {runs} --out benchmarks/results/sandbox.md` (as root).\n\n"
+    ));
+    md.push_str(&format!(
+        "Host: kernel {}, {} CPUs, shared with other jobs (noisy). Medians of {runs} runs, milliseconds, warm page cache. \
+         Sandbox = namespace backend (user/mount/pid/net ns, overlayfs userxattr, Landlock, seccomp, cgroup {}). \
+         `first` = running `true` (sandbox: joins the namespaces, fresh pid ns, Landlock+seccomp). \
+         `diff` after appending to README and adding a file. `reset` = sandbox: fresh holder over a new upper dir; clone: `git reset --hard && git clean -fdxq`.\n\n",
+        std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        dojo_sandbox::cgroup::detect().map(|c| c.version()).unwrap_or("none"),
+    ));
+    for (name, (url, sha, file)) in [("sympy 1.12", SYMPY), ("flask 3.0.0", FLASK)] {
+        let sdist = cache.fetch(url, sha, file).expect("download sdist");
+        let t = Instant::now();
+        let p = store.build(&Source::Archive { path: sdist }).expect("pristine");
+        let build = t.elapsed();
+        let files = walk_count(&p.path);
+        eprintln!("{name}: pristine ready ({:.0} ms incl. cache hit, {files} files)", ms(build));
+        let sbx = bench_sandbox(&p, runs).await;
+        let clone = bench_clone(&p, &scratch, runs);
+        let cp = bench_cp(&p, &scratch, runs);
+        md.push_str(&format!("## {name} ({files} files)\n\n"));
+        md.push_str("| method | create | first command | reset | diff | teardown |\n|---|---|---|---|---|---|\n");
+        md.push_str(&sbx.fmt("dojo sandbox (overlay)"));
+        md.push('\n');
+        md.push_str(&clone.fmt("`git clone --shared` + checkout"));
+        md.push('\n');
+        md.push_str(&cp.fmt("`cp -a`"));
+        md.push('\n');
+        let speedup = median(clone.create.clone()) / median(sbx.create.clone());
+        md.push_str(&format!(
+            "\nCreate speed-up over `git clone --shared`: **{speedup:.1}×** (target ≥ 50× on sympy).\n\n"
+        ));
+        eprintln!("{name} done");
+    }
+
+    // Per-command overhead against a bare fork/exec of the same command.
+    let p = store
+        .build(&Source::Archive { path: cache.fetch(FLASK.0, FLASK.1, FLASK.2).unwrap() })
+        .unwrap();
+    let sb = Sandbox::create(&p, None, &SandboxOptions::default()).await.unwrap();
+    let (mut bare, mut sand) = (Vec::new(), Vec::new());
+    for _ in 0..(runs * 5) {
+        let t = Instant::now();
+        let o = tokio::process::Command::new("/usr/bin/true").output().await.unwrap();
+        assert!(o.status.success());
+        bare.push(ms(t.elapsed()));
+        let t = Instant::now();
+        let o = sb.exec(&ExecRequest::new(["/usr/bin/true"])).await.unwrap();
+        assert!(o.success());
+        sand.push(ms(t.elapsed()));
+    }
+    let (pyb, pys) = {
+        let (mut b, mut s) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let t = Instant::now();
+            let o = tokio::process::Command::new("/usr/bin/python3.11").args(["-c", "pass"]).output().await.unwrap();
+            assert!(o.status.success());
+            b.push(ms(t.elapsed()));
+            let t = Instant::now();
+            let o = sb.exec(&ExecRequest::new(["/usr/bin/python3.11", "-c", "pass"])).await.unwrap();
+            assert!(o.success());
+            s.push(ms(t.elapsed()));
+        }
+        (median(b), median(s))
+    };
+    sb.teardown().await.unwrap();
+    md.push_str("## Per-command overhead\n\n| command | bare fork/exec | in sandbox | ratio |\n|---|---|---|---|\n");
+    md.push_str(&format!(
+        "| `true` | {:.2} | {:.2} | {:.2}× |\n",
+        median(bare.clone()),
+        median(sand.clone()),
+        median(sand) / median(bare)
+    ));
+    md.push_str(&format!("| `python3.11 -c pass` | {pyb:.1} | {pys:.1} | {:.2}× |\n\n", pys / pyb));
+
+    // 64 concurrent sandboxes.
+    let n = 64;
+    let t = Instant::now();
+    let futs: Vec<_> = (0..n)
+        .map(|_| {
+            let p = p.clone();
+            tokio::spawn(async move { Sandbox::create(&p, None, &SandboxOptions::default()).await })
+        })
+        .collect();
+    let mut sbs = Vec::new();
+    for f in futs {
+        sbs.push(f.await.unwrap().expect("create"));
+    }
+    let create_all = t.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pss: u64 = sbs.iter().flat_map(holder_pids).map(pss_kb).sum();
+    let cg: Vec<u64> = sbs.iter().filter_map(|s| s.memory_usage()).collect();
+    let t = Instant::now();
+    let req = ExecRequest::shell("echo ok && git status --short | wc -l");
+    let futs: Vec<_> = sbs.iter().map(|s| s.exec(&req)).collect();
+    let outs = futures_join(futs).await;
+    let run_all = t.elapsed();
+    assert!(outs.iter().all(|o| o.as_ref().is_ok_and(|o| o.success())));
+    let t = Instant::now();
+    for s in sbs {
+        s.teardown().await.unwrap();
+    }
+    let down_all = t.elapsed();
+    dojo_sandbox::trash::flush();
+    md.push_str(&format!(
+        "## {n} concurrent sandboxes (flask)\n\n\
+         - create all {n} (concurrently): {:.0} ms\n\
+         - one command in each (`git status`), concurrently: {:.0} ms\n\
+         - teardown all: {:.0} ms\n\
+         - memory per idle sandbox: **{:.0} KiB PSS** (holder + its waiter; forked, never exec'd, so mostly shared with the caller){}\n\n",
+        ms(create_all),
+        ms(run_all),
+        ms(down_all),
+        pss as f64 / n as f64,
+        if cg.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; cgroup-charged memory per idle sandbox (page cache of the overlay metadata included): {:.0} KiB",
+                cg.iter().sum::<u64>() as f64 / cg.len() as f64 / 1024.0
+            )
+        }
+    ));
+    let _ = std::fs::remove_dir_all(&scratch);
+    print!("{md}");
+    if let Some(f) = out_file {
+        std::fs::write(&f, &md).unwrap();
+        eprintln!("wrote {}", f.display());
+    }
+}
+
+async fn futures_join<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
+    let mut out = Vec::new();
+    // Poll all concurrently by spawning nothing: use a simple join over pinned futures.
+    let mut pinned: Vec<_> = futs.into_iter().map(Box::pin).collect();
+    let mut done: Vec<Option<F::Output>> = (0..pinned.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut all = true;
+        for (i, f) in pinned.iter_mut().enumerate() {
+            if done[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => done[i] = Some(v),
+                    std::task::Poll::Pending => all = false,
+                }
+            }
+        }
+        if all { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
+    })
+    .await;
+    for d in done {
+        out.extend(d);
+    }
+    out
+}
+
+fn walk_count(p: &Path) -> usize {
+    walkdir::WalkDir::new(p)
+        .into_iter()
+        .filter_entry(|e| e.file_name() != ".git")
+        .flatten()
+        .filter(|e| e.file_type().is_file())
+        .count()
+}

@@ -1,0 +1,103 @@
+//! Pristine trees: git export without history, archives, bad input, bytecode excluded from diffs.
+
+mod common;
+
+use std::process::Command;
+
+use dojo_sandbox::{PristineStore, Sandbox, SandboxError, SandboxOptions, Source};
+
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "safe.directory=*", "-C"])
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test]
+async fn git_source_is_exported_without_later_history() {
+    let repo = common::tree(&[("a.py", "x = 1\n")]);
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "base"]);
+    let base = git(&repo, &["rev-parse", "HEAD"]);
+    std::fs::write(repo.join("a.py"), "x = 2  # the fix\n").unwrap();
+    git(&repo, &["commit", "-qam", "fix"]);
+    let store = PristineStore::open().unwrap();
+    let p = store.build(&Source::Git { repo: repo.clone(), commit: base.clone() }).unwrap();
+    assert_eq!(std::fs::read_to_string(p.path.join("a.py")).unwrap(), "x = 1\n");
+    // A fresh one-commit repository: the fix's commit is nowhere.
+    assert_eq!(git(&p.path, &["rev-list", "--all", "--count"]), "1");
+    assert!(!git(&p.path, &["log", "--all", "--format=%s"]).contains("fix"));
+    // Built once: the same entry comes back.
+    let again = store.build(&Source::Git { repo, commit: base }).unwrap();
+    assert_eq!(again.path, p.path);
+}
+
+#[tokio::test]
+async fn nonexistent_commit_and_corrupt_archive_are_named_errors() {
+    let repo = common::tree(&[("a.py", "x = 1\n")]);
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "base"]);
+    let store = PristineStore::open().unwrap();
+    let err = store
+        .build(&Source::Git { repo: repo.clone(), commit: "deadbeef".into() })
+        .unwrap_err();
+    assert!(matches!(err, SandboxError::Pristine { .. }));
+    assert!(err.to_string().contains("deadbeef"), "{err}");
+
+    let bad = common::tree(&[("broken.tar.gz", "this is not gzip")]).join("broken.tar.gz");
+    let err = store.build(&Source::Archive { path: bad.clone() }).unwrap_err();
+    assert!(err.to_string().contains("broken.tar.gz"), "{err}");
+    // No half-built entry is visible.
+    for e in std::fs::read_dir(&store.root).unwrap().flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        assert!(!n.contains(".tmp-"), "leftover {n}");
+    }
+}
+
+#[tokio::test]
+async fn sdist_archive_single_top_dir_is_stripped() {
+    let src = common::tree(&[("proj-1.0/setup.py", "print(1)\n"), ("proj-1.0/proj/__init__.py", "")]);
+    let tgz = src.join("proj-1.0.tar.gz");
+    let st = Command::new("tar")
+        .arg("-czf")
+        .arg(&tgz)
+        .arg("-C")
+        .arg(&src)
+        .arg("proj-1.0")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let p = PristineStore::open().unwrap().build(&Source::Archive { path: tgz }).unwrap();
+    assert!(p.path.join("setup.py").is_file());
+    assert!(p.path.join(".git").is_dir());
+}
+
+#[tokio::test]
+async fn bytecode_is_precompiled_and_never_in_diffs() {
+    skip_unless_ns!();
+    let p = common::small_pristine();
+    if std::path::Path::new(dojo_sandbox::pristine::DEFAULT_PYTHON).exists() {
+        assert!(p.path.join("pkg/__pycache__").is_dir(), "bytecode was not precompiled");
+    }
+    let sb = Sandbox::create(&p, None, &SandboxOptions::default()).await.unwrap();
+    let out = common::sh(
+        &sb,
+        "/usr/bin/python3.11 -c 'import sys; sys.path.insert(0, \".\"); import pkg.mod' && mkdir -p .pytest_cache && touch .pytest_cache/x && echo 'y = 2' >> pkg/mod.py && /usr/bin/python3.11 -m compileall -q pkg",
+    )
+    .await;
+    assert!(out.success(), "{out:?}");
+    let d = sb.diff().await.unwrap();
+    assert!(d.contains("+y = 2"), "{d}");
+    assert!(!d.contains("__pycache__") && !d.contains(".pyc") && !d.contains(".pytest_cache"), "{d}");
+    sb.teardown().await.unwrap();
+}
