@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 
 fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in rd.flatten() {
         let p = e.path();
         if p.is_dir() {
@@ -16,7 +18,9 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 fn main() {
-    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest = PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
+    );
     let envs = manifest.join("../../envs");
     // A directory path makes cargo rerun when anything below it changes.
     println!("cargo:rerun-if-changed={}", envs.display());
@@ -27,9 +31,13 @@ fn main() {
     for f in &files {
         let rel = f.strip_prefix(&envs).unwrap_or(f).display().to_string();
         let abs = f.canonicalize().unwrap_or_else(|_| f.clone());
-        code.push_str(&format!("    ({rel:?}, include_str!({:?})),\n", abs.display().to_string()));
+        code.push_str(&format!(
+            "    ({rel:?}, include_str!({:?})),\n",
+            abs.display().to_string()
+        ));
     }
     code.push_str("];\n");
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("embedded_envs.rs");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"))
+        .join("embedded_envs.rs");
     std::fs::write(&out, code).expect("writing embedded_envs.rs into OUT_DIR");
 }

@@ -15,11 +15,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dojo_agent::action::{render, Call};
+use dojo_agent::action::{Call, render};
 use dojo_agent::{ActionFormat, Agent, AgentConfig, TaskInput, ToolContext, ToolRegistry};
-use dojo_llm::{BoxFuture, ChatBackend, ChatMessage, ChatRequest, ChatResponse, Choice, LlmError, Usage};
+use dojo_llm::{
+    BoxFuture, ChatBackend, ChatMessage, ChatRequest, ChatResponse, Choice, LlmError, Usage,
+};
 use dojo_sandbox::{ExecRequest, PristineStore, Sandbox, SandboxOptions, Source};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 fn cpu_time() -> Duration {
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -31,7 +33,11 @@ fn cpu_time() -> Duration {
 
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     pages * 4096
 }
 
@@ -60,10 +66,25 @@ impl ChatBackend for InstantPolicy {
                 *n += 1;
                 *n
             };
-            let msg = if n >= self.steps { self.submit.clone() } else { self.turn.clone() };
+            let msg = if n >= self.steps {
+                self.submit.clone()
+            } else {
+                self.turn.clone()
+            };
             Ok(ChatResponse {
-                choices: vec![Choice { index: 0, message: msg, finish_reason: Some("stop".into()), logprobs: None, token_ids: None, extra: Map::new() }],
-                usage: Some(Usage { prompt_tokens: 1000, completion_tokens: 50, total_tokens: 1050 }),
+                choices: vec![Choice {
+                    index: 0,
+                    message: msg,
+                    finish_reason: Some("stop".into()),
+                    logprobs: None,
+                    token_ids: None,
+                    extra: Map::new(),
+                }],
+                usage: Some(Usage {
+                    prompt_tokens: 1000,
+                    completion_tokens: 50,
+                    total_tokens: 1050,
+                }),
                 ..Default::default()
             })
         })
@@ -71,10 +92,22 @@ impl ChatBackend for InstantPolicy {
 }
 
 fn xml(name: &str, args: Value) -> ChatMessage {
-    render(ActionFormat::Xml, "I will run a command.", &Call { name: name.into(), arguments: args.as_object().cloned().unwrap(), id: None })
+    render(
+        ActionFormat::Xml,
+        "I will run a command.",
+        &Call {
+            name: name.into(),
+            arguments: args.as_object().cloned().unwrap(),
+            id: None,
+        },
+    )
 }
 
-fn backend(turn: ChatMessage, steps: usize, gate: Option<Arc<tokio::sync::Semaphore>>) -> Arc<InstantPolicy> {
+fn backend(
+    turn: ChatMessage,
+    steps: usize,
+    gate: Option<Arc<tokio::sync::Semaphore>>,
+) -> Arc<InstantPolicy> {
     Arc::new(InstantPolicy {
         turn,
         submit: xml("submit", json!({})),
@@ -87,8 +120,16 @@ fn backend(turn: ChatMessage, steps: usize, gate: Option<Arc<tokio::sync::Semaph
 
 fn task(i: usize) -> TaskInput {
     let mut vars = Map::new();
-    vars.insert("problem_statement".into(), json!(format!("bench task {i}: fix mean([]).")));
-    TaskInput { task_id: format!("bench-{i}"), sample_index: 0, vars, ..Default::default() }
+    vars.insert(
+        "problem_statement".into(),
+        json!(format!("bench task {i}: fix mean([]).")),
+    );
+    TaskInput {
+        task_id: format!("bench-{i}"),
+        sample_index: 0,
+        vars,
+        ..Default::default()
+    }
 }
 
 fn percentile(v: &mut [Duration], p: f64) -> Duration {
@@ -96,15 +137,29 @@ fn percentile(v: &mut [Duration], p: f64) -> Duration {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
-async fn engine_cpu(pristine: &dojo_sandbox::Pristine, label: &str, turn: ChatMessage, concurrency: usize, steps: usize) {
+async fn engine_cpu(
+    pristine: &dojo_sandbox::Pristine,
+    label: &str,
+    turn: ChatMessage,
+    concurrency: usize,
+    steps: usize,
+) {
     let mut sandboxes = Vec::new();
     for _ in 0..concurrency {
-        sandboxes.push(Sandbox::create(pristine, None, &SandboxOptions::default()).await.expect("sandbox"));
+        sandboxes.push(
+            Sandbox::create(pristine, None, &SandboxOptions::default())
+                .await
+                .expect("sandbox"),
+        );
     }
     let b = backend(turn, steps, None);
     let agent = Arc::new(
         Agent::new(
-            AgentConfig { tool_set: "dojo".into(), max_steps: steps as u32 + 1, ..Default::default() },
+            AgentConfig {
+                tool_set: "dojo".into(),
+                max_steps: steps as u32 + 1,
+                ..Default::default()
+            },
             ToolRegistry::named("dojo").unwrap(),
             b,
         )
@@ -141,7 +196,17 @@ async fn idle_memory(rollouts: usize) {
     std::fs::write(dir.path().join("a.py"), "x = 1\n").unwrap();
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let b = backend(xml("submit", json!({})), 1, Some(gate.clone()));
-    let agent = Arc::new(Agent::new(AgentConfig { tool_set: "dojo".into(), ..Default::default() }, ToolRegistry::named("dojo").unwrap(), b.clone()).unwrap());
+    let agent = Arc::new(
+        Agent::new(
+            AgentConfig {
+                tool_set: "dojo".into(),
+                ..Default::default()
+            },
+            ToolRegistry::named("dojo").unwrap(),
+            b.clone(),
+        )
+        .unwrap(),
+    );
     let ws = Arc::new(dojo_agent::LocalWorkspace::new(dir.path()));
     let rss0 = rss_bytes();
     let mut handles = Vec::new();
@@ -177,7 +242,11 @@ async fn spawn_vs_tool(sb: &Sandbox, n: usize) {
     let mut v = Vec::new();
     for _ in 0..n {
         let t = Instant::now();
-        tokio::process::Command::new("bash").args(["-c", "true"]).status().await.unwrap();
+        tokio::process::Command::new("bash")
+            .args(["-c", "true"])
+            .status()
+            .await
+            .unwrap();
         v.push(t.elapsed());
     }
     time("bare spawn `bash -c true` (host)", v);
@@ -198,11 +267,18 @@ async fn spawn_vs_tool(sb: &Sandbox, n: usize) {
         assert_eq!(out.exit_code, Some(0));
         v.push(t.elapsed());
     }
-    time("`execute_bash true` tool round trip (sandbox, bash -c, observation)", v);
+    time(
+        "`execute_bash true` tool round trip (sandbox, bash -c, observation)",
+        v,
+    );
     println!("\n| round trip ({n} runs each) | median | p90 |\n|---|---|---|");
     for (label, mut v) in rows {
         let (m, p) = (percentile(&mut v, 0.5), percentile(&mut v, 0.9));
-        println!("| {label} | {:.2} ms | {:.2} ms |", m.as_secs_f64() * 1e3, p.as_secs_f64() * 1e3);
+        println!(
+            "| {label} | {:.2} ms | {:.2} ms |",
+            m.as_secs_f64() * 1e3,
+            p.as_secs_f64() * 1e3
+        );
     }
 }
 
@@ -217,21 +293,43 @@ async fn main() {
     }
     let src = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(src.path().join("calc")).unwrap();
-    std::fs::write(src.path().join("calc/stats.py"), "def mean(xs):\n    return sum(xs) / len(xs)\n").unwrap();
-    let pristine = PristineStore::open().unwrap().build(&Source::Dir { path: src.path().to_path_buf() }).unwrap();
+    std::fs::write(
+        src.path().join("calc/stats.py"),
+        "def mean(xs):\n    return sum(xs) / len(xs)\n",
+    )
+    .unwrap();
+    let pristine = PristineStore::open()
+        .unwrap()
+        .build(&Source::Dir {
+            path: src.path().to_path_buf(),
+        })
+        .unwrap();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("host: {} cores, load average {}", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), load.trim());
+    println!(
+        "host: {} cores, load average {}",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        load.trim()
+    );
     // First, while the heap is fresh: freed memory of later runs would hide the growth.
     println!("\n| idle rollouts | memory |\n|---|---|");
     idle_memory(256).await;
-    println!("\n| step kind | concurrent rollouts | steps | engine CPU per step | throughput |\n|---|---|---|---|---|");
-    let view = xml("str_replace_editor", json!({"command": "view", "path": "/testbed/calc/stats.py"}));
+    println!(
+        "\n| step kind | concurrent rollouts | steps | engine CPU per step | throughput |\n|---|---|---|---|---|"
+    );
+    let view = xml(
+        "str_replace_editor",
+        json!({"command": "view", "path": "/testbed/calc/stats.py"}),
+    );
     let bash = xml("execute_bash", json!({"command": "true"}));
     engine_cpu(&pristine, "`view` (no process)", view.clone(), 1, 100).await;
     engine_cpu(&pristine, "`view` (no process)", view, 32, 100).await;
     engine_cpu(&pristine, "`execute_bash true`", bash.clone(), 1, 100).await;
     engine_cpu(&pristine, "`execute_bash true`", bash, 32, 50).await;
-    let sb = Sandbox::create(&pristine, None, &SandboxOptions::default()).await.unwrap();
+    let sb = Sandbox::create(&pristine, None, &SandboxOptions::default())
+        .await
+        .unwrap();
     spawn_vs_tool(&sb, 200).await;
     sb.teardown().await.ok();
 }

@@ -607,7 +607,12 @@ impl<'a> Run<'a> {
                             duration_ms: step.tool_ms,
                         });
                         if let Some(note) = &out.infra_note {
-                            self.event(index, "tool_infra", Blame::Infrastructure, format!("{}: {note}", turn.call.name));
+                            self.event(
+                                index,
+                                "tool_infra",
+                                Blame::Infrastructure,
+                                format!("{}: {note}", turn.call.name),
+                            );
                         }
                         if out.blocked && self.agent.tools.get(&turn.call.name).is_none() {
                             self.event(

@@ -524,3 +524,105 @@ async fn context_manager_compresses_old_turns() {
     assert_eq!(t.llm_calls, 8 + 3);
     assert_eq!(t.usage.total_tokens, 8 * 110 + 3 * 60);
 }
+
+#[tokio::test]
+async fn a_server_answering_html_ends_the_rollout_as_an_infrastructure_failure() {
+    use axum::routing::post;
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        post(|| async {
+            (
+                [("content-type", "text/html")],
+                "<html><body>502 Bad Gateway</body></html>",
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let mut cc = dojo_llm::ClientConfig::new(vec![dojo_llm::EndpointConfig::new(format!(
+        "http://{addr}/v1"
+    ))]);
+    cc.max_retries = 2;
+    cc.backoff_base = Duration::from_millis(1);
+    let client = Arc::new(dojo_llm::OpenAiClient::new(cc).unwrap());
+    let (_d, ws) = repo();
+    let agent = Agent::new(cfg(), ToolRegistry::named("dojo").unwrap(), client.clone()).unwrap();
+    let t = agent.run(&ws, &task()).await;
+    assert_eq!(t.stop_reason, StopReason::LlmError);
+    assert!(t.infra_failure && t.steps.is_empty());
+    assert_eq!(t.events[0].kind, "bad_body");
+    assert!(t.stop_detail.unwrap().contains("HTML"));
+    assert_eq!(client.retries(), 2);
+    assert_eq!(t.patch.as_deref(), Some(""));
+}
+
+#[tokio::test]
+async fn every_action_format_drives_the_same_fix() {
+    let calls = [
+        ("search", json!({"search_term": "def mean"})),
+        (
+            "str_replace_editor",
+            json!({"command": "str_replace", "path": "/testbed/calc.py", "old_str": "    return sum(xs) / len(xs)",
+                   "new_str": "    if not xs:\n        return 0\n    return sum(xs) / len(xs)"}),
+        ),
+        (
+            "str_replace_editor",
+            json!({"command": "view", "path": "/testbed/calc.py", "view_range": [1, 3]}),
+        ),
+        ("submit", json!({})),
+    ];
+    for format in [
+        ActionFormat::Native,
+        ActionFormat::Xml,
+        ActionFormat::Hermes,
+        ActionFormat::Qwen3Coder,
+    ] {
+        let (_d, ws) = repo();
+        let turns = calls
+            .iter()
+            .enumerate()
+            .map(|(i, (name, args))| {
+                let call = Call {
+                    name: name.to_string(),
+                    arguments: args.as_object().cloned().unwrap(),
+                    id: Some(format!("call_{i}")),
+                };
+                Turn::Say(render(format, "Next step.", &call))
+            })
+            .collect();
+        let backend = Scripted::new(turns);
+        let t = agent(
+            AgentConfig {
+                action_format: format,
+                ..cfg()
+            },
+            backend.clone(),
+        )
+        .run(&ws, &task())
+        .await;
+        assert_eq!(
+            t.stop_reason,
+            StopReason::Submitted,
+            "{format:?}: {:?}",
+            t.events
+        );
+        assert_eq!(t.format_errors, 0, "{format:?}");
+        assert!(
+            t.patch.as_deref().unwrap().contains("+    if not xs:"),
+            "{format:?}"
+        );
+        let view = t.messages[7].text();
+        assert!(
+            view.contains("     2\t    if not xs:"),
+            "{format:?}: {view}"
+        );
+        assert_eq!(t.agent.action_format, format.as_str());
+        let system = backend.seen.lock().unwrap()[0].messages[0].text();
+        assert_eq!(
+            system.contains("BEGIN FUNCTION"),
+            format.is_text(),
+            "{format:?}"
+        );
+    }
+}

@@ -12,7 +12,11 @@ use serde_json::json;
 #[tokio::test]
 async fn lsp_tool_answers_through_the_registry() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("calc.py"), "def mean(xs):\n    return sum(xs) / len(xs)\n\n\nprint(mean([1, 2]))\n").unwrap();
+    std::fs::write(
+        dir.path().join("calc.py"),
+        "def mean(xs):\n    return sum(xs) / len(xs)\n\n\nprint(mean([1, 2]))\n",
+    )
+    .unwrap();
     let tool = match dojo_lsp::LspTool::host(dir.path(), dojo_lsp::ServerKind::Ty).await {
         Ok(t) => t,
         Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
@@ -23,14 +27,29 @@ async fn lsp_tool_answers_through_the_registry() {
     };
     let mut reg = ToolRegistry::named("swe-master").unwrap();
     reg.register(Arc::new(LspToolAdapter::new(tool)));
-    assert_eq!(reg.names(), ["str_replace_editor", "execute_bash", "submit", "lsp_tool"]);
+    assert_eq!(
+        reg.names(),
+        ["str_replace_editor", "execute_bash", "submit", "lsp_tool"]
+    );
     let ws = LocalWorkspace::new(dir.path());
     let mut ctx = ToolContext::new(&ws, Duration::from_secs(60));
-    let args = json!({"command": "get_references", "file_path": "calc.py", "symbol": "mean", "line": 1});
-    let out = reg.call(&mut ctx, "lsp_tool", args.as_object().unwrap()).await.unwrap();
-    assert!(out.text.starts_with("Execution output of [lsp_tool]:\n[status_code]: success"), "{}", out.text);
+    let args =
+        json!({"command": "get_references", "file_path": "calc.py", "symbol": "mean", "line": 1});
+    let out = reg
+        .call(&mut ctx, "lsp_tool", args.as_object().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        out.text
+            .starts_with("Execution output of [lsp_tool]:\n[status_code]: success"),
+        "{}",
+        out.text
+    );
     assert!(!out.error && out.infra_note.is_none(), "{out:?}");
     let args = json!({"command": "get_hover", "file_path": "nope.py", "symbol": "x", "line": 1});
-    let out = reg.call(&mut ctx, "lsp_tool", args.as_object().unwrap()).await.unwrap();
+    let out = reg
+        .call(&mut ctx, "lsp_tool", args.as_object().unwrap())
+        .await
+        .unwrap();
     assert!(out.error, "{}", out.text);
 }

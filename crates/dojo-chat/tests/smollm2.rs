@@ -25,14 +25,22 @@ fn format() -> Option<ChatFormat> {
 /// add_bos=False)` on the same GGUF); see benchmarks/results/engine.md for the command.
 const GOLDEN: &[(&str, &[u32])] = &[
     ("<|im_start|>system", &[1, 9690]),
-    ("<|im_start|>user\nHello!<|im_end|>\n", &[1, 4093, 198, 19556, 17, 2, 198]),
+    (
+        "<|im_start|>user\nHello!<|im_end|>\n",
+        &[1, 4093, 198, 19556, 17, 2, 198],
+    ),
     (
         "def add(a, b):\n    return a + b  # 12345 digits\n",
-        &[1604, 803, 24, 81, 28, 278, 727, 472, 1003, 253, 1232, 278, 216, 907, 216, 33, 34, 35, 36, 37, 18638, 198],
+        &[
+            1604, 803, 24, 81, 28, 278, 727, 472, 1003, 253, 1232, 278, 216, 907, 216, 33, 34, 35,
+            36, 37, 18638, 198,
+        ],
     ),
     (
         "unicode: héllo wörld — 你好 🙂",
-        &[35852, 42, 294, 2756, 31394, 267, 29989, 400, 1841, 216, 18645, 250, 48392, 138, 47526],
+        &[
+            35852, 42, 294, 2756, 31394, 267, 29989, 400, 1841, 216, 18645, 250, 48392, 138, 47526,
+        ],
     ),
 ];
 
@@ -137,11 +145,18 @@ fn training_mask_covers_exactly_the_assistant_turns() {
         .unwrap();
     assert_eq!(s.input_ids, f.tokenizer.encode(&s.text).unwrap());
     assert_eq!(s.assistant_mask.len(), s.input_ids.len());
-    assert_eq!(s.spans.iter().map(|s| s.message_index).collect::<Vec<_>>(), vec![2, 4]);
+    assert_eq!(
+        s.spans.iter().map(|s| s.message_index).collect::<Vec<_>>(),
+        vec![2, 4]
+    );
     let masked: Vec<String> = s
         .spans
         .iter()
-        .map(|sp| f.tokenizer.decode(&s.input_ids[sp.token_start..sp.token_end]).unwrap())
+        .map(|sp| {
+            f.tokenizer
+                .decode(&s.input_ids[sp.token_start..sp.token_end])
+                .unwrap()
+        })
         .collect();
     assert_eq!(
         masked,
@@ -152,7 +167,13 @@ fn training_mask_covers_exactly_the_assistant_turns() {
     );
     // The mask is 1 exactly on the span tokens.
     let ones: usize = s.assistant_mask.iter().map(|&m| m as usize).sum();
-    assert_eq!(ones, s.spans.iter().map(|sp| sp.token_end - sp.token_start).sum::<usize>());
+    assert_eq!(
+        ones,
+        s.spans
+            .iter()
+            .map(|sp| sp.token_end - sp.token_start)
+            .sum::<usize>()
+    );
     // The generation prompt of each assistant turn is an exact token prefix.
     let prompt = f
         .prompt(&messages[..2], Some(&tools), &RenderOptions::default())
@@ -165,7 +186,11 @@ fn training_mask_covers_exactly_the_assistant_turns() {
 fn bad_messages_are_named() {
     let Some(f) = format() else { return };
     let err = f
-        .render(&[json!({"content": "no role"})], None, &RenderOptions::default())
+        .render(
+            &[json!({"content": "no role"})],
+            None,
+            &RenderOptions::default(),
+        )
         .unwrap_err();
     assert_eq!(err.to_string(), "message 0: missing string field `role`");
 }

@@ -42,16 +42,31 @@ impl ChatModel for FormatModel {
             .format
             .training_sample(messages, tools_opt(tools), &RenderOptions::default())
             .map_err(|e| e.to_string())?;
+        // dojo-chat trains a token when it *starts* inside a span; Hugging Face (and so TRL's
+        // `assistant_masks`) trains every token that *overlaps* one, which differs when a token
+        // straddles the span start (e.g. content beginning with "\n" merges with the header's
+        // "\n"). The byte spans are dojo-chat's; the token mask follows Hugging Face.
+        let (ids, offsets) = self
+            .format
+            .tokenizer
+            .encode_with_offsets(&s.text)
+            .map_err(|e| e.to_string())?;
+        if ids != s.input_ids {
+            return Err("tokenizer is not deterministic on the rendered text".into());
+        }
+        let byte_spans: Vec<(usize, usize)> = s.spans.iter().map(|sp| (sp.start, sp.end)).collect();
+        let (assistant_masks, token_ranges) = mask_from_spans(&offsets, &byte_spans);
         Ok(Sample {
             input_ids: s.input_ids,
-            assistant_masks: s.assistant_mask,
+            assistant_masks,
             spans: s
                 .spans
                 .iter()
-                .map(|sp| Span {
+                .zip(token_ranges)
+                .map(|(sp, (token_start, token_end))| Span {
                     message_index: sp.message_index,
-                    token_start: sp.token_start,
-                    token_end: sp.token_end,
+                    token_start,
+                    token_end,
                 })
                 .collect(),
         })
@@ -111,4 +126,50 @@ pub fn load(spec: &str) -> Result<Box<dyn ChatModel>, String> {
         (f, name)
     };
     Ok(Box::new(FormatModel::new(format, &name)))
+}
+
+/// The Hugging Face mask: 1 for every token whose byte range overlaps a span
+/// (`return_assistant_tokens_mask` marks `char_to_token(start) ..= char_to_token(end - 1)`), and
+/// each span's token range. Offsets and spans are sorted and spans do not overlap.
+pub fn mask_from_spans(
+    offsets: &[(usize, usize)],
+    spans: &[(usize, usize)],
+) -> (Vec<u8>, Vec<(usize, usize)>) {
+    let mut mask = vec![0u8; offsets.len()];
+    let mut ranges = Vec::with_capacity(spans.len());
+    let mut k = 0;
+    for &(a, b) in spans {
+        // Skip tokens that end at or before the span start.
+        while k < offsets.len() && offsets[k].1.max(offsets[k].0 + 1) <= a {
+            k += 1;
+        }
+        let start = k;
+        let mut j = k;
+        while j < offsets.len() && offsets[j].0 < b {
+            mask[j] = 1;
+            j += 1;
+        }
+        ranges.push((start, j));
+        // A token straddling this span's end may also overlap the next span.
+        k = j.saturating_sub(1).max(start);
+    }
+    (mask, ranges)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mask_from_spans;
+
+    #[test]
+    fn straddling_tokens_are_trained_like_hugging_face() {
+        let offsets = [(0, 2), (2, 5), (5, 6), (6, 9)];
+        assert_eq!(mask_from_spans(&offsets, &[(3, 6)]).0, vec![0, 1, 1, 0]);
+        assert_eq!(mask_from_spans(&offsets, &[(3, 6)]).1, vec![(1, 3)]);
+        assert_eq!(mask_from_spans(&offsets, &[(3, 4)]).0, vec![0, 1, 0, 0]);
+        assert_eq!(
+            mask_from_spans(&offsets, &[(0, 2), (6, 9)]),
+            (vec![1, 0, 0, 1], vec![(0, 1), (3, 4)])
+        );
+        assert_eq!(mask_from_spans(&offsets, &[]).0, vec![0, 0, 0, 0]);
+    }
 }

@@ -133,7 +133,10 @@ pub struct MessagesRow {
 
 fn kv_metadata(kind: &str, extra: &[(&str, String)]) -> Vec<(String, String)> {
     let mut kv = vec![
-        ("dojo.schema_version".to_string(), EXPORT_SCHEMA_VERSION.to_string()),
+        (
+            "dojo.schema_version".to_string(),
+            EXPORT_SCHEMA_VERSION.to_string(),
+        ),
         ("dojo.kind".to_string(), kind.to_string()),
         (
             "dojo.writer".to_string(),
@@ -144,7 +147,11 @@ fn kv_metadata(kind: &str, extra: &[(&str, String)]) -> Vec<(String, String)> {
     kv
 }
 
-fn write_parquet(path: &Path, batch: RecordBatch, kv: Vec<(String, String)>) -> Result<(), ExportError> {
+fn write_parquet(
+    path: &Path,
+    batch: RecordBatch,
+    kv: Vec<(String, String)>,
+) -> Result<(), ExportError> {
     let perr = |e: &dyn std::fmt::Display| ExportError::Parquet {
         path: path.to_path_buf(),
         reason: e.to_string(),
@@ -176,20 +183,39 @@ fn meta_columns(metas: &[&RowMeta]) -> (Vec<Field>, Vec<ArrayRef>) {
         Field::new("num_turns", DataType::Int32, false),
     ];
     let cols: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values(metas.iter().map(|m| m.task_id.as_str()))),
-        Arc::new(StringArray::from_iter_values(metas.iter().map(|m| m.traj_id.as_str()))),
+        Arc::new(StringArray::from_iter_values(
+            metas.iter().map(|m| m.task_id.as_str()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            metas.iter().map(|m| m.traj_id.as_str()),
+        )),
         Arc::new(Int64Array::from_iter_values(metas.iter().map(|m| m.sample))),
         Arc::new(Int32Array::from_iter_values(metas.iter().map(|m| m.part))),
-        Arc::new(StringArray::from_iter_values(metas.iter().map(|m| m.source.as_str()))),
-        Arc::new(Float64Array::from_iter_values(metas.iter().map(|m| m.reward))),
-        Arc::new(Int32Array::from_iter_values(metas.iter().map(|m| m.num_turns))),
+        Arc::new(StringArray::from_iter_values(
+            metas.iter().map(|m| m.source.as_str()),
+        )),
+        Arc::new(Float64Array::from_iter_values(
+            metas.iter().map(|m| m.reward),
+        )),
+        Arc::new(Int32Array::from_iter_values(
+            metas.iter().map(|m| m.num_turns),
+        )),
     ];
     (fields, cols)
 }
 
-fn list_of(item: DataType, lengths: impl IntoIterator<Item = usize>, values: ArrayRef) -> (Field, ArrayRef) {
+fn list_of(
+    item: DataType,
+    lengths: impl IntoIterator<Item = usize>,
+    values: ArrayRef,
+) -> (Field, ArrayRef) {
     let item = Arc::new(Field::new("item", item, true));
-    let arr = ListArray::new(item.clone(), OffsetBuffer::from_lengths(lengths), values, None);
+    let arr = ListArray::new(
+        item.clone(),
+        OffsetBuffer::from_lengths(lengths),
+        values,
+        None,
+    );
     (Field::new("x", DataType::List(item), false), Arc::new(arr))
 }
 
@@ -198,11 +224,18 @@ fn named(f: Field, name: &str) -> Field {
 }
 
 /// Writes the pre-tokenized Parquet.
-pub fn write_tokens_parquet(path: &Path, rows: &[TokenRow], fp: &Fingerprints) -> Result<(), ExportError> {
+pub fn write_tokens_parquet(
+    path: &Path,
+    rows: &[TokenRow],
+    fp: &Fingerprints,
+) -> Result<(), ExportError> {
     let metas: Vec<&RowMeta> = rows.iter().map(|r| &r.meta).collect();
     let (mut fields, mut cols) = meta_columns(&metas);
     let lens: Vec<usize> = rows.iter().map(|r| r.input_ids.len()).collect();
-    let ids = Int32Array::from_iter_values(rows.iter().flat_map(|r| r.input_ids.iter().map(|&i| i as i32)));
+    let ids = Int32Array::from_iter_values(
+        rows.iter()
+            .flat_map(|r| r.input_ids.iter().map(|&i| i as i32)),
+    );
     let labels = Int32Array::from_iter_values(rows.iter().flat_map(|r| {
         r.input_ids
             .iter()
@@ -210,26 +243,38 @@ pub fn write_tokens_parquet(path: &Path, rows: &[TokenRow], fp: &Fingerprints) -
             .map(|(&i, &m)| if m == 1 { i as i32 } else { -100 })
     }));
     let masks = Int8Array::from_iter_values(
-        rows.iter().flat_map(|r| r.assistant_masks.iter().map(|&m| m as i8)),
+        rows.iter()
+            .flat_map(|r| r.assistant_masks.iter().map(|&m| m as i8)),
     );
     for (name, dt, arr) in [
         ("input_ids", DataType::Int32, Arc::new(ids) as ArrayRef),
         ("labels", DataType::Int32, Arc::new(labels) as ArrayRef),
-        ("assistant_masks", DataType::Int8, Arc::new(masks) as ArrayRef),
+        (
+            "assistant_masks",
+            DataType::Int8,
+            Arc::new(masks) as ArrayRef,
+        ),
     ] {
         let (f, a) = list_of(dt, lens.iter().copied(), arr);
         fields.push(named(f, name));
         cols.push(a);
     }
     fields.push(Field::new("n_tokens", DataType::Int32, false));
-    cols.push(Arc::new(Int32Array::from_iter_values(lens.iter().map(|&n| n as i32))));
+    cols.push(Arc::new(Int32Array::from_iter_values(
+        lens.iter().map(|&n| n as i32),
+    )));
     fields.push(Field::new("n_trained", DataType::Int32, false));
-    cols.push(Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| {
-        r.assistant_masks.iter().filter(|&&m| m == 1).count() as i32
-    }))));
-    for (name, v) in [("tokenizer_sha", &fp.tokenizer_sha), ("template_sha", &fp.template_sha)] {
+    cols.push(Arc::new(Int32Array::from_iter_values(rows.iter().map(
+        |r| r.assistant_masks.iter().filter(|&&m| m == 1).count() as i32,
+    ))));
+    for (name, v) in [
+        ("tokenizer_sha", &fp.tokenizer_sha),
+        ("template_sha", &fp.template_sha),
+    ] {
         fields.push(Field::new(name, DataType::Utf8, false));
-        cols.push(Arc::new(StringArray::from_iter_values(rows.iter().map(|_| v.as_str()))));
+        cols.push(Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|_| v.as_str()),
+        )));
     }
     let kv = kv_metadata(
         "tokens",
@@ -242,7 +287,12 @@ pub fn write_tokens_parquet(path: &Path, rows: &[TokenRow], fp: &Fingerprints) -
     finish(path, fields, cols, kv)
 }
 
-fn finish(path: &Path, fields: Vec<Field>, cols: Vec<ArrayRef>, kv: Vec<(String, String)>) -> Result<(), ExportError> {
+fn finish(
+    path: &Path,
+    fields: Vec<Field>,
+    cols: Vec<ArrayRef>,
+    kv: Vec<(String, String)>,
+) -> Result<(), ExportError> {
     let meta: std::collections::BTreeMap<String, String> = kv.iter().cloned().collect();
     let schema = Schema::new_with_metadata(fields, meta);
     let batch = RecordBatch::try_new(Arc::new(schema), cols).map_err(|e| ExportError::Parquet {
@@ -271,7 +321,12 @@ pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), E
     // tool_calls: list<struct{id, type, function: struct{name, arguments}}>
     let calls: Vec<&Value> = all
         .iter()
-        .flat_map(|m| m.get("tool_calls").and_then(Value::as_array).into_iter().flatten())
+        .flat_map(|m| {
+            m.get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        })
         .collect();
     let fn_fields = Fields::from(vec![
         Field::new("name", DataType::Utf8, false),
@@ -281,10 +336,15 @@ pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), E
         fn_fields.clone(),
         vec![
             Arc::new(StringArray::from_iter_values(calls.iter().map(|c| {
-                c.pointer("/function/name").and_then(Value::as_str).unwrap_or_default().to_string()
+                c.pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
             }))),
             Arc::new(StringArray::from_iter_values(calls.iter().map(|c| {
-                c.pointer("/function/arguments").map(Value::to_string).unwrap_or_else(|| "{}".into())
+                c.pointer("/function/arguments")
+                    .map(Value::to_string)
+                    .unwrap_or_else(|| "{}".into())
             }))),
         ],
         None,
@@ -297,8 +357,12 @@ pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), E
     let call_struct = StructArray::new(
         call_fields.clone(),
         vec![
-            Arc::new(StringArray::from_iter(calls.iter().map(|c| opt_str(c, "id")))),
-            Arc::new(StringArray::from_iter_values(calls.iter().map(|_| "function"))),
+            Arc::new(StringArray::from_iter(
+                calls.iter().map(|c| opt_str(c, "id")),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                calls.iter().map(|_| "function"),
+            )),
             Arc::new(function),
         ],
         None,
@@ -308,7 +372,9 @@ pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), E
     let tool_calls = ListArray::new(
         call_item.clone(),
         OffsetBuffer::from_lengths(all.iter().map(|m| {
-            m.get("tool_calls").and_then(Value::as_array).map_or(0, Vec::len)
+            m.get("tool_calls")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len)
         })),
         Arc::new(call_struct),
         Some(has_calls.into()),
@@ -324,12 +390,22 @@ pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), E
     let msg_struct = StructArray::new(
         msg_fields.clone(),
         vec![
-            Arc::new(StringArray::from_iter_values(all.iter().map(|m| role(m).to_string()))),
-            Arc::new(StringArray::from_iter_values(all.iter().map(|m| content_text(m)))),
-            Arc::new(StringArray::from_iter(all.iter().map(|m| opt_str(m, "reasoning_content")))),
+            Arc::new(StringArray::from_iter_values(
+                all.iter().map(|m| role(m).to_string()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                all.iter().map(|m| content_text(m)),
+            )),
+            Arc::new(StringArray::from_iter(
+                all.iter().map(|m| opt_str(m, "reasoning_content")),
+            )),
             Arc::new(tool_calls),
-            Arc::new(StringArray::from_iter(all.iter().map(|m| opt_str(m, "tool_call_id")))),
-            Arc::new(StringArray::from_iter(all.iter().map(|m| opt_str(m, "name")))),
+            Arc::new(StringArray::from_iter(
+                all.iter().map(|m| opt_str(m, "tool_call_id")),
+            )),
+            Arc::new(StringArray::from_iter(
+                all.iter().map(|m| opt_str(m, "name")),
+            )),
         ],
         None,
     );
@@ -342,7 +418,8 @@ pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), E
     cols.push(a);
     fields.push(Field::new("tools", DataType::Utf8, false));
     cols.push(Arc::new(StringArray::from_iter_values(
-        rows.iter().map(|r| Value::Array(r.tools.clone()).to_string()),
+        rows.iter()
+            .map(|r| Value::Array(r.tools.clone()).to_string()),
     )));
     finish(path, fields, cols, kv_metadata("messages", &[]))
 }
@@ -429,7 +506,11 @@ pub fn to_sharegpt(messages: &[Value], tools: &[Value]) -> Result<Value, String>
                     ("function_call", value)
                 }
             }
-            other => return Err(format!("message {i} has role {other:?}, which sharegpt cannot hold")),
+            other => {
+                return Err(format!(
+                    "message {i} has role {other:?}, which sharegpt cannot hold"
+                ));
+            }
         };
         // Parallel calls produce several observations: LLaMA-Factory wants one.
         if from == "observation"
@@ -465,7 +546,10 @@ pub fn to_sharegpt(messages: &[Value], tools: &[Value]) -> Result<Value, String>
 }
 
 /// Writes sharegpt JSONL; returns the rows that could not be converted (index, reason).
-pub fn write_sharegpt(path: &Path, rows: &[MessagesRow]) -> Result<Vec<(usize, String)>, ExportError> {
+pub fn write_sharegpt(
+    path: &Path,
+    rows: &[MessagesRow],
+) -> Result<Vec<(usize, String)>, ExportError> {
     let mut bad = Vec::new();
     let mut out = Vec::with_capacity(rows.len());
     for (i, r) in rows.iter().enumerate() {
@@ -518,7 +602,10 @@ mod tests {
         assert_eq!(s["system"], "sys");
         let conv = s["conversations"].as_array().unwrap();
         let froms: Vec<&str> = conv.iter().map(|c| c["from"].as_str().unwrap()).collect();
-        assert_eq!(froms, ["human", "function_call", "observation", "function_call"]);
+        assert_eq!(
+            froms,
+            ["human", "function_call", "observation", "function_call"]
+        );
         assert_eq!(
             conv[1]["value"],
             "<think>look</think>[{\"name\":\"bash\",\"arguments\":{\"command\":\"ls\"}},{\"name\":\"bash\",\"arguments\":{\"command\":\"pwd\"}}]"

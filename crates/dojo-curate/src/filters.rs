@@ -1,12 +1,12 @@
 //! The filters, each configurable and each reporting what it dropped and why.
 //!
 //! Order (fixed, whatever order the user lists them in), and why:
-//! 1. **dedup** first, so a file passed twice does not double a task's weight in the difficulty
-//!    mean;
+//! 1. **dedup_records** first, so a file passed twice does not skew a task's difficulty mean;
 //! 2. **difficulty** on every rollout (failures included: the mean reward is over all N);
-//! 3. **format** (SWE-Master `1_init_format_filter.py`): resolved only, clean submit, budgets;
-//! 4. **lsp** (optional, SWE-Master's LSP data: at least m successful `lsp_tool` calls);
-//! 5. **cap** last (SWE-Gym: at most k per task, fewest turns then fewest tokens), so the cap picks
+//! 3. **dedup**: identical conversations (distinct rollouts, e.g. greedy decoding) train once;
+//! 4. **format** (SWE-Master `1_init_format_filter.py`): resolved only, clean submit, budgets;
+//! 5. **lsp** (optional, SWE-Master's LSP data: at least m successful `lsp_tool` calls);
+//! 6. **cap** last (SWE-Gym: at most k per task, fewest turns then fewest tokens), so the cap picks
 //!    among trajectories that survived everything else.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -52,16 +52,31 @@ impl StageReport {
     }
 }
 
-/// Exact-duplicate removal: same messages and tools, byte for byte. The first occurrence (in
-/// input order: files sorted, then line order) is kept.
-pub fn dedup(cands: Vec<Cand>) -> (Vec<Cand>, StageReport) {
-    let mut rep = StageReport::new("dedup", cands.len());
+/// Exact-duplicate removal: same task, messages and tools, byte for byte. The first occurrence
+/// (in input order: files sorted, then line order) is kept.
+///
+/// With `same_sample`, only copies of one rollout (same task, sample index and conversation: a
+/// file read twice) are removed; that runs before the difficulty filter so a re-read file does
+/// not skew a task's mean, while distinct rollouts that happen to be identical (greedy decoding)
+/// still count in the mean and are deduplicated afterwards.
+pub fn dedup(cands: Vec<Cand>, same_sample: bool) -> (Vec<Cand>, StageReport) {
+    let mut rep = StageReport::new(
+        if same_sample {
+            "dedup_records"
+        } else {
+            "dedup"
+        },
+        cands.len(),
+    );
     let mut seen = HashSet::new();
     let mut kept = Vec::with_capacity(cands.len());
     for c in cands {
         let mut h = Sha256::new();
         h.update(c.traj.task_id.as_bytes());
         h.update([0]);
+        if same_sample {
+            h.update(c.traj.sample.to_le_bytes());
+        }
         for m in &c.traj.messages {
             h.update(serde_json::to_vec(m).unwrap_or_default());
             h.update([0]);
@@ -73,7 +88,11 @@ pub fn dedup(cands: Vec<Cand>) -> (Vec<Cand>, StageReport) {
         if seen.insert(h.finalize()) {
             kept.push(c);
         } else {
-            rep.drop("exact_duplicate");
+            rep.drop(if same_sample {
+                "same_rollout_read_twice"
+            } else {
+                "exact_duplicate"
+            });
         }
     }
     rep.kept = kept.len();
@@ -135,7 +154,10 @@ pub fn difficulty_stats(cands: &[Cand]) -> DifficultyStats {
 }
 
 /// Keeps trajectories of tasks whose mean reward lies strictly between the bounds.
-pub fn difficulty(cands: Vec<Cand>, cfg: &DifficultyConfig) -> (Vec<Cand>, StageReport, DifficultyStats) {
+pub fn difficulty(
+    cands: Vec<Cand>,
+    cfg: &DifficultyConfig,
+) -> (Vec<Cand>, StageReport, DifficultyStats) {
     let st = difficulty_stats(&cands);
     let mut rep = StageReport::new("difficulty", cands.len());
     let mut kept = Vec::with_capacity(cands.len());
@@ -181,12 +203,8 @@ impl Default for FormatConfig {
         FormatConfig {
             require_resolved: true,
             drop_format_errors: true,
-            reminder_markers: vec![
-                // R2E-Gym/SWE-Master's CONTINUE_MSG.
-                "You forgot to use a function call".to_string(),
-                // dojo-agent's reminder prefix.
-                "[format error]".to_string(),
-            ],
+            // R2E-Gym/SWE-Master's CONTINUE_MSG, which dojo-agent sends verbatim.
+            reminder_markers: vec!["You forgot to use a function call".to_string()],
             drop_limit_stops: true,
             max_tokens: Some(81_920),
             max_turns: Some(100),
@@ -361,7 +379,11 @@ pub fn cap(cands: Vec<Cand>, k: usize) -> (Vec<Cand>, StageReport) {
             .task_id
             .cmp(&y.traj.task_id)
             .then(x.traj.num_turns().cmp(&y.traj.num_turns()))
-            .then(x.n_tokens.unwrap_or(usize::MAX).cmp(&y.n_tokens.unwrap_or(usize::MAX)))
+            .then(
+                x.n_tokens
+                    .unwrap_or(usize::MAX)
+                    .cmp(&y.n_tokens.unwrap_or(usize::MAX)),
+            )
             .then(x.traj.sample.cmp(&y.traj.sample))
             .then(a.cmp(&b))
     });
@@ -404,8 +426,10 @@ pub(crate) mod tests {
                 {"id": id, "type": "function", "function": {"name": "execute_bash", "arguments": format!("{{\"command\": \"ls {i}\"}}")}}]}));
             messages.push(json!({"role": "tool", "tool_call_id": id, "content": "a.py"}));
         }
-        messages.push(json!({"role": "assistant", "content": "Done.", "tool_calls": [
-            {"id": "s", "type": "function", "function": {"name": "submit", "arguments": "{}"}}]}));
+        messages.push(
+            json!({"role": "assistant", "content": "Done.", "tool_calls": [
+            {"id": "s", "type": "function", "function": {"name": "submit", "arguments": "{}"}}]}),
+        );
         messages.push(json!({"role": "tool", "tool_call_id": "s", "content": "<<<Finished>>>"}));
         let mut t = Trajectory::new(task, sample as u32);
         t.policy.kind = "test".into();
@@ -478,7 +502,13 @@ pub(crate) mod tests {
         // mean 0.75: kept by default, dropped with high = 0.7.
         let (kept, _, _) = difficulty(cands.clone(), &DifficultyConfig::default());
         assert_eq!(kept.len(), 4);
-        let (kept, _, _) = difficulty(cands, &DifficultyConfig { low: 0.0, high: 0.7 });
+        let (kept, _, _) = difficulty(
+            cands,
+            &DifficultyConfig {
+                low: 0.0,
+                high: 0.7,
+            },
+        );
         assert!(kept.is_empty());
     }
 
@@ -563,8 +593,7 @@ pub(crate) mod tests {
         t.messages[n - 2] =
             json!({"role": "assistant", "content": "All good.\n\n<function=submit>\n</function>"});
         assert!(ends_with_bare_submit(&t, "submit"));
-        t.messages[n - 2] =
-            json!({"role": "assistant", "content": "<function=submit><parameter=x>1</parameter></function>"});
+        t.messages[n - 2] = json!({"role": "assistant", "content": "<function=submit><parameter=x>1</parameter></function>"});
         assert!(!ends_with_bare_submit(&t, "submit"));
     }
 
@@ -581,7 +610,10 @@ pub(crate) mod tests {
         cands[3].n_tokens = Some(400);
         cands[2].n_tokens = Some(10);
         let (kept, rep) = cap(cands, 2);
-        let ids: Vec<_> = kept.iter().map(|c| (c.traj.task_id.as_str(), c.traj.sample)).collect();
+        let ids: Vec<_> = kept
+            .iter()
+            .map(|c| (c.traj.task_id.as_str(), c.traj.sample))
+            .collect();
         assert_eq!(ids, vec![("a", 1), ("a", 3), ("b", 0)]);
         assert_eq!(rep.dropped["over_per_task_cap"], 2);
     }
@@ -593,10 +625,16 @@ pub(crate) mod tests {
         b.origin.line = 99;
         let mut c = a.clone();
         c.messages[1] = json!({"role": "user", "content": "Fix a!"});
-        let (kept, rep) = dedup(vec![cand(a), cand(b), cand(c)]);
+        let mut other_sample = a.clone();
+        other_sample.sample = 5;
+        let all = vec![cand(a), cand(b), cand(c), cand(other_sample)];
+        let (kept, rep) = dedup(all.clone(), false);
         assert_eq!(kept.len(), 2);
-        assert_eq!(rep.dropped["exact_duplicate"], 1);
+        assert_eq!(rep.dropped["exact_duplicate"], 2);
         assert_eq!(kept[0].traj.origin.line, 1);
+        let (kept, rep) = dedup(all, true);
+        assert_eq!(kept.len(), 3);
+        assert_eq!(rep.dropped["same_rollout_read_twice"], 1);
     }
 
     #[test]
@@ -608,7 +646,10 @@ pub(crate) mod tests {
             ("l3", "[status_code]: success\n[Result]: refs"),
         ];
         for (id, obs) in calls.iter().rev() {
-            t.messages.insert(2, json!({"role": "tool", "tool_call_id": id, "content": obs}));
+            t.messages.insert(
+                2,
+                json!({"role": "tool", "tool_call_id": id, "content": obs}),
+            );
             t.messages.insert(2, json!({"role": "assistant", "content": "", "tool_calls": [
                 {"id": id, "type": "function", "function": {"name": "lsp_tool", "arguments": "{\"command\": \"get_hover\"}"}}]}));
         }

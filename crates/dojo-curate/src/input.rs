@@ -25,7 +25,11 @@ pub struct Problem {
 
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}: {}: {}", self.file, self.line, self.kind, self.reason)
+        write!(
+            f,
+            "{}:{}: {}: {}",
+            self.file, self.line, self.kind, self.reason
+        )
     }
 }
 
@@ -180,8 +184,14 @@ fn read_file(path: &Path, out: &mut Loaded, problems: &mut Vec<Problem>) {
 }
 
 fn trim_ascii(b: &[u8]) -> &[u8] {
-    let start = b.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(b.len());
-    let end = b.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(start, |e| e + 1);
+    let start = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(b.len());
+    let end = b
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
     &b[start..end]
 }
 
@@ -206,7 +216,11 @@ mod tests {
         drop(f);
         let l = load(&[dir.path().to_path_buf()]);
         assert_eq!(l.trajs.len(), 2);
-        let kinds: Vec<_> = l.problems.iter().map(|p| (p.line, p.kind.as_str())).collect();
+        let kinds: Vec<_> = l
+            .problems
+            .iter()
+            .map(|p| (p.line, p.kind.as_str()))
+            .collect();
         assert_eq!(
             kinds,
             vec![
@@ -217,7 +231,11 @@ mod tests {
             ]
         );
         assert!(l.problems.iter().all(|p| p.file.ends_with("r.jsonl")));
-        assert!(l.problems[1].reason.contains("schema_version 7"), "{}", l.problems[1].reason);
+        assert!(
+            l.problems[1].reason.contains("schema_version 7"),
+            "{}",
+            l.problems[1].reason
+        );
         assert_eq!(l.lines, 6);
         assert_eq!(l.trajs[1].origin.line, 6);
     }

@@ -10,14 +10,14 @@
 //! messages (Parquet + JSONL) and LLaMA-Factory's sharegpt layout. Every stage reports how many
 //! trajectories it dropped and why; every unreadable line is reported with file, line and reason.
 
-pub mod filters;
-pub mod input;
-pub mod view;
 pub mod chat;
 pub mod export;
+pub mod filters;
+pub mod input;
 pub mod pipeline;
 pub mod render;
 pub mod report;
+pub mod view;
 
 pub use pipeline::{Config, CurateError, FilterSet, Formats, Outcome, run};
 pub use render::{ChatModel, Masking};

@@ -1,4 +1,5 @@
-//! One curation run: read → dedup → difficulty → format → lsp → cap → render → export → report.
+//! One curation run: read → dedup → difficulty → format → tokenize → lsp → cap → render → export
+//! → report.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -198,13 +199,23 @@ fn portable(t: &Traj) -> Traj {
 
 /// Token count of the longest window (what must fit the training context), after checking the
 /// recorded prompt ids (if any) against the target tokenizer.
-fn count_tokens(model: &dyn ChatModel, t: &Traj, check_ids: bool) -> Result<usize, (&'static str, String)> {
+fn count_tokens(
+    model: &dyn ChatModel,
+    t: &Traj,
+    check_ids: bool,
+) -> Result<usize, (&'static str, String)> {
     let p = portable(t);
     if check_ids && let Some((k, ids)) = &t.recorded_prompt {
         let prompt = render::prompt_of(&p, *k).map_err(|e| ("invalid_record", e))?;
-        let ours = model.prompt_ids(&prompt, &p.tools).map_err(|e| ("unrenderable", e))?;
+        let ours = model
+            .prompt_ids(&prompt, &p.tools)
+            .map_err(|e| ("unrenderable", e))?;
         if &ours != ids {
-            let at = ours.iter().zip(ids).position(|(a, b)| a != b).unwrap_or(ours.len().min(ids.len()));
+            let at = ours
+                .iter()
+                .zip(ids)
+                .position(|(a, b)| a != b)
+                .unwrap_or(ours.len().min(ids.len()));
             return Err((
                 "tokenizer_mismatch",
                 format!(
@@ -220,7 +231,11 @@ fn count_tokens(model: &dyn ChatModel, t: &Traj, check_ids: bool) -> Result<usiz
     }
     let mut max = 0;
     for w in render::windows(&p).map_err(|e| ("invalid_record", e))? {
-        max = max.max(model.count(&w.messages, &p.tools).map_err(|e| ("unrenderable", e))?);
+        max = max.max(
+            model
+                .count(&w.messages, &p.tools)
+                .map_err(|e| ("unrenderable", e))?,
+        );
     }
     Ok(max)
 }
@@ -243,7 +258,9 @@ fn tokenize_stage(
         input: cands.len(),
         ..Default::default()
     };
-    let counts = par_map(&cands, nthreads, |c| count_tokens(model, &c.traj, check_ids));
+    let counts = par_map(&cands, nthreads, |c| {
+        count_tokens(model, &c.traj, check_ids)
+    });
     let mut kept = Vec::with_capacity(cands.len());
     for (mut c, n) in cands.into_iter().zip(counts) {
         match n {
@@ -291,7 +308,8 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, Curat
     for p in loaded.problems {
         record_problem(&mut out, p);
     }
-    out.seconds.insert("read".into(), t0.elapsed().as_secs_f64());
+    out.seconds
+        .insert("read".into(), t0.elapsed().as_secs_f64());
     let t1 = Instant::now();
     let mut cands: Vec<Cand> = loaded
         .trajs
@@ -302,7 +320,7 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, Curat
         })
         .collect();
     if cfg.filters.dedup {
-        let (k, rep) = filters::dedup(cands);
+        let (k, rep) = filters::dedup(cands, true);
         cands = k;
         out.stages.push(rep);
     }
@@ -314,19 +332,33 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, Curat
     } else {
         out.difficulty = Some(filters::difficulty_stats(&cands));
     }
+    if cfg.filters.dedup {
+        let (k, rep) = filters::dedup(cands, false);
+        cands = k;
+        out.stages.push(rep);
+    }
     if cfg.filters.format {
         // Cheap checks first, so only plausible trajectories pay for rendering.
-        let (k, rep) = filters::format(cands, &FormatConfig {
-            max_tokens: None,
-            ..cfg.format.clone()
-        });
+        let (k, rep) = filters::format(
+            cands,
+            &FormatConfig {
+                max_tokens: None,
+                ..cfg.format.clone()
+            },
+        );
         cands = k;
         let mut rep = rep;
         rep.stage = "format".into();
         out.stages.push(rep);
     }
     if let Some(model) = model {
-        cands = tokenize_stage(cands, model, !cfg.allow_tokenizer_mismatch, nthreads, &mut out);
+        cands = tokenize_stage(
+            cands,
+            model,
+            !cfg.allow_tokenizer_mismatch,
+            nthreads,
+            &mut out,
+        );
     } else {
         for c in &mut cands {
             c.n_tokens = c.traj.recorded_tokens.map(|n| n as usize);
@@ -361,7 +393,8 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, Curat
     }
     out.kept_trajectories = cands.len();
     out.kept_turns = cands.iter().map(|c| c.traj.num_turns()).collect();
-    out.seconds.insert("filter+count".into(), t1.elapsed().as_secs_f64());
+    out.seconds
+        .insert("filter+count".into(), t1.elapsed().as_secs_f64());
 
     let t2 = Instant::now();
     std::fs::create_dir_all(&cfg.out).map_err(|source| CurateError::Io {
@@ -461,7 +494,8 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, Curat
         .iter()
         .map(|r| r.assistant_masks.iter().filter(|&&m| m == 1).count())
         .sum();
-    out.seconds.insert("render".into(), t2.elapsed().as_secs_f64());
+    out.seconds
+        .insert("render".into(), t2.elapsed().as_secs_f64());
 
     let t3 = Instant::now();
     let mut files = Vec::new();
@@ -495,7 +529,8 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, Curat
         }
         files.push(p);
     }
-    out.seconds.insert("write".into(), t3.elapsed().as_secs_f64());
+    out.seconds
+        .insert("write".into(), t3.elapsed().as_secs_f64());
     if cfg.report {
         files.extend(write_report(cfg, &out)?);
     }
@@ -503,37 +538,62 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, Curat
     let manifest = cfg.out.join("manifest.json");
     write_manifest(&manifest, cfg, &out, fingerprints.as_ref())?;
     out.written.push(manifest);
-    out.seconds.insert("total".into(), t0.elapsed().as_secs_f64());
+    out.seconds
+        .insert("total".into(), t0.elapsed().as_secs_f64());
     Ok(out)
 }
 
 fn write_report(cfg: &Config, out: &Outcome) -> Result<Vec<PathBuf>, CurateError> {
     let mut charts = Vec::new();
     if let Some(d) = &out.difficulty {
-        charts.push(("difficulty", Histogram {
-            title: "Tasks by mean reward over their rollouts".into(),
-            x_label: "mean reward".into(),
-            bins: d
-                .histogram
-                .iter()
-                .enumerate()
-                .map(|(i, &c)| (format!("{:.1}–{:.1}", i as f64 / 10.0, (i + 1) as f64 / 10.0), c))
-                .collect(),
-        }));
+        charts.push((
+            "difficulty",
+            Histogram {
+                title: "Tasks by mean reward over their rollouts".into(),
+                x_label: "mean reward".into(),
+                bins: d
+                    .histogram
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &c)| {
+                        (
+                            format!("{:.1}–{:.1}", i as f64 / 10.0, (i + 1) as f64 / 10.0),
+                            c,
+                        )
+                    })
+                    .collect(),
+            },
+        ));
     }
     charts.push((
         "tokens",
-        Histogram::of("Tokens per exported sample", "tokens", &out.sample_tokens, 20),
+        Histogram::of(
+            "Tokens per exported sample",
+            "tokens",
+            &out.sample_tokens,
+            20,
+        ),
     ));
     charts.push((
         "turns",
-        Histogram::of("Assistant turns per kept trajectory", "turns", &out.kept_turns, 20),
+        Histogram::of(
+            "Assistant turns per kept trajectory",
+            "turns",
+            &out.kept_turns,
+            20,
+        ),
     ));
     let mut summary = vec![
         ("files read".to_string(), out.files_read.to_string()),
         ("bytes read".to_string(), out.bytes_read.to_string()),
-        ("trajectories read".to_string(), out.trajectories.to_string()),
-        ("kept trajectories".to_string(), out.kept_trajectories.to_string()),
+        (
+            "trajectories read".to_string(),
+            out.trajectories.to_string(),
+        ),
+        (
+            "kept trajectories".to_string(),
+            out.kept_trajectories.to_string(),
+        ),
         ("exported samples".to_string(), out.samples.to_string()),
         ("trained tokens".to_string(), out.trained_tokens.to_string()),
     ];
@@ -627,7 +687,7 @@ mod tests {
                 assistant_message: msgs.len(),
                 ..Default::default()
             });
-            msgs.push(json!({"role": "assistant", "content": format!("Step {i}."), "tool_calls": [
+            msgs.push(json!({"role": "assistant", "content": format!("Step {i} of {sample}."), "tool_calls": [
                 {"id": format!("c{i}"), "type": "function", "function": {"name": name, "arguments": args}}]}));
             msgs.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": format!("out {i}")}));
         }
@@ -683,8 +743,9 @@ mod tests {
         assert_eq!(
             stages,
             vec![
-                ("dedup", 9, 8),
+                ("dedup_records", 9, 8),
                 ("difficulty", 8, 5),
+                ("dedup", 5, 5),
                 ("format", 5, 3),
                 ("tokenize", 3, 3),
                 ("token_budget", 3, 3),
@@ -700,7 +761,10 @@ mod tests {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        let ids: Vec<&str> = rows.iter().map(|r| r["traj_id"].as_str().unwrap()).collect();
+        let ids: Vec<&str> = rows
+            .iter()
+            .map(|r| r["traj_id"].as_str().unwrap())
+            .collect();
         assert_eq!(ids, ["mixed#1", "mixed#4"]);
         assert_eq!(
             rows[0]["messages"][2]["tool_calls"][0]["function"]["arguments"],
@@ -749,7 +813,11 @@ mod tests {
         good.steps[0].prompt_token_ids = Some(CharChatml.prompt_ids(&prompt, &[]).unwrap());
         let mut bad = record("t", 1, 1.0, 1);
         bad.steps[0].prompt_token_ids = Some(vec![1, 2, 3]);
-        std::fs::write(&p, format!("{}\n{}\n", good.to_json_line(), bad.to_json_line())).unwrap();
+        std::fs::write(
+            &p,
+            format!("{}\n{}\n", good.to_json_line(), bad.to_json_line()),
+        )
+        .unwrap();
         let mut cfg = Config::new(vec![p], dir.path().join("out"));
         cfg.filters = FilterSet::parse("format", 2).unwrap();
         let out = run(&cfg, Some(&CharChatml)).unwrap();
@@ -769,6 +837,10 @@ mod tests {
         let f = FilterSet::parse("format, cap,lsp", 3).unwrap();
         assert!(f.format && f.cap && !f.dedup && !f.difficulty);
         assert_eq!(f.lsp_min, Some(3));
-        assert!(FilterSet::parse("format,fancy", 2).unwrap_err().contains("fancy"));
+        assert!(
+            FilterSet::parse("format,fancy", 2)
+                .unwrap_err()
+                .contains("fancy")
+        );
     }
 }

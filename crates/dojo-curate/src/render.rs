@@ -66,7 +66,9 @@ impl std::str::FromStr for Masking {
         match s {
             "all-assistant" | "all_assistant" | "all" => Ok(Masking::AllAssistant),
             "last-turn" | "last_turn" | "last" => Ok(Masking::LastTurn),
-            other => Err(format!("unknown masking strategy {other:?} (all-assistant | last-turn)")),
+            other => Err(format!(
+                "unknown masking strategy {other:?} (all-assistant | last-turn)"
+            )),
         }
     }
 }
@@ -86,7 +88,11 @@ pub fn prompt_of(t: &Traj, k: usize) -> Result<Vec<Value>, String> {
     let step = t.steps.get(k).ok_or_else(|| format!("no step {}", k + 1))?;
     let msg = |i: usize| {
         t.messages.get(i).cloned().ok_or_else(|| {
-            format!("step {} refers to message {i}, past the {} messages", k + 1, t.messages.len())
+            format!(
+                "step {} refers to message {i}, past the {} messages",
+                k + 1,
+                t.messages.len()
+            )
         })
     };
     match &step.prompt {
@@ -94,13 +100,22 @@ pub fn prompt_of(t: &Traj, k: usize) -> Result<Vec<Value>, String> {
             .messages
             .get(..step.assistant_message)
             .map(<[Value]>::to_vec)
-            .ok_or_else(|| format!("step {} generated message {}, past the end", k + 1, step.assistant_message)),
+            .ok_or_else(|| {
+                format!(
+                    "step {} generated message {}, past the end",
+                    k + 1,
+                    step.assistant_message
+                )
+            }),
         Some(parts) => parts
             .iter()
             .map(|p| match *p {
                 PromptPart::Message(i) => msg(i),
                 PromptPart::Summary(i) => t.summaries.get(i).cloned().ok_or_else(|| {
-                    format!("step {} refers to compression summary {i}, which is missing", k + 1)
+                    format!(
+                        "step {} refers to compression summary {i}, which is missing",
+                        k + 1
+                    )
                 }),
             })
             .collect(),
@@ -123,7 +138,10 @@ pub fn windows(t: &Traj) -> Result<Vec<Window>, String> {
     let mut cur: Option<Window> = None;
     for (k, step) in t.steps.iter().enumerate() {
         let a = step.assistant_message;
-        let end = t.steps.get(k + 1).map_or(t.messages.len(), |n| n.assistant_message);
+        let end = t
+            .steps
+            .get(k + 1)
+            .map_or(t.messages.len(), |n| n.assistant_message);
         if a >= end || end > t.messages.len() {
             return Err(format!(
                 "step {} spans messages {a}..{end} of {}: out of order",
@@ -194,7 +212,9 @@ pub fn labels(s: &Sample) -> Vec<i32> {
 
 /// True when the window has an assistant message of its own (after `first_new`).
 pub fn trains_something(w: &Window) -> bool {
-    w.messages[w.first_new..].iter().any(|m| role(m) == "assistant")
+    w.messages[w.first_new..]
+        .iter()
+        .any(|m| role(m) == "assistant")
 }
 
 #[cfg(test)]
@@ -285,7 +305,11 @@ pub(crate) mod tests {
             "Look 0<call execute_bash {\"command\":\"ls 0\"}><|im_end|>Done.<call submit {}><|im_end|>"
         );
         let l = labels(&r);
-        assert!(l.iter().zip(&r.assistant_masks).all(|(l, m)| (*l == -100) == (*m == 0)));
+        assert!(
+            l.iter()
+                .zip(&r.assistant_masks)
+                .all(|(l, m)| (*l == -100) == (*m == 0))
+        );
         let last = render_window(&CharChatml, &ws[0], &[], Masking::LastTurn).unwrap();
         assert_eq!(trained_text(&last), "Done.<call submit {}><|im_end|>");
         assert_eq!(last.spans.len(), 1);
@@ -301,7 +325,13 @@ pub(crate) mod tests {
         t.summaries = vec![summary.clone()];
         use dojo_trajectory::PromptPart::{Message, Summary};
         t.steps[2].prompt = Some(vec![Message(0), Message(1), Summary(0)]);
-        t.steps[3].prompt = Some(vec![Message(0), Message(1), Summary(0), Message(6), Message(7)]);
+        t.steps[3].prompt = Some(vec![
+            Message(0),
+            Message(1),
+            Summary(0),
+            Message(6),
+            Message(7),
+        ]);
         let ws = windows(&t).unwrap();
         assert_eq!(ws.len(), 2);
         assert_eq!(ws[0].messages, t.messages[..6].to_vec());

@@ -44,7 +44,10 @@ impl Histogram {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// A bar chart as a standalone SVG document.
@@ -73,9 +76,24 @@ pub fn bar_svg(h: &Histogram) -> String {
         left + plot_w,
         top + plot_h
     );
-    let _ = write!(s, r##"<line x1="{left}" y1="{top}" x2="{left}" y2="{}" stroke="#333"/>"##, top + plot_h);
-    let _ = write!(s, r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#, left - 4.0, top + 4.0, max as usize);
-    let _ = write!(s, r#"<text x="{}" y="{}" text-anchor="end">0</text>"#, left - 4.0, top + plot_h);
+    let _ = write!(
+        s,
+        r##"<line x1="{left}" y1="{top}" x2="{left}" y2="{}" stroke="#333"/>"##,
+        top + plot_h
+    );
+    let _ = write!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
+        left - 4.0,
+        top + 4.0,
+        max as usize
+    );
+    let _ = write!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="end">0</text>"#,
+        left - 4.0,
+        top + plot_h
+    );
     for (i, (label, c)) in h.bins.iter().enumerate() {
         let bh = plot_h * (*c as f64) / max;
         let x = left + i as f64 * bw;
@@ -119,7 +137,11 @@ pub fn bar_svg(h: &Histogram) -> String {
 /// The stage table as fixed-width text (for the terminal).
 pub fn stage_table(stages: &[StageReport]) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "{:<12} {:>8} {:>8} {:>8}  dropped because", "stage", "in", "kept", "dropped");
+    let _ = writeln!(
+        s,
+        "{:<12} {:>8} {:>8} {:>8}  dropped because",
+        "stage", "in", "kept", "dropped"
+    );
     for st in stages {
         let reasons: Vec<String> = st.dropped.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(
@@ -151,7 +173,11 @@ pub fn html(
     );
     s.push_str("<h2>Stages</h2><table><tr><th>stage</th><th>in</th><th>kept</th><th>dropped</th><th>why</th></tr>");
     for st in stages {
-        let reasons: Vec<String> = st.dropped.iter().map(|(k, v)| format!("{}: {v}", esc(k))).collect();
+        let reasons: Vec<String> = st
+            .dropped
+            .iter()
+            .map(|(k, v)| format!("{}: {v}", esc(k)))
+            .collect();
         let _ = write!(
             s,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
@@ -164,7 +190,12 @@ pub fn html(
     }
     s.push_str("</table><h2>Summary</h2><table>");
     for (k, v) in summary {
-        let _ = write!(s, "<tr><td>{}</td><td class=\"l\">{}</td></tr>", esc(k), esc(v));
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td class=\"l\">{}</td></tr>",
+            esc(k),
+            esc(v)
+        );
     }
     s.push_str("</table>");
     for c in charts {

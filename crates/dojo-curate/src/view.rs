@@ -209,7 +209,9 @@ pub fn arguments_object(a: Option<&Value>) -> Value {
     match a {
         None | Some(Value::Null) => Value::Object(Default::default()),
         Some(Value::String(s)) if s.trim().is_empty() => Value::Object(Default::default()),
-        Some(Value::String(s)) => serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone())),
+        Some(Value::String(s)) => {
+            serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
+        }
         Some(other) => other.clone(),
     }
 }
@@ -245,7 +247,13 @@ mod tests {
         let mut t = Trajectory::new("t1", 0);
         t.stop_reason = StopReason::Submitted;
         t.infra_failure = true;
-        let v = Traj::from_record(&t, Origin { file: "f".into(), line: 1 });
+        let v = Traj::from_record(
+            &t,
+            Origin {
+                file: "f".into(),
+                line: 1,
+            },
+        );
         assert_eq!(v.stop, StopKind::InfraError);
         assert!(!v.graded);
     }

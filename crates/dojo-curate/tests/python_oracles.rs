@@ -30,7 +30,10 @@ fn python() -> Result<PathBuf, String> {
         .unwrap_or_else(|| repo_root().join("target/pytools"))
         .join("bin/python");
     if !py.exists() {
-        return Err(format!("{} not found (run scripts/setup-tools.sh)", py.display()));
+        return Err(format!(
+            "{} not found (run scripts/setup-tools.sh)",
+            py.display()
+        ));
     }
     let ok = Command::new(&py)
         .args(["-c", "import transformers, gguf, jinja2, datasets"])
@@ -101,9 +104,7 @@ fn tools() -> Vec<Value> {
 /// Conversations with tool calls and observations, and the edge cases that break naive
 /// tokenization at span boundaries (leading newlines/spaces, digits, unicode, empty content).
 fn conversations() -> Vec<Vec<Value>> {
-    let call = |id: &str, name: &str, args: &str| {
-        json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})
-    };
+    let call = |id: &str, name: &str, args: &str| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}});
     vec![
         vec![
             json!({"role": "system", "content": "You are a software engineer. Fix the issue."}),
@@ -166,9 +167,15 @@ fn rendering_and_masks_match_transformers_token_for_token() {
     assert_eq!(theirs.len(), ours.len());
     for (i, (o, t)) in ours.iter().zip(&theirs).enumerate() {
         // The marked copy must be the same template, or the mask comparison means nothing.
-        assert_eq!(t["text"], t["marked_text"], "conversation {i}: marked template drifted");
+        assert_eq!(
+            t["text"], t["marked_text"],
+            "conversation {i}: marked template drifted"
+        );
         let ids: Vec<u32> = serde_json::from_value(t["input_ids"].clone()).unwrap();
-        assert_eq!(o.input_ids, ids, "conversation {i}: token ids differ from transformers");
+        assert_eq!(
+            o.input_ids, ids,
+            "conversation {i}: token ids differ from transformers"
+        );
         let masks: Vec<u8> = serde_json::from_value(t["assistant_masks"].clone()).unwrap();
         assert_eq!(
             o.assistant_masks, masks,
@@ -197,7 +204,9 @@ fn record(task: &str, sample: u32, reward: f64, turns: usize) -> Trajectory {
         });
         msgs.push(json!({"role": "assistant", "content": format!("Step {i}."), "tool_calls": [
             {"id": format!("c{i}"), "type": "function", "function": {"name": name, "arguments": args}}]}));
-        msgs.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": format!("out {i}")}));
+        msgs.push(
+            json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": format!("out {i}")}),
+        );
     }
     t.messages = msgs
         .into_iter()
@@ -272,7 +281,8 @@ print(json.dumps(res))
     for k in ["tokens", "messages_parquet", "messages_jsonl", "sharegpt"] {
         assert_eq!(r[k]["rows"], 5, "{k}: {r}");
     }
-    let cols = |k: &str| -> Vec<String> { serde_json::from_value(r[k]["columns"].clone()).unwrap() };
+    let cols =
+        |k: &str| -> Vec<String> { serde_json::from_value(r[k]["columns"].clone()).unwrap() };
     for c in [
         "input_ids",
         "labels",
@@ -291,7 +301,9 @@ print(json.dumps(res))
     assert_eq!(r["tokens"]["aligned"], true);
     assert_eq!(r["tokens"]["labels_ok"], true);
     for k in ["messages_parquet", "messages_jsonl"] {
-        assert!(cols(k).contains(&"messages".to_string()) && cols(k).contains(&"tools".to_string()));
+        assert!(
+            cols(k).contains(&"messages".to_string()) && cols(k).contains(&"tools".to_string())
+        );
     }
     assert!(cols("sharegpt").contains(&"conversations".to_string()));
     assert_eq!(

@@ -106,7 +106,9 @@ fn agent(path: PathBuf) {
             let mut msg = resp.choices[0].message.clone();
             msg.extra.clear();
             messages.push(msg);
-            messages.push(ChatMessage::user(format!("Turn {turn} output:\n{observation}")));
+            messages.push(ChatMessage::user(format!(
+                "Turn {turn} output:\n{observation}"
+            )));
         }
         let total = t0.elapsed().as_secs_f64();
         let s = engine.stats();
@@ -127,6 +129,39 @@ fn agent(path: PathBuf) {
     }
 }
 
+/// Where decode time goes: one forward step vs its matmuls alone.
+fn probe(path: PathBuf) {
+    use candle_core::{Module, Tensor};
+    let device = candle_core::Device::Cpu;
+    let model = dojo_engine::loader::load_gguf(&path, &device).expect("load");
+    let time = |name: &str, f: &dyn Fn()| {
+        f();
+        let t = Instant::now();
+        for _ in 0..20 {
+            f();
+        }
+        println!(
+            "{name}: {:.3} ms",
+            t.elapsed().as_secs_f64() * 1000.0 / 20.0
+        );
+    };
+    let x = Tensor::zeros((1, 1, 576), candle_core::DType::F32, &device).unwrap();
+    let l0 = &model.layers[0];
+    time("q_proj 576x576 q4_1", &|| {
+        l0.q.w.forward(&x).unwrap();
+    });
+    time("ffn_gate 576x1536 q4_1", &|| {
+        l0.gate.w.forward(&x).unwrap();
+    });
+    time("lm_head 576x49152 q8_0", &|| {
+        model.lm_head.forward(&x).unwrap();
+    });
+    time("one decode step (pos 0)", &|| {
+        let mut c = KvCache::new();
+        model.forward_last(&[42], &mut c).unwrap();
+    });
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_else(|| "speed".into());
@@ -135,6 +170,7 @@ fn main() {
         "speed" => speed(path),
         "agent" => agent(path),
         "path" => println!("{}", path.display()),
+        "probe" => probe(path),
         other => panic!("unknown mode {other}; use speed or agent"),
     }
 }

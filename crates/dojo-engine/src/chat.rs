@@ -48,7 +48,9 @@ fn knobs(
 ) -> Result<Knobs, EngineError> {
     let temperature = temperature.unwrap_or(1.0);
     if !(0.0..=100.0).contains(&temperature) {
-        return Err(bad(format!("temperature {temperature} is out of range [0, 100]")));
+        return Err(bad(format!(
+            "temperature {temperature} is out of range [0, 100]"
+        )));
     }
     let top_p = top_p.unwrap_or(1.0);
     if !(top_p > 0.0 && top_p <= 1.0) {
@@ -126,7 +128,9 @@ impl Engine {
     /// Answer an OpenAI chat completion request.
     pub async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, EngineError> {
         if req.stream == Some(true) {
-            return Err(bad("streaming is not supported by dojo serve; send stream: false"));
+            return Err(bad(
+                "streaming is not supported by dojo serve; send stream: false",
+            ));
         }
         if req.messages.is_empty() {
             return Err(bad("messages must not be empty"));
@@ -151,7 +155,11 @@ impl Engine {
         let extra = match req.extra.get("chat_template_kwargs") {
             None | Some(Json::Null) => None,
             Some(Json::Object(m)) => Some(m.clone()),
-            Some(other) => return Err(bad(format!("chat_template_kwargs must be an object, got {other}"))),
+            Some(other) => {
+                return Err(bad(format!(
+                    "chat_template_kwargs must be an object, got {other}"
+                )));
+            }
         };
         // A named `tool_choice` (or `required` with a single tool) is enforced by starting the
         // assistant turn with the call's opening, as guided decoding would; those forced tokens
@@ -171,22 +179,34 @@ impl Engine {
         let forced = match (&forced_name, &tools) {
             (Some(name), Some(t)) => {
                 if !t.iter().any(|t| t["function"]["name"] == name.as_str()) {
-                    return Err(bad(format!("tool_choice names `{name}`, which is not in tools")));
+                    return Err(bad(format!(
+                        "tool_choice names `{name}`, which is not in tools"
+                    )));
                 }
                 format!("<tool_call>\n{{\"name\": {}, \"arguments\": ", json!(name))
             }
-            (Some(_), None) => return Err(bad("tool_choice names a function but no tools were given")),
+            (Some(_), None) => {
+                return Err(bad("tool_choice names a function but no tools were given"));
+            }
             _ => String::new(),
         };
         let mut prompt = self
             .format()
-            .prompt(&messages, tools.as_deref(), &RenderOptions {
-                add_generation_prompt: true,
-                extra,
-            })
+            .prompt(
+                &messages,
+                tools.as_deref(),
+                &RenderOptions {
+                    add_generation_prompt: true,
+                    extra,
+                },
+            )
             .map_err(|e| bad(e.to_string()))?;
         if !forced.is_empty() {
-            let ids = self.format().tokenizer.encode(&forced).map_err(|e| bad(e.to_string()))?;
+            let ids = self
+                .format()
+                .tokenizer
+                .encode(&forced)
+                .map_err(|e| bad(e.to_string()))?;
             prompt.ids.extend(ids);
             prompt.text.push_str(&forced);
         }
@@ -310,7 +330,9 @@ impl Engine {
             .as_object()
             .ok_or_else(|| bad("the request body must be a JSON object"))?;
         if obj.get("stream").and_then(Json::as_bool) == Some(true) {
-            return Err(bad("streaming is not supported by dojo serve; send stream: false"));
+            return Err(bad(
+                "streaming is not supported by dojo serve; send stream: false",
+            ));
         }
         let ids_of = |v: &Json| -> Option<Vec<u32>> {
             v.as_array()?
@@ -361,7 +383,10 @@ impl Engine {
             u("n").map(|n| n as u32),
             top_logprobs,
         )?;
-        let stop_at_eos = !obj.get("ignore_eos").and_then(Json::as_bool).unwrap_or(false);
+        let stop_at_eos = !obj
+            .get("ignore_eos")
+            .and_then(Json::as_bool)
+            .unwrap_or(false);
         let gens = self.generate_n(prompt.clone(), &k, stop_at_eos).await?;
         let completion_tokens: usize = gens.iter().map(|g| g.token_ids.len()).sum();
         let choices: Vec<Json> = gens

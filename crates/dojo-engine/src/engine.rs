@@ -470,7 +470,12 @@ impl Worker {
         }
         if !seq.req.stop.is_empty() {
             let text = self.tokenizer.decode(&seq.generated)?;
-            if seq.req.stop.iter().any(|s| !s.is_empty() && text.contains(s.as_str())) {
+            if seq
+                .req
+                .stop
+                .iter()
+                .any(|s| !s.is_empty() && text.contains(s.as_str()))
+            {
                 return Ok(true);
             }
         }

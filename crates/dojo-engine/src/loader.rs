@@ -145,7 +145,10 @@ pub fn load_safetensors(dir: &Path, device: &Device) -> Result<Model, EngineErro
         )
     })?;
     if let Some(rs) = cfg.get("rope_scaling").filter(|v| !v.is_null()) {
-        return Err(model_err(&cfg_path, format!("rope_scaling is not supported: {rs}")));
+        return Err(model_err(
+            &cfg_path,
+            format!("rope_scaling is not supported: {rs}"),
+        ));
     }
     let int = |k: &str| -> Result<usize, EngineError> {
         cfg.get(k)
@@ -164,8 +167,14 @@ pub fn load_safetensors(dir: &Path, device: &Device) -> Result<Model, EngineErro
         num_heads: heads,
         num_kv_heads: int("num_key_value_heads").unwrap_or(heads),
         head_dim: int("head_dim").unwrap_or(hidden / heads.max(1)),
-        rope_theta: cfg.get("rope_theta").and_then(Json::as_f64).unwrap_or(10_000.0) as f32,
-        rms_eps: cfg.get("rms_norm_eps").and_then(Json::as_f64).unwrap_or(1e-6),
+        rope_theta: cfg
+            .get("rope_theta")
+            .and_then(Json::as_f64)
+            .unwrap_or(10_000.0) as f32,
+        rms_eps: cfg
+            .get("rms_norm_eps")
+            .and_then(Json::as_f64)
+            .unwrap_or(1e-6),
         max_position: int("max_position_embeddings").unwrap_or(4096),
         rope_interleaved: false,
     };
@@ -263,7 +272,11 @@ pub fn random_model(config: Config, seed: u64, device: &Device) -> Result<Model,
             .collect();
         Ok(Tensor::from_vec(v, shape, device)?)
     };
-    let (h, i, hd) = (config.hidden_size, config.intermediate_size, config.head_dim);
+    let (h, i, hd) = (
+        config.hidden_size,
+        config.intermediate_size,
+        config.head_dim,
+    );
     let (nh, nkv) = (config.num_heads, config.num_kv_heads);
     let ones = |n: usize| Tensor::ones(n, DType::F32, device);
     let embed = randn((config.vocab_size, h))?;

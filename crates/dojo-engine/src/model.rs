@@ -211,7 +211,11 @@ impl Model {
 
     /// Run `tokens` at positions `cache.len()..`, extend `cache`, and return the logits of the
     /// last position (`vocab_size` f32).
-    pub fn forward_last(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>, EngineError> {
+    pub fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+    ) -> Result<Vec<f32>, EngineError> {
         let logits = self.forward(tokens, cache, false)?;
         Ok(logits.flatten_all()?.to_vec1::<f32>()?)
     }
@@ -222,7 +226,12 @@ impl Model {
         self.forward(tokens, cache, true)
     }
 
-    fn forward(&self, tokens: &[u32], cache: &mut KvCache, all: bool) -> Result<Tensor, EngineError> {
+    fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        all: bool,
+    ) -> Result<Tensor, EngineError> {
         let cfg = &self.config;
         let t = tokens.len();
         let pos = cache.len;
@@ -267,9 +276,21 @@ impl Model {
         let scale = 1.0 / (hd as f64).sqrt();
         for (li, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, cfg.rms_eps as f32)?;
-            let q = layer.q.forward(&h)?.reshape((1, t, nh, hd))?.transpose(1, 2)?;
-            let k = layer.k.forward(&h)?.reshape((1, t, nkv, hd))?.transpose(1, 2)?;
-            let v = layer.v.forward(&h)?.reshape((1, t, nkv, hd))?.transpose(1, 2)?;
+            let q = layer
+                .q
+                .forward(&h)?
+                .reshape((1, t, nh, hd))?
+                .transpose(1, 2)?;
+            let k = layer
+                .k
+                .forward(&h)?
+                .reshape((1, t, nkv, hd))?
+                .transpose(1, 2)?;
+            let v = layer
+                .v
+                .forward(&h)?
+                .reshape((1, t, nkv, hd))?
+                .transpose(1, 2)?;
             let (q, k) = match (&layer.q_norm, &layer.k_norm) {
                 (Some(qn), Some(kn)) => (
                     candle_nn::ops::rms_norm(&q.contiguous()?, qn, cfg.rms_eps as f32)?,

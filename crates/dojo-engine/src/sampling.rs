@@ -77,7 +77,11 @@ impl Sampler {
         } else {
             self.draw(&lp)
         };
-        let top = if top_n > 0 { top_n_of(&lp, top_n) } else { Vec::new() };
+        let top = if top_n > 0 {
+            top_n_of(&lp, top_n)
+        } else {
+            Vec::new()
+        };
         Sampled {
             token: token as u32,
             logprob: lp[token],
@@ -159,7 +163,9 @@ mod tests {
         };
         let run = || {
             let mut s = Sampler::new(params.clone());
-            (0..40).map(|_| s.sample(&logits, 0).token).collect::<Vec<_>>()
+            (0..40)
+                .map(|_| s.sample(&logits, 0).token)
+                .collect::<Vec<_>>()
         };
         let a = run();
         assert_eq!(a, run());

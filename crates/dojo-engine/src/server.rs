@@ -35,11 +35,19 @@ fn error(status: StatusCode, kind: &str, message: String) -> Response {
 fn engine_error(e: EngineError) -> Response {
     match e {
         EngineError::Request(_) | EngineError::ContextLength { .. } | EngineError::Chat(_) => {
-            error(StatusCode::BAD_REQUEST, "invalid_request_error", e.to_string())
+            error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                e.to_string(),
+            )
         }
         other => {
             tracing::error!(error = %other, "engine failure");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", other.to_string())
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                other.to_string(),
+            )
         }
     }
 }

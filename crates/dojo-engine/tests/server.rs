@@ -22,9 +22,13 @@ async fn start() -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let handle = tokio::spawn(dojo_engine::server::serve_listener(engine, listener, async {
-        let _ = rx.await;
-    }));
+    let handle = tokio::spawn(dojo_engine::server::serve_listener(
+        engine,
+        listener,
+        async {
+            let _ = rx.await;
+        },
+    ));
     Server {
         base,
         shutdown: Some(tx),
@@ -76,10 +80,16 @@ async fn openai_client_round_trip_with_logprobs_and_token_ids() {
     let ids = choice.token_ids.clone().unwrap();
     let lps = choice.logprobs.as_ref().unwrap().content.as_ref().unwrap();
     assert_eq!(lps.len(), ids.len());
-    assert!(lps.iter().all(|l| l.logprob <= 0.0 && l.top_logprobs.len() == 2));
+    assert!(
+        lps.iter()
+            .all(|l| l.logprob <= 0.0 && l.top_logprobs.len() == 2)
+    );
     let usage = r.usage.unwrap();
     assert_eq!(usage.completion_tokens as usize, ids.len());
-    assert_eq!(usage.prompt_tokens as usize, r.prompt_token_ids.as_ref().unwrap().len());
+    assert_eq!(
+        usage.prompt_tokens as usize,
+        r.prompt_token_ids.as_ref().unwrap().len()
+    );
     // Same request again: same greedy answer.
     req.logprobs = None;
     let again = c.chat(req).await.unwrap();
@@ -113,7 +123,13 @@ async fn health_models_and_token_id_completions() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["object"], "text_completion");
     assert_eq!(body["choices"][0]["token_ids"].as_array().unwrap().len(), 5);
-    assert_eq!(body["choices"][0]["logprobs"]["token_logprobs"].as_array().unwrap().len(), 5);
+    assert_eq!(
+        body["choices"][0]["logprobs"]["token_logprobs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
     assert_eq!(body["prompt_token_ids"], json!([10, 11, 12]));
     assert_eq!(body["usage"]["total_tokens"], 8);
     s.stop().await;
@@ -126,9 +142,18 @@ async fn bad_requests_get_400_with_a_message_and_the_server_keeps_serving() {
     let cases = [
         ("{not json", "invalid request body"),
         (r#"{"messages": []}"#, "messages must not be empty"),
-        (r#"{"messages": [{"role": "user", "content": "x"}], "stream": true}"#, "streaming is not supported"),
-        (r#"{"messages": [{"role": "user", "content": "x"}], "temperature": -1}"#, "temperature -1"),
-        (r#"{"messages": [{"role": "wizard", "content": "x"}]}"#, "invalid request body"),
+        (
+            r#"{"messages": [{"role": "user", "content": "x"}], "stream": true}"#,
+            "streaming is not supported",
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": "x"}], "temperature": -1}"#,
+            "temperature -1",
+        ),
+        (
+            r#"{"messages": [{"role": "wizard", "content": "x"}]}"#,
+            "invalid request body",
+        ),
     ];
     for (body, want) in cases {
         let (status, err) = post(&chat, body).await;
@@ -144,10 +169,17 @@ async fn bad_requests_get_400_with_a_message_and_the_server_keeps_serving() {
     .await;
     assert_eq!(status, 400);
     assert!(
-        err["error"]["message"].as_str().unwrap().contains("does not fit the context window"),
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not fit the context window"),
         "{err}"
     );
-    let (status, _) = post(&format!("{}/v1/completions", s.base), r#"{"prompt": [999999]}"#).await;
+    let (status, _) = post(
+        &format!("{}/v1/completions", s.base),
+        r#"{"prompt": [999999]}"#,
+    )
+    .await;
     assert_eq!(status, 400);
     // Still serving.
     let (status, ok) = post(
@@ -174,7 +206,11 @@ async fn client_disconnect_mid_generation_does_not_hurt_the_server() {
         .send()
         .await;
     assert!(abandoned.is_err());
-    let (status, body) = post(&url, r#"{"prompt": [12, 13], "max_tokens": 3, "ignore_eos": true}"#).await;
+    let (status, body) = post(
+        &url,
+        r#"{"prompt": [12, 13], "max_tokens": 3, "ignore_eos": true}"#,
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
     s.stop().await;
 }

@@ -4,7 +4,9 @@
 use std::sync::OnceLock;
 
 use dojo_engine::{Engine, EngineOptions, GenerateRequest, SamplingParams};
-use dojo_llm::{ChatMessage, ChatRequest, ClientConfig, EndpointConfig, OpenAiClient, Stop, ToolSpec};
+use dojo_llm::{
+    ChatMessage, ChatRequest, ClientConfig, EndpointConfig, OpenAiClient, Stop, ToolSpec,
+};
 use serde_json::json;
 
 fn engine() -> Option<Engine> {
@@ -54,9 +56,13 @@ async fn serve(engine: Engine) -> (String, tokio::sync::oneshot::Sender<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}/v1", listener.local_addr().unwrap());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(dojo_engine::server::serve_listener(engine, listener, async {
-        let _ = rx.await;
-    }));
+    tokio::spawn(dojo_engine::server::serve_listener(
+        engine,
+        listener,
+        async {
+            let _ = rx.await;
+        },
+    ));
     (base, tx)
 }
 
@@ -91,10 +97,16 @@ async fn tool_call_round_trip_over_http() {
         )]);
         m
     };
-    let mut messages = vec![ChatMessage::system("You run shell commands with the bash tool.")];
-    for (i, (cmd, out)) in [("ls", "a.py b.py"), ("cat a.py", "print(1)"), ("pwd", "/repo")]
-        .into_iter()
-        .enumerate()
+    let mut messages = vec![ChatMessage::system(
+        "You run shell commands with the bash tool.",
+    )];
+    for (i, (cmd, out)) in [
+        ("ls", "a.py b.py"),
+        ("cat a.py", "print(1)"),
+        ("pwd", "/repo"),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let id = format!("c{i}");
         messages.push(ChatMessage::user(format!("Run: {cmd}")));
@@ -128,7 +140,17 @@ async fn tool_call_round_trip_over_http() {
     // Token ids end with <|im_end|> (id 2); logprobs cover every token.
     let ids = choice.token_ids.as_ref().unwrap();
     assert_eq!(ids.last(), Some(&2));
-    assert_eq!(choice.logprobs.as_ref().unwrap().content.as_ref().unwrap().len(), ids.len());
+    assert_eq!(
+        choice
+            .logprobs
+            .as_ref()
+            .unwrap()
+            .content
+            .as_ref()
+            .unwrap()
+            .len(),
+        ids.len()
+    );
     // Second leg: the call and its result go back into the conversation.
     let mut messages = req_messages;
     messages.push(choice.message.clone());
@@ -145,7 +167,12 @@ async fn tool_call_round_trip_over_http() {
         .unwrap();
     let prompt_text = next.prompt_token_ids.as_ref().unwrap().len();
     assert!(prompt_text > r.prompt_token_ids.as_ref().unwrap().len());
-    assert_eq!(next.choices[0].extra["cached_tokens"].as_u64().map(|n| n > 0), Some(true));
+    assert_eq!(
+        next.choices[0].extra["cached_tokens"]
+            .as_u64()
+            .map(|n| n > 0),
+        Some(true)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -154,7 +181,9 @@ async fn stop_sequences_over_http() {
     let (base, _stop) = serve(engine).await;
     let c = client(&base);
     let mut req = ChatRequest {
-        messages: vec![ChatMessage::user("Count from 1 to 20, separated by commas.")],
+        messages: vec![ChatMessage::user(
+            "Count from 1 to 20, separated by commas.",
+        )],
         temperature: Some(0.0),
         max_tokens: Some(60),
         ..Default::default()

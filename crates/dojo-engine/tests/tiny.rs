@@ -10,14 +10,16 @@ use dojo_engine::model::Arch;
 use dojo_engine::{EngineOptions, FinishReason, GenerateRequest, KvCache, SamplingParams};
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 #[test]
 fn chunked_prefill_and_truncated_cache_match_one_shot_forward() {
     for arch in [Arch::Llama, Arch::Qwen2, Arch::Qwen3] {
-        let model =
-            dojo_engine::loader::random_model(tiny_config(arch), 7, &Device::Cpu).unwrap();
+        let model = dojo_engine::loader::random_model(tiny_config(arch), 7, &Device::Cpu).unwrap();
         let tokens: Vec<u32> = (0..40).map(|i| (i * 37 % 250) as u32 + 3).collect();
         let mut full = KvCache::new();
         let one_shot = model.forward_last(&tokens, &mut full).unwrap();
@@ -79,7 +81,10 @@ fn greedy_is_deterministic_and_reuses_the_prefix() {
     assert_eq!(a.cached_tokens, 0);
     let b = engine.generate_blocking(req.clone()).unwrap();
     assert_eq!(a.token_ids, b.token_ids);
-    assert_eq!(b.cached_tokens, 56, "all but the last prompt token come from the cache");
+    assert_eq!(
+        b.cached_tokens, 56,
+        "all but the last prompt token come from the cache"
+    );
     for (x, y) in a.logprobs.iter().zip(&b.logprobs) {
         assert!((x - y).abs() < 1e-4);
     }

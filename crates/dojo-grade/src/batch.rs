@@ -29,7 +29,11 @@ pub struct Prepared {
 /// Builds (or finds in the cache) what a task's sandbox needs. Failures are infrastructure
 /// failures of the given kind.
 pub trait Preparer: Send + Sync {
-    fn prepare(&self, task: &Task, env: &RepoEnv) -> impl Future<Output = Result<Prepared, (ErrorKind, String)>> + Send;
+    fn prepare(
+        &self,
+        task: &Task,
+        env: &RepoEnv,
+    ) -> impl Future<Output = Result<Prepared, (ErrorKind, String)>> + Send;
 }
 
 /// The standard preparer: [`dojo_task::prepare`] (pristine tree and venv, both cached in
@@ -46,7 +50,10 @@ impl Preparer for TaskPreparer {
             .await
             .map_err(|e| (ErrorKind::Runner, e.to_string()))?
             .map_err(|e| (ErrorKind::EnvBuild, e.to_string()))?;
-        Ok(Prepared { pristine: p.pristine, env: Some(p.env) })
+        Ok(Prepared {
+            pristine: p.pristine,
+            env: Some(p.env),
+        })
     }
 }
 
@@ -85,18 +92,23 @@ pub struct Prediction {
 
 /// Read a predictions file (JSONL; a JSON list or `{id: prediction}` object also works).
 /// Bad lines are returned separately with their line numbers; the rest are usable.
-pub fn load_predictions(path: &Path) -> Result<(Vec<Prediction>, Vec<MalformedLine>), std::io::Error> {
+pub fn load_predictions(
+    path: &Path,
+) -> Result<(Vec<Prediction>, Vec<MalformedLine>), std::io::Error> {
     let bytes = std::fs::read(path)?;
     let text = String::from_utf8_lossy(&bytes);
     let mut items: Vec<(usize, Result<Value, String>)> = Vec::new();
     let trimmed = text.trim_start();
-    let whole = if trimmed.starts_with('[') || (trimmed.starts_with('{') && !text.trim().contains('\n')) {
-        serde_json::from_str::<Value>(&text).ok()
-    } else {
-        None
-    };
+    let whole =
+        if trimmed.starts_with('[') || (trimmed.starts_with('{') && !text.trim().contains('\n')) {
+            serde_json::from_str::<Value>(&text).ok()
+        } else {
+            None
+        };
     match whole {
-        Some(Value::Array(a)) => items.extend(a.into_iter().enumerate().map(|(i, v)| (i + 1, Ok(v)))),
+        Some(Value::Array(a)) => {
+            items.extend(a.into_iter().enumerate().map(|(i, v)| (i + 1, Ok(v))))
+        }
         Some(Value::Object(m)) if !m.contains_key("instance_id") => {
             items.extend(m.into_iter().enumerate().map(|(i, (_, v))| (i + 1, Ok(v))))
         }
@@ -106,7 +118,10 @@ pub fn load_predictions(path: &Path) -> Result<(Vec<Prediction>, Vec<MalformedLi
                 if line.trim().is_empty() {
                     continue;
                 }
-                items.push((i + 1, serde_json::from_str::<Value>(line).map_err(|e| format!("not JSON: {e}"))));
+                items.push((
+                    i + 1,
+                    serde_json::from_str::<Value>(line).map_err(|e| format!("not JSON: {e}")),
+                ));
             }
         }
     }
@@ -122,17 +137,26 @@ pub fn load_predictions(path: &Path) -> Result<(Vec<Prediction>, Vec<MalformedLi
             }
         };
         let Some(obj) = v.as_object() else {
-            bad.push(MalformedLine { line, reason: "not a JSON object".into() });
+            bad.push(MalformedLine {
+                line,
+                reason: "not a JSON object".into(),
+            });
             continue;
         };
         let id = match obj.get("instance_id").and_then(Value::as_str) {
             Some(id) if valid_id(id) => id.to_string(),
             Some(id) => {
-                bad.push(MalformedLine { line, reason: format!("instance_id {id:?} is not usable as a directory name") });
+                bad.push(MalformedLine {
+                    line,
+                    reason: format!("instance_id {id:?} is not usable as a directory name"),
+                });
                 continue;
             }
             None => {
-                bad.push(MalformedLine { line, reason: "missing string field instance_id".into() });
+                bad.push(MalformedLine {
+                    line,
+                    reason: "missing string field instance_id".into(),
+                });
                 continue;
             }
         };
@@ -140,27 +164,52 @@ pub fn load_predictions(path: &Path) -> Result<(Vec<Prediction>, Vec<MalformedLi
             Some(Value::String(s)) => Some(s.clone()),
             Some(Value::Null) => None,
             None => {
-                bad.push(MalformedLine { line, reason: format!("instance {id}: missing field model_patch") });
+                bad.push(MalformedLine {
+                    line,
+                    reason: format!("instance {id}: missing field model_patch"),
+                });
                 continue;
             }
             Some(_) => {
-                bad.push(MalformedLine { line, reason: format!("instance {id}: model_patch is not a string or null") });
+                bad.push(MalformedLine {
+                    line,
+                    reason: format!("instance {id}: model_patch is not a string or null"),
+                });
                 continue;
             }
         };
         if let Some(first) = seen.get(&id) {
-            bad.push(MalformedLine { line, reason: format!("instance {id}: duplicate prediction (first on line {first}); ignored") });
+            bad.push(MalformedLine {
+                line,
+                reason: format!(
+                    "instance {id}: duplicate prediction (first on line {first}); ignored"
+                ),
+            });
             continue;
         }
         seen.insert(id.clone(), line);
-        let model = obj.get("model_name_or_path").and_then(Value::as_str).unwrap_or("unknown").to_string();
-        preds.push(Prediction { instance_id: id, model_name_or_path: model, model_patch: patch, line });
+        let model = obj
+            .get("model_name_or_path")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_string();
+        preds.push(Prediction {
+            instance_id: id,
+            model_name_or_path: model,
+            model_patch: patch,
+            line,
+        });
     }
     Ok((preds, bad))
 }
 
 fn valid_id(id: &str) -> bool {
-    !id.is_empty() && !id.contains('/') && !id.contains('\0') && id != "." && id != ".." && !id.starts_with('.')
+    !id.is_empty()
+        && !id.contains('/')
+        && !id.contains('\0')
+        && id != "."
+        && id != ".."
+        && !id.starts_with('.')
 }
 
 fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
@@ -170,7 +219,11 @@ fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
 }
 
 /// Persist one instance's files: `report.json`, `test_output.txt`, `patch.diff`.
-pub fn write_instance(dir: &Path, report: &InstanceReport, patch: Option<&str>) -> std::io::Result<()> {
+pub fn write_instance(
+    dir: &Path,
+    report: &InstanceReport,
+    patch: Option<&str>,
+) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     if let Some(p) = patch {
         std::fs::write(dir.join("patch.diff"), p)?;
@@ -194,7 +247,9 @@ fn bar(len: usize, enabled: bool, what: &str) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let pb = ProgressBar::new(len as u64);
-    if let Ok(style) = ProgressStyle::with_template(&format!("{what} [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} {{msg}}")) {
+    if let Ok(style) = ProgressStyle::with_template(&format!(
+        "{what} [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} {{msg}}"
+    )) {
         pb.set_style(style);
     }
     pb
@@ -229,7 +284,12 @@ pub struct EvalJob {
 
 /// Grade every job into `out/<instance_id>/`, `workers` at a time; returns every report
 /// (previous ones included when resuming).
-pub async fn eval_jobs<P: Preparer>(jobs: Vec<EvalJob>, out: &Path, preparer: &P, opts: &BatchOptions) -> Vec<InstanceReport> {
+pub async fn eval_jobs<P: Preparer>(
+    jobs: Vec<EvalJob>,
+    out: &Path,
+    preparer: &P,
+    opts: &BatchOptions,
+) -> Vec<InstanceReport> {
     let pb = Arc::new(bar(jobs.len(), opts.progress, "eval"));
     let results = futures::stream::iter(jobs)
         .map(|job| {
@@ -252,14 +312,26 @@ pub async fn eval_jobs<P: Preparer>(jobs: Vec<EvalJob>, out: &Path, preparer: &P
     results
 }
 
-async fn eval_one<P: Preparer>(job: &EvalJob, dir: &Path, preparer: &P, opts: &BatchOptions) -> InstanceReport {
+async fn eval_one<P: Preparer>(
+    job: &EvalJob,
+    dir: &Path,
+    preparer: &P,
+    opts: &BatchOptions,
+) -> InstanceReport {
     let id = &job.prediction.instance_id;
     if !opts.force
         && let Some(r) = existing_report(dir)
     {
-        return InstanceReport { test_output: std::fs::read_to_string(dir.join("test_output.txt")).unwrap_or_default(), ..r };
+        return InstanceReport {
+            test_output: std::fs::read_to_string(dir.join("test_output.txt")).unwrap_or_default(),
+            ..r
+        };
     }
-    let parser_name = job.env.as_ref().map(|e| e.log_parser.clone()).unwrap_or_default();
+    let parser_name = job
+        .env
+        .as_ref()
+        .map(|e| e.log_parser.clone())
+        .unwrap_or_default();
     let base = InstanceReport::new(id, opts.grade.semantics, &parser_name);
     let patch = job.prediction.model_patch.as_deref();
     if patch.is_none_or(|p| p.trim().is_empty()) && !opts.grade.run_empty_patch {
@@ -273,9 +345,13 @@ async fn eval_one<P: Preparer>(job: &EvalJob, dir: &Path, preparer: &P, opts: &B
         Ok(e) => e,
         Err(msg) => return base.fail(ErrorKind::EnvBuild, msg.clone()),
     };
-    let graded = with_sandbox(preparer, &job.task, env, &opts.sandbox, async |sb: &mut Sandbox| {
-        grade_in_sandbox(sb, &job.task, env, patch, &opts.grade).await
-    })
+    let graded = with_sandbox(
+        preparer,
+        &job.task,
+        env,
+        &opts.sandbox,
+        async |sb: &mut Sandbox| grade_in_sandbox(sb, &job.task, env, patch, &opts.grade).await,
+    )
     .await;
     match graded {
         Ok(Ok(r)) => r,
@@ -297,7 +373,11 @@ pub async fn validate_tasks<P: Preparer>(
             async move {
                 let v = validate_one(&task, env, preparer, opts).await;
                 pb.inc(1);
-                pb.set_message(format!("{} {}", v.instance_id, if v.ok { "ok" } else { "FAILED" }));
+                pb.set_message(format!(
+                    "{} {}",
+                    v.instance_id,
+                    if v.ok { "ok" } else { "FAILED" }
+                ));
                 (i, v)
             }
         })
@@ -308,7 +388,12 @@ pub async fn validate_tasks<P: Preparer>(
     out
 }
 
-async fn validate_one<P: Preparer>(task: &Task, env: Result<RepoEnv, String>, preparer: &P, opts: &BatchOptions) -> Validation {
+async fn validate_one<P: Preparer>(
+    task: &Task,
+    env: Result<RepoEnv, String>,
+    preparer: &P,
+    opts: &BatchOptions,
+) -> Validation {
     let failed = |msg: String| Validation {
         instance_id: task.instance_id.clone(),
         ok: false,
@@ -322,9 +407,13 @@ async fn validate_one<P: Preparer>(task: &Task, env: Result<RepoEnv, String>, pr
         Ok(e) => e,
         Err(m) => return failed(format!("environment: {m}")),
     };
-    match with_sandbox(preparer, task, &env, &opts.sandbox, async |sb: &mut Sandbox| {
-        validate_in_sandbox(sb, task, &env, &opts.grade).await
-    })
+    match with_sandbox(
+        preparer,
+        task,
+        &env,
+        &opts.sandbox,
+        async |sb: &mut Sandbox| validate_in_sandbox(sb, task, &env, &opts.grade).await,
+    )
     .await
     {
         Ok(Ok(v)) => v,
@@ -357,31 +446,51 @@ mod tests {
         std::fs::write(
             &p,
             concat!(
-                r#"{"instance_id":"a","model_name_or_path":"m","model_patch":"diff"}"#, "\n",
+                r#"{"instance_id":"a","model_name_or_path":"m","model_patch":"diff"}"#,
+                "\n",
                 "{broken\n",
-                r#"{"instance_id":"b","model_patch":null}"#, "\n",
-                r#"{"model_patch":"x"}"#, "\n",
-                r#"{"instance_id":"../x","model_patch":"x"}"#, "\n",
-                r#"{"instance_id":"a","model_patch":"again"}"#, "\n",
-                r#"{"instance_id":"c","model_patch":5}"#, "\n",
+                r#"{"instance_id":"b","model_patch":null}"#,
+                "\n",
+                r#"{"model_patch":"x"}"#,
+                "\n",
+                r#"{"instance_id":"../x","model_patch":"x"}"#,
+                "\n",
+                r#"{"instance_id":"a","model_patch":"again"}"#,
+                "\n",
+                r#"{"instance_id":"c","model_patch":5}"#,
+                "\n",
             ),
         )
         .unwrap();
         let (preds, bad) = load_predictions(&p).unwrap();
-        assert_eq!(preds.iter().map(|p| p.instance_id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            preds
+                .iter()
+                .map(|p| p.instance_id.as_str())
+                .collect::<Vec<_>>(),
+            ["a", "b"]
+        );
         assert_eq!(preds[1].model_patch, None);
-        assert_eq!(bad.iter().map(|b| b.line).collect::<Vec<_>>(), [2, 4, 5, 6, 7]);
+        assert_eq!(
+            bad.iter().map(|b| b.line).collect::<Vec<_>>(),
+            [2, 4, 5, 6, 7]
+        );
         assert!(bad[3].reason.contains("duplicate"));
     }
 
     #[test]
     fn infra_failures_are_retried_on_resume() {
         let dir = tempfile::tempdir().unwrap();
-        let r = InstanceReport::new("x", Semantics::Classic, "pytest").fail(ErrorKind::Timeout, "slow");
+        let r =
+            InstanceReport::new("x", Semantics::Classic, "pytest").fail(ErrorKind::Timeout, "slow");
         write_instance(dir.path(), &r, Some("p")).unwrap();
         assert!(existing_report(dir.path()).is_none());
-        let r = InstanceReport::new("x", Semantics::Classic, "pytest").fail(ErrorKind::PatchApply, "bad");
+        let r = InstanceReport::new("x", Semantics::Classic, "pytest")
+            .fail(ErrorKind::PatchApply, "bad");
         write_instance(dir.path(), &r, Some("p")).unwrap();
-        assert_eq!(existing_report(dir.path()).unwrap().error_kind, Some(ErrorKind::PatchApply));
+        assert_eq!(
+            existing_report(dir.path()).unwrap().error_kind,
+            Some(ErrorKind::PatchApply)
+        );
     }
 }

@@ -169,7 +169,9 @@ fn test_failed(case: &str, sm: &StatusMap, sem: Semantics) -> bool {
 fn test_maintained(case: &str, sm: &StatusMap, sem: Semantics) -> bool {
     match sem {
         Semantics::Classic => test_passed(case, sm, sem),
-        Semantics::Swebench5 => test_passed(case, sm, sem) || lookup(case, sm, sem) == Some(SKIPPED),
+        Semantics::Swebench5 => {
+            test_passed(case, sm, sem) || lookup(case, sm, sem) == Some(SKIPPED)
+        }
     }
 }
 
@@ -193,7 +195,11 @@ pub fn eval_tests_report(
                     }
                 }
                 EvalType::PassAndFail => {
-                    let ok = if p2p { test_maintained(case, sm, sem) } else { test_passed(case, sm, sem) };
+                    let ok = if p2p {
+                        test_maintained(case, sm, sem)
+                    } else {
+                        test_passed(case, sm, sem)
+                    };
                     if ok {
                         out.success.push(case.clone());
                     } else if test_failed(case, sm, sem) {
@@ -244,14 +250,18 @@ static SUITE_RAN: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 static EXIT_CODE_RE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r">>>>> Test Exit Code:[\s\x1c-\x1f]*(-?\d+)").unwrap_or_else(|e| panic!("EXIT_CODE_RE: {e}"))
+    Regex::new(r">>>>> Test Exit Code:[\s\x1c-\x1f]*(-?\d+)")
+        .unwrap_or_else(|e| panic!("EXIT_CODE_RE: {e}"))
 });
 
 /// `parse_test_exit_code`: the exit status the eval script recorded, if any.
 pub fn parse_test_exit_code(content: &str) -> Option<i64> {
     let m = EXIT_CODE_RE.captures(content)?.get(1)?.as_str();
     // Python's int() takes any Unicode digits and any size; only zero-vs-non-zero matters.
-    let digits: String = m.chars().filter_map(|c| c.to_digit(10).map(|d| char::from(b'0' + d as u8))).collect();
+    let digits: String = m
+        .chars()
+        .filter_map(|c| c.to_digit(10).map(|d| char::from(b'0' + d as u8)))
+        .collect();
     Some(digits.parse::<i64>().unwrap_or(i64::MAX) * if m.starts_with('-') { -1 } else { 1 })
 }
 
@@ -292,7 +302,10 @@ pub fn logs_eval(content: &str, parser: Parser, sem: Semantics) -> (StatusMap, b
         return (StatusMap::new(), false);
     }
     let exit = parse_test_exit_code(content);
-    if exit.is_some_and(|c| c != 0) && !sm.is_empty() && !sm.iter().any(|(_, s)| s == FAILED || s == ERROR) {
+    if exit.is_some_and(|c| c != 0)
+        && !sm.is_empty()
+        && !sm.iter().any(|(_, s)| s == FAILED || s == ERROR)
+    {
         return (StatusMap::new(), false);
     }
     (sm, true)
@@ -336,11 +349,21 @@ mod tests {
     fn classic_vs_5x_on_skipped() {
         let m = sm(&[("f", SKIPPED), ("p", SKIPPED)]);
         let (f2p, p2p) = (v(&["f"]), v(&["p"]));
-        let gold = GoldLists { fail_to_pass: &f2p, pass_to_pass: &p2p, ..Default::default() };
+        let gold = GoldLists {
+            fail_to_pass: &f2p,
+            pass_to_pass: &p2p,
+            ..Default::default()
+        };
         let c = eval_tests_report(&m, &gold, false, EvalType::PassAndFail, Semantics::Classic);
         assert!(c.fail_to_pass.success.is_empty() && c.fail_to_pass.failure.is_empty());
         assert_eq!(resolution_status(&c), ResolvedStatus::Full);
-        let n = eval_tests_report(&m, &gold, false, EvalType::PassAndFail, Semantics::Swebench5);
+        let n = eval_tests_report(
+            &m,
+            &gold,
+            false,
+            EvalType::PassAndFail,
+            Semantics::Swebench5,
+        );
         assert_eq!(n.fail_to_pass.failure, ["f"]);
         assert_eq!(n.pass_to_pass.success, ["p"]);
         assert_eq!(resolution_status(&n), ResolvedStatus::No);
@@ -348,10 +371,26 @@ mod tests {
 
     #[test]
     fn partial_and_truncated_ids() {
-        let m = sm(&[("a", PASSED), ("b", FAILED), ("t[x(1", FAILED), ("t[x(1)]", PASSED), ("u[y(1)]", PASSED)]);
+        let m = sm(&[
+            ("a", PASSED),
+            ("b", FAILED),
+            ("t[x(1", FAILED),
+            ("t[x(1)]", PASSED),
+            ("u[y(1)]", PASSED),
+        ]);
         let (f2p, p2p) = (v(&["a", "b"]), v(&["u[y("]));
-        let gold = GoldLists { fail_to_pass: &f2p, pass_to_pass: &p2p, ..Default::default() };
-        let n = eval_tests_report(&m, &gold, false, EvalType::PassAndFail, Semantics::Swebench5);
+        let gold = GoldLists {
+            fail_to_pass: &f2p,
+            pass_to_pass: &p2p,
+            ..Default::default()
+        };
+        let n = eval_tests_report(
+            &m,
+            &gold,
+            false,
+            EvalType::PassAndFail,
+            Semantics::Swebench5,
+        );
         assert_eq!(n.pass_to_pass.success, ["u[y("]);
         assert_eq!(resolution_status(&n), ResolvedStatus::Partial);
         let c = eval_tests_report(&m, &gold, false, EvalType::PassAndFail, Semantics::Classic);
@@ -367,7 +406,14 @@ mod tests {
         // 5.x: non-zero exit with no failure in the map is not valid output.
         assert!(!logs_eval(log, Parser::Pytest, Semantics::Swebench5).1);
         assert!(!logs_eval("PASSED a\n", Parser::Pytest, Semantics::Classic).1);
-        assert!(!logs_eval(&format!("{log}{TESTS_TIMEOUT}"), Parser::Pytest, Semantics::Classic).1);
+        assert!(
+            !logs_eval(
+                &format!("{log}{TESTS_TIMEOUT}"),
+                Parser::Pytest,
+                Semantics::Classic
+            )
+            .1
+        );
         assert_eq!(parse_test_exit_code(">>>>> Test Exit Code: -9"), Some(-9));
         assert_eq!(read_log_text(b"a\r\nb\rc\xff"), "a\nb\nc\u{fffd}");
     }

@@ -28,12 +28,17 @@ pub mod report;
 pub mod run;
 
 pub use grading::{
-    EvalType, GoldLists, ResolvedStatus, Semantics, SuccessFailure, TestsStatus, derive_lists, eval_tests_report,
-    logs_eval, parse_test_exit_code, read_log_text, resolution_status,
+    EvalType, GoldLists, ResolvedStatus, Semantics, SuccessFailure, TestsStatus, derive_lists,
+    eval_tests_report, logs_eval, parse_test_exit_code, read_log_text, resolution_status,
 };
 pub use parsers::{Parser, StatusMap};
-pub use report::{ErrorKind, InstanceReport, MalformedLine, Outcome, RunSummary, SCHEMA_VERSION, eval_report_from_log};
-pub use run::{GradeOptions, Validation, check_patch, grade_in_sandbox, status_map_of, validate_in_sandbox};
+pub use report::{
+    ErrorKind, InstanceReport, MalformedLine, Outcome, RunSummary, SCHEMA_VERSION,
+    eval_report_from_log,
+};
+pub use run::{
+    GradeOptions, Validation, check_patch, grade_in_sandbox, status_map_of, validate_in_sandbox,
+};
 
 /// Configuration errors (grading cannot even start). Everything that happens while grading is
 /// reported in the [`InstanceReport`] instead.

@@ -67,7 +67,10 @@ impl StatusMap {
     /// A JSON object in insertion order.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::Value::Object(
-            self.entries.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect(),
+            self.entries
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                .collect(),
         )
     }
 }
@@ -135,10 +138,16 @@ impl Parser {
     /// `pytest` or `parse_log_pytest` (the `log_parser` field of SWE-bench rows).
     pub fn by_name(name: &str) -> Option<Parser> {
         let short = name.strip_prefix("parse_log_").unwrap_or(name);
-        PARSER_NAMES.iter().find(|(n, _)| *n == short).map(|(_, p)| *p)
+        PARSER_NAMES
+            .iter()
+            .find(|(n, _)| *n == short)
+            .map(|(_, p)| *p)
     }
     pub fn for_repo(repo: &str) -> Option<Parser> {
-        REPO_PARSERS.iter().find(|(r, _)| *r == repo).and_then(|(_, n)| Parser::by_name(n))
+        REPO_PARSERS
+            .iter()
+            .find(|(r, _)| *r == repo)
+            .and_then(|(_, n)| Parser::by_name(n))
     }
     pub fn parse(self, log: &str) -> StatusMap {
         match self {
@@ -188,7 +197,10 @@ fn parse_pytest(log: &str, matplotlib: bool) -> StatusMap {
     for line in log.split('\n') {
         let mut line = std::borrow::Cow::Borrowed(line);
         if matplotlib {
-            line = line.replace("MouseButton.LEFT", "1").replace("MouseButton.RIGHT", "3").into();
+            line = line
+                .replace("MouseButton.LEFT", "1")
+                .replace("MouseButton.RIGHT", "3")
+                .into();
         }
         if starts_with_status(&line) {
             if line.starts_with(FAILED) {
@@ -212,8 +224,11 @@ fn parse_pytest_options(log: &str) -> StatusMap {
         if !starts_with_status(line) {
             continue;
         }
-        let line: std::borrow::Cow<str> =
-            if line.starts_with(FAILED) { line.replace(" - ", " ").into() } else { line.into() };
+        let line: std::borrow::Cow<str> = if line.starts_with(FAILED) {
+            line.replace(" - ", " ").into()
+        } else {
+            line.into()
+        };
         let tc = py_split(&line);
         if tc.len() <= 1 || is_skip_summary(tc[0], tc[1]) {
             continue;
@@ -241,9 +256,16 @@ fn parse_pytest_v2(log: &str) -> StatusMap {
     for raw in log.split('\n') {
         let line = ANSI_COLOR.replace_all(raw, "");
         // `str.translate` deleting chr(1)..chr(31).
-        let line: String = line.chars().filter(|&c| !('\x01'..='\x1f').contains(&c)).collect();
+        let line: String = line
+            .chars()
+            .filter(|&c| !('\x01'..='\x1f').contains(&c))
+            .collect();
         if starts_with_status(&line) {
-            let cut = if line.starts_with(FAILED) { line.split(" - ").next().unwrap_or("") } else { &line };
+            let cut = if line.starts_with(FAILED) {
+                line.split(" - ").next().unwrap_or("")
+            } else {
+                &line
+            };
             let tc = py_split(cut);
             if tc.len() >= 2 && !is_skip_summary(tc[0], tc[1]) {
                 map.insert(tc[1..].join(" "), tc[0]);
@@ -264,8 +286,12 @@ static DJANGO_PATTERNS: LazyLock<[Regex; 3]> = LazyLock::new(|| {
         re(&format!(
             r"(?m)^(.*?){S}\.\.\.{S}Testing against Django installed in ((?s:.*?)) silenced\)\.\nok$"
         )),
-        re(&format!(r"(?m)^(.*?){S}\.\.\.{S}Internal Server Error: /(.*)/\nok$")),
-        re(&format!(r"(?m)^(.*?){S}\.\.\.{S}System check identified no issues \(0 silenced\)\nok$")),
+        re(&format!(
+            r"(?m)^(.*?){S}\.\.\.{S}Internal Server Error: /(.*)/\nok$"
+        )),
+        re(&format!(
+            r"(?m)^(.*?){S}\.\.\.{S}System check identified no issues \(0 silenced\)\nok$"
+        )),
     ]
 });
 
@@ -283,10 +309,16 @@ fn parse_django(log: &str) -> StatusMap {
         for suffix in [" ... ok", " ... OK", " ...  OK"] {
             if line.ends_with(suffix) {
                 // Upstream's special case for django__django-7188 (rebinding `line`).
-                if py_strip(&line).starts_with("Applying sites.0002_alter_domain_unique...test_no_migrations") {
-                    line = py_strip(line.split_once("...").map_or(line.as_str(), |(_, r)| r)).to_string();
+                if py_strip(&line)
+                    .starts_with("Applying sites.0002_alter_domain_unique...test_no_migrations")
+                {
+                    line = py_strip(line.split_once("...").map_or(line.as_str(), |(_, r)| r))
+                        .to_string();
                 }
-                let test = line.rsplit_once(suffix).map_or(line.as_str(), |(a, _)| a).to_string();
+                let test = line
+                    .rsplit_once(suffix)
+                    .map_or(line.as_str(), |(a, _)| a)
+                    .to_string();
                 map.insert(test, PASSED);
                 break;
             }
@@ -375,7 +407,9 @@ mod tests {
     use super::*;
 
     fn pairs(m: &StatusMap) -> Vec<(String, String)> {
-        m.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        m.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -384,8 +418,12 @@ mod tests {
         let m = Parser::Pytest.parse(log);
         assert_eq!(
             pairs(&m),
-            [("a.py::t1", "PASSED"), ("a.py::t2", "FAILED"), ("a.py::t3", "XFAIL")]
-                .map(|(a, b)| (a.to_string(), b.to_string()))
+            [
+                ("a.py::t1", "PASSED"),
+                ("a.py::t2", "FAILED"),
+                ("a.py::t3", "XFAIL")
+            ]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
         );
     }
 
@@ -399,9 +437,18 @@ mod tests {
 
     #[test]
     fn pytest_options_shortens_path_options() {
-        let m = Parser::PytestOptions.parse("PASSED t.py::test_x[/tmp/a/b.dcm]\nPASSED t.py::test_y[//x/y]\nPASSED t.py::z[a]b]\n");
+        let m = Parser::PytestOptions.parse(
+            "PASSED t.py::test_x[/tmp/a/b.dcm]\nPASSED t.py::test_y[//x/y]\nPASSED t.py::z[a]b]\n",
+        );
         let keys: Vec<_> = m.iter().map(|(k, _)| k.to_string()).collect();
-        assert_eq!(keys, ["t.py::test_x[/b.dcm]", "t.py::test_y[//x/y]", "t.py::z[a]b]"]);
+        assert_eq!(
+            keys,
+            [
+                "t.py::test_x[/b.dcm]",
+                "t.py::test_y[//x/y]",
+                "t.py::z[a]b]"
+            ]
+        );
     }
 
     #[test]
@@ -426,12 +473,14 @@ mod tests {
 
     #[test]
     fn sympy_and_seaborn() {
-        let m = Parser::Sympy.parse("____ sympy/core/tests/test_a.py:test_x ____\ntest_y ok\ntest_z F\ntest_w E\n");
+        let m = Parser::Sympy
+            .parse("____ sympy/core/tests/test_a.py:test_x ____\ntest_y ok\ntest_z F\ntest_w E\n");
         assert_eq!(m.get("sympy/core/tests/test_a.py:test_x"), Some("FAILED"));
         assert_eq!(m.get("test_y"), Some("PASSED"));
         assert_eq!(m.get("test_z"), Some("FAILED"));
         assert_eq!(m.get("test_w"), Some("ERROR"));
-        let s = Parser::Seaborn.parse("tests/t.py::a PASSED [ 10%]\nFAILED tests/t.py::b - x\nPASSED tests/t.py::c\n");
+        let s = Parser::Seaborn
+            .parse("tests/t.py::a PASSED [ 10%]\nFAILED tests/t.py::b - x\nPASSED tests/t.py::c\n");
         assert_eq!(s.get("tests/t.py::a"), Some("PASSED"));
         assert_eq!(s.get("tests/t.py::b"), Some("FAILED"));
         assert_eq!(s.get("tests/t.py::c"), Some("PASSED"));
@@ -439,10 +488,16 @@ mod tests {
 
     #[test]
     fn names_and_repos() {
-        assert_eq!(Parser::by_name("parse_log_pydicom"), Some(Parser::PytestOptions));
+        assert_eq!(
+            Parser::by_name("parse_log_pydicom"),
+            Some(Parser::PytestOptions)
+        );
         assert_eq!(Parser::by_name("sqlfluff"), Some(Parser::Pytest));
         assert_eq!(Parser::by_name("parse_log_jest"), None);
-        assert_eq!(Parser::for_repo("sphinx-doc/sphinx"), Some(Parser::PytestV2));
+        assert_eq!(
+            Parser::for_repo("sphinx-doc/sphinx"),
+            Some(Parser::PytestV2)
+        );
     }
 
     proptest::proptest! {

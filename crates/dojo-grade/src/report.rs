@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
-use crate::grading::{GoldLists, ResolvedStatus, Semantics, TestsStatus, EvalType, eval_tests_report, logs_eval, resolution_status};
+use crate::grading::{
+    EvalType, GoldLists, ResolvedStatus, Semantics, TestsStatus, eval_tests_report, logs_eval,
+    resolution_status,
+};
 use crate::parsers::Parser;
 
 /// Version of the files this crate writes (`report.json`, the run summary).
@@ -178,7 +181,11 @@ pub fn eval_report_from_log(
     let ts = eval_tests_report(&sm, gold, false, eval_type, semantics);
     let status = resolution_status(&ts);
     r.resolved = status == ResolvedStatus::Full;
-    r.outcome = if r.resolved { Outcome::Resolved } else { Outcome::Unresolved };
+    r.outcome = if r.resolved {
+        Outcome::Resolved
+    } else {
+        Outcome::Unresolved
+    };
     r.resolution_status = Some(status);
     r.tests_status = Some(ts);
     r
@@ -228,10 +235,17 @@ impl RunSummary {
         reports: impl IntoIterator<Item = &'a InstanceReport>,
         semantics: Semantics,
     ) -> RunSummary {
-        let mut s = RunSummary { schema_version: SCHEMA_VERSION, semantics: Some(semantics), ..Default::default() };
+        let mut s = RunSummary {
+            schema_version: SCHEMA_VERSION,
+            semantics: Some(semantics),
+            ..Default::default()
+        };
         let tasks: std::collections::BTreeSet<&str> = task_ids.into_iter().collect();
         let submitted: std::collections::BTreeSet<&str> = submitted.into_iter().collect();
-        let by_id: BTreeMap<&str, &InstanceReport> = reports.into_iter().map(|r| (r.instance_id.as_str(), r)).collect();
+        let by_id: BTreeMap<&str, &InstanceReport> = reports
+            .into_iter()
+            .map(|r| (r.instance_id.as_str(), r))
+            .collect();
         s.total_instances = tasks.len();
         s.submitted_ids = submitted.iter().map(|x| x.to_string()).collect();
         s.submitted_instances = submitted.len();
@@ -264,7 +278,11 @@ impl RunSummary {
                 }
             }
         }
-        s.unknown_prediction_ids = submitted.iter().filter(|x| !tasks.contains(*x)).map(|x| x.to_string()).collect();
+        s.unknown_prediction_ids = submitted
+            .iter()
+            .filter(|x| !tasks.contains(*x))
+            .map(|x| x.to_string())
+            .collect();
         s.completed_instances = s.completed_ids.len();
         s.resolved_instances = s.resolved_ids.len();
         s.unresolved_instances = s.unresolved_ids.len();
@@ -287,12 +305,26 @@ mod tests {
     fn report_round_trips_with_official_shape() {
         let f2p = vec!["a".to_string()];
         let log = "+ : '>>>>> Start Test Output'\nPASSED a\n+ : '>>>>> End Test Output'\n";
-        let gold = GoldLists { fail_to_pass: &f2p, ..Default::default() };
-        let r = eval_report_from_log("x__y-1", Some("diff"), log, Parser::Pytest, &gold, EvalType::PassAndFail, Semantics::Classic);
+        let gold = GoldLists {
+            fail_to_pass: &f2p,
+            ..Default::default()
+        };
+        let r = eval_report_from_log(
+            "x__y-1",
+            Some("diff"),
+            log,
+            Parser::Pytest,
+            &gold,
+            EvalType::PassAndFail,
+            Semantics::Classic,
+        );
         let j = r.to_json();
         assert_eq!(j["x__y-1"]["resolved"], true);
         assert_eq!(j["x__y-1"]["patch_is_None"], false);
-        assert_eq!(j["x__y-1"]["tests_status"]["FAIL_TO_PASS"]["success"][0], "a");
+        assert_eq!(
+            j["x__y-1"]["tests_status"]["FAIL_TO_PASS"]["success"][0],
+            "a"
+        );
         assert_eq!(j["x__y-1"]["schema_version"], SCHEMA_VERSION);
         let back = InstanceReport::from_json(&j).unwrap();
         assert_eq!(back.instance_id, "x__y-1");
@@ -314,7 +346,12 @@ mod tests {
             mk("d", Outcome::Error, Some(ErrorKind::Timeout)),
             mk("e", Outcome::Error, Some(ErrorKind::PatchApply)),
         ];
-        let s = RunSummary::build(["a", "b", "c", "d", "e", "f"], ["a", "b", "c", "d", "e", "zz"], reps.iter(), Semantics::Classic);
+        let s = RunSummary::build(
+            ["a", "b", "c", "d", "e", "f"],
+            ["a", "b", "c", "d", "e", "zz"],
+            reps.iter(),
+            Semantics::Classic,
+        );
         assert_eq!(s.resolved_ids, ["a"]);
         assert_eq!(s.unresolved_ids, ["b"]);
         assert_eq!(s.empty_patch_ids, ["c"]);

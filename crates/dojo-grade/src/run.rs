@@ -7,13 +7,14 @@ use std::time::Duration;
 use dojo_sandbox::{ExecRequest, OutputCap, Sandbox};
 use dojo_task::{RepoEnv, Task, patch_targets};
 
+use crate::GradeError;
 use crate::grading::{
-    APPLY_PATCH_FAIL, APPLY_PATCH_PASS, END_TEST_OUTPUT, EvalType, GoldLists, ResolvedStatus, START_TEST_OUTPUT,
-    Semantics, derive_lists, eval_tests_report, logs_eval, read_log_text, resolution_status,
+    APPLY_PATCH_FAIL, APPLY_PATCH_PASS, END_TEST_OUTPUT, EvalType, GoldLists, ResolvedStatus,
+    START_TEST_OUTPUT, Semantics, derive_lists, eval_tests_report, logs_eval, read_log_text,
+    resolution_status,
 };
 use crate::parsers::{Parser, StatusMap};
 use crate::report::{ErrorKind, InstanceReport, Outcome};
-use crate::GradeError;
 
 /// How to grade.
 #[derive(Debug, Clone)]
@@ -37,7 +38,10 @@ impl Default for GradeOptions {
             timeout: None,
             run_empty_patch: false,
             calculate_to_fail: false,
-            output_cap: OutputCap { head: 8 << 20, tail: 24 << 20 },
+            output_cap: OutputCap {
+                head: 8 << 20,
+                tail: 24 << 20,
+            },
         }
     }
 }
@@ -51,9 +55,15 @@ pub fn check_patch(patch: &str) -> Option<String> {
     for line in patch.lines() {
         let paths: Vec<&str> = if let Some(rest) = line.strip_prefix("diff --git ") {
             rest.split(' ').collect()
-        } else if let Some(p) = line.strip_prefix("--- ").or_else(|| line.strip_prefix("+++ ")) {
+        } else if let Some(p) = line
+            .strip_prefix("--- ")
+            .or_else(|| line.strip_prefix("+++ "))
+        {
             vec![p.split('\t').next().unwrap_or(p)]
-        } else if let Some(p) = ["rename from ", "rename to ", "copy from ", "copy to "].iter().find_map(|k| line.strip_prefix(k)) {
+        } else if let Some(p) = ["rename from ", "rename to ", "copy from ", "copy to "]
+            .iter()
+            .find_map(|k| line.strip_prefix(k))
+        {
             vec![p]
         } else {
             continue;
@@ -63,7 +73,10 @@ pub fn check_patch(patch: &str) -> Option<String> {
             if p == "/dev/null" {
                 continue;
             }
-            let rel = p.strip_prefix("a/").or_else(|| p.strip_prefix("b/")).unwrap_or(p);
+            let rel = p
+                .strip_prefix("a/")
+                .or_else(|| p.strip_prefix("b/"))
+                .unwrap_or(p);
             if rel.starts_with('/') || rel.split('/').any(|c| c == "..") {
                 return Some(format!("patch path {p:?} leaves the repository"));
             }
@@ -112,10 +125,14 @@ pub async fn grade_in_sandbox(
     model_patch: Option<&str>,
     opts: &GradeOptions,
 ) -> Result<InstanceReport, GradeError> {
-    let parser = Parser::by_name(&env.log_parser)
-        .ok_or_else(|| GradeError::UnknownParser { instance_id: task.instance_id.clone(), name: env.log_parser.clone() })?;
-    let eval_type = EvalType::by_name(&env.eval_type)
-        .ok_or_else(|| GradeError::BadEvalType { instance_id: task.instance_id.clone(), name: env.eval_type.clone() })?;
+    let parser = Parser::by_name(&env.log_parser).ok_or_else(|| GradeError::UnknownParser {
+        instance_id: task.instance_id.clone(),
+        name: env.log_parser.clone(),
+    })?;
+    let eval_type = EvalType::by_name(&env.eval_type).ok_or_else(|| GradeError::BadEvalType {
+        instance_id: task.instance_id.clone(),
+        name: env.eval_type.clone(),
+    })?;
     let mut r = InstanceReport::new(&task.instance_id, opts.semantics, &env.log_parser);
     let mut log = String::new();
 
@@ -146,21 +163,38 @@ pub async fn grade_in_sandbox(
             };
             if !out.applied() {
                 r.test_output = format!("{APPLY_PATCH_FAIL}:\n{}\n", out.log);
-                return Ok(r.fail(ErrorKind::PatchApply, format!("model patch does not apply:\n{}", out.log)));
+                return Ok(r.fail(
+                    ErrorKind::PatchApply,
+                    format!("model patch does not apply:\n{}", out.log),
+                ));
             }
             r.patch_apply_method = out.method.map(|m| {
-                serde_json::to_value(m).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+                serde_json::to_value(m)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
             });
-            log.push_str(&format!("{APPLY_PATCH_PASS} (model patch, {}):\n{}\n", r.patch_apply_method.as_deref().unwrap_or("?"), out.log));
+            log.push_str(&format!(
+                "{APPLY_PATCH_PASS} (model patch, {}):\n{}\n",
+                r.patch_apply_method.as_deref().unwrap_or("?"),
+                out.log
+            ));
         }
     }
 
     // Restore the test files, then apply the test patch.
     if let Some(script) = restore_test_files_script(&task.test_patch) {
-        match sb.exec(&ExecRequest::shell(script).timeout(Duration::from_secs(120))).await {
+        match sb
+            .exec(&ExecRequest::shell(script).timeout(Duration::from_secs(120)))
+            .await
+        {
             Ok(o) if o.success() => {}
             Ok(o) => {
-                return Ok(sandbox_err(r, "restoring test files", format!("{} {}", o.stdout_lossy(), o.stderr_lossy())));
+                return Ok(sandbox_err(
+                    r,
+                    "restoring test files",
+                    format!("{} {}", o.stdout_lossy(), o.stderr_lossy()),
+                ));
             }
             Err(e) => return Ok(sandbox_err(r, "restoring test files", e)),
         }
@@ -170,7 +204,10 @@ pub async fn grade_in_sandbox(
             Ok(o) if o.applied() => log.push_str(&format!("{APPLY_PATCH_PASS} (test patch)\n")),
             Ok(o) => {
                 r.test_output = log;
-                return Ok(r.fail(ErrorKind::TestPatchApply, format!("the task's test patch does not apply:\n{}", o.log)));
+                return Ok(r.fail(
+                    ErrorKind::TestPatchApply,
+                    format!("the task's test patch does not apply:\n{}", o.log),
+                ));
             }
             Err(e) => return Ok(sandbox_err(r, "applying the test patch", e)),
         }
@@ -179,7 +216,9 @@ pub async fn grade_in_sandbox(
     // Run the tests, stdout and stderr merged as in the harness's container log.
     let cmd = env.test_command(task);
     let timeout = opts.timeout.unwrap_or(Duration::from_secs(env.timeout_s));
-    let mut req = ExecRequest::shell(format!("exec 2>&1\n{cmd}")).timeout(timeout).cwd(dojo_sandbox::WORKSPACE);
+    let mut req = ExecRequest::shell(format!("exec 2>&1\n{cmd}"))
+        .timeout(timeout)
+        .cwd(dojo_sandbox::WORKSPACE);
     req.env = env.env.clone();
     req.output_cap = opts.output_cap;
     let out = match sb.exec(&req).await {
@@ -198,13 +237,22 @@ pub async fn grade_in_sandbox(
     r.test_duration_s = Some(out.duration.as_secs_f64());
     r.test_output_truncated = out.stdout_truncated || out.stderr_truncated;
     if out.timed_out {
-        log.push_str(&format!("\n\nTimeout error: {} seconds exceeded.\n", timeout.as_secs()));
+        log.push_str(&format!(
+            "\n\nTimeout error: {} seconds exceeded.\n",
+            timeout.as_secs()
+        ));
         r.test_output = log;
-        return Ok(r.fail(ErrorKind::Timeout, format!("test command timed out after {} s", timeout.as_secs())));
+        return Ok(r.fail(
+            ErrorKind::Timeout,
+            format!("test command timed out after {} s", timeout.as_secs()),
+        ));
     }
     match out.exit_code {
         Some(c) => log.push_str(&format!(">>>>> Test Exit Code: {c}\n")),
-        None => log.push_str(&format!(">>>>> Test Exit Code: {}\n", 128 + out.signal.unwrap_or(0))),
+        None => log.push_str(&format!(
+            ">>>>> Test Exit Code: {}\n",
+            128 + out.signal.unwrap_or(0)
+        )),
     }
 
     // Parse exactly as a harness log would be read back from disk.
@@ -222,10 +270,20 @@ pub async fn grade_in_sandbox(
         fail_to_fail: &task.fail_to_fail,
         pass_to_fail: &task.pass_to_fail,
     };
-    let ts = eval_tests_report(&sm, &gold, opts.calculate_to_fail, eval_type, opts.semantics);
+    let ts = eval_tests_report(
+        &sm,
+        &gold,
+        opts.calculate_to_fail,
+        eval_type,
+        opts.semantics,
+    );
     let status = resolution_status(&ts);
     r.resolved = status == ResolvedStatus::Full;
-    r.outcome = if r.resolved { Outcome::Resolved } else { Outcome::Unresolved };
+    r.outcome = if r.resolved {
+        Outcome::Resolved
+    } else {
+        Outcome::Unresolved
+    };
     r.resolution_status = Some(status);
     r.tests_status = Some(ts);
     Ok(r)
@@ -233,7 +291,12 @@ pub async fn grade_in_sandbox(
 
 /// The parsed status map of a graded run (re-parsed from its log).
 pub fn status_map_of(report: &InstanceReport, parser: Parser) -> StatusMap {
-    logs_eval(&read_log_text(report.test_output.as_bytes()), parser, report.semantics).0
+    logs_eval(
+        &read_log_text(report.test_output.as_bytes()),
+        parser,
+        report.semantics,
+    )
+    .0
 }
 
 /// What `dojo validate` learns about one task.
@@ -260,8 +323,10 @@ pub async fn validate_in_sandbox(
     env: &RepoEnv,
     opts: &GradeOptions,
 ) -> Result<Validation, GradeError> {
-    let parser = Parser::by_name(&env.log_parser)
-        .ok_or_else(|| GradeError::UnknownParser { instance_id: task.instance_id.clone(), name: env.log_parser.clone() })?;
+    let parser = Parser::by_name(&env.log_parser).ok_or_else(|| GradeError::UnknownParser {
+        instance_id: task.instance_id.clone(),
+        name: env.log_parser.clone(),
+    })?;
     let mut v = Validation {
         instance_id: task.instance_id.clone(),
         ok: false,
@@ -271,7 +336,10 @@ pub async fn validate_in_sandbox(
         before: None,
         gold: None,
     };
-    let before_opts = GradeOptions { run_empty_patch: true, ..opts.clone() };
+    let before_opts = GradeOptions {
+        run_empty_patch: true,
+        ..opts.clone()
+    };
     let before = grade_in_sandbox(sb, task, env, None, &before_opts).await?;
     if let Err(e) = sb.reset().await {
         v.problems.push(format!("sandbox reset failed: {e}"));
@@ -293,7 +361,8 @@ pub async fn validate_in_sandbox(
         let sm_gold = status_map_of(&gold, parser);
         let (f2p, p2p) = derive_lists(&sm_before, &sm_gold);
         if f2p.is_empty() {
-            v.problems.push("no test fails before the gold patch and passes after it".into());
+            v.problems
+                .push("no test fails before the gold patch and passes after it".into());
         }
         if task.fail_to_pass.is_some() {
             let still_passing: Vec<&String> = before
@@ -302,14 +371,22 @@ pub async fn validate_in_sandbox(
                 .map(|t| t.fail_to_pass.success.iter().collect())
                 .unwrap_or_default();
             if !still_passing.is_empty() {
-                v.problems.push(format!("FAIL_TO_PASS already passing with the test patch alone: {still_passing:?}"));
+                v.problems.push(format!(
+                    "FAIL_TO_PASS already passing with the test patch alone: {still_passing:?}"
+                ));
             }
             if let Some(ts) = &gold.tests_status {
                 if !ts.fail_to_pass.failure.is_empty() {
-                    v.problems.push(format!("FAIL_TO_PASS not passing with the gold patch: {:?}", ts.fail_to_pass.failure));
+                    v.problems.push(format!(
+                        "FAIL_TO_PASS not passing with the gold patch: {:?}",
+                        ts.fail_to_pass.failure
+                    ));
                 }
                 if !ts.pass_to_pass.failure.is_empty() {
-                    v.problems.push(format!("PASS_TO_PASS broken with the gold patch: {:?}", ts.pass_to_pass.failure));
+                    v.problems.push(format!(
+                        "PASS_TO_PASS broken with the gold patch: {:?}",
+                        ts.pass_to_pass.failure
+                    ));
                 }
             }
             if task.f2p().is_empty() {
@@ -331,12 +408,19 @@ mod tests {
 
     #[test]
     fn bad_patches_are_named() {
-        assert!(check_patch("diff --git a/x.png b/x.png\nGIT binary patch\nliteral 5\n").unwrap().contains("binary"));
+        assert!(
+            check_patch("diff --git a/x.png b/x.png\nGIT binary patch\nliteral 5\n")
+                .unwrap()
+                .contains("binary")
+        );
         assert!(check_patch("diff --git a/../etc/passwd b/../etc/passwd\n--- a/../etc/passwd\n+++ b/../etc/passwd\n")
             .unwrap()
             .contains("leaves"));
         assert!(check_patch("--- /etc/passwd\n+++ /etc/passwd\n").is_some());
-        assert!(check_patch("diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-x\n+y\n").is_none());
+        assert!(
+            check_patch("diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-x\n+y\n")
+                .is_none()
+        );
         assert!(check_patch("--- /dev/null\n+++ b/new.py\n").is_none());
     }
 

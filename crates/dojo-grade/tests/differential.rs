@@ -16,11 +16,20 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use dojo_grade::{
-    EvalType, GoldLists, InstanceReport, Parser, Semantics, eval_report_from_log, logs_eval, read_log_text,
+    EvalType, GoldLists, InstanceReport, Parser, Semantics, eval_report_from_log, logs_eval,
+    read_log_text,
 };
 use serde_json::{Value, json};
 
-const BASE_PARSERS: &[&str] = &["pytest", "pytest_options", "pytest_v2", "django", "seaborn", "sympy", "matplotlib"];
+const BASE_PARSERS: &[&str] = &[
+    "pytest",
+    "pytest_options",
+    "pytest_v2",
+    "django",
+    "seaborn",
+    "sympy",
+    "matplotlib",
+];
 
 fn repo_root() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
@@ -35,12 +44,16 @@ fn ci() -> bool {
 }
 
 fn skip(reason: &str) {
-    assert!(!ci(), "CI=true and the differential oracle is unavailable: {reason}");
+    assert!(
+        !ci(),
+        "CI=true and the differential oracle is unavailable: {reason}"
+    );
     println!("SKIPPED: {reason}");
 }
 
 fn pytools() -> PathBuf {
-    std::env::var_os("DOJO_PYTOOLS").map_or_else(|| repo_root().join("target/pytools"), PathBuf::from)
+    std::env::var_os("DOJO_PYTOOLS")
+        .map_or_else(|| repo_root().join("target/pytools"), PathBuf::from)
 }
 
 fn python_version_of(python: &Path, pythonpath: Option<&Path>) -> Option<String> {
@@ -50,7 +63,9 @@ fn python_version_of(python: &Path, pythonpath: Option<&Path>) -> Option<String>
         c.env("PYTHONPATH", p);
     }
     let o = c.output().ok()?;
-    o.status.success().then(|| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    o.status
+        .success()
+        .then(|| String::from_utf8_lossy(&o.stdout).trim().to_string())
 }
 
 /// swebench 4.1.0 (the classic rules) lives beside the 5.0.2 venv, installed without deps.
@@ -71,7 +86,9 @@ fn swebench4(tools: &Path) -> Option<PathBuf> {
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
     let mut entries: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
     entries.sort();
     for p in entries {
@@ -103,7 +120,13 @@ fn wrap_in_markers(dir: &Path, name: &str, text: &[u8]) -> PathBuf {
 }
 
 fn list(v: &Value) -> Vec<String> {
-    v.as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Pseudo-gold lists from a real status map: alternate keys into F2P / P2P, plus an absent test
@@ -112,10 +135,17 @@ fn pseudo_gold(text: &str, parser: Parser) -> (Vec<String>, Vec<String>) {
     let m = parser.parse(text);
     let (mut f2p, mut p2p) = (Vec::new(), Vec::new());
     for (i, (k, _)) in m.iter().enumerate() {
-        if i % 2 == 0 { f2p.push(k.to_string()) } else { p2p.push(k.to_string()) }
+        if i % 2 == 0 {
+            f2p.push(k.to_string())
+        } else {
+            p2p.push(k.to_string())
+        }
     }
     f2p.push("tests/absent.py::test_gone".into());
-    if let Some((k, _)) = m.iter().find(|(k, _)| k.contains('[') && k.ends_with(']') && k.len() > 4) {
+    if let Some((k, _)) = m
+        .iter()
+        .find(|(k, _)| k.contains('[') && k.ends_with(']') && k.len() > 4)
+    {
         p2p.push(k[..k.len() - 2].to_string());
     }
     (f2p, p2p)
@@ -140,7 +170,10 @@ fn parser_for_file(name: &str) -> &'static str {
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self) -> usize {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 33) as usize
     }
     fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
@@ -150,7 +183,23 @@ impl Lcg {
 
 fn generated_log(seed: u64) -> String {
     let mut r = Lcg(seed);
-    let heads = ["PASSED ", "FAILED ", "SKIPPED ", "ERROR ", "XFAIL ", "XPASS ", "", "", "test_", "  ", "FAIL: ", "ERROR: ", "ok", "\x1b[32mPASSED\x1b[0m ", "____ "];
+    let heads = [
+        "PASSED ",
+        "FAILED ",
+        "SKIPPED ",
+        "ERROR ",
+        "XFAIL ",
+        "XPASS ",
+        "",
+        "",
+        "test_",
+        "  ",
+        "FAIL: ",
+        "ERROR: ",
+        "ok",
+        "\x1b[32mPASSED\x1b[0m ",
+        "____ ",
+    ];
     let names = [
         "tests/test_a.py::test_one",
         "tests/test_a.py::TestK::test_two[1-2]",
@@ -166,8 +215,24 @@ fn generated_log(seed: u64) -> String {
         "é\u{a0}x",
     ];
     let tails = [
-        "", "", " - assert 1 == 2", " ... ok", " ... FAIL", " ... ERROR", " ... skipped 'why'", " PASSED", " PASSED [ 10%]",
-        " E", " F", " ok", " ____", "\r", "\x1c", " - a - b", " ...  OK", " ...",
+        "",
+        "",
+        " - assert 1 == 2",
+        " ... ok",
+        " ... FAIL",
+        " ... ERROR",
+        " ... skipped 'why'",
+        " PASSED",
+        " PASSED [ 10%]",
+        " E",
+        " F",
+        " ok",
+        " ____",
+        "\r",
+        "\x1c",
+        " - a - b",
+        " ...  OK",
+        " ...",
     ];
     let extras = [
         "Executed 3 of 4",
@@ -183,13 +248,21 @@ fn generated_log(seed: u64) -> String {
         if r.next() % 7 == 0 {
             lines.push(r.pick(&extras).to_string());
         } else {
-            lines.push(format!("{}{}{}", r.pick(&heads), r.pick(&names), r.pick(&tails)));
+            lines.push(format!(
+                "{}{}{}",
+                r.pick(&heads),
+                r.pick(&names),
+                r.pick(&tails)
+            ));
         }
     }
     let body = lines.join("\n");
     match r.next() % 4 {
         0 => body,
-        1 => format!("+ : '>>>>> Start Test Output'\n{body}\n+ : '>>>>> End Test Output'\n>>>>> Test Exit Code: {}\n", r.next() % 2),
+        1 => format!(
+            "+ : '>>>>> Start Test Output'\n{body}\n+ : '>>>>> End Test Output'\n>>>>> Test Exit Code: {}\n",
+            r.next() % 2
+        ),
         _ => format!("+ : '>>>>> Start Test Output'\n{body}\n+ : '>>>>> End Test Output'\n"),
     }
 }
@@ -238,7 +311,10 @@ class TestK:
     )
     .unwrap();
     let mut out = Vec::new();
-    for (i, extra) in [vec!["-rA"], vec!["-rA", "-v"], vec!["-rA", "--color=yes"]].into_iter().enumerate() {
+    for (i, extra) in [vec!["-rA"], vec!["-rA", "-v"], vec!["-rA", "--color=yes"]]
+        .into_iter()
+        .enumerate()
+    {
         let o = Command::new(python)
             .args(["-m", "pytest", "-p", "no:cacheprovider"])
             .args(&extra)
@@ -264,10 +340,19 @@ fn collect_cases(tmp: &Path, python: &Path) -> Vec<Case> {
     for sub in ["harness_logs", "test_outputs", "local_runs"] {
         walk(&data.join(sub), &mut files);
     }
-    assert!(files.len() >= 30, "expected the shared logs under {}, found {}", data.display(), files.len());
+    assert!(
+        files.len() >= 30,
+        "expected the shared logs under {}, found {}",
+        data.display(),
+        files.len()
+    );
     let dev_line = std::fs::read_to_string(data.join("swebench/swebench_dev.jsonl"))
         .ok()
-        .and_then(|t| t.lines().find(|l| l.contains("\"marshmallow-code__marshmallow-1359\"")).map(str::to_string));
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.contains("\"marshmallow-code__marshmallow-1359\""))
+                .map(str::to_string)
+        });
     for f in &files {
         let rel = f.strip_prefix(&data).unwrap().display().to_string();
         let name = f.file_name().unwrap().to_string_lossy().to_string();
@@ -275,50 +360,102 @@ fn collect_cases(tmp: &Path, python: &Path) -> Vec<Case> {
         let id = rel.replace('/', "__");
         if rel.starts_with("harness_logs") {
             let report = f.with_file_name("report.json");
-            let gold = std::fs::read_to_string(&report).ok().and_then(|t| serde_json::from_str::<Value>(&t).ok()).map(|r| {
-                let ts = r.get("tests_status").cloned().unwrap_or(r.clone());
-                let both = |k: &str| {
-                    let v = &ts[k];
-                    if v.is_array() {
-                        list(v)
-                    } else {
-                        let mut l = list(&v["success"]);
-                        l.extend(list(&v["failure"]));
-                        l
-                    }
-                };
-                (both("FAIL_TO_PASS"), both("PASS_TO_PASS"))
+            let gold = std::fs::read_to_string(&report)
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                .map(|r| {
+                    let ts = r.get("tests_status").cloned().unwrap_or(r.clone());
+                    let both = |k: &str| {
+                        let v = &ts[k];
+                        if v.is_array() {
+                            list(v)
+                        } else {
+                            let mut l = list(&v["success"]);
+                            l.extend(list(&v["failure"]));
+                            l
+                        }
+                    };
+                    (both("FAIL_TO_PASS"), both("PASS_TO_PASS"))
+                });
+            cases.push(Case {
+                id,
+                path: f.clone(),
+                parser: "pytest",
+                gold,
+                eval_type: EvalType::PassAndFail,
+                stored: None,
             });
-            cases.push(Case { id, path: f.clone(), parser: "pytest", gold, eval_type: EvalType::PassAndFail, stored: None });
         } else if rel.starts_with("local_runs") {
             let wrapped = wrap_in_markers(tmp, &format!("{id}.wrapped.txt"), &text);
             let (gold, stored) = match &dev_line {
                 Some(l) => {
                     let row: Value = serde_json::from_str(l).unwrap();
-                    let dec = |k: &str| -> Vec<String> { serde_json::from_str(row[k].as_str().unwrap()).unwrap() };
-                    let kind = if name.contains("gold") { "gold" } else { "test_patch_only" };
-                    let stored = std::fs::read_to_string(f.with_file_name(format!("report.{kind}.json")))
-                        .ok()
-                        .and_then(|t| serde_json::from_str(&t).ok());
+                    let dec = |k: &str| -> Vec<String> {
+                        serde_json::from_str(row[k].as_str().unwrap()).unwrap()
+                    };
+                    let kind = if name.contains("gold") {
+                        "gold"
+                    } else {
+                        "test_patch_only"
+                    };
+                    let stored =
+                        std::fs::read_to_string(f.with_file_name(format!("report.{kind}.json")))
+                            .ok()
+                            .and_then(|t| serde_json::from_str(&t).ok());
                     (Some((dec("FAIL_TO_PASS"), dec("PASS_TO_PASS"))), stored)
                 }
                 None => (None, None),
             };
-            cases.push(Case { id: id.clone(), path: f.clone(), parser: "marshmallow", gold: None, eval_type: EvalType::PassAndFail, stored: None });
-            cases.push(Case { id: format!("{id}.wrapped"), path: wrapped, parser: "marshmallow", gold, eval_type: EvalType::PassAndFail, stored });
+            cases.push(Case {
+                id: id.clone(),
+                path: f.clone(),
+                parser: "marshmallow",
+                gold: None,
+                eval_type: EvalType::PassAndFail,
+                stored: None,
+            });
+            cases.push(Case {
+                id: format!("{id}.wrapped"),
+                path: wrapped,
+                parser: "marshmallow",
+                gold,
+                eval_type: EvalType::PassAndFail,
+                stored,
+            });
         } else {
             let parser = parser_for_file(&name);
             let wrapped = wrap_in_markers(tmp, &format!("{id}.wrapped.txt"), &text);
             let gold = pseudo_gold(&read_log_text(&text), Parser::by_name(parser).unwrap());
-            cases.push(Case { id: id.clone(), path: f.clone(), parser, gold: None, eval_type: EvalType::PassAndFail, stored: None });
-            cases.push(Case { id: format!("{id}.wrapped"), path: wrapped, parser, gold: Some(gold), eval_type: EvalType::PassAndFail, stored: None });
+            cases.push(Case {
+                id: id.clone(),
+                path: f.clone(),
+                parser,
+                gold: None,
+                eval_type: EvalType::PassAndFail,
+                stored: None,
+            });
+            cases.push(Case {
+                id: format!("{id}.wrapped"),
+                path: wrapped,
+                parser,
+                gold: Some(gold),
+                eval_type: EvalType::PassAndFail,
+                stored: None,
+            });
         }
     }
     for p in real_pytest_logs(python, tmp) {
         let id = p.file_name().unwrap().to_string_lossy().to_string();
         let gold = pseudo_gold(&read_log_text(&std::fs::read(&p).unwrap()), Parser::Pytest);
         for parser in ["pytest", "pytest_v2", "pytest_options"] {
-            cases.push(Case { id: format!("{id}.{parser}"), path: p.clone(), parser, gold: Some(gold.clone()), eval_type: EvalType::PassAndFail, stored: None });
+            cases.push(Case {
+                id: format!("{id}.{parser}"),
+                path: p.clone(),
+                parser,
+                gold: Some(gold.clone()),
+                eval_type: EvalType::PassAndFail,
+                stored: None,
+            });
         }
     }
     // Logs our own sandbox runs wrote (tests/sandbox_grade.rs), when that test ran before.
@@ -326,33 +463,63 @@ fn collect_cases(tmp: &Path, python: &Path) -> Vec<Case> {
     let mut own = Vec::new();
     walk(&ours, &mut own);
     for p in own {
-        let Ok(g) = std::fs::read_to_string(p.with_extension("gold.json")) else { continue };
+        let Ok(g) = std::fs::read_to_string(p.with_extension("gold.json")) else {
+            continue;
+        };
         let g: Value = serde_json::from_str(&g).unwrap();
         let id = format!("own_{}", p.file_stem().unwrap().to_string_lossy());
         let gold = Some((list(&g["FAIL_TO_PASS"]), list(&g["PASS_TO_PASS"])));
-        cases.push(Case { id, path: p, parser: "pytest", gold, eval_type: EvalType::PassAndFail, stored: None });
+        cases.push(Case {
+            id,
+            path: p,
+            parser: "pytest",
+            gold,
+            eval_type: EvalType::PassAndFail,
+            stored: None,
+        });
     }
     for seed in 0..300u64 {
         let text = generated_log(seed);
         let p = tmp.join(format!("gen_{seed}.txt"));
         std::fs::write(&p, &text).unwrap();
         let parser = BASE_PARSERS[seed as usize % BASE_PARSERS.len()];
-        let gold = pseudo_gold(&read_log_text(text.as_bytes()), Parser::by_name(parser).unwrap());
-        let eval_type = if seed % 10 == 3 { EvalType::FailOnly } else { EvalType::PassAndFail };
-        cases.push(Case { id: format!("gen_{seed}"), path: p, parser, gold: Some(gold), eval_type, stored: None });
+        let gold = pseudo_gold(
+            &read_log_text(text.as_bytes()),
+            Parser::by_name(parser).unwrap(),
+        );
+        let eval_type = if seed % 10 == 3 {
+            EvalType::FailOnly
+        } else {
+            EvalType::PassAndFail
+        };
+        cases.push(Case {
+            id: format!("gen_{seed}"),
+            path: p,
+            parser,
+            gold: Some(gold),
+            eval_type,
+            stored: None,
+        });
     }
     cases
 }
 
 fn run_oracle(python: &Path, args: &[&Path], pythonpath: Option<&Path>) -> Value {
-    let script = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/official_oracle.py"));
+    let script = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/official_oracle.py"
+    ));
     let mut c = Command::new(python);
     c.arg(&script).args(args);
     if let Some(p) = pythonpath {
         c.env("PYTHONPATH", p);
     }
     let o = c.output().expect("running the oracle");
-    assert!(o.status.success(), "oracle failed: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "oracle failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     serde_json::from_slice(&o.stdout).expect("oracle output is JSON")
 }
 
@@ -377,7 +544,14 @@ fn comparable(r: &InstanceReport) -> Value {
 
 fn official_comparable(rep: &Value) -> Value {
     let mut v = json!({});
-    for k in ["patch_is_None", "patch_exists", "patch_successfully_applied", "resolved", "tests_status", "resolution_status"] {
+    for k in [
+        "patch_is_None",
+        "patch_exists",
+        "patch_successfully_applied",
+        "resolved",
+        "tests_status",
+        "resolution_status",
+    ] {
         if let Some(x) = rep.get(k) {
             v[k] = x.clone();
         }
@@ -392,9 +566,15 @@ fn official_parsers_and_grading_agree() {
     match python_version_of(&python, None) {
         Some(v) if v == "5.0.2" => {}
         Some(v) => return skip(&format!("swebench {v} in {}, need 5.0.2", python.display())),
-        None => return skip(&format!("no swebench in {} (run `source scripts/setup-tools.sh`)", python.display())),
+        None => {
+            return skip(&format!(
+                "no swebench in {} (run `source scripts/setup-tools.sh`)",
+                python.display()
+            ));
+        }
     }
-    let sb4 = swebench4(&tools).filter(|d| python_version_of(&python, Some(d)).as_deref() == Some("4.1.0"));
+    let sb4 = swebench4(&tools)
+        .filter(|d| python_version_of(&python, Some(d)).as_deref() == Some("4.1.0"));
     let tmp = tempfile::tempdir().unwrap();
     let cases = collect_cases(tmp.path(), &python);
     let case_json: Vec<Value> = cases
@@ -414,14 +594,23 @@ fn official_parsers_and_grading_agree() {
     let official4 = match &sb4 {
         Some(d) => {
             let parsers5 = Command::new(&python)
-                .args(["-c", "import swebench.harness.log_parsers.python as p; print(p.__file__)"])
+                .args([
+                    "-c",
+                    "import swebench.harness.log_parsers.python as p; print(p.__file__)",
+                ])
                 .output()
                 .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
                 .unwrap();
-            Some(run_oracle(&python, &[Path::new("4"), &cases_path, Path::new(&parsers5)], Some(d)))
+            Some(run_oracle(
+                &python,
+                &[Path::new("4"), &cases_path, Path::new(&parsers5)],
+                Some(d),
+            ))
         }
         None => {
-            skip("swebench==4.1.0 could not be installed next to the tools venv: classic rules not compared");
+            skip(
+                "swebench==4.1.0 could not be installed next to the tools venv: classic rules not compared",
+            );
             None
         }
     };
@@ -439,18 +628,26 @@ fn official_parsers_and_grading_agree() {
             let theirs = &off["parsed"][*name];
             if theirs.get("exception").is_some() {
                 // Documented: upstream django parser crashes on a bare "FAIL:"/"ERROR:" line.
-                if *name == "django" && text.lines().any(|l| matches!(l.trim(), "FAIL:" | "ERROR:")) {
+                if *name == "django" && text.lines().any(|l| matches!(l.trim(), "FAIL:" | "ERROR:"))
+                {
                     documented += 1;
                     continue;
                 }
             }
             maps += 1;
             if &ours != theirs {
-                disagreements.push(format!("{} parser {name}: ours {ours} official {theirs}", c.id));
+                disagreements.push(format!(
+                    "{} parser {name}: ours {ours} official {theirs}",
+                    c.id
+                ));
             }
         }
         let Some((f2p, p2p)) = &c.gold else { continue };
-        let gold = GoldLists { fail_to_pass: f2p, pass_to_pass: p2p, ..Default::default() };
+        let gold = GoldLists {
+            fail_to_pass: f2p,
+            pass_to_pass: p2p,
+            ..Default::default()
+        };
         let parser = Parser::by_name(c.parser).unwrap();
         if off["report"].get("exception").is_some()
             && c.parser == "django"
@@ -461,16 +658,42 @@ fn official_parsers_and_grading_agree() {
             let (sm, found) = logs_eval(&text, parser, Semantics::Swebench5);
             let le = json!({"map": pairs_json(&sm), "found": found});
             if le != off["logs_eval"] {
-                disagreements.push(format!("{} logs_eval(5.x): ours {le} official {}", c.id, off["logs_eval"]));
+                disagreements.push(format!(
+                    "{} logs_eval(5.x): ours {le} official {}",
+                    c.id, off["logs_eval"]
+                ));
             }
-            let ours = eval_report_from_log(&c.id, Some("diff"), &text, parser, &gold, c.eval_type, Semantics::Swebench5);
+            let ours = eval_report_from_log(
+                &c.id,
+                Some("diff"),
+                &text,
+                parser,
+                &gold,
+                c.eval_type,
+                Semantics::Swebench5,
+            );
             verdicts5 += 1;
-            *outcomes.entry(format!("{:?}", ours.resolution_status)).or_insert(0usize) += 1;
+            *outcomes
+                .entry(format!("{:?}", ours.resolution_status))
+                .or_insert(0usize) += 1;
             if comparable(&ours) != official_comparable(&off["report"]) {
-                disagreements.push(format!("{} report(5.x): ours {} official {}", c.id, comparable(&ours), off["report"]));
+                disagreements.push(format!(
+                    "{} report(5.x): ours {} official {}",
+                    c.id,
+                    comparable(&ours),
+                    off["report"]
+                ));
             }
         }
-        let classic = eval_report_from_log(&c.id, Some("diff"), &text, parser, &gold, c.eval_type, Semantics::Classic);
+        let classic = eval_report_from_log(
+            &c.id,
+            Some("diff"),
+            &text,
+            parser,
+            &gold,
+            c.eval_type,
+            Semantics::Classic,
+        );
         if let Some(o4) = &official4 {
             let rep = &o4[&c.id]["report"];
             if rep.get("exception").is_some() && c.parser == "django" {
@@ -478,7 +701,12 @@ fn official_parsers_and_grading_agree() {
             } else {
                 verdicts4 += 1;
                 if comparable(&classic) != official_comparable(rep) {
-                    disagreements.push(format!("{} report(classic): ours {} official 4.1.0 {}", c.id, comparable(&classic), rep));
+                    disagreements.push(format!(
+                        "{} report(classic): ours {} official 4.1.0 {}",
+                        c.id,
+                        comparable(&classic),
+                        rep
+                    ));
                 }
             }
         }
@@ -486,16 +714,30 @@ fn official_parsers_and_grading_agree() {
             // local_runs: reports the official functions wrote (parse_log_marshmallow + get_eval_tests_report).
             stored_checked += 1;
             for sem in [Semantics::Classic, Semantics::Swebench5] {
-                let r = eval_report_from_log(&c.id, Some("diff"), &text, parser, &gold, c.eval_type, sem);
+                let r = eval_report_from_log(
+                    &c.id,
+                    Some("diff"),
+                    &text,
+                    parser,
+                    &gold,
+                    c.eval_type,
+                    sem,
+                );
                 let ts = serde_json::to_value(r.tests_status.as_ref().unwrap()).unwrap();
                 for k in ["FAIL_TO_PASS", "PASS_TO_PASS"] {
                     if ts[k] != stored["tests_status"][k] {
-                        disagreements.push(format!("{} stored report {k} ({sem:?}): ours {} stored {}", c.id, ts[k], stored["tests_status"][k]));
+                        disagreements.push(format!(
+                            "{} stored report {k} ({sem:?}): ours {} stored {}",
+                            c.id, ts[k], stored["tests_status"][k]
+                        ));
                     }
                 }
                 let res = r.resolution_status.map(|s| s.as_str());
                 if json!(res) != stored["resolution"] {
-                    disagreements.push(format!("{} stored resolution ({sem:?}): ours {res:?} stored {}", c.id, stored["resolution"]));
+                    disagreements.push(format!(
+                        "{} stored resolution ({sem:?}): ours {res:?} stored {}",
+                        c.id, stored["resolution"]
+                    ));
                 }
             }
         }
@@ -507,7 +749,23 @@ fn official_parsers_and_grading_agree() {
         disagreements.len()
     );
     println!("5.x resolution statuses compared (None = no valid test output): {outcomes:?}");
-    assert!(outcomes.len() >= 3, "the cases must cover FULL, NO and invalid logs: {outcomes:?}");
-    assert!(verdicts5 > 300 && maps > 2000, "too few comparisons: {maps} maps, {verdicts5} verdicts");
-    assert!(disagreements.is_empty(), "{} disagreements:\n{}", disagreements.len(), disagreements.iter().take(20).cloned().collect::<Vec<_>>().join("\n"));
+    assert!(
+        outcomes.len() >= 3,
+        "the cases must cover FULL, NO and invalid logs: {outcomes:?}"
+    );
+    assert!(
+        verdicts5 > 300 && maps > 2000,
+        "too few comparisons: {maps} maps, {verdicts5} verdicts"
+    );
+    assert!(
+        disagreements.is_empty(),
+        "{} disagreements:\n{}",
+        disagreements.len(),
+        disagreements
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }

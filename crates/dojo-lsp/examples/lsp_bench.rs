@@ -20,7 +20,12 @@ const SYMPY_SHA: &str = "ebf595c8dac3e0fdc4152c51878b498396ec7f30e7a914d6071e674
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let opt = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let opt = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     let servers: Vec<ServerKind> = opt("--servers")
         .unwrap_or_else(|| "ty,pyright".into())
         .split(',')
@@ -31,7 +36,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let archive = dojo_cache::Cache::open()?.fetch(SYMPY_URL, SYMPY_SHA, "sympy-1.12.tar.gz")?;
     let tmp = tempfile::tempdir()?;
-    let st = std::process::Command::new("tar").arg("-xzf").arg(&archive).arg("-C").arg(tmp.path()).status()?;
+    let st = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(tmp.path())
+        .status()?;
     if !st.success() {
         return Err(format!("unpacking {}", archive.display()).into());
     }
@@ -40,7 +50,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cases: Value = serde_json::from_str(&std::fs::read_to_string(&cases_path)?)?;
     let cases = cases["cases"].as_array().cloned().unwrap_or_default();
 
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     let mut md = String::new();
     md.push_str(&format!(
         "# LSP tool benchmark (sympy 1.12)\n\nMachine: {} cores, shared with other builds (loaded). Servers: {}. \
@@ -54,15 +67,42 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     md.push_str("## Latency per command\n\nPosition: `_sympify` used at `sympy/core/expr.py:236` (defined at `sympy/core/sympify.py:502`); document symbols of `sympy/core/expr.py`; workspace symbols for `_sympify`.\n\n");
     md.push_str("| server | command | cold (fresh server) | warm (median) | answer | peak RSS |\n|---|---|---|---|---|---|\n");
     let calls = [
-        ("get_definition", json!({"command": "get_definition", "file_path": "sympy/core/expr.py", "symbol": "_sympify", "line": 236})),
-        ("get_type_definition", json!({"command": "get_type_definition", "file_path": "sympy/core/expr.py", "symbol": "_sympify", "line": 236})),
-        ("get_implementation", json!({"command": "get_implementation", "file_path": "sympy/core/expr.py", "symbol": "_sympify", "line": 236})),
-        ("get_hover", json!({"command": "get_hover", "file_path": "sympy/core/expr.py", "symbol": "_sympify", "line": 236})),
-        ("get_references", json!({"command": "get_references", "file_path": "sympy/core/sympify.py", "symbol": "_sympify", "line": 502})),
-        ("get_document_highlights", json!({"command": "get_document_highlights", "file_path": "sympy/core/expr.py", "symbol": "_sympify", "line": 236})),
-        ("get_document_symbols", json!({"command": "get_document_symbols", "file_path": "sympy/core/expr.py"})),
-        ("get_workspace_symbols", json!({"command": "get_workspace_symbols", "query": "_sympify"})),
-        ("get_call_hierarchy", json!({"command": "get_call_hierarchy", "file_path": "sympy/core/sympify.py", "symbol": "_sympify", "line": 502})),
+        (
+            "get_definition",
+            json!({"command": "get_definition", "file_path": "sympy/core/expr.py", "symbol": "_sympify", "line": 236}),
+        ),
+        (
+            "get_type_definition",
+            json!({"command": "get_type_definition", "file_path": "sympy/core/expr.py", "symbol": "_sympify", "line": 236}),
+        ),
+        (
+            "get_implementation",
+            json!({"command": "get_implementation", "file_path": "sympy/core/expr.py", "symbol": "_sympify", "line": 236}),
+        ),
+        (
+            "get_hover",
+            json!({"command": "get_hover", "file_path": "sympy/core/expr.py", "symbol": "_sympify", "line": 236}),
+        ),
+        (
+            "get_references",
+            json!({"command": "get_references", "file_path": "sympy/core/sympify.py", "symbol": "_sympify", "line": 502}),
+        ),
+        (
+            "get_document_highlights",
+            json!({"command": "get_document_highlights", "file_path": "sympy/core/expr.py", "symbol": "_sympify", "line": 236}),
+        ),
+        (
+            "get_document_symbols",
+            json!({"command": "get_document_symbols", "file_path": "sympy/core/expr.py"}),
+        ),
+        (
+            "get_workspace_symbols",
+            json!({"command": "get_workspace_symbols", "query": "_sympify"}),
+        ),
+        (
+            "get_call_hierarchy",
+            json!({"command": "get_call_hierarchy", "file_path": "sympy/core/sympify.py", "symbol": "_sympify", "line": 502}),
+        ),
     ];
     let mut peak_by_server = Vec::new();
     for &kind in &servers {
@@ -86,10 +126,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     None => 0,
                 };
                 tool.session().shutdown().await;
-                Ok::<_, Box<dyn std::error::Error>>((cold, warm[warm.len() / 2], summarize(&o.text, o.success), peak))
+                Ok::<_, Box<dyn std::error::Error>>((
+                    cold,
+                    warm[warm.len() / 2],
+                    summarize(&o.text, o.success),
+                    peak,
+                ))
             })?;
             peak_all = peak_all.max(peak);
-            eprintln!("{} {name}: cold {cold:?} warm {warm:?} {summary} {} MB", kind.name(), peak >> 20);
+            eprintln!(
+                "{} {name}: cold {cold:?} warm {warm:?} {summary} {} MB",
+                kind.name(),
+                peak >> 20
+            );
             md.push_str(&format!(
                 "| {} | {name} | {} | {} | {summary} | {} MB |\n",
                 kind.name(),
@@ -111,7 +160,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         category_counts(&cases)
     ));
     md.push_str("| method | category | cases | returned locations | correct | precision | recall | mean locations per case |\n|---|---|---|---|---|---|---|---|\n");
-    let mut methods: Vec<(String, Vec<Vec<(String, u32)>>)> = vec![("grep".into(), cases.iter().map(|c| grep_defs(&root, c)).collect())];
+    let mut methods: Vec<(String, Vec<Locations>)> = vec![(
+        "grep".into(),
+        cases.iter().map(|c| grep_defs(&root, c)).collect(),
+    )];
     for &kind in &servers {
         let launch = dojo_lsp::install(kind)?;
         let answers = rt.block_on(async {
@@ -137,7 +189,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .map(|t| (t["file"].as_str().unwrap_or("").to_string(), t["line"].as_u64().unwrap_or(0) as u32))
+                    .map(|t| {
+                        (
+                            t["file"].as_str().unwrap_or("").to_string(),
+                            t["line"].as_u64().unwrap_or(0) as u32,
+                        )
+                    })
                     .collect();
                 n += 1;
                 returned += got.len();
@@ -156,10 +213,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     md.push_str("\nPeak RSS over all latency runs: ");
-    md.push_str(&peak_by_server.iter().map(|(k, p)| format!("{} {} MB", k.name(), p >> 20)).collect::<Vec<_>>().join(", "));
+    md.push_str(
+        &peak_by_server
+            .iter()
+            .map(|(k, p)| format!("{} {} MB", k.name(), p >> 20))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
     md.push_str("\n\nReproduce:\n\n```\ncargo run -p dojo-lsp --no-default-features --example lsp_bench -- --servers ");
-    md.push_str(&servers.iter().map(|s| s.name()).collect::<Vec<_>>().join(","));
-    md.push_str(&format!(" --rounds {rounds} --out benchmarks/results/lsp.md\n```\n"));
+    md.push_str(
+        &servers
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    md.push_str(&format!(
+        " --rounds {rounds} --out benchmarks/results/lsp.md\n```\n"
+    ));
     match out {
         Some(p) => std::fs::write(&p, &md)?,
         None => print!("{md}"),
@@ -167,9 +238,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn new_tool(root: &Path, kind: ServerKind, launch: dojo_lsp::Launch) -> Result<LspTool, dojo_lsp::LspError> {
-    let backend = Arc::new(HostBackend::new(root)?);
-    Ok(LspTool::new(Arc::new(LspSession::new(backend, kind, launch, SessionOptions::default())?)))
+/// (file, 1-based line) pairs.
+type Locations = Vec<(String, u32)>;
+
+fn new_tool(
+    root: &Path,
+    kind: ServerKind,
+    launch: dojo_lsp::Launch,
+) -> Result<LspTool, dojo_lsp::LspError> {
+    LspTool::from_launch(
+        Arc::new(HostBackend::new(root)?),
+        kind,
+        launch,
+        SessionOptions::default(),
+    )
 }
 
 /// (file, 1-based line) of every definition the server returns for the case.
@@ -177,20 +259,32 @@ async fn lsp_defs(session: &LspSession, c: &Value) -> Vec<(String, u32)> {
     let file = c["file"].as_str().unwrap_or("");
     let symbol = c["symbol"].as_str().unwrap_or("");
     let line = c["line"].as_u64().unwrap_or(0) as usize;
-    let Ok(text) = std::fs::read_to_string(session.backend().root().join(file)) else { return vec![] };
-    let Some(l) = text.lines().nth(line.saturating_sub(1)) else { return vec![] };
+    let Ok(text) = std::fs::read_to_string(session.backend().root().join(file)) else {
+        return vec![];
+    };
+    let Some(l) = text.lines().nth(line.saturating_sub(1)) else {
+        return vec![];
+    };
     // Same column rule as the tool: first whole-word occurrence on the line.
     let Some(col) = l.match_indices(symbol).map(|(i, _)| i).find(|&i| {
         let b = l[..i].chars().next_back();
         let a = l[i + symbol.len()..].chars().next();
-        !b.is_some_and(|c| c.is_alphanumeric() || c == '_') && !a.is_some_and(|c| c.is_alphanumeric() || c == '_')
+        !b.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            && !a.is_some_and(|c| c.is_alphanumeric() || c == '_')
     }) else {
         return vec![];
     };
     let character = l[..col].encode_utf16().count();
-    let Ok(uri) = session.uri(file) else { return vec![] };
+    let Ok(uri) = session.uri(file) else {
+        return vec![];
+    };
     let params = json!({"textDocument": {"uri": uri}, "position": {"line": line - 1, "character": character}});
-    let Ok(v) = session.query(Some(file), "textDocument/definition", params).await else { return vec![] };
+    let Ok(v) = session
+        .query(Some(file), "textDocument/definition", params)
+        .await
+    else {
+        return vec![];
+    };
     let items: Vec<Value> = match v {
         Value::Array(a) => a,
         Value::Null => vec![],
@@ -202,7 +296,10 @@ async fn lsp_defs(session: &LspSession, c: &Value) -> Vec<(String, u32)> {
             let uri = it.get("targetUri").or_else(|| it.get("uri"))?.as_str()?;
             let range = it.get("targetSelectionRange").or_else(|| it.get("range"))?;
             let url = lsp_types::Url::parse(uri).ok()?;
-            Some((session.display_path(&url), range["start"]["line"].as_u64()? as u32 + 1))
+            Some((
+                session.display_path(&url),
+                range["start"]["line"].as_u64()? as u32 + 1,
+            ))
         })
         .collect()
 }
@@ -211,7 +308,12 @@ async fn lsp_defs(session: &LspSession, c: &Value) -> Vec<(String, u32)> {
 fn grep_defs(root: &Path, c: &Value) -> Vec<(String, u32)> {
     let symbol = c["symbol"].as_str().unwrap_or("");
     let out = std::process::Command::new("grep")
-        .args(["-rnE", "--include=*.py", &format!(r"^\s*(async\s+)?(def|class)\s+{symbol}\b"), "."])
+        .args([
+            "-rnE",
+            "--include=*.py",
+            &format!(r"^\s*(async\s+)?(def|class)\s+{symbol}\b"),
+            ".",
+        ])
         .current_dir(root)
         .output();
     let Ok(out) = out else { return vec![] };
@@ -230,14 +332,20 @@ fn category_counts(cases: &[Value]) -> String {
     let mut counts = std::collections::BTreeMap::new();
     let mut multi = 0;
     for c in cases {
-        *counts.entry(c["category"].as_str().unwrap_or("?").to_string()).or_insert(0) += 1;
+        *counts
+            .entry(c["category"].as_str().unwrap_or("?").to_string())
+            .or_insert(0) += 1;
         if c["defined_in"].as_u64().unwrap_or(0) >= 2 {
             multi += 1;
         }
     }
     format!(
         "{}; {multi} of {} names have `def`/`class` lines in 2 or more places",
-        counts.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", "),
+        counts
+            .iter()
+            .map(|(k, v)| format!("{v} {k}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         cases.len()
     )
 }
@@ -247,15 +355,22 @@ fn tree_peak_rss(pid: u32) -> u64 {
     let mut total = 0;
     let mut stack = vec![pid];
     while let Some(p) = stack.pop() {
-        if let Ok(s) = std::fs::read_to_string(format!("/proc/{p}/status")) {
-            if let Some(kb) = s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()) {
-                total += kb * 1024;
-            }
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{p}/status"))
+            && let Some(kb) = s
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        {
+            total += kb * 1024;
         }
         if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
             for t in tasks.flatten() {
                 if let Ok(children) = std::fs::read_to_string(t.path().join("children")) {
-                    stack.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+                    stack.extend(
+                        children
+                            .split_whitespace()
+                            .filter_map(|c| c.parse::<u32>().ok()),
+                    );
                 }
             }
         }
@@ -265,15 +380,37 @@ fn tree_peak_rss(pid: u32) -> u64 {
 
 fn summarize(text: &str, ok: bool) -> String {
     if !ok {
-        return format!("error: {}", text.lines().nth(2).unwrap_or("").chars().take(60).collect::<String>());
+        return format!(
+            "error: {}",
+            text.lines()
+                .nth(2)
+                .unwrap_or("")
+                .chars()
+                .take(60)
+                .collect::<String>()
+        );
     }
-    text.lines().nth(2).unwrap_or("").replace('|', "\\|").chars().take(70).collect()
+    text.lines()
+        .nth(2)
+        .unwrap_or("")
+        .replace('|', "\\|")
+        .chars()
+        .take(70)
+        .collect()
 }
 
 fn fmt_dur(d: Duration) -> String {
-    if d >= Duration::from_secs(1) { format!("{:.2} s", d.as_secs_f64()) } else { format!("{:.1} ms", d.as_secs_f64() * 1e3) }
+    if d >= Duration::from_secs(1) {
+        format!("{:.2} s", d.as_secs_f64())
+    } else {
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    }
 }
 
 fn pct(a: usize, b: usize) -> String {
-    if b == 0 { "-".into() } else { format!("{:.1}%", 100.0 * a as f64 / b as f64) }
+    if b == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", 100.0 * a as f64 / b as f64)
+    }
 }

@@ -266,6 +266,7 @@ mod sandboxed {
 }
 
 /// Parse `find -printf '%P\t%T@\t%s\n'` lines.
+#[cfg_attr(not(feature = "sandbox"), allow(dead_code))]
 pub(crate) fn parse_find_output(text: &str) -> Stamps {
     let mut out = Stamps::new();
     for line in text.lines() {

@@ -137,11 +137,7 @@ impl Client {
                             Some("begin") => {
                                 tokens.insert(token);
                             }
-                            Some("end") => {
-                                if tokens.remove(&token) {
-                                    ended += 1;
-                                }
-                            }
+                            Some("end") if tokens.remove(&token) => ended += 1,
                             _ => {}
                         }
                         let _ = progress_tx.send(Progress {
@@ -269,14 +265,13 @@ impl Client {
             let _ = self.notify("exit", Value::Null);
         }
         let child = lock(&self.child).take();
-        if let Some(mut child) = child {
-            if tokio::time::timeout(Duration::from_secs(1), child.wait())
+        if let Some(mut child) = child
+            && tokio::time::timeout(Duration::from_secs(1), child.wait())
                 .await
                 .is_err()
-            {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-            }
+        {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
         }
     }
 }

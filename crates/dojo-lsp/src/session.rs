@@ -179,10 +179,35 @@ impl LspSession {
         method: &str,
         params: Value,
     ) -> Result<Value, LspError> {
+        self.query_with(file, method, params, true).await
+    }
+
+    /// Like [`LspSession::query`] but without re-scanning the workspace: for the follow-up
+    /// requests of one tool call (outline of the definition's file, incoming/outgoing calls),
+    /// which no edit can have preceded.
+    pub async fn query_followup(
+        &self,
+        file: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, LspError> {
+        self.query_with(file, method, params, false).await
+    }
+
+    async fn query_with(
+        &self,
+        file: Option<&str>,
+        method: &str,
+        params: Value,
+        sync: bool,
+    ) -> Result<Value, LspError> {
         let mut st = self.state.lock().await;
         let mut crashes = 0;
         loop {
-            match self.query_once(&mut st, file, method, params.clone()).await {
+            match self
+                .query_once(&mut st, file, method, params.clone(), sync)
+                .await
+            {
                 Err(LspError::ServerCrashed(detail)) => {
                     crashes += 1;
                     tracing::warn!(server = self.kind.name(), %detail, "language server died; restarting");
@@ -190,6 +215,15 @@ impl LspSession {
                         return Err(LspError::ServerCrashed(detail));
                     }
                     // The next ensure_started sees the dead client and restarts it.
+                }
+                Err(e @ LspError::Timeout { .. }) => {
+                    // A server that sat on a request is likely wedged: replace it so the next
+                    // query does not wait out the same timeout again.
+                    if let Some(c) = st.client.take() {
+                        st.restarts += 1;
+                        c.shutdown().await;
+                    }
+                    return Err(e);
                 }
                 other => return other,
             }
@@ -202,9 +236,14 @@ impl LspSession {
         file: Option<&str>,
         method: &str,
         params: Value,
+        sync: bool,
     ) -> Result<Value, LspError> {
+        // A (re)started server is brought up to date whatever the caller said.
+        let fresh = !st.client.as_ref().is_some_and(Client::is_alive);
         self.ensure_started(st).await?;
-        self.sync(st).await?;
+        if sync || fresh {
+            self.sync(st).await?;
+        }
         if let Some(f) = file {
             self.open(st, f).await?;
         }
@@ -495,12 +534,18 @@ mod tests {
             shorten_library_path("/t/pyright/dist/typeshed-fallback/stubs/requests/api.pyi"),
             "<typeshed>/stubs/requests/api.pyi"
         );
-        assert_eq!(shorten_library_path("/venv/lib/site-packages/x.py"), "/venv/lib/site-packages/x.py");
+        assert_eq!(
+            shorten_library_path("/venv/lib/site-packages/x.py"),
+            "/venv/lib/site-packages/x.py"
+        );
     }
 
     #[test]
     fn relative_paths_are_cleaned() {
-        assert_eq!(clean_relative("./src/flask/../flask/config.py"), "src/flask/config.py");
+        assert_eq!(
+            clean_relative("./src/flask/../flask/config.py"),
+            "src/flask/config.py"
+        );
         assert_eq!(clean_relative("a//b/./c.py"), "a/b/c.py");
     }
 }

@@ -187,9 +187,7 @@ impl LspTool {
         let launch = tokio::task::spawn_blocking(move || install(kind))
             .await
             .map_err(|e| LspError::ServerMissing(format!("install task: {e}")))??;
-        Ok(LspTool::new(Arc::new(LspSession::new(
-            backend, kind, launch, opts,
-        )?)))
+        LspTool::from_launch(backend, kind, launch, opts)
     }
 
     /// A tool over a host directory (`dojo lsp --source DIR`).
@@ -216,13 +214,28 @@ impl LspTool {
             .map_err(|e| LspError::ServerMissing(format!("install task: {e}")))??;
         // Sandboxes hide $DOJO_HOME and mount a private /tmp: a server there cannot start.
         let home = dojo_cache::dojo_home();
-        if let Some(p) = launch.argv.iter().find(|a| a.starts_with('/') && (std::path::Path::new(a).starts_with(&home) || a.starts_with("/tmp/"))) {
+        if let Some(p) = launch.argv.iter().find(|a| {
+            a.starts_with('/')
+                && (std::path::Path::new(a).starts_with(&home) || a.starts_with("/tmp/"))
+        }) {
             return Err(LspError::ServerMissing(format!(
                 "{p} is not visible inside sandboxes (under $DOJO_HOME or /tmp); set DOJO_TOOLS to a world-readable directory elsewhere, e.g. /opt/dojo/tools"
             )));
         }
         let backend = Arc::new(crate::backend::SandboxBackend::new(sandbox));
-        Ok(LspTool::new(Arc::new(LspSession::new(backend, kind, launch, SessionOptions::default())?)))
+        LspTool::from_launch(backend, kind, launch, SessionOptions::default())
+    }
+
+    /// A tool over `backend` running an already installed (or custom) server command.
+    pub fn from_launch(
+        backend: Arc<dyn Backend>,
+        kind: ServerKind,
+        launch: crate::backend::Launch,
+        opts: SessionOptions,
+    ) -> Result<Self, LspError> {
+        Ok(LspTool::new(Arc::new(LspSession::new(
+            backend, kind, launch, opts,
+        )?)))
     }
 
     pub fn session(&self) -> &Arc<LspSession> {
@@ -394,9 +407,10 @@ impl LspTool {
 
     /// Find the symbol on the line; errors say what is there instead.
     async fn locate(&self, file: &str, symbol: &str, line: usize) -> Res<At> {
-        let text = self.read_text(file).await?.ok_or_else(|| {
-            bad(format!("File `{file}` does not exist in the workspace."))
-        })?;
+        let text = self
+            .read_text(file)
+            .await?
+            .ok_or_else(|| bad(format!("File `{file}` does not exist in the workspace.")))?;
         let lines: Vec<&str> = text.lines().collect();
         if line == 0 || line > lines.len() {
             return Err(bad(format!(
@@ -510,7 +524,7 @@ impl LspTool {
         // workspace may have none, then a few lines of context.
         let symbols = match self
             .session
-            .query(
+            .query_followup(
                 Some(&fs_path),
                 "textDocument/documentSymbol",
                 json!({"textDocument": {"uri": uri}}),
@@ -679,7 +693,9 @@ impl LspTool {
 
     async fn document_symbols(&self, file: &str) -> Res<String> {
         if self.read_text(file).await?.is_none() {
-            return Err(bad(format!("File `{file}` does not exist in the workspace.")));
+            return Err(bad(format!(
+                "File `{file}` does not exist in the workspace."
+            )));
         }
         let uri = self.session.uri(file)?;
         let v = self
@@ -818,7 +834,7 @@ impl LspTool {
         let item_json = serde_json::to_value(&item).map_err(|e| bad(e.to_string()))?;
         let incoming = self
             .session
-            .query(
+            .query_followup(
                 None,
                 "callHierarchy/incomingCalls",
                 json!({"item": item_json}),
@@ -828,7 +844,7 @@ impl LspTool {
             parse::<Option<Vec<CallHierarchyIncomingCall>>>(incoming)?.unwrap_or_default();
         let outgoing = self
             .session
-            .query(
+            .query_followup(
                 None,
                 "callHierarchy/outgoingCalls",
                 json!({"item": item_json}),
@@ -843,7 +859,7 @@ impl LspTool {
             self.session.display_path(&item.uri),
             item.selection_range.start.line + 1
         );
-        let mut inc: Vec<(String, String)> = incoming
+        let inc: Vec<(String, String)> = incoming
             .iter()
             .map(|c| {
                 (
@@ -852,21 +868,8 @@ impl LspTool {
                 )
             })
             .collect();
-        inc.sort();
-        out.push_str(&format!("Incoming calls ({}):\n", inc.len()));
-        if inc.is_empty() {
-            out.push_str("  (none found)\n");
-        }
-        for (path, l) in inc.iter().take(MAX_CALLS) {
-            out.push_str(&format!("  - {path}: {l}\n"));
-        }
-        if inc.len() > MAX_CALLS {
-            out.push_str(&format!(
-                "  [... {} more callers not shown]\n",
-                inc.len() - MAX_CALLS
-            ));
-        }
-        let mut outs: Vec<(String, String)> = outgoing
+        calls_section(&mut out, "Incoming calls", "callers", inc);
+        let outs: Vec<(String, String)> = outgoing
             .iter()
             .map(|c| {
                 (
@@ -875,20 +878,7 @@ impl LspTool {
                 )
             })
             .collect();
-        outs.sort();
-        out.push_str(&format!("Outgoing calls ({}):\n", outs.len()));
-        if outs.is_empty() {
-            out.push_str("  (none found)\n");
-        }
-        for (path, l) in outs.iter().take(MAX_CALLS) {
-            out.push_str(&format!("  - {path}: {l}\n"));
-        }
-        if outs.len() > MAX_CALLS {
-            out.push_str(&format!(
-                "  [... {} more callees not shown]\n",
-                outs.len() - MAX_CALLS
-            ));
-        }
+        calls_section(&mut out, "Outgoing calls", "callees", outs);
         Ok(out)
     }
 }
@@ -1011,6 +1001,24 @@ fn outline(syms: &[DocumentSymbol], depth: usize, out: &mut Vec<String>) {
         if let Some(children) = &s.children {
             outline(children, depth + 1, out);
         }
+    }
+}
+
+/// One side of a call hierarchy, sorted and capped.
+fn calls_section(out: &mut String, title: &str, noun: &str, mut calls: Vec<(String, String)>) {
+    calls.sort();
+    out.push_str(&format!("{title} ({}):\n", calls.len()));
+    if calls.is_empty() {
+        out.push_str("  (none found)\n");
+    }
+    for (path, l) in calls.iter().take(MAX_CALLS) {
+        out.push_str(&format!("  - {path}: {l}\n"));
+    }
+    if calls.len() > MAX_CALLS {
+        out.push_str(&format!(
+            "  [... {} more {noun} not shown]\n",
+            calls.len() - MAX_CALLS
+        ));
     }
 }
 

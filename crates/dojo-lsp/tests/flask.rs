@@ -13,8 +13,12 @@ use support::{FLASK, call, tool, unpack};
 
 macro_rules! setup {
     () => {{
-        let Some((guard, root)) = unpack(&FLASK) else { return };
-        let Some(tool) = tool(&root, ServerKind::Ty).await else { return };
+        let Some((guard, root)) = unpack(&FLASK) else {
+            return;
+        };
+        let Some(tool) = tool(&root, ServerKind::Ty).await else {
+            return;
+        };
         (guard, root, tool)
     }};
 }
@@ -27,9 +31,22 @@ async fn flask_navigation_observations() {
     let line = line_of(&_root, "src/flask/app.py", "class Flask(App):");
     let o = call(&tool, json!({"command": "get_definition", "file_path": "src/flask/app.py", "symbol": "App", "line": line})).await;
     assert!(o.success, "{}", o.text);
-    assert!(o.text.contains("src/flask/sansio/app.py:58:7 (class `App`)"), "{}", o.text);
-    assert!(o.text.contains("--- SOURCE CODE START ---") && o.text.contains("class App(Scaffold):"), "{}", o.text);
-    assert!(o.text.contains("more lines not shown"), "a 900-line class is capped: {}", o.text);
+    assert!(
+        o.text
+            .contains("src/flask/sansio/app.py:58:7 (class `App`)"),
+        "{}",
+        o.text
+    );
+    assert!(
+        o.text.contains("--- SOURCE CODE START ---") && o.text.contains("class App(Scaffold):"),
+        "{}",
+        o.text
+    );
+    assert!(
+        o.text.contains("more lines not shown"),
+        "a 900-line class is capped: {}",
+        o.text
+    );
 
     // A helper used in three files; references grouped by file.
     let o = call(
@@ -55,12 +72,20 @@ async fn flask_navigation_observations() {
     assert!(o.success, "{}", o.text);
     insta::assert_snapshot!("flask_document_symbols", o.text);
 
-    let o = call(&tool, json!({"command": "get_workspace_symbols", "query": "Blueprint"})).await;
+    let o = call(
+        &tool,
+        json!({"command": "get_workspace_symbols", "query": "Blueprint"}),
+    )
+    .await;
     assert!(o.success, "{}", o.text);
-    assert!(o.text.contains("src/flask/blueprints.py:\n  - "), "{}", o.text);
+    assert!(
+        o.text.contains("src/flask/blueprints.py:\n  - "),
+        "{}",
+        o.text
+    );
 
     let o = call(&tool, json!({"command": "get_hover", "file_path": "src/flask/app.py", "symbol": "App", "line": line})).await;
-    assert!(o.success && o.text.contains("class App"), "{}", o.text);
+    assert!(o.success && o.text.contains("<class 'App'>"), "{}", o.text);
 
     let o = call(&tool, json!({"command": "get_document_highlights", "file_path": "src/flask/helpers.py", "symbol": "_split_blueprint_path", "line": 617})).await;
     insta::assert_snapshot!("flask_highlights", o.text);
@@ -72,18 +97,37 @@ async fn flask_navigation_observations() {
 async fn flask_bad_input_gets_clear_messages() {
     let (_g, _root, tool) = setup!();
     let cases = [
-        ("missing_file", json!({"command": "get_definition", "file_path": "src/flask/nope.py", "symbol": "x", "line": 1})),
-        ("line_out_of_range", json!({"command": "get_definition", "file_path": "src/flask/wrappers.py", "symbol": "x", "line": 100000})),
-        ("symbol_not_on_line", json!({"command": "get_references", "file_path": "src/flask/wrappers.py", "symbol": "_split_blueprint_path", "line": 110})),
-        ("missing_arguments", json!({"command": "get_hover", "file_path": "src/flask/wrappers.py"})),
+        (
+            "missing_file",
+            json!({"command": "get_definition", "file_path": "src/flask/nope.py", "symbol": "x", "line": 1}),
+        ),
+        (
+            "line_out_of_range",
+            json!({"command": "get_definition", "file_path": "src/flask/wrappers.py", "symbol": "x", "line": 100000}),
+        ),
+        (
+            "symbol_not_on_line",
+            json!({"command": "get_references", "file_path": "src/flask/wrappers.py", "symbol": "_split_blueprint_path", "line": 110}),
+        ),
+        (
+            "missing_arguments",
+            json!({"command": "get_hover", "file_path": "src/flask/wrappers.py"}),
+        ),
         ("unknown_command", json!({"command": "get_everything"})),
-        ("no_answer", json!({"command": "get_definition", "file_path": "src/flask/wrappers.py", "symbol": "from", "line": 11})),
+        (
+            "no_answer",
+            json!({"command": "get_definition", "file_path": "src/flask/wrappers.py", "symbol": "from", "line": 11}),
+        ),
         ("no_query", json!({"command": "get_workspace_symbols"})),
     ];
     for (name, args) in cases {
         let o = call(&tool, args).await;
         assert!(!o.success, "{name}: {}", o.text);
-        assert!(o.infra.is_none(), "{name} is the agent's input, not infrastructure: {:?}", o.infra);
+        assert!(
+            o.infra.is_none(),
+            "{name} is the agent's input, not infrastructure: {:?}",
+            o.infra
+        );
         insta::assert_snapshot!(format!("flask_bad_{name}"), o.text);
     }
     tool.session().shutdown().await;
@@ -101,23 +145,47 @@ async fn edits_are_seen_by_the_next_query() {
 
     // A shell-style edit of an open file: ten lines inserted above the definition.
     let text = std::fs::read_to_string(&helpers).unwrap();
-    let edited = text.replacen("def _split_blueprint_path(", &format!("{}def _split_blueprint_path(", "# pad\n".repeat(10)), 1);
+    let edited = text.replacen(
+        "def _split_blueprint_path(",
+        &format!("{}def _split_blueprint_path(", "# pad\n".repeat(10)),
+        1,
+    );
     std::fs::write(&helpers, edited).unwrap();
     let o = call(&tool, json!({"command": "get_definition", "file_path": "src/flask/wrappers.py", "symbol": "_split_blueprint_path", "line": 111})).await;
-    assert!(o.text.contains("src/flask/helpers.py:627:5"), "definition moved by the edit: {}", o.text);
+    assert!(
+        o.text.contains("src/flask/helpers.py:627:5"),
+        "definition moved by the edit: {}",
+        o.text
+    );
 
     // A new file (never opened) and a new use of it.
-    std::fs::write(root.join("src/flask/brand_new.py"), "def brand_new_helper(x: int) -> int:\n    return x + 1\n").unwrap();
+    std::fs::write(
+        root.join("src/flask/brand_new.py"),
+        "def brand_new_helper(x: int) -> int:\n    return x + 1\n",
+    )
+    .unwrap();
     let w = std::fs::read_to_string(&wrappers).unwrap();
-    std::fs::write(&wrappers, format!("{w}\nfrom .brand_new import brand_new_helper\nVALUE = brand_new_helper(1)\n")).unwrap();
+    std::fs::write(
+        &wrappers,
+        format!("{w}\nfrom .brand_new import brand_new_helper\nVALUE = brand_new_helper(1)\n"),
+    )
+    .unwrap();
     let line = w.lines().count() + 3;
     let o = call(&tool, json!({"command": "get_definition", "file_path": "src/flask/wrappers.py", "symbol": "brand_new_helper", "line": line})).await;
     assert!(o.text.contains("src/flask/brand_new.py:1:5"), "{}", o.text);
 
     // Rename inside the new, unopened file: the server must drop the old name.
-    std::fs::write(root.join("src/flask/brand_new.py"), "def renamed_helper(x: int) -> int:\n    return x + 1\n").unwrap();
+    std::fs::write(
+        root.join("src/flask/brand_new.py"),
+        "def renamed_helper(x: int) -> int:\n    return x + 1\n",
+    )
+    .unwrap();
     let o = call(&tool, json!({"command": "get_definition", "file_path": "src/flask/wrappers.py", "symbol": "brand_new_helper", "line": line})).await;
-    assert!(!o.text.contains("brand_new.py:1:5"), "stale answer after the rename: {}", o.text);
+    assert!(
+        !o.text.contains("brand_new.py:1:5"),
+        "stale answer after the rename: {}",
+        o.text
+    );
     tool.session().shutdown().await;
 }
 
@@ -142,30 +210,57 @@ async fn killed_server_is_restarted_and_answers_again() {
 /// A tool whose "server" is `argv`, over the flask tree.
 fn broken_tool(root: &std::path::Path, argv: &[&str], opts: SessionOptions) -> LspTool {
     let backend = Arc::new(HostBackend::new(root).unwrap());
-    let launch = Launch { argv: argv.iter().map(|s| s.to_string()).collect(), env: Default::default() };
-    LspTool::new(Arc::new(LspSession::new(backend, ServerKind::Ty, launch, opts).unwrap()))
+    let launch = Launch {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        env: Default::default(),
+    };
+    LspTool::from_launch(backend, ServerKind::Ty, launch, opts).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broken_servers_are_infrastructure_events() {
-    let Some((_g, root)) = unpack(&FLASK) else { return };
+    let Some((_g, root)) = unpack(&FLASK) else {
+        return;
+    };
     let args = json!({"command": "get_definition", "file_path": "src/flask/wrappers.py", "symbol": "_split_blueprint_path", "line": 111});
     let cases = [
-        ("missing", vec!["/nonexistent/ty", "server"], InfraKind::ServerMissing),
-        ("crashes_at_start", vec!["sh", "-c", "echo 'ty: fatal: broken install' >&2; exit 3"], InfraKind::ServerCrashed),
+        (
+            "missing",
+            vec!["/nonexistent/ty", "server"],
+            InfraKind::ServerMissing,
+        ),
+        (
+            "crashes_at_start",
+            vec!["sh", "-c", "echo 'ty: fatal: broken install' >&2; exit 3"],
+            InfraKind::ServerCrashed,
+        ),
         // Reads its input and never answers: the readiness deadline classifies it.
         ("never_ready", vec!["sleep", "600"], InfraKind::NotReady),
     ];
     for (name, argv, kind) in cases {
-        let opts = SessionOptions { ready_timeout: Duration::from_secs(2), ..SessionOptions::default() };
+        let opts = SessionOptions {
+            ready_timeout: Duration::from_secs(2),
+            ..SessionOptions::default()
+        };
         let tool = broken_tool(&root, &argv, opts);
         let o = call(&tool, args.clone()).await;
         assert!(!o.success, "{name}: {}", o.text);
-        let ev = o.infra.as_ref().unwrap_or_else(|| panic!("{name}: no infra event: {}", o.text));
+        let ev = o
+            .infra
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name}: no infra event: {}", o.text));
         assert_eq!(ev.kind, kind, "{name}: {}", o.text);
-        assert!(o.text.contains("infrastructure problem"), "{name}: {}", o.text);
+        assert!(
+            o.text.contains("infrastructure problem"),
+            "{name}: {}",
+            o.text
+        );
         if name == "crashes_at_start" {
-            assert!(o.text.contains("broken install"), "stderr is kept: {}", o.text);
+            assert!(
+                o.text.contains("broken install"),
+                "stderr is kept: {}",
+                o.text
+            );
         }
         tool.session().shutdown().await;
     }
@@ -173,5 +268,8 @@ async fn broken_servers_are_infrastructure_events() {
 
 fn line_of(root: &std::path::Path, file: &str, needle: &str) -> usize {
     let text = std::fs::read_to_string(root.join(file)).unwrap();
-    text.lines().position(|l| l.contains(needle)).map(|i| i + 1).unwrap_or_else(|| panic!("{needle:?} not in {file}"))
+    text.lines()
+        .position(|l| l.contains(needle))
+        .map(|i| i + 1)
+        .unwrap_or_else(|| panic!("{needle:?} not in {file}"))
 }

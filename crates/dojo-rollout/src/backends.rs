@@ -32,13 +32,24 @@ pub struct GoldBackends {
 
 impl BackendFactory for GoldBackends {
     fn backend(&self, p: &Prepared, _sample: u32) -> Result<Arc<dyn ChatBackend>, String> {
-        let cmd = if self.run_tests { visible_test_command(p) } else { None };
+        let cmd = if self.run_tests {
+            visible_test_command(p)
+        } else {
+            None
+        };
         let root = p.pristine.path.clone();
-        let actions = plan_actions(&p.task.instance_id, &p.task.patch, WORKSPACE, cmd.as_deref(), |rel| {
-            std::fs::read_to_string(root.join(rel)).map_err(|e| e.to_string())
-        })
+        let actions = plan_actions(
+            &p.task.instance_id,
+            &p.task.patch,
+            WORKSPACE,
+            cmd.as_deref(),
+            |rel| std::fs::read_to_string(root.join(rel)).map_err(|e| e.to_string()),
+        )
         .map_err(|e| e.to_string())?;
-        Ok(Arc::new(ScriptedBackend::gold(&p.task.instance_id, actions)))
+        Ok(Arc::new(ScriptedBackend::gold(
+            &p.task.instance_id,
+            actions,
+        )))
     }
     fn policy_info(&self) -> PolicyInfo {
         PolicyInfo {
@@ -71,7 +82,11 @@ impl ReplayBackends {
                     task_id: t.task_id.clone(),
                     sample_index: t.sample_index,
                 };
-                let msgs = t.messages.into_iter().filter(|m| m.role == Role::Assistant).collect();
+                let msgs = t
+                    .messages
+                    .into_iter()
+                    .filter(|m| m.role == Role::Assistant)
+                    .collect();
                 (key, msgs)
             })
             .collect();
@@ -93,7 +108,10 @@ impl BackendFactory for ReplayBackends {
             .turns
             .get(&key)
             .ok_or_else(|| format!("no recorded trajectory for {key} in {}", self.source))?;
-        Ok(Arc::new(ScriptedBackend::replay(format!("replay:{}", self.source), msgs.clone())))
+        Ok(Arc::new(ScriptedBackend::replay(
+            format!("replay:{}", self.source),
+            msgs.clone(),
+        )))
     }
     fn policy_info(&self) -> PolicyInfo {
         PolicyInfo {

@@ -132,14 +132,18 @@ pub fn parse_patch(task: &str, patch: &str) -> Result<Vec<FilePatch>, GoldError>
                 f.is_new = true;
             }
         } else if let Some(p) = line.strip_prefix("+++ ") {
-            let f = files.last_mut().ok_or_else(|| perr(i + 1, "+++ before any file"))?;
+            let f = files
+                .last_mut()
+                .ok_or_else(|| perr(i + 1, "+++ before any file"))?;
             if p.trim() == "/dev/null" {
                 f.is_deleted = true;
             } else {
                 f.path = strip_ab(p).to_string();
             }
         } else if let Some(rest) = line.strip_prefix("@@ ") {
-            let f = files.last_mut().ok_or_else(|| perr(i + 1, "hunk before any file"))?;
+            let f = files
+                .last_mut()
+                .ok_or_else(|| perr(i + 1, "hunk before any file"))?;
             let (ranges, heading) = rest
                 .split_once(" @@")
                 .ok_or_else(|| perr(i + 1, "hunk header without closing @@"))?;
@@ -201,11 +205,26 @@ pub fn parse_patch(task: &str, patch: &str) -> Result<Vec<FilePatch>, GoldError>
 /// One planned action: tool kind + arguments in our neutral form.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
-    Search { term: String, path: String },
-    View { path: String, range: Option<(usize, usize)> },
-    Replace { path: String, old: String, new: String },
-    Create { path: String, text: String },
-    Bash { command: String },
+    Search {
+        term: String,
+        path: String,
+    },
+    View {
+        path: String,
+        range: Option<(usize, usize)>,
+    },
+    Replace {
+        path: String,
+        old: String,
+        new: String,
+    },
+    Create {
+        path: String,
+        text: String,
+    },
+    Bash {
+        command: String,
+    },
     Submit,
 }
 
@@ -379,6 +398,10 @@ pub fn plan_actions(
     Ok(actions)
 }
 
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
 /// The concrete tool names and argument keys of the tool set the agent offers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolNames {
@@ -446,10 +469,14 @@ impl ToolNames {
     /// (tool name, JSON arguments) of an action; `None` when the tool set lacks the tool.
     pub fn call(&self, a: &Action) -> Option<(String, Value)> {
         Some(match a {
-            Action::Search { term, path } => (
-                self.search.clone()?,
-                json!({"search_term": term, "path": path}),
-            ),
+            Action::Search { term, path } => match &self.search {
+                Some(tool) => (tool.clone(), json!({"search_term": term, "path": path})),
+                // Tool sets without `search` (SWE-Master's): grep, as an agent would.
+                None => (
+                    self.bash.clone(),
+                    json!({ self.bash_arg.clone(): format!("grep -rn --include='*.py' {} {path}", shell_quote(term)) }),
+                ),
+            },
             Action::View { path, range } => {
                 let mut v = json!({"command": "view", "path": path});
                 if let Some((lo, hi)) = range {
@@ -465,7 +492,9 @@ impl ToolNames {
                 self.editor.clone(),
                 json!({"command": "create", "path": path, "file_text": text}),
             ),
-            Action::Bash { command } => (self.bash.clone(), json!({ self.bash_arg.clone(): command })),
+            Action::Bash { command } => {
+                (self.bash.clone(), json!({ self.bash_arg.clone(): command }))
+            }
             Action::Submit => {
                 let args = if self.submit_has_command {
                     json!({"command": "submit"})
@@ -507,7 +536,10 @@ mod tests {
         assert_eq!(f[0].path, "pkg/mod.py");
         assert_eq!(f[0].hunks.len(), 2);
         assert_eq!(f[0].hunks[0].heading, "def f(x):");
-        assert_eq!(f[0].hunks[1].old_text(), "    a = 1\n    return y\n    # end");
+        assert_eq!(
+            f[0].hunks[1].old_text(),
+            "    a = 1\n    return y\n    # end"
+        );
     }
 
     #[test]
@@ -518,7 +550,11 @@ mod tests {
         let mut replaces = 0;
         for a in &actions {
             if let Action::Replace { old, new, .. } = a {
-                assert_eq!(content.matches(old.as_str()).count(), 1, "old_str unique: {old:?}");
+                assert_eq!(
+                    content.matches(old.as_str()).count(),
+                    1,
+                    "old_str unique: {old:?}"
+                );
                 content = content.replacen(old, new, 1);
                 replaces += 1;
             }
@@ -549,7 +585,10 @@ mod tests {
             panic!("no replace")
         };
         assert_eq!(content.matches(old.as_str()).count(), 1);
-        assert_eq!(content.replacen(old, new, 1), "a()\nx = 1\nb()\nx = 2\nc()\n");
+        assert_eq!(
+            content.replacen(old, new, 1),
+            "a()\nx = 1\nb()\nx = 2\nc()\n"
+        );
     }
 
     #[test]
@@ -569,13 +608,30 @@ mod tests {
         assert_eq!(n.search, None);
         assert!(!n.submit_has_command);
         assert_eq!(n.call(&Action::Submit).unwrap().1, json!({}));
+        let search = Action::Search {
+            term: "it's".into(),
+            path: "/testbed".into(),
+        };
+        assert_eq!(
+            n.call(&search).unwrap(),
+            (
+                "execute_bash".into(),
+                json!({"command": "grep -rn --include='*.py' 'it'\\''s' /testbed"})
+            )
+        );
     }
 
     #[test]
     fn truncated_and_garbage_patches_are_errors() {
         let cut = &PATCH[..PATCH.len() - 30];
-        assert!(matches!(parse_patch("t", cut), Err(GoldError::Parse { .. })));
-        assert!(matches!(parse_patch("t", "hello"), Err(GoldError::Empty { .. })));
+        assert!(matches!(
+            parse_patch("t", cut),
+            Err(GoldError::Parse { .. })
+        ));
+        assert!(matches!(
+            parse_patch("t", "hello"),
+            Err(GoldError::Empty { .. })
+        ));
         let e = plan_actions("t", PATCH, "/testbed", None, |_| Ok("other".into())).unwrap_err();
         assert!(e.to_string().contains("pkg/mod.py"), "{e}");
     }

@@ -93,7 +93,9 @@ pub struct PolicyConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
-    #[error("policy {0:?}: not a known shorthand (gold-replay, openai:MODEL, replay:FILE, embedded[:MODEL]) nor an existing .toml/.json file")]
+    #[error(
+        "policy {0:?}: not a known shorthand (gold-replay, openai:MODEL, replay:FILE, embedded[:MODEL]) nor an existing .toml/.json file"
+    )]
     Unknown(String),
     #[error("policy file {path}: {reason}")]
     File { path: PathBuf, reason: String },
@@ -127,7 +129,11 @@ impl PolicyConfig {
             },
             ("replay", f) if !f.is_empty() => PolicyKind::Replay { file: f.into() },
             ("embedded", m) => PolicyKind::Embedded {
-                model: if m.is_empty() { default_model() } else { m.to_string() },
+                model: if m.is_empty() {
+                    default_model()
+                } else {
+                    m.to_string()
+                },
             },
             _ => return Err(PolicyError::Unknown(spec.to_string())),
         };
@@ -211,7 +217,9 @@ impl ScriptedBackend {
             .count();
         let exhausted = || LlmError::Backend {
             endpoint: self.label.clone(),
-            detail: format!("script exhausted after {i} turns (the agent did not stop where the script did)"),
+            detail: format!(
+                "script exhausted after {i} turns (the agent did not stop where the script did)"
+            ),
         };
         match &self.turns {
             Script::Messages(ms) => ms.get(i).cloned().ok_or_else(exhausted),
@@ -293,8 +301,14 @@ mod tests {
             PolicyConfig::parse("gold-replay").unwrap().kind,
             PolicyKind::GoldReplay { run_tests: true }
         );
-        assert_eq!(PolicyConfig::parse("openai:gpt-x").unwrap().label(), "openai:gpt-x");
-        assert_eq!(PolicyConfig::parse("embedded").unwrap().label(), "embedded:default");
+        assert_eq!(
+            PolicyConfig::parse("openai:gpt-x").unwrap().label(),
+            "openai:gpt-x"
+        );
+        assert_eq!(
+            PolicyConfig::parse("embedded").unwrap().label(),
+            "embedded:default"
+        );
         assert!(PolicyConfig::parse("nonsense").is_err());
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("p.toml");
@@ -308,13 +322,23 @@ mod tests {
         assert_eq!(c.sampling.temperature, Some(0.7));
         assert_eq!(c.agent["max_steps"], 30);
         std::fs::write(&p, "kind = \"openai\"\nmodle = \"typo\"\n").unwrap();
-        let e = PolicyConfig::parse(p.to_str().unwrap()).unwrap_err().to_string();
+        let e = PolicyConfig::parse(p.to_str().unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("p.toml"), "{e}");
     }
 
     #[tokio::test]
     async fn scripted_backend_answers_by_turn_and_reports_exhaustion() {
-        let b = ScriptedBackend::gold("t", vec![Action::Bash { command: "ls".into() }, Action::Submit]);
+        let b = ScriptedBackend::gold(
+            "t",
+            vec![
+                Action::Bash {
+                    command: "ls".into(),
+                },
+                Action::Submit,
+            ],
+        );
         let mut req = ChatRequest {
             messages: vec![ChatMessage::system("s"), ChatMessage::user("u")],
             ..Default::default()
@@ -326,7 +350,12 @@ mod tests {
         req.messages.push(r.choices[0].message.clone());
         req.messages.push(ChatMessage::tool("call_gold_0", "out"));
         let r = b.complete(req.clone()).await.unwrap();
-        assert_eq!(r.choices[0].message.tool_calls.as_ref().unwrap()[0].function.name, "finish");
+        assert_eq!(
+            r.choices[0].message.tool_calls.as_ref().unwrap()[0]
+                .function
+                .name,
+            "finish"
+        );
         req.messages.push(r.choices[0].message.clone());
         let e = b.complete(req).await.unwrap_err();
         assert_eq!(e.class(), dojo_llm::FailureClass::Infrastructure);

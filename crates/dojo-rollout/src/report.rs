@@ -29,7 +29,9 @@ fn esc(s: &str) -> String {
     o
 }
 
-const PALETTE: [&str; 6] = ["#2b6cb0", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#718096"];
+const PALETTE: [&str; 6] = [
+    "#2b6cb0", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#718096",
+];
 
 fn stop_color(reason: &str) -> &'static str {
     match reason {
@@ -44,7 +46,10 @@ fn stop_color(reason: &str) -> &'static str {
 }
 
 /// Horizontal stacked bars: one row per label, segments (name, value, color).
-fn stacked_bars(title: &str, rows: &[(String, Vec<(String, f64, String)>)]) -> String {
+/// One bar: its label and its (segment name, value, colour) parts.
+type BarRow = (String, Vec<(String, f64, String)>);
+
+fn stacked_bars(title: &str, rows: &[BarRow]) -> String {
     let (w, row_h, left, top) = (720.0, 26.0, 190.0, 30.0);
     let legend: BTreeMap<&str, &str> = rows
         .iter()
@@ -109,7 +114,12 @@ fn stacked_bars(title: &str, rows: &[(String, Vec<(String, f64, String)>)]) -> S
 }
 
 /// Grouped vertical bars: x = task, one bar per policy.
-fn grouped_bars(title: &str, unit: &str, tasks: &[String], series: &[(String, Vec<f64>)]) -> String {
+fn grouped_bars(
+    title: &str,
+    unit: &str,
+    tasks: &[String],
+    series: &[(String, Vec<f64>)],
+) -> String {
     let (w, h, left, bottom, top) = (900.0, 320.0, 60.0, 110.0, 30.0);
     let max = series
         .iter()
@@ -132,7 +142,11 @@ fn grouped_bars(title: &str, unit: &str, tasks: &[String], series: &[(String, Ve
             w - 10.0,
             left - 6.0,
             y + 4.0,
-            if max >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") }
+            if max >= 100.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.1}")
+            }
         );
     }
     let _ = write!(
@@ -254,9 +268,21 @@ pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> Str
             (
                 s.policy.clone(),
                 vec![
-                    ("resolved".to_string(), s.resolved as f64, "#38a169".to_string()),
-                    ("unresolved".to_string(), s.unresolved as f64, "#a0aec0".to_string()),
-                    ("infra error".to_string(), s.infra_errors as f64, "#e53e3e".to_string()),
+                    (
+                        "resolved".to_string(),
+                        s.resolved as f64,
+                        "#38a169".to_string(),
+                    ),
+                    (
+                        "unresolved".to_string(),
+                        s.unresolved as f64,
+                        "#a0aec0".to_string(),
+                    ),
+                    (
+                        "infra error".to_string(),
+                        s.infra_errors as f64,
+                        "#e53e3e".to_string(),
+                    ),
                 ],
             )
         })
@@ -289,8 +315,17 @@ pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> Str
         tasks
             .iter()
             .map(|t| {
-                let v: Vec<f64> = r.outcomes.iter().filter(|o| &o.task_id == t).map(f).collect();
-                if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 }
+                let v: Vec<f64> = r
+                    .outcomes
+                    .iter()
+                    .filter(|o| &o.task_id == t)
+                    .map(f)
+                    .collect();
+                if v.is_empty() {
+                    0.0
+                } else {
+                    v.iter().sum::<f64>() / v.len() as f64
+                }
             })
             .collect()
     };
@@ -299,7 +334,12 @@ pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> Str
         .map(|r| (r.summary.policy.clone(), per_task(r, &|o| o.steps as f64)))
         .collect();
     h.push_str("<h2>Steps and tokens per task</h2>");
-    h.push_str(&grouped_bars("Agent steps per task (mean over samples)", "steps", &tasks, &steps));
+    h.push_str(&grouped_bars(
+        "Agent steps per task (mean over samples)",
+        "steps",
+        &tasks,
+        &steps,
+    ));
     let token_runs: Vec<_> = runs
         .iter()
         .filter(|r| r.summary.total_tokens > 0)
@@ -308,7 +348,12 @@ pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> Str
     if token_runs.is_empty() {
         h.push_str("<p class=\"note\">No policy used tokens (scripted policies only).</p>");
     } else {
-        h.push_str(&grouped_bars("Tokens per task (prompt + completion, mean over samples)", "tokens", &tasks, &token_runs));
+        h.push_str(&grouped_bars(
+            "Tokens per task (prompt + completion, mean over samples)",
+            "tokens",
+            &tasks,
+            &token_runs,
+        ));
         h.push_str("<p class=\"note\">Scripted policies (gold-replay, replay) call no model and use no tokens.</p>");
     }
 
@@ -378,20 +423,39 @@ mod tests {
 
     #[test]
     fn report_is_self_contained_and_escapes() {
-        let gold = vec![o("a<b>", true, false, "submitted", 6, 0), o("c", true, false, "submitted", 5, 0)];
-        let model = vec![o("a<b>", false, false, "max_steps", 8, 5000), o("c", false, true, "env_error", 1, 10)];
-        let (sg, sm) = (Summary::new("gold-replay", &gold), Summary::new("embedded:default", &model));
+        let gold = vec![
+            o("a<b>", true, false, "submitted", 6, 0),
+            o("c", true, false, "submitted", 5, 0),
+        ];
+        let model = vec![
+            o("a<b>", false, false, "max_steps", 8, 5000),
+            o("c", false, true, "env_error", 1, 10),
+        ];
+        let (sg, sm) = (
+            Summary::new("gold-replay", &gold),
+            Summary::new("embedded:default", &model),
+        );
         let html = render_html(
             "dojo demo",
             &["note & more".into()],
             &[
-                PolicyRun { summary: &sg, outcomes: &gold, trajectories: "gold/trajectories.jsonl".into() },
-                PolicyRun { summary: &sm, outcomes: &model, trajectories: "m/trajectories.jsonl".into() },
+                PolicyRun {
+                    summary: &sg,
+                    outcomes: &gold,
+                    trajectories: "gold/trajectories.jsonl".into(),
+                },
+                PolicyRun {
+                    summary: &sm,
+                    outcomes: &model,
+                    trajectories: "m/trajectories.jsonl".into(),
+                },
             ],
         );
         assert!(html.contains("a&lt;b&gt;") && !html.contains("a<b>"));
         assert!(html.contains("note &amp; more"));
-        assert!(!html.contains("<script") && !html.contains("http://") && !html.contains("https://"));
+        assert!(
+            !html.contains("<script") && !html.contains("http://") && !html.contains("https://")
+        );
         assert_eq!(html.matches("<svg").count(), 4);
         assert!(html.contains("infra error"));
     }

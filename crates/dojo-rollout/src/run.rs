@@ -100,13 +100,16 @@ pub fn make_backends(
             config,
             run_tests: *run_tests,
         }),
-        PolicyKind::Replay { file } => Box::new(ReplayBackends::load(config, file).map_err(RolloutError::Policy)?),
+        PolicyKind::Replay { file } => {
+            Box::new(ReplayBackends::load(config, file).map_err(RolloutError::Policy)?)
+        }
         PolicyKind::Openai {
             base_url,
             api_key_env,
             model,
         } => {
-            let mut cfg = dojo_llm::ClientConfig::from_env().map_err(|e| RolloutError::Policy(e.to_string()))?;
+            let mut cfg = dojo_llm::ClientConfig::from_env()
+                .map_err(|e| RolloutError::Policy(e.to_string()))?;
             if let Some(url) = base_url {
                 let key = std::env::var(api_key_env.as_deref().unwrap_or("OPENAI_API_KEY"))
                     .ok()
@@ -119,7 +122,8 @@ pub fn make_backends(
                     })
                     .collect();
             }
-            let client = dojo_llm::OpenAiClient::new(cfg).map_err(|e| RolloutError::Policy(e.to_string()))?;
+            let client = dojo_llm::OpenAiClient::new(cfg)
+                .map_err(|e| RolloutError::Policy(e.to_string()))?;
             Box::new(ModelBackends {
                 config,
                 kind: "openai",
@@ -151,10 +155,16 @@ pub fn load_tasks(file: &Path, instances: &[String]) -> Result<Vec<Task>, Rollou
     }
     for id in instances {
         if !tasks.iter().any(|t| &t.instance_id == id) {
-            return Err(RolloutError::Tasks(format!("{}: no instance {id}", file.display())));
+            return Err(RolloutError::Tasks(format!(
+                "{}: no instance {id}",
+                file.display()
+            )));
         }
     }
-    Ok(tasks.into_iter().filter(|t| instances.contains(&t.instance_id)).collect())
+    Ok(tasks
+        .into_iter()
+        .filter(|t| instances.contains(&t.instance_id))
+        .collect())
 }
 
 fn check_manifest(dir: &Path, m: &RunManifest) -> Result<(), RolloutError> {
@@ -176,7 +186,12 @@ fn check_manifest(dir: &Path, m: &RunManifest) -> Result<(), RolloutError> {
             });
         }
         if old.samples > m.samples {
-            tracing::warn!("{}: run had -n {}, now -n {}", dir.display(), old.samples, m.samples);
+            tracing::warn!(
+                "{}: run had -n {}, now -n {}",
+                dir.display(),
+                old.samples,
+                m.samples
+            );
         }
     }
     std::fs::create_dir_all(dir).map_err(ioerr)?;
@@ -191,7 +206,8 @@ pub async fn run_rollout<A: AgentLoop>(
     backends: Box<dyn BackendFactory>,
 ) -> Result<RolloutOutput, RolloutError> {
     let tasks = load_tasks(&opts.tasks_file, &opts.instances)?;
-    let registry = EnvRegistry::with_dir(opts.envs_dir.as_deref()).map_err(|e| RolloutError::Tasks(e.to_string()))?;
+    let registry = EnvRegistry::with_dir(opts.envs_dir.as_deref())
+        .map_err(|e| RolloutError::Tasks(e.to_string()))?;
     let manifest = RunManifest {
         schema_version: RUN_SCHEMA_VERSION,
         policy: opts.policy.to_json(),
@@ -211,9 +227,13 @@ pub async fn run_rollout<A: AgentLoop>(
         );
     }
     for k in &recovery.duplicates {
-        eprintln!("warning: {}: duplicate record {k} ignored (first kept)", store_path.display());
+        eprintln!(
+            "warning: {}: duplicate record {k} ignored (first kept)",
+            store_path.display()
+        );
     }
-    let pristine = dojo_sandbox::PristineStore::open().map_err(|e| RolloutError::Tasks(e.to_string()))?;
+    let pristine =
+        dojo_sandbox::PristineStore::open().map_err(|e| RolloutError::Tasks(e.to_string()))?;
     let preparer = StandardPreparer {
         registry,
         options: opts.prepare.clone(),
@@ -250,11 +270,17 @@ fn finish(
         .collect();
     let label = opts.policy.label();
     let summary = Summary::new(&label, &outcomes);
-    let ioerr = |path: PathBuf| move |e: std::io::Error| RolloutError::Io { path, reason: e.to_string() };
+    let ioerr = |path: PathBuf| {
+        move |e: std::io::Error| RolloutError::Io {
+            path,
+            reason: e.to_string(),
+        }
+    };
     let sp = opts.out.join("summary.json");
     summary.write_json(&sp).map_err(ioerr(sp.clone()))?;
     let predictions = if opts.export_predictions {
-        export_predictions(&opts.out, &label, &outcomes, opts.samples).map_err(ioerr(opts.out.clone()))?
+        export_predictions(&opts.out, &label, &outcomes, opts.samples)
+            .map_err(ioerr(opts.out.clone()))?
     } else {
         Vec::new()
     };

@@ -10,11 +10,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use dojo_agent::{Agent, AgentConfig, TaskInput, ToolRegistry};
 use dojo_grade::{GradeOptions, grade_in_sandbox};
 use dojo_llm::{BoxFuture, ChatBackend};
 use dojo_sandbox::{Pristine, PythonEnv, Sandbox, SandboxOptions};
 use dojo_task::{EnvRegistry, PrepareOptions, RepoEnv, Task};
-use dojo_agent::{Agent, AgentConfig, TaskInput, ToolRegistry};
 use dojo_trajectory::{Blame, EnvironmentFingerprint, Event, PolicyInfo, StopReason, Trajectory};
 
 use crate::policy::{PolicyConfig, PolicyKind};
@@ -42,7 +42,10 @@ impl RolloutRecord for Trajectory {
             stop_reason: self.stop_reason.as_str().to_string(),
             forced: self.forced_submission,
             steps: self.steps.len() as u32,
-            tokens: self.usage.total_tokens.max(self.usage.prompt_tokens + self.usage.completion_tokens),
+            tokens: self
+                .usage
+                .total_tokens
+                .max(self.usage.prompt_tokens + self.usage.completion_tokens),
             wall_secs: self.wall_ms as f64 / 1000.0,
             patch: self.patch.clone().unwrap_or_default(),
         }
@@ -87,13 +90,20 @@ impl DojoAgent {
     /// the native action format; everything else keeps dojo-agent's defaults.
     pub fn from_policy(policy: &PolicyConfig) -> Result<DojoAgent, String> {
         let mut map = policy.agent.clone();
-        if matches!(policy.kind, PolicyKind::GoldReplay { .. } | PolicyKind::Replay { .. }) {
-            map.entry("action_format").or_insert_with(|| "native".into());
+        if matches!(
+            policy.kind,
+            PolicyKind::GoldReplay { .. } | PolicyKind::Replay { .. }
+        ) {
+            map.entry("action_format")
+                .or_insert_with(|| "native".into());
         }
         let config: AgentConfig = serde_json::from_value(serde_json::Value::Object(map))
             .map_err(|e| format!("[agent] settings: {e}"))?;
         if ToolRegistry::named(&config.tool_set).is_none() {
-            return Err(format!("[agent] tool_set {:?} is not a known tool set", config.tool_set));
+            return Err(format!(
+                "[agent] tool_set {:?} is not a known tool set",
+                config.tool_set
+            ));
         }
         Ok(DojoAgent { config })
     }
@@ -102,7 +112,10 @@ impl DojoAgent {
 /// Template variables of a task for the agent's prompts.
 pub fn task_vars(task: &Task) -> serde_json::Map<String, serde_json::Value> {
     let mut vars = serde_json::Map::new();
-    vars.insert("problem_statement".into(), task.problem_statement.clone().into());
+    vars.insert(
+        "problem_statement".into(),
+        task.problem_statement.clone().into(),
+    );
     vars.insert("instance_id".into(), task.instance_id.clone().into());
     vars.insert("repo".into(), task.repo.clone().into());
     vars.insert("hints_text".into(), task.hints_text.clone().into());
@@ -144,7 +157,11 @@ impl AgentLoop for DojoAgent {
 
 /// Makes the per-rollout backend of a policy (scripted ones need the task and its tree).
 pub trait BackendFactory: Send + Sync + 'static {
-    fn backend(&self, prepared: &Prepared, sample_index: u32) -> Result<Arc<dyn ChatBackend>, String>;
+    fn backend(
+        &self,
+        prepared: &Prepared,
+        sample_index: u32,
+    ) -> Result<Arc<dyn ChatBackend>, String>;
     /// Recorded in every trajectory.
     fn policy_info(&self) -> dojo_trajectory::PolicyInfo;
 }
@@ -183,12 +200,18 @@ impl Preparer for StandardPreparer {
 
 /// Build (once, cached by the sandbox layer) the task's Python environment; the project is
 /// installed editable from its pristine tree.
-pub async fn build_env(repo_env: &RepoEnv, pristine: &Pristine) -> Result<Option<PythonEnv>, String> {
+pub async fn build_env(
+    repo_env: &RepoEnv,
+    pristine: &Pristine,
+) -> Result<Option<PythonEnv>, String> {
     PythonEnv::build_async(&repo_env.spec, Some(pristine))
         .await
         .map(Some)
         .map_err(|e| e.to_string())
 }
+
+/// Preparation of one task, done once and shared by its samples.
+type PrepCell = Arc<tokio::sync::OnceCell<Result<Arc<Prepared>, String>>>;
 
 /// Runs rollouts for real.
 pub struct AgentRunner<A, B, P = StandardPreparer> {
@@ -200,11 +223,17 @@ pub struct AgentRunner<A, B, P = StandardPreparer> {
     pub grade: GradeOptions,
     pub llm_limit: Arc<tokio::sync::Semaphore>,
     pub run_id: String,
-    prepared: tokio::sync::Mutex<HashMap<usize, Arc<tokio::sync::OnceCell<Result<Arc<Prepared>, String>>>>>,
+    prepared: tokio::sync::Mutex<HashMap<usize, PrepCell>>,
 }
 
 impl<A: AgentLoop, B: BackendFactory, P: Preparer> AgentRunner<A, B, P> {
-    pub fn new(tasks: Vec<Task>, agent: A, backends: B, preparer: P, llm_concurrency: usize) -> Self {
+    pub fn new(
+        tasks: Vec<Task>,
+        agent: A,
+        backends: B,
+        preparer: P,
+        llm_concurrency: usize,
+    ) -> Self {
         AgentRunner {
             tasks,
             agent,
@@ -264,31 +293,60 @@ impl<A: AgentLoop, B: BackendFactory, P: Preparer> AgentRunner<A, B, P> {
         let prepared = match self.prepared(&job).await {
             Ok(p) => p,
             Err(e) => {
-                self.fail(&mut traj, t0, StopReason::EnvError, "env_error", format!("preparing the task: {e}"));
+                self.fail(
+                    &mut traj,
+                    t0,
+                    StopReason::EnvError,
+                    "env_error",
+                    format!("preparing the task: {e}"),
+                );
                 return traj;
             }
         };
         traj.environment.pristine = Some(prepared.pristine.id.clone());
         traj.environment.python_env = prepared.env.as_ref().map(|e| e.id.clone());
         let backend = match self.backends.backend(&prepared, job.sample_index) {
-            Ok(b) => Arc::new(crate::policy::LimitedBackend::new(b, self.llm_limit.clone())) as Arc<dyn ChatBackend>,
+            Ok(b) => Arc::new(crate::policy::LimitedBackend::new(
+                b,
+                self.llm_limit.clone(),
+            )) as Arc<dyn ChatBackend>,
             Err(e) => {
-                self.fail(&mut traj, t0, StopReason::LlmError, "llm_error", format!("policy: {e}"));
+                self.fail(
+                    &mut traj,
+                    t0,
+                    StopReason::LlmError,
+                    "llm_error",
+                    format!("policy: {e}"),
+                );
                 return traj;
             }
         };
-        let mut sb = match Sandbox::create(&prepared.pristine, prepared.env.as_ref(), &self.sandbox).await {
-            Ok(sb) => sb,
-            Err(e) => {
-                self.fail(&mut traj, t0, StopReason::EnvError, "env_error", format!("creating the sandbox: {e}"));
-                return traj;
-            }
-        };
+        let mut sb =
+            match Sandbox::create(&prepared.pristine, prepared.env.as_ref(), &self.sandbox).await {
+                Ok(sb) => sb,
+                Err(e) => {
+                    self.fail(
+                        &mut traj,
+                        t0,
+                        StopReason::EnvError,
+                        "env_error",
+                        format!("creating the sandbox: {e}"),
+                    );
+                    return traj;
+                }
+            };
         let env = traj.environment.clone();
         let started = traj.started_at_ms;
         traj = self
             .agent
-            .run(&sb, &prepared, backend, self.backends.policy_info(), &job, env)
+            .run(
+                &sb,
+                &prepared,
+                backend,
+                self.backends.policy_info(),
+                &job,
+                env,
+            )
             .await;
         traj.run_id = (!self.run_id.is_empty()).then(|| self.run_id.clone());
         traj.started_at_ms = started;
@@ -297,7 +355,15 @@ impl<A: AgentLoop, B: BackendFactory, P: Preparer> AgentRunner<A, B, P> {
         if !traj.stop_reason.is_infrastructure() && !traj.infra_failure {
             let patch = traj.patch.clone().unwrap_or_default();
             match sb.reset().await {
-                Ok(()) => match grade_in_sandbox(&sb, &prepared.task, &prepared.repo_env, Some(&patch), &self.grade).await {
+                Ok(()) => match grade_in_sandbox(
+                    &sb,
+                    &prepared.task,
+                    &prepared.repo_env,
+                    Some(&patch),
+                    &self.grade,
+                )
+                .await
+                {
                     Ok(report) => {
                         traj.resolved = Some(report.resolved);
                         traj.reward = Some(if report.resolved { 1.0 } else { 0.0 });
@@ -350,7 +416,13 @@ impl<A: AgentLoop, B: BackendFactory, P: Preparer> Runner for AgentRunner<A, B, 
     }
     fn infra_failure(&self, job: &Job, message: String) -> Trajectory {
         let mut traj = self.new_traj(job);
-        self.fail(&mut traj, Instant::now(), StopReason::EnvError, "env_error", message);
+        self.fail(
+            &mut traj,
+            Instant::now(),
+            StopReason::EnvError,
+            "env_error",
+            message,
+        );
         traj
     }
 }

@@ -48,7 +48,9 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
-    #[error("trajectory store {path} line {line}: corrupted record ({reason}); not a torn tail, refusing to guess")]
+    #[error(
+        "trajectory store {path} line {line}: corrupted record ({reason}); not a torn tail, refusing to guess"
+    )]
     Corrupt {
         path: PathBuf,
         line: usize,
@@ -102,7 +104,9 @@ impl<T: Keyed + Clone> Store<T> {
         if !existed {
             // Make the new directory entry itself durable.
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
+                File::open(dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(io(dir))?;
             }
         }
         let (records, good_len, recovery) = Self::scan(path, &mut file)?;
@@ -120,10 +124,7 @@ impl<T: Keyed + Clone> Store<T> {
         })
     }
 
-    fn scan(
-        path: &Path,
-        file: &mut File,
-    ) -> Result<(BTreeMap<Key, T>, u64, Recovery), StoreError> {
+    fn scan(path: &Path, file: &mut File) -> Result<(BTreeMap<Key, T>, u64, Recovery), StoreError> {
         file.seek(SeekFrom::Start(0)).map_err(io(path))?;
         let mut reader = BufReader::new(&*file);
         let mut records = BTreeMap::new();
@@ -160,10 +161,13 @@ impl<T: Keyed + Clone> Store<T> {
             match serde_json::from_slice::<T>(body) {
                 Ok(rec) => {
                     let key = rec.key();
-                    if records.contains_key(&key) {
-                        recovery.duplicates.push(key);
-                    } else {
-                        records.insert(key, rec);
+                    match records.entry(key) {
+                        std::collections::btree_map::Entry::Occupied(e) => {
+                            recovery.duplicates.push(e.key().clone())
+                        }
+                        std::collections::btree_map::Entry::Vacant(e) => {
+                            e.insert(rec);
+                        }
                     }
                     offset += n as u64;
                 }

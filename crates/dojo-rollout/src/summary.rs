@@ -114,7 +114,10 @@ impl Summary {
                 .filter(|o| !o.infra_error && o.patch.trim().is_empty())
                 .count(),
             resolve_rate: ratio(resolved, n - infra),
-            pass_at_k: ratio(per_task.iter().filter(|t| t.resolved > 0).count(), per.len()),
+            pass_at_k: ratio(
+                per_task.iter().filter(|t| t.resolved > 0).count(),
+                per.len(),
+            ),
             stop_reasons,
             mean_steps: if n == 0 {
                 0.0

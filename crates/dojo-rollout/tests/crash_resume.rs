@@ -66,7 +66,9 @@ impl Runner for SleepyRunner {
             task_id: job.task_id,
             sample_index: job.sample_index,
             run: self.run.clone(),
-            messages: (0..200).map(|i| format!("message {i} {}", "x".repeat(40))).collect(),
+            messages: (0..200)
+                .map(|i| format!("message {i} {}", "x".repeat(40)))
+                .collect(),
         }
     }
     fn infra_failure(&self, job: &Job, _message: String) -> Rec {
@@ -96,7 +98,8 @@ fn crash_child_entry() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let store = Arc::new(Store::<Rec>::open(&Path::new(&dir).join("trajectories.jsonl")).unwrap());
+        let store =
+            Arc::new(Store::<Rec>::open(&Path::new(&dir).join("trajectories.jsonl")).unwrap());
         let cfg = EngineConfig {
             samples: SAMPLES,
             sandboxes: 3,
@@ -111,7 +114,12 @@ fn crash_child_entry() {
 
 fn spawn_child(dir: &Path, run: &str) -> std::process::Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["crash_child_entry", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "crash_child_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("DOJO_CRASH_CHILD", dir)
         .env("DOJO_CRASH_RUN", run)
         .stdout(Stdio::null())
@@ -149,7 +157,10 @@ fn sigkill_mid_run_then_resume() {
     assert!(!status.success(), "child was killed, not finished");
     let after_kill = std::fs::read(&file).unwrap();
     let complete = after_kill.iter().filter(|&&c| c == b'\n').count();
-    assert!(complete < total, "kill landed after the run finished; nothing to resume");
+    assert!(
+        complete < total,
+        "kill landed after the run finished; nothing to resume"
+    );
 
     // What a crash mid-write leaves behind, made certain rather than left to luck.
     std::fs::OpenOptions::new()
@@ -164,7 +175,10 @@ fn sigkill_mid_run_then_resume() {
     assert!(status.success(), "resumed run failed: {status}");
 
     let text = std::fs::read_to_string(&file).unwrap();
-    let complete_prefix = &after_kill[..after_kill.iter().rposition(|&c| c == b'\n').map_or(0, |p| p + 1)];
+    let complete_prefix = &after_kill[..after_kill
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map_or(0, |p| p + 1)];
     assert!(
         text.as_bytes().starts_with(complete_prefix),
         "records written before the kill must be kept byte for byte"
@@ -180,8 +194,15 @@ fn sigkill_mid_run_then_resume() {
         }
         assert_ne!(rec.run, "infra");
     }
-    assert_eq!(keys.len(), total, "every (task, sample) stored exactly once");
-    assert_eq!(first_run, complete, "nothing from the first run was redone or lost");
+    assert_eq!(
+        keys.len(),
+        total,
+        "every (task, sample) stored exactly once"
+    );
+    assert_eq!(
+        first_run, complete,
+        "nothing from the first run was redone or lost"
+    );
     assert!(text.ends_with('\n'));
 
     // Run 3: nothing left to do, nothing appended.

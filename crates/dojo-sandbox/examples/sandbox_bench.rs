@@ -33,7 +33,18 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn sh(cmd: &str, cwd: &Path) {
-    let st = Command::new("bash").arg("-c").arg(cmd).current_dir(cwd).status().expect("bash");
+    // The pristine trees belong to the sandbox uid: trust them for the baseline's git.
+    let cfg = std::env::temp_dir().join("dojo-bench-gitconfig");
+    if !cfg.exists() {
+        std::fs::write(&cfg, "[safe]\n\tdirectory = *\n").unwrap();
+    }
+    let st = Command::new("bash")
+        .arg("-c")
+        .arg(cmd)
+        .current_dir(cwd)
+        .env("GIT_CONFIG_GLOBAL", &cfg)
+        .status()
+        .expect("bash");
     assert!(st.success(), "{cmd} failed");
 }
 

@@ -166,12 +166,7 @@ pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
             }
             true
         }
-        Mode::Fallback => {
-            if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
-                sys::fail(status, Step::Signals);
-            }
-            false
-        }
+        Mode::Fallback => false,
     };
 
     let sfd = sys::block_and_signalfd(&[
@@ -185,21 +180,32 @@ pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
         sys::fail(status, Step::Signals);
     }
 
-    // K: pid 1 of the command's pid namespace.
-    let mut k_pid: libc::pid_t = -1;
+    // K: pid 1 of the command's pid namespace, or (fallback) the subreaper that owns the
+    // command's whole process tree. Either way it dies — killing everything — when the death
+    // pipe reports that the supervisor I is gone (even by SIGKILL).
     let mut death = [-1 as Fd; 2];
-    if fresh_pid_ns {
-        if libc::pipe2(death.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            sys::fail(status, Step::Fork);
+    if libc::pipe2(death.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+        sys::fail(status, Step::Fork);
+    }
+    let k_pid = libc::fork();
+    if k_pid < 0 {
+        sys::fail(status, Step::Fork);
+    }
+    if k_pid == 0 {
+        if !fresh_pid_ns {
+            libc::close(sfd);
+            libc::close(life);
+            fallback_reaper(plan, death[0], death[1], status);
         }
-        k_pid = libc::fork();
-        if k_pid < 0 {
-            sys::fail(status, Step::Fork);
-        }
-        if k_pid == 0 {
-            mini_init(death[0], death[1], status);
-        }
-        libc::close(death[0]);
+        mini_init(death[0], death[1], status);
+    }
+    libc::close(death[0]);
+    if !fresh_pid_ns {
+        libc::close(0);
+        libc::close(1);
+        libc::close(2);
+        libc::close(status);
+        supervise_fallback(sfd, life, k_pid, death[1]);
     }
 
     // L: the command.
@@ -210,10 +216,8 @@ pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
     if l_pid == 0 {
         libc::close(sfd);
         libc::close(life);
-        if death[1] >= 0 {
-            libc::close(death[1]);
-        }
-        exec_command(plan, status, fresh_pid_ns);
+        libc::close(death[1]);
+        exec_command(plan, status, true);
     }
 
     // Supervisor I: let the pipes reach EOF once the command's processes are gone.
@@ -221,7 +225,96 @@ pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
     libc::close(1);
     libc::close(2);
     libc::close(status);
-    supervise(sfd, life, k_pid, l_pid, fresh_pid_ns)
+    supervise(sfd, life, k_pid, l_pid, true)
+}
+
+/// Fallback K: subreaper and parent of the command; on the command's exit, on TERM (forwarded)
+/// and when the supervisor dies, it signals every descendant — reparented `setsid` escapees
+/// included, since they land on us.
+unsafe fn fallback_reaper(plan: &ExecPlan, death_r: Fd, death_w: Fd, status: Fd) -> ! {
+    libc::close(death_w);
+    if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+        sys::fail(status, Step::Signals);
+    }
+    // The signal mask (TERM, CHLD... blocked) was inherited from I.
+    let sfd = sys::block_and_signalfd(&[libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
+    if sfd < 0 {
+        sys::fail(status, Step::Signals);
+    }
+    let l_pid = libc::fork();
+    if l_pid < 0 {
+        sys::fail(status, Step::Fork);
+    }
+    if l_pid == 0 {
+        libc::close(sfd);
+        libc::close(death_r);
+        exec_command(plan, status, false);
+    }
+    libc::close(0);
+    libc::close(1);
+    libc::close(2);
+    libc::close(status);
+    loop {
+        let mut p = [
+            libc::pollfd { fd: sfd, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: death_r, events: libc::POLLIN, revents: 0 },
+        ];
+        if libc::poll(p.as_mut_ptr(), 2, -1) < 0 {
+            continue;
+        }
+        if p[1].revents != 0 {
+            kill_all(-1, l_pid, false, libc::SIGKILL);
+            libc::_exit(137);
+        }
+        if p[0].revents == 0 {
+            continue;
+        }
+        let sig = sys::read_signal(sfd);
+        if sig == libc::SIGCHLD {
+            loop {
+                let mut st = 0;
+                let w = libc::waitpid(-1, &mut st, libc::WNOHANG);
+                if w <= 0 {
+                    break;
+                }
+                if w == l_pid {
+                    kill_all(-1, l_pid, false, libc::SIGKILL);
+                    sys::exit_like(st);
+                }
+            }
+        } else if sig > 0 {
+            kill_all(-1, l_pid, false, libc::SIGTERM);
+        }
+    }
+}
+
+/// Fallback I: forward TERM to K; exit like K; on the caller's death just go (K notices).
+unsafe fn supervise_fallback(sfd: Fd, life: Fd, k_pid: libc::pid_t, death_w: Fd) -> ! {
+    loop {
+        let mut p = [
+            libc::pollfd { fd: sfd, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: life, events: libc::POLLIN, revents: 0 },
+        ];
+        if libc::poll(p.as_mut_ptr(), 2, -1) < 0 {
+            continue;
+        }
+        if p[1].revents != 0 {
+            libc::close(death_w);
+            libc::_exit(137);
+        }
+        if p[0].revents == 0 {
+            continue;
+        }
+        let sig = sys::read_signal(sfd);
+        if sig == libc::SIGCHLD {
+            let mut st = 0;
+            if libc::waitpid(k_pid, &mut st, libc::WNOHANG) == k_pid {
+                sys::exit_like(st);
+            }
+        } else if sig > 0 && k_pid > 1 {
+            libc::kill(k_pid, libc::SIGTERM);
+        }
+    }
 }
 
 /// K: stays pid 1 so the namespace lives while the command runs; forwards TERM to everyone.

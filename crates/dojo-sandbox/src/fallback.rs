@@ -40,10 +40,14 @@ pub(crate) fn create(
     extra_env: &BTreeMap<String, String>,
 ) -> Result<FbSandbox> {
     let ws = dir.join("ws");
+    // The pristine tree belongs to the sandbox uid, not to us; the local transport drops `-c`
+    // settings for the upload side, so trust it through a private global config.
+    let cfg = dir.join("gitconfig");
+    std::fs::write(&cfg, "[safe]\n\tdirectory = *\n").map_err(io_err(&cfg))?;
     run(
         Command::new("git")
-            // The pristine tree belongs to the sandbox uid, not to us.
-            .args(["-c", "safe.directory=*", "clone", "-q", "--shared", "--no-checkout"])
+            .env("GIT_CONFIG_GLOBAL", &cfg)
+            .args(["clone", "-q", "--shared", "--no-checkout"])
             .arg(lower)
             .arg(&ws),
         "git clone --shared",

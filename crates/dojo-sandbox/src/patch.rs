@@ -180,8 +180,9 @@ IDX="$(mktemp /tmp/.dojo-index.XXXXXX)"
 trap 'rm -f "$IDX"' EXIT
 cp .git/index "$IDX" 2>/dev/null || rm -f "$IDX"
 export GIT_INDEX_FILE="$IDX"
-git add -A . >/dev/null
-git diff --cached --binary --no-color --no-ext-diff --no-renames dojo-base
+G="git -c core.checkStat=minimal -c core.trustctime=false"
+$G add -A . >/dev/null
+$G diff --cached --binary --no-color --no-ext-diff --no-renames dojo-base
 "#;
 
 #[cfg(test)]

@@ -86,7 +86,7 @@ pub const EXCLUDES: &str = "__pycache__/\n*.py[cod]\n*$py.class\n.pytest_cache/\
 pub const BASE_TAG: &str = "dojo-base";
 
 /// Bumped when the tree layout changes, so old entries are not reused.
-const LAYOUT_VERSION: &str = "pristine-v1";
+const LAYOUT_VERSION: &str = "pristine-v2";
 
 /// The Python used to precompile bytecode (world-readable, so the sandbox uid can run it).
 pub const DEFAULT_PYTHON: &str = "/usr/bin/python3.11";
@@ -373,5 +373,11 @@ fn init_repo(tree: &Path) -> std::result::Result<(), String> {
         "git commit",
     )?;
     run(&mut g(&["tag", BASE_TAG]), "git tag")?;
+    // Inside a sandbox the files are seen through overlayfs (another st_dev, other owners and
+    // ctimes): compare only mtime and size, or every `git status`/`git diff` would re-hash the
+    // whole tree (seconds on sympy).
+    for (k, v) in [("core.checkStat", "minimal"), ("core.trustctime", "false")] {
+        run(&mut g(&["config", k, v]), "git config")?;
+    }
     Ok(())
 }

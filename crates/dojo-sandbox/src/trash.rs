@@ -20,8 +20,35 @@ fn trash_dir_for(path: &Path) -> PathBuf {
 
 /// Move `path` to the trash and delete it in the background. Missing paths are ignored.
 pub fn discard(path: &Path) {
+    if let Some(d) = defer(path) {
+        d.delete();
+    }
+}
+
+/// A path already moved to the trash (counted by [`flush`]) whose deletion waits for something,
+/// e.g. a holder that still has it mounted. Deleted on [`Deferred::delete`] or drop.
+pub(crate) struct Deferred(Option<PathBuf>);
+
+impl Deferred {
+    pub(crate) fn delete(mut self) {
+        if let Some(p) = self.0.take() {
+            spawn_delete(p);
+        }
+    }
+}
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            spawn_delete(p);
+        }
+    }
+}
+
+/// Rename `path` into the trash now; delete it later.
+pub(crate) fn defer(path: &Path) -> Option<Deferred> {
     if !path.exists() {
-        return;
+        return None;
     }
     let trash = trash_dir_for(path);
     let _ = std::fs::create_dir_all(&trash);
@@ -38,11 +65,17 @@ pub fn discard(path: &Path) {
     } else {
         path.to_path_buf()
     };
-    delete_in_background(target);
+    *PENDING.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    Some(Deferred(Some(target)))
 }
 
 fn delete_in_background(p: PathBuf) {
     *PENDING.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    spawn_delete(p);
+}
+
+/// Delete on a background thread; the caller has already counted it in PENDING.
+fn spawn_delete(p: PathBuf) {
     std::thread::spawn(move || {
         remove_all(&p);
         let mut n = PENDING.lock().unwrap_or_else(|e| e.into_inner());

@@ -17,8 +17,9 @@ mod embedded {
 
 /// SWE-bench's `NON_TEST_EXTS`: test-patch files with these endings are not test directives.
 /// (`csv` has no dot upstream; kept as is.)
-pub const NON_TEST_EXTS: &[&str] =
-    &[".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml"];
+pub const NON_TEST_EXTS: &[&str] = &[
+    ".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml",
+];
 
 /// What gets appended to the test command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -124,7 +125,10 @@ pub fn patch_targets(patch: &str) -> Vec<String> {
     // the last " b/" after it, the rest of the line (a trailing "\r" included).
     patch
         .split('\n')
-        .filter_map(|l| l.find("diff --git a/").map(|i| &l[i + "diff --git a/".len()..]))
+        .filter_map(|l| {
+            l.find("diff --git a/")
+                .map(|i| &l[i + "diff --git a/".len()..])
+        })
         .filter_map(|rest| rest.rsplit_once(" b/").map(|(_, b)| b.to_string()))
         .collect()
 }
@@ -185,7 +189,10 @@ impl EnvRegistry {
     }
 
     pub fn add_dir(&mut self, dir: &Path) -> Result<(), TaskError> {
-        let io = |e: std::io::Error| TaskError::Io { path: dir.display().to_string(), source: e };
+        let io = |e: std::io::Error| TaskError::Io {
+            path: dir.display().to_string(),
+            source: e,
+        };
         let mut stack = vec![dir.to_path_buf()];
         let mut files = Vec::new();
         while let Some(d) = stack.pop() {
@@ -200,8 +207,10 @@ impl EnvRegistry {
         }
         files.sort();
         for p in files {
-            let text = std::fs::read_to_string(&p)
-                .map_err(|e| TaskError::Io { path: p.display().to_string(), source: e })?;
+            let text = std::fs::read_to_string(&p).map_err(|e| TaskError::Io {
+                path: p.display().to_string(),
+                source: e,
+            })?;
             self.add_text(&p.display().to_string(), &text)?;
         }
         Ok(())
@@ -209,10 +218,15 @@ impl EnvRegistry {
 
     /// Add one file's text; `origin` names it in errors.
     pub fn add_text(&mut self, origin: &str, text: &str) -> Result<(), TaskError> {
-        let f: EnvFile = toml::from_str(text)
-            .map_err(|e| TaskError::Env { origin: origin.to_string(), reason: e.to_string() })?;
+        let f: EnvFile = toml::from_str(text).map_err(|e| TaskError::Env {
+            origin: origin.to_string(),
+            reason: e.to_string(),
+        })?;
         let check = |t: &Table, where_: &str| -> Result<(), TaskError> {
-            check_table(t).map_err(|reason| TaskError::Env { origin: origin.to_string(), reason: format!("{where_}: {reason}") })
+            check_table(t).map_err(|reason| TaskError::Env {
+                origin: origin.to_string(),
+                reason: format!("{where_}: {reason}"),
+            })
         };
         check(&f.default, "[default]")?;
         for (v, t) in &f.versions {
@@ -246,7 +260,10 @@ impl EnvRegistry {
             }
             None if task.env.is_some() => origin.push_str("(task env only)"),
             None => {
-                return Err(TaskError::NoEnv { instance_id: task.instance_id.clone(), repo: task.repo.clone() });
+                return Err(TaskError::NoEnv {
+                    instance_id: task.instance_id.clone(),
+                    repo: task.repo.clone(),
+                });
             }
         }
         if let Some(o) = &task.env {
@@ -266,18 +283,34 @@ impl EnvRegistry {
             version: task.version.clone(),
             spec: EnvSpec {
                 python: pick(|t| t.python.clone()).unwrap_or_else(|| "3.11".into()),
-                requirements: layers.iter().rev().find_map(|t| t.requirements.clone()).unwrap_or_default(),
-                install: layers.iter().rev().find_map(|t| t.install.clone()).unwrap_or_default(),
+                requirements: layers
+                    .iter()
+                    .rev()
+                    .find_map(|t| t.requirements.clone())
+                    .unwrap_or_default(),
+                install: layers
+                    .iter()
+                    .rev()
+                    .find_map(|t| t.install.clone())
+                    .unwrap_or_default(),
                 editable: layers.iter().rev().find_map(|t| t.editable).unwrap_or(true),
             },
             test_cmd: pick(|t| t.test_cmd.clone()).unwrap_or_else(|| "pytest -rA".into()),
             log_parser: pick(|t| t.log_parser.clone()).unwrap_or_else(|| "pytest".into()),
-            timeout_s: layers.iter().rev().find_map(|t| t.timeout_s).unwrap_or(1800),
+            timeout_s: layers
+                .iter()
+                .rev()
+                .find_map(|t| t.timeout_s)
+                .unwrap_or(1800),
             directives: pick(|t| t.test_directives.clone())
                 .and_then(|d| Directives::parse(&d))
                 .unwrap_or(Directives::Files),
             eval_type: pick(|t| t.eval_type.clone()).unwrap_or_else(|| "pass_and_fail".into()),
-            env: layers.iter().rev().find_map(|t| t.env.clone()).unwrap_or_default(),
+            env: layers
+                .iter()
+                .rev()
+                .find_map(|t| t.env.clone())
+                .unwrap_or_default(),
             origin,
         };
         if let Some(script) = &task.eval_script {
@@ -305,16 +338,22 @@ fn check_table(t: &Table) -> Result<(), String> {
     if let Some(d) = &t.test_directives
         && Directives::parse(d).is_none()
     {
-        return Err(format!("test_directives = {d:?} (expected \"files\", \"django\" or \"none\")"));
+        return Err(format!(
+            "test_directives = {d:?} (expected \"files\", \"django\" or \"none\")"
+        ));
     }
     if let Some(e) = &t.eval_type
         && e != "pass_and_fail"
         && e != "fail_only"
     {
-        return Err(format!("eval_type = {e:?} (expected \"pass_and_fail\" or \"fail_only\")"));
+        return Err(format!(
+            "eval_type = {e:?} (expected \"pass_and_fail\" or \"fail_only\")"
+        ));
     }
     if let Some(p) = &t.python
-        && !p.split('.').all(|x| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()))
+        && !p
+            .split('.')
+            .all(|x| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()))
     {
         return Err(format!("python = {p:?} is not a version like \"3.11\""));
     }
@@ -331,7 +370,11 @@ mod tests {
     use serde_json::json;
 
     fn task(v: serde_json::Value) -> Task {
-        let loc = Location { file: "x".into(), unit: "line", index: 1 };
+        let loc = Location {
+            file: "x".into(),
+            unit: "line",
+            index: 1,
+        };
         Task::from_row(v.as_object().cloned().unwrap(), &loc).unwrap()
     }
 
@@ -348,9 +391,11 @@ mod tests {
         ] {
             assert!(reg.has_repo(r), "{r} missing from embedded envs");
         }
-        let t = task(json!({"instance_id":"pydicom__pydicom-1","repo":"pydicom/pydicom","base_commit":"c",
+        let t = task(
+            json!({"instance_id":"pydicom__pydicom-1","repo":"pydicom/pydicom","base_commit":"c",
             "patch":"p","version":"2.3",
-            "test_patch":"diff --git a/pydicom/tests/test_x.py b/pydicom/tests/test_x.py\n--- a/x\ndiff --git a/data/a.json b/data/a.json\n"}));
+            "test_patch":"diff --git a/pydicom/tests/test_x.py b/pydicom/tests/test_x.py\n--- a/x\ndiff --git a/data/a.json b/data/a.json\n"}),
+        );
         let env = reg.resolve(&t).unwrap();
         assert_eq!(env.spec.python, "3.10");
         assert_eq!(env.log_parser, "pydicom");
@@ -372,9 +417,11 @@ python = "3.12"
 "#,
         )
         .unwrap();
-        let t = task(json!({"instance_id":"a","repo":"a/b","base_commit":"c","patch":"p","version":"2.0",
+        let t = task(
+            json!({"instance_id":"a","repo":"a/b","base_commit":"c","patch":"p","version":"2.0",
             "env":{"timeout_s":5},
-            "eval_script":"x\n: '>>>>> Start Test Output'\npytest -rA t/test_a.py\n: '>>>>> End Test Output'\n"}));
+            "eval_script":"x\n: '>>>>> Start Test Output'\npytest -rA t/test_a.py\n: '>>>>> End Test Output'\n"}),
+        );
         let env = reg.resolve(&t).unwrap();
         assert_eq!(env.spec.python, "3.12");
         assert_eq!(env.spec.requirements, ["pytest==8.3.3"]);
@@ -387,19 +434,31 @@ python = "3.12"
     #[test]
     fn bad_env_files_are_rejected_with_origin() {
         let mut reg = EnvRegistry::default();
-        let e = reg.add_text("bad.toml", "repo = \"a/b\"\n[default]\npyhton = \"3.11\"\n").unwrap_err().to_string();
-        assert!(e.contains("bad.toml") && e.contains("pyhton"), "{e}");
         let e = reg
-            .add_text("bad2.toml", "repo = \"a/b\"\n[versions.\"1\"]\ntest_directives = \"all\"\n")
+            .add_text("bad.toml", "repo = \"a/b\"\n[default]\npyhton = \"3.11\"\n")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("versions") && e.contains("test_directives"), "{e}");
+        assert!(e.contains("bad.toml") && e.contains("pyhton"), "{e}");
+        let e = reg
+            .add_text(
+                "bad2.toml",
+                "repo = \"a/b\"\n[versions.\"1\"]\ntest_directives = \"all\"\n",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("versions") && e.contains("test_directives"),
+            "{e}"
+        );
     }
 
     #[test]
     fn directives_match_swebench() {
         let p = "diff --git a/tests/forms/test_a.py b/tests/forms/test_a.py\ndiff --git a/README.md b/README.md\ndiff --git a/x.csv b/x.csv\n";
-        assert_eq!(test_directives(p, Directives::Files), ["tests/forms/test_a.py"]);
+        assert_eq!(
+            test_directives(p, Directives::Files),
+            ["tests/forms/test_a.py"]
+        );
         assert_eq!(test_directives(p, Directives::Django), ["forms.test_a"]);
     }
 }

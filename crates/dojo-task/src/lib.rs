@@ -22,10 +22,13 @@ mod parquet;
 mod prepare;
 
 pub use env::{
-    Directives, EnvRegistry, NON_TEST_EXTS, RepoEnv, eval_script_test_cmd, patch_targets, test_directives,
+    Directives, EnvRegistry, NON_TEST_EXTS, RepoEnv, eval_script_test_cmd, patch_targets,
+    test_directives,
 };
 pub use load::{LoadReport, load_tasks, read_rows, read_tasks};
-pub use model::{EnvOverride, GRADING_FIELDS, Location, REQUIRED_FIELDS, SdistSource, Task, TaskSource};
+pub use model::{
+    EnvOverride, GRADING_FIELDS, Location, REQUIRED_FIELDS, SdistSource, Task, TaskSource,
+};
 pub use prepare::{PrepareOptions, PreparedTask, apply_in_dir, prepare, sdist_tree, task_source};
 
 /// Errors of task loading and environment resolution. Each names where the problem is.
@@ -40,13 +43,27 @@ pub enum TaskError {
     #[error("{location}: {reason}")]
     Parse { location: String, reason: String },
     #[error("{location}: instance {instance_id}: field {field}: {reason}")]
-    Invalid { location: String, instance_id: String, field: String, reason: String },
+    Invalid {
+        location: String,
+        instance_id: String,
+        field: String,
+        reason: String,
+    },
     #[error("instance {instance_id} appears more than once ({locations})")]
-    Duplicate { instance_id: String, locations: String },
+    Duplicate {
+        instance_id: String,
+        locations: String,
+    },
     #[error("environment spec {origin}: {reason}")]
     Env { origin: String, reason: String },
-    #[error("instance {instance_id}: no environment spec for repo {repo} (embedded envs/ or --envs DIR), and the task has no `env`")]
+    #[error(
+        "instance {instance_id}: no environment spec for repo {repo} (embedded envs/ or --envs DIR), and the task has no `env`"
+    )]
     NoEnv { instance_id: String, repo: String },
     #[error("instance {instance_id}: preparing ({step}) failed: {reason}")]
-    Prepare { instance_id: String, step: String, reason: String },
+    Prepare {
+        instance_id: String,
+        step: String,
+        reason: String,
+    },
 }

@@ -24,12 +24,17 @@ pub struct LoadReport {
 /// Read every row, collecting invalid ones instead of stopping (for `dojo tasks check`).
 pub fn read_tasks(path: &Path) -> Result<LoadReport, TaskError> {
     let rows = read_rows(path)?;
-    let mut rep = LoadReport { rows: rows.len(), ..Default::default() };
+    let mut rep = LoadReport {
+        rows: rows.len(),
+        ..Default::default()
+    };
     let mut seen: HashMap<String, Vec<String>> = HashMap::new();
     for (loc, row) in rows {
         match row.and_then(|r| Task::from_row(r, &loc)) {
             Ok(t) => {
-                seen.entry(t.instance_id.clone()).or_default().push(loc.to_string());
+                seen.entry(t.instance_id.clone())
+                    .or_default()
+                    .push(loc.to_string());
                 rep.tasks.push(t);
             }
             Err(e) => rep.errors.push(e),
@@ -46,7 +51,10 @@ pub fn load_tasks(path: &Path) -> Result<Vec<Task>, TaskError> {
         return Err(e);
     }
     if let Some((id, locs)) = rep.duplicates.into_iter().next() {
-        return Err(TaskError::Duplicate { instance_id: id, locations: locs.join(", ") });
+        return Err(TaskError::Duplicate {
+            instance_id: id,
+            locations: locs.join(", "),
+        });
     }
     Ok(rep.tasks)
 }
@@ -73,19 +81,36 @@ fn json_kind(v: &Value) -> &'static str {
 /// The raw rows of a file, each with its location; row-level parse errors are kept per row.
 pub fn read_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
     let file = path.display().to_string();
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-    let io = |e: std::io::Error| TaskError::Io { path: file.clone(), source: e };
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let io = |e: std::io::Error| TaskError::Io {
+        path: file.clone(),
+        source: e,
+    };
     match ext.as_str() {
         "jsonl" | "ndjson" => {
             let f = File::open(path).map_err(io)?;
             let mut out = Vec::new();
             for (i, line) in BufReader::new(f).split(b'\n').enumerate() {
                 let line = line.map_err(io)?;
-                let loc = Location { file: file.clone(), unit: "line", index: i + 1 };
+                let loc = Location {
+                    file: file.clone(),
+                    unit: "line",
+                    index: i + 1,
+                };
                 let text = match String::from_utf8(line) {
                     Ok(t) => t,
                     Err(_) => {
-                        out.push((loc.clone(), Err(TaskError::Parse { location: loc.to_string(), reason: "not UTF-8".into() })));
+                        out.push((
+                            loc.clone(),
+                            Err(TaskError::Parse {
+                                location: loc.to_string(),
+                                reason: "not UTF-8".into(),
+                            }),
+                        ));
                         continue;
                     }
                 };
@@ -95,7 +120,10 @@ pub fn read_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
                 let row = match serde_json::from_str::<Value>(&text) {
                     Ok(Value::Object(m)) => Ok(m),
                     Ok(v) => Err(not_object(&loc, &v)),
-                    Err(e) => Err(TaskError::Parse { location: loc.to_string(), reason: e.to_string() }),
+                    Err(e) => Err(TaskError::Parse {
+                        location: loc.to_string(),
+                        reason: e.to_string(),
+                    }),
                 };
                 out.push((loc, row));
             }
@@ -103,18 +131,29 @@ pub fn read_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
         }
         "json" => {
             let text = std::fs::read_to_string(path).map_err(io)?;
-            let v: Value = serde_json::from_str(&text)
-                .map_err(|e| TaskError::Parse { location: format!("{file} line {}", e.line()), reason: e.to_string() })?;
+            let v: Value = serde_json::from_str(&text).map_err(|e| TaskError::Parse {
+                location: format!("{file} line {}", e.line()),
+                reason: e.to_string(),
+            })?;
             let items = match v {
                 Value::Array(a) => a,
                 Value::Object(m) => vec![Value::Object(m)],
-                _ => return Err(TaskError::Parse { location: file, reason: "expected an array of instances or one instance".into() }),
+                _ => {
+                    return Err(TaskError::Parse {
+                        location: file,
+                        reason: "expected an array of instances or one instance".into(),
+                    });
+                }
             };
             Ok(items
                 .into_iter()
                 .enumerate()
                 .map(|(i, v)| {
-                    let loc = Location { file: file.clone(), unit: "item", index: i + 1 };
+                    let loc = Location {
+                        file: file.clone(),
+                        unit: "item",
+                        index: i + 1,
+                    };
                     let row = match v {
                         Value::Object(m) => Ok(m),
                         other => Err(not_object(&loc, &other)),
@@ -126,7 +165,9 @@ pub fn read_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
         "parquet" => crate::parquet::read_parquet_rows(path),
         other => Err(TaskError::Parse {
             location: file,
-            reason: format!("unknown task file extension {other:?} (expected .jsonl, .json or .parquet)"),
+            reason: format!(
+                "unknown task file extension {other:?} (expected .jsonl, .json or .parquet)"
+            ),
         }),
     }
 }
@@ -154,8 +195,14 @@ mod tests {
         let errs: Vec<String> = rep.errors.iter().map(ToString::to_string).collect();
         assert_eq!(errs.len(), 3, "{errs:?}");
         assert!(errs[0].contains("t.jsonl line 2"), "{errs:?}");
-        assert!(errs[1].contains("line 4") && errs[1].contains("array"), "{errs:?}");
-        assert!(errs[2].contains("line 6") && errs[2].contains("UTF-8"), "{errs:?}");
+        assert!(
+            errs[1].contains("line 4") && errs[1].contains("array"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[2].contains("line 6") && errs[2].contains("UTF-8"),
+            "{errs:?}"
+        );
         assert_eq!(rep.duplicates["a-1"].len(), 2);
         let e = load_tasks(&p).unwrap_err().to_string();
         assert!(e.contains("line 2"), "{e}");
@@ -165,10 +212,19 @@ mod tests {
     fn json_single_object_and_unknown_extension() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("one.json");
-        std::fs::write(&p, r#"{"instance_id":"a-1","repo":"a/a","base_commit":"c","patch":"p"}"#).unwrap();
+        std::fs::write(
+            &p,
+            r#"{"instance_id":"a-1","repo":"a/a","base_commit":"c","patch":"p"}"#,
+        )
+        .unwrap();
         assert_eq!(load_tasks(&p).unwrap().len(), 1);
         let q = dir.path().join("t.csv");
         std::fs::write(&q, "x").unwrap();
-        assert!(load_tasks(&q).unwrap_err().to_string().contains("extension"));
+        assert!(
+            load_tasks(&q)
+                .unwrap_err()
+                .to_string()
+                .contains("extension")
+        );
     }
 }

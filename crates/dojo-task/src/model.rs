@@ -141,7 +141,11 @@ fn req_str(ctx: &Ctx, row: &Map<String, Value>, field: &str) -> Result<String, T
 }
 
 /// A list of test ids: a JSON array of strings, or a string holding one (SWE-bench's encoding).
-fn test_list(ctx: &Ctx, row: &Map<String, Value>, field: &str) -> Result<Option<Vec<String>>, TaskError> {
+fn test_list(
+    ctx: &Ctx,
+    row: &Map<String, Value>,
+    field: &str,
+) -> Result<Option<Vec<String>>, TaskError> {
     let v = match row.get(field) {
         None | Some(Value::Null) => return Ok(None),
         Some(v) => v,
@@ -150,14 +154,18 @@ fn test_list(ctx: &Ctx, row: &Map<String, Value>, field: &str) -> Result<Option<
     let arr = match v {
         Value::Array(a) => a,
         Value::String(s) => {
-            decoded = serde_json::from_str::<Value>(s)
-                .map_err(|e| ctx.err(field, format!("string is not a JSON list of test ids: {e}")))?;
+            decoded = serde_json::from_str::<Value>(s).map_err(|e| {
+                ctx.err(field, format!("string is not a JSON list of test ids: {e}"))
+            })?;
             match &decoded {
                 Value::Array(a) => a,
                 other => {
                     return Err(ctx.err(
                         field,
-                        format!("string decodes to {}, expected a list of test ids", type_name(other)),
+                        format!(
+                            "string decodes to {}, expected a list of test ids",
+                            type_name(other)
+                        ),
                     ));
                 }
             }
@@ -165,7 +173,10 @@ fn test_list(ctx: &Ctx, row: &Map<String, Value>, field: &str) -> Result<Option<
         other => {
             return Err(ctx.err(
                 field,
-                format!("expected a list of test ids (array or JSON string), found {}", type_name(other)),
+                format!(
+                    "expected a list of test ids (array or JSON string), found {}",
+                    type_name(other)
+                ),
             ));
         }
     };
@@ -174,7 +185,10 @@ fn test_list(ctx: &Ctx, row: &Map<String, Value>, field: &str) -> Result<Option<
         match item {
             Value::String(s) => out.push(s.clone()),
             other => {
-                return Err(ctx.err(field, format!("item {i} is {}, expected a string", type_name(other))));
+                return Err(ctx.err(
+                    field,
+                    format!("item {i} is {}, expected a string", type_name(other)),
+                ));
             }
         }
     }
@@ -186,9 +200,12 @@ fn parse_source(ctx: &Ctx, row: &Map<String, Value>) -> Result<Option<TaskSource
         None | Some(Value::Null) => return Ok(None),
         Some(v) => v,
     };
-    let obj = v
-        .as_object()
-        .ok_or_else(|| ctx.err("source", format!("expected an object, found {}", type_name(v))))?;
+    let obj = v.as_object().ok_or_else(|| {
+        ctx.err(
+            "source",
+            format!("expected an object, found {}", type_name(v)),
+        )
+    })?;
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
     match kind {
         "sdist" => {
@@ -197,17 +214,32 @@ fn parse_source(ctx: &Ctx, row: &Map<String, Value>) -> Result<Option<TaskSource
             let s: SdistSource = serde_json::from_value(Value::Object(rest))
                 .map_err(|e| ctx.err("source", e.to_string()))?;
             if s.sha256.len() != 64 || !s.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(ctx.err("source.sha256", format!("{:?} is not a hex sha256", s.sha256)));
+                return Err(ctx.err(
+                    "source.sha256",
+                    format!("{:?} is not a hex sha256", s.sha256),
+                ));
             }
-            if !(s.url.starts_with("https://") || s.url.starts_with("http://") || s.url.starts_with("file://")) {
-                return Err(ctx.err("source.url", format!("{:?} is not an http(s) or file URL", s.url)));
+            if !(s.url.starts_with("https://")
+                || s.url.starts_with("http://")
+                || s.url.starts_with("file://"))
+            {
+                return Err(ctx.err(
+                    "source.url",
+                    format!("{:?} is not an http(s) or file URL", s.url),
+                ));
             }
             if s.filename.is_empty() || s.filename.contains('/') {
-                return Err(ctx.err("source.filename", format!("{:?} is not a plain file name", s.filename)));
+                return Err(ctx.err(
+                    "source.filename",
+                    format!("{:?} is not a plain file name", s.filename),
+                ));
             }
             Ok(Some(TaskSource::Sdist(s)))
         }
-        other => Err(ctx.err("source.kind", format!("unknown source kind {other:?} (known: \"sdist\")"))),
+        other => Err(ctx.err(
+            "source.kind",
+            format!("unknown source kind {other:?} (known: \"sdist\")"),
+        )),
     }
 }
 
@@ -230,7 +262,10 @@ fn rebench_override(ctx: &Ctx, row: &Map<String, Value>) -> Result<Option<EnvOve
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map(Some),
-            Some(v) => Err(ctx.err(&format!("install_config.{k}"), format!("unexpected {}", type_name(v)))),
+            Some(v) => Err(ctx.err(
+                &format!("install_config.{k}"),
+                format!("unexpected {}", type_name(v)),
+            )),
         }
     };
     Ok(Some(EnvOverride {
@@ -255,7 +290,12 @@ impl Task {
         let base_commit = match (opt_str(&ctx, &row, "base_commit")?, &source) {
             (Some(c), _) if !c.is_empty() => c,
             (_, Some(TaskSource::Sdist(s))) => s.sha256.clone(),
-            (_, None) => return Err(ctx.err("base_commit", "is missing (required unless `source` is given)")),
+            (_, None) => {
+                return Err(ctx.err(
+                    "base_commit",
+                    "is missing (required unless `source` is given)",
+                ));
+            }
         };
         let s = |f: &str| opt_str(&ctx, &row, f).map(Option::unwrap_or_default);
         let image = match opt_str(&ctx, &row, "image")? {
@@ -265,7 +305,8 @@ impl Task {
         let env = match row.get("env") {
             None | Some(Value::Null) => rebench_override(&ctx, &row)?,
             Some(v) => Some(
-                serde_json::from_value::<EnvOverride>(v.clone()).map_err(|e| ctx.err("env", e.to_string()))?,
+                serde_json::from_value::<EnvOverride>(v.clone())
+                    .map_err(|e| ctx.err("env", e.to_string()))?,
             ),
         };
         let eval_type = opt_str(&ctx, &row, "eval_type")?;
@@ -273,7 +314,10 @@ impl Task {
             && t != "pass_and_fail"
             && t != "fail_only"
         {
-            return Err(ctx.err("eval_type", format!("{t:?} is not pass_and_fail or fail_only")));
+            return Err(ctx.err(
+                "eval_type",
+                format!("{t:?} is not pass_and_fail or fail_only"),
+            ));
         }
         let log_parser = match opt_str(&ctx, &row, "log_parser")? {
             Some(p) => Some(p),
@@ -331,7 +375,11 @@ impl Task {
         for (field, list) in [("FAIL_TO_PASS", f2p), ("PASS_TO_PASS", p2p)] {
             let as_array = matches!(row.get(field), Some(Value::Array(_)));
             let arr = Value::Array(list.iter().cloned().map(Value::String).collect());
-            let v = if as_array { arr } else { Value::String(arr.to_string()) };
+            let v = if as_array {
+                arr
+            } else {
+                Value::String(arr.to_string())
+            };
             row.insert(field.to_string(), v);
         }
         row
@@ -344,7 +392,11 @@ mod tests {
     use serde_json::json;
 
     fn loc() -> Location {
-        Location { file: "t.jsonl".into(), unit: "line", index: 3 }
+        Location {
+            file: "t.jsonl".into(),
+            unit: "line",
+            index: 3,
+        }
     }
 
     fn row(v: Value) -> Map<String, Value> {
@@ -354,8 +406,10 @@ mod tests {
     #[test]
     fn lists_as_strings_or_arrays() {
         let a = Task::from_row(
-            row(json!({"instance_id":"a__b-1","repo":"a/b","base_commit":"c","patch":"p",
-                        "FAIL_TO_PASS":"[\"t1\"]","PASS_TO_PASS":["t2","t3"]})),
+            row(
+                json!({"instance_id":"a__b-1","repo":"a/b","base_commit":"c","patch":"p",
+                        "FAIL_TO_PASS":"[\"t1\"]","PASS_TO_PASS":["t2","t3"]}),
+            ),
             &loc(),
         )
         .unwrap();
@@ -369,8 +423,10 @@ mod tests {
     #[test]
     fn errors_name_location_instance_and_field() {
         let e = Task::from_row(
-            row(json!({"instance_id":"a__b-1","repo":"a/b","base_commit":"c","patch":"p",
-                        "FAIL_TO_PASS":"not json"})),
+            row(
+                json!({"instance_id":"a__b-1","repo":"a/b","base_commit":"c","patch":"p",
+                        "FAIL_TO_PASS":"not json"}),
+            ),
             &loc(),
         )
         .unwrap_err()
@@ -378,7 +434,9 @@ mod tests {
         assert!(e.contains("t.jsonl line 3"), "{e}");
         assert!(e.contains("a__b-1"), "{e}");
         assert!(e.contains("FAIL_TO_PASS"), "{e}");
-        let e = Task::from_row(row(json!({"repo":"a/b"})), &loc()).unwrap_err().to_string();
+        let e = Task::from_row(row(json!({"repo":"a/b"})), &loc())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("instance_id") && e.contains("missing"), "{e}");
         let e = Task::from_row(
             row(json!({"instance_id":"x","repo":"a/b","patch":"p","PASS_TO_PASS":[1]})),

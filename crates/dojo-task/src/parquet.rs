@@ -5,7 +5,10 @@ use std::fs::File;
 use std::path::Path;
 
 use arrow::array::{Array, ArrayRef, AsArray};
-use arrow::datatypes::{DataType, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type, Float32Type, Float64Type};
+use arrow::datatypes::{
+    DataType, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type,
+    UInt16Type, UInt32Type, UInt64Type,
+};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::{Map, Number, Value};
 
@@ -16,8 +19,14 @@ type Row = (Location, Result<Map<String, Value>, TaskError>);
 
 pub(crate) fn read_parquet_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
     let file = path.display().to_string();
-    let perr = |e: &dyn std::fmt::Display| TaskError::Parse { location: file.clone(), reason: format!("parquet: {e}") };
-    let f = File::open(path).map_err(|e| TaskError::Io { path: file.clone(), source: e })?;
+    let perr = |e: &dyn std::fmt::Display| TaskError::Parse {
+        location: file.clone(),
+        reason: format!("parquet: {e}"),
+    };
+    let f = File::open(path).map_err(|e| TaskError::Io {
+        path: file.clone(),
+        source: e,
+    })?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(f)
         .map_err(|e| perr(&e))?
         .build()
@@ -27,7 +36,11 @@ pub(crate) fn read_parquet_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
         let batch = batch.map_err(|e| perr(&e))?;
         let schema = batch.schema();
         for r in 0..batch.num_rows() {
-            let loc = Location { file: file.clone(), unit: "row", index: out.len() + 1 };
+            let loc = Location {
+                file: file.clone(),
+                unit: "row",
+                index: out.len() + 1,
+            };
             let mut row = Map::new();
             let mut bad = None;
             for (c, field) in schema.fields().iter().enumerate() {
@@ -38,7 +51,11 @@ pub(crate) fn read_parquet_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
                     Err(reason) => {
                         bad = Some(TaskError::Invalid {
                             location: loc.to_string(),
-                            instance_id: row.get("instance_id").and_then(Value::as_str).unwrap_or("?").to_string(),
+                            instance_id: row
+                                .get("instance_id")
+                                .and_then(Value::as_str)
+                                .unwrap_or("?")
+                                .to_string(),
                             field: field.name().clone(),
                             reason,
                         });
@@ -88,13 +105,17 @@ fn cell(col: &ArrayRef, r: usize) -> Result<Value, String> {
             Value::Object(m)
         }
         _ => {
-            let fmt = arrow::util::display::ArrayFormatter::try_new(col.as_ref(), &Default::default())
-                .map_err(|e| format!("unsupported column type {}: {e}", col.data_type()))?;
+            let fmt =
+                arrow::util::display::ArrayFormatter::try_new(col.as_ref(), &Default::default())
+                    .map_err(|e| format!("unsupported column type {}: {e}", col.data_type()))?;
             Value::String(fmt.value(r).to_string())
         }
     })
 }
 
 fn list(items: &ArrayRef) -> Result<Value, String> {
-    (0..items.len()).map(|i| cell(items, i)).collect::<Result<Vec<_>, _>>().map(Value::Array)
+    (0..items.len())
+        .map(|i| cell(items, i))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Value::Array)
 }

@@ -31,16 +31,30 @@ pub struct PreparedTask {
 
 /// Build (or find in `$DOJO_HOME`) the pristine tree and the Python environment of `task`.
 /// Blocking (downloads, unpacking, `uv`): call it from `spawn_blocking` in async code.
-pub fn prepare(task: &Task, env: &crate::RepoEnv, opts: &PrepareOptions) -> Result<PreparedTask, TaskError> {
+pub fn prepare(
+    task: &Task,
+    env: &crate::RepoEnv,
+    opts: &PrepareOptions,
+) -> Result<PreparedTask, TaskError> {
     let source = task_source(task, opts)?;
     let store = PristineStore::open().map_err(|e| err(task, "pristine", e.to_string()))?;
-    let pristine = store.build(&source).map_err(|e| err(task, "pristine", e.to_string()))?;
-    let venv = PythonEnv::build(&env.spec, Some(&pristine)).map_err(|e| err(task, "environment", e.to_string()))?;
-    Ok(PreparedTask { pristine, env: venv })
+    let pristine = store
+        .build(&source)
+        .map_err(|e| err(task, "pristine", e.to_string()))?;
+    let venv = PythonEnv::build(&env.spec, Some(&pristine))
+        .map_err(|e| err(task, "environment", e.to_string()))?;
+    Ok(PreparedTask {
+        pristine,
+        env: venv,
+    })
 }
 
 fn err(task: &Task, step: &str, reason: impl Into<String>) -> TaskError {
-    TaskError::Prepare { instance_id: task.instance_id.clone(), step: step.to_string(), reason: reason.into() }
+    TaskError::Prepare {
+        instance_id: task.instance_id.clone(),
+        step: step.to_string(),
+        reason: reason.into(),
+    }
 }
 
 /// The source of `task`'s pristine tree; for sdists this downloads (once) and builds the
@@ -63,11 +77,21 @@ pub fn task_source(task: &Task, opts: &PrepareOptions) -> Result<Source, TaskErr
     };
     let name = task.repo.rsplit('/').next().unwrap_or(&task.repo);
     let candidates = [root.join(task.repo.replace('/', "__")), root.join(name)];
-    let repo = candidates
-        .iter()
-        .find(|p| p.exists())
-        .ok_or_else(|| err(task, "source", format!("no repository at {} or {}", candidates[0].display(), candidates[1].display())))?;
-    Ok(Source::Git { repo: repo.clone(), commit: task.base_commit.clone() })
+    let repo = candidates.iter().find(|p| p.exists()).ok_or_else(|| {
+        err(
+            task,
+            "source",
+            format!(
+                "no repository at {} or {}",
+                candidates[0].display(),
+                candidates[1].display()
+            ),
+        )
+    })?;
+    Ok(Source::Git {
+        repo: repo.clone(),
+        commit: task.base_commit.clone(),
+    })
 }
 
 /// Download the sdist, unpack it, strip its top directory and apply the bug patch, once per
@@ -78,12 +102,16 @@ pub fn sdist_tree(cache: &Cache, task: &Task, s: &SdistSource) -> Result<PathBuf
         .map_err(|e| err(task, "download", e.to_string()))?;
     let key = dojo_cache::sha256_hex(format!("sdist-tree-v1\0{}\0{}", s.sha256, s.bug_patch));
     cache
-        .get_or_build("task-src", &key, |tmp| build_tree(&archive, &s.filename, &s.bug_patch, tmp))
+        .get_or_build("task-src", &key, |tmp| {
+            build_tree(&archive, &s.filename, &s.bug_patch, tmp)
+        })
         .map_err(|e| err(task, "unpack", e.to_string()))
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
-    let out = cmd.output().map_err(|e| format!("{what}: cannot start: {e}"))?;
+    let out = cmd
+        .output()
+        .map_err(|e| format!("{what}: cannot start: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
@@ -100,10 +128,25 @@ fn build_tree(archive: &Path, filename: &str, bug_patch: &str, dest: &Path) -> R
     let unpack = dest.join(".dojo-unpack");
     std::fs::create_dir_all(&unpack).map_err(|e| e.to_string())?;
     if filename.ends_with(".zip") || filename.ends_with(".whl") {
-        run(Command::new("unzip").arg("-q").arg(archive).arg("-d").arg(&unpack), "unzip")?;
+        run(
+            Command::new("unzip")
+                .arg("-q")
+                .arg(archive)
+                .arg("-d")
+                .arg(&unpack),
+            "unzip",
+        )?;
     } else {
         // tar detects gzip/bzip2/xz itself.
-        run(Command::new("tar").arg("-xf").arg(archive).arg("-C").arg(&unpack).arg("--no-same-owner"), "tar")?;
+        run(
+            Command::new("tar")
+                .arg("-xf")
+                .arg(archive)
+                .arg("-C")
+                .arg(&unpack)
+                .arg("--no-same-owner"),
+            "tar",
+        )?;
     }
     let entries: Vec<PathBuf> = std::fs::read_dir(&unpack)
         .map_err(|e| e.to_string())?
@@ -120,7 +163,8 @@ fn build_tree(archive: &Path, filename: &str, bug_patch: &str, dest: &Path) -> R
     }
     std::fs::remove_dir_all(&unpack).map_err(|e| e.to_string())?;
     if !bug_patch.trim().is_empty() {
-        apply_in_dir(dest, bug_patch).map_err(|e| format!("bug_patch does not apply to the sdist: {e}"))?;
+        apply_in_dir(dest, bug_patch)
+            .map_err(|e| format!("bug_patch does not apply to the sdist: {e}"))?;
     }
     Ok(())
 }
@@ -137,7 +181,10 @@ pub fn apply_in_dir(dir: &Path, patch: &str) -> Result<(), String> {
     let had_git = dir.join(".git").exists();
     let res = (|| {
         if !had_git {
-            run(Command::new("git").arg("init").arg("-q").current_dir(dir), "git init")?;
+            run(
+                Command::new("git").arg("init").arg("-q").current_dir(dir),
+                "git init",
+            )?;
         }
         run(
             Command::new("git")
@@ -168,7 +215,16 @@ mod tests {
         std::fs::create_dir_all(src.join("pkg")).unwrap();
         std::fs::write(src.join("pkg/core.py"), "def inc(x):\n    return x + 1\n").unwrap();
         let tgz = work.path().join("pkg-1.0.tar.gz");
-        run(Command::new("tar").arg("-czf").arg(&tgz).arg("-C").arg(work.path()).arg("pkg-1.0"), "tar").unwrap();
+        run(
+            Command::new("tar")
+                .arg("-czf")
+                .arg(&tgz)
+                .arg("-C")
+                .arg(work.path())
+                .arg("pkg-1.0"),
+            "tar",
+        )
+        .unwrap();
         let bug = "diff --git a/pkg/core.py b/pkg/core.py\n--- a/pkg/core.py\n+++ b/pkg/core.py\n@@ -1,2 +1,2 @@\n def inc(x):\n-    return x + 1\n+    return x + 2\n";
         let dest = work.path().join("out");
         std::fs::create_dir_all(&dest).unwrap();
@@ -186,13 +242,22 @@ mod tests {
 
     #[test]
     fn git_task_without_repos_dir_names_what_is_missing() {
-        let loc = Location { file: "f".into(), unit: "line", index: 1 };
+        let loc = Location {
+            file: "f".into(),
+            unit: "line",
+            index: 1,
+        };
         let t = Task::from_row(
-            json!({"instance_id":"a__b-1","repo":"a/b","base_commit":"c","patch":"p"}).as_object().cloned().unwrap(),
+            json!({"instance_id":"a__b-1","repo":"a/b","base_commit":"c","patch":"p"})
+                .as_object()
+                .cloned()
+                .unwrap(),
             &loc,
         )
         .unwrap();
-        let e = task_source(&t, &PrepareOptions::default()).unwrap_err().to_string();
+        let e = task_source(&t, &PrepareOptions::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a__b-1") && e.contains("a__b"), "{e}");
     }
 }

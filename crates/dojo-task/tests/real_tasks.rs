@@ -27,7 +27,8 @@ fn swebench_dev_jsonl_loads_and_resolves() {
         assert!(cmd.starts_with("pytest -rA "), "{}: {cmd}", t.instance_id);
         assert_eq!(env.log_parser, t.log_parser.clone().unwrap());
         // Our directives from the test patch equal the files the eval_script runs.
-        let ours = dojo_task::test_directives(&t.test_patch, dojo_task::Directives::Files).join(" ");
+        let ours =
+            dojo_task::test_directives(&t.test_patch, dojo_task::Directives::Files).join(" ");
         assert_eq!(format!("pytest -rA {ours}"), cmd, "{}", t.instance_id);
     }
 }
@@ -36,8 +37,16 @@ fn swebench_dev_jsonl_loads_and_resolves() {
 fn swebench_dev_parquet_equals_jsonl() {
     let path = shared("swebench/swebench_dev.jsonl");
     let text = std::fs::read_to_string(&path).unwrap();
-    let rows: Vec<serde_json::Map<String, Value>> =
-        text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap().as_object().unwrap().clone()).collect();
+    let rows: Vec<serde_json::Map<String, Value>> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l)
+                .unwrap()
+                .as_object()
+                .unwrap()
+                .clone()
+        })
+        .collect();
     let keys: Vec<String> = rows[0].keys().cloned().collect();
     // Every column as a string, except FAIL_TO_PASS stored as a list column (SWE-smith style).
     let mut fields = Vec::new();
@@ -57,14 +66,18 @@ fn swebench_dev_parquet_equals_jsonl() {
             cols.push(Arc::new(arr));
         } else {
             fields.push(Field::new(k, DataType::Utf8, true));
-            cols.push(Arc::new(StringArray::from_iter(rows.iter().map(|r| r[k].as_str().map(str::to_string)))));
+            cols.push(Arc::new(StringArray::from_iter(
+                rows.iter().map(|r| r[k].as_str().map(str::to_string)),
+            )));
         }
     }
     let schema = Arc::new(Schema::new(fields));
     let batch = RecordBatch::try_new(schema.clone(), cols).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let pq = dir.path().join("dev.parquet");
-    let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&pq).unwrap(), schema, None).unwrap();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&pq).unwrap(), schema, None)
+            .unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
 
@@ -93,29 +106,49 @@ fn parquet_errors_name_row_instance_and_field() {
     let col = |v: [&str; 2]| -> ArrayRef { Arc::new(StringArray::from(v.to_vec())) };
     let batch = RecordBatch::try_new(
         schema.clone(),
-        vec![col(["a-1", "a-2"]), col(["a/a", "a/a"]), col(["c", "c"]), col(["p", "p"]), col(["[]", "[oops"])],
+        vec![
+            col(["a-1", "a-2"]),
+            col(["a/a", "a/a"]),
+            col(["c", "c"]),
+            col(["p", "p"]),
+            col(["[]", "[oops"]),
+        ],
     )
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let pq = dir.path().join("bad.parquet");
-    let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&pq).unwrap(), schema, None).unwrap();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&pq).unwrap(), schema, None)
+            .unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
     let e = load_tasks(&pq).unwrap_err().to_string();
-    assert!(e.contains("bad.parquet row 2") && e.contains("a-2") && e.contains("FAIL_TO_PASS"), "{e}");
+    assert!(
+        e.contains("bad.parquet row 2") && e.contains("a-2") && e.contains("FAIL_TO_PASS"),
+        "{e}"
+    );
 }
 
 #[test]
 fn swesmith_single_object_json_loads() {
-    let t = load_tasks(&shared("harness_logs/swesmith/pandas-dev__pandas.95280573.pr_53652.json")).unwrap();
+    let t = load_tasks(&shared(
+        "harness_logs/swesmith/pandas-dev__pandas.95280573.pr_53652.json",
+    ))
+    .unwrap();
     assert_eq!(t.len(), 1);
-    assert_eq!(t[0].image.as_deref(), Some("swesmith.x86_64.pandas-dev__pandas.95280573"));
+    assert_eq!(
+        t[0].image.as_deref(),
+        Some("swesmith.x86_64.pandas-dev__pandas.95280573")
+    );
     assert!(!t[0].f2p().is_empty());
 }
 
 #[test]
 fn bundled_benchmark_loads_and_resolves() {
-    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../benchmarks/mini/tasks.jsonl"));
+    let path = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../benchmarks/mini/tasks.jsonl"
+    ));
     if !path.exists() {
         println!("SKIPPED: {} not written yet", path.display());
         return;

@@ -10,7 +10,7 @@
 use dojo_llm::BoxFuture;
 use serde_json::{Map, Value};
 
-use super::{wrap, Tool, ToolContext, ToolError, ToolOutput};
+use super::{Tool, ToolContext, ToolError, ToolOutput, wrap};
 
 pub struct LspToolAdapter {
     inner: dojo_lsp::LspTool,
@@ -41,7 +41,9 @@ impl Tool for LspToolAdapter {
                 error: !obs.success,
                 // A language-server failure is recorded but does not end the rollout: the agent is
                 // told to carry on with the other tools.
-                infra_note: obs.infra.map(|e| format!("{:?} ({}): {}", e.kind, e.server, e.detail)),
+                infra_note: obs
+                    .infra
+                    .map(|e| format!("{:?} ({}): {}", e.kind, e.server, e.detail)),
                 ..Default::default()
             })
         })

@@ -63,7 +63,10 @@ impl Tool for SubmitTool {
         args: &'a Map<String, Value>,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            let wrong = args.get("command").and_then(Value::as_str).filter(|c| *c != "submit");
+            let wrong = args
+                .get("command")
+                .and_then(Value::as_str)
+                .filter(|c| *c != "submit");
             if let (true, Some(c)) = (self.r2e, wrong) {
                 return Ok(ToolOutput::error(super::wrap(
                     self.name,

@@ -53,6 +53,10 @@ pub struct CurateArgs {
     /// Skip the HTML/SVG report.
     #[arg(long)]
     pub no_report: bool,
+    /// Keep trajectories whose recorded prompt token ids differ from the target tokenizer's
+    /// (distilling another model's rollouts); by default they are reported and dropped.
+    #[arg(long)]
+    pub allow_tokenizer_mismatch: bool,
     /// Exit 3 when any input line could not be used.
     #[arg(long)]
     pub strict: bool,
@@ -77,7 +81,8 @@ fn formats(list: &str) -> anyhow::Result<dojo_curate::Formats> {
 
 pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
     let mut cfg = dojo_curate::Config::new(args.rollouts.clone(), args.out.clone());
-    cfg.filters = dojo_curate::FilterSet::parse(&args.filters, args.lsp_min).map_err(anyhow::Error::msg)?;
+    cfg.filters =
+        dojo_curate::FilterSet::parse(&args.filters, args.lsp_min).map_err(anyhow::Error::msg)?;
     cfg.cap = args.cap;
     cfg.format.max_tokens = Some(args.max_tokens);
     cfg.format.max_turns = Some(args.max_turns);
@@ -88,6 +93,7 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
     cfg.formats = formats(&args.format)?;
     cfg.threads = args.threads;
     cfg.report = !args.no_report;
+    cfg.allow_tokenizer_mismatch = args.allow_tokenizer_mismatch;
     let model = if args.model == "none" {
         anyhow::ensure!(
             !cfg.formats.tokens,
@@ -95,14 +101,22 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
         );
         None
     } else {
-        Some(dojo_curate::chat::load(&args.model).with_context(|| format!("loading --model {}", args.model))?)
+        Some(
+            dojo_curate::chat::load(&args.model)
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("loading --model {}", args.model))?,
+        )
     };
     let out = dojo_curate::run(&cfg, model.as_deref()).context("dojo curate")?;
     for p in out.problems.iter().take(50) {
         eprintln!("warning: {p}");
     }
     if out.problems.len() > 50 {
-        eprintln!("warning: ... {} more problems in {}", out.problems.len() - 50, args.out.join("manifest.json").display());
+        eprintln!(
+            "warning: ... {} more problems in {}",
+            out.problems.len() - 50,
+            args.out.join("manifest.json").display()
+        );
     }
     println!(
         "read {} trajectories from {} files ({} bytes, {} unusable lines)",
@@ -125,5 +139,9 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
     for f in &out.written {
         println!("wrote {}", f.display());
     }
-    Ok(if args.strict && !out.problems.is_empty() { 3 } else { 0 })
+    Ok(if args.strict && !out.problems.is_empty() {
+        3
+    } else {
+        0
+    })
 }

@@ -86,7 +86,13 @@ pub fn run_tasks(cmd: TasksCmd) -> anyhow::Result<i32> {
 fn check(file: &Path, envs: Option<&Path>) -> anyhow::Result<i32> {
     let rep = dojo_task::read_tasks(file)?;
     let registry = EnvRegistry::with_dir(envs)?;
-    println!("{}: {} rows, {} valid, {} invalid", file.display(), rep.rows, rep.tasks.len(), rep.errors.len());
+    println!(
+        "{}: {} rows, {} valid, {} invalid",
+        file.display(),
+        rep.rows,
+        rep.tasks.len(),
+        rep.errors.len()
+    );
     let mut per_repo: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     let mut missing: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let mut no_env = Vec::new();
@@ -111,7 +117,10 @@ fn check(file: &Path, envs: Option<&Path>) -> anyhow::Result<i32> {
         match registry.resolve(t) {
             Ok(env) => {
                 if dojo_grade::Parser::by_name(&env.log_parser).is_none() {
-                    bad_env.push(format!("{}: unknown log parser {:?}", t.instance_id, env.log_parser));
+                    bad_env.push(format!(
+                        "{}: unknown log parser {:?}",
+                        t.instance_id, env.log_parser
+                    ));
                 }
             }
             Err(dojo_task::TaskError::NoEnv { .. }) => no_env.push(t.instance_id.as_str()),
@@ -133,13 +142,24 @@ fn check(file: &Path, envs: Option<&Path>) -> anyhow::Result<i32> {
         println!("missing {field}: {} task(s): {}", ids.len(), preview(ids));
     }
     if !no_env.is_empty() {
-        println!("no environment spec: {} task(s): {}", no_env.len(), preview(&no_env));
+        println!(
+            "no environment spec: {} task(s): {}",
+            no_env.len(),
+            preview(&no_env)
+        );
         problems += no_env.len();
     }
     for b in &bad_env {
         println!("environment: {b}");
     }
-    println!("\n{}", if problems == 0 { "OK" } else { "PROBLEMS FOUND" });
+    println!(
+        "\n{}",
+        if problems == 0 {
+            "OK"
+        } else {
+            "PROBLEMS FOUND"
+        }
+    );
     Ok(if problems == 0 { 0 } else { 1 })
 }
 
@@ -163,21 +183,46 @@ fn load(common: &CommonArgs) -> anyhow::Result<Loaded> {
     if !common.instances.is_empty() {
         for id in &common.instances {
             if !tasks.iter().any(|t| &t.instance_id == id) {
-                bail!("--instance {id}: no such instance in {}", common.tasks.display());
+                bail!(
+                    "--instance {id}: no such instance in {}",
+                    common.tasks.display()
+                );
             }
         }
         tasks.retain(|t| common.instances.contains(&t.instance_id));
     }
     let registry = EnvRegistry::with_dir(common.envs.as_deref())?;
-    let semantics = Semantics::by_name(&common.semantics)
-        .with_context(|| format!("--semantics {:?}: expected classic or swebench5", common.semantics))?;
-    let grade = GradeOptions { semantics, timeout: common.timeout.map(Duration::from_secs), ..Default::default() };
-    let opts = BatchOptions { workers: common.workers.max(1), grade, progress: !common.quiet, ..Default::default() };
-    Ok(Loaded { tasks, registry, opts, preparer_opts: PrepareOptions { repos_dir: common.repos.clone() } })
+    let semantics = Semantics::by_name(&common.semantics).with_context(|| {
+        format!(
+            "--semantics {:?}: expected classic or swebench5",
+            common.semantics
+        )
+    })?;
+    let grade = GradeOptions {
+        semantics,
+        timeout: common.timeout.map(Duration::from_secs),
+        ..Default::default()
+    };
+    let opts = BatchOptions {
+        workers: common.workers.max(1),
+        grade,
+        progress: !common.quiet,
+        ..Default::default()
+    };
+    Ok(Loaded {
+        tasks,
+        registry,
+        opts,
+        preparer_opts: PrepareOptions {
+            repos_dir: common.repos.clone(),
+        },
+    })
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }
 
 pub fn run_validate(args: ValidateArgs) -> anyhow::Result<i32> {
@@ -192,13 +237,18 @@ pub fn run_validate(args: ValidateArgs) -> anyhow::Result<i32> {
             (i, t, env)
         })
         .collect();
-    let preparer = TaskPreparer { prepare_opts: l.preparer_opts.clone() };
+    let preparer = TaskPreparer {
+        prepare_opts: l.preparer_opts.clone(),
+    };
     let started = std::time::Instant::now();
     let mut results = runtime()?.block_on(batch::validate_tasks(jobs, &preparer, &l.opts));
     results.sort_by_key(|(i, _)| *i);
     let elapsed = started.elapsed();
     let ok = results.iter().filter(|(_, v)| v.ok).count();
-    println!("{:<45} {:>6} {:>5} {:>5}  problems", "instance", "ok", "F2P", "P2P");
+    println!(
+        "{:<45} {:>6} {:>5} {:>5}  problems",
+        "instance", "ok", "F2P", "P2P"
+    );
     for (_, v) in &results {
         println!(
             "{:<45} {:>6} {:>5} {:>5}  {}",
@@ -225,14 +275,21 @@ pub fn run_validate(args: ValidateArgs) -> anyhow::Result<i32> {
     );
     if args.write {
         let n = write_lists(&args.common.tasks, &l.tasks, &results)?;
-        println!("wrote FAIL_TO_PASS / PASS_TO_PASS of {n} task(s) into {}", args.common.tasks.display());
+        println!(
+            "wrote FAIL_TO_PASS / PASS_TO_PASS of {n} task(s) into {}",
+            args.common.tasks.display()
+        );
     }
     Ok(if ok == results.len() { 0 } else { 1 })
 }
 
 /// Rewrite a JSONL task file, filling in the lists of validated tasks that had none; every other
 /// line is kept byte for byte.
-fn write_lists(path: &Path, tasks: &[Task], results: &[(usize, dojo_grade::Validation)]) -> anyhow::Result<usize> {
+fn write_lists(
+    path: &Path,
+    tasks: &[Task],
+    results: &[(usize, dojo_grade::Validation)],
+) -> anyhow::Result<usize> {
     if path.extension().is_none_or(|e| e != "jsonl") {
         bail!("--write needs a .jsonl task file, not {}", path.display());
     }
@@ -240,7 +297,10 @@ fn write_lists(path: &Path, tasks: &[Task], results: &[(usize, dojo_grade::Valid
     for (i, v) in results {
         let t = &tasks[*i];
         // A new task (no lists yet) whose two runs were clean gets the derived lists.
-        let clean = v.problems.iter().all(|p| p.starts_with("FAIL_TO_PASS is empty"));
+        let clean = v
+            .problems
+            .iter()
+            .all(|p| p.starts_with("FAIL_TO_PASS is empty"));
         let new_task = t.fail_to_pass.as_ref().is_none_or(Vec::is_empty);
         if clean && new_task && !v.derived_fail_to_pass.is_empty() {
             let row = t.row_with_lists(&v.derived_fail_to_pass, &v.derived_pass_to_pass);
@@ -253,7 +313,11 @@ fn write_lists(path: &Path, tasks: &[Task], results: &[(usize, dojo_grade::Valid
     for line in text.split_inclusive('\n') {
         let id = serde_json::from_str::<serde_json::Value>(line)
             .ok()
-            .and_then(|v| v.get("instance_id").and_then(|x| x.as_str()).map(str::to_string));
+            .and_then(|v| {
+                v.get("instance_id")
+                    .and_then(|x| x.as_str())
+                    .map(str::to_string)
+            });
         match id.as_deref().and_then(|id| fill.get(id)) {
             Some(new) => {
                 out.push_str(new);
@@ -275,19 +339,32 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<i32> {
     let (preds, malformed) = batch::load_predictions(&args.predictions)
         .with_context(|| format!("reading predictions {}", args.predictions.display()))?;
     for m in &malformed {
-        eprintln!("{}: line {}: {}", args.predictions.display(), m.line, m.reason);
+        eprintln!(
+            "{}: line {}: {}",
+            args.predictions.display(),
+            m.line,
+            m.reason
+        );
     }
-    let by_id: BTreeMap<&str, &Prediction> = preds.iter().map(|p| (p.instance_id.as_str(), p)).collect();
+    let by_id: BTreeMap<&str, &Prediction> =
+        preds.iter().map(|p| (p.instance_id.as_str(), p)).collect();
     let jobs: Vec<EvalJob> = l
         .tasks
         .iter()
         .filter_map(|t| {
             let p = by_id.get(t.instance_id.as_str())?;
-            Some(EvalJob { task: t.clone(), env: l.registry.resolve(t).map_err(|e| e.to_string()), prediction: (*p).clone() })
+            Some(EvalJob {
+                task: t.clone(),
+                env: l.registry.resolve(t).map_err(|e| e.to_string()),
+                prediction: (*p).clone(),
+            })
         })
         .collect();
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    let preparer = TaskPreparer { prepare_opts: l.preparer_opts.clone() };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let preparer = TaskPreparer {
+        prepare_opts: l.preparer_opts.clone(),
+    };
     let reports = runtime()?.block_on(batch::eval_jobs(jobs, &args.out, &preparer, &l.opts));
     let mut summary = RunSummary::build(
         l.tasks.iter().map(|t| t.instance_id.as_str()),
@@ -297,7 +374,8 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<i32> {
     );
     summary.malformed_prediction_lines = malformed;
     let path = args.out.join("report.json");
-    let mut f = std::fs::File::create(&path).with_context(|| format!("writing {}", path.display()))?;
+    let mut f =
+        std::fs::File::create(&path).with_context(|| format!("writing {}", path.display()))?;
     f.write_all(&serde_json::to_vec_pretty(&summary.to_json())?)?;
     println!(
         "instances: {} submitted, {} resolved, {} unresolved, {} empty patch, {} error ({} infrastructure), {} malformed prediction line(s)",

@@ -8,7 +8,7 @@ token budget, cap 2 (fewest turns, then tokens), then masks for the kept samples
 incremental-prefix method, written as pre-tokenized Parquet with pyarrow. Single process, as a
 user's script would be.
 
-    python curate_baseline.py GGUF TEMPLATE_FILE OUT_DIR INPUT.jsonl...
+    python curate_baseline.py GGUF OUT_DIR INPUT.jsonl...
 """
 
 import hashlib
@@ -24,8 +24,7 @@ from hf_oracle import load  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-MARKERS = ["You forgot to use a function call", "[format error]"]
-LIMIT_STOPS = {"max_steps", "max_turns", "max_tokens", "timeout", "truncation", "time_limit", "step_limit", "token_limit"}
+MARKERS = ["You forgot to use a function call"]
 
 
 def portable(m):
@@ -42,6 +41,43 @@ def portable(m):
     return out
 
 
+TOOLS_INTRO = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+               "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+TOOLS_OUTRO = ("\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+               "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+               "<args-json-object>}\n</tool_call>")
+
+
+def hermes(msgs, tools):
+    """Tools and calls written Hermes-style for a template without tool support (SmolLM2's), as
+    dojo-chat (and Qwen2.5's template) do."""
+    dumps = lambda v: json.dumps(v, ensure_ascii=False)  # noqa: E731
+    out = []
+    for m in msgs:
+        content = m["content"]
+        if m.get("tool_calls"):
+            calls = "\n".join(f'<tool_call>\n{{"name": {dumps(c["function"]["name"])}, "arguments": '
+                              f'{dumps(c["function"]["arguments"])}}}\n</tool_call>' for c in m["tool_calls"])
+            content = f"{content}\n{calls}" if content else calls
+        if m["role"] == "tool":
+            block = f"<tool_response>\n{content}\n</tool_response>"
+            if out and out[-1].get("_tool"):
+                out[-1]["content"] += "\n" + block
+            else:
+                out.append({"role": "user", "content": block, "_tool": True})
+            continue
+        out.append({"role": m["role"], "content": content})
+    for m in out:
+        m.pop("_tool", None)
+    if tools:
+        block = TOOLS_INTRO + "".join("\n" + dumps(t) for t in tools) + TOOLS_OUTRO
+        if out and out[0]["role"] == "system":
+            out[0]["content"] = f"{out[0]['content']}\n\n{block}" if out[0]["content"] else block
+        else:
+            out.insert(0, {"role": "system", "content": block})
+    return out
+
+
 def turns(t):
     return sum(1 for m in t["messages"] if m["role"] == "assistant")
 
@@ -49,7 +85,7 @@ def turns(t):
 def format_ok(t):
     if not (t.get("resolved") and t.get("reward", 0) >= 1.0):
         return False
-    if t.get("stop_reason", "").lower() in LIMIT_STOPS or t.get("forced"):
+    if t.get("stop_reason", "") != "submitted" or t.get("forced_submission") or t.get("format_errors", 0) > 0:
         return False
     for m in t["messages"]:
         if m["role"] in ("user", "tool") and any(k in (m.get("content") or "") for k in MARKERS):
@@ -64,10 +100,10 @@ def format_ok(t):
 
 
 def main():
-    gguf, template_file, out_dir = sys.argv[1:4]
-    inputs = sys.argv[4:]
+    gguf, out_dir = sys.argv[1:3]
+    inputs = sys.argv[3:]
     tok = load(gguf)
-    template = open(template_file).read()
+    template = tok.chat_template
     t0 = time.time()
     trajs, nbytes = [], 0
     for path in inputs:
@@ -93,7 +129,7 @@ def main():
     kept = [t for t in kept if format_ok(t)]
 
     def render(msgs, tools, gen=False):
-        return tok.apply_chat_template(msgs, tools=tools or None, chat_template=template, tokenize=False,
+        return tok.apply_chat_template(hermes(msgs, tools), chat_template=template, tokenize=False,
                                        add_generation_prompt=gen)
 
     for t in kept:
@@ -105,9 +141,9 @@ def main():
         by_task[t["task_id"]].append(t)
     final = []
     for task in sorted(by_task):
-        final += sorted(by_task[task], key=lambda t: (turns(t), t["_n"], t.get("sample", 0)))[:2]
+        final += sorted(by_task[task], key=lambda t: (turns(t), t["_n"], t.get("sample_index", 0)))[:2]
     t_filter = time.time() - t0
-    rows = {"task_id": [], "input_ids": [], "labels": [], "assistant_masks": []}
+    rows = {"task_id": [], "sample": [], "input_ids": [], "labels": [], "assistant_masks": []}
     eot = "<|im_end|>"
     for t in final:
         msgs, tools = t["_msgs"], t.get("tools")
@@ -128,6 +164,7 @@ def main():
             mask.append(1 if k < len(spans) and max(e, s + 1) > spans[k][0] else 0)
         ids = enc["input_ids"]
         rows["task_id"].append(t["task_id"])
+        rows["sample"].append(t.get("sample_index", 0))
         rows["input_ids"].append(ids)
         rows["labels"].append([i if k else -100 for i, k in zip(ids, mask)])
         rows["assistant_masks"].append(mask)

@@ -1,7 +1,7 @@
 """Generates N synthetic trajectory records of realistic size for the curation benchmark.
 
-Shape follows dojo-trajectory v1 as dojo-curate reads it (OpenAI-shaped messages, tool calls with
-JSON-string arguments, observations as role "tool", stop reason, reward). Sizes follow SWE-agent
+Records are complete dojo-trajectory v1 records (OpenAI-shaped messages, tool calls with
+JSON-string arguments, observations as role "tool", steps, stop reason, reward). Sizes follow SWE-agent
 runs: a ~3 KB system prompt, ~1.5 KB issue, 5-60 turns of 100-700 characters of thought plus a
 call, observations of 100-4,000 characters. Deterministic for a given seed.
 
@@ -52,8 +52,10 @@ def trajectory(rng, task, sample, p_pass):
         {"role": "system", "content": text(rng, 3000)},
         {"role": "user", "content": f"<issue_description>\n{text(rng, 1500)}\n</issue_description>"},
     ]
+    steps = []
     for i in range(turns):
         cid = f"call_{i}"
+        steps.append(len(msgs))
         if rng.random() < 0.5:
             name, args = "execute_bash", {"command": f"grep -rn {rng.choice(WORDS)} src/ | head -{rng.randint(5, 50)}"}
         else:
@@ -69,12 +71,20 @@ def trajectory(rng, task, sample, p_pass):
     elif r < 0.1:
         stop = "timeout"
     if stop == "submitted":
+        steps.append(len(msgs))
         msgs.append({"role": "assistant", "content": "",
                      "tool_calls": [{"id": "call_s", "type": "function", "function": {"name": "submit", "arguments": "{}"}}]})
         msgs.append({"role": "tool", "tool_call_id": "call_s", "content": "<<<Finished>>>"})
     reward = 1.0 if rng.random() < p_pass else 0.0
-    return {"schema_version": 1, "task_id": task, "sample": sample, "source": "bench", "messages": msgs, "tools": TOOLS,
-            "stop_reason": stop, "forced": stop != "submitted", "reward": reward, "resolved": reward == 1.0}
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    return {"schema_version": 1, "task_id": task, "sample_index": sample,
+            "policy": {"kind": "openai", "model": "bench"}, "sampling": {"temperature": 1.0},
+            "agent": {"tool_set": "r2e", "action_format": "native"}, "tools": TOOLS, "messages": msgs,
+            "steps": [{"index": k + 1, "started_ms": 0, "llm_ms": 0, "tool_ms": 0, "assistant_message": a, "usage": usage}
+                      for k, a in enumerate(steps)],
+            "started_at_ms": 0, "wall_ms": 0, "usage": usage, "llm_calls": len(steps), "format_errors": 0,
+            "stop_reason": stop, "forced_submission": stop != "submitted", "reward": reward, "resolved": reward == 1.0,
+            "infra_failure": False, "environment": {"dojo_version": "bench"}}
 
 
 def main():

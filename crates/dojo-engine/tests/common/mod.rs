@@ -14,7 +14,8 @@ fn byte_chars() -> Vec<char> {
     let mut out = vec!['\0'; 256];
     let mut n = 0u32;
     for b in 0..256u32 {
-        let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        let printable =
+            (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
         out[b as usize] = if printable {
             char::from_u32(b).unwrap()
         } else {
@@ -41,8 +42,10 @@ pub fn write_tiny_tokenizer(dir: &Path) {
     let added: Vec<_> = SPECIALS
         .iter()
         .enumerate()
-        .map(|(i, s)| json!({"id": i, "content": s, "single_word": false, "lstrip": false,
-                             "rstrip": false, "normalized": false, "special": true}))
+        .map(|(i, s)| {
+            json!({"id": i, "content": s, "single_word": false, "lstrip": false,
+                             "rstrip": false, "normalized": false, "special": true})
+        })
         .collect();
     let tok = json!({
         "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,

@@ -39,13 +39,14 @@ pub fn skip(reason: &str) -> bool {
 /// Unpack `sdist` into a new temp dir; returns (guard, repository root).
 pub fn unpack(sdist: &Sdist) -> Option<(tempfile::TempDir, PathBuf)> {
     let name = sdist.url.rsplit('/').next().unwrap_or("sdist.tar.gz");
-    let archive = match dojo_cache::Cache::open().and_then(|c| c.fetch(sdist.url, sdist.sha256, name)) {
-        Ok(p) => p,
-        Err(e) => {
-            skip(&format!("cannot fetch {name}: {e}"));
-            return None;
-        }
-    };
+    let archive =
+        match dojo_cache::Cache::open().and_then(|c| c.fetch(sdist.url, sdist.sha256, name)) {
+            Ok(p) => p,
+            Err(e) => {
+                skip(&format!("cannot fetch {name}: {e}"));
+                return None;
+            }
+        };
     let dir = tempfile::tempdir().expect("temp dir");
     let st = std::process::Command::new("tar")
         .arg("-xzf")
@@ -61,7 +62,10 @@ pub fn unpack(sdist: &Sdist) -> Option<(tempfile::TempDir, PathBuf)> {
 
 /// A tool over `root` with the pinned `kind` (None → skipped).
 pub async fn tool(root: &Path, kind: ServerKind) -> Option<LspTool> {
-    let launch = match tokio::task::spawn_blocking(move || dojo_lsp::install(kind)).await.expect("install task") {
+    let launch = match tokio::task::spawn_blocking(move || dojo_lsp::install(kind))
+        .await
+        .expect("install task")
+    {
         Ok(l) => l,
         Err(e) => {
             skip(&format!("cannot install {}: {e}", kind.name()));
@@ -69,8 +73,7 @@ pub async fn tool(root: &Path, kind: ServerKind) -> Option<LspTool> {
         }
     };
     let backend = Arc::new(HostBackend::new(root).expect("workspace root"));
-    let session = LspSession::new(backend, kind, launch, SessionOptions::default()).expect("session");
-    Some(LspTool::new(Arc::new(session)))
+    Some(LspTool::from_launch(backend, kind, launch, SessionOptions::default()).expect("session"))
 }
 
 /// Call the tool with JSON arguments.
