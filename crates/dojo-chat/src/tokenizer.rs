@@ -29,6 +29,9 @@ const REGEX_LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 /// Token strings that end an assistant turn in the chat formats we know.
 const END_OF_TURN: &[&str] = &["<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>"];
 
+/// A token's `start..end` byte range in the encoded text.
+pub type ByteSpan = (usize, usize);
+
 /// A byte-level BPE tokenizer plus the special ids generation needs.
 #[derive(Clone)]
 pub struct Tokenizer {
@@ -169,10 +172,7 @@ impl Tokenizer {
     }
 
     /// Like [`Tokenizer::encode`], with each token's byte range in `text`.
-    pub fn encode_with_offsets(
-        &self,
-        text: &str,
-    ) -> Result<(Vec<u32>, Vec<(usize, usize)>), ChatError> {
+    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<ByteSpan>), ChatError> {
         let enc = self
             .inner
             .encode(text, false)

@@ -411,44 +411,11 @@ pub fn cap(cands: Vec<Cand>, k: usize) -> (Vec<Cand>, StageReport) {
 pub(crate) mod tests {
     use super::*;
     use crate::view::Origin;
-    use dojo_trajectory::{StopReason, Trajectory};
     use serde_json::json;
 
     /// A hand-built trajectory: `turns` assistant turns of bash, then a submit turn.
     pub fn traj(task: &str, sample: i64, reward: f64, turns: usize) -> Traj {
-        let mut messages = vec![
-            json!({"role": "system", "content": "You are an agent."}),
-            json!({"role": "user", "content": format!("Fix {task}.")}),
-        ];
-        for i in 0..turns {
-            let id = format!("c{i}");
-            messages.push(json!({"role": "assistant", "content": format!("Look {i}"), "tool_calls": [
-                {"id": id, "type": "function", "function": {"name": "execute_bash", "arguments": format!("{{\"command\": \"ls {i}\"}}")}}]}));
-            messages.push(json!({"role": "tool", "tool_call_id": id, "content": "a.py"}));
-        }
-        messages.push(
-            json!({"role": "assistant", "content": "Done.", "tool_calls": [
-            {"id": "s", "type": "function", "function": {"name": "submit", "arguments": "{}"}}]}),
-        );
-        messages.push(json!({"role": "tool", "tool_call_id": "s", "content": "<<<Finished>>>"}));
-        let mut t = Trajectory::new(task, sample as u32);
-        t.policy.kind = "test".into();
-        for (k, m) in messages.iter().enumerate() {
-            if m["role"] == "assistant" {
-                t.steps.push(dojo_trajectory::Step {
-                    index: t.steps.len() as u32 + 1,
-                    assistant_message: k,
-                    ..Default::default()
-                });
-            }
-        }
-        t.messages = messages
-            .into_iter()
-            .map(|m| serde_json::from_value(m).unwrap())
-            .collect();
-        t.stop_reason = StopReason::Submitted;
-        t.reward = Some(reward);
-        t.resolved = Some(reward >= 1.0);
+        let t = crate::fixtures::record(task, sample as u32, reward, turns);
         Traj::from_record(
             &t,
             Origin {

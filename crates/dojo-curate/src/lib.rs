@@ -13,6 +13,7 @@
 pub mod chat;
 pub mod export;
 pub mod filters;
+pub mod fixtures;
 pub mod input;
 pub mod pipeline;
 pub mod render;

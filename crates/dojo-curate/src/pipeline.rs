@@ -664,43 +664,12 @@ fn write_manifest(
 mod tests {
     use super::*;
     use crate::render::tests::CharChatml;
-    use dojo_trajectory::{StopReason, Trajectory};
+    use dojo_trajectory::StopReason;
     use parquet::file::reader::{FileReader, SerializedFileReader};
     use serde_json::Value;
     use std::io::Write;
 
-    /// A record: `turns` bash turns then a submit, graded with `reward`.
-    pub fn record(task: &str, sample: u32, reward: f64, turns: usize) -> Trajectory {
-        let mut msgs = vec![
-            json!({"role": "system", "content": "You are an agent."}),
-            json!({"role": "user", "content": format!("Fix {task}.")}),
-        ];
-        let mut t = Trajectory::new(task, sample);
-        for i in 0..=turns {
-            let (name, args) = if i == turns {
-                ("submit", "{}".to_string())
-            } else {
-                ("execute_bash", format!("{{\"command\": \"ls {i}\"}}"))
-            };
-            t.steps.push(dojo_trajectory::Step {
-                index: i as u32 + 1,
-                assistant_message: msgs.len(),
-                ..Default::default()
-            });
-            msgs.push(json!({"role": "assistant", "content": format!("Step {i} of {sample}."), "tool_calls": [
-                {"id": format!("c{i}"), "type": "function", "function": {"name": name, "arguments": args}}]}));
-            msgs.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": format!("out {i}")}));
-        }
-        t.messages = msgs
-            .into_iter()
-            .map(|m| serde_json::from_value(m).unwrap())
-            .collect();
-        t.policy.kind = "test".into();
-        t.stop_reason = StopReason::Submitted;
-        t.reward = Some(reward);
-        t.resolved = Some(reward >= 1.0);
-        t
-    }
+    use crate::fixtures::record;
 
     #[test]
     fn end_to_end_counts_every_trajectory_and_writes_every_export() {

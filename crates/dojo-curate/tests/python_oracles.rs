@@ -12,7 +12,6 @@ use std::process::{Command, Stdio};
 
 use dojo_curate::ChatModel;
 use dojo_curate::chat::FormatModel;
-use dojo_trajectory::{StopReason, Trajectory};
 use serde_json::{Value, json};
 
 fn repo_root() -> PathBuf {
@@ -51,10 +50,25 @@ fn skip(reason: &str) {
     println!("SKIPPED: {reason}");
 }
 
-fn default_model() -> Result<(PathBuf, dojo_chat::ChatFormat), String> {
-    let path = dojo_chat::default_model_path().map_err(|e| e.to_string())?;
-    let f = dojo_chat::ChatFormat::from_gguf(&path).map_err(|e| e.to_string())?;
-    Ok((path, f))
+/// Python with the oracle packages, the default model's GGUF and its format; `None` (after
+/// printing SKIPPED) when either is unavailable outside CI.
+fn setup() -> Option<(PathBuf, PathBuf, dojo_chat::ChatFormat)> {
+    let py = match python() {
+        Ok(p) => p,
+        Err(e) => {
+            skip(&e);
+            return None;
+        }
+    };
+    let model = dojo_chat::default_model_path()
+        .and_then(|p| dojo_chat::ChatFormat::from_gguf(&p).map(|f| (p, f)));
+    match model {
+        Ok((gguf, format)) => Some((py, gguf, format)),
+        Err(e) => {
+            skip(&format!("default model unavailable: {e}"));
+            None
+        }
+    }
 }
 
 /// Runs the oracle on JSON-line requests, returns one JSON answer per request.
@@ -139,13 +153,8 @@ fn conversations() -> Vec<Vec<Value>> {
 
 #[test]
 fn rendering_and_masks_match_transformers_token_for_token() {
-    let py = match python() {
-        Ok(p) => p,
-        Err(e) => return skip(&e),
-    };
-    let (gguf, format) = match default_model() {
-        Ok(m) => m,
-        Err(e) => return skip(&format!("default model unavailable: {e}")),
+    let Some((py, gguf, format)) = setup() else {
+        return;
     };
     let model = FormatModel::new(format.clone(), "default");
     let tools = tools();
@@ -185,53 +194,19 @@ fn rendering_and_masks_match_transformers_token_for_token() {
     }
 }
 
-fn record(task: &str, sample: u32, reward: f64, turns: usize) -> Trajectory {
-    let mut t = Trajectory::new(task, sample);
-    let mut msgs = vec![
-        json!({"role": "system", "content": "You are an agent."}),
-        json!({"role": "user", "content": format!("Fix {task}.")}),
-    ];
-    for i in 0..=turns {
-        let (name, args) = if i == turns {
-            ("submit", "{}".to_string())
-        } else {
-            ("execute_bash", format!("{{\"command\": \"ls {i}\"}}"))
-        };
-        t.steps.push(dojo_trajectory::Step {
-            index: i as u32 + 1,
-            assistant_message: msgs.len(),
-            ..Default::default()
-        });
-        msgs.push(json!({"role": "assistant", "content": format!("Step {i}."), "tool_calls": [
-            {"id": format!("c{i}"), "type": "function", "function": {"name": name, "arguments": args}}]}));
-        msgs.push(
-            json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": format!("out {i}")}),
-        );
-    }
-    t.messages = msgs
-        .into_iter()
-        .map(|m| serde_json::from_value(m).unwrap())
-        .collect();
+fn record(task: &str, sample: u32, reward: f64, turns: usize) -> dojo_trajectory::Trajectory {
+    let mut t = dojo_curate::fixtures::record(task, sample, reward, turns);
     t.tools = tools()
         .into_iter()
         .map(|v| serde_json::from_value(v).unwrap())
         .collect();
-    t.policy.kind = "test".into();
-    t.stop_reason = StopReason::Submitted;
-    t.reward = Some(reward);
-    t.resolved = Some(reward >= 1.0);
     t
 }
 
 #[test]
 fn datasets_loads_every_export_with_expected_columns_and_rows() {
-    let py = match python() {
-        Ok(p) => p,
-        Err(e) => return skip(&e),
-    };
-    let (gguf, format) = match default_model() {
-        Ok(m) => m,
-        Err(e) => return skip(&format!("default model unavailable: {e}")),
+    let Some((py, gguf, format)) = setup() else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("r.jsonl");

@@ -6,11 +6,16 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../../.." && pwd)"
 PY="${1:-python3}"
 cd "$ROOT"
-cargo build --release -p dojo-engine --example bench
-BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/bench"
+# candle's quantized kernels use AVX2/FMA only when compiled for them (llama.cpp builds with
+# GGML_NATIVE too); a separate target dir keeps the normal build's artefacts intact.
+export CARGO_TARGET_DIR="$ROOT/target-engine-native"
+RUSTFLAGS="-C target-cpu=native" cargo build --release -p dojo-engine --example bench
+BIN="$CARGO_TARGET_DIR/release/examples/bench"
 GGUF="$("$BIN" path)"
+uptime
 for t in 1 2; do
   RAYON_NUM_THREADS=$t "$BIN" speed "$GGUF"
   "$PY" crates/dojo-engine/bench/llamacpp.py "$GGUF" "$t"
 done
 RAYON_NUM_THREADS=2 "$BIN" agent "$GGUF"
+uptime

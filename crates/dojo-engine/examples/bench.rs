@@ -71,7 +71,7 @@ fn agent(path: PathBuf) {
         "Run a shell command in the repository.",
         json!({"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}),
     )];
-    let observation: String = (0..12)
+    let observation: String = (0..3)
         .map(|i| format!("src/module_{i}.py: def function_{i}(x): return x * {i}\n"))
         .collect();
     for reuse in [true, false] {
@@ -98,7 +98,7 @@ fn agent(path: PathBuf) {
                 messages: messages.clone(),
                 tools: Some(tools.clone()),
                 temperature: Some(0.0),
-                max_tokens: Some(24),
+                max_tokens: Some(16),
                 ..Default::default()
             };
             let resp = rt.block_on(engine.chat(req)).expect("chat");

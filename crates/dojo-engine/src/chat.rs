@@ -36,16 +36,30 @@ struct Knobs {
     top_logprobs: usize,
 }
 
-fn knobs(
+/// The request's sampling fields, before validation.
+struct RawKnobs<'a> {
     temperature: Option<f64>,
     top_p: Option<f64>,
-    extra: &Map<String, Json>,
+    /// Vendor fields (`top_k`).
+    extra: &'a Map<String, Json>,
     seed: Option<u64>,
     max_tokens: Option<u32>,
-    stop: Option<&Stop>,
+    stop: Option<&'a Stop>,
     n: Option<u32>,
     top_logprobs: usize,
-) -> Result<Knobs, EngineError> {
+}
+
+fn knobs(raw: RawKnobs<'_>) -> Result<Knobs, EngineError> {
+    let RawKnobs {
+        temperature,
+        top_p,
+        extra,
+        seed,
+        max_tokens,
+        stop,
+        n,
+        top_logprobs,
+    } = raw;
     let temperature = temperature.unwrap_or(1.0);
     if !(0.0..=100.0).contains(&temperature) {
         return Err(bad(format!(
@@ -211,20 +225,20 @@ impl Engine {
             prompt.text.push_str(&forced);
         }
         let want_logprobs = req.logprobs == Some(true);
-        let k = knobs(
-            req.temperature,
-            req.top_p,
-            &req.extra,
-            req.seed,
-            req.max_completion_tokens.or(req.max_tokens),
-            req.stop.as_ref(),
-            req.n,
-            if want_logprobs {
+        let k = knobs(RawKnobs {
+            temperature: req.temperature,
+            top_p: req.top_p,
+            extra: &req.extra,
+            seed: req.seed,
+            max_tokens: req.max_completion_tokens.or(req.max_tokens),
+            stop: req.stop.as_ref(),
+            n: req.n,
+            top_logprobs: if want_logprobs {
                 req.top_logprobs.unwrap_or(0) as usize
             } else {
                 0
             },
-        )?;
+        })?;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let gens = self.generate_n(prompt.ids.clone(), &k, true).await?;
         let mut usage = Usage::default();
@@ -373,16 +387,16 @@ impl Engine {
         };
         let top_logprobs = u("logprobs").unwrap_or(0) as usize;
         let want_logprobs = obj.get("logprobs").is_some_and(|v| !v.is_null());
-        let k = knobs(
-            f("temperature"),
-            f("top_p"),
-            obj,
-            u("seed"),
-            Some(u("max_tokens").unwrap_or(16) as u32),
-            stop.as_ref(),
-            u("n").map(|n| n as u32),
+        let k = knobs(RawKnobs {
+            temperature: f("temperature"),
+            top_p: f("top_p"),
+            extra: obj,
+            seed: u("seed"),
+            max_tokens: Some(u("max_tokens").unwrap_or(16) as u32),
+            stop: stop.as_ref(),
+            n: u("n").map(|n| n as u32),
             top_logprobs,
-        )?;
+        })?;
         let stop_at_eos = !obj
             .get("ignore_eos")
             .and_then(Json::as_bool)

@@ -169,7 +169,7 @@ impl Model {
     ) -> Result<Model, EngineError> {
         if config.num_heads == 0
             || config.num_kv_heads == 0
-            || config.num_heads % config.num_kv_heads != 0
+            || !config.num_heads.is_multiple_of(config.num_kv_heads)
         {
             return Err(EngineError::Model(format!(
                 "{} attention heads cannot be grouped over {} key/value heads",

@@ -52,13 +52,13 @@ fn engine_error(e: EngineError) -> Response {
     }
 }
 
-fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Response> {
+fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Box<Response>> {
     serde_json::from_slice(body).map_err(|e| {
-        error(
+        Box::new(error(
             StatusCode::BAD_REQUEST,
             "invalid_request_error",
             format!("invalid request body: {e}"),
-        )
+        ))
     })
 }
 
@@ -82,7 +82,7 @@ async fn models(State(engine): State<Engine>) -> Response {
 async fn chat_completions(State(engine): State<Engine>, body: Bytes) -> Response {
     let req: ChatRequest = match parse_json(&body) {
         Ok(r) => r,
-        Err(resp) => return resp,
+        Err(resp) => return *resp,
     };
     match engine.chat(req).await {
         Ok(resp) => axum::Json(resp).into_response(),
@@ -93,7 +93,7 @@ async fn chat_completions(State(engine): State<Engine>, body: Bytes) -> Response
 async fn completions(State(engine): State<Engine>, body: Bytes) -> Response {
     let req: serde_json::Value = match parse_json(&body) {
         Ok(r) => r,
-        Err(resp) => return resp,
+        Err(resp) => return *resp,
     };
     match engine.completion(req).await {
         Ok(resp) => axum::Json(resp).into_response(),

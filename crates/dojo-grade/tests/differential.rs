@@ -245,7 +245,7 @@ fn generated_log(seed: u64) -> String {
     ];
     let mut lines = Vec::new();
     for _ in 0..(1 + r.next() % 30) {
-        if r.next() % 7 == 0 {
+        if r.next().is_multiple_of(7) {
             lines.push(r.pick(&extras).to_string());
         } else {
             lines.push(format!(

@@ -145,6 +145,8 @@ def main():
             for node in ast.walk(fn):
                 if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                     local.add(node.id)
+                elif node is not fn and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    local.add(node.name)  # nested definitions shadow module-level ones
             for node in ast.walk(fn):
                 if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)) or node.id in local:
                     continue

@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dojo_lsp::{HostBackend, InfraKind, Launch, LspSession, LspTool, ServerKind, SessionOptions};
+use dojo_lsp::{HostBackend, InfraKind, Launch, LspTool, ServerKind, SessionOptions};
 use serde_json::json;
 use support::{FLASK, call, tool, unpack};
 

@@ -210,6 +210,17 @@ pub async fn build_env(
         .map_err(|e| e.to_string())
 }
 
+/// The grader could not run: an infrastructure failure, recorded as such.
+fn grading_failed(traj: &mut Trajectory, message: String) {
+    traj.infra_failure = true;
+    traj.events.push(Event {
+        step: traj.steps.len() as u32,
+        kind: "grading_error".into(),
+        blame: Blame::Infrastructure,
+        message,
+    });
+}
+
 /// Preparation of one task, done once and shared by its samples.
 type PrepCell = Arc<tokio::sync::OnceCell<Result<Arc<Prepared>, String>>>;
 
@@ -368,34 +379,16 @@ impl<A: AgentLoop, B: BackendFactory, P: Preparer> AgentRunner<A, B, P> {
                         traj.resolved = Some(report.resolved);
                         traj.reward = Some(if report.resolved { 1.0 } else { 0.0 });
                         if report.infra_failure {
-                            traj.infra_failure = true;
-                            traj.events.push(Event {
-                                step: traj.steps.len() as u32,
-                                kind: "grading_error".into(),
-                                blame: Blame::Infrastructure,
-                                message: report.error.clone().unwrap_or_default(),
-                            });
+                            grading_failed(&mut traj, report.error.clone().unwrap_or_default());
                         }
                         traj.grading = Some(report.to_json());
                     }
                     Err(e) => {
-                        traj.infra_failure = true;
-                        traj.events.push(Event {
-                            step: traj.steps.len() as u32,
-                            kind: "grading_error".into(),
-                            blame: Blame::Infrastructure,
-                            message: e.to_string(),
-                        });
+                        grading_failed(&mut traj, e.to_string());
                     }
                 },
                 Err(e) => {
-                    traj.infra_failure = true;
-                    traj.events.push(Event {
-                        step: traj.steps.len() as u32,
-                        kind: "grading_error".into(),
-                        blame: Blame::Infrastructure,
-                        message: format!("resetting the sandbox for grading: {e}"),
-                    });
+                    grading_failed(&mut traj, format!("resetting the sandbox for grading: {e}"));
                 }
             }
         } else {

@@ -29,7 +29,11 @@ fn ms(d: Duration) -> f64 {
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
 }
 
 fn sh(cmd: &str, cwd: &Path) {
@@ -59,7 +63,13 @@ struct Row {
 
 impl Row {
     fn fmt(&self, name: &str) -> String {
-        let f = |v: &Vec<f64>| if v.is_empty() { "–".to_string() } else { format!("{:.1}", median(v.clone())) };
+        let f = |v: &Vec<f64>| {
+            if v.is_empty() {
+                "–".to_string()
+            } else {
+                format!("{:.1}", median(v.clone()))
+            }
+        };
         format!(
             "| {name} | {} | {} | {} | {} | {} |",
             f(&self.create),
@@ -77,7 +87,9 @@ async fn bench_sandbox(p: &Pristine, runs: usize) -> Row {
     let mut r = Row::default();
     for _ in 0..runs {
         let t = Instant::now();
-        let mut sb = Sandbox::create(p, None, &SandboxOptions::default()).await.unwrap();
+        let mut sb = Sandbox::create(p, None, &SandboxOptions::default())
+            .await
+            .unwrap();
         r.create.push(ms(t.elapsed()));
         let t = Instant::now();
         let out = sb.exec(&ExecRequest::new(["true"])).await.unwrap();
@@ -121,7 +133,10 @@ fn bench_clone(p: &Pristine, scratch: &Path, runs: usize) -> Row {
         r.first.push(ms(t.elapsed()));
         sh(EDIT, &ws);
         let t = Instant::now();
-        sh("git add -A && git diff --cached --binary dojo-base >/dev/null && git reset -q", &ws);
+        sh(
+            "git add -A && git diff --cached --binary dojo-base >/dev/null && git reset -q",
+            &ws,
+        );
         r.diff.push(ms(t.elapsed()));
         let t = Instant::now();
         sh("git reset -q --hard dojo-base && git clean -fdxq", &ws);
@@ -138,7 +153,10 @@ fn bench_cp(p: &Pristine, scratch: &Path, runs: usize) -> Row {
     for i in 0..runs {
         let ws = scratch.join(format!("cp-{i}"));
         let t = Instant::now();
-        sh(&format!("cp -a {} {}", p.path.display(), ws.display()), scratch);
+        sh(
+            &format!("cp -a {} {}", p.path.display(), ws.display()),
+            scratch,
+        );
         r.create.push(ms(t.elapsed()));
         let t = Instant::now();
         std::fs::remove_dir_all(&ws).unwrap();
@@ -160,17 +178,30 @@ fn pss_kb(pid: i32) -> u64 {
 
 /// Pids of the holder and its parent (the waiter it was forked from).
 fn holder_pids(sb: &Sandbox) -> Vec<i32> {
-    let Some(c) = sb.holder_pid() else { return vec![] };
+    let Some(c) = sb.holder_pid() else {
+        return vec![];
+    };
     let ppid = std::fs::read_to_string(format!("/proc/{c}/stat"))
         .ok()
-        .and_then(|s| s[s.rfind(')')? + 2..].split_whitespace().nth(1)?.parse().ok());
+        .and_then(|s| {
+            s[s.rfind(')')? + 2..]
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        });
     std::iter::once(c).chain(ppid).collect()
 }
 
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let arg = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
+    let arg = |k: &str| {
+        args.iter()
+            .position(|a| a == k)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     let runs: usize = arg("--runs").and_then(|r| r.parse().ok()).unwrap_or(7);
     let out_file = arg("--out").map(PathBuf::from);
     let cache = dojo_cache::Cache::open().expect("cache");
@@ -194,10 +225,15 @@ async fn main() {
     for (name, (url, sha, file)) in [("sympy 1.12", SYMPY), ("flask 3.0.0", FLASK)] {
         let sdist = cache.fetch(url, sha, file).expect("download sdist");
         let t = Instant::now();
-        let p = store.build(&Source::Archive { path: sdist }).expect("pristine");
+        let p = store
+            .build(&Source::Archive { path: sdist })
+            .expect("pristine");
         let build = t.elapsed();
         let files = walk_count(&p.path);
-        eprintln!("{name}: pristine ready ({:.0} ms incl. cache hit, {files} files)", ms(build));
+        eprintln!(
+            "{name}: pristine ready ({:.0} ms incl. cache hit, {files} files)",
+            ms(build)
+        );
         let sbx = bench_sandbox(&p, runs).await;
         let clone = bench_clone(&p, &scratch, runs);
         let cp = bench_cp(&p, &scratch, runs);
@@ -218,13 +254,20 @@ async fn main() {
 
     // Per-command overhead against a bare fork/exec of the same command.
     let p = store
-        .build(&Source::Archive { path: cache.fetch(FLASK.0, FLASK.1, FLASK.2).unwrap() })
+        .build(&Source::Archive {
+            path: cache.fetch(FLASK.0, FLASK.1, FLASK.2).unwrap(),
+        })
         .unwrap();
-    let sb = Sandbox::create(&p, None, &SandboxOptions::default()).await.unwrap();
+    let sb = Sandbox::create(&p, None, &SandboxOptions::default())
+        .await
+        .unwrap();
     let (mut bare, mut sand) = (Vec::new(), Vec::new());
     for _ in 0..(runs * 5) {
         let t = Instant::now();
-        let o = tokio::process::Command::new("/usr/bin/true").output().await.unwrap();
+        let o = tokio::process::Command::new("/usr/bin/true")
+            .output()
+            .await
+            .unwrap();
         assert!(o.status.success());
         bare.push(ms(t.elapsed()));
         let t = Instant::now();
@@ -236,11 +279,18 @@ async fn main() {
         let (mut b, mut s) = (Vec::new(), Vec::new());
         for _ in 0..runs {
             let t = Instant::now();
-            let o = tokio::process::Command::new("/usr/bin/python3.11").args(["-c", "pass"]).output().await.unwrap();
+            let o = tokio::process::Command::new("/usr/bin/python3.11")
+                .args(["-c", "pass"])
+                .output()
+                .await
+                .unwrap();
             assert!(o.status.success());
             b.push(ms(t.elapsed()));
             let t = Instant::now();
-            let o = sb.exec(&ExecRequest::new(["/usr/bin/python3.11", "-c", "pass"])).await.unwrap();
+            let o = sb
+                .exec(&ExecRequest::new(["/usr/bin/python3.11", "-c", "pass"]))
+                .await
+                .unwrap();
             assert!(o.success());
             s.push(ms(t.elapsed()));
         }
@@ -254,7 +304,10 @@ async fn main() {
         median(sand.clone()),
         median(sand) / median(bare)
     ));
-    md.push_str(&format!("| `python3.11 -c pass` | {pyb:.1} | {pys:.1} | {:.2}× |\n\n", pys / pyb));
+    md.push_str(&format!(
+        "| `python3.11 -c pass` | {pyb:.1} | {pys:.1} | {:.2}× |\n\n",
+        pys / pyb
+    ));
 
     // 64 concurrent sandboxes.
     let n = 64;
@@ -327,7 +380,11 @@ async fn futures_join<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
                 }
             }
         }
-        if all { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
+        if all {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
     })
     .await;
     for d in done {

@@ -59,14 +59,18 @@ pub fn detect() -> Option<Box<dyn CgroupDriver>> {
         return Some(Box::new(V1 {
             memory: mem.join("dojo"),
             pids: pids.join("dojo"),
-            cpu: cpu.join("cpu.cfs_quota_us").exists().then(|| cpu.join("dojo")),
+            cpu: cpu
+                .join("cpu.cfs_quota_us")
+                .exists()
+                .then(|| cpu.join("dojo")),
         }));
     }
     None
 }
 
 fn write(path: &Path, v: &str) -> std::io::Result<()> {
-    fs::write(path, v).map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+    fs::write(path, v)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
 }
 
 fn pids_in(dir: &Path) -> Vec<i32> {
@@ -140,7 +144,10 @@ impl CgroupDriver for V1 {
             let d = cpu.join(id);
             fs::create_dir_all(&d)?;
             write(&d.join("cpu.cfs_period_us"), "100000")?;
-            write(&d.join("cpu.cfs_quota_us"), &(pct as u64 * 1000).to_string())?;
+            write(
+                &d.join("cpu.cfs_quota_us"),
+                &(pct as u64 * 1000).to_string(),
+            )?;
             dirs.push(d);
         }
         Ok(Box::new(V1Handle { dirs }))
@@ -206,7 +213,11 @@ impl CgroupDriver for V2 {
         v
     }
     fn create(&self, id: &str, limits: &Limits) -> std::io::Result<Box<dyn CgroupHandle>> {
-        let ctl = if self.cpu { "+memory +pids +cpu" } else { "+memory +pids" };
+        let ctl = if self.cpu {
+            "+memory +pids +cpu"
+        } else {
+            "+memory +pids"
+        };
         if !self.base.exists() {
             fs::create_dir_all(&self.base)?;
         }
@@ -224,7 +235,10 @@ impl CgroupDriver for V2 {
             write(&dir.join("pids.max"), &p.to_string())?;
         }
         if let (true, Some(pct)) = (self.cpu, limits.cpu_quota_percent) {
-            write(&dir.join("cpu.max"), &format!("{} 100000", pct as u64 * 1000))?;
+            write(
+                &dir.join("cpu.max"),
+                &format!("{} 100000", pct as u64 * 1000),
+            )?;
         }
         Ok(Box::new(V2Handle { dir }))
     }

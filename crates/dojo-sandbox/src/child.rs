@@ -255,18 +255,12 @@ unsafe fn fallback_reaper(plan: &ExecPlan, death_r: Fd, death_w: Fd, status: Fd)
     libc::close(2);
     libc::close(status);
     loop {
-        let mut p = [
-            libc::pollfd { fd: sfd, events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: death_r, events: libc::POLLIN, revents: 0 },
-        ];
-        if libc::poll(p.as_mut_ptr(), 2, -1) < 0 {
-            continue;
-        }
-        if p[1].revents != 0 {
+        let (ready0, ready1) = wait2(sfd, death_r);
+        if ready1 {
             kill_all(-1, l_pid, false, libc::SIGKILL);
             libc::_exit(137);
         }
-        if p[0].revents == 0 {
+        if !ready0 {
             continue;
         }
         let sig = sys::read_signal(sfd);
@@ -291,18 +285,12 @@ unsafe fn fallback_reaper(plan: &ExecPlan, death_r: Fd, death_w: Fd, status: Fd)
 /// Fallback I: forward TERM to K; exit like K; on the caller's death just go (K notices).
 unsafe fn supervise_fallback(sfd: Fd, life: Fd, k_pid: libc::pid_t, death_w: Fd) -> ! {
     loop {
-        let mut p = [
-            libc::pollfd { fd: sfd, events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: life, events: libc::POLLIN, revents: 0 },
-        ];
-        if libc::poll(p.as_mut_ptr(), 2, -1) < 0 {
-            continue;
-        }
-        if p[1].revents != 0 {
+        let (ready0, ready1) = wait2(sfd, life);
+        if ready1 {
             libc::close(death_w);
             libc::_exit(137);
         }
-        if p[0].revents == 0 {
+        if !ready0 {
             continue;
         }
         let sig = sys::read_signal(sfd);
@@ -313,6 +301,27 @@ unsafe fn supervise_fallback(sfd: Fd, life: Fd, k_pid: libc::pid_t, death_w: Fd)
             }
         } else if sig > 0 && k_pid > 1 {
             libc::kill(k_pid, libc::SIGTERM);
+        }
+    }
+}
+
+/// poll(2) two descriptors for input/hang-up until one is ready (EINTR retried); returns which.
+unsafe fn wait2(a: Fd, b: Fd) -> (bool, bool) {
+    loop {
+        let mut p = [
+            libc::pollfd {
+                fd: a,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: b,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        if libc::poll(p.as_mut_ptr(), 2, -1) > 0 {
+            return (p[0].revents != 0, p[1].revents != 0);
         }
     }
 }
@@ -328,32 +337,14 @@ unsafe fn mini_init(death_r: Fd, death_w: Fd, status: Fd) -> ! {
     libc::signal(libc::SIGCHLD, libc::SIG_IGN);
     let sfd = sys::block_and_signalfd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
     loop {
-        let mut p = [
-            libc::pollfd {
-                fd: death_r,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: sfd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let r = libc::poll(p.as_mut_ptr(), 2, -1);
-        if r < 0 {
-            if sys::errno() == libc::EINTR {
-                continue;
-            }
-            libc::_exit(1);
-        }
-        if p[0].revents != 0 {
+        let (ready0, ready1) = wait2(death_r, sfd);
+        if ready0 {
             // The supervisor is gone: dying takes the whole pid namespace with us.
             libc::_exit(0);
         }
         // kill(-1) means "everyone in my pid namespace" only because we are its init; never
         // send it from anywhere else.
-        if p[1].revents != 0 && sys::read_signal(sfd) > 0 && libc::getpid() == 1 {
+        if ready1 && sys::read_signal(sfd) > 0 && libc::getpid() == 1 {
             libc::kill(-1, libc::SIGTERM);
         }
     }
@@ -361,7 +352,13 @@ unsafe fn mini_init(death_r: Fd, death_w: Fd, status: Fd) -> ! {
 
 unsafe fn exec_command(plan: &ExecPlan, status: Fd, fresh_pid_ns: bool) -> ! {
     sys::unblock_all_signals();
-    for s in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGPIPE] {
+    for s in [
+        libc::SIGCHLD,
+        libc::SIGTERM,
+        libc::SIGINT,
+        libc::SIGHUP,
+        libc::SIGPIPE,
+    ] {
         libc::signal(s, libc::SIG_DFL);
     }
     if fresh_pid_ns {
@@ -395,15 +392,15 @@ unsafe fn exec_command(plan: &ExecPlan, status: Fd, fresh_pid_ns: bool) -> ! {
         sys::fail(status, Step::Landlock);
     }
     if plan.landlock_abi > 0 {
-        let mut full = [c"/".as_ref(); 8];
-        let mut files = [c"/".as_ref(); 8];
+        let mut full: [&std::ffi::CStr; 8] = [c"/"; 8];
+        let mut files: [&std::ffi::CStr; 8] = [c"/"; 8];
         let nf = plan.landlock_full.len().min(8);
         let nd = plan.landlock_files.len().min(8);
-        for i in 0..nf {
-            full[i] = plan.landlock_full[i].as_c_str();
+        for (slot, p) in full.iter_mut().zip(&plan.landlock_full) {
+            *slot = p.as_c_str();
         }
-        for i in 0..nd {
-            files[i] = plan.landlock_files[i].as_c_str();
+        for (slot, p) in files.iter_mut().zip(&plan.landlock_files) {
+            *slot = p.as_c_str();
         }
         if !sys::landlock_restrict(plan.landlock_abi, &full[..nf], &files[..nd]) {
             sys::fail(status, Step::Landlock);
@@ -436,31 +433,12 @@ unsafe fn exec_command(plan: &ExecPlan, status: Fd, fresh_pid_ns: bool) -> ! {
 /// I: wait for the command; forward TERM; kill everything when it exits or the caller dies.
 unsafe fn supervise(sfd: Fd, life: Fd, k_pid: libc::pid_t, l_pid: libc::pid_t, ns: bool) -> ! {
     loop {
-        let mut p = [
-            libc::pollfd {
-                fd: sfd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: life,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let r = libc::poll(p.as_mut_ptr(), 2, -1);
-        if r < 0 {
-            if sys::errno() == libc::EINTR {
-                continue;
-            }
-            kill_all(k_pid, l_pid, ns, libc::SIGKILL);
-            libc::_exit(sys::SETUP_FAILED_EXIT);
-        }
-        if p[1].revents != 0 {
+        let (ready0, ready1) = wait2(sfd, life);
+        if ready1 {
             kill_all(k_pid, l_pid, ns, libc::SIGKILL);
             libc::_exit(137);
         }
-        if p[0].revents == 0 {
+        if !ready0 {
             continue;
         }
         let sig = sys::read_signal(sfd);
@@ -594,12 +572,14 @@ pub(crate) struct Layers {
 /// /proc/self/fd, since /tmp is covered by then) and create /tmp/root for the new root.
 unsafe fn stage_layers(l: &Layers) -> Result<(), Step> {
     let null = std::ptr::null::<libc::c_char>();
-    let open = |p: &CString| libc::open(p.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
-    let mut fds: [(Fd, &std::ffi::CStr); 3] = [
-        (-1, c"/tmp/lower"),
-        (-1, c"/tmp/layer"),
-        (-1, c"/tmp/venv"),
-    ];
+    let open = |p: &CString| {
+        libc::open(
+            p.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    let mut fds: [(Fd, &std::ffi::CStr); 3] =
+        [(-1, c"/tmp/lower"), (-1, c"/tmp/layer"), (-1, c"/tmp/venv")];
     for (i, p) in [l.lower.as_ref(), Some(&l.layer), l.venv.as_ref()]
         .into_iter()
         .enumerate()
@@ -611,7 +591,13 @@ unsafe fn stage_layers(l: &Layers) -> Result<(), Step> {
             }
         }
     }
-    if !sys::mount(null, c"/".as_ptr(), null, libc::MS_REC | libc::MS_PRIVATE, null) {
+    if !sys::mount(
+        null,
+        c"/".as_ptr(),
+        null,
+        libc::MS_REC | libc::MS_PRIVATE,
+        null,
+    ) {
         return Err(Step::MakePrivate);
     }
     if !sys::mount(
@@ -641,7 +627,13 @@ unsafe fn stage_layers(l: &Layers) -> Result<(), Step> {
         if libc::mkdir(dst.as_ptr(), 0o755) != 0 {
             return Err(Step::Mkdir);
         }
-        if !sys::mount(src.as_ptr().cast(), dst.as_ptr(), null, libc::MS_BIND | libc::MS_REC, null) {
+        if !sys::mount(
+            src.as_ptr().cast(),
+            dst.as_ptr(),
+            null,
+            libc::MS_BIND | libc::MS_REC,
+            null,
+        ) {
             return Err(Step::Bind);
         }
         libc::close(fd);
@@ -798,8 +790,13 @@ unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>, staged: b
                 if libc::mkdir(dst.as_ptr(), 0o755) != 0 {
                     fail(Step::Mkdir);
                 }
-                if !sys::mount(src.as_ptr(), dst.as_ptr(), null, libc::MS_BIND | libc::MS_REC, null)
-                {
+                if !sys::mount(
+                    src.as_ptr(),
+                    dst.as_ptr(),
+                    null,
+                    libc::MS_BIND | libc::MS_REC,
+                    null,
+                ) {
                     fail(Step::Bind);
                 }
                 if !sys::mount_setattr_rec(dst, sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID) {
@@ -843,7 +840,11 @@ unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>, staged: b
         (c"/dev/urandom", c"/tmp/root/dev/urandom"),
         (c"/dev/tty", c"/tmp/root/dev/tty"),
     ] {
-        let fd = libc::open(dst.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o644);
+        let fd = libc::open(
+            dst.as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o644,
+        );
         if fd < 0 {
             fail(Step::Dev);
         }
@@ -1022,13 +1023,21 @@ pub(crate) unsafe fn run_env_build(plan: &EnvBuildPlan) -> std::io::Result<()> {
         ($cond:expr, $step:expr) => {
             if !$cond {
                 let e = std::io::Error::last_os_error();
-                sys::send(status, sys::TAG_ERR, $step as i32, e.raw_os_error().unwrap_or(0));
+                sys::send(
+                    status,
+                    sys::TAG_ERR,
+                    $step as i32,
+                    e.raw_os_error().unwrap_or(0),
+                );
                 return Err(e);
             }
         };
     }
     if plan.userns {
-        check!(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) == 0, Step::Unshare);
+        check!(
+            libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) == 0,
+            Step::Unshare
+        );
         check!(
             sys::write_file(c"/proc/self/setgroups", b"deny")
                 && sys::write_file(c"/proc/self/uid_map", plan.uid_map.as_bytes())
@@ -1042,7 +1051,13 @@ pub(crate) unsafe fn run_env_build(plan: &EnvBuildPlan) -> std::io::Result<()> {
         check!(false, step);
     }
     check!(
-        sys::mount(c"tmpfs".as_ptr(), c"/tmp/root".as_ptr(), c"tmpfs".as_ptr(), 0, c"mode=0755".as_ptr()),
+        sys::mount(
+            c"tmpfs".as_ptr(),
+            c"/tmp/root".as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            c"mode=0755".as_ptr()
+        ),
         Step::RootTmpfs
     );
     for e in &plan.entries {
@@ -1050,16 +1065,28 @@ pub(crate) unsafe fn run_env_build(plan: &EnvBuildPlan) -> std::io::Result<()> {
             RootEntry::Bind { src, dst } => {
                 check!(libc::mkdir(dst.as_ptr(), 0o755) == 0, Step::Mkdir);
                 check!(
-                    sys::mount(src.as_ptr(), dst.as_ptr(), null, libc::MS_BIND | libc::MS_REC, null),
+                    sys::mount(
+                        src.as_ptr(),
+                        dst.as_ptr(),
+                        null,
+                        libc::MS_BIND | libc::MS_REC,
+                        null
+                    ),
                     Step::Bind
                 );
             }
             RootEntry::Symlink { target, dst } => {
-                check!(libc::symlink(target.as_ptr(), dst.as_ptr()) == 0, Step::Mkdir);
+                check!(
+                    libc::symlink(target.as_ptr(), dst.as_ptr()) == 0,
+                    Step::Mkdir
+                );
             }
         }
     }
-    check!(libc::mkdir(c"/tmp/root/testbed".as_ptr(), 0o755) == 0, Step::Mkdir);
+    check!(
+        libc::mkdir(c"/tmp/root/testbed".as_ptr(), 0o755) == 0,
+        Step::Mkdir
+    );
     if plan.layers.lower.is_some() {
         check!(
             sys::mount(
@@ -1067,17 +1094,30 @@ pub(crate) unsafe fn run_env_build(plan: &EnvBuildPlan) -> std::io::Result<()> {
                 c"/tmp/root/testbed".as_ptr(),
                 c"overlay".as_ptr(),
                 0,
-                c"userxattr,lowerdir=/tmp/lower,upperdir=/tmp/layer/upper,workdir=/tmp/layer/work".as_ptr()
+                c"userxattr,lowerdir=/tmp/lower,upperdir=/tmp/layer/upper,workdir=/tmp/layer/work"
+                    .as_ptr()
             ),
             Step::Overlay
         );
     }
-    check!(libc::mkdir(c"/tmp/root/venv".as_ptr(), 0o755) == 0, Step::Mkdir);
     check!(
-        sys::mount(c"/tmp/venv".as_ptr(), c"/tmp/root/venv".as_ptr(), null, libc::MS_BIND, null),
+        libc::mkdir(c"/tmp/root/venv".as_ptr(), 0o755) == 0,
+        Step::Mkdir
+    );
+    check!(
+        sys::mount(
+            c"/tmp/venv".as_ptr(),
+            c"/tmp/root/venv".as_ptr(),
+            null,
+            libc::MS_BIND,
+            null
+        ),
         Step::Bind
     );
-    check!(libc::mkdir(c"/tmp/root/tmp".as_ptr(), 0o1777) == 0, Step::Mkdir);
+    check!(
+        libc::mkdir(c"/tmp/root/tmp".as_ptr(), 0o1777) == 0,
+        Step::Mkdir
+    );
     check!(
         sys::mount(
             c"tmpfs".as_ptr(),

@@ -120,7 +120,10 @@ pub fn report() -> Report {
         feature("mount namespace", probe(u | libc::CLONE_NEWNS, false)),
         feature("pid namespace", probe(u | libc::CLONE_NEWPID, false)),
         feature("network namespace", probe(u | libc::CLONE_NEWNET, false)),
-        feature("overlayfs (userxattr) in a user namespace", probe(u | libc::CLONE_NEWNS, true)),
+        feature(
+            "overlayfs (userxattr) in a user namespace",
+            probe(u | libc::CLONE_NEWNS, true),
+        ),
     ];
     let abi = ns::landlock_abi();
     features.push(Feature {
@@ -139,7 +142,11 @@ pub fn report() -> Report {
     features.push(Feature {
         name: "seccomp filter".into(),
         ok: seccomp,
-        detail: if seccomp { "available".into() } else { "not available".into() },
+        detail: if seccomp {
+            "available".into()
+        } else {
+            "not available".into()
+        },
     });
     let cg = crate::cgroup::detect();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")

@@ -121,13 +121,15 @@ pub(crate) fn read_status(fd: OwnedFd) -> Vec<(u32, i32, i32)> {
 }
 
 pub(crate) fn status_error(what: &str, msgs: &[(u32, i32, i32)]) -> Option<SandboxError> {
-    msgs.iter().find(|m| m.0 == sys::TAG_ERR).map(|&(_, step, e)| {
-        SandboxError::Setup(format!(
-            "{what}: {} failed: {}",
-            sys::step_name(step),
-            std::io::Error::from_raw_os_error(e)
-        ))
-    })
+    msgs.iter()
+        .find(|m| m.0 == sys::TAG_ERR)
+        .map(|&(_, step, e)| {
+            SandboxError::Setup(format!(
+                "{what}: {} failed: {}",
+                sys::step_name(step),
+                std::io::Error::from_raw_os_error(e)
+            ))
+        })
 }
 
 /// Spawn a prepared supervisor command and run it to completion.

@@ -12,7 +12,9 @@ use std::process::Command;
 
 use crate::child::{self, CArgv, ExecPlan, Mode, cstr};
 use crate::exec::{self, LiveSet};
-use crate::ns::{base_env, envp, exe_candidates, io_err, landlock_abi, rlimits, seccomp_prog, setup_err};
+use crate::ns::{
+    base_env, envp, exe_candidates, io_err, landlock_abi, rlimits, seccomp_prog, setup_err,
+};
 use crate::pristine::{BASE_TAG, run};
 use crate::{ExecRequest, Limits, Result, SandboxError, WORKSPACE};
 
@@ -54,7 +56,10 @@ pub(crate) fn create(
     )
     .map_err(setup_err)?;
     run(git(&ws).args(["checkout", "-q", BASE_TAG]), "git checkout").map_err(setup_err)?;
-    let _ = std::fs::copy(lower.join(".git/info/exclude"), ws.join(".git/info/exclude"));
+    let _ = std::fs::copy(
+        lower.join(".git/info/exclude"),
+        ws.join(".git/info/exclude"),
+    );
     run(git(&ws).args(["tag", "-f", BASE_TAG, BASE_TAG]), "git tag").map_err(setup_err)?;
     let venv_s = venv.map(|v| v.display().to_string());
     Ok(FbSandbox {

@@ -173,7 +173,10 @@ pub struct OutputCap {
 
 impl Default for OutputCap {
     fn default() -> Self {
-        OutputCap { head: 1 << 20, tail: 1 << 20 }
+        OutputCap {
+            head: 1 << 20,
+            tail: 1 << 20,
+        }
     }
 }
 
@@ -273,7 +276,6 @@ impl ApplyOutcome {
     }
 }
 
-
 /// A long-running process inside the sandbox with piped stdio (language servers).
 ///
 /// `child` is the supervisor: killing it (or dropping it: `kill_on_drop`) kills the process and
@@ -292,6 +294,7 @@ impl SandboxProcess {
     }
 }
 
+#[allow(clippy::large_enum_variant)] // one per sandbox; boxing buys nothing
 enum Inner {
     Ns(ns::NsSandbox),
     Fallback(fallback::FbSandbox),
@@ -318,7 +321,11 @@ fn new_id() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    let seed = format!("{t}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+    let seed = format!(
+        "{t}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
     dojo_cache::sha256_hex(seed)[..16].to_string()
 }
 
@@ -365,7 +372,8 @@ impl Sandbox {
         let venv = env.map(|e| e.path.as_path());
         let inner = match backend {
             BackendKind::Fallback => {
-                fallback::create(&root, &pristine.path, venv, &opts.limits, &opts.env).map(Inner::Fallback)
+                fallback::create(&root, &pristine.path, venv, &opts.limits, &opts.env)
+                    .map(Inner::Fallback)
             }
             _ => ns::create(ns::CreateArgs {
                 id: &id,
@@ -513,9 +521,10 @@ impl Sandbox {
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
         let abs = Self::abs(path);
         if let Some((area, rel)) = Self::area(&abs) {
-            match self.area_fd(area).and_then(|d| {
-                ns::read_beneath(&d, &rel).map_err(ns::io_err(Path::new(&abs)))
-            }) {
+            match self
+                .area_fd(area)
+                .and_then(|d| ns::read_beneath(&d, &rel).map_err(ns::io_err(Path::new(&abs))))
+            {
                 Ok(v) => return Ok(v),
                 Err(SandboxError::Io { source, .. })
                     if matches!(
@@ -523,10 +532,7 @@ impl Sandbox {
                         Some(libc::ENOENT) | Some(libc::EISDIR) | Some(libc::ENOTDIR)
                     ) =>
                 {
-                    return Err(SandboxError::Io {
-                        path: abs,
-                        source,
-                    });
+                    return Err(SandboxError::Io { path: abs, source });
                 }
                 Err(SandboxError::Gone(g)) => return Err(SandboxError::Gone(g)),
                 Err(_) => {}
@@ -601,8 +607,9 @@ impl Sandbox {
                 out.stderr_lossy().trim()
             )));
         }
-        String::from_utf8(out.stdout)
-            .map_err(|e| SandboxError::Other(format!("diff of sandbox {} is not UTF-8: {e}", self.id)))
+        String::from_utf8(out.stdout).map_err(|e| {
+            SandboxError::Other(format!("diff of sandbox {} is not UTF-8: {e}", self.id))
+        })
     }
 
     /// Apply a patch with the harness's fallback chain; refuses paths that leave the repository.
@@ -617,12 +624,14 @@ impl Sandbox {
             )
             .await?;
         let log = out.stdout_lossy();
-        let method = log.lines().find_map(|l| match l.strip_prefix("@@DOJO_APPLIED ") {
-            Some("git_apply") => Some(ApplyMethod::GitApply),
-            Some("git_apply_reject") => Some(ApplyMethod::GitApplyReject),
-            Some("patch_fuzz") => Some(ApplyMethod::PatchFuzz),
-            _ => None,
-        });
+        let method = log
+            .lines()
+            .find_map(|l| match l.strip_prefix("@@DOJO_APPLIED ") {
+                Some("git_apply") => Some(ApplyMethod::GitApply),
+                Some("git_apply_reject") => Some(ApplyMethod::GitApplyReject),
+                Some("patch_fuzz") => Some(ApplyMethod::PatchFuzz),
+                _ => None,
+            });
         let _ = self.exec(&ExecRequest::new(["rm", "-f", &name])).await;
         Ok(ApplyOutcome {
             method,
@@ -647,7 +656,7 @@ impl Sandbox {
             }
             Inner::Fallback(f) => {
                 f.kill_live();
-                let out = (&*self)
+                let out = self
                     .exec(&ExecRequest::shell(
                         "git reset -q --hard dojo-base && git clean -fdxq",
                     ))

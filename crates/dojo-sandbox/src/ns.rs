@@ -19,7 +19,9 @@ pub const VENV_PATH: &str = "/venv";
 /// cgroup): 2 GiB, or half the memory limit when that is smaller.
 pub(crate) fn tmp_size(limits: &Limits) -> u64 {
     let cap = 2u64 << 30;
-    limits.memory_bytes.map_or(cap, |m| cap.min(m / 2).max(16 << 20))
+    limits
+        .memory_bytes
+        .map_or(cap, |m| cap.min(m / 2).max(16 << 20))
 }
 
 pub(crate) fn setup_err(what: impl std::fmt::Display) -> SandboxError {
@@ -94,15 +96,7 @@ fn open_ns(pid: i32, kind: &str) -> Result<OwnedFd> {
 fn root_entries() -> &'static Vec<(String, Option<PathBuf>)> {
     static E: OnceLock<Vec<(String, Option<PathBuf>)>> = OnceLock::new();
     E.get_or_init(|| {
-        let skip = [
-            "proc",
-            "sys",
-            "dev",
-            "tmp",
-            "testbed",
-            "venv",
-            "lost+found",
-        ];
+        let skip = ["proc", "sys", "dev", "tmp", "testbed", "venv", "lost+found"];
         let mut v = Vec::new();
         if let Ok(rd) = std::fs::read_dir("/") {
             for e in rd.flatten() {
@@ -142,7 +136,10 @@ pub(crate) fn landlock_abi() -> i32 {
 }
 
 /// Base environment of every command.
-pub(crate) fn base_env(venv: Option<&str>, extra: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+pub(crate) fn base_env(
+    venv: Option<&str>,
+    extra: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     let sys_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
     match venv {
@@ -182,7 +179,10 @@ pub(crate) fn exe_candidates(argv0: &str, env: &BTreeMap<String, String>) -> Vec
         .collect()
 }
 
-pub(crate) fn rlimits(limits: &Limits, memory_by_cgroup: bool) -> Vec<(libc::__rlimit_resource_t, u64)> {
+pub(crate) fn rlimits(
+    limits: &Limits,
+    memory_by_cgroup: bool,
+) -> Vec<(libc::__rlimit_resource_t, u64)> {
     let mut v = vec![(libc::RLIMIT_CORE, 0)];
     if let Some(p) = limits.max_processes {
         v.push((libc::RLIMIT_NPROC, p));
@@ -347,11 +347,11 @@ async fn start_holder(
     }
     let (Some(pid), true) = (pid, msgs.iter().any(|m| m.0 == sys::TAG_OK)) else {
         kill();
-        return Err(setup_err("the sandbox holder exited before finishing its setup"));
+        return Err(setup_err(
+            "the sandbox holder exited before finishing its setup",
+        ));
     };
-    let open = |k| {
-        open_ns(pid, k).inspect_err(|_| kill())
-    };
+    let open = |k| open_ns(pid, k).inspect_err(|_| kill());
     Ok(Holder {
         pid,
         child,
@@ -364,7 +364,11 @@ async fn start_holder(
 pub(crate) async fn create(a: CreateArgs<'_>) -> Result<NsSandbox> {
     let cg = match cgroup::detect() {
         Some(d) => Some(d.create(a.id, a.limits).map_err(|e| {
-            setup_err(format!("creating the {} cgroup for sandbox {}: {e}", d.version(), a.id))
+            setup_err(format!(
+                "creating the {} cgroup for sandbox {}: {e}",
+                d.version(),
+                a.id
+            ))
         })?),
         None => None,
     };
@@ -497,7 +501,7 @@ impl NsSandbox {
         )
         .await?;
         let old_pid = std::mem::replace(&mut self.holder_pid, h.pid);
-        let old_child = std::mem::replace(&mut self.holder, Some(h.child));
+        let old_child = self.holder.replace(h.child);
         self.userns = h.userns;
         self.mntns = h.mntns;
         self.netns = h.netns;
@@ -533,7 +537,8 @@ impl NsSandbox {
     /// An O_PATH fd of `/testbed` (or `/tmp`) inside the sandbox, opened from the host.
     pub(crate) fn area_fd(&self, area: &str) -> Result<OwnedFd> {
         let root = PathBuf::from(format!("/proc/{}/root", self.holder_pid));
-        let rootfd = open_path(&root).map_err(|_| SandboxError::Gone(self.dir.display().to_string()))?;
+        let rootfd =
+            open_path(&root).map_err(|_| SandboxError::Gone(self.dir.display().to_string()))?;
         openat2(
             rootfd.as_raw_fd(),
             area.trim_start_matches('/'),
@@ -613,16 +618,31 @@ pub(crate) fn write_beneath(
     data: &[u8],
     owner: Option<(u32, u32)>,
 ) -> std::io::Result<()> {
-    let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    let comps: Vec<&str> = rel
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
     let Some((file, parents)) = comps.split_last() else {
         return Err(std::io::Error::from_raw_os_error(libc::EISDIR));
     };
-    let mut cur = openat2(dir.as_raw_fd(), ".", libc::O_PATH | libc::O_DIRECTORY, 0, BENEATH)?;
+    let mut cur = openat2(
+        dir.as_raw_fd(),
+        ".",
+        libc::O_PATH | libc::O_DIRECTORY,
+        0,
+        BENEATH,
+    )?;
     for p in parents {
         if *p == ".." {
             return Err(std::io::Error::from_raw_os_error(libc::EXDEV));
         }
-        let next = match openat2(cur.as_raw_fd(), p, libc::O_PATH | libc::O_DIRECTORY, 0, BENEATH) {
+        let next = match openat2(
+            cur.as_raw_fd(),
+            p,
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+            BENEATH,
+        ) {
             Ok(f) => f,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                 let c = cstr(*p);
@@ -636,7 +656,13 @@ pub(crate) fn write_beneath(
                         libc::fchownat(cur.as_raw_fd(), c.as_ptr(), u, g, libc::AT_SYMLINK_NOFOLLOW)
                     };
                 }
-                openat2(cur.as_raw_fd(), p, libc::O_PATH | libc::O_DIRECTORY, 0, BENEATH)?
+                openat2(
+                    cur.as_raw_fd(),
+                    p,
+                    libc::O_PATH | libc::O_DIRECTORY,
+                    0,
+                    BENEATH,
+                )?
             }
             Err(e) => return Err(e),
         };

@@ -8,7 +8,9 @@ pub struct PatchRefused(pub String);
 fn unquote(p: &str) -> String {
     let p = p.trim();
     if p.len() >= 2 && p.starts_with('"') && p.ends_with('"') {
-        p[1..p.len() - 1].replace("\\\"", "\"").replace("\\\\", "\\")
+        p[1..p.len() - 1]
+            .replace("\\\"", "\"")
+            .replace("\\\\", "\\")
     } else {
         p.to_string()
     }

@@ -113,7 +113,9 @@ impl PristineStore {
             reason,
         };
         let identity = match source {
-            Source::Git { repo, commit } => format!("git\0{}", resolve_commit(repo, commit).map_err(err)?),
+            Source::Git { repo, commit } => {
+                format!("git\0{}", resolve_commit(repo, commit).map_err(err)?)
+            }
             Source::Archive { path } => format!(
                 "archive\0{}",
                 dojo_cache::sha256_file(path).map_err(|e| err(e.to_string()))?
@@ -215,7 +217,11 @@ fn hash_dir(root: &Path) -> std::result::Result<String, String> {
             h.update(t.as_os_str().as_encoded_bytes());
         } else if ft.is_file() {
             let md = e.metadata().map_err(|x| x.to_string())?;
-            h.update(if md.permissions().mode() & 0o111 != 0 { b"x" } else { b"f" });
+            h.update(if md.permissions().mode() & 0o111 != 0 {
+                b"x"
+            } else {
+                b"f"
+            });
             h.update(dojo_cache::sha256_file(e.path()).map_err(|x| x.to_string())?);
         } else {
             h.update(b"d");
@@ -369,7 +375,14 @@ fn init_repo(tree: &Path) -> std::result::Result<(), String> {
     // -f: the base commit holds every file of the source, even ones its .gitignore matches.
     run(&mut g(&["add", "-A", "-f"]), "git add")?;
     run(
-        &mut g(&["commit", "-q", "--no-verify", "--allow-empty", "-m", "dojo base"]),
+        &mut g(&[
+            "commit",
+            "-q",
+            "--no-verify",
+            "--allow-empty",
+            "-m",
+            "dojo base",
+        ]),
         "git commit",
     )?;
     run(&mut g(&["tag", BASE_TAG]), "git tag")?;

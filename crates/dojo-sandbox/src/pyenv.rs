@@ -58,9 +58,17 @@ impl EnvSpec {
     fn describe(&self) -> String {
         format!(
             "python {} with {} requirement(s){}",
-            if self.python.is_empty() { "3.11" } else { &self.python },
+            if self.python.is_empty() {
+                "3.11"
+            } else {
+                &self.python
+            },
             self.requirements.len(),
-            if self.editable { ", editable project" } else { "" }
+            if self.editable {
+                ", editable project"
+            } else {
+                ""
+            }
         )
     }
 
@@ -83,7 +91,9 @@ impl EnvSpec {
         }
         let real = std::fs::canonicalize(&p).map_err(|e| err(format!("{}: {e}", p.display())))?;
         for a in real.ancestors() {
-            let mode = std::fs::metadata(a).map(|m| m.permissions().mode()).unwrap_or(0);
+            let mode = std::fs::metadata(a)
+                .map(|m| m.permissions().mode())
+                .unwrap_or(0);
             if mode & 0o001 == 0 {
                 return Err(err(format!(
                     "{} is not executable by other users ({} has mode {:o}); the sandbox uid could not run it",
@@ -145,7 +155,9 @@ impl PythonEnv {
             reason,
         };
         if spec.editable && pristine.is_none() {
-            return Err(err("an editable install needs the pristine tree of the project".into()));
+            return Err(err(
+                "an editable install needs the pristine tree of the project".into(),
+            ));
         }
         let python = spec.interpreter()?;
         let uv = find_uv().ok_or_else(|| {
@@ -164,7 +176,9 @@ impl PythonEnv {
         let key = dojo_cache::sha256_hex(identity.to_string());
         let cache = dojo_cache::Cache::open().map_err(|e| err(e.to_string()))?;
         let entry = cache
-            .get_or_build("envs", &key, |tmp| build_into(spec, pristine, &python, &uv, tmp))
+            .get_or_build("envs", &key, |tmp| {
+                build_into(spec, pristine, &python, &uv, tmp)
+            })
             .map_err(|e| err(e.to_string()))?;
         Ok(PythonEnv {
             id: key,
@@ -195,7 +209,8 @@ fn build_into(
     for d in [&venv, &upper, &work] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
-    std::fs::set_permissions(&venv, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    std::fs::set_permissions(&venv, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| e.to_string())?;
     let mut entries = Vec::new();
     let mut names: Vec<(String, Option<PathBuf>)> = Vec::new();
     if let Ok(rd) = std::fs::read_dir("/") {

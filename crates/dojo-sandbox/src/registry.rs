@@ -75,7 +75,8 @@ pub(crate) fn update_holder(dir: &Path, generation: u32, pid: i32) -> Result<()>
 
 fn load_dir(dir: &Path) -> Result<State> {
     let p = state_path(dir);
-    let text = std::fs::read(&p).map_err(|_| SandboxError::Gone(format!("{} (no {})", dir.display(), p.display())))?;
+    let text = std::fs::read(&p)
+        .map_err(|_| SandboxError::Gone(format!("{} (no {})", dir.display(), p.display())))?;
     serde_json::from_slice(&text).map_err(|e| SandboxError::Other(format!("{}: {e}", p.display())))
 }
 
@@ -108,7 +109,9 @@ pub(crate) fn attach(id: &str) -> Result<Sandbox> {
         _ => {
             let pid = st.holder_pid.ok_or_else(|| SandboxError::Gone(id.into()))?;
             if start_time(pid) != st.holder_start || st.holder_start.is_none() {
-                return Err(SandboxError::Gone(format!("{id} (holder {pid} is not running)")));
+                return Err(SandboxError::Gone(format!(
+                    "{id} (holder {pid} is not running)"
+                )));
             }
             let open = |k: &str| -> Result<std::os::fd::OwnedFd> {
                 let p = PathBuf::from(format!("/proc/{pid}/ns/{k}"));

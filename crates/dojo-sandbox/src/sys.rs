@@ -113,7 +113,10 @@ steps! {
 }
 
 pub(crate) fn step_name(i: i32) -> &'static str {
-    STEP_NAMES.get(i as usize).copied().unwrap_or("unknown step")
+    STEP_NAMES
+        .get(i as usize)
+        .copied()
+        .unwrap_or("unknown step")
 }
 
 /// Keep exactly `fds` (renumbered to 3, 4, ... in order, close-on-exec) plus stdio; close the rest.

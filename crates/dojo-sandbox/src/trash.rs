@@ -57,7 +57,9 @@ pub(crate) fn defer(path: &Path) -> Option<Deferred> {
     let name = format!(
         "{}-{}-{n}",
         std::process::id(),
-        path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()
+        path.file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default()
     );
     let dest = trash.join(name);
     let target = if std::fs::rename(path, &dest).is_ok() {
@@ -117,7 +119,9 @@ fn walkdir_dirs(p: &Path) -> Vec<PathBuf> {
 /// Delete leftovers of crashed processes in a sandboxes dir's trash (best effort, background).
 pub(crate) fn sweep(sandboxes: &Path) {
     let trash = sandboxes.join(".trash");
-    let Ok(rd) = std::fs::read_dir(&trash) else { return };
+    let Ok(rd) = std::fs::read_dir(&trash) else {
+        return;
+    };
     let me = format!("{}-", std::process::id());
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();

@@ -6,7 +6,10 @@ mod common;
 use dojo_sandbox::ExecRequest;
 
 fn mount_count() -> usize {
-    std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count()
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .count()
 }
 
 fn sandbox_uid_processes() -> Vec<i32> {
@@ -14,11 +17,15 @@ fn sandbox_uid_processes() -> Vec<i32> {
     let me = std::process::id() as i32;
     let mut v = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
         if pid == me {
             continue;
         }
-        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else { continue };
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
         let ruid = status
             .lines()
             .find(|l| l.starts_with("Uid:"))
@@ -50,7 +57,9 @@ async fn hundred_cycles_leave_nothing_behind() {
     unsafe { std::env::set_var("DOJO_SANDBOX_UID", "1600077") };
     skip_unless_ns!();
     if !dojo_sandbox::ns::is_root() {
-        eprintln!("SKIPPED: counting the sandbox uid's processes needs a dedicated uid (run as root)");
+        eprintln!(
+            "SKIPPED: counting the sandbox uid's processes needs a dedicated uid (run as root)"
+        );
         return;
     }
     let pristine = common::small_pristine();
@@ -63,7 +72,9 @@ async fn hundred_cycles_leave_nothing_behind() {
             .unwrap_or_else(|e| panic!("cycle {i}: {e}"));
         ids.push(sb.id().to_string());
         let out = sb
-            .exec(&ExecRequest::shell("echo $((6*7)) > answer; (setsid sleep 600 &); cat answer"))
+            .exec(&ExecRequest::shell(
+                "echo $((6*7)) > answer; (setsid sleep 600 &); cat answer",
+            ))
             .await
             .unwrap();
         assert_eq!(out.stdout_lossy(), "42\n", "cycle {i}");
@@ -92,7 +103,9 @@ async fn hundred_cycles_leave_nothing_behind() {
         .map(|e| e.path())
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
-    let trash: Vec<_> = std::fs::read_dir(dir.join(".trash")).map(|r| r.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    let trash: Vec<_> = std::fs::read_dir(dir.join(".trash"))
+        .map(|r| r.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
     assert!(trash.is_empty(), "{trash:?}");
     let cg = cgroup_dirs_of(&ids);
     assert!(cg.is_empty(), "cgroups left behind: {cg:?}");

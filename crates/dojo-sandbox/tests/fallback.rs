@@ -9,8 +9,13 @@ use dojo_sandbox::{BackendKind, ExecRequest, Sandbox, SandboxOptions};
 #[tokio::test]
 async fn fallback_backend_runs_edits_diffs_resets_and_kills_escapees() {
     common::home();
-    let opts = SandboxOptions { backend: BackendKind::Fallback, ..Default::default() };
-    let mut sb = Sandbox::create(&common::small_pristine(), None, &opts).await.unwrap();
+    let opts = SandboxOptions {
+        backend: BackendKind::Fallback,
+        ..Default::default()
+    };
+    let mut sb = Sandbox::create(&common::small_pristine(), None, &opts)
+        .await
+        .unwrap();
     assert_eq!(sb.backend(), BackendKind::Fallback);
     let out = common::sh(&sb, "cat README.md; echo 'y = 1' >> pkg/mod.py").await;
     assert_eq!(out.stdout_lossy(), "hello\n", "{out:?}");

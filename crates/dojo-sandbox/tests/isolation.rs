@@ -17,9 +17,21 @@ async fn writing_outside_testbed_and_tmp_is_refused() {
     skip_unless_ns!();
     let sb = common::sandbox().await;
     let marker = format!("dojo-escape-{}", std::process::id());
-    for target in ["/etc", "/usr", "/var/tmp", "/opt", "/", "/dev", "/venv-nope"] {
+    for target in [
+        "/etc",
+        "/usr",
+        "/var/tmp",
+        "/opt",
+        "/",
+        "/dev",
+        "/venv-nope",
+    ] {
         let out = common::sh(&sb, &format!("echo x > {target}/{marker}")).await;
-        assert_ne!(out.exit_code, Some(0), "write to {target} succeeded: {out:?}");
+        assert_ne!(
+            out.exit_code,
+            Some(0),
+            "write to {target} succeeded: {out:?}"
+        );
         assert!(!std::path::Path::new(&format!("{target}/{marker}")).exists());
     }
     // /tmp works and is private to the sandbox.
@@ -27,7 +39,11 @@ async fn writing_outside_testbed_and_tmp_is_refused() {
     assert!(out.success(), "{out:?}");
     assert!(!std::path::Path::new(&format!("/tmp/{marker}")).exists());
     // The workspace is writable.
-    assert!(common::sh(&sb, "echo x > /testbed/ok && mkdir -p a/b && touch a/b/c").await.success());
+    assert!(
+        common::sh(&sb, "echo x > /testbed/ok && mkdir -p a/b && touch a/b/c")
+            .await
+            .success()
+    );
     sb.teardown().await.unwrap();
 }
 
@@ -36,7 +52,11 @@ async fn another_rollouts_workspace_is_invisible() {
     skip_unless_ns!();
     let a = common::sandbox().await;
     let b = common::sandbox().await;
-    assert!(common::sh(&a, "echo secret-a > /testbed/secret.txt").await.success());
+    assert!(
+        common::sh(&a, "echo secret-a > /testbed/secret.txt")
+            .await
+            .success()
+    );
     // B sees the pristine file set, not A's edit.
     let out = common::sh(&b, "cat /testbed/secret.txt").await;
     assert_ne!(out.exit_code, Some(0));
@@ -73,7 +93,10 @@ async fn pristine_tree_and_venv_cannot_be_changed() {
     // (The pristine path itself is not even visible inside: $DOJO_HOME is hidden or unreachable.)
     let _ = out;
     assert_eq!(std::fs::read(p.path.join("pkg/mod.py")).unwrap(), before);
-    assert_eq!(std::fs::read_to_string(p.path.join("README.md")).unwrap(), "hello\n");
+    assert_eq!(
+        std::fs::read_to_string(p.path.join("README.md")).unwrap(),
+        "hello\n"
+    );
     sb.teardown().await.unwrap();
 
     // The shared venv is mounted read-only.
@@ -81,7 +104,9 @@ async fn pristine_tree_and_venv_cannot_be_changed() {
         eprintln!("SKIPPED (venv part): uv not found");
         return;
     };
-    let sb = Sandbox::create(&p, Some(&env), &SandboxOptions::default()).await.unwrap();
+    let sb = Sandbox::create(&p, Some(&env), &SandboxOptions::default())
+        .await
+        .unwrap();
     let out = common::sh(
         &sb,
         "which python; python -c 'import sys; print(sys.prefix)'; touch /venv/x; rm -f /venv/bin/python; echo rc=$?",
@@ -139,7 +164,10 @@ async fn fork_bomb_is_contained() {
         .exec(&ExecRequest::shell("b() { b | b & }; b").timeout(Duration::from_secs(5)))
         .await
         .unwrap();
-    eprintln!("fork bomb: exit {:?} timed_out {}", out.exit_code, out.timed_out);
+    eprintln!(
+        "fork bomb: exit {:?} timed_out {}",
+        out.exit_code, out.timed_out
+    );
     // Everything it started is gone and the sandbox still works.
     let out = common::sh(&sb, "ps -e | wc -l; echo alive").await;
     assert!(out.stdout_lossy().contains("alive"), "{out:?}");
@@ -187,8 +215,19 @@ async fn disk_fill_is_bounded() {
     .await
     .unwrap();
     // One huge file in the workspace stops at RLIMIT_FSIZE.
-    let out = common::sh(&sb, "dd if=/dev/zero of=/testbed/big bs=1M count=100 2>&1; stat -c %s /testbed/big").await;
-    let size: u64 = out.stdout_lossy().lines().last().unwrap_or("0").trim().parse().unwrap_or(u64::MAX);
+    let out = common::sh(
+        &sb,
+        "dd if=/dev/zero of=/testbed/big bs=1M count=100 2>&1; stat -c %s /testbed/big",
+    )
+    .await;
+    let size: u64 = out
+        .stdout_lossy()
+        .lines()
+        .last()
+        .unwrap_or("0")
+        .trim()
+        .parse()
+        .unwrap_or(u64::MAX);
     assert!(size <= 16 << 20, "{out:?}");
     // Filling /tmp stops at the tmpfs size (half the memory limit here), with ENOSPC.
     let out = common::sh(
@@ -198,7 +237,13 @@ async fn disk_fill_is_bounded() {
     .await;
     let s = out.stdout_lossy();
     assert!(s.contains("FULL"), "{out:?}");
-    let mb: u64 = s.lines().last().unwrap_or("0").trim().parse().unwrap_or(u64::MAX);
+    let mb: u64 = s
+        .lines()
+        .last()
+        .unwrap_or("0")
+        .trim()
+        .parse()
+        .unwrap_or(u64::MAX);
     assert!(mb <= 260, "{out:?}");
     sb.teardown().await.unwrap();
 }
@@ -207,9 +252,13 @@ async fn disk_fill_is_bounded() {
 fn host_procs(needle: &str) -> Vec<i32> {
     let mut v = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
         if let Ok(c) = std::fs::read(e.path().join("cmdline"))
-            && String::from_utf8_lossy(&c).replace('\0', " ").contains(needle)
+            && String::from_utf8_lossy(&c)
+                .replace('\0', " ")
+                .contains(needle)
         {
             v.push(pid);
         }
@@ -235,11 +284,16 @@ async fn setsid_double_forked_daemon_does_not_survive() {
     // A command that leaves a double-forked setsid daemon behind: killed with the command.
     let out = common::sh(
         &sb,
-        &format!("(setsid bash -c 'sleep {tag}' </dev/null >/dev/null 2>&1 &) ; sleep 0.2; echo started"),
+        &format!(
+            "(setsid bash -c 'sleep {tag}' </dev/null >/dev/null 2>&1 &) ; sleep 0.2; echo started"
+        ),
     )
     .await;
     assert!(out.success(), "{out:?}");
-    assert!(gone(&format!("sleep {tag}")).await, "daemon survived its command");
+    assert!(
+        gone(&format!("sleep {tag}")).await,
+        "daemon survived its command"
+    );
     // A long-running process that daemonizes: killed at teardown.
     let t2 = tag + 1;
     let _p = sb
@@ -256,7 +310,10 @@ async fn setsid_double_forked_daemon_does_not_survive() {
     }
     assert!(host_procs(&format!("sleep {t2}")).len() >= 2);
     sb.teardown().await.unwrap();
-    assert!(gone(&format!("sleep {t2}")).await, "daemon survived teardown");
+    assert!(
+        gone(&format!("sleep {t2}")).await,
+        "daemon survived teardown"
+    );
 }
 
 #[tokio::test]
@@ -265,9 +322,11 @@ async fn loop_ignoring_sigterm_is_killed() {
     let sb = common::sandbox().await;
     let out = sb
         .exec(
-            &ExecRequest::shell("trap '' TERM; (trap '' TERM; while :; do :; done) & while :; do :; done")
-                .timeout(Duration::from_millis(500))
-                .grace(Duration::from_millis(500)),
+            &ExecRequest::shell(
+                "trap '' TERM; (trap '' TERM; while :; do :; done) & while :; do :; done",
+            )
+            .timeout(Duration::from_millis(500))
+            .grace(Duration::from_millis(500)),
         )
         .await
         .unwrap();
@@ -283,7 +342,11 @@ async fn symlink_in_repository_cannot_write_outside() {
     let sb = common::sandbox().await;
     let passwd = std::fs::read("/etc/passwd").unwrap();
     // Inside: writes through the link hit the read-only host view.
-    let out = common::sh(&sb, "ln -s /etc/passwd evil && echo pwned >> evil; ln -s /etc evildir; echo x > evildir/dojo-x").await;
+    let out = common::sh(
+        &sb,
+        "ln -s /etc/passwd evil && echo pwned >> evil; ln -s /etc evildir; echo x > evildir/dojo-x",
+    )
+    .await;
     assert_ne!(out.exit_code, Some(0));
     // From the host API: write_file/read_file through the link never touch the host.
     let _ = sb.write_file("evil", b"pwned\n").await;
@@ -292,7 +355,10 @@ async fn symlink_in_repository_cannot_write_outside() {
     assert!(!std::path::Path::new("/etc/dojo-x").exists());
     assert!(common::sh(&sb, "ln -s /etc/shadow shadow").await.success());
     if let Ok(v) = sb.read_file("shadow").await {
-        assert!(v.is_empty() || !String::from_utf8_lossy(&v).contains("root:"), "read host shadow");
+        assert!(
+            v.is_empty() || !String::from_utf8_lossy(&v).contains("root:"),
+            "read host shadow"
+        );
     }
     sb.teardown().await.unwrap();
 }
@@ -300,12 +366,22 @@ async fn symlink_in_repository_cannot_write_outside() {
 #[tokio::test]
 async fn host_processes_cannot_be_signalled_through_proc() {
     skip_unless_ns!();
-    let mut victim = std::process::Command::new("sleep").arg("300").spawn().unwrap();
+    let mut victim = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
     let pid = victim.id();
     let sb = common::sandbox().await;
-    let out = common::sh(&sb, &format!("ls /proc/{pid}; kill -9 {pid}; kill -9 -1; echo done")).await;
+    let out = common::sh(
+        &sb,
+        &format!("ls /proc/{pid}; kill -9 {pid}; kill -9 -1; echo done"),
+    )
+    .await;
     assert!(out.stdout_lossy().contains("done"), "{out:?}");
-    assert!(victim.try_wait().unwrap().is_none(), "host process was killed");
+    assert!(
+        victim.try_wait().unwrap().is_none(),
+        "host process was killed"
+    );
     victim.kill().unwrap();
     let _ = victim.wait();
     sb.teardown().await.unwrap();
@@ -320,7 +396,10 @@ async fn ptrace_is_refused() {
         "sleep 30 & /usr/bin/python3.11 -c \"import ctypes,os,sys; l=ctypes.CDLL(None,use_errno=True); r=l.ptrace(16,int(sys.argv[1]),0,0); print(r, os.strerror(ctypes.get_errno()))\" $!",
     )
     .await;
-    assert!(out.stdout_lossy().starts_with("-1 Operation not permitted"), "{out:?}");
+    assert!(
+        out.stdout_lossy().starts_with("-1 Operation not permitted"),
+        "{out:?}"
+    );
     sb.teardown().await.unwrap();
 }
 
@@ -335,11 +414,38 @@ async fn changing_uid_is_refused() {
     .await;
     let s = out.stdout_lossy();
     assert!(s.contains("refused"), "{out:?}");
-    // Root inside is the unprivileged sandbox uid outside.
+    // Root inside is the unprivileged sandbox uid outside: a process started inside shows up
+    // on the host with that uid.
     let uid = dojo_sandbox::ns::sandbox_uid();
-    let pid_out = common::sh(&sb, "sleep 0.5 & echo $!; wait").await;
-    assert!(pid_out.success());
     assert_ne!(uid, 0);
+    let mut p = sb.spawn(&ExecRequest::new(["sleep", "301"])).await.unwrap();
+    let tag_uid = (0..200).find_map(|_| {
+        let pids: Vec<i32> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        let found = pids.into_iter().find_map(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            if cmd != b"sleep\x00301\x00" {
+                return None;
+            }
+            let st = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            st.lines()
+                .find(|l| l.starts_with("Uid:"))?
+                .split_whitespace()
+                .nth(1)?
+                .parse::<u32>()
+                .ok()
+        });
+        if found.is_none() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        found
+    });
+    assert_eq!(tag_uid, Some(uid));
+    let _ = p.child.start_kill();
+    let _ = p.child.wait().await;
     sb.teardown().await.unwrap();
 }
 

@@ -37,4 +37,3 @@ async fn output_of_200_mb_neither_deadlocks_nor_blows_memory() {
     assert!(grown_mb < 64, "peak RSS grew by {grown_mb} MB");
     sb.teardown().await.unwrap();
 }
-

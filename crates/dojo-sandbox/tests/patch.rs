@@ -19,7 +19,10 @@ async fn diff_round_trips_through_apply_including_binary() {
     let b = common::sandbox().await;
     let r = b.apply_patch(&d).await.unwrap();
     assert_eq!(r.method, Some(ApplyMethod::GitApply), "{}", r.log);
-    assert_eq!(b.read_file("blob.bin").await.unwrap(), b"\x00\x01\x02binary");
+    assert_eq!(
+        b.read_file("blob.bin").await.unwrap(),
+        b"\x00\x01\x02binary"
+    );
     assert_eq!(b.diff().await.unwrap(), d);
     a.teardown().await.unwrap();
     b.teardown().await.unwrap();
@@ -35,7 +38,11 @@ async fn fuzzy_patch_falls_back_and_reports_the_method() {
     assert!(r.applied(), "{}", r.log);
     assert_ne!(r.method, Some(ApplyMethod::GitApply));
     assert!(r.log.contains("git apply"), "{}", r.log);
-    assert!(String::from_utf8(sb.read_file("pkg/mod.py").await.unwrap()).unwrap().contains("43"));
+    assert!(
+        String::from_utf8(sb.read_file("pkg/mod.py").await.unwrap())
+            .unwrap()
+            .contains("43")
+    );
     // A patch that cannot apply at all.
     let r = sb
         .apply_patch("--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-a\n+b\n")

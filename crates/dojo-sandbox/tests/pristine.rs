@@ -17,7 +17,11 @@ fn git(dir: &std::path::Path, args: &[&str]) -> String {
         .env("GIT_COMMITTER_EMAIL", "t@t")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -31,8 +35,16 @@ async fn git_source_is_exported_without_later_history() {
     std::fs::write(repo.join("a.py"), "x = 2  # the fix\n").unwrap();
     git(&repo, &["commit", "-qam", "fix"]);
     let store = PristineStore::open().unwrap();
-    let p = store.build(&Source::Git { repo: repo.clone(), commit: base.clone() }).unwrap();
-    assert_eq!(std::fs::read_to_string(p.path.join("a.py")).unwrap(), "x = 1\n");
+    let p = store
+        .build(&Source::Git {
+            repo: repo.clone(),
+            commit: base.clone(),
+        })
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(p.path.join("a.py")).unwrap(),
+        "x = 1\n"
+    );
     // A fresh one-commit repository: the fix's commit is nowhere.
     assert_eq!(git(&p.path, &["rev-list", "--all", "--count"]), "1");
     assert!(!git(&p.path, &["log", "--all", "--format=%s"]).contains("fix"));
@@ -49,13 +61,18 @@ async fn nonexistent_commit_and_corrupt_archive_are_named_errors() {
     git(&repo, &["commit", "-qm", "base"]);
     let store = PristineStore::open().unwrap();
     let err = store
-        .build(&Source::Git { repo: repo.clone(), commit: "deadbeef".into() })
+        .build(&Source::Git {
+            repo: repo.clone(),
+            commit: "deadbeef".into(),
+        })
         .unwrap_err();
     assert!(matches!(err, SandboxError::Pristine { .. }));
     assert!(err.to_string().contains("deadbeef"), "{err}");
 
     let bad = common::tree(&[("broken.tar.gz", "this is not gzip")]).join("broken.tar.gz");
-    let err = store.build(&Source::Archive { path: bad.clone() }).unwrap_err();
+    let err = store
+        .build(&Source::Archive { path: bad.clone() })
+        .unwrap_err();
     assert!(err.to_string().contains("broken.tar.gz"), "{err}");
     // No half-built entry is visible.
     for e in std::fs::read_dir(&store.root).unwrap().flatten() {
@@ -66,7 +83,10 @@ async fn nonexistent_commit_and_corrupt_archive_are_named_errors() {
 
 #[tokio::test]
 async fn sdist_archive_single_top_dir_is_stripped() {
-    let src = common::tree(&[("proj-1.0/setup.py", "print(1)\n"), ("proj-1.0/proj/__init__.py", "")]);
+    let src = common::tree(&[
+        ("proj-1.0/setup.py", "print(1)\n"),
+        ("proj-1.0/proj/__init__.py", ""),
+    ]);
     let tgz = src.join("proj-1.0.tar.gz");
     let st = Command::new("tar")
         .arg("-czf")
@@ -77,7 +97,10 @@ async fn sdist_archive_single_top_dir_is_stripped() {
         .status()
         .unwrap();
     assert!(st.success());
-    let p = PristineStore::open().unwrap().build(&Source::Archive { path: tgz }).unwrap();
+    let p = PristineStore::open()
+        .unwrap()
+        .build(&Source::Archive { path: tgz })
+        .unwrap();
     assert!(p.path.join("setup.py").is_file());
     assert!(p.path.join(".git").is_dir());
 }
@@ -87,9 +110,14 @@ async fn bytecode_is_precompiled_and_never_in_diffs() {
     skip_unless_ns!();
     let p = common::small_pristine();
     if std::path::Path::new(dojo_sandbox::pristine::DEFAULT_PYTHON).exists() {
-        assert!(p.path.join("pkg/__pycache__").is_dir(), "bytecode was not precompiled");
+        assert!(
+            p.path.join("pkg/__pycache__").is_dir(),
+            "bytecode was not precompiled"
+        );
     }
-    let sb = Sandbox::create(&p, None, &SandboxOptions::default()).await.unwrap();
+    let sb = Sandbox::create(&p, None, &SandboxOptions::default())
+        .await
+        .unwrap();
     let out = common::sh(
         &sb,
         "/usr/bin/python3.11 -c 'import sys; sys.path.insert(0, \".\"); import pkg.mod' && mkdir -p .pytest_cache && touch .pytest_cache/x && echo 'y = 2' >> pkg/mod.py && /usr/bin/python3.11 -m compileall -q pkg",
@@ -98,6 +126,9 @@ async fn bytecode_is_precompiled_and_never_in_diffs() {
     assert!(out.success(), "{out:?}");
     let d = sb.diff().await.unwrap();
     assert!(d.contains("+y = 2"), "{d}");
-    assert!(!d.contains("__pycache__") && !d.contains(".pyc") && !d.contains(".pytest_cache"), "{d}");
+    assert!(
+        !d.contains("__pycache__") && !d.contains(".pyc") && !d.contains(".pytest_cache"),
+        "{d}"
+    );
     sb.teardown().await.unwrap();
 }

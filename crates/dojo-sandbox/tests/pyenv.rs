@@ -3,7 +3,9 @@
 
 mod common;
 
-use dojo_sandbox::{EnvSpec, PristineStore, PythonEnv, Sandbox, SandboxError, SandboxOptions, Source};
+use dojo_sandbox::{
+    EnvSpec, PristineStore, PythonEnv, Sandbox, SandboxError, SandboxOptions, Source,
+};
 
 #[tokio::test]
 async fn editable_install_imports_each_rollouts_own_copy() {
@@ -19,7 +21,10 @@ async fn editable_install_imports_each_rollouts_own_copy() {
         ),
         ("src/srcpkg/__init__.py", "VALUE = 'pristine'\n"),
     ]);
-    let p = PristineStore::open().unwrap().build(&Source::Dir { path: src }).unwrap();
+    let p = PristineStore::open()
+        .unwrap()
+        .build(&Source::Dir { path: src })
+        .unwrap();
     let spec = EnvSpec::from_toml_str("python = \"3.11\"\nrequirements = []\n").unwrap();
     assert!(spec.editable, "editable is the default");
     let env = match PythonEnv::build_async(&spec, Some(&p)).await {
@@ -32,17 +37,37 @@ async fn editable_install_imports_each_rollouts_own_copy() {
     };
     // The editable finder points at /testbed, never at the pristine path.
     let pth: String = walk_text(&env.path);
-    assert!(pth.contains("/testbed"), "no /testbed in the editable install");
-    assert!(!pth.contains(&p.path.display().to_string()), "editable install points at the pristine tree");
+    assert!(
+        pth.contains("/testbed"),
+        "no /testbed in the editable install"
+    );
+    assert!(
+        !pth.contains(&p.path.display().to_string()),
+        "editable install points at the pristine tree"
+    );
 
-    let a = Sandbox::create(&p, Some(&env), &SandboxOptions::default()).await.unwrap();
-    let b = Sandbox::create(&p, Some(&env), &SandboxOptions::default()).await.unwrap();
-    a.write_file("src/srcpkg/__init__.py", b"VALUE = 'edited-a'\n").await.unwrap();
+    let a = Sandbox::create(&p, Some(&env), &SandboxOptions::default())
+        .await
+        .unwrap();
+    let b = Sandbox::create(&p, Some(&env), &SandboxOptions::default())
+        .await
+        .unwrap();
+    a.write_file("src/srcpkg/__init__.py", b"VALUE = 'edited-a'\n")
+        .await
+        .unwrap();
     let probe = "cd /tmp && python -c 'import srcpkg, importlib.metadata as m; print(srcpkg.VALUE, srcpkg.__file__, m.version(\"srcpkg\"))'";
     let out_a = common::sh(&a, probe).await;
     let out_b = common::sh(&b, probe).await;
-    assert_eq!(out_a.stdout_lossy().trim(), "edited-a /testbed/src/srcpkg/__init__.py 0.1", "{out_a:?}");
-    assert_eq!(out_b.stdout_lossy().trim(), "pristine /testbed/src/srcpkg/__init__.py 0.1", "{out_b:?}");
+    assert_eq!(
+        out_a.stdout_lossy().trim(),
+        "edited-a /testbed/src/srcpkg/__init__.py 0.1",
+        "{out_a:?}"
+    );
+    assert_eq!(
+        out_b.stdout_lossy().trim(),
+        "pristine /testbed/src/srcpkg/__init__.py 0.1",
+        "{out_b:?}"
+    );
     a.teardown().await.unwrap();
     b.teardown().await.unwrap();
 }
@@ -61,7 +86,11 @@ fn walk_text(dir: &std::path::Path) -> String {
 #[tokio::test]
 async fn missing_python_and_uv_are_named_errors() {
     common::home();
-    let spec = EnvSpec { python: "3.99".into(), editable: false, ..Default::default() };
+    let spec = EnvSpec {
+        python: "3.99".into(),
+        editable: false,
+        ..Default::default()
+    };
     let e = PythonEnv::build(&spec, None).unwrap_err();
     assert!(matches!(e, SandboxError::Env { .. }));
     assert!(e.to_string().contains("python3.99"), "{e}");

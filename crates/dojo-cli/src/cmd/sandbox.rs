@@ -7,7 +7,7 @@ use anyhow::Context;
 use dojo_sandbox::{
     BackendKind, EnvSpec, ExecRequest, PristineStore, PythonEnv, Sandbox, SandboxOptions, Source,
 };
-use tokio::io::AsyncWriteExt;
+use tokio::io::AsyncReadExt;
 
 #[derive(clap::Subcommand)]
 pub enum SandboxCmd {
@@ -128,13 +128,29 @@ fn doctor(json: bool) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(0);
     }
-    println!("kernel {}; running as {}", r.kernel, if r.running_as_root { "root" } else { "non-root" });
+    println!(
+        "kernel {}; running as {}",
+        r.kernel,
+        if r.running_as_root {
+            "root"
+        } else {
+            "non-root"
+        }
+    );
     println!("sandbox uid: {}", r.sandbox_uid);
     for f in &r.features {
-        println!("  [{}] {:<45} {}", if f.ok { "ok" } else { "--" }, f.name, f.detail);
+        println!(
+            "  [{}] {:<45} {}",
+            if f.ok { "ok" } else { "--" },
+            f.name,
+            f.detail
+        );
     }
     match &r.cgroup_version {
-        Some(v) => println!("  [ok] cgroup {v} controllers: {}", r.cgroup_controllers.join(", ")),
+        Some(v) => println!(
+            "  [ok] cgroup {v} controllers: {}",
+            r.cgroup_controllers.join(", ")
+        ),
         None => println!("  [--] cgroups: not managed here (rlimits only)"),
     }
     println!("backend: {:?}", r.backend);
@@ -185,16 +201,10 @@ async fn pass_through(sb: &Sandbox, cmd: Vec<String>, timeout: u64) -> anyhow::R
     drop(p.child.stdin.take());
     let mut out = p.child.stdout.take().context("no stdout")?;
     let mut err = p.child.stderr.take().context("no stderr")?;
-    let o = tokio::spawn(async move {
-        let mut so = tokio::io::stdout();
-        let _ = tokio::io::copy(&mut out, &mut so).await;
-        let _ = so.flush().await;
-    });
-    let e = tokio::spawn(async move {
-        let mut se = tokio::io::stderr();
-        let _ = tokio::io::copy(&mut err, &mut se).await;
-        let _ = se.flush().await;
-    });
+    // tokio's io-std feature is not enabled workspace-wide: forward chunks with blocking
+    // writes to our own stdout/stderr (a CLI, nothing else shares them).
+    let o = tokio::spawn(async move { forward(&mut out, false).await });
+    let e = tokio::spawn(async move { forward(&mut err, true).await });
     let mut timed_out = false;
     let status = match tokio::time::timeout(Duration::from_secs(timeout), p.child.wait()).await {
         Ok(s) => s?,
@@ -220,4 +230,23 @@ async fn pass_through(sb: &Sandbox, cmd: Vec<String>, timeout: u64) -> anyhow::R
     Ok(status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
+
+async fn forward(r: &mut (impl tokio::io::AsyncRead + Unpin), to_stderr: bool) {
+    use std::io::Write;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let _ = if to_stderr {
+                    let mut w = std::io::stderr().lock();
+                    w.write_all(&buf[..n]).and_then(|_| w.flush())
+                } else {
+                    let mut w = std::io::stdout().lock();
+                    w.write_all(&buf[..n]).and_then(|_| w.flush())
+                };
+            }
+        }
+    }
 }

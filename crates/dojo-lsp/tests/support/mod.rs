@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use dojo_lsp::{HostBackend, LspSession, LspTool, ServerKind, SessionOptions};
+use dojo_lsp::{HostBackend, LspTool, ServerKind, SessionOptions};
 
 pub struct Sdist {
     pub url: &'static str,

@@ -60,9 +60,15 @@ pub fn small_pristine() -> Pristine {
             ("README.md", "hello\n"),
             ("pkg/__init__.py", "VALUE = 1\n"),
             ("pkg/mod.py", "def f():\n    return 41\n"),
-            ("tests/test_mod.py", "from pkg.mod import f\n\ndef test_f():\n    assert f() == 41\n"),
+            (
+                "tests/test_mod.py",
+                "from pkg.mod import f\n\ndef test_f():\n    assert f() == 41\n",
+            ),
         ]);
-        PristineStore::open().unwrap().build(&Source::Dir { path: src }).unwrap()
+        PristineStore::open()
+            .unwrap()
+            .build(&Source::Dir { path: src })
+            .unwrap()
     })
     .clone()
 }
