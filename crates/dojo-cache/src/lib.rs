@@ -168,14 +168,37 @@ impl Cache {
     }
 }
 
-/// Stream `url` to `dest`. Uses the proxy settings in the environment, as pip and cargo do.
+/// The CA bundle the host trusts, as pip, git and curl use it: `SSL_CERT_FILE`, else Debian's
+/// bundle. Hosts behind a TLS-inspecting proxy add its CA there, and Mozilla's built-in roots
+/// alone would then reject every download.
+fn system_root_certs() -> Option<ureq::tls::RootCerts> {
+    let path = std::env::var_os("SSL_CERT_FILE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/etc/ssl/certs/ca-certificates.crt"));
+    let pem = fs::read(&path).ok()?;
+    let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+        .filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    (!certs.is_empty()).then(|| ureq::tls::RootCerts::new_with_certs(&certs))
+}
+
+/// Stream `url` to `dest`. Uses the proxy settings and CA bundle of the environment, as pip and
+/// cargo do.
 fn download(url: &str, dest: &Path) -> Result<()> {
     let fail = |reason: String| CacheError::Download {
         url: url.to_string(),
         reason,
     };
+    let mut tls = ureq::tls::TlsConfig::builder();
+    if let Some(roots) = system_root_certs() {
+        tls = tls.root_certs(roots);
+    }
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .proxy(ureq::Proxy::try_from_env())
+        .tls_config(tls.build())
         .build()
         .into();
     let resp = agent.get(url).call().map_err(|e| fail(e.to_string()))?;
@@ -236,6 +259,22 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().contains("tmp"))
             .collect();
         assert!(leftovers.is_empty());
+    }
+
+    /// A real download from PyPI (a registry this project may reach): the verified file is
+    /// published, and a wrong checksum publishes nothing.
+    #[test]
+    fn fetch_verifies_sha256_against_pypi() {
+        const URL: &str = "https://files.pythonhosted.org/packages/01/e1/2069291243c926a2ff1cd706c7f3eeb9b62144bf60f77c9fb9ff2fb26bd3/iniconfig-2.3.1.tar.gz";
+        const SHA: &str = "67f4b9c50da0dedf52af349e7749a80a9057a5031199791b906c3bb3ae878960";
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::at(tmp.path()).unwrap();
+        let path = cache.fetch(URL, SHA, "iniconfig-2.3.1.tar.gz").unwrap();
+        assert_eq!(sha256_file(&path).unwrap(), SHA);
+        let wrong = "0".repeat(64);
+        let err = cache.fetch(URL, &wrong, "x.tar.gz").unwrap_err();
+        assert!(err.to_string().contains("sha256 mismatch"), "{err}");
+        assert!(!tmp.path().join("downloads").join(&wrong).exists());
     }
 
     #[test]

@@ -131,7 +131,11 @@ pub struct DifficultyStats {
 /// Per-task mean rewards over all given (graded) rollouts.
 pub fn difficulty_stats(cands: &[Cand]) -> DifficultyStats {
     let mut sums: BTreeMap<String, (usize, f64)> = BTreeMap::new();
-    for c in cands.iter().filter(|c| c.traj.graded) {
+    // Infrastructure failures say nothing about the task's difficulty for the agent.
+    for c in cands
+        .iter()
+        .filter(|c| c.traj.graded && c.traj.stop != StopKind::InfraError)
+    {
         let e = sums.entry(c.traj.task_id.clone()).or_default();
         e.0 += 1;
         e.1 += c.traj.reward;
@@ -162,6 +166,10 @@ pub fn difficulty(
     let mut rep = StageReport::new("difficulty", cands.len());
     let mut kept = Vec::with_capacity(cands.len());
     for c in cands {
+        if c.traj.stop == StopKind::InfraError {
+            rep.drop("infra_error");
+            continue;
+        }
         if !c.traj.graded {
             rep.drop("ungraded");
             continue;
@@ -459,6 +467,21 @@ pub(crate) mod tests {
         assert_eq!(rep.dropped["task_mean_at_or_below_low"], 2);
         assert_eq!(rep.dropped["task_mean_at_or_above_high"], 2);
         assert_eq!(rep.input, rep.kept + rep.dropped_total());
+    }
+
+    #[test]
+    fn infra_failures_do_not_count_in_the_mean() {
+        let mut infra = traj("t", 2, 0.0, 1);
+        infra.stop = StopKind::InfraError;
+        let cands = vec![
+            cand(traj("t", 0, 1.0, 1)),
+            cand(traj("t", 1, 0.0, 1)),
+            cand(infra),
+        ];
+        let (kept, rep, st) = difficulty(cands, &DifficultyConfig::default());
+        assert_eq!(st.tasks["t"], (2, 0.5));
+        assert_eq!(kept.len(), 2);
+        assert_eq!(rep.dropped["infra_error"], 1);
     }
 
     #[test]

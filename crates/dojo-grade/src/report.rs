@@ -136,6 +136,19 @@ impl InstanceReport {
         self
     }
 
+    /// Record a graded run: tests status, resolution status, `resolved` and the outcome.
+    pub fn set_tests_status(&mut self, ts: TestsStatus) {
+        let status = resolution_status(&ts);
+        self.resolved = status == ResolvedStatus::Full;
+        self.outcome = if self.resolved {
+            Outcome::Resolved
+        } else {
+            Outcome::Unresolved
+        };
+        self.resolution_status = Some(status);
+        self.tests_status = Some(ts);
+    }
+
     /// `{instance_id: {...}}`.
     pub fn to_json(&self) -> Value {
         let inner = serde_json::to_value(self).unwrap_or(Value::Null);
@@ -178,16 +191,7 @@ pub fn eval_report_from_log(
         return r;
     }
     r.patch_successfully_applied = true;
-    let ts = eval_tests_report(&sm, gold, false, eval_type, semantics);
-    let status = resolution_status(&ts);
-    r.resolved = status == ResolvedStatus::Full;
-    r.outcome = if r.resolved {
-        Outcome::Resolved
-    } else {
-        Outcome::Unresolved
-    };
-    r.resolution_status = Some(status);
-    r.tests_status = Some(ts);
+    r.set_tests_status(eval_tests_report(&sm, gold, false, eval_type, semantics));
     r
 }
 

@@ -9,9 +9,8 @@ use dojo_task::{RepoEnv, Task, patch_targets};
 
 use crate::GradeError;
 use crate::grading::{
-    APPLY_PATCH_FAIL, APPLY_PATCH_PASS, END_TEST_OUTPUT, EvalType, GoldLists, ResolvedStatus,
-    START_TEST_OUTPUT, Semantics, derive_lists, eval_tests_report, logs_eval, read_log_text,
-    resolution_status,
+    APPLY_PATCH_FAIL, APPLY_PATCH_PASS, END_TEST_OUTPUT, EvalType, GoldLists, START_TEST_OUTPUT,
+    Semantics, derive_lists, eval_tests_report, logs_eval, read_log_text,
 };
 use crate::parsers::{Parser, StatusMap};
 use crate::report::{ErrorKind, InstanceReport, Outcome};
@@ -270,22 +269,13 @@ pub async fn grade_in_sandbox(
         fail_to_fail: &task.fail_to_fail,
         pass_to_fail: &task.pass_to_fail,
     };
-    let ts = eval_tests_report(
+    r.set_tests_status(eval_tests_report(
         &sm,
         &gold,
         opts.calculate_to_fail,
         eval_type,
         opts.semantics,
-    );
-    let status = resolution_status(&ts);
-    r.resolved = status == ResolvedStatus::Full;
-    r.outcome = if r.resolved {
-        Outcome::Resolved
-    } else {
-        Outcome::Unresolved
-    };
-    r.resolution_status = Some(status);
-    r.tests_status = Some(ts);
+    ));
     Ok(r)
 }
 

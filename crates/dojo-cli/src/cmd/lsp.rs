@@ -1,6 +1,8 @@
 //! `dojo lsp` (dojo-lsp): ask a language server what the agent's `lsp_tool` would, over a host
 //! directory, and print exactly the observation the agent would see.
 
+use std::io::Write;
+
 use anyhow::Context;
 use dojo_lsp::{Command, LspTool, ServerKind};
 
@@ -32,11 +34,18 @@ pub struct LspArgs {
 /// Exit codes: 0 success, 1 the tool answered with an error message, 2 infrastructure failure.
 pub fn run(args: LspArgs) -> anyhow::Result<i32> {
     let kind = ServerKind::parse(&args.server).with_context(|| {
-        format!("unknown --server {:?}; use ty, pyrefly, pyright or basedpyright", args.server)
+        format!(
+            "unknown --server {:?}; use ty, pyrefly, pyright or basedpyright",
+            args.server
+        )
     })?;
     if Command::parse(&args.command).is_none() {
         let all: Vec<&str> = Command::ALL.iter().map(|c| c.name()).collect();
-        anyhow::bail!("unknown command {:?}; use one of: {}", args.command, all.join(", "));
+        anyhow::bail!(
+            "unknown command {:?}; use one of: {}",
+            args.command,
+            all.join(", ")
+        );
     }
     let mut call = serde_json::Map::new();
     call.insert("command".into(), args.command.clone().into());
@@ -54,12 +63,13 @@ pub fn run(args: LspArgs) -> anyhow::Result<i32> {
     }
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async {
-        let tool = LspTool::host(&args.source, kind)
-            .await
-            .with_context(|| format!("setting up {} over {}", kind.name(), args.source.display()))?;
+        let tool = LspTool::host(&args.source, kind).await.with_context(|| {
+            format!("setting up {} over {}", kind.name(), args.source.display())
+        })?;
         let obs = tool.call_detailed(&serde_json::Value::Object(call)).await;
         tool.session().shutdown().await;
-        println!("{}", obs.text);
+        // A closed pipe (`| head`) is not an error worth a panic.
+        let _ = writeln!(std::io::stdout(), "{}", obs.text);
         if let Some(ev) = &obs.infra {
             eprintln!("infrastructure event: {}", serde_json::to_string(ev)?);
             return Ok(2);
