@@ -9,7 +9,11 @@ mod cmd;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "dojo", version, about = "Train and evaluate software-engineering agents")]
+#[command(
+    name = "dojo",
+    version,
+    about = "Train and evaluate software-engineering agents"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

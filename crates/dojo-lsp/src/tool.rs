@@ -463,7 +463,7 @@ impl LspTool {
 
     async fn definition(&self, at: &At, method: &str, what: &str) -> Res<String> {
         let v = self.position_query(at, method, json!({})).await?;
-        let locs: Vec<(Url, Range)> = match parse::<Option<GotoDefinitionResponse>>(v)? {
+        let mut locs: Vec<(Url, Range)> = match parse::<Option<GotoDefinitionResponse>>(v)? {
             None => vec![],
             Some(GotoDefinitionResponse::Scalar(l)) => vec![(l.uri, l.range)],
             Some(GotoDefinitionResponse::Array(ls)) => {
@@ -474,6 +474,14 @@ impl LspTool {
                 .map(|l| (l.target_uri, l.target_selection_range))
                 .collect(),
         };
+        // Servers answer several locations in no fixed order: the project's own code first,
+        // then stubs and installed packages, each by path and position, so the agent (and our
+        // snapshots) see the same observation every time.
+        locs.sort_by_key(|(uri, r)| {
+            let u = uri.as_str();
+            let external = u.contains("typeshed") || u.contains("site-packages");
+            (external, u.to_string(), r.start.line, r.start.character)
+        });
         if locs.is_empty() {
             return Err(bad(format!(
                 "No {} found for `{}` at {}:{}:{} (the language server has no answer; it may be a builtin, dynamic attribute or unresolved import).",

@@ -71,11 +71,17 @@ async fn run_one(
     i: usize,
     steps: u32,
 ) -> dojo_trajectory::Trajectory {
-    let agent = Agent::new(config(steps), ToolRegistry::named("swe-master").unwrap_or_default(), backend)
-        .expect("agent");
+    let agent = Agent::new(
+        config(steps),
+        ToolRegistry::named("swe-master").unwrap_or_default(),
+        backend,
+    )
+    .expect("agent");
     let input = TaskInput {
         task_id: format!("t{i}"),
-        vars: [("problem_statement".to_string(), "Fix the bug.".into())].into_iter().collect(),
+        vars: [("problem_statement".to_string(), "Fix the bug.".into())]
+            .into_iter()
+            .collect(),
         ..Default::default()
     };
     agent.run(&*ws, &input).await
@@ -83,12 +89,34 @@ async fn run_one(
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let n = args.first().copied().unwrap_or(256);
     let steps = args.get(1).copied().unwrap_or(30) as u32;
     let dir = tempfile::tempdir().expect("tempdir");
     let body: String = (1..=60).map(|i| format!("x_{i} = {i}\n")).collect();
     std::fs::write(dir.path().join("mod.py"), body).expect("write");
+    // A git repository, so the final diff of each rollout works as in a pristine tree.
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .expect("git")
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&[
+        "-c",
+        "user.name=b",
+        "-c",
+        "user.email=b@b",
+        "commit",
+        "-qm",
+        "base",
+    ]);
     let ws = Arc::new(LocalWorkspace::new(dir.path()));
 
     // 1. Idle rollouts.
@@ -127,7 +155,8 @@ async fn main() {
     let t0 = std::time::Instant::now();
     let mut set = tokio::task::JoinSet::new();
     for i in 0..n {
-        let backend: Arc<dyn ChatBackend> = Arc::new(ScriptedBackend::gold("bench", actions.clone()));
+        let backend: Arc<dyn ChatBackend> =
+            Arc::new(ScriptedBackend::gold("bench", actions.clone()));
         let ws = ws.clone();
         set.spawn(run_one(backend, ws, i, steps));
     }
@@ -136,7 +165,11 @@ async fn main() {
     while let Some(r) = set.join_next().await {
         if let Ok(t) = r {
             total_steps += t.steps.len();
-            bad += t.steps.iter().filter(|s| s.tool.as_ref().is_some_and(|o| o.error)).count();
+            bad += t
+                .steps
+                .iter()
+                .filter(|s| s.tool.as_ref().is_some_and(|o| o.error))
+                .count();
             if t.stop_reason != dojo_trajectory::StopReason::Submitted {
                 eprintln!("unexpected stop {} ({:?})", t.stop_reason, t.stop_detail);
             }

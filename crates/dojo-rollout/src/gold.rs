@@ -372,7 +372,8 @@ pub fn plan_actions(
             let at = locate(&content, h, offset).ok_or_else(nomatch)?;
             let lo = at.saturating_sub(4) + 1;
             let hi = at + h.old_len.max(1) + 4;
-            let total = content.split('\n').count();
+            // The editor counts lines as `str::lines` does (no phantom line after a final newline).
+            let total = content.lines().count();
             actions.push(Action::View {
                 path: abs(&f.path),
                 range: Some((lo, hi.min(total.max(1)))),

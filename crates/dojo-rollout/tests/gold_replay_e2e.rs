@@ -130,11 +130,23 @@ async fn gold_replay_resolves_the_whole_bundled_benchmark() {
             t.task_id
         );
         assert!(t.grading.is_some() && t.resolved == Some(true) && t.reward == Some(1.0));
+        let failed: Vec<_> = t
+            .steps
+            .iter()
+            .filter(|s| s.tool.as_ref().is_some_and(|o| o.error))
+            .map(|s| {
+                let msg = s
+                    .observation_messages
+                    .first()
+                    .and_then(|&i| t.messages.get(i))
+                    .map(|m| serde_json::to_string(m).unwrap_or_default())
+                    .unwrap_or_default();
+                format!("step {} ({:?}): {msg}", s.index, s.action)
+            })
+            .collect();
         assert!(
-            t.steps
-                .iter()
-                .all(|s| s.tool.as_ref().is_none_or(|o| !o.error)),
-            "{}: a tool reported an error",
+            failed.is_empty(),
+            "{}: a tool reported an error: {failed:#?}",
             t.task_id
         );
     }

@@ -136,6 +136,16 @@ pub(crate) fn landlock_abi() -> i32 {
 }
 
 /// Base environment of every command.
+/// git refuses a repository whose top directory another uid owns ("dubious ownership"), and
+/// the overlay's root is not owned by the sandbox user; agents and build backends such as
+/// setuptools-scm run git at /testbed. Command-scope config is protected, so git honours
+/// `safe.directory` given this way.
+pub(crate) const GIT_SAFE_DIRECTORY_ENV: [(&str, &str); 3] = [
+    ("GIT_CONFIG_COUNT", "1"),
+    ("GIT_CONFIG_KEY_0", "safe.directory"),
+    ("GIT_CONFIG_VALUE_0", "*"),
+];
+
 pub(crate) fn base_env(
     venv: Option<&str>,
     extra: &BTreeMap<String, String>,
@@ -159,6 +169,9 @@ pub(crate) fn base_env(
     env.insert("LC_ALL".into(), "C.UTF-8".into());
     env.insert("TMPDIR".into(), "/tmp".into());
     env.insert("PIP_DISABLE_PIP_VERSION_CHECK".into(), "1".into());
+    for (k, v) in GIT_SAFE_DIRECTORY_ENV {
+        env.insert(k.into(), v.into());
+    }
     for (k, v) in extra {
         env.insert(k.clone(), v.clone());
     }

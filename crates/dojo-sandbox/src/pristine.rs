@@ -313,6 +313,7 @@ fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), String> {
     }
     strip_bytecode(&tree);
     init_repo(&tree)?;
+    pin_source_mtimes(&tree);
     if Path::new(DEFAULT_PYTHON).exists() && std::env::var_os("DOJO_NO_COMPILEALL").is_none() {
         // Best effort: Python-2-only files fail to compile and that is fine.
         let _ = Command::new(DEFAULT_PYTHON)
@@ -339,6 +340,29 @@ fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), String> {
     });
     std::fs::write(tmp.join("meta.json"), meta.to_string()).map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// A fixed past mtime for every source file, set before `compileall`.
+///
+/// Python trusts a `.pyc` whose recorded source mtime (whole seconds) and size still match. An
+/// edit made in the same second as the tree was written, keeping the size (`a - b` → `a + b`),
+/// would otherwise run the stale bytecode. With sources pinned to 2000-01-01 every later edit
+/// gets a different mtime.
+fn pin_source_mtimes(tree: &Path) {
+    const PINNED: std::time::Duration = std::time::Duration::from_secs(946_684_800);
+    let when = std::time::UNIX_EPOCH + PINNED;
+    for entry in walkdir::WalkDir::new(tree)
+        .into_iter()
+        .filter_entry(|e| e.file_name() != ".git")
+        .filter_map(|e| e.ok())
+    {
+        if entry.file_type().is_file()
+            && entry.path().extension().is_some_and(|x| x == "py")
+            && let Ok(f) = std::fs::File::options().write(true).open(entry.path())
+        {
+            let _ = f.set_modified(when);
+        }
+    }
 }
 
 fn strip_bytecode(tree: &Path) {

@@ -138,6 +138,10 @@ set -euo pipefail
 UV="$1"; PY="$2"; EDITABLE="$3"; shift 3
 export UV_LINK_MODE=copy UV_NO_PROGRESS=1
 "$UV" venv -q --python "$PY" /venv
+# Build backends such as setuptools-scm run git at /testbed, whose .git belongs to another uid,
+# and they strip GIT_* variables first: a global config through XDG_CONFIG_HOME survives that.
+mkdir -p /venv/etc/git && printf '[safe]\n\tdirectory = *\n' > /venv/etc/git/config
+export XDG_CONFIG_HOME=/venv/etc
 if [ "$#" -gt 0 ]; then "$UV" pip install -q --python /venv/bin/python "$@"; fi
 if [ "$EDITABLE" = 1 ]; then "$UV" pip install -q --python /venv/bin/python -e /testbed; fi
 export VIRTUAL_ENV=/venv PATH="/venv/bin:$PATH"
@@ -264,6 +268,7 @@ fn build_into(
         .arg(python)
         .arg(if spec.editable { "1" } else { "0" })
         .args(&spec.requirements)
+        .envs(ns::GIT_SAFE_DIRECTORY_ENV)
         .stdin(std::process::Stdio::null());
     if !spec.install.is_empty() {
         cmd.env("DOJO_INSTALL", spec.install.join("\n"));

@@ -61,10 +61,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             .await
             .with_context(|| format!("binding {addr}"))?;
         let local = listener.local_addr()?;
-        println!("dojo serve: model {} listening on http://{local}", engine.model_id());
-        dojo_engine::server::serve_listener(engine, listener, dojo_engine::server::shutdown_signal())
-            .await
-            .context("serving")?;
+        println!(
+            "dojo serve: model {} listening on http://{local}",
+            engine.model_id()
+        );
+        dojo_engine::server::serve_listener(
+            engine,
+            listener,
+            dojo_engine::server::shutdown_signal(),
+        )
+        .await
+        .context("serving")?;
         eprintln!("dojo serve: shut down");
         anyhow::Ok(0)
     })
@@ -72,7 +79,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
 
 #[cfg(not(feature = "engine"))]
 pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
-    let _ = (&args.model, args.port, &args.host, &args.served_model_name, args.prefix_cache);
+    let _ = (
+        &args.model,
+        args.port,
+        &args.host,
+        &args.served_model_name,
+        args.prefix_cache,
+    );
     anyhow::bail!(
         "dojo serve needs the embedded engine, but this dojo was built without it; rebuild with \
          the `engine` feature (the default): cargo build -p dojo-cli --features engine"
