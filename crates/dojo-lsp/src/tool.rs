@@ -941,8 +941,17 @@ pub(crate) fn find_symbol(line: &str, symbol: &str) -> Option<usize> {
         !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
     });
     let start = whole.or_else(|| line.find(symbol))?;
-    let last = symbol.rfind('.').map_or(0, |d| d + 1);
-    Some(start + last)
+    // Point at the last dotted part that names something (`self.parse` → `parse`); a symbol
+    // with no name in it at all (`.`, `..`) points nowhere.
+    let mut offset = 0;
+    let mut last = None;
+    for part in symbol.split('.') {
+        if !part.is_empty() {
+            last = Some(offset);
+        }
+        offset += part.len() + 1;
+    }
+    Some(start + last?)
 }
 
 fn contains(r: &Range, p: &Position) -> bool {
@@ -1135,6 +1144,9 @@ mod tests {
             Some(20)
         );
         assert_eq!(clean_symbol(" `foo()` "), "foo");
+        // Found by proptest: a symbol without a name must not point past the line.
+        assert_eq!(find_symbol(".", "."), None);
+        assert_eq!(find_symbol("x = a.", "a."), Some(4));
     }
 
     proptest! {
