@@ -312,8 +312,9 @@ fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), String> {
         }
     }
     strip_bytecode(&tree);
-    init_repo(&tree)?;
+    // Before the commit, so the index's stat data matches and git never rehashes the tree.
     pin_source_mtimes(&tree);
+    init_repo(&tree)?;
     if Path::new(DEFAULT_PYTHON).exists() && std::env::var_os("DOJO_NO_COMPILEALL").is_none() {
         // Best effort: Python-2-only files fail to compile and that is fine.
         let _ = Command::new(DEFAULT_PYTHON)

@@ -136,8 +136,9 @@ pub fn find_uv() -> Option<PathBuf> {
 const BUILD_SCRIPT: &str = r#"
 set -euo pipefail
 UV="$1"; PY="$2"; EDITABLE="$3"; shift 3
+trap 'rm -rf /venv/.dojo-uv' EXIT
 export UV_LINK_MODE=copy UV_NO_PROGRESS=1
-"$UV" venv -q --python "$PY" /venv
+"$UV" venv -q --allow-existing --python "$PY" /venv
 # Build backends such as setuptools-scm run git at /testbed, whose .git belongs to another uid,
 # and they strip GIT_* variables first: a global config through XDG_CONFIG_HOME survives that.
 mkdir -p /venv/etc/git && printf '[safe]\n\tdirectory = *\n' > /venv/etc/git/config
@@ -260,11 +261,20 @@ fn build_into(
         },
         entries,
     };
+    // The build namespace has a private /tmp, and uv may live there on the host (a checkout's
+    // target/pytools under /tmp): stage it inside the venv being built; the script removes it.
+    let staged = venv.join(".dojo-uv");
+    std::fs::create_dir_all(&staged).map_err(|e| format!("{}: {e}", staged.display()))?;
+    let staged_uv = staged.join("uv");
+    if std::fs::hard_link(uv, &staged_uv).is_err() {
+        std::fs::copy(uv, &staged_uv)
+            .map_err(|e| format!("staging {} for the build: {e}", uv.display()))?;
+    }
     let mut cmd = std::process::Command::new("/bin/bash");
     cmd.arg("-c")
         .arg(BUILD_SCRIPT)
         .arg("dojo-env-build")
-        .arg(uv)
+        .arg(format!("{}/.dojo-uv/uv", ns::VENV_PATH))
         .arg(python)
         .arg(if spec.editable { "1" } else { "0" })
         .args(&spec.requirements)
