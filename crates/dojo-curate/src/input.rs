@@ -93,10 +93,19 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>, problems: &mut Vec<Problem>) {
         let p = entry.path();
         if p.is_dir() {
             walk(&p, out, problems);
-        } else if p.extension().is_some_and(|e| e == "jsonl") {
+        } else if p.extension().is_some_and(|e| e == "jsonl") && !is_predictions_file(&p) {
             out.push(p);
         }
     }
+}
+
+/// `dojo rollout --export-predictions` writes SWE-bench predictions (`predictions.jsonl`,
+/// `predictions.sample-<k>.jsonl`) beside the trajectories; they are not trajectories, so a
+/// directory scan skips them (a file named explicitly is still read).
+fn is_predictions_file(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("predictions"))
 }
 
 /// Reads every trajectory of the given files/directories.
@@ -199,6 +208,21 @@ fn trim_ascii(b: &[u8]) -> &[u8] {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn directory_scans_skip_rollout_predictions() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = Trajectory::new("a", 0).to_json_line();
+        std::fs::write(dir.path().join("trajectories.jsonl"), format!("{good}\n")).unwrap();
+        std::fs::write(
+            dir.path().join("predictions.jsonl"),
+            "{\"instance_id\":\"a\",\"model_name_or_path\":\"m\",\"model_patch\":\"\"}\n",
+        )
+        .unwrap();
+        let l = load(&[dir.path().to_path_buf()]);
+        assert_eq!(l.trajs.len(), 1);
+        assert!(l.problems.is_empty(), "{:?}", l.problems);
+    }
 
     #[test]
     fn bad_lines_are_reported_and_the_rest_is_read() {
