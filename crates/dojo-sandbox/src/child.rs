@@ -254,32 +254,9 @@ unsafe fn fallback_reaper(plan: &ExecPlan, death_r: Fd, death_w: Fd, status: Fd)
     libc::close(1);
     libc::close(2);
     libc::close(status);
-    loop {
-        let (ready0, ready1) = wait2(sfd, death_r);
-        if ready1 {
-            kill_all(-1, l_pid, false, libc::SIGKILL);
-            libc::_exit(137);
-        }
-        if !ready0 {
-            continue;
-        }
-        let sig = sys::read_signal(sfd);
-        if sig == libc::SIGCHLD {
-            loop {
-                let mut st = 0;
-                let w = libc::waitpid(-1, &mut st, libc::WNOHANG);
-                if w <= 0 {
-                    break;
-                }
-                if w == l_pid {
-                    kill_all(-1, l_pid, false, libc::SIGKILL);
-                    sys::exit_like(st);
-                }
-            }
-        } else if sig > 0 {
-            kill_all(-1, l_pid, false, libc::SIGTERM);
-        }
-    }
+    // The same supervision as a command's, without a pid namespace: `kill_all` then signals the
+    // command's group and every reparented descendant.
+    supervise(sfd, death_r, -1, l_pid, false)
 }
 
 /// Fallback I: forward TERM to K; exit like K; on the caller's death just go (K notices).
