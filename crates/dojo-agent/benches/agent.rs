@@ -11,6 +11,9 @@
 //! 2. Memory per idle rollout: RSS growth with 256 rollouts all waiting on the policy.
 //! 3. `execute_bash true` round trip through the tool vs a bare spawn of `true` / `bash -c true`.
 
+mod common;
+use common::cpu_time;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,14 +25,6 @@ use dojo_llm::{
 };
 use dojo_sandbox::{ExecRequest, PristineStore, Sandbox, SandboxOptions, Source};
 use serde_json::{Map, Value, json};
-
-fn cpu_time() -> Duration {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage fills the struct we own.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
 
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();

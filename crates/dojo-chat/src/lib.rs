@@ -246,9 +246,14 @@ impl ChatFormat {
     /// A finished conversation as a training sample: ids and an assistant mask that is 1 on
     /// every token an assistant message generated (end-of-turn token included).
     ///
-    /// Spans come from rendering each prefix of the conversation; a template whose prefix
-    /// renderings are not prefixes of the whole (e.g. Qwen3 dropping old `<think>` blocks) is
-    /// refused with [`ChatError::NotPrefixStable`] rather than guessed at.
+    /// Spans come from rendering each prefix of the conversation: an assistant message starts
+    /// where the generation prompt of the conversation before it ends. Templates whose prefix
+    /// renderings are not prefixes of the whole — Qwen3 drops the `<think>` block of assistant
+    /// turns before the last user query, and adds an empty one to a final assistant turn — fall
+    /// back to locating each assistant turn by its generation header in the full rendering (see
+    /// [`ChatFormat::header_spans`]); the span then covers what the full rendering shows of the
+    /// turn, as `{% generation %}` markers in the same template would. When neither works the
+    /// conversation is refused with [`ChatError::NotPrefixStable`] rather than guessed at.
     pub fn training_sample(
         &self,
         messages: &[Json],
@@ -265,26 +270,15 @@ impl ChatFormat {
             .into_iter()
             .filter_map(|id| self.tokenizer.id_to_token(id))
             .collect();
+        let byte_spans = match self.prefix_spans(&norm, &text, &stop_strings, opts) {
+            Err(ChatError::NotPrefixStable { index }) => self
+                .header_spans(&norm, &text, &stop_strings, opts)?
+                .ok_or(ChatError::NotPrefixStable { index })?,
+            other => other?,
+        };
         let mut assistant_mask = vec![0u8; input_ids.len()];
         let mut spans = Vec::new();
-        for (j, msg) in norm.messages.iter().enumerate() {
-            if msg.get("role").and_then(Json::as_str) != Some("assistant") {
-                continue;
-            }
-            let index = norm.origin[j];
-            let before = self.render_normalized(&norm.messages[..j], tools, true, opts)?;
-            let after = self.render_normalized(&norm.messages[..=j], tools, false, opts)?;
-            if !text.starts_with(&before) || !text.starts_with(&after) || after.len() < before.len()
-            {
-                return Err(ChatError::NotPrefixStable { index });
-            }
-            let start = before.len();
-            let segment = &after[start..];
-            let end = stop_strings
-                .iter()
-                .filter_map(|s| segment.find(s.as_str()).map(|p| p + s.len()))
-                .min()
-                .map_or(after.len(), |e| start + e);
+        for (index, start, end) in byte_spans {
             let mut token_start = input_ids.len();
             let mut token_end = 0;
             for (t, &(s, _)) in offsets.iter().enumerate() {
@@ -311,6 +305,97 @@ impl ChatFormat {
             assistant_mask,
             spans,
         })
+    }
+
+    /// Byte end of an assistant turn starting at `start`: just past the first stop token in
+    /// `text[start..limit]`, or `limit`.
+    fn turn_end(text: &str, start: usize, limit: usize, stop_strings: &[String]) -> usize {
+        let segment = &text[start..limit];
+        stop_strings
+            .iter()
+            .filter_map(|s| segment.find(s.as_str()).map(|p| p + s.len()))
+            .min()
+            .map_or(limit, |e| start + e)
+    }
+
+    /// Assistant spans `(caller's message index, start, end)` from prefix renderings.
+    fn prefix_spans(
+        &self,
+        norm: &messages::Normalized,
+        text: &str,
+        stop_strings: &[String],
+        opts: &RenderOptions,
+    ) -> Result<Vec<(usize, usize, usize)>> {
+        let tools = norm.tools.as_deref();
+        let mut spans = Vec::new();
+        for (j, msg) in norm.messages.iter().enumerate() {
+            if msg.get("role").and_then(Json::as_str) != Some("assistant") {
+                continue;
+            }
+            let index = norm.origin[j];
+            let before = self.render_normalized(&norm.messages[..j], tools, true, opts)?;
+            let after = self.render_normalized(&norm.messages[..=j], tools, false, opts)?;
+            if !text.starts_with(&before) || !text.starts_with(&after) || after.len() < before.len()
+            {
+                return Err(ChatError::NotPrefixStable { index });
+            }
+            let start = before.len();
+            spans.push((
+                index,
+                start,
+                Self::turn_end(&after, start, after.len(), stop_strings),
+            ));
+        }
+        Ok(spans)
+    }
+
+    /// Assistant spans located by the generation header (what `add_generation_prompt` appends,
+    /// e.g. `<|im_start|>assistant\n`) in the full rendering: the k-th occurrence opens the k-th
+    /// assistant message, which ends with the first stop token after it. `None` when that does
+    /// not identify them unambiguously: no header, or not exactly one occurrence per assistant
+    /// message (a header inside some content, or a template that merges turns).
+    fn header_spans(
+        &self,
+        norm: &messages::Normalized,
+        text: &str,
+        stop_strings: &[String],
+        opts: &RenderOptions,
+    ) -> Result<Option<Vec<(usize, usize, usize)>>> {
+        let tools = norm.tools.as_deref();
+        let assistants: Vec<usize> = (0..norm.messages.len())
+            .filter(|&j| norm.messages[j].get("role").and_then(Json::as_str) == Some("assistant"))
+            .collect();
+        let Some(&first) = assistants.first() else {
+            return Ok(Some(Vec::new()));
+        };
+        let probe = &norm.messages[..first];
+        let with = self.render_normalized(probe, tools, true, opts)?;
+        let without = self.render_normalized(probe, tools, false, opts)?;
+        let header = match with.strip_prefix(without.as_str()) {
+            Some(h) if !h.is_empty() => h,
+            _ => return Ok(None),
+        };
+        let starts: Vec<usize> = text
+            .match_indices(header)
+            .map(|(p, _)| p + header.len())
+            .collect();
+        if starts.len() != assistants.len() {
+            return Ok(None);
+        }
+        let spans = assistants
+            .iter()
+            .zip(&starts)
+            .enumerate()
+            .map(|(k, (&j, &start))| {
+                let limit = starts.get(k + 1).map_or(text.len(), |&n| n - header.len());
+                (
+                    norm.origin[j],
+                    start,
+                    Self::turn_end(text, start, limit, stop_strings),
+                )
+            })
+            .collect();
+        Ok(Some(spans))
     }
 
     /// Normalise messages for this template (see [`normalize_messages`]).

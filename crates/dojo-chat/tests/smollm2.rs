@@ -126,6 +126,13 @@ fn tool_conversation() -> (Vec<Value>, Vec<Value>) {
     (messages, tools)
 }
 
+/// The mask is 1 exactly on the tokens of the spans.
+fn assert_mask_is_the_span_tokens(s: &dojo_chat::TrainingSample) {
+    let ones: usize = s.assistant_mask.iter().map(|&m| m as usize).sum();
+    let in_spans: usize = s.spans.iter().map(|sp| sp.token_end - sp.token_start).sum();
+    assert_eq!(ones, in_spans);
+}
+
 #[test]
 fn renders_tools_hermes_style() {
     let Some(f) = format() else { return };
@@ -165,15 +172,7 @@ fn training_mask_covers_exactly_the_assistant_turns() {
             "Two files.<|im_end|>",
         ]
     );
-    // The mask is 1 exactly on the span tokens.
-    let ones: usize = s.assistant_mask.iter().map(|&m| m as usize).sum();
-    assert_eq!(
-        ones,
-        s.spans
-            .iter()
-            .map(|sp| sp.token_end - sp.token_start)
-            .sum::<usize>()
-    );
+    assert_mask_is_the_span_tokens(&s);
     // The generation prompt of each assistant turn is an exact token prefix.
     let prompt = f
         .prompt(&messages[..2], Some(&tools), &RenderOptions::default())
@@ -193,4 +192,52 @@ fn bad_messages_are_named() {
         )
         .unwrap_err();
     assert_eq!(err.to_string(), "message 0: missing string field `role`");
+}
+
+/// Qwen3's rule in miniature: `<think>` survives only on assistant turns after the last user
+/// message. Rendering a prefix keeps a thought the full conversation drops, so prefixes are not
+/// prefixes; the spans then come from the generation headers of the full rendering and cover
+/// what it shows of each turn (as `{% generation %}` markers would).
+#[test]
+fn think_stripping_template_gets_spans_from_the_full_rendering() {
+    let Some(f) = format() else { return };
+    let src = "{%- set ns = namespace(last=0) %}{%- for m in messages %}{%- if m.role == 'user' %}{%- set ns.last = loop.index0 %}{%- endif %}{%- endfor %}\
+        {%- for m in messages %}{%- if m.role == 'assistant' %}{{- '<|im_start|>assistant\n' }}\
+        {%- if loop.index0 > ns.last and m.reasoning_content %}{{- '<think>' + m.reasoning_content + '</think>' }}{%- endif %}\
+        {{- m.content + '<|im_end|>\n' }}{%- else %}{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}{%- endif %}{%- endfor %}\
+        {%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}";
+    let qf = ChatFormat::new(
+        f.tokenizer.clone(),
+        dojo_chat::ChatTemplate::new(src, "", "<|im_end|>").unwrap(),
+    );
+    let messages = [
+        json!({"role": "user", "content": "a"}),
+        json!({"role": "assistant", "reasoning_content": "r1", "content": "one"}),
+        json!({"role": "user", "content": "b"}),
+        json!({"role": "assistant", "reasoning_content": "r2", "content": "two"}),
+    ];
+    let s = qf
+        .training_sample(&messages, None, &RenderOptions::default())
+        .unwrap();
+    assert!(!s.text.contains("r1"), "{}", s.text);
+    let spans: Vec<(usize, &str)> = s
+        .spans
+        .iter()
+        .map(|sp| (sp.message_index, &s.text[sp.start..sp.end]))
+        .collect();
+    assert_eq!(
+        spans,
+        [(1, "one<|im_end|>"), (3, "<think>r2</think>two<|im_end|>")]
+    );
+    assert_mask_is_the_span_tokens(&s);
+    // An assistant header inside content makes the turns ambiguous: refused, not guessed.
+    let mut bad = messages.to_vec();
+    bad[1]["content"] = json!("<|im_start|>assistant\nsneaky");
+    let err = qf
+        .training_sample(&bad, None, &RenderOptions::default())
+        .unwrap_err();
+    assert!(
+        matches!(err, dojo_chat::ChatError::NotPrefixStable { index: 1 }),
+        "{err}"
+    );
 }

@@ -4,7 +4,8 @@
 //!   tokenizer/template fingerprints). TRL's SFTTrainer takes it as is; it is bit-exact with what
 //!   the target tokenizer and template produce, so no trainer re-templates anything.
 //! * `messages.jsonl` + `messages.parquet`: OpenAI-shaped `messages` (observations as
-//!   `role: tool`, `tool_calls[].function.arguments` as an object in JSONL) plus `tools`, for verl's
+//!   `role: tool`, `tool_calls[].function.arguments` as an object: a struct over the union of
+//!   argument keys in Parquet, see [`write_messages_parquet`]) plus `tools`, for verl's
 //!   multi-turn SFT dataset, TRL `assistant_only_loss`, OpenRLHF `--multiturn`.
 //! * `sharegpt.jsonl` (with a flag): LLaMA-Factory's sharegpt layout (`function_call`/`observation`).
 //!
@@ -16,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, Float64Array, Int8Array, Int32Array, Int64Array, ListArray, RecordBatch, StringArray,
-    StructArray,
+    ArrayRef, BooleanArray, Float64Array, Int8Array, Int32Array, Int64Array, ListArray,
+    RecordBatch, StringArray, StructArray,
 };
 use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, Fields, Schema};
@@ -30,7 +31,8 @@ use serde_json::{Value, json};
 use crate::view::{Traj, arguments_object, content_text, role};
 
 /// Version of every export layout this crate writes. Bump on any column/field change.
-pub const EXPORT_SCHEMA_VERSION: u32 = 1;
+/// 2: `tool_calls[].function.arguments` in the messages Parquet is a struct (was JSON text).
+pub const EXPORT_SCHEMA_VERSION: u32 = 2;
 
 /// Errors writing exports; each names the file.
 #[derive(Debug, thiserror::Error)]
@@ -309,16 +311,25 @@ fn opt_str(m: &Value, k: &str) -> Option<String> {
 /// Writes the messages Parquet. `messages` is a list of structs (role, content,
 /// reasoning_content, tool_calls, tool_call_id, name); absent fields are null.
 ///
-/// Why `arguments` is a JSON *string* here while it is an object in the JSONL: a Parquet column
-/// has one schema, so objects of different tools would be merged into one struct whose missing
-/// keys come back as `null` — and a template's `arguments|tojson` then renders `"path": null`
-/// keys the model never produced. Loaders that want objects `json.loads` it (verl does); the
-/// JSONL keeps the objects.
+/// `tool_calls[].function.arguments` is a struct, as the trainers' loaders expect objects: its
+/// fields are the union of the argument keys over the whole file (nested objects and lists
+/// likewise), null where a call lacks the key — the very type pyarrow's JSON reader infers from
+/// the JSONL export. Each key has one type over the file (integers mixed with floats become
+/// floats); a key whose values have mixed types (say a string in one call and a number in
+/// another), an argument that is not an object (one unparsable call turns the whole column), or
+/// an empty object (Parquet has no empty structs) falls back to the value's JSON text. The Arrow
+/// schema metadata `dojo.arguments_json_paths` lists those paths (e.g. `arguments.timeout`), so
+/// a loader knows which to `json.loads`.
+///
+/// Loaded with `datasets`, the dicts equal the JSONL's objects once `None` values are dropped
+/// (`datasets` ≥ 5 reads the JSONL's objects as they are, without the union's null keys). A
+/// consumer that feeds these dicts to a chat template unchanged renders absent keys as `null`:
+/// drop `None` values first.
 pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), ExportError> {
     let metas: Vec<&RowMeta> = rows.iter().map(|r| &r.meta).collect();
     let (mut fields, mut cols) = meta_columns(&metas);
     let all: Vec<&Value> = rows.iter().flat_map(|r| r.messages.iter()).collect();
-    // tool_calls: list<struct{id, type, function: struct{name, arguments}}>
+    // tool_calls: list<struct{id, type, function: struct{name, arguments: struct{...}}}>
     let calls: Vec<&Value> = all
         .iter()
         .flat_map(|m| {
@@ -328,9 +339,21 @@ pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), E
                 .flatten()
         })
         .collect();
+    let args: Vec<Option<&Value>> = calls
+        .iter()
+        .map(|c| c.pointer("/function/arguments").filter(|v| !v.is_null()))
+        .collect();
+    let args_ty = args
+        .iter()
+        .flatten()
+        .fold(Ty::Unknown, |t, v| t.merge(Ty::of(v)))
+        .finish();
+    let mut json_paths = Vec::new();
+    args_ty.json_paths("arguments", &mut json_paths);
+    let (args_type, args_array) = args_ty.build(&args);
     let fn_fields = Fields::from(vec![
         Field::new("name", DataType::Utf8, false),
-        Field::new("arguments", DataType::Utf8, false),
+        Field::new("arguments", args_type, true),
     ]);
     let function = StructArray::new(
         fn_fields.clone(),
@@ -341,11 +364,7 @@ pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), E
                     .unwrap_or_default()
                     .to_string()
             }))),
-            Arc::new(StringArray::from_iter_values(calls.iter().map(|c| {
-                c.pointer("/function/arguments")
-                    .map(Value::to_string)
-                    .unwrap_or_else(|| "{}".into())
-            }))),
+            args_array,
         ],
         None,
     );
@@ -421,7 +440,169 @@ pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), E
         rows.iter()
             .map(|r| Value::Array(r.tools.clone()).to_string()),
     )));
-    finish(path, fields, cols, kv_metadata("messages", &[]))
+    let kv = kv_metadata(
+        "messages",
+        &[("dojo.arguments_json_paths", json_paths.join(","))],
+    );
+    finish(path, fields, cols, kv)
+}
+
+/// The Arrow type of one JSON position (an argument key, a list item) over a whole file.
+#[derive(Debug, Clone, PartialEq)]
+enum Ty {
+    /// Only nulls (or nothing) seen: stored as an all-null string column.
+    Unknown,
+    Bool,
+    Int,
+    Float,
+    Str,
+    List(Box<Ty>),
+    /// Fields in order of first appearance, as pyarrow orders them.
+    Struct(Vec<(String, Ty)>),
+    /// Mixed types: each value's JSON text.
+    Json,
+}
+
+impl Ty {
+    fn of(v: &Value) -> Ty {
+        match v {
+            Value::Null => Ty::Unknown,
+            Value::Bool(_) => Ty::Bool,
+            Value::Number(n) if n.is_i64() => Ty::Int,
+            Value::Number(_) => Ty::Float,
+            Value::String(_) => Ty::Str,
+            Value::Array(items) => Ty::List(Box::new(
+                items.iter().fold(Ty::Unknown, |t, v| t.merge(Ty::of(v))),
+            )),
+            Value::Object(o) => Ty::Struct(o.iter().map(|(k, v)| (k.clone(), Ty::of(v))).collect()),
+        }
+    }
+
+    fn merge(self, other: Ty) -> Ty {
+        match (self, other) {
+            (Ty::Unknown, t) | (t, Ty::Unknown) => t,
+            (Ty::Int, Ty::Float) | (Ty::Float, Ty::Int) => Ty::Float,
+            (Ty::List(a), Ty::List(b)) => Ty::List(Box::new(a.merge(*b))),
+            (Ty::Struct(mut a), Ty::Struct(b)) => {
+                for (k, t) in b {
+                    match a.iter_mut().find(|(ak, _)| *ak == k) {
+                        Some((_, at)) => *at = std::mem::replace(at, Ty::Unknown).merge(t),
+                        None => a.push((k, t)),
+                    }
+                }
+                Ty::Struct(a)
+            }
+            (a, b) if a == b => a,
+            _ => Ty::Json,
+        }
+    }
+
+    /// Replaces what Parquet cannot store: an empty struct becomes JSON text.
+    fn finish(self) -> Ty {
+        match self {
+            Ty::Struct(f) if f.is_empty() => Ty::Json,
+            Ty::Struct(f) => Ty::Struct(f.into_iter().map(|(k, t)| (k, t.finish())).collect()),
+            Ty::List(t) => Ty::List(Box::new(t.finish())),
+            t => t,
+        }
+    }
+
+    /// Paths stored as JSON text.
+    fn json_paths(&self, at: &str, out: &mut Vec<String>) {
+        match self {
+            Ty::Json => out.push(at.to_string()),
+            Ty::List(t) => t.json_paths(&format!("{at}[]"), out),
+            Ty::Struct(f) => {
+                for (k, t) in f {
+                    t.json_paths(&format!("{at}.{k}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The column for `vals` (`None` = null), which all fit this type.
+    fn build(&self, vals: &[Option<&Value>]) -> (DataType, ArrayRef) {
+        match self {
+            Ty::Unknown => (
+                DataType::Utf8,
+                Arc::new(StringArray::from(vec![None::<&str>; vals.len()])),
+            ),
+            Ty::Bool => (
+                DataType::Boolean,
+                Arc::new(BooleanArray::from(
+                    vals.iter()
+                        .map(|v| v.and_then(Value::as_bool))
+                        .collect::<Vec<_>>(),
+                )),
+            ),
+            Ty::Int => (
+                DataType::Int64,
+                Arc::new(Int64Array::from_iter(
+                    vals.iter().map(|v| v.and_then(Value::as_i64)),
+                )),
+            ),
+            Ty::Float => (
+                DataType::Float64,
+                Arc::new(Float64Array::from_iter(
+                    vals.iter().map(|v| v.and_then(Value::as_f64)),
+                )),
+            ),
+            Ty::Str => (
+                DataType::Utf8,
+                Arc::new(StringArray::from_iter(
+                    vals.iter().map(|v| v.and_then(Value::as_str)),
+                )),
+            ),
+            Ty::Json => (
+                DataType::Utf8,
+                Arc::new(StringArray::from_iter(
+                    vals.iter()
+                        .map(|v| v.filter(|v| !v.is_null()).map(Value::to_string)),
+                )),
+            ),
+            Ty::List(item) => {
+                let lists: Vec<Option<&Vec<Value>>> =
+                    vals.iter().map(|v| v.and_then(Value::as_array)).collect();
+                let items: Vec<Option<&Value>> = lists
+                    .iter()
+                    .flatten()
+                    .flat_map(|l| l.iter().map(|v| Some(v).filter(|v| !v.is_null())))
+                    .collect();
+                let (item_type, child) = item.build(&items);
+                let item_field = Arc::new(Field::new("item", item_type, true));
+                let arr = ListArray::new(
+                    item_field.clone(),
+                    OffsetBuffer::from_lengths(lists.iter().map(|l| l.map_or(0, Vec::len))),
+                    child,
+                    Some(lists.iter().map(Option::is_some).collect::<Vec<_>>().into()),
+                );
+                (DataType::List(item_field), Arc::new(arr))
+            }
+            Ty::Struct(fields) => {
+                let objs: Vec<Option<&serde_json::Map<String, Value>>> =
+                    vals.iter().map(|v| v.and_then(Value::as_object)).collect();
+                let mut arrow_fields = Vec::with_capacity(fields.len());
+                let mut children = Vec::with_capacity(fields.len());
+                for (k, t) in fields {
+                    let child_vals: Vec<Option<&Value>> = objs
+                        .iter()
+                        .map(|o| o.and_then(|o| o.get(k)).filter(|v| !v.is_null()))
+                        .collect();
+                    let (dt, child) = t.build(&child_vals);
+                    arrow_fields.push(Field::new(k, dt, true));
+                    children.push(child);
+                }
+                let arrow_fields = Fields::from(arrow_fields);
+                let arr = StructArray::new(
+                    arrow_fields.clone(),
+                    children,
+                    Some(objs.iter().map(Option::is_some).collect::<Vec<_>>().into()),
+                );
+                (DataType::Struct(arrow_fields), Arc::new(arr))
+            }
+        }
+    }
 }
 
 fn meta_json(m: &RowMeta) -> serde_json::Map<String, Value> {
@@ -581,6 +762,72 @@ mod tests {
             json!({"role": "assistant", "content": "", "tool_calls": [
                 {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}]})
         );
+    }
+
+    #[test]
+    fn arguments_are_a_struct_over_the_union_of_keys() {
+        use arrow::array::{Array, AsArray};
+        use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.parquet");
+        write_messages_parquet(&path, &crate::fixtures::rows_with_varied_arguments(true)).unwrap();
+        let reader =
+            ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap()).unwrap();
+        let meta = reader.schema().metadata().clone();
+        assert_eq!(meta["dojo.arguments_json_paths"], "arguments.timeout");
+        let batch = reader.build().unwrap().next().unwrap().unwrap();
+        let msgs = batch.column_by_name("messages").unwrap().as_list::<i32>();
+        let msg = msgs.values().as_struct();
+        let calls = msg.column_by_name("tool_calls").unwrap().as_list::<i32>();
+        let function = calls
+            .values()
+            .as_struct()
+            .column_by_name("function")
+            .unwrap();
+        let args = function.as_struct().column_by_name("arguments").unwrap();
+        let DataType::Struct(fields) = args.data_type() else {
+            panic!("arguments is {:?}", args.data_type());
+        };
+        let names: Vec<(&str, &DataType)> = fields
+            .iter()
+            .map(|f| (f.name().as_str(), f.data_type()))
+            .collect();
+        assert_eq!(names[0], ("command", &DataType::Utf8));
+        assert_eq!(names[1], ("path", &DataType::Utf8));
+        assert_eq!(names[2], ("line", &DataType::Float64));
+        assert_eq!(names[4], ("flag", &DataType::Boolean));
+        assert_eq!(names[5], ("timeout", &DataType::Utf8));
+        let DataType::Struct(opts) = names[3].1 else {
+            panic!("opts is {:?}", names[3].1);
+        };
+        assert_eq!(opts[0].name(), "tags");
+        assert!(matches!(opts[0].data_type(), DataType::List(_)));
+        assert_eq!(opts[1].data_type(), &DataType::Int64);
+        let args = args.as_struct();
+        assert_eq!(args.len(), 7);
+        let timeout = args.column_by_name("timeout").unwrap().as_string::<i32>();
+        assert_eq!(timeout.value(3), "10");
+        assert_eq!(timeout.value(6), "\"10s\"");
+        assert!(timeout.is_null(0));
+        assert_eq!(
+            args.column_by_name("line")
+                .unwrap()
+                .as_primitive::<arrow::datatypes::Float64Type>()
+                .value(2),
+            3.0
+        );
+    }
+
+    #[test]
+    fn empty_arguments_everywhere_fall_back_to_json_text() {
+        let ty = [json!({}), json!({})]
+            .iter()
+            .fold(Ty::Unknown, |t, v| t.merge(Ty::of(v)))
+            .finish();
+        assert_eq!(ty, Ty::Json);
+        let mut paths = Vec::new();
+        ty.json_paths("arguments", &mut paths);
+        assert_eq!(paths, ["arguments"]);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The human-readable side of a curation run: a stage table and an HTML report with SVG charts
 //! (difficulty histogram, token lengths, turns per trajectory). SVG is written by hand: three bar
-//! charts do not justify a plotting stack and its font dependencies.
+//! charts do not justify a plotting stack and its font dependencies. The charts are inlined in
+//! `report.html` (also written as `*.svg` beside it), so the report opens standalone, offline, with
+//! no external asset; that is why there is no PNG: any browser renders the inline SVG.
 
 use std::fmt::Write as _;
 

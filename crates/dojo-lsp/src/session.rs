@@ -1,9 +1,17 @@
 //! One language server for one workspace, kept correct across edits and crashes.
 //!
 //! - **Start and readiness**: `initialize`/`initialized`, then before the first query wait (no
-//!   fixed sleep) until no `$/progress` sequence is open. Servers that answer *empty* while they
-//!   are still analysing (the pyright family) are probed again whenever their progress changes or
-//!   a short tick passes, until a non-empty answer arrives or the readiness deadline passes.
+//!   fixed sleep) until no `$/progress` sequence is open *and* the server's own start-up signal
+//!   arrived: the pyright family logs "Found N source files" once its program knows the
+//!   workspace (a `references` query before that searches the open files only and answers 1 of
+//!   379 on sympy); pyrefly asks for its configuration and indexes only after our answer.
+//!   Servers that answer *empty* while they are still analysing (the pyright family) are probed
+//!   again whenever their progress changes or a short tick passes, until a non-empty answer
+//!   arrives or the readiness deadline passes.
+//! - **Stable first answers**: on servers known to answer a cold whole-workspace query
+//!   (references, incoming calls, workspace symbols) from partial state (pyright, basedpyright,
+//!   pyrefly), the first such query after a start is repeated until two answers agree, so the
+//!   agent never sees a half-indexed answer. Later queries are sent once.
 //! - **Sync**: before every query the workspace's Python files are stamped (mtime, size) and
 //!   compared with what the server last saw. Open documents whose text changed get `didChange`
 //!   (full text), other changed/created/deleted files a `didChangeWatchedFiles`. So edits made
@@ -56,6 +64,8 @@ struct State {
     started_at: Option<Instant>,
     /// Set once the server gave a non-empty answer, finished its progress, or the deadline passed.
     ready: bool,
+    /// Set once a whole-workspace query gave the same answer twice in a row.
+    settled: bool,
     docs: HashMap<String, Doc>,
     stamps: Option<Stamps>,
     restarts: u32,
@@ -72,7 +82,10 @@ pub struct SessionStats {
 
 /// A language server over one workspace. Queries are serialised (one agent, one server).
 pub struct LspSession {
+    /// Where the server runs unless a call lends another backend (see [`LspSession::query_on`]).
     backend: Arc<dyn Backend>,
+    /// The workspace root as the server sees it (the same for every backend lent).
+    root: PathBuf,
     kind: ServerKind,
     launch: Launch,
     opts: SessionOptions,
@@ -95,6 +108,7 @@ impl LspSession {
             ))
         })?;
         Ok(LspSession {
+            root: backend.root().to_path_buf(),
             backend,
             kind,
             launch,
@@ -108,8 +122,15 @@ impl LspSession {
         self.kind
     }
 
+    /// The session's own backend (for a session built with [`crate::backend::Lent`], one that
+    /// refuses everything: the calls bring their backend).
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
+    }
+
+    /// The workspace root as the server sees it.
+    pub fn root(&self) -> &Path {
+        &self.root
     }
 
     /// The server's pid as seen by this process (tests kill it to exercise restarts).
@@ -134,8 +155,8 @@ impl LspSession {
     /// Start the server now (otherwise the first query does it) and wait for readiness.
     pub async fn start(&self) -> Result<(), LspError> {
         let mut st = self.state.lock().await;
-        self.ensure_started(&mut st).await?;
-        self.wait_progress_idle(&st).await;
+        self.ensure_started(&*self.backend, &mut st).await?;
+        self.wait_ready(&st).await;
         Ok(())
     }
 
@@ -152,7 +173,7 @@ impl LspSession {
         let p = if Path::new(path).is_absolute() {
             PathBuf::from(path)
         } else {
-            self.backend.root().join(path)
+            self.root.join(path)
         };
         Url::from_file_path(&p)
             .map_err(|_| LspError::Workspace(format!("cannot make a URI of {}", p.display())))
@@ -163,7 +184,7 @@ impl LspSession {
     /// so observations do not depend on where that cache is.
     pub fn display_path(&self, uri: &Url) -> String {
         match uri.to_file_path() {
-            Ok(p) => match p.strip_prefix(self.backend.root()) {
+            Ok(p) => match p.strip_prefix(&self.root) {
                 Ok(rel) => rel.to_string_lossy().into_owned(),
                 Err(_) => shorten_library_path(&p.to_string_lossy()),
             },
@@ -179,7 +200,30 @@ impl LspSession {
         method: &str,
         params: Value,
     ) -> Result<Value, LspError> {
-        self.query_with(file, method, params, true).await
+        self.query_with(&*self.backend, file, method, params, true)
+            .await
+    }
+
+    /// [`LspSession::query`] through `be`, a backend lent for this call: an agent's tool gets
+    /// its rollout's sandbox only as a borrow per call, so the server is started, restarted and
+    /// synced through whatever backend the call brings. `be` must have the session's root.
+    pub async fn query_on(
+        &self,
+        be: &dyn Backend,
+        file: Option<&str>,
+        method: &str,
+        params: Value,
+        followup: bool,
+    ) -> Result<Value, LspError> {
+        if be.root() != self.root {
+            return Err(LspError::Workspace(format!(
+                "{} has root {}, the session {}",
+                be.describe(),
+                be.root().display(),
+                self.root.display()
+            )));
+        }
+        self.query_with(be, file, method, params, !followup).await
     }
 
     /// Like [`LspSession::query`] but without re-scanning the workspace: for the follow-up
@@ -191,11 +235,13 @@ impl LspSession {
         method: &str,
         params: Value,
     ) -> Result<Value, LspError> {
-        self.query_with(file, method, params, false).await
+        self.query_with(&*self.backend, file, method, params, false)
+            .await
     }
 
     async fn query_with(
         &self,
+        be: &dyn Backend,
         file: Option<&str>,
         method: &str,
         params: Value,
@@ -205,7 +251,7 @@ impl LspSession {
         let mut crashes = 0;
         loop {
             match self
-                .query_once(&mut st, file, method, params.clone(), sync)
+                .query_once(be, &mut st, file, method, params.clone(), sync)
                 .await
             {
                 Err(LspError::ServerCrashed(detail)) => {
@@ -232,6 +278,7 @@ impl LspSession {
 
     async fn query_once(
         &self,
+        be: &dyn Backend,
         st: &mut State,
         file: Option<&str>,
         method: &str,
@@ -240,15 +287,15 @@ impl LspSession {
     ) -> Result<Value, LspError> {
         // A (re)started server is brought up to date whatever the caller said.
         let fresh = !st.client.as_ref().is_some_and(Client::is_alive);
-        self.ensure_started(st).await?;
+        self.ensure_started(be, st).await?;
         if sync || fresh {
-            self.sync(st).await?;
+            self.sync(be, st).await?;
         }
         if let Some(f) = file {
-            self.open(st, f).await?;
+            self.open(be, st, f).await?;
         }
         if !st.ready {
-            self.wait_progress_idle(st).await;
+            self.wait_ready(st).await;
         }
         let client = st
             .client
@@ -264,10 +311,28 @@ impl LspSession {
                     .saturating_duration_since(Instant::now())
                     .max(self.opts.request_timeout)
             };
-            let answer = client.request(method, params.clone(), timeout).await?;
+            let mut answer = request_until_not_cancelled(client, method, &params, timeout).await?;
             if st.ready || !is_empty_answer(&answer) || !probes_when_empty(self.kind) {
                 if !is_empty_answer(&answer) {
                     st.ready = true;
+                }
+                if !st.settled && is_whole_workspace(method) && settles_late(self.kind) {
+                    // Re-ask until two answers agree (bounded by the readiness deadline).
+                    for _ in 0..MAX_SETTLE_PROBES {
+                        let again =
+                            request_until_not_cancelled(client, method, &params, timeout).await?;
+                        let same = canonical(&again) == canonical(&answer);
+                        answer = again;
+                        if same || Instant::now() >= deadline {
+                            break;
+                        }
+                        tracing::debug!(
+                            server = self.kind.name(),
+                            method,
+                            "first answer changed on re-asking; probing again"
+                        );
+                    }
+                    st.settled = true;
                 }
                 return Ok(answer);
             }
@@ -281,7 +346,7 @@ impl LspSession {
         }
     }
 
-    async fn ensure_started(&self, st: &mut State) -> Result<(), LspError> {
+    async fn ensure_started(&self, be: &dyn Backend, st: &mut State) -> Result<(), LspError> {
         if st.client.as_ref().is_some_and(Client::is_alive) {
             return Ok(());
         }
@@ -300,10 +365,11 @@ impl LspSession {
         }
         st.docs.clear();
         st.ready = false;
+        st.settled = false;
         st.starts += 1;
-        let child = self.backend.spawn(&self.launch).await?;
+        let child = be.spawn(&self.launch).await?;
         let client = Client::start(child)?;
-        let root = self.backend.root().to_string_lossy().into_owned();
+        let root = self.root.to_string_lossy().into_owned();
         let init = json!({
             "processId": std::process::id(),
             "clientInfo": {"name": "dojo-lsp", "version": env!("CARGO_PKG_VERSION")},
@@ -348,19 +414,25 @@ impl LspSession {
         st.started_at = Some(started);
         st.client = Some(client);
         // The server reads the files itself at start; only later changes need announcing.
-        st.stamps = Some(self.backend.scan().await?);
+        st.stamps = Some(be.scan().await?);
         tracing::debug!(server = self.kind.name(), pid = ?st.client.as_ref().and_then(Client::pid), "language server initialised");
         Ok(())
     }
 
-    async fn wait_progress_idle(&self, st: &State) {
+    /// Wait (bounded by the readiness deadline) until no progress is open and the server's
+    /// start-up signal arrived (see the module docs).
+    async fn wait_ready(&self, st: &State) {
         let Some(client) = st.client.as_ref() else {
             return;
         };
         let deadline = st.started_at.unwrap_or_else(Instant::now) + self.opts.ready_timeout;
         let mut rx = client.progress();
         loop {
-            if rx.borrow().active == 0 || Instant::now() >= deadline || !client.is_alive() {
+            let started_up = {
+                let p = rx.borrow();
+                p.active == 0 && start_signal_seen(self.kind, &p)
+            };
+            if started_up || Instant::now() >= deadline || !client.is_alive() {
                 return;
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -371,8 +443,8 @@ impl LspSession {
     }
 
     /// Announce every change since the server last looked.
-    async fn sync(&self, st: &mut State) -> Result<(), LspError> {
-        let now = self.backend.scan().await?;
+    async fn sync(&self, be: &dyn Backend, st: &mut State) -> Result<(), LspError> {
+        let now = be.scan().await?;
         let before = st.stamps.take().unwrap_or_default();
         let mut events = Vec::new();
         for (path, stamp) in &now {
@@ -393,7 +465,7 @@ impl LspSession {
         let mut watched = Vec::new();
         for (path, kind) in events {
             if st.docs.contains_key(&path) {
-                match self.backend.read_file(&path).await? {
+                match be.read_file(&path).await? {
                     Some(bytes) => {
                         let text = String::from_utf8_lossy(&bytes).into_owned();
                         let uri = self.uri(&path)?;
@@ -432,9 +504,8 @@ impl LspSession {
     }
 
     /// Make sure the server has `path` open with its current text; returns the text.
-    async fn open(&self, st: &mut State, path: &str) -> Result<String, LspError> {
-        let bytes = self
-            .backend
+    async fn open(&self, be: &dyn Backend, st: &mut State, path: &str) -> Result<String, LspError> {
+        let bytes = be
             .read_file(path)
             .await?
             .ok_or_else(|| LspError::NoSuchFile(path.to_string()))?;
@@ -475,7 +546,7 @@ impl LspSession {
     /// Documents are keyed by their root-relative path (the form `scan` produces).
     fn rel_key(&self, path: &str) -> String {
         Path::new(path)
-            .strip_prefix(self.backend.root())
+            .strip_prefix(&self.root)
             .map_or_else(|_| path.to_string(), |r| r.to_string_lossy().into_owned())
     }
 }
@@ -512,6 +583,87 @@ fn probes_when_empty(kind: ServerKind) -> bool {
     matches!(kind, ServerKind::Pyright | ServerKind::Basedpyright)
 }
 
+/// LSP error codes with which a server drops a request it started on state that changed
+/// (pyrefly answers "Request N is canceled" when an edit arrives while it works): RequestCancelled,
+/// ContentModified, ServerCancelled. We cancel only on timeout (a [`LspError::Timeout`]), so these
+/// come from the server, and the spec says to ask again.
+const SERVER_CANCELLED: [i64; 3] = [-32800, -32801, -32802];
+
+/// How often a request the server cancelled is asked again before its error is shown.
+const MAX_CANCELLED_RETRIES: usize = 5;
+
+async fn request_until_not_cancelled(
+    client: &Client,
+    method: &str,
+    params: &Value,
+    timeout: Duration,
+) -> Result<Value, LspError> {
+    let mut tries = 0;
+    loop {
+        match client.request(method, params.clone(), timeout).await {
+            Err(LspError::Rpc { code, message })
+                if tries < MAX_CANCELLED_RETRIES
+                    && (SERVER_CANCELLED.contains(&code) || says_cancelled(&message)) =>
+            {
+                tries += 1;
+                tracing::debug!(method, code, %message, "server cancelled the request; asking again");
+            }
+            other => return other,
+        }
+    }
+}
+
+/// A cancellation reported under another code (the message is all there is to go on).
+fn says_cancelled(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("is canceled") || m.contains("is cancelled") || m.contains("was cancelled")
+}
+
+/// The server-specific sign that a whole-workspace query will see the whole workspace.
+fn start_signal_seen(kind: ServerKind, p: &crate::client::Progress) -> bool {
+    match kind {
+        ServerKind::Pyright | ServerKind::Basedpyright => p.files_found,
+        ServerKind::Pyrefly => p.configured > 0,
+        ServerKind::Ty => true,
+    }
+}
+
+/// Servers whose first whole-workspace answer after a start can be partial. ty blocks until it
+/// can answer completely (379 of 379 `_sympify` references cold), so it is asked once.
+fn settles_late(kind: ServerKind) -> bool {
+    !matches!(kind, ServerKind::Ty)
+}
+
+/// Requests whose answer depends on the whole workspace, not just the open files.
+fn is_whole_workspace(method: &str) -> bool {
+    matches!(
+        method,
+        "textDocument/references" | "callHierarchy/incomingCalls" | "workspace/symbol"
+    )
+}
+
+/// How often a first whole-workspace query is re-asked at most before its answer is taken.
+const MAX_SETTLE_PROBES: usize = 8;
+
+/// An answer with its list order normalised, for comparing two answers to the same query.
+fn canonical(v: &Value) -> Value {
+    match v {
+        Value::Array(a) => {
+            let mut items: Vec<String> = a.iter().map(|x| canonical(x).to_string()).collect();
+            items.sort();
+            Value::Array(items.into_iter().map(Value::String).collect())
+        }
+        Value::Object(o) => {
+            // Keys sorted explicitly: serde_json may keep insertion order.
+            let mut fields: Vec<(String, Value)> =
+                o.iter().map(|(k, x)| (k.clone(), canonical(x))).collect();
+            fields.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(fields.into_iter().collect())
+        }
+        other => other.clone(),
+    }
+}
+
 pub(crate) fn is_empty_answer(v: &Value) -> bool {
     match v {
         Value::Null => true,
@@ -538,6 +690,36 @@ mod tests {
             shorten_library_path("/venv/lib/site-packages/x.py"),
             "/venv/lib/site-packages/x.py"
         );
+    }
+
+    #[test]
+    fn answers_compare_without_order() {
+        let a = json!([{"uri": "a", "range": 1}, {"uri": "b", "range": 2}]);
+        let b = json!([{"range": 2, "uri": "b"}, {"uri": "a", "range": 1}]);
+        assert_eq!(canonical(&a), canonical(&b));
+        assert_ne!(canonical(&a), canonical(&json!([{"uri": "a", "range": 1}])));
+    }
+
+    #[test]
+    fn server_cancellations_are_recognised() {
+        assert!(says_cancelled("Request 12 is canceled"));
+        assert!(says_cancelled("Request was cancelled."));
+        assert!(!says_cancelled(
+            "Unhandled method textDocument/implementation"
+        ));
+    }
+
+    #[test]
+    fn start_signals_per_server() {
+        let mut p = crate::client::Progress::default();
+        assert!(start_signal_seen(ServerKind::Ty, &p));
+        assert!(!start_signal_seen(ServerKind::Pyright, &p));
+        assert!(!start_signal_seen(ServerKind::Pyrefly, &p));
+        p.files_found = true;
+        p.configured = 1;
+        for k in ServerKind::ALL {
+            assert!(start_signal_seen(k, &p), "{k:?}");
+        }
     }
 
     #[test]

@@ -128,6 +128,22 @@ impl Observation {
             infra: None,
         }
     }
+
+    fn failed(server: ServerKind, Fail(msg, infra): Fail) -> Self {
+        let mut o = Observation::err(msg);
+        o.infra = infra.map(|kind| InfraEvent {
+            kind,
+            server: server.name().to_string(),
+            detail: o.text.lines().skip(2).collect::<Vec<_>>().join("\n"),
+        });
+        o
+    }
+
+    /// What the agent sees when the tool could not even be set up (install failed, no
+    /// sandbox): the same error observation, and infrastructure event, a call would give.
+    pub fn from_error(server: ServerKind, e: LspError) -> Self {
+        Observation::failed(server, e.into())
+    }
 }
 
 /// The parsed arguments of one call.
@@ -209,21 +225,26 @@ impl LspTool {
         sandbox: Arc<dojo_sandbox::Sandbox>,
         kind: ServerKind,
     ) -> Result<Self, LspError> {
-        let launch = tokio::task::spawn_blocking(move || install(kind))
-            .await
-            .map_err(|e| LspError::ServerMissing(format!("install task: {e}")))??;
-        // Sandboxes hide $DOJO_HOME and mount a private /tmp: a server there cannot start.
-        let home = dojo_cache::dojo_home();
-        if let Some(p) = launch.argv.iter().find(|a| {
-            a.starts_with('/')
-                && (std::path::Path::new(a).starts_with(&home) || a.starts_with("/tmp/"))
-        }) {
-            return Err(LspError::ServerMissing(format!(
-                "{p} is not visible inside sandboxes (under $DOJO_HOME or /tmp); set DOJO_TOOLS to a world-readable directory elsewhere, e.g. /opt/dojo/tools"
-            )));
-        }
+        let launch = install_for_sandboxes(kind).await?;
         let backend = Arc::new(crate::backend::SandboxBackend::new(sandbox));
         LspTool::from_launch(backend, kind, launch, SessionOptions::default())
+    }
+
+    /// A tool for a sandbox that each call lends ([`LspTool::call_in`]): an agent's tools get
+    /// their rollout's sandbox only as a borrow per call. The server starts on the first call,
+    /// inside that sandbox, over `/testbed`.
+    #[cfg(feature = "sandbox")]
+    pub async fn for_lent_sandbox(kind: ServerKind) -> Result<Self, LspError> {
+        let launch = install_for_sandboxes(kind).await?;
+        let backend = Arc::new(crate::backend::Lent::new(dojo_sandbox::WORKSPACE));
+        LspTool::from_launch(backend, kind, launch, SessionOptions::default())
+    }
+
+    /// One call with the server running in `sandbox` (see [`LspTool::for_lent_sandbox`]).
+    #[cfg(feature = "sandbox")]
+    pub async fn call_in(&self, sandbox: &dojo_sandbox::Sandbox, args: &Value) -> Observation {
+        self.call_on(&crate::backend::SandboxBackend::new(sandbox), args)
+            .await
     }
 
     /// A tool over `backend` running an already installed (or custom) server command.
@@ -296,18 +317,60 @@ impl LspTool {
 
     /// Run one call, keeping the success flag and any infrastructure event.
     pub async fn call_detailed(&self, args: &Value) -> Observation {
-        match self.dispatch(args).await {
+        self.call_on(&**self.session.backend(), args).await
+    }
+
+    /// [`LspTool::call_detailed`] through a backend lent for this call (see
+    /// [`LspSession::query_on`]): how an agent tool runs the server in the sandbox it borrows.
+    pub async fn call_on(&self, be: &dyn Backend, args: &Value) -> Observation {
+        let call = Call {
+            session: &self.session,
+            be,
+        };
+        match call.dispatch(args).await {
             Ok(body) => Observation::ok(body),
-            Err(Fail(msg, infra)) => {
-                let mut o = Observation::err(msg);
-                o.infra = infra.map(|kind| InfraEvent {
-                    kind,
-                    server: self.session.kind().name().to_string(),
-                    detail: o.text.lines().skip(2).collect::<Vec<_>>().join("\n"),
-                });
-                o
-            }
+            Err(fail) => Observation::failed(self.session.kind(), fail),
         }
+    }
+}
+
+/// Install `kind` (blocking download on first use, off the runtime threads) where sandboxes see
+/// it: they hide $DOJO_HOME and mount a private /tmp, so a server there could not start.
+#[cfg(feature = "sandbox")]
+async fn install_for_sandboxes(kind: ServerKind) -> Result<crate::backend::Launch, LspError> {
+    let launch = tokio::task::spawn_blocking(move || install(kind))
+        .await
+        .map_err(|e| LspError::ServerMissing(format!("install task: {e}")))??;
+    let home = dojo_cache::dojo_home();
+    if let Some(p) = launch.argv.iter().find(|a| {
+        a.starts_with('/') && (std::path::Path::new(a).starts_with(&home) || a.starts_with("/tmp/"))
+    }) {
+        return Err(LspError::ServerMissing(format!(
+            "{p} is not visible inside sandboxes (under $DOJO_HOME or /tmp); set DOJO_TOOLS to a world-readable directory elsewhere, e.g. /opt/dojo/tools"
+        )));
+    }
+    Ok(launch)
+}
+
+/// One call: the session and the backend it runs through.
+struct Call<'a> {
+    session: &'a LspSession,
+    be: &'a dyn Backend,
+}
+
+impl Call<'_> {
+    /// `followup`: a later request of the same call, which no edit can have preceded, so the
+    /// workspace is not re-scanned.
+    async fn ask(
+        &self,
+        file: Option<&str>,
+        method: &str,
+        params: Value,
+        followup: bool,
+    ) -> Result<Value, LspError> {
+        self.session
+            .query_on(self.be, file, method, params, followup)
+            .await
     }
 
     async fn dispatch(&self, args: &Value) -> Res<String> {
@@ -386,7 +449,7 @@ impl LspTool {
 
     /// Workspace-relative form of a path the agent gave (`/testbed/x.py`, `./x.py`, `x.py`).
     fn normalize(&self, file: &str) -> String {
-        let root = self.session.backend().root();
+        let root = self.session.root();
         let p = std::path::Path::new(file.trim());
         match p.strip_prefix(root) {
             Ok(rel) => crate::session::clean_relative(&rel.to_string_lossy()),
@@ -398,8 +461,7 @@ impl LspTool {
 
     async fn read_text(&self, file: &str) -> Res<Option<String>> {
         Ok(self
-            .session
-            .backend()
+            .be
             .read_file(file)
             .await?
             .map(|b| String::from_utf8_lossy(&b).into_owned()))
@@ -458,7 +520,7 @@ impl LspTool {
         if let (Some(p), Some(e)) = (params.as_object_mut(), extra.as_object()) {
             p.extend(e.clone());
         }
-        Ok(self.session.query(Some(&at.file), method, params).await?)
+        Ok(self.ask(Some(&at.file), method, params, false).await?)
     }
 
     async fn definition(&self, at: &At, method: &str, what: &str) -> Res<String> {
@@ -531,11 +593,11 @@ impl LspTool {
         // The enclosing symbol from the server's outline of that file; stubs and files outside the
         // workspace may have none, then a few lines of context.
         let symbols = match self
-            .session
-            .query_followup(
+            .ask(
                 Some(&fs_path),
                 "textDocument/documentSymbol",
                 json!({"textDocument": {"uri": uri}}),
+                true,
             )
             .await
         {
@@ -707,11 +769,11 @@ impl LspTool {
         }
         let uri = self.session.uri(file)?;
         let v = self
-            .session
-            .query(
+            .ask(
                 Some(file),
                 "textDocument/documentSymbol",
                 json!({"textDocument": {"uri": uri}}),
+                false,
             )
             .await?;
         let mut lines = Vec::new();
@@ -753,8 +815,7 @@ impl LspTool {
 
     async fn workspace_symbols(&self, query: &str) -> Res<String> {
         let v = self
-            .session
-            .query(None, "workspace/symbol", json!({"query": query}))
+            .ask(None, "workspace/symbol", json!({"query": query}), false)
             .await?;
         let mut found: Vec<(String, u32, String, SymbolKind)> = Vec::new();
         match parse::<Option<WorkspaceSymbolResponse>>(v)? {
@@ -841,21 +902,21 @@ impl LspTool {
         };
         let item_json = serde_json::to_value(&item).map_err(|e| bad(e.to_string()))?;
         let incoming = self
-            .session
-            .query_followup(
+            .ask(
                 None,
                 "callHierarchy/incomingCalls",
                 json!({"item": item_json}),
+                true,
             )
             .await?;
         let incoming =
             parse::<Option<Vec<CallHierarchyIncomingCall>>>(incoming)?.unwrap_or_default();
         let outgoing = self
-            .session
-            .query_followup(
+            .ask(
                 None,
                 "callHierarchy/outgoingCalls",
                 json!({"item": item_json}),
+                true,
             )
             .await?;
         let outgoing =

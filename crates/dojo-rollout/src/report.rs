@@ -120,7 +120,19 @@ fn grouped_bars(
     tasks: &[String],
     series: &[(String, Vec<f64>)],
 ) -> String {
-    let (w, h, left, bottom, top) = (900.0, 320.0, 60.0, 110.0, 30.0);
+    // Task labels are drawn rotated by 40° and end under their bar, so a long first label
+    // reaches left of the plot: widen the left margin to fit it (≈6 px a character at this size).
+    let label = |t: &str| -> String {
+        if t.chars().count() > 28 {
+            t.chars().take(27).chain(['…']).collect()
+        } else {
+            t.to_string()
+        }
+    };
+    let first_label = tasks.first().map_or(0, |t| label(t).chars().count()) as f64;
+    let (w, h, bottom, top) = (900.0, 345.0, 135.0, 30.0);
+    let group_w0 = (w - 70.0) / tasks.len().max(1) as f64;
+    let left = f64::max(60.0, 6.0 * first_label * 0.77 - group_w0 * 0.5 + 8.0);
     let max = series
         .iter()
         .flat_map(|(_, v)| v.iter().copied())
@@ -178,7 +190,7 @@ fn grouped_bars(
             r#"<text x="{cx:.1}" y="{:.1}" class="pl tick" transform="rotate(-40 {cx:.1} {:.1})" text-anchor="end">{}</text>"#,
             top + plot_h + 14.0,
             top + plot_h + 14.0,
-            esc(task)
+            esc(&label(task))
         );
     }
     let mut lx = left;

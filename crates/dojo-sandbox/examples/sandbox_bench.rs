@@ -203,6 +203,8 @@ async fn main() {
             .cloned()
     };
     let runs: usize = arg("--runs").and_then(|r| r.parse().ok()).unwrap_or(7);
+    // `--only overhead`: just the per-command section (quick to re-measure).
+    let only = arg("--only");
     let out_file = arg("--out").map(PathBuf::from);
     let cache = dojo_cache::Cache::open().expect("cache");
     let store = PristineStore::open().expect("store");
@@ -211,18 +213,23 @@ async fn main() {
     let mut md = String::new();
     md.push_str("# Sandbox benchmarks (dojo-sandbox)\n\n");
     md.push_str(&format!(
-        "Reproduce: `cargo run --release -p dojo-sandbox --example sandbox_bench -- --runs {runs} --out benchmarks/results/sandbox.md` (as root).\n\n"
+        "Reproduce: `cargo run --release -p dojo-sandbox --example sandbox_bench -- --runs {runs} --out benchmarks/results/sandbox.md` (as root; add `--only overhead` for just the per-command table).\n\n"
     ));
     md.push_str(&format!(
         "Host: kernel {}, {} CPUs, shared with other jobs (noisy). Medians of {runs} runs, milliseconds, warm page cache. \
-         Sandbox = namespace backend (user/mount/pid/net ns, overlayfs userxattr, Landlock, seccomp, cgroup {}). \
-         `first` = running `true` (sandbox: joins the namespaces, fresh pid ns, Landlock+seccomp). \
+         Sandbox = namespace backend (user/mount/pid/net ns, overlayfs userxattr with the upper dir on a 2 GiB-capped tmpfs, Landlock, seccomp, cgroup {}). \
+         `first` = running `true` (sandbox: through the in-sandbox launcher: fresh pid ns, Landlock+seccomp). \
          `diff` after appending to README and adding a file. `reset` = sandbox: fresh holder over a new upper dir; clone: `git reset --hard && git clean -fdxq`.\n\n",
         std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         dojo_sandbox::cgroup::detect().map(|c| c.version()).unwrap_or("none"),
     ));
-    for (name, (url, sha, file)) in [("sympy 1.12", SYMPY), ("flask 3.0.0", FLASK)] {
+    let trees = if only.as_deref() == Some("overhead") {
+        Vec::new()
+    } else {
+        vec![("sympy 1.12", SYMPY), ("flask 3.0.0", FLASK)]
+    };
+    for (name, (url, sha, file)) in trees {
         let sdist = cache.fetch(url, sha, file).expect("download sdist");
         let t = Instant::now();
         let p = store
@@ -252,63 +259,94 @@ async fn main() {
         eprintln!("{name} done");
     }
 
-    // Per-command overhead against a bare fork/exec of the same command.
+    // Per-command overhead against a bare fork/exec (tokio `Command`, i.e. posix_spawn) of the
+    // same command, interleaved in the same process: through the in-sandbox launcher (what
+    // `Sandbox::exec` uses) and by joining the namespaces per command (`setns`, what a
+    // re-attached kept sandbox and `Sandbox::spawn` use). Then the same with the caller holding
+    // 512 MB (like `dojo rollout` with the embedded engine): the setns path forks the caller.
     let p = store
         .build(&Source::Archive {
             path: cache.fetch(FLASK.0, FLASK.1, FLASK.2).unwrap(),
         })
         .unwrap();
-    let sb = Sandbox::create(&p, None, &SandboxOptions::default())
-        .await
-        .unwrap();
-    let (mut bare, mut sand) = (Vec::new(), Vec::new());
-    for _ in 0..(runs * 5) {
-        let t = Instant::now();
-        let o = tokio::process::Command::new("/usr/bin/true")
-            .output()
-            .await
-            .unwrap();
-        assert!(o.status.success());
-        bare.push(ms(t.elapsed()));
-        let t = Instant::now();
-        let o = sb.exec(&ExecRequest::new(["/usr/bin/true"])).await.unwrap();
-        assert!(o.success());
-        sand.push(ms(t.elapsed()));
-    }
-    let (pyb, pys) = {
-        let (mut b, mut s) = (Vec::new(), Vec::new());
-        for _ in 0..runs {
-            let t = Instant::now();
-            let o = tokio::process::Command::new("/usr/bin/python3.11")
-                .args(["-c", "pass"])
-                .output()
-                .await
-                .unwrap();
-            assert!(o.status.success());
-            b.push(ms(t.elapsed()));
-            let t = Instant::now();
-            let o = sb
-                .exec(&ExecRequest::new(["/usr/bin/python3.11", "-c", "pass"]))
-                .await
-                .unwrap();
-            assert!(o.success());
-            s.push(ms(t.elapsed()));
+    md.push_str(
+        "## Per-command overhead\n\n\
+         Medians (min in parentheses) of interleaved runs, ms. `launcher`: `Sandbox::exec` (a \
+         request to the sandbox's in-sandbox launcher, which forks the command into its own pid \
+         namespace with Landlock, seccomp, rlimits). `setns`: joining the namespaces per command \
+         (kept sandboxes re-attached by id, `Sandbox::spawn`). Bare: tokio `Command` of the same \
+         binary on the host.\n\n\
+         | caller RSS | command | bare fork/exec | launcher | ratio | setns join | ratio |\n|---|---|---|---|---|---|---|\n",
+    );
+    for ballast_mb in [0usize, 512] {
+        let ballast = vec![1u8; ballast_mb << 20];
+        let opts = SandboxOptions {
+            keep: true,
+            ..Default::default()
+        };
+        let sb = Sandbox::create(&p, None, &opts).await.unwrap();
+        let joined = Sandbox::attach(sb.id()).await.unwrap();
+        for (label, argv, n) in [
+            ("`true`", vec!["/usr/bin/true"], runs * 10),
+            (
+                "`python3.11 -c pass`",
+                vec!["/usr/bin/python3.11", "-c", "pass"],
+                runs * 3,
+            ),
+        ] {
+            let (mut bare, mut la, mut sj) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..n {
+                let t = Instant::now();
+                let o = tokio::process::Command::new(argv[0])
+                    .args(&argv[1..])
+                    .output()
+                    .await
+                    .unwrap();
+                assert!(o.status.success());
+                bare.push(ms(t.elapsed()));
+                let t = Instant::now();
+                assert!(
+                    sb.exec(&ExecRequest::new(argv.clone()))
+                        .await
+                        .unwrap()
+                        .success()
+                );
+                la.push(ms(t.elapsed()));
+                let t = Instant::now();
+                assert!(
+                    joined
+                        .exec(&ExecRequest::new(argv.clone()))
+                        .await
+                        .unwrap()
+                        .success()
+                );
+                sj.push(ms(t.elapsed()));
+            }
+            let min = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
+            let (b, l, j) = (median(bare.clone()), median(la.clone()), median(sj.clone()));
+            md.push_str(&format!(
+                "| {} | {label} | {b:.2} ({:.2}) | {l:.2} ({:.2}) | {:.2}× | {j:.2} ({:.2}) | {:.2}× |\n",
+                if ballast_mb == 0 { "small".to_string() } else { format!("+{ballast_mb} MB") },
+                min(&bare),
+                min(&la),
+                l / b,
+                min(&sj),
+                j / b,
+            ));
         }
-        (median(b), median(s))
-    };
-    sb.teardown().await.unwrap();
-    md.push_str("## Per-command overhead\n\n| command | bare fork/exec | in sandbox | ratio |\n|---|---|---|---|\n");
-    md.push_str(&format!(
-        "| `true` | {:.2} | {:.2} | {:.2}× |\n",
-        median(bare.clone()),
-        median(sand.clone()),
-        median(sand) / median(bare)
-    ));
-    md.push_str(&format!(
-        "| `python3.11 -c pass` | {pyb:.1} | {pys:.1} | {:.2}× |\n\n",
-        pys / pyb
-    ));
+        sb.detach();
+        joined.teardown().await.unwrap();
+        drop(ballast);
+    }
+    md.push('\n');
 
+    if only.is_some() {
+        print!("{md}");
+        if let Some(f) = out_file {
+            std::fs::write(&f, &md).unwrap();
+        }
+        return;
+    }
     // 64 concurrent sandboxes.
     let n = 64;
     let t = Instant::now();
@@ -343,7 +381,7 @@ async fn main() {
          - create all {n} (concurrently): {:.0} ms\n\
          - one command in each (`git status`), concurrently: {:.0} ms\n\
          - teardown all: {:.0} ms\n\
-         - memory per idle sandbox: **{:.0} KiB PSS** (holder + its waiter; forked, never exec'd, so mostly shared with the caller){}\n\n",
+         - memory per idle sandbox: **{:.0} KiB PSS** (pid 1 = the in-sandbox launcher, a fresh exec of the calling binary, + its waiter, forked from the caller and mostly shared with it){}\n\n",
         ms(create_all),
         ms(run_all),
         ms(down_all),

@@ -42,7 +42,14 @@ pub fn detect() -> Option<Box<dyn CgroupDriver>> {
     if unsafe { libc::geteuid() } != 0 {
         return None;
     }
-    let root = Path::new("/sys/fs/cgroup");
+    detect_at(Path::new("/sys/fs/cgroup"))
+}
+
+/// The driver for a cgroup tree mounted at `root`: v2 when `root` is a unified hierarchy with
+/// the memory and pids controllers, v1 when it holds `memory/` and `pids/` hierarchies.
+/// (Separate from [`detect`] so both layouts can be checked against a directory laid out like
+/// them on hosts that have only one.)
+pub fn detect_at(root: &Path) -> Option<Box<dyn CgroupDriver>> {
     if let Ok(c) = fs::read_to_string(root.join("cgroup.controllers")) {
         let has = |x: &str| c.split_whitespace().any(|w| w == x);
         if has("memory") && has("pids") {
@@ -275,5 +282,118 @@ impl CgroupHandle for V2Handle {
     }
     fn remove(&self) -> std::io::Result<()> {
         rmdir_retry(&self.dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(p: &Path) -> String {
+        fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            memory_bytes: Some(256 << 20),
+            max_processes: Some(64),
+            cpu_quota_percent: Some(150),
+            ..Limits::default()
+        }
+    }
+
+    /// A directory laid out like a cgroup2 mount: the driver writes the v2 files.
+    #[test]
+    fn v2_writes_limits_procs_and_kill_files() {
+        let root = tempfile::tempdir().unwrap();
+        fs::write(
+            root.path().join("cgroup.controllers"),
+            "cpuset cpu io memory pids\n",
+        )
+        .unwrap();
+        fs::write(root.path().join("cgroup.subtree_control"), "").unwrap();
+        let d = detect_at(root.path()).expect("v2 layout detected");
+        assert_eq!(d.version(), "v2");
+        assert_eq!(d.controllers(), ["memory", "pids", "cpu"]);
+        let h = d.create("sbx1", &limits()).unwrap();
+        let dir = root.path().join("dojo/sbx1");
+        assert_eq!(read(&dir.join("memory.max")), (256u64 << 20).to_string());
+        assert_eq!(read(&dir.join("memory.swap.max")), "0");
+        assert_eq!(read(&dir.join("pids.max")), "64");
+        assert_eq!(read(&dir.join("cpu.max")), "150000 100000");
+        // Controllers are delegated down to the sandbox's cgroup.
+        assert_eq!(
+            read(&root.path().join("cgroup.subtree_control")),
+            "+memory +pids +cpu"
+        );
+        assert_eq!(
+            read(&root.path().join("dojo/cgroup.subtree_control")),
+            "+memory +pids +cpu"
+        );
+        assert_eq!(h.procs_files(), vec![dir.join("cgroup.procs")]);
+        assert!(h.limits_memory());
+        fs::write(dir.join("memory.current"), "12345\n").unwrap();
+        assert_eq!(h.memory_current(), Some(12345));
+        h.kill_all();
+        assert_eq!(read(&dir.join("cgroup.kill")), "1");
+        // Re-opening by id (kept sandboxes) addresses the same directory.
+        assert_eq!(d.open("sbx1").procs_files(), h.procs_files());
+        // A real cgroupfs removes the interface files with the directory; here we do.
+        for e in fs::read_dir(&dir).unwrap() {
+            fs::remove_file(e.unwrap().path()).unwrap();
+        }
+        h.remove().unwrap();
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn v2_without_limits_writes_no_limit_files() {
+        let root = tempfile::tempdir().unwrap();
+        fs::write(root.path().join("cgroup.controllers"), "memory pids\n").unwrap();
+        let d = detect_at(root.path()).unwrap();
+        assert_eq!(d.controllers(), ["memory", "pids"]);
+        let none = Limits {
+            memory_bytes: None,
+            max_processes: None,
+            max_file_size_bytes: None,
+            max_open_files: None,
+            cpu_quota_percent: Some(50),
+            workspace_bytes: None,
+        };
+        d.create("x", &none).unwrap();
+        let dir = root.path().join("dojo/x");
+        for f in ["memory.max", "pids.max", "cpu.max"] {
+            assert!(!dir.join(f).exists(), "{f} written without a limit");
+        }
+    }
+
+    #[test]
+    fn v1_layout_writes_per_hierarchy_files() {
+        let root = tempfile::tempdir().unwrap();
+        for h in ["memory", "pids", "cpu"] {
+            fs::create_dir_all(root.path().join(h)).unwrap();
+            fs::write(root.path().join(h).join("cgroup.procs"), "").unwrap();
+        }
+        fs::write(root.path().join("cpu/cpu.cfs_quota_us"), "-1").unwrap();
+        let d = detect_at(root.path()).expect("v1 layout detected");
+        assert_eq!(d.version(), "v1");
+        let h = d.create("s", &limits()).unwrap();
+        let p = |x: &str| root.path().join(x);
+        assert_eq!(
+            read(&p("memory/dojo/s/memory.limit_in_bytes")),
+            (256u64 << 20).to_string()
+        );
+        assert_eq!(read(&p("pids/dojo/s/pids.max")), "64");
+        assert_eq!(read(&p("cpu/dojo/s/cpu.cfs_quota_us")), "150000");
+        assert_eq!(h.procs_files().len(), 3);
+    }
+
+    #[test]
+    fn no_cgroup_tree_means_no_driver() {
+        let root = tempfile::tempdir().unwrap();
+        assert!(detect_at(root.path()).is_none());
+        // cgroup2 without the memory controller is not usable either.
+        fs::write(root.path().join("cgroup.controllers"), "cpu io\n").unwrap();
+        assert!(detect_at(root.path()).is_none());
     }
 }

@@ -14,6 +14,16 @@
 //! The caller signals I only. TERM → I → K → `kill(-1, TERM)` inside the pid namespace. When L
 //! exits (or I is SIGKILLed, or the caller dies: lifeline pipe EOF), K is gone and the kernel kills
 //! every process left in that pid namespace, `setsid` double-forked daemons included.
+//!
+//! Through the in-sandbox launcher ([`crate::launcher`], what `Sandbox::exec` uses), the same
+//! guarantees with one process fewer and no fork of the caller:
+//! ```text
+//! launcher (pid 1 of the sandbox) ── I: pid 1 of a fresh pid ns (own mount ns; supervises)
+//!                                    └── L: the command (pid 2; own /proc, setsid, rlimits,
+//!                                           Landlock, seccomp, execve)
+//! ```
+//! The caller talks to I over its control socket (`T` → `kill(-1, TERM)`, `K`/EOF → KILL); when
+//! L exits I kills and reaps everything left, reports L's status and exits.
 
 #![allow(unsafe_op_in_unsafe_fn)]
 
@@ -67,6 +77,8 @@ pub(crate) enum Mode {
     },
     /// No namespaces: process group + subreaper; kill descendants by walking /proc.
     Fallback,
+    /// Forked by the in-sandbox launcher: already inside ([`run_inside`]).
+    Launched,
 }
 
 /// Everything the command child needs, prepared before fork.
@@ -116,7 +128,7 @@ pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
             push(&mut fds, &mut n, mntns),
             push(&mut fds, &mut n, netns),
         ),
-        Mode::Fallback => (usize::MAX, usize::MAX, usize::MAX),
+        Mode::Fallback | Mode::Launched => (usize::MAX, usize::MAX, usize::MAX),
     };
     let cg_start = n;
     for &fd in &plan.cgroup_procs {
@@ -166,9 +178,49 @@ pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
             }
             true
         }
-        Mode::Fallback => false,
+        Mode::Fallback | Mode::Launched => false,
     };
 
+    fork_tree(plan, status, life, fresh_pid_ns)
+}
+
+/// Launcher side (see [`crate::launcher`]): the supervisor of one command, forked by the
+/// in-sandbox launcher as pid 1 of a fresh pid namespace (so no separate init process is
+/// needed), already in the sandbox's user/mount/net namespaces and cgroup, as the sandbox's root.
+/// Stdio arrived as fds 0–2; `ctl` is the caller's control socket: setup errors and the
+/// command's wait status go there, `T` read from it sends SIGTERM to everything in the
+/// namespace, `K` or EOF SIGKILL. When the command exits, everything it left behind is killed.
+pub(crate) unsafe fn run_inside(plan: &ExecPlan, ctl: Fd) -> ! {
+    // The launcher auto-reaps (SIGCHLD ignored); the supervisor must wait for its children.
+    libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+    // Our own mount namespace, so the command's /proc shows this pid namespace.
+    if libc::getpid() != 1 || libc::unshare(libc::CLONE_NEWNS) != 0 {
+        sys::fail(ctl, Step::Unshare);
+    }
+    let sfd = sys::block_and_signalfd(&[libc::SIGCHLD]);
+    if sfd < 0 {
+        sys::fail(ctl, Step::Signals);
+    }
+    let l_pid = libc::fork();
+    if l_pid < 0 {
+        sys::fail(ctl, Step::Fork);
+    }
+    if l_pid == 0 {
+        libc::close(sfd);
+        exec_command(plan, ctl, true);
+    }
+    libc::close(0);
+    libc::close(1);
+    libc::close(2);
+    supervise(sfd, ctl, SELF_INIT, l_pid, true, true)
+}
+
+/// `k_pid` meaning "we are pid 1 of the command's namespace ourselves" ([`run_inside`]).
+const SELF_INIT: libc::pid_t = 0;
+
+/// Fork K (pid 1 of the command's pid namespace, or the fallback subreaper) and L (the command),
+/// then supervise. With `ctl`, `status` and `life` are both the caller's control socket.
+unsafe fn fork_tree(plan: &ExecPlan, status: Fd, life: Fd, fresh_pid_ns: bool) -> ! {
     let sfd = sys::block_and_signalfd(&[
         libc::SIGCHLD,
         libc::SIGTERM,
@@ -225,7 +277,7 @@ pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
     libc::close(1);
     libc::close(2);
     libc::close(status);
-    supervise(sfd, life, k_pid, l_pid, true)
+    supervise(sfd, life, k_pid, l_pid, true, false)
 }
 
 /// Fallback K: subreaper and parent of the command; on the command's exit, on TERM (forwarded)
@@ -256,7 +308,7 @@ unsafe fn fallback_reaper(plan: &ExecPlan, death_r: Fd, death_w: Fd, status: Fd)
     libc::close(status);
     // The same supervision as a command's, without a pid namespace: `kill_all` then signals the
     // command's group and every reparented descendant.
-    supervise(sfd, death_r, -1, l_pid, false)
+    supervise(sfd, death_r, -1, l_pid, false, false)
 }
 
 /// Fallback I: forward TERM to K; exit like K; on the caller's death just go (K notices).
@@ -408,12 +460,40 @@ unsafe fn exec_command(plan: &ExecPlan, status: Fd, fresh_pid_ns: bool) -> ! {
 }
 
 /// I: wait for the command; forward TERM; kill everything when it exits or the caller dies.
-unsafe fn supervise(sfd: Fd, life: Fd, k_pid: libc::pid_t, l_pid: libc::pid_t, ns: bool) -> ! {
+/// With `ctl`, `life` is the caller's control socket: `T` forwards TERM, `K` kills everything
+/// (the command's status is still reported), EOF kills everything and exits; the command's wait
+/// status is sent as a [`sys::TAG_EXIT`] message instead of being mirrored by our own exit.
+unsafe fn supervise(
+    sfd: Fd,
+    life: Fd,
+    k_pid: libc::pid_t,
+    l_pid: libc::pid_t,
+    ns: bool,
+    ctl: bool,
+) -> ! {
     loop {
         let (ready0, ready1) = wait2(sfd, life);
         if ready1 {
-            kill_all(k_pid, l_pid, ns, libc::SIGKILL);
-            libc::_exit(137);
+            let mut b = [0u8; 1];
+            let n = if ctl {
+                libc::read(life, b.as_mut_ptr().cast(), 1)
+            } else {
+                0
+            };
+            if n == 1 && b[0] == b'T' {
+                kill_all(k_pid, l_pid, ns, libc::SIGTERM);
+            } else if n == 1 {
+                // `K` (ctl mode only): report how the command ended, then go.
+                if let Some(st) = kill_all(k_pid, l_pid, ns, libc::SIGKILL) {
+                    sys::send(life, sys::TAG_EXIT, st, 0);
+                }
+                libc::_exit(0);
+            } else if n < 0 && sys::errno() == libc::EINTR {
+                continue;
+            } else {
+                kill_all(k_pid, l_pid, ns, libc::SIGKILL);
+                libc::_exit(137);
+            }
         }
         if !ready0 {
             continue;
@@ -430,6 +510,10 @@ unsafe fn supervise(sfd: Fd, life: Fd, k_pid: libc::pid_t, l_pid: libc::pid_t, n
                 }
                 if w == l_pid {
                     kill_all(k_pid, l_pid, ns, libc::SIGKILL);
+                    if ctl {
+                        sys::send(life, sys::TAG_EXIT, st, 0);
+                        libc::_exit(0);
+                    }
                     sys::exit_like(st);
                 }
             }
@@ -439,18 +523,42 @@ unsafe fn supervise(sfd: Fd, life: Fd, k_pid: libc::pid_t, l_pid: libc::pid_t, n
     }
 }
 
-/// Signal everything the command started.
-unsafe fn kill_all(k_pid: libc::pid_t, l_pid: libc::pid_t, ns: bool, sig: libc::c_int) {
+/// Signal everything the command started. With SIGKILL in a pid namespace, also reap K and L
+/// and return L's wait status when it was reaped here.
+unsafe fn kill_all(
+    k_pid: libc::pid_t,
+    l_pid: libc::pid_t,
+    ns: bool,
+    sig: libc::c_int,
+) -> Option<libc::c_int> {
     if ns {
-        // K forwards TERM to the whole namespace; KILL of K kills the namespace.
-        if k_pid <= 1 {
-            return;
-        }
-        libc::kill(k_pid, sig);
+        // K forwards TERM to the whole namespace; KILL of K kills the namespace. When we are
+        // that namespace's init ourselves, kill(-1) reaches everyone in it but us — and only
+        // then: from anywhere else it would mean every process we may signal.
+        let target = if k_pid == SELF_INIT && libc::getpid() == 1 {
+            -1
+        } else if k_pid > 1 {
+            k_pid
+        } else {
+            return None;
+        };
+        libc::kill(target, sig);
+        let mut l_status = None;
         if sig == libc::SIGKILL {
-            libc::waitpid(k_pid, std::ptr::null_mut(), 0);
+            // K's exit waits in the kernel until every process of its namespace is reaped, and
+            // L's parent is us: reap both (waiting for K alone would deadlock while L lives).
+            // As init ourselves, this reaps L and every orphan.
+            loop {
+                let mut st = 0;
+                let w = libc::waitpid(-1, &mut st, 0);
+                if w == l_pid {
+                    l_status = Some(st);
+                } else if w < 0 && sys::errno() != libc::EINTR {
+                    break;
+                }
+            }
         }
-        return;
+        return l_status;
     }
     // Fallback: the command's group, then every descendant (they are reparented to us, the
     // subreaper, when their parents die), until none is left.
@@ -459,7 +567,7 @@ unsafe fn kill_all(k_pid: libc::pid_t, l_pid: libc::pid_t, ns: bool, sig: libc::
     }
     if sig != libc::SIGKILL {
         kill_children(sig);
-        return;
+        return None;
     }
     for _ in 0..10_000 {
         if kill_children(sig) == 0 {
@@ -468,6 +576,7 @@ unsafe fn kill_all(k_pid: libc::pid_t, l_pid: libc::pid_t, ns: bool, sig: libc::
         while libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) > 0 {}
         libc::usleep(1000);
     }
+    None
 }
 
 /// Send `sig` to each direct child (and its process group); returns how many were found.
@@ -644,6 +753,12 @@ pub(crate) struct HolderPlan {
     pub hide: Vec<CString>,
     pub tmp_opts: CString,
     pub shm_opts: CString,
+    /// tmpfs options: put the overlay's upper/work dirs and /tmp on one size-limited tmpfs
+    /// mounted over the staged layer (the sandbox's total writable space).
+    pub layer_tmpfs: Option<CString>,
+    /// (executable, socket): once the root is built, pid 1 execs the calling binary as the
+    /// in-sandbox launcher serving commands on the socket (see [`crate::launcher`]).
+    pub launcher: Option<(Fd, Fd)>,
 }
 
 /// Body of the pre_exec closure that becomes the holder. P (this process) stages the layers (as
@@ -668,11 +783,18 @@ pub(crate) unsafe fn run_holder(plan: &HolderPlan) -> std::io::Error {
         }
     }
     let cg_end = n;
+    let i_launcher = plan.launcher.map(|(exe, sock)| {
+        fds[n] = exe;
+        fds[n + 1] = sock;
+        n += 2;
+        n - 2
+    });
     if !sys::keep_fds(&mut fds[..n]) {
         return std::io::Error::last_os_error();
     }
     let status = fds[0];
     let life = i_life.map(|i| fds[i]);
+    let launcher = i_launcher.map(|i| (fds[i], fds[i + 1]));
     for &cg in &fds[cg_start..cg_end] {
         if !sys::write_all(cg, b"0") {
             sys::fail(status, Step::Cgroup);
@@ -720,7 +842,7 @@ pub(crate) unsafe fn run_holder(plan: &HolderPlan) -> std::io::Error {
         sys::fail(status, Step::Fork);
     }
     if c == 0 {
-        holder_init(plan, status, life, staged);
+        holder_init(plan, status, life, staged, launcher);
     }
     sys::send(status, sys::TAG_PID, c, 0);
     libc::close(status);
@@ -741,7 +863,13 @@ pub(crate) unsafe fn run_holder(plan: &HolderPlan) -> std::io::Error {
     sys::exit_like(st)
 }
 
-unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>, staged: bool) -> ! {
+unsafe fn holder_init(
+    plan: &HolderPlan,
+    status: Fd,
+    life: Option<Fd>,
+    staged: bool,
+    launcher: Option<(Fd, Fd)>,
+) -> ! {
     let t = |s: &std::ffi::CStr| s.as_ptr();
     let null = std::ptr::null::<libc::c_char>();
     let fail = |step| sys::fail(status, step);
@@ -861,6 +989,26 @@ unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>, staged: b
             t(c"newinstance,ptmxmode=0666,mode=0620"),
         );
     }
+    if let Some(opts) = &plan.layer_tmpfs {
+        if !sys::mount(
+            t(c"tmpfs"),
+            t(c"/tmp/layer"),
+            t(c"tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            opts.as_ptr(),
+        ) {
+            fail(Step::Tmpfs);
+        }
+        for (d, mode) in [
+            (c"/tmp/layer/upper", 0o755),
+            (c"/tmp/layer/work", 0o755),
+            (c"/tmp/layer/tmp", 0o1777),
+        ] {
+            if libc::mkdir(d.as_ptr(), mode) != 0 || libc::chmod(d.as_ptr(), mode) != 0 {
+                fail(Step::Mkdir);
+            }
+        }
+    }
     // The workspace: overlay of the pristine tree (read-only lower) and this sandbox's upper.
     if libc::mkdir(t(c"/tmp/root/testbed"), 0o755) != 0 {
         fail(Step::Mkdir);
@@ -894,15 +1042,26 @@ unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>, staged: b
             fail(Step::Readonly);
         }
     }
-    if libc::mkdir(t(c"/tmp/root/tmp"), 0o1777) != 0
-        || !sys::mount(
-            t(c"tmpfs"),
-            t(c"/tmp/root/tmp"),
-            t(c"tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            plan.tmp_opts.as_ptr(),
-        )
-    {
+    // /tmp: on the workspace tmpfs (one cap for both), or a tmpfs of its own.
+    let tmp_ok = libc::mkdir(t(c"/tmp/root/tmp"), 0o1777) == 0
+        && if plan.layer_tmpfs.is_some() {
+            sys::mount(
+                t(c"/tmp/layer/tmp"),
+                t(c"/tmp/root/tmp"),
+                null,
+                libc::MS_BIND,
+                null,
+            )
+        } else {
+            sys::mount(
+                t(c"tmpfs"),
+                t(c"/tmp/root/tmp"),
+                t(c"tmpfs"),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                plan.tmp_opts.as_ptr(),
+            )
+        };
+    if !tmp_ok {
         fail(Step::Tmpfs);
     }
     if libc::mkdir(t(c"/tmp/root/proc"), 0o555) != 0
@@ -944,6 +1103,13 @@ unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>, staged: b
     }
     sys::send(status, sys::TAG_OK, 0, 0);
     libc::close(status);
+    if let Some((exe, sock)) = launcher {
+        exec_launcher(exe, sock, life.unwrap_or(-1));
+        // The exec failed: the caller sees EOF instead of the launcher's greeting and joins the
+        // namespaces per command instead; we keep holding them.
+        libc::close(sock);
+        libc::close(exe);
+    }
     // Hold the namespaces. Commands live in their own pid namespaces, so no orphans come here,
     // but reap anything just in case.
     libc::signal(libc::SIGCHLD, libc::SIG_IGN);
@@ -969,6 +1135,46 @@ unsafe fn holder_init(plan: &HolderPlan, status: Fd, life: Option<Fd>, staged: b
                 libc::pause();
             }
         }
+    }
+}
+
+/// Become the in-sandbox launcher: exec the calling binary (through an fd opened before the
+/// pivot) with only `DOJO_SANDBOX_LAUNCHER=<sock>,<lifeline>` in its environment; the library's
+/// `.init_array` hook ([`crate::launcher`]) takes over before `main`. Returns only on failure.
+unsafe fn exec_launcher(exe: Fd, sock: Fd, life: Fd) {
+    let mut env = [0u8; 64];
+    let mut n = 0;
+    for &b in crate::launcher::ENV_PREFIX {
+        env[n] = b;
+        n += 1;
+    }
+    n += fmt_u32(sock as u32, &mut env[n..]);
+    env[n] = b',';
+    n += 1;
+    if life >= 0 {
+        n += fmt_u32(life as u32, &mut env[n..]);
+    } else {
+        env[n] = b'-';
+        n += 1;
+    }
+    env[n] = 0;
+    for fd in [sock, life] {
+        if fd >= 0 {
+            libc::fcntl(fd, libc::F_SETFD, 0);
+        }
+    }
+    let argv = [c"dojo-sandbox-launcher".as_ptr(), std::ptr::null()];
+    let envp = [env.as_ptr().cast::<libc::c_char>(), std::ptr::null()];
+    libc::syscall(
+        libc::SYS_execveat,
+        exe,
+        c"".as_ptr(),
+        argv.as_ptr(),
+        envp.as_ptr(),
+        libc::AT_EMPTY_PATH,
+    );
+    if life >= 0 {
+        libc::fcntl(life, libc::F_SETFD, libc::FD_CLOEXEC);
     }
 }
 

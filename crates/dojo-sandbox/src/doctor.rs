@@ -33,7 +33,11 @@ pub struct Report {
 /// Try `unshare(flags)` (plus an overlay mount with `userxattr` when `overlay`) in a forked child
 /// running as the sandbox uid.
 fn probe(flags: libc::c_int, overlay: bool) -> Result<(), String> {
-    let dir = std::env::temp_dir().join(format!("dojo-probe-{}-{flags}", std::process::id()));
+    // Unique per call: probes may run concurrently in one process (parallel tests), and a
+    // shared scratch directory made them fail each other, so callers wrongly saw "unusable".
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("dojo-probe-{}-{flags}-{seq}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     for d in ["l", "u", "w", "m"] {
         std::fs::create_dir_all(dir.join(d)).map_err(|e| e.to_string())?;
@@ -97,11 +101,15 @@ fn probe(flags: libc::c_int, overlay: bool) -> Result<(), String> {
 /// Whether the namespace backend can run here (user+mount+pid+net namespaces and overlayfs with
 /// `userxattr` as the sandbox uid).
 pub fn namespaces_usable() -> bool {
-    probe(
-        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWPID,
-        true,
-    )
-    .is_ok()
+    // The host does not change under a running process: probe once.
+    static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *USABLE.get_or_init(|| {
+        probe(
+            libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWPID,
+            true,
+        )
+        .is_ok()
+    })
 }
 
 fn feature(name: &str, r: Result<(), String>) -> Feature {

@@ -132,6 +132,35 @@ pub(crate) fn status_error(what: &str, msgs: &[(u32, i32, i32)]) -> Option<Sandb
         })
 }
 
+type Drains = (
+    tokio::task::JoinHandle<CapBuf>,
+    tokio::task::JoinHandle<CapBuf>,
+);
+
+/// The result of a command: (exit code, signal), once both output streams are drained.
+async fn finish(
+    (exit_code, signal): (Option<i32>, Option<i32>),
+    (out_task, err_task): Drains,
+    timed_out: bool,
+    start: Instant,
+) -> Result<ExecOutput> {
+    let collect = async |t: tokio::task::JoinHandle<CapBuf>| {
+        t.await.map(CapBuf::finish).unwrap_or((Vec::new(), false))
+    };
+    let (stdout, stdout_truncated) = collect(out_task).await;
+    let (stderr, stderr_truncated) = collect(err_task).await;
+    Ok(ExecOutput {
+        exit_code,
+        signal,
+        stdout,
+        stderr,
+        stdout_truncated,
+        stderr_truncated,
+        timed_out,
+        duration: start.elapsed(),
+    })
+}
+
 /// Spawn a prepared supervisor command and run it to completion.
 pub(crate) async fn run(
     mut cmd: tokio::process::Command,
@@ -206,24 +235,129 @@ pub(crate) async fn run(
     if let Some(e) = status_error("running the command", &msgs) {
         return Err(e);
     }
-    let (stdout, stdout_truncated) = out_task
-        .await
-        .map(CapBuf::finish)
-        .unwrap_or((Vec::new(), false));
-    let (stderr, stderr_truncated) = err_task
-        .await
-        .map(CapBuf::finish)
-        .unwrap_or((Vec::new(), false));
-    Ok(ExecOutput {
-        exit_code: status.code(),
-        signal: status.signal(),
-        stdout,
-        stderr,
-        stdout_truncated,
-        stderr_truncated,
+    finish(
+        (status.code(), status.signal()),
+        (out_task, err_task),
         timed_out,
-        duration: start.elapsed(),
-    })
+        start,
+    )
+    .await
+}
+
+/// Run one command through the sandbox's launcher (see [`crate::launcher`]): the same draining,
+/// caps, stdin feeding and TERM → grace → KILL as [`run`], with the control socket in place of a
+/// child process.
+pub(crate) async fn run_launched(
+    client: &crate::launcher::Client,
+    request: &crate::launcher::Request,
+    req: &ExecRequest,
+) -> Result<ExecOutput> {
+    let start = Instant::now();
+    let setup = |what: &str, e: std::io::Error| SandboxError::Setup(format!("{what}: {e}"));
+    let (out_r, out_w) = pipe().map_err(|e| setup("pipe", e))?;
+    let (err_r, err_w) = pipe().map_err(|e| setup("pipe", e))?;
+    let (in_r, in_w) = match req.stdin {
+        Some(_) => {
+            let (r, w) = pipe().map_err(|e| setup("pipe", e))?;
+            (r, Some(w))
+        }
+        None => (
+            OwnedFd::from(
+                std::fs::File::open("/dev/null").map_err(|e| setup("opening /dev/null", e))?,
+            ),
+            None,
+        ),
+    };
+    let (ctl, ctl_remote) = crate::launcher::socketpair().map_err(|e| setup("socketpair", e))?;
+    client
+        .submit(
+            request,
+            [
+                in_r.as_raw_fd(),
+                out_w.as_raw_fd(),
+                err_w.as_raw_fd(),
+                ctl_remote.as_raw_fd(),
+            ],
+        )
+        .map_err(|e| SandboxError::Gone(format!("the sandbox launcher: {e}")))?;
+    drop((in_r, out_w, err_w, ctl_remote));
+    let recv = |fd: OwnedFd| {
+        tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(|e| setup("pipe", e))
+    };
+    let (out, err) = (recv(out_r)?, recv(err_r)?);
+    let cap = req.output_cap;
+    let out_task = tokio::spawn(drain(out, cap));
+    let err_task = tokio::spawn(drain(err, cap));
+    if let (Some(w), Some(data)) = (in_w, req.stdin.clone()) {
+        let mut w =
+            tokio::net::unix::pipe::Sender::from_owned_fd(w).map_err(|e| setup("pipe", e))?;
+        tokio::spawn(async move {
+            let _ = w.write_all(&data).await;
+        });
+    }
+    let ctl = std::os::unix::net::UnixStream::from(ctl);
+    ctl.set_nonblocking(true).map_err(|e| setup("socket", e))?;
+    let mut ctl = tokio::net::UnixStream::from_std(ctl).map_err(|e| setup("socket", e))?;
+    let mut reader = CtlReader::default();
+    let mut timed_out = false;
+    let status = match tokio::time::timeout(req.timeout, reader.exit(&mut ctl)).await {
+        Ok(s) => s,
+        Err(_) => {
+            timed_out = true;
+            let _ = ctl.write_all(b"T").await;
+            match tokio::time::timeout(req.grace, reader.exit(&mut ctl)).await {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctl.write_all(b"K").await;
+                    reader.exit(&mut ctl).await
+                }
+            }
+        }
+    };
+    if let Some(e) = status_error("running the command", &reader.msgs) {
+        return Err(e);
+    }
+    // No status: the sandbox was reset or torn down under the command (killed).
+    let status = status.unwrap_or(libc::SIGKILL);
+    let how = (
+        libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+        libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
+    );
+    finish(how, (out_task, err_task), timed_out, start).await
+}
+
+/// Status messages from a command's control socket, read in a cancel-safe way (the state lives
+/// here, so a timed-out wait loses nothing).
+#[derive(Default)]
+struct CtlReader {
+    pending: Vec<u8>,
+    msgs: Vec<(u32, i32, i32)>,
+    eof: bool,
+}
+
+impl CtlReader {
+    /// The command's wait status, or `None` at EOF without one.
+    async fn exit(&mut self, ctl: &mut tokio::net::UnixStream) -> Option<i32> {
+        let mut chunk = [0u8; 256];
+        loop {
+            while self.pending.len() >= 12 {
+                let mut m = [0u8; 12];
+                m.copy_from_slice(&self.pending[..12]);
+                self.pending.drain(..12);
+                self.msgs.push(sys::decode(&m));
+            }
+            if let Some(m) = self.msgs.iter().find(|m| m.0 == sys::TAG_EXIT) {
+                return Some(m.1);
+            }
+            if self.eof {
+                return None;
+            }
+            match ctl.read(&mut chunk).await {
+                Ok(0) | Err(_) => self.eof = true,
+                Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -28,22 +28,29 @@
 //! `dojo` CLI or another crate's test binary) can create sandboxes. Per sandbox a *holder* (pid 1
 //! of its own pid namespace, in its own user/mount/net namespaces, running as the unprivileged
 //! host uid [`ns::sandbox_uid`] mapped to root inside) builds a new root: host directories bound
-//! read-only, overlayfs (`userxattr`) at `/testbed`, a private tmpfs `/tmp`, the venv read-only at
-//! `/venv`, `$DOJO_HOME` hidden, `lo` up. Each command *joins* the user/mount/net namespaces with
-//! `setns` and runs in a fresh pid namespace of its own (so everything it started, `setsid`
-//! escapees included, dies with it: at exit, timeout or teardown), with rlimits, Landlock (writes
-//! only in /testbed, /tmp, /dev/shm) and a seccomp filter. Reset starts a fresh holder over a new
-//! upper dir (new /tmp too), kills the old one and deletes the old upper in the background.
+//! read-only, overlayfs (`userxattr`) at `/testbed` whose upper dir shares one size-capped tmpfs
+//! with the private `/tmp` ([`Limits::workspace_bytes`]: a disk fill ends in `ENOSPC` inside the
+//! sandbox, never on the host), the venv read-only at `/venv`, `$DOJO_HOME` hidden, `lo` up.
+//! Then pid 1 re-executes the calling binary as the in-sandbox *launcher* (module `launcher`): a small
+//! single-threaded process that forks each command on request (stdio passed over a unix socket)
+//! into a fresh pid namespace of its own (so everything it started, `setsid` escapees included,
+//! dies with it: at exit, timeout or teardown), with rlimits, Landlock (writes only in /testbed,
+//! /tmp, /dev/shm) and a seccomp filter. Reset starts a fresh holder over a new upper dir (new
+//! /tmp too) and kills the old one (its tmpfs goes with it).
 //!
-//! Why fork-from-library rather than a helper binary or a holder serving requests over a unix
-//! socket: other crates' test binaries must be able to create sandboxes, and a binary built for
-//! another package cannot be located reliably from them; `setns` + fork keeps each command a
-//! direct child of the caller (tokio owns its pipes and exit status, no fd passing protocol).
-//! Joining costs one `setns` per namespace plus two forks (a pid-1 reaper and the command).
-//!
+//! Why a launcher inside the sandbox rather than joining the namespaces per command: joining
+//! means forking the caller, whose page tables grow with its memory: with a 512 MB caller (a
+//! rollout holding a model) each command cost ~150–280 ms instead of ~2–4 ms through the
+//! launcher (benchmarks/results/sandbox.md). Why no separate helper executable: other crates'
+//! test binaries must be able to create sandboxes, and a binary built for another package cannot
+//! be located reliably from them; every binary linking this crate carries the launcher (an
+//! `.init_array` hook). The per-command `setns` path remains for kept sandboxes re-attached by
+//! id, for [`Sandbox::spawn`] (a tokio child the caller owns) and when the launcher cannot start.
+
 //! Environment: `DOJO_HOME` (cache root), `DOJO_SANDBOX_UID` (sandbox uid when running as root,
 //! default 1600000), `DOJO_SANDBOX_BACKEND` (`namespace` | `fallback`, overrides `Auto`),
-//! `DOJO_CGROUP=off`, `DOJO_LANDLOCK=off`, `DOJO_UV` / `DOJO_PYTOOLS` (where `uv` is).
+//! `DOJO_CGROUP=off`, `DOJO_LANDLOCK=off`, `DOJO_UV` / `DOJO_PYTOOLS` (where `uv` is; without
+//! either, nor `uv` on PATH, the pinned uv wheel is fetched from PyPI once: [`uv`]).
 //!
 //! Semantics worth knowing: background processes a command leaves behind are killed when the
 //! command's main process exits (use [`Sandbox::spawn`] for long-running servers); `$HOME` is
@@ -54,6 +61,7 @@ mod child;
 pub mod doctor;
 mod exec;
 mod fallback;
+mod launcher;
 pub mod ns;
 pub mod patch;
 pub mod pristine;
@@ -61,6 +69,7 @@ pub mod pyenv;
 pub mod registry;
 pub mod sys;
 pub mod trash;
+pub mod uv;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -123,6 +132,15 @@ pub struct Limits {
     pub max_file_size_bytes: Option<u64>,
     pub max_open_files: Option<u64>,
     pub cpu_quota_percent: Option<u32>,
+    /// Total writable space of the sandbox (namespace backend): the overlay's upper dir and the
+    /// private /tmp share one size-limited tmpfs mounted inside the sandbox, so filling it gives
+    /// `ENOSPC` in the sandbox and never touches the host's disk. The cap is at most half of
+    /// `memory_bytes`: tmpfs pages are memory, charged to the sandbox's memory cgroup (nothing is
+    /// allocated until written). `None`: the upper dir lives on the host's disk under
+    /// `$DOJO_HOME` (no total cap; only `max_file_size_bytes` bounds each file) and /tmp is a
+    /// tmpfs of its own.
+    #[serde(default)]
+    pub workspace_bytes: Option<u64>,
 }
 
 impl Default for Limits {
@@ -133,6 +151,7 @@ impl Default for Limits {
             max_file_size_bytes: Some(1 << 30),
             max_open_files: Some(4096),
             cpu_quota_percent: None,
+            workspace_bytes: Some(2 << 30),
         }
     }
 }
@@ -444,6 +463,9 @@ impl Sandbox {
     pub async fn exec(&self, req: &ExecRequest) -> Result<ExecOutput> {
         match &self.inner {
             Inner::Ns(n) => {
+                if let Some(l) = &n.launcher {
+                    return exec::run_launched(l, &n.request(req)?, req).await;
+                }
                 let (cmd, r, w, cg) = n.command(req)?;
                 let out = exec::run(cmd, r, w, req, &n.live).await;
                 drop(cg);

@@ -8,20 +8,29 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::child::{self, CArgv, ExecPlan, HolderPlan, Layers, Mode, RootEntry, cstr};
+use crate::child::{self, CArgv, HolderPlan, Layers, Mode, RootEntry, cstr};
 use crate::exec::{self, LiveSet};
-use crate::{ExecRequest, Limits, Result, SandboxError, WORKSPACE, cgroup, sys};
+use crate::{ExecRequest, Limits, Result, SandboxError, WORKSPACE, cgroup, launcher, sys};
 
 /// Where the Python environment is mounted (read-only) inside every sandbox.
 pub const VENV_PATH: &str = "/venv";
 
-/// Size of each sandbox's private /tmp (a tmpfs; its pages are charged to the sandbox's memory
-/// cgroup): 2 GiB, or half the memory limit when that is smaller.
-pub(crate) fn tmp_size(limits: &Limits) -> u64 {
-    let cap = 2u64 << 30;
+/// At most half the memory limit (at least 16 MiB): tmpfs pages are charged to the sandbox's
+/// memory cgroup, so a bigger tmpfs would end in the OOM killer rather than `ENOSPC`.
+fn memory_capped(limits: &Limits, cap: u64) -> u64 {
     limits
         .memory_bytes
         .map_or(cap, |m| cap.min(m / 2).max(16 << 20))
+}
+
+/// Size of each sandbox's private /tmp when it is a tmpfs of its own (no workspace cap).
+pub(crate) fn tmp_size(limits: &Limits) -> u64 {
+    memory_capped(limits, 2 << 30)
+}
+
+/// Size of the tmpfs holding the upper dir and /tmp together (see [`Limits::workspace_bytes`]).
+pub(crate) fn workspace_size(limits: &Limits) -> Option<u64> {
+    limits.workspace_bytes.map(|b| memory_capped(limits, b))
 }
 
 pub(crate) fn setup_err(what: impl std::fmt::Display) -> SandboxError {
@@ -192,10 +201,7 @@ pub(crate) fn exe_candidates(argv0: &str, env: &BTreeMap<String, String>) -> Vec
         .collect()
 }
 
-pub(crate) fn rlimits(
-    limits: &Limits,
-    memory_by_cgroup: bool,
-) -> Vec<(libc::__rlimit_resource_t, u64)> {
+pub(crate) fn rlimits(limits: &Limits, memory_by_cgroup: bool) -> Vec<(u32, u64)> {
     let mut v = vec![(libc::RLIMIT_CORE, 0)];
     if let Some(p) = limits.max_processes {
         v.push((libc::RLIMIT_NPROC, p));
@@ -229,6 +235,8 @@ pub(crate) struct NsSandbox {
     pub keep: bool,
     pub generation: u32,
     pub cgroup: Option<Box<dyn cgroup::CgroupHandle>>,
+    /// The in-sandbox launcher serving [`crate::Sandbox::exec`], when it started.
+    pub launcher: Option<launcher::Client>,
     pub live: LiveSet,
     pub env: BTreeMap<String, String>,
     pub limits: Limits,
@@ -265,6 +273,7 @@ struct Holder {
     userns: OwnedFd,
     mntns: OwnedFd,
     netns: OwnedFd,
+    launcher: Option<launcher::Client>,
 }
 
 fn path_c(p: &Path) -> CString {
@@ -288,6 +297,11 @@ async fn start_holder(
     }
     let cg_fds = open_procs(cg)?;
     let (status_r, status_w) = exec::pipe().map_err(|e| setup_err(format!("pipe: {e}")))?;
+    let exe = launcher::exe_fd();
+    let socks = match exe {
+        Some(_) => Some(launcher::socketpair().map_err(|e| setup_err(format!("socketpair: {e}")))?),
+        None => None,
+    };
     let uid = sandbox_uid();
     let gid = sandbox_gid();
     let mut entries = Vec::new();
@@ -330,7 +344,9 @@ async fn start_holder(
         entries,
         hide,
         tmp_opts: cstr(format!("mode=1777,size={}", tmp_size(limits))),
+        layer_tmpfs: workspace_size(limits).map(|b| cstr(format!("mode=0755,size={b}"))),
         shm_opts: cstr("mode=1777,size=256m"),
+        launcher: exe.zip(socks.as_ref().map(|s| s.1.as_raw_fd())),
     };
     let mut cmd = tokio::process::Command::new("/bin/false");
     cmd.stdin(std::process::Stdio::null())
@@ -345,9 +361,20 @@ async fn start_holder(
         .map_err(|e| setup_err(format!("starting the sandbox holder: {e}")))?;
     drop(status_w);
     drop(cg_fds);
-    let msgs = tokio::task::spawn_blocking(move || exec::read_status(status_r))
-        .await
-        .unwrap_or_default();
+    let ours = socks.map(|(ours, theirs)| {
+        drop(theirs);
+        ours
+    });
+    let (msgs, client) = tokio::task::spawn_blocking(move || {
+        let msgs = exec::read_status(status_r);
+        let ok = msgs.iter().any(|m| m.0 == sys::TAG_OK);
+        (
+            msgs,
+            ours.filter(|_| ok).and_then(launcher::Client::connect),
+        )
+    })
+    .await
+    .unwrap_or_default();
     let pid = msgs.iter().find(|m| m.0 == sys::TAG_PID).map(|m| m.1);
     let kill = || {
         if let Some(p) = pid {
@@ -371,6 +398,7 @@ async fn start_holder(
         userns: open("user")?,
         mntns: open("mnt")?,
         netns: open("net")?,
+        launcher: client,
     })
 }
 
@@ -407,6 +435,7 @@ pub(crate) async fn create(a: CreateArgs<'_>) -> Result<NsSandbox> {
         keep: a.keep,
         generation: 0,
         cgroup: cg,
+        launcher: h.launcher,
         live: Default::default(),
         env: base_env(a.venv.map(|_| VENV_PATH), a.extra_env),
         limits: a.limits.clone(),
@@ -437,11 +466,9 @@ impl NsSandbox {
         }
     }
 
-    /// Build the supervisor command for `req` (not yet spawned) and its status pipe.
-    pub(crate) fn command(
-        &self,
-        req: &ExecRequest,
-    ) -> Result<(tokio::process::Command, OwnedFd, OwnedFd, Vec<OwnedFd>)> {
+    /// What every command of this sandbox needs besides argv: environment, working directory,
+    /// resolved executable, rlimits, Landlock rules.
+    pub(crate) fn request(&self, req: &ExecRequest) -> Result<launcher::Request> {
         if req.argv.is_empty() {
             return Err(SandboxError::Other("empty argv".into()));
         }
@@ -450,32 +477,47 @@ impl NsSandbox {
             env.insert(k.clone(), v.clone());
         }
         env.insert("PWD".into(), Self::cwd(req));
+        let exe_candidates = exe_candidates(&req.argv[0], &env)
+            .into_iter()
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect();
+        Ok(launcher::Request {
+            argv: req.argv.clone(),
+            env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            cwd: Self::cwd(req),
+            exe_candidates,
+            rlimits: rlimits(
+                &self.limits,
+                self.cgroup.as_ref().is_some_and(|c| c.limits_memory()),
+            ),
+            landlock_abi: landlock_abi(),
+            landlock_full: [WORKSPACE, "/tmp", "/dev/shm"].map(String::from).into(),
+            landlock_files: vec!["/dev".into()],
+        })
+    }
+
+    /// Build the supervisor command for `req` (not yet spawned) and its status pipe: the
+    /// per-command `setns` path (no launcher, or a long-running [`crate::Sandbox::spawn`]).
+    pub(crate) fn command(
+        &self,
+        req: &ExecRequest,
+    ) -> Result<(tokio::process::Command, OwnedFd, OwnedFd, Vec<OwnedFd>)> {
+        let request = self.request(req)?;
         let cg_fds = open_procs(self.cgroup.as_deref())?;
         let (status_r, status_w) = exec::pipe().map_err(|e| setup_err(format!("pipe: {e}")))?;
-        let abi = landlock_abi();
-        let plan = ExecPlan {
-            mode: Mode::Namespaces {
+        let plan = launcher::plan_from(
+            &request,
+            Mode::Namespaces {
                 userns: self.userns.as_raw_fd(),
                 mntns: self.mntns.as_raw_fd(),
                 netns: self.netns.as_raw_fd(),
                 host_root: is_root(),
             },
-            status_w: status_w.as_raw_fd(),
-            lifeline_r: exec::lifeline_r(),
-            cgroup_procs: cg_fds.iter().map(|f| f.as_raw_fd()).collect(),
-            exe_candidates: exe_candidates(&req.argv[0], &env),
-            argv: CArgv::new(req.argv.iter().map(cstr).collect()),
-            envp: envp(&env),
-            cwd: cstr(Self::cwd(req)),
-            rlimits: rlimits(
-                &self.limits,
-                self.cgroup.as_ref().is_some_and(|c| c.limits_memory()),
-            ),
-            landlock_abi: abi,
-            landlock_full: vec![cstr(WORKSPACE), cstr("/tmp"), cstr("/dev/shm")],
-            landlock_files: vec![cstr("/dev")],
-            seccomp: Some(seccomp_prog()),
-        };
+            status_w.as_raw_fd(),
+            exec::lifeline_r(),
+            cg_fds.iter().map(|f| f.as_raw_fd()).collect(),
+            Some(seccomp_prog()),
+        );
         let mut cmd = tokio::process::Command::new("/bin/false");
         // SAFETY: run_command only issues async-signal-safe system calls on the prepared plan.
         unsafe {
@@ -518,6 +560,7 @@ impl NsSandbox {
         self.userns = h.userns;
         self.mntns = h.mntns;
         self.netns = h.netns;
+        self.launcher = h.launcher;
         self.generation = generation;
         crate::sys::kill_pid(old_pid, libc::SIGKILL);
         match old_child {
@@ -532,6 +575,7 @@ impl NsSandbox {
 
     /// Kill everything and wait for the holder to be gone.
     pub(crate) async fn teardown(&mut self) {
+        self.launcher = None;
         self.kill_live();
         // SAFETY: plain kill(2); the holder is pid 1 of the sandbox's pid namespace, so the
         // kernel kills every process left in it.

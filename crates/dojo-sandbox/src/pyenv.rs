@@ -115,23 +115,7 @@ pub struct PythonEnv {
     pub path: PathBuf,
 }
 
-/// `uv`: `$DOJO_UV`, else `$DOJO_PYTOOLS/bin/uv`, else `uv` on PATH.
-pub fn find_uv() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("DOJO_UV").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
-    }
-    if let Some(t) = std::env::var_os("DOJO_PYTOOLS") {
-        let p = Path::new(&t).join("bin/uv");
-        if p.exists() {
-            return Some(p);
-        }
-    }
-    std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|d| d.join("uv"))
-            .find(|p| p.is_file())
-    })
-}
+pub use crate::uv::find_uv;
 
 const BUILD_SCRIPT: &str = r#"
 set -euo pipefail
@@ -165,9 +149,7 @@ impl PythonEnv {
             ));
         }
         let python = spec.interpreter()?;
-        let uv = find_uv().ok_or_else(|| {
-            err("uv not found: set DOJO_UV, or run scripts/setup-tools.sh (DOJO_PYTOOLS), or put uv on PATH".into())
-        })?;
+        let uv = crate::uv::ensure_uv().map_err(err)?;
         let identity = serde_json::json!({
             "v": 1,
             "spec": spec,

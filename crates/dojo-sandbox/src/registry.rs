@@ -129,6 +129,7 @@ pub(crate) fn attach(id: &str) -> Result<Sandbox> {
                 keep: true,
                 generation: st.generation,
                 cgroup: crate::cgroup::detect().map(|d| d.open(id)),
+                launcher: None,
                 live: Default::default(),
                 env: ns::base_env(st.venv.as_ref().map(|_| ns::VENV_PATH), &st.env),
                 limits: st.limits.clone(),

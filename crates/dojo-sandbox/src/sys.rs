@@ -44,6 +44,8 @@ pub fn kill_pid(pid: i32, sig: libc::c_int) -> bool {
 pub(crate) const TAG_PID: u32 = 1;
 pub(crate) const TAG_OK: u32 = 2;
 pub(crate) const TAG_ERR: u32 = 3;
+/// A command's wait status (launcher mode, on the control socket).
+pub(crate) const TAG_EXIT: u32 = 4;
 
 pub(crate) unsafe fn send(fd: Fd, tag: u32, a: i32, b: i32) {
     let mut m = [0u8; 12];

@@ -50,7 +50,14 @@ async fn writing_outside_testbed_and_tmp_is_refused() {
 #[tokio::test]
 async fn another_rollouts_workspace_is_invisible() {
     skip_unless_ns!();
-    let a = common::sandbox().await;
+    // A keeps its upper dir on the host's disk, so the test can aim at its real path.
+    let a = Sandbox::create(
+        &common::small_pristine(),
+        None,
+        &limited(|l| l.workspace_bytes = None),
+    )
+    .await
+    .unwrap();
     let b = common::sandbox().await;
     assert!(
         common::sh(&a, "echo secret-a > /testbed/secret.txt")
@@ -201,6 +208,16 @@ async fn memory_bomb_is_contained() {
     sb.teardown().await.unwrap();
 }
 
+/// The number on the last line of a command's output (`u64::MAX` when there is none).
+fn last_number(s: &str) -> u64 {
+    s.lines()
+        .last()
+        .unwrap_or("")
+        .trim()
+        .parse()
+        .unwrap_or(u64::MAX)
+}
+
 #[tokio::test]
 async fn disk_fill_is_bounded() {
     skip_unless_ns!();
@@ -220,14 +237,7 @@ async fn disk_fill_is_bounded() {
         "dd if=/dev/zero of=/testbed/big bs=1M count=100 2>&1; stat -c %s /testbed/big",
     )
     .await;
-    let size: u64 = out
-        .stdout_lossy()
-        .lines()
-        .last()
-        .unwrap_or("0")
-        .trim()
-        .parse()
-        .unwrap_or(u64::MAX);
+    let size = last_number(&out.stdout_lossy());
     assert!(size <= 16 << 20, "{out:?}");
     // Filling /tmp stops at the tmpfs size (half the memory limit here), with ENOSPC.
     let out = common::sh(
@@ -237,14 +247,73 @@ async fn disk_fill_is_bounded() {
     .await;
     let s = out.stdout_lossy();
     assert!(s.contains("FULL"), "{out:?}");
-    let mb: u64 = s
-        .lines()
-        .last()
-        .unwrap_or("0")
-        .trim()
-        .parse()
-        .unwrap_or(u64::MAX);
+    let mb = last_number(&s);
     assert!(mb <= 260, "{out:?}");
+    sb.teardown().await.unwrap();
+}
+
+/// Bytes under a host path (files only).
+fn du(p: &std::path::Path) -> u64 {
+    let Ok(md) = std::fs::symlink_metadata(p) else {
+        return 0;
+    };
+    if md.is_dir() {
+        std::fs::read_dir(p)
+            .map(|rd| rd.flatten().map(|e| du(&e.path())).sum())
+            .unwrap_or(0)
+    } else {
+        md.len()
+    }
+}
+
+#[tokio::test]
+async fn workspace_disk_cap_gives_enospc_and_spares_the_host() {
+    skip_unless_ns!();
+    let mut sb = Sandbox::create(
+        &common::small_pristine(),
+        None,
+        &limited(|l| {
+            l.workspace_bytes = Some(48 << 20);
+            l.max_file_size_bytes = None;
+        }),
+    )
+    .await
+    .unwrap();
+    // Filling the workspace stops at the cap with ENOSPC, not at the host's disk.
+    let out = common::sh(
+        &sb,
+        "dd if=/dev/zero of=/testbed/big bs=1M count=200 2>&1; stat -c %s /testbed/big",
+    )
+    .await;
+    let s = out.stdout_lossy();
+    assert!(s.contains("No space left on device"), "{out:?}");
+    let size = last_number(&s);
+    assert!(size <= 48 << 20, "{out:?}");
+    // /tmp shares the same cap.
+    let out = common::sh(&sb, "echo x > /tmp/more 2>&1 || echo FULL").await;
+    assert!(out.stdout_lossy().contains("FULL"), "{out:?}");
+    // Nothing of it reached the host.
+    assert!(
+        du(sb.host_dir()) < 1 << 20,
+        "{} bytes on the host",
+        du(sb.host_dir())
+    );
+    // Still usable: freeing space makes writes work again; the diff sees the file.
+    let out = common::sh(
+        &sb,
+        "rm /testbed/big && echo ok > /testbed/small && cat /testbed/small",
+    )
+    .await;
+    assert_eq!(out.stdout_lossy(), "ok\n", "{out:?}");
+    // Reset gives a fresh, empty workspace under the same cap.
+    assert!(
+        common::sh(&sb, "dd if=/dev/zero of=/tmp/f bs=1M count=30 2>/dev/null")
+            .await
+            .success()
+    );
+    sb.reset().await.unwrap();
+    let out = common::sh(&sb, "test ! -e /testbed/small && test ! -e /tmp/f && dd if=/dev/zero of=/testbed/f bs=1M count=30 2>&1 >/dev/null && echo fresh").await;
+    assert!(out.stdout_lossy().contains("fresh"), "{out:?}");
     sb.teardown().await.unwrap();
 }
 

@@ -59,7 +59,10 @@ async fn nonexistent_commit_and_corrupt_archive_are_named_errors() {
     git(&repo, &["init", "-q"]);
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-qm", "base"]);
-    let store = PristineStore::open().unwrap();
+    // A store of its own: other tests of this binary build trees concurrently, and their
+    // in-progress entries must not count as leftovers here.
+    let scratch = tempfile::tempdir().unwrap();
+    let store = PristineStore::at(scratch.path());
     let err = store
         .build(&Source::Git {
             repo: repo.clone(),

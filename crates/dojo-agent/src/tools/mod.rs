@@ -16,7 +16,7 @@ mod submit;
 pub use bash::{BashConfig, BashTool};
 pub use editor::{EditorConfig, EditorTool};
 #[cfg(feature = "lsp")]
-pub use lsp::LspToolAdapter;
+pub use lsp::{LspToolAdapter, split_tool_set};
 pub use search::SearchTool;
 pub use submit::SubmitTool;
 
@@ -145,7 +145,16 @@ impl ToolRegistry {
     ///   .md, .txt), `execute_bash{command}` blocking every `git` command, `submit{}`;
     /// - `dojo`: `search`, `str_replace_editor` with all five commands on any text file,
     ///   `execute_bash{command}` blocking history-revealing git, `submit{}`.
+    ///
+    /// With feature `lsp`, `NAME+lsp` or `NAME+lsp:SERVER` adds the `lsp_tool` to set `NAME`
+    /// (see `split_tool_set`).
     pub fn named(set: &str) -> Option<Self> {
+        #[cfg(feature = "lsp")]
+        if let Ok(Some((base, kind))) = lsp::split_tool_set(set) {
+            let mut r = Self::named(base)?;
+            r.register(Arc::new(LspToolAdapter::per_rollout(kind)));
+            return Some(r);
+        }
         let mut r = ToolRegistry::new();
         match set {
             "r2e" => {

@@ -37,11 +37,14 @@ pub struct CurateArgs {
     /// Name of the LSP tool in the trajectories.
     #[arg(long, default_value = "lsp_tool")]
     pub lsp_tool: String,
-    /// Target model for tokens and templates: `default` (the bundled SmolLM2), a GGUF path, or
-    /// `none` (no tokenization: messages exports only, budgets from recorded usage).
+    /// Target model for tokens and templates: `default` (the bundled SmolLM2), a GGUF path, a
+    /// Hugging Face tokenizer directory (`tokenizer.json` + `tokenizer_config.json` with its
+    /// `chat_template`, e.g. Qwen3's), or `none` (no tokenization: messages exports only,
+    /// budgets from recorded usage).
     #[arg(long, default_value = "default")]
     pub model: String,
-    /// Exports, comma-separated: parquet (pre-tokenized), messages (Parquet + JSONL), sharegpt.
+    /// Exports, comma-separated: parquet (pre-tokenized), messages (Parquet + JSONL; tool-call
+    /// arguments are objects in both), sharegpt.
     #[arg(long, default_value = "parquet,messages")]
     pub format: String,
     /// Which assistant turns carry loss: all-assistant or last-turn.

@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use anyhow::Context;
-use dojo_lsp::{Command, LspTool, ServerKind};
+use dojo_lsp::{Command, LspError, LspTool, Observation, ServerKind};
 
 #[derive(clap::Args)]
 pub struct LspArgs {
@@ -63,17 +63,29 @@ pub fn run(args: LspArgs) -> anyhow::Result<i32> {
     }
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async {
-        let tool = LspTool::host(&args.source, kind).await.with_context(|| {
-            format!("setting up {} over {}", kind.name(), args.source.display())
-        })?;
+        let tool = match LspTool::host(&args.source, kind).await {
+            Ok(t) => t,
+            // A server that cannot be installed or started is what the agent would be told.
+            Err(e @ LspError::ServerMissing(_)) => return show(&Observation::from_error(kind, e)),
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("setting up {} over {}", kind.name(), args.source.display())
+                });
+            }
+        };
         let obs = tool.call_detailed(&serde_json::Value::Object(call)).await;
         tool.session().shutdown().await;
-        // A closed pipe (`| head`) is not an error worth a panic.
-        let _ = writeln!(std::io::stdout(), "{}", obs.text);
-        if let Some(ev) = &obs.infra {
-            eprintln!("infrastructure event: {}", serde_json::to_string(ev)?);
-            return Ok(2);
-        }
-        Ok(if obs.success { 0 } else { 1 })
+        show(&obs)
     })
+}
+
+/// Print the observation; the exit code says whose problem it was.
+fn show(obs: &Observation) -> anyhow::Result<i32> {
+    // A closed pipe (`| head`) is not an error worth a panic.
+    let _ = writeln!(std::io::stdout(), "{}", obs.text);
+    if let Some(ev) = &obs.infra {
+        eprintln!("infrastructure event: {}", serde_json::to_string(ev)?);
+        return Ok(2);
+    }
+    Ok(if obs.success { 0 } else { 1 })
 }

@@ -5,12 +5,14 @@ one JSON line per input: the text `transformers`' `apply_chat_template` renders,
 and (when a `{% generation %}`-marked copy of the template is given) the `assistant_masks`
 transformers computes with `return_assistant_tokens_mask=True`.
 
-The tokenizer comes from the GGUF file named in argv[1], built by transformers' own GGUF tokenizer
-converter (`convert_gguf_tokenizer`). The metadata is read with llama.cpp's `gguf` package because
-transformers' own GGUF reader imports torch, which this oracle must not need.
+argv[1] is either a Hugging Face tokenizer directory (`tokenizer.json` + `tokenizer_config.json`),
+loaded with `AutoTokenizer`, or a GGUF file, whose tokenizer is built by transformers' own GGUF
+tokenizer converter (`convert_gguf_tokenizer`). The GGUF metadata is read with llama.cpp's `gguf`
+package because transformers' own GGUF reader imports torch, which this oracle must not need.
 """
 
 import json
+import os
 import sys
 
 import gguf
@@ -23,6 +25,10 @@ from transformers.integrations.gguf.gguf_tokenizer_mapping import (
 
 
 def load(path):
+    if os.path.isdir(path):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path)
     reader = gguf.GGUFReader(path)
     meta = {k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.") or k == "general.architecture"}
     grouped = {

@@ -1,0 +1,226 @@
+//! `dojo sandbox ...` end to end through the real binary: doctor, run (output and exit code
+//! passed through), the `--keep` → exec → diff → rm life cycle, and a bad `--source`.
+//!
+//! Each test runs the binary with its own `$DOJO_HOME` (a temporary directory), so pristine trees
+//! and sandboxes never touch the user's cache. `auto` picks the namespace backend where the kernel
+//! allows it (else the fallback backend, announced on stderr); both must behave the same here.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// A scratch directory removed on drop (dojo-cli has no dev-dependencies).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "dojo-sandbox-cli-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("scratch dir");
+        Scratch(d)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Home(Scratch);
+
+impl Home {
+    fn new() -> Home {
+        Home(Scratch::new("home"))
+    }
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+    fn dojo(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_dojo"))
+            .args(args)
+            .env("DOJO_HOME", self.path())
+            .env_remove("DOJO_SANDBOX_BACKEND")
+            .output()
+            .expect("running dojo")
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A small source tree (a directory source).
+fn source_tree() -> Scratch {
+    let d = Scratch::new("src");
+    std::fs::write(d.path().join("README.md"), "hello\n").unwrap();
+    std::fs::create_dir_all(d.path().join("pkg")).unwrap();
+    std::fs::write(d.path().join("pkg/__init__.py"), "VALUE = 1\n").unwrap();
+    d
+}
+
+#[test]
+fn doctor_json_parses_and_names_the_backend() {
+    let home = Home::new();
+    let out = home.dojo(&["sandbox", "doctor", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json is not JSON ({e}): {}", text(&out.stdout)));
+    let backend = v["backend"].as_str().unwrap_or_default();
+    assert!(
+        ["namespace", "fallback"].contains(&backend),
+        "backend {backend:?} in {v}"
+    );
+    assert!(v["schema_version"].as_u64().is_some(), "{v}");
+    assert!(
+        v["features"].as_array().is_some_and(|f| !f.is_empty()),
+        "{v}"
+    );
+}
+
+#[test]
+fn run_passes_output_through_and_exits_with_the_command_code() {
+    let home = Home::new();
+    let src = source_tree();
+    let out = home.dojo(&[
+        "sandbox",
+        "run",
+        "--source",
+        src.path().to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "echo hi; echo oops >&2; cat README.md; exit 3",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "hi\nhello\n");
+    assert!(text(&out.stderr).contains("oops"), "{}", text(&out.stderr));
+    // Torn down: no sandbox directory is left behind.
+    assert_eq!(leftover_sandboxes(home.path()), Vec::<PathBuf>::new());
+}
+
+/// Sandbox directories under `$DOJO_HOME/sandboxes` (the trash is flushed by the CLI).
+fn leftover_sandboxes(home: &Path) -> Vec<PathBuf> {
+    match std::fs::read_dir(home.join("sandboxes")) {
+        Ok(rd) => rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                !p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn alive(pid: i64) -> bool {
+    // A zombie has no cmdline left; anything else with that pid is alive.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+    })
+}
+
+#[test]
+fn keep_exec_diff_rm_life_cycle() {
+    let home = Home::new();
+    let src = source_tree();
+    let out = home.dojo(&[
+        "sandbox",
+        "run",
+        "--keep",
+        "--source",
+        src.path().to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "echo edited >> README.md && echo new > added.txt",
+    ]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let id = text(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    assert!(
+        id.len() >= 8 && id.chars().all(|c| c.is_ascii_hexdigit()),
+        "no id printed: {:?}",
+        text(&out.stdout)
+    );
+    let dir = home.path().join("sandboxes").join(&id);
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
+    let holder = state["holder_pid"].as_i64();
+
+    // The edit persisted in the kept sandbox; exec sees it and passes its exit code through.
+    let out = home.dojo(&[
+        "sandbox",
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "cat README.md; exit 5",
+    ]);
+    assert_eq!(out.status.code(), Some(5), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "hello\nedited\n");
+
+    let out = home.dojo(&["sandbox", "diff", &id]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let diff = text(&out.stdout);
+    assert!(
+        diff.contains("diff --git a/README.md b/README.md"),
+        "{diff}"
+    );
+    assert!(diff.contains("+edited"), "{diff}");
+    assert!(diff.contains("added.txt"), "{diff}");
+
+    let out = home.dojo(&["sandbox", "rm", &id]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    // Nothing left: no directory, no holder process, no mount naming the sandbox.
+    assert!(!dir.exists(), "{} left behind", dir.display());
+    assert_eq!(leftover_sandboxes(home.path()), Vec::<PathBuf>::new());
+    if let Some(pid) = holder {
+        assert!(!alive(pid), "holder {pid} survived `rm`");
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    assert!(!mounts.contains(&id), "a mount of {id} survived");
+    // A second rm names the missing sandbox.
+    let out = home.dojo(&["sandbox", "rm", &id]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains(&id), "{}", text(&out.stderr));
+}
+
+#[test]
+fn bad_source_is_a_clear_error_naming_it() {
+    let home = Home::new();
+    let missing = home.path().join("no-such-project");
+    let out = home.dojo(&[
+        "sandbox",
+        "run",
+        "--source",
+        missing.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("no-such-project"),
+        "error does not name the source: {err}"
+    );
+    assert_eq!(leftover_sandboxes(home.path()), Vec::<PathBuf>::new());
+}

@@ -1,0 +1,167 @@
+//! The pinned `uv` that builds the Python environments.
+//!
+//! A user's own `uv` is used when one is configured or on PATH; otherwise dojo fetches the
+//! pinned wheel from PyPI once (sha256-checked, through the `$DOJO_HOME` cache) and unpacks its
+//! binary, so `dojo demo` works on a fresh machine without a separate setup step.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The `uv` version dojo installs when none is found (the same pin as `scripts/setup-tools.sh`).
+pub const UV_VERSION: &str = "0.13.9";
+
+/// PyPI wheels of the pinned `uv`: (arch, file name, URL, sha256).
+const WHEELS: &[(&str, &str, &str, &str)] = &[
+    (
+        "x86_64",
+        "uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+        "https://files.pythonhosted.org/packages/3d/aa/26d64642d808de4a652579ef950d7cd2d37f080a8babf9c67c6b75fc4c3f/uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+        "d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19",
+    ),
+    (
+        "aarch64",
+        "uv-0.13.9-py3-none-manylinux_2_28_aarch64.whl",
+        "https://files.pythonhosted.org/packages/fe/2f/51a5de367c602592c018a42a23d57fba5f2689fe6c3bf025dcf043b39c61/uv-0.13.9-py3-none-manylinux_2_28_aarch64.whl",
+        "ecb6028d79dc96fbeafffe5c8af62a7099487ebc05a701e76714eebcffd06375",
+    ),
+];
+
+/// `uv`: `$DOJO_UV`, else `$DOJO_PYTOOLS/bin/uv`, else `uv` on PATH.
+pub fn find_uv() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("DOJO_UV").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    if let Some(t) = std::env::var_os("DOJO_PYTOOLS") {
+        let p = Path::new(&t).join("bin/uv");
+        if p.exists() {
+            return Some(p);
+        }
+    }
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("uv"))
+            .find(|p| p.is_file())
+    })
+}
+
+/// [`find_uv`], else the pinned `uv` from PyPI, fetched and unpacked once into the cache.
+/// The error says what was tried and how to provide `uv` by hand.
+pub fn ensure_uv() -> Result<PathBuf, String> {
+    if let Some(p) = find_uv() {
+        return Ok(p);
+    }
+    let hint = "set DOJO_UV, run scripts/setup-tools.sh (DOJO_PYTOOLS), or put uv on PATH";
+    let arch = std::env::consts::ARCH;
+    let Some(&(_, file, url, sha256)) = WHEELS.iter().find(|w| w.0 == arch) else {
+        return Err(format!(
+            "uv not found and dojo has no pinned uv wheel for {arch}: {hint}"
+        ));
+    };
+    let fail = |e: String| {
+        format!("uv not found, and installing uv {UV_VERSION} from PyPI failed: {e}; {hint}")
+    };
+    let cache = dojo_cache::Cache::open().map_err(|e| fail(e.to_string()))?;
+    let wheel = cache
+        .fetch(url, sha256, file)
+        .map_err(|e| fail(e.to_string()))?;
+    let entry = cache
+        .get_or_build("tools", &format!("uv-{UV_VERSION}-{arch}"), |tmp| {
+            unpack_binary(&wheel, tmp)
+        })
+        .map_err(|e| fail(e.to_string()))?;
+    Ok(entry.join("uv"))
+}
+
+/// Unpack `uv` from the wheel (a zip) into `dir/uv`, world-executable (sandboxed builds run it
+/// as an unprivileged uid).
+fn unpack_binary(wheel: &Path, dir: &Path) -> Result<(), String> {
+    let member = format!("uv-{UV_VERSION}.data/scripts/uv");
+    let out = Command::new("unzip")
+        .arg("-q")
+        .arg("-o")
+        .arg("-j")
+        .arg(wheel)
+        .arg(&member)
+        .arg("-d")
+        .arg(dir)
+        .output()
+        .map_err(|e| {
+            format!(
+                "running unzip on {}: {e} (is unzip installed?)",
+                wheel.display()
+            )
+        })?;
+    if !out.status.success() {
+        return Err(format!(
+            "unzip {} {member}: {}",
+            wheel.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("uv");
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("chmod {}: {e}", bin.display()))?;
+    let v = Command::new(&bin)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("running {}: {e}", bin.display()))?;
+    let text = String::from_utf8_lossy(&v.stdout);
+    if !v.status.success() || !text.contains(UV_VERSION) {
+        return Err(format!(
+            "{} --version printed {:?}, expected uv {UV_VERSION}",
+            bin.display(),
+            text.trim()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh machine: no uv configured or on PATH, empty cache. dojo fetches the pinned wheel
+    /// from PyPI and the binary it unpacks runs.
+    #[test]
+    fn installs_the_pinned_uv_from_pypi_when_none_is_found() {
+        let Some(&(_, file, url, sha256)) = WHEELS.iter().find(|w| w.0 == std::env::consts::ARCH)
+        else {
+            println!("SKIPPED: no pinned uv wheel for {}", std::env::consts::ARCH);
+            return;
+        };
+        if Command::new("unzip").arg("-v").output().is_err() {
+            println!("SKIPPED: unzip not installed");
+            return;
+        }
+        // Reuse the real download cache (the wheel is 17 MB), unpack into a fresh directory.
+        let wheel = match dojo_cache::Cache::open().and_then(|c| c.fetch(url, sha256, file)) {
+            Ok(w) => w,
+            Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
+                println!("SKIPPED: fetching {url}: {e}");
+                return;
+            }
+            Err(e) => panic!("fetching the pinned uv wheel: {e}"),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        unpack_binary(&wheel, dir.path()).unwrap();
+        let out = Command::new(dir.path().join("uv"))
+            .arg("--version")
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&out.stdout).contains(UV_VERSION));
+    }
+
+    #[test]
+    fn a_wheel_without_uv_is_a_clear_error() {
+        if Command::new("unzip").arg("-v").output().is_err() {
+            println!("SKIPPED: unzip not installed");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let bogus = dir.path().join("bogus.whl");
+        std::fs::write(&bogus, b"not a zip").unwrap();
+        let e = unpack_binary(&bogus, dir.path()).unwrap_err();
+        assert!(e.contains("bogus.whl"), "{e}");
+    }
+}
