@@ -255,21 +255,70 @@ fn bar(len: usize, enabled: bool, what: &str) -> ProgressBar {
     pb
 }
 
+/// How a batch runs its sandboxes: `workers` of them do their work (the test runs) at a time,
+/// while one more job may already prepare its tree and create its sandbox, so creation (tens of
+/// milliseconds of mounts and namespaces) overlaps a running test instead of preceding it; and
+/// teardowns (killing the sandbox's processes, unmounting) run in the background, so no verdict
+/// waits for them. The batch waits for every teardown before it returns.
+struct Pipeline {
+    slots: tokio::sync::Semaphore,
+    teardowns: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Pipeline {
+    fn new(workers: usize) -> Pipeline {
+        Pipeline {
+            slots: tokio::sync::Semaphore::new(workers.max(1)),
+            teardowns: Default::default(),
+        }
+    }
+
+    /// Jobs in flight: the workers plus the one creating its sandbox ahead.
+    fn in_flight(workers: usize) -> usize {
+        workers.max(1) + 1
+    }
+
+    fn tear_down(&self, sb: Sandbox) {
+        let h = tokio::spawn(async move {
+            if let Err(e) = sb.teardown().await {
+                tracing::warn!("sandbox teardown failed: {e}");
+            }
+        });
+        if let Ok(mut v) = self.teardowns.lock() {
+            // Finished ones need no waiting: a long batch keeps only the few in flight.
+            v.retain(|h| !h.is_finished());
+            v.push(h);
+        }
+    }
+
+    async fn wait(&self) {
+        let handles = self.teardowns.lock().map(|mut v| std::mem::take(&mut *v));
+        for h in handles.unwrap_or_default() {
+            let _ = h.await;
+        }
+    }
+}
+
 async fn with_sandbox<P: Preparer, T>(
     preparer: &P,
     task: &Task,
     env: &RepoEnv,
     sandbox_opts: &SandboxOptions,
+    pipeline: &Pipeline,
     f: impl AsyncFnOnce(&mut Sandbox) -> Result<T, GradeError>,
 ) -> Result<Result<T, GradeError>, (ErrorKind, String)> {
     let prepared = preparer.prepare(task, env).await?;
     let mut sb = Sandbox::create(&prepared.pristine, prepared.env.as_ref(), sandbox_opts)
         .await
         .map_err(|e| (ErrorKind::Runner, format!("creating the sandbox: {e}")))?;
+    // The semaphore is never closed; an error here would be a bug, reported as the runner's.
+    let Ok(slot) = pipeline.slots.acquire().await else {
+        pipeline.tear_down(sb);
+        return Err((ErrorKind::Runner, "worker slots closed".into()));
+    };
     let out = f(&mut sb).await;
-    if let Err(e) = sb.teardown().await {
-        tracing::warn!("sandbox teardown failed: {e}");
-    }
+    drop(slot);
+    pipeline.tear_down(sb);
     Ok(out)
 }
 
@@ -291,42 +340,50 @@ pub async fn eval_jobs<P: Preparer>(
     opts: &BatchOptions,
 ) -> Vec<InstanceReport> {
     let pb = Arc::new(bar(jobs.len(), opts.progress, "eval"));
+    let pipeline = Pipeline::new(opts.workers);
+    let pipeline = &pipeline;
     let results = futures::stream::iter(jobs)
         .map(|job| {
             let pb = pb.clone();
             async move {
                 let dir = out.join(&job.prediction.instance_id);
-                let r = eval_one(&job, &dir, preparer, opts).await;
-                if let Err(e) = write_instance(&dir, &r, job.prediction.model_patch.as_deref()) {
-                    tracing::error!("writing the report of {}: {e}", r.instance_id);
-                }
+                let previous = (!opts.force).then(|| existing_report(&dir)).flatten();
+                let r = match previous {
+                    // Already graded: kept as it is on disk (not even rewritten).
+                    Some(r) => InstanceReport {
+                        test_output: std::fs::read_to_string(dir.join("test_output.txt"))
+                            .unwrap_or_default(),
+                        ..r
+                    },
+                    None => {
+                        let r = eval_one(&job, preparer, opts, pipeline).await;
+                        let patch = job.prediction.model_patch.as_deref();
+                        if let Err(e) = write_instance(&dir, &r, patch) {
+                            tracing::error!("writing the report of {}: {e}", r.instance_id);
+                        }
+                        r
+                    }
+                };
                 pb.inc(1);
                 pb.set_message(format!("{} {:?}", r.instance_id, r.outcome));
                 r
             }
         })
-        .buffer_unordered(opts.workers.max(1))
+        .buffer_unordered(Pipeline::in_flight(opts.workers))
         .collect::<Vec<_>>()
         .await;
+    pipeline.wait().await;
     pb.finish_and_clear();
     results
 }
 
 async fn eval_one<P: Preparer>(
     job: &EvalJob,
-    dir: &Path,
     preparer: &P,
     opts: &BatchOptions,
+    pipeline: &Pipeline,
 ) -> InstanceReport {
     let id = &job.prediction.instance_id;
-    if !opts.force
-        && let Some(r) = existing_report(dir)
-    {
-        return InstanceReport {
-            test_output: std::fs::read_to_string(dir.join("test_output.txt")).unwrap_or_default(),
-            ..r
-        };
-    }
     let parser_name = job
         .env
         .as_ref()
@@ -350,6 +407,7 @@ async fn eval_one<P: Preparer>(
         &job.task,
         env,
         &opts.sandbox,
+        pipeline,
         async |sb: &mut Sandbox| grade_in_sandbox(sb, &job.task, env, patch, &opts.grade).await,
     )
     .await;
@@ -367,11 +425,13 @@ pub async fn validate_tasks<P: Preparer>(
     opts: &BatchOptions,
 ) -> Vec<(usize, Validation)> {
     let pb = Arc::new(bar(tasks.len(), opts.progress, "validate"));
+    let pipeline = Pipeline::new(opts.workers);
+    let pipeline = &pipeline;
     let out = futures::stream::iter(tasks)
         .map(|(i, task, env)| {
             let pb = pb.clone();
             async move {
-                let v = validate_one(&task, env, preparer, opts).await;
+                let v = validate_one(&task, env, preparer, opts, pipeline).await;
                 pb.inc(1);
                 pb.set_message(format!(
                     "{} {}",
@@ -381,9 +441,10 @@ pub async fn validate_tasks<P: Preparer>(
                 (i, v)
             }
         })
-        .buffer_unordered(opts.workers.max(1))
+        .buffer_unordered(Pipeline::in_flight(opts.workers))
         .collect::<Vec<_>>()
         .await;
+    pipeline.wait().await;
     pb.finish_and_clear();
     out
 }
@@ -393,6 +454,7 @@ async fn validate_one<P: Preparer>(
     env: Result<RepoEnv, String>,
     preparer: &P,
     opts: &BatchOptions,
+    pipeline: &Pipeline,
 ) -> Validation {
     let failed = |msg: String| Validation {
         instance_id: task.instance_id.clone(),
@@ -400,6 +462,7 @@ async fn validate_one<P: Preparer>(
         problems: vec![msg],
         derived_fail_to_pass: Vec::new(),
         derived_pass_to_pass: Vec::new(),
+        new_task: task.f2p().is_empty(),
         before: None,
         gold: None,
     };
@@ -412,6 +475,7 @@ async fn validate_one<P: Preparer>(
         task,
         &env,
         &opts.sandbox,
+        pipeline,
         async |sb: &mut Sandbox| validate_in_sandbox(sb, task, &env, &opts.grade).await,
     )
     .await

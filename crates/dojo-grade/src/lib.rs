@@ -11,7 +11,8 @@
 //! - [`parsers`]: [`Parser`] (pytest, pytest v2, pytest_options, django, sympy, seaborn,
 //!   matplotlib and the per-repository aliases) → [`StatusMap`].
 //! - [`grading`]: [`logs_eval`] (`get_logs_eval`), [`eval_tests_report`] (`get_eval_tests_report`),
-//!   [`resolution_status`], [`derive_lists`] (validation).
+//!   [`resolution_status`], [`derive_lists`] (validation: the lists `dojo validate --write`
+//!   stores).
 //! - [`report`]: [`InstanceReport`] (`report.json`, official keys + `schema_version`, outcome,
 //!   error kind) and [`RunSummary`] (`resolved_ids`, `unresolved_ids`, `error_ids`,
 //!   `empty_patch_ids`, counts).
@@ -19,7 +20,8 @@
 //!   [`dojo_sandbox::Sandbox`]. Infrastructure failures (environment, test patch, timeout,
 //!   runner) are [`ErrorKind`]s with `infra_failure = true`, never "unresolved".
 //! - [`batch`]: `dojo eval` / `dojo validate` over many instances (resumable, concurrent,
-//!   progress bar), [`batch::load_predictions`] (bad lines reported with their line numbers).
+//!   progress bar, sandboxes torn down in the background), [`batch::load_predictions`] (bad
+//!   lines reported with their line numbers).
 
 pub mod batch;
 pub mod grading;
@@ -29,7 +31,8 @@ pub mod run;
 
 pub use grading::{
     EvalType, GoldLists, ResolvedStatus, Semantics, SuccessFailure, TestsStatus, derive_lists,
-    eval_tests_report, logs_eval, parse_test_exit_code, read_log_text, resolution_status,
+    eval_tests_report, is_truncated_id, logs_eval, parse_test_exit_code, read_log_text,
+    resolution_status,
 };
 pub use parsers::{Parser, StatusMap};
 pub use report::{

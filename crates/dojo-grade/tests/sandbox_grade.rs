@@ -141,6 +141,23 @@ async fn grading_flow_and_bad_input_in_a_real_sandbox() {
     assert_eq!(regraded.tests_status, r.tests_status);
     save_log("gold", &r.test_output, &t);
 
+    // A patch too big for the environment (over 96 KiB) reaches the sandbox on stdin instead,
+    // and grades the same.
+    let mut big = GOLD.to_string();
+    big.push_str("diff --git a/big.txt b/big.txt\nnew file mode 100644\n--- /dev/null\n+++ b/big.txt\n@@ -0,0 +1,2000 @@\n");
+    for i in 0..2000 {
+        big.push_str(&format!("+{i:060}\n"));
+    }
+    assert!(big.len() > 100 << 10);
+    let r = grade(Some(&big), &t, &opts).await;
+    assert_eq!(
+        (r.outcome, r.patch_apply_method.as_deref()),
+        (Outcome::Resolved, Some("git_apply")),
+        "{:?}\n{}",
+        r.error,
+        r.test_output
+    );
+
     // No patch: not run.
     assert_eq!(grade(None, &t, &opts).await.outcome, Outcome::EmptyPatch);
     assert_eq!(
@@ -158,6 +175,22 @@ async fn grading_flow_and_bad_input_in_a_real_sandbox() {
     assert_eq!(
         (r.outcome, r.error_kind, r.infra_failure),
         (Outcome::Error, Some(ErrorKind::PatchApply), false)
+    );
+
+    // A task whose test patch does not apply: the task's fault (infrastructure), named.
+    let mut broken = t.clone();
+    broken.test_patch = "diff --git a/tests/test_mul.py b/tests/test_mul.py\n--- a/tests/test_mul.py\n+++ b/tests/test_mul.py\n@@ -1,2 +1,2 @@\n-no such line\n+x\n nor this\n".into();
+    let r = grade(Some(GOLD), &broken, &opts).await;
+    assert_eq!(
+        (r.outcome, r.error_kind, r.infra_failure),
+        (Outcome::Error, Some(ErrorKind::TestPatchApply), true),
+        "{:?}",
+        r.error
+    );
+    assert!(
+        r.error.as_deref().unwrap().contains("git apply"),
+        "{:?}",
+        r.error
     );
 
     // Binary hunks and paths outside the repository: clear verdicts.
@@ -301,13 +334,23 @@ async fn bundled_benchmark_task_validates() {
         .unwrap();
     sb.teardown().await.unwrap();
     assert!(v.ok, "{}: {:?}", t.instance_id, v.problems);
-    // Every frozen FAIL_TO_PASS is derived again. (Derivation can add more: the pytest parser
-    // cuts ids with spaces, exactly as SWE-bench's does, and a cut id can flip status.)
-    for f in t.f2p() {
-        assert!(
-            v.derived_fail_to_pass.contains(f),
-            "{f} not derived: {:?}",
-            v.derived_fail_to_pass
-        );
-    }
+    // The frozen lists are derived again, exactly (ids the parser cuts at whitespace are
+    // left out on both sides, see `derive_lists`).
+    let sorted = |xs: &[String]| {
+        let mut v = xs.to_vec();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        sorted(&v.derived_fail_to_pass),
+        sorted(t.f2p()),
+        "{}",
+        t.instance_id
+    );
+    assert_eq!(
+        sorted(&v.derived_pass_to_pass),
+        sorted(t.p2p()),
+        "{}",
+        t.instance_id
+    );
 }

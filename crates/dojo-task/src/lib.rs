@@ -14,12 +14,15 @@
 //! - [`prepare`]: a task → its [`dojo_sandbox::Pristine`] tree and [`dojo_sandbox::PythonEnv`];
 //!   [`task_source`] gives the tree's [`dojo_sandbox::Source`] (sdists are downloaded through
 //!   `dojo_cache` and get their bug patch applied before the one commit).
+//! - [`splice_lists`]: set FAIL_TO_PASS / PASS_TO_PASS in one JSONL line, every other byte
+//!   kept (`dojo validate --write`).
 
 mod env;
 mod load;
 mod model;
 mod parquet;
 mod prepare;
+mod splice;
 
 pub use env::{
     Directives, EnvRegistry, NON_TEST_EXTS, RepoEnv, eval_script_test_cmd, patch_targets,
@@ -30,6 +33,7 @@ pub use model::{
     EnvOverride, GRADING_FIELDS, Location, REQUIRED_FIELDS, SdistSource, Task, TaskSource,
 };
 pub use prepare::{PrepareOptions, PreparedTask, apply_in_dir, prepare, sdist_tree, task_source};
+pub use splice::splice_lists;
 
 /// Errors of task loading and environment resolution. Each names where the problem is.
 #[derive(Debug, thiserror::Error)]

@@ -368,12 +368,22 @@ impl Task {
         }
     }
 
-    /// The row with new FAIL_TO_PASS / PASS_TO_PASS, stored in the same form the file used
-    /// (a JSON string when the row had strings or nothing, an array when it had arrays).
-    pub fn row_with_lists(&self, f2p: &[String], p2p: &[String]) -> Map<String, Value> {
+    /// The row with new FAIL_TO_PASS / PASS_TO_PASS, stored in the form the row used (a JSON
+    /// string or an array); a list the row lacks (absent or null) is an array when
+    /// `default_array`, else a JSON string. Other fields keep their values and order.
+    pub fn row_with_lists(
+        &self,
+        f2p: &[String],
+        p2p: &[String],
+        default_array: bool,
+    ) -> Map<String, Value> {
         let mut row = self.raw.clone();
         for (field, list) in [("FAIL_TO_PASS", f2p), ("PASS_TO_PASS", p2p)] {
-            let as_array = matches!(row.get(field), Some(Value::Array(_)));
+            let as_array = match row.get(field) {
+                Some(Value::Array(_)) => true,
+                Some(Value::String(_)) => false,
+                _ => default_array,
+            };
             let arr = Value::Array(list.iter().cloned().map(Value::String).collect());
             let v = if as_array {
                 arr
@@ -415,7 +425,7 @@ mod tests {
         .unwrap();
         assert_eq!(a.f2p(), ["t1"]);
         assert_eq!(a.p2p(), ["t2", "t3"]);
-        let r = a.row_with_lists(&["x".into()], &["y".into()]);
+        let r = a.row_with_lists(&["x".into()], &["y".into()], true);
         assert_eq!(r["FAIL_TO_PASS"], json!("[\"x\"]"));
         assert_eq!(r["PASS_TO_PASS"], json!(["y"]));
     }

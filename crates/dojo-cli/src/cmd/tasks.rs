@@ -54,7 +54,9 @@ pub struct CommonArgs {
 pub struct ValidateArgs {
     #[command(flatten)]
     common: CommonArgs,
-    /// Fill in FAIL_TO_PASS / PASS_TO_PASS of tasks that have none (JSONL task files only).
+    /// Fill in FAIL_TO_PASS / PASS_TO_PASS of new tasks (none, or empty) that validate: tests
+    /// failing with the test patch alone and passing with the gold patch, and tests passing
+    /// both times. JSONL task files only; only those two values change, in place.
     #[arg(long)]
     write: bool,
     /// Also write each run's report and log under this directory.
@@ -256,7 +258,11 @@ pub fn run_validate(args: ValidateArgs) -> anyhow::Result<i32> {
             if v.ok { "yes" } else { "NO" },
             v.derived_fail_to_pass.len(),
             v.derived_pass_to_pass.len(),
-            v.problems.join("; ")
+            if v.ok && v.new_task {
+                "new task: lists derived".to_string()
+            } else {
+                v.problems.join("; ")
+            }
         );
         if let Some(dir) = &args.out {
             for (name, r) in [("test_patch_only", &v.before), ("gold", &v.gold)] {
@@ -279,12 +285,25 @@ pub fn run_validate(args: ValidateArgs) -> anyhow::Result<i32> {
             "wrote FAIL_TO_PASS / PASS_TO_PASS of {n} task(s) into {}",
             args.common.tasks.display()
         );
+        let skipped: Vec<&str> = results
+            .iter()
+            .filter(|(_, v)| v.new_task && !v.ok)
+            .map(|(_, v)| v.instance_id.as_str())
+            .collect();
+        if !skipped.is_empty() {
+            println!(
+                "not written (not runnable, see above): {}",
+                skipped.join(", ")
+            );
+        }
     }
     Ok(if ok == results.len() { 0 } else { 1 })
 }
 
-/// Rewrite a JSONL task file, filling in the lists of validated tasks that had none; every other
-/// line is kept byte for byte.
+/// Rewrite a JSONL task file, filling in the derived lists of new tasks (no FAIL_TO_PASS yet)
+/// that validated cleanly; every other line is kept byte for byte, in its place. Tasks that
+/// are not runnable are left as they are (the table above says why). The new file is written
+/// beside the old one and renamed over it, so a crash leaves one or the other, never half.
 fn write_lists(
     path: &Path,
     tasks: &[Task],
@@ -293,43 +312,73 @@ fn write_lists(
     if path.extension().is_none_or(|e| e != "jsonl") {
         bail!("--write needs a .jsonl task file, not {}", path.display());
     }
-    let mut fill: BTreeMap<&str, String> = BTreeMap::new();
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let rows: Vec<Option<serde_json::Map<String, serde_json::Value>>> = text
+        .split_inclusive('\n')
+        .map(|line| serde_json::from_str(line).ok())
+        .collect();
+    // Lists a row lacks are written in the file's own style: JSON arrays, unless the file's
+    // other rows store them as JSON strings (as SWE-bench's datasets do).
+    let (arrays, strings) =
+        rows.iter()
+            .flatten()
+            .fold((0, 0), |(a, s), r| match r.get("FAIL_TO_PASS") {
+                Some(serde_json::Value::Array(_)) => (a + 1, s),
+                Some(serde_json::Value::String(_)) => (a, s + 1),
+                _ => (a, s),
+            });
+    let default_array = arrays >= strings;
+    let mut fill: BTreeMap<&str, (&Task, &dojo_grade::Validation)> = BTreeMap::new();
     for (i, v) in results {
         let t = &tasks[*i];
-        // A new task (no lists yet) whose two runs were clean gets the derived lists.
-        let clean = v
-            .problems
-            .iter()
-            .all(|p| p.starts_with("FAIL_TO_PASS is empty"));
-        let new_task = t.fail_to_pass.as_ref().is_none_or(Vec::is_empty);
-        if clean && new_task && !v.derived_fail_to_pass.is_empty() {
-            let row = t.row_with_lists(&v.derived_fail_to_pass, &v.derived_pass_to_pass);
-            fill.insert(t.instance_id.as_str(), serde_json::to_string(&row)?);
+        if v.ok && v.new_task {
+            fill.insert(t.instance_id.as_str(), (t, v));
         }
     }
-    let text = std::fs::read_to_string(path)?;
+    if fill.is_empty() {
+        return Ok(0);
+    }
     let mut out = String::with_capacity(text.len());
     let mut n = 0;
-    for line in text.split_inclusive('\n') {
-        let id = serde_json::from_str::<serde_json::Value>(line)
-            .ok()
-            .and_then(|v| {
-                v.get("instance_id")
-                    .and_then(|x| x.as_str())
-                    .map(str::to_string)
-            });
-        match id.as_deref().and_then(|id| fill.get(id)) {
-            Some(new) => {
-                out.push_str(new);
-                out.push('\n');
-                n += 1;
-            }
-            None => out.push_str(line),
-        }
+    for (line, row) in text.split_inclusive('\n').zip(&rows) {
+        let id = row
+            .as_ref()
+            .and_then(|r| r.get("instance_id"))
+            .and_then(|x| x.as_str());
+        let Some((t, v)) = id.and_then(|id| fill.remove(id)) else {
+            out.push_str(line);
+            continue;
+        };
+        let (f2p, p2p) = (&v.derived_fail_to_pass, &v.derived_pass_to_pass);
+        let body = line.strip_suffix('\n').unwrap_or(line);
+        // The lists replaced in place, every other byte kept; a line the splicer does not
+        // understand is re-serialised instead (same fields and order, our JSON style).
+        let new = match dojo_task::splice_lists(
+            body,
+            &[("FAIL_TO_PASS", f2p), ("PASS_TO_PASS", p2p)],
+            default_array,
+        ) {
+            Some(s) => s,
+            None => serde_json::to_string(&t.row_with_lists(f2p, p2p, default_array))?,
+        };
+        out.push_str(&new);
+        out.push('\n');
+        n += 1;
     }
-    let tmp = path.with_extension("jsonl.tmp");
-    std::fs::write(&tmp, out)?;
-    std::fs::rename(&tmp, path)?;
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let written = std::fs::File::create(&tmp)
+        .and_then(|mut f| {
+            f.write_all(out.as_bytes())?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("writing {}", path.display()));
+    }
     Ok(n)
 }
 
@@ -362,6 +411,22 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<i32> {
         .collect();
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
+    if !args.force {
+        let done = jobs
+            .iter()
+            .filter(|j| {
+                batch::existing_report(&batch::instance_dir(&args.out, &j.prediction.instance_id))
+                    .is_some()
+            })
+            .count();
+        if done > 0 {
+            println!(
+                "resuming: {done} of {} instance(s) already graded in {} (kept; --force regrades them)",
+                jobs.len(),
+                args.out.display()
+            );
+        }
+    }
     let preparer = TaskPreparer {
         prepare_opts: l.preparer_opts.clone(),
     };

@@ -1,0 +1,469 @@
+//! End to end through the real `dojo` binary: `dojo tasks check`, `dojo validate` (and
+//! `--write`), `dojo eval` (gold, empty, malformed, non-applying and escaping patches; resume and
+//! `--force`) on the bundled benchmark's fastest tasks, in real sandboxes with real pytest runs.
+//!
+//! The sandbox tests need the kernel features the sandbox uses and the tasks' sources and
+//! environments (downloaded from PyPI and cached in `$DOJO_HOME` on first use); without them they
+//! print `SKIPPED: <reason>` (under `CI=true` a missing kernel feature fails instead).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+const BUNDLED: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../benchmarks/mini/tasks.jsonl"
+);
+/// The two fastest bundled suites (~0.1 s of pytest each).
+const FAST: [&str; 2] = ["gweis__isodate-1", "tkem__cachetools-2"];
+/// Same projects, so their trees and environments are the ones already built.
+const NO_APPLY: &str = "gweis__isodate-2";
+const ESCAPES: &str = "tkem__cachetools-1";
+/// Gets an empty patch: never prepared, never run.
+const EMPTY: &str = "pytoolz__toolz-1";
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// `uv` (needed to look up or build environments) comes from `$DOJO_PYTOOLS`, which
+/// scripts/setup-tools.sh exports; default it to where that script puts the tools.
+fn setup_tools_env() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("DOJO_PYTOOLS").is_none() {
+            // SAFETY: every test calls this first, under the Once, and this process only reads
+            // its environment through std (which serialises that with set_var).
+            unsafe {
+                std::env::set_var(
+                    "DOJO_PYTOOLS",
+                    concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/pytools"),
+                )
+            };
+        }
+    });
+}
+
+fn dojo(args: &[&str]) -> Output {
+    setup_tools_env();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dojo"));
+    cmd.args(args);
+    let out = cmd.output().expect("running the dojo binary");
+    eprintln!(
+        "$ dojo {}\n--- exit {:?}\n--- stdout\n{}--- stderr\n{}",
+        args.join(" "),
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A fresh scratch directory under cargo's per-target temp dir.
+fn scratch(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("grade_cli-{name}"));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn bundled_rows() -> Vec<serde_json::Map<String, Value>> {
+    std::fs::read_to_string(BUNDLED)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn row<'a>(
+    rows: &'a [serde_json::Map<String, Value>],
+    id: &str,
+) -> &'a serde_json::Map<String, Value> {
+    rows.iter()
+        .find(|r| r["instance_id"] == id)
+        .unwrap_or_else(|| panic!("{id} not in {BUNDLED}"))
+}
+
+fn read_json(p: &Path) -> Value {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn mtime(p: &Path) -> SystemTime {
+    std::fs::metadata(p).unwrap().modified().unwrap()
+}
+
+/// The sandbox can run and the tasks' trees and environments exist (built now if needed, which
+/// needs PyPI and `uv`, i.e. `source scripts/setup-tools.sh`).
+/// `Err` = the reason to skip.
+fn ready(ids: &[&str]) -> Result<(), String> {
+    setup_tools_env();
+    if !dojo_sandbox::doctor::namespaces_usable() {
+        let reason = "user/mount/pid/net namespaces unavailable".to_string();
+        assert!(!ci(), "CI=true: {reason}");
+        return Err(reason);
+    }
+    let tasks = dojo_task::load_tasks(Path::new(BUNDLED)).map_err(|e| e.to_string())?;
+    let reg = dojo_task::EnvRegistry::embedded().map_err(|e| e.to_string())?;
+    for id in ids {
+        let t = tasks
+            .iter()
+            .find(|t| t.instance_id == *id)
+            .ok_or_else(|| format!("{id} not in the bundled benchmark"))?;
+        let env = reg.resolve(t).map_err(|e| e.to_string())?;
+        dojo_task::prepare(t, &env, &Default::default()).map_err(|e| {
+            format!(
+                "cannot prepare {id} (offline, or uv missing: source scripts/setup-tools.sh): {e}"
+            )
+        })?;
+    }
+    Ok(())
+}
+
+macro_rules! require {
+    ($ids:expr) => {
+        if let Err(reason) = ready($ids) {
+            println!("SKIPPED: {reason}");
+            return;
+        }
+    };
+}
+
+#[test]
+fn tasks_check_summarises_the_bundled_benchmark() {
+    let o = dojo(&["tasks", "check", BUNDLED]);
+    assert_eq!(o.status.code(), Some(0));
+    let s = stdout(&o);
+    assert!(s.contains("17 rows, 17 valid, 0 invalid"), "{s}");
+    assert!(s.contains("pytest-dev/iniconfig"), "{s}");
+    assert!(s.trim_end().ends_with("OK"), "{s}");
+}
+
+#[test]
+fn tasks_check_names_file_line_instance_and_field() {
+    let dir = scratch("check");
+    let rows = bundled_rows();
+    let mut bad = row(&rows, FAST[1]).clone();
+    bad.insert("FAIL_TO_PASS".into(), Value::String("not json".into()));
+    let file = dir.join("broken.jsonl");
+    std::fs::write(
+        &file,
+        format!(
+            "{}\n{}\n",
+            serde_json::to_string(row(&rows, FAST[0])).unwrap(),
+            serde_json::to_string(&bad).unwrap()
+        ),
+    )
+    .unwrap();
+    let o = dojo(&["tasks", "check", file.to_str().unwrap()]);
+    assert_ne!(o.status.code(), Some(0));
+    let s = stdout(&o);
+    assert!(s.contains("2 rows, 1 valid, 1 invalid"), "{s}");
+    let line = s
+        .lines()
+        .find(|l| l.starts_with("invalid:"))
+        .unwrap_or_else(|| panic!("no invalid line in\n{s}"));
+    for want in ["broken.jsonl", "line 2", FAST[1], "FAIL_TO_PASS"] {
+        assert!(line.contains(want), "{want:?} missing from {line:?}");
+    }
+    assert!(s.contains("PROBLEMS FOUND"), "{s}");
+}
+
+#[test]
+fn validate_two_bundled_tasks_with_two_workers() {
+    require!(&FAST);
+    let mut args = vec!["validate", "--tasks", BUNDLED, "--workers", "2", "--quiet"];
+    for id in FAST {
+        args.extend(["--instance", id]);
+    }
+    let o = dojo(&args);
+    assert_eq!(o.status.code(), Some(0));
+    let s = stdout(&o);
+    for id in FAST {
+        let line = s.lines().find(|l| l.starts_with(id)).unwrap();
+        assert_eq!(line.split_whitespace().nth(1), Some("yes"), "{line}");
+    }
+    assert!(s.contains("runnable: 2/2"), "{s}");
+    assert!(s.contains("2 worker(s)"), "{s}");
+}
+
+/// The bundled line of `id` with both lists emptied in place (the file's lists are JSON
+/// arrays, followed by the `source` field).
+fn blanked_line(text: &str, id: &str) -> (String, String) {
+    let line = text
+        .lines()
+        .find(|l| l.contains(&format!("\"instance_id\": \"{id}\"")))
+        .unwrap();
+    let (head, rest) = line.split_once("\"FAIL_TO_PASS\": ").unwrap();
+    let (_, rest) = rest.split_once(", \"PASS_TO_PASS\": ").unwrap();
+    let (_, tail) = rest.split_once(", \"source\": ").unwrap();
+    let blank = format!("{head}\"FAIL_TO_PASS\": [], \"PASS_TO_PASS\": [], \"source\": {tail}");
+    (line.to_string(), blank)
+}
+
+/// `--write` re-derives the frozen lists of tasks whose lists were blanked (emptied, or
+/// removed), rewrites only those lines (an emptied line comes back byte for byte), and does not
+/// write a task that is not runnable.
+#[test]
+fn validate_write_rederives_the_frozen_lists() {
+    require!(&FAST);
+    let dir = scratch("write");
+    let rows = bundled_rows();
+    let text = std::fs::read_to_string(BUNDLED).unwrap();
+    let kept_line = text.lines().find(|l| l.contains(EMPTY)).unwrap();
+    let (original, emptied) = blanked_line(&text, FAST[0]);
+    let mut absent = row(&rows, FAST[1]).clone();
+    absent.remove("FAIL_TO_PASS");
+    absent.remove("PASS_TO_PASS");
+    // A new task whose gold patch fixes nothing: not runnable, so not written.
+    let mut useless = row(&rows, ESCAPES).clone();
+    useless.insert("FAIL_TO_PASS".into(), Value::Array(vec![]));
+    useless.insert(
+        "patch".into(),
+        "diff --git a/NOTES.txt b/NOTES.txt\nnew file mode 100644\n--- /dev/null\n+++ b/NOTES.txt\n@@ -0,0 +1 @@\n+note\n".into(),
+    );
+    let useless_line = serde_json::to_string(&useless).unwrap();
+    let file = dir.join("new.jsonl");
+    std::fs::write(
+        &file,
+        format!(
+            "{emptied}\n{kept_line}\n{}\n{useless_line}\n",
+            serde_json::to_string(&absent).unwrap(),
+        ),
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let mut args = vec![
+        "validate",
+        "--tasks",
+        f,
+        "--write",
+        "--workers",
+        "2",
+        "--quiet",
+    ];
+    for id in [FAST[0], FAST[1], ESCAPES] {
+        args.extend(["--instance", id]);
+    }
+    let o = dojo(&args);
+    // One task is not runnable: nonzero exit, and it is named.
+    assert_ne!(o.status.code(), Some(0));
+    let s = stdout(&o);
+    assert!(
+        s.contains("wrote FAIL_TO_PASS / PASS_TO_PASS of 2 task(s)"),
+        "{s}"
+    );
+    assert!(
+        s.contains(&format!("not written (not runnable, see above): {ESCAPES}")),
+        "{s}"
+    );
+
+    let written = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = written.lines().collect();
+    assert_eq!(lines.len(), 4);
+    assert_eq!(
+        lines[0], original,
+        "the re-derived line differs from the frozen one"
+    );
+    assert_eq!(lines[1], kept_line, "an untouched line changed");
+    assert_eq!(lines[3], useless_line, "a non-runnable task was written");
+    // The task without lists gets them appended, every other field kept with its value.
+    let got: serde_json::Map<String, Value> = serde_json::from_str(lines[2]).unwrap();
+    let frozen = row(&rows, FAST[1]);
+    assert_eq!(got.len(), frozen.len());
+    for (k, v) in frozen {
+        assert_eq!(&got[k], v, "{} {k}", FAST[1]);
+    }
+    // Nothing else left behind (the temporary file was renamed over the task file).
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["new.jsonl"]);
+}
+
+fn prediction(id: &str, patch: Option<&str>) -> String {
+    serde_json::json!({"instance_id": id, "model_name_or_path": "gold", "model_patch": patch})
+        .to_string()
+}
+
+/// The first file the gold patch touches.
+fn first_file(patch: &str) -> &str {
+    patch
+        .lines()
+        .find_map(|l| l.strip_prefix("diff --git a/"))
+        .and_then(|l| l.split(" b/").next())
+        .unwrap()
+}
+
+#[test]
+fn eval_grades_reports_resumes_and_regrades() {
+    require!(&[FAST[0], FAST[1], NO_APPLY, ESCAPES]);
+    let dir = scratch("eval");
+    let out = dir.join("out");
+    let rows = bundled_rows();
+    let gold = |id: &str| row(&rows, id)["patch"].as_str().unwrap().to_string();
+    let target = first_file(row(&rows, NO_APPLY)["patch"].as_str().unwrap()).to_string();
+    let no_apply = format!(
+        "diff --git a/{target} b/{target}\n--- a/{target}\n+++ b/{target}\n@@ -1,2 +1,2 @@\n-no such line in this file\n+replacement\n nor this one\n"
+    );
+    let escapes = "diff --git a/../outside.py b/../outside.py\nnew file mode 100644\n--- /dev/null\n+++ b/../outside.py\n@@ -0,0 +1 @@\n+x = 1\n";
+    let preds = dir.join("preds.jsonl");
+    std::fs::write(
+        &preds,
+        [
+            prediction(FAST[0], Some(&gold(FAST[0]))),
+            prediction(FAST[1], Some(&gold(FAST[1]))),
+            prediction(EMPTY, Some("")),
+            "{\"instance_id\": \"truncated".to_string(),
+            prediction(NO_APPLY, Some(&no_apply)),
+            prediction(ESCAPES, Some(escapes)),
+        ]
+        .join("\n")
+            + "\n",
+    )
+    .unwrap();
+    let (p, o) = (preds.to_str().unwrap(), out.to_str().unwrap());
+    let eval = |extra: &[&str]| {
+        let mut args = vec!["eval", "--tasks", BUNDLED, "--predictions", p, "--out", o];
+        args.extend(["--workers", "2", "--quiet"]);
+        args.extend(extra);
+        dojo(&args)
+    };
+
+    let run = eval(&[]);
+    assert_eq!(run.status.code(), Some(0));
+    // The malformed line is reported with its number; the rest are graded.
+    let err = stderr(&run);
+    assert!(err.contains("preds.jsonl: line 4: not JSON"), "{err}");
+    let s = stdout(&run);
+    assert!(
+        s.contains("5 submitted, 2 resolved, 0 unresolved, 1 empty patch, 2 error (0 infrastructure), 1 malformed"),
+        "{s}"
+    );
+
+    // Per-instance reports with the official keys, and the test log.
+    for id in FAST {
+        let r = read_json(&out.join(id).join("report.json"));
+        let r = &r[id];
+        for key in [
+            "patch_is_None",
+            "patch_exists",
+            "patch_successfully_applied",
+            "resolved",
+        ] {
+            assert!(r.get(key).is_some(), "{id}: no {key}");
+        }
+        for list in [
+            "FAIL_TO_PASS",
+            "PASS_TO_PASS",
+            "FAIL_TO_FAIL",
+            "PASS_TO_FAIL",
+        ] {
+            for k in ["success", "failure"] {
+                assert!(r["tests_status"][list][k].is_array(), "{id}: {list}.{k}");
+            }
+        }
+        assert_eq!(r["resolved"], true, "{id}");
+        assert_eq!(r["patch_successfully_applied"], true, "{id}");
+        assert_eq!(
+            r["tests_status"]["FAIL_TO_PASS"]["failure"],
+            Value::Array(vec![])
+        );
+        assert_eq!(
+            r["tests_status"]["FAIL_TO_PASS"]["success"],
+            row(&rows, id)["FAIL_TO_PASS"]
+        );
+        let log = std::fs::read_to_string(out.join(id).join("test_output.txt")).unwrap();
+        assert!(
+            log.contains(">>>>> Start Test Output") && log.contains("passed"),
+            "{log}"
+        );
+    }
+    let r = read_json(&out.join(EMPTY).join("report.json"));
+    assert_eq!(r[EMPTY]["outcome"], "empty_patch");
+    assert_eq!(r[EMPTY]["resolved"], false);
+    // A patch that does not apply is the model's failure (not infrastructure), with git's words.
+    let r = &read_json(&out.join(NO_APPLY).join("report.json"))[NO_APPLY];
+    assert_eq!(
+        (
+            &r["outcome"],
+            &r["error_kind"],
+            &r["infra_failure"],
+            &r["resolved"]
+        ),
+        (
+            &"error".into(),
+            &"patch_apply".into(),
+            &false.into(),
+            &false.into()
+        )
+    );
+    assert!(
+        r["error"].as_str().unwrap().contains("does not apply"),
+        "{r}"
+    );
+    let r = &read_json(&out.join(ESCAPES).join("report.json"))[ESCAPES];
+    assert_eq!(
+        (&r["error_kind"], &r["infra_failure"]),
+        (&"bad_patch".into(), &false.into())
+    );
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("leaves the repository"),
+        "{r}"
+    );
+
+    // The run report.
+    let summary = read_json(&out.join("report.json"));
+    assert_eq!(summary["schema_version"], 1);
+    let ids = |k: &str| {
+        let mut v: Vec<String> = summary[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(ids("resolved_ids"), FAST);
+    assert_eq!(ids("empty_patch_ids"), [EMPTY]);
+    assert_eq!(ids("error_ids"), [NO_APPLY, ESCAPES]);
+    assert!(ids("unresolved_ids").is_empty());
+    assert_eq!(summary["malformed_prediction_lines"][0]["line"], 4);
+    assert_eq!(summary["resolved_instances"], 2);
+
+    // Rerun: everything already graded is kept as it is.
+    let report = out.join(FAST[0]).join("report.json");
+    let (before, bytes) = (mtime(&report), std::fs::read(&report).unwrap());
+    let again = eval(&[]);
+    assert_eq!(again.status.code(), Some(0));
+    let s = stdout(&again);
+    assert!(
+        s.contains("resuming: 5 of 5 instance(s) already graded"),
+        "{s}"
+    );
+    assert!(s.contains("2 resolved"), "{s}");
+    assert_eq!(mtime(&report), before, "a graded instance was graded again");
+    assert_eq!(std::fs::read(&report).unwrap(), bytes);
+
+    // --force regrades (here one instance).
+    let forced = eval(&["--force", "--instance", FAST[0]]);
+    assert_eq!(forced.status.code(), Some(0));
+    assert!(!stdout(&forced).contains("resuming"), "{}", stdout(&forced));
+    assert_ne!(mtime(&report), before, "--force did not regrade");
+    assert_eq!(read_json(&report)[FAST[0]]["resolved"], true);
+}
