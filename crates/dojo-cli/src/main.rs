@@ -43,7 +43,29 @@ enum Command {
     Curate(cmd::curate::CurateArgs),
 }
 
+/// `dojo … | head`: once the reader is gone, `println!` panics with "failed printing to stdout:
+/// Broken pipe". Exit quietly like other Unix tools instead. SIGPIPE itself stays ignored (Rust's
+/// default): restoring it would let a sandboxed command that exits early kill dojo while dojo
+/// writes to that command's stdin.
+fn quiet_on_broken_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            // 128 + SIGPIPE, what a shell reports for a writer killed by a closed pipe.
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> anyhow::Result<()> {
+    quiet_on_broken_stdout();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DOJO_LOG")

@@ -1,7 +1,7 @@
 //! The language servers we know, pinned, and their installation into a shared tools directory.
 //!
 //! Every server comes from its PyPI wheel, fetched through [`dojo_cache`] (sha256-checked) and
-//! unzipped once into `<tools>/lsp/<name>-<version>/` (default `$DOJO_HOME/tools`, or `$DOJO_TOOLS`).
+//! unzipped once into `<tools>/lsp/<name>-<version>/` (`$DOJO_TOOLS`, default: see [`tools_dir`]).
 //! Nothing is pip-installed: `ty` and `pyrefly` wheels carry a static binary, the pyright
 //! wheels carry the bundled JavaScript that runs on the system `node`. The directory is made
 //! world-readable because the server runs as the sandbox's unprivileged user.
@@ -147,11 +147,26 @@ impl Wheel {
     }
 }
 
-/// The shared tools directory: `$DOJO_TOOLS`, else `$DOJO_HOME/tools`.
+/// The shared tools directory: `$DOJO_TOOLS`, else a directory sandboxes can see (they hide
+/// `$DOJO_HOME` and mount a private `/tmp`, so a server installed there could not start inside
+/// a rollout): `/var/lib/dojo/tools` for root (root-owned, so no sandbox can plant a binary
+/// there first), `$XDG_DATA_HOME/dojo/tools` (default `~/.local/share/dojo/tools`) otherwise.
 pub fn tools_dir() -> PathBuf {
-    std::env::var_os("DOJO_TOOLS")
+    if let Some(dir) = std::env::var_os("DOJO_TOOLS").filter(|v| !v.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return PathBuf::from("/var/lib/dojo/tools");
+    }
+    let data = std::env::var_os("XDG_DATA_HOME")
         .filter(|v| !v.is_empty())
-        .map_or_else(|| dojo_cache::dojo_home().join("tools"), PathBuf::from)
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")));
+    match data {
+        Some(d) => d.join("dojo/tools"),
+        None => dojo_cache::dojo_home().join("tools"),
+    }
 }
 
 /// Install `kind` (once; concurrent callers wait) and return how to launch it.

@@ -346,7 +346,7 @@ async fn install_for_sandboxes(kind: ServerKind) -> Result<crate::backend::Launc
         a.starts_with('/') && (std::path::Path::new(a).starts_with(&home) || a.starts_with("/tmp/"))
     }) {
         return Err(LspError::ServerMissing(format!(
-            "{p} is not visible inside sandboxes (under $DOJO_HOME or /tmp); set DOJO_TOOLS to a world-readable directory elsewhere, e.g. /opt/dojo/tools"
+            "{p} is not visible inside sandboxes (under $DOJO_HOME or /tmp); set DOJO_TOOLS to a world-readable directory elsewhere, e.g. /var/lib/dojo/tools"
         )));
     }
     Ok(launch)

@@ -1,0 +1,24 @@
+//! Behaviour of the `dojo` binary itself, whatever the subcommand.
+
+use std::process::Command;
+
+const BUNDLED: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../benchmarks/mini/tasks.jsonl"
+);
+
+/// `dojo … | head`: a reader that goes away ends dojo quietly with 141 (128 + SIGPIPE), like
+/// other Unix tools, instead of a panic message.
+#[test]
+fn closed_stdout_exits_quietly() {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_dojo"))
+        .args(["tasks", "check", BUNDLED])
+        .stdout(writer)
+        .output()
+        .expect("running the dojo binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "stderr: {stderr}");
+}
