@@ -17,5 +17,7 @@ for t in 1 2; do
   RAYON_NUM_THREADS=$t "$BIN" speed "$GGUF"
   "$PY" crates/dojo-engine/bench/llamacpp.py "$GGUF" "$t"
 done
+# Reference: the GGUF's own Q4_1 kernels everywhere (the engine before WeightMode::Mixed).
+DOJO_ENGINE_WEIGHTS=quantized RAYON_NUM_THREADS=1 "$BIN" speed "$GGUF"
 RAYON_NUM_THREADS=2 "$BIN" agent "$GGUF"
 uptime

@@ -26,7 +26,9 @@ fn model_path(arg: Option<String>) -> PathBuf {
 
 fn speed(path: PathBuf) {
     let device = candle_core::Device::Cpu;
+    let t_load = Instant::now();
     let model = dojo_engine::loader::load_gguf(&path, &device).expect("load");
+    let load_s = t_load.elapsed().as_secs_f64();
     let format = dojo_chat::ChatFormat::from_gguf(&path).expect("format");
     let ids = format.tokenizer.encode(PROMPT_TEXT).expect("encode");
     assert!(ids.len() >= PREFILL_TOKENS, "prompt.txt is too short");
@@ -55,7 +57,9 @@ fn speed(path: PathBuf) {
         "{}",
         json!({
             "engine": "dojo-engine (candle 0.11)",
+            "weights": std::env::var("DOJO_ENGINE_WEIGHTS").unwrap_or_else(|_| "auto".into()),
             "threads": threads,
+            "load_s": load_s,
             "prefill_tokens": PREFILL_TOKENS,
             "prefill_tok_s": PREFILL_TOKENS as f64 / best_prefill,
             "decode_tokens": DECODE_TOKENS,

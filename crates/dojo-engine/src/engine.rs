@@ -21,6 +21,7 @@ use candle_core::Device;
 use dojo_chat::ChatFormat;
 
 use crate::EngineError;
+use crate::loader::WeightMode;
 use crate::model::{Config, KvCache, Model};
 use crate::sampling::{Sampled, Sampler, SamplingParams};
 
@@ -37,6 +38,8 @@ pub struct EngineOptions {
     pub prefill_chunk: usize,
     /// Cap on the context window (defaults to the model's).
     pub context_length: Option<usize>,
+    /// Quantized or dequantized GGUF weights (see [`WeightMode`]).
+    pub weights: WeightMode,
     pub device: Device,
 }
 
@@ -48,6 +51,7 @@ impl Default for EngineOptions {
             max_active: 4,
             prefill_chunk: 256,
             context_length: None,
+            weights: WeightMode::Auto,
             device: Device::Cpu,
         }
     }
@@ -187,7 +191,7 @@ impl Engine {
             )
         } else if path.exists() {
             (
-                crate::loader::load_gguf(path, &opts.device)?,
+                crate::loader::load_gguf_with(path, &opts.device, opts.weights.or_env())?,
                 ChatFormat::from_gguf(path)?,
             )
         } else {

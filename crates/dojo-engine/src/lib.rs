@@ -7,7 +7,9 @@
 //! can reuse.
 //!
 //! - [`model`]: one transformer for Llama (SmolLM2) and Qwen2/2.5/3 with an external
-//!   [`KvCache`]; [`loader`]: GGUF (quantized), safetensors, random tiny models.
+//!   preallocated [`KvCache`]; [`loader`]: GGUF (quantized), safetensors, random tiny models.
+//!   [`WeightMode`] picks how GGUF weights are multiplied (the file's kernels, Q8_0 decode with
+//!   dense prefill, or dense f32), by what is fast in this build.
 //! - [`Engine`]: a worker thread running requests round-robin, with sampling
 //!   ([`SamplingParams`]), stop handling, token ids + logprobs, and prefix KV reuse across the
 //!   turns of a conversation. It implements [`dojo_llm::ChatBackend`] for in-process rollouts.
@@ -20,12 +22,14 @@ pub mod chat;
 pub mod engine;
 pub mod loader;
 pub mod model;
+pub mod q4_1;
 pub mod sampling;
 pub mod server;
 
 use std::path::PathBuf;
 
 pub use engine::{Engine, EngineOptions, FinishReason, GenerateRequest, Generation, Stats};
+pub use loader::WeightMode;
 pub use model::{Arch, Config, KvCache, Model};
 pub use sampling::SamplingParams;
 
@@ -37,7 +41,7 @@ pub enum EngineError {
     Load { path: PathBuf, reason: String },
     #[error("model: {0}")]
     Model(String),
-    #[error("prompt of {tokens} tokens does not fit the context window of {limit} tokens")]
+    #[error("prompt of {tokens} tokens exceeds the maximum context length of {limit} tokens")]
     ContextLength { tokens: usize, limit: usize },
     #[error("invalid request: {0}")]
     Request(String),

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::Path;
 
-use candle_core::quantized::{QMatMul, gguf_file};
+use candle_core::quantized::{GgmlDType, QMatMul, gguf_file};
 use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use serde_json::Value as Json;
@@ -20,12 +20,133 @@ fn model_err(path: &Path, reason: impl std::fmt::Display) -> EngineError {
     }
 }
 
+/// How the linear layers of a quantized GGUF model are multiplied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightMode {
+    /// [`WeightMode::Dense`] in a portable x86-64 build (no AVX2 compiled in: candle's
+    /// quantized kernels are slow there) when the f32 weights stay under
+    /// [`DENSE_AUTO_MAX_BYTES`]; [`WeightMode::Mixed`] otherwise.
+    #[default]
+    Auto,
+    /// Keep the GGUF quantization and its kernels everywhere (least memory; computes what
+    /// llama.cpp computes).
+    Quantized,
+    /// Quantized for decode: Q4_1 through dojo-engine's own SIMD kernel ([`crate::q4_1`]),
+    /// and the quantizations without a SIMD kernel here (Q5_0, Q5_1; Q4_1 on a CPU without
+    /// AVX2) re-quantized to Q8_0 at load. Prefill through the dense GEMM
+    /// ([`crate::Model::dense_prefill_rows`]).
+    Mixed,
+    /// Dequantize to f32 at load time and use the dense matmul.
+    Dense,
+}
+
+/// Prompt chunks of at least this many tokens take the dense GEMM in [`WeightMode::Mixed`].
+pub const DENSE_PREFILL_ROWS: usize = 16;
+
+impl WeightMode {
+    /// `auto`, `quantized` or `dense` (the `DOJO_ENGINE_WEIGHTS` variable, CLI flags).
+    pub fn parse(s: &str) -> Option<WeightMode> {
+        match s {
+            "auto" => Some(WeightMode::Auto),
+            "quantized" => Some(WeightMode::Quantized),
+            "mixed" => Some(WeightMode::Mixed),
+            "dense" => Some(WeightMode::Dense),
+            _ => None,
+        }
+    }
+
+    /// `Auto` defers to the `DOJO_ENGINE_WEIGHTS` variable (benchmarks compare the modes).
+    pub fn or_env(self) -> WeightMode {
+        if self != WeightMode::Auto {
+            return self;
+        }
+        std::env::var("DOJO_ENGINE_WEIGHTS")
+            .ok()
+            .and_then(|v| WeightMode::parse(&v))
+            .unwrap_or(self)
+    }
+}
+
+/// Largest f32 weight footprint [`WeightMode::Auto`] will dequantize to.
+pub const DENSE_AUTO_MAX_BYTES: usize = 2 << 30;
+
+/// Whether candle has a SIMD dot product for `dtype`. candle 0.11 has none for Q4_1/Q5_0/Q5_1
+/// (the default model is Q4_1): they only run fast where the compiler auto-vectorizes the
+/// scalar loop (`-C target-cpu=native`), ~7x slower without. Its AVX2 kernels for the others
+/// are picked at run time, and its f32 GEMM picks AVX2/AVX-512 at run time too.
+fn fast_quantized_kernel(dtype: GgmlDType) -> bool {
+    !matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1)
+}
+
+/// [`WeightMode::Mixed`]: whether a weight of `dtype` is re-quantized to Q8_0 for decode. Q4_1
+/// keeps its bytes where dojo-engine's own kernel runs ([`crate::q4_1`]).
+fn needs_requant(dtype: GgmlDType) -> bool {
+    match dtype {
+        GgmlDType::Q4_1 => !crate::q4_1::available(),
+        dt => !fast_quantized_kernel(dt),
+    }
+}
+
+/// ggml type ids candle cannot read, by name, for the error message.
+fn ggml_type_name(id: u32) -> &'static str {
+    match id {
+        4 | 5 => "Q4_2/Q4_3 (removed from ggml)",
+        16 => "IQ2_XXS",
+        17 => "IQ2_XS",
+        18 => "IQ3_XXS",
+        19 => "IQ1_S",
+        20 => "IQ4_NL",
+        21 => "IQ3_S",
+        22 => "IQ2_S",
+        23 => "IQ4_XS",
+        24 => "I8",
+        25 => "I16",
+        26 => "I32",
+        27 => "I64",
+        28 => "F64",
+        29 => "IQ1_M",
+        34 => "TQ1_0",
+        35 => "TQ2_0",
+        39 => "MXFP4",
+        _ => "unknown",
+    }
+}
+
+/// Turn candle's "unknown dtype for tensor N" into a message that names the quantization.
+fn gguf_read_error(path: &Path, e: candle_core::Error) -> EngineError {
+    // candle appends a backtrace when RUST_BACKTRACE is set; the first line is the message.
+    let full = e.to_string();
+    let msg = full.lines().next().unwrap_or_default();
+    if let Some(id) = msg
+        .strip_prefix("unknown dtype for tensor ")
+        .and_then(|n| n.trim().parse::<u32>().ok())
+    {
+        return model_err(
+            path,
+            format!(
+                "unsupported quantization: ggml type {id} ({}); supported: F32, F16, BF16, Q4_0, \
+                 Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K",
+                ggml_type_name(id)
+            ),
+        );
+    }
+    model_err(path, format!("not a readable GGUF file: {msg}"))
+}
+
 /// Load a GGUF model (any quantization candle supports: Q4_0/1, Q5_0/1, Q8_0, K-quants, F16,
-/// BF16, F32).
+/// BF16, F32), with [`WeightMode::Auto`] (or the `DOJO_ENGINE_WEIGHTS` override).
 pub fn load_gguf(path: &Path, device: &Device) -> Result<Model, EngineError> {
+    load_gguf_with(path, device, WeightMode::Auto.or_env())
+}
+
+/// [`load_gguf`] with an explicit [`WeightMode`].
+pub fn load_gguf_with(
+    path: &Path,
+    device: &Device,
+    mode: WeightMode,
+) -> Result<Model, EngineError> {
     let mut f = File::open(path).map_err(|e| model_err(path, format!("cannot open: {e}")))?;
-    let ct = gguf_file::Content::read(&mut f)
-        .map_err(|e| model_err(path, format!("not a readable GGUF file: {e}")))?;
+    let ct = gguf_file::Content::read(&mut f).map_err(|e| gguf_read_error(path, e))?;
     let md = &ct.metadata;
     let get = |k: &str| md.get(k);
     let arch_name = get("general.architecture")
@@ -61,6 +182,41 @@ pub fn load_gguf(path: &Path, device: &Device) -> Result<Model, EngineError> {
         max_position: int("context_length").unwrap_or(4096),
         rope_interleaved: arch == Arch::Llama,
     };
+    // Dense when asked, or (auto) when a 2-D weight's quantization has no fast kernel here and
+    // the f32 copy is affordable.
+    let dense_bytes: usize = ct
+        .tensor_infos
+        .values()
+        .filter(|t| t.shape.rank() == 2)
+        .map(|t| t.shape.elem_count() * 4)
+        .sum();
+    let portable_x86 =
+        cfg!(any(target_arch = "x86_64", target_arch = "x86")) && !cfg!(target_feature = "avx2");
+    let mode = match mode {
+        WeightMode::Auto if portable_x86 && dense_bytes <= DENSE_AUTO_MAX_BYTES => {
+            WeightMode::Dense
+        }
+        WeightMode::Auto => WeightMode::Mixed,
+        m => m,
+    };
+    let dense_weights = mode == WeightMode::Dense;
+    tracing::debug!(?mode, dense_bytes, "GGUF weight mode");
+    let matmul = |q: candle_core::quantized::QTensor, name: &str| -> Result<QMatMul, EngineError> {
+        let terr = |e: candle_core::Error| model_err(path, format!("tensor {name}: {e}"));
+        match mode {
+            WeightMode::Dense => Ok(QMatMul::Tensor(q.dequantize(device).map_err(terr)?)),
+            WeightMode::Mixed
+                if needs_requant(q.dtype())
+                    && q.shape().dims().last().is_some_and(|d| d % 32 == 0) =>
+            {
+                let dense = q.dequantize(device).map_err(terr)?;
+                let q8 = candle_core::quantized::QTensor::quantize(&dense, GgmlDType::Q8_0)
+                    .map_err(terr)?;
+                Ok(QMatMul::from_qtensor(q8)?)
+            }
+            _ => Ok(QMatMul::from_qtensor(q)?),
+        }
+    };
     let mut qt = |name: &str| {
         ct.tensor(&mut f, name, device)
             .map_err(|e| model_err(path, format!("tensor {name}: {e}")))
@@ -75,9 +231,12 @@ pub fn load_gguf(path: &Path, device: &Device) -> Result<Model, EngineError> {
         .dequantize(device)
         .map_err(|e| model_err(path, format!("tensor token_embd.weight: {e}")))?;
     let lm_head = if has("output.weight") {
-        QMatMul::from_qtensor(qt("output.weight")?)?
+        matmul(qt("output.weight")?, "output.weight")?
+    } else if dense_weights {
+        // Tied: share the already dequantized embedding.
+        QMatMul::Tensor(embed.clone())
     } else {
-        QMatMul::from_qtensor(embed_q)?
+        matmul(embed_q, "token_embd.weight")?
     };
     let norm_q = qt("output_norm.weight")?;
     let norm = dense(norm_q, "output_norm.weight")?;
@@ -85,7 +244,8 @@ pub fn load_gguf(path: &Path, device: &Device) -> Result<Model, EngineError> {
     for i in 0..config.num_layers {
         let p = format!("blk.{i}");
         let mut lin = |n: &str| -> Result<Linear, EngineError> {
-            let w = QMatMul::from_qtensor(qt(&format!("{p}.{n}.weight"))?)?;
+            let wname = format!("{p}.{n}.weight");
+            let w = matmul(qt(&wname)?, &wname)?;
             let bname = format!("{p}.{n}.bias");
             let b = if has(&bname) {
                 Some(dense(qt(&bname)?, &bname)?)
@@ -126,7 +286,11 @@ pub fn load_gguf(path: &Path, device: &Device) -> Result<Model, EngineError> {
             down,
         });
     }
-    Model::new(config, embed, layers, norm, lm_head, device)
+    let mut model = Model::new(config, embed, layers, norm, lm_head, device)?;
+    if mode == WeightMode::Mixed {
+        model.dense_prefill_rows = Some(DENSE_PREFILL_ROWS);
+    }
+    Ok(model)
 }
 
 /// Load a Hugging Face directory: `config.json` + `*.safetensors` (f32/bf16/f16, computed in

@@ -7,7 +7,7 @@
 //! one set of weights. Weights are [`QMatMul`]s, which hold either GGUF quantized tensors or
 //! dense tensors (safetensors, random init), so the same forward pass serves both.
 
-use candle_core::quantized::QMatMul;
+use candle_core::quantized::{GgmlDType, QMatMul};
 use candle_core::{DType, Device, Module, Tensor};
 
 use crate::EngineError;
@@ -57,8 +57,31 @@ pub struct Linear {
 }
 
 impl Linear {
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let y = self.w.forward(x)?;
+    /// `dense_rows`: from this many input rows on, a quantized weight is dequantized for the
+    /// call and multiplied with the dense GEMM (see [`Model::dense_prefill_rows`]).
+    fn forward(&self, x: &Tensor, dense_rows: Option<usize>) -> candle_core::Result<Tensor> {
+        let rows = x.dims().iter().rev().nth(1).copied().unwrap_or(1);
+        let y = match (&self.w, dense_rows) {
+            (QMatMul::QTensor(q), Some(min)) if rows >= min => {
+                QMatMul::Tensor(q.dequantize(x.device())?).forward(x)?
+            }
+            // Decode on Q4_1 weights: our SIMD kernel (candle has none for Q4_1).
+            (QMatMul::QTensor(q), Some(_))
+                if q.dtype() == GgmlDType::Q4_1
+                    && x.device().is_cpu()
+                    && crate::q4_1::available() =>
+            {
+                let (n, k) = q.shape().dims2()?;
+                let mut out_dims = x.dims().to_vec();
+                let xs = x.flatten_all()?.to_vec1::<f32>()?;
+                let out = crate::q4_1::matmul(&xs, xs.len() / k, k, &q.data()?, n);
+                if let Some(last) = out_dims.last_mut() {
+                    *last = n;
+                }
+                Tensor::from_vec(out, out_dims, x.device())?
+            }
+            (w, _) => w.forward(x)?,
+        };
         match &self.b {
             Some(b) => y.broadcast_add(b),
             None => Ok(y),
@@ -91,16 +114,50 @@ pub struct Model {
     pub layers: Vec<Layer>,
     pub norm: Tensor,
     pub lm_head: QMatMul,
+    /// Prefill through the dense GEMM: a forward pass over at least this many tokens
+    /// dequantizes each quantized weight for the call. Why: candle's quantized matmul is a
+    /// vec-dot per (row, column) pair, ~5x slower than its f32 GEMM on a 128-token batch, while
+    /// dequantizing a weight costs about as much as one decode step reading it. Decode (few
+    /// rows) stays on the quantized kernels, which read 4-8x fewer bytes; with this set, Q4_1
+    /// weights use [`crate::q4_1`].
+    pub dense_prefill_rows: Option<usize>,
     cos: Tensor,
     sin: Tensor,
     device: Device,
 }
 
-/// Per-sequence attention cache: for each layer, keys and values `(1, kv_heads, len, head_dim)`.
-#[derive(Debug, Clone, Default)]
+/// Per-sequence attention cache: for each layer, keys and values `(1, kv_heads, capacity,
+/// head_dim)` of which the first `len` positions are valid.
+///
+/// Why preallocated: appending by concatenation copies the whole cache for every decoded
+/// token (~90 MB per token at 2,000 positions for SmolLM2-135M); here a token writes only its
+/// own keys and values, and the buffers grow by doubling (amortised O(1) per token).
+/// Truncating to a shared prefix only moves `len`.
+#[derive(Debug, Default)]
 pub struct KvCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
     len: usize,
+}
+
+/// First allocation, in positions (a short chat turn fits without growing).
+const KV_MIN_CAPACITY: usize = 256;
+
+impl Clone for KvCache {
+    /// A deep copy: the buffers are written in place, so clones must not share them.
+    fn clone(&self) -> Self {
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| {
+                l.as_ref()
+                    .and_then(|(k, v)| Some((k.copy().ok()?, v.copy().ok()?)))
+            })
+            .collect();
+        KvCache {
+            layers,
+            len: self.len,
+        }
+    }
 }
 
 impl KvCache {
@@ -126,15 +183,49 @@ impl KvCache {
             *self = KvCache::default();
             return Ok(());
         }
-        for (k, v) in self.layers.iter_mut().flatten() {
-            *k = k.narrow(2, 0, len)?;
-            *v = v.narrow(2, 0, len)?;
-        }
         self.len = len;
         Ok(())
     }
 
-    /// Bytes held (f32).
+    /// Write layer `li`'s new keys/values `(1, kv_heads, t, head_dim)` at position `pos` and
+    /// return views of positions `0..pos + t`.
+    fn append(
+        &mut self,
+        li: usize,
+        pos: usize,
+        k: &Tensor,
+        v: &Tensor,
+        max_positions: usize,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        let t = k.dim(2)?;
+        let need = pos + t;
+        let slot = &mut self.layers[li];
+        let cap = slot.as_ref().map_or(0, |(ck, _)| ck.dim(2).unwrap_or(0));
+        if cap < need {
+            let new_cap = need
+                .max(cap * 2)
+                .max(KV_MIN_CAPACITY)
+                .min(max_positions.max(need));
+            let (b, h, _, d) = k.dims4()?;
+            let nk = Tensor::zeros((b, h, new_cap, d), k.dtype(), k.device())?;
+            let nv = Tensor::zeros((b, h, new_cap, d), v.dtype(), v.device())?;
+            if let Some((ck, cv)) = slot.as_ref()
+                && pos > 0
+            {
+                nk.slice_set(&ck.narrow(2, 0, pos)?.contiguous()?, 2, 0)?;
+                nv.slice_set(&cv.narrow(2, 0, pos)?.contiguous()?, 2, 0)?;
+            }
+            *slot = Some((nk, nv));
+        }
+        let (ck, cv) = slot
+            .as_ref()
+            .ok_or_else(|| candle_core::Error::Msg("kv cache slot missing".into()))?;
+        ck.slice_set(&k.contiguous()?, 2, pos)?;
+        cv.slice_set(&v.contiguous()?, 2, pos)?;
+        Ok((ck.narrow(2, 0, need)?, cv.narrow(2, 0, need)?))
+    }
+
+    /// Bytes held (f32), capacity included.
     pub fn bytes(&self) -> usize {
         self.layers
             .iter()
@@ -199,6 +290,7 @@ impl Model {
             layers,
             norm,
             lm_head,
+            dense_prefill_rows: None,
             cos,
             sin,
             device: device.clone(),
@@ -226,7 +318,23 @@ impl Model {
         self.forward(tokens, cache, true)
     }
 
+    /// One forward pass, run inside [`compute_pool`] so that the many small parallel loops of
+    /// candle's kernels (norms, softmax, the Q4_1 kernel) start from a pool worker: with one
+    /// thread they then run inline, instead of each handing its work to the global pool's
+    /// worker and waiting (two context switches per op, hundreds of ops per token).
     fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        all: bool,
+    ) -> Result<Tensor, EngineError> {
+        match compute_pool() {
+            Some(pool) => pool.install(|| self.forward_inner(tokens, cache, all)),
+            None => self.forward_inner(tokens, cache, all),
+        }
+    }
+
+    fn forward_inner(
         &self,
         tokens: &[u32],
         cache: &mut KvCache,
@@ -274,21 +382,22 @@ impl Model {
             None
         };
         let scale = 1.0 / (hd as f64).sqrt();
+        let dr = self.dense_prefill_rows;
         for (li, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, cfg.rms_eps as f32)?;
             let q = layer
                 .q
-                .forward(&h)?
+                .forward(&h, dr)?
                 .reshape((1, t, nh, hd))?
                 .transpose(1, 2)?;
             let k = layer
                 .k
-                .forward(&h)?
+                .forward(&h, dr)?
                 .reshape((1, t, nkv, hd))?
                 .transpose(1, 2)?;
             let v = layer
                 .v
-                .forward(&h)?
+                .forward(&h, dr)?
                 .reshape((1, t, nkv, hd))?
                 .transpose(1, 2)?;
             let (q, k) = match (&layer.q_norm, &layer.k_norm) {
@@ -306,11 +415,7 @@ impl Model {
             let q = rope(&q.contiguous()?, &cos, &sin)?;
             let k = rope(&k.contiguous()?, &cos, &sin)?;
             let v = v.contiguous()?;
-            let (k, v) = match cache.layers[li].take() {
-                Some((ck, cv)) => (Tensor::cat(&[&ck, &k], 2)?, Tensor::cat(&[&cv, &v], 2)?),
-                None => (k, v),
-            };
-            cache.layers[li] = Some((k.clone(), v.clone()));
+            let (k, v) = cache.append(li, pos, &k, &v, cfg.max_position)?;
             // Grouped-query attention without copying K/V: (1, nkv, rep*t, hd) queries.
             let q = q.reshape((1, nkv, rep * t, hd))?;
             let att = (q.matmul(&k.t()?)? * scale)?;
@@ -324,11 +429,11 @@ impl Model {
                 .reshape((1, nh, t, hd))?
                 .transpose(1, 2)?
                 .reshape((1, t, nh * hd))?;
-            x = (x + layer.o.forward(&out)?)?;
+            x = (x + layer.o.forward(&out, dr)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, cfg.rms_eps as f32)?;
-            let g = candle_nn::ops::silu(&layer.gate.forward(&h)?)?;
-            let u = layer.up.forward(&h)?;
-            x = (x + layer.down.forward(&(g * u)?)?)?;
+            let g = candle_nn::ops::silu(&layer.gate.forward(&h, dr)?)?;
+            let u = layer.up.forward(&h, dr)?;
+            x = (x + layer.down.forward(&(g * u)?, dr)?)?;
         }
         cache.len = s;
         let x = if all { x } else { x.narrow(1, t - 1, 1)? };
@@ -336,6 +441,20 @@ impl Model {
         let logits = self.lm_head.forward(&x)?.squeeze(0)?; // (t|1, vocab)
         Ok(logits.to_dtype(DType::F32)?)
     }
+}
+
+/// The thread pool forward passes run in: as many threads as candle would use
+/// (`RAYON_NUM_THREADS`, else the cores); `None` if it cannot be built (then the global pool).
+fn compute_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(candle_core::utils::get_num_threads())
+            .thread_name(|i| format!("dojo-engine-compute-{i}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
 }
 
 /// Log-softmax of one logits row (numerically stable), as f32.

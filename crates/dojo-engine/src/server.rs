@@ -21,12 +21,21 @@ use serde_json::json;
 use crate::{Engine, EngineError};
 
 fn error(status: StatusCode, kind: &str, message: String) -> Response {
+    error_with_code(status, kind, message, json!(status.as_u16()))
+}
+
+fn error_with_code(
+    status: StatusCode,
+    kind: &str,
+    message: String,
+    code: serde_json::Value,
+) -> Response {
     let body = ErrorBody {
         error: ErrorDetail {
             message,
             kind: Some(kind.to_string()),
             param: None,
-            code: Some(json!(status.as_u16())),
+            code: Some(code),
         },
     };
     (status, axum::Json(body)).into_response()
@@ -34,13 +43,18 @@ fn error(status: StatusCode, kind: &str, message: String) -> Response {
 
 fn engine_error(e: EngineError) -> Response {
     match e {
-        EngineError::Request(_) | EngineError::ContextLength { .. } | EngineError::Chat(_) => {
-            error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                e.to_string(),
-            )
-        }
+        // OpenAI's code for this case, so clients can tell it from other 400s.
+        EngineError::ContextLength { .. } => error_with_code(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            e.to_string(),
+            json!("context_length_exceeded"),
+        ),
+        EngineError::Request(_) | EngineError::Chat(_) => error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            e.to_string(),
+        ),
         other => {
             tracing::error!(error = %other, "engine failure");
             error(
@@ -62,8 +76,24 @@ fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Box<Res
     })
 }
 
+/// Liveness plus the engine's counters (operators watch `cancelled` and prefix reuse; tests use
+/// them to see that a dropped client really freed its sequence).
 async fn health(State(engine): State<Engine>) -> Response {
-    axum::Json(json!({"status": "ok", "model": engine.model_id()})).into_response()
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = engine.stats();
+    axum::Json(json!({
+        "status": "ok",
+        "model": engine.model_id(),
+        "stats": {
+            "requests": s.requests.load(Relaxed),
+            "cancelled": s.cancelled.load(Relaxed),
+            "prompt_tokens": s.prompt_tokens.load(Relaxed),
+            "reused_tokens": s.reused_tokens.load(Relaxed),
+            "prefilled_tokens": s.prefilled_tokens.load(Relaxed),
+            "generated_tokens": s.generated_tokens.load(Relaxed),
+        },
+    }))
+    .into_response()
 }
 
 async fn models(State(engine): State<Engine>) -> Response {

@@ -3,73 +3,12 @@
 
 mod common;
 
-use std::collections::HashMap;
-
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
+use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{Device, Tensor};
 use common::*;
-use dojo_engine::model::{Arch, Linear};
+use dojo_engine::model::Arch;
 use dojo_engine::{Engine, EngineOptions, KvCache};
 use serde_json::json;
-
-fn dense(l: &Linear) -> Tensor {
-    match &l.w {
-        QMatMul::Tensor(t) => t.clone(),
-        _ => unreachable!("random models are dense"),
-    }
-}
-
-/// Save a random model under Hugging Face names, with config and tokenizer.
-fn save_hf(arch: Arch, dir: &std::path::Path) -> dojo_engine::Model {
-    let cfg = tiny_config(arch);
-    let model = dojo_engine::loader::random_model(cfg.clone(), 11, &Device::Cpu).unwrap();
-    let mut t: HashMap<String, Tensor> = HashMap::new();
-    t.insert("model.embed_tokens.weight".into(), model.embed.clone());
-    t.insert("model.norm.weight".into(), model.norm.clone());
-    for (i, l) in model.layers.iter().enumerate() {
-        let p = format!("model.layers.{i}");
-        for (n, lin) in [
-            ("self_attn.q_proj", &l.q),
-            ("self_attn.k_proj", &l.k),
-            ("self_attn.v_proj", &l.v),
-            ("self_attn.o_proj", &l.o),
-            ("mlp.gate_proj", &l.gate),
-            ("mlp.up_proj", &l.up),
-            ("mlp.down_proj", &l.down),
-        ] {
-            t.insert(format!("{p}.{n}.weight"), dense(lin));
-            if let Some(b) = &lin.b {
-                t.insert(format!("{p}.{n}.bias"), b.clone());
-            }
-        }
-        t.insert(format!("{p}.input_layernorm.weight"), l.attn_norm.clone());
-        t.insert(
-            format!("{p}.post_attention_layernorm.weight"),
-            l.ffn_norm.clone(),
-        );
-        if let (Some(q), Some(k)) = (&l.q_norm, &l.k_norm) {
-            t.insert(format!("{p}.self_attn.q_norm.weight"), q.clone());
-            t.insert(format!("{p}.self_attn.k_norm.weight"), k.clone());
-        }
-    }
-    candle_core::safetensors::save(&t, dir.join("model.safetensors")).unwrap();
-    let model_type = match arch {
-        Arch::Llama => "llama",
-        Arch::Qwen2 => "qwen2",
-        Arch::Qwen3 => "qwen3",
-    };
-    let config = json!({
-        "model_type": model_type, "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size,
-        "intermediate_size": cfg.intermediate_size, "num_hidden_layers": cfg.num_layers,
-        "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.num_kv_heads,
-        "head_dim": cfg.head_dim, "rope_theta": cfg.rope_theta, "rms_norm_eps": cfg.rms_eps,
-        "max_position_embeddings": cfg.max_position, "tie_word_embeddings": true,
-        "rope_scaling": null,
-    });
-    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-    write_tiny_tokenizer(dir);
-    model
-}
 
 #[test]
 fn safetensors_directories_load_for_every_architecture() {

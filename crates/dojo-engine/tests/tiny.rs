@@ -46,6 +46,29 @@ fn chunked_prefill_and_truncated_cache_match_one_shot_forward() {
 }
 
 #[test]
+fn kv_cache_grows_in_place_and_clones_are_independent() {
+    let model =
+        dojo_engine::loader::random_model(tiny_config(Arch::Qwen3), 9, &Device::Cpu).unwrap();
+    let tokens: Vec<u32> = (0..600).map(|i| (i * 53 % 250) as u32 + 3).collect();
+    let one_shot = model.forward_last(&tokens, &mut KvCache::new()).unwrap();
+    // Past the first allocation (256 positions) twice, by prefill chunks and single tokens.
+    let mut c = KvCache::new();
+    model.forward_last(&tokens[..200], &mut c).unwrap();
+    for t in &tokens[200..270] {
+        model.forward_last(&[*t], &mut c).unwrap();
+    }
+    model.forward_last(&tokens[270..599], &mut c).unwrap();
+    let mut snapshot = c.clone();
+    let grown = model.forward_last(&tokens[599..], &mut c).unwrap();
+    assert!(max_abs_diff(&one_shot, &grown) < 1e-4);
+    // Rewriting the original's positions must not touch the clone's.
+    c.truncate(100).unwrap();
+    model.forward_last(&[7u32; 50], &mut c).unwrap();
+    let from_clone = model.forward_last(&tokens[599..], &mut snapshot).unwrap();
+    assert!(max_abs_diff(&one_shot, &from_clone) < 1e-4);
+}
+
+#[test]
 fn prompt_past_the_context_window_is_a_clear_error() {
     let engine = tiny_engine(EngineOptions {
         context_length: Some(64),
@@ -56,7 +79,7 @@ fn prompt_past_the_context_window_is_a_clear_error() {
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "prompt of 64 tokens does not fit the context window of 64 tokens"
+        "prompt of 64 tokens exceeds the maximum context length of 64 tokens"
     );
     let err = engine
         .generate_blocking(GenerateRequest::new(vec![10_000], 4))

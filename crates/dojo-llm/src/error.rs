@@ -151,6 +151,7 @@ fn looks_like_context_overflow(body: &str) -> bool {
     [
         "context length",
         "context_length",
+        "context window",
         "maximum context",
         "too many tokens",
         "prompt is too long",
@@ -190,6 +191,8 @@ mod tests {
         let ctx = c(400, "This model's maximum context length is 32768 tokens");
         assert_eq!(ctx.kind(), "context_length");
         assert_eq!(ctx.class(), FailureClass::Model);
+        let window = c(400, "prompt of 9000 tokens does not fit the context window");
+        assert_eq!(window.kind(), "context_length");
     }
 
     #[test]

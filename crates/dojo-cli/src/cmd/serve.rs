@@ -21,6 +21,10 @@ pub struct ServeArgs {
     /// Finished conversations kept for prefix KV reuse (0 disables reuse).
     #[arg(long, default_value_t = 4)]
     pub prefix_cache: usize,
+    /// GGUF weights: `auto`, `quantized` (the file's kernels everywhere), `mixed` (Q8_0 decode,
+    /// dense prefill) or `dense` (f32). `auto` picks dense in portable builds, mixed in native.
+    #[arg(long, default_value = "auto")]
+    pub weights: String,
 }
 
 #[cfg(feature = "engine")]
@@ -28,9 +32,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
     use anyhow::Context;
     use dojo_engine::{Engine, EngineOptions};
 
+    let weights = dojo_engine::WeightMode::parse(&args.weights).with_context(|| {
+        format!(
+            "--weights {:?}: expected auto, quantized, mixed or dense",
+            args.weights
+        )
+    })?;
     let opts = EngineOptions {
         model_id: args.served_model_name.clone(),
         prefix_cache_entries: args.prefix_cache,
+        weights,
         ..Default::default()
     };
     let engine = if args.model == "default" {
@@ -85,6 +96,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         &args.host,
         &args.served_model_name,
         args.prefix_cache,
+        &args.weights,
     );
     anyhow::bail!(
         "dojo serve needs the embedded engine, but this dojo was built without it; rebuild with \
