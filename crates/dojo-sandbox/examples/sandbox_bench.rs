@@ -176,7 +176,92 @@ fn pss_kb(pid: i32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Pids of the holder and its parent (the waiter it was forked from).
+/// A `Private_*`-style total (KiB) from smaps_rollup.
+fn smaps_kb(pid: i32, prefix: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+/// `true` issued back to back (no pause: a pre-warmed sandbox's next command may arrive before
+/// its spare is re-armed), mean per command, the three ways in turn.
+async fn back_to_back(warm: &Sandbox, cold: &Sandbox, n: usize) -> String {
+    let req = ExecRequest::new(["/usr/bin/true"]);
+    let (mut b, mut w, mut c) = (0.0, 0.0, 0.0);
+    for _ in 0..3 {
+        let t = Instant::now();
+        for _ in 0..n {
+            let o = tokio::process::Command::new("/usr/bin/true")
+                .output()
+                .await
+                .unwrap();
+            assert!(o.status.success());
+        }
+        b += ms(t.elapsed());
+        for (sb, acc) in [(warm, &mut w), (cold, &mut c)] {
+            let t = Instant::now();
+            for _ in 0..n {
+                assert!(sb.exec(&req).await.unwrap().success());
+            }
+            *acc += ms(t.elapsed());
+        }
+    }
+    let per = |x: f64| x / (3 * n) as f64;
+    format!(
+        "Back to back (`true`, {n} in a row, 3 rounds interleaved, mean per command): bare {:.2} ms, \
+         launcher {:.2} ms ({:.2}×), launcher cold {:.2} ms ({:.2}×).\n\n",
+        per(b),
+        per(w),
+        w / b,
+        per(c),
+        c / b,
+    )
+}
+
+/// What the idle pre-warmed supervisor costs: the launcher's child in `warm` (none in `cold`).
+fn spare_memory(warm: &Sandbox, cold: &Sandbox) -> String {
+    std::thread::sleep(Duration::from_millis(200));
+    let (w, c) = (launcher_children(warm), launcher_children(cold));
+    let Some(&spare) = w.first() else {
+        return "Pre-warmed supervisor: none found (launcher not running?).\n\n".into();
+    };
+    let cg = match (warm.memory_usage(), cold.memory_usage()) {
+        (Some(a), Some(b)) => format!(
+            "; cgroup-charged memory of the idle sandbox {:.0} KiB with the spare vs {:.0} KiB without \
+             (includes page cache; kernel objects of the extra pid + mount namespace and /proc are \
+             counted only where kmem accounting is on)",
+            a as f64 / 1024.0,
+            b as f64 / 1024.0
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "Memory of the idle pre-warmed supervisor (one per sandbox; the launcher has {} child(ren) \
+         in the warm sandbox, {} in the cold one): {} KiB private (Private_Clean + Private_Dirty), \
+         {} KiB page tables, {} KiB PSS (its pages shared with the launcher counted half){cg}.\n\n",
+        w.len(),
+        c.len(),
+        smaps_kb(spare, "Private_"),
+        vm_pte_kb(spare),
+        pss_kb(spare),
+    )
+}
+
+/// `VmPTE` (page tables, KiB) of a process.
+fn vm_pte_kb(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmPTE:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Pids of the holder, its parent (the waiter it was forked from) and its children (the
+/// pre-warmed supervisor).
 fn holder_pids(sb: &Sandbox) -> Vec<i32> {
     let Some(c) = sb.holder_pid() else {
         return vec![];
@@ -190,7 +275,22 @@ fn holder_pids(sb: &Sandbox) -> Vec<i32> {
                 .parse()
                 .ok()
         });
-    std::iter::once(c).chain(ppid).collect()
+    std::iter::once(c)
+        .chain(ppid)
+        .chain(launcher_children(sb))
+        .collect()
+}
+
+/// Direct children of a sandbox's pid 1 (idle: the pre-warmed supervisor).
+fn launcher_children(sb: &Sandbox) -> Vec<i32> {
+    let Some(l) = sb.holder_pid() else {
+        return vec![];
+    };
+    std::fs::read_to_string(format!("/proc/{l}/task/{l}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
 }
 
 #[tokio::main]
@@ -272,12 +372,15 @@ async fn main() {
     md.push_str(
         "## Per-command overhead\n\n\
          Medians (min in parentheses) of interleaved runs, ms. `launcher`: `Sandbox::exec` (a \
-         request to the sandbox's in-sandbox launcher, which forks the command into its own pid \
-         namespace with Landlock, seccomp, rlimits). `setns`: joining the namespaces per command \
-         (kept sandboxes re-attached by id, `Sandbox::spawn`). Bare: tokio `Command` of the same \
-         binary on the host.\n\n\
-         | caller RSS | command | bare fork/exec | launcher | ratio | setns join | ratio |\n|---|---|---|---|---|---|---|\n",
+         request to the sandbox's in-sandbox launcher; a supervisor pre-warmed while idle, already \
+         pid 1 of a fresh pid + mount namespace with its own /proc, takes it and forks the command \
+         with Landlock, seccomp, rlimits). `cold`: the same launcher with pre-warming off (it forks \
+         the supervisor and builds its namespaces after the request arrives). `setns`: joining the \
+         namespaces per command (kept sandboxes re-attached by id, `Sandbox::spawn`). Bare: tokio \
+         `Command` of the same binary on the host. Ratios of medians; min ratio in brackets.\n\n\
+         | caller RSS | command | bare fork/exec | launcher | ratio | launcher, cold | ratio | setns join | ratio |\n|---|---|---|---|---|---|---|---|---|\n",
     );
+    let mut spare_note = String::new();
     for ballast_mb in [0usize, 512] {
         let ballast = vec![1u8; ballast_mb << 20];
         let opts = SandboxOptions {
@@ -286,6 +389,11 @@ async fn main() {
         };
         let sb = Sandbox::create(&p, None, &opts).await.unwrap();
         let joined = Sandbox::attach(sb.id()).await.unwrap();
+        dojo_sandbox::set_prewarm(false);
+        let cold = Sandbox::create(&p, None, &SandboxOptions::default())
+            .await
+            .unwrap();
+        dojo_sandbox::set_prewarm(true);
         for (label, argv, n) in [
             ("`true`", vec!["/usr/bin/true"], runs * 10),
             (
@@ -294,8 +402,14 @@ async fn main() {
                 runs * 3,
             ),
         ] {
-            let (mut bare, mut la, mut sj) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut bare, mut la, mut lc, mut sj) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            // Each measurement starts after a short pause, so the background work a previous
+            // one left (a supervisor and its namespaces going away, a spare being re-armed)
+            // does not land on the next; back-to-back figures are measured separately below.
+            let settle = || std::thread::sleep(Duration::from_millis(3));
             for _ in 0..n {
+                settle();
                 let t = Instant::now();
                 let o = tokio::process::Command::new(argv[0])
                     .args(&argv[1..])
@@ -304,41 +418,66 @@ async fn main() {
                     .unwrap();
                 assert!(o.status.success());
                 bare.push(ms(t.elapsed()));
-                let t = Instant::now();
-                assert!(
-                    sb.exec(&ExecRequest::new(argv.clone()))
-                        .await
-                        .unwrap()
-                        .success()
+                for (s, v) in [(&sb, &mut la), (&cold, &mut lc), (&joined, &mut sj)] {
+                    settle();
+                    let t = Instant::now();
+                    assert!(
+                        s.exec(&ExecRequest::new(argv.clone()))
+                            .await
+                            .unwrap()
+                            .success()
+                    );
+                    v.push(ms(t.elapsed()));
+                }
+            }
+            for (name, v) in [
+                ("bare", &bare),
+                ("launcher", &la),
+                ("cold", &lc),
+                ("setns", &sj),
+            ] {
+                let mut v = v.clone();
+                v.sort_by(f64::total_cmp);
+                let q = |f: f64| v[((v.len() - 1) as f64 * f) as usize];
+                eprintln!(
+                    "{label} {ballast_mb} MB {name}: p10 {:.2} p25 {:.2} p50 {:.2} p75 {:.2} p90 {:.2}",
+                    q(0.1),
+                    q(0.25),
+                    q(0.5),
+                    q(0.75),
+                    q(0.9)
                 );
-                la.push(ms(t.elapsed()));
-                let t = Instant::now();
-                assert!(
-                    joined
-                        .exec(&ExecRequest::new(argv.clone()))
-                        .await
-                        .unwrap()
-                        .success()
-                );
-                sj.push(ms(t.elapsed()));
             }
             let min = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
-            let (b, l, j) = (median(bare.clone()), median(la.clone()), median(sj.clone()));
+            let b = median(bare.clone());
+            let mb = min(&bare);
+            let cell = |v: &[f64]| {
+                let (m, lo) = (median(v.to_vec()), min(v));
+                format!("{m:.2} ({lo:.2}) | {:.2}× [{:.2}×]", m / b, lo / mb)
+            };
             md.push_str(&format!(
-                "| {} | {label} | {b:.2} ({:.2}) | {l:.2} ({:.2}) | {:.2}× | {j:.2} ({:.2}) | {:.2}× |\n",
-                if ballast_mb == 0 { "small".to_string() } else { format!("+{ballast_mb} MB") },
-                min(&bare),
-                min(&la),
-                l / b,
-                min(&sj),
-                j / b,
+                "| {} | {label} | {b:.2} ({mb:.2}) | {} | {} | {} |\n",
+                if ballast_mb == 0 {
+                    "small".to_string()
+                } else {
+                    format!("+{ballast_mb} MB")
+                },
+                cell(&la),
+                cell(&lc),
+                cell(&sj),
             ));
+        }
+        if ballast_mb == 0 {
+            spare_note = spare_memory(&sb, &cold);
+            spare_note.push_str(&back_to_back(&sb, &cold, runs * 10).await);
         }
         sb.detach();
         joined.teardown().await.unwrap();
+        cold.teardown().await.unwrap();
         drop(ballast);
     }
     md.push('\n');
+    md.push_str(&spare_note);
 
     if only.is_some() {
         print!("{md}");
@@ -381,7 +520,7 @@ async fn main() {
          - create all {n} (concurrently): {:.0} ms\n\
          - one command in each (`git status`), concurrently: {:.0} ms\n\
          - teardown all: {:.0} ms\n\
-         - memory per idle sandbox: **{:.0} KiB PSS** (pid 1 = the in-sandbox launcher, a fresh exec of the calling binary, + its waiter, forked from the caller and mostly shared with it){}\n\n",
+         - memory per idle sandbox: **{:.0} KiB PSS** (pid 1 = the in-sandbox launcher, a fresh exec of the calling binary, + its pre-warmed supervisor + its waiter, forked from the caller and mostly shared with it){}\n\n",
         ms(create_all),
         ms(run_all),
         ms(down_all),

@@ -18,10 +18,13 @@
 //! Through the in-sandbox launcher ([`crate::launcher`], what `Sandbox::exec` uses), the same
 //! guarantees with one process fewer and no fork of the caller:
 //! ```text
-//! launcher (pid 1 of the sandbox) ── I: pid 1 of a fresh pid ns (own mount ns; supervises)
-//!                                    └── L: the command (pid 2; own /proc, setsid, rlimits,
-//!                                           Landlock, seccomp, execve)
+//! launcher (pid 1 of the sandbox) ── I: pid 1 of a fresh pid ns (own mount ns and /proc, the
+//!                                       seccomp filter; forked ahead of the request, waits for
+//!                                       it, then supervises)
+//!                                    └── L: the command (pid 2; setsid, rlimits, Landlock,
+//!                                           execve; inherits the filter)
 //! ```
+//! (With pre-warming off, I is forked when the request arrives and L installs the filter.)
 //! The caller talks to I over its control socket (`T` → `kill(-1, TERM)`, `K`/EOF → KILL); when
 //! L exits I kills and reaps everything left, reports L's status and exits.
 
@@ -191,28 +194,96 @@ pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
 /// command's wait status go there, `T` read from it sends SIGTERM to everything in the
 /// namespace, `K` or EOF SIGKILL. When the command exits, everything it left behind is killed.
 pub(crate) unsafe fn run_inside(plan: &ExecPlan, ctl: Fd) -> ! {
+    match prepare_inside() {
+        Ok(sfd) => run_prepared(plan, ctl, sfd),
+        Err((step, e)) => fail_with(ctl, step, e),
+    }
+}
+
+/// The request-independent half of [`run_inside`]: our own mount namespace with a `/proc` of
+/// this pid namespace (so pids, `/proc/self` and `ps` agree inside the command), SIGCHLD on a
+/// signalfd. A pre-warmed supervisor ([`crate::launcher`]) runs it before any request exists;
+/// it returns the signalfd, or the failed step and its errno (reported once a request brings a
+/// control socket to report on).
+pub(crate) unsafe fn prepare_inside() -> Result<Fd, (Step, i32)> {
     // The launcher auto-reaps (SIGCHLD ignored); the supervisor must wait for its children.
     libc::signal(libc::SIGCHLD, libc::SIG_DFL);
-    // Our own mount namespace, so the command's /proc shows this pid namespace.
     if libc::getpid() != 1 || libc::unshare(libc::CLONE_NEWNS) != 0 {
-        sys::fail(ctl, Step::Unshare);
+        return Err((Step::Unshare, sys::errno()));
+    }
+    if !mount_own_proc() {
+        return Err((Step::Proc, sys::errno()));
     }
     let sfd = sys::block_and_signalfd(&[libc::SIGCHLD]);
     if sfd < 0 {
-        sys::fail(ctl, Step::Signals);
+        return Err((Step::Signals, sys::errno()));
     }
-    let l_pid = libc::fork();
+    Ok(sfd)
+}
+
+/// Mount a `/proc` of our pid namespace over `/proc` (in our own mount namespace), so pids,
+/// `/proc/self` and `ps` agree inside the command.
+unsafe fn mount_own_proc() -> bool {
+    sys::mount(
+        c"proc".as_ptr(),
+        c"/proc".as_ptr(),
+        c"proc".as_ptr(),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        std::ptr::null(),
+    )
+}
+
+/// Report a setup step that failed earlier with errno `e`, and exit.
+pub(crate) unsafe fn fail_with(ctl: Fd, step: Step, e: i32) -> ! {
+    *libc::__errno_location() = e;
+    sys::fail(ctl, step)
+}
+
+/// The request-dependent half of [`run_inside`], after [`prepare_inside`]: fork the command,
+/// supervise it.
+pub(crate) unsafe fn run_prepared(plan: &ExecPlan, ctl: Fd, sfd: Fd) -> ! {
+    let l_pid = spawn_command(plan, ctl, sfd);
     if l_pid < 0 {
         sys::fail(ctl, Step::Fork);
-    }
-    if l_pid == 0 {
-        libc::close(sfd);
-        exec_command(plan, ctl, true);
     }
     libc::close(0);
     libc::close(1);
     libc::close(2);
     supervise(sfd, ctl, SELF_INIT, l_pid, true, true)
+}
+
+/// Start L like `posix_spawn` does: `CLONE_VM | CLONE_VFORK`, so no copy of our page tables is
+/// made only to be thrown away by `execve`, and we sleep until L has exec'd (or exited). L runs
+/// [`exec_command`] on a stack of its own; it shares our memory but not our fd table, signal
+/// handlers, credentials, rlimits, cwd or session, which is all it changes before `execve`.
+unsafe fn spawn_command(plan: &ExecPlan, ctl: Fd, sfd: Fd) -> libc::pid_t {
+    struct Arg<'a> {
+        plan: &'a ExecPlan,
+        ctl: Fd,
+        sfd: Fd,
+    }
+    extern "C" fn entry(p: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `p` points at the `Arg` below, alive while we run (the parent sleeps until
+        // our execve or exit).
+        unsafe {
+            let a = &*(p as *const Arg);
+            libc::close(a.sfd);
+            // /proc was mounted by `prepare_inside`, in the mount namespace we share.
+            exec_command(a.plan, a.ctl, false)
+        }
+    }
+    const STACK: usize = 256 * 1024;
+    let mut stack = vec![0u128; STACK / 16];
+    let top = stack.as_mut_ptr().add(stack.len()).cast::<libc::c_void>();
+    let arg = Arg { plan, ctl, sfd };
+    let pid = libc::clone(
+        entry,
+        top,
+        libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+        (&arg as *const Arg).cast_mut().cast(),
+    );
+    drop(stack);
+    pid
 }
 
 /// `k_pid` meaning "we are pid 1 of the command's namespace ourselves" ([`run_inside`]).
@@ -379,7 +450,7 @@ unsafe fn mini_init(death_r: Fd, death_w: Fd, status: Fd) -> ! {
     }
 }
 
-unsafe fn exec_command(plan: &ExecPlan, status: Fd, fresh_pid_ns: bool) -> ! {
+unsafe fn exec_command(plan: &ExecPlan, status: Fd, mount_proc: bool) -> ! {
     sys::unblock_all_signals();
     for s in [
         libc::SIGCHLD,
@@ -390,17 +461,8 @@ unsafe fn exec_command(plan: &ExecPlan, status: Fd, fresh_pid_ns: bool) -> ! {
     ] {
         libc::signal(s, libc::SIG_DFL);
     }
-    if fresh_pid_ns {
-        // Our own /proc, so pids, /proc/self and `ps` agree inside the command.
-        if !sys::mount(
-            c"proc".as_ptr(),
-            c"/proc".as_ptr(),
-            c"proc".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            std::ptr::null(),
-        ) {
-            sys::fail(status, Step::Proc);
-        }
+    if mount_proc && !mount_own_proc() {
+        sys::fail(status, Step::Proc);
     }
     if libc::chdir(plan.cwd.as_ptr()) != 0 {
         sys::fail(status, Step::Chdir);
@@ -759,6 +821,8 @@ pub(crate) struct HolderPlan {
     /// (executable, socket): once the root is built, pid 1 execs the calling binary as the
     /// in-sandbox launcher serving commands on the socket (see [`crate::launcher`]).
     pub launcher: Option<(Fd, Fd)>,
+    /// Let the launcher keep a supervisor pre-warmed (see [`crate::launcher`]).
+    pub prewarm: bool,
 }
 
 /// Body of the pre_exec closure that becomes the holder. P (this process) stages the layers (as
@@ -1104,7 +1168,7 @@ unsafe fn holder_init(
     sys::send(status, sys::TAG_OK, 0, 0);
     libc::close(status);
     if let Some((exe, sock)) = launcher {
-        exec_launcher(exe, sock, life.unwrap_or(-1));
+        exec_launcher(exe, sock, life.unwrap_or(-1), plan.prewarm);
         // The exec failed: the caller sees EOF instead of the launcher's greeting and joins the
         // namespaces per command instead; we keep holding them.
         libc::close(sock);
@@ -1139,9 +1203,10 @@ unsafe fn holder_init(
 }
 
 /// Become the in-sandbox launcher: exec the calling binary (through an fd opened before the
-/// pivot) with only `DOJO_SANDBOX_LAUNCHER=<sock>,<lifeline>` in its environment; the library's
-/// `.init_array` hook ([`crate::launcher`]) takes over before `main`. Returns only on failure.
-unsafe fn exec_launcher(exe: Fd, sock: Fd, life: Fd) {
+/// pivot) with only `DOJO_SANDBOX_LAUNCHER=<sock>,<lifeline>,<prewarm 1|0>` in its environment;
+/// the library's `.init_array` hook ([`crate::launcher`]) takes over before `main`. Returns only
+/// on failure.
+unsafe fn exec_launcher(exe: Fd, sock: Fd, life: Fd, prewarm: bool) {
     let mut env = [0u8; 64];
     let mut n = 0;
     for &b in crate::launcher::ENV_PREFIX {
@@ -1157,6 +1222,9 @@ unsafe fn exec_launcher(exe: Fd, sock: Fd, life: Fd) {
         env[n] = b'-';
         n += 1;
     }
+    env[n] = b',';
+    env[n + 1] = if prewarm { b'1' } else { b'0' };
+    n += 2;
     env[n] = 0;
     for fd in [sock, life] {
         if fd >= 0 {

@@ -347,6 +347,7 @@ async fn start_holder(
         layer_tmpfs: workspace_size(limits).map(|b| cstr(format!("mode=0755,size={b}"))),
         shm_opts: cstr("mode=1777,size=256m"),
         launcher: exe.zip(socks.as_ref().map(|s| s.1.as_raw_fd())),
+        prewarm: launcher::prewarm(),
     };
     let mut cmd = tokio::process::Command::new("/bin/false");
     cmd.stdin(std::process::Stdio::null())

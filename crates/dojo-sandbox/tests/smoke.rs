@@ -67,6 +67,103 @@ async fn commands_run_through_the_in_sandbox_launcher() {
     sb.teardown().await.unwrap();
 }
 
+/// Pids of a process's direct children (host view).
+fn children(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Idle, exactly one pre-warmed supervisor waits under the launcher (it is forked right after
+/// the previous one took its request, and that one may still be exiting: give it a moment).
+fn idle_spare(launcher: i32) -> i32 {
+    let mut spares = children(launcher);
+    for _ in 0..500 {
+        if spares.len() == 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        spares = children(launcher);
+    }
+    assert_eq!(spares.len(), 1, "launcher children: {spares:?}");
+    spares[0]
+}
+
+/// While idle, the launcher keeps one supervisor pre-warmed (already pid 1 of its own pid and
+/// mount namespace, `/proc` mounted); each command still gets a supervisor of its own, and
+/// nothing a command did carries over to the next: not its pid namespace or processes, not
+/// env, cwd, umask, fds or signal dispositions. Teardown takes the spare with it.
+#[tokio::test]
+async fn each_command_gets_a_fresh_prewarmed_supervisor() {
+    skip_unless_ns!();
+    let sb = common::sandbox().await;
+    let launcher = sb.holder_pid().expect("namespace backend");
+    let probe = "readlink /proc/self/ns/pid; echo pid=$$; ls /proc | grep -c '^[0-9]'; \
+                 echo foo=${FOO:-unset}; umask; pwd; ls /proc/self/fd | tr '\\n' ' '; echo; \
+                 grep -E '^Sig(Blk|Ign)|^NoNewPrivs|^Seccomp:' /proc/self/status";
+    let first = common::sh(&sb, probe).await;
+    assert!(first.success(), "{first:?}");
+    // Change everything a command can change about its own process, and leave a daemon behind.
+    let out = common::sh(
+        &sb,
+        "export FOO=leak; umask 077; cd /tmp; trap '' TERM HUP PIPE; exec 7>/tmp/fd7; \
+         setsid sh -c 'sleep 300 & sleep 300' >/dev/null 2>&1 & echo started",
+    )
+    .await;
+    assert!(out.success(), "{out:?}");
+    let second = common::sh(&sb, probe).await;
+    let (a, b) = (first.stdout_lossy(), second.stdout_lossy());
+    let (a, b): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+    assert_ne!(a[0], b[0], "a pid namespace was reused:\n{a:?}\n{b:?}");
+    assert_eq!(a[1..], b[1..], "state carried over between commands");
+    // pid 1 (the supervisor), the shell (2), ls and grep: nothing left from other commands.
+    assert_eq!(b[1], "pid=2", "{b:?}");
+    assert!(b[2].parse::<u32>().is_ok_and(|n| n <= 4), "{b:?}");
+    assert_eq!(b[3], "foo=unset");
+    assert!(
+        b[6].split_whitespace()
+            .all(|fd| fd.parse::<u32>().is_ok_and(|fd| fd <= 3)),
+        "{b:?}"
+    );
+    assert_eq!(b[7], "SigBlk:\t0000000000000000", "{b:?}");
+    // None of the signals the previous command ignored (TERM 15, HUP 1, PIPE 13) is ignored.
+    let ign = u64::from_str_radix(b[8].trim_start_matches("SigIgn:\t"), 16).unwrap();
+    assert_eq!(ign & (1 << 14 | 1 | 1 << 12), 0, "{b:?}");
+    // The seccomp filter the spare installed ahead of the request is in force in the command.
+    assert!(
+        b.contains(&"NoNewPrivs:\t1") && b.contains(&"Seccomp:\t2"),
+        "{b:?}"
+    );
+    let spare = idle_spare(launcher);
+    // It is pid 1 of a pid namespace of its own, not the launcher's.
+    let ns = |pid: i32, what: &str| std::fs::read_link(format!("/proc/{pid}/ns/{what}")).ok();
+    assert_ne!(ns(spare, "pid"), ns(launcher, "pid"));
+    assert_ne!(ns(spare, "mnt"), ns(launcher, "mnt"));
+    // A spare's failures read as before: a missing command is 127, a bad cwd a setup error.
+    let out = sb.exec(&ExecRequest::new(["/no/such/cmd"])).await.unwrap();
+    assert_eq!(out.exit_code, Some(127), "{out:?}");
+    assert!(out.stderr_lossy().contains("command not found"), "{out:?}");
+    let err = sb
+        .exec(&ExecRequest::shell("true").cwd("/no/such/dir"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("working directory"), "{err}");
+    let spare = idle_spare(launcher);
+    sb.teardown().await.unwrap();
+    for _ in 0..500 {
+        if !std::path::Path::new(&format!("/proc/{spare}")).exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        !std::path::Path::new(&format!("/proc/{spare}")).exists(),
+        "the spare supervisor survived teardown"
+    );
+}
+
 /// Many commands at once in one sandbox: each gets its own output and exit code.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_commands_in_one_sandbox_keep_their_own_results() {
