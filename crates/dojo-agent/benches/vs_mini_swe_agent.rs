@@ -138,7 +138,12 @@ fn task() -> TaskInput {
 
 /// The run did the real work: the repro failed before the fix and printed the default after it.
 fn check(t: &dojo_trajectory::Trajectory, label: &str) {
-    assert_eq!(t.stop_reason.as_str(), "submitted", "{label}: {:?}", t.stop_detail);
+    assert_eq!(
+        t.stop_reason.as_str(),
+        "submitted",
+        "{label}: {:?}",
+        t.stop_detail
+    );
     let obs = |step: usize| -> String {
         t.steps[step]
             .observation_messages
@@ -151,7 +156,11 @@ fn check(t: &dojo_trajectory::Trajectory, label: &str) {
             println!("--- {label} step {}\n{}", i + 1, obs(i));
         }
     }
-    assert!(obs(10).contains("IndexError"), "{label}: step 11 {}", obs(10));
+    assert!(
+        obs(10).contains("IndexError"),
+        "{label}: step 11 {}",
+        obs(10)
+    );
     assert!(obs(14).contains("dflt"), "{label}: step 15 {}", obs(14));
 }
 

@@ -11,44 +11,17 @@
 //! `CI=true` a missing piece fails instead.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::{Value, json};
 
-const BUNDLED: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../benchmarks/mini/tasks.jsonl"
-);
-const PYTOOLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/pytools");
+mod common;
+use common::{BUNDLED, ci, dojo, pytools};
+
 /// Two of the fastest bundled suites (~0.1 s of pytest each).
 const GOLD_TASKS: [&str; 2] = ["gweis__isodate-1", "tkem__cachetools-2"];
 /// The embedded model's task: shares its tree and environment with a gold one.
 const MODEL_TASK: &str = "gweis__isodate-1";
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-fn pytools() -> PathBuf {
-    std::env::var_os("DOJO_PYTOOLS").map_or_else(|| PathBuf::from(PYTOOLS), PathBuf::from)
-}
-
-fn dojo(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_dojo"))
-        .args(args)
-        // uv builds the environments; scripts/setup-tools.sh puts it here.
-        .env("DOJO_PYTOOLS", pytools())
-        .output()
-        .expect("running the dojo binary");
-    eprintln!(
-        "$ dojo {}\n--- exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        args.join(" "),
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 fn ok(args: &[&str]) -> String {
     let o = dojo(args);

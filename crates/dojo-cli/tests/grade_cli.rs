@@ -7,15 +7,26 @@
 //! print `SKIPPED: <reason>` (under `CI=true` a missing kernel feature fails instead).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::SystemTime;
 
 use serde_json::Value;
 
-const BUNDLED: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../benchmarks/mini/tasks.jsonl"
-);
+mod common;
+use common::{BUNDLED, ci, dojo, pytools};
+
+/// In-process environment lookups below need `uv` too: point them at the pinned tools.
+fn setup_tools_env() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("DOJO_PYTOOLS").is_none() {
+            // SAFETY: every test calls this first, under the Once, and this process only reads
+            // its environment through std (which serialises that with set_var).
+            unsafe { std::env::set_var("DOJO_PYTOOLS", pytools()) };
+        }
+    });
+}
+
 /// The two fastest bundled suites (~0.1 s of pytest each).
 const FAST: [&str; 2] = ["gweis__isodate-1", "tkem__cachetools-2"];
 /// Same projects, so their trees and environments are the ones already built.
@@ -23,43 +34,6 @@ const NO_APPLY: &str = "gweis__isodate-2";
 const ESCAPES: &str = "tkem__cachetools-1";
 /// Gets an empty patch: never prepared, never run.
 const EMPTY: &str = "pytoolz__toolz-1";
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// `uv` (needed to look up or build environments) comes from `$DOJO_PYTOOLS`, which
-/// scripts/setup-tools.sh exports; default it to where that script puts the tools.
-fn setup_tools_env() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if std::env::var_os("DOJO_PYTOOLS").is_none() {
-            // SAFETY: every test calls this first, under the Once, and this process only reads
-            // its environment through std (which serialises that with set_var).
-            unsafe {
-                std::env::set_var(
-                    "DOJO_PYTOOLS",
-                    concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/pytools"),
-                )
-            };
-        }
-    });
-}
-
-fn dojo(args: &[&str]) -> Output {
-    setup_tools_env();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dojo"));
-    cmd.args(args);
-    let out = cmd.output().expect("running the dojo binary");
-    eprintln!(
-        "$ dojo {}\n--- exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        args.join(" "),
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

@@ -6,32 +6,33 @@
 //! turns and the `replay` policy plays it back through the real tools.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
-const BUNDLED: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../benchmarks/mini/tasks.jsonl"
-);
+mod common;
+use common::{BUNDLED, ci, dojo, scratch};
+
 const TASK: &str = "pytoolz__toolz-1";
 
-fn dojo(args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dojo"));
-    if std::env::var_os("DOJO_PYTOOLS").is_none() {
-        cmd.env(
-            "DOJO_PYTOOLS",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/pytools"),
-        );
-    }
-    let out = cmd.args(args).output().expect("running the dojo binary");
-    eprintln!(
-        "$ dojo {}\n--- exit {:?}\n--- stderr\n{}",
-        args.join(" "),
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
+/// `dojo rollout` of [`TASK`] with `policy` (a TOML file) into `out`; returns its trajectory.
+fn rollout(policy: &Path, out: &Path) -> Value {
+    let o = dojo(&[
+        "rollout",
+        "--tasks",
+        BUNDLED,
+        "--instance",
+        TASK,
+        "--policy",
+        policy.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        o.status.success(),
+        "rollout with {} failed",
+        policy.display()
     );
-    out
+    trajectory(out)
 }
 
 fn trajectory(dir: &Path) -> Value {
@@ -44,34 +45,19 @@ fn rollout_with_lsp_tool_in_the_sandbox() {
     let doctor = dojo(&["sandbox", "doctor", "--json"]);
     let report: Value = serde_json::from_slice(&doctor.stdout).unwrap_or_default();
     if report["backend"].as_str() != Some("namespace") {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "namespace sandbox unavailable under CI"
-        );
+        assert!(!ci(), "namespace sandbox unavailable under CI");
         println!("SKIPPED: the namespace sandbox is unavailable here");
         return;
     }
-    let tmp = tempfile_dir();
+    let scratch = scratch("lsp-rollout");
+    let tmp = scratch.path();
     let gold_policy = tmp.join("gold.toml");
     std::fs::write(
         &gold_policy,
         "kind = \"gold-replay\"\n\n[agent]\ntool_set = \"swe-master+lsp\"\n",
     )
     .unwrap();
-    let gold_out = tmp.join("gold");
-    let out = dojo(&[
-        "rollout",
-        "--tasks",
-        BUNDLED,
-        "--instance",
-        TASK,
-        "--policy",
-        gold_policy.to_str().unwrap(),
-        "--out",
-        gold_out.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "gold-replay rollout failed");
-    let mut t = trajectory(&gold_out);
+    let mut t = rollout(&gold_policy, &tmp.join("gold"));
     let offered: Vec<&str> = t["tools"]
         .as_array()
         .unwrap()
@@ -103,20 +89,7 @@ fn rollout_with_lsp_tool_in_the_sandbox() {
         ),
     )
     .unwrap();
-    let replay_out = tmp.join("replay");
-    let out = dojo(&[
-        "rollout",
-        "--tasks",
-        BUNDLED,
-        "--instance",
-        TASK,
-        "--policy",
-        replay_policy.to_str().unwrap(),
-        "--out",
-        replay_out.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "replay rollout failed");
-    let t = trajectory(&replay_out);
+    let t = rollout(&replay_policy, &tmp.join("replay"));
     assert_eq!(t["stop_reason"], "submitted", "{}", t["stop_reason"]);
     assert_eq!(t["infra_failure"], false);
     assert_eq!(t["resolved"], true);
@@ -131,13 +104,4 @@ fn rollout_with_lsp_tool_in_the_sandbox() {
     assert!(answer.contains("toolz/dicttoolz.py:"), "{answer}");
     assert!(answer.contains("get_in (Function)"), "{answer}");
     assert!(!answer.contains("not visible"), "{answer}");
-}
-
-/// A scratch directory under the target dir (dojo-cli has no dev-dependencies).
-fn tempfile_dir() -> std::path::PathBuf {
-    let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("lsp_rollout-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }

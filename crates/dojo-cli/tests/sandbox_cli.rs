@@ -10,38 +10,14 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-/// A scratch directory removed on drop (dojo-cli has no dev-dependencies).
-struct Scratch(PathBuf);
+mod common;
+use common::scratch;
 
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let d = std::env::temp_dir().join(format!(
-            "dojo-sandbox-cli-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("scratch dir");
-        Scratch(d)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-struct Home(Scratch);
+struct Home(tempfile::TempDir);
 
 impl Home {
     fn new() -> Home {
-        Home(Scratch::new("home"))
+        Home(scratch("home"))
     }
     fn path(&self) -> &Path {
         self.0.path()
@@ -61,8 +37,8 @@ fn text(b: &[u8]) -> String {
 }
 
 /// A small source tree (a directory source).
-fn source_tree() -> Scratch {
-    let d = Scratch::new("src");
+fn source_tree() -> tempfile::TempDir {
+    let d = scratch("src");
     std::fs::write(d.path().join("README.md"), "hello\n").unwrap();
     std::fs::create_dir_all(d.path().join("pkg")).unwrap();
     std::fs::write(d.path().join("pkg/__init__.py"), "VALUE = 1\n").unwrap();

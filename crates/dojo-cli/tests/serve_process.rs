@@ -23,14 +23,13 @@ use dojo_llm::{
 };
 use serde_json::{Value, json};
 
+mod common;
+use common::{ci, scratch};
+
 const DOJO: &str = env!("CARGO_BIN_EXE_dojo");
 
 fn repo_root() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
 /// Whether this test can run: the engine is compiled in and the default model can be had
@@ -47,24 +46,6 @@ fn can_serve() -> bool {
             println!("SKIPPED: default model unavailable: {e}");
             false
         }
-    }
-}
-
-/// A scratch directory removed on drop (dojo-cli has no tempfile dev-dependency).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let p = std::env::temp_dir().join(format!("dojo-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Scratch(p)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -458,8 +439,8 @@ async fn openai_client_against_a_real_dojo_serve_process() {
     if !can_serve() {
         return;
     }
-    let dir = Scratch::new("serve-process");
-    let mut s = Serve::start(&dir.0);
+    let dir = scratch("serve-process");
+    let mut s = Serve::start(dir.path());
     let h = s.health();
     assert_eq!(h["status"], "ok");
     let (code, models) = http(&s.addr, "GET", "/v1/models", "");
@@ -525,9 +506,9 @@ fn openai_policy_rollout_against_dojo_serve() {
         println!("SKIPPED: uv not found (run scripts/setup-tools.sh)");
         return;
     };
-    let dir = Scratch::new("openai-rollout");
-    let mut s = Serve::start(&dir.0);
-    let policy = dir.0.join("policy.toml");
+    let dir = scratch("openai-rollout");
+    let mut s = Serve::start(dir.path());
+    let policy = dir.path().join("policy.toml");
     std::fs::write(
         &policy,
         format!(
@@ -554,7 +535,7 @@ logprobs = true
     )
     .unwrap();
     let task = "pytest-dev__iniconfig-1";
-    let out = dir.0.join("run");
+    let out = dir.path().join("run");
     let tasks = repo_root().join("benchmarks/mini/tasks.jsonl");
     let run = Command::new(DOJO)
         .arg("rollout")
