@@ -22,3 +22,20 @@ fn closed_stdout_exits_quietly() {
     assert_eq!(out.status.code(), Some(141), "stderr: {stderr}");
     assert!(!stderr.contains("panicked"), "stderr: {stderr}");
 }
+
+/// `dojo serve --device cuda` in a build without the `cuda` feature: a clear error that says how
+/// to get CUDA, before any model is loaded, and never a silent fall back to the CPU.
+#[test]
+fn serve_on_cuda_without_the_feature_is_a_clear_error() {
+    if !cfg!(feature = "engine") || cfg!(feature = "cuda") {
+        println!("SKIPPED: needs a build with `engine` and without `cuda`");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_dojo"))
+        .args(["serve", "--device", "cuda", "--port", "0"])
+        .output()
+        .expect("running the dojo binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--features cuda"), "stderr: {stderr}");
+}

@@ -56,3 +56,50 @@ impl From<candle_core::Error> for EngineError {
         EngineError::Model(e.to_string())
     }
 }
+
+/// The device named on the command line: `cpu` (the default) or `cuda` / `cuda:N`. CUDA is an
+/// opt-in build (`--features cuda`, needs nvcc); in any other build it is a clear error rather
+/// than a silent fall back to the CPU.
+pub fn device(spec: &str) -> Result<candle_core::Device, EngineError> {
+    let ordinal = match spec {
+        "cpu" => return Ok(candle_core::Device::Cpu),
+        "cuda" => Some(0),
+        s => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse::<usize>().ok()),
+    };
+    let Some(ordinal) = ordinal else {
+        return Err(EngineError::Request(format!(
+            "unknown device {spec:?}: expected cpu, cuda or cuda:N"
+        )));
+    };
+    if !cfg!(feature = "cuda") {
+        return Err(EngineError::Request(format!(
+            "device {spec:?}: this dojo was built without CUDA; rebuild with `--features cuda` \
+             (needs the CUDA toolkit's nvcc)"
+        )));
+    }
+    candle_core::Device::new_cuda(ordinal)
+        .map_err(|e| EngineError::Model(format!("opening CUDA device {ordinal}: {e}")))
+}
+
+#[cfg(test)]
+mod device_tests {
+    use super::*;
+
+    #[test]
+    fn cpu_is_always_there_and_bad_names_are_clear() {
+        assert!(matches!(device("cpu"), Ok(candle_core::Device::Cpu)));
+        let e = device("tpu").unwrap_err().to_string();
+        assert!(e.contains("expected cpu, cuda or cuda:N"), "{e}");
+        let e = device("cuda:x").unwrap_err().to_string();
+        assert!(e.contains("unknown device"), "{e}");
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn cuda_without_the_feature_says_how_to_get_it() {
+        let e = device("cuda:1").unwrap_err().to_string();
+        assert!(e.contains("--features cuda"), "{e}");
+    }
+}

@@ -25,6 +25,9 @@ pub struct ServeArgs {
     /// dense prefill) or `dense` (f32). `auto` picks dense in portable builds, mixed in native.
     #[arg(long, default_value = "auto")]
     pub weights: String,
+    /// `cpu`, or `cuda` / `cuda:N` in a build with the `cuda` feature (needs nvcc).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }
 
 #[cfg(feature = "engine")]
@@ -38,10 +41,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             args.weights
         )
     })?;
+    let device =
+        dojo_engine::device(&args.device).with_context(|| format!("--device {}", args.device))?;
     let opts = EngineOptions {
         model_id: args.served_model_name.clone(),
         prefix_cache_entries: args.prefix_cache,
         weights,
+        device,
         ..Default::default()
     };
     let engine = if args.model == "default" {
