@@ -156,19 +156,6 @@ fn restore_test_files_lines(test_patch: &str) -> String {
     s
 }
 
-/// The harness's apply fallback chain as a shell function (`git apply --verbose`, then with
-/// `--reject`, then `patch --batch --fuzz=5 -p1`), printing which step worked.
-const APPLY_FN: &str = r#"apply() {
-  echo "+ git apply --verbose"
-  if git apply --verbose "$1"; then echo "@@DOJO_APPLIED git_apply"; return 0; fi
-  echo "+ git apply --verbose --reject"
-  if git apply --verbose --reject "$1"; then echo "@@DOJO_APPLIED git_apply_reject"; return 0; fi
-  echo "+ patch --batch --fuzz=5 -p1 -i"
-  if patch --batch --fuzz=5 -p1 -i "$1"; then echo "@@DOJO_APPLIED patch_fuzz"; return 0; fi
-  return 1
-}
-"#;
-
 /// Patches up to this size (each) reach the sandbox process in environment variables, written
 /// to files by bash's builtin `printf` (no process, ~0.1 ms); larger ones, and any with a NUL
 /// byte, come on stdin (`head -c` / `cat`: 5-10 ms, measured). Linux caps one environment
@@ -210,7 +197,8 @@ fn run_script(
     let mut s = String::from(
         "exec 3>&1 1>&2\nset -u\nM=/tmp/.dojo-model-$$.diff T=/tmp/.dojo-test-$$.diff\ntrap 'rm -f \"$M\" \"$T\"' EXIT\n",
     );
-    s.push_str(APPLY_FN);
+    // The harness's apply chain, the same one `Sandbox::apply_patch` runs.
+    s.push_str(dojo_sandbox::patch::APPLY_FN);
     let has_test = !test_patch.trim().is_empty();
     match transport {
         PatchTransport::Env => {
@@ -232,7 +220,7 @@ fn run_script(
         }
     }
     if model.is_some() {
-        s.push_str("echo @@DOJO_STEP model\napply \"$M\" || exit 10\n");
+        s.push_str("echo @@DOJO_STEP model\ndojo_apply \"$M\" || exit 10\n");
     }
     s.push_str("echo @@DOJO_STEP restore\n");
     let touched = test_patch_files(test_patch)
@@ -242,7 +230,7 @@ fn run_script(
         s.push_str(&restore_test_files_lines(test_patch));
     }
     if has_test {
-        s.push_str("echo @@DOJO_STEP test\napply \"$T\" || exit 12\n");
+        s.push_str("echo @@DOJO_STEP test\ndojo_apply \"$T\" || exit 12\n");
     }
     s.push_str(
         "rm -f \"$M\" \"$T\"\necho @@DOJO_SETUP_OK\nexec 1>&3 3>&- 2>&1 </dev/null\nset +u\n",

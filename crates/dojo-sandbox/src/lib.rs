@@ -647,7 +647,7 @@ impl Sandbox {
         self.write_file(&name, patch_text.as_bytes()).await?;
         let out = self
             .exec(
-                &ExecRequest::new(["bash", "-c", patch::APPLY_SCRIPT, "apply", &name])
+                &ExecRequest::new(["bash", "-c", &patch::apply_script(), "apply", &name])
                     .timeout(Duration::from_secs(300)),
             )
             .await?;

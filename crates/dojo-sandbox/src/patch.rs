@@ -161,18 +161,26 @@ pub fn check_patch(patch: &str) -> Result<(), PatchRefused> {
     Ok(())
 }
 
-/// The apply chain, as a bash script run at /testbed with the patch at `$1`. The marker line tells
-/// which method worked.
-pub(crate) const APPLY_SCRIPT: &str = r#"
-P="$1"
-echo "+ git apply --verbose"
-if git apply --verbose "$P" 2>&1; then echo "@@DOJO_APPLIED git_apply"; exit 0; fi
-echo "+ git apply --verbose --reject"
-if git apply --verbose --reject "$P" 2>&1; then echo "@@DOJO_APPLIED git_apply_reject"; exit 0; fi
-echo "+ patch --batch --fuzz=5 -p1 -i"
-if patch --batch --fuzz=5 -p1 -i "$P" 2>&1; then echo "@@DOJO_APPLIED patch_fuzz"; exit 0; fi
-exit 1
+/// The SWE-bench harness's apply fallback chain as a bash function, `dojo_apply PATCH_FILE`, run
+/// at /testbed: `git apply --verbose`, then with `--reject`, then `patch --batch --fuzz=5 -p1`,
+/// each command's output on stdout, and a marker line (`@@DOJO_APPLIED <method>`) naming the
+/// one that worked. Returns 1 when none did. Public so that graders which run the whole
+/// evaluation as one script (dojo-grade) embed this same chain.
+pub const APPLY_FN: &str = r#"dojo_apply() {
+  echo "+ git apply --verbose"
+  if git apply --verbose "$1" 2>&1; then echo "@@DOJO_APPLIED git_apply"; return 0; fi
+  echo "+ git apply --verbose --reject"
+  if git apply --verbose --reject "$1" 2>&1; then echo "@@DOJO_APPLIED git_apply_reject"; return 0; fi
+  echo "+ patch --batch --fuzz=5 -p1 -i"
+  if patch --batch --fuzz=5 -p1 -i "$1" 2>&1; then echo "@@DOJO_APPLIED patch_fuzz"; return 0; fi
+  return 1
+}
 "#;
+
+/// [`APPLY_FN`] applied to the patch at `$1`: the script [`crate::Sandbox::apply_patch`] runs.
+pub(crate) fn apply_script() -> String {
+    format!("{APPLY_FN}dojo_apply \"$1\"\n")
+}
 
 /// The diff, as a bash script run at /testbed: a throwaway index (so the agent's own staging is
 /// untouched), everything added (ignored caches excluded), binary-safe diff against the base tag.
