@@ -12,7 +12,7 @@
 //! 3. `execute_bash true` round trip through the tool vs a bare spawn of `true` / `bash -c true`.
 
 mod common;
-use common::cpu_time;
+use common::{cpu_time, host_line};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -299,14 +299,7 @@ async fn main() {
             path: src.path().to_path_buf(),
         })
         .unwrap();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!(
-        "host: {} cores, load average {}",
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
-        load.trim()
-    );
+    println!("{}", host_line());
     // First, while the heap is fresh: freed memory of later runs would hide the growth.
     println!("\n| idle rollouts | memory |\n|---|---|");
     idle_memory(256).await;

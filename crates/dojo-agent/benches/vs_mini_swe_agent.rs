@@ -16,7 +16,7 @@
 //! "CPU" is the agent process's own user+system time (commands run in children and are excluded).
 
 mod common;
-use common::cpu_time;
+use common::{cpu_time, host_line};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,7 +25,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dojo_agent::action::{Call, render};
-use dojo_agent::{ActionFormat, Agent, AgentConfig, LocalWorkspace, TaskInput, ToolRegistry};
+use dojo_agent::{
+    ActionFormat, Agent, AgentConfig, LocalWorkspace, TaskInput, ToolRegistry, Workspace,
+};
 use dojo_llm::{BoxFuture, ChatBackend, ChatMessage, ChatRequest, ChatResponse, Choice, LlmError};
 use dojo_sandbox::{PristineStore, Sandbox, SandboxOptions, Source};
 use serde_json::{Map, Value, json};
@@ -217,40 +219,34 @@ fn unpack(sdist: &Path, dir: &Path) {
     );
 }
 
-async fn run_local(sdist: &Path, row: &mut Row) {
-    {
-        let dir = tempfile::tempdir().expect("tempdir");
-        unpack(sdist, dir.path());
-        let ws = LocalWorkspace::new(dir.path());
-        let a = agent();
-        let (c0, w0) = (cpu_time(), Instant::now());
-        let t = a.run(&ws, &task()).await;
-        row.wall.push(w0.elapsed());
-        row.cpu.push(cpu_time() - c0);
-        check(&t, "dojo local");
-        row.steps = t.steps.len();
-    }
+/// One scripted run of dojo's agent on `ws`, timed (wall and this process's CPU) into `row`.
+async fn timed_run(ws: &dyn Workspace, label: &str, row: &mut Row) {
+    let a = agent();
+    let (c0, w0) = (cpu_time(), Instant::now());
+    let t = a.run(ws, &task()).await;
+    row.wall.push(w0.elapsed());
+    row.cpu.push(cpu_time() - c0);
+    check(&t, label);
+    row.steps = t.steps.len();
 }
 
+async fn run_local(sdist: &Path, row: &mut Row) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    unpack(sdist, dir.path());
+    timed_run(&LocalWorkspace::new(dir.path()), "dojo local", row).await;
+}
+
+/// Like [`run_local`] in a fresh sandbox; its create + teardown time goes to `row.setup`.
 async fn run_sandbox(pristine: &dojo_sandbox::Pristine, row: &mut Row) {
-    {
-        let s0 = Instant::now();
-        let sb = Sandbox::create(pristine, None, &SandboxOptions::default())
-            .await
-            .expect("sandbox");
-        let mut setup = s0.elapsed();
-        let a = agent();
-        let (c0, w0) = (cpu_time(), Instant::now());
-        let t = a.run(&sb, &task()).await;
-        row.wall.push(w0.elapsed());
-        row.cpu.push(cpu_time() - c0);
-        check(&t, "dojo sandbox");
-        row.steps = t.steps.len();
-        let s1 = Instant::now();
-        sb.teardown().await.ok();
-        setup += s1.elapsed();
-        row.setup.push(setup);
-    }
+    let s0 = Instant::now();
+    let sb = Sandbox::create(pristine, None, &SandboxOptions::default())
+        .await
+        .expect("sandbox");
+    let created = s0.elapsed();
+    timed_run(&sb, "dojo sandbox", row).await;
+    let s1 = Instant::now();
+    sb.teardown().await.ok();
+    row.setup.push(created + s1.elapsed());
 }
 
 /// One mini-swe-agent run in its own Python process. Adds the run to `row`; returns the
@@ -321,14 +317,7 @@ async fn main() {
         .unwrap_or_else(|| {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/msa-venv/bin/python")
         });
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!(
-        "host: {} cores, load average {}; {REPEATS} runs each, medians\n",
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
-        load.trim()
-    );
+    println!("{}; {REPEATS} runs each, medians\n", host_line());
     println!(
         "| agent (scripted model, same {} commands + submit) | steps | wall | agent CPU | agent CPU per step | sandbox create + teardown |",
         COMMANDS.len()
