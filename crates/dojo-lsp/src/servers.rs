@@ -211,45 +211,21 @@ fn check_launch(kind: ServerKind, launch: &Launch, key: &str) -> Result<(), LspE
     Ok(())
 }
 
-/// Unzip a wheel, making everything world-readable and `*/scripts/*` executable.
+/// Unpack a server's wheel. Wheels install their entry points from `*.data/scripts/`, which
+/// maturin does not always mark executable inside the zip, so those are made executable here.
 fn unzip(whl: &Path, dest: &Path) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
-    let f = std::fs::File::open(whl).map_err(|e| format!("{}: {e}", whl.display()))?;
-    let mut z = zip::ZipArchive::new(f).map_err(|e| format!("{}: {e}", whl.display()))?;
-    for i in 0..z.len() {
-        let mut entry = z
-            .by_index(i)
-            .map_err(|e| format!("{}: entry {i}: {e}", whl.display()))?;
-        let Some(rel) = entry.enclosed_name() else {
-            return Err(format!(
-                "{}: entry {:?} leaves the directory",
-                whl.display(),
-                entry.name()
-            ));
-        };
-        let out = dest.join(&rel);
-        if entry.is_dir() {
-            std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-            continue;
-        }
-        if let Some(parent) = out.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-        }
-        let mut file =
-            std::fs::File::create(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-        std::io::copy(&mut entry, &mut file).map_err(|e| format!("{}: {e}", out.display()))?;
-        let exec = rel.components().any(|c| c.as_os_str() == "scripts")
-            || entry.unix_mode().is_some_and(|m| m & 0o111 != 0);
-        let mode = if exec { 0o755 } else { 0o644 };
-        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| format!("{}: {e}", out.display()))?;
-    }
+    dojo_cache::archive::extract_zip(whl, dest).map_err(|e| e.to_string())?;
     for entry in walkdir::WalkDir::new(dest)
         .into_iter()
         .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_dir())
+        .filter(|e| e.file_type().is_file())
     {
-        let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o755));
+        let rel = entry.path().strip_prefix(dest).unwrap_or(entry.path());
+        if rel.components().any(|c| c.as_os_str() == "scripts") {
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| format!("{}: {e}", entry.path().display()))?;
+        }
     }
     Ok(())
 }

@@ -268,32 +268,7 @@ fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), String> {
         }
         Source::Archive { path } => {
             let x = tmp.join("x");
-            std::fs::create_dir_all(&x).map_err(|e| e.to_string())?;
-            let name = path.to_string_lossy().to_lowercase();
-            if name.ends_with(".zip") || name.ends_with(".whl") {
-                run(
-                    Command::new("unzip").arg("-q").arg(path).arg("-d").arg(&x),
-                    &format!("unzip {}", path.display()),
-                )?;
-            } else {
-                run(
-                    Command::new("tar")
-                        .args(["-x", "--no-same-owner", "-f"])
-                        .arg(path)
-                        .arg("-C")
-                        .arg(&x),
-                    &format!("extracting {}", path.display()),
-                )?;
-            }
-            let entries: Vec<_> = std::fs::read_dir(&x)
-                .map_err(|e| e.to_string())?
-                .flatten()
-                .collect();
-            let top = match entries.as_slice() {
-                [one] if one.file_type().is_ok_and(|t| t.is_dir()) => one.path(),
-                [] => return Err(format!("archive {} is empty", path.display())),
-                _ => x.clone(),
-            };
+            let top = dojo_cache::archive::unpack(path, &x).map_err(|e| e.to_string())?;
             std::fs::rename(&top, &tree).map_err(|e| e.to_string())?;
             let _ = std::fs::remove_dir_all(&x);
         }

@@ -76,32 +76,9 @@ pub fn ensure_uv() -> Result<PathBuf, String> {
 /// as an unprivileged uid).
 fn unpack_binary(wheel: &Path, dir: &Path) -> Result<(), String> {
     let member = format!("uv-{UV_VERSION}.data/scripts/uv");
-    let out = Command::new("unzip")
-        .arg("-q")
-        .arg("-o")
-        .arg("-j")
-        .arg(wheel)
-        .arg(&member)
-        .arg("-d")
-        .arg(dir)
-        .output()
-        .map_err(|e| {
-            format!(
-                "running unzip on {}: {e} (is unzip installed?)",
-                wheel.display()
-            )
-        })?;
-    if !out.status.success() {
-        return Err(format!(
-            "unzip {} {member}: {}",
-            wheel.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    use std::os::unix::fs::PermissionsExt;
     let bin = dir.join("uv");
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("chmod {}: {e}", bin.display()))?;
+    dojo_cache::archive::extract_zip_member(wheel, &member, &bin, 0o755)
+        .map_err(|e| e.to_string())?;
     let v = Command::new(&bin)
         .arg("--version")
         .output()
@@ -130,10 +107,6 @@ mod tests {
             println!("SKIPPED: no pinned uv wheel for {}", std::env::consts::ARCH);
             return;
         };
-        if Command::new("unzip").arg("-v").output().is_err() {
-            println!("SKIPPED: unzip not installed");
-            return;
-        }
         // Reuse the real download cache (the wheel is 17 MB), unpack into a fresh directory.
         let wheel = match dojo_cache::Cache::open().and_then(|c| c.fetch(url, sha256, file)) {
             Ok(w) => w,
@@ -154,10 +127,6 @@ mod tests {
 
     #[test]
     fn a_wheel_without_uv_is_a_clear_error() {
-        if Command::new("unzip").arg("-v").output().is_err() {
-            println!("SKIPPED: unzip not installed");
-            return;
-        }
         let dir = tempfile::tempdir().unwrap();
         let bogus = dir.path().join("bogus.whl");
         std::fs::write(&bogus, b"not a zip").unwrap();

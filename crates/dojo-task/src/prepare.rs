@@ -103,7 +103,7 @@ pub fn sdist_tree(cache: &Cache, task: &Task, s: &SdistSource) -> Result<PathBuf
     let key = dojo_cache::sha256_hex(format!("sdist-tree-v1\0{}\0{}", s.sha256, s.bug_patch));
     cache
         .get_or_build("task-src", &key, |tmp| {
-            build_tree(&archive, &s.filename, &s.bug_patch, tmp)
+            build_tree(&archive, &s.bug_patch, tmp)
         })
         .map_err(|e| err(task, "unpack", e.to_string()))
 }
@@ -124,38 +124,10 @@ fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
     }
 }
 
-fn build_tree(archive: &Path, filename: &str, bug_patch: &str, dest: &Path) -> Result<(), String> {
+fn build_tree(archive: &Path, bug_patch: &str, dest: &Path) -> Result<(), String> {
+    // The cache stores a download under its own file name, so the extension tells the format.
     let unpack = dest.join(".dojo-unpack");
-    std::fs::create_dir_all(&unpack).map_err(|e| e.to_string())?;
-    if filename.ends_with(".zip") || filename.ends_with(".whl") {
-        run(
-            Command::new("unzip")
-                .arg("-q")
-                .arg(archive)
-                .arg("-d")
-                .arg(&unpack),
-            "unzip",
-        )?;
-    } else {
-        // tar detects gzip/bzip2/xz itself.
-        run(
-            Command::new("tar")
-                .arg("-xf")
-                .arg(archive)
-                .arg("-C")
-                .arg(&unpack)
-                .arg("--no-same-owner"),
-            "tar",
-        )?;
-    }
-    let entries: Vec<PathBuf> = std::fs::read_dir(&unpack)
-        .map_err(|e| e.to_string())?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    let top = match entries.as_slice() {
-        [one] if one.is_dir() => one.clone(),
-        _ => unpack.clone(),
-    };
+    let top = dojo_cache::archive::unpack(archive, &unpack).map_err(|e| e.to_string())?;
     for e in std::fs::read_dir(&top).map_err(|e| e.to_string())? {
         let p = e.map_err(|e| e.to_string())?.path();
         let Some(name) = p.file_name() else { continue };
@@ -228,7 +200,7 @@ mod tests {
         let bug = "diff --git a/pkg/core.py b/pkg/core.py\n--- a/pkg/core.py\n+++ b/pkg/core.py\n@@ -1,2 +1,2 @@\n def inc(x):\n-    return x + 1\n+    return x + 2\n";
         let dest = work.path().join("out");
         std::fs::create_dir_all(&dest).unwrap();
-        build_tree(&tgz, "pkg-1.0.tar.gz", bug, &dest).unwrap();
+        build_tree(&tgz, bug, &dest).unwrap();
         let body = std::fs::read_to_string(dest.join("pkg/core.py")).unwrap();
         assert!(body.contains("x + 2"), "{body}");
         assert!(!dest.join(".git").exists() && !dest.join(".dojo-unpack").exists());
@@ -236,7 +208,7 @@ mod tests {
         let dest2 = work.path().join("out2");
         std::fs::create_dir_all(&dest2).unwrap();
         let bad = bug.replace("return x + 1", "return x + 9");
-        let e = build_tree(&tgz, "pkg-1.0.tar.gz", &bad, &dest2).unwrap_err();
+        let e = build_tree(&tgz, &bad, &dest2).unwrap_err();
         assert!(e.contains("git apply"), "{e}");
     }
 
