@@ -823,6 +823,8 @@ pub(crate) struct HolderPlan {
     pub launcher: Option<(Fd, Fd)>,
     /// Let the launcher keep a supervisor pre-warmed (see [`crate::launcher`]).
     pub prewarm: bool,
+    /// `LD_LIBRARY_PATH=…` for the launcher's own start ([`crate::launcher::loader_env`]).
+    pub launcher_env: Option<CString>,
 }
 
 /// Body of the pre_exec closure that becomes the holder. P (this process) stages the layers (as
@@ -1168,7 +1170,11 @@ unsafe fn holder_init(
     sys::send(status, sys::TAG_OK, 0, 0);
     libc::close(status);
     if let Some((exe, sock)) = launcher {
-        exec_launcher(exe, sock, life.unwrap_or(-1), plan.prewarm);
+        let loader = plan
+            .launcher_env
+            .as_ref()
+            .map_or(std::ptr::null(), |e| e.as_ptr());
+        exec_launcher(exe, sock, life.unwrap_or(-1), plan.prewarm, loader);
         // The exec failed: the caller sees EOF instead of the launcher's greeting and joins the
         // namespaces per command instead; we keep holding them.
         libc::close(sock);
@@ -1203,10 +1209,10 @@ unsafe fn holder_init(
 }
 
 /// Become the in-sandbox launcher: exec the calling binary (through an fd opened before the
-/// pivot) with only `DOJO_SANDBOX_LAUNCHER=<sock>,<lifeline>,<prewarm 1|0>` in its environment;
-/// the library's `.init_array` hook ([`crate::launcher`]) takes over before `main`. Returns only
-/// on failure.
-unsafe fn exec_launcher(exe: Fd, sock: Fd, life: Fd, prewarm: bool) {
+/// pivot) with only `DOJO_SANDBOX_LAUNCHER=<sock>,<lifeline>,<prewarm 1|0>` (and the caller's
+/// `LD_LIBRARY_PATH`, `loader`, when it has one) in its environment; the library's
+/// `.init_array` hook ([`crate::launcher`]) takes over before `main`. Returns only on failure.
+unsafe fn exec_launcher(exe: Fd, sock: Fd, life: Fd, prewarm: bool, loader: *const libc::c_char) {
     let mut env = [0u8; 64];
     let mut n = 0;
     for &b in crate::launcher::ENV_PREFIX {
@@ -1232,7 +1238,11 @@ unsafe fn exec_launcher(exe: Fd, sock: Fd, life: Fd, prewarm: bool) {
         }
     }
     let argv = [c"dojo-sandbox-launcher".as_ptr(), std::ptr::null()];
-    let envp = [env.as_ptr().cast::<libc::c_char>(), std::ptr::null()];
+    let envp = [
+        env.as_ptr().cast::<libc::c_char>(),
+        loader,
+        std::ptr::null(),
+    ];
     libc::syscall(
         libc::SYS_execveat,
         exe,

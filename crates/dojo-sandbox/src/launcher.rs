@@ -32,9 +32,15 @@
 //! Spares live in the sandbox's pid namespace and die with it. `DOJO_SANDBOX_PREWARM=0` turns
 //! this off.
 //!
-//! When the greeting does not come (the binary cannot be exec'd by the sandbox uid, or the hook
-//! was not linked), pid 1 keeps holding the namespaces and commands join them per command with
-//! `setns` as before; kept sandboxes re-attached from another process do the same.
+//! When the greeting does not come, commands join the namespaces per command with `setns`, as
+//! kept sandboxes re-attached from another process always do. If the exec itself failed (the
+//! sandbox uid cannot run the binary), pid 1 keeps holding the namespaces. If the exec worked
+//! but the new image died before `main` (the dynamic loader cannot find a shared library inside
+//! the sandbox: a `--features cuda` build whose CUDA libraries live under `/tmp` or in a
+//! directory only `LD_LIBRARY_PATH` names), pid 1 is gone with it: the sandbox is created again
+//! without a launcher, and the launcher stays off for the rest of the process, with one warning.
+//! The caller's `LD_LIBRARY_PATH` is passed to the launcher (never to commands) so that the
+//! loader looks where it looked on the host.
 
 #![allow(unsafe_op_in_unsafe_fn)]
 
@@ -475,21 +481,57 @@ pub fn set_prewarm(on: bool) {
     PREWARM.store(if on { 1 } else { 2 }, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Set once a launcher failed to start in this process: later sandboxes skip the attempt.
+static DISABLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The calling binary, opened once (an `O_PATH` fd that stays valid after the pivot and even if
-/// the file is replaced on disk).
+/// the file is replaced on disk). `DOJO_SANDBOX_LAUNCHER_EXE` names another binary to run as
+/// the launcher instead; tests use it to stand in one that cannot start.
 pub(crate) fn exe_fd() -> Option<RawFd> {
     static E: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
+    if DISABLED.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
     E.get_or_init(|| {
         if std::env::var("DOJO_LAUNCHER").is_ok_and(|v| v == "off" || v == "0") || !linked() {
             return None;
         }
+        let path = std::env::var_os("DOJO_SANDBOX_LAUNCHER_EXE")
+            .and_then(|p| CString::new(std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str())).ok())
+            .unwrap_or_else(|| c"/proc/self/exe".to_owned());
         // SAFETY: valid C string; the result is checked.
-        let fd = unsafe { libc::open(c"/proc/self/exe".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
         // SAFETY: fresh descriptor.
         (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
     })
     .as_ref()
     .map(|f| f.as_raw_fd())
+}
+
+/// A launcher was exec'd but never greeted. The usual cause is a binary that the dynamic loader
+/// cannot start inside the sandbox: one linking shared libraries from a directory the sandbox
+/// does not show (a `--features cuda` build with the CUDA libraries under `/tmp`, say). Stop
+/// trying for the rest of this process; commands join the sandbox per command instead (correct,
+/// but each one forks the caller). Said once, as a warning.
+pub(crate) fn disable() {
+    if !DISABLED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            "the in-sandbox launcher did not start (this binary, re-executed inside the \
+             sandbox, exited before answering; are its shared libraries visible there?); \
+             sandboxed commands now fork the caller instead, which is slower for a large \
+             caller. DOJO_LAUNCHER=off skips the attempt"
+        );
+    }
+}
+
+/// `LD_LIBRARY_PATH=…` of the caller, for the launcher's own start (never passed to commands):
+/// libraries found through it on the host are found the same way inside the sandbox when
+/// their directory is visible there.
+pub(crate) fn loader_env() -> Option<CString> {
+    let v = std::env::var_os("LD_LIBRARY_PATH")?;
+    let mut b = b"LD_LIBRARY_PATH=".to_vec();
+    b.extend_from_slice(std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()));
+    CString::new(b).ok()
 }
 
 /// A CLOEXEC unix stream socketpair.

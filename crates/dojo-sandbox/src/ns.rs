@@ -289,6 +289,25 @@ async fn start_holder(
     keep: bool,
     limits: &Limits,
 ) -> Result<Holder> {
+    let tried_launcher = launcher::exe_fd().is_some();
+    match start_holder_once(dir, generation, lower, venv, cg, keep, limits).await {
+        // The launcher took pid 1 down with it (see `launcher::disable`): once more, without.
+        Err(_) if tried_launcher && launcher::exe_fd().is_none() => {
+            start_holder_once(dir, generation, lower, venv, cg, keep, limits).await
+        }
+        r => r,
+    }
+}
+
+async fn start_holder_once(
+    dir: &Path,
+    generation: u32,
+    lower: &Path,
+    venv: Option<&Path>,
+    cg: Option<&dyn cgroup::CgroupHandle>,
+    keep: bool,
+    limits: &Limits,
+) -> Result<Holder> {
     let layer = make_layer_dir(dir, generation)?;
     for p in [lower, &layer].into_iter().chain(venv) {
         if !p.is_dir() {
@@ -348,6 +367,7 @@ async fn start_holder(
         shm_opts: cstr("mode=1777,size=256m"),
         launcher: exe.zip(socks.as_ref().map(|s| s.1.as_raw_fd())),
         prewarm: launcher::prewarm(),
+        launcher_env: exe.and_then(|_| launcher::loader_env()),
     };
     let mut cmd = tokio::process::Command::new("/bin/false");
     cmd.stdin(std::process::Stdio::null())
@@ -376,6 +396,9 @@ async fn start_holder(
     })
     .await
     .unwrap_or_default();
+    if exe.is_some() && client.is_none() && msgs.iter().any(|m| m.0 == sys::TAG_OK) {
+        launcher::disable();
+    }
     let pid = msgs.iter().find(|m| m.0 == sys::TAG_PID).map(|m| m.1);
     let kill = || {
         if let Some(p) = pid {
