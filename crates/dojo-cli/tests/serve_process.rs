@@ -7,6 +7,10 @@
 //! Then `dojo rollout` with an `openai` policy pointing at that server (issue 4): the whole
 //! agent loop, recorded and graded, with no infrastructure error.
 //!
+//! `DOJO_TEST_DEVICE` (default `cpu`) is passed to `dojo serve --device`, so the same tests
+//! check a `--features cuda` build on a GPU: `DOJO_TEST_DEVICE=cuda cargo test -p dojo-cli
+//! --features cuda --test serve_process`.
+//!
 //! Generation is kept short and greedy so the test stays fast in a debug build. Readiness is
 //! awaited on `/health`, never with fixed sleeps; no assertion depends on timing.
 
@@ -83,13 +87,15 @@ struct Serve {
 }
 
 impl Serve {
-    /// Start `dojo serve --model default --port 0` and wait for `/health`. Port 0 lets the
+    /// Start `dojo serve --model default --device $DOJO_TEST_DEVICE --port 0` and wait for
+    /// `/health`. Port 0 lets the
     /// kernel pick a free port; the server prints the address it bound, so there is no race
     /// between choosing a port and binding it.
     fn start(dir: &Path) -> Serve {
         let log = dir.join("serve.log");
         let mut child = Command::new(DOJO)
-            .args(["serve", "--model", "default", "--port", "0"])
+            .args(["serve", "--model", "default", "--port", "0", "--device"])
+            .arg(std::env::var("DOJO_TEST_DEVICE").unwrap_or_else(|_| "cpu".into()))
             .env("DOJO_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(File::create(&log).unwrap())
