@@ -214,6 +214,17 @@ pub fn load_gguf_with(
                     .map_err(terr)?;
                 Ok(QMatMul::from_qtensor(q8)?)
             }
+            // candle's CPU kernels for these types take blocks in pairs and panic on an odd
+            // count (a row of 32, 96, ... values): keep such a weight dense instead.
+            _ if device.is_cpu()
+                && matches!(
+                    q.dtype(),
+                    GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1
+                )
+                && q.shape().dims().last().is_some_and(|d| d % 64 != 0) =>
+            {
+                Ok(QMatMul::Tensor(q.dequantize(device).map_err(terr)?))
+            }
             _ => Ok(QMatMul::from_qtensor(q)?),
         }
     };
