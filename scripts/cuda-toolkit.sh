@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# A CUDA 13.4 toolkit from PyPI, for building dojo with `--features cuda` without a system
+# A CUDA 13.0 toolkit from PyPI, for building dojo with `--features cuda` without a system
 # install (no NVIDIA apt repository, no root). NVIDIA publishes nvcc, the headers and the
 # libraries as wheels; this unpacks the pinned ones into DIR and prints the environment to build
 # and run with:
 #
-#   eval "$(bash scripts/cuda-toolkit.sh ~/.local/cuda-13.4)"
+#   eval "$(bash scripts/cuda-toolkit.sh ~/.local/dojo-cuda)"
 #   cargo build --release -p dojo-cli --features cuda
 #   target/release/dojo serve --device cuda
 #
-# Why 13.4: the newest release that cudarc 0.19 (candle 0.11's CUDA layer) knows; nvcc 13.5 is
-# on PyPI but cudarc would refuse it.
+# Why 13.0 (Update 2): candle's kernels are compiled to PTX, which the driver compiles further
+# when they load, and a driver only takes PTX from a toolkit no newer than itself. 13.0 is what
+# every CUDA 13 driver (580 and later) runs; newer pins would need newer drivers. (cudarc 0.19,
+# candle 0.11's CUDA layer, knows 11.4 to 13.4; a 13.4 set from PyPI built dojo here as well.)
 #
 # The driver (libcuda.so.1) comes with the GPU's kernel module, never from PyPI. A binary built
 # with `--features cuda` links it, so it only starts where the NVIDIA driver is installed; the
@@ -25,9 +27,9 @@ cu="$dir/nvidia/cu13"
 if [ ! -x "$cu/bin/nvcc" ]; then
   wheels="$dir/wheels"
   "$py" -m pip download --quiet --disable-pip-version-check --no-deps -d "$wheels" \
-    nvidia-cuda-nvcc==13.4.92 nvidia-cuda-crt==13.4.92 nvidia-nvvm==13.4.92 \
-    nvidia-cuda-runtime==13.4.92 nvidia-cuda-nvrtc==13.4.92 nvidia-cuda-cccl==13.3.5.0.6 \
-    nvidia-cublas==13.10.0.20 nvidia-curand==10.4.5.25 >&2
+    nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 \
+    nvidia-cuda-runtime==13.0.96 nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-cccl==13.0.85 \
+    nvidia-cublas==13.1.0.3 nvidia-curand==10.4.0.35 >&2
   "$py" - "$wheels" "$dir" <<'EOF'
 import sys, zipfile, pathlib, os
 wheels, dest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
