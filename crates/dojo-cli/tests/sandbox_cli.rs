@@ -1,5 +1,6 @@
 //! `dojo sandbox ...` end to end through the real binary: doctor, run (output and exit code
-//! passed through), the `--keep` → exec → diff → rm life cycle, and a bad `--source`.
+//! passed through), the `--keep` → exec → diff → rm life cycle, a bad `--source`, and the same
+//! sandbox for an unprivileged user.
 //!
 //! Each test runs the binary with its own `$DOJO_HOME` (a temporary directory), so pristine trees
 //! and sandboxes never touch the user's cache. `auto` picks the namespace backend where the kernel
@@ -199,4 +200,72 @@ fn bad_source_is_a_clear_error_naming_it() {
         "error does not name the source: {err}"
     );
     assert_eq!(leftover_sandboxes(home.path()), Vec::<PathBuf>::new());
+}
+
+/// dojo run by an ordinary user: no root, no capabilities, only unprivileged user namespaces.
+/// Run as root (as CI does), the test drops to `nobody` with `setpriv` and checks that the same
+/// backend is chosen and a sandbox behaves as it does for root: the command sees the tree as
+/// uid 0 of its own namespace, writes go to the sandbox only, and nothing is left behind.
+#[test]
+fn an_unprivileged_user_gets_the_same_sandbox() {
+    let uid = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| text(&o.stdout));
+    if uid.ok().as_deref().map(str::trim) != Some("0") {
+        println!("SKIPPED: not root, so every other test here already runs unprivileged");
+        return;
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        assert!(!common::ci(), "setpriv (util-linux) is missing");
+        println!("SKIPPED: setpriv (util-linux) not installed");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("unprivileged");
+    let open = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+    // Everything `nobody` needs, under a directory it can reach: a copy of the binary (the
+    // build directory may sit below a private one), a source tree, a writable $DOJO_HOME.
+    open(dir.path(), 0o755).unwrap();
+    let bin = dir.path().join("dojo");
+    std::fs::copy(env!("CARGO_BIN_EXE_dojo"), &bin).unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("README.md"), "hello\n").unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    open(&home, 0o777).unwrap();
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&bin)
+            .args(args)
+            .env("HOME", &home)
+            .env("DOJO_HOME", &home)
+            .env_remove("DOJO_SANDBOX_BACKEND")
+            .output()
+            .expect("running dojo through setpriv")
+    };
+    let doctor = |out: Output| -> String {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["backend"].as_str().unwrap_or_default().to_string()
+    };
+    let root_backend = doctor(Home::new().dojo(&["sandbox", "doctor", "--json"]));
+    assert_eq!(
+        doctor(as_nobody(&["sandbox", "doctor", "--json"])),
+        root_backend
+    );
+    let script = "cat README.md; id -u; echo x > new; ls";
+    let src_arg = src.to_string_lossy();
+    let out = as_nobody(&[
+        "sandbox", "run", "--source", &src_arg, "--", "sh", "-c", script,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "hello\n0\nREADME.md\nnew\n");
+    assert!(
+        !src.join("new").exists(),
+        "the write reached the source tree"
+    );
+    assert_eq!(leftover_sandboxes(&home), Vec::<PathBuf>::new());
 }
