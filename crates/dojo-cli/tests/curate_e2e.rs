@@ -230,6 +230,10 @@ fn rollouts_to_curated_exports_that_datasets_loads() {
     };
     assert!(s.contains(expect), "{s}");
     assert!(s.contains(&format!("kept {n_model} trajectories")), "{s}");
+    // SmolLM2's template has no tool support: `auto` writes the calls into the text.
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["messages_style"], "inline", "{manifest}");
 
     // Each export format on its own; dedup and cap only, so the model's rollout is kept too.
     let mut outs = Vec::new();
@@ -244,6 +248,9 @@ fn rollouts_to_curated_exports_that_datasets_loads() {
             "dedup,cap",
             "--format",
             format,
+            // The OpenAI shape, whose tool-call arguments the checks below read.
+            "--messages-style",
+            "native",
         ]);
         let s = ok(&args);
         assert!(
@@ -316,7 +323,7 @@ fn rollouts_to_curated_exports_that_datasets_loads() {
                 for k in ["aligned", "labels_ok", "trained"] {
                     assert_eq!(tk[k], true, "tokens.parquet {k}: {got}");
                 }
-                assert_eq!(tk["schema_version"], "2");
+                assert_eq!(tk["schema_version"], "3");
             }
             "messages" => {
                 for f in ["messages.parquet", "messages.jsonl"] {

@@ -37,6 +37,16 @@ fn tools_opt(tools: &[Value]) -> Option<&[Value]> {
 }
 
 impl ChatModel for FormatModel {
+    fn inline_messages(
+        &self,
+        messages: &[Value],
+        tools: &[Value],
+        force: bool,
+    ) -> Option<Result<Vec<Value>, String>> {
+        (force || !self.format.template.supports_tools())
+            .then(|| crate::render::hermes_inline(messages, tools))
+    }
+
     fn sample(&self, messages: &[Value], tools: &[Value]) -> Result<Sample, String> {
         let s = self
             .format

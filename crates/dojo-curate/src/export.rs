@@ -1,13 +1,20 @@
 //! Writing the training data.
 //!
 //! * `tokens.parquet`: pre-tokenized (`input_ids`, `labels`, `assistant_masks`, metadata columns,
-//!   tokenizer/template fingerprints). TRL's SFTTrainer takes it as is; it is bit-exact with what
-//!   the target tokenizer and template produce, so no trainer re-templates anything.
+//!   tokenizer/template fingerprints), bit-exact with what the target tokenizer and template
+//!   produce, so no trainer re-templates anything. TRL's SFTTrainer takes it as is; verl takes it
+//!   through `data.custom_cls` with `python/dojo_verl.py`'s `DojoTokensDataset` (verl has no
+//!   pre-tokenized SFT dataset of its own). This is the exact route into every trainer.
 //! * `messages.jsonl` + `messages.parquet`: OpenAI-shaped `messages` (observations as
-//!   `role: tool`, `tool_calls[].function.arguments` as an object: a struct over the union of
-//!   argument keys in Parquet, see [`write_messages_parquet`]) plus `tools`, for verl's
-//!   multi-turn SFT dataset, TRL `assistant_only_loss`, OpenRLHF `--multiturn`.
-//! * `sharegpt.jsonl` (with a flag): LLaMA-Factory's sharegpt layout (`function_call`/`observation`).
+//!   `role: tool`, `tool_calls[].function.arguments` as objects) plus `tools` (objects), up to the
+//!   last assistant turn: for verl's `MultiTurnSFTDataset`, TRL's conversational datasets,
+//!   OpenRLHF's `--apply_chat_template --multiturn`. These trainers render the messages with the
+//!   model's own template, so two limits apply: a template without tool support (SmolLM2's)
+//!   drops the tool calls, and in Parquet, objects are structs over the union of their keys, so
+//!   absent keys come back as nulls (see [`write_messages_parquet`]). Checked against each
+//!   trainer by the scripts in `examples/trainers/`.
+//! * `sharegpt.jsonl` (with a flag): LLaMA-Factory's sharegpt layout (`function_call` as the
+//!   thought and a `<tool_call>` block, `observation`).
 //!
 //! Every file carries [`EXPORT_SCHEMA_VERSION`]: Parquet in its key-value metadata (footer and
 //! Arrow schema), all of them in `manifest.json`.
@@ -32,7 +39,9 @@ use crate::view::{Traj, arguments_object, content_text, role};
 
 /// Version of every export layout this crate writes. Bump on any column/field change.
 /// 2: `tool_calls[].function.arguments` in the messages Parquet is a struct (was JSON text).
-pub const EXPORT_SCHEMA_VERSION: u32 = 2;
+/// 3: `tools` in the messages Parquet is a list of structs (was JSON text); sharegpt calls are
+///    `<tool_call>` blocks; messages exports end with the last assistant turn.
+pub const EXPORT_SCHEMA_VERSION: u32 = 3;
 
 /// Errors writing exports; each names the file.
 #[derive(Debug, thiserror::Error)]
@@ -122,6 +131,17 @@ pub fn portable_message(m: &Value) -> Value {
         }
     }
     Value::Object(out)
+}
+
+/// The conversation up to and including its last assistant turn, where every export ends. What
+/// follows it (the observation of the final `submit`) trains nothing, and trainers that take the
+/// last message as the response to learn (OpenRLHF's SFT dataset) would otherwise invent one
+/// from it.
+pub fn through_last_assistant(messages: &[Value]) -> &[Value] {
+    match messages.iter().rposition(|m| role(m) == "assistant") {
+        Some(last) => &messages[..=last],
+        None => messages,
+    }
 }
 
 /// One messages-export row.
@@ -309,7 +329,8 @@ fn opt_str(m: &Value, k: &str) -> Option<String> {
 }
 
 /// Writes the messages Parquet. `messages` is a list of structs (role, content,
-/// reasoning_content, tool_calls, tool_call_id, name); absent fields are null.
+/// reasoning_content, tool_calls, tool_call_id, name); absent fields are null. `tools` is a list
+/// of structs built the same way as the arguments below.
 ///
 /// `tool_calls[].function.arguments` is a struct, as the trainers' loaders expect objects: its
 /// fields are the union of the argument keys over the whole file (nested objects and lists
@@ -435,14 +456,29 @@ pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), E
     );
     fields.push(named(f, "messages"));
     cols.push(a);
-    fields.push(Field::new("tools", DataType::Utf8, false));
-    cols.push(Arc::new(StringArray::from_iter_values(
-        rows.iter()
-            .map(|r| Value::Array(r.tools.clone()).to_string()),
-    )));
+    // tools: list<struct> over the union of the tool schemas' keys, like the arguments. verl
+    // hands the column to `apply_chat_template(tools=...)`, which takes objects, not JSON text.
+    let tools: Vec<Value> = rows.iter().map(|r| Value::Array(r.tools.clone())).collect();
+    let tools_ty = tools
+        .iter()
+        .fold(Ty::Unknown, |t, v| t.merge(Ty::of(v)))
+        .finish();
+    let tools_ty = match tools_ty {
+        Ty::List(_) => tools_ty,
+        // No tools anywhere: still a list column.
+        _ => Ty::List(Box::new(Ty::Json)),
+    };
+    let mut tools_json_paths = Vec::new();
+    tools_ty.json_paths("tools", &mut tools_json_paths);
+    let (tools_type, tools_array) = tools_ty.build(&tools.iter().map(Some).collect::<Vec<_>>());
+    fields.push(Field::new("tools", tools_type, false));
+    cols.push(tools_array);
     let kv = kv_metadata(
         "messages",
-        &[("dojo.arguments_json_paths", json_paths.join(","))],
+        &[
+            ("dojo.arguments_json_paths", json_paths.join(",")),
+            ("dojo.tools_json_paths", tools_json_paths.join(",")),
+        ],
     );
     finish(path, fields, cols, kv)
 }
@@ -652,11 +688,7 @@ pub fn write_messages_jsonl(path: &Path, rows: &[MessagesRow]) -> Result<(), Exp
 pub fn to_sharegpt(messages: &[Value], tools: &[Value]) -> Result<Value, String> {
     let mut system = Vec::new();
     let mut conv: Vec<Value> = Vec::new();
-    let last_assistant = messages.iter().rposition(|m| role(m) == "assistant");
-    for (i, m) in messages.iter().enumerate() {
-        if last_assistant.is_some_and(|l| i > l) {
-            break;
-        }
+    for (i, m) in through_last_assistant(messages).iter().enumerate() {
         let text = content_text(m);
         let (from, value) = match role(m) {
             "system" => {
@@ -679,10 +711,14 @@ pub fn to_sharegpt(messages: &[Value], tools: &[Value]) -> Result<Value, String>
                     } else {
                         Value::Array(calls).to_string()
                     };
+                    // The thought, then the call(s) in one `<tool_call>` block: what LLaMA-Factory's
+                    // FunctionFormatter looks for (by the template's tool-call words) before it
+                    // parses the JSON and keeps the text around it as the thought.
+                    let block = format!("<tool_call>\n{body}\n</tool_call>");
                     let value = if text.trim().is_empty() {
-                        body
+                        block
                     } else {
-                        format!("<think>{}</think>{body}", text.trim())
+                        format!("{}\n{block}", text.trim())
                     };
                     ("function_call", value)
                 }
@@ -853,12 +889,19 @@ mod tests {
             froms,
             ["human", "function_call", "observation", "function_call"]
         );
+        // LLaMA-Factory's FunctionFormatter finds the `<tool_call>` block and keeps the text
+        // before it as the thought (checked with llamafactory 0.9.5:
+        // examples/trainers/llamafactory_check.py).
         assert_eq!(
             conv[1]["value"],
-            "<think>look</think>[{\"name\":\"bash\",\"arguments\":{\"command\":\"ls\"}},{\"name\":\"bash\",\"arguments\":{\"command\":\"pwd\"}}]"
+            "look\n<tool_call>\n[{\"name\":\"bash\",\"arguments\":{\"command\":\"ls\"}},{\"name\":\"bash\",\"arguments\":{\"command\":\"pwd\"}}]\n</tool_call>"
         );
         assert_eq!(conv[2]["value"], "x.py\n/testbed");
-        assert_eq!(conv[3]["value"], "{\"name\":\"submit\",\"arguments\":{}}");
+        assert_eq!(
+            conv[3]["value"],
+            "<tool_call>\n{\"name\":\"submit\",\"arguments\":{}}\n</tool_call>"
+        );
+        assert_eq!(through_last_assistant(&msgs).len(), msgs.len() - 1);
     }
 
     #[test]

@@ -21,4 +21,4 @@ pub mod report;
 pub mod view;
 
 pub use pipeline::{Config, CurateError, FilterSet, Formats, Outcome, run};
-pub use render::{ChatModel, Masking};
+pub use render::{ChatModel, Masking, MessagesStyle};

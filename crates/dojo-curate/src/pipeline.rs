@@ -13,7 +13,7 @@ use crate::export::{
 };
 use crate::filters::{self, Cand, DifficultyConfig, DifficultyStats, FormatConfig, StageReport};
 use crate::input::{self, Problem};
-use crate::render::{self, ChatModel, Masking};
+use crate::render::{self, ChatModel, Masking, MessagesStyle};
 use crate::report::{self, Histogram};
 use crate::view::Traj;
 
@@ -100,6 +100,8 @@ pub struct Config {
     /// Keep trajectories whose recorded prompt ids differ from the target tokenizer's (e.g. to
     /// distil another model's rollouts); by default they are dropped as a tokenizer mismatch.
     pub allow_tokenizer_mismatch: bool,
+    /// How the messages exports write tool calls.
+    pub messages_style: MessagesStyle,
 }
 
 impl Config {
@@ -121,6 +123,7 @@ impl Config {
             threads: 0,
             report: true,
             allow_tokenizer_mismatch: false,
+            messages_style: MessagesStyle::Auto,
         }
     }
 }
@@ -159,6 +162,8 @@ pub struct Outcome {
     pub kept_turns: Vec<usize>,
     pub written: Vec<PathBuf>,
     pub seconds: BTreeMap<String, f64>,
+    /// How the messages exports wrote tool calls: `native` or `inline`.
+    pub messages_style: &'static str,
 }
 
 fn threads(n: usize) -> usize {
@@ -287,6 +292,29 @@ fn tokenize_stage(
     kept
 }
 
+/// The rows with their messages as `model`'s template is given them (`None` when it takes the
+/// OpenAI shape and `force` is off). The token export rendered these very messages, so a
+/// failure here is a bug, not bad input.
+fn inline_rows(
+    model: &dyn ChatModel,
+    rows: &[MessagesRow],
+    force: bool,
+) -> Result<Option<Vec<MessagesRow>>, CurateError> {
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let messages = match model.inline_messages(&r.messages, &r.tools, force) {
+            Some(m) => m.map_err(|e| CurateError::Config(format!("{}: {e}", r.meta.traj_id)))?,
+            None => return Ok(None),
+        };
+        out.push(MessagesRow {
+            meta: r.meta.clone(),
+            messages,
+            tools: Vec::new(),
+        });
+    }
+    Ok(Some(out))
+}
+
 /// Runs the pipeline. `model` is the target chat template + tokenizer; without one, token
 /// budgets use the recorded usage and no token export is written.
 pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, CurateError> {
@@ -295,6 +323,11 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, Curat
     if cfg.formats.tokens && model.is_none() {
         return Err(CurateError::Config(
             "the token export needs a target model (tokenizer + chat template)".into(),
+        ));
+    }
+    if cfg.messages_style == MessagesStyle::Inline && model.is_none() {
+        return Err(CurateError::Config(
+            "--messages-style inline writes what a target model's template is given: it needs a target model".into(),
         ));
     }
     let loaded = input::load(&cfg.inputs);
@@ -424,7 +457,11 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, Curat
             }
         };
         let multi = ws.len() > 1;
-        for w in ws {
+        for mut w in ws {
+            // Every export ends with the window's last assistant turn (see
+            // `export::through_last_assistant`).
+            let keep = crate::export::through_last_assistant(&w.messages).len();
+            w.messages.truncate(keep);
             let traj_id = if multi {
                 format!("{}#{}/{}", t.task_id, t.sample, w.part)
             } else {
@@ -505,11 +542,17 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, Curat
         files.push(p);
     }
     if cfg.formats.messages {
+        let inline = match (cfg.messages_style, model) {
+            (MessagesStyle::Native, _) | (_, None) => None,
+            (style, Some(m)) => inline_rows(m, &msg_rows, style == MessagesStyle::Inline)?,
+        };
+        out.messages_style = if inline.is_some() { "inline" } else { "native" };
+        let rows = inline.as_ref().unwrap_or(&msg_rows);
         let p = cfg.out.join("messages.jsonl");
-        export::write_messages_jsonl(&p, &msg_rows)?;
+        export::write_messages_jsonl(&p, rows)?;
         files.push(p);
         let p = cfg.out.join("messages.parquet");
-        export::write_messages_parquet(&p, &msg_rows)?;
+        export::write_messages_parquet(&p, rows)?;
         files.push(p);
     }
     if cfg.formats.sharegpt {
@@ -640,6 +683,7 @@ fn write_manifest(
         "files": out.written.iter().filter_map(|f| f.file_name()).map(|f| f.to_string_lossy()).collect::<Vec<_>>(),
         "model": fp,
         "masking": cfg.masking,
+        "messages_style": out.messages_style,
         "config": cfg,
         "input": {
             "files": out.files_read, "bytes": out.bytes_read, "lines": out.lines,

@@ -48,6 +48,56 @@ pub trait ChatModel: Send + Sync {
     fn template_fingerprint(&self) -> String;
     /// Human-readable model name for manifests.
     fn name(&self) -> String;
+    /// The messages with tools, calls and results written into the text (Hermes style: what a
+    /// template without tool support is given, so exactly the token export's text for such a
+    /// template). `None` when the template takes the OpenAI shape and `force` is off.
+    fn inline_messages(
+        &self,
+        messages: &[Value],
+        tools: &[Value],
+        force: bool,
+    ) -> Option<Result<Vec<Value>, String>> {
+        force.then(|| hermes_inline(messages, tools))
+    }
+}
+
+/// Tools, calls and results written into the messages' text, Hermes style (`dojo-chat`'s
+/// normalisation for templates without tool support; Qwen2.5's own template renders the OpenAI
+/// shape to the same text).
+pub fn hermes_inline(messages: &[Value], tools: &[Value]) -> Result<Vec<Value>, String> {
+    let tools = (!tools.is_empty()).then_some(tools);
+    dojo_chat::normalize_messages(messages, tools, false)
+        .map(|n| n.messages)
+        .map_err(|e| e.to_string())
+}
+
+/// How the messages exports write tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessagesStyle {
+    /// Inline when the target template has no tool support (it would drop OpenAI `tool_calls`
+    /// when a trainer renders the messages), native otherwise (default).
+    Auto,
+    /// OpenAI shape: `tool_calls`, `role: tool`, `tools`.
+    Native,
+    /// What the target template is given: tools in the system message, `<tool_call>` text in
+    /// assistant content, results as `user` messages; rendered by that template, exactly the
+    /// token export's text. Needs a target model.
+    Inline,
+}
+
+impl std::str::FromStr for MessagesStyle {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(MessagesStyle::Auto),
+            "native" => Ok(MessagesStyle::Native),
+            "inline" => Ok(MessagesStyle::Inline),
+            other => Err(format!(
+                "unknown messages style {other:?} (auto, native, inline)"
+            )),
+        }
+    }
 }
 
 /// Which assistant turns carry loss.

@@ -376,6 +376,8 @@ fn datasets_loads_every_export_with_expected_columns_and_rows() {
     let out = dir.path().join("out");
     let mut cfg = dojo_curate::Config::new(vec![input], out.clone());
     cfg.formats.sharegpt = true;
+    // The OpenAI shape (SmolLM2's template has no tool support, so `auto` would write inline).
+    cfg.messages_style = dojo_curate::MessagesStyle::Native;
     let model = FormatModel::new(format, &gguf.display().to_string());
     let res = dojo_curate::run(&cfg, Some(&model)).unwrap();
     // a: 2 pass, b: 1, c: 3 -> cap 2 each -> 5 samples; d always fails.
@@ -400,6 +402,11 @@ for name, kind, path in [("tokens", "parquet", "tokens.parquet"), ("messages_par
         # Absent keys read as None from the Parquet's struct; datasets keeps the JSONL's objects.
         drop_none = lambda d: {k: v for k, v in d.items() if v is not None}
         res[name]["all_args"] = [drop_none(c["function"]["arguments"]) for r in ds for m in r["messages"] for c in (m.get("tool_calls") or [])]
+        # Tools are objects in both (verl passes them to apply_chat_template as they are).
+        clean = lambda v: ({k: clean(x) for k, x in v.items() if x is not None} if isinstance(v, dict)
+                           else [clean(x) for x in v] if isinstance(v, list) else v)
+        res[name]["tools_are_objects"] = all(isinstance(t, dict) for r in ds for t in r["tools"])
+        res[name]["tools"] = [clean(r["tools"]) for r in ds]
 import pyarrow.parquet as pq
 res["schema_version"] = pq.read_metadata(f"{out}/tokens.parquet").metadata[b"dojo.schema_version"].decode()
 print(json.dumps(res))
@@ -441,10 +448,16 @@ print(json.dumps(res))
     assert!(cols("sharegpt").contains(&"conversations".to_string()));
     assert_eq!(
         r["messages_jsonl"]["roles"],
-        json!(["system", "user", "assistant", "tool", "assistant", "tool"])
+        json!(["system", "user", "assistant", "tool", "assistant"]),
+        "the export ends with the last assistant turn"
     );
     assert_eq!(r["messages_jsonl"]["args"]["command"], "ls 0");
-    assert_eq!(r["schema_version"], "2");
+    assert_eq!(r["schema_version"], "3");
+    for k in ["messages_parquet", "messages_jsonl"] {
+        assert_eq!(r[k]["tools_are_objects"], true, "{k}: {r}");
+    }
+    assert_eq!(r["messages_parquet"]["tools"], r["messages_jsonl"]["tools"]);
+    assert!(r["messages_jsonl"]["tools"][0][0].is_object(), "{r}");
     // Arguments are dicts in the Parquet, the same ones `datasets` reads from the JSONL.
     assert!(r["messages_parquet"]["all_args"][0].is_object());
     assert_eq!(
@@ -545,4 +558,43 @@ print(json.dumps(res))
     assert_eq!(r["mixed"]["paths"], json!([".timeout"]));
     assert_eq!(r["plain"]["equal_datasets_jsonl"], true, "{r}");
     assert_eq!(r["plain"]["ours"], r["plain"]["pyarrow_inferred"], "{r}");
+}
+
+/// `--messages-style auto` with a template that has no tool support (SmolLM2's): the messages
+/// exports carry the calls in the text, and rendered by the model's own template they are the
+/// token export's tokens exactly; a trainer that renders them (OpenRLHF, TRL, verl) trains what
+/// `tokens.parquet` trains.
+#[test]
+fn inline_messages_render_to_the_token_export() {
+    let format =
+        match dojo_chat::default_model_path().and_then(|p| dojo_chat::ChatFormat::from_gguf(&p)) {
+            Ok(f) => f,
+            Err(e) => return skip(&format!("default model unavailable: {e}")),
+        };
+    let model = FormatModel::new(format, "smollm2");
+    for row in dojo_curate::fixtures::rows_with_varied_arguments(false) {
+        let inline = model
+            .inline_messages(&row.messages, &row.tools, false)
+            .expect("SmolLM2's template has no tool support: auto writes inline")
+            .unwrap();
+        assert!(
+            inline
+                .iter()
+                .all(|m| m.get("tool_calls").is_none() && m["role"] != "tool")
+        );
+        assert!(inline.iter().any(|m| {
+            m["content"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("<tool_call>")
+        }));
+        let native = model.sample(&row.messages, &row.tools).unwrap();
+        let rendered = model.sample(&inline, &[]).unwrap();
+        assert_eq!(rendered.input_ids, native.input_ids, "{}", row.meta.traj_id);
+        assert_eq!(
+            rendered.assistant_masks, native.assistant_masks,
+            "{}",
+            row.meta.traj_id
+        );
+    }
 }

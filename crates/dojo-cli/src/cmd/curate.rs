@@ -47,6 +47,12 @@ pub struct CurateArgs {
     /// arguments are objects in both), sharegpt.
     #[arg(long, default_value = "parquet,messages")]
     pub format: String,
+    /// How the messages exports write tool calls: `native` (OpenAI `tool_calls`, `role: tool`,
+    /// `tools`), `inline` (in the text, Hermes style: what a template without tool support is
+    /// given; for trainers that do not pass tools to the template, e.g. OpenRLHF), or `auto`
+    /// (inline when the target template has no tool support, which would drop the calls).
+    #[arg(long, default_value = "auto")]
+    pub messages_style: String,
     /// Which assistant turns carry loss: all-assistant or last-turn.
     #[arg(long, default_value = "all-assistant")]
     pub masking: String,
@@ -93,6 +99,7 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
     cfg.difficulty.high = args.difficulty_high;
     cfg.lsp_tool = args.lsp_tool.clone();
     cfg.masking = args.masking.parse().map_err(anyhow::Error::msg)?;
+    cfg.messages_style = args.messages_style.parse().map_err(anyhow::Error::msg)?;
     cfg.formats = formats(&args.format)?;
     cfg.threads = args.threads;
     cfg.report = !args.no_report;

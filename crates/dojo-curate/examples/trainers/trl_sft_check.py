@@ -14,24 +14,12 @@ import tempfile
 
 import gguf
 from datasets import load_dataset
-from transformers import LlamaConfig, LlamaForCausalLM
 from trl import SFTConfig, SFTTrainer
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../tests/py"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import tiny_llama  # noqa: E402
 from hf_oracle import load  # noqa: E402  (the tokenizer from the GGUF, as the oracle test does)
-
-
-def tiny_model(vocab):
-    cfg = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=32768,
-    )
-    return LlamaForCausalLM(cfg)
 
 
 def train(name, dataset, tok, **extra):
@@ -47,7 +35,7 @@ def train(name, dataset, tok, **extra):
             logging_steps=1,
             **extra,
         )
-        trainer = SFTTrainer(model=tiny_model(len(tok)), args=args, train_dataset=dataset, processing_class=tok)
+        trainer = SFTTrainer(model=tiny_llama(len(tok)), args=args, train_dataset=dataset, processing_class=tok)
         batch = next(iter(trainer.get_train_dataloader()))
         trained = int((batch["labels"] != -100).sum())
         total = int(batch["labels"].numel())

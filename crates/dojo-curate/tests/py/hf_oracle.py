@@ -40,6 +40,14 @@ def load(path):
         token_id = meta.get(f"tokenizer.ggml.{key}")
         tok_config[name] = tok_dict["tokens"][token_id] if token_id is not None else None
     backend, _ = convert_gguf_tokenizer(meta["general.architecture"], tok_dict)
+    if meta.get("tokenizer.ggml.pre") == "smollm":
+        # The converter ignores the pre-tokenizer name and uses ByteLevel alone; SmolLM2's own
+        # tokenizer.json splits digits first ("\n    35": `ĊĠĠĠĠ 3 5`, not `ĊĠĠĠ Ġ 3 5`).
+        from tokenizers import pre_tokenizers as pt
+
+        backend.pre_tokenizer = pt.Sequence(
+            [pt.Digits(individual_digits=True), pt.ByteLevel(add_prefix_space=False, use_regex=True)]
+        )
     return PreTrainedTokenizerFast(tokenizer_object=backend, **tok_config)
 
 
