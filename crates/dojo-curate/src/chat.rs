@@ -37,14 +37,8 @@ fn tools_opt(tools: &[Value]) -> Option<&[Value]> {
 }
 
 impl ChatModel for FormatModel {
-    fn inline_messages(
-        &self,
-        messages: &[Value],
-        tools: &[Value],
-        force: bool,
-    ) -> Option<Result<Vec<Value>, String>> {
-        (force || !self.format.template.supports_tools())
-            .then(|| crate::render::hermes_inline(messages, tools))
+    fn supports_tools(&self) -> bool {
+        self.format.template.supports_tools()
     }
 
     fn sample(&self, messages: &[Value], tools: &[Value]) -> Result<Sample, String> {

@@ -292,27 +292,20 @@ fn tokenize_stage(
     kept
 }
 
-/// The rows with their messages as `model`'s template is given them (`None` when it takes the
-/// OpenAI shape and `force` is off). The token export rendered these very messages, so a
-/// failure here is a bug, not bad input.
-fn inline_rows(
-    model: &dyn ChatModel,
-    rows: &[MessagesRow],
-    force: bool,
-) -> Result<Option<Vec<MessagesRow>>, CurateError> {
-    let mut out = Vec::with_capacity(rows.len());
-    for r in rows {
-        let messages = match model.inline_messages(&r.messages, &r.tools, force) {
-            Some(m) => m.map_err(|e| CurateError::Config(format!("{}: {e}", r.meta.traj_id)))?,
-            None => return Ok(None),
-        };
-        out.push(MessagesRow {
-            meta: r.meta.clone(),
-            messages,
-            tools: Vec::new(),
-        });
-    }
-    Ok(Some(out))
+/// The rows with tools, calls and results written into the text ([`render::hermes_inline`]).
+/// The token export rendered these very messages, so a failure here is a bug, not bad input.
+fn inline_rows(rows: &[MessagesRow]) -> Result<Vec<MessagesRow>, CurateError> {
+    rows.iter()
+        .map(|r| {
+            let messages = render::hermes_inline(&r.messages, &r.tools)
+                .map_err(|e| CurateError::Config(format!("{}: {e}", r.meta.traj_id)))?;
+            Ok(MessagesRow {
+                meta: r.meta.clone(),
+                messages,
+                tools: Vec::new(),
+            })
+        })
+        .collect()
 }
 
 /// Runs the pipeline. `model` is the target chat template + tokenizer; without one, token
@@ -543,8 +536,14 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<Outcome, Curat
     }
     if cfg.formats.messages {
         let inline = match (cfg.messages_style, model) {
-            (MessagesStyle::Native, _) | (_, None) => None,
-            (style, Some(m)) => inline_rows(m, &msg_rows, style == MessagesStyle::Inline)?,
+            (MessagesStyle::Inline, Some(_)) => true,
+            (MessagesStyle::Auto, Some(m)) => !m.supports_tools(),
+            _ => false,
+        };
+        let inline = if inline {
+            Some(inline_rows(&msg_rows)?)
+        } else {
+            None
         };
         out.messages_style = if inline.is_some() { "inline" } else { "native" };
         let rows = inline.as_ref().unwrap_or(&msg_rows);

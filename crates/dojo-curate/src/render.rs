@@ -48,22 +48,17 @@ pub trait ChatModel: Send + Sync {
     fn template_fingerprint(&self) -> String;
     /// Human-readable model name for manifests.
     fn name(&self) -> String;
-    /// The messages with tools, calls and results written into the text (Hermes style: what a
-    /// template without tool support is given, so exactly the token export's text for such a
-    /// template). `None` when the template takes the OpenAI shape and `force` is off.
-    fn inline_messages(
-        &self,
-        messages: &[Value],
-        tools: &[Value],
-        force: bool,
-    ) -> Option<Result<Vec<Value>, String>> {
-        force.then(|| hermes_inline(messages, tools))
+    /// Whether the template renders OpenAI `tools` and `tool_calls` itself. One that does not
+    /// is given them inline ([`hermes_inline`]), and drops them when a trainer renders the
+    /// OpenAI shape with it.
+    fn supports_tools(&self) -> bool {
+        true
     }
 }
 
 /// Tools, calls and results written into the messages' text, Hermes style (`dojo-chat`'s
-/// normalisation for templates without tool support; Qwen2.5's own template renders the OpenAI
-/// shape to the same text).
+/// normalisation for templates without tool support, so exactly the token export's text for
+/// such a template; Qwen2.5's own template renders the OpenAI shape to the same text).
 pub fn hermes_inline(messages: &[Value], tools: &[Value]) -> Result<Vec<Value>, String> {
     let tools = (!tools.is_empty()).then_some(tools);
     dojo_chat::normalize_messages(messages, tools, false)

@@ -572,11 +572,12 @@ fn inline_messages_render_to_the_token_export() {
             Err(e) => return skip(&format!("default model unavailable: {e}")),
         };
     let model = FormatModel::new(format, "smollm2");
+    assert!(
+        !model.supports_tools(),
+        "SmolLM2's template has no tool support: auto writes inline"
+    );
     for row in dojo_curate::fixtures::rows_with_varied_arguments(false) {
-        let inline = model
-            .inline_messages(&row.messages, &row.tools, false)
-            .expect("SmolLM2's template has no tool support: auto writes inline")
-            .unwrap();
+        let inline = dojo_curate::render::hermes_inline(&row.messages, &row.tools).unwrap();
         assert!(
             inline
                 .iter()

@@ -33,12 +33,12 @@
 //! this off.
 //!
 //! When the greeting does not come, commands join the namespaces per command with `setns`, as
-//! kept sandboxes re-attached from another process always do. If the exec itself failed (the
-//! sandbox uid cannot run the binary), pid 1 keeps holding the namespaces. If the exec worked
-//! but the new image died before `main` (the dynamic loader cannot find a shared library inside
-//! the sandbox: a `--features cuda` build whose CUDA libraries live under `/tmp` or in a
-//! directory only `LD_LIBRARY_PATH` names), pid 1 is gone with it: the sandbox is created again
-//! without a launcher, and the launcher stays off for the rest of the process, with one warning.
+//! kept sandboxes re-attached from another process always do, and the launcher stays off for
+//! the rest of the process, with one warning. If the exec itself failed (the sandbox uid cannot
+//! run the binary), pid 1 keeps holding the namespaces. If the exec worked but the new image
+//! died before `main` (the dynamic loader cannot find a shared library inside the sandbox: a
+//! `--features cuda` build whose CUDA libraries live under `/tmp` or in a directory only
+//! `LD_LIBRARY_PATH` names), pid 1 is gone with it and the sandbox is created again without one.
 //! The caller's `LD_LIBRARY_PATH` is passed to the launcher (never to commands) so that the
 //! loader looks where it looked on the host.
 
@@ -508,7 +508,7 @@ pub(crate) fn exe_fd() -> Option<RawFd> {
     .map(|f| f.as_raw_fd())
 }
 
-/// A launcher was exec'd but never greeted. The usual cause is a binary that the dynamic loader
+/// A launcher never greeted. The usual cause is a binary that the dynamic loader
 /// cannot start inside the sandbox: one linking shared libraries from a directory the sandbox
 /// does not show (a `--features cuda` build with the CUDA libraries under `/tmp`, say). Stop
 /// trying for the rest of this process; commands join the sandbox per command instead (correct,

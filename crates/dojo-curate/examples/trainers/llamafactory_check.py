@@ -41,14 +41,16 @@ except ImportError:
     from transformers import AutoTokenizer
 
     def load(path):
-        return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+        # The same converter, without hf_oracle's repair of SmolLM2's pre-tokenizer.
+        tok = AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+        return smollm2_pre_tokenizer(tok)
 
 TEMPLATE = "qwen"
 
 
 def target_tokenizer(gguf_path):
     """SmolLM2's tokenizer and chat template from the GGUF (no model hub), pre-tokenizer as shipped."""
-    tok = smollm2_pre_tokenizer(load(gguf_path))
+    tok = load(gguf_path)
     fields = gguf.GGUFReader(gguf_path).fields
     tok.chat_template = fields["tokenizer.chat_template"].contents()
     # The GGUF's special-token ids, as hf_oracle sets them (transformers 5.15's `gguf_file=` loader

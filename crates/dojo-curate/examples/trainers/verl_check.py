@@ -47,7 +47,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import smollm2_pre_tokenizer, tiny_llama  # noqa: E402
+from common import tiny_llama  # noqa: E402
 HERMES_TEMPLATE = os.path.join(HERE, "../../../dojo-chat/tests/fixtures/qwen2_5.jinja")
 # The supported verl dataset class over tokens.parquet.
 DOJO_VERL = os.path.abspath(os.path.join(HERE, "../../python/dojo_verl.py"))
@@ -62,12 +62,9 @@ def save_tokenizer(gguf_path, out_dir):
 
     tok = load(gguf_path)
     fields = gguf.GGUFReader(gguf_path).fields
+    # hf_oracle.load rebuilds SmolLM2's digit-splitting pre-tokenizer, which transformers' GGUF
+    # converter drops.
     tok.chat_template = fields["tokenizer.chat_template"].contents()
-    if fields["tokenizer.ggml.pre"].contents() == "smollm":
-        # transformers' GGUF converter gives plain ByteLevel; SmolLM2's tokenizer.json (and our
-        # `dojo-chat` tokenizer) split digits first, which changes ids wherever whitespace meets a
-        # digit ("\n   533": ["\n   ", "5", ...] vs ["\n  ", " ", "5", ...]).
-        smollm2_pre_tokenizer(tok)
     tok.save_pretrained(out_dir)
     print(f"saved {gguf_path} tokenizer ({len(tok)} tokens) to {out_dir}")
 
