@@ -105,12 +105,15 @@ impl ClientConfig {
     }
 
     /// From `OPENAI_BASE_URL` (several URLs may be separated by commas) and `OPENAI_API_KEY`;
-    /// `OPENAI_MODEL` optionally names the model.
+    /// `OPENAI_MODEL` optionally names the model; `DOJO_LLM_TIMEOUT` (seconds) replaces the
+    /// 600 s request timeout, so a hung endpoint does not cost ten minutes per attempt.
     pub fn from_env() -> Result<Self, LlmError> {
         Self::from_vars(|k| std::env::var(k).ok())
     }
 
-    fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, LlmError> {
+    /// [`ClientConfig::from_env`] over any variable lookup (tests, or a settings file read
+    /// as variables).
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, LlmError> {
         let base =
             get("OPENAI_BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".to_string());
         let key = get("OPENAI_API_KEY").filter(|k| !k.is_empty());
@@ -128,8 +131,31 @@ impl ClientConfig {
         if endpoints.is_empty() {
             return Err(LlmError::Config("OPENAI_BASE_URL names no endpoint".into()));
         }
-        Ok(Self::new(endpoints))
+        let mut cfg = Self::new(endpoints);
+        if let Some(t) = get(TIMEOUT_VAR).filter(|t| !t.trim().is_empty()) {
+            cfg.request_timeout = t
+                .trim()
+                .parse::<f64>()
+                .map_err(|e| e.to_string())
+                .and_then(timeout_secs)
+                .map_err(|e| LlmError::Config(format!("{TIMEOUT_VAR}={t:?}: {e}")))?;
+        }
+        Ok(cfg)
     }
+}
+
+/// The environment variable holding the request timeout in seconds.
+pub const TIMEOUT_VAR: &str = "DOJO_LLM_TIMEOUT";
+
+/// A request timeout from seconds (a policy file's `request_timeout_s`, [`TIMEOUT_VAR`]): a
+/// positive, finite number.
+pub fn timeout_secs(secs: f64) -> Result<Duration, String> {
+    if secs.is_nan() || secs <= 0.0 {
+        return Err(format!(
+            "a request timeout must be positive seconds, not {secs}"
+        ));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{secs} s: {e}"))
 }
 
 /// Request counters of one endpoint.

@@ -16,7 +16,10 @@ mod client;
 mod error;
 mod wire;
 
-pub use client::{ClientConfig, EndpointConfig, EndpointStats, OpenAiClient, SharedClient};
+pub use client::{
+    ClientConfig, EndpointConfig, EndpointStats, OpenAiClient, SharedClient, TIMEOUT_VAR,
+    timeout_secs,
+};
 pub use error::{FailureClass, LlmError};
 pub use wire::*;
 

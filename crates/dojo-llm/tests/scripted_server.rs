@@ -250,6 +250,39 @@ async fn a_stalled_server_times_out() {
     assert!(err.is_retryable() && err.is_infrastructure());
 }
 
+/// `DOJO_LLM_TIMEOUT` replaces the 600 s default: a hung endpoint costs what the user set.
+#[tokio::test]
+async fn the_request_timeout_is_set_by_the_environment() {
+    let (url, _) = serve(vec![Answer::Stall(Duration::from_secs(30))]).await;
+    let vars = |timeout: &'static str| {
+        let url = url.clone();
+        move |k: &str| match k {
+            "OPENAI_BASE_URL" => Some(url.clone()),
+            "DOJO_LLM_TIMEOUT" => Some(timeout.to_string()),
+            _ => None,
+        }
+    };
+    let mut cfg = ClientConfig::from_vars(vars("0.3")).unwrap();
+    assert_eq!(cfg.request_timeout, Duration::from_millis(300));
+    cfg.max_retries = 0;
+    let err = OpenAiClient::new(cfg)
+        .unwrap()
+        .complete(request())
+        .await
+        .unwrap_err();
+    match err {
+        LlmError::Timeout { after, .. } => assert_eq!(after, Duration::from_millis(300)),
+        other => panic!("expected a timeout, got {other}"),
+    }
+    // Unset: the default; nonsense: a configuration error naming the variable.
+    let unset = ClientConfig::from_vars(vars("")).unwrap();
+    assert_eq!(unset.request_timeout, Duration::from_secs(600));
+    for bad in ["0", "-1", "soon"] {
+        let e = ClientConfig::from_vars(vars(bad)).unwrap_err().to_string();
+        assert!(e.contains("DOJO_LLM_TIMEOUT"), "{bad}: {e}");
+    }
+}
+
 #[tokio::test]
 async fn closed_connections_and_refused_ports_are_connection_errors() {
     // A server that reads the request and hangs up without answering.
