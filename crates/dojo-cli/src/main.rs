@@ -28,13 +28,13 @@ enum Command {
     #[command(subcommand)]
     Tasks(cmd::tasks::TasksCmd),
     /// Check that tasks are runnable (test patch fails, gold patch passes); fill in F2P/P2P.
-    Validate(cmd::tasks::ValidateArgs),
+    Validate(cmd::validate::ValidateArgs),
     /// Grade SWE-bench predictions.
-    Eval(cmd::tasks::EvalArgs),
+    Eval(cmd::eval::EvalArgs),
     /// Run a policy on tasks, K samples each, resumably.
     Rollout(cmd::rollout::RolloutArgs),
     /// The main job: the bundled benchmark end to end, with an HTML report.
-    Demo(cmd::rollout::DemoArgs),
+    Demo(cmd::demo::DemoArgs),
     /// Serve a model over an OpenAI-compatible API.
     Serve(cmd::serve::ServeArgs),
     /// Ask a language server what the agent's lsp_tool would.
@@ -77,10 +77,10 @@ fn main() -> anyhow::Result<()> {
     let code = match cli.command {
         Command::Sandbox(c) => cmd::sandbox::run(c)?,
         Command::Tasks(c) => cmd::tasks::run_tasks(c)?,
-        Command::Validate(a) => cmd::tasks::run_validate(a)?,
-        Command::Eval(a) => cmd::tasks::run_eval(a)?,
+        Command::Validate(a) => cmd::validate::run(a)?,
+        Command::Eval(a) => cmd::eval::run(a)?,
         Command::Rollout(a) => cmd::rollout::run_rollout(a)?,
-        Command::Demo(a) => cmd::rollout::run_demo(a)?,
+        Command::Demo(a) => cmd::demo::run(a)?,
         Command::Serve(a) => cmd::serve::run(a)?,
         Command::Lsp(a) => cmd::lsp::run(a)?,
         Command::Curate(a) => cmd::curate::run(a)?,

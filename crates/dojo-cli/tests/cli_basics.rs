@@ -39,3 +39,26 @@ fn serve_on_cuda_without_the_feature_is_a_clear_error() {
     assert!(!out.status.success());
     assert!(stderr.contains("--features cuda"), "stderr: {stderr}");
 }
+
+/// `dojo demo` writes under `$DOJO_HOME/demo` by default, says so first, and leaves nothing in
+/// the directory it was started from (here it stops early, at a task file that does not exist).
+#[test]
+fn demo_writes_under_dojo_home_not_the_working_directory() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dojo"))
+        .args(["demo", "--no-model", "--tasks", "no-such-tasks.jsonl"])
+        .env("DOJO_HOME", home.path())
+        .current_dir(cwd.path())
+        .output()
+        .expect("running the dojo binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "stderr: {stderr}");
+    let want = home.path().join("demo");
+    assert!(
+        stderr.contains(&format!("writing into {}", want.display())),
+        "stderr: {stderr}"
+    );
+    assert!(want.is_dir());
+    assert_eq!(std::fs::read_dir(cwd.path()).unwrap().count(), 0);
+}

@@ -20,8 +20,8 @@
 
 use std::time::{Duration, Instant};
 
-use dojo_grade::batch::{self, BatchOptions, EvalJob, Prediction, TaskPreparer};
-use dojo_grade::{GradeOptions, Outcome, grade_in_sandbox};
+use dojo_grade::batch::{self, BatchOptions, EvalJob, Prediction};
+use dojo_grade::{GradeOptions, Verdict, grade_in_sandbox};
 use dojo_sandbox::{ExecRequest, Sandbox, SandboxOptions};
 use dojo_task::Task;
 
@@ -49,7 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut whole = Vec::new();
     let mut previous = Vec::new();
     let out_dir = tempfile::tempdir()?;
-    let preparer = TaskPreparer::default();
+    let preparer = dojo_task::Preparer::default();
     let quiet = BatchOptions {
         progress: false,
         force: true,
@@ -71,9 +71,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
         let t0 = Instant::now();
         let sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), &sopts).await?;
-        let r = grade_in_sandbox(&sb, &task, &env, Some(&task.patch), &gopts).await?;
+        let r = grade_in_sandbox(&sb, &task, &env, Some(&task.patch), &gopts).await;
         verdict.push(t0.elapsed().as_secs_f64());
-        assert_eq!(r.outcome, Outcome::Resolved, "{:?}", r.error);
+        assert_eq!(r.outcome, Verdict::Resolved, "{:?}", r.error);
         sb.teardown().await?;
 
         let job = EvalJob {
@@ -89,7 +89,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t0 = Instant::now();
         let rs = batch::eval_jobs(vec![job], out_dir.path(), &preparer, &quiet).await;
         whole.push(t0.elapsed().as_secs_f64());
-        assert_eq!(rs[0].outcome, Outcome::Resolved, "{:?}", rs[0].error);
+        assert_eq!(rs[0].outcome, Verdict::Resolved, "{:?}", rs[0].error);
 
         // The flow before this change, for comparison: one sandbox process per step (patch
         // write + apply + cleanup for each patch, a restore script) and an inline teardown.
@@ -105,9 +105,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         assert!(sb.exec(&ExecRequest::shell(restore)).await?.success());
         assert!(sb.apply_patch(&task.test_patch).await?.applied());
         let out = sb.exec(&req).await?;
-        let sm = dojo_grade::Parser::by_name(&env.log_parser)
-            .ok_or("parser")?
-            .parse(&out.stdout_lossy());
+        let sm = dojo_grade::Parser::from(env.log_parser).parse(&out.stdout_lossy());
         assert!(!sm.is_empty());
         sb.teardown().await?;
         previous.push(t0.elapsed().as_secs_f64());
@@ -216,7 +214,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .await;
         evals.push(t0.elapsed().as_secs_f64());
-        let resolved = rs.iter().filter(|r| r.outcome == Outcome::Resolved).count();
+        let resolved = rs.iter().filter(|r| r.outcome == Verdict::Resolved).count();
         assert_eq!(resolved, subset.len(), "not all gold patches resolved");
     }
     let (sb_, ev) = (median(sums.clone()), median(evals.clone()));

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use dojo_grade::{GradeOptions, Outcome, grade_in_sandbox};
+use dojo_grade::{GradeOptions, Verdict, grade_in_sandbox};
 use dojo_sandbox::{ExecRequest, Sandbox, SandboxOptions};
 
 mod common;
@@ -128,16 +128,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t0 = Instant::now();
         let sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), &sopts).await?;
         let t1 = Instant::now();
-        let r = grade_in_sandbox(&sb, &task, &env, Some(&task.patch), &gopts).await?;
+        let r = grade_in_sandbox(&sb, &task, &env, Some(&task.patch), &gopts).await;
         let test_s = r.test_duration_s.unwrap_or(0.0);
         steps
             .entry("7 grade_in_sandbox outside its sandbox process")
             .or_default()
             .push(t1.elapsed().as_secs_f64() - test_s);
         time!("7 grade_in_sandbox + create (no teardown)", t0);
-        assert_eq!(r.outcome, Outcome::Resolved, "{:?}", r.error);
+        assert_eq!(r.outcome, Verdict::Resolved, "{:?}", r.error);
         let t0 = Instant::now();
-        let parser = dojo_grade::Parser::by_name(&env.log_parser).ok_or("parser")?;
+        let parser = dojo_grade::Parser::from(env.log_parser);
         let sm = dojo_grade::status_map_of(&r, parser);
         time!("8 parse the log again", t0);
         assert!(!sm.is_empty());

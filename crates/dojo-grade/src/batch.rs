@@ -1,61 +1,21 @@
 //! Many instances at once: `dojo eval` (predictions → per-instance reports + run summary,
 //! resumable, concurrent) and `dojo validate` (test patch alone vs gold patch), with progress.
 //!
-//! Preparing a task (pristine tree, Python environment) is behind [`Preparer`], so callers can
-//! share built trees and environments between runs; [`TaskPreparer`] is the standard one.
+//! Tasks are prepared (pristine tree, Python environment) by the caller's
+//! [`dojo_task::Preparer`], so a caller that grades several batches prepares each task once.
 
-use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use dojo_sandbox::{Pristine, PythonEnv, Sandbox, SandboxOptions};
-use dojo_task::{PrepareOptions, RepoEnv, Task};
+use dojo_sandbox::{Sandbox, SandboxOptions};
+use dojo_task::{Preparer, RepoEnv, Task};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::Value;
 
-use crate::report::{ErrorKind, InstanceReport, MalformedLine, Outcome};
+use crate::Semantics;
+pub use crate::predictions::Prediction;
+use crate::report::{ErrorKind, InstanceReport, Verdict};
 use crate::run::{GradeOptions, Validation, grade_in_sandbox, validate_in_sandbox};
-use crate::{GradeError, Semantics};
-
-/// What a sandbox for one task is built from.
-#[derive(Debug, Clone)]
-pub struct Prepared {
-    pub pristine: Pristine,
-    pub env: Option<PythonEnv>,
-}
-
-/// Builds (or finds in the cache) what a task's sandbox needs. Failures are infrastructure
-/// failures of the given kind.
-pub trait Preparer: Send + Sync {
-    fn prepare(
-        &self,
-        task: &Task,
-        env: &RepoEnv,
-    ) -> impl Future<Output = Result<Prepared, (ErrorKind, String)>> + Send;
-}
-
-/// The standard preparer: [`dojo_task::prepare`] (pristine tree and venv, both cached in
-/// `$DOJO_HOME`, built once).
-#[derive(Debug, Clone, Default)]
-pub struct TaskPreparer {
-    pub prepare_opts: PrepareOptions,
-}
-
-impl Preparer for TaskPreparer {
-    async fn prepare(&self, task: &Task, env: &RepoEnv) -> Result<Prepared, (ErrorKind, String)> {
-        let (t, e, o) = (task.clone(), env.clone(), self.prepare_opts.clone());
-        let p = tokio::task::spawn_blocking(move || dojo_task::prepare(&t, &e, &o))
-            .await
-            .map_err(|e| (ErrorKind::Runner, e.to_string()))?
-            .map_err(|e| (ErrorKind::EnvBuild, e.to_string()))?;
-        Ok(Prepared {
-            pristine: p.pristine,
-            env: Some(p.env),
-        })
-    }
-}
 
 /// Options shared by eval and validate.
 #[derive(Debug, Clone)]
@@ -80,144 +40,6 @@ impl Default for BatchOptions {
     }
 }
 
-/// One SWE-bench prediction.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Prediction {
-    pub instance_id: String,
-    pub model_name_or_path: String,
-    /// `None` when the line had `null`.
-    pub model_patch: Option<String>,
-    pub line: usize,
-}
-
-/// Read a predictions file (JSONL; a JSON list or `{id: prediction}` object also works).
-/// Bad lines are returned separately with their line numbers; the rest are usable.
-pub fn load_predictions(
-    path: &Path,
-) -> Result<(Vec<Prediction>, Vec<MalformedLine>), std::io::Error> {
-    let bytes = std::fs::read(path)?;
-    let text = String::from_utf8_lossy(&bytes);
-    let mut items: Vec<(usize, Result<Value, String>)> = Vec::new();
-    let trimmed = text.trim_start();
-    let whole =
-        if trimmed.starts_with('[') || (trimmed.starts_with('{') && !text.trim().contains('\n')) {
-            serde_json::from_str::<Value>(&text).ok()
-        } else {
-            None
-        };
-    match whole {
-        Some(Value::Array(a)) => {
-            items.extend(a.into_iter().enumerate().map(|(i, v)| (i + 1, Ok(v))))
-        }
-        Some(Value::Object(m)) if !m.contains_key("instance_id") => {
-            items.extend(m.into_iter().enumerate().map(|(i, (_, v))| (i + 1, Ok(v))))
-        }
-        Some(v @ Value::Object(_)) => items.push((1, Ok(v))),
-        _ => {
-            for (i, line) in text.split('\n').enumerate() {
-                if line.trim().is_empty() {
-                    continue;
-                }
-                items.push((
-                    i + 1,
-                    serde_json::from_str::<Value>(line).map_err(|e| format!("not JSON: {e}")),
-                ));
-            }
-        }
-    }
-    let mut preds = Vec::new();
-    let mut bad = Vec::new();
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for (line, v) in items {
-        let v = match v {
-            Ok(v) => v,
-            Err(reason) => {
-                bad.push(MalformedLine { line, reason });
-                continue;
-            }
-        };
-        let Some(obj) = v.as_object() else {
-            bad.push(MalformedLine {
-                line,
-                reason: "not a JSON object".into(),
-            });
-            continue;
-        };
-        let id = match obj.get("instance_id").and_then(Value::as_str) {
-            Some(id) if valid_id(id) => id.to_string(),
-            Some(id) => {
-                bad.push(MalformedLine {
-                    line,
-                    reason: format!("instance_id {id:?} is not usable as a directory name"),
-                });
-                continue;
-            }
-            None => {
-                bad.push(MalformedLine {
-                    line,
-                    reason: "missing string field instance_id".into(),
-                });
-                continue;
-            }
-        };
-        let patch = match obj.get("model_patch") {
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(Value::Null) => None,
-            None => {
-                bad.push(MalformedLine {
-                    line,
-                    reason: format!("instance {id}: missing field model_patch"),
-                });
-                continue;
-            }
-            Some(_) => {
-                bad.push(MalformedLine {
-                    line,
-                    reason: format!("instance {id}: model_patch is not a string or null"),
-                });
-                continue;
-            }
-        };
-        if let Some(first) = seen.get(&id) {
-            bad.push(MalformedLine {
-                line,
-                reason: format!(
-                    "instance {id}: duplicate prediction (first on line {first}); ignored"
-                ),
-            });
-            continue;
-        }
-        seen.insert(id.clone(), line);
-        let model = obj
-            .get("model_name_or_path")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown")
-            .to_string();
-        preds.push(Prediction {
-            instance_id: id,
-            model_name_or_path: model,
-            model_patch: patch,
-            line,
-        });
-    }
-    Ok((preds, bad))
-}
-
-fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && !id.contains('/')
-        && !id.contains('\0')
-        && id != "."
-        && id != ".."
-        && !id.starts_with('.')
-}
-
-fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, data)?;
-    std::fs::rename(&tmp, path)
-}
-
 /// Persist one instance's files: `report.json`, `test_output.txt`, `patch.diff`.
 pub fn write_instance(
     dir: &Path,
@@ -231,7 +53,7 @@ pub fn write_instance(
     std::fs::write(dir.join("test_output.txt"), &report.test_output)?;
     let json = serde_json::to_vec_pretty(&report.to_json()).map_err(std::io::Error::other)?;
     // The report goes last: its presence marks the instance as graded (resume).
-    write_atomic(&dir.join("report.json"), &json)
+    dojo_cache::write_atomic(&dir.join("report.json"), &json)
 }
 
 /// A previous report worth keeping (graded, or the agent's own patch failure). Infrastructure
@@ -299,16 +121,19 @@ impl Pipeline {
     }
 }
 
-async fn with_sandbox<P: Preparer, T>(
-    preparer: &P,
+async fn with_sandbox<T>(
+    preparer: &Preparer,
     task: &Task,
     env: &RepoEnv,
     sandbox_opts: &SandboxOptions,
     pipeline: &Pipeline,
-    f: impl AsyncFnOnce(&mut Sandbox) -> Result<T, GradeError>,
-) -> Result<Result<T, GradeError>, (ErrorKind, String)> {
-    let prepared = preparer.prepare(task, env).await?;
-    let mut sb = Sandbox::create(&prepared.pristine, prepared.env.as_ref(), sandbox_opts)
+    f: impl AsyncFnOnce(&mut Sandbox) -> T,
+) -> Result<T, (ErrorKind, String)> {
+    let prepared = preparer
+        .prepare(task, env)
+        .await
+        .map_err(|e| (ErrorKind::EnvBuild, e.to_string()))?;
+    let mut sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), sandbox_opts)
         .await
         .map_err(|e| (ErrorKind::Runner, format!("creating the sandbox: {e}")))?;
     // The semaphore is never closed; an error here would be a bug, reported as the runner's.
@@ -333,10 +158,10 @@ pub struct EvalJob {
 
 /// Grade every job into `out/<instance_id>/`, `workers` at a time; returns every report
 /// (previous ones included when resuming).
-pub async fn eval_jobs<P: Preparer>(
+pub async fn eval_jobs(
     jobs: Vec<EvalJob>,
     out: &Path,
-    preparer: &P,
+    preparer: &Preparer,
     opts: &BatchOptions,
 ) -> Vec<InstanceReport> {
     let pb = Arc::new(bar(jobs.len(), opts.progress, "eval"));
@@ -377,25 +202,21 @@ pub async fn eval_jobs<P: Preparer>(
     results
 }
 
-async fn eval_one<P: Preparer>(
+async fn eval_one(
     job: &EvalJob,
-    preparer: &P,
+    preparer: &Preparer,
     opts: &BatchOptions,
     pipeline: &Pipeline,
 ) -> InstanceReport {
     let id = &job.prediction.instance_id;
-    let parser_name = job
-        .env
-        .as_ref()
-        .map(|e| e.log_parser.clone())
-        .unwrap_or_default();
-    let base = InstanceReport::new(id, opts.grade.semantics, &parser_name);
+    let parser_name = job.env.as_ref().map_or("", |e| e.log_parser.name());
+    let base = InstanceReport::new(id, opts.grade.semantics, parser_name);
     let patch = job.prediction.model_patch.as_deref();
     if patch.is_none_or(|p| p.trim().is_empty()) && !opts.grade.run_empty_patch {
         let mut r = base;
         r.patch_is_none = patch.is_none();
         r.patch_exists = patch.is_some();
-        r.outcome = Outcome::EmptyPatch;
+        r.outcome = Verdict::EmptyPatch;
         return r;
     }
     let env = match &job.env {
@@ -412,16 +233,15 @@ async fn eval_one<P: Preparer>(
     )
     .await;
     match graded {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => base.fail(ErrorKind::EnvBuild, e.to_string()),
+        Ok(r) => r,
         Err((kind, msg)) => base.fail(kind, msg),
     }
 }
 
 /// Validate tasks, `workers` at a time; each result carries its task's index.
-pub async fn validate_tasks<P: Preparer>(
+pub async fn validate_tasks(
     tasks: Vec<(usize, Task, Result<RepoEnv, String>)>,
-    preparer: &P,
+    preparer: &Preparer,
     opts: &BatchOptions,
 ) -> Vec<(usize, Validation)> {
     let pb = Arc::new(bar(tasks.len(), opts.progress, "validate"));
@@ -449,10 +269,10 @@ pub async fn validate_tasks<P: Preparer>(
     out
 }
 
-async fn validate_one<P: Preparer>(
+async fn validate_one(
     task: &Task,
     env: Result<RepoEnv, String>,
-    preparer: &P,
+    preparer: &Preparer,
     opts: &BatchOptions,
     pipeline: &Pipeline,
 ) -> Validation {
@@ -480,8 +300,7 @@ async fn validate_one<P: Preparer>(
     )
     .await
     {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => failed(e.to_string()),
+        Ok(v) => v,
         Err((kind, msg)) => failed(format!("{}: {msg}", kind.as_str())),
     }
 }
@@ -502,45 +321,6 @@ pub fn instance_dir(out: &Path, id: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn predictions_bad_lines_are_reported_and_rest_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("preds.jsonl");
-        std::fs::write(
-            &p,
-            concat!(
-                r#"{"instance_id":"a","model_name_or_path":"m","model_patch":"diff"}"#,
-                "\n",
-                "{broken\n",
-                r#"{"instance_id":"b","model_patch":null}"#,
-                "\n",
-                r#"{"model_patch":"x"}"#,
-                "\n",
-                r#"{"instance_id":"../x","model_patch":"x"}"#,
-                "\n",
-                r#"{"instance_id":"a","model_patch":"again"}"#,
-                "\n",
-                r#"{"instance_id":"c","model_patch":5}"#,
-                "\n",
-            ),
-        )
-        .unwrap();
-        let (preds, bad) = load_predictions(&p).unwrap();
-        assert_eq!(
-            preds
-                .iter()
-                .map(|p| p.instance_id.as_str())
-                .collect::<Vec<_>>(),
-            ["a", "b"]
-        );
-        assert_eq!(preds[1].model_patch, None);
-        assert_eq!(
-            bad.iter().map(|b| b.line).collect::<Vec<_>>(),
-            [2, 4, 5, 6, 7]
-        );
-        assert!(bad[3].reason.contains("duplicate"));
-    }
 
     #[test]
     fn infra_failures_are_retried_on_resume() {

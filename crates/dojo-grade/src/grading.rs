@@ -52,23 +52,8 @@ impl Semantics {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EvalType {
-    #[default]
-    PassAndFail,
-    FailOnly,
-}
-
-impl EvalType {
-    pub fn by_name(s: &str) -> Option<EvalType> {
-        match s {
-            "pass_and_fail" => Some(EvalType::PassAndFail),
-            "fail_only" => Some(EvalType::FailOnly),
-            _ => None,
-        }
-    }
-}
+/// How FAIL_TO_PASS / PASS_TO_PASS are judged; typed where tasks are loaded.
+pub use dojo_task::EvalType;
 
 /// `{"success": [...], "failure": [...]}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

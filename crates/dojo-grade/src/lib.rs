@@ -20,12 +20,14 @@
 //!   [`dojo_sandbox::Sandbox`]. Infrastructure failures (environment, test patch, timeout,
 //!   runner) are [`ErrorKind`]s with `infra_failure = true`, never "unresolved".
 //! - [`batch`]: `dojo eval` / `dojo validate` over many instances (resumable, concurrent,
-//!   progress bar, sandboxes torn down in the background), [`batch::load_predictions`] (bad
-//!   lines reported with their line numbers).
+//!   progress bar, sandboxes torn down in the background).
+//! - [`predictions`]: the SWE-bench predictions record, [`read_predictions`] (bad lines reported
+//!   with their line numbers) and [`write_predictions`].
 
 pub mod batch;
 pub mod grading;
 pub mod parsers;
+pub mod predictions;
 pub mod report;
 pub mod run;
 
@@ -35,20 +37,11 @@ pub use grading::{
     resolution_status,
 };
 pub use parsers::{Parser, StatusMap};
+pub use predictions::{Prediction, read_predictions, write_predictions};
 pub use report::{
-    ErrorKind, InstanceReport, MalformedLine, Outcome, RunSummary, SCHEMA_VERSION,
+    ErrorKind, InstanceReport, MalformedLine, RunSummary, SCHEMA_VERSION, Verdict,
     eval_report_from_log,
 };
 pub use run::{
     GradeOptions, Validation, check_patch, grade_in_sandbox, status_map_of, validate_in_sandbox,
 };
-
-/// Configuration errors (grading cannot even start). Everything that happens while grading is
-/// reported in the [`InstanceReport`] instead.
-#[derive(Debug, thiserror::Error)]
-pub enum GradeError {
-    #[error("instance {instance_id}: unknown log parser {name:?} (known: {known})", known = parsers::PARSER_NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))]
-    UnknownParser { instance_id: String, name: String },
-    #[error("instance {instance_id}: unknown eval_type {name:?} (pass_and_fail or fail_only)")]
-    BadEvalType { instance_id: String, name: String },
-}

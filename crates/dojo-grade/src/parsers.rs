@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
+use dojo_task::LogParser;
 use regex::Regex;
 
 /// Test statuses (`TestStatus` upstream), in the enum's order (the order `any(...)` checks).
@@ -88,29 +89,33 @@ pub enum Parser {
     Matplotlib,
 }
 
-/// Every accepted name → parser (`PARSER_REGISTRY`'s Python entries, without the prefix).
-pub const PARSER_NAMES: &[(&str, Parser)] = &[
-    ("pytest", Parser::Pytest),
-    ("pytest_options", Parser::PytestOptions),
-    ("django", Parser::Django),
-    ("pytest_v2", Parser::PytestV2),
-    ("seaborn", Parser::Seaborn),
-    ("sympy", Parser::Sympy),
-    ("matplotlib", Parser::Matplotlib),
-    ("astroid", Parser::Pytest),
-    ("flask", Parser::Pytest),
-    ("marshmallow", Parser::Pytest),
-    ("pvlib", Parser::Pytest),
-    ("pyvista", Parser::Pytest),
-    ("sqlfluff", Parser::Pytest),
-    ("xarray", Parser::Pytest),
-    ("pydicom", Parser::PytestOptions),
-    ("requests", Parser::PytestOptions),
-    ("pylint", Parser::PytestOptions),
-    ("astropy", Parser::PytestV2),
-    ("scikit", Parser::PytestV2),
-    ("sphinx", Parser::PytestV2),
-];
+/// Every accepted name → its parser (`PARSER_REGISTRY`'s Python entries: repository names
+/// are aliases). Exhaustive, so a name added to [`LogParser`] must be given a parser here.
+impl From<LogParser> for Parser {
+    fn from(name: LogParser) -> Parser {
+        match name {
+            LogParser::Pytest
+            | LogParser::Astroid
+            | LogParser::Flask
+            | LogParser::Marshmallow
+            | LogParser::Pvlib
+            | LogParser::Pyvista
+            | LogParser::Sqlfluff
+            | LogParser::Xarray => Parser::Pytest,
+            LogParser::PytestOptions
+            | LogParser::Pydicom
+            | LogParser::Requests
+            | LogParser::Pylint => Parser::PytestOptions,
+            LogParser::PytestV2 | LogParser::Astropy | LogParser::Scikit | LogParser::Sphinx => {
+                Parser::PytestV2
+            }
+            LogParser::Django => Parser::Django,
+            LogParser::Seaborn => Parser::Seaborn,
+            LogParser::Sympy => Parser::Sympy,
+            LogParser::Matplotlib => Parser::Matplotlib,
+        }
+    }
+}
 
 /// `MAP_REPO_TO_PARSER_PY`.
 pub const REPO_PARSERS: &[(&str, &str)] = &[
@@ -137,11 +142,7 @@ pub const REPO_PARSERS: &[(&str, &str)] = &[
 impl Parser {
     /// `pytest` or `parse_log_pytest` (the `log_parser` field of SWE-bench rows).
     pub fn by_name(name: &str) -> Option<Parser> {
-        let short = name.strip_prefix("parse_log_").unwrap_or(name);
-        PARSER_NAMES
-            .iter()
-            .find(|(n, _)| *n == short)
-            .map(|(_, p)| *p)
+        LogParser::by_name(name).map(Parser::from)
     }
     pub fn for_repo(repo: &str) -> Option<Parser> {
         REPO_PARSERS
@@ -504,10 +505,11 @@ mod tests {
         /// No input makes a parser panic, and every key/value is non-empty-free of newlines.
         #[test]
         fn parsers_total_on_arbitrary_text(s in "(PASSED|FAILED|SKIPPED|ERROR|XFAIL|test_| \\.\\.\\. |ok|\\[|\\]|/|-| |\n|\r|\x1c|_|\\.py:|[a-z]){0,60}") {
-            for (_, p) in PARSER_NAMES {
+            for name in LogParser::ALL {
+                let p = Parser::from(*name);
                 let m = p.parse(&s);
                 for (k, _) in m.iter() {
-                    proptest::prop_assert!(!k.contains('\n') || *p == Parser::Django || *p == Parser::Sympy);
+                    proptest::prop_assert!(!k.contains('\n') || p == Parser::Django || p == Parser::Sympy);
                 }
             }
         }

@@ -52,7 +52,7 @@ impl ErrorKind {
 /// The verdict of one instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum Verdict {
     Resolved,
     Unresolved,
     /// No patch submitted (empty or null): not run, as the harness does.
@@ -74,7 +74,7 @@ pub struct InstanceReport {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub tests_status: Option<TestsStatus>,
     pub schema_version: u32,
-    pub outcome: Outcome,
+    pub outcome: Verdict,
     #[serde(default)]
     pub error_kind: Option<ErrorKind>,
     /// True for infrastructure failures (never the agent's fault).
@@ -111,7 +111,7 @@ impl InstanceReport {
             resolved: false,
             tests_status: None,
             schema_version: SCHEMA_VERSION,
-            outcome: Outcome::Unresolved,
+            outcome: Verdict::Unresolved,
             error_kind: None,
             infra_failure: false,
             error: None,
@@ -128,7 +128,7 @@ impl InstanceReport {
 
     /// Mark as an error of `kind` with a message.
     pub fn fail(mut self, kind: ErrorKind, msg: impl Into<String>) -> InstanceReport {
-        self.outcome = Outcome::Error;
+        self.outcome = Verdict::Error;
         self.error_kind = Some(kind);
         self.infra_failure = kind.is_infrastructure();
         self.error = Some(msg.into());
@@ -141,9 +141,9 @@ impl InstanceReport {
         let status = resolution_status(&ts);
         self.resolved = status == ResolvedStatus::Full;
         self.outcome = if self.resolved {
-            Outcome::Resolved
+            Verdict::Resolved
         } else {
-            Outcome::Unresolved
+            Verdict::Unresolved
         };
         self.resolution_status = Some(status);
         self.tests_status = Some(ts);
@@ -180,7 +180,7 @@ pub fn eval_report_from_log(
     let mut r = InstanceReport::new(instance_id, semantics, &format!("{parser:?}"));
     if model_patch.is_none() {
         r.patch_is_none = true;
-        r.outcome = Outcome::EmptyPatch;
+        r.outcome = Verdict::EmptyPatch;
         return r;
     }
     r.patch_exists = true;
@@ -263,16 +263,16 @@ impl RunSummary {
                 continue;
             };
             match r.outcome {
-                Outcome::EmptyPatch => s.empty_patch_ids.push(id.to_string()),
-                Outcome::Resolved => {
+                Verdict::EmptyPatch => s.empty_patch_ids.push(id.to_string()),
+                Verdict::Resolved => {
                     s.completed_ids.push(id.to_string());
                     s.resolved_ids.push(id.to_string());
                 }
-                Outcome::Unresolved => {
+                Verdict::Unresolved => {
                     s.completed_ids.push(id.to_string());
                     s.unresolved_ids.push(id.to_string());
                 }
-                Outcome::Error => {
+                Verdict::Error => {
                     s.error_ids.push(id.to_string());
                     let kind = r.error_kind.unwrap_or(ErrorKind::Runner);
                     if kind.is_infrastructure() {
@@ -332,23 +332,23 @@ mod tests {
         assert_eq!(j["x__y-1"]["schema_version"], SCHEMA_VERSION);
         let back = InstanceReport::from_json(&j).unwrap();
         assert_eq!(back.instance_id, "x__y-1");
-        assert_eq!(back.outcome, Outcome::Resolved);
+        assert_eq!(back.outcome, Verdict::Resolved);
     }
 
     #[test]
     fn summary_buckets() {
-        let mk = |id: &str, o: Outcome, k: Option<ErrorKind>| {
+        let mk = |id: &str, o: Verdict, k: Option<ErrorKind>| {
             let mut r = InstanceReport::new(id, Semantics::Classic, "pytest");
             r.outcome = o;
             r.error_kind = k;
             r
         };
         let reps = [
-            mk("a", Outcome::Resolved, None),
-            mk("b", Outcome::Unresolved, None),
-            mk("c", Outcome::EmptyPatch, None),
-            mk("d", Outcome::Error, Some(ErrorKind::Timeout)),
-            mk("e", Outcome::Error, Some(ErrorKind::PatchApply)),
+            mk("a", Verdict::Resolved, None),
+            mk("b", Verdict::Unresolved, None),
+            mk("c", Verdict::EmptyPatch, None),
+            mk("d", Verdict::Error, Some(ErrorKind::Timeout)),
+            mk("e", Verdict::Error, Some(ErrorKind::PatchApply)),
         ];
         let s = RunSummary::build(
             ["a", "b", "c", "d", "e", "f"],

@@ -7,18 +7,18 @@
 //! cost over the bare test command is git's own work (milliseconds), not five more sandbox
 //! entries.
 
+use std::ops::ControlFlow::{self, Break, Continue};
 use std::time::Duration;
 
-use dojo_sandbox::{ExecRequest, OutputCap, Sandbox};
+use dojo_sandbox::{ExecOutput, ExecRequest, OutputCap, Sandbox};
 use dojo_task::{RepoEnv, Task, patch_targets};
 
-use crate::GradeError;
 use crate::grading::{
-    APPLY_PATCH_FAIL, APPLY_PATCH_PASS, END_TEST_OUTPUT, EvalType, GoldLists, START_TEST_OUTPUT,
-    Semantics, derive_lists, eval_tests_report, logs_eval, read_log_text,
+    APPLY_PATCH_FAIL, APPLY_PATCH_PASS, END_TEST_OUTPUT, GoldLists, START_TEST_OUTPUT, Semantics,
+    derive_lists, eval_tests_report, logs_eval, read_log_text,
 };
 use crate::parsers::{Parser, StatusMap};
-use crate::report::{ErrorKind, InstanceReport, Outcome};
+use crate::report::{ErrorKind, InstanceReport, Verdict};
 
 /// How to grade.
 #[derive(Debug, Clone)]
@@ -263,35 +263,67 @@ fn sandbox_err(r: InstanceReport, step: &str, e: impl std::fmt::Display) -> Inst
     r.fail(ErrorKind::Runner, format!("{step}: {e}"))
 }
 
-/// Grade `model_patch` for `task` in a fresh sandbox over the task's pristine tree.
+/// A harness step's result: go on with `T`, or stop here with the instance's final report.
+type Step<T> = ControlFlow<InstanceReport, T>;
+
+/// Grade `model_patch` for `task` in a fresh sandbox over the task's pristine tree, in the
+/// harness's steps: [`admit_patches`] (refuse what cannot be graded), [`harness_request`] (the
+/// one sandbox process: patches, test-file restore, test command), [`check_setup`] (did the
+/// patches apply), [`test_log`] (the harness-style log of the test run) and [`judge`] (parse it
+/// and grade it against the task's lists).
 ///
-/// Infrastructure failures come back as `Ok` reports with [`Outcome::Error`] and an
-/// infrastructure [`ErrorKind`] (never as "unresolved"); `Err` only for configuration problems
-/// (an unknown log parser or eval type).
+/// Infrastructure failures come back as reports with [`Verdict::Error`] and an infrastructure
+/// [`ErrorKind`], never as "unresolved".
 pub async fn grade_in_sandbox(
     sb: &Sandbox,
     task: &Task,
     env: &RepoEnv,
     model_patch: Option<&str>,
     opts: &GradeOptions,
-) -> Result<InstanceReport, GradeError> {
-    let parser = Parser::by_name(&env.log_parser).ok_or_else(|| GradeError::UnknownParser {
-        instance_id: task.instance_id.clone(),
-        name: env.log_parser.clone(),
-    })?;
-    let eval_type = EvalType::by_name(&env.eval_type).ok_or_else(|| GradeError::BadEvalType {
-        instance_id: task.instance_id.clone(),
-        name: env.eval_type.clone(),
-    })?;
-    let mut r = InstanceReport::new(&task.instance_id, opts.semantics, &env.log_parser);
-    let mut log = String::new();
+) -> InstanceReport {
+    match grade_steps(sb, task, env, model_patch, opts).await {
+        Continue(r) | Break(r) => r,
+    }
+}
 
+async fn grade_steps(
+    sb: &Sandbox,
+    task: &Task,
+    env: &RepoEnv,
+    model_patch: Option<&str>,
+    opts: &GradeOptions,
+) -> Step<InstanceReport> {
+    let r = InstanceReport::new(&task.instance_id, opts.semantics, env.log_parser.name());
+    let (r, patch, log) = admit_patches(r, task, model_patch, opts)?;
+    let cmd = env.test_command(task);
+    let timeout = opts.timeout.unwrap_or(Duration::from_secs(env.timeout_s));
+    let req = harness_request(task, env, patch, &cmd, timeout, opts);
+    let out = match sb.exec(&req).await {
+        Ok(o) => o,
+        Err(e) => return Break(sandbox_err(r, "running the tests", e)),
+    };
+    let (r, log) = check_setup(r, log, &out, task, patch, timeout)?;
+    let (r, log) = test_log(r, log, &out, &cmd, timeout)?;
+    Continue(judge(r, log, task, env, opts))
+}
+
+/// Before anything runs: an empty patch is not run (unless asked, as `dojo validate` does);
+/// a patch with binary hunks or paths outside the repository, or a test patch the sandbox's
+/// patch checks refuse, is not gradable. Returns the patch to apply (`None`: test patch only)
+/// and the start of the log.
+fn admit_patches<'p>(
+    mut r: InstanceReport,
+    task: &Task,
+    model_patch: Option<&'p str>,
+    opts: &GradeOptions,
+) -> Step<(InstanceReport, Option<&'p str>, String)> {
+    let mut log = String::new();
     let patch = model_patch.filter(|p| !p.trim().is_empty());
     match (patch, opts.run_empty_patch) {
         (None, false) => {
             r.patch_is_none = model_patch.is_none();
-            r.outcome = Outcome::EmptyPatch;
-            return Ok(r);
+            r.outcome = Verdict::EmptyPatch;
+            return Break(r);
         }
         (None, true) => {
             r.patch_exists = model_patch.is_some();
@@ -299,31 +331,38 @@ pub async fn grade_in_sandbox(
         }
         (Some(p), _) => {
             r.patch_exists = true;
-            if let Some(reason) = check_patch(p) {
+            let refused = check_patch(p).or_else(|| {
+                dojo_sandbox::patch::check_patch(p)
+                    .err()
+                    .map(|refused| format!("patch refused: {}", refused.0))
+            });
+            if let Some(reason) = refused {
                 r.test_output = format!("{APPLY_PATCH_FAIL}:\n{reason}\n");
-                return Ok(r.fail(ErrorKind::BadPatch, reason));
-            }
-            if let Err(refused) = dojo_sandbox::patch::check_patch(p) {
-                let reason = format!("patch refused: {}", refused.0);
-                r.test_output = format!("{APPLY_PATCH_FAIL}:\n{reason}\n");
-                return Ok(r.fail(ErrorKind::BadPatch, reason));
+                return Break(r.fail(ErrorKind::BadPatch, reason));
             }
         }
     }
     if let Err(refused) = dojo_sandbox::patch::check_patch(&task.test_patch) {
-        return Ok(r.fail(
+        return Break(r.fail(
             ErrorKind::TestPatchApply,
             format!("the task's test patch is refused: {}", refused.0),
         ));
     }
+    Continue((r, patch, log))
+}
 
-    // Model patch, test-file restore, test patch and the test command: one process (see
-    // `run_script`).
-    let model = patch;
-    let cmd = env.test_command(task);
-    let timeout = opts.timeout.unwrap_or(Duration::from_secs(env.timeout_s));
+/// The one sandbox process of a grading run (see [`run_script`]), with the patches passed the
+/// cheapest way their size allows (see [`PatchTransport`]).
+fn harness_request(
+    task: &Task,
+    env: &RepoEnv,
+    model: Option<&str>,
+    cmd: &str,
+    timeout: Duration,
+    opts: &GradeOptions,
+) -> ExecRequest {
     let transport = PatchTransport::choose(model, &task.test_patch);
-    let mut req = ExecRequest::shell(run_script(model, &task.test_patch, &cmd, transport))
+    let mut req = ExecRequest::shell(run_script(model, &task.test_patch, cmd, transport))
         .cwd(dojo_sandbox::WORKSPACE)
         .timeout(timeout);
     req.env = env.env.clone();
@@ -343,17 +382,27 @@ pub async fn grade_in_sandbox(
             req.stdin = Some(stdin);
         }
     }
-    let out = match sb.exec(&req).await {
-        Ok(o) => o,
-        Err(e) => return Ok(sandbox_err(r, "running the tests", e)),
-    };
+    req
+}
+
+/// Did the setup part of the run (model patch, test-file restore, test patch) succeed? Its
+/// step log says which step failed: the model patch not applying is the patch's fault, the
+/// rest are the task's or the infrastructure's.
+fn check_setup(
+    mut r: InstanceReport,
+    mut log: String,
+    out: &ExecOutput,
+    task: &Task,
+    model: Option<&str>,
+    timeout: Duration,
+) -> Step<(InstanceReport, String)> {
     let setup = out.stderr_lossy();
     let setup_ok = setup.lines().any(|l| l == "@@DOJO_SETUP_OK");
     if model.is_some() {
         let (model_log, method) = step_log(&setup, "model");
         if !setup_ok && out.exit_code == Some(10) {
             r.test_output = format!("{APPLY_PATCH_FAIL}:\n{model_log}\n");
-            return Ok(r.fail(
+            return Break(r.fail(
                 ErrorKind::PatchApply,
                 format!("model patch does not apply:\n{model_log}"),
             ));
@@ -365,7 +414,7 @@ pub async fn grade_in_sandbox(
         ));
     }
     if !setup_ok {
-        return Ok(match (out.timed_out, out.exit_code) {
+        return Break(match (out.timed_out, out.exit_code) {
             (true, _) => r.fail(
                 ErrorKind::Timeout,
                 format!(
@@ -394,7 +443,18 @@ pub async fn grade_in_sandbox(
     if !task.test_patch.trim().is_empty() {
         log.push_str(&format!("{APPLY_PATCH_PASS} (test patch)\n"));
     }
+    Continue((r, log))
+}
 
+/// The test run as the harness's container log shows it: the command, the output between the
+/// start and end markers, the exit code (or the timeout line: a timeout is infrastructure).
+fn test_log(
+    mut r: InstanceReport,
+    mut log: String,
+    out: &ExecOutput,
+    cmd: &str,
+    timeout: Duration,
+) -> Step<(InstanceReport, String)> {
     let body = String::from_utf8_lossy(&out.stdout);
     log.push_str(&format!("+ {cmd}\n+ : '{START_TEST_OUTPUT}'\n{body}"));
     if !body.ends_with('\n') {
@@ -411,26 +471,34 @@ pub async fn grade_in_sandbox(
             timeout.as_secs()
         ));
         r.test_output = log;
-        return Ok(r.fail(
+        return Break(r.fail(
             ErrorKind::Timeout,
             format!("test command timed out after {} s", timeout.as_secs()),
         ));
     }
-    match out.exit_code {
-        Some(c) => log.push_str(&format!(">>>>> Test Exit Code: {c}\n")),
-        None => log.push_str(&format!(
-            ">>>>> Test Exit Code: {}\n",
-            128 + out.signal.unwrap_or(0)
-        )),
-    }
+    let code = out
+        .exit_code
+        .unwrap_or_else(|| 128 + out.signal.unwrap_or(0));
+    log.push_str(&format!(">>>>> Test Exit Code: {code}\n"));
+    Continue((r, log))
+}
 
-    // Parse exactly as a harness log would be read back from disk.
+/// Parse the log exactly as a harness log is read back from disk, and grade the status map
+/// against the task's lists.
+fn judge(
+    mut r: InstanceReport,
+    log: String,
+    task: &Task,
+    env: &RepoEnv,
+    opts: &GradeOptions,
+) -> InstanceReport {
+    let parser = Parser::from(env.log_parser);
     let (sm, found) = logs_eval(&read_log_text(log.as_bytes()), parser, opts.semantics);
     r.test_output = log;
     if !found {
-        r.outcome = Outcome::Unresolved;
+        r.outcome = Verdict::Unresolved;
         r.error = Some("no valid test output (no results and no sign the suite ran)".into());
-        return Ok(r);
+        return r;
     }
     r.patch_successfully_applied = true;
     let gold = GoldLists {
@@ -443,10 +511,10 @@ pub async fn grade_in_sandbox(
         &sm,
         &gold,
         opts.calculate_to_fail,
-        eval_type,
+        env.eval_type,
         opts.semantics,
     ));
-    Ok(r)
+    r
 }
 
 /// The parsed status map of a graded run (re-parsed from its log).
@@ -487,11 +555,8 @@ pub async fn validate_in_sandbox(
     task: &Task,
     env: &RepoEnv,
     opts: &GradeOptions,
-) -> Result<Validation, GradeError> {
-    let parser = Parser::by_name(&env.log_parser).ok_or_else(|| GradeError::UnknownParser {
-        instance_id: task.instance_id.clone(),
-        name: env.log_parser.clone(),
-    })?;
+) -> Validation {
+    let parser = Parser::from(env.log_parser);
     let mut v = Validation {
         instance_id: task.instance_id.clone(),
         ok: false,
@@ -506,15 +571,15 @@ pub async fn validate_in_sandbox(
         run_empty_patch: true,
         ..opts.clone()
     };
-    let before = grade_in_sandbox(sb, task, env, None, &before_opts).await?;
+    let before = grade_in_sandbox(sb, task, env, None, &before_opts).await;
     if let Err(e) = sb.reset().await {
         v.problems.push(format!("sandbox reset failed: {e}"));
         v.before = Some(before);
-        return Ok(v);
+        return v;
     }
-    let gold = grade_in_sandbox(sb, task, env, Some(&task.patch), opts).await?;
+    let gold = grade_in_sandbox(sb, task, env, Some(&task.patch), opts).await;
     for (name, r) in [("test patch only", &before), ("gold patch", &gold)] {
-        if r.outcome == Outcome::Error {
+        if r.outcome == Verdict::Error {
             v.problems.push(format!(
                 "{name}: {} ({})",
                 r.error.as_deref().unwrap_or("error"),
@@ -562,7 +627,7 @@ pub async fn validate_in_sandbox(
     v.ok = v.problems.is_empty();
     v.before = Some(before);
     v.gold = Some(gold);
-    Ok(v)
+    v
 }
 
 #[cfg(test)]

@@ -8,9 +8,9 @@ use dojo_llm::{BoxFuture, ChatBackend, ChatMessage, ChatRequest, ChatResponse, L
 use dojo_sandbox::WORKSPACE;
 use dojo_trajectory::PolicyInfo;
 
+use crate::agent_runner::{BackendFactory, Prepared};
 use crate::gold::plan_actions;
 use crate::policy::{PolicyConfig, Sampling, ScriptedBackend};
-use crate::runner::{BackendFactory, Prepared};
 use crate::store::Key;
 
 /// The test command gold-replay runs before submitting: the environment's test command over the

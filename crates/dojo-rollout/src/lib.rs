@@ -5,26 +5,28 @@
 //!
 //! - [`store`]: the crash-safe append-only JSONL store keyed by (task id, sample index); `kill -9`
 //!   and the same command again resumes with nothing lost, duplicated or corrupted.
-//! - [`engine`]: tasks × K samples through a [`engine::Runner`], with a sandbox limit, progress and
-//!   resume.
+//! - [`scheduler`]: tasks × K samples through a [`scheduler::Runner`], with a sandbox limit,
+//!   progress and resume.
 //! - [`summary`]: the end-of-run table, `summary.json`, SWE-bench predictions export.
 //! - [`policy`]: policy configuration (file or shorthand), scripted backends, the LLM limiter.
 //! - [`gold`]: the `gold-replay` script built from a task's gold patch.
 //! - [`report`]: the self-contained HTML report of `dojo demo`.
-//! - [`run`]: one `dojo rollout` as a library call (run directory, manifest, summary, predictions).
+//! - [`run_dir`]: one `dojo rollout` as a library call: its run directory (manifest, store,
+//!   summary, predictions).
 //! - [`backends`]: the per-rollout backend of each policy kind.
-//! - [`runner`]: the real runner: prepare → sandbox → agent ⇄ policy → diff → grade → record.
+//! - [`agent_runner`]: the real runner: prepare → sandbox → agent ⇄ policy → diff → grade →
+//!   record.
 
+pub mod agent_runner;
 pub mod backends;
-pub mod engine;
 pub mod gold;
 pub mod policy;
 pub mod report;
-pub mod run;
-pub mod runner;
+pub mod run_dir;
+pub mod scheduler;
 pub mod store;
 pub mod summary;
 
-pub use engine::{EngineConfig, Job, RolloutRecord, RunStats, Runner, plan, run_jobs};
+pub use scheduler::{Job, RolloutRecord, RunStats, Runner, SchedulerConfig, plan, run_jobs};
 pub use store::{Key, Keyed, Recovery, Store, StoreError};
-pub use summary::{Outcome, Prediction, Summary, export_predictions, render_table};
+pub use summary::{Prediction, SampleOutcome, Summary, export_predictions, render_table};

@@ -31,6 +31,9 @@ pub enum PolicyKind {
         #[serde(default)]
         api_key_env: Option<String>,
         model: String,
+        /// Seconds one request may take (default: `DOJO_LLM_TIMEOUT`, else 600).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_timeout_s: Option<f64>,
     },
     /// Replays the task's gold patch through the real tools; no LLM.
     GoldReplay {
@@ -126,6 +129,7 @@ impl PolicyConfig {
                 base_url: None,
                 api_key_env: None,
                 model: m.to_string(),
+                request_timeout_s: None,
             },
             ("replay", f) if !f.is_empty() => PolicyKind::Replay { file: f.into() },
             ("embedded", m) => PolicyKind::Embedded {

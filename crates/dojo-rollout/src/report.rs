@@ -4,12 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use crate::summary::{Outcome, Summary};
+use crate::summary::{SampleOutcome, Summary};
 
 /// One policy's part of the report.
 pub struct PolicyRun<'a> {
     pub summary: &'a Summary,
-    pub outcomes: &'a [Outcome],
+    pub outcomes: &'a [SampleOutcome],
     /// Where its trajectories are (shown as text; relative to the report is best).
     pub trajectories: String,
 }
@@ -323,7 +323,7 @@ pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> Str
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let per_task = |r: &PolicyRun<'_>, f: &dyn Fn(&Outcome) -> f64| -> Vec<f64> {
+    let per_task = |r: &PolicyRun<'_>, f: &dyn Fn(&SampleOutcome) -> f64| -> Vec<f64> {
         tasks
             .iter()
             .map(|t| {
@@ -418,8 +418,15 @@ pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> Str
 mod tests {
     use super::*;
 
-    fn o(t: &str, resolved: bool, infra: bool, stop: &str, steps: u32, tokens: u64) -> Outcome {
-        Outcome {
+    fn o(
+        t: &str,
+        resolved: bool,
+        infra: bool,
+        stop: &str,
+        steps: u32,
+        tokens: u64,
+    ) -> SampleOutcome {
+        SampleOutcome {
             task_id: t.into(),
             sample_index: 0,
             resolved,

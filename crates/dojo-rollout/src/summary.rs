@@ -5,17 +5,16 @@
 //! infrastructure count is always shown next to it so a broken environment cannot hide.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-/// Schema of `summary.json` and of the predictions header comment.
+/// Schema of `summary.json`.
 pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
 
 /// The summary-relevant view of one trajectory record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Outcome {
+pub struct SampleOutcome {
     pub task_id: String,
     pub sample_index: u32,
     pub resolved: bool,
@@ -70,8 +69,8 @@ fn ratio(a: usize, b: usize) -> f64 {
 }
 
 impl Summary {
-    pub fn new(policy: &str, outcomes: &[Outcome]) -> Summary {
-        let mut per: BTreeMap<&str, Vec<&Outcome>> = BTreeMap::new();
+    pub fn new(policy: &str, outcomes: &[SampleOutcome]) -> Summary {
+        let mut per: BTreeMap<&str, Vec<&SampleOutcome>> = BTreeMap::new();
         for o in outcomes {
             per.entry(&o.task_id).or_default().push(o);
         }
@@ -144,7 +143,7 @@ impl Summary {
 
     pub fn write_json(&self, path: &Path) -> std::io::Result<()> {
         let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        write_atomic(path, text.as_bytes())
+        dojo_cache::write_atomic(path, text.as_bytes())
     }
 }
 
@@ -182,24 +181,15 @@ pub fn render_table(summaries: &[Summary]) -> String {
 }
 
 /// One line of a SWE-bench predictions file (what `dojo eval` and the official harness read).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Prediction {
-    pub instance_id: String,
-    pub model_name_or_path: String,
-    pub model_patch: String,
-}
+pub use dojo_grade::Prediction;
 
 /// Predictions for one sample index. Infrastructure failures are left out: they carry no model
 /// output, and grading an empty patch for them would score the infrastructure as the model's.
-pub fn predictions(model: &str, outcomes: &[Outcome], sample_index: u32) -> Vec<Prediction> {
+pub fn predictions(model: &str, outcomes: &[SampleOutcome], sample_index: u32) -> Vec<Prediction> {
     let mut v: Vec<Prediction> = outcomes
         .iter()
         .filter(|o| o.sample_index == sample_index && !o.infra_error)
-        .map(|o| Prediction {
-            instance_id: o.task_id.clone(),
-            model_name_or_path: model.to_string(),
-            model_patch: o.patch.clone(),
-        })
+        .map(|o| Prediction::new(&o.task_id, model, &o.patch))
         .collect();
     v.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
     v
@@ -211,7 +201,7 @@ pub fn predictions(model: &str, outcomes: &[Outcome], sample_index: u32) -> Vec<
 pub fn export_predictions(
     dir: &Path,
     model: &str,
-    outcomes: &[Outcome],
+    outcomes: &[SampleOutcome],
     samples: u32,
 ) -> std::io::Result<Vec<std::path::PathBuf>> {
     let mut written = Vec::new();
@@ -222,37 +212,18 @@ pub fn export_predictions(
             format!("predictions.sample-{k}.jsonl")
         };
         let path = dir.join(name);
-        let mut buf = Vec::new();
-        for p in predictions(model, outcomes, k) {
-            serde_json::to_writer(&mut buf, &p).map_err(std::io::Error::other)?;
-            buf.push(b'\n');
-        }
-        write_atomic(&path, &buf)?;
+        dojo_grade::write_predictions(&path, &predictions(model, outcomes, k))?;
         written.push(path);
     }
     Ok(written)
-}
-
-/// Write via a temporary sibling and rename, so readers never see half a file.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!(
-        "{}.tmp",
-        path.extension().and_then(|e| e.to_str()).unwrap_or("")
-    ));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    pub(crate) fn o(t: &str, k: u32, resolved: bool, infra: bool, stop: &str) -> Outcome {
-        Outcome {
+    pub(crate) fn o(t: &str, k: u32, resolved: bool, infra: bool, stop: &str) -> SampleOutcome {
+        SampleOutcome {
             task_id: t.into(),
             sample_index: k,
             resolved,
@@ -270,7 +241,7 @@ mod tests {
         }
     }
 
-    fn sample() -> Vec<Outcome> {
+    fn sample() -> Vec<SampleOutcome> {
         vec![
             o("a", 0, true, false, "submitted"),
             o("a", 1, false, false, "max_steps"),

@@ -1,9 +1,9 @@
-//! Crash-resume: a real child process runs the rollout engine, is killed with SIGKILL mid-run, and
+//! Crash-resume: a real child process runs the rollout scheduler, is killed with SIGKILL mid-run, and
 //! the same run started again must finish with every (task, sample) stored exactly once, every line
 //! valid, and the records written before the kill kept byte for byte.
 //!
 //! The child is this test binary itself, re-executed with `DOJO_CRASH_CHILD` set, running the
-//! engine with a runner that sleeps instead of calling a model (the engine and store are what is
+//! scheduler with a runner that sleeps instead of calling a model (the scheduler and store are what is
 //! under test; the runner's insides are irrelevant to crash safety).
 
 use std::io::Write;
@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dojo_rollout::{EngineConfig, Job, Key, Keyed, Outcome, RolloutRecord, Runner, Store};
+use dojo_rollout::{Job, Key, Keyed, RolloutRecord, Runner, SampleOutcome, SchedulerConfig, Store};
 use serde::{Deserialize, Serialize};
 
 const TASKS: usize = 8;
@@ -38,8 +38,8 @@ impl Keyed for Rec {
 }
 
 impl RolloutRecord for Rec {
-    fn outcome(&self) -> Outcome {
-        Outcome {
+    fn outcome(&self) -> SampleOutcome {
+        SampleOutcome {
             task_id: self.task_id.clone(),
             sample_index: self.sample_index,
             resolved: self.sample_index == 0,
@@ -100,7 +100,7 @@ fn crash_child_entry() {
     rt.block_on(async {
         let store =
             Arc::new(Store::<Rec>::open(&Path::new(&dir).join("trajectories.jsonl")).unwrap());
-        let cfg = EngineConfig {
+        let cfg = SchedulerConfig {
             samples: SAMPLES,
             sandboxes: 3,
             progress: false,

@@ -7,9 +7,9 @@
 
 use std::path::PathBuf;
 
+use dojo_rollout::agent_runner::DojoAgent;
 use dojo_rollout::policy::PolicyConfig;
-use dojo_rollout::run::{RolloutOptions, make_backends, run_rollout};
-use dojo_rollout::runner::DojoAgent;
+use dojo_rollout::run_dir::{RolloutOptions, make_backends, run_rollout};
 use dojo_rollout::summary::Prediction;
 
 fn repo_root() -> PathBuf {
@@ -158,11 +158,8 @@ async fn gold_replay_resolves_the_whole_bundled_benchmark() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(preds.len(), n);
-    assert!(
-        preds
-            .iter()
-            .all(|p| p.model_name_or_path == "gold-replay" && !p.model_patch.is_empty())
-    );
+    assert!(preds.iter().all(|p| p.model_name_or_path == "gold-replay"
+        && p.model_patch.as_deref().is_some_and(|m| !m.is_empty())));
 
     // The same command again: everything is already stored.
     let again = run_rollout(

@@ -8,6 +8,7 @@ use std::path::Path;
 use dojo_sandbox::EnvSpec;
 
 use crate::TaskError;
+use crate::harness::{EvalType, LogParser};
 use crate::model::{EnvOverride, Task};
 
 /// The files under the repository's `envs/` at build time: (relative path, contents).
@@ -53,10 +54,10 @@ struct Table {
     install: Option<Vec<String>>,
     editable: Option<bool>,
     test_cmd: Option<String>,
-    log_parser: Option<String>,
+    log_parser: Option<LogParser>,
     timeout_s: Option<u64>,
     test_directives: Option<String>,
-    eval_type: Option<String>,
+    eval_type: Option<EvalType>,
     env: Option<BTreeMap<String, String>>,
 }
 
@@ -68,10 +69,10 @@ impl From<&EnvOverride> for Table {
             install: o.install.clone(),
             editable: o.editable,
             test_cmd: o.test_cmd.clone(),
-            log_parser: o.log_parser.clone(),
+            log_parser: o.log_parser,
             timeout_s: o.timeout_s,
             test_directives: o.test_directives.clone(),
-            eval_type: o.eval_type.clone(),
+            eval_type: o.eval_type,
             env: o.env.clone(),
         }
     }
@@ -96,12 +97,11 @@ pub struct RepoEnv {
     pub spec: EnvSpec,
     /// The command without test directives (or the eval_script's full command).
     pub test_cmd: String,
-    /// Parser name as written (`pytest` or `parse_log_pytest`).
-    pub log_parser: String,
+    /// How the test log is parsed.
+    pub log_parser: LogParser,
     pub timeout_s: u64,
     pub directives: Directives,
-    /// `pass_and_fail` or `fail_only`.
-    pub eval_type: String,
+    pub eval_type: EvalType,
     pub env: BTreeMap<String, String>,
     /// Where the spec came from (file, and whether a task override or eval_script applied).
     pub origin: String,
@@ -296,7 +296,11 @@ impl EnvRegistry {
                 editable: layers.iter().rev().find_map(|t| t.editable).unwrap_or(true),
             },
             test_cmd: pick(|t| t.test_cmd.clone()).unwrap_or_else(|| "pytest -rA".into()),
-            log_parser: pick(|t| t.log_parser.clone()).unwrap_or_else(|| "pytest".into()),
+            log_parser: layers
+                .iter()
+                .rev()
+                .find_map(|t| t.log_parser)
+                .unwrap_or(LogParser::Pytest),
             timeout_s: layers
                 .iter()
                 .rev()
@@ -305,7 +309,11 @@ impl EnvRegistry {
             directives: pick(|t| t.test_directives.clone())
                 .and_then(|d| Directives::parse(&d))
                 .unwrap_or(Directives::Files),
-            eval_type: pick(|t| t.eval_type.clone()).unwrap_or_else(|| "pass_and_fail".into()),
+            eval_type: layers
+                .iter()
+                .rev()
+                .find_map(|t| t.eval_type)
+                .unwrap_or_default(),
             env: layers
                 .iter()
                 .rev()
@@ -324,11 +332,11 @@ impl EnvRegistry {
             env.directives = Directives::None;
             env.origin.push_str(" + eval_script");
         }
-        if let Some(p) = &task.log_parser {
-            env.log_parser = p.clone();
+        if let Some(p) = task.log_parser {
+            env.log_parser = p;
         }
-        if let Some(t) = &task.eval_type {
-            env.eval_type = t.clone();
+        if let Some(t) = task.eval_type {
+            env.eval_type = t;
         }
         Ok(env)
     }
@@ -340,14 +348,6 @@ fn check_table(t: &Table) -> Result<(), String> {
     {
         return Err(format!(
             "test_directives = {d:?} (expected \"files\", \"django\" or \"none\")"
-        ));
-    }
-    if let Some(e) = &t.eval_type
-        && e != "pass_and_fail"
-        && e != "fail_only"
-    {
-        return Err(format!(
-            "eval_type = {e:?} (expected \"pass_and_fail\" or \"fail_only\")"
         ));
     }
     if let Some(p) = &t.python
@@ -398,7 +398,7 @@ mod tests {
         );
         let env = reg.resolve(&t).unwrap();
         assert_eq!(env.spec.python, "3.10");
-        assert_eq!(env.log_parser, "pydicom");
+        assert_eq!(env.log_parser, LogParser::Pydicom);
         assert_eq!(env.test_command(&t), "pytest -rA pydicom/tests/test_x.py");
     }
 
@@ -450,6 +450,31 @@ python = "3.12"
             e.contains("versions") && e.contains("test_directives"),
             "{e}"
         );
+    }
+
+    /// A misspelt parser or eval type fails where the spec is loaded, naming the file and key.
+    #[test]
+    fn unknown_log_parser_or_eval_type_fails_at_load() {
+        let mut reg = EnvRegistry::default();
+        let e = reg
+            .add_text(
+                "p.toml",
+                "repo = \"a/b\"\n[default]\nlog_parser = \"pytset\"\n",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("p.toml") && e.contains("log_parser") && e.contains("pytset"),
+            "{e}"
+        );
+        let e = reg
+            .add_text(
+                "e.toml",
+                "repo = \"a/b\"\n[default]\neval_type = \"fail-only\"\n",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("e.toml") && e.contains("eval_type"), "{e}");
     }
 
     #[test]

@@ -11,13 +11,17 @@
 //! - [`EnvRegistry`]: the `envs/**/*.toml` specs embedded at build time, overridable by a
 //!   directory and per task; [`EnvRegistry::resolve`] gives a task's [`RepoEnv`] (sandbox
 //!   [`dojo_sandbox::EnvSpec`], test command, log parser, timeout). Schema: `envs/README.md`.
-//! - [`prepare`]: a task → its [`dojo_sandbox::Pristine`] tree and [`dojo_sandbox::PythonEnv`];
-//!   [`task_source`] gives the tree's [`dojo_sandbox::Source`] (sdists are downloaded through
-//!   `dojo_cache` and get their bug patch applied before the one commit).
+//! - [`LogParser`] and [`EvalType`]: how a task's test log is read and judged, typed where
+//!   task files and specs are loaded so that a misspelt name fails `dojo tasks check`.
+//! - [`Preparer`]: a task → its [`dojo_sandbox::Pristine`] tree and [`dojo_sandbox::PythonEnv`],
+//!   once per task and environment, shared by concurrent callers ([`prepare`] is its blocking
+//!   form); [`task_source`] gives the tree's [`dojo_sandbox::Source`] (sdists are downloaded
+//!   through `dojo_cache` and get their bug patch applied before the one commit).
 //! - [`splice_lists`]: set FAIL_TO_PASS / PASS_TO_PASS in one JSONL line, every other byte
 //!   kept (`dojo validate --write`).
 
 mod env;
+mod harness;
 mod load;
 mod model;
 mod parquet;
@@ -28,11 +32,15 @@ pub use env::{
     Directives, EnvRegistry, NON_TEST_EXTS, RepoEnv, eval_script_test_cmd, patch_targets,
     test_directives,
 };
+pub use harness::{EvalType, LogParser};
 pub use load::{LoadReport, load_tasks, read_rows, read_tasks};
 pub use model::{
     EnvOverride, GRADING_FIELDS, Location, REQUIRED_FIELDS, SdistSource, Task, TaskSource,
+    instance_id_problem,
 };
-pub use prepare::{PrepareOptions, PreparedTask, apply_in_dir, prepare, sdist_tree, task_source};
+pub use prepare::{
+    PrepareOptions, PreparedTask, Preparer, apply_in_dir, prepare, sdist_tree, task_source,
+};
 pub use splice::splice_lists;
 
 /// Errors of task loading and environment resolution. Each names where the problem is.
@@ -44,6 +52,8 @@ pub enum TaskError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{path}: no tasks (the file holds no instance)")]
+    Empty { path: String },
     #[error("{location}: {reason}")]
     Parse { location: String, reason: String },
     #[error("{location}: instance {instance_id}: field {field}: {reason}")]

@@ -22,8 +22,15 @@ pub struct LoadReport {
 }
 
 /// Read every row, collecting invalid ones instead of stopping (for `dojo tasks check`).
+/// A file without a single row is an error: it is a wrong path or a failed export, never a task
+/// set.
 pub fn read_tasks(path: &Path) -> Result<LoadReport, TaskError> {
     let rows = read_rows(path)?;
+    if rows.is_empty() {
+        return Err(TaskError::Empty {
+            path: path.display().to_string(),
+        });
+    }
     let mut rep = LoadReport {
         rows: rows.len(),
         ..Default::default()
@@ -206,6 +213,18 @@ mod tests {
         assert_eq!(rep.duplicates["a-1"].len(), 2);
         let e = load_tasks(&p).unwrap_err().to_string();
         assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn a_file_without_tasks_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, body) in [("e.jsonl", "\n  \n"), ("e.json", "[]")] {
+            let p = dir.path().join(name);
+            std::fs::write(&p, body).unwrap();
+            let e = read_tasks(&p).unwrap_err().to_string();
+            assert!(e.contains(name) && e.contains("no tasks"), "{e}");
+            assert!(load_tasks(&p).is_err());
+        }
     }
 
     #[test]

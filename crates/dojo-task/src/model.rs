@@ -7,6 +7,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::TaskError;
+use crate::harness::{EvalType, LogParser};
 
 /// Where a row came from, for error messages: `tasks.jsonl line 7` / `dev.parquet row 12`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,10 +51,10 @@ pub struct EnvOverride {
     pub install: Option<Vec<String>>,
     pub editable: Option<bool>,
     pub test_cmd: Option<String>,
-    pub log_parser: Option<String>,
+    pub log_parser: Option<LogParser>,
     pub timeout_s: Option<u64>,
     pub test_directives: Option<String>,
-    pub eval_type: Option<String>,
+    pub eval_type: Option<EvalType>,
     pub env: Option<BTreeMap<String, String>>,
 }
 
@@ -79,8 +80,8 @@ pub struct Task {
     pub fail_to_fail: Vec<String>,
     pub pass_to_fail: Vec<String>,
     pub eval_script: Option<String>,
-    pub log_parser: Option<String>,
-    pub eval_type: Option<String>,
+    pub log_parser: Option<LogParser>,
+    pub eval_type: Option<EvalType>,
     /// `image` (SWE-bench) or `image_name` (SWE-smith).
     pub image: Option<String>,
     pub source: Option<TaskSource>,
@@ -137,6 +138,25 @@ fn req_str(ctx: &Ctx, row: &Map<String, Value>, field: &str) -> Result<String, T
         Some(s) if !s.trim().is_empty() => Ok(s),
         Some(_) => Err(ctx.err(field, "is empty")),
         None => Err(ctx.err(field, "is missing")),
+    }
+}
+
+/// Why `id` cannot be an instance id, if it cannot. Every stage names files and directories
+/// after instance ids (`dojo eval`'s `OUT/<id>/`, sandboxes, caches), so an id must be one
+/// plain path component: no separator, no `..`, no NUL, not hidden.
+pub fn instance_id_problem(id: &str) -> Option<&'static str> {
+    if id.is_empty() {
+        Some("is empty")
+    } else if id.contains('/') || id.contains('\\') {
+        Some("contains a path separator ('/' or '\\'); an instance id names a directory")
+    } else if id.contains("..") {
+        Some("contains '..'; an instance id names a directory")
+    } else if id.contains('\0') {
+        Some("contains a NUL byte")
+    } else if id.starts_with('.') {
+        Some("starts with '.'; an instance id names a directory, and would be hidden")
+    } else {
+        None
     }
 }
 
@@ -273,7 +293,10 @@ fn rebench_override(ctx: &Ctx, row: &Map<String, Value>) -> Result<Option<EnvOve
         requirements: list("pip_packages")?,
         install: list("install")?,
         test_cmd: s("test_cmd"),
-        log_parser: s("log_parser"),
+        log_parser: s("log_parser")
+            .map(|p| p.parse())
+            .transpose()
+            .map_err(|e| ctx.err("install_config.log_parser", e))?,
         ..Default::default()
     }))
 }
@@ -283,6 +306,9 @@ impl Task {
     pub fn from_row(row: Map<String, Value>, loc: &Location) -> Result<Task, TaskError> {
         let mut ctx = Ctx { loc, id: None };
         let instance_id = req_str(&ctx, &row, "instance_id")?;
+        if let Some(problem) = instance_id_problem(&instance_id) {
+            return Err(ctx.err("instance_id", format!("{instance_id:?} {problem}")));
+        }
         ctx.id = Some(instance_id.clone());
         let repo = req_str(&ctx, &row, "repo")?;
         let patch = req_str(&ctx, &row, "patch")?;
@@ -309,23 +335,19 @@ impl Task {
                     .map_err(|e| ctx.err("env", e.to_string()))?,
             ),
         };
-        let eval_type = opt_str(&ctx, &row, "eval_type")?;
-        if let Some(t) = &eval_type
-            && t != "pass_and_fail"
-            && t != "fail_only"
-        {
-            return Err(ctx.err(
-                "eval_type",
-                format!("{t:?} is not pass_and_fail or fail_only"),
-            ));
-        }
+        let eval_type = opt_str(&ctx, &row, "eval_type")?
+            .map(|t| t.parse::<EvalType>())
+            .transpose()
+            .map_err(|e| ctx.err("eval_type", e))?;
         let log_parser = match opt_str(&ctx, &row, "log_parser")? {
-            Some(p) => Some(p),
+            Some(p) => Some(p.parse().map_err(|e| ctx.err("log_parser", e))?),
             None => row
                 .get("install_config")
                 .and_then(|c| c.get("log_parser"))
                 .and_then(Value::as_str)
-                .map(str::to_string),
+                .map(|p| p.parse())
+                .transpose()
+                .map_err(|e| ctx.err("install_config.log_parser", e))?,
         };
         Ok(Task {
             repo,
@@ -400,6 +422,27 @@ impl Task {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Ids name directories: one that is a path is refused where the file is read.
+    #[test]
+    fn path_like_instance_ids_are_refused() {
+        let loc = Location {
+            file: "tasks.jsonl".into(),
+            unit: "line",
+            index: 3,
+        };
+        for bad in ["../../x", "a/b", "a\\b", "..", ".hidden", "a\u{0}b", "x..y"] {
+            let row = json!({"instance_id": bad, "repo": "a/b", "base_commit": "c", "patch": "p"});
+            let e = Task::from_row(row.as_object().cloned().unwrap(), &loc)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("tasks.jsonl line 3") && e.contains("field instance_id"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(instance_id_problem("django__django-11099").is_none());
+    }
 
     fn loc() -> Location {
         Location {
@@ -491,7 +534,7 @@ mod tests {
         assert_eq!(t.image.as_deref(), Some("img"));
         assert_eq!(t.fail_to_fail, ["f"]);
         assert_eq!(t.pass_to_fail, ["g"]);
-        assert_eq!(t.log_parser.as_deref(), Some("parse_log_pytest"));
+        assert_eq!(t.log_parser, Some(LogParser::Pytest));
         let env = t.env.unwrap();
         assert_eq!(env.python.as_deref(), Some("3.10"));
         assert_eq!(env.requirements.unwrap(), ["pytest"]);

@@ -1,19 +1,29 @@
-//! From a task to what the sandbox builds: the pristine tree's [`Source`] and the Python
-//! [`EnvSpec`](dojo_sandbox::EnvSpec).
+//! From a task to what its sandboxes are created from: the pristine tree and the Python
+//! environment. The one owner of task preparation: grading (`dojo eval`, `dojo validate`),
+//! rollouts, and every later stage that needs a task's tree call [`Preparer::prepare`].
+//!
+//! - [`Preparer`]: async, and prepares each (task, environment) once per preparer: concurrent
+//!   callers for the same key wait for one preparation and share its result (the K samples of a
+//!   rollout, the jobs of an eval). Across preparers and processes the built trees and venvs are
+//!   shared through `$DOJO_HOME` (built once, published atomically, see `dojo_cache`).
+//! - [`prepare`]: the same work, blocking and without the in-memory cache (tests, tools).
+//! - [`task_source`]: the tree's [`Source`] alone.
 //!
 //! For sdist tasks the tree is the sdist unpacked (single top directory stripped) with the
 //! task's `bug_patch` applied, cached under `$DOJO_HOME/task-src/<key>`; the sandbox then
 //! commits it as one commit, so no history reveals the fix. For git tasks (SWE-bench rows) the
 //! repository must be present locally under `repos_dir` as `owner__name` (or `name`).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 
 use dojo_cache::Cache;
 use dojo_sandbox::{Pristine, PristineStore, PythonEnv, Source};
 
-use crate::TaskError;
 use crate::model::{SdistSource, Task};
+use crate::{RepoEnv, TaskError};
 
 /// Where to find what a task needs.
 #[derive(Debug, Clone, Default)]
@@ -29,11 +39,78 @@ pub struct PreparedTask {
     pub env: PythonEnv,
 }
 
+/// What a preparation left for its waiting callers: the prepared task, or the step that failed
+/// and why (a [`TaskError::Prepare`] is rebuilt from it for each caller).
+type Shared = Result<Arc<PreparedTask>, (String, String)>;
+
+/// Prepares tasks, each (task, environment) at most once: see the module docs.
+///
+/// A failure is kept like a success, for the preparer's lifetime, so the samples of a task
+/// whose environment cannot be built fail at once instead of each retrying the build; make a
+/// new preparer to try again.
+#[derive(Debug, Default)]
+pub struct Preparer {
+    options: PrepareOptions,
+    prepared: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Shared>>>>,
+}
+
+impl Preparer {
+    pub fn new(options: PrepareOptions) -> Preparer {
+        Preparer {
+            options,
+            prepared: Mutex::default(),
+        }
+    }
+
+    pub fn options(&self) -> &PrepareOptions {
+        &self.options
+    }
+
+    /// The pristine tree and Python environment of `task` in environment `env`, built (or
+    /// found in `$DOJO_HOME`) on a blocking thread the first time, shared after that.
+    /// Errors are [`TaskError::Prepare`], naming the instance and the step that failed.
+    pub async fn prepare(
+        &self,
+        task: &Task,
+        env: &RepoEnv,
+    ) -> Result<Arc<PreparedTask>, TaskError> {
+        // Tasks with the same id and environment spec have the same tree and venv.
+        let key = format!(
+            "{}\0{}",
+            task.instance_id,
+            serde_json::to_string(&env.spec).unwrap_or_default()
+        );
+        let cell = {
+            // A poisoned lock only means another caller panicked while inserting: the map is
+            // still a valid map.
+            let mut m = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
+            m.entry(key).or_default().clone()
+        };
+        let shared = cell
+            .get_or_init(|| async {
+                let (t, e, o) = (task.clone(), env.clone(), self.options.clone());
+                match tokio::task::spawn_blocking(move || prepare(&t, &e, &o)).await {
+                    Ok(Ok(p)) => Ok(Arc::new(p)),
+                    Ok(Err(TaskError::Prepare { step, reason, .. })) => Err((step, reason)),
+                    Ok(Err(other)) => Err(("prepare".into(), other.to_string())),
+                    Err(join) => Err((
+                        "prepare".into(),
+                        format!("the preparing thread failed: {join}"),
+                    )),
+                }
+            })
+            .await;
+        shared
+            .clone()
+            .map_err(|(step, reason)| err(task, &step, reason))
+    }
+}
+
 /// Build (or find in `$DOJO_HOME`) the pristine tree and the Python environment of `task`.
-/// Blocking (downloads, unpacking, `uv`): call it from `spawn_blocking` in async code.
+/// Blocking (downloads, unpacking, `uv`); async code calls [`Preparer::prepare`].
 pub fn prepare(
     task: &Task,
-    env: &crate::RepoEnv,
+    env: &RepoEnv,
     opts: &PrepareOptions,
 ) -> Result<PreparedTask, TaskError> {
     let source = task_source(task, opts)?;
@@ -210,6 +287,45 @@ mod tests {
         let bad = bug.replace("return x + 1", "return x + 9");
         let e = build_tree(&tgz, &bad, &dest2).unwrap_err();
         assert!(e.contains("git apply"), "{e}");
+    }
+
+    /// Concurrent callers for one task share one preparation, its failure included.
+    #[tokio::test]
+    async fn concurrent_callers_share_one_preparation() {
+        let loc = Location {
+            file: "f".into(),
+            unit: "line",
+            index: 1,
+        };
+        let t = Task::from_row(
+            json!({"instance_id":"a__b-1","repo":"a/b","base_commit":"c","patch":"p"})
+                .as_object()
+                .cloned()
+                .unwrap(),
+            &loc,
+        )
+        .unwrap();
+        let env = RepoEnv {
+            repo: "a/b".into(),
+            version: String::new(),
+            spec: Default::default(),
+            test_cmd: "pytest".into(),
+            log_parser: crate::LogParser::Pytest,
+            timeout_s: 1,
+            directives: crate::Directives::Files,
+            eval_type: Default::default(),
+            env: Default::default(),
+            origin: "test".into(),
+        };
+        // No repository directory: preparation fails at its first step, without touching the
+        // cache, and every caller gets the same named failure.
+        let p = Preparer::default();
+        let (a, b) = tokio::join!(p.prepare(&t, &env), p.prepare(&t, &env));
+        for e in [a.unwrap_err(), b.unwrap_err()] {
+            let e = e.to_string();
+            assert!(e.contains("a__b-1") && e.contains("source"), "{e}");
+        }
+        assert_eq!(p.prepared.lock().unwrap().len(), 1);
     }
 
     #[test]

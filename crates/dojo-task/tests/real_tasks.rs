@@ -25,7 +25,7 @@ fn swebench_dev_jsonl_loads_and_resolves() {
         // The eval_script's command names the test files; it starts with the spec's command.
         let cmd = env.test_command(t);
         assert!(cmd.starts_with("pytest -rA "), "{}: {cmd}", t.instance_id);
-        assert_eq!(env.log_parser, t.log_parser.clone().unwrap());
+        assert_eq!(Some(env.log_parser), t.log_parser);
         // Our directives from the test patch equal the files the eval_script runs.
         let ours =
             dojo_task::test_directives(&t.test_patch, dojo_task::Directives::Files).join(" ");

@@ -1,18 +1,14 @@
-//! `dojo rollout`, `dojo demo` (dojo-rollout).
-//!
-//! `dojo rollout` runs one policy over a task file, K samples each, into a resumable run
-//! directory. `dojo demo` is the first command of the README: the bundled benchmark end to end
-//! with `gold-replay` and the embedded default model, graded, summarised, and an HTML report.
+//! `dojo rollout` (dojo-rollout): one policy over a task file, K samples each, into a resumable
+//! run directory. `dojo demo` runs its policies through [`run_policy`] too.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use dojo_llm::ChatBackend;
+use dojo_rollout::agent_runner::DojoAgent;
 use dojo_rollout::policy::{PolicyConfig, PolicyKind};
-use dojo_rollout::report::{PolicyRun, render_html};
-use dojo_rollout::run::{RolloutOptions, RolloutOutput, make_backends};
-use dojo_rollout::runner::DojoAgent;
+use dojo_rollout::run_dir::{RolloutOptions, RolloutOutput, make_backends};
 use dojo_task::PrepareOptions;
 
 #[derive(clap::Args)]
@@ -49,35 +45,6 @@ pub struct RolloutArgs {
     max_steps: Option<u32>,
 }
 
-#[derive(clap::Args)]
-pub struct DemoArgs {
-    /// Where to write the runs and the report.
-    #[arg(long, default_value = "dojo-demo")]
-    out: PathBuf,
-    /// Concurrent rollouts.
-    #[arg(long, default_value_t = 2)]
-    workers: usize,
-    /// Skip the embedded model (gold-replay only).
-    #[arg(long)]
-    no_model: bool,
-    /// Agent steps for the embedded model (a 135M model on CPU: kept small to fit the 10-minute budget).
-    #[arg(long, default_value_t = 4)]
-    model_steps: u32,
-    /// Completion tokens per model turn.
-    #[arg(long, default_value_t = 160)]
-    model_max_tokens: u32,
-    /// Tasks the embedded model runs (the first N of the benchmark; 0 = all). Two by default:
-    /// on 2 CPU cores a 135M model needs minutes per task, and the demo must stay under 10.
-    #[arg(long, default_value_t = 2)]
-    model_tasks: usize,
-    /// Use this task file instead of the bundled benchmark.
-    #[arg(long)]
-    tasks: Option<PathBuf>,
-    /// Start over instead of resuming an earlier demo in `--out`.
-    #[arg(long)]
-    fresh: bool,
-}
-
 /// The in-process engine as a chat backend (only with the `engine` feature).
 #[cfg(feature = "engine")]
 fn embedded_backend(model: &str) -> anyhow::Result<Option<Arc<dyn ChatBackend>>> {
@@ -98,14 +65,14 @@ fn embedded_backend(_model: &str) -> anyhow::Result<Option<Arc<dyn ChatBackend>>
     Ok(None)
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")
 }
 
-async fn run_policy(opts: &RolloutOptions) -> anyhow::Result<RolloutOutput> {
+pub async fn run_policy(opts: &RolloutOptions) -> anyhow::Result<RolloutOutput> {
     let embedded = match &opts.policy.kind {
         PolicyKind::Embedded { model } => {
             let m = model.clone();
@@ -115,10 +82,10 @@ async fn run_policy(opts: &RolloutOptions) -> anyhow::Result<RolloutOutput> {
     };
     let agent = DojoAgent::from_policy(&opts.policy).map_err(anyhow::Error::msg)?;
     let backends = make_backends(&opts.policy, embedded)?;
-    Ok(dojo_rollout::run::run_rollout(opts, agent, backends).await?)
+    Ok(dojo_rollout::run_dir::run_rollout(opts, agent, backends).await?)
 }
 
-fn print_run(out: &RolloutOutput) {
+pub fn print_run(out: &RolloutOutput) {
     let s = &out.stats;
     eprintln!(
         "{}: {} planned, {} resumed from the store, {} run now → {}",
@@ -161,123 +128,4 @@ pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
     }
     // Infrastructure failures make the run incomplete: say so in the exit code.
     Ok(if out.summary.infra_errors > 0 { 2 } else { 0 })
-}
-
-/// The bundled benchmark, embedded so `dojo demo` works from any directory.
-const MINI_TASKS: &str = include_str!("../../../../benchmarks/mini/tasks.jsonl");
-
-pub fn run_demo(args: DemoArgs) -> anyhow::Result<i32> {
-    let started = std::time::Instant::now();
-    let out = args.out.clone();
-    if args.fresh && out.exists() {
-        std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
-    }
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let tasks_file = match &args.tasks {
-        Some(t) => t.clone(),
-        None => {
-            let p = out.join("tasks.jsonl");
-            std::fs::write(&p, MINI_TASKS).with_context(|| format!("writing {}", p.display()))?;
-            p
-        }
-    };
-    let all = dojo_rollout::run::load_tasks(&tasks_file, &[])?;
-    eprintln!(
-        "dojo demo: {} tasks from {} (sources download once into the cache; the first run also builds the Python environments)",
-        all.len(),
-        tasks_file.display()
-    );
-    let base = |policy: PolicyConfig, dir: &str, instances: Vec<String>| RolloutOptions {
-        tasks_file: tasks_file.clone(),
-        instances,
-        label: policy.label(),
-        policy,
-        samples: 1,
-        out: out.join(dir),
-        workers: args.workers.max(1),
-        export_predictions: true,
-        envs_dir: None,
-        prepare: PrepareOptions::default(),
-        progress: true,
-    };
-    let rt = runtime()?;
-
-    let gold = base(PolicyConfig::parse("gold-replay")?, "gold-replay", vec![]);
-    eprintln!("\n[1/2] gold-replay: the gold patch through the real tools, then graded");
-    let gold_out = rt.block_on(run_policy(&gold))?;
-    print_run(&gold_out);
-
-    let mut outs = vec![(gold_out, "gold-replay")];
-    let mut notes = vec![format!(
-        "{} tasks of the bundled benchmark ({}). gold-replay applies each task's gold patch through the agent's real tools (search, view, str_replace, run tests, submit): it checks the pipeline, and every task should resolve.",
-        all.len(),
-        tasks_file.display()
-    )];
-    if !args.no_model {
-        let mut policy = PolicyConfig::parse("embedded")?;
-        policy.name = Some("embedded:smollm2-135m".into());
-        policy.sampling.max_tokens = Some(args.model_max_tokens);
-        policy.sampling.temperature = Some(0.0);
-        policy.llm_concurrency = Some(1);
-        policy
-            .agent
-            .insert("max_steps".into(), args.model_steps.into());
-        // The engine renders the tool schemas into the model's chat template and parses its
-        // Hermes-style output back into `tool_calls`.
-        policy.agent.insert("action_format".into(), "native".into());
-        policy.agent.insert("tool_set".into(), "r2e".into());
-        let ids: Vec<String> = if args.model_tasks == 0 {
-            vec![]
-        } else {
-            all.iter()
-                .take(args.model_tasks)
-                .map(|t| t.instance_id.clone())
-                .collect()
-        };
-        eprintln!(
-            "\n[2/2] embedded SmolLM2-135M-Instruct (CPU, {} steps max, {} tokens per turn): expect mostly unresolved",
-            args.model_steps, args.model_max_tokens
-        );
-        match rt.block_on(run_policy(&base(policy, "embedded", ids))) {
-            Ok(o) => {
-                print_run(&o);
-                outs.push((o, "embedded"));
-                notes.push(format!(
-                    "embedded:smollm2-135m is the 135M-parameter default model running in-process on CPU with a budget of {} steps and {} tokens per turn; it is far too small to fix real bugs, so unresolved is the honest expectation. Its failures are counted as the model's only when the infrastructure worked.",
-                    args.model_steps, args.model_max_tokens
-                ));
-            }
-            Err(e) if cfg!(not(feature = "engine")) => {
-                eprintln!("skipping the embedded model: {e:#}");
-                notes.push("The embedded model was skipped: this dojo was built without the `engine` feature.".into());
-            }
-            Err(e) => return Err(e),
-        }
-    }
-
-    let summaries: Vec<_> = outs.iter().map(|(o, _)| o.summary.clone()).collect();
-    println!("\n{}", dojo_rollout::render_table(&summaries));
-    let runs: Vec<PolicyRun<'_>> = outs
-        .iter()
-        .zip(&summaries)
-        .map(|((o, dir), s)| PolicyRun {
-            summary: s,
-            outcomes: &o.outcomes,
-            trajectories: format!("{dir}/trajectories.jsonl"),
-        })
-        .collect();
-    notes.push(format!(
-        "Generated by dojo {} in {:.0} s.",
-        env!("CARGO_PKG_VERSION"),
-        started.elapsed().as_secs_f64()
-    ));
-    let html = render_html("dojo demo: the bundled benchmark", &notes, &runs);
-    let report = out.join("report.html");
-    std::fs::write(&report, html).with_context(|| format!("writing {}", report.display()))?;
-    let shown = std::fs::canonicalize(&report).unwrap_or_else(|_| report.clone());
-    println!("report: {}", shown.display());
-    println!("open it: xdg-open {}", shown.display());
-    let infra: usize = summaries.iter().map(|s| s.infra_errors).sum();
-    let gold_ok = summaries[0].resolved == summaries[0].trajectories;
-    Ok(if infra > 0 || !gold_ok { 2 } else { 0 })
 }

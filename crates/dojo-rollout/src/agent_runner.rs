@@ -6,7 +6,6 @@
 //! record `infra_failure`; none of them is ever scored as unresolved. Preparation (download, unpack,
 //! pristine tree, venv) happens once per task and is shared by its K samples.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,14 +13,14 @@ use dojo_agent::{Agent, AgentConfig, TaskInput, ToolRegistry};
 use dojo_grade::{GradeOptions, grade_in_sandbox};
 use dojo_llm::{BoxFuture, ChatBackend};
 use dojo_sandbox::{Pristine, PythonEnv, Sandbox, SandboxOptions};
-use dojo_task::{EnvRegistry, PrepareOptions, RepoEnv, Task};
+use dojo_task::{EnvRegistry, Preparer, RepoEnv, Task};
 use dojo_trajectory::{Blame, EnvironmentFingerprint, Event, PolicyInfo, StopReason, Trajectory};
 
 use crate::policy::{PolicyConfig, PolicyKind};
 
-use crate::engine::{Job, RolloutRecord, Runner};
+use crate::scheduler::{Job, RolloutRecord, Runner};
 use crate::store::{Key, Keyed};
-use crate::summary::Outcome;
+use crate::summary::SampleOutcome;
 
 impl Keyed for Trajectory {
     fn key(&self) -> Key {
@@ -33,8 +32,8 @@ impl Keyed for Trajectory {
 }
 
 impl RolloutRecord for Trajectory {
-    fn outcome(&self) -> Outcome {
-        Outcome {
+    fn outcome(&self) -> SampleOutcome {
+        SampleOutcome {
             task_id: self.task_id.clone(),
             sample_index: self.sample_index,
             resolved: self.resolved == Some(true) && !self.infra_failure,
@@ -58,12 +57,6 @@ pub struct Prepared {
     pub pristine: Pristine,
     pub env: Option<PythonEnv>,
     pub repo_env: RepoEnv,
-}
-
-/// Builds what a task needs (downloads, pristine tree, venv). Separate from [`AgentRunner`] so
-/// tests and `dojo demo` can prepare once and reuse.
-pub trait Preparer: Send + Sync + 'static {
-    fn prepare<'a>(&'a self, task: &'a Task) -> BoxFuture<'a, Result<Prepared, String>>;
 }
 
 /// What the agent loop must provide: one rollout in `sandbox` against `backend`, returning the
@@ -166,50 +159,6 @@ pub trait BackendFactory: Send + Sync + 'static {
     fn policy_info(&self) -> dojo_trajectory::PolicyInfo;
 }
 
-/// The default preparer: dojo-task's sources + the sandbox's pristine store and venv builder.
-pub struct StandardPreparer {
-    pub registry: EnvRegistry,
-    pub options: PrepareOptions,
-    pub store: dojo_sandbox::PristineStore,
-}
-
-impl Preparer for StandardPreparer {
-    fn prepare<'a>(&'a self, task: &'a Task) -> BoxFuture<'a, Result<Prepared, String>> {
-        Box::pin(async move {
-            let repo_env = self.registry.resolve(task).map_err(|e| e.to_string())?;
-            let (t, o) = (task.clone(), self.options.clone());
-            let source = tokio::task::spawn_blocking(move || dojo_task::task_source(&t, &o))
-                .await
-                .map_err(|e| format!("preparing {}: {e}", task.instance_id))?
-                .map_err(|e| e.to_string())?;
-            let pristine = self
-                .store
-                .build_async(&source)
-                .await
-                .map_err(|e| e.to_string())?;
-            let env = build_env(&repo_env, &pristine).await?;
-            Ok(Prepared {
-                task: task.clone(),
-                pristine,
-                env,
-                repo_env,
-            })
-        })
-    }
-}
-
-/// Build (once, cached by the sandbox layer) the task's Python environment; the project is
-/// installed editable from its pristine tree.
-pub async fn build_env(
-    repo_env: &RepoEnv,
-    pristine: &Pristine,
-) -> Result<Option<PythonEnv>, String> {
-    PythonEnv::build_async(&repo_env.spec, Some(pristine))
-        .await
-        .map(Some)
-        .map_err(|e| e.to_string())
-}
-
 /// The grader could not run: an infrastructure failure, recorded as such.
 fn grading_failed(traj: &mut Trajectory, message: String) {
     traj.infra_failure = true;
@@ -221,57 +170,61 @@ fn grading_failed(traj: &mut Trajectory, message: String) {
     });
 }
 
-/// Preparation of one task, done once and shared by its samples.
-type PrepCell = Arc<tokio::sync::OnceCell<Result<Arc<Prepared>, String>>>;
-
 /// Runs rollouts for real.
-pub struct AgentRunner<A, B, P = StandardPreparer> {
+pub struct AgentRunner<A, B> {
     pub tasks: Vec<Task>,
     pub agent: A,
     pub backends: B,
-    pub preparer: P,
+    /// Each task's environment spec.
+    pub registry: EnvRegistry,
+    /// Prepares each task once; its K samples (and any other user of the same preparer) share
+    /// the tree and venv.
+    pub preparer: Arc<Preparer>,
     pub sandbox: SandboxOptions,
     pub grade: GradeOptions,
     pub llm_limit: Arc<tokio::sync::Semaphore>,
     pub run_id: String,
-    prepared: tokio::sync::Mutex<HashMap<usize, PrepCell>>,
 }
 
-impl<A: AgentLoop, B: BackendFactory, P: Preparer> AgentRunner<A, B, P> {
+impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
     pub fn new(
         tasks: Vec<Task>,
         agent: A,
         backends: B,
-        preparer: P,
+        registry: EnvRegistry,
+        preparer: Arc<Preparer>,
         llm_concurrency: usize,
     ) -> Self {
         AgentRunner {
             tasks,
             agent,
             backends,
+            registry,
             preparer,
             sandbox: SandboxOptions::default(),
             grade: GradeOptions::default(),
             llm_limit: Arc::new(tokio::sync::Semaphore::new(llm_concurrency.max(1))),
             run_id: String::new(),
-            prepared: Default::default(),
         }
     }
 
-    async fn prepared(&self, job: &Job) -> Result<Arc<Prepared>, String> {
-        let cell = {
-            let mut m = self.prepared.lock().await;
-            m.entry(job.task_index).or_default().clone()
-        };
-        cell.get_or_init(|| async {
-            let task = self
-                .tasks
-                .get(job.task_index)
-                .ok_or_else(|| format!("no task at index {}", job.task_index))?;
-            self.preparer.prepare(task).await.map(Arc::new)
+    async fn prepared(&self, job: &Job) -> Result<Prepared, String> {
+        let task = self
+            .tasks
+            .get(job.task_index)
+            .ok_or_else(|| format!("no task at index {}", job.task_index))?;
+        let repo_env = self.registry.resolve(task).map_err(|e| e.to_string())?;
+        let tree = self
+            .preparer
+            .prepare(task, &repo_env)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Prepared {
+            task: task.clone(),
+            pristine: tree.pristine.clone(),
+            env: Some(tree.env.clone()),
+            repo_env,
         })
-        .await
-        .clone()
     }
 
     fn fail(&self, traj: &mut Trajectory, t0: Instant, stop: StopReason, kind: &str, msg: String) {
@@ -366,27 +319,22 @@ impl<A: AgentLoop, B: BackendFactory, P: Preparer> AgentRunner<A, B, P> {
         if !traj.stop_reason.is_infrastructure() && !traj.infra_failure {
             let patch = traj.patch.clone().unwrap_or_default();
             match sb.reset().await {
-                Ok(()) => match grade_in_sandbox(
-                    &sb,
-                    &prepared.task,
-                    &prepared.repo_env,
-                    Some(&patch),
-                    &self.grade,
-                )
-                .await
-                {
-                    Ok(report) => {
-                        traj.resolved = Some(report.resolved);
-                        traj.reward = Some(if report.resolved { 1.0 } else { 0.0 });
-                        if report.infra_failure {
-                            grading_failed(&mut traj, report.error.clone().unwrap_or_default());
-                        }
-                        traj.grading = Some(report.to_json());
+                Ok(()) => {
+                    let report = grade_in_sandbox(
+                        &sb,
+                        &prepared.task,
+                        &prepared.repo_env,
+                        Some(&patch),
+                        &self.grade,
+                    )
+                    .await;
+                    traj.resolved = Some(report.resolved);
+                    traj.reward = Some(if report.resolved { 1.0 } else { 0.0 });
+                    if report.infra_failure {
+                        grading_failed(&mut traj, report.error.clone().unwrap_or_default());
                     }
-                    Err(e) => {
-                        grading_failed(&mut traj, e.to_string());
-                    }
-                },
+                    traj.grading = Some(report.to_json());
+                }
                 Err(e) => {
                     grading_failed(&mut traj, format!("resetting the sandbox for grading: {e}"));
                 }
@@ -402,7 +350,7 @@ impl<A: AgentLoop, B: BackendFactory, P: Preparer> AgentRunner<A, B, P> {
     }
 }
 
-impl<A: AgentLoop, B: BackendFactory, P: Preparer> Runner for AgentRunner<A, B, P> {
+impl<A: AgentLoop, B: BackendFactory> Runner for AgentRunner<A, B> {
     type Rec = Trajectory;
     fn run(&self, job: Job) -> impl std::future::Future<Output = Trajectory> + Send {
         self.run_one(job)

@@ -1,10 +1,10 @@
-//! The rollout engine: tasks × K samples through a [`Runner`], resumable, bounded, visible.
+//! The rollout scheduler: tasks × K samples through a [`Runner`], resumable, bounded, visible.
 //!
-//! The engine knows nothing about sandboxes or models: a [`Runner`] turns one [`Job`] into one
+//! The scheduler knows nothing about sandboxes or models: a [`Runner`] turns one [`Job`] into one
 //! finished, graded record (never an error: infrastructure failures are records too, flagged as
-//! such). The engine schedules the jobs the store does not hold yet, caps how many run at once (one
+//! such). It schedules the jobs the store does not hold yet, caps how many run at once (one
 //! job holds one sandbox, so this *is* the sandbox limit; LLM calls have their own limit, see
-//! [`crate::limit`]), writes each record durably the moment it finishes, and shows progress.
+//! [`crate::policy::LimitedBackend`]), writes each record durably the moment it finishes, and shows progress.
 
 use std::future::Future;
 use std::io::IsTerminal;
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::store::{Key, Keyed, Store, StoreError};
-use crate::summary::Outcome;
+use crate::summary::SampleOutcome;
 
 /// One unit of work: sample `sample_index` of task `task_id`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,9 +33,9 @@ impl Job {
     }
 }
 
-/// A stored record the engine can summarise.
+/// A stored record the scheduler can summarise.
 pub trait RolloutRecord: Keyed + Clone + Send + Sync + 'static {
-    fn outcome(&self) -> Outcome;
+    fn outcome(&self) -> SampleOutcome;
 }
 
 /// Runs one job to a finished record.
@@ -49,7 +49,7 @@ pub trait Runner: Send + Sync + 'static {
 }
 
 #[derive(Debug, Clone)]
-pub struct EngineConfig {
+pub struct SchedulerConfig {
     /// Samples per task (K).
     pub samples: u32,
     /// Jobs (hence sandboxes) running at once.
@@ -60,9 +60,9 @@ pub struct EngineConfig {
     pub label: String,
 }
 
-impl Default for EngineConfig {
+impl Default for SchedulerConfig {
     fn default() -> Self {
-        EngineConfig {
+        SchedulerConfig {
             samples: 1,
             sandboxes: 2,
             progress: true,
@@ -71,7 +71,7 @@ impl Default for EngineConfig {
     }
 }
 
-/// What one engine invocation did (the full picture is in the store).
+/// What one scheduler invocation did (the full picture is in the store).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunStats {
     /// Jobs in the plan (tasks × K).
@@ -103,7 +103,7 @@ pub async fn run_jobs<R: Runner>(
     runner: Arc<R>,
     task_ids: &[String],
     store: Arc<Store<R::Rec>>,
-    cfg: &EngineConfig,
+    cfg: &SchedulerConfig,
 ) -> Result<RunStats, StoreError> {
     let all = plan(task_ids, cfg.samples);
     let planned = all.len();
@@ -187,7 +187,12 @@ struct ProgressCounts {
 }
 
 impl Progress {
-    fn new<T: RolloutRecord>(cfg: &EngineConfig, total: u64, done: u64, store: &Store<T>) -> Self {
+    fn new<T: RolloutRecord>(
+        cfg: &SchedulerConfig,
+        total: u64,
+        done: u64,
+        store: &Store<T>,
+    ) -> Self {
         let recs = store.records();
         let resolved = recs.iter().filter(|r| r.outcome().resolved).count();
         let infra = recs.iter().filter(|r| r.outcome().infra_error).count();
@@ -242,7 +247,7 @@ impl Progress {
         self.refresh();
     }
 
-    fn finished(&self, o: &Outcome) {
+    fn finished(&self, o: &SampleOutcome) {
         let c = &self.inner;
         c.running.fetch_sub(1, Ordering::Relaxed);
         let done = c.done.fetch_add(1, Ordering::Relaxed) + 1;

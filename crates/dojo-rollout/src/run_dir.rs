@@ -1,5 +1,5 @@
 //! One `dojo rollout` invocation as a library call: load tasks, open (or resume) the run directory,
-//! run the engine, write the summary and, on request, SWE-bench predictions.
+//! run the scheduler, write the summary and, on request, SWE-bench predictions.
 //!
 //! Run directory layout (all versioned):
 //! - `run.json`: what this directory is a run of (policy, tasks file, K). Resuming with another
@@ -17,12 +17,12 @@ use dojo_llm::ChatBackend;
 use dojo_task::{EnvRegistry, PrepareOptions, Task};
 use dojo_trajectory::Trajectory;
 
+use crate::agent_runner::{AgentLoop, AgentRunner, BackendFactory, Prepared};
 use crate::backends::{GoldBackends, ModelBackends, ReplayBackends};
-use crate::engine::{EngineConfig, RolloutRecord, RunStats, run_jobs};
 use crate::policy::{PolicyConfig, PolicyKind};
-use crate::runner::{AgentLoop, AgentRunner, BackendFactory, Prepared, StandardPreparer};
+use crate::scheduler::{RolloutRecord, RunStats, SchedulerConfig, run_jobs};
 use crate::store::{Recovery, Store};
-use crate::summary::{Outcome, Summary, export_predictions, write_atomic};
+use crate::summary::{SampleOutcome, Summary, export_predictions};
 
 pub const RUN_SCHEMA_VERSION: u32 = 1;
 
@@ -72,7 +72,7 @@ pub struct RolloutOptions {
 /// What a run produced.
 pub struct RolloutOutput {
     pub summary: Summary,
-    pub outcomes: Vec<Outcome>,
+    pub outcomes: Vec<SampleOutcome>,
     pub stats: RunStats,
     pub recovery: Recovery,
     pub store_path: PathBuf,
@@ -103,25 +103,8 @@ pub fn make_backends(
         PolicyKind::Replay { file } => {
             Box::new(ReplayBackends::load(config, file).map_err(RolloutError::Policy)?)
         }
-        PolicyKind::Openai {
-            base_url,
-            api_key_env,
-            model,
-        } => {
-            let mut cfg = dojo_llm::ClientConfig::from_env()
-                .map_err(|e| RolloutError::Policy(e.to_string()))?;
-            if let Some(url) = base_url {
-                let key = std::env::var(api_key_env.as_deref().unwrap_or("OPENAI_API_KEY"))
-                    .ok()
-                    .filter(|k| !k.is_empty());
-                cfg.endpoints = url
-                    .split(',')
-                    .map(|u| dojo_llm::EndpointConfig {
-                        api_key: key.clone(),
-                        ..dojo_llm::EndpointConfig::new(u.trim())
-                    })
-                    .collect();
-            }
+        PolicyKind::Openai { model, .. } => {
+            let cfg = openai_client_config(&policy.kind)?;
             let client = dojo_llm::OpenAiClient::new(cfg)
                 .map_err(|e| RolloutError::Policy(e.to_string()))?;
             Box::new(ModelBackends {
@@ -145,6 +128,40 @@ pub fn make_backends(
             })
         }
     })
+}
+
+/// The HTTP client settings of an `openai` policy: the environment's (`OPENAI_*`,
+/// `DOJO_LLM_TIMEOUT`), overridden by the policy file's `base_url`, `api_key_env` and
+/// `request_timeout_s`.
+fn openai_client_config(kind: &PolicyKind) -> Result<dojo_llm::ClientConfig, RolloutError> {
+    let mut cfg =
+        dojo_llm::ClientConfig::from_env().map_err(|e| RolloutError::Policy(e.to_string()))?;
+    let PolicyKind::Openai {
+        base_url,
+        api_key_env,
+        request_timeout_s,
+        ..
+    } = kind
+    else {
+        return Ok(cfg);
+    };
+    if let Some(url) = base_url {
+        let key = std::env::var(api_key_env.as_deref().unwrap_or("OPENAI_API_KEY"))
+            .ok()
+            .filter(|k| !k.is_empty());
+        cfg.endpoints = url
+            .split(',')
+            .map(|u| dojo_llm::EndpointConfig {
+                api_key: key.clone(),
+                ..dojo_llm::EndpointConfig::new(u.trim())
+            })
+            .collect();
+    }
+    if let Some(t) = request_timeout_s {
+        cfg.request_timeout = dojo_llm::timeout_secs(*t)
+            .map_err(|e| RolloutError::Policy(format!("request_timeout_s: {e}")))?;
+    }
+    Ok(cfg)
 }
 
 /// Load the tasks of a run (all, or the listed instances, in file order).
@@ -196,7 +213,7 @@ fn check_manifest(dir: &Path, m: &RunManifest) -> Result<(), RolloutError> {
     }
     std::fs::create_dir_all(dir).map_err(ioerr)?;
     let text = serde_json::to_string_pretty(m).unwrap_or_default();
-    write_atomic(&path, text.as_bytes()).map_err(ioerr)
+    dojo_cache::write_atomic(&path, text.as_bytes()).map_err(ioerr)
 }
 
 /// Run (or resume) a rollout with the given agent loop and backends.
@@ -232,18 +249,12 @@ pub async fn run_rollout<A: AgentLoop>(
             store_path.display()
         );
     }
-    let pristine =
-        dojo_sandbox::PristineStore::open().map_err(|e| RolloutError::Tasks(e.to_string()))?;
-    let preparer = StandardPreparer {
-        registry,
-        options: opts.prepare.clone(),
-        store: pristine,
-    };
+    let preparer = Arc::new(dojo_task::Preparer::new(opts.prepare.clone()));
     let llm = opts.policy.llm_concurrency.unwrap_or(opts.workers.max(1));
     let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
-    let mut runner = AgentRunner::new(tasks, agent, backends, preparer, llm);
+    let mut runner = AgentRunner::new(tasks, agent, backends, registry, preparer, llm);
     runner.run_id = opts.out.display().to_string();
-    let cfg = EngineConfig {
+    let cfg = SchedulerConfig {
         samples: opts.samples,
         sandboxes: opts.workers.max(1),
         progress: opts.progress,
@@ -262,7 +273,7 @@ fn finish(
     store_path: PathBuf,
 ) -> Result<RolloutOutput, RolloutError> {
     // Only this run's plan counts (a store may hold more samples from an earlier, larger -n).
-    let outcomes: Vec<Outcome> = store
+    let outcomes: Vec<SampleOutcome> = store
         .records()
         .iter()
         .map(|t| t.outcome())
@@ -292,4 +303,37 @@ fn finish(
         store_path,
         predictions,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A policy file's `request_timeout_s` sets the client's request timeout; an unusable one
+    /// is a policy error naming the field.
+    #[test]
+    fn policy_file_sets_the_llm_request_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("p.toml");
+        let file = |t: &str| {
+            format!(
+                "kind = \"openai\"\nmodel = \"m\"\nbase_url = \"http://127.0.0.1:9/v1\"\nrequest_timeout_s = {t}\n"
+            )
+        };
+        std::fs::write(&p, file("42.5")).unwrap();
+        let policy = PolicyConfig::load(&p).unwrap();
+        let cfg = openai_client_config(&policy.kind).unwrap();
+        assert_eq!(
+            cfg.request_timeout,
+            std::time::Duration::from_millis(42_500)
+        );
+        assert_eq!(cfg.endpoints[0].base_url, "http://127.0.0.1:9/v1");
+        std::fs::write(&p, file("0")).unwrap();
+        let policy = PolicyConfig::load(&p).unwrap();
+        let e = openai_client_config(&policy.kind).unwrap_err().to_string();
+        assert!(e.contains("request_timeout_s"), "{e}");
+        // Unset, the field stays out of the recorded policy (run.json of older runs resume).
+        let short = PolicyConfig::parse("openai:m").unwrap();
+        assert!(!short.to_json().to_string().contains("request_timeout_s"));
+    }
 }

@@ -1,0 +1,100 @@
+//! What `dojo validate` and `dojo eval` share (dojo-task, dojo-grade): the task-set options,
+//! loading the selected tasks with their environment specs, and the grading options.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use dojo_grade::batch::BatchOptions;
+use dojo_grade::{GradeOptions, Semantics};
+use dojo_task::{EnvRegistry, PrepareOptions, Task};
+
+/// Options shared by validate and eval.
+#[derive(clap::Args, Clone)]
+pub struct CommonArgs {
+    /// Task file (.jsonl, .json or .parquet).
+    #[arg(long)]
+    pub tasks: PathBuf,
+    /// Only these instances (repeatable).
+    #[arg(long = "instance")]
+    pub instances: Vec<String>,
+    /// Concurrent sandboxes.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
+    /// Extra environment specs (`*.toml`), overriding the embedded `envs/`.
+    #[arg(long)]
+    pub envs: Option<PathBuf>,
+    /// Local repositories of git-based tasks (`owner__name` or `name`).
+    #[arg(long)]
+    pub repos: Option<PathBuf>,
+    /// Grading rules: `classic` (default; SKIPPED counts as neither) or `swebench5`.
+    #[arg(long, default_value = "classic")]
+    pub semantics: String,
+    /// Override every environment's test timeout (seconds).
+    #[arg(long)]
+    pub timeout: Option<u64>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// The selected tasks of a `validate` or `eval` run, with what grading them needs.
+pub struct Loaded {
+    pub tasks: Vec<Task>,
+    /// Every instance id of the task file, selected by `--instance` or not.
+    pub all_ids: std::collections::BTreeSet<String>,
+    pub registry: EnvRegistry,
+    pub opts: BatchOptions,
+    pub preparer_opts: PrepareOptions,
+}
+
+/// Load the task file (strictly), select `--instance`s, and build the grading options.
+pub fn load(common: &CommonArgs) -> anyhow::Result<Loaded> {
+    let mut tasks = dojo_task::load_tasks(&common.tasks)?;
+    let all_ids = tasks.iter().map(|t| t.instance_id.clone()).collect();
+    if !common.instances.is_empty() {
+        for id in &common.instances {
+            if !tasks.iter().any(|t| &t.instance_id == id) {
+                bail!(
+                    "--instance {id}: no such instance in {}",
+                    common.tasks.display()
+                );
+            }
+        }
+        tasks.retain(|t| common.instances.contains(&t.instance_id));
+    }
+    let registry = EnvRegistry::with_dir(common.envs.as_deref())?;
+    let semantics = Semantics::by_name(&common.semantics).with_context(|| {
+        format!(
+            "--semantics {:?}: expected classic or swebench5",
+            common.semantics
+        )
+    })?;
+    let grade = GradeOptions {
+        semantics,
+        timeout: common.timeout.map(Duration::from_secs),
+        ..Default::default()
+    };
+    let opts = BatchOptions {
+        workers: common.workers.max(1),
+        grade,
+        progress: !common.quiet,
+        ..Default::default()
+    };
+    Ok(Loaded {
+        tasks,
+        all_ids,
+        registry,
+        opts,
+        preparer_opts: PrepareOptions {
+            repos_dir: common.repos.clone(),
+        },
+    })
+}
+
+/// The async runtime the batch runs on.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
