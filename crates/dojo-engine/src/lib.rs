@@ -13,12 +13,13 @@
 //! - [`Engine`]: a worker thread running requests round-robin, with sampling
 //!   ([`SamplingParams`]), stop handling, token ids + logprobs, and prefix KV reuse across the
 //!   turns of a conversation. It implements [`dojo_llm::ChatBackend`] for in-process rollouts.
-//! - [`server`]: `dojo serve`, the OpenAI-compatible HTTP API.
+//! - [`completions`]: OpenAI chat and text completions over the [`Engine`], shared by the
+//!   in-process backend and [`server`]: `dojo serve`, the OpenAI-compatible HTTP API.
 //!
 //! Tokenization and chat templates come from `dojo-chat`, shared with curate/train so the
 //! training data is token-exact.
 
-pub mod chat;
+pub mod completions;
 pub mod engine;
 pub mod loader;
 pub mod model;
