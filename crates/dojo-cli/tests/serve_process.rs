@@ -4,7 +4,7 @@
 //! default model (SmolLM2-135M-Instruct Q4_1, fetched through dojo-cache): a tool-call round
 //! trip, logprobs and token ids, stop sequences, `/v1/completions` with a token-id prompt, 4xx
 //! answers with a message, a client that hangs up mid-generation, graceful shutdown on SIGTERM.
-//! Then `dojo rollout` with an `openai` policy pointing at that server (issue 4): the whole
+//! Then `dojo rollout` with an `openai` policy pointing at that server: the whole
 //! agent loop, recorded and graded, with no infrastructure error.
 //!
 //! `DOJO_TEST_DEVICE` (default `cpu`) is passed to `dojo serve --device`, so the same tests
@@ -499,7 +499,7 @@ fn pytools_env() -> Option<Vec<(String, String)>> {
         .then(Vec::new)
 }
 
-/// Issue 4's `openai` policy end to end: `dojo rollout` drives the agent against the real
+/// The `openai` policy end to end: `dojo rollout` drives the agent against the real
 /// server for two short greedy steps; the trajectory is recorded (token ids and logprobs
 /// included), graded, and no infrastructure error is reported.
 #[test]
@@ -519,7 +519,7 @@ fn openai_policy_rollout_against_dojo_serve() {
         &policy,
         format!(
             r#"kind = "openai"
-model = "smollm2"
+model = "{}"
 base_url = "http://{}/v1"
 name = "openai-e2e"
 llm_concurrency = 1
@@ -536,6 +536,8 @@ action_format = "native"
 [agent.sampling]
 logprobs = true
 "#,
+            // The served name: `dojo serve` answers 404 for any other, as vLLM does.
+            dojo_chat::default_model::MODEL_ID,
             s.addr
         ),
     )

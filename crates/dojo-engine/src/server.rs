@@ -3,8 +3,11 @@
 //! Routes: `GET /health`, `GET /v1/models`, `POST /v1/chat/completions`,
 //! `POST /v1/completions`. Request problems (bad JSON, bad parameters, a prompt longer than the
 //! context, a template that raises) are 400s with an OpenAI error body; the server keeps
-//! serving. A client that disconnects mid-generation drops the handler future, which cancels
-//! its sequence in the engine.
+//! serving. A request for a model this server does not serve is a 404 with OpenAI's
+//! `model_not_found` body, as vLLM and OpenAI answer it, so a client configured with the wrong
+//! name learns it at once instead of getting another model's answers (no `model`, or an empty
+//! one, means the served model). A client that disconnects mid-generation drops the handler
+//! future, which cancels its sequence in the engine.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -76,6 +79,27 @@ fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Box<Res
     })
 }
 
+/// `Err(404 response)` when the request names a model other than the served one.
+fn check_model(engine: &Engine, requested: &str) -> Result<(), Box<Response>> {
+    if requested.is_empty() || requested == engine.model_id() {
+        return Ok(());
+    }
+    let body = ErrorBody {
+        error: ErrorDetail {
+            message: format!(
+                "The model `{requested}` does not exist. This server serves `{}` (GET /v1/models).",
+                engine.model_id()
+            ),
+            kind: Some("invalid_request_error".into()),
+            param: Some("model".into()),
+            code: Some(json!("model_not_found")),
+        },
+    };
+    Err(Box::new(
+        (StatusCode::NOT_FOUND, axum::Json(body)).into_response(),
+    ))
+}
+
 /// Liveness plus the engine's counters (operators watch `cancelled` and prefix reuse; tests use
 /// them to see that a dropped client really freed its sequence).
 async fn health(State(engine): State<Engine>) -> Response {
@@ -114,6 +138,9 @@ async fn chat_completions(State(engine): State<Engine>, body: Bytes) -> Response
         Ok(r) => r,
         Err(resp) => return *resp,
     };
+    if let Err(resp) = check_model(&engine, &req.model) {
+        return *resp;
+    }
     match engine.chat(req).await {
         Ok(resp) => axum::Json(resp).into_response(),
         Err(e) => engine_error(e),
@@ -125,6 +152,10 @@ async fn completions(State(engine): State<Engine>, body: Bytes) -> Response {
         Ok(r) => r,
         Err(resp) => return *resp,
     };
+    let model = req.get("model").and_then(|m| m.as_str()).unwrap_or("");
+    if let Err(resp) = check_model(&engine, model) {
+        return *resp;
+    }
     match engine.completion(req).await {
         Ok(resp) => axum::Json(resp).into_response(),
         Err(e) => engine_error(e),

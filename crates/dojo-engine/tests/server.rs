@@ -193,6 +193,33 @@ async fn bad_requests_get_400_with_a_message_and_the_server_keeps_serving() {
     s.stop().await;
 }
 
+/// As vLLM does: a model the server does not serve is a 404 with OpenAI's error body; the served
+/// name, or none, is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_model_name_is_a_404_and_the_served_name_is_answered() {
+    let s = start().await;
+    for route in ["chat/completions", "completions"] {
+        let url = format!("{}/v1/{route}", s.base);
+        let body = |model: &str| {
+            if route == "completions" {
+                json!({"model": model, "prompt": [10, 11], "max_tokens": 2})
+            } else {
+                json!({"model": model, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2})
+            }
+            .to_string()
+        };
+        let (status, err) = post(&url, &body("gpt-4o")).await;
+        assert_eq!(status, 404, "{route}: {err}");
+        assert_eq!(err["error"]["code"], "model_not_found", "{err}");
+        assert_eq!(err["error"]["param"], "model", "{err}");
+        let msg = err["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("gpt-4o") && msg.contains("tiny"), "{msg}");
+        let (status, ok) = post(&url, &body("tiny")).await;
+        assert_eq!(status, 200, "{route}: {ok}");
+    }
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_disconnect_mid_generation_does_not_hurt_the_server() {
     let s = start().await;
