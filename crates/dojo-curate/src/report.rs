@@ -51,7 +51,11 @@ pub fn html(
     let mut page = Page::new(title);
     let mut table = Table::new(["stage", "in", "kept", "dropped", "why"]).numeric(1..4);
     for st in stages {
-        let reasons: Vec<String> = st.dropped.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        let reasons: Vec<String> = st
+            .dropped
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
         table.row([
             st.stage.clone(),
             st.input.to_string(),

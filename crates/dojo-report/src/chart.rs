@@ -478,11 +478,12 @@ impl LineChart {
 
 /// Smallest and largest of the values; (0, 1) when there are none.
 fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
-    values.fold(None, |acc, v| match acc {
-        None => Some((v, v)),
-        Some((lo, hi)) => Some((f64::min(lo, v), f64::max(hi, v))),
-    })
-    .unwrap_or((0.0, 1.0))
+    values
+        .fold(None, |acc, v| match acc {
+            None => Some((v, v)),
+            Some((lo, hi)) => Some((f64::min(lo, v), f64::max(hi, v))),
+        })
+        .unwrap_or((0.0, 1.0))
 }
 
 #[cfg(test)]

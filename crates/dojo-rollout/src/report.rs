@@ -106,10 +106,12 @@ pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> Str
     let stop_rows: Vec<StackedRow> = runs
         .iter()
         .map(|r| {
-            r.summary.stop_reasons.iter().fold(
-                StackedRow::new(&r.summary.policy),
-                |row, (k, v)| row.segment(k, *v as f64, stop_color(k)),
-            )
+            r.summary
+                .stop_reasons
+                .iter()
+                .fold(StackedRow::new(&r.summary.policy), |row, (k, v)| {
+                    row.segment(k, *v as f64, stop_color(k))
+                })
         })
         .collect();
     page.heading("Outcomes")
@@ -145,12 +147,13 @@ pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> Str
         .iter()
         .map(|r| (r.summary.policy.clone(), per_task(r, &|o| o.steps as f64)))
         .collect();
-    page.heading("Steps and tokens per task").chart(&grouped_bars(
-        "Agent steps per task (mean over samples)",
-        "steps",
-        &tasks,
-        &steps,
-    ));
+    page.heading("Steps and tokens per task")
+        .chart(&grouped_bars(
+            "Agent steps per task (mean over samples)",
+            "steps",
+            &tasks,
+            &steps,
+        ));
     let token_runs: Vec<_> = runs
         .iter()
         .filter(|r| r.summary.total_tokens > 0)

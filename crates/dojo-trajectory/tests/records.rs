@@ -110,7 +110,11 @@ fn write_lines(path: &Path, lines: &[&str], last_newline: bool) {
 fn a_full_record_round_trips_through_a_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("trajectories.jsonl");
-    let records = [full_record("a", 0), full_record("a", 1), full_record("b", 0)];
+    let records = [
+        full_record("a", 0),
+        full_record("a", 1),
+        full_record("b", 0),
+    ];
     let lines: Vec<String> = records.iter().map(Trajectory::to_json_line).collect();
     let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
     write_lines(&path, &refs, true);
@@ -194,7 +198,11 @@ fn a_torn_last_line_is_reported_as_truncated_wherever_the_write_stopped() {
         let mut reader = JsonlReader::open(&path).unwrap();
         assert_eq!(reader.next().unwrap().unwrap(), full_record("a", 0));
         let p = reader.next().unwrap().unwrap_err();
-        assert_eq!((p.line, p.kind), (2, ProblemKind::Truncated), "cut at {cut}");
+        assert_eq!(
+            (p.line, p.kind),
+            (2, ProblemKind::Truncated),
+            "cut at {cut}"
+        );
         assert!(reader.next().is_none());
         assert_eq!(reader.records_seen(), 2);
         assert_eq!(reader.bytes_read(), (good.len() + 1 + cut) as u64);

@@ -165,7 +165,10 @@ pub(crate) fn meta_json(m: &RowMeta) -> serde_json::Map<String, Value> {
     o
 }
 
-pub(crate) fn write_lines(path: &Path, lines: impl Iterator<Item = Value>) -> Result<(), ExportError> {
+pub(crate) fn write_lines(
+    path: &Path,
+    lines: impl Iterator<Item = Value>,
+) -> Result<(), ExportError> {
     let f = std::fs::File::create(path).map_err(io_err(path))?;
     let mut w = std::io::BufWriter::new(f);
     for v in lines {

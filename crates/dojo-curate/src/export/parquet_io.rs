@@ -125,4 +125,3 @@ pub(crate) fn finish(
     })?;
     write_parquet(path, batch, kv)
 }
-

@@ -74,4 +74,3 @@ pub fn write_tokens_parquet(
     );
     finish(path, fields, cols, kv)
 }
-

@@ -149,11 +149,11 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<CurationSummar
 mod tests {
     use super::*;
     use crate::export::{self, EXPORT_SCHEMA_VERSION};
-    use serde_json::json;
     use crate::render::tests::CharChatml;
     use dojo_trajectory::StopReason;
     use parquet::file::reader::{FileReader, SerializedFileReader};
     use serde_json::Value;
+    use serde_json::json;
     use std::io::Write;
 
     use crate::fixtures::record;

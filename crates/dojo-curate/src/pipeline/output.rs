@@ -119,4 +119,3 @@ pub(super) fn write_manifest(
     let text = serde_json::to_string_pretty(&m).unwrap_or_default();
     write(p, &text)
 }
-
