@@ -7,14 +7,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use dojo_llm::{ChatBackend, ChatMessage, ChatRequest, LlmError, Role};
 use dojo_sandbox::WORKSPACE;
 use dojo_trajectory::{
-    ActionRecord, AgentInfo, Blame, CompressionEvent, EnvironmentFingerprint, Event, PolicyInfo,
-    PromptPart, SamplingConfig, Step, StopReason, ToolOutcome, Trajectory,
+    ActionRecord, AgentInfo, Blame, EnvironmentFingerprint, Event, PolicyInfo, SamplingConfig,
+    Step, StopReason, ToolOutcome, Trajectory,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::action::{self, ActionFormat, CONTINUE_MSG, FormatError};
-use crate::context::ContextConfig;
+use crate::context::{self, ContextConfig};
 use crate::prompt::{PromptError, Prompts};
 use crate::tools::{ToolContext, ToolError, ToolRegistry};
 use crate::workspace::Workspace;
@@ -100,10 +100,10 @@ pub struct TaskInput {
 
 /// A configured agent; cheap to share, one [`Agent::run`] per rollout.
 pub struct Agent {
-    cfg: AgentConfig,
+    pub(crate) cfg: AgentConfig,
     tools: ToolRegistry,
-    backend: Arc<dyn ChatBackend>,
-    prompts: Prompts,
+    pub(crate) backend: Arc<dyn ChatBackend>,
+    pub(crate) prompts: Prompts,
     policy: PolicyInfo,
 }
 
@@ -114,7 +114,7 @@ fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn ms(d: Duration) -> u64 {
+pub(crate) fn ms(d: Duration) -> u64 {
     d.as_millis() as u64
 }
 
@@ -206,7 +206,7 @@ impl Agent {
         ])
     }
 
-    fn request(&self, messages: Vec<ChatMessage>) -> ChatRequest {
+    pub(crate) fn request(&self, messages: Vec<ChatMessage>) -> ChatRequest {
         let s = &self.cfg.sampling;
         ChatRequest {
             model: self.cfg.model.clone(),
@@ -232,13 +232,14 @@ impl Agent {
 }
 
 /// The mutable state of one rollout.
-struct Run<'a> {
-    agent: &'a Agent,
-    t: Trajectory,
+pub(crate) struct Run<'a> {
+    pub(crate) agent: &'a Agent,
+    pub(crate) t: Trajectory,
     start: Instant,
     /// Message index ranges `[start, end)` of each completed turn.
-    turns: Vec<(usize, usize)>,
-    compressed_turns: u32,
+    pub(crate) turns: Vec<(usize, usize)>,
+    /// Turns already folded into a compression summary.
+    pub(crate) compressed_turns: u32,
     consecutive_format_errors: u32,
 }
 
@@ -273,7 +274,13 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn event(&mut self, step: u32, kind: &str, blame: Blame, message: impl Into<String>) {
+    pub(crate) fn event(
+        &mut self,
+        step: u32,
+        kind: &str,
+        blame: Blame,
+        message: impl Into<String>,
+    ) {
         self.t.events.push(Event {
             step,
             kind: kind.into(),
@@ -282,7 +289,7 @@ impl<'a> Run<'a> {
         });
     }
 
-    fn remaining_wall(&self) -> Duration {
+    pub(crate) fn remaining_wall(&self) -> Duration {
         Duration::from_secs_f64(self.agent.cfg.max_wall_secs).saturating_sub(self.start.elapsed())
     }
 
@@ -313,133 +320,6 @@ impl<'a> Run<'a> {
             }
         }
         (StopReason::MaxSteps, None)
-    }
-
-    /// The prompt for the next request: plain history, or with compressed windows replaced.
-    fn prompt(&self) -> (Vec<ChatMessage>, Option<Vec<PromptPart>>) {
-        if self.t.compressions.is_empty() {
-            return (self.t.messages.clone(), None);
-        }
-        let mut parts = vec![PromptPart::Message(0), PromptPart::Message(1)];
-        parts.extend((0..self.t.compressions.len()).map(PromptPart::Summary));
-        let first_kept = self
-            .t
-            .compressions
-            .last()
-            .map(|c| c.messages.1)
-            .unwrap_or(2);
-        parts.extend((first_kept..self.t.messages.len()).map(PromptPart::Message));
-        let msgs = parts
-            .iter()
-            .map(|p| match *p {
-                PromptPart::Message(i) => self.t.messages[i].clone(),
-                PromptPart::Summary(i) => self.t.compressions[i].summary.clone(),
-            })
-            .collect();
-        (msgs, Some(parts))
-    }
-
-    async fn maybe_compress(&mut self, step: u32, task: &TaskInput) {
-        let Some(cc) = self.agent.cfg.context.clone() else {
-            return;
-        };
-        let done = self.turns.len() as u32;
-        let Some((first, last)) = cc.due(done, self.compressed_turns) else {
-            return;
-        };
-        let (msg_start, msg_end) = (
-            self.turns[first as usize - 1].0,
-            self.turns[last as usize - 1].1,
-        );
-        let mut transcript = String::new();
-        for (k, &(a, b)) in self.turns[first as usize - 1..last as usize]
-            .iter()
-            .enumerate()
-        {
-            transcript.push_str(&format!("[Turn {}]\n", first as usize + k));
-            for m in &self.t.messages[a..b] {
-                let mut text = m.text();
-                if let Some(calls) = &m.tool_calls {
-                    for c in calls {
-                        text.push_str(&format!(
-                            "\n<call {}>{}</call>",
-                            c.function.name, c.function.arguments
-                        ));
-                    }
-                }
-                let label = if m.role == Role::Assistant {
-                    "AGENT"
-                } else {
-                    "OBSERVATION"
-                };
-                let clipped = crate::tools::clip_chars(&text, cc.max_observation_chars);
-                transcript.push_str(&format!("{label}:\n{clipped}\n"));
-            }
-            transcript.push('\n');
-        }
-        let vars = json!({
-            "first": first, "last": last, "transcript": transcript,
-            "problem_statement": task.vars.get("problem_statement").cloned().unwrap_or(json!("")),
-        });
-        let prompt = match self.agent.prompts.render("summary", &vars) {
-            Ok(p) => p,
-            Err(e) => {
-                self.event(
-                    step,
-                    "compression_failed",
-                    Blame::Infrastructure,
-                    e.to_string(),
-                );
-                return;
-            }
-        };
-        let mut req = self.agent.request(vec![ChatMessage::user(prompt)]);
-        req.tools = None;
-        req.temperature = Some(cc.temperature);
-        req.max_tokens = cc.max_summary_tokens;
-        let started = Instant::now();
-        let resp =
-            tokio::time::timeout(self.remaining_wall(), self.agent.backend.complete(req)).await;
-        let llm_ms = ms(started.elapsed());
-        match resp {
-            Ok(Ok(resp)) => {
-                self.t.llm_calls += 1;
-                let usage = resp.usage.unwrap_or_default();
-                self.t.usage.add(&usage);
-                let summary = resp
-                    .choices
-                    .first()
-                    .map(|c| c.message.text())
-                    .unwrap_or_default();
-                self.t.compressions.push(CompressionEvent {
-                    at_step: step,
-                    turns: (first, last),
-                    messages: (msg_start, msg_end),
-                    summary: ChatMessage::user(format!(
-                        "[COMPRESSED HISTORY - Turns {first}-{last}]\n<Memory>\n{}\n</Memory>",
-                        summary.trim()
-                    )),
-                    usage,
-                    llm_ms,
-                });
-                self.compressed_turns = last;
-            }
-            Ok(Err(e)) => {
-                self.t.llm_calls += 1;
-                self.event(
-                    step,
-                    "compression_failed",
-                    Blame::Infrastructure,
-                    e.to_string(),
-                );
-            }
-            Err(_) => self.event(
-                step,
-                "compression_failed",
-                Blame::Infrastructure,
-                "wall-time budget ran out",
-            ),
-        }
     }
 
     fn step_suffix(&self, step: u32) -> String {
@@ -480,7 +360,7 @@ impl<'a> Run<'a> {
             ..Default::default()
         };
         self.maybe_compress(index, task).await;
-        let (messages, prompt_parts) = self.prompt();
+        let (messages, prompt_parts) = context::prompt(&self.t);
         step.prompt = prompt_parts;
         let turn_start = self.t.messages.len();
 

@@ -19,7 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let threads: usize = args.get(2).map_or(Ok(0), |t| t.parse())?;
     let model_spec = args.get(3).map_or("default", String::as_str);
     let t0 = Instant::now();
-    let model = dojo_curate::chat::load(model_spec)?;
+    let model = dojo_curate::target_model::load(model_spec)?;
     let load_s = t0.elapsed().as_secs_f64();
     let mut cfg = dojo_curate::Config::new(vec![PathBuf::from(&args[0])], PathBuf::from(&args[1]));
     cfg.threads = threads;

@@ -1,4 +1,6 @@
-//! Hand-built trajectory records with known answers, for tests and examples.
+//! Hand-built trajectory records with known answers, for tests. Compiled only for this crate's
+//! tests and with the `fixtures` feature (which the integration tests enable), never into a
+//! normal build.
 
 use dojo_trajectory::{Step, StopReason, Trajectory};
 use serde_json::{Value, json};

@@ -1,13 +1,14 @@
 //! Reading rollout outputs: directories (searched recursively for `*.jsonl`) or files.
 //!
-//! Nothing is dropped silently: every line that is not a usable trajectory becomes a [`Problem`]
-//! with file, line and reason, and the rest of the file is still read. A torn last line (a rollout
-//! killed mid-write) is reported as such, distinct from corruption in the middle of a file.
+//! The lines themselves are read by `dojo-trajectory`'s tolerant [`JsonlReader`], the one reader
+//! of trajectory files; this module finds the files and turns each unusable line into a
+//! [`Problem`] with file, line and reason, so nothing is dropped silently and the rest of the file
+//! is still read. A torn last line (a rollout killed mid-write) is reported as such, distinct
+//! from corruption in the middle of a file.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use dojo_trajectory::{Trajectory, TrajectoryError};
+use dojo_trajectory::{JsonlReader, LineProblem, ProblemKind, TrajectoryError};
 
 use crate::view::{Origin, Traj};
 
@@ -120,93 +121,66 @@ pub fn load(inputs: &[PathBuf]) -> Loaded {
     loaded
 }
 
+/// Reads one file through the trajectory crate's tolerant reader, turning its line problems into
+/// curation's [`Problem`] kinds.
 fn read_file(path: &Path, out: &mut Loaded, problems: &mut Vec<Problem>) {
     let name = path.display().to_string();
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
+    let mut reader = match JsonlReader::open(path) {
+        Ok(r) => r,
         Err(e) => {
+            let reason = match e {
+                TrajectoryError::Io { source, .. } => source.to_string(),
+                other => other.to_string(),
+            };
             problems.push(Problem {
                 file: name,
                 line: 0,
                 kind: "io".into(),
-                reason: e.to_string(),
+                reason,
             });
             return;
         }
     };
-    let mut reader = BufReader::with_capacity(1 << 20, file);
-    let mut buf = Vec::new();
-    let mut line_no = 0;
-    loop {
-        buf.clear();
-        let n = match reader.read_until(b'\n', &mut buf) {
-            Ok(n) => n,
-            Err(e) => {
-                problems.push(Problem {
+    while let Some(item) = reader.next() {
+        match item {
+            Ok(t) => {
+                let origin = Origin {
                     file: name.clone(),
-                    line: line_no + 1,
-                    kind: "io".into(),
-                    reason: e.to_string(),
-                });
-                return;
-            }
-        };
-        if n == 0 {
-            break;
-        }
-        line_no += 1;
-        out.bytes += n as u64;
-        let torn = buf.last() != Some(&b'\n');
-        let text = trim_ascii(&buf);
-        if text.is_empty() {
-            continue;
-        }
-        out.lines += 1;
-        let origin = Origin {
-            file: name.clone(),
-            line: line_no,
-        };
-        let text = String::from_utf8_lossy(text);
-        match Trajectory::from_json(&text) {
-            Ok(t) => out.trajs.push(Traj::from_record(&t, origin)),
-            Err(e) => {
-                let kind = match &e {
-                    TrajectoryError::Json(j) if torn || j.is_eof() => "truncated_last_line",
-                    TrajectoryError::UnsupportedSchema { .. } => "unknown_schema_version",
-                    TrajectoryError::Json(_) => "invalid_json",
-                    _ => "invalid_record",
+                    line: reader.line(),
                 };
-                let reason = if kind == "truncated_last_line" {
-                    format!("{e}; a rollout killed mid-write?")
-                } else {
-                    e.to_string()
-                };
-                problems.push(Problem {
-                    file: name.clone(),
-                    line: line_no,
-                    kind: kind.into(),
-                    reason,
-                });
+                out.trajs.push(Traj::from_record(&t, origin));
             }
+            Err(p) => problems.push(problem_of(&name, p)),
         }
     }
+    out.bytes += reader.bytes_read();
+    out.lines += reader.records_seen();
 }
 
-fn trim_ascii(b: &[u8]) -> &[u8] {
-    let start = b
-        .iter()
-        .position(|c| !c.is_ascii_whitespace())
-        .unwrap_or(b.len());
-    let end = b
-        .iter()
-        .rposition(|c| !c.is_ascii_whitespace())
-        .map_or(start, |e| e + 1);
-    &b[start..end]
+fn problem_of(file: &str, p: LineProblem) -> Problem {
+    let (kind, reason) = match (p.kind, p.error) {
+        (ProblemKind::Truncated, e) => (
+            "truncated_last_line",
+            format!("{e}; a rollout killed mid-write?"),
+        ),
+        (ProblemKind::UnsupportedSchema, e) => ("unknown_schema_version", e.to_string()),
+        (ProblemKind::Io, TrajectoryError::Io { source, .. }) => ("io", source.to_string()),
+        (ProblemKind::Io, e) => ("io", e.to_string()),
+        (ProblemKind::Corrupt, e @ TrajectoryError::Json(_)) => ("invalid_json", e.to_string()),
+        (ProblemKind::Corrupt, e) => ("invalid_record", e.to_string()),
+    };
+    Problem {
+        file: file.to_string(),
+        line: p.line,
+        kind: kind.into(),
+        reason,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dojo_trajectory::Trajectory;
     use std::io::Write;
 
     #[test]

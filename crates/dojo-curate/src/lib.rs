@@ -10,15 +10,16 @@
 //! messages (Parquet + JSONL) and LLaMA-Factory's sharegpt layout. Every stage reports how many
 //! trajectories it dropped and why; every unreadable line is reported with file, line and reason.
 
-pub mod chat;
 pub mod export;
 pub mod filters;
+#[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod input;
 pub mod pipeline;
 pub mod render;
 pub mod report;
+pub mod target_model;
 pub mod view;
 
-pub use pipeline::{Config, CurateError, FilterSet, Formats, Outcome, run};
+pub use pipeline::{Config, CurateError, CurationSummary, FilterSet, Formats, run};
 pub use render::{ChatModel, Masking, MessagesStyle};

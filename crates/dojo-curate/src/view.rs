@@ -1,11 +1,12 @@
 //! The curation view of one trajectory record.
 //!
-//! Curation needs a dozen fields of a trajectory, not the whole record. Reading them through this
-//! view (rather than deserialising the full `dojo-trajectory` struct) keeps curation working
-//! across every schema version we have written: each field is looked up at the places the
-//! versions put it, and a record that lacks a required field is reported with the field's name.
-//! The messages are kept verbatim (OpenAI JSON shape) because the exports must reproduce exactly
-//! what the policy saw.
+//! Curation needs a dozen fields of a trajectory, not the whole record: this view holds them,
+//! taken from a record `dojo-trajectory` has read and checked. What a rollout's outcome is (its
+//! reward, whether it resolved its task, whether it was graded or failed for infrastructure
+//! reasons) is the record's own answer ([`Trajectory::graded_reward`],
+//! [`Trajectory::is_resolved`], …), so curation and the rollout summaries count alike. The
+//! messages are kept verbatim (OpenAI JSON shape) because the exports must reproduce exactly what
+//! the policy saw.
 
 use dojo_trajectory::{PromptPart, StopReason, Trajectory};
 use serde_json::Value;
@@ -112,10 +113,6 @@ impl Traj {
             Some(m) if !m.is_empty() => format!("{}:{m}", t.policy.kind),
             _ => t.policy.kind.clone(),
         };
-        let reward = t
-            .reward
-            .or(t.resolved.map(|r| if r { 1.0 } else { 0.0 }))
-            .unwrap_or(0.0);
         let recorded_tokens = t
             .steps
             .iter()
@@ -130,12 +127,12 @@ impl Traj {
             messages: t.messages.iter().map(json).collect(),
             tools: t.tools.iter().map(json).collect(),
             stop_reason: t.stop_reason.as_str().to_string(),
-            stop: StopKind::of(t.stop_reason, t.infra_failure),
+            stop: StopKind::of(t.stop_reason, t.is_infrastructure_failure()),
             forced: t.forced_submission,
-            reward,
-            resolved: t.resolved.unwrap_or(reward >= 1.0),
+            reward: t.graded_reward().unwrap_or(0.0),
+            resolved: t.is_resolved(),
             format_errors: u64::from(t.format_errors),
-            graded: t.reward.is_some() || t.resolved.is_some(),
+            graded: t.is_graded(),
             steps: t
                 .steps
                 .iter()

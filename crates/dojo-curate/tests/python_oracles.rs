@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use dojo_curate::ChatModel;
-use dojo_curate::chat::FormatModel;
+use dojo_curate::target_model::FormatModel;
 use serde_json::{Value, json};
 
 fn repo_root() -> PathBuf {

@@ -36,8 +36,8 @@ impl RolloutRecord for Trajectory {
         SampleOutcome {
             task_id: self.task_id.clone(),
             sample_index: self.sample_index,
-            resolved: self.resolved == Some(true) && !self.infra_failure,
-            infra_error: self.infra_failure,
+            resolved: self.is_resolved(),
+            infra_error: self.is_infrastructure_failure(),
             stop_reason: self.stop_reason.as_str().to_string(),
             forced: self.forced_submission,
             steps: self.steps.len() as u32,
@@ -328,8 +328,7 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
                         &self.grade,
                     )
                     .await;
-                    traj.resolved = Some(report.resolved);
-                    traj.reward = Some(if report.resolved { 1.0 } else { 0.0 });
+                    traj.set_grade(report.resolved);
                     if report.infra_failure {
                         grading_failed(&mut traj, report.error.clone().unwrap_or_default());
                     }

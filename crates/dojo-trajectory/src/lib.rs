@@ -374,6 +374,42 @@ impl Trajectory {
         read::parse_record(text)
     }
 
+    /// The sample failed for infrastructure reasons (sandbox, environment, endpoint, grader): it
+    /// says nothing about the agent and is never scored or trained on. True when the record is
+    /// marked so or its stop reason is an infrastructure stop.
+    pub fn is_infrastructure_failure(&self) -> bool {
+        self.infra_failure || self.stop_reason.is_infrastructure()
+    }
+
+    /// Grading recorded a result (a reward or a resolved flag). Ungraded rollouts carry no
+    /// success signal.
+    pub fn is_graded(&self) -> bool {
+        self.reward.is_some() || self.resolved.is_some()
+    }
+
+    /// The reward grading gave this rollout: the recorded `reward`, else 1.0 or 0.0 from
+    /// `resolved`; `None` when it was not graded.
+    pub fn graded_reward(&self) -> Option<f64> {
+        self.reward
+            .or(self.resolved.map(|r| if r { 1.0 } else { 0.0 }))
+    }
+
+    /// Whether this rollout resolved its task: graded as resolved (the recorded `resolved`, else
+    /// a reward of at least 1.0) and not an infrastructure failure, which is never a success.
+    pub fn is_resolved(&self) -> bool {
+        let resolved = self
+            .resolved
+            .unwrap_or_else(|| self.reward.is_some_and(|r| r >= 1.0));
+        resolved && !self.is_infrastructure_failure()
+    }
+
+    /// Records a grade: `resolved` and the binary reward it implies (1.0 or 0.0), the one reward
+    /// SWE-bench grading gives.
+    pub fn set_grade(&mut self, resolved: bool) {
+        self.resolved = Some(resolved);
+        self.reward = Some(if resolved { 1.0 } else { 0.0 });
+    }
+
     /// The messages of step `index` (1-based) as they were sent to the model.
     pub fn prompt_of(&self, index: u32) -> Option<Vec<&ChatMessage>> {
         let step = self.steps.iter().find(|s| s.index == index)?;
@@ -428,6 +464,32 @@ mod tests {
         assert_eq!(Trajectory::from_json(&line).unwrap(), t);
         assert!(StopReason::LlmError.is_infrastructure());
         assert!(StopReason::MaxTokens.is_budget());
+    }
+
+    #[test]
+    fn resolved_and_reward_follow_the_grade_and_never_credit_infrastructure() {
+        let mut t = sample();
+        assert!(!t.is_graded() && !t.is_resolved());
+        assert_eq!(t.graded_reward(), None);
+        t.set_grade(true);
+        assert!(t.is_graded() && t.is_resolved());
+        assert_eq!(t.graded_reward(), Some(1.0));
+        // Older records may carry only one of the two fields.
+        t.resolved = None;
+        assert!(t.is_resolved());
+        t.reward = Some(0.5);
+        assert!(!t.is_resolved());
+        assert_eq!(t.graded_reward(), Some(0.5));
+        t.reward = None;
+        t.resolved = Some(false);
+        assert_eq!(t.graded_reward(), Some(0.0));
+        // An infrastructure failure is never resolved, whatever the grade says.
+        t.set_grade(true);
+        t.infra_failure = true;
+        assert!(t.is_infrastructure_failure() && !t.is_resolved());
+        t.infra_failure = false;
+        t.stop_reason = StopReason::EnvError;
+        assert!(t.is_infrastructure_failure() && !t.is_resolved());
     }
 
     #[test]

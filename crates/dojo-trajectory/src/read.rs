@@ -54,12 +54,16 @@ pub(crate) fn parse_record(text: &str) -> Result<Trajectory, TrajectoryError> {
 /// What was wrong with a line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProblemKind {
-    /// The last line of the file, without its newline, does not parse: an interrupted write.
+    /// A line whose JSON ends mid-value, or a last line without its newline that does not parse:
+    /// an interrupted write.
     Truncated,
-    /// A complete line that is not a valid record.
+    /// A complete line that is not a valid record: not JSON ([`TrajectoryError::Json`]) or JSON
+    /// that does not match the record layout.
     Corrupt,
     /// A valid record of a schema version this build does not read.
     UnsupportedSchema,
+    /// The file could not be read further; reading stops at this line.
+    Io,
 }
 
 /// One unusable line.
@@ -78,6 +82,7 @@ impl std::fmt::Display for LineProblem {
             ProblemKind::Truncated => "truncated record (interrupted write)",
             ProblemKind::Corrupt => "corrupt record",
             ProblemKind::UnsupportedSchema => "unsupported record",
+            ProblemKind::Io => "unreadable",
         };
         write!(
             f,
@@ -89,11 +94,20 @@ impl std::fmt::Display for LineProblem {
     }
 }
 
-/// Streams records from a JSONL file; yields `Err(LineProblem)` for bad lines and continues.
+/// Streams records from a JSONL file; yields `Err(LineProblem)` for bad lines and continues
+/// (after an I/O error it stops: the rest of the file cannot be trusted to be read).
+///
+/// Blank lines are skipped. [`JsonlReader::line`] says which line the last item came from, and
+/// [`JsonlReader::bytes_read`] / [`JsonlReader::records_seen`] count what was read, for callers
+/// that report throughput or check that every line was accounted for.
 pub struct JsonlReader {
     file: PathBuf,
-    lines: std::io::Split<BufReader<File>>,
+    reader: BufReader<File>,
+    buf: Vec<u8>,
     line: usize,
+    bytes: u64,
+    records: usize,
+    done: bool,
 }
 
 impl JsonlReader {
@@ -105,9 +119,43 @@ impl JsonlReader {
         })?;
         Ok(JsonlReader {
             file: path,
-            lines: BufReader::new(f).split(b'\n'),
+            // Trajectory lines run to megabytes: a large buffer keeps reads few.
+            reader: BufReader::with_capacity(1 << 20, f),
+            buf: Vec::new(),
             line: 0,
+            bytes: 0,
+            records: 0,
+            done: false,
         })
+    }
+
+    /// The file being read.
+    pub fn path(&self) -> &Path {
+        &self.file
+    }
+
+    /// The 1-based line number of the item last returned (0 before the first).
+    pub fn line(&self) -> usize {
+        self.line
+    }
+
+    /// Bytes read so far, newlines and blank lines included.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Non-blank lines seen so far: each became a record or a problem.
+    pub fn records_seen(&self) -> usize {
+        self.records
+    }
+
+    fn problem(&self, kind: ProblemKind, error: TrajectoryError) -> LineProblem {
+        LineProblem {
+            file: self.file.clone(),
+            line: self.line,
+            kind,
+            error,
+        }
     }
 }
 
@@ -115,43 +163,46 @@ impl Iterator for JsonlReader {
     type Item = Result<Trajectory, LineProblem>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            let raw = match self.lines.next()? {
-                Ok(raw) => raw,
+        while !self.done {
+            self.buf.clear();
+            let n = match self.reader.read_until(b'\n', &mut self.buf) {
+                Ok(n) => n,
                 Err(source) => {
+                    self.done = true;
                     self.line += 1;
                     let error = TrajectoryError::Io {
                         path: self.file.clone(),
                         source,
                     };
-                    return Some(Err(LineProblem {
-                        file: self.file.clone(),
-                        line: self.line,
-                        kind: ProblemKind::Corrupt,
-                        error,
-                    }));
+                    return Some(Err(self.problem(ProblemKind::Io, error)));
                 }
             };
+            if n == 0 {
+                self.done = true;
+                break;
+            }
             self.line += 1;
-            // A line whose JSON ends mid-value (EOF error) is an interrupted write.
-            let text = String::from_utf8_lossy(&raw);
-            if text.trim().is_empty() {
+            self.bytes += n as u64;
+            // A last line without its newline is a write that did not finish.
+            let torn = self.buf.last() != Some(&b'\n');
+            let text = String::from_utf8_lossy(&self.buf);
+            // Without its newline: inside a torn string a newline reads as a control character,
+            // not as the end of the input.
+            let text = text.trim();
+            if text.is_empty() {
                 continue;
             }
-            return Some(parse_record(&text).map_err(|error| {
+            self.records += 1;
+            return Some(parse_record(text).map_err(|error| {
                 let kind = match &error {
                     TrajectoryError::UnsupportedSchema { .. } => ProblemKind::UnsupportedSchema,
-                    TrajectoryError::Json(e) if e.is_eof() => ProblemKind::Truncated,
+                    TrajectoryError::Json(e) if torn || e.is_eof() => ProblemKind::Truncated,
                     _ => ProblemKind::Corrupt,
                 };
-                LineProblem {
-                    file: self.file.clone(),
-                    line: self.line,
-                    kind,
-                    error,
-                }
+                self.problem(kind, error)
             }));
         }
+        None
     }
 }
 

@@ -112,7 +112,7 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
         None
     } else {
         Some(
-            dojo_curate::chat::load(&args.model)
+            dojo_curate::target_model::load(&args.model)
                 .map_err(anyhow::Error::msg)
                 .with_context(|| format!("loading --model {}", args.model))?,
         )
