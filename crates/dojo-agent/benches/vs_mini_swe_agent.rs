@@ -289,14 +289,14 @@ fn run_mini(python: &Path, sdist: &Path, row: &mut Row) -> Option<(f64, Duration
 
 fn sdist() -> PathBuf {
     // The toolz task of the bundled benchmark names the sdist, its URL and sha256.
-    let tasks = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benchmarks/mini/tasks.jsonl");
-    let text = std::fs::read_to_string(&tasks).expect("benchmarks/mini/tasks.jsonl");
+    let tasks = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tasksets/mini/tasks.jsonl");
+    let text = std::fs::read_to_string(&tasks).expect("tasksets/mini/tasks.jsonl");
     let source = text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find(|t| t["repo"].as_str() == Some("pytoolz/toolz"))
         .map(|t| t["source"].clone())
-        .expect("a toolz task in benchmarks/mini/tasks.jsonl");
+        .expect("a toolz task in tasksets/mini/tasks.jsonl");
     let s = |k: &str| source[k].as_str().unwrap_or_default().to_string();
     dojo_cache::Cache::open()
         .expect("cache")

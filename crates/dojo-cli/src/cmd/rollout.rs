@@ -164,7 +164,7 @@ pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
 }
 
 /// The bundled benchmark, embedded so `dojo demo` works from any directory.
-const MINI_TASKS: &str = include_str!("../../../../benchmarks/mini/tasks.jsonl");
+const MINI_TASKS: &str = include_str!("../../../../tasksets/mini/tasks.jsonl");
 
 pub fn run_demo(args: DemoArgs) -> anyhow::Result<i32> {
     let started = std::time::Instant::now();

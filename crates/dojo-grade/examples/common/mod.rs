@@ -21,7 +21,7 @@ pub type Bundled = (Vec<Task>, EnvRegistry, Task, RepoEnv);
 pub fn bundled() -> Result<Bundled, Box<dyn std::error::Error>> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../benchmarks/mini/tasks.jsonl"
+        "/../../tasksets/mini/tasks.jsonl"
     );
     let tasks = dojo_task::load_tasks(std::path::Path::new(path))?;
     let reg = EnvRegistry::embedded()?;
