@@ -434,7 +434,7 @@ async fn bench_cli(cache: &dojo_cache::Cache, dojo: &Path, scratch: &Path, runs:
     let mut md = format!(
         "## `dojo sandbox run --source DIR -- true`, whole command (sympy 1.12, {files} files)\n\n\
          A git repository of the sympy 1.12 sdist (`git init` + one commit); a release `dojo` \
-         ({}). Wall time of the whole process (start, recognising the pristine tree, sandbox \
+         (`--no-default-features`). Wall time of the whole process (start, recognising the pristine tree, sandbox \
          create, `true`, teardown), medians (min) of {runs} interleaved runs, ms. `unchanged`: \
          the stat index beside the pristine cache recognises the tree (one readdir + lstat \
          pass, no file read). `every file read`: each file's ctime changed first (its mtime set \
@@ -444,7 +444,6 @@ async fn bench_cli(cache: &dojo_cache::Cache, dojo: &Path, scratch: &Path, runs:
          user + system time of the command and every process it waited for (`RUSAGE_CHILDREN`), \
          less sensitive to a loaded machine than wall time. {}\n\n\
          | method | wall | CPU | files opened under the source | wall speed-up over clone | CPU ratio |\n|---|---|---|---|---|---|\n",
-        dojo.display(),
         dojo_bench::host_line()
     );
     md.push_str(&row(
