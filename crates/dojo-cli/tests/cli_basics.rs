@@ -4,7 +4,7 @@ use std::process::Command;
 
 const BUNDLED: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../benchmarks/mini/tasks.jsonl"
+    "/../../tasksets/mini/tasks.jsonl"
 );
 
 /// `dojo … | head`: a reader that goes away ends dojo quietly with 141 (128 + SIGPIPE), like

@@ -544,7 +544,7 @@ logprobs = true
     .unwrap();
     let task = "pytest-dev__iniconfig-1";
     let out = dir.path().join("run");
-    let tasks = repo_root().join("benchmarks/mini/tasks.jsonl");
+    let tasks = repo_root().join("tasksets/mini/tasks.jsonl");
     let run = Command::new(DOJO)
         .arg("rollout")
         .arg("--tasks")

@@ -309,7 +309,7 @@ pub fn logs_eval(content: &str, parser: Parser, sem: Semantics) -> (StatusMap, b
 ///   `test_x[a` whose status is whichever line came last; such a key names no single test.
 ///
 /// These tests still run; they are just not graded. This is how the bundled benchmark's
-/// lists were computed (`benchmarks/mini/README.md`), and `dojo validate --write` reproduces
+/// lists were computed (`tasksets/mini/README.md`), and `dojo validate --write` reproduces
 /// them exactly.
 pub fn derive_lists(before: &StatusMap, after: &StatusMap) -> (Vec<String>, Vec<String>) {
     let mut f2p = Vec::new();

@@ -291,7 +291,7 @@ async fn bundled_benchmark_task_validates() {
     setup_home();
     let path = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../benchmarks/mini/tasks.jsonl"
+        "/../../tasksets/mini/tasks.jsonl"
     ));
     if !path.exists() {
         return skip(format!("{} not present", path.display()));

@@ -1,4 +1,4 @@
-//! End to end, everything real: the bundled benchmark (`benchmarks/mini/`, real PyPI sdists with
+//! End to end, everything real: the bundled benchmark (`tasksets/mini/`, real PyPI sdists with
 //! injected bugs), real sandboxes and Python environments, dojo-agent's real tools driven by the
 //! `gold-replay` policy, real grading. Every task must resolve, with no infrastructure error; the
 //! records must be complete; a second run of the same command must resume with nothing to do.
@@ -36,7 +36,7 @@ fn have_uv() -> bool {
 fn opts(out: PathBuf, instances: Vec<String>) -> RolloutOptions {
     let policy = PolicyConfig::parse("gold-replay").unwrap();
     RolloutOptions {
-        tasks_file: repo_root().join("benchmarks/mini/tasks.jsonl"),
+        tasks_file: repo_root().join("tasksets/mini/tasks.jsonl"),
         instances,
         label: policy.label(),
         policy,

@@ -7,11 +7,18 @@
 //! and the tree is owned by the sandbox uid (files owned by an unmapped uid could not be edited
 //! inside the user namespace). Builds go through [`dojo_cache::Cache::get_or_build`]: concurrent
 //! builders wait on one lock and nobody ever sees a half-built entry.
+//!
+//! Entries are keyed by what the source holds: a git commit, an archive's sha256, or a
+//! directory's content hash. A directory is recognised without reading its files again when a
+//! stat pass shows nothing changed since the last build ([`index`]), so a sandbox over an
+//! unchanged checkout starts in milliseconds.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::{Result, SandboxError};
+
+mod index;
 
 /// Where a pristine tree comes from.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -88,6 +95,9 @@ pub const BASE_TAG: &str = "dojo-base";
 /// Bumped when the tree layout changes, so old entries are not reused.
 const LAYOUT_VERSION: &str = "pristine-v2";
 
+/// Under the store's root: the stat index of each directory source (see [`index`]).
+const DIR_INDEX: &str = "dir-index";
+
 /// The Python used to precompile bytecode (world-readable, so the sandbox uid can run it).
 pub const DEFAULT_PYTHON: &str = "/usr/bin/python3.11";
 
@@ -120,7 +130,12 @@ impl PristineStore {
                 "archive\0{}",
                 dojo_cache::sha256_file(path).map_err(|e| err(e.to_string()))?
             ),
-            Source::Dir { path } => format!("dir\0{}", hash_dir(path).map_err(err)?),
+            Source::Dir { path } => format!(
+                "dir\0{}",
+                index::scan(path, Some(&self.root.join(DIR_INDEX)))
+                    .map_err(err)?
+                    .identity
+            ),
         };
         let uid = crate::ns::sandbox_uid();
         let key = dojo_cache::sha256_hex(format!("{LAYOUT_VERSION}\0{uid}\0{identity}"));
@@ -191,44 +206,6 @@ fn resolve_commit(repo: &Path, commit: &str) -> std::result::Result<String, Stri
     )
     .map_err(|_| format!("commit {commit} does not exist in {}", repo.display()))?;
     Ok(String::from_utf8_lossy(&out).trim().to_string())
-}
-
-/// Content hash of a directory tree (paths, types, exec bits, contents, symlink targets).
-fn hash_dir(root: &Path) -> std::result::Result<String, String> {
-    use sha2::Digest;
-    use std::os::unix::fs::PermissionsExt;
-    if !root.is_dir() {
-        return Err(format!("{} is not a directory", root.display()));
-    }
-    let mut h = sha2::Sha256::new();
-    for e in walkdir::WalkDir::new(root)
-        .sort_by_file_name()
-        .into_iter()
-        .filter_entry(|e| e.file_name() != ".git")
-    {
-        let e = e.map_err(|e| e.to_string())?;
-        let rel = e.path().strip_prefix(root).unwrap_or(e.path());
-        h.update(rel.as_os_str().as_encoded_bytes());
-        h.update([0]);
-        let ft = e.file_type();
-        if ft.is_symlink() {
-            let t = std::fs::read_link(e.path()).map_err(|x| x.to_string())?;
-            h.update(b"l");
-            h.update(t.as_os_str().as_encoded_bytes());
-        } else if ft.is_file() {
-            let md = e.metadata().map_err(|x| x.to_string())?;
-            h.update(if md.permissions().mode() & 0o111 != 0 {
-                b"x"
-            } else {
-                b"f"
-            });
-            h.update(dojo_cache::sha256_file(e.path()).map_err(|x| x.to_string())?);
-        } else {
-            h.update(b"d");
-        }
-        h.update([0]);
-    }
-    Ok(hex::encode(h.finalize()))
 }
 
 fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), String> {

@@ -135,3 +135,43 @@ async fn bytecode_is_precompiled_and_never_in_diffs() {
     );
     sb.teardown().await.unwrap();
 }
+
+#[tokio::test]
+async fn directory_source_is_recognised_until_it_changes() {
+    let src = tempfile::tempdir().unwrap();
+    let root = src.path().join("proj");
+    std::fs::create_dir_all(root.join("pkg")).unwrap();
+    std::fs::write(root.join("pkg/mod.py"), "x = 1\n").unwrap();
+    std::fs::write(root.join("setup.py"), "print(1)\n").unwrap();
+    git(&root, &["init", "-q"]);
+    git(&root, &["add", "-A"]);
+    git(&root, &["commit", "-qm", "base"]);
+    let scratch = tempfile::tempdir().unwrap();
+    let store = PristineStore::at(scratch.path());
+    let dir = Source::Dir { path: root.clone() };
+    let first = store.build(&dir).unwrap();
+    // The stat index sits beside the entries, one file per source directory.
+    let index = scratch.path().join("dir-index");
+    assert_eq!(std::fs::read_dir(&index).unwrap().count(), 1);
+    assert_eq!(store.build(&dir).unwrap().id, first.id);
+
+    // A same-size edit is a new tree; the old entry stays.
+    std::fs::write(root.join("pkg/mod.py"), "x = 2\n").unwrap();
+    let edited = store.build(&dir).unwrap();
+    assert_ne!(edited.id, first.id);
+    assert_eq!(
+        std::fs::read_to_string(edited.path.join("pkg/mod.py")).unwrap(),
+        "x = 2\n"
+    );
+    // An untracked file too; removing it again gives back the edited tree's entry.
+    std::fs::write(root.join("notes.txt"), "n\n").unwrap();
+    let untracked = store.build(&dir).unwrap();
+    assert_ne!(untracked.id, edited.id);
+    assert!(untracked.path.join("notes.txt").is_file());
+    std::fs::remove_file(root.join("notes.txt")).unwrap();
+    assert_eq!(store.build(&dir).unwrap().id, edited.id);
+    // Bytecode the source's own test runs left is stripped from the tree, so it is not a change.
+    std::fs::create_dir(root.join("pkg/__pycache__")).unwrap();
+    std::fs::write(root.join("pkg/__pycache__/mod.cpython-311.pyc"), "b").unwrap();
+    assert_eq!(store.build(&dir).unwrap().id, edited.id);
+}

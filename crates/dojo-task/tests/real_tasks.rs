@@ -147,7 +147,7 @@ fn swesmith_single_object_json_loads() {
 fn bundled_benchmark_loads_and_resolves() {
     let path = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../benchmarks/mini/tasks.jsonl"
+        "/../../tasksets/mini/tasks.jsonl"
     ));
     if !path.exists() {
         println!("SKIPPED: {} not written yet", path.display());

@@ -44,7 +44,7 @@ pub struct DemoArgs {
 }
 
 /// The bundled benchmark, embedded so `dojo demo` works from any directory.
-const MINI_TASKS: &str = include_str!("../../../../benchmarks/mini/tasks.jsonl");
+const MINI_TASKS: &str = include_str!("../../../../tasksets/mini/tasks.jsonl");
 
 pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
     let started = std::time::Instant::now();

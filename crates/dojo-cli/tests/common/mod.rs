@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 /// The bundled benchmark's task file.
 pub const BUNDLED: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../benchmarks/mini/tasks.jsonl"
+    "/../../tasksets/mini/tasks.jsonl"
 );
 
 /// Under `CI=true` a missing prerequisite CI provides is a failure, not a skip.

@@ -1,4 +1,4 @@
-//! The same scripted 30-step trajectory run by mini-swe-agent and by dojo (issue 4, section 11).
+//! The same scripted 30-step trajectory run by mini-swe-agent and by dojo.
 //!
 //! ```text
 //! bash scripts/bench-vs-mini-swe-agent.sh        # installs mini-swe-agent, then runs this
@@ -15,8 +15,7 @@
 //!
 //! "CPU" is the agent process's own user+system time (commands run in children and are excluded).
 
-mod common;
-use common::{cpu_time, host_line};
+use dojo_bench::{cpu_time, host_line};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -252,7 +251,7 @@ async fn run_sandbox(pristine: &dojo_sandbox::Pristine, row: &mut Row) {
 /// One mini-swe-agent run in its own Python process. Adds the run to `row`; returns the
 /// module import time and the whole process's wall time.
 fn run_mini(python: &Path, sdist: &Path, row: &mut Row) -> Option<(f64, Duration)> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/mini_swe_agent_30.py");
+    let script = dojo_bench::fixture("agent/mini_swe_agent_30.py");
     let tmp = tempfile::tempdir().ok()?;
     let commands = tmp.path().join("commands.json");
     std::fs::write(&commands, serde_json::to_string(COMMANDS).ok()?).ok()?;
@@ -289,14 +288,14 @@ fn run_mini(python: &Path, sdist: &Path, row: &mut Row) -> Option<(f64, Duration
 
 fn sdist() -> PathBuf {
     // The toolz task of the bundled benchmark names the sdist, its URL and sha256.
-    let tasks = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benchmarks/mini/tasks.jsonl");
-    let text = std::fs::read_to_string(&tasks).expect("benchmarks/mini/tasks.jsonl");
+    let tasks = dojo_bench::mini_tasks();
+    let text = std::fs::read_to_string(&tasks).expect("tasksets/mini/tasks.jsonl");
     let source = text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find(|t| t["repo"].as_str() == Some("pytoolz/toolz"))
         .map(|t| t["source"].clone())
-        .expect("a toolz task in benchmarks/mini/tasks.jsonl");
+        .expect("a toolz task in tasksets/mini/tasks.jsonl");
     let s = |k: &str| source[k].as_str().unwrap_or_default().to_string();
     dojo_cache::Cache::open()
         .expect("cache")
@@ -314,9 +313,7 @@ async fn main() {
     let sdist = sdist();
     let python = std::env::var_os("MSA_PYTHON")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/msa-venv/bin/python")
-        });
+        .unwrap_or_else(|| dojo_bench::repo_root().join("target/msa-venv/bin/python"));
     println!("{}; {REPEATS} runs each, medians\n", host_line());
     println!(
         "| agent (scripted model, same {} commands + submit) | steps | wall | agent CPU | agent CPU per step | sandbox create + teardown |",

@@ -2,9 +2,9 @@
 //! target tokenizer, masks, Parquet + JSONL exports) over trajectory JSONL, timed.
 //!
 //! ```text
-//! python3 crates/dojo-curate/examples/bench/gen_trajectories.py /tmp/bench.jsonl 10000 500
-//! cargo run --release -p dojo-curate --example curate_bench -- /tmp/bench.jsonl /tmp/bench-out [THREADS]
-//! target/pytools/bin/python crates/dojo-curate/examples/bench/curate_baseline.py GGUF /tmp/bench-py /tmp/bench.jsonl
+//! python3 crates/dojo-bench/fixtures/curate/gen_trajectories.py /tmp/bench.jsonl 10000 500
+//! cargo run --release -p dojo-bench --no-default-features --example curate_bench -- /tmp/bench.jsonl /tmp/bench-out [THREADS]
+//! target/pytools/bin/python crates/dojo-bench/fixtures/curate/curate_baseline.py GGUF /tmp/bench-py /tmp/bench.jsonl
 //! ```
 
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! grading's one sandbox process runs before the test command (timed inside the sandbox).
 //! Results: `benchmarks/results/grade.md`.
 //!
-//! `cargo run -p dojo-grade --example grade_profile -- [--instance ID] [--reps N]`
+//! `cargo run -p dojo-bench --no-default-features --example grade_profile -- [--instance ID] [--reps N]`
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -11,12 +11,11 @@ use std::time::{Duration, Instant};
 use dojo_grade::{GradeOptions, Verdict, grade_in_sandbox};
 use dojo_sandbox::{ExecRequest, Sandbox, SandboxOptions};
 
-mod common;
-use common::{arg, median};
+use dojo_bench::{arg, median};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (_, _, task, env) = common::bundled()?;
+    let (_, _, task, env) = dojo_bench::bundled()?;
     let id = task.instance_id.clone();
     let reps: usize = arg("--reps").and_then(|s| s.parse().ok()).unwrap_or(5);
     let sopts = SandboxOptions::default();

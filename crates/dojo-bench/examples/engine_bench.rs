@@ -1,8 +1,8 @@
-//! Engine benchmarks; `crates/dojo-engine/bench/run.sh` runs them next to llama.cpp.
+//! Engine benchmarks; `scripts/bench-engine-vs-llamacpp.sh` runs them next to llama.cpp.
 //!
-//! `cargo run --release -p dojo-engine --example bench -- speed [GGUF]`: prefill and decode
+//! `cargo run --release -p dojo-bench --example engine_bench -- speed [GGUF]`: prefill and decode
 //! tokens/s of the bare model (threads from `RAYON_NUM_THREADS`), printed as JSON.
-//! `... --example bench -- agent [GGUF]`: wall time of a 20-turn agent conversation through
+//! `... --example engine_bench -- agent [GGUF]`: wall time of a 20-turn agent conversation through
 //! the engine's chat API, with and without prefix KV reuse.
 
 use std::path::PathBuf;
@@ -12,8 +12,8 @@ use dojo_engine::{Engine, EngineOptions, KvCache};
 use dojo_llm::{ChatMessage, ChatRequest, ToolSpec};
 use serde_json::json;
 
-/// The fixed benchmark prompt (same text for llama.cpp; see bench/llamacpp.py).
-pub const PROMPT_TEXT: &str = include_str!("../bench/prompt.txt");
+/// The fixed benchmark prompt (same text for llama.cpp; see fixtures/engine/llamacpp.py).
+pub const PROMPT_TEXT: &str = include_str!("../fixtures/engine/prompt.txt");
 const PREFILL_TOKENS: usize = 128;
 const DECODE_TOKENS: usize = 64;
 const REPEATS: usize = 3;

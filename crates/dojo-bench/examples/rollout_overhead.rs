@@ -1,6 +1,6 @@
 //! Engine overhead with many concurrent rollouts against an instant scripted policy.
 //!
-//! `cargo run --release -p dojo-rollout --example rollout_overhead -- [ROLLOUTS] [STEPS]`
+//! `cargo run --release -p dojo-bench --no-default-features --example rollout_overhead -- [ROLLOUTS] [STEPS]`
 //!
 //! 1. Memory per idle rollout: ROLLOUTS agent loops each parked inside an LLM call (the policy
 //!    blocks until released); RSS growth / ROLLOUTS.

@@ -1,10 +1,14 @@
-//! Sandbox benchmark (issue #2 §8): create / first command / reset / diff / teardown of a
+//! Sandbox benchmark: create / first command / reset / diff / teardown of a
 //! namespace sandbox side by side with `git clone --shared` + checkout and `cp -a`, on sympy 1.12
 //! (large) and flask 3.0.0 (small) sdists; per-command overhead against a bare fork/exec; 64
 //! concurrent sandboxes with memory per idle sandbox.
 //!
-//! Run: `cargo run --release -p dojo-sandbox --example sandbox_bench [-- --out FILE] [--runs N]`
-//! (as root on a host where `dojo sandbox doctor` shows the namespace backend).
+//! `dojo sandbox run --source DIR -- true` as a whole command (a release `dojo` binary, `--dojo
+//! PATH`, default `target/release/dojo`) next to `git clone --shared` of the same repository.
+//!
+//! Run: `cargo run --release -p dojo-bench --no-default-features --example sandbox_bench [-- --out
+//! FILE] [--runs N] [--only overhead|cli]` (as root on a host where `dojo sandbox doctor` shows the
+//! namespace backend).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,12 +17,12 @@ use std::time::{Duration, Instant};
 use dojo_sandbox::{ExecRequest, Pristine, PristineStore, Sandbox, SandboxOptions, Source};
 
 const SYMPY: (&str, &str, &str) = (
-    "https://files.pythonhosted.org/packages/source/s/sympy/sympy-1.12.tar.gz",
+    "https://files.pythonhosted.org/packages/e5/57/3485a1a3dff51bfd691962768b14310dae452431754bfc091250be50dd29/sympy-1.12.tar.gz",
     "ebf595c8dac3e0fdc4152c51878b498396ec7f30e7a914d6071e674d49420fb8",
     "sympy-1.12.tar.gz",
 );
 const FLASK: (&str, &str, &str) = (
-    "https://files.pythonhosted.org/packages/source/f/flask/flask-3.0.0.tar.gz",
+    "https://files.pythonhosted.org/packages/d8/09/c1a7354d3925a3c6c8cfdebf4245bae67d633ffda1ba415add06ffc839c5/flask-3.0.0.tar.gz",
     "cfadcdb638b609361d29ec22360d6070a77d7463dcb3ab08d2c2f2f168845f58",
     "flask-3.0.0.tar.gz",
 );
@@ -293,6 +297,174 @@ fn launcher_children(sb: &Sandbox) -> Vec<i32> {
         .collect()
 }
 
+/// Wall time and CPU time (user + system of the process and the descendants it waited for),
+/// ms.
+#[derive(Default)]
+struct Cost {
+    wall: Vec<f64>,
+    cpu: Vec<f64>,
+}
+
+impl Cost {
+    fn time(&mut self, f: impl FnOnce()) {
+        let (t, c) = (Instant::now(), dojo_bench::children_cpu_time());
+        f();
+        self.wall.push(ms(t.elapsed()));
+        self.cpu.push(ms(dojo_bench::children_cpu_time() - c));
+    }
+}
+
+/// Runs `dojo sandbox run --source DIR -- true`: the whole command (process start, recognising
+/// the pristine tree, sandbox create, command, teardown).
+fn dojo_run(dojo: &Path, src: &Path) {
+    let out = Command::new(dojo)
+        .args(["sandbox", "run", "--source"])
+        .arg(src)
+        .args(["--", "true"])
+        .output()
+        .expect("running dojo");
+    assert!(
+        out.status.success(),
+        "dojo sandbox run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Set every file's mtime to what it already is: content unchanged, ctime new, so the stat
+/// index no longer vouches for any file and the next call reads them all (what every call did
+/// before the index).
+fn invalidate_stat(src: &Path) {
+    for e in walkdir::WalkDir::new(src)
+        .into_iter()
+        .filter_entry(|e| e.file_name() != ".git")
+        .flatten()
+    {
+        if e.file_type().is_file() {
+            let m = e.metadata().unwrap().modified().unwrap();
+            let f = std::fs::File::options().write(true).open(e.path()).unwrap();
+            f.set_modified(m).unwrap();
+        }
+    }
+}
+
+/// Files under `src` that one `dojo sandbox run` opens (`strace -f -e openat`), or `None`
+/// without strace.
+fn files_opened(dojo: &Path, src: &Path, scratch: &Path) -> Option<usize> {
+    let log = scratch.join("strace.log");
+    let st = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=openat,open", "-o"])
+        .arg(&log)
+        .arg(dojo)
+        .args(["sandbox", "run", "--source"])
+        .arg(src)
+        .args(["--", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .ok()?;
+    if !st.success() {
+        return None;
+    }
+    let text = std::fs::read_to_string(&log).ok()?;
+    let prefix = format!("\"{}/", src.display());
+    Some(
+        text.lines()
+            .filter(|l| l.contains(&prefix) && !l.contains("O_DIRECTORY") && !l.contains("= -1"))
+            .count(),
+    )
+}
+
+/// `dojo sandbox run --source DIR -- true` as a whole command (a release `dojo`), on a git
+/// repository of the sympy sdist, next to `git clone --shared` of that repository, interleaved.
+async fn bench_cli(cache: &dojo_cache::Cache, dojo: &Path, scratch: &Path, runs: usize) -> String {
+    let sdist = cache
+        .fetch(SYMPY.0, SYMPY.1, SYMPY.2)
+        .expect("download sdist");
+    let work = scratch.join("cli");
+    std::fs::create_dir_all(&work).unwrap();
+    sh(
+        &format!(
+            "tar --no-same-owner -xzf {} && cd sympy-1.12 && git init -q && git add -A && \
+             git -c user.name=bench -c user.email=bench@localhost commit -qm sympy-1.12",
+            sdist.display()
+        ),
+        &work,
+    );
+    let src = work.join("sympy-1.12");
+    let files = walk_count(&src);
+    let t = Instant::now();
+    dojo_run(dojo, &src);
+    eprintln!(
+        "cli: first call {:.0} ms (builds the pristine tree unless cached)",
+        ms(t.elapsed())
+    );
+    let (mut hit, mut full, mut clone) = (Cost::default(), Cost::default(), Cost::default());
+    for i in 0..runs {
+        std::thread::sleep(Duration::from_millis(3));
+        hit.time(|| dojo_run(dojo, &src));
+        invalidate_stat(&src);
+        std::thread::sleep(Duration::from_millis(3));
+        full.time(|| dojo_run(dojo, &src));
+        let ws = work.join(format!("clone-{i}"));
+        std::thread::sleep(Duration::from_millis(3));
+        clone.time(|| {
+            sh(
+                &format!("git clone -q --shared {} {}", src.display(), ws.display()),
+                &work,
+            )
+        });
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+    let opened_hit = files_opened(dojo, &src, &work);
+    invalidate_stat(&src);
+    let opened_full = files_opened(dojo, &src, &work);
+    let _ = std::fs::remove_dir_all(&work);
+    let min = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
+    let (cw, cc) = (median(clone.wall.clone()), median(clone.cpu.clone()));
+    let row = |name: &str, c: &Cost, opened: Option<usize>| {
+        let (w, u) = (median(c.wall.clone()), median(c.cpu.clone()));
+        format!(
+            "| {name} | {w:.1} ({:.1}) | {u:.1} | {} | {:.1}× | {:.1}× |\n",
+            min(&c.wall),
+            opened.map_or("–".to_string(), |n| n.to_string()),
+            cw / w,
+            cc / u
+        )
+    };
+    let mut md = format!(
+        "## `dojo sandbox run --source DIR -- true`, whole command (sympy 1.12, {files} files)\n\n\
+         A git repository of the sympy 1.12 sdist (`git init` + one commit); a release `dojo` \
+         (`--no-default-features`). Wall time of the whole process (start, recognising the pristine tree, sandbox \
+         create, `true`, teardown), medians (min) of {runs} interleaved runs, ms. `unchanged`: \
+         the stat index beside the pristine cache recognises the tree (one readdir + lstat \
+         pass, no file read). `every file read`: each file's ctime changed first (its mtime set \
+         to itself), so every file is read and hashed again, which is what every call cost \
+         before the index. Files opened under the source: one run under `strace -f -e openat`. \
+         `git clone --shared` (with checkout) of the same repository in the same loop. CPU: \
+         user + system time of the command and every process it waited for (`RUSAGE_CHILDREN`), \
+         less sensitive to a loaded machine than wall time. {}\n\n\
+         | method | wall | CPU | files opened under the source | wall speed-up over clone | CPU ratio |\n|---|---|---|---|---|---|\n",
+        dojo_bench::host_line()
+    );
+    md.push_str(&row(
+        "`dojo sandbox run`, unchanged source",
+        &hit,
+        opened_hit,
+    ));
+    md.push_str(&row(
+        "`dojo sandbox run`, every file read",
+        &full,
+        opened_full,
+    ));
+    md.push_str(&row("`git clone --shared` + checkout", &clone, None));
+    md.push_str(&format!(
+        "\nWhole-command speed-up over `git clone --shared`: **{:.1}×** wall, {:.1}× CPU (target ≥ 10×).\n\n",
+        cw / median(hit.wall.clone()),
+        cc / median(hit.cpu.clone())
+    ));
+    md
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -306,6 +478,13 @@ async fn main() {
     // `--only overhead`: just the per-command section (quick to re-measure).
     let only = arg("--only");
     let out_file = arg("--out").map(PathBuf::from);
+    // The release `dojo` binary for the whole-command section.
+    let dojo = arg("--dojo").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../target/release/dojo"
+        ))
+    });
     let cache = dojo_cache::Cache::open().expect("cache");
     let store = PristineStore::open().expect("store");
     let scratch = std::env::temp_dir().join(format!("dojo-bench-{}", std::process::id()));
@@ -313,7 +492,7 @@ async fn main() {
     let mut md = String::new();
     md.push_str("# Sandbox benchmarks (dojo-sandbox)\n\n");
     md.push_str(&format!(
-        "Reproduce: `cargo run --release -p dojo-sandbox --example sandbox_bench -- --runs {runs} --out benchmarks/results/sandbox.md` (as root; add `--only overhead` for just the per-command table).\n\n"
+        "Reproduce: `cargo run --release -p dojo-bench --no-default-features --example sandbox_bench -- --runs {runs} --out benchmarks/results/sandbox.md` (as root; add `--only overhead` for just the per-command table, `--only cli` for the whole `dojo sandbox run` command; that one needs a release `dojo` first: `cargo build --release -p dojo-cli --no-default-features`).\n\n"
     ));
     md.push_str(&format!(
         "Host: kernel {}, {} CPUs, shared with other jobs (noisy). Medians of {runs} runs, milliseconds, warm page cache. \
@@ -324,7 +503,16 @@ async fn main() {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         dojo_sandbox::cgroup::detect().map(|c| c.version()).unwrap_or("none"),
     ));
-    let trees = if only.as_deref() == Some("overhead") {
+    if only.as_deref() == Some("cli") {
+        let section = bench_cli(&cache, &dojo, &scratch, runs).await;
+        let _ = std::fs::remove_dir_all(&scratch);
+        print!("{section}");
+        if let Some(f) = out_file {
+            std::fs::write(&f, &section).unwrap();
+        }
+        return;
+    }
+    let trees = if only.is_some() {
         Vec::new()
     } else {
         vec![("sympy 1.12", SYMPY), ("flask 3.0.0", FLASK)]
@@ -357,6 +545,9 @@ async fn main() {
             "\nCreate speed-up over `git clone --shared`: **{speedup:.1}×** (target ≥ 50× on sympy).\n\n"
         ));
         eprintln!("{name} done");
+    }
+    if only.is_none() {
+        md.push_str(&bench_cli(&cache, &dojo, &scratch, runs).await);
     }
 
     // Per-command overhead against a bare fork/exec (tokio `Command`, i.e. posix_spawn) of the

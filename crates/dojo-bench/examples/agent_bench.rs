@@ -1,7 +1,7 @@
-//! Agent-runtime benchmarks (issue §11, agent part). Run:
+//! Agent-runtime benchmarks. Run:
 //!
 //! ```text
-//! cargo bench -p dojo-agent --bench agent
+//! cargo run --release -p dojo-bench --no-default-features --example agent_bench
 //! ```
 //!
 //! 1. Engine CPU per agent step, excluding the command: CPU time of this process (all threads,
@@ -11,8 +11,7 @@
 //! 2. Memory per idle rollout: RSS growth with 256 rollouts all waiting on the policy.
 //! 3. `execute_bash true` round trip through the tool vs a bare spawn of `true` / `bash -c true`.
 
-mod common;
-use common::{cpu_time, host_line};
+use dojo_bench::{cpu_time, host_line};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

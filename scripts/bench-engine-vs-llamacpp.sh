@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # Engine benchmark, side by side with llama.cpp on the same GGUF, 1 and 2 threads.
 # Needs llama-cpp-python (builds from source: pip install llama-cpp-python==0.3.36) in $PY.
-# Usage: crates/dojo-engine/bench/run.sh [PYTHON_WITH_LLAMA_CPP]
+# Usage: scripts/bench-engine-vs-llamacpp.sh [PYTHON_WITH_LLAMA_CPP]
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../../.." && pwd)"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${1:-python3}"
 cd "$ROOT"
 # candle's quantized kernels use AVX2/FMA only when compiled for them (llama.cpp builds with
 # GGML_NATIVE too); a separate target dir keeps the normal build's artefacts intact.
 export CARGO_TARGET_DIR="$ROOT/target-engine-native"
-RUSTFLAGS="-C target-cpu=native" cargo build --release -p dojo-engine --example bench
-BIN="$CARGO_TARGET_DIR/release/examples/bench"
+RUSTFLAGS="-C target-cpu=native" cargo build --release -p dojo-bench --example engine_bench
+BIN="$CARGO_TARGET_DIR/release/examples/engine_bench"
 GGUF="$("$BIN" path)"
 uptime
 for t in 1 2; do
   RAYON_NUM_THREADS=$t "$BIN" speed "$GGUF"
-  "$PY" crates/dojo-engine/bench/llamacpp.py "$GGUF" "$t"
+  "$PY" crates/dojo-bench/fixtures/engine/llamacpp.py "$GGUF" "$t"
 done
 # Reference: the GGUF's own Q4_1 kernels everywhere (the engine before WeightMode::Mixed).
 DOJO_ENGINE_WEIGHTS=quantized RAYON_NUM_THREADS=1 "$BIN" speed "$GGUF"

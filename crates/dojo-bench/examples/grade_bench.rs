@@ -15,7 +15,7 @@
 //! 3. A batch: `dojo eval` of every bundled task's gold patch with one worker vs the sum of
 //!    their bare test commands (`--batch-reps` times, alternated; medians).
 //!
-//! `cargo run -p dojo-grade --example grade_bench -- [--instance ID] [--reps N] [--limit N]
+//! `cargo run -p dojo-bench --no-default-features --example grade_bench -- [--instance ID] [--reps N] [--limit N]
 //! [--batch-reps N]`
 
 use std::time::{Duration, Instant};
@@ -25,12 +25,11 @@ use dojo_grade::{GradeOptions, Verdict, grade_in_sandbox};
 use dojo_sandbox::{ExecRequest, Sandbox, SandboxOptions};
 use dojo_task::Task;
 
-mod common;
-use common::{arg, median};
+use dojo_bench::{arg, median};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (tasks, reg, task, env) = common::bundled()?;
+    let (tasks, reg, task, env) = dojo_bench::bundled()?;
     let id = task.instance_id.clone();
     let reps: usize = arg("--reps").and_then(|s| s.parse().ok()).unwrap_or(5);
     let limit: usize = arg("--limit")
