@@ -5,4 +5,5 @@ pub mod lsp;
 pub mod rollout;
 pub mod sandbox;
 pub mod serve;
+pub mod synth;
 pub mod tasks;
