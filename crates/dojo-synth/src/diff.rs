@@ -201,7 +201,7 @@ mod tests {
         };
         assert!(run(&["init", "-q"], ""));
         let d = unified_diff("m.py", old, &new);
-        assert!(d.contains("@@ -1,7 +1,7 @@\n"), "{d}");
+        assert!(d.contains("@@ -1,6 +1,6 @@\n"), "{d}");
         assert!(run(&["apply", "-"], &d));
         assert_eq!(
             std::fs::read_to_string(dir.path().join("m.py")).unwrap(),

@@ -38,7 +38,7 @@ impl Input {
                 version: v.trim().to_string(),
             }),
             _ => Err(SynthError::Input(format!(
-                "--project {s:?}: expected NAME==VERSION (e.g. tenacity==9.1.2)"
+                "--project {s:?}: expected NAME==VERSION (e.g. tenacity==9.2.1)"
             ))),
         }
     }
