@@ -544,6 +544,7 @@ const SKIP_DIRS: &[&str] = &[
     "testing",
     "docs",
     "doc",
+    "documentation",
     "examples",
     "example",
     "benchmarks",
