@@ -528,10 +528,8 @@ impl<'a> Collector<'a> {
                     );
                 }
             }
-            "return_statement" => {
-                if !self.is_last_in_function(n) {
-                    self.remove_statement(n, Operator::RemoveReturn);
-                }
+            "return_statement" if !self.is_last_in_function(n) => {
+                self.remove_statement(n, Operator::RemoveReturn);
             }
             "expression_statement" => {
                 let kids = named_children(n);

@@ -42,7 +42,7 @@ use crate::operators::{Mutation, Operator, mutations_in};
 use crate::project::{Input, Project, normalize};
 use crate::state::{BaselineRecord, Header, MutantRecord, PROGRESS_SCHEMA_VERSION, State};
 use crate::statement::problem_statement;
-use crate::summary::{OpCounts, Summary};
+use crate::summary::Summary;
 use crate::{SynthError, sample};
 
 /// Version of the `synth` provenance object in each task line.
@@ -719,7 +719,7 @@ fn summary_from(state: &State, fm: &BTreeMap<Operator, (usize, usize)>, project:
             .and_then(Operator::by_name);
         if let (Some(id), Some(op)) = (id, op) {
             task_ids.insert(id.to_string());
-            let c = s.per_operator.entry(op).or_insert_with(OpCounts::default);
+            let c = s.per_operator.entry(op).or_default();
             c.tried += 1;
             c.survived += 1;
             c.validated += 1;

@@ -81,6 +81,21 @@ fn is_test_path(path: &str, test_files: &[String]) -> bool {
             .any(|c| c == "tests" || c == "test" || c == "testing")
 }
 
+/// Test file paths and their dotted module names (`tests.test_x`) in `text` become `<test>`:
+/// exception qualnames and reprs name the test module.
+fn redact(text: &str, test_files: &[String]) -> String {
+    let mut out = text.to_string();
+    for f in test_files {
+        let dotted = f.trim_end_matches(".py").replace('/', ".");
+        for needle in [f.as_str(), dotted.as_str()] {
+            if !needle.is_empty() {
+                out = out.replace(needle, "<test>");
+            }
+        }
+    }
+    out
+}
+
 /// The symptom of `test_id` in `log`.
 pub fn symptom(log: &str, test_id: &str, test_files: &[String]) -> Option<Symptom> {
     let body = block(log, test_id)?;
@@ -89,21 +104,22 @@ pub fn symptom(log: &str, test_id: &str, test_files: &[String]) -> Option<Sympto
     for l in &body {
         if let Some(code) = l.strip_prefix('>') {
             if in_first_frame && s.failing_code.is_none() {
-                s.failing_code = Some(normalize(code.trim()));
+                s.failing_code = Some(redact(&normalize(code.trim()), test_files));
             }
         } else if let Some(e) = l.strip_prefix("E ") {
             if s.error.len() < 12 {
-                s.error.push(normalize(e.trim_start()));
+                s.error.push(redact(&normalize(e.trim_start()), test_files));
             }
         } else if let Some(((path, _line), what)) = frame_line(l) {
             in_first_frame = false;
             if let Some(f) = what.strip_prefix("in ") {
-                if !is_test_path(path, test_files) {
+                // Project frames only: not the tests, not the standard library.
+                if !is_test_path(path, test_files) && !path.starts_with('/') {
                     s.frames.push((f.trim().to_string(), path.to_string()));
                 }
             } else if !what.trim().is_empty() {
                 // The last line of a block: `path:line: ExceptionType`.
-                s.exception = Some(what.trim().to_string());
+                s.exception = Some(redact(what.trim(), test_files));
             }
         } else if l.starts_with("_ _ _") {
             in_first_frame = false;
@@ -312,6 +328,15 @@ FAILED tests/test_core.py::test_plain - assert 0 == 4
         }
         // Deterministic.
         assert_eq!(problem_statement("pkg 1.0", LOG, &f2p, &tf).0, text);
+    }
+
+    #[test]
+    fn test_module_names_are_redacted() {
+        let tf = vec!["tests/test_core.py".to_string()];
+        assert_eq!(
+            redact("tests.test_core.TestGet.<locals>.Boom", &tf),
+            "<test>.TestGet.<locals>.Boom"
+        );
     }
 
     #[test]
