@@ -749,7 +749,8 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
         .await
         .map_err(|e| SynthError::Input(e.to_string()))??;
     let label = format!("{}=={}", project.name, project.version);
-    let mut registry = EnvRegistry::with_dir(opts.envs_dir.as_deref())?;
+    // `--envs DIR` may not exist yet: it is also where a written spec goes.
+    let mut registry = EnvRegistry::with_dir(opts.envs_dir.as_deref().filter(|d| d.exists()))?;
     let repo = opts
         .repo
         .clone()
