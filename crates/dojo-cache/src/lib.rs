@@ -217,6 +217,40 @@ fn system_root_certs() -> Option<ureq::tls::RootCerts> {
     (!certs.is_empty()).then(|| ureq::tls::RootCerts::new_with_certs(&certs))
 }
 
+/// The HTTP agent of every download: the environment's proxy settings and CA bundle, as pip
+/// and cargo use them.
+fn agent() -> ureq::Agent {
+    let mut tls = ureq::tls::TlsConfig::builder();
+    if let Some(roots) = system_root_certs() {
+        tls = tls.root_certs(roots);
+    }
+    ureq::Agent::config_builder()
+        .proxy(ureq::Proxy::try_from_env())
+        .tls_config(tls.build())
+        .build()
+        .into()
+}
+
+/// GET a small document (a package index page) into memory, with an `Accept` header. Not
+/// cached and not checksummed: use it to find the URL and sha256 that [`Cache::fetch`] then
+/// downloads and verifies.
+pub fn http_get(url: &str, accept: &str) -> Result<Vec<u8>> {
+    let fail = |reason: String| CacheError::Download {
+        url: url.to_string(),
+        reason,
+    };
+    let resp = agent()
+        .get(url)
+        .header("Accept", accept)
+        .call()
+        .map_err(|e| fail(e.to_string()))?;
+    resp.into_body()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_vec()
+        .map_err(|e| fail(e.to_string()))
+}
+
 /// Stream `url` to `dest`. Uses the proxy settings and CA bundle of the environment, as pip and
 /// cargo do.
 fn download(url: &str, dest: &Path) -> Result<()> {
@@ -224,16 +258,7 @@ fn download(url: &str, dest: &Path) -> Result<()> {
         url: url.to_string(),
         reason,
     };
-    let mut tls = ureq::tls::TlsConfig::builder();
-    if let Some(roots) = system_root_certs() {
-        tls = tls.root_certs(roots);
-    }
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .proxy(ureq::Proxy::try_from_env())
-        .tls_config(tls.build())
-        .build()
-        .into();
-    let resp = agent.get(url).call().map_err(|e| fail(e.to_string()))?;
+    let resp = agent().get(url).call().map_err(|e| fail(e.to_string()))?;
     let mut reader = resp.into_body().into_reader();
     let mut out = File::create(dest).map_err(io_err(dest))?;
     io::copy(&mut reader, &mut out).map_err(|e| fail(e.to_string()))?;

@@ -41,6 +41,8 @@ enum Command {
     Lsp(cmd::lsp::LspArgs),
     /// Filter rollouts and export training data.
     Curate(cmd::curate::CurateArgs),
+    /// Synthesize validated tasks from a Python project by injecting bugs.
+    Synth(cmd::synth::SynthArgs),
 }
 
 /// `dojo … | head`: once the reader is gone, `println!` panics with "failed printing to stdout:
@@ -84,6 +86,7 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(a) => cmd::serve::run(a)?,
         Command::Lsp(a) => cmd::lsp::run(a)?,
         Command::Curate(a) => cmd::curate::run(a)?,
+        Command::Synth(a) => cmd::synth::run(a)?,
     };
     std::process::exit(code);
 }

@@ -9,5 +9,6 @@ pub mod rollout;
 pub mod sandbox;
 pub mod serve;
 pub mod task_set;
+pub mod synth;
 pub mod tasks;
 pub mod validate;

@@ -1,0 +1,278 @@
+//! The project a run synthesizes tasks from, as an sdist source the task format already knows
+//! (`source.kind = "sdist"`: url, sha256, file name): every synthesized task is that sdist plus
+//! its own `bug_patch`, prepared by `dojo_task::prepare` exactly as the bundled benchmark is.
+//!
+//! - `name==version`: the sdist is found in PyPI's simple index (JSON form, PEP 691, the way the
+//!   bundled tasks' URLs and digests were found) and downloaded through `dojo_cache`, checked
+//!   against that sha256.
+//! - `--source DIR`: the directory is packed into a reproducible tarball (sorted names, fixed
+//!   times and owners, `.git` and caches left out) published in the download cache under its
+//!   sha256, with a `file://` URL; the same tree always gives the same digest.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use dojo_task::SdistSource;
+
+use crate::SynthError;
+
+/// What to synthesize from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// A PyPI release.
+    Pypi { name: String, version: String },
+    /// A local project directory.
+    Dir {
+        path: PathBuf,
+        name: String,
+        version: String,
+    },
+}
+
+impl Input {
+    /// `name==version`.
+    pub fn parse_requirement(s: &str) -> Result<Input, SynthError> {
+        match s.split_once("==") {
+            Some((n, v)) if !n.trim().is_empty() && !v.trim().is_empty() => Ok(Input::Pypi {
+                name: n.trim().to_string(),
+                version: v.trim().to_string(),
+            }),
+            _ => Err(SynthError::Input(format!(
+                "--project {s:?}: expected NAME==VERSION (e.g. tenacity==9.2.1)"
+            ))),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Input::Pypi { name, .. } | Input::Dir { name, .. } => name,
+        }
+    }
+
+    pub fn version(&self) -> &str {
+        match self {
+            Input::Pypi { version, .. } | Input::Dir { version, .. } => version,
+        }
+    }
+}
+
+/// A resolved project: its sdist source (with an empty bug patch) and where it was unpacked.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Project {
+    pub name: String,
+    pub version: String,
+    pub sdist: SdistSource,
+}
+
+/// PEP 503 name normalisation.
+pub fn normalize(name: &str) -> String {
+    let mut out = String::new();
+    let mut sep = false;
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            sep = true;
+        } else {
+            if sep && !out.is_empty() {
+                out.push('-');
+            }
+            sep = false;
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
+/// Resolve `input` to its sdist (downloading or packing it).
+pub fn resolve(input: &Input) -> Result<Project, SynthError> {
+    match input {
+        Input::Pypi { name, version } => {
+            let url = format!("https://pypi.org/simple/{}/", normalize(name));
+            let body = dojo_cache::http_get(&url, "application/vnd.pypi.simple.v1+json")
+                .map_err(|e| SynthError::Input(format!("{name}=={version}: {e}")))?;
+            let sdist = pick_sdist(&body, name, version)
+                .map_err(|e| SynthError::Input(format!("{name}=={version}: {url}: {e}")))?;
+            let cache = dojo_cache::Cache::open().map_err(|e| SynthError::Input(e.to_string()))?;
+            cache
+                .fetch(&sdist.url, &sdist.sha256, &sdist.filename)
+                .map_err(|e| SynthError::Input(format!("{name}=={version}: {e}")))?;
+            Ok(Project {
+                name: name.clone(),
+                version: version.clone(),
+                sdist,
+            })
+        }
+        Input::Dir {
+            path,
+            name,
+            version,
+        } => pack_dir(path, name, version),
+    }
+}
+
+/// The sdist of `name==version` in a PEP 691 index page.
+pub fn pick_sdist(index_json: &[u8], name: &str, version: &str) -> Result<SdistSource, String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(index_json).map_err(|e| format!("index is not JSON: {e}"))?;
+    let files = v
+        .get("files")
+        .and_then(|f| f.as_array())
+        .ok_or("index has no `files` list")?;
+    let want = format!("{}-{}", normalize(name), version);
+    for f in files {
+        let Some(filename) = f.get("filename").and_then(|x| x.as_str()) else {
+            continue;
+        };
+        let stem = filename
+            .strip_suffix(".tar.gz")
+            .or_else(|| filename.strip_suffix(".zip"));
+        let Some(stem) = stem else { continue };
+        // `python_slugify-9.2.0` / `python-slugify-9.2.0`: compare normalised names.
+        let Some((n, v)) = stem.rsplit_once('-') else {
+            continue;
+        };
+        if format!("{}-{v}", normalize(n)) != want {
+            continue;
+        }
+        let yanked = f
+            .get("yanked")
+            .is_some_and(|y| y.as_bool() == Some(true) || y.is_string());
+        if yanked {
+            return Err(format!("{filename} is yanked"));
+        }
+        let url = f
+            .get("url")
+            .and_then(|x| x.as_str())
+            .ok_or("file without url")?;
+        let sha = f
+            .get("hashes")
+            .and_then(|h| h.get("sha256"))
+            .and_then(|x| x.as_str())
+            .ok_or("file without a sha256")?;
+        return Ok(SdistSource {
+            url: url.to_string(),
+            sha256: sha.to_ascii_lowercase(),
+            filename: filename.to_string(),
+            bug_patch: String::new(),
+        });
+    }
+    Err(format!("no sdist {want}.tar.gz (or .zip) in the index"))
+}
+
+/// Pack `dir` into a reproducible tarball in the download cache.
+fn pack_dir(dir: &Path, name: &str, version: &str) -> Result<Project, SynthError> {
+    let err = |reason: String| SynthError::Input(format!("--source {}: {reason}", dir.display()));
+    if !dir.is_dir() {
+        return Err(err("not a directory".into()));
+    }
+    let top = format!("{}-{version}", normalize(name).replace('-', "_"));
+    let filename = format!("{top}.tar.gz");
+    let tmp = tempfile::Builder::new()
+        .prefix("dojo-synth-pack-")
+        .tempdir()
+        .map_err(|e| err(e.to_string()))?;
+    let tarball = tmp.path().join(&filename);
+    let script = r#"set -euo pipefail
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu \
+    --exclude=.git --exclude=__pycache__ --exclude='*.pyc' --exclude=.pytest_cache \
+    --exclude='*.egg-info' --exclude=.venv --exclude=.tox \
+    --transform "s,^\.,$2," -C "$1" -cf - . | gzip -n > "$3""#;
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .arg("pack")
+        .arg(dir)
+        .arg(&top)
+        .arg(&tarball)
+        .output()
+        .map_err(|e| err(format!("running tar: {e}")))?;
+    if !out.status.success() {
+        return Err(err(format!(
+            "tar failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let sha = dojo_cache::sha256_file(&tarball).map_err(|e| err(e.to_string()))?;
+    let cache = dojo_cache::Cache::open().map_err(|e| err(e.to_string()))?;
+    let entry = cache
+        .get_or_build("downloads", &sha, |d| {
+            std::fs::copy(&tarball, d.join(&filename)).map(|_| ())
+        })
+        .map_err(|e| err(e.to_string()))?;
+    let path = entry.join(&filename);
+    Ok(Project {
+        name: name.to_string(),
+        version: version.to_string(),
+        sdist: SdistSource {
+            url: format!("file://{}", path.display()),
+            sha256: sha,
+            filename,
+            bug_patch: String::new(),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_normalise_like_pep_503() {
+        assert_eq!(normalize("Python_Slugify"), "python-slugify");
+        assert_eq!(normalize("more.itertools"), "more-itertools");
+        assert_eq!(normalize("a--b__c"), "a-b-c");
+    }
+
+    #[test]
+    fn sdist_is_picked_from_the_json_index() {
+        let idx = serde_json::json!({"files": [
+            {"filename": "python_slugify-9.2.0-py2.py3-none-any.whl", "url": "https://x/w", "hashes": {"sha256": "aa"}},
+            {"filename": "python_slugify-9.1.0.tar.gz", "url": "https://x/old", "hashes": {"sha256": "bb"}},
+            {"filename": "python_slugify-9.2.0.tar.gz", "url": "https://x/new", "hashes": {"sha256": "CC"}},
+        ]});
+        let s = pick_sdist(idx.to_string().as_bytes(), "python-slugify", "9.2.0").unwrap();
+        assert_eq!((s.url.as_str(), s.sha256.as_str()), ("https://x/new", "cc"));
+        let e = pick_sdist(idx.to_string().as_bytes(), "python-slugify", "1.0").unwrap_err();
+        assert!(e.contains("python-slugify-1.0"), "{e}");
+        assert!(Input::parse_requirement("toolz").is_err());
+        assert_eq!(
+            Input::parse_requirement("toolz==1.2.0").unwrap(),
+            Input::Pypi {
+                name: "toolz".into(),
+                version: "1.2.0".into()
+            }
+        );
+    }
+
+    #[test]
+    fn packing_a_directory_is_reproducible() {
+        let home = tempfile::tempdir().unwrap();
+        // SAFETY: this test binary's other tests do not read DOJO_HOME concurrently... they do
+        // not read it at all (only this test resolves a project).
+        unsafe { std::env::set_var("DOJO_HOME", home.path()) };
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("pkg/__pycache__")).unwrap();
+        std::fs::write(d.path().join("pkg/__init__.py"), "X = 1\n").unwrap();
+        std::fs::write(d.path().join("pkg/__pycache__/x.pyc"), "junk").unwrap();
+        let input = Input::Dir {
+            path: d.path().to_path_buf(),
+            name: "pkg".into(),
+            version: "0.1".into(),
+        };
+        let a = resolve(&input).unwrap();
+        std::fs::write(d.path().join("pkg/__pycache__/y.pyc"), "more junk").unwrap();
+        let b = resolve(&input).unwrap();
+        assert_eq!(a, b, "caches do not change the digest");
+        std::fs::write(d.path().join("pkg/__init__.py"), "X = 2\n").unwrap();
+        let c = resolve(&input).unwrap();
+        assert_ne!(a.sdist.sha256, c.sdist.sha256);
+        assert!(a.sdist.url.starts_with("file://"));
+        let unpacked = tempfile::tempdir().unwrap();
+        let path = a.sdist.url.strip_prefix("file://").unwrap();
+        let top = dojo_cache::archive::unpack(Path::new(path), unpacked.path()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(top.join("pkg/__init__.py")).unwrap(),
+            "X = 1\n"
+        );
+        assert!(!top.join("pkg/__pycache__").exists());
+    }
+}

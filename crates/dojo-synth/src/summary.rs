@@ -1,0 +1,136 @@
+//! What a run did, per operator: candidates proposed, mutants that parsed, mutants tried,
+//! mutants that broke at least one baseline test ("survived" the test runs as task
+//! candidates), tasks validated and written, and the yield (validated / tried). Computed from
+//! the progress record, so a resumed run reports the whole run, not only its last session.
+
+use std::collections::BTreeMap;
+
+use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+
+use crate::operators::Operator;
+
+/// Counts of one operator.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OpCounts {
+    pub candidates: usize,
+    pub parsed: usize,
+    pub tried: usize,
+    pub survived: usize,
+    pub validated: usize,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Summary {
+    pub project: String,
+    pub per_operator: BTreeMap<Operator, OpCounts>,
+    /// Why mutants were dropped, with counts (`not_caught`, `duplicate`, `timeout`, ...).
+    pub dropped: BTreeMap<String, usize>,
+    pub source_files: usize,
+    /// Source files that did not parse (skipped), with the reason.
+    pub unparseable_files: Vec<String>,
+    pub baseline_passing: usize,
+    pub baseline_excluded: usize,
+    /// Tasks in the output file.
+    pub tasks: usize,
+    /// Mutants tried in this session, and its wall-clock seconds.
+    pub tried_this_session: usize,
+    pub elapsed_s: f64,
+}
+
+impl Summary {
+    pub fn totals(&self) -> OpCounts {
+        let mut t = OpCounts::default();
+        for c in self.per_operator.values() {
+            t.candidates += c.candidates;
+            t.parsed += c.parsed;
+            t.tried += c.tried;
+            t.survived += c.survived;
+            t.validated += c.validated;
+        }
+        t
+    }
+
+    /// The table printed at the end of a run.
+    pub fn table(&self) -> String {
+        let mut t = Table::new();
+        t.load_style(UTF8_FULL_CONDENSED);
+        t.set_header([
+            "operator",
+            "candidates",
+            "parsed",
+            "tried",
+            "survived",
+            "validated",
+            "yield",
+        ]);
+        let row = |name: &str, c: &OpCounts| {
+            vec![
+                name.to_string(),
+                c.candidates.to_string(),
+                c.parsed.to_string(),
+                c.tried.to_string(),
+                c.survived.to_string(),
+                c.validated.to_string(),
+                if c.tried == 0 {
+                    "-".to_string()
+                } else {
+                    format!("{:.0}%", 100.0 * c.validated as f64 / c.tried as f64)
+                },
+            ]
+        };
+        for (op, c) in &self.per_operator {
+            t.add_row(row(op.name(), c));
+        }
+        t.add_row(row("total", &self.totals()));
+        let mut s = format!("{t}\n");
+        if !self.dropped.is_empty() {
+            let d: Vec<String> = self
+                .dropped
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            s.push_str(&format!("dropped: {}\n", d.join(", ")));
+        }
+        s.push_str(&format!(
+            "baseline: {} passing test(s) used, {} excluded (failing, skipped or flaky); {} source file(s){}\n",
+            self.baseline_passing,
+            self.baseline_excluded,
+            self.source_files,
+            if self.unparseable_files.is_empty() {
+                String::new()
+            } else {
+                format!(", {} unparseable (skipped)", self.unparseable_files.len())
+            }
+        ));
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_has_a_row_per_operator_and_a_total() {
+        let mut s = Summary::default();
+        s.per_operator.insert(
+            Operator::CompareFlip,
+            OpCounts {
+                candidates: 10,
+                parsed: 10,
+                tried: 4,
+                survived: 3,
+                validated: 2,
+            },
+        );
+        s.per_operator
+            .insert(Operator::SwapArgs, OpCounts::default());
+        s.dropped.insert("not_caught".into(), 2);
+        let t = s.table();
+        assert!(t.contains("compare_flip") && t.contains("50%"), "{t}");
+        assert!(t.contains("swap_args") && t.contains("total"), "{t}");
+        assert!(t.contains("dropped: not_caught 2"), "{t}");
+        assert_eq!(s.totals().validated, 2);
+    }
+}
