@@ -41,6 +41,9 @@ enum Command {
     Lsp(cmd::lsp::LspArgs),
     /// Filter rollouts and export training data.
     Curate(cmd::curate::CurateArgs),
+    /// Fine-tune a model on curated token data: sft.
+    #[command(subcommand)]
+    Train(cmd::train::TrainCmd),
 }
 
 /// `dojo … | head`: once the reader is gone, `println!` panics with "failed printing to stdout:
@@ -84,6 +87,7 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(a) => cmd::serve::run(a)?,
         Command::Lsp(a) => cmd::lsp::run(a)?,
         Command::Curate(a) => cmd::curate::run(a)?,
+        Command::Train(c) => cmd::train::run(c)?,
     };
     std::process::exit(code);
 }

@@ -6,3 +6,4 @@ pub mod rollout;
 pub mod sandbox;
 pub mod serve;
 pub mod tasks;
+pub mod train;
