@@ -26,6 +26,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out.push(next);
         logits = model.forward_last(&[next], &mut cache)?;
     }
-    println!("{}", serde_json::json!({"impl": "dojo-engine", "generated": out}));
+    println!(
+        "{}",
+        serde_json::json!({"impl": "dojo-engine", "generated": out})
+    );
     Ok(())
 }

@@ -66,7 +66,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (ids, labels)
         })
         .collect();
-    let seqs: Vec<(&[u32], &[i32])> = rows.iter().map(|(i, l)| (i.as_slice(), l.as_slice())).collect();
+    let seqs: Vec<(&[u32], &[i32])> = rows
+        .iter()
+        .map(|(i, l)| (i.as_slice(), l.as_slice()))
+        .collect();
     let mut times = Vec::new();
     for it in 0..=iters {
         let b = DeviceBatch::new(&seqs, &Device::Cpu)?;

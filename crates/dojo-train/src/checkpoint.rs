@@ -97,8 +97,7 @@ pub fn is_complete(dir: &Path) -> bool {
         return false;
     };
     files.iter().all(|(name, len)| {
-        std::fs::metadata(dir.join(name))
-            .is_ok_and(|m| Some(m.len()) == len.as_u64())
+        std::fs::metadata(dir.join(name)).is_ok_and(|m| Some(m.len()) == len.as_u64())
     })
 }
 
@@ -122,7 +121,10 @@ pub fn list(out: &Path) -> Vec<(u64, PathBuf)> {
 /// Remove temporary directories left by an interrupted write, and checkpoint directories
 /// without a valid marker.
 pub fn clean_temp(out: &Path) -> Result<(), TrainError> {
-    for e in std::fs::read_dir(out).map_err(|e| TrainError::file(out, e))?.flatten() {
+    for e in std::fs::read_dir(out)
+        .map_err(|e| TrainError::file(out, e))?
+        .flatten()
+    {
         let name = e.file_name().to_string_lossy().into_owned();
         let p = e.path();
         let stale = name.starts_with(".tmp-")

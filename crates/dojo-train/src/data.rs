@@ -101,11 +101,23 @@ fn list_column<'a>(
     let col = batch
         .column_by_name(name)
         .ok_or_else(|| bad(path, format!("no column `{name}`")))?;
-    col.as_list_opt::<i32>()
-        .ok_or_else(|| bad(path, format!("column `{name}` is {}, expected a list of integers", col.data_type())))
+    col.as_list_opt::<i32>().ok_or_else(|| {
+        bad(
+            path,
+            format!(
+                "column `{name}` is {}, expected a list of integers",
+                col.data_type()
+            ),
+        )
+    })
 }
 
-fn row_values(path: &Path, col: &ListArray, name: &str, row: usize) -> Result<Vec<i64>, TrainError> {
+fn row_values(
+    path: &Path,
+    col: &ListArray,
+    name: &str,
+    row: usize,
+) -> Result<Vec<i64>, TrainError> {
     if col.is_null(row) {
         return Err(bad(path, format!("row {row}: `{name}` is null")));
     }
@@ -114,9 +126,17 @@ fn row_values(path: &Path, col: &ListArray, name: &str, row: usize) -> Result<Ve
         return Err(bad(path, format!("row {row}: `{name}` has null entries")));
     }
     match v.data_type() {
-        DataType::Int32 => Ok(v.as_primitive::<Int32Type>().values().iter().map(|&x| x as i64).collect()),
+        DataType::Int32 => Ok(v
+            .as_primitive::<Int32Type>()
+            .values()
+            .iter()
+            .map(|&x| x as i64)
+            .collect()),
         DataType::Int64 => Ok(v.as_primitive::<Int64Type>().values().to_vec()),
-        dt => Err(bad(path, format!("column `{name}` holds {dt}, expected int32 or int64"))),
+        dt => Err(bad(
+            path,
+            format!("column `{name}` holds {dt}, expected int32 or int64"),
+        )),
     }
 }
 
@@ -135,7 +155,10 @@ pub fn load_tokens(
     };
     let path = path.as_path();
     if max_len < 2 {
-        return Err(bad(path, format!("--max-len {max_len}: need at least 2 tokens")));
+        return Err(bad(
+            path,
+            format!("--max-len {max_len}: need at least 2 tokens"),
+        ));
     }
     let file = File::open(path).map_err(|e| bad(path, format!("cannot open: {e}")))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
@@ -182,7 +205,11 @@ pub fn load_tokens(
             if ids.len() != labels.len() {
                 return Err(bad(
                     path,
-                    format!("row {row}: {} input_ids but {} labels", ids.len(), labels.len()),
+                    format!(
+                        "row {row}: {} input_ids but {} labels",
+                        ids.len(),
+                        labels.len()
+                    ),
                 ));
             }
             if let Some(&id) = ids.iter().find(|&&i| i < 0 || i as usize >= vocab_size) {
@@ -200,7 +227,9 @@ pub fn load_tokens(
             {
                 return Err(bad(
                     path,
-                    format!("row {row}: label {l} is neither -100 nor a token id below {vocab_size}"),
+                    format!(
+                        "row {row}: label {l} is neither -100 nor a token id below {vocab_size}"
+                    ),
                 ));
             }
             let mut s = Sample {
@@ -291,7 +320,8 @@ impl Batcher {
                 // Sorted longest first, so the first row sets the padded length.
                 let width = cur.first().map_or(self.lens[i], |&f| self.lens[f]);
                 if !cur.is_empty()
-                    && (cur.len() >= self.batch_size || (cur.len() + 1) * width > self.max_batch_tokens)
+                    && (cur.len() >= self.batch_size
+                        || (cur.len() + 1) * width > self.max_batch_tokens)
                 {
                     batches.push(std::mem::take(&mut cur));
                 }

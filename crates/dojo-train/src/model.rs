@@ -240,7 +240,10 @@ impl TrainModel {
         params: BTreeMap<String, Var>,
         device: &Device,
     ) -> Result<TrainModel, TrainError> {
-        let mut want = vec!["model.embed_tokens.weight".to_string(), "model.norm.weight".into()];
+        let mut want = vec![
+            "model.embed_tokens.weight".to_string(),
+            "model.norm.weight".into(),
+        ];
         if !tied {
             want.push("lm_head.weight".into());
         }
@@ -375,7 +378,11 @@ impl TrainModel {
     /// Logits for every position: `(b, t, vocab)`.
     pub fn logits(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
         let (b, t) = ids.dims2()?;
-        let x = rms_norm(&self.hidden(ids)?, self.p("model.norm.weight")?, self.config.rms_eps)?;
+        let x = rms_norm(
+            &self.hidden(ids)?,
+            self.p("model.norm.weight")?,
+            self.config.rms_eps,
+        )?;
         linear(&x, self.lm_head()?, None)?.reshape((b, t, ()))
     }
 
@@ -404,7 +411,11 @@ impl TrainModel {
                         .map(|v| v.as_tensor().detach()),
                 })
             };
-            let opt = |n: &str| self.params.get(&format!("{p}.{n}")).map(|v| v.as_tensor().detach());
+            let opt = |n: &str| {
+                self.params
+                    .get(&format!("{p}.{n}"))
+                    .map(|v| v.as_tensor().detach())
+            };
             layers.push(dojo_engine::model::Layer {
                 attn_norm: t(&format!("{p}.input_layernorm.weight"))?,
                 q: lin("self_attn.q_proj")?,
@@ -449,13 +460,17 @@ impl TrainModel {
         let loaded = candle_core::safetensors::load(path, &self.device)
             .map_err(|e| TrainError::file(path, e))?;
         for (name, var) in &self.params {
-            let t = loaded.get(name).ok_or_else(|| {
-                TrainError::file(path, format!("missing tensor {name}"))
-            })?;
+            let t = loaded
+                .get(name)
+                .ok_or_else(|| TrainError::file(path, format!("missing tensor {name}")))?;
             if t.dims() != var.dims() {
                 return Err(TrainError::file(
                     path,
-                    format!("tensor {name} has shape {:?}, the model {:?}", t.dims(), var.dims()),
+                    format!(
+                        "tensor {name} has shape {:?}, the model {:?}",
+                        t.dims(),
+                        var.dims()
+                    ),
                 ));
             }
             var.set(&t.to_dtype(DType::F32)?)?;
@@ -504,7 +519,11 @@ impl TrainModel {
                 out.insert(k, v);
             }
         }
-        let dtype_key = if out.contains_key("dtype") { "dtype" } else { "torch_dtype" };
+        let dtype_key = if out.contains_key("dtype") {
+            "dtype"
+        } else {
+            "torch_dtype"
+        };
         out.insert(dtype_key.into(), json!("float32"));
         if base.is_none() {
             out.insert("rope_scaling".into(), Json::Null);

@@ -113,8 +113,8 @@ impl AdamW {
         params: &BTreeMap<String, Var>,
         device: &Device,
     ) -> Result<AdamW, TrainError> {
-        let mut all = candle_core::safetensors::load(path, device)
-            .map_err(|e| TrainError::file(path, e))?;
+        let mut all =
+            candle_core::safetensors::load(path, device).map_err(|e| TrainError::file(path, e))?;
         let mut opt = AdamW::new(config);
         opt.step = step;
         for (name, var) in params {
@@ -153,7 +153,10 @@ pub fn lr_at(step: u64, base: f64, warmup: u64, total: u64) -> f64 {
 /// The global L2 norm of all gradients; if it exceeds `max_norm` (> 0), every gradient is
 /// scaled by `max_norm / (norm + 1e-6)` as `clip_grad_norm_` does. Returns the norm before
 /// clipping.
-pub fn clip_grad_norm(grads: &mut HashMap<String, Tensor>, max_norm: f64) -> Result<f64, TrainError> {
+pub fn clip_grad_norm(
+    grads: &mut HashMap<String, Tensor>,
+    max_norm: f64,
+) -> Result<f64, TrainError> {
     let mut sq = 0f64;
     for g in grads.values() {
         sq += g.sqr()?.sum_all()?.to_scalar::<f32>()? as f64;

@@ -137,7 +137,8 @@ impl ModelSource {
                 for f in TOKENIZER_FILES {
                     let from = src.join(f);
                     if from.is_file() {
-                        std::fs::copy(&from, dir.join(f)).map_err(|e| TrainError::file(&from, e))?;
+                        std::fs::copy(&from, dir.join(f))
+                            .map_err(|e| TrainError::file(&from, e))?;
                     }
                 }
             }
@@ -193,7 +194,11 @@ mod tests {
         std::fs::create_dir_all(&snap).unwrap();
         std::fs::create_dir_all(repo.join("refs")).unwrap();
         std::fs::write(repo.join("refs/main"), "abc123\n").unwrap();
-        assert_eq!(hub_snapshot(tmp.path(), "org/tiny"), None, "no config.json yet");
+        assert_eq!(
+            hub_snapshot(tmp.path(), "org/tiny"),
+            None,
+            "no config.json yet"
+        );
         std::fs::write(snap.join("config.json"), "{}").unwrap();
         assert_eq!(hub_snapshot(tmp.path(), "org/tiny"), Some(snap.clone()));
         assert_eq!(hub_snapshot(tmp.path(), "org/tiny@abc123"), Some(snap));

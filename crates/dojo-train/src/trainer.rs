@@ -205,7 +205,10 @@ pub fn write_model_dir(
     meta.insert("format".to_string(), "pt".to_string());
     let tensors = model.tensors();
     save_safetensors_with_meta(&tensors, &w, &meta)?;
-    write_json(&dir.join("config.json"), &model.hf_config(base_cfg, bos, eos))?;
+    write_json(
+        &dir.join("config.json"),
+        &model.hf_config(base_cfg, bos, eos),
+    )?;
     src.write_tokenizer_files(dir)
 }
 
@@ -266,12 +269,20 @@ pub fn run_sft(
         ));
     }
     if !(cfg.lr.is_finite() && cfg.lr >= 0.0) {
-        return Err(TrainError::Config(format!("--lr {} is not a valid rate", cfg.lr)));
+        return Err(TrainError::Config(format!(
+            "--lr {} is not a valid rate",
+            cfg.lr
+        )));
     }
     // Everything that can be wrong with the inputs is checked before the first step.
     let model = src.load(device)?;
     let fmt = src.chat_format()?;
-    let dataset = data::load_tokens(data_path, cfg.max_len, cfg.overlong, model.config.vocab_size)?;
+    let dataset = data::load_tokens(
+        data_path,
+        cfg.max_len,
+        cfg.overlong,
+        model.config.vocab_size,
+    )?;
     if cfg.max_len > model.config.max_position {
         return Err(TrainError::Config(format!(
             "--max-len {} exceeds the model's {} positions",
@@ -367,10 +378,11 @@ pub fn run_sft(
             micro.div_ceil(cfg.grad_accum) as u64
         }
     };
-    let total_micro = cfg
-        .max_steps
-        .is_none()
-        .then(|| (0..cfg.epochs).map(|e| batcher.epoch_plan(e).len()).sum::<usize>());
+    let total_micro = cfg.max_steps.is_none().then(|| {
+        (0..cfg.epochs)
+            .map(|e| batcher.epoch_plan(e).len())
+            .sum::<usize>()
+    });
 
     // Resume.
     let mut state = TrainerState {
@@ -436,7 +448,12 @@ pub fn run_sft(
             let idx = stream.next();
             let seqs: Vec<(&[u32], &[i32])> = idx
                 .iter()
-                .map(|&i| (samples[i].input_ids.as_slice(), samples[i].labels.as_slice()))
+                .map(|&i| {
+                    (
+                        samples[i].input_ids.as_slice(),
+                        samples[i].labels.as_slice(),
+                    )
+                })
                 .collect();
             tokens += seqs.iter().map(|s| s.0.len()).sum::<usize>();
             let b = DeviceBatch::new(&seqs, device)?;
@@ -483,7 +500,8 @@ pub fn run_sft(
             checkpoint::write_atomic(out, &checkpoint::checkpoint_name(state.step), |d| {
                 write_model_dir(d, &model, src, base_cfg.as_ref(), bos, eos)?;
                 opt.save(&d.join(checkpoint::OPTIMIZER_FILE))?;
-                let s = serde_json::to_value(&state).map_err(|e| TrainError::Config(e.to_string()))?;
+                let s =
+                    serde_json::to_value(&state).map_err(|e| TrainError::Config(e.to_string()))?;
                 write_json(&d.join(checkpoint::STATE_FILE), &s)
             })?;
             checkpoint::prune(out, cfg.keep_checkpoints)?;

@@ -8,16 +8,18 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
+use dojo_train::TrainModel;
 use dojo_train::model::{DeviceBatch, nll_sum};
 use dojo_train::optim::{AdamW, AdamWConfig, clip_grad_norm};
 use dojo_train::trainer::step_grads;
-use dojo_train::TrainModel;
 use serde_json::Value;
 
 const ARCHS: &[&str] = &["llama", "qwen2", "qwen3"];
 
 fn fixture_dir(arch: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(arch)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(arch)
 }
 
 struct Fixture {
@@ -35,7 +37,11 @@ fn load(arch: &str) -> Fixture {
         candle_core::safetensors::load(dir.join("expected.safetensors"), &Device::Cpu).unwrap();
     let meta: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
-    let ids = expected["input_ids"].to_dtype(DType::I64).unwrap().to_vec2::<i64>().unwrap();
+    let ids = expected["input_ids"]
+        .to_dtype(DType::I64)
+        .unwrap()
+        .to_vec2::<i64>()
+        .unwrap();
     let labels = expected["labels"].to_vec2::<i64>().unwrap();
     let rows = ids
         .iter()
@@ -58,7 +64,10 @@ fn load(arch: &str) -> Fixture {
 }
 
 fn batch(rows: &[(Vec<u32>, Vec<i32>)]) -> DeviceBatch {
-    let seqs: Vec<(&[u32], &[i32])> = rows.iter().map(|(i, l)| (i.as_slice(), l.as_slice())).collect();
+    let seqs: Vec<(&[u32], &[i32])> = rows
+        .iter()
+        .map(|(i, l)| (i.as_slice(), l.as_slice()))
+        .collect();
     DeviceBatch::new(&seqs, &Device::Cpu).unwrap()
 }
 
@@ -68,7 +77,10 @@ fn rel_diff(a: &Tensor, b: &Tensor) -> f32 {
     let a = a.flatten_all().unwrap().to_vec1::<f32>().unwrap();
     let b = b.flatten_all().unwrap().to_vec1::<f32>().unwrap();
     let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-12);
-    a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+    a.iter()
+        .zip(&b)
+        .fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+        / scale
 }
 
 fn num(v: &Value, k: &str) -> f64 {
@@ -94,10 +106,18 @@ fn logits_loss_and_gradients_equal_transformers() {
         let d = rel_diff(&logits, &f.expected["logits"]);
         assert!(d < 1e-5, "{arch}: logits differ by {d}");
 
-        let (loss, grads) = step_grads(&f.model, &[batch(&f.rows)], batch(&f.rows).n_trained).unwrap();
+        let (loss, grads) =
+            step_grads(&f.model, &[batch(&f.rows)], batch(&f.rows).n_trained).unwrap();
         let want = num(&f.meta, "loss");
-        assert!((loss - want).abs() < 1e-5 * want, "{arch}: loss {loss} vs {want}");
-        assert_eq!(grads.len(), f.model.params().len(), "{arch}: every parameter has a gradient");
+        assert!(
+            (loss - want).abs() < 1e-5 * want,
+            "{arch}: loss {loss} vs {want}"
+        );
+        assert_eq!(
+            grads.len(),
+            f.model.params().len(),
+            "{arch}: every parameter has a gradient"
+        );
         for (name, g) in &grads {
             let d = rel_diff(g, &f.expected[&format!("grad.{name}")]);
             assert!(d < 1e-4, "{arch}: gradient of {name} differs by {d}");
@@ -123,7 +143,10 @@ fn adamw_steps_with_clipping_equal_torch() {
             .collect();
         let norm = clip_grad_norm(&mut grads, max_norm).unwrap();
         let want = num(&f.meta, "grad_norm1");
-        assert!((norm - want).abs() < 1e-5 * want, "{arch}: norm {norm} vs {want}");
+        assert!(
+            (norm - want).abs() < 1e-5 * want,
+            "{arch}: norm {norm} vs {want}"
+        );
         opt.step(f.model.params(), &grads, lr).unwrap();
         for (name, var) in f.model.params() {
             let d = rel_diff(var.as_tensor(), &f.expected[&format!("step1.{name}")]);
@@ -134,10 +157,16 @@ fn adamw_steps_with_clipping_equal_torch() {
         let b = batch(&f.rows);
         let (loss, mut grads) = step_grads(&f.model, &[b], batch(&f.rows).n_trained).unwrap();
         let want = num(&f.meta, "loss2");
-        assert!((loss - want).abs() < 1e-5 * want, "{arch}: loss2 {loss} vs {want}");
+        assert!(
+            (loss - want).abs() < 1e-5 * want,
+            "{arch}: loss2 {loss} vs {want}"
+        );
         let norm = clip_grad_norm(&mut grads, max_norm).unwrap();
         let want = num(&f.meta, "grad_norm2");
-        assert!((norm - want).abs() < 1e-4 * want, "{arch}: norm2 {norm} vs {want}");
+        assert!(
+            (norm - want).abs() < 1e-4 * want,
+            "{arch}: norm2 {norm} vs {want}"
+        );
         opt.step(f.model.params(), &grads, lr).unwrap();
         for (name, var) in f.model.params() {
             let d = rel_diff(var.as_tensor(), &f.expected[&format!("step2.{name}")]);
@@ -158,7 +187,13 @@ fn masked_tokens_get_no_gradient() {
     // Trained targets at positions 4..=8; rows 3..=7 predict them and see ids 0..=7 only.
     let ids: Vec<u32> = (0..12).map(|i| 3 + (i * 7) % 60).collect();
     let labels: Vec<i32> = (0..12)
-        .map(|i| if (4..=8).contains(&i) { ids[i] as i32 } else { -100 })
+        .map(|i| {
+            if (4..=8).contains(&i) {
+                ids[i] as i32
+            } else {
+                -100
+            }
+        })
         .collect();
     let (loss, grads) = grads_of(&f.model, &[(ids.clone(), labels.clone())]);
 
@@ -185,7 +220,11 @@ fn masked_tokens_get_no_gradient() {
 
     // At the logits: rows whose target is -100 are not in the loss, so their gradient is 0.
     let logits = candle_core::Var::from_tensor(
-        &f.model.logits(&Tensor::from_vec(ids.to_vec(), (1, ids.len()), &Device::Cpu).unwrap()).unwrap().squeeze(0).unwrap(),
+        &f.model
+            .logits(&Tensor::from_vec(ids.to_vec(), (1, ids.len()), &Device::Cpu).unwrap())
+            .unwrap()
+            .squeeze(0)
+            .unwrap(),
     )
     .unwrap();
     let b = batch(&[(ids.clone(), labels.clone())]);
@@ -254,7 +293,9 @@ fn llama_cpp_rope_permutation_is_undone() {
     };
     let engine = dojo_engine::loader::random_model(cfg, 3, &Device::Cpu).unwrap();
     let ids: Vec<u32> = (0..9).map(|i| (i * 11) % 50).collect();
-    let e = engine.forward_all(&ids, &mut dojo_engine::KvCache::new()).unwrap();
+    let e = engine
+        .forward_all(&ids, &mut dojo_engine::KvCache::new())
+        .unwrap();
     let m = TrainModel::from_engine(engine).unwrap();
     assert!(!m.config.rope_interleaved);
     let t = m

@@ -101,11 +101,22 @@ fn training_lowers_the_loss_and_the_checkpoint_loads_in_the_engine() {
     let data = tmp.path().join("tokens.parquet");
     write_tokens(&data, &rows(10, 1));
     let out = tmp.path().join("out");
-    let s = run_sft(&fixture("llama"), &data, &out, &config(10), &RunOptions::default(), &Device::Cpu)
-        .unwrap();
+    let s = run_sft(
+        &fixture("llama"),
+        &data,
+        &out,
+        &config(10),
+        &RunOptions::default(),
+        &Device::Cpu,
+    )
+    .unwrap();
     assert_eq!((s.steps, s.total_steps, s.resumed_from), (10, 10, None));
     // Rows of 8..30 tokens with --max-len 24: the longer ones are cut, and counted.
-    assert!(s.data.truncated > 0 && s.data.truncated < 10, "{:?}", s.data);
+    assert!(
+        s.data.truncated > 0 && s.data.truncated < 10,
+        "{:?}",
+        s.data
+    );
     assert_eq!(s.data.used, 10);
     let m = metrics(&out);
     assert_eq!(m.len(), 10);
@@ -122,11 +133,22 @@ fn training_lowers_the_loss_and_the_checkpoint_loads_in_the_engine() {
     names.sort();
     assert_eq!(
         names,
-        ["checkpoint-00000008", "checkpoint-00000010", "final", "metrics.jsonl", "run.json"]
+        [
+            "checkpoint-00000008",
+            "checkpoint-00000010",
+            "final",
+            "metrics.jsonl",
+            "run.json"
+        ]
     );
     let fin = s.final_dir.unwrap();
     assert!(dojo_train::checkpoint::is_complete(&fin));
-    for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
         assert!(fin.join(f).is_file(), "{f}");
     }
     // The engine (what `dojo serve --model DIR` runs) loads it and computes the same logits.
@@ -141,14 +163,26 @@ fn training_lowers_the_loss_and_the_checkpoint_loads_in_the_engine() {
         .unwrap()
         .squeeze(0)
         .unwrap();
-    let d = (e - t).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    let d = (e - t)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
     assert!(d < 1e-4, "{d}");
     dojo_chat::ChatFormat::from_hf_dir(&fin).unwrap();
     // The weights moved.
     let base = weights(&fixture("llama").path().to_path_buf());
     let after = weights(&fin);
     let w = "model.layers.0.mlp.up_proj.weight";
-    let moved = (&base[w] - &after[w]).unwrap().abs().unwrap().max_all().unwrap();
+    let moved = (&base[w] - &after[w])
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap();
     assert!(moved.to_scalar::<f32>().unwrap() > 1e-3);
 }
 
@@ -163,8 +197,15 @@ fn an_interrupted_run_resumes_to_the_same_weights() {
         ..config(0)
     };
     let a = tmp.path().join("a");
-    let sa = run_sft(&fixture("qwen3"), &data, &a, &cfg, &RunOptions::default(), &Device::Cpu)
-        .unwrap();
+    let sa = run_sft(
+        &fixture("qwen3"),
+        &data,
+        &a,
+        &cfg,
+        &RunOptions::default(),
+        &Device::Cpu,
+    )
+    .unwrap();
     assert!(sa.total_steps >= 4, "{}", sa.total_steps);
 
     // Killed after step 3: checkpoint 2 is on disk, step 3 is lost, and a checkpoint write
@@ -179,7 +220,11 @@ fn an_interrupted_run_resumes_to_the_same_weights() {
     assert_eq!(sb.steps, 3);
     assert!(sb.final_dir.is_none());
     std::fs::create_dir_all(b.join(".tmp-checkpoint-00000004-999")).unwrap();
-    std::fs::write(b.join(".tmp-checkpoint-00000004-999/model.safetensors"), b"partial").unwrap();
+    std::fs::write(
+        b.join(".tmp-checkpoint-00000004-999/model.safetensors"),
+        b"partial",
+    )
+    .unwrap();
     std::fs::create_dir_all(b.join("checkpoint-00000004")).unwrap();
     std::fs::copy(
         b.join("checkpoint-00000002/trainer_state.json"),
@@ -187,11 +232,21 @@ fn an_interrupted_run_resumes_to_the_same_weights() {
     )
     .unwrap();
 
-    let sb = run_sft(&fixture("qwen3"), &data, &b, &cfg, &RunOptions::default(), &Device::Cpu)
-        .unwrap();
+    let sb = run_sft(
+        &fixture("qwen3"),
+        &data,
+        &b,
+        &cfg,
+        &RunOptions::default(),
+        &Device::Cpu,
+    )
+    .unwrap();
     assert_eq!(sb.resumed_from, Some(2));
     assert_eq!(sb.steps, sa.steps);
-    assert_eq!(sb.tokens_seen, sa.tokens_seen, "no row seen twice or skipped");
+    assert_eq!(
+        sb.tokens_seen, sa.tokens_seen,
+        "no row seen twice or skipped"
+    );
     let (wa, wb) = (weights(&a.join("final")), weights(&b.join("final")));
     for (name, t) in &wa {
         let d = (t - &wb[name]).unwrap().abs().unwrap().max_all().unwrap();
@@ -206,7 +261,10 @@ fn an_interrupted_run_resumes_to_the_same_weights() {
         assert!((lx - ly).abs() < 1e-6, "step {}: {lx} vs {ly}", x["step"]);
     }
     assert!(!b.join(".tmp-checkpoint-00000004-999").exists());
-    assert!(!b.join("checkpoint-00000004").exists() || dojo_train::checkpoint::is_complete(&b.join("checkpoint-00000004")));
+    assert!(
+        !b.join("checkpoint-00000004").exists()
+            || dojo_train::checkpoint::is_complete(&b.join("checkpoint-00000004"))
+    );
 }
 
 fn err(src: &ModelSource, data: &Path, out: &Path, cfg: &SftConfig) -> String {
@@ -224,22 +282,38 @@ fn bad_input_fails_before_training_with_a_clear_error() {
     let good = rows(4, 3);
 
     let p = tmp.path().join("no_labels.parquet");
-    write_parquet(&p, vec![("input_ids", list(good.iter().map(|r| r.0.clone())))], None);
+    write_parquet(
+        &p,
+        vec![("input_ids", list(good.iter().map(|r| r.0.clone())))],
+        None,
+    );
     let e = err(&fixture("llama"), &p, &out, &cfg);
-    assert!(e.contains("no_labels.parquet") && e.contains("no column `labels`"), "{e}");
+    assert!(
+        e.contains("no_labels.parquet") && e.contains("no column `labels`"),
+        "{e}"
+    );
 
     let p = tmp.path().join("all_masked.parquet");
-    let masked: Vec<Row> = good.iter().map(|r| (r.0.clone(), vec![-100; r.0.len()])).collect();
+    let masked: Vec<Row> = good
+        .iter()
+        .map(|r| (r.0.clone(), vec![-100; r.0.len()]))
+        .collect();
     write_tokens(&p, &masked);
     let e = err(&fixture("llama"), &p, &out, &cfg);
-    assert!(e.contains("nothing to train on") && e.contains("4 without any label"), "{e}");
+    assert!(
+        e.contains("nothing to train on") && e.contains("4 without any label"),
+        "{e}"
+    );
 
     let p = tmp.path().join("vocab.parquet");
     let mut big = good.clone();
     big[2].0[5] = 64;
     write_tokens(&p, &big);
     let e = err(&fixture("llama"), &p, &out, &cfg);
-    assert!(e.contains("row 2") && e.contains("token id 64 is outside"), "{e}");
+    assert!(
+        e.contains("row 2") && e.contains("token id 64 is outside"),
+        "{e}"
+    );
 
     let p = tmp.path().join("tok.parquet");
     write_parquet(
@@ -257,12 +331,33 @@ fn bad_input_fails_before_training_with_a_clear_error() {
     // An output directory of another model's run, and one that is not a run at all.
     let data = tmp.path().join("tokens.parquet");
     write_tokens(&data, &good);
-    run_sft(&fixture("llama"), &data, &out, &cfg, &RunOptions::default(), &Device::Cpu).unwrap();
+    run_sft(
+        &fixture("llama"),
+        &data,
+        &out,
+        &cfg,
+        &RunOptions::default(),
+        &Device::Cpu,
+    )
+    .unwrap();
     let e = err(&fixture("qwen2"), &data, &out, &cfg);
     assert!(e.contains("run of another model"), "{e}");
-    let e = err(&fixture("llama"), &data, &out, &SftConfig { lr: 5e-3, ..cfg.clone() });
+    let e = err(
+        &fixture("llama"),
+        &data,
+        &out,
+        &SftConfig {
+            lr: 5e-3,
+            ..cfg.clone()
+        },
+    );
     assert!(e.contains("other settings") && e.contains("lr"), "{e}");
-    let e = err(&fixture("llama"), &data, &fixture("qwen2").path().to_path_buf(), &cfg);
+    let e = err(
+        &fixture("llama"),
+        &data,
+        &fixture("qwen2").path().to_path_buf(),
+        &cfg,
+    );
     assert!(e.contains("holds no dojo training run"), "{e}");
 
     // Over-long rows: dropped and counted with `drop`.

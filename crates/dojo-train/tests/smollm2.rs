@@ -35,7 +35,10 @@ fn default_model_trains_in_the_engines_layout_and_round_trips_as_hf() {
         panic!("the default model is a GGUF file")
     };
     let fmt = src.chat_format().unwrap();
-    let ids = fmt.tokenizer.encode("def add(a, b):\n    return a + b\n").unwrap();
+    let ids = fmt
+        .tokenizer
+        .encode("def add(a, b):\n    return a + b\n")
+        .unwrap();
     let engine =
         dojo_engine::loader::load_gguf_with(path, &Device::Cpu, dojo_engine::WeightMode::Dense)
             .unwrap();
@@ -75,5 +78,8 @@ fn default_model_trains_in_the_engines_layout_and_round_trips_as_hf() {
         dojo_train::source::tokenizer_sha(&fmt)
     );
     assert_eq!(hf_fmt.template.source(), fmt.template.source());
-    assert_eq!(hf_fmt.tokenizer.encode("hello world").unwrap(), fmt.tokenizer.encode("hello world").unwrap());
+    assert_eq!(
+        hf_fmt.tokenizer.encode("hello world").unwrap(),
+        fmt.tokenizer.encode("hello world").unwrap()
+    );
 }

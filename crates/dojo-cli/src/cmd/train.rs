@@ -92,7 +92,8 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
     let TrainCmd::Sft(a) = cmd;
     let overlong = dojo_train::Overlong::parse(&a.overlong)
         .with_context(|| format!("--overlong {:?}: expected truncate or drop", a.overlong))?;
-    let device = dojo_engine::device(&a.device).with_context(|| format!("--device {}", a.device))?;
+    let device =
+        dojo_engine::device(&a.device).with_context(|| format!("--device {}", a.device))?;
     let cfg = dojo_train::SftConfig {
         lr: a.lr,
         adamw: dojo_train::AdamWConfig {
