@@ -174,7 +174,7 @@ fn training_lowers_the_loss_and_the_checkpoint_loads_in_the_engine() {
     assert!(d < 1e-4, "{d}");
     dojo_chat::ChatFormat::from_hf_dir(&fin).unwrap();
     // The weights moved.
-    let base = weights(&fixture("llama").path().to_path_buf());
+    let base = weights(fixture("llama").path());
     let after = weights(&fin);
     let w = "model.layers.0.mlp.up_proj.weight";
     let moved = (&base[w] - &after[w])
@@ -269,8 +269,7 @@ fn an_interrupted_run_resumes_to_the_same_weights() {
 
 fn err(src: &ModelSource, data: &Path, out: &Path, cfg: &SftConfig) -> String {
     run_sft(src, data, out, cfg, &RunOptions::default(), &Device::Cpu)
-        .err()
-        .expect("should fail")
+        .expect_err("should fail")
         .to_string()
 }
 
@@ -355,7 +354,7 @@ fn bad_input_fails_before_training_with_a_clear_error() {
     let e = err(
         &fixture("llama"),
         &data,
-        &fixture("qwen2").path().to_path_buf(),
+        fixture("qwen2").path(),
         &cfg,
     );
     assert!(e.contains("holds no dojo training run"), "{e}");
