@@ -306,3 +306,27 @@ fn llama_cpp_rope_permutation_is_undone() {
     let d = rel_diff(&t, &e);
     assert!(d < 1e-5, "{d}");
 }
+
+#[test]
+fn transformers_5_rope_parameters_are_read() {
+    // transformers 5 writes `rope_parameters: {rope_theta, rope_type}` instead of `rope_theta`.
+    let tmp = tempfile::tempdir().unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixture_dir("qwen3").join(f), tmp.path().join(f)).unwrap();
+    }
+    let cfg_path = tmp.path().join("config.json");
+    let mut cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    assert!(cfg.get("rope_theta").is_none());
+    cfg["rope_parameters"]["rope_theta"] = 1_000_000.0.into();
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let m = TrainModel::load_hf_dir(tmp.path(), &Device::Cpu).unwrap();
+    assert_eq!(m.config.rope_theta, 1_000_000.0);
+    cfg["rope_parameters"]["rope_type"] = "yarn".into();
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let e = TrainModel::load_hf_dir(tmp.path(), &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("rope_type `yarn` is not supported"), "{e}");
+}

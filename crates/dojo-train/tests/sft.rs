@@ -351,12 +351,7 @@ fn bad_input_fails_before_training_with_a_clear_error() {
         },
     );
     assert!(e.contains("other settings") && e.contains("lr"), "{e}");
-    let e = err(
-        &fixture("llama"),
-        &data,
-        fixture("qwen2").path(),
-        &cfg,
-    );
+    let e = err(&fixture("llama"), &data, fixture("qwen2").path(), &cfg);
     assert!(e.contains("holds no dojo training run"), "{e}");
 
     // Over-long rows: dropped and counted with `drop`.
