@@ -43,6 +43,9 @@ enum Command {
     Curate(cmd::curate::CurateArgs),
     /// Synthesize validated tasks from a Python project by injecting bugs.
     Synth(cmd::synth::SynthArgs),
+    /// Fine-tune a model on curated token data: sft.
+    #[command(subcommand)]
+    Train(cmd::train::TrainCmd),
 }
 
 /// `dojo … | head`: once the reader is gone, `println!` panics with "failed printing to stdout:
@@ -87,6 +90,7 @@ fn main() -> anyhow::Result<()> {
         Command::Lsp(a) => cmd::lsp::run(a)?,
         Command::Curate(a) => cmd::curate::run(a)?,
         Command::Synth(a) => cmd::synth::run(a)?,
+        Command::Train(c) => cmd::train::run(c)?,
     };
     std::process::exit(code);
 }

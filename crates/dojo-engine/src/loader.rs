@@ -325,6 +325,16 @@ pub fn load_safetensors(dir: &Path, device: &Device) -> Result<Model, EngineErro
             format!("rope_scaling is not supported: {rs}"),
         ));
     }
+    if let Some(rt) = cfg
+        .pointer("/rope_parameters/rope_type")
+        .and_then(Json::as_str)
+        .filter(|t| *t != "default")
+    {
+        return Err(model_err(
+            &cfg_path,
+            format!("rope_parameters.rope_type `{rt}` is not supported"),
+        ));
+    }
     let int = |k: &str| -> Result<usize, EngineError> {
         cfg.get(k)
             .and_then(Json::as_u64)
@@ -342,8 +352,10 @@ pub fn load_safetensors(dir: &Path, device: &Device) -> Result<Model, EngineErro
         num_heads: heads,
         num_kv_heads: int("num_key_value_heads").unwrap_or(heads),
         head_dim: int("head_dim").unwrap_or(hidden / heads.max(1)),
+        // transformers 5 moved it into `rope_parameters`.
         rope_theta: cfg
             .get("rope_theta")
+            .or_else(|| cfg.pointer("/rope_parameters/rope_theta"))
             .and_then(Json::as_f64)
             .unwrap_or(10_000.0) as f32,
         rms_eps: cfg

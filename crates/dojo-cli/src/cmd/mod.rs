@@ -12,3 +12,4 @@ pub mod task_set;
 pub mod synth;
 pub mod tasks;
 pub mod validate;
+pub mod train;

@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""PyTorch eager baseline for dojo-train's forward + backward benchmark.
+
+    python benchmarks/train_torch.py --model DIR --seq 1024 --batch 1 --iters 3 --threads N
+
+DIR is the Hugging Face directory `cargo run --release -p dojo-train --example train_bench --
+--write-hf DIR` writes, so both sides train the same f32 weights on the same token ids (every
+position trained). Prints one JSON line like the Rust side.
+"""
+
+import argparse
+import json
+import resource
+import statistics
+import time
+
+import torch
+import transformers
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        a.model, dtype=torch.float32, attn_implementation="eager"
+    )
+    model.train()
+    vocab = model.config.vocab_size
+    ids = torch.tensor(
+        [[((i * 2654435761 + b * 97) % 2**32) % vocab for i in range(a.seq)] for b in range(a.batch)]
+    )
+    times = []
+    for it in range(a.iters + 1):
+        model.zero_grad(set_to_none=True)
+        t = time.perf_counter()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        dt = time.perf_counter() - t
+        print(f"iter {it}: {dt:.2f}s loss {loss.item():.4f}", flush=True)
+        if it > 0:
+            times.append(dt)
+    med = statistics.median(times)
+    print(
+        json.dumps(
+            {
+                "impl": f"PyTorch {torch.__version__} eager, transformers {transformers.__version__}",
+                "seq": a.seq,
+                "batch": a.batch,
+                "threads": torch.get_num_threads(),
+                "median_s": med,
+                "tokens_per_s": a.seq * a.batch / med,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+//! `dojo train` (dojo-train): fine-tune a model on `dojo curate`'s token export.
+//!
+//! Needs the candle stack, so it is built with the `engine` feature (the default) like
+//! `dojo serve`; without it the command says how to get it.
+
+use std::path::PathBuf;
+
+#[derive(clap::Subcommand)]
+pub enum TrainCmd {
+    /// Supervised fine-tuning on tokens.parquet (full weights, f32). OUT is resumed if it
+    /// holds a run; the trained model is OUT/final (Hugging Face layout: `dojo serve --model
+    /// OUT/final` and transformers load it).
+    Sft(SftArgs),
+}
+
+#[derive(clap::Args)]
+pub struct SftArgs {
+    /// `tokens.parquet` from `dojo curate`, or the curate output directory holding it.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// `default` (SmolLM2-135M-Instruct, dequantized to f32), a GGUF file, a Hugging Face
+    /// model directory, or a hub name already in the local Hugging Face cache.
+    #[arg(long, default_value = "default")]
+    pub model: String,
+    /// Output directory (resumed if it holds a run of the same model, data and settings).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Passes over the data (ignored with --max-steps).
+    #[arg(long, default_value_t = 1)]
+    pub epochs: u64,
+    /// Optimizer steps to run, instead of --epochs.
+    #[arg(long)]
+    pub max_steps: Option<u64>,
+    /// Longest sequence trained on; longer rows are handled by --overlong.
+    #[arg(long, default_value_t = 2048)]
+    pub max_len: usize,
+    /// Rows longer than --max-len: `truncate` (keep the first max-len tokens) or `drop`.
+    /// Either way they are counted in the summary.
+    #[arg(long, default_value = "truncate")]
+    pub overlong: String,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 1e-5)]
+    pub lr: f64,
+    /// Linear warmup steps (then cosine decay to 0).
+    #[arg(long, default_value_t = 0)]
+    pub warmup_steps: u64,
+    /// AdamW weight decay (matrices only; biases and norm weights are not decayed).
+    #[arg(long, default_value_t = 0.0)]
+    pub weight_decay: f64,
+    #[arg(long, default_value_t = 0.9)]
+    pub beta1: f64,
+    #[arg(long, default_value_t = 0.999)]
+    pub beta2: f64,
+    #[arg(long, default_value_t = 1e-8)]
+    pub adam_eps: f64,
+    /// Global gradient-norm clipping (0: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub max_grad_norm: f64,
+    /// Rows per micro-batch, at most (rows of similar length are batched together).
+    #[arg(long, default_value_t = 4)]
+    pub batch_size: usize,
+    /// Padded tokens per micro-batch, at most.
+    #[arg(long, default_value_t = 8192)]
+    pub max_batch_tokens: usize,
+    /// Micro-batches per optimizer step.
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Save a resumable checkpoint every N optimizer steps (0: only at the end).
+    #[arg(long, default_value_t = 100)]
+    pub save_every: u64,
+    /// Resumable checkpoints kept.
+    #[arg(long, default_value_t = 2)]
+    pub keep_checkpoints: usize,
+    /// Train even if the data's tokenizer fingerprint differs from the model's.
+    #[arg(long)]
+    pub no_tokenizer_check: bool,
+    /// `cpu`, or `cuda` / `cuda:N` in a build with the `cuda` feature.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+#[cfg(feature = "engine")]
+pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
+    use anyhow::Context;
+    use std::io::IsTerminal;
+
+    let TrainCmd::Sft(a) = cmd;
+    let overlong = dojo_train::Overlong::parse(&a.overlong)
+        .with_context(|| format!("--overlong {:?}: expected truncate or drop", a.overlong))?;
+    let device =
+        dojo_engine::device(&a.device).with_context(|| format!("--device {}", a.device))?;
+    let cfg = dojo_train::SftConfig {
+        lr: a.lr,
+        adamw: dojo_train::AdamWConfig {
+            beta1: a.beta1,
+            beta2: a.beta2,
+            eps: a.adam_eps,
+            weight_decay: a.weight_decay,
+        },
+        warmup_steps: a.warmup_steps,
+        max_grad_norm: a.max_grad_norm,
+        grad_accum: a.grad_accum,
+        batch_size: a.batch_size,
+        max_batch_tokens: a.max_batch_tokens,
+        max_len: a.max_len,
+        overlong,
+        seed: a.seed,
+        epochs: a.epochs,
+        max_steps: a.max_steps,
+        save_every: a.save_every,
+        keep_checkpoints: a.keep_checkpoints,
+        check_tokenizer: !a.no_tokenizer_check,
+    };
+    let src = dojo_train::ModelSource::resolve(&a.model)?;
+    let opts = dojo_train::RunOptions {
+        progress: !a.quiet && std::io::stderr().is_terminal(),
+        stop_after: None,
+    };
+    let s = dojo_train::run_sft(&src, &a.data, &a.out, &cfg, &opts, &device)
+        .with_context(|| format!("dojo train sft --out {}", a.out.display()))?;
+    let d = &s.data;
+    if let Some(from) = s.resumed_from {
+        println!("resumed from step {from}");
+    }
+    println!(
+        "data: {} rows, {} used ({} tokens, {} trained); longer than {}: {} truncated, {} \
+         dropped; {} without trained tokens dropped",
+        d.rows,
+        d.used,
+        d.tokens,
+        d.trained_tokens,
+        d.max_len,
+        d.truncated,
+        d.dropped_overlong,
+        d.dropped_untrained
+    );
+    println!(
+        "steps {}/{}, last loss {}, {:.0} tokens/s, {:.1}s",
+        s.steps,
+        s.total_steps,
+        s.last_loss.map_or("-".into(), |l| format!("{l:.4}")),
+        s.tokens_per_s,
+        s.elapsed_s
+    );
+    match &s.final_dir {
+        Some(f) => println!("model: {}", f.display()),
+        None => println!("not finished; run the same command again to resume"),
+    }
+    Ok(0)
+}
+
+#[cfg(not(feature = "engine"))]
+pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
+    let TrainCmd::Sft(_) = cmd;
+    anyhow::bail!(
+        "dojo train needs the candle stack, but this dojo was built without it; rebuild with \
+         the `engine` feature (the default): cargo build -p dojo-cli --features engine"
+    )
+}

@@ -1,0 +1,86 @@
+//! # dojo-train: supervised fine-tuning on the CPU (or a CUDA build), in process
+//!
+//! Pipeline position: **train**
+//! (task → sandbox → agent ⇄ policy → trajectory → grade → curate → **train** → select).
+//! `dojo curate` writes token-exact `tokens.parquet` (`input_ids`, `labels` with −100 where no
+//! loss); this crate fine-tunes the models the embedded engine runs (Llama/SmolLM2, Qwen2/2.5,
+//! Qwen3) on it and writes Hugging Face checkpoints that `dojo serve --model DIR` and
+//! `transformers` both load. Large runs belong to verl / TRL / OpenRLHF on GPUs (the exports
+//! load there as they are); this trainer makes the loop measurable on one machine.
+//!
+//! - [`model`]: the trainable transformer. Weights and configuration come from dojo-engine's
+//!   loaders (GGUF dequantized to f32, safetensors), so both read the same files the same way;
+//!   the forward pass is separate because the engine's uses fused kernels without a backward
+//!   pass and an in-place KV cache (details there). A test checks both give the same logits.
+//! - [`data`]: `tokens.parquet` reading, checks, `--max-len` policy, length-bucketed batches in
+//!   a resumable order.
+//! - [`optim`]: AdamW (torch semantics), warmup + cosine schedule, global-norm clipping.
+//! - [`checkpoint`]: Hugging Face layout, written to a temporary directory and renamed into
+//!   place with a completion marker, plus optimizer and data-loader state for resuming.
+//! - [`source`]: where the base model comes from (the bundled default, a GGUF file, a Hugging
+//!   Face directory or a name in the local hub cache) and its tokenizer files.
+//! - [`trainer`]: the loop: masked cross-entropy averaged over the trained tokens of an
+//!   optimizer step, gradient accumulation, clipping, schedule, progress bar, metrics JSONL,
+//!   periodic checkpoints and resume.
+//!
+//! Computation is f32; bf16 training is not implemented (candle's CPU bf16 matmul is slow and
+//! its reductions would lose the parity with PyTorch the tests check). Not implemented yet
+//! either: LoRA adapters, the evaluation hook after training, and the loss curve in the HTML
+//! report (the data is in `metrics.jsonl`).
+//!
+//! Correctness is pinned by `tests/parity.rs`: logits, loss, every gradient and two
+//! clipped AdamW steps on tiny random Llama / Qwen2 / Qwen3 models equal PyTorch
+//! `transformers` + `torch.optim.AdamW` (fixtures from `tests/fixtures/make_fixtures.py`).
+
+pub mod checkpoint;
+pub mod data;
+pub mod model;
+pub mod optim;
+pub mod source;
+pub mod trainer;
+
+use std::path::{Path, PathBuf};
+
+pub use data::{Cursor, DataReport, Overlong};
+pub use model::TrainModel;
+pub use optim::{AdamW, AdamWConfig};
+pub use source::ModelSource;
+pub use trainer::{RunOptions, SftConfig, SftSummary, run_sft};
+
+/// Version of the files this crate writes (`run.json`, `trainer_state.json`, the completion
+/// marker, metrics lines). Bump on any field change.
+pub const TRAIN_SCHEMA_VERSION: u32 = 1;
+
+/// Training failures. Input problems name the file and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error("{path}: {reason}")]
+    Data { path: PathBuf, reason: String },
+    #[error("{path}: {reason}")]
+    File { path: PathBuf, reason: String },
+    #[error("model: {0}")]
+    Model(String),
+    #[error("{0}")]
+    Config(String),
+    #[error("training diverged: {0}")]
+    NonFinite(String),
+    #[error(transparent)]
+    Engine(#[from] dojo_engine::EngineError),
+    #[error(transparent)]
+    Chat(#[from] dojo_chat::ChatError),
+}
+
+impl TrainError {
+    pub fn file(path: &Path, reason: impl std::fmt::Display) -> TrainError {
+        TrainError::File {
+            path: path.to_path_buf(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+impl From<candle_core::Error> for TrainError {
+    fn from(e: candle_core::Error) -> Self {
+        TrainError::Model(e.to_string())
+    }
+}

@@ -1,0 +1,556 @@
+//! The trainable transformer: Llama (SmolLM2), Qwen2/2.5 and Qwen3 with f32 [`Var`] weights.
+//!
+//! Weights come from dojo-engine's loaders (GGUF dequantized to f32, Hugging Face safetensors)
+//! and keep the engine's [`Config`], so the same files, the same architecture flags and the
+//! same checks serve inference and training. The forward pass is this module's own because the
+//! engine's cannot be differentiated: it uses candle's fused `rms_norm`, `softmax_last_dim` and
+//! `rope` kernels, which have no backward pass in candle 0.11, and writes keys and values into
+//! a preallocated KV cache in place (`slice_set`), which autograd does not track. The forward
+//! here is written from differentiable primitives (and batched, right-padded, no cache); a test
+//! checks that both give the same logits on the same weights.
+//!
+//! Parameters are named as in Hugging Face checkpoints (`model.layers.0.self_attn.q_proj.weight`),
+//! which is also the layout checkpoints are saved in. llama.cpp stores Llama q/k weights
+//! permuted for interleaved RoPE; they are permuted back at load time so that training and
+//! saving always use the Hugging Face (rotate-half) form.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use candle_core::quantized::QMatMul;
+use candle_core::{D, DType, Device, Tensor, Var};
+use dojo_engine::model::Linear as EngineLinear;
+use dojo_engine::{Arch, Config, Model as EngineModel};
+use serde_json::{Value as Json, json};
+
+use crate::TrainError;
+
+/// A model whose weights are trainable variables.
+pub struct TrainModel {
+    pub config: Config,
+    /// `lm_head` shares the embedding matrix (SmolLM2, small Qwen models).
+    pub tied: bool,
+    params: BTreeMap<String, Var>,
+    cos: Tensor,
+    sin: Tensor,
+    device: Device,
+}
+
+fn qmatmul_tensor(w: &QMatMul, device: &Device) -> candle_core::Result<Tensor> {
+    match w {
+        QMatMul::Tensor(t) => t.to_dtype(DType::F32),
+        QMatMul::TensorF16(t) => t.to_dtype(DType::F32),
+        QMatMul::QTensor(q) => q.dequantize(device),
+    }
+}
+
+/// llama.cpp's converter permutes q/k rows per head from rotate-half to interleaved RoPE order
+/// (`reshape(n_head, 2, hd/2, in).swapaxes(1, 2)`); this is its inverse.
+pub fn unpermute_rope_rows(w: &Tensor, n_head: usize) -> candle_core::Result<Tensor> {
+    let dims = w.dims().to_vec();
+    let out = dims[0];
+    let rest: usize = dims[1..].iter().product();
+    let hd = out / n_head;
+    w.reshape((n_head, hd / 2, 2, rest))?
+        .transpose(1, 2)?
+        .contiguous()?
+        .reshape(dims)
+}
+
+/// HF-layout parameter names of one layer, with whether each exists for `arch`.
+fn layer_names(arch: Arch, i: usize) -> Vec<String> {
+    let p = format!("model.layers.{i}");
+    let mut v = vec![format!("{p}.input_layernorm.weight")];
+    for n in ["q", "k", "v", "o"] {
+        v.push(format!("{p}.self_attn.{n}_proj.weight"));
+        if arch == Arch::Qwen2 && n != "o" {
+            v.push(format!("{p}.self_attn.{n}_proj.bias"));
+        }
+    }
+    if arch == Arch::Qwen3 {
+        v.push(format!("{p}.self_attn.q_norm.weight"));
+        v.push(format!("{p}.self_attn.k_norm.weight"));
+    }
+    v.push(format!("{p}.post_attention_layernorm.weight"));
+    for n in ["gate", "up", "down"] {
+        v.push(format!("{p}.mlp.{n}_proj.weight"));
+    }
+    v
+}
+
+fn rope_tables(cfg: &Config, device: &Device) -> candle_core::Result<(Tensor, Tensor)> {
+    // Same formula as the engine and transformers' default RoPE (f32 throughout).
+    let half = cfg.head_dim / 2;
+    let inv: Vec<f32> = (0..half)
+        .map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f32 / cfg.head_dim as f32))
+        .collect();
+    let inv = Tensor::from_vec(inv, (1, half), device)?;
+    let t = Tensor::arange(0u32, cfg.max_position as u32, device)?
+        .to_dtype(DType::F32)?
+        .reshape((cfg.max_position, 1))?;
+    let freqs = t.broadcast_mul(&inv)?;
+    Ok((freqs.cos()?, freqs.sin()?))
+}
+
+/// RMSNorm from differentiable primitives (candle's fused kernel has no backward).
+fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    let var = x.sqr()?.mean_keepdim(D::Minus1)?;
+    x.broadcast_div(&(var + eps)?.sqrt()?)?.broadcast_mul(w)
+}
+
+/// Softmax over the last dimension; the max is a constant for autograd (it cancels out).
+fn softmax(x: &Tensor) -> candle_core::Result<Tensor> {
+    let m = x.max_keepdim(D::Minus1)?.detach();
+    let e = x.broadcast_sub(&m)?.exp()?;
+    e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
+}
+
+/// Rotate-half RoPE on `(b, heads, t, hd)` with `(t, hd/2)` tables.
+fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
+    let half = x.dim(D::Minus1)? / 2;
+    let x1 = x.narrow(D::Minus1, 0, half)?;
+    let x2 = x.narrow(D::Minus1, half, half)?;
+    let a = (x1.broadcast_mul(cos)? - x2.broadcast_mul(sin)?)?;
+    let b = (x2.broadcast_mul(cos)? + x1.broadcast_mul(sin)?)?;
+    Tensor::cat(&[a, b], D::Minus1)
+}
+
+/// `x @ w^T (+ b)` on `(n, in)` rows.
+fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    let y = x.matmul(&w.t()?)?;
+    match b {
+        Some(b) => y.broadcast_add(b),
+        None => Ok(y),
+    }
+}
+
+/// Sum over rows of `-log softmax(logits)[target]`; `logits` `(n, vocab)`, `targets` `(n,)` u32.
+pub fn nll_sum(logits: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
+    let m = logits.max_keepdim(D::Minus1)?.detach();
+    let z = logits.broadcast_sub(&m)?;
+    let lse = z.exp()?.sum_keepdim(D::Minus1)?.log()?;
+    let picked = z.gather(&targets.unsqueeze(1)?.contiguous()?, 1)?;
+    (lse - picked)?.sum_all()
+}
+
+/// One micro-batch on the device: right-padded ids and the rows that carry loss.
+pub struct DeviceBatch {
+    /// `(b, t)` u32 token ids (padding after each sequence's end).
+    pub ids: Tensor,
+    /// Row `bi * t + p` of the flattened hidden states for every position `p` whose next
+    /// token is trained.
+    pub rows: Tensor,
+    /// The token each of those rows must predict.
+    pub targets: Tensor,
+    /// Number of trained tokens (`rows.len()`).
+    pub n_trained: usize,
+}
+
+impl DeviceBatch {
+    /// Build from sequences of `(input_ids, labels)`; labels follow the Hugging Face convention
+    /// (same positions as the ids, −100 for no loss, shifted inside the loss).
+    pub fn new(seqs: &[(&[u32], &[i32])], device: &Device) -> candle_core::Result<DeviceBatch> {
+        let t = seqs.iter().map(|(ids, _)| ids.len()).max().unwrap_or(0);
+        let b = seqs.len();
+        let mut ids = vec![0u32; b * t];
+        let mut rows = Vec::new();
+        let mut targets = Vec::new();
+        for (bi, (s_ids, s_labels)) in seqs.iter().enumerate() {
+            ids[bi * t..bi * t + s_ids.len()].copy_from_slice(s_ids);
+            for p in 0..s_ids.len().saturating_sub(1) {
+                let l = s_labels[p + 1];
+                if l >= 0 {
+                    rows.push((bi * t + p) as u32);
+                    targets.push(l as u32);
+                }
+            }
+        }
+        let n_trained = rows.len();
+        Ok(DeviceBatch {
+            ids: Tensor::from_vec(ids, (b, t), device)?,
+            rows: Tensor::from_vec(rows, n_trained, device)?,
+            targets: Tensor::from_vec(targets, n_trained, device)?,
+            n_trained,
+        })
+    }
+}
+
+impl TrainModel {
+    /// Take over an engine model's weights (dequantized, q/k un-permuted for llama.cpp Llama
+    /// files) as trainable variables.
+    pub fn from_engine(model: EngineModel) -> Result<TrainModel, TrainError> {
+        let device = model.device().clone();
+        let mut cfg = model.config.clone();
+        let interleaved = cfg.rope_interleaved;
+        cfg.rope_interleaved = false;
+        let mut params: BTreeMap<String, Var> = BTreeMap::new();
+        let mut put = |name: String, t: Tensor| -> Result<(), TrainError> {
+            let t = t.to_dtype(DType::F32)?.contiguous()?;
+            params.insert(name, Var::from_tensor(&t)?);
+            Ok(())
+        };
+        let lm = qmatmul_tensor(&model.lm_head, &device)?;
+        let tied = match &model.lm_head {
+            QMatMul::Tensor(t) => t.id() == model.embed.id(),
+            _ => false,
+        };
+        put("model.embed_tokens.weight".into(), model.embed.clone())?;
+        put("model.norm.weight".into(), model.norm.clone())?;
+        if !tied {
+            put("lm_head.weight".into(), lm)?;
+        }
+        for (i, l) in model.layers.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            let mut lin = |n: &str, lin: &EngineLinear, heads: Option<usize>| {
+                let mut w = qmatmul_tensor(&lin.w, &device)?;
+                let mut b = lin.b.clone();
+                if let Some(h) = heads.filter(|_| interleaved) {
+                    w = unpermute_rope_rows(&w, h)?;
+                    b = b.map(|b| unpermute_rope_rows(&b, h)).transpose()?;
+                }
+                put(format!("{p}.{n}.weight"), w)?;
+                if let Some(b) = b {
+                    put(format!("{p}.{n}.bias"), b.flatten_all()?)?;
+                }
+                Ok::<(), TrainError>(())
+            };
+            lin("self_attn.q_proj", &l.q, Some(cfg.num_heads))?;
+            lin("self_attn.k_proj", &l.k, Some(cfg.num_kv_heads))?;
+            lin("self_attn.v_proj", &l.v, None)?;
+            lin("self_attn.o_proj", &l.o, None)?;
+            lin("mlp.gate_proj", &l.gate, None)?;
+            lin("mlp.up_proj", &l.up, None)?;
+            lin("mlp.down_proj", &l.down, None)?;
+            put(format!("{p}.input_layernorm.weight"), l.attn_norm.clone())?;
+            put(
+                format!("{p}.post_attention_layernorm.weight"),
+                l.ffn_norm.clone(),
+            )?;
+            if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+                put(format!("{p}.self_attn.q_norm.weight"), qn.clone())?;
+                put(format!("{p}.self_attn.k_norm.weight"), kn.clone())?;
+            }
+        }
+        Self::assemble(cfg, tied, params, &device)
+    }
+
+    fn assemble(
+        config: Config,
+        tied: bool,
+        params: BTreeMap<String, Var>,
+        device: &Device,
+    ) -> Result<TrainModel, TrainError> {
+        let mut want = vec![
+            "model.embed_tokens.weight".to_string(),
+            "model.norm.weight".into(),
+        ];
+        if !tied {
+            want.push("lm_head.weight".into());
+        }
+        for i in 0..config.num_layers {
+            want.extend(layer_names(config.arch, i));
+        }
+        for n in &want {
+            if !params.contains_key(n) {
+                return Err(TrainError::Model(format!(
+                    "{:?} model is missing parameter {n}",
+                    config.arch
+                )));
+            }
+        }
+        let (cos, sin) = rope_tables(&config, device)?;
+        Ok(TrainModel {
+            config,
+            tied,
+            params,
+            cos,
+            sin,
+            device: device.clone(),
+        })
+    }
+
+    /// Load a GGUF file (any quantization the engine reads), dequantized to f32.
+    pub fn load_gguf(path: &Path, device: &Device) -> Result<TrainModel, TrainError> {
+        let m = dojo_engine::loader::load_gguf_with(path, device, dojo_engine::WeightMode::Dense)?;
+        Self::from_engine(m)
+    }
+
+    /// Load a Hugging Face directory (`config.json` + `*.safetensors`).
+    pub fn load_hf_dir(dir: &Path, device: &Device) -> Result<TrainModel, TrainError> {
+        Self::from_engine(dojo_engine::loader::load_safetensors(dir, device)?)
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Parameters by Hugging Face name, in a fixed (sorted) order.
+    pub fn params(&self) -> &BTreeMap<String, Var> {
+        &self.params
+    }
+
+    pub fn num_params(&self) -> usize {
+        self.params.values().map(|v| v.elem_count()).sum()
+    }
+
+    fn p(&self, name: &str) -> candle_core::Result<&Tensor> {
+        self.params
+            .get(name)
+            .map(|v| v.as_tensor())
+            .ok_or_else(|| candle_core::Error::Msg(format!("missing parameter {name}")))
+    }
+
+    fn lm_head(&self) -> candle_core::Result<&Tensor> {
+        if self.tied {
+            self.p("model.embed_tokens.weight")
+        } else {
+            self.p("lm_head.weight")
+        }
+    }
+
+    /// Hidden states after the last block, before the final norm: `(b * t, hidden)`.
+    /// Sequences are right-padded; causal attention keeps padding from reaching real tokens.
+    pub fn hidden(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        let cfg = &self.config;
+        let (b, t) = ids.dims2()?;
+        if t > cfg.max_position {
+            return Err(candle_core::Error::Msg(format!(
+                "sequence of {t} tokens exceeds the model's {} positions",
+                cfg.max_position
+            )));
+        }
+        let (nh, nkv, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+        let rep = nh / nkv;
+        let eps = cfg.rms_eps;
+        let mut x = self
+            .p("model.embed_tokens.weight")?
+            .index_select(&ids.flatten_all()?, 0)?; // (b*t, h)
+        let cos = self.cos.narrow(0, 0, t)?;
+        let sin = self.sin.narrow(0, 0, t)?;
+        // Queries are grouped per kv head as (rep * t) rows; row r is position r % t.
+        let mut m = vec![0f32; rep * t * t];
+        for r in 0..rep * t {
+            for j in (r % t + 1)..t {
+                m[r * t + j] = f32::NEG_INFINITY;
+            }
+        }
+        let mask = Tensor::from_vec(m, (rep * t, t), &self.device)?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        for i in 0..cfg.num_layers {
+            let p = format!("model.layers.{i}");
+            let w = |n: &str| self.p(&format!("{p}.{n}"));
+            let bias = |n: &str| self.params.get(&format!("{p}.{n}")).map(|v| v.as_tensor());
+            let h = rms_norm(&x, w("input_layernorm.weight")?, eps)?;
+            let proj = |n: &str, heads: usize| -> candle_core::Result<Tensor> {
+                let y = linear(
+                    &h,
+                    w(&format!("self_attn.{n}_proj.weight"))?,
+                    bias(&format!("self_attn.{n}_proj.bias")),
+                )?;
+                let y = y.reshape((b, t, heads, hd))?;
+                let y = match self.params.get(&format!("{p}.self_attn.{n}_norm.weight")) {
+                    Some(nw) => rms_norm(&y, nw.as_tensor(), eps)?,
+                    None => y,
+                };
+                y.transpose(1, 2)?.contiguous() // (b, heads, t, hd)
+            };
+            let q = rope(&proj("q", nh)?, &cos, &sin)?;
+            let k = rope(&proj("k", nkv)?, &cos, &sin)?;
+            let v = proj("v", nkv)?;
+            let q = q.reshape((b, nkv, rep * t, hd))?;
+            let att = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?;
+            let att = softmax(&att)?;
+            let out = att
+                .matmul(&v)? // (b, nkv, rep*t, hd)
+                .reshape((b, nh, t, hd))?
+                .transpose(1, 2)?
+                .contiguous()?
+                .reshape((b * t, nh * hd))?;
+            x = (x + linear(&out, w("self_attn.o_proj.weight")?, None)?)?;
+            let h = rms_norm(&x, w("post_attention_layernorm.weight")?, eps)?;
+            let g = linear(&h, w("mlp.gate_proj.weight")?, None)?.silu()?;
+            let u = linear(&h, w("mlp.up_proj.weight")?, None)?;
+            x = (x + linear(&(g * u)?, w("mlp.down_proj.weight")?, None)?)?;
+        }
+        Ok(x)
+    }
+
+    /// Logits for every position: `(b, t, vocab)`.
+    pub fn logits(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        let x = rms_norm(
+            &self.hidden(ids)?,
+            self.p("model.norm.weight")?,
+            self.config.rms_eps,
+        )?;
+        linear(&x, self.lm_head()?, None)?.reshape((b, t, ()))
+    }
+
+    /// Summed next-token cross-entropy over the batch's trained tokens (a scalar). The final
+    /// norm and the LM head run on those rows only: the head is the largest matmul of a small
+    /// model, and untrained rows would only be multiplied by zero.
+    pub fn loss_sum(&self, batch: &DeviceBatch) -> candle_core::Result<Tensor> {
+        let h = self.hidden(&batch.ids)?.index_select(&batch.rows, 0)?;
+        let h = rms_norm(&h, self.p("model.norm.weight")?, self.config.rms_eps)?;
+        nll_sum(&linear(&h, self.lm_head()?, None)?, &batch.targets)
+    }
+
+    /// The weights as an engine model (dense f32, rotate-half RoPE), sharing the tensors:
+    /// generation and `dojo serve`'s code path on the trained weights.
+    pub fn to_engine(&self) -> Result<EngineModel, TrainError> {
+        let t = |n: &str| -> Result<Tensor, TrainError> { Ok(self.p(n)?.detach()) };
+        let mut layers = Vec::with_capacity(self.config.num_layers);
+        for i in 0..self.config.num_layers {
+            let p = format!("model.layers.{i}");
+            let lin = |n: &str| -> Result<EngineLinear, TrainError> {
+                Ok(EngineLinear {
+                    w: QMatMul::Tensor(t(&format!("{p}.{n}.weight"))?),
+                    b: self
+                        .params
+                        .get(&format!("{p}.{n}.bias"))
+                        .map(|v| v.as_tensor().detach()),
+                })
+            };
+            let opt = |n: &str| {
+                self.params
+                    .get(&format!("{p}.{n}"))
+                    .map(|v| v.as_tensor().detach())
+            };
+            layers.push(dojo_engine::model::Layer {
+                attn_norm: t(&format!("{p}.input_layernorm.weight"))?,
+                q: lin("self_attn.q_proj")?,
+                k: lin("self_attn.k_proj")?,
+                v: lin("self_attn.v_proj")?,
+                o: lin("self_attn.o_proj")?,
+                q_norm: opt("self_attn.q_norm.weight"),
+                k_norm: opt("self_attn.k_norm.weight"),
+                ffn_norm: t(&format!("{p}.post_attention_layernorm.weight"))?,
+                gate: lin("mlp.gate_proj")?,
+                up: lin("mlp.up_proj")?,
+                down: lin("mlp.down_proj")?,
+            });
+        }
+        let embed = t("model.embed_tokens.weight")?;
+        let lm_head = if self.tied {
+            QMatMul::Tensor(embed.clone())
+        } else {
+            QMatMul::Tensor(t("lm_head.weight")?)
+        };
+        Ok(EngineModel::new(
+            self.config.clone(),
+            embed,
+            layers,
+            t("model.norm.weight")?,
+            lm_head,
+            &self.device,
+        )?)
+    }
+
+    /// The weights by name (tied models omit `lm_head.weight`, as Hugging Face does).
+    pub fn tensors(&self) -> HashMap<String, Tensor> {
+        self.params
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_tensor().detach()))
+            .collect()
+    }
+
+    /// Replace the weights with those of a safetensors file (a checkpoint of this model),
+    /// checking names and shapes.
+    pub fn load_weights(&self, path: &Path) -> Result<(), TrainError> {
+        let loaded = candle_core::safetensors::load(path, &self.device)
+            .map_err(|e| TrainError::file(path, e))?;
+        for (name, var) in &self.params {
+            let t = loaded
+                .get(name)
+                .ok_or_else(|| TrainError::file(path, format!("missing tensor {name}")))?;
+            if t.dims() != var.dims() {
+                return Err(TrainError::file(
+                    path,
+                    format!(
+                        "tensor {name} has shape {:?}, the model {:?}",
+                        t.dims(),
+                        var.dims()
+                    ),
+                ));
+            }
+            var.set(&t.to_dtype(DType::F32)?)?;
+        }
+        Ok(())
+    }
+
+    /// A Hugging Face `config.json` for these weights. `base` (the source directory's
+    /// config.json, when there is one) keeps fields this crate does not model.
+    pub fn hf_config(&self, base: Option<&Json>, bos: Option<u32>, eos: Option<u32>) -> Json {
+        let c = &self.config;
+        let (mt, archi) = match c.arch {
+            Arch::Llama => ("llama", "LlamaForCausalLM"),
+            Arch::Qwen2 => ("qwen2", "Qwen2ForCausalLM"),
+            Arch::Qwen3 => ("qwen3", "Qwen3ForCausalLM"),
+        };
+        let mut out = match base {
+            Some(Json::Object(o)) => o.clone(),
+            _ => serde_json::Map::new(),
+        };
+        let fields = json!({
+            "architectures": [archi],
+            "model_type": mt,
+            "vocab_size": c.vocab_size,
+            "hidden_size": c.hidden_size,
+            "intermediate_size": c.intermediate_size,
+            "num_hidden_layers": c.num_layers,
+            "num_attention_heads": c.num_heads,
+            "num_key_value_heads": c.num_kv_heads,
+            "head_dim": c.head_dim,
+            "rope_theta": c.rope_theta,
+            "rms_norm_eps": c.rms_eps,
+            "max_position_embeddings": c.max_position,
+            "tie_word_embeddings": self.tied,
+            "hidden_act": "silu",
+            "attention_bias": c.arch == Arch::Qwen2,
+        });
+        // transformers 5 keeps rope_theta in `rope_parameters` and says `dtype`; 4 says
+        // `rope_theta` and `torch_dtype`. Follow the source's spelling.
+        let v5 = out.contains_key("rope_parameters");
+        if let Json::Object(f) = fields {
+            for (k, v) in f {
+                if k == "rope_theta" && v5 {
+                    continue;
+                }
+                out.insert(k, v);
+            }
+        }
+        let dtype_key = if out.contains_key("dtype") {
+            "dtype"
+        } else {
+            "torch_dtype"
+        };
+        out.insert(dtype_key.into(), json!("float32"));
+        if base.is_none() {
+            out.insert("rope_scaling".into(), Json::Null);
+            if let Some(b) = bos {
+                out.insert("bos_token_id".into(), json!(b));
+            }
+            if let Some(e) = eos {
+                out.insert("eos_token_id".into(), json!(e));
+            }
+        }
+        Json::Object(out)
+    }
+
+    /// The parts of the configuration a checkpoint must match to be resumed into this model.
+    pub fn fingerprint(&self) -> Json {
+        let c = &self.config;
+        json!({
+            "arch": format!("{:?}", c.arch).to_lowercase(),
+            "vocab_size": c.vocab_size,
+            "hidden_size": c.hidden_size,
+            "intermediate_size": c.intermediate_size,
+            "num_layers": c.num_layers,
+            "num_heads": c.num_heads,
+            "num_kv_heads": c.num_kv_heads,
+            "head_dim": c.head_dim,
+            "tied": self.tied,
+            "num_params": self.num_params(),
+        })
+    }
+}

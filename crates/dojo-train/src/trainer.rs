@@ -1,0 +1,575 @@
+//! The SFT loop.
+//!
+//! An optimizer step takes `grad_accum` micro-batches. Its loss is the summed next-token
+//! cross-entropy of all their trained tokens divided by the number of those tokens (every
+//! trained token weighs the same, however the rows fall into micro-batches; transformers does
+//! the same with `num_items_in_batch`). Then: global-norm clipping, AdamW at the scheduled
+//! rate, a metrics line, and every `save_every` steps a checkpoint.
+//!
+//! `OUT` layout: `run.json` (configuration, model and data fingerprints), `metrics.jsonl`,
+//! `checkpoint-NNNNNNNN/` (resumable), `final/` (the trained model). An existing `OUT` is
+//! resumed from its newest complete checkpoint, after checking that it was made from the same
+//! model, data and settings.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::{Device, Tensor};
+use serde_json::{Value as Json, json};
+
+use crate::checkpoint::{self, TrainerState};
+use crate::data::{self, Batcher, Cursor, DataReport, Overlong, Sample};
+use crate::model::DeviceBatch;
+use crate::optim::{self, AdamW, AdamWConfig};
+use crate::source::{self, ModelSource, write_json};
+use crate::{TRAIN_SCHEMA_VERSION, TrainError, TrainModel};
+
+/// Settings of a run (saved in `run.json`; a resumed run must match them).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SftConfig {
+    pub lr: f64,
+    pub adamw: AdamWConfig,
+    pub warmup_steps: u64,
+    /// Global gradient-norm limit; 0 disables clipping.
+    pub max_grad_norm: f64,
+    pub grad_accum: usize,
+    /// Rows per micro-batch, at most.
+    pub batch_size: usize,
+    /// Padded tokens per micro-batch, at most (a longer single row still forms a batch).
+    pub max_batch_tokens: usize,
+    pub max_len: usize,
+    pub overlong: Overlong,
+    pub seed: u64,
+    /// Passes over the data (used when `max_steps` is not set).
+    pub epochs: u64,
+    pub max_steps: Option<u64>,
+    /// Checkpoint every this many optimizer steps (0: only at the end).
+    pub save_every: u64,
+    pub keep_checkpoints: usize,
+    /// Refuse data whose `dojo.tokenizer_sha` differs from the model's tokenizer.
+    pub check_tokenizer: bool,
+}
+
+impl Default for SftConfig {
+    fn default() -> Self {
+        SftConfig {
+            lr: 1e-5,
+            adamw: AdamWConfig::default(),
+            warmup_steps: 0,
+            max_grad_norm: 1.0,
+            grad_accum: 1,
+            batch_size: 4,
+            max_batch_tokens: 8192,
+            max_len: 2048,
+            overlong: Overlong::Truncate,
+            seed: 0,
+            epochs: 1,
+            max_steps: None,
+            save_every: 0,
+            keep_checkpoints: 2,
+            check_tokenizer: true,
+        }
+    }
+}
+
+/// Settings that may change when a run is resumed (to extend it or save differently).
+const RESUMABLE_CHANGES: &[&str] = &["epochs", "max_steps", "save_every", "keep_checkpoints"];
+
+/// How to run (not part of the run's identity).
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Show a progress bar on stderr.
+    pub progress: bool,
+    /// Stop after this many optimizer steps of this invocation, without the final save, as
+    /// if the process had been killed right after its last checkpoint (tests; time-boxed runs).
+    pub stop_after: Option<u64>,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SftSummary {
+    pub out: PathBuf,
+    /// `OUT/final` when the run finished.
+    pub final_dir: Option<PathBuf>,
+    pub resumed_from: Option<u64>,
+    pub steps: u64,
+    pub total_steps: u64,
+    pub last_loss: Option<f64>,
+    pub tokens_seen: u64,
+    pub elapsed_s: f64,
+    pub tokens_per_s: f64,
+    pub data: DataReport,
+}
+
+/// Loss and summed gradients of one optimizer step over `batches`, normalised by
+/// `n_trained` (the trained tokens of all of them).
+pub fn step_grads(
+    model: &TrainModel,
+    batches: &[DeviceBatch],
+    n_trained: usize,
+) -> Result<(f64, HashMap<String, Tensor>), TrainError> {
+    let mut grads: HashMap<String, Tensor> = HashMap::new();
+    let mut loss = 0f64;
+    let scale = 1.0 / n_trained.max(1) as f64;
+    for b in batches {
+        if b.n_trained == 0 {
+            continue;
+        }
+        let l = (model.loss_sum(b)? * scale)?;
+        loss += l.to_scalar::<f32>()? as f64;
+        let store = l.backward()?;
+        for (name, var) in model.params() {
+            if let Some(g) = store.get(var.as_tensor()) {
+                let g = match grads.remove(name) {
+                    Some(acc) => (acc + g)?,
+                    None => g.clone(),
+                };
+                grads.insert(name.clone(), g);
+            }
+        }
+    }
+    if !loss.is_finite() {
+        return Err(TrainError::NonFinite(format!("loss is {loss}")));
+    }
+    Ok((loss, grads))
+}
+
+fn sha256_file(path: &Path) -> Result<String, TrainError> {
+    use sha2::{Digest, Sha256};
+    let mut f = std::fs::File::open(path).map_err(|e| TrainError::file(path, e))?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).map_err(|e| TrainError::file(path, e))?;
+    Ok(hex::encode(h.finalize()))
+}
+
+/// A fixed stream of micro-batches over epochs.
+struct Stream<'a> {
+    batcher: &'a Batcher,
+    cursor: Cursor,
+    plan: Vec<Vec<usize>>,
+    plan_epoch: Option<u64>,
+}
+
+impl Stream<'_> {
+    fn next(&mut self) -> Vec<usize> {
+        loop {
+            if self.plan_epoch != Some(self.cursor.epoch) {
+                self.plan = self.batcher.epoch_plan(self.cursor.epoch);
+                self.plan_epoch = Some(self.cursor.epoch);
+            }
+            if let Some(b) = self.plan.get(self.cursor.index) {
+                self.cursor.index += 1;
+                return b.clone();
+            }
+            self.cursor = Cursor {
+                epoch: self.cursor.epoch + 1,
+                index: 0,
+            };
+        }
+    }
+}
+
+fn config_diff(saved: &Json, now: &Json) -> Vec<String> {
+    let (Some(a), Some(b)) = (saved.as_object(), now.as_object()) else {
+        return vec!["config".into()];
+    };
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| !RESUMABLE_CHANGES.contains(&k.as_str()) && a.get(*k) != b.get(*k))
+        .map(|k| {
+            format!(
+                "{k}: {} then, {} now",
+                a.get(k).unwrap_or(&Json::Null),
+                b.get(k).unwrap_or(&Json::Null)
+            )
+        })
+        .collect()
+}
+
+/// Write the weights with `config.json` and tokenizer files into `dir` (a Hugging Face model
+/// directory; `bos`/`eos` go into a config made from scratch for a GGUF source).
+pub fn write_model_dir(
+    dir: &Path,
+    model: &TrainModel,
+    src: &ModelSource,
+    base_cfg: Option<&Json>,
+    bos: Option<u32>,
+    eos: Option<u32>,
+) -> Result<(), TrainError> {
+    let w = dir.join(checkpoint::WEIGHTS_FILE);
+    let mut meta = HashMap::new();
+    meta.insert("format".to_string(), "pt".to_string());
+    let tensors = model.tensors();
+    save_safetensors_with_meta(&tensors, &w, &meta)?;
+    write_json(
+        &dir.join("config.json"),
+        &model.hf_config(base_cfg, bos, eos),
+    )?;
+    src.write_tokenizer_files(dir)
+}
+
+/// candle's `safetensors::save` writes no metadata; transformers wants `format: pt`.
+fn save_safetensors_with_meta(
+    tensors: &HashMap<String, Tensor>,
+    path: &Path,
+    meta: &HashMap<String, String>,
+) -> Result<(), TrainError> {
+    let mut names: Vec<&String> = tensors.keys().collect();
+    names.sort();
+    let mut data: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
+    for n in names {
+        let t = &tensors[n];
+        let v = t.flatten_all()?.to_vec1::<f32>()?;
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        data.push((n.clone(), bytes, t.dims().to_vec()));
+    }
+    let mut header = serde_json::Map::new();
+    header.insert("__metadata__".into(), json!(meta));
+    let mut off = 0usize;
+    for (n, b, shape) in &data {
+        header.insert(
+            n.clone(),
+            json!({"dtype": "F32", "shape": shape, "data_offsets": [off, off + b.len()]}),
+        );
+        off += b.len();
+    }
+    let mut h = serde_json::to_vec(&Json::Object(header)).map_err(|e| TrainError::file(path, e))?;
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut f = std::io::BufWriter::new(
+        std::fs::File::create(path).map_err(|e| TrainError::file(path, e))?,
+    );
+    let io = |e: std::io::Error| TrainError::file(path, e);
+    f.write_all(&(h.len() as u64).to_le_bytes()).map_err(io)?;
+    f.write_all(&h).map_err(io)?;
+    for (_, b, _) in &data {
+        f.write_all(b).map_err(io)?;
+    }
+    f.flush().map_err(io)?;
+    Ok(())
+}
+
+/// Train `--model` on `data` into `out` (resuming it if it holds a run).
+pub fn run_sft(
+    src: &ModelSource,
+    data_path: &Path,
+    out: &Path,
+    cfg: &SftConfig,
+    opts: &RunOptions,
+    device: &Device,
+) -> Result<SftSummary, TrainError> {
+    if cfg.grad_accum == 0 || cfg.batch_size == 0 {
+        return Err(TrainError::Config(
+            "--grad-accum and --batch-size must be at least 1".into(),
+        ));
+    }
+    if !(cfg.lr.is_finite() && cfg.lr >= 0.0) {
+        return Err(TrainError::Config(format!(
+            "--lr {} is not a valid rate",
+            cfg.lr
+        )));
+    }
+    // Everything that can be wrong with the inputs is checked before the first step.
+    let model = src.load(device)?;
+    let fmt = src.chat_format()?;
+    let dataset = data::load_tokens(
+        data_path,
+        cfg.max_len,
+        cfg.overlong,
+        model.config.vocab_size,
+    )?;
+    if cfg.max_len > model.config.max_position {
+        return Err(TrainError::Config(format!(
+            "--max-len {} exceeds the model's {} positions",
+            cfg.max_len, model.config.max_position
+        )));
+    }
+    if cfg.check_tokenizer
+        && let Some(data_sha) = &dataset.tokenizer_sha
+    {
+        let model_sha = source::tokenizer_sha(&fmt);
+        if *data_sha != model_sha {
+            return Err(TrainError::Data {
+                path: dataset.report.path.clone(),
+                reason: format!(
+                    "tokenized with tokenizer {}…, but the model's is {}…: curate the rollouts \
+                     with this model (`dojo curate --model ...`), or pass \
+                     --no-tokenizer-check if the ids are known to match",
+                    &data_sha[..data_sha.len().min(12)],
+                    &model_sha[..12]
+                ),
+            });
+        }
+    }
+    let data_sha = sha256_file(&dataset.report.path)?;
+    let fingerprint = model.fingerprint();
+    let cfg_json = serde_json::to_value(cfg).map_err(|e| TrainError::Config(e.to_string()))?;
+    let run_path = out.join("run.json");
+
+    // A new run, or the same run resumed.
+    if run_path.is_file() {
+        let s = std::fs::read_to_string(&run_path).map_err(|e| TrainError::file(&run_path, e))?;
+        let saved: Json = serde_json::from_str(&s)
+            .map_err(|e| TrainError::file(&run_path, format!("invalid JSON: {e}")))?;
+        if saved.get("model") != Some(&fingerprint) {
+            return Err(TrainError::file(
+                out,
+                format!(
+                    "holds a run of another model ({}); this one is {}: pick another --out",
+                    saved.get("model").unwrap_or(&Json::Null),
+                    fingerprint
+                ),
+            ));
+        }
+        if saved.pointer("/data/sha256").and_then(Json::as_str) != Some(data_sha.as_str()) {
+            return Err(TrainError::file(
+                out,
+                "holds a run on different data (sha256 differs): pick another --out",
+            ));
+        }
+        let diff = config_diff(saved.get("config").unwrap_or(&Json::Null), &cfg_json);
+        if !diff.is_empty() {
+            return Err(TrainError::file(
+                out,
+                format!("holds a run with other settings: {}", diff.join("; ")),
+            ));
+        }
+    } else if out.exists()
+        && std::fs::read_dir(out)
+            .map_err(|e| TrainError::file(out, e))?
+            .next()
+            .is_some()
+    {
+        return Err(TrainError::file(
+            out,
+            "exists, is not empty and holds no dojo training run (no run.json): pick another --out",
+        ));
+    }
+    std::fs::create_dir_all(out).map_err(|e| TrainError::file(out, e))?;
+    write_json(
+        &run_path,
+        &json!({
+            "schema_version": TRAIN_SCHEMA_VERSION,
+            "kind": "sft",
+            "model": fingerprint,
+            "source": src.path(),
+            "data": {"path": dataset.report.path, "sha256": data_sha, "report": dataset.report},
+            "config": cfg_json,
+        }),
+    )?;
+    checkpoint::clean_temp(out)?;
+
+    let samples: Vec<Sample> = dataset.samples;
+    let batcher = Batcher::new(
+        samples.iter().map(|s| s.input_ids.len()).collect(),
+        cfg.batch_size,
+        cfg.max_batch_tokens,
+        cfg.seed,
+    );
+    let total_steps = match cfg.max_steps {
+        Some(n) => n,
+        None => {
+            let micro: usize = (0..cfg.epochs).map(|e| batcher.epoch_plan(e).len()).sum();
+            micro.div_ceil(cfg.grad_accum) as u64
+        }
+    };
+    let total_micro = cfg.max_steps.is_none().then(|| {
+        (0..cfg.epochs)
+            .map(|e| batcher.epoch_plan(e).len())
+            .sum::<usize>()
+    });
+
+    // Resume.
+    let mut state = TrainerState {
+        schema_version: TRAIN_SCHEMA_VERSION,
+        step: 0,
+        total_steps,
+        cursor: Cursor::default(),
+        tokens_seen: 0,
+        trained_tokens_seen: 0,
+        elapsed_s: 0.0,
+    };
+    let mut opt = AdamW::new(cfg.adamw);
+    let mut resumed_from = None;
+    if let Some((step, dir)) = checkpoint::list(out).pop() {
+        let st = checkpoint::read_state(&dir)?;
+        model.load_weights(&dir.join(checkpoint::WEIGHTS_FILE))?;
+        opt = AdamW::load(
+            cfg.adamw,
+            st.step,
+            &dir.join(checkpoint::OPTIMIZER_FILE),
+            model.params(),
+            device,
+        )?;
+        state = TrainerState { total_steps, ..st };
+        resumed_from = Some(step);
+        tracing::info!(step, dir = %dir.display(), "resuming");
+    }
+    let metrics_path = out.join("metrics.jsonl");
+    keep_metrics_up_to(&metrics_path, state.step)?;
+    let mut metrics = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&metrics_path)
+        .map_err(|e| TrainError::file(&metrics_path, e))?;
+
+    let base_cfg = src.base_config()?;
+    let (bos, eos) = (fmt.tokenizer.bos_id(), fmt.tokenizer.eos_id());
+    let bar = progress_bar(opts.progress, total_steps, state.step);
+    let mut stream = Stream {
+        batcher: &batcher,
+        cursor: state.cursor,
+        plan: Vec::new(),
+        plan_epoch: None,
+    };
+    let mut micro_done = micro_index(&batcher, state.cursor);
+    let mut last_loss = None;
+    let mut steps_this_run = 0u64;
+    let mut tokens_this_run = 0u64;
+    let started = Instant::now();
+    let elapsed_before = state.elapsed_s;
+    while state.step < total_steps {
+        if opts.stop_after.is_some_and(|n| steps_this_run >= n) {
+            break;
+        }
+        let t0 = Instant::now();
+        let mut n_micro = cfg.grad_accum;
+        if let Some(total) = total_micro {
+            n_micro = n_micro.min(total.saturating_sub(micro_done));
+        }
+        let mut batches = Vec::with_capacity(n_micro);
+        let (mut tokens, mut trained) = (0usize, 0usize);
+        for _ in 0..n_micro {
+            let idx = stream.next();
+            let seqs: Vec<(&[u32], &[i32])> = idx
+                .iter()
+                .map(|&i| {
+                    (
+                        samples[i].input_ids.as_slice(),
+                        samples[i].labels.as_slice(),
+                    )
+                })
+                .collect();
+            tokens += seqs.iter().map(|s| s.0.len()).sum::<usize>();
+            let b = DeviceBatch::new(&seqs, device)?;
+            trained += b.n_trained;
+            batches.push(b);
+        }
+        micro_done += n_micro;
+        let (loss, mut grads) = step_grads(&model, &batches, trained)?;
+        let grad_norm = optim::clip_grad_norm(&mut grads, cfg.max_grad_norm)?;
+        let lr = optim::lr_at(state.step, cfg.lr, cfg.warmup_steps, total_steps);
+        opt.step(model.params(), &grads, lr)?;
+        drop(grads);
+        state.step += 1;
+        steps_this_run += 1;
+        state.cursor = stream.cursor;
+        state.tokens_seen += tokens as u64;
+        tokens_this_run += tokens as u64;
+        state.trained_tokens_seen += trained as u64;
+        state.elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
+        let dt = t0.elapsed().as_secs_f64();
+        let tps = tokens as f64 / dt.max(1e-9);
+        last_loss = Some(loss);
+        let line = json!({
+            "schema_version": TRAIN_SCHEMA_VERSION,
+            "step": state.step,
+            "epoch": state.cursor.epoch,
+            "loss": loss,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "tokens": tokens,
+            "trained_tokens": trained,
+            "tokens_per_s": tps,
+            "step_s": dt,
+            "elapsed_s": state.elapsed_s,
+        });
+        writeln!(metrics, "{line}")
+            .and_then(|_| metrics.flush())
+            .map_err(|e| TrainError::file(&metrics_path, e))?;
+        bar.set_position(state.step);
+        bar.set_message(format!("loss {loss:.4} lr {lr:.2e} {tps:.0} tok/s"));
+        let save_now = state.step == total_steps
+            || (cfg.save_every > 0 && state.step.is_multiple_of(cfg.save_every));
+        if save_now {
+            checkpoint::write_atomic(out, &checkpoint::checkpoint_name(state.step), |d| {
+                write_model_dir(d, &model, src, base_cfg.as_ref(), bos, eos)?;
+                opt.save(&d.join(checkpoint::OPTIMIZER_FILE))?;
+                let s =
+                    serde_json::to_value(&state).map_err(|e| TrainError::Config(e.to_string()))?;
+                write_json(&d.join(checkpoint::STATE_FILE), &s)
+            })?;
+            checkpoint::prune(out, cfg.keep_checkpoints)?;
+        }
+    }
+    bar.finish_and_clear();
+    let mut final_dir = None;
+    if state.step >= total_steps {
+        let done = out.join("final");
+        if !checkpoint::is_complete(&done) || steps_this_run > 0 {
+            checkpoint::write_atomic(out, "final", |d| {
+                write_model_dir(d, &model, src, base_cfg.as_ref(), bos, eos)
+            })?;
+        }
+        final_dir = Some(done);
+    }
+    let run_s = started.elapsed().as_secs_f64();
+    Ok(SftSummary {
+        out: out.to_path_buf(),
+        final_dir,
+        resumed_from,
+        steps: state.step,
+        total_steps,
+        last_loss,
+        tokens_seen: state.tokens_seen,
+        elapsed_s: state.elapsed_s,
+        // This invocation's throughput.
+        tokens_per_s: tokens_this_run as f64 / run_s.max(1e-9),
+        data: dataset.report,
+    })
+}
+
+/// Micro-batches consumed before `cursor` (to know where an epochs-bounded run ends).
+fn micro_index(batcher: &Batcher, cursor: Cursor) -> usize {
+    (0..cursor.epoch)
+        .map(|e| batcher.epoch_plan(e).len())
+        .sum::<usize>()
+        + cursor.index
+}
+
+/// Drop metrics lines past `step` (written after the checkpoint a run resumes from).
+fn keep_metrics_up_to(path: &Path, step: u64) -> Result<(), TrainError> {
+    let Ok(s) = std::fs::read_to_string(path) else {
+        return Ok(());
+    };
+    let kept: String = s
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<Json>(l)
+                .ok()
+                .and_then(|v| v.get("step")?.as_u64())
+                .is_some_and(|s| s <= step)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(path, kept).map_err(|e| TrainError::file(path, e))
+}
+
+fn progress_bar(show: bool, total: u64, pos: u64) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{bar:30} {pos}/{len} steps  {msg}  [{elapsed_precise} < {eta_precise}]",
+    ) {
+        bar.set_style(style);
+    }
+    bar.set_position(pos);
+    bar
+}
