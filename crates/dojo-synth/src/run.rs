@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use dojo_grade::parsers::{PASSED, StatusMap};
 use dojo_grade::{
-    ErrorKind, GradeOptions, Outcome, Parser, derive_lists, grade_in_sandbox, status_map_of,
+    ErrorKind, GradeOptions, Parser, derive_lists, grade_in_sandbox, status_map_of,
     validate_in_sandbox,
 };
 use dojo_sandbox::{Pristine, PythonEnv, Sandbox, SandboxOptions};
@@ -150,10 +150,8 @@ async fn run_tests(
         run_empty_patch: true,
         ..Default::default()
     };
-    let r = grade_in_sandbox(sb, task, &env, patch, &opts)
-        .await
-        .map_err(|e| RunError::Infra(e.to_string()))?;
-    if r.outcome == Outcome::Error {
+    let r = grade_in_sandbox(sb, task, &env, patch, &opts).await;
+    if r.outcome == dojo_grade::Verdict::Error {
         return Err(match r.error_kind {
             Some(ErrorKind::Timeout) => RunError::Timeout,
             k => RunError::Infra(format!(
@@ -163,8 +161,7 @@ async fn run_tests(
             )),
         });
     }
-    let parser = Parser::by_name(&env.log_parser)
-        .ok_or_else(|| RunError::Infra(format!("unknown log parser {}", env.log_parser)))?;
+    let parser = Parser::from(env.log_parser);
     Ok(Run {
         sm: status_map_of(&r, parser),
         duration_s: r.test_duration_s.unwrap_or(0.0),
@@ -456,7 +453,6 @@ impl Ctx {
         if let Err(e) = sb.teardown().await {
             tracing::warn!("sandbox teardown: {e}");
         }
-        let v = v.map_err(|e| e.to_string())?;
         if v.ok {
             Ok(())
         } else {
@@ -887,8 +883,8 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
         Duration::from_secs_f64((3.0 * base.duration_s + 10.0).min(env.timeout_s as f64))
     });
     let stage_one = matches!(
-        Parser::by_name(&env.log_parser),
-        Some(Parser::Pytest | Parser::PytestOptions | Parser::PytestV2)
+        Parser::from(env.log_parser),
+        Parser::Pytest | Parser::PytestOptions | Parser::PytestV2
     );
     let mut accepted: BTreeSet<String> = BTreeSet::new();
     for t in &state.tasks {
