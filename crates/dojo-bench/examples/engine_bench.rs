@@ -20,7 +20,7 @@ const REPEATS: usize = 3;
 
 fn model_path(arg: Option<String>) -> PathBuf {
     arg.map(PathBuf::from).unwrap_or_else(|| {
-        dojo_chat::default_model_path().unwrap_or_else(|e| panic!("default model: {e}"))
+        dojo_tokenizer::default_model_path().unwrap_or_else(|e| panic!("default model: {e}"))
     })
 }
 
@@ -29,7 +29,7 @@ fn speed(path: PathBuf) {
     let t_load = Instant::now();
     let model = dojo_engine::loader::load_gguf(&path, &device).expect("load");
     let load_s = t_load.elapsed().as_secs_f64();
-    let format = dojo_chat::ChatFormat::from_gguf(&path).expect("format");
+    let format = dojo_tokenizer::ChatFormat::from_gguf(&path).expect("format");
     let ids = format.tokenizer.encode(PROMPT_TEXT).expect("encode");
     assert!(ids.len() >= PREFILL_TOKENS, "prompt.txt is too short");
     let prompt = &ids[..PREFILL_TOKENS];

@@ -98,7 +98,7 @@ fn embedded_rollout(dir: &Path) -> Option<PathBuf> {
         println!("SKIPPED (embedded part): built without the `engine` feature");
         return None;
     }
-    if let Err(e) = dojo_chat::default_model_path() {
+    if let Err(e) = dojo_tokenizer::default_model_path() {
         skip(&format!("default model unavailable: {e}"));
         return None;
     }

@@ -43,7 +43,7 @@ fn can_serve() -> bool {
         println!("SKIPPED: dojo-cli built without the `engine` feature");
         return false;
     }
-    match dojo_chat::default_model_path() {
+    match dojo_tokenizer::default_model_path() {
         Ok(_) => true,
         Err(e) => {
             assert!(!ci(), "the default model must be available in CI: {e}");
@@ -537,7 +537,7 @@ action_format = "native"
 logprobs = true
 "#,
             // The served name: `dojo serve` answers 404 for any other, as vLLM does.
-            dojo_chat::default_model::MODEL_ID,
+            dojo_tokenizer::default_model::MODEL_ID,
             s.addr
         ),
     )

@@ -4,7 +4,7 @@
 //! and 0 on everything else (system prompt, tool definitions, user turns, observations, the
 //! template's role headers, and the newline a ChatML template puts after `<|im_end|>`, which the
 //! model never generated). Rendering, tokenization and the per-message spans come from the
-//! shared renderer in `dojo-chat` (the same code the embedded engine builds prompts with), behind
+//! shared renderer in `dojo-tokenizer` (the same code the embedded engine builds prompts with), behind
 //! the [`ChatModel`] trait; this module decides *which* assistant turns are trained: every one
 //! (default), only the last, and, for trajectories the context manager compressed, only the
 //! turns generated from each window's context.
@@ -56,12 +56,12 @@ pub trait ChatModel: Send + Sync {
     }
 }
 
-/// Tools, calls and results written into the messages' text, Hermes style (`dojo-chat`'s
+/// Tools, calls and results written into the messages' text, Hermes style (`dojo-tokenizer`'s
 /// normalisation for templates without tool support, so exactly the token export's text for
 /// such a template; Qwen2.5's own template renders the OpenAI shape to the same text).
 pub fn hermes_inline(messages: &[Value], tools: &[Value]) -> Result<Vec<Value>, String> {
     let tools = (!tools.is_empty()).then_some(tools);
-    dojo_chat::normalize_messages(messages, tools, false)
+    dojo_tokenizer::normalize_messages(messages, tools, false)
         .map(|n| n.messages)
         .map_err(|e| e.to_string())
 }

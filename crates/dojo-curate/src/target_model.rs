@@ -1,9 +1,9 @@
-//! The target model for rendering: `dojo-chat`'s [`ChatFormat`] (template + tokenizer, the very
+//! The target model for rendering: `dojo-tokenizer`'s [`ChatFormat`] (template + tokenizer, the very
 //! code the embedded engine builds prompts with) behind [`ChatModel`].
 
 use std::path::Path;
 
-use dojo_chat::{ChatFormat, RenderOptions};
+use dojo_tokenizer::{ChatFormat, RenderOptions};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -46,10 +46,10 @@ impl ChatModel for FormatModel {
             .format
             .training_sample(messages, tools_opt(tools), &RenderOptions::default())
             .map_err(|e| e.to_string())?;
-        // dojo-chat trains a token when it *starts* inside a span; Hugging Face (and so TRL's
+        // dojo-tokenizer trains a token when it *starts* inside a span; Hugging Face (and so TRL's
         // `assistant_masks`) trains every token that *overlaps* one, which differs when a token
         // straddles the span start (e.g. content beginning with "\n" merges with the header's
-        // "\n"). The byte spans are dojo-chat's; the token mask follows Hugging Face.
+        // "\n"). The byte spans are dojo-tokenizer's; the token mask follows Hugging Face.
         let (ids, offsets) = self
             .format
             .tokenizer
@@ -115,7 +115,7 @@ impl ChatModel for FormatModel {
 pub fn load(spec: &str) -> Result<Box<dyn ChatModel>, String> {
     let (format, name) = if spec == "default" {
         let f = ChatFormat::default_model().map_err(|e| e.to_string())?;
-        (f, dojo_chat::default_model::MODEL_ID.to_string())
+        (f, dojo_tokenizer::default_model::MODEL_ID.to_string())
     } else {
         let p = Path::new(spec);
         let f = if p.is_dir() {

@@ -52,7 +52,7 @@ fn skip(reason: &str) {
 
 /// Python with the oracle packages, the default model's GGUF and its format; `None` (after
 /// printing SKIPPED) when either is unavailable outside CI.
-fn setup() -> Option<(PathBuf, PathBuf, dojo_chat::ChatFormat)> {
+fn setup() -> Option<(PathBuf, PathBuf, dojo_tokenizer::ChatFormat)> {
     let py = match python() {
         Ok(p) => p,
         Err(e) => {
@@ -60,8 +60,8 @@ fn setup() -> Option<(PathBuf, PathBuf, dojo_chat::ChatFormat)> {
             return None;
         }
     };
-    let model = dojo_chat::default_model_path()
-        .and_then(|p| dojo_chat::ChatFormat::from_gguf(&p).map(|f| (p, f)));
+    let model = dojo_tokenizer::default_model_path()
+        .and_then(|p| dojo_tokenizer::ChatFormat::from_gguf(&p).map(|f| (p, f)));
     match model {
         Ok((gguf, format)) => Some((py, gguf, format)),
         Err(e) => {
@@ -155,17 +155,17 @@ fn conversations() -> Vec<Vec<Value>> {
     ]
 }
 
-/// Renders `convs` with our format (dojo-curate's [`FormatModel`], i.e. dojo-chat's renderer,
+/// Renders `convs` with our format (dojo-curate's [`FormatModel`], i.e. dojo-tokenizer's renderer,
 /// tokenizer and spans) and with transformers (tokenizer from `tokenizer_src`, the format's own
 /// template, `marked` for the masks), asserts identical ids and masks, and returns the texts.
 ///
 /// What the template receives is the normalised messages on both sides: for templates without
-/// tool support (SmolLM2's) dojo-chat writes tools and calls Hermes-style, so transformers gets
+/// tool support (SmolLM2's) dojo-tokenizer writes tools and calls Hermes-style, so transformers gets
 /// the same messages and the model's own template, unmodified.
 fn assert_matches_transformers(
     py: &Path,
     tokenizer_src: &Path,
-    format: &dojo_chat::ChatFormat,
+    format: &dojo_tokenizer::ChatFormat,
     marked: &str,
     convs: &[Vec<Value>],
 ) -> Vec<String> {
@@ -329,7 +329,7 @@ fn qwen3_rendering_and_masks_match_transformers_token_for_token() {
         Ok(d) => d,
         Err(e) => return skip(&format!("Qwen3 tokenizer files unavailable: {e}")),
     };
-    let format = dojo_chat::ChatFormat::from_hf_dir(&dir).unwrap();
+    let format = dojo_tokenizer::ChatFormat::from_hf_dir(&dir).unwrap();
     assert!(format.template.supports_tools());
     let marked = qwen3_marked(format.template.source());
     let convs: Vec<Vec<Value>> = conversations()
@@ -567,7 +567,7 @@ print(json.dumps(res))
 #[test]
 fn inline_messages_render_to_the_token_export() {
     let format =
-        match dojo_chat::default_model_path().and_then(|p| dojo_chat::ChatFormat::from_gguf(&p)) {
+        match dojo_tokenizer::default_model_path().and_then(|p| dojo_tokenizer::ChatFormat::from_gguf(&p)) {
             Ok(f) => f,
             Err(e) => return skip(&format!("default model unavailable: {e}")),
         };

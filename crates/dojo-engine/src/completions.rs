@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use dojo_chat::RenderOptions;
+use dojo_tokenizer::RenderOptions;
 use dojo_llm::{
     BoxFuture, ChatBackend, ChatMessage, ChatRequest, ChatResponse, Choice, ChoiceLogprobs,
     LlmError, MessageContent, Role, Stop, TokenLogprob, ToolCall, TopLogprob, Usage,
@@ -247,7 +247,7 @@ impl Engine {
             usage.completion_tokens += g.token_ids.len() as u64;
             let (content, tool_calls) = if parse_tools {
                 let text = format!("{forced}{}", g.text);
-                let p = dojo_chat::parse_tool_calls(&text, &format!("call_{id}_{i}_"));
+                let p = dojo_tokenizer::parse_tool_calls(&text, &format!("call_{id}_{i}_"));
                 let calls: Vec<ToolCall> = p
                     .tool_calls
                     .into_iter()

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use candle_core::Device;
-use dojo_chat::ChatFormat;
+use dojo_tokenizer::ChatFormat;
 
 use crate::EngineError;
 use crate::loader::WeightMode;
@@ -214,11 +214,11 @@ impl Engine {
 
     /// The default model (SmolLM2-135M-Instruct Q4_1), downloaded on first use.
     pub fn load_default() -> Result<Engine, EngineError> {
-        let path = dojo_chat::default_model_path()?;
+        let path = dojo_tokenizer::default_model_path()?;
         Engine::load(
             &path,
             EngineOptions {
-                model_id: Some(dojo_chat::default_model::MODEL_ID.into()),
+                model_id: Some(dojo_tokenizer::default_model::MODEL_ID.into()),
                 ..Default::default()
             },
         )
@@ -339,7 +339,7 @@ struct Seq {
 
 struct Worker {
     model: Model,
-    tokenizer: dojo_chat::Tokenizer,
+    tokenizer: dojo_tokenizer::Tokenizer,
     stop_ids: Vec<u32>,
     rx: mpsc::Receiver<Msg>,
     stats: Arc<Stats>,

@@ -16,7 +16,7 @@
 //! - [`completions`]: OpenAI chat and text completions over the [`Engine`], shared by the
 //!   in-process backend and [`server`]: `dojo serve`, the OpenAI-compatible HTTP API.
 //!
-//! Tokenization and chat templates come from `dojo-chat`, shared with curate/train so the
+//! Tokenization and chat templates come from `dojo-tokenizer`, shared with curate/train so the
 //! training data is token-exact.
 
 pub mod completions;
@@ -47,7 +47,7 @@ pub enum EngineError {
     #[error("invalid request: {0}")]
     Request(String),
     #[error(transparent)]
-    Chat(#[from] dojo_chat::ChatError),
+    Chat(#[from] dojo_tokenizer::ChatError),
     #[error("engine: {0}")]
     Internal(String),
 }

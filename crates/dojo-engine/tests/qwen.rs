@@ -104,7 +104,7 @@ fn write_gguf(model: &dojo_engine::Model, dtype: GgmlDType, path: &Path) {
         ("tokenizer.ggml.add_bos_token".into(), V::Bool(false)),
         (
             "tokenizer.chat_template".into(),
-            V::String(dojo_chat::CHATML_TEMPLATE.into()),
+            V::String(dojo_tokenizer::CHATML_TEMPLATE.into()),
         ),
     ];
     let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();

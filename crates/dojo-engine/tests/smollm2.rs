@@ -11,7 +11,7 @@ use serde_json::json;
 fn engine() -> Option<Engine> {
     static ENGINE: OnceLock<Option<Engine>> = OnceLock::new();
     ENGINE
-        .get_or_init(|| match dojo_chat::default_model_path() {
+        .get_or_init(|| match dojo_tokenizer::default_model_path() {
             Ok(p) => Some(
                 Engine::load(
                     &p,

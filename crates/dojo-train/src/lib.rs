@@ -67,7 +67,7 @@ pub enum TrainError {
     #[error(transparent)]
     Engine(#[from] dojo_engine::EngineError),
     #[error(transparent)]
-    Chat(#[from] dojo_chat::ChatError),
+    Chat(#[from] dojo_tokenizer::ChatError),
 }
 
 impl TrainError {

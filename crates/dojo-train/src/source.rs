@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::Device;
-use dojo_chat::ChatFormat;
+use dojo_tokenizer::ChatFormat;
 use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
 
@@ -59,7 +59,7 @@ impl ModelSource {
     /// Resolve a `--model` value (see the module docs).
     pub fn resolve(spec: &str) -> Result<ModelSource, TrainError> {
         if spec == "default" {
-            return Ok(ModelSource::Gguf(dojo_chat::default_model_path()?));
+            return Ok(ModelSource::Gguf(dojo_tokenizer::default_model_path()?));
         }
         let p = Path::new(spec);
         if p.is_file() {

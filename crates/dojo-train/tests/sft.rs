@@ -172,7 +172,7 @@ fn training_lowers_the_loss_and_the_checkpoint_loads_in_the_engine() {
         .to_scalar::<f32>()
         .unwrap();
     assert!(d < 1e-4, "{d}");
-    dojo_chat::ChatFormat::from_hf_dir(&fin).unwrap();
+    dojo_tokenizer::ChatFormat::from_hf_dir(&fin).unwrap();
     // The weights moved.
     let base = weights(fixture("llama").path());
     let after = weights(&fin);

@@ -72,7 +72,7 @@ fn default_model_trains_in_the_engines_layout_and_round_trips_as_hf() {
     assert_eq!(max_diff(&t, &t2), 0.0);
     // The same tokenizer, by the fingerprint `dojo curate` stamps on its exports: data curated
     // for the default model trains a checkpoint of it without --no-tokenizer-check.
-    let hf_fmt = dojo_chat::ChatFormat::from_hf_dir(dir).unwrap();
+    let hf_fmt = dojo_tokenizer::ChatFormat::from_hf_dir(dir).unwrap();
     assert_eq!(
         dojo_train::source::tokenizer_sha(&hf_fmt),
         dojo_train::source::tokenizer_sha(&fmt)

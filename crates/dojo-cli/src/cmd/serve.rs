@@ -51,14 +51,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         ..Default::default()
     };
     let engine = if args.model == "default" {
-        let path = dojo_chat::default_model_path().context("fetching the default model")?;
+        let path = dojo_tokenizer::default_model_path().context("fetching the default model")?;
         Engine::load(
             &path,
             EngineOptions {
                 model_id: Some(
                     args.served_model_name
                         .clone()
-                        .unwrap_or_else(|| dojo_chat::default_model::MODEL_ID.to_string()),
+                        .unwrap_or_else(|| dojo_tokenizer::default_model::MODEL_ID.to_string()),
                 ),
                 ..opts
             },

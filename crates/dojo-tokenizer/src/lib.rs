@@ -1,4 +1,4 @@
-//! # dojo-chat: tokens exactly as the model sees them
+//! # dojo-tokenizer: tokens exactly as the model sees them
 //!
 //! Pipeline position: between **agent ⇄ policy** and **curate → train**. The embedded engine
 //! uses it to turn OpenAI-shaped messages into prompt token ids; curate and train use the very

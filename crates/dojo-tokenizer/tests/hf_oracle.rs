@@ -1,7 +1,7 @@
 //! Rendering agrees with Hugging Face's renderer: `fixtures/hf_rendered.json` was produced by
 //! transformers' `render_jinja_template` from `fixtures/cases.json` (see `fixtures/hf_oracle.py`).
 
-use dojo_chat::{ChatTemplate, normalize_messages};
+use dojo_tokenizer::{ChatTemplate, normalize_messages};
 use serde_json::Value;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
