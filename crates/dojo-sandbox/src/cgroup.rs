@@ -6,7 +6,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::Limits;
+use crate::types::Limits;
 
 /// Creates one cgroup (per hierarchy) per sandbox.
 pub trait CgroupDriver: Send + Sync + std::fmt::Debug {

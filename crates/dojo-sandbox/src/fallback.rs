@@ -10,13 +10,15 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::child::{self, CArgv, ExecPlan, Mode, cstr};
+use crate::beneath::open_path;
+use crate::child::{self, ExecPlan, Mode};
+use crate::cmdenv::{base_env, envp, exe_candidates};
+use crate::confine::{landlock_abi, rlimits, seccomp_prog};
+use crate::error::{Result, SandboxError, io_err, setup_err};
 use crate::exec::{self, LiveSet};
-use crate::ns::{
-    base_env, envp, exe_candidates, io_err, landlock_abi, rlimits, seccomp_prog, setup_err,
-};
 use crate::pristine::{BASE_TAG, run};
-use crate::{ExecRequest, Limits, Result, SandboxError, WORKSPACE};
+use crate::sys::{CArgv, cstr};
+use crate::types::{ExecRequest, Limits, WORKSPACE};
 
 pub(crate) struct FbSandbox {
     pub ws: PathBuf,
@@ -134,6 +136,6 @@ impl FbSandbox {
     }
 
     pub(crate) fn ws_fd(&self) -> Result<OwnedFd> {
-        crate::ns::open_path(&self.ws).map_err(|_| io_err(&self.ws)(std::io::Error::other("gone")))
+        open_path(&self.ws).map_err(|_| io_err(&self.ws)(std::io::Error::other("gone")))
     }
 }
