@@ -65,12 +65,16 @@ pub(crate) fn openat2(
 pub(crate) const BENEATH: u64 =
     libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_XDEV;
 
-/// Read `rel` beneath `dir` (no escape).
-pub(crate) fn read_beneath(dir: &OwnedFd, rel: &str) -> std::io::Result<Vec<u8>> {
+/// Read `rel` beneath `dir` (no escape), at most `limit` bytes: a larger file fails with
+/// `EFBIG` after reading `limit + 1` bytes, never more.
+pub(crate) fn read_beneath(dir: &OwnedFd, rel: &str, limit: usize) -> std::io::Result<Vec<u8>> {
     let fd = openat2(dir.as_raw_fd(), rel, libc::O_RDONLY, 0, BENEATH)?;
-    let mut f = std::fs::File::from(fd);
+    let f = std::fs::File::from(fd);
     let mut v = Vec::new();
-    std::io::Read::read_to_end(&mut f, &mut v)?;
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, limit as u64 + 1), &mut v)?;
+    if v.len() > limit {
+        return Err(std::io::Error::from_raw_os_error(libc::EFBIG));
+    }
     Ok(v)
 }
 

@@ -168,7 +168,8 @@ const AUDIT_ARCH: u32 = 0xC000_003E;
 const AUDIT_ARCH: u32 = 0xC000_00B7;
 
 /// System calls refused with EPERM inside a sandbox (after setup): debugging other processes,
-/// mounts and namespaces, the kernel keyring, bpf, modules, kexec, reboot, swap, time, perf...
+/// mounts and namespaces, the kernel keyring, bpf, modules, kexec, reboot, swap, time, perf,
+/// io_uring...
 pub(crate) fn denied_syscalls() -> Vec<libc::c_long> {
     let mut v = vec![
         libc::SYS_ptrace,
@@ -215,6 +216,11 @@ pub(crate) fn denied_syscalls() -> Vec<libc::c_long> {
         libc::SYS_vhangup,
         libc::SYS_pidfd_getfd,
         libc::SYS_kcmp,
+        // io_uring: a second system-call interface whose operations seccomp never sees, and a
+        // steady source of kernel bugs; container runtimes refuse it by default too.
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
     ];
     #[cfg(target_arch = "x86_64")]
     v.extend([libc::SYS_iopl, libc::SYS_ioperm, libc::SYS_lookup_dcookie]);

@@ -1,5 +1,7 @@
 //! `dojo sandbox doctor`: which isolation features work on this host, probed for real (a forked
-//! child tries each one as the sandbox uid), and which backend `Auto` will use.
+//! child tries each one as the sandbox uid), which backend `Auto` will use, and what of the host
+//! a sandbox sees ([`crate::visible`]). `--clean` also sweeps crash leftovers
+//! ([`crate::leftovers`]).
 
 use std::ffi::CString;
 use std::os::unix::process::CommandExt;
@@ -30,6 +32,10 @@ pub struct Report {
     pub cgroup_version: Option<String>,
     pub cgroup_controllers: Vec<String>,
     pub backend: BackendKind,
+    /// What of the host a sandbox sees (without a venv; see [`crate::visible`]).
+    pub visible: Vec<crate::visible::Visible>,
+    /// Where `$DOJO_HOME` falls inside something visible, covered by an empty tmpfs.
+    pub hidden: Vec<std::path::PathBuf>,
 }
 
 /// Try `unshare(flags)` (plus an overlay mount with `userxattr` when `overlay`) in a forked child
@@ -159,12 +165,13 @@ pub fn report() -> Report {
         },
     });
     let cg = cgroup::detect();
+    let visible = crate::visible::visible(None);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .unwrap_or_default()
         .trim()
         .to_string();
     Report {
-        schema_version: 1,
+        schema_version: 2,
         kernel,
         running_as_root: is_root(),
         sandbox_uid: sandbox_uid(),
@@ -173,6 +180,8 @@ pub fn report() -> Report {
         cgroup_version: cg.as_ref().map(|c| c.version().to_string()),
         cgroup_controllers: cg.as_ref().map(|c| c.controllers()).unwrap_or_default(),
         backend: auto_backend(),
+        hidden: crate::visible::hidden(&visible),
+        visible,
     }
 }
 

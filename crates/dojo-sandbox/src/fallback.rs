@@ -120,6 +120,7 @@ impl FbSandbox {
             ],
             landlock_files: vec![cstr("/dev")],
             seccomp: Some(seccomp_prog()),
+            scrub: None,
         };
         let mut cmd = tokio::process::Command::new("/bin/false");
         // SAFETY: run_command only issues async-signal-safe system calls on the prepared plan.

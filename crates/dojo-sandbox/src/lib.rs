@@ -27,8 +27,10 @@
 //! async-signal-safe system calls on data prepared before `fork` ([`child`]), so any binary (the
 //! `dojo` CLI or another crate's test binary) can create sandboxes. Per sandbox a *holder* (pid 1
 //! of its own pid namespace, in its own user/mount/net namespaces, running as the unprivileged
-//! host uid `testing::sandbox_uid` mapped to root inside) builds a new root: host directories bound
-//! read-only, overlayfs (`userxattr`) at `/testbed` whose upper dir shares one size-capped tmpfs
+//! host uid `testing::sandbox_uid` mapped to root inside) builds a new root: a minimal read-only
+//! view of the host ([`visible`]: the system directories, a few `/etc` entries, the venv's
+//! interpreter and the language-server tools; no home, `/var`, `/run`, checkout or task file,
+//! so no host unix socket either), overlayfs (`userxattr`) at `/testbed` whose upper dir shares one size-capped tmpfs
 //! with the private `/tmp` ([`Limits::workspace_bytes`]: a disk fill ends in `ENOSPC` inside the
 //! sandbox, never on the host), the venv read-only at `/venv`, `$DOJO_HOME` hidden, `lo` up.
 //! Then pid 1 re-executes the calling binary as the in-sandbox *launcher* (module `launcher`): a small
@@ -49,12 +51,36 @@
 //! be located reliably from them; every binary linking this crate carries the launcher (an
 //! `.init_array` hook). The per-command `setns` path remains for kept sandboxes re-attached by
 //! id, for [`Sandbox::spawn`] (a tokio child the caller owns) and when the launcher cannot start.
+//!
+//! ## What crosses back to the host
+//!
+//! Nothing a sandbox makes reaches the host's memory unbounded: command output is capped per
+//! request ([`ExecRequest::output_cap`]), and [`Sandbox::diff`] and [`Sandbox::read_file`] by
+//! [`TransferCaps`] (10 MiB of patch, 32 MiB of file by default), read through bounded buffers;
+//! over a cap they fail with [`SandboxError::TooLarge`], the one error that is the agent's
+//! doing. The diff base is the commit id the host read from the pristine tree, not a ref the
+//! agent can move. Crashed processes' sandbox directories and cgroups are swept by the next
+//! one ([`leftovers`]).
+//!
+//! ## Escape suite
+//!
+//! Every behaviour below is a test against the real kernel features. `tests/isolation.rs`: 15
+//! (writes anywhere outside /testbed and /tmp, another rollout's workspace, the pristine tree
+//! and venv, host loopback, fork/memory/disk bombs, the workspace cap, setsid daemons,
+//! SIGTERM-ignoring loops, symlinks out of the repository, signalling host processes, ptrace,
+//! uid changes, mount and namespace calls). `tests/escape.rs`: 9 (a host unix socket, host
+//! homes/services/checkout/task files, /sys interfaces and cgroups, io_uring, /tmp's mode, a
+//! moved base tag, pid 1's command line and environment, a patch and a file over the caps);
+//! `tests/home_hidden.rs`: `$DOJO_HOME` written through `..` and a symlink; `tests/sweep.rs`:
+//! leftovers of processes killed with SIGKILL. An adversarial review had tried 56 escape and
+//! abuse behaviours and 13 grading attacks; the 6 that got through are among these.
 
 //! Environment: `DOJO_HOME` (cache root), `DOJO_SANDBOX_UID` (sandbox uid when running as root,
 //! default 1600000), `DOJO_SANDBOX_BACKEND` (`namespace` | `fallback`, overrides `Auto`),
 //! `DOJO_CGROUP=off`, `DOJO_LANDLOCK=off`, `DOJO_SANDBOX_PREWARM=0` (no pre-warmed supervisor:
 //! ~0.3 ms more per command, ~100 KiB and two namespaces less per idle sandbox), `DOJO_UV` / `DOJO_PYTOOLS` (where `uv` is; without
-//! either, nor `uv` on PATH, the pinned uv wheel is fetched from PyPI once: [`uv`]).
+//! either, nor `uv` on PATH, the pinned uv wheel is fetched from PyPI once: [`uv`]),
+//! `DOJO_TOOLS` / `DOJO_NODE` (language-server tools and Node.js, shown inside: [`visible`]).
 //!
 //! Semantics worth knowing: background processes a command leaves behind are killed when the
 //! command's main process exits (use [`Sandbox::spawn`] for long-running servers); `$HOME` is
@@ -71,6 +97,7 @@ mod exec;
 mod fallback;
 mod ids;
 mod launcher;
+pub mod leftovers;
 mod ns;
 pub mod patch;
 pub mod pristine;
@@ -80,6 +107,7 @@ mod sys;
 pub mod trash;
 mod types;
 pub mod uv;
+pub mod visible;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -94,7 +122,7 @@ pub use pyenv::{EnvSpec, PythonEnv};
 pub use registry::sandboxes_dir;
 pub use types::{
     ApplyMethod, ApplyOutcome, BackendKind, ExecOutput, ExecRequest, Limits, OutputCap,
-    SandboxOptions, WORKSPACE,
+    SandboxOptions, TransferCaps, WORKSPACE,
 };
 
 use error::io_err;
@@ -137,6 +165,10 @@ pub struct Sandbox {
     inner: Inner,
     keep: bool,
     done: bool,
+    caps: TransferCaps,
+    /// The pristine tree's base commit (object id), read on the host at creation: diffs are
+    /// taken against it, never against a ref the agent can move.
+    base: Option<String>,
 }
 
 fn new_id() -> String {
@@ -165,8 +197,13 @@ impl Sandbox {
         let base = sandboxes_dir();
         std::fs::create_dir_all(&base).map_err(io_err(&base))?;
         trash::sweep(&base);
+        leftovers::sweep_once();
         let root = base.join(&id);
         std::fs::create_dir_all(&root).map_err(io_err(&root))?;
+        if let Err(e) = leftovers::record_owner(&root) {
+            trash::discard(&root);
+            return Err(e);
+        }
         let backend = match opts.backend {
             BackendKind::Auto => auto_backend(),
             b => b,
@@ -202,6 +239,8 @@ impl Sandbox {
             inner,
             keep: opts.keep,
             done: false,
+            caps: opts.caps,
+            base: patch::base_commit(&pristine.path),
         };
         if opts.keep {
             sb.save_state(pristine, env, opts)?;
@@ -325,12 +364,21 @@ impl Sandbox {
     /// sandbox's own permissions.
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
         let abs = Self::abs(path);
+        let limit = self.caps.read_bytes;
+        let too_large = || SandboxError::TooLarge {
+            what: "file",
+            limit,
+        };
         if let Some((area, rel)) = Self::area(&abs) {
-            match self
-                .area_fd(area)
-                .and_then(|d| beneath::read_beneath(&d, &rel).map_err(io_err(Path::new(&abs))))
-            {
+            match self.area_fd(area).and_then(|d| {
+                beneath::read_beneath(&d, &rel, limit).map_err(io_err(Path::new(&abs)))
+            }) {
                 Ok(v) => return Ok(v),
+                Err(SandboxError::Io { source, .. })
+                    if source.raw_os_error() == Some(libc::EFBIG) =>
+                {
+                    return Err(too_large());
+                }
                 Err(SandboxError::Io { source, .. })
                     if matches!(
                         source.raw_os_error(),
@@ -343,14 +391,18 @@ impl Sandbox {
                 Err(_) => {}
             }
         }
+        let cap = (limit + 1).to_string();
         let out = self
-            .exec(&ExecRequest::new(["cat", "--", &abs]).output_cap(usize::MAX / 2, 0))
+            .exec(&ExecRequest::new(["head", "-c", &cap, "--", &abs]).output_cap(limit + 1, 0))
             .await?;
         if !out.success() {
             return Err(SandboxError::Io {
                 path: abs,
                 source: std::io::Error::other(out.stderr_lossy().trim().to_string()),
             });
+        }
+        if out.stdout.len() > limit {
+            return Err(too_large());
         }
         Ok(out.stdout)
     }
@@ -395,15 +447,28 @@ impl Sandbox {
         Ok(())
     }
 
-    /// The workspace diff against the pristine tree as a binary-safe git patch (no caches).
+    /// The workspace diff against the pristine tree as a binary-safe git patch (no caches),
+    /// against the base commit recorded on the host when the sandbox was created. A patch over
+    /// [`TransferCaps::patch_bytes`] fails with [`SandboxError::TooLarge`] ("patch too large",
+    /// the agent's doing) having held at most the cap in memory.
     pub async fn diff(&self) -> Result<String> {
+        let limit = self.caps.patch_bytes;
+        let base = self.base.as_deref().unwrap_or(pristine::BASE_TAG);
+        let cap = (limit + 1).to_string();
         let out = self
             .exec(
-                &ExecRequest::new(["bash", "-c", patch::DIFF_SCRIPT])
-                    .output_cap(usize::MAX / 2, 0)
+                &ExecRequest::new(["bash", "-c", patch::DIFF_SCRIPT, "diff", &cap, base])
+                    .output_cap(limit + 1, 0)
                     .timeout(Duration::from_secs(600)),
             )
             .await?;
+        // Over the cap whatever git made of the broken pipe.
+        if out.stdout.len() > limit {
+            return Err(SandboxError::TooLarge {
+                what: "patch",
+                limit,
+            });
+        }
         if !out.success() {
             return Err(SandboxError::Other(format!(
                 "git diff in sandbox {} failed ({:?}): {}",
@@ -516,6 +581,8 @@ impl Sandbox {
             env: opts.env.clone(),
             limits: opts.limits.clone(),
             generation,
+            caps: self.caps,
+            base: self.base.clone(),
         };
         registry::write_state(&self.root, &st)
     }
@@ -542,6 +609,8 @@ impl Sandbox {
             inner,
             keep: true,
             done: false,
+            caps: st.caps,
+            base: st.base.clone(),
         })
     }
 }

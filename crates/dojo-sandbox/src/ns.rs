@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use crate::beneath::{open_path, openat2};
 use crate::child::{self, ExecPlan, HolderPlan, Layers, Mode, Request, RootEntry};
@@ -15,7 +14,7 @@ use crate::exec::{self, LiveSet};
 use crate::ids::{chown_to_sandbox, sandbox_gid};
 use crate::sys::cstr;
 use crate::types::{ExecRequest, Limits, WORKSPACE};
-use crate::{cgroup, confine, launcher, sys};
+use crate::{cgroup, confine, launcher, sys, visible};
 
 // Pristine-tree builds chown to the sandbox uid through these names.
 pub(crate) use crate::ids::{is_root, sandbox_uid};
@@ -44,31 +43,31 @@ fn open_ns(pid: i32, kind: &str) -> Result<OwnedFd> {
     Ok(OwnedFd::from(f))
 }
 
-/// The host's top-level directories, bound read-only into every sandbox root (computed once).
-fn root_entries() -> &'static Vec<(String, Option<PathBuf>)> {
-    static E: OnceLock<Vec<(String, Option<PathBuf>)>> = OnceLock::new();
-    E.get_or_init(|| {
-        let skip = ["proc", "sys", "dev", "tmp", "testbed", "venv", "lost+found"];
-        let mut v = Vec::new();
-        if let Ok(rd) = std::fs::read_dir("/") {
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if skip.contains(&name.as_str()) {
-                    continue;
-                }
-                let Ok(ft) = e.file_type() else { continue };
-                if ft.is_symlink() {
-                    if let Ok(t) = std::fs::read_link(e.path()) {
-                        v.push((name, Some(t)));
-                    }
-                } else if ft.is_dir() {
-                    v.push((name, None));
-                }
-            }
-        }
-        v.sort();
-        v
-    })
+/// The new root's entries and the spots to hide, from [`crate::visible`] (prefixed with
+/// `/tmp/root`, where the holder builds the root).
+fn root_plan(venv: Option<&Path>) -> (Vec<RootEntry>, Vec<CString>) {
+    let shown = visible::visible(venv);
+    let at = |p: &Path| cstr(format!("/tmp/root{}", p.display()));
+    let entries = shown
+        .iter()
+        .map(|e| match e.kind {
+            visible::Kind::Dir => RootEntry::Bind {
+                src: path_c(&e.source),
+                dst: at(&e.path),
+            },
+            visible::Kind::File => RootEntry::File {
+                src: path_c(&e.source),
+                dst: at(&e.path),
+            },
+            visible::Kind::Symlink => RootEntry::Symlink {
+                target: path_c(&e.source),
+                dst: at(&e.path),
+            },
+            visible::Kind::Parent => RootEntry::Dir { dst: at(&e.path) },
+        })
+        .collect();
+    let hide = visible::hidden(&shown).iter().map(|p| at(p)).collect();
+    (entries, hide)
 }
 
 /// A live namespace sandbox (caller side).
@@ -172,30 +171,7 @@ async fn start_holder_once(
     };
     let uid = sandbox_uid();
     let gid = sandbox_gid();
-    let mut entries = Vec::new();
-    for (name, link) in root_entries() {
-        let dst = cstr(format!("/tmp/root/{name}"));
-        entries.push(match link {
-            Some(t) => RootEntry::Symlink {
-                target: path_c(t),
-                dst,
-            },
-            None => RootEntry::Bind {
-                src: cstr(format!("/{name}")),
-                dst,
-            },
-        });
-    }
-    entries.push(RootEntry::Bind {
-        src: cstr("/sys"),
-        dst: cstr("/tmp/root/sys"),
-    });
-    let home = dojo_cache::dojo_home();
-    let hide = if home.starts_with("/tmp") || home.starts_with("/proc") || !home.is_absolute() {
-        Vec::new()
-    } else {
-        vec![cstr(format!("/tmp/root{}", home.display()))]
-    };
+    let (entries, hide) = root_plan(venv);
     let plan = HolderPlan {
         switch_to: is_root().then_some((uid, gid)),
         keep,
@@ -217,6 +193,7 @@ async fn start_holder_once(
         launcher: exe.zip(socks.as_ref().map(|s| s.1.as_raw_fd())),
         prewarm: launcher::prewarm(),
         launcher_env: exe.and_then(|_| launcher::loader_env()),
+        scrub: sys::cmdline_areas(),
     };
     let mut cmd = tokio::process::Command::new("/bin/false");
     cmd.stdin(std::process::Stdio::null())
@@ -406,7 +383,7 @@ impl NsSandbox {
         let request = self.request(req)?;
         let cg_fds = open_procs(self.cgroup.as_deref())?;
         let (status_r, status_w) = exec::pipe().map_err(|e| setup_err(format!("pipe: {e}")))?;
-        let plan = ExecPlan::from_request(
+        let mut plan = ExecPlan::from_request(
             &request,
             Mode::Namespaces {
                 userns: self.userns.as_raw_fd(),
@@ -419,6 +396,7 @@ impl NsSandbox {
             cg_fds.iter().map(|f| f.as_raw_fd()).collect(),
             Some(confine::seccomp_prog()),
         );
+        plan.scrub = Some(sys::cmdline_areas());
         let mut cmd = tokio::process::Command::new("/bin/false");
         // SAFETY: run_command only issues async-signal-safe system calls on the prepared plan.
         unsafe {

@@ -1,11 +1,12 @@
 //! Kept sandboxes (`dojo sandbox run --keep`): a `state.json` in the sandbox's directory under
 //! `$DOJO_HOME/sandboxes/<id>/` records the holder (pid and start time, so a recycled pid is never
-//! mistaken for it) and what commands need; `attach` re-opens the namespaces from `/proc`.
+//! mistaken for it) and what commands need; [`crate::Sandbox::attach`] re-opens the namespaces
+//! from `/proc`. Directories of non-kept sandboxes hold their owner instead ([`crate::leftovers`]).
 
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, SandboxError, io_err};
-use crate::types::{BackendKind, Limits};
+use crate::types::{BackendKind, Limits, TransferCaps};
 
 /// `$DOJO_HOME/sandboxes`: one directory per live sandbox (its upper dirs, and for kept
 /// sandboxes its `state.json`), plus `.trash` (see [`crate::trash`]).
@@ -25,6 +26,11 @@ pub struct State {
     pub env: std::collections::BTreeMap<String, String>,
     pub limits: Limits,
     pub generation: u32,
+    #[serde(default)]
+    pub caps: TransferCaps,
+    /// The base commit diffs are taken against (see [`crate::Sandbox::diff`]).
+    #[serde(default)]
+    pub base: Option<String>,
 }
 
 /// Start time (clock ticks since boot) of a process, from /proc/<pid>/stat.

@@ -328,6 +328,47 @@ pub(crate) fn fmt_u32(mut v: u32, out: &mut [u8]) -> usize {
     i
 }
 
+/// Where this process's command-line and environment strings live: `[arg_start, arg_end)` and
+/// `[env_start, env_end)` from /proc/self/stat (read once, before any fork; zeros if unknown).
+pub(crate) fn cmdline_areas() -> [(usize, usize); 2] {
+    static A: std::sync::OnceLock<[(usize, usize); 2]> = std::sync::OnceLock::new();
+    *A.get_or_init(|| {
+        let parse = || -> Option<[(usize, usize); 2]> {
+            let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+            // Fields after the command name start at field 3; arg_start is field 48.
+            let f: Vec<usize> = s[s.rfind(')')? + 2..]
+                .split_whitespace()
+                .skip(45)
+                .take(4)
+                .map(|x| x.parse().ok())
+                .collect::<Option<_>>()?;
+            (f.len() == 4).then(|| [(f[0], f[1]), (f[2], f[3])])
+        };
+        parse().unwrap_or_default()
+    })
+}
+
+/// In a forked child: overwrite its copy of the caller's command line with `name` and its
+/// environment strings with zeros, so `/proc/<pid>/cmdline` (and `environ`) of the sandbox's
+/// helper processes, which a command can read as its pid 1, show nothing of the host's command
+/// (paths, task files, flags) or environment (API keys). Only this process's private copy of
+/// the memory changes.
+pub(crate) unsafe fn scrub_cmdline(areas: [(usize, usize); 2], name: &[u8]) {
+    for (i, (start, end)) in areas.into_iter().enumerate() {
+        if start == 0 || end <= start {
+            continue;
+        }
+        libc::memset(start as *mut libc::c_void, 0, end - start);
+        if i == 0 {
+            let n = name.len().min(end - start - 1);
+            std::ptr::copy_nonoverlapping(name.as_ptr(), start as *mut u8, n);
+        }
+    }
+}
+
+/// The name sandbox helper processes show as their command line.
+pub(crate) const HELPER_NAME: &[u8] = b"dojo-sandbox";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,6 +64,33 @@ pub struct SandboxOptions {
     /// Keep the sandbox alive after this process exits (the holder detaches; it is recorded in
     /// the registry under `$DOJO_HOME/sandboxes` and removed with `dojo sandbox rm ID`).
     pub keep: bool,
+    /// How much of what the sandboxed code made the host takes back.
+    pub caps: TransferCaps,
+}
+
+/// Caps on what crosses from a sandbox back to the host, where no sandbox limit applies: with
+/// `--workers N`, N rollouts each holding an agent-sized patch would otherwise hold N times
+/// whatever the agents wrote. Over a cap the operation fails with [`SandboxError::TooLarge`]
+/// (the agent's doing, not an infrastructure failure), having held at most the cap in memory.
+/// Command output is capped per request ([`ExecRequest::output_cap`]).
+///
+/// [`SandboxError::TooLarge`]: crate::SandboxError::TooLarge
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TransferCaps {
+    /// Largest patch [`crate::Sandbox::diff`] returns (default 10 MiB; a real fix is a few KiB,
+    /// SWE-bench's largest gold patches a few hundred).
+    pub patch_bytes: usize,
+    /// Largest file [`crate::Sandbox::read_file`] returns (default 32 MiB).
+    pub read_bytes: usize,
+}
+
+impl Default for TransferCaps {
+    fn default() -> Self {
+        TransferCaps {
+            patch_bytes: 10 << 20,
+            read_bytes: 32 << 20,
+        }
+    }
 }
 
 /// One command to run inside a sandbox.

@@ -11,6 +11,9 @@ use crate::sys::{self, Fd, Step, fmt_u32};
 /// Body of the pre_exec closure for a command. Never returns on success paths: the supervisor
 /// `_exit`s with the command's status; the command `execve`s.
 pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
+    if let Some(areas) = plan.scrub {
+        sys::scrub_cmdline(areas, sys::HELPER_NAME);
+    }
     // Renumber the fds we need; everything else (including std's exec-error pipe, so spawn()
     // returns now) is closed.
     let mut fds = [0 as Fd; 16];

@@ -72,8 +72,13 @@ pub(crate) unsafe fn run_env_build(plan: &EnvBuildPlan) -> std::io::Result<()> {
     );
     for e in &plan.entries {
         match e {
-            RootEntry::Bind { src, dst } => {
-                check!(libc::mkdir(dst.as_ptr(), 0o755) == 0, Step::Mkdir);
+            RootEntry::Bind { src, dst } | RootEntry::File { src, dst } => {
+                if matches!(e, RootEntry::File { .. }) {
+                    let fd = libc::open(dst.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644);
+                    check!(fd >= 0 && libc::close(fd) == 0, Step::Mkdir);
+                } else {
+                    check!(libc::mkdir(dst.as_ptr(), 0o755) == 0, Step::Mkdir);
+                }
                 check!(
                     sys::mount(
                         src.as_ptr(),
@@ -90,6 +95,9 @@ pub(crate) unsafe fn run_env_build(plan: &EnvBuildPlan) -> std::io::Result<()> {
                     libc::symlink(target.as_ptr(), dst.as_ptr()) == 0,
                     Step::Mkdir
                 );
+            }
+            RootEntry::Dir { dst } => {
+                check!(libc::mkdir(dst.as_ptr(), 0o755) == 0, Step::Mkdir);
             }
         }
     }

@@ -39,6 +39,8 @@ pub(crate) struct HolderPlan {
     pub launcher: Option<(Fd, Fd)>,
     /// Let the launcher keep a supervisor pre-warmed (see the `launcher` module).
     pub prewarm: bool,
+    /// The caller's command-line and environment areas (`sys::scrub_cmdline`).
+    pub scrub: [(usize, usize); 2],
     /// `LD_LIBRARY_PATH=…` for the launcher's own start (`launcher::loader_env`).
     pub launcher_env: Option<CString>,
 }
@@ -48,6 +50,7 @@ pub(crate) struct HolderPlan {
 /// and forks C (pid 1 of the new pid ns), reports C's pid and waits for it; C builds the root,
 /// reports success and then waits for the lifeline to close (or forever when kept).
 pub(crate) unsafe fn run_holder(plan: &HolderPlan) -> std::io::Error {
+    sys::scrub_cmdline(plan.scrub, sys::HELPER_NAME);
     let mut fds = [0 as Fd; 16];
     let mut n = 0;
     fds[n] = plan.status_w;
@@ -173,8 +176,18 @@ unsafe fn holder_init(
     }
     for e in &plan.entries {
         match e {
-            RootEntry::Bind { src, dst } => {
-                if libc::mkdir(dst.as_ptr(), 0o755) != 0 {
+            RootEntry::Bind { src, dst } | RootEntry::File { src, dst } => {
+                let made = if matches!(e, RootEntry::File { .. }) {
+                    let fd = libc::open(
+                        dst.as_ptr(),
+                        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                        0o644,
+                    );
+                    fd >= 0 && libc::close(fd) == 0
+                } else {
+                    libc::mkdir(dst.as_ptr(), 0o755) == 0
+                };
+                if !made {
                     fail(Step::Mkdir);
                 }
                 if !sys::mount(
@@ -192,6 +205,11 @@ unsafe fn holder_init(
             }
             RootEntry::Symlink { target, dst } => {
                 if libc::symlink(target.as_ptr(), dst.as_ptr()) != 0 {
+                    fail(Step::Mkdir);
+                }
+            }
+            RootEntry::Dir { dst } => {
+                if libc::mkdir(dst.as_ptr(), 0o755) != 0 {
                     fail(Step::Mkdir);
                 }
             }
@@ -356,6 +374,19 @@ unsafe fn holder_init(
         )
     {
         fail(Step::Proc);
+    }
+    // /sys: a fresh sysfs of the sandbox's own network namespace (only `lo` under
+    // /sys/class/net) without the cgroup tree mounted on the host's /sys/fs/cgroup, so neither
+    // the host's interfaces nor other sandboxes' cgroups show. Optional: without it, /sys is
+    // an empty directory (Python and pytest do not need it).
+    if libc::mkdir(t(c"/tmp/root/sys"), 0o555) == 0 {
+        sys::mount(
+            t(c"sysfs"),
+            t(c"/tmp/root/sys"),
+            t(c"sysfs"),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            null,
+        );
     }
     if libc::chdir(t(c"/tmp/root")) != 0
         || libc::syscall(libc::SYS_pivot_root, t(c"."), t(c".")) != 0

@@ -92,8 +92,14 @@ pub(crate) unsafe fn stage_layers(l: &Layers) -> Result<(), Step> {
     Ok(())
 }
 
-/// One entry of the new root: a read-only bind of a host directory or a copied symlink.
+/// One entry of the new root (destinations under `/tmp/root`, the root being built).
 pub(crate) enum RootEntry {
+    /// A read-only bind of a host directory.
     Bind { src: CString, dst: CString },
+    /// A read-only bind of a host file.
+    File { src: CString, dst: CString },
+    /// A copied symlink.
     Symlink { target: CString, dst: CString },
+    /// An empty directory (a parent of deeper entries).
+    Dir { dst: CString },
 }

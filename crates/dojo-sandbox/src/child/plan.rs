@@ -56,6 +56,9 @@ pub(crate) struct ExecPlan {
     pub landlock_full: Vec<CString>,
     pub landlock_files: Vec<CString>,
     pub seccomp: Option<&'static [libc::sock_filter]>,
+    /// The caller's command-line and environment areas to scrub first (forked from the caller:
+    /// see `sys::scrub_cmdline`); `None` when forked from the launcher, which has none to hide.
+    pub scrub: Option<[(usize, usize); 2]>,
 }
 
 impl ExecPlan {
@@ -83,6 +86,7 @@ impl ExecPlan {
             landlock_full: strs(&req.landlock_full),
             landlock_files: strs(&req.landlock_files),
             seccomp,
+            scrub: None,
         }
     }
 }
