@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dojo_llm::{ChatBackend, ChatMessage, ChatRequest, LlmError, Role};
-use dojo_sandbox::WORKSPACE;
+use dojo_sandbox::{SandboxError, WORKSPACE};
 use dojo_trajectory::{
     ActionRecord, AgentInfo, Blame, EnvironmentFingerprint, Event, PolicyInfo, SamplingConfig,
     Step, StopReason, ToolOutcome, Trajectory,
@@ -575,6 +575,19 @@ impl<'a> Run<'a> {
     ) -> Trajectory {
         match ws.diff().await {
             Ok(p) => self.t.patch = Some(p),
+            // The agent wrote more than any fix needs: its outcome, recorded without the patch.
+            Err(e @ SandboxError::TooLarge { .. }) => {
+                self.event(
+                    self.t.steps.len() as u32,
+                    "patch_too_large",
+                    Blame::Agent,
+                    e.to_string(),
+                );
+                detail = Some(match detail {
+                    Some(d) => format!("{d}; {e}"),
+                    None => e.to_string(),
+                });
+            }
             Err(e) => {
                 self.event(
                     self.t.steps.len() as u32,

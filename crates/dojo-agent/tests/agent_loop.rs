@@ -16,7 +16,7 @@ use dojo_llm::{
     ToolCall, Usage,
 };
 use dojo_sandbox::{ExecOutput, ExecRequest, SandboxError};
-use dojo_trajectory::{StopReason, Trajectory};
+use dojo_trajectory::{Blame, StopReason, Trajectory};
 use serde_json::{Map, Value, json};
 
 enum Turn {
@@ -412,6 +412,55 @@ async fn sandbox_failures_are_env_errors() {
     assert!(t.infra_failure && t.patch.is_none());
     assert!(t.stop_detail.unwrap().contains("sbx-1"));
     assert_eq!(t.steps.len(), 2);
+}
+
+/// A workspace whose agent wrote more than the sandbox hands back as a patch.
+struct Bloated(LocalWorkspace);
+
+impl Workspace for Bloated {
+    fn exec<'a>(&'a self, req: &'a ExecRequest) -> BoxFuture<'a, Result<ExecOutput, SandboxError>> {
+        self.0.exec(req)
+    }
+    fn read_file<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, SandboxError>> {
+        self.0.read_file(path)
+    }
+    fn write_file<'a>(
+        &'a self,
+        path: &'a str,
+        data: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), SandboxError>> {
+        self.0.write_file(path, data)
+    }
+    fn diff(&self) -> BoxFuture<'_, Result<String, SandboxError>> {
+        Box::pin(async {
+            Err(SandboxError::TooLarge {
+                what: "patch",
+                limit: 10 << 20,
+            })
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_patch_over_the_cap_is_the_agents_outcome() {
+    let (_d, ws) = repo();
+    let t = agent(cfg(), Scripted::new(fix_turns()))
+        .run(&Bloated(ws), &task())
+        .await;
+    assert_eq!(t.stop_reason, StopReason::Submitted);
+    assert!(!t.infra_failure && t.patch.is_none());
+    assert!(
+        t.stop_detail
+            .as_deref()
+            .unwrap()
+            .contains("patch too large")
+    );
+    let e = t
+        .events
+        .iter()
+        .find(|e| e.kind == "patch_too_large")
+        .unwrap();
+    assert_eq!(e.blame, Blame::Agent);
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::Limits;
+use crate::types::Limits;
 
 /// Creates one cgroup (per hierarchy) per sandbox.
 pub trait CgroupDriver: Send + Sync + std::fmt::Debug {
@@ -17,6 +17,8 @@ pub trait CgroupDriver: Send + Sync + std::fmt::Debug {
     fn create(&self, id: &str, limits: &Limits) -> std::io::Result<Box<dyn CgroupHandle>>;
     /// The handle of an existing sandbox cgroup (kept sandboxes re-attached by id).
     fn open(&self, id: &str) -> Box<dyn CgroupHandle>;
+    /// The sandbox cgroups that exist, by id, each with its age (sweeping crash leftovers).
+    fn list(&self) -> Vec<(String, std::time::Duration)>;
 }
 
 /// One sandbox's cgroup(s).
@@ -31,6 +33,33 @@ pub trait CgroupHandle: Send + Sync + std::fmt::Debug {
     fn kill_all(&self);
     /// Remove the cgroup(s); retries while processes are still exiting.
     fn remove(&self) -> std::io::Result<()>;
+    /// Whether no process is left in it (a missing cgroup is empty).
+    fn is_empty(&self) -> bool;
+}
+
+/// The subdirectories of `dirs` (cgroups by id) with their ages.
+fn list_in(dirs: &[&Path]) -> Vec<(String, std::time::Duration)> {
+    let mut out: Vec<(String, std::time::Duration)> = Vec::new();
+    for d in dirs {
+        let Ok(rd) = fs::read_dir(d) else { continue };
+        for e in rd.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().into_owned();
+            let age = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .unwrap_or_default();
+            match out.iter_mut().find(|(n, _)| *n == name) {
+                Some(slot) => slot.1 = slot.1.min(age),
+                None => out.push((name, age)),
+            }
+        }
+    }
+    out
 }
 
 /// Pick the driver for this host, or `None` when cgroups cannot be managed here.
@@ -168,6 +197,11 @@ impl CgroupDriver for V1 {
         }
         Box::new(V1Handle { dirs })
     }
+    fn list(&self) -> Vec<(String, std::time::Duration)> {
+        let mut dirs = vec![self.memory.as_path(), self.pids.as_path()];
+        dirs.extend(self.cpu.as_deref());
+        list_in(&dirs)
+    }
 }
 
 #[derive(Debug)]
@@ -199,6 +233,9 @@ impl CgroupHandle for V1Handle {
             rmdir_retry(d)?;
         }
         Ok(())
+    }
+    fn is_empty(&self) -> bool {
+        self.dirs.iter().all(|d| pids_in(d).is_empty())
     }
 }
 
@@ -254,6 +291,9 @@ impl CgroupDriver for V2 {
             dir: self.base.join(id),
         })
     }
+    fn list(&self) -> Vec<(String, std::time::Duration)> {
+        list_in(&[self.base.as_path()])
+    }
 }
 
 #[derive(Debug)]
@@ -282,6 +322,9 @@ impl CgroupHandle for V2Handle {
     }
     fn remove(&self) -> std::io::Result<()> {
         rmdir_retry(&self.dir)
+    }
+    fn is_empty(&self) -> bool {
+        pids_in(&self.dir).is_empty()
     }
 }
 

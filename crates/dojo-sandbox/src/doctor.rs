@@ -1,12 +1,16 @@
 //! `dojo sandbox doctor`: which isolation features work on this host, probed for real (a forked
-//! child tries each one as the sandbox uid), and which backend `Auto` will use.
+//! child tries each one as the sandbox uid), which backend `Auto` will use, and what of the host
+//! a sandbox sees ([`crate::visible`]). `--clean` also sweeps crash leftovers
+//! ([`crate::leftovers`]).
 
 use std::ffi::CString;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 
-use crate::child::cstr;
-use crate::{BackendKind, ns, sys};
+use crate::ids::{chown_to_sandbox, is_root, sandbox_uid};
+use crate::sys::{self, cstr};
+use crate::types::BackendKind;
+use crate::{cgroup, confine};
 
 /// One probed feature.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -28,6 +32,10 @@ pub struct Report {
     pub cgroup_version: Option<String>,
     pub cgroup_controllers: Vec<String>,
     pub backend: BackendKind,
+    /// What of the host a sandbox sees (without a venv; see [`crate::visible`]).
+    pub visible: Vec<crate::visible::Visible>,
+    /// Where `$DOJO_HOME` falls inside something visible, covered by an empty tmpfs.
+    pub hidden: Vec<std::path::PathBuf>,
 }
 
 /// Try `unshare(flags)` (plus an overlay mount with `userxattr` when `overlay`) in a forked child
@@ -41,11 +49,11 @@ fn probe(flags: libc::c_int, overlay: bool) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&dir);
     for d in ["l", "u", "w", "m"] {
         std::fs::create_dir_all(dir.join(d)).map_err(|e| e.to_string())?;
-        let _ = ns::chown_to_sandbox(&dir.join(d));
+        let _ = chown_to_sandbox(&dir.join(d));
     }
-    let _ = ns::chown_to_sandbox(&dir);
-    let uid = ns::sandbox_uid();
-    let root = ns::is_root();
+    let _ = chown_to_sandbox(&dir);
+    let uid = sandbox_uid();
+    let root = is_root();
     let uid_map = cstr(format!("0 {uid} 1\n"));
     let opts = cstr(format!(
         "userxattr,lowerdir={0}/l,upperdir={0}/u,workdir={0}/w",
@@ -133,7 +141,7 @@ pub fn report() -> Report {
             probe(u | libc::CLONE_NEWNS, true),
         ),
     ];
-    let abi = ns::landlock_abi();
+    let abi = confine::landlock_abi();
     features.push(Feature {
         name: "landlock".into(),
         ok: abi > 0,
@@ -156,20 +164,46 @@ pub fn report() -> Report {
             "not available".into()
         },
     });
-    let cg = crate::cgroup::detect();
+    let cg = cgroup::detect();
+    let visible = crate::visible::visible(None);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .unwrap_or_default()
         .trim()
         .to_string();
     Report {
-        schema_version: 1,
+        schema_version: 2,
         kernel,
-        running_as_root: ns::is_root(),
-        sandbox_uid: ns::sandbox_uid(),
+        running_as_root: is_root(),
+        sandbox_uid: sandbox_uid(),
         features,
         landlock_abi: abi,
         cgroup_version: cg.as_ref().map(|c| c.version().to_string()),
         cgroup_controllers: cg.as_ref().map(|c| c.controllers()).unwrap_or_default(),
-        backend: crate::auto_backend(),
+        backend: auto_backend(),
+        hidden: crate::visible::hidden(&visible),
+        visible,
     }
+}
+
+/// Which backend `Auto` resolves to on this host (probed once). `DOJO_SANDBOX_BACKEND`
+/// (`namespace` | `fallback`) overrides it.
+pub fn auto_backend() -> BackendKind {
+    static B: std::sync::OnceLock<BackendKind> = std::sync::OnceLock::new();
+    *B.get_or_init(|| match std::env::var("DOJO_SANDBOX_BACKEND").as_deref() {
+        Ok("fallback") => BackendKind::Fallback,
+        Ok("namespace") => BackendKind::Namespace,
+        _ => {
+            if namespaces_usable() {
+                BackendKind::Namespace
+            } else {
+                let msg = "dojo-sandbox: WARNING: user/mount/pid/net namespaces or overlayfs are \
+                           not usable on this host; using the FALLBACK backend (git clone --shared \
+                           + process groups): no network isolation, no private /tmp, no uid \
+                           change. Run `dojo sandbox doctor` for details.";
+                eprintln!("{msg}");
+                tracing::warn!("{msg}");
+                BackendKind::Fallback
+            }
+        }
+    })
 }

@@ -9,8 +9,11 @@ use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
+use crate::child::Request;
+use crate::error::{Result, SandboxError};
+use crate::launcher::{self, Client};
 use crate::sys;
-use crate::{ExecOutput, ExecRequest, OutputCap, Result, SandboxError};
+use crate::types::{ExecOutput, ExecRequest, OutputCap};
 
 /// Keeps the first `head` and the last `tail` bytes of a stream; memory is bounded by head+tail.
 #[derive(Debug)]
@@ -244,12 +247,12 @@ pub(crate) async fn run(
     .await
 }
 
-/// Run one command through the sandbox's launcher (see [`crate::launcher`]): the same draining,
+/// Run one command through the sandbox's launcher (see the `launcher` module): the same draining,
 /// caps, stdin feeding and TERM → grace → KILL as [`run`], with the control socket in place of a
 /// child process.
 pub(crate) async fn run_launched(
-    client: &crate::launcher::Client,
-    request: &crate::launcher::Request,
+    client: &Client,
+    request: &Request,
     req: &ExecRequest,
 ) -> Result<ExecOutput> {
     let start = Instant::now();
@@ -268,7 +271,7 @@ pub(crate) async fn run_launched(
             None,
         ),
     };
-    let (ctl, ctl_remote) = crate::launcher::socketpair().map_err(|e| setup("socketpair", e))?;
+    let (ctl, ctl_remote) = launcher::socketpair().map_err(|e| setup("socketpair", e))?;
     client
         .submit(
             request,

@@ -10,13 +10,15 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::child::{self, CArgv, ExecPlan, Mode, cstr};
+use crate::beneath::open_path;
+use crate::child::{self, ExecPlan, Mode};
+use crate::cmdenv::{base_env, envp, exe_candidates};
+use crate::confine::{landlock_abi, rlimits, seccomp_prog};
+use crate::error::{Result, SandboxError, io_err, setup_err};
 use crate::exec::{self, LiveSet};
-use crate::ns::{
-    base_env, envp, exe_candidates, io_err, landlock_abi, rlimits, seccomp_prog, setup_err,
-};
 use crate::pristine::{BASE_TAG, run};
-use crate::{ExecRequest, Limits, Result, SandboxError, WORKSPACE};
+use crate::sys::{CArgv, cstr};
+use crate::types::{ExecRequest, Limits, WORKSPACE};
 
 pub(crate) struct FbSandbox {
     pub ws: PathBuf,
@@ -118,6 +120,7 @@ impl FbSandbox {
             ],
             landlock_files: vec![cstr("/dev")],
             seccomp: Some(seccomp_prog()),
+            scrub: None,
         };
         let mut cmd = tokio::process::Command::new("/bin/false");
         // SAFETY: run_command only issues async-signal-safe system calls on the prepared plan.
@@ -134,6 +137,6 @@ impl FbSandbox {
     }
 
     pub(crate) fn ws_fd(&self) -> Result<OwnedFd> {
-        crate::ns::open_path(&self.ws).map_err(|_| io_err(&self.ws)(std::io::Error::other("gone")))
+        open_path(&self.ws).map_err(|_| io_err(&self.ws)(std::io::Error::other("gone")))
     }
 }

@@ -27,8 +27,10 @@
 //! async-signal-safe system calls on data prepared before `fork` ([`child`]), so any binary (the
 //! `dojo` CLI or another crate's test binary) can create sandboxes. Per sandbox a *holder* (pid 1
 //! of its own pid namespace, in its own user/mount/net namespaces, running as the unprivileged
-//! host uid [`ns::sandbox_uid`] mapped to root inside) builds a new root: host directories bound
-//! read-only, overlayfs (`userxattr`) at `/testbed` whose upper dir shares one size-capped tmpfs
+//! host uid `testing::sandbox_uid` mapped to root inside) builds a new root: a minimal read-only
+//! view of the host ([`visible`]: the system directories, a few `/etc` entries, the venv's
+//! interpreter and the language-server tools; no home, `/var`, `/run`, checkout or task file,
+//! so no host unix socket either), overlayfs (`userxattr`) at `/testbed` whose upper dir shares one size-capped tmpfs
 //! with the private `/tmp` ([`Limits::workspace_bytes`]: a disk fill ends in `ENOSPC` inside the
 //! sandbox, never on the host), the venv read-only at `/venv`, `$DOJO_HOME` hidden, `lo` up.
 //! Then pid 1 re-executes the calling binary as the in-sandbox *launcher* (module `launcher`): a small
@@ -49,256 +51,87 @@
 //! be located reliably from them; every binary linking this crate carries the launcher (an
 //! `.init_array` hook). The per-command `setns` path remains for kept sandboxes re-attached by
 //! id, for [`Sandbox::spawn`] (a tokio child the caller owns) and when the launcher cannot start.
+//!
+//! ## What crosses back to the host
+//!
+//! Nothing a sandbox makes reaches the host's memory unbounded: command output is capped per
+//! request ([`ExecRequest::output_cap`]), and [`Sandbox::diff`] and [`Sandbox::read_file`] by
+//! [`TransferCaps`] (10 MiB of patch, 32 MiB of file by default), read through bounded buffers;
+//! over a cap they fail with [`SandboxError::TooLarge`], the one error that is the agent's
+//! doing. The diff base is the commit id the host read from the pristine tree, not a ref the
+//! agent can move. Crashed processes' sandbox directories and cgroups are swept by the next
+//! one ([`leftovers`]).
+//!
+//! ## Escape suite
+//!
+//! Every behaviour below is a test against the real kernel features. `tests/isolation.rs`: 15
+//! (writes anywhere outside /testbed and /tmp, another rollout's workspace, the pristine tree
+//! and venv, host loopback, fork/memory/disk bombs, the workspace cap, setsid daemons,
+//! SIGTERM-ignoring loops, symlinks out of the repository, signalling host processes, ptrace,
+//! uid changes, mount and namespace calls). `tests/escape.rs`: 9 (a host unix socket, host
+//! homes/services/checkout/task files, /sys interfaces and cgroups, io_uring, /tmp's mode, a
+//! moved base tag, pid 1's command line and environment, a patch and a file over the caps);
+//! `tests/home_hidden.rs`: `$DOJO_HOME` written through `..` and a symlink; `tests/sweep.rs`:
+//! leftovers of processes killed with SIGKILL. An adversarial review had tried 56 escape and
+//! abuse behaviours and 13 grading attacks; the 6 that got through are among these.
 
 //! Environment: `DOJO_HOME` (cache root), `DOJO_SANDBOX_UID` (sandbox uid when running as root,
 //! default 1600000), `DOJO_SANDBOX_BACKEND` (`namespace` | `fallback`, overrides `Auto`),
 //! `DOJO_CGROUP=off`, `DOJO_LANDLOCK=off`, `DOJO_SANDBOX_PREWARM=0` (no pre-warmed supervisor:
 //! ~0.3 ms more per command, ~100 KiB and two namespaces less per idle sandbox), `DOJO_UV` / `DOJO_PYTOOLS` (where `uv` is; without
-//! either, nor `uv` on PATH, the pinned uv wheel is fetched from PyPI once: [`uv`]).
+//! either, nor `uv` on PATH, the pinned uv wheel is fetched from PyPI once: [`uv`]),
+//! `DOJO_TOOLS` / `DOJO_NODE` (language-server tools and Node.js, shown inside: [`visible`]).
 //!
 //! Semantics worth knowing: background processes a command leaves behind are killed when the
 //! command's main process exits (use [`Sandbox::spawn`] for long-running servers); `$HOME` is
 //! `/tmp`; the user inside is root (uid 0), which is the host's sandbox uid outside.
 
+mod beneath;
 pub mod cgroup;
 mod child;
+mod cmdenv;
+mod confine;
 pub mod doctor;
+mod error;
 mod exec;
 mod fallback;
+mod ids;
 mod launcher;
-pub mod ns;
+pub mod leftovers;
+mod ns;
 pub mod patch;
 pub mod pristine;
 pub mod pyenv;
 pub mod registry;
-pub mod sys;
+mod sys;
 pub mod trash;
+mod types;
 pub mod uv;
+pub mod visible;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use cmdenv::VENV_PATH;
+pub use doctor::auto_backend;
+pub use error::{Result, SandboxError};
 #[doc(hidden)]
-pub use launcher::set_prewarm;
-pub use ns::VENV_PATH;
-
+pub use launcher::client::set_prewarm;
 pub use pristine::{Pristine, PristineStore, Source};
 pub use pyenv::{EnvSpec, PythonEnv};
+pub use registry::sandboxes_dir;
+pub use types::{
+    ApplyMethod, ApplyOutcome, BackendKind, ExecOutput, ExecRequest, Limits, OutputCap,
+    SandboxOptions, TransferCaps, WORKSPACE,
+};
 
-/// Where the workspace is mounted inside every sandbox. Editable installs point here, so each
-/// rollout imports its own copy of the project.
-pub const WORKSPACE: &str = "/testbed";
+use error::io_err;
 
-/// Errors of the sandbox layer. Every variant is an *infrastructure* failure: callers must never
-/// score these as the agent's failure.
-#[derive(Debug, thiserror::Error)]
-pub enum SandboxError {
-    #[error("sandbox setup failed: {0}")]
-    Setup(String),
-    #[error("building pristine tree for {source_desc} failed: {reason}")]
-    Pristine { source_desc: String, reason: String },
-    #[error("building Python environment {spec} failed: {reason}")]
-    Env { spec: String, reason: String },
-    #[error("path {0:?} leaves the workspace")]
-    PathEscape(String),
-    #[error("I/O error on {path}: {source}")]
-    Io {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("sandbox {0} is gone (torn down or its holder died)")]
-    Gone(String),
-    #[error("{0}")]
-    Other(String),
-}
-
-pub type Result<T, E = SandboxError> = std::result::Result<T, E>;
-
-/// Which isolation backend a sandbox uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum BackendKind {
-    /// Pick namespaces+overlay when the host supports them, else fail loudly unless the
-    /// fallback was explicitly allowed.
-    #[default]
-    Auto,
-    /// User/mount/pid/net namespaces + overlayfs + Landlock + seccomp.
-    Namespace,
-    /// `git clone --shared`/copy + process-group control; weaker isolation, announced loudly.
-    Fallback,
-}
-
-/// Resource limits applied to every command in a sandbox.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Limits {
-    pub memory_bytes: Option<u64>,
-    pub max_processes: Option<u64>,
-    pub max_file_size_bytes: Option<u64>,
-    pub max_open_files: Option<u64>,
-    pub cpu_quota_percent: Option<u32>,
-    /// Total writable space of the sandbox (namespace backend): the overlay's upper dir and the
-    /// private /tmp share one size-limited tmpfs mounted inside the sandbox, so filling it gives
-    /// `ENOSPC` in the sandbox and never touches the host's disk. The cap is at most half of
-    /// `memory_bytes`: tmpfs pages are memory, charged to the sandbox's memory cgroup (nothing is
-    /// allocated until written). `None`: the upper dir lives on the host's disk under
-    /// `$DOJO_HOME` (no total cap; only `max_file_size_bytes` bounds each file) and /tmp is a
-    /// tmpfs of its own.
-    #[serde(default)]
-    pub workspace_bytes: Option<u64>,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            memory_bytes: Some(4 << 30),
-            max_processes: Some(512),
-            max_file_size_bytes: Some(1 << 30),
-            max_open_files: Some(4096),
-            cpu_quota_percent: None,
-            workspace_bytes: Some(2 << 30),
-        }
-    }
-}
-
-/// How to create a sandbox.
-#[derive(Debug, Clone, Default)]
-pub struct SandboxOptions {
-    pub backend: BackendKind,
-    pub limits: Limits,
-    /// Extra environment variables for every command.
-    pub env: BTreeMap<String, String>,
-    /// Keep the sandbox alive after this process exits (the holder detaches; it is recorded in
-    /// the registry under `$DOJO_HOME/sandboxes` and removed with `dojo sandbox rm ID`).
-    pub keep: bool,
-}
-
-/// One command to run inside a sandbox.
-#[derive(Debug, Clone)]
-pub struct ExecRequest {
-    /// argv; use [`ExecRequest::shell`] for a bash script.
-    pub argv: Vec<String>,
-    /// Working directory inside the sandbox (default [`WORKSPACE`]).
-    pub cwd: Option<String>,
-    pub env: BTreeMap<String, String>,
-    pub stdin: Option<Vec<u8>>,
-    /// TERM at the timeout, KILL of the whole process tree after `grace`.
-    pub timeout: Duration,
-    pub grace: Duration,
-    /// Head and tail byte caps applied to each of stdout and stderr.
-    pub output_cap: OutputCap,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct OutputCap {
-    pub head: usize,
-    pub tail: usize,
-}
-
-impl Default for OutputCap {
-    fn default() -> Self {
-        OutputCap {
-            head: 1 << 20,
-            tail: 1 << 20,
-        }
-    }
-}
-
-impl ExecRequest {
-    pub fn new<I, S>(argv: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        ExecRequest {
-            argv: argv.into_iter().map(Into::into).collect(),
-            cwd: None,
-            env: BTreeMap::new(),
-            stdin: None,
-            timeout: Duration::from_secs(120),
-            grace: Duration::from_secs(2),
-            output_cap: OutputCap::default(),
-        }
-    }
-    /// `bash -c script`.
-    pub fn shell(script: impl Into<String>) -> Self {
-        Self::new(["bash".to_string(), "-c".to_string(), script.into()])
-    }
-    pub fn timeout(mut self, t: Duration) -> Self {
-        self.timeout = t;
-        self
-    }
-    pub fn cwd(mut self, cwd: impl Into<String>) -> Self {
-        self.cwd = Some(cwd.into());
-        self
-    }
-    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.env.insert(key.into(), value.into());
-        self
-    }
-    pub fn stdin(mut self, data: impl Into<Vec<u8>>) -> Self {
-        self.stdin = Some(data.into());
-        self
-    }
-    pub fn grace(mut self, g: Duration) -> Self {
-        self.grace = g;
-        self
-    }
-    pub fn output_cap(mut self, head: usize, tail: usize) -> Self {
-        self.output_cap = OutputCap { head, tail };
-        self
-    }
-}
-
-/// What a command did.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct ExecOutput {
-    /// Exit code; `None` when killed by a signal (see `signal`).
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    /// True when bytes were dropped between head and tail.
-    pub stdout_truncated: bool,
-    pub stderr_truncated: bool,
-    pub timed_out: bool,
-    pub duration: Duration,
-}
-
-impl ExecOutput {
-    pub fn success(&self) -> bool {
-        self.exit_code == Some(0) && !self.timed_out
-    }
-    pub fn stdout_lossy(&self) -> String {
-        String::from_utf8_lossy(&self.stdout).into_owned()
-    }
-    pub fn stderr_lossy(&self) -> String {
-        String::from_utf8_lossy(&self.stderr).into_owned()
-    }
-}
-
-/// Which step of the SWE-bench harness's fallback chain applied a patch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ApplyMethod {
-    GitApply,
-    GitApplyReject,
-    PatchFuzz,
-}
-
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct ApplyOutcome {
-    /// `None` when every method failed.
-    pub method: Option<ApplyMethod>,
-    /// Combined output of the attempts, for the log.
-    pub log: String,
-}
-
-impl ApplyOutcome {
-    pub fn applied(&self) -> bool {
-        self.method.is_some()
-    }
+/// What the crate's integration tests need from its private modules. Not an API.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::confine::kernel_landlock_abi as landlock_abi;
+    pub use crate::ids::{is_root, sandbox_uid};
 }
 
 /// A long-running process inside the sandbox with piped stdio (language servers).
@@ -332,11 +165,10 @@ pub struct Sandbox {
     inner: Inner,
     keep: bool,
     done: bool,
-}
-
-/// `$DOJO_HOME/sandboxes`.
-pub fn sandboxes_dir() -> PathBuf {
-    dojo_cache::dojo_home().join("sandboxes")
+    caps: TransferCaps,
+    /// The pristine tree's base commit (object id), read on the host at creation: diffs are
+    /// taken against it, never against a ref the agent can move.
+    base: Option<String>,
 }
 
 fn new_id() -> String {
@@ -354,29 +186,6 @@ fn new_id() -> String {
     dojo_cache::sha256_hex(seed)[..16].to_string()
 }
 
-/// Which backend `Auto` resolves to on this host (probed once). `DOJO_SANDBOX_BACKEND`
-/// (`namespace` | `fallback`) overrides it.
-pub fn auto_backend() -> BackendKind {
-    static B: std::sync::OnceLock<BackendKind> = std::sync::OnceLock::new();
-    *B.get_or_init(|| match std::env::var("DOJO_SANDBOX_BACKEND").as_deref() {
-        Ok("fallback") => BackendKind::Fallback,
-        Ok("namespace") => BackendKind::Namespace,
-        _ => {
-            if doctor::namespaces_usable() {
-                BackendKind::Namespace
-            } else {
-                let msg = "dojo-sandbox: WARNING: user/mount/pid/net namespaces or overlayfs are \
-                           not usable on this host; using the FALLBACK backend (git clone --shared \
-                           + process groups): no network isolation, no private /tmp, no uid \
-                           change. Run `dojo sandbox doctor` for details.";
-                eprintln!("{msg}");
-                tracing::warn!("{msg}");
-                BackendKind::Fallback
-            }
-        }
-    })
-}
-
 impl Sandbox {
     /// Create a sandbox over `pristine`, optionally with a shared Python environment.
     pub async fn create(
@@ -386,10 +195,15 @@ impl Sandbox {
     ) -> Result<Sandbox> {
         let id = new_id();
         let base = sandboxes_dir();
-        std::fs::create_dir_all(&base).map_err(ns::io_err(&base))?;
+        std::fs::create_dir_all(&base).map_err(io_err(&base))?;
         trash::sweep(&base);
+        leftovers::sweep_once();
         let root = base.join(&id);
-        std::fs::create_dir_all(&root).map_err(ns::io_err(&root))?;
+        std::fs::create_dir_all(&root).map_err(io_err(&root))?;
+        if let Err(e) = leftovers::record_owner(&root) {
+            trash::discard(&root);
+            return Err(e);
+        }
         let backend = match opts.backend {
             BackendKind::Auto => auto_backend(),
             b => b,
@@ -425,9 +239,11 @@ impl Sandbox {
             inner,
             keep: opts.keep,
             done: false,
+            caps: opts.caps,
+            base: patch::base_commit(&pristine.path),
         };
         if opts.keep {
-            registry::save(&sb, pristine, env, opts)?;
+            sb.save_state(pristine, env, opts)?;
         }
         Ok(sb)
     }
@@ -537,7 +353,7 @@ impl Sandbox {
         match &self.inner {
             Inner::Ns(n) => n.area_fd(area),
             Inner::Fallback(f) if area == WORKSPACE => f.ws_fd(),
-            Inner::Fallback(_) => ns::open_path(Path::new(area)),
+            Inner::Fallback(_) => beneath::open_path(Path::new(area)),
         }
     }
 
@@ -548,12 +364,21 @@ impl Sandbox {
     /// sandbox's own permissions.
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
         let abs = Self::abs(path);
+        let limit = self.caps.read_bytes;
+        let too_large = || SandboxError::TooLarge {
+            what: "file",
+            limit,
+        };
         if let Some((area, rel)) = Self::area(&abs) {
-            match self
-                .area_fd(area)
-                .and_then(|d| ns::read_beneath(&d, &rel).map_err(ns::io_err(Path::new(&abs))))
-            {
+            match self.area_fd(area).and_then(|d| {
+                beneath::read_beneath(&d, &rel, limit).map_err(io_err(Path::new(&abs)))
+            }) {
                 Ok(v) => return Ok(v),
+                Err(SandboxError::Io { source, .. })
+                    if source.raw_os_error() == Some(libc::EFBIG) =>
+                {
+                    return Err(too_large());
+                }
                 Err(SandboxError::Io { source, .. })
                     if matches!(
                         source.raw_os_error(),
@@ -566,14 +391,18 @@ impl Sandbox {
                 Err(_) => {}
             }
         }
+        let cap = (limit + 1).to_string();
         let out = self
-            .exec(&ExecRequest::new(["cat", "--", &abs]).output_cap(usize::MAX / 2, 0))
+            .exec(&ExecRequest::new(["head", "-c", &cap, "--", &abs]).output_cap(limit + 1, 0))
             .await?;
         if !out.success() {
             return Err(SandboxError::Io {
                 path: abs,
                 source: std::io::Error::other(out.stderr_lossy().trim().to_string()),
             });
+        }
+        if out.stdout.len() > limit {
+            return Err(too_large());
         }
         Ok(out.stdout)
     }
@@ -582,7 +411,7 @@ impl Sandbox {
     /// as root), else whoever we are.
     fn file_owner(&self) -> Option<(u32, u32)> {
         match self.inner {
-            Inner::Ns(_) => ns::owner(),
+            Inner::Ns(_) => ids::owner(),
             Inner::Fallback(_) => None,
         }
     }
@@ -593,7 +422,7 @@ impl Sandbox {
         if let Some((area, rel)) = Self::area(&abs)
             && !rel.is_empty()
             && let Ok(d) = self.area_fd(area)
-            && ns::write_beneath(&d, &rel, contents, self.file_owner()).is_ok()
+            && beneath::write_beneath(&d, &rel, contents, self.file_owner()).is_ok()
         {
             return Ok(());
         }
@@ -618,15 +447,28 @@ impl Sandbox {
         Ok(())
     }
 
-    /// The workspace diff against the pristine tree as a binary-safe git patch (no caches).
+    /// The workspace diff against the pristine tree as a binary-safe git patch (no caches),
+    /// against the base commit recorded on the host when the sandbox was created. A patch over
+    /// [`TransferCaps::patch_bytes`] fails with [`SandboxError::TooLarge`] ("patch too large",
+    /// the agent's doing) having held at most the cap in memory.
     pub async fn diff(&self) -> Result<String> {
+        let limit = self.caps.patch_bytes;
+        let base = self.base.as_deref().unwrap_or(pristine::BASE_TAG);
+        let cap = (limit + 1).to_string();
         let out = self
             .exec(
-                &ExecRequest::new(["bash", "-c", patch::DIFF_SCRIPT])
-                    .output_cap(usize::MAX / 2, 0)
+                &ExecRequest::new(["bash", "-c", patch::DIFF_SCRIPT, "diff", &cap, base])
+                    .output_cap(limit + 1, 0)
                     .timeout(Duration::from_secs(600)),
             )
             .await?;
+        // Over the cap whatever git made of the broken pipe.
+        if out.stdout.len() > limit {
+            return Err(SandboxError::TooLarge {
+                what: "patch",
+                limit,
+            });
+        }
         if !out.success() {
             return Err(SandboxError::Other(format!(
                 "git diff in sandbox {} failed ({:?}): {}",
@@ -717,9 +559,59 @@ impl Sandbox {
         std::mem::take(&mut self.id)
     }
 
-    /// Re-open a kept sandbox by id (see [`registry`]).
+    /// Record a kept sandbox in the registry (see [`registry`]).
+    fn save_state(
+        &self,
+        pristine: &Pristine,
+        env: Option<&PythonEnv>,
+        opts: &SandboxOptions,
+    ) -> Result<()> {
+        let (pid, generation) = match &self.inner {
+            Inner::Ns(n) => (Some(n.holder_pid), n.generation),
+            Inner::Fallback(_) => (None, 0),
+        };
+        let st = registry::State {
+            schema_version: 1,
+            id: self.id.clone(),
+            backend: self.backend(),
+            holder_pid: pid,
+            holder_start: pid.and_then(registry::start_time),
+            lower: pristine.path.clone(),
+            venv: env.map(|e| e.path.clone()),
+            env: opts.env.clone(),
+            limits: opts.limits.clone(),
+            generation,
+            caps: self.caps,
+            base: self.base.clone(),
+        };
+        registry::write_state(&self.root, &st)
+    }
+
+    /// Re-open a kept sandbox by id (see [`registry`]): its namespaces from `/proc/<holder>`.
     pub async fn attach(id: &str) -> Result<Sandbox> {
-        registry::attach(id)
+        if id.is_empty() || id.contains('/') || id.starts_with('.') {
+            return Err(SandboxError::Gone(id.to_string()));
+        }
+        let dir = sandboxes_dir().join(id);
+        let st = registry::load_dir(&dir)?;
+        let inner = match st.backend {
+            BackendKind::Fallback => Inner::Fallback(fallback::FbSandbox {
+                ws: dir.join("ws"),
+                live: Default::default(),
+                env: cmdenv::base_env(st.venv.as_ref().map(|v| v.to_str().unwrap_or("")), &st.env),
+                limits: st.limits.clone(),
+            }),
+            _ => Inner::Ns(ns::NsSandbox::attach(id, &dir, &st)?),
+        };
+        Ok(Sandbox {
+            id: id.to_string(),
+            root: dir,
+            inner,
+            keep: true,
+            done: false,
+            caps: st.caps,
+            base: st.base.clone(),
+        })
     }
 }
 

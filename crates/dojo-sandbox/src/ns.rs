@@ -3,17 +3,21 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
-use crate::child::{self, CArgv, HolderPlan, Layers, Mode, RootEntry, cstr};
+use crate::beneath::{open_path, openat2};
+use crate::child::{self, ExecPlan, HolderPlan, Layers, Mode, Request, RootEntry};
+use crate::cmdenv::{VENV_PATH, base_env, exe_candidates};
+use crate::error::{Result, SandboxError, io_err, setup_err};
 use crate::exec::{self, LiveSet};
-use crate::{ExecRequest, Limits, Result, SandboxError, WORKSPACE, cgroup, launcher, sys};
+use crate::ids::{chown_to_sandbox, sandbox_gid};
+use crate::sys::cstr;
+use crate::types::{ExecRequest, Limits, WORKSPACE};
+use crate::{cgroup, confine, launcher, sys, visible};
 
-/// Where the Python environment is mounted (read-only) inside every sandbox.
-pub const VENV_PATH: &str = "/venv";
+// Pristine-tree builds chown to the sandbox uid through these names.
+pub(crate) use crate::ids::{is_root, sandbox_uid};
 
 /// At most half the memory limit (at least 16 MiB): tmpfs pages are charged to the sandbox's
 /// memory cgroup, so a bigger tmpfs would end in the OOM killer rather than `ENOSPC`.
@@ -33,193 +37,37 @@ pub(crate) fn workspace_size(limits: &Limits) -> Option<u64> {
     limits.workspace_bytes.map(|b| memory_capped(limits, b))
 }
 
-pub(crate) fn setup_err(what: impl std::fmt::Display) -> SandboxError {
-    SandboxError::Setup(what.to_string())
-}
-
-pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SandboxError + '_ {
-    move |source| SandboxError::Io {
-        path: path.display().to_string(),
-        source,
-    }
-}
-
-pub fn is_root() -> bool {
-    // SAFETY: no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// The unprivileged host uid (and gid) sandboxes run as. As root: `$DOJO_SANDBOX_UID`
-/// (default 1,600,000, outside any real user's range). Otherwise the caller's own uid.
-pub fn sandbox_uid() -> u32 {
-    if !is_root() {
-        // SAFETY: no preconditions.
-        return unsafe { libc::geteuid() };
-    }
-    std::env::var("DOJO_SANDBOX_UID")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&u| u != 0)
-        .unwrap_or(1_600_000)
-}
-
-fn sandbox_gid() -> u32 {
-    if !is_root() {
-        // SAFETY: no preconditions.
-        return unsafe { libc::getegid() };
-    }
-    sandbox_uid()
-}
-
-pub(crate) fn chown_to_sandbox(path: &Path) -> Result<()> {
-    if is_root() {
-        std::os::unix::fs::chown(path, Some(sandbox_uid()), Some(sandbox_gid()))
-            .map_err(io_err(path))?;
-    }
-    Ok(())
-}
-
-pub(crate) fn open_path(path: &Path) -> Result<OwnedFd> {
-    let c = cstr(path.as_os_str().as_encoded_bytes());
-    // SAFETY: valid C string; the result is checked.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io_err(path)(std::io::Error::last_os_error()));
-    }
-    // SAFETY: fresh descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 fn open_ns(pid: i32, kind: &str) -> Result<OwnedFd> {
     let p = PathBuf::from(format!("/proc/{pid}/ns/{kind}"));
     let f = std::fs::File::open(&p).map_err(io_err(&p))?;
     Ok(OwnedFd::from(f))
 }
 
-/// The host's top-level directories, bound read-only into every sandbox root (computed once).
-fn root_entries() -> &'static Vec<(String, Option<PathBuf>)> {
-    static E: OnceLock<Vec<(String, Option<PathBuf>)>> = OnceLock::new();
-    E.get_or_init(|| {
-        let skip = ["proc", "sys", "dev", "tmp", "testbed", "venv", "lost+found"];
-        let mut v = Vec::new();
-        if let Ok(rd) = std::fs::read_dir("/") {
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if skip.contains(&name.as_str()) {
-                    continue;
-                }
-                let Ok(ft) = e.file_type() else { continue };
-                if ft.is_symlink() {
-                    if let Ok(t) = std::fs::read_link(e.path()) {
-                        v.push((name, Some(t)));
-                    }
-                } else if ft.is_dir() {
-                    v.push((name, None));
-                }
-            }
-        }
-        v.sort();
-        v
-    })
-}
-
-pub(crate) fn seccomp_prog() -> &'static [libc::sock_filter] {
-    static P: OnceLock<Vec<libc::sock_filter>> = OnceLock::new();
-    P.get_or_init(sys::seccomp_program)
-}
-
-pub(crate) fn landlock_abi() -> i32 {
-    static A: OnceLock<i32> = OnceLock::new();
-    *A.get_or_init(|| {
-        if std::env::var("DOJO_LANDLOCK").is_ok_and(|v| v == "off" || v == "0") {
-            0
-        } else {
-            sys::landlock_abi()
-        }
-    })
-}
-
-/// Base environment of every command.
-/// git refuses a repository whose top directory another uid owns ("dubious ownership"), and
-/// the overlay's root is not owned by the sandbox user; agents and build backends such as
-/// setuptools-scm run git at /testbed. Command-scope config is protected, so git honours
-/// `safe.directory` given this way.
-pub(crate) const GIT_SAFE_DIRECTORY_ENV: [(&str, &str); 3] = [
-    ("GIT_CONFIG_COUNT", "1"),
-    ("GIT_CONFIG_KEY_0", "safe.directory"),
-    ("GIT_CONFIG_VALUE_0", "*"),
-];
-
-pub(crate) fn base_env(
-    venv: Option<&str>,
-    extra: &BTreeMap<String, String>,
-) -> BTreeMap<String, String> {
-    let mut env = BTreeMap::new();
-    let sys_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-    match venv {
-        Some(v) => {
-            env.insert("PATH".into(), format!("{v}/bin:{sys_path}"));
-            env.insert("VIRTUAL_ENV".into(), v.to_string());
-        }
-        None => {
-            env.insert("PATH".into(), sys_path.into());
-        }
-    }
-    env.insert("HOME".into(), "/tmp".into());
-    env.insert("USER".into(), "root".into());
-    env.insert("LOGNAME".into(), "root".into());
-    env.insert("SHELL".into(), "/bin/bash".into());
-    env.insert("LANG".into(), "C.UTF-8".into());
-    env.insert("LC_ALL".into(), "C.UTF-8".into());
-    env.insert("TMPDIR".into(), "/tmp".into());
-    env.insert("PIP_DISABLE_PIP_VERSION_CHECK".into(), "1".into());
-    for (k, v) in GIT_SAFE_DIRECTORY_ENV {
-        env.insert(k.into(), v.into());
-    }
-    for (k, v) in extra {
-        env.insert(k.clone(), v.clone());
-    }
-    env
-}
-
-/// argv[0] resolved against PATH (candidates tried in order by the child).
-pub(crate) fn exe_candidates(argv0: &str, env: &BTreeMap<String, String>) -> Vec<CString> {
-    if argv0.contains('/') {
-        return vec![cstr(argv0)];
-    }
-    env.get("PATH")
-        .map(String::as_str)
-        .unwrap_or("/usr/bin:/bin")
-        .split(':')
-        .filter(|d| !d.is_empty())
-        .map(|d| cstr(format!("{d}/{argv0}")))
-        .collect()
-}
-
-pub(crate) fn rlimits(limits: &Limits, memory_by_cgroup: bool) -> Vec<(u32, u64)> {
-    let mut v = vec![(libc::RLIMIT_CORE, 0)];
-    if let Some(p) = limits.max_processes {
-        v.push((libc::RLIMIT_NPROC, p));
-    }
-    if let Some(f) = limits.max_file_size_bytes {
-        v.push((libc::RLIMIT_FSIZE, f));
-    }
-    if let Some(n) = limits.max_open_files {
-        v.push((libc::RLIMIT_NOFILE, n));
-    }
-    if let (Some(m), false) = (limits.memory_bytes, memory_by_cgroup) {
-        v.push((libc::RLIMIT_AS, m));
-    }
-    v
-}
-
-pub(crate) fn envp(env: &BTreeMap<String, String>) -> CArgv {
-    CArgv::new(env.iter().map(|(k, v)| cstr(format!("{k}={v}"))).collect())
+/// The new root's entries and the spots to hide, from [`crate::visible`] (prefixed with
+/// `/tmp/root`, where the holder builds the root).
+fn root_plan(venv: Option<&Path>) -> (Vec<RootEntry>, Vec<CString>) {
+    let shown = visible::visible(venv);
+    let at = |p: &Path| cstr(format!("/tmp/root{}", p.display()));
+    let entries = shown
+        .iter()
+        .map(|e| match e.kind {
+            visible::Kind::Dir => RootEntry::Bind {
+                src: path_c(&e.source),
+                dst: at(&e.path),
+            },
+            visible::Kind::File => RootEntry::File {
+                src: path_c(&e.source),
+                dst: at(&e.path),
+            },
+            visible::Kind::Symlink => RootEntry::Symlink {
+                target: path_c(&e.source),
+                dst: at(&e.path),
+            },
+            visible::Kind::Parent => RootEntry::Dir { dst: at(&e.path) },
+        })
+        .collect();
+    let hide = visible::hidden(&shown).iter().map(|p| at(p)).collect();
+    (entries, hide)
 }
 
 /// A live namespace sandbox (caller side).
@@ -323,30 +171,7 @@ async fn start_holder_once(
     };
     let uid = sandbox_uid();
     let gid = sandbox_gid();
-    let mut entries = Vec::new();
-    for (name, link) in root_entries() {
-        let dst = cstr(format!("/tmp/root/{name}"));
-        entries.push(match link {
-            Some(t) => RootEntry::Symlink {
-                target: path_c(t),
-                dst,
-            },
-            None => RootEntry::Bind {
-                src: cstr(format!("/{name}")),
-                dst,
-            },
-        });
-    }
-    entries.push(RootEntry::Bind {
-        src: cstr("/sys"),
-        dst: cstr("/tmp/root/sys"),
-    });
-    let home = dojo_cache::dojo_home();
-    let hide = if home.starts_with("/tmp") || home.starts_with("/proc") || !home.is_absolute() {
-        Vec::new()
-    } else {
-        vec![cstr(format!("/tmp/root{}", home.display()))]
-    };
+    let (entries, hide) = root_plan(venv);
     let plan = HolderPlan {
         switch_to: is_root().then_some((uid, gid)),
         keep,
@@ -368,6 +193,7 @@ async fn start_holder_once(
         launcher: exe.zip(socks.as_ref().map(|s| s.1.as_raw_fd())),
         prewarm: launcher::prewarm(),
         launcher_env: exe.and_then(|_| launcher::loader_env()),
+        scrub: sys::cmdline_areas(),
     };
     let mut cmd = tokio::process::Command::new("/bin/false");
     cmd.stdin(std::process::Stdio::null())
@@ -481,6 +307,34 @@ fn open_procs(cg: Option<&dyn cgroup::CgroupHandle>) -> Result<Vec<OwnedFd>> {
 }
 
 impl NsSandbox {
+    /// Re-open a kept sandbox from its registry entry: the namespaces of its holder, when the
+    /// holder recorded there is still the same process.
+    pub(crate) fn attach(id: &str, dir: &Path, st: &crate::registry::State) -> Result<NsSandbox> {
+        let pid = st.holder_pid.ok_or_else(|| SandboxError::Gone(id.into()))?;
+        if crate::registry::start_time(pid) != st.holder_start || st.holder_start.is_none() {
+            return Err(SandboxError::Gone(format!(
+                "{id} (holder {pid} is not running)"
+            )));
+        }
+        Ok(NsSandbox {
+            dir: dir.to_path_buf(),
+            holder_pid: pid,
+            holder: None,
+            userns: open_ns(pid, "user")?,
+            mntns: open_ns(pid, "mnt")?,
+            netns: open_ns(pid, "net")?,
+            lower: st.lower.clone(),
+            venv: st.venv.clone(),
+            keep: true,
+            generation: st.generation,
+            cgroup: cgroup::detect().map(|d| d.open(id)),
+            launcher: None,
+            live: Default::default(),
+            env: base_env(st.venv.as_ref().map(|_| VENV_PATH), &st.env),
+            limits: st.limits.clone(),
+        })
+    }
+
     /// Resolve a command's working directory inside the sandbox.
     fn cwd(req: &ExecRequest) -> String {
         match &req.cwd {
@@ -492,7 +346,7 @@ impl NsSandbox {
 
     /// What every command of this sandbox needs besides argv: environment, working directory,
     /// resolved executable, rlimits, Landlock rules.
-    pub(crate) fn request(&self, req: &ExecRequest) -> Result<launcher::Request> {
+    pub(crate) fn request(&self, req: &ExecRequest) -> Result<Request> {
         if req.argv.is_empty() {
             return Err(SandboxError::Other("empty argv".into()));
         }
@@ -505,16 +359,16 @@ impl NsSandbox {
             .into_iter()
             .map(|c| c.to_string_lossy().into_owned())
             .collect();
-        Ok(launcher::Request {
+        Ok(Request {
             argv: req.argv.clone(),
             env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             cwd: Self::cwd(req),
             exe_candidates,
-            rlimits: rlimits(
+            rlimits: confine::rlimits(
                 &self.limits,
                 self.cgroup.as_ref().is_some_and(|c| c.limits_memory()),
             ),
-            landlock_abi: landlock_abi(),
+            landlock_abi: confine::landlock_abi(),
             landlock_full: [WORKSPACE, "/tmp", "/dev/shm"].map(String::from).into(),
             landlock_files: vec!["/dev".into()],
         })
@@ -529,7 +383,7 @@ impl NsSandbox {
         let request = self.request(req)?;
         let cg_fds = open_procs(self.cgroup.as_deref())?;
         let (status_r, status_w) = exec::pipe().map_err(|e| setup_err(format!("pipe: {e}")))?;
-        let plan = launcher::plan_from(
+        let mut plan = ExecPlan::from_request(
             &request,
             Mode::Namespaces {
                 userns: self.userns.as_raw_fd(),
@@ -540,8 +394,9 @@ impl NsSandbox {
             status_w.as_raw_fd(),
             exec::lifeline_r(),
             cg_fds.iter().map(|f| f.as_raw_fd()).collect(),
-            Some(seccomp_prog()),
+            Some(confine::seccomp_prog()),
         );
+        plan.scrub = Some(sys::cmdline_areas());
         let mut cmd = tokio::process::Command::new("/bin/false");
         // SAFETY: run_command only issues async-signal-safe system calls on the prepared plan.
         unsafe {
@@ -640,136 +495,4 @@ pub(crate) async fn wait_gone(pid: i32) {
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-}
-
-pub(crate) fn openat2(
-    dirfd: i32,
-    path: &str,
-    flags: i32,
-    mode: u32,
-    resolve: u64,
-) -> std::io::Result<OwnedFd> {
-    let c = cstr(if path.is_empty() { "." } else { path });
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    let how = OpenHow {
-        flags: (flags | libc::O_CLOEXEC) as u64,
-        mode: mode as u64,
-        resolve,
-    };
-    // SAFETY: valid pointers; result checked.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dirfd,
-            c.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    } as i32;
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fresh descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Resolution flags that keep a path beneath its starting directory, on its mount, without
-/// magic links: symlinks planted in the workspace cannot make the host read or write elsewhere.
-pub(crate) const BENEATH: u64 =
-    libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_XDEV;
-
-/// Read `rel` beneath `dir` (no escape).
-pub(crate) fn read_beneath(dir: &OwnedFd, rel: &str) -> std::io::Result<Vec<u8>> {
-    let fd = openat2(dir.as_raw_fd(), rel, libc::O_RDONLY, 0, BENEATH)?;
-    let mut f = std::fs::File::from(fd);
-    let mut v = Vec::new();
-    std::io::Read::read_to_end(&mut f, &mut v)?;
-    Ok(v)
-}
-
-/// Write `rel` beneath `dir`, creating parent directories; new entries are owned by `owner`.
-pub(crate) fn write_beneath(
-    dir: &OwnedFd,
-    rel: &str,
-    data: &[u8],
-    owner: Option<(u32, u32)>,
-) -> std::io::Result<()> {
-    let comps: Vec<&str> = rel
-        .split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
-        .collect();
-    let Some((file, parents)) = comps.split_last() else {
-        return Err(std::io::Error::from_raw_os_error(libc::EISDIR));
-    };
-    let mut cur = openat2(
-        dir.as_raw_fd(),
-        ".",
-        libc::O_PATH | libc::O_DIRECTORY,
-        0,
-        BENEATH,
-    )?;
-    for p in parents {
-        if *p == ".." {
-            return Err(std::io::Error::from_raw_os_error(libc::EXDEV));
-        }
-        let next = match openat2(
-            cur.as_raw_fd(),
-            p,
-            libc::O_PATH | libc::O_DIRECTORY,
-            0,
-            BENEATH,
-        ) {
-            Ok(f) => f,
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                let c = cstr(*p);
-                // SAFETY: valid fd and C string.
-                if unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o755) } != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if let Some((u, g)) = owner {
-                    // SAFETY: valid fd and C string.
-                    unsafe {
-                        libc::fchownat(cur.as_raw_fd(), c.as_ptr(), u, g, libc::AT_SYMLINK_NOFOLLOW)
-                    };
-                }
-                openat2(
-                    cur.as_raw_fd(),
-                    p,
-                    libc::O_PATH | libc::O_DIRECTORY,
-                    0,
-                    BENEATH,
-                )?
-            }
-            Err(e) => return Err(e),
-        };
-        cur = next;
-    }
-    if *file == ".." {
-        return Err(std::io::Error::from_raw_os_error(libc::EXDEV));
-    }
-    let fd = openat2(
-        cur.as_raw_fd(),
-        file,
-        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
-        0o644,
-        BENEATH,
-    )?;
-    let mut f = std::fs::File::from(fd);
-    std::io::Write::write_all(&mut f, data)?;
-    if let Some((u, g)) = owner {
-        let md = f.metadata()?;
-        if md.uid() != u || md.gid() != g {
-            std::os::unix::fs::fchown(&f, Some(u), Some(g))?;
-        }
-    }
-    Ok(())
-}
-
-pub(crate) fn owner() -> Option<(u32, u32)> {
-    is_root().then(|| (sandbox_uid(), sandbox_gid()))
 }

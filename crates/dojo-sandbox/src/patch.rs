@@ -183,17 +183,43 @@ pub(crate) fn apply_script() -> String {
 }
 
 /// The diff, as a bash script run at /testbed: a throwaway index (so the agent's own staging is
-/// untouched), everything added (ignored caches excluded), binary-safe diff against the base tag.
+/// untouched), everything added (ignored caches excluded), binary-safe diff against the base
+/// commit `$2` (its object id, kept by the host: the agent can move the `dojo-base` tag, not
+/// the id the host recorded), at most `$1` bytes of it (`head` stops git early, so an agent
+/// that wrote gigabytes costs the host at most the cap).
 pub(crate) const DIFF_SCRIPT: &str = r#"
-set -e
+set -e -o pipefail
 IDX="$(mktemp /tmp/.dojo-index.XXXXXX)"
 trap 'rm -f "$IDX"' EXIT
 cp .git/index "$IDX" 2>/dev/null || rm -f "$IDX"
 export GIT_INDEX_FILE="$IDX"
 G="git -c core.checkStat=minimal -c core.trustctime=false"
 $G add -A . >/dev/null
-$G diff --cached --binary --no-color --no-ext-diff --no-renames dojo-base
+$G diff --cached --binary --no-color --no-ext-diff --no-renames "$2" -- | head -c "$1" || {
+  rc=$?
+  # 141: git stopped by SIGPIPE once head had its bytes; the caller sees the cap was reached.
+  [ "$rc" -eq 141 ] || exit "$rc"
+}
 "#;
+
+/// The base commit's object id of a pristine tree (the lightweight tag [`BASE_TAG`] written
+/// when the tree was built), read on the host before any sandbox exists.
+///
+/// [`BASE_TAG`]: crate::pristine::BASE_TAG
+pub(crate) fn base_commit(tree: &std::path::Path) -> Option<String> {
+    let git = tree.join(".git");
+    let tag = crate::pristine::BASE_TAG;
+    let loose = std::fs::read_to_string(git.join("refs/tags").join(tag)).ok();
+    let oid = loose.or_else(|| {
+        let packed = std::fs::read_to_string(git.join("packed-refs")).ok()?;
+        packed.lines().find_map(|l| {
+            let (oid, name) = l.split_once(' ')?;
+            (name == format!("refs/tags/{tag}")).then(|| oid.to_string())
+        })
+    })?;
+    let oid = oid.trim();
+    (oid.len() >= 40 && oid.bytes().all(|b| b.is_ascii_hexdigit())).then(|| oid.to_string())
+}
 
 #[cfg(test)]
 mod tests {

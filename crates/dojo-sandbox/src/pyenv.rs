@@ -12,8 +12,13 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::child::{self, EnvBuildPlan, Layers, RootEntry, cstr};
-use crate::{Pristine, Result, SandboxError, exec, ns};
+use crate::child::{self, EnvBuildPlan, Layers, RootEntry};
+use crate::cmdenv::{GIT_SAFE_DIRECTORY_ENV, VENV_PATH};
+use crate::error::{Result, SandboxError, io_err};
+use crate::exec;
+use crate::ids::is_root;
+use crate::pristine::Pristine;
+use crate::sys::cstr;
 
 /// How to build a Python environment. The project under test is installed editable against
 /// [`crate::WORKSPACE`], never against the pristine path (that hides edits in src layouts).
@@ -48,7 +53,7 @@ impl EnvSpec {
 
     /// Read a TOML file with the `EnvSpec` fields.
     pub fn from_toml_file(path: &Path) -> Result<EnvSpec> {
-        let text = std::fs::read_to_string(path).map_err(ns::io_err(path))?;
+        let text = std::fs::read_to_string(path).map_err(io_err(path))?;
         toml::from_str(&text).map_err(|e| SandboxError::Env {
             spec: path.display().to_string(),
             reason: e.to_string(),
@@ -232,7 +237,7 @@ fn build_into(
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let pc = |p: &Path| cstr(p.as_os_str().as_encoded_bytes());
     let plan = EnvBuildPlan {
-        userns: !ns::is_root(),
+        userns: !is_root(),
         uid_map: cstr(format!("0 {uid} 1\n")),
         gid_map: cstr(format!("0 {gid} 1\n")),
         status_w: status_w.as_raw_fd(),
@@ -256,11 +261,11 @@ fn build_into(
     cmd.arg("-c")
         .arg(BUILD_SCRIPT)
         .arg("dojo-env-build")
-        .arg(format!("{}/.dojo-uv/uv", ns::VENV_PATH))
+        .arg(format!("{}/.dojo-uv/uv", VENV_PATH))
         .arg(python)
         .arg(if spec.editable { "1" } else { "0" })
         .args(&spec.requirements)
-        .envs(ns::GIT_SAFE_DIRECTORY_ENV)
+        .envs(GIT_SAFE_DIRECTORY_ENV)
         .stdin(std::process::Stdio::null());
     if !spec.install.is_empty() {
         cmd.env("DOJO_INSTALL", spec.install.join("\n"));
@@ -294,7 +299,7 @@ fn build_into(
         "spec": spec,
         "python": python,
         "pristine": pristine.map(|p| p.id.clone()),
-        "mount_path": ns::VENV_PATH,
+        "mount_path": VENV_PATH,
     });
     std::fs::write(tmp.join("meta.json"), meta.to_string()).map_err(|e| e.to_string())?;
     Ok(())

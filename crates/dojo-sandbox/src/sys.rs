@@ -6,7 +6,7 @@
 
 #![allow(unsafe_op_in_unsafe_fn)]
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 
 pub(crate) type Fd = libc::c_int;
 
@@ -276,268 +276,98 @@ pub(crate) unsafe fn exit_like(status: libc::c_int) -> ! {
     libc::_exit(libc::WEXITSTATUS(status))
 }
 
-// ---------------------------------------------------------------------------------------------
-// Landlock (raw system calls: the ruleset is built in the child, after it joined the sandbox's
-// mount namespace, because the paths only exist there).
-
-#[repr(C)]
-struct RulesetAttr {
-    handled_access_fs: u64,
-    handled_access_net: u64,
-    scoped: u64,
+/// A NULL-terminated array of C strings that stays valid while `self` lives.
+pub(crate) struct CArgv {
+    _owned: Vec<CString>,
+    ptrs: Vec<*const libc::c_char>,
 }
 
-#[repr(C, packed)]
-struct PathBeneathAttr {
-    allowed_access: u64,
-    parent_fd: i32,
-}
+// SAFETY: the pointers point into `_owned`, which is immutable and owned by the same struct.
+unsafe impl Send for CArgv {}
+unsafe impl Sync for CArgv {}
 
-const LL_WRITE_FILE: u64 = 1 << 1;
-const LL_REMOVE_DIR: u64 = 1 << 4;
-const LL_REMOVE_FILE: u64 = 1 << 5;
-const LL_MAKE_CHAR: u64 = 1 << 6;
-const LL_MAKE_DIR: u64 = 1 << 7;
-const LL_MAKE_REG: u64 = 1 << 8;
-const LL_MAKE_SOCK: u64 = 1 << 9;
-const LL_MAKE_FIFO: u64 = 1 << 10;
-const LL_MAKE_BLOCK: u64 = 1 << 11;
-const LL_MAKE_SYM: u64 = 1 << 12;
-const LL_REFER: u64 = 1 << 13;
-const LL_TRUNCATE: u64 = 1 << 14;
-
-/// The Landlock ABI version of the running kernel (0 when unavailable).
-pub fn landlock_abi() -> i32 {
-    // SAFETY: LANDLOCK_CREATE_RULESET_VERSION with a null attr only queries the version.
-    let v = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<RulesetAttr>(),
-            0usize,
-            1u32,
-        )
-    };
-    if v < 0 { 0 } else { v as i32 }
-}
-
-/// Write-type accesses handled (i.e. denied unless a rule allows them) for an ABI version.
-pub(crate) fn landlock_write_mask(abi: i32) -> u64 {
-    let mut m = LL_WRITE_FILE
-        | LL_REMOVE_DIR
-        | LL_REMOVE_FILE
-        | LL_MAKE_CHAR
-        | LL_MAKE_DIR
-        | LL_MAKE_REG
-        | LL_MAKE_SOCK
-        | LL_MAKE_FIFO
-        | LL_MAKE_BLOCK
-        | LL_MAKE_SYM;
-    if abi >= 2 {
-        m |= LL_REFER;
-    }
-    if abi >= 3 {
-        m |= LL_TRUNCATE;
-    }
-    m
-}
-
-/// Restrict the current process: writes only beneath `full` paths (all write accesses) and
-/// `files_only` paths (write/truncate existing files: device nodes). Reads and exec stay allowed.
-/// Requires no_new_privs. Returns false on failure.
-pub(crate) unsafe fn landlock_restrict(abi: i32, full: &[&CStr], files_only: &[&CStr]) -> bool {
-    let handled = landlock_write_mask(abi);
-    let attr = RulesetAttr {
-        handled_access_fs: handled,
-        handled_access_net: 0,
-        scoped: 0,
-    };
-    let size = if abi >= 6 {
-        std::mem::size_of::<RulesetAttr>()
-    } else if abi >= 4 {
-        16
-    } else {
-        8
-    };
-    let rs = libc::syscall(
-        libc::SYS_landlock_create_ruleset,
-        &attr as *const RulesetAttr,
-        size,
-        0u32,
-    ) as Fd;
-    if rs < 0 {
-        return false;
-    }
-    let add = |path: &CStr, access: u64| -> bool {
-        let fd = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
-        if fd < 0 {
-            // A missing path simply gets no rule (stays read-only).
-            return true;
+impl CArgv {
+    pub(crate) fn new(items: Vec<CString>) -> CArgv {
+        let mut ptrs: Vec<*const libc::c_char> = items.iter().map(|c| c.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        CArgv {
+            _owned: items,
+            ptrs,
         }
-        let rule = PathBeneathAttr {
-            allowed_access: access,
-            parent_fd: fd,
+    }
+    pub(crate) fn as_ptr(&self) -> *const *const libc::c_char {
+        self.ptrs.as_ptr()
+    }
+}
+
+pub(crate) fn cstr(s: impl AsRef<[u8]>) -> CString {
+    // Interior NULs cannot come from valid paths/args; replace them rather than panic.
+    let v: Vec<u8> = s
+        .as_ref()
+        .iter()
+        .map(|&b| if b == 0 { b'?' } else { b })
+        .collect();
+    CString::new(v).unwrap_or_default()
+}
+
+/// Decimal digits of `v` into `out` (no allocation); returns how many.
+pub(crate) fn fmt_u32(mut v: u32, out: &mut [u8]) -> usize {
+    let mut tmp = [0u8; 10];
+    let mut i = 0;
+    loop {
+        tmp[i] = b'0' + (v % 10) as u8;
+        i += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for j in 0..i {
+        out[j] = tmp[i - 1 - j];
+    }
+    i
+}
+
+/// Where this process's command-line and environment strings live: `[arg_start, arg_end)` and
+/// `[env_start, env_end)` from /proc/self/stat (read once, before any fork; zeros if unknown).
+pub(crate) fn cmdline_areas() -> [(usize, usize); 2] {
+    static A: std::sync::OnceLock<[(usize, usize); 2]> = std::sync::OnceLock::new();
+    *A.get_or_init(|| {
+        let parse = || -> Option<[(usize, usize); 2]> {
+            let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+            // Fields after the command name start at field 3; arg_start is field 48.
+            let f: Vec<usize> = s[s.rfind(')')? + 2..]
+                .split_whitespace()
+                .skip(45)
+                .take(4)
+                .map(|x| x.parse().ok())
+                .collect::<Option<_>>()?;
+            (f.len() == 4).then(|| [(f[0], f[1]), (f[2], f[3])])
         };
-        let r = libc::syscall(
-            libc::SYS_landlock_add_rule,
-            rs,
-            1u32, /* LANDLOCK_RULE_PATH_BENEATH */
-            &rule as *const PathBeneathAttr,
-            0u32,
-        );
-        libc::close(fd);
-        r == 0
-    };
-    for p in full {
-        if !add(p, handled) {
-            libc::close(rs);
-            return false;
+        parse().unwrap_or_default()
+    })
+}
+
+/// In a forked child: overwrite its copy of the caller's command line with `name` and its
+/// environment strings with zeros, so `/proc/<pid>/cmdline` (and `environ`) of the sandbox's
+/// helper processes, which a command can read as its pid 1, show nothing of the host's command
+/// (paths, task files, flags) or environment (API keys). Only this process's private copy of
+/// the memory changes.
+pub(crate) unsafe fn scrub_cmdline(areas: [(usize, usize); 2], name: &[u8]) {
+    for (i, (start, end)) in areas.into_iter().enumerate() {
+        if start == 0 || end <= start {
+            continue;
+        }
+        libc::memset(start as *mut libc::c_void, 0, end - start);
+        if i == 0 {
+            let n = name.len().min(end - start - 1);
+            std::ptr::copy_nonoverlapping(name.as_ptr(), start as *mut u8, n);
         }
     }
-    for p in files_only {
-        if !add(p, handled & (LL_WRITE_FILE | LL_TRUNCATE)) {
-            libc::close(rs);
-            return false;
-        }
-    }
-    let r = libc::syscall(libc::SYS_landlock_restrict_self, rs, 0u32);
-    libc::close(rs);
-    r == 0
 }
 
-// ---------------------------------------------------------------------------------------------
-// seccomp: a hand-written BPF deny list (the program is built before fork).
-
-const BPF_LD_W_ABS: u16 = 0x20;
-const BPF_JEQ_K: u16 = 0x15;
-const BPF_JGE_K: u16 = 0x35;
-const BPF_JSET_K: u16 = 0x45;
-const BPF_RET_K: u16 = 0x06;
-
-fn stmt(code: u16, k: u32) -> libc::sock_filter {
-    libc::sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    }
-}
-fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
-    libc::sock_filter { code, jt, jf, k }
-}
-
-#[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 0xC000_003E;
-#[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 0xC000_00B7;
-
-/// System calls refused with EPERM inside a sandbox (after setup): debugging other processes,
-/// mounts and namespaces, the kernel keyring, bpf, modules, kexec, reboot, swap, time, perf...
-pub(crate) fn denied_syscalls() -> Vec<libc::c_long> {
-    let mut v = vec![
-        libc::SYS_ptrace,
-        libc::SYS_process_vm_readv,
-        libc::SYS_process_vm_writev,
-        libc::SYS_mount,
-        libc::SYS_umount2,
-        libc::SYS_pivot_root,
-        libc::SYS_chroot,
-        libc::SYS_unshare,
-        libc::SYS_setns,
-        libc::SYS_keyctl,
-        libc::SYS_add_key,
-        libc::SYS_request_key,
-        libc::SYS_bpf,
-        libc::SYS_init_module,
-        libc::SYS_finit_module,
-        libc::SYS_delete_module,
-        libc::SYS_kexec_load,
-        libc::SYS_kexec_file_load,
-        libc::SYS_reboot,
-        libc::SYS_swapon,
-        libc::SYS_swapoff,
-        libc::SYS_acct,
-        libc::SYS_perf_event_open,
-        libc::SYS_open_by_handle_at,
-        libc::SYS_name_to_handle_at,
-        libc::SYS_userfaultfd,
-        libc::SYS_fsopen,
-        libc::SYS_fsconfig,
-        libc::SYS_fsmount,
-        libc::SYS_fspick,
-        libc::SYS_open_tree,
-        libc::SYS_move_mount,
-        libc::SYS_mount_setattr,
-        libc::SYS_syslog,
-        libc::SYS_quotactl,
-        libc::SYS_settimeofday,
-        libc::SYS_clock_settime,
-        libc::SYS_clock_adjtime,
-        libc::SYS_adjtimex,
-        libc::SYS_sethostname,
-        libc::SYS_setdomainname,
-        libc::SYS_vhangup,
-        libc::SYS_pidfd_getfd,
-        libc::SYS_kcmp,
-    ];
-    #[cfg(target_arch = "x86_64")]
-    v.extend([libc::SYS_iopl, libc::SYS_ioperm, libc::SYS_lookup_dcookie]);
-    v
-}
-
-const CLONE_NS_MASK: u32 = (libc::CLONE_NEWNS
-    | libc::CLONE_NEWUSER
-    | libc::CLONE_NEWPID
-    | libc::CLONE_NEWNET
-    | libc::CLONE_NEWUTS
-    | libc::CLONE_NEWIPC
-    | libc::CLONE_NEWCGROUP) as u32;
-
-/// The BPF program: wrong architecture or x32 → EPERM; denied calls → EPERM; `clone` creating
-/// namespaces → EPERM; `clone3` → ENOSYS (its flags live in memory BPF cannot read, and libc
-/// falls back to `clone`); the rest is allowed.
-pub(crate) fn seccomp_program() -> Vec<libc::sock_filter> {
-    let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
-    let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
-    let allow = libc::SECCOMP_RET_ALLOW;
-    let mut p = vec![
-        stmt(BPF_LD_W_ABS, 4), // arch
-        jump(BPF_JEQ_K, AUDIT_ARCH, 1, 0),
-        stmt(BPF_RET_K, eperm),
-        stmt(BPF_LD_W_ABS, 0), // nr
-    ];
-    #[cfg(target_arch = "x86_64")]
-    {
-        p.push(jump(BPF_JGE_K, 0x4000_0000, 0, 1));
-        p.push(stmt(BPF_RET_K, eperm));
-    }
-    for nr in denied_syscalls() {
-        p.push(jump(BPF_JEQ_K, nr as u32, 0, 1));
-        p.push(stmt(BPF_RET_K, eperm));
-    }
-    p.push(jump(BPF_JEQ_K, libc::SYS_clone3 as u32, 0, 1));
-    p.push(stmt(BPF_RET_K, enosys));
-    // clone: flags are args[0]; its low 32 bits are at offset 16 on little-endian.
-    p.push(jump(BPF_JEQ_K, libc::SYS_clone as u32, 0, 3));
-    p.push(stmt(BPF_LD_W_ABS, 16));
-    p.push(jump(BPF_JSET_K, CLONE_NS_MASK, 0, 1));
-    p.push(stmt(BPF_RET_K, eperm));
-    p.push(stmt(BPF_RET_K, allow));
-    p
-}
-
-/// Install a prepared filter on the current thread (no_new_privs must be set).
-pub(crate) unsafe fn seccomp_install(prog: &[libc::sock_filter]) -> bool {
-    let fprog = libc::sock_fprog {
-        len: prog.len() as libc::c_ushort,
-        filter: prog.as_ptr() as *mut libc::sock_filter,
-    };
-    libc::syscall(
-        libc::SYS_seccomp,
-        libc::SECCOMP_SET_MODE_FILTER,
-        0u32,
-        &fprog as *const libc::sock_fprog,
-    ) == 0
-}
+/// The name sandbox helper processes show as their command line.
+pub(crate) const HELPER_NAME: &[u8] = b"dojo-sandbox";
 
 #[cfg(test)]
 mod tests {
@@ -557,18 +387,5 @@ mod tests {
             libc::close(fds[0]);
             libc::close(fds[1]);
         }
-    }
-
-    #[test]
-    fn seccomp_program_is_well_formed() {
-        let p = seccomp_program();
-        assert!(p.len() < 4096);
-        // Every jump lands inside the program.
-        for (i, ins) in p.iter().enumerate() {
-            if ins.code & 0x07 == 0x05 {
-                assert!(i + 1 + (ins.jt.max(ins.jf) as usize) < p.len());
-            }
-        }
-        assert_eq!(p.last().unwrap().k, libc::SECCOMP_RET_ALLOW);
     }
 }

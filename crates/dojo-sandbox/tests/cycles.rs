@@ -13,7 +13,7 @@ fn mount_count() -> usize {
 }
 
 fn sandbox_uid_processes() -> Vec<i32> {
-    let uid = dojo_sandbox::ns::sandbox_uid();
+    let uid = dojo_sandbox::testing::sandbox_uid();
     let me = std::process::id() as i32;
     let mut v = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -56,7 +56,7 @@ async fn hundred_cycles_leave_nothing_behind() {
     // SAFETY: set before any sandbox exists in this process (one test in this binary).
     unsafe { std::env::set_var("DOJO_SANDBOX_UID", "1600077") };
     skip_unless_ns!();
-    if !dojo_sandbox::ns::is_root() {
+    if !dojo_sandbox::testing::is_root() {
         eprintln!(
             "SKIPPED: counting the sandbox uid's processes needs a dedicated uid (run as root)"
         );

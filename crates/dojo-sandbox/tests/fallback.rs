@@ -49,7 +49,7 @@ async fn fallback_backend_runs_edits_diffs_resets_and_kills_escapees() {
     }
     assert!(!alive, "setsid escapee survived");
     // Landlock keeps writes in the workspace and /tmp.
-    if dojo_sandbox::sys::landlock_abi() > 0 {
+    if dojo_sandbox::testing::landlock_abi() > 0 {
         let out = common::sh(&sb, "echo x > /etc/dojo-fallback-escape").await;
         assert_ne!(out.exit_code, Some(0));
         assert!(!std::path::Path::new("/etc/dojo-fallback-escape").exists());

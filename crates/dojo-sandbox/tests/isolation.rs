@@ -485,7 +485,7 @@ async fn changing_uid_is_refused() {
     assert!(s.contains("refused"), "{out:?}");
     // Root inside is the unprivileged sandbox uid outside: a process started inside shows up
     // on the host with that uid.
-    let uid = dojo_sandbox::ns::sandbox_uid();
+    let uid = dojo_sandbox::testing::sandbox_uid();
     assert_ne!(uid, 0);
     let mut p = sb.spawn(&ExecRequest::new(["sleep", "301"])).await.unwrap();
     let tag_uid = (0..200).find_map(|_| {

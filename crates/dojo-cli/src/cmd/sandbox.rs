@@ -11,11 +11,16 @@ use tokio::io::AsyncReadExt;
 
 #[derive(clap::Subcommand)]
 pub enum SandboxCmd {
-    /// Which isolation features work on this host, and which backend will be used.
+    /// Which isolation features work on this host, which backend will be used, and what of
+    /// the host a sandbox sees.
     Doctor {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+        /// Also remove the directories and cgroups of sandboxes whose process died (safe while
+        /// other dojo processes run).
+        #[arg(long)]
+        clean: bool,
     },
     /// Run a command in a fresh sandbox over a source tree, pass its output through and exit
     /// with its exit code.
@@ -68,7 +73,7 @@ pub fn run(cmd: SandboxCmd) -> anyhow::Result<i32> {
 
 async fn run_async(cmd: SandboxCmd) -> anyhow::Result<i32> {
     match cmd {
-        SandboxCmd::Doctor { json } => doctor(json),
+        SandboxCmd::Doctor { json, clean } => doctor(json, clean),
         SandboxCmd::Run(a) => run_cmd(a).await,
         SandboxCmd::Exec { id, timeout, cmd } => {
             let sb = Sandbox::attach(&id)
@@ -122,10 +127,19 @@ async fn run_async(cmd: SandboxCmd) -> anyhow::Result<i32> {
     }
 }
 
-fn doctor(json: bool) -> anyhow::Result<i32> {
+fn doctor(json: bool, clean: bool) -> anyhow::Result<i32> {
     let r = dojo_sandbox::doctor::report();
+    let swept = clean.then(|| {
+        let s = dojo_sandbox::leftovers::sweep();
+        dojo_sandbox::trash::flush();
+        s
+    });
     if json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        let mut v = serde_json::to_value(&r)?;
+        if let Some(s) = &swept {
+            v["swept"] = serde_json::to_value(s)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
     println!(
@@ -154,6 +168,30 @@ fn doctor(json: bool) -> anyhow::Result<i32> {
         None => println!("  [--] cgroups: not managed here (rlimits only)"),
     }
     println!("backend: {:?}", r.backend);
+    println!(
+        "visible inside a sandbox (read-only; plus its own /testbed, /venv, /tmp, /dev, /proc, /sys):"
+    );
+    for v in &r.visible {
+        let what = match v.kind {
+            dojo_sandbox::visible::Kind::Symlink => format!("-> {}", v.source.display()),
+            dojo_sandbox::visible::Kind::Parent => String::new(),
+            _ if v.source != v.path => format!("(from {})", v.source.display()),
+            _ => String::new(),
+        };
+        println!("  {:<28} {:<24} {}", v.path.display(), what, v.why);
+    }
+    for h in &r.hidden {
+        println!("  {:<28} covered: it is $DOJO_HOME", h.display());
+    }
+    if let Some(s) = swept {
+        println!(
+            "cleaned: {} sandbox director{} and {} cgroup{} of dead processes",
+            s.dirs.len(),
+            if s.dirs.len() == 1 { "y" } else { "ies" },
+            s.cgroups.len(),
+            if s.cgroups.len() == 1 { "" } else { "s" }
+        );
+    }
     Ok(0)
 }
 

@@ -11,7 +11,11 @@ use dojo_sandbox::{ExecRequest, Pristine, PristineStore, Sandbox, SandboxOptions
 pub fn home() -> &'static Path {
     static H: OnceLock<PathBuf> = OnceLock::new();
     H.get_or_init(|| {
-        let h = std::env::temp_dir().join(format!("dojo-sbx-test-{}", std::process::id()));
+        // A helper process a test starts (tests/sweep.rs) shares its parent's home.
+        let h = match std::env::var_os("DOJO_TEST_SHARED_HOME") {
+            Some(p) => std::path::PathBuf::from(p),
+            None => std::env::temp_dir().join(format!("dojo-sbx-test-{}", std::process::id())),
+        };
         std::fs::create_dir_all(&h).unwrap();
         // SAFETY: set once, before any sandbox is created, by the first test to get here.
         unsafe { std::env::set_var("DOJO_HOME", &h) };

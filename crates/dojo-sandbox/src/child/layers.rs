@@ -1,0 +1,105 @@
+//! Layers: the host directories a sandbox root is made of (pristine tree, upper and work dirs,
+//! venv) are first *staged* as bind mounts on a tmpfs at /tmp/{lower,layer,venv} inside the
+//! mount namespace that will mount the overlay: overlayfs (and bind mounts) only accept paths
+//! whose mounts belong to the caller's own mount namespace, and the unprivileged sandbox uid
+//! could not even traverse `$DOJO_HOME` under a 0700 home. Staging happens while the process
+//! still can.
+
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use std::ffi::CString;
+
+use crate::sys::{self, Fd, Step, fmt_u32};
+
+/// Real host paths of the layers.
+pub(crate) struct Layers {
+    pub lower: Option<CString>,
+    /// A directory holding `upper/` and `work/` (overlayfs wants both on one mount).
+    pub layer: CString,
+    pub venv: Option<CString>,
+}
+
+/// Open the layers by path, cover /tmp with a tmpfs, bind each to /tmp/{lower,layer,venv} (through
+/// /proc/self/fd, since /tmp is covered by then) and create /tmp/root for the new root.
+pub(crate) unsafe fn stage_layers(l: &Layers) -> Result<(), Step> {
+    let null = std::ptr::null::<libc::c_char>();
+    let open = |p: &CString| {
+        libc::open(
+            p.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    let mut fds: [(Fd, &std::ffi::CStr); 3] =
+        [(-1, c"/tmp/lower"), (-1, c"/tmp/layer"), (-1, c"/tmp/venv")];
+    for (i, p) in [l.lower.as_ref(), Some(&l.layer), l.venv.as_ref()]
+        .into_iter()
+        .enumerate()
+    {
+        if let Some(p) = p {
+            fds[i].0 = open(p);
+            if fds[i].0 < 0 {
+                return Err(Step::Bind);
+            }
+        }
+    }
+    if !sys::mount(
+        null,
+        c"/".as_ptr(),
+        null,
+        libc::MS_REC | libc::MS_PRIVATE,
+        null,
+    ) {
+        return Err(Step::MakePrivate);
+    }
+    if !sys::mount(
+        c"tmpfs".as_ptr(),
+        c"/tmp".as_ptr(),
+        c"tmpfs".as_ptr(),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        c"mode=0755,size=1m".as_ptr(),
+    ) {
+        return Err(Step::RootTmpfs);
+    }
+    if libc::mkdir(c"/tmp/root".as_ptr(), 0o755) != 0 {
+        return Err(Step::Mkdir);
+    }
+    for (fd, dst) in fds {
+        if fd < 0 {
+            continue;
+        }
+        let mut src = [0u8; 32];
+        let mut n = 0;
+        for &b in b"/proc/self/fd/" {
+            src[n] = b;
+            n += 1;
+        }
+        n += fmt_u32(fd as u32, &mut src[n..]);
+        src[n] = 0;
+        if libc::mkdir(dst.as_ptr(), 0o755) != 0 {
+            return Err(Step::Mkdir);
+        }
+        if !sys::mount(
+            src.as_ptr().cast(),
+            dst.as_ptr(),
+            null,
+            libc::MS_BIND | libc::MS_REC,
+            null,
+        ) {
+            return Err(Step::Bind);
+        }
+        libc::close(fd);
+    }
+    Ok(())
+}
+
+/// One entry of the new root (destinations under `/tmp/root`, the root being built).
+pub(crate) enum RootEntry {
+    /// A read-only bind of a host directory.
+    Bind { src: CString, dst: CString },
+    /// A read-only bind of a host file.
+    File { src: CString, dst: CString },
+    /// A copied symlink.
+    Symlink { target: CString, dst: CString },
+    /// An empty directory (a parent of deeper entries).
+    Dir { dst: CString },
+}

@@ -1,0 +1,194 @@
+//! The launcher's caller-side half: whether to start one (the calling binary, pre-warming, the
+//! process-wide switch-off after a failed start), and [`Client`], the caller's end of a
+//! sandbox's launcher socket.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Mutex;
+
+use super::GREETING;
+use crate::child::Request;
+
+/// Pre-warming: unset (0), on (1), off (2).
+static PREWARM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether sandboxes created from now on keep a supervisor pre-warmed while idle (default: yes;
+/// `DOJO_SANDBOX_PREWARM=0` in the environment turns it off). Turning it off costs ~0.3 ms per
+/// command (benchmarks/results/sandbox.md) and saves, per idle sandbox, one process (~25 KiB
+/// private memory, ~55 KiB page tables) and a pid and a mount namespace.
+pub(crate) fn prewarm() -> bool {
+    use std::sync::atomic::Ordering;
+    match PREWARM.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let on = !std::env::var("DOJO_SANDBOX_PREWARM").is_ok_and(|v| v == "0" || v == "off");
+            PREWARM.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+            on
+        }
+    }
+}
+
+/// Override [`prewarm`] for sandboxes created from now on (benchmarks compare both in one run).
+pub fn set_prewarm(on: bool) {
+    PREWARM.store(if on { 1 } else { 2 }, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Set once a launcher failed to start in this process: later sandboxes skip the attempt.
+static DISABLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The calling binary, opened once (an `O_PATH` fd that stays valid after the pivot and even if
+/// the file is replaced on disk). `DOJO_SANDBOX_LAUNCHER_EXE` names another binary to run as
+/// the launcher instead; tests use it to stand in one that cannot start.
+pub(crate) fn exe_fd() -> Option<RawFd> {
+    static E: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
+    if DISABLED.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
+    E.get_or_init(|| {
+        if std::env::var("DOJO_LAUNCHER").is_ok_and(|v| v == "off" || v == "0")
+            || !super::server::linked()
+        {
+            return None;
+        }
+        let path = std::env::var_os("DOJO_SANDBOX_LAUNCHER_EXE")
+            .and_then(|p| CString::new(std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str())).ok())
+            .unwrap_or_else(|| c"/proc/self/exe".to_owned());
+        // SAFETY: valid C string; the result is checked.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        // SAFETY: fresh descriptor.
+        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+    })
+    .as_ref()
+    .map(|f| f.as_raw_fd())
+}
+
+/// A launcher never greeted. The usual cause is a binary that the dynamic loader
+/// cannot start inside the sandbox: one linking shared libraries from a directory the sandbox
+/// does not show (a `--features cuda` build with the CUDA libraries under `/tmp`, say). Stop
+/// trying for the rest of this process; commands join the sandbox per command instead (correct,
+/// but each one forks the caller). Said once, as a warning.
+pub(crate) fn disable() {
+    if !DISABLED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            "the in-sandbox launcher did not start (this binary, re-executed inside the \
+             sandbox, exited before answering; are its shared libraries visible there?); \
+             sandboxed commands now fork the caller instead, which is slower for a large \
+             caller. DOJO_LAUNCHER=off skips the attempt"
+        );
+    }
+}
+
+/// `LD_LIBRARY_PATH=…` of the caller, for the launcher's own start (never passed to commands):
+/// libraries found through it on the host are found the same way inside the sandbox when
+/// their directory is visible there.
+pub(crate) fn loader_env() -> Option<CString> {
+    let v = std::env::var_os("LD_LIBRARY_PATH")?;
+    let mut b = b"LD_LIBRARY_PATH=".to_vec();
+    b.extend_from_slice(std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()));
+    CString::new(b).ok()
+}
+
+/// A CLOEXEC unix stream socketpair.
+pub(crate) fn socketpair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fills two descriptors on success.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptors, owned by us.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The caller's end of a sandbox's launcher socket.
+#[derive(Debug)]
+pub(crate) struct Client {
+    sock: Mutex<OwnedFd>,
+}
+
+impl Client {
+    /// Wait (blocking, up to 10 s) for the launcher's greeting; `None` when it does not come.
+    pub(crate) fn connect(sock: OwnedFd) -> Option<Client> {
+        let mut p = libc::pollfd {
+            fd: sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: valid pollfd; the read goes into a local buffer.
+        unsafe {
+            if libc::poll(&mut p, 1, 10_000) != 1 {
+                return None;
+            }
+            let mut b = [0u8; 1];
+            if libc::read(sock.as_raw_fd(), b.as_mut_ptr().cast(), 1) != 1 || b[0] != GREETING {
+                return None;
+            }
+        }
+        Some(Client {
+            sock: Mutex::new(sock),
+        })
+    }
+
+    /// Send one request with its fds `[stdin, stdout, stderr, ctl]`.
+    pub(crate) fn submit(&self, req: &Request, fds: [RawFd; 4]) -> std::io::Result<()> {
+        let body = serde_json::to_vec(req).map_err(std::io::Error::other)?;
+        let hdr = (body.len() as u32).to_le_bytes();
+        let sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
+        let fd = sock.as_raw_fd();
+        // SAFETY: the control buffer is sized and aligned for four fds; all pointers are valid
+        // for the duration of the call.
+        unsafe {
+            let mut cbuf = [0u64; 8];
+            let mut iov = libc::iovec {
+                iov_base: hdr.as_ptr() as *mut libc::c_void,
+                iov_len: 4,
+            };
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(16) as usize;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(16) as usize;
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), 4);
+            let n = loop {
+                let n = libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL);
+                if n < 0 && crate::sys::errno() == libc::EINTR {
+                    continue;
+                }
+                break n;
+            };
+            if n < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut rest: &[u8] = &hdr[n as usize..];
+            let mut body_rest: &[u8] = &body;
+            while !rest.is_empty() || !body_rest.is_empty() {
+                let buf = if rest.is_empty() {
+                    &mut body_rest
+                } else {
+                    &mut rest
+                };
+                let w = libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL);
+                if w < 0 {
+                    if crate::sys::errno() == libc::EINTR {
+                        continue;
+                    }
+                    return Err(std::io::Error::last_os_error());
+                }
+                *buf = &buf[w as usize..];
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,55 @@
+//! The in-sandbox launcher: why per-command overhead does not grow with the caller's size.
+//!
+//! Joining a sandbox per command means forking the *caller* (a tokio process, possibly holding
+//! a model: `dojo rollout` with the embedded engine is ~550 MB resident), and a fork copies its
+//! page tables: measured here, a 500 MB caller made every sandboxed `true` cost 80–150 ms. So
+//! pid 1 of each sandbox, once its root is built, `exec`s the calling binary again (through an
+//! fd to `/proc/self/exe` opened before the pivot) with
+//! `DOJO_SANDBOX_LAUNCHER=<sock>,<life>,<prewarm>` in its environment; the `.init_array` hook of
+//! [`server`] sees it before `main` runs and serves commands instead. That process is small and single-threaded, lives inside the sandbox's
+//! user/mount/net/pid namespaces and cgroup, and forks each command's supervisor (its own pid
+//! namespace, Landlock, seccomp, rlimits: `child::run_inside`) on request.
+//!
+//! Protocol (a unix stream socketpair per sandbox; the caller keeps one end): the launcher greets
+//! with one byte `R`; a request is a 4-byte little-endian length with the fds
+//! `[stdin, stdout, stderr, ctl]` attached (SCM_RIGHTS), then that many bytes of JSON
+//! (`child::Request`). `ctl` is one end of a per-command socketpair: the supervisor writes setup
+//! errors and the command's wait status there; the caller writes `T` (SIGTERM to everything the
+//! command started), `K` (SIGKILL) or closes it (SIGKILL, no report).
+//!
+//! Pre-warming: while idle, the launcher keeps one supervisor forked ahead of time, already pid 1
+//! of its own fresh pid namespace, in its own mount namespace with that namespace's `/proc`
+//! mounted and the seccomp filter installed (the same for every command; the command inherits
+//! it); it waits on the socket itself. The first fork into a new pid namespace is the expensive
+//! one (the kernel sets up the namespace's internal proc mount then), and with the mount
+//! namespace, `/proc` and the filter it was most of the per-command setup; now it happens
+//! between commands. The spare reads the next request, tells the launcher over its hand-off pipe
+//! and only starts the command: stdio, argv, env, cwd, rlimits and Landlock still come from the
+//! request and are applied in the command's own process, and a spare serves exactly one command,
+//! so commands share nothing. The launcher arms the next spare as soon as one takes a request,
+//! beside the running command, so that commands sent back to back also find a spare (waiting
+//! until the command was done left those at 1.8–3.5× a bare fork/exec instead of ~1.1×).
+//! Spares live in the sandbox's pid namespace and die with it. `DOJO_SANDBOX_PREWARM=0` turns
+//! this off.
+//!
+//! When the greeting does not come, commands join the namespaces per command with `setns`, as
+//! kept sandboxes re-attached from another process always do, and the launcher stays off for
+//! the rest of the process, with one warning. If the exec itself failed (the sandbox uid cannot
+//! run the binary), pid 1 keeps holding the namespaces. If the exec worked but the new image
+//! died before `main` (the dynamic loader cannot find a shared library inside the sandbox: a
+//! `--features cuda` build whose CUDA libraries live under `/tmp` or in a directory only
+//! `LD_LIBRARY_PATH` names), pid 1 is gone with it and the sandbox is created again without one.
+//! The caller's `LD_LIBRARY_PATH` is passed to the launcher (never to commands) so that the
+//! loader looks where it looked on the host.
+//!
+//! Two halves that share nothing but the protocol: [`server`] runs inside the sandbox (the
+//! hook, the serving loop, the spares), [`client`] in the caller (starting it, submitting
+//! requests, the process-wide switches).
+
+pub(crate) mod client;
+pub(crate) mod server;
+
+pub(crate) use client::{Client, disable, exe_fd, loader_env, prewarm, socketpair};
+
+/// The greeting byte the launcher sends once it serves.
+pub(crate) const GREETING: u8 = b'R';
