@@ -566,11 +566,12 @@ print(json.dumps(res))
 /// `tokens.parquet` trains.
 #[test]
 fn inline_messages_render_to_the_token_export() {
-    let format =
-        match dojo_tokenizer::default_model_path().and_then(|p| dojo_tokenizer::ChatFormat::from_gguf(&p)) {
-            Ok(f) => f,
-            Err(e) => return skip(&format!("default model unavailable: {e}")),
-        };
+    let format = match dojo_tokenizer::default_model_path()
+        .and_then(|p| dojo_tokenizer::ChatFormat::from_gguf(&p))
+    {
+        Ok(f) => f,
+        Err(e) => return skip(&format!("default model unavailable: {e}")),
+    };
     let model = FormatModel::new(format, "smollm2");
     assert!(
         !model.supports_tools(),

@@ -4,11 +4,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use dojo_tokenizer::RenderOptions;
 use dojo_llm::{
     BoxFuture, ChatBackend, ChatMessage, ChatRequest, ChatResponse, Choice, ChoiceLogprobs,
     LlmError, MessageContent, Role, Stop, TokenLogprob, ToolCall, TopLogprob, Usage,
 };
+use dojo_tokenizer::RenderOptions;
 use serde_json::{Map, Value as Json, json};
 
 use crate::EngineError;

@@ -7,9 +7,9 @@ use std::path::Path;
 
 use candle_core::quantized::QMatMul;
 use candle_core::{Device, Tensor};
-use dojo_tokenizer::ChatFormat;
 use dojo_engine::model::{Arch, Config, Linear};
 use dojo_engine::{Engine, EngineOptions};
+use dojo_tokenizer::ChatFormat;
 use serde_json::json;
 
 /// GPT-2's byte → printable-char table (what ByteLevel BPE vocabularies contain).
