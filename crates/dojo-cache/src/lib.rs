@@ -62,6 +62,30 @@ pub fn dojo_home() -> PathBuf {
     home.join(".cache").join("dojo")
 }
 
+/// The shared tools directory (language servers), one rule for the crate that installs there
+/// (dojo-lsp) and the one that shows it to sandboxes (dojo-sandbox): `$DOJO_TOOLS`, else a
+/// directory sandboxes can see (they hide `$DOJO_HOME` and mount a private `/tmp`, so a server
+/// installed there could not start inside a rollout): `/var/lib/dojo/tools` for root (root-owned,
+/// so no sandbox can plant a binary there first), `$XDG_DATA_HOME/dojo/tools` (default
+/// `~/.local/share/dojo/tools`) otherwise.
+pub fn tools_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("DOJO_TOOLS").filter(|v| !v.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return PathBuf::from("/var/lib/dojo/tools");
+    }
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")));
+    match data {
+        Some(d) => d.join("dojo/tools"),
+        None => dojo_home().join("tools"),
+    }
+}
+
 /// Hex sha256 of some bytes; cache keys are built from it.
 pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
     hex::encode(Sha256::digest(bytes.as_ref()))

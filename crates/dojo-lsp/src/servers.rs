@@ -147,26 +147,10 @@ impl Wheel {
     }
 }
 
-/// The shared tools directory: `$DOJO_TOOLS`, else a directory sandboxes can see (they hide
-/// `$DOJO_HOME` and mount a private `/tmp`, so a server installed there could not start inside
-/// a rollout): `/var/lib/dojo/tools` for root (root-owned, so no sandbox can plant a binary
-/// there first), `$XDG_DATA_HOME/dojo/tools` (default `~/.local/share/dojo/tools`) otherwise.
+/// The shared tools directory, where servers are installed: [`dojo_cache::tools_dir`] (a
+/// directory sandboxes can see, so a server can start inside a rollout).
 pub fn tools_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("DOJO_TOOLS").filter(|v| !v.is_empty()) {
-        return PathBuf::from(dir);
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return PathBuf::from("/var/lib/dojo/tools");
-    }
-    let data = std::env::var_os("XDG_DATA_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")));
-    match data {
-        Some(d) => d.join("dojo/tools"),
-        None => dojo_cache::dojo_home().join("tools"),
-    }
+    dojo_cache::tools_dir()
 }
 
 /// Install `kind` (once; concurrent callers wait) and return how to launch it.

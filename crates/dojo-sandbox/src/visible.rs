@@ -112,24 +112,9 @@ pub struct Visible {
     pub why: &'static str,
 }
 
-/// The shared tools directory (language servers): `$DOJO_TOOLS`, else `/var/lib/dojo/tools` as
-/// root, else `$XDG_DATA_HOME/dojo/tools` (default `~/.local/share/dojo/tools`). The same rule
-/// as `dojo_lsp::servers::tools_dir`, which installs there.
+/// The shared tools directory (language servers): [`dojo_cache::tools_dir`].
 pub fn tools_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("DOJO_TOOLS").filter(|v| !v.is_empty()) {
-        return PathBuf::from(dir);
-    }
-    if crate::ids::is_root() {
-        return PathBuf::from("/var/lib/dojo/tools");
-    }
-    let data = std::env::var_os("XDG_DATA_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")));
-    match data {
-        Some(d) => d.join("dojo/tools"),
-        None => dojo_cache::dojo_home().join("tools"),
-    }
+    dojo_cache::tools_dir()
 }
 
 /// An absolute, `..`-free spelling of `p` without resolving symlinks (relative to the cwd).

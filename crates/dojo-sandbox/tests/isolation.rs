@@ -1,4 +1,4 @@
-//! One test per isolation behaviour of issue #2 §7, against the real kernel features.
+//! One test per isolation behaviour the sandbox promises (see the crate docs), against the real kernel features.
 
 mod common;
 
