@@ -330,9 +330,20 @@ mod tests {
         for p in [
             "/home", "/root", "/var", "/run", "/srv", "/opt", "/mnt", "/work",
         ] {
+            // Only as an empty parent on the way to the tools directory (`/var/lib/dojo/tools`
+            // as root), never with its contents.
+            let tools = tools_dir();
             assert!(
-                !v.iter().any(|e| e.path == Path::new(p)),
+                !v.iter()
+                    .any(|e| e.path == Path::new(p)
+                        && !(e.kind == Kind::Parent && tools.starts_with(p))),
                 "{p} is visible: {v:?}"
+            );
+            assert!(
+                !v.iter().any(|e| e.path.starts_with(p)
+                    && e.kind != Kind::Parent
+                    && !e.path.starts_with(&tools)),
+                "something under {p} is visible: {v:?}"
             );
         }
         assert!(v.iter().any(|e| e.path == Path::new("/usr")));
