@@ -96,23 +96,15 @@ fn load(path: &Path, root: &Path) -> Option<DirIndex> {
     (ix.schema_version == SCHEMA_VERSION && ix.root == root).then_some(ix)
 }
 
-/// Write the index atomically (temporary file + rename); concurrent writers each publish a
-/// complete file and the last one wins. Best effort: without an index the next scan reads all.
+/// Write the index with [`dojo_cache::write_atomic`]; concurrent writers each publish a complete
+/// file and the last one wins. Best effort: without an index the next scan reads all.
 fn store(path: &Path, ix: &DirIndex) {
     let Some(dir) = path.parent() else { return };
     if std::fs::create_dir_all(dir).is_err() {
         return;
     }
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
-    let ok = serde_json::to_vec(ix)
-        .ok()
-        .is_some_and(|b| std::fs::write(&tmp, b).is_ok());
-    if !ok || std::fs::rename(&tmp, path).is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    if let Ok(bytes) = serde_json::to_vec(ix) {
+        let _ = dojo_cache::write_atomic(path, &bytes);
     }
 }
 
