@@ -235,7 +235,9 @@ impl KvCache {
     }
 }
 
-fn rope_tables(cfg: &Config, device: &Device) -> candle_core::Result<(Tensor, Tensor)> {
+/// The cos / sin tables of default RoPE for every position up to `max_position` (f32, as
+/// transformers computes them); the trainer builds its tables with this too.
+pub fn rope_tables(cfg: &Config, device: &Device) -> candle_core::Result<(Tensor, Tensor)> {
     let half = cfg.head_dim / 2;
     let inv: Vec<f32> = (0..half)
         .map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f32 / cfg.head_dim as f32))

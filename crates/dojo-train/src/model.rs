@@ -19,7 +19,7 @@ use std::path::Path;
 
 use candle_core::quantized::QMatMul;
 use candle_core::{D, DType, Device, Tensor, Var};
-use dojo_engine::model::Linear as EngineLinear;
+use dojo_engine::model::{Linear as EngineLinear, rope_tables};
 use dojo_engine::{Arch, Config, Model as EngineModel};
 use serde_json::{Value as Json, json};
 
@@ -76,20 +76,6 @@ fn layer_names(arch: Arch, i: usize) -> Vec<String> {
         v.push(format!("{p}.mlp.{n}_proj.weight"));
     }
     v
-}
-
-fn rope_tables(cfg: &Config, device: &Device) -> candle_core::Result<(Tensor, Tensor)> {
-    // Same formula as the engine and transformers' default RoPE (f32 throughout).
-    let half = cfg.head_dim / 2;
-    let inv: Vec<f32> = (0..half)
-        .map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f32 / cfg.head_dim as f32))
-        .collect();
-    let inv = Tensor::from_vec(inv, (1, half), device)?;
-    let t = Tensor::arange(0u32, cfg.max_position as u32, device)?
-        .to_dtype(DType::F32)?
-        .reshape((cfg.max_position, 1))?;
-    let freqs = t.broadcast_mul(&inv)?;
-    Ok((freqs.cos()?, freqs.sin()?))
 }
 
 /// RMSNorm from differentiable primitives (candle's fused kernel has no backward).
