@@ -10,7 +10,7 @@
 //!
 //! Stages, and the crate that owns each concept (nothing here re-implements them):
 //! - [`project`]: the sdist (PyPI's index → `dojo_cache` download, or a directory packed into a
-//!   reproducible tarball); preparation of trees and venvs is `dojo_task::prepare`.
+//!   reproducible tarball); preparation of trees and venvs is `dojo_task::Preparer`.
 //! - [`operators`] (+ [`python`], tree-sitter): the mutations, byte spans with the formatting
 //!   kept, every mutant re-parsed; [`diff`]: the one-hunk bug and gold patches.
 //! - [`sample`]: the seeded, balanced try order.

@@ -1,6 +1,6 @@
 //! The project a run synthesizes tasks from, as an sdist source the task format already knows
 //! (`source.kind = "sdist"`: url, sha256, file name): every synthesized task is that sdist plus
-//! its own `bug_patch`, prepared by `dojo_task::prepare` exactly as the bundled benchmark is.
+//! its own `bug_patch`, prepared by `dojo_task::Preparer` exactly as the bundled benchmark is.
 //!
 //! - `name==version`: the sdist is found in PyPI's simple index (JSON form, PEP 691, the way the
 //!   bundled tasks' URLs and digests were found) and downloaded through `dojo_cache`, checked

@@ -1,7 +1,7 @@
 //! One synthesis run: project → environment → baseline → mutants → validated tasks.
 //!
 //! Everything that runs tests goes through the stage that owns it: trees and venvs from
-//! `dojo_task::prepare` (one clean tree and venv for the whole run; each finished task gets its
+//! `dojo_task::Preparer` (one clean tree and venv for the whole run; each finished task gets its
 //! own, as `dojo validate` builds it), test runs through `dojo_grade::grade_in_sandbox` with the
 //! mutant's bug patch as the patch under test (the harness's apply chain and log parsers), and
 //! FAIL_TO_PASS / PASS_TO_PASS from `dojo_grade::derive_lists`.
@@ -32,7 +32,7 @@ use dojo_grade::{
     validate_in_sandbox,
 };
 use dojo_sandbox::{Pristine, PythonEnv, Sandbox, SandboxOptions};
-use dojo_task::{EnvRegistry, PrepareOptions, RepoEnv, Task, TaskError};
+use dojo_task::{EnvRegistry, RepoEnv, Task, TaskError};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value, json};
@@ -439,13 +439,10 @@ impl Ctx {
         };
         let task = Task::from_row(row.clone(), &loc).map_err(|e| e.to_string())?;
         let env = self.registry.resolve(&task).map_err(|e| e.to_string())?;
-        let (t, e) = (task.clone(), env.clone());
-        let prepared = tokio::task::spawn_blocking(move || {
-            dojo_task::prepare(&t, &e, &PrepareOptions::default())
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+        let prepared = dojo_task::Preparer::default()
+            .prepare(&task, &env)
+            .await
+            .map_err(|e| e.to_string())?;
         let mut sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), &self.sandbox)
             .await
             .map_err(|e| format!("creating a sandbox: {e}"))?;
@@ -807,15 +804,13 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
     let mut state = State::open(&opts.out, &header)?;
 
     // The clean tree and venv, built once (cached in $DOJO_HOME).
-    let (t, e) = (clean.clone(), env.clone());
-    let prepared =
-        tokio::task::spawn_blocking(move || dojo_task::prepare(&t, &e, &PrepareOptions::default()))
-            .await
-            .map_err(|e| SynthError::Input(e.to_string()))?
-            .map_err(|e| SynthError::Environment {
-                project: label.clone(),
-                reason: e.to_string(),
-            })?;
+    let prepared = dojo_task::Preparer::default()
+        .prepare(&clean, &env)
+        .await
+        .map_err(|e| SynthError::Environment {
+            project: label.clone(),
+            reason: e.to_string(),
+        })?;
 
     let base = match state.baseline.clone() {
         Some(b) => b,
@@ -912,8 +907,8 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
         clean,
         env,
         registry,
-        pristine: prepared.pristine,
-        venv: prepared.env,
+        pristine: prepared.pristine.clone(),
+        venv: prepared.env.clone(),
         stable_count: base.passing.len(),
         stable,
         test_files: test_files.iter().cloned().collect(),
