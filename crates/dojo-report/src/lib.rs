@@ -15,9 +15,11 @@
 //! - [`chart`]: bar charts (histograms), horizontal stacked bars, grouped bars and line charts
 //!   (a loss or reward curve), each an [`Svg`] that goes inline in a page or into its own
 //!   `.svg` file.
+//! - [`stats`]: rates with their 95% Wilson intervals, as every report states them.
 
 pub mod chart;
 mod page;
+pub mod stats;
 
 pub use chart::{
     BarChart, LineChart, PALETTE, Segment, Series, StackedRow, Svg, grouped_bars, stacked_bars,
