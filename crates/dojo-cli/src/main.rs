@@ -46,6 +46,8 @@ enum Command {
     /// Fine-tune a model on curated token data: sft.
     #[command(subcommand)]
     Train(cmd::train::TrainCmd),
+    /// Choose one patch per task from k candidates; pass@k / best@k table and curves.
+    Select(cmd::select::SelectArgs),
 }
 
 /// `dojo … | head`: once the reader is gone, `println!` panics with "failed printing to stdout:
@@ -91,6 +93,7 @@ fn main() -> anyhow::Result<()> {
         Command::Curate(a) => cmd::curate::run(a)?,
         Command::Synth(a) => cmd::synth::run(a)?,
         Command::Train(c) => cmd::train::run(c)?,
+        Command::Select(a) => cmd::select::run(a)?,
     };
     std::process::exit(code);
 }

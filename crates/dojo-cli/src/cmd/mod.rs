@@ -7,6 +7,7 @@ pub mod eval;
 pub mod lsp;
 pub mod rollout;
 pub mod sandbox;
+pub mod select;
 pub mod serve;
 pub mod synth;
 pub mod task_set;

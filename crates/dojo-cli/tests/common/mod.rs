@@ -48,3 +48,37 @@ pub fn scratch(tag: &str) -> tempfile::TempDir {
         .tempdir()
         .expect("scratch dir")
 }
+
+/// The sandbox can run and the bundled tasks `ids` have their trees and environments (built
+/// now if needed, which needs PyPI and `uv`: `source scripts/setup-tools.sh`). `Err` = the
+/// reason to skip; under `CI=true` a missing kernel feature fails instead.
+pub fn bundled_ready(ids: &[&str]) -> Result<(), String> {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("DOJO_PYTOOLS").is_none() {
+            // SAFETY: set once, under the Once, before this test process starts other threads
+            // that read the environment (std serialises its own reads with set_var).
+            unsafe { std::env::set_var("DOJO_PYTOOLS", pytools()) };
+        }
+    });
+    if !dojo_sandbox::doctor::namespaces_usable() {
+        let reason = "user/mount/pid/net namespaces unavailable".to_string();
+        assert!(!ci(), "CI=true: {reason}");
+        return Err(reason);
+    }
+    let tasks = dojo_task::load_tasks(std::path::Path::new(BUNDLED)).map_err(|e| e.to_string())?;
+    let reg = dojo_task::EnvRegistry::embedded().map_err(|e| e.to_string())?;
+    for id in ids {
+        let t = tasks
+            .iter()
+            .find(|t| t.instance_id == *id)
+            .ok_or_else(|| format!("{id} not in the bundled benchmark"))?;
+        let env = reg.resolve(t).map_err(|e| e.to_string())?;
+        dojo_task::prepare(t, &env, &Default::default()).map_err(|e| {
+            format!(
+                "cannot prepare {id} (offline, or uv missing: source scripts/setup-tools.sh): {e}"
+            )
+        })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,250 @@
+//! The candidates of each task, read from `dojo rollout` run directories.
+//!
+//! A candidate is one rollout's final patch with its grade. Infrastructure failures say nothing
+//! about the agent, so they are left out (and counted); an empty patch is a real answer of the
+//! agent and stays in, as a candidate that loses. Several run directories can be pooled (for
+//! example two policies, or two runs of one), but only over the same task file: candidates of
+//! different task sets are refused rather than silently mixed.
+//!
+//! A run directory is complete when its `summary.json` is at least as new as its
+//! `trajectories.jsonl` (`dojo rollout` writes the summary last). Selecting on a run that is
+//! still being written, or was interrupted, needs `allow_partial`, and the output says so.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::SelectError;
+use crate::patch::normalized_key;
+
+/// One candidate answer for a task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// Index of the run directory it came from (in the order given).
+    pub run: usize,
+    pub sample_index: u32,
+    /// The final workspace diff (empty when the agent changed nothing).
+    pub patch: String,
+    /// Graded as resolved. `false` for ungraded candidates too (see `graded`).
+    pub resolved: bool,
+    pub graded: bool,
+    /// Agent steps taken.
+    pub steps: usize,
+    pub stop_reason: String,
+    /// [`normalized_key`] of the patch: equal keys are the same fix.
+    pub key: String,
+}
+
+impl Candidate {
+    /// `run/sample`, how reports and `selection.json` name a candidate.
+    pub fn label(&self) -> String {
+        format!("r{}s{}", self.run, self.sample_index)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.patch.trim().is_empty()
+    }
+}
+
+/// Every candidate of one task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskCandidates {
+    pub task_id: String,
+    pub candidates: Vec<Candidate>,
+}
+
+impl TaskCandidates {
+    pub fn resolved(&self) -> usize {
+        self.candidates.iter().filter(|c| c.resolved).count()
+    }
+}
+
+/// The candidates of a set of tasks, with what was left out.
+#[derive(Debug, Clone, Default)]
+pub struct CandidateSet {
+    /// Sorted by task id; candidates in (run, sample) order.
+    pub tasks: Vec<TaskCandidates>,
+    pub sources: Vec<PathBuf>,
+    /// Rollouts left out as infrastructure failures.
+    pub infra_left_out: usize,
+    /// Candidates without a grade (kept; they count as unresolved in every curve).
+    pub ungraded: usize,
+    /// Unreadable lines, named by file and line.
+    pub problems: Vec<String>,
+    /// Some run directory was still being written or interrupted.
+    pub partial: bool,
+}
+
+impl CandidateSet {
+    pub fn candidates(&self) -> usize {
+        self.tasks.iter().map(|t| t.candidates.len()).sum()
+    }
+
+    /// The fewest candidates any task has (0 without tasks).
+    pub fn min_k(&self) -> usize {
+        self.tasks
+            .iter()
+            .map(|t| t.candidates.len())
+            .min()
+            .unwrap_or(0)
+    }
+
+    pub fn max_k(&self) -> usize {
+        self.tasks
+            .iter()
+            .map(|t| t.candidates.len())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadOptions {
+    /// Select on run directories that are still being written or were interrupted.
+    pub allow_partial: bool,
+}
+
+/// The part of `run.json` selection needs.
+#[derive(Deserialize)]
+struct RunManifest {
+    tasks_file: String,
+}
+
+/// Reads the candidates of every run directory in `dirs`.
+pub fn load_runs(dirs: &[PathBuf], opts: LoadOptions) -> Result<CandidateSet, SelectError> {
+    if dirs.is_empty() {
+        return Err(SelectError::Empty("no run directory given".into()));
+    }
+    let mut set = CandidateSet {
+        sources: dirs.to_vec(),
+        ..CandidateSet::default()
+    };
+    let mut tasks_file: Option<(String, &Path)> = None;
+    let mut by_task: BTreeMap<String, Vec<Candidate>> = BTreeMap::new();
+    for (run, dir) in dirs.iter().enumerate() {
+        let manifest = read_manifest(dir)?;
+        match &tasks_file {
+            None => tasks_file = Some((manifest.tasks_file.clone(), dir)),
+            Some((first, first_dir)) if *first != manifest.tasks_file => {
+                return Err(SelectError::Input {
+                    path: dir.join("run.json"),
+                    reason: format!(
+                        "a run over tasks file {}, but {} is a run over {first}: \
+                         candidates of different task sets are not pooled",
+                        manifest.tasks_file,
+                        first_dir.display()
+                    ),
+                });
+            }
+            Some(_) => {}
+        }
+        let store = dir.join("trajectories.jsonl");
+        if !is_complete(dir, &store) {
+            if !opts.allow_partial {
+                return Err(SelectError::Input {
+                    path: dir.to_path_buf(),
+                    reason: "the run is still being written or was interrupted (summary.json is \
+                             missing or older than trajectories.jsonl); finish or resume it, or \
+                             pass --partial to select on what is there"
+                        .into(),
+                });
+            }
+            set.partial = true;
+        }
+        let report = dojo_trajectory::read_jsonl(&store).map_err(|e| SelectError::Io {
+            path: store.clone(),
+            reason: e.to_string(),
+        })?;
+        for p in &report.problems {
+            set.problems.push(format!("{}: {p}", store.display()));
+        }
+        for t in report.trajectories {
+            if t.is_infrastructure_failure() {
+                set.infra_left_out += 1;
+                continue;
+            }
+            if !t.is_graded() {
+                set.ungraded += 1;
+            }
+            let patch = t.patch.clone().unwrap_or_default();
+            by_task
+                .entry(t.task_id.clone())
+                .or_default()
+                .push(Candidate {
+                    run,
+                    sample_index: t.sample_index,
+                    key: normalized_key(&patch),
+                    resolved: t.is_resolved(),
+                    graded: t.is_graded(),
+                    steps: t.steps.len(),
+                    stop_reason: t.stop_reason.as_str().to_string(),
+                    patch,
+                });
+        }
+    }
+    set.tasks = by_task
+        .into_iter()
+        .map(|(task_id, mut candidates)| {
+            candidates.sort_by_key(|c| (c.run, c.sample_index));
+            TaskCandidates {
+                task_id,
+                candidates,
+            }
+        })
+        .collect();
+    if set.tasks.is_empty() {
+        return Err(SelectError::Empty(format!(
+            "{} run director{} hold no candidate ({} infrastructure failures left out)",
+            dirs.len(),
+            if dirs.len() == 1 { "y" } else { "ies" },
+            set.infra_left_out
+        )));
+    }
+    Ok(set)
+}
+
+fn read_manifest(dir: &Path) -> Result<RunManifest, SelectError> {
+    let path = dir.join("run.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| SelectError::Input {
+        path: path.clone(),
+        reason: format!("{e}: not a `dojo rollout` run directory?"),
+    })?;
+    serde_json::from_str(&text).map_err(|e| SelectError::Input {
+        path,
+        reason: format!("not a run manifest: {e}"),
+    })
+}
+
+fn is_complete(dir: &Path, store: &Path) -> bool {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (modified(&dir.join("summary.json")), modified(store)) {
+        (Some(summary), Some(store)) => summary >= store,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A candidate with a patch touching `line`, for selector tests.
+    pub fn cand(sample: u32, patch: &str, resolved: bool) -> Candidate {
+        Candidate {
+            run: 0,
+            sample_index: sample,
+            patch: patch.to_string(),
+            resolved,
+            graded: true,
+            steps: 3,
+            stop_reason: "submitted".into(),
+            key: normalized_key(patch),
+        }
+    }
+
+    #[test]
+    fn labels_name_run_and_sample() {
+        assert_eq!(cand(3, "", false).label(), "r0s3");
+        assert!(cand(0, "  \n", false).is_empty());
+    }
+}

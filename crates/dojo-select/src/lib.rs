@@ -1,0 +1,53 @@
+//! # dojo-select: test-time selection, one patch per task from k candidates
+//!
+//! Pipeline position: **select**, the last stage
+//! (task → sandbox → agent ⇄ policy → trajectory → grade → curate → train → **select**).
+//! A user with k graded rollouts per task wants one prediction per task, and the curves that
+//! show what more samples buy: SWE-Gym reranks k rollouts with a verifier, SWE-Master and
+//! SWE-World with a reward model's score. This crate owns that step:
+//!
+//! - [`candidates`]: the k candidates of each task, read from `dojo rollout` run directories
+//!   (infrastructure failures left out and counted, empty patches kept: they lose).
+//! - [`patch`]: normalized patch equivalence (whitespace, comments, hunk and file order), the
+//!   key majority voting clusters by.
+//! - [`passk`]: the unbiased pass@k estimator (Chen et al. 2021) and bootstrap intervals.
+//! - [`selector`]: the [`Selector`] trait and the selectors that need no model: `oracle`
+//!   (pass@k, for reference), `random` and `majority`.
+//! - [`run`]: selection over a candidate set: the choice per task with every candidate's score,
+//!   best@k for k = 1…K, `predictions.jsonl`, `selection.json` and the HTML report.
+//!
+//! Ties are broken by a seeded random choice for the prediction written; the best@k curves use
+//! the exact expectation over that choice (the share of resolved candidates among the tied
+//! best), so the curves do not depend on the seed.
+
+pub mod candidates;
+pub mod passk;
+pub mod patch;
+pub mod report;
+pub mod run;
+pub mod selector;
+
+pub use candidates::{Candidate, CandidateSet, LoadOptions, TaskCandidates};
+pub use run::{SelectOptions, SelectOutput, select};
+pub use selector::{Selector, SelectorKind};
+
+/// Schema of `selection.json`.
+pub const SELECTION_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SelectError {
+    #[error("{path}: {reason}")]
+    Io {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+    #[error("{path}: {reason}")]
+    Input {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+    #[error("unknown selector `{0}` (known: oracle, random, majority, all)")]
+    UnknownSelector(String),
+    #[error("no candidates: {0}")]
+    Empty(String),
+}

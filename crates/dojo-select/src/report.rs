@@ -1,0 +1,148 @@
+//! `report.html` of `dojo select`: the selector table, the pass@k / best@k curves and every
+//! task's choice with the scores that made it.
+
+use dojo_report::{LineChart, Page, Table, escape, number};
+
+use crate::run::{CurvePoint, SelectOutput};
+
+fn pct(v: f64) -> String {
+    format!("{:.1}%", 100.0 * v)
+}
+
+fn with_interval(p: &CurvePoint) -> String {
+    format!(
+        "{} [{}, {}]",
+        pct(p.estimate.mean),
+        pct(p.estimate.low),
+        pct(p.estimate.high)
+    )
+}
+
+fn points(curve: &[CurvePoint]) -> Vec<(f64, f64)> {
+    curve
+        .iter()
+        .map(|p| (p.k as f64, 100.0 * p.estimate.mean))
+        .collect()
+}
+
+pub fn render(out: &SelectOutput) -> String {
+    let mut page = Page::new("dojo select");
+    page.subtitle(&format!(
+        "{} tasks, k = {}, seed {}{}",
+        out.tasks,
+        out.k,
+        out.seed,
+        if out.partial {
+            " — PARTIAL: a run directory was still being written or was interrupted"
+        } else {
+            ""
+        }
+    ));
+    let pass1 = out.pass_at_k.first().map(with_interval).unwrap_or_default();
+    let pass_k = out.pass_at_k.last().map(with_interval).unwrap_or_default();
+    let left_out = format!(
+        "{} infrastructure failures left out, {} ungraded",
+        out.infra_left_out, out.ungraded
+    );
+    page.cards([
+        (
+            "pass@1",
+            pass1.as_str(),
+            "unbiased estimator, 95% bootstrap",
+        ),
+        ("pass@k", pass_k.as_str(), "any candidate resolves"),
+        ("candidates", &out.k.to_string(), left_out.as_str()),
+    ]);
+    if !out.tasks_short.is_empty() {
+        page.note(&format!(
+            "{} task(s) have fewer than k = {} candidates and are left out of the points they \
+             cannot reach: {}",
+            out.tasks_short.len(),
+            out.k,
+            out.tasks_short
+                .iter()
+                .map(|(t, n)| format!("{t} ({n})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+
+    page.heading("Selectors");
+    let mut header = vec!["selector".to_string()];
+    header.extend((1..=out.k).map(|k| format!("k={k}")));
+    header.extend(["gap closed".into(), "ms / task".into()]);
+    let mut table = Table::new(header).numeric(1..out.k + 3);
+    let mut pass_row = vec!["pass@k".to_string()];
+    pass_row.extend(out.pass_at_k.iter().map(with_interval));
+    pass_row.extend(["100%".into(), "–".into()]);
+    table.row(pass_row);
+    for s in &out.selectors {
+        let mut row = vec![if s.reference {
+            format!("{} (reference)", s.name)
+        } else {
+            s.name.clone()
+        }];
+        row.extend(s.best_at_k.iter().map(with_interval));
+        row.push(s.gap_closed.map_or("–".into(), pct));
+        row.push(number(1000.0 * s.seconds_per_task, 2));
+        table.row(row);
+    }
+    page.table(&table);
+    page.note(
+        "best@k: the expected resolve rate when the selector sees k of a task's candidates \
+         (every k-subset, or 256 seeded ones), ties at the exact expectation. Gap closed: \
+         (best@K − pass@1) / (pass@K − pass@1).",
+    );
+    let mut chart = LineChart::new("Resolved by number of candidates", "k", "resolved %")
+        .series("pass@k", points(&out.pass_at_k));
+    for s in &out.selectors {
+        if !s.reference {
+            chart = chart.series(&s.name, points(&s.best_at_k));
+        }
+    }
+    page.chart(&chart.svg());
+
+    for s in &out.selectors {
+        page.heading(&format!("Choices of {}", s.name));
+        let mut t = Table::new([
+            "task",
+            "chosen",
+            "resolved",
+            "ties",
+            "scores (label: score ✓ resolved)",
+        ]);
+        for c in &s.choices {
+            let scores = c
+                .candidates
+                .iter()
+                .map(|x| {
+                    format!(
+                        "{}: {}{}{}",
+                        x.label,
+                        number(x.score, 3),
+                        if x.resolved { " ✓" } else { "" },
+                        if x.empty { " (empty)" } else { "" }
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            t.row_html([
+                escape(&c.task_id),
+                escape(&c.chosen),
+                if c.resolved {
+                    "yes".into()
+                } else {
+                    "no".into()
+                },
+                c.ties.to_string(),
+                escape(&scores),
+            ]);
+        }
+        page.table(&t);
+    }
+    if !out.problems.is_empty() {
+        page.heading("Unreadable records");
+        page.preformatted(&out.problems);
+    }
+    page.finish()
+}
