@@ -1,7 +1,9 @@
-//! End to end through the real `dojo` binary: `dojo rollout` (gold-replay, 2 samples on two of
-//! the bundled benchmark's fastest tasks, real sandboxes and grading) → `dojo select` with every
-//! selector → `dojo eval` grades the chosen predictions as resolved. Also the refusals: a run
-//! still being written, an unknown selector.
+//! End to end through the real `dojo` binary, real sandboxes and grading: `dojo rollout` twice on
+//! two of the bundled benchmark's fastest tasks, 2 samples each — gold-replay (resolves) and a
+//! replay of only its final `submit` (an empty patch: unresolved) — pooled by `dojo select` with
+//! every selector (majority must beat random: empty patches lose), `dojo eval` grades the chosen
+//! predictions as resolved, and `dojo curate --verifier` turns the pool into balanced YES/NO
+//! judgement samples. Also the refusals: a run still being written, an unknown selector.
 //!
 //! Needs the sandbox's kernel features and the tasks' sources and environments (PyPI, cached in
 //! `$DOJO_HOME`); without them it prints `SKIPPED: <reason>` (under `CI=true` a missing kernel
@@ -35,11 +37,40 @@ fn rollouts_to_selected_predictions_that_eval_resolves() {
     }
     assert_eq!(dojo(&args).status.code(), Some(0));
 
+    // The same agents, replayed up to their first turn and then straight to `submit`.
+    let submit_only = dir.path().join("submit-only.jsonl");
+    let mut lines = String::new();
+    for line in std::fs::read_to_string(run.join("trajectories.jsonl"))
+        .unwrap()
+        .lines()
+    {
+        let mut t: Value = serde_json::from_str(line).unwrap();
+        let msgs = t["messages"].as_array().unwrap().clone();
+        let submit = msgs
+            .iter()
+            .rfind(|m| m["role"] == "assistant")
+            .unwrap()
+            .clone();
+        t["messages"] = Value::Array(vec![msgs[0].clone(), msgs[1].clone(), submit]);
+        lines.push_str(&t.to_string());
+        lines.push('\n');
+    }
+    std::fs::write(&submit_only, lines).unwrap();
+    let empty = dir.path().join("empty");
+    let policy = format!("replay:{}", p(&submit_only));
+    let mut args = vec!["rollout", "--tasks", BUNDLED, "--policy", &policy];
+    args.extend(["-n", "2", "--out", p(&empty)]);
+    for id in TASKS {
+        args.extend(["--instance", id]);
+    }
+    assert_eq!(dojo(&args).status.code(), Some(0));
+
     let out = dir.path().join("sel");
     let o = dojo(&[
         "select",
         "--rollouts",
         p(&run),
+        p(&empty),
         "--selector",
         "all",
         "--out",
@@ -47,18 +78,59 @@ fn rollouts_to_selected_predictions_that_eval_resolves() {
     ]);
     assert_eq!(o.status.code(), Some(0));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("2 tasks, 4 candidates (k = 2"), "{stdout}");
+    assert!(stdout.contains("2 tasks, 8 candidates (k = 4"), "{stdout}");
     let sel: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("selection.json")).unwrap())
             .unwrap();
     assert_eq!(sel["schema_version"], 1);
     assert_eq!(sel["tasks"], 2);
-    for s in sel["selectors"].as_array().unwrap() {
-        // Every gold candidate resolves, so every selector's choice does.
-        assert_eq!(s["resolved"], 2, "{}", s["name"]);
-        let at2 = &s["best_at_k"][1];
-        assert_eq!(at2["mean"], 1.0, "{}", s["name"]);
-    }
+    assert_eq!(sel["pass_at_k"][0]["mean"], 0.5);
+    assert_eq!(sel["notes"][0], "verifier: not run (no --verifier given)");
+    let best_at = |name: &str, k: usize| {
+        let s = sel["selectors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap();
+        s["best_at_k"][k - 1]["mean"].as_f64().unwrap()
+    };
+    assert_eq!(best_at("random", 4), 0.5);
+    assert_eq!(best_at("oracle", 4), 1.0);
+    // The empty patches lose to any change: majority picks a gold patch whenever it sees one.
+    assert_eq!(best_at("majority", 4), 1.0);
+
+    // Verifier data from the same pool: 2 successes and 2 failures per task, balanced.
+    let cur = dir.path().join("verifier-data");
+    let o = dojo(&[
+        "curate",
+        "--rollouts",
+        p(&run),
+        p(&empty),
+        "--verifier",
+        "--format",
+        "parquet,messages",
+        "--out",
+        p(&cur),
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    let rows: Vec<Value> = std::fs::read_to_string(cur.join("messages.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 8);
+    let answers: Vec<&str> = rows
+        .iter()
+        .map(|r| {
+            r["messages"].as_array().unwrap().last().unwrap()["content"]
+                .as_str()
+                .unwrap()
+        })
+        .collect();
+    let yes = answers.iter().filter(|a| a.contains("YES")).count();
+    assert_eq!((yes, answers.len() - yes), (4, 4));
+    assert!(cur.join("tokens.parquet").exists());
     let report = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(report.contains("Choices of majority") && report.contains("gweis__isodate-1"));
 

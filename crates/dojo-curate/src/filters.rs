@@ -36,14 +36,14 @@ pub struct StageReport {
 }
 
 impl StageReport {
-    fn new(stage: &str, input: usize) -> StageReport {
+    pub(crate) fn new(stage: &str, input: usize) -> StageReport {
         StageReport {
             stage: stage.to_string(),
             input,
             ..Default::default()
         }
     }
-    fn drop(&mut self, reason: &str) {
+    pub(crate) fn drop(&mut self, reason: &str) {
         *self.dropped.entry(reason.to_string()).or_default() += 1;
     }
     /// Total dropped.

@@ -7,7 +7,8 @@
 //! dedup, an optional minimum of successful LSP calls), renders what survives with the target
 //! model's chat template and tokenizer, and writes training data the usual trainers read as is:
 //! pre-tokenized Parquet with loss masks (token-exact with what the policy saw), OpenAI-shaped
-//! messages (Parquet + JSONL) and LLaMA-Factory's sharegpt layout. Every stage reports how many
+//! messages (Parquet + JSONL) and LLaMA-Factory's sharegpt layout. With `--verifier` it writes
+//! SWE-Gym-style YES/NO judgement samples instead (see [`verifier`]), in the same formats. Every stage reports how many
 //! trajectories it dropped and why; every unreadable line is reported with file, line and reason.
 
 pub mod export;
@@ -19,6 +20,7 @@ pub mod pipeline;
 pub mod render;
 pub mod report;
 pub mod target_model;
+pub mod verifier;
 pub mod view;
 
 pub use pipeline::{Config, CurateError, CurationSummary, FilterSet, Formats, run};

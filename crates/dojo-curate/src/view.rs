@@ -99,6 +99,8 @@ pub struct Traj {
     /// The first step whose prompt token ids the policy server returned: (position in `steps`,
     /// ids). Checked against the target tokenizer to catch a tokenizer/model mismatch.
     pub recorded_prompt: Option<(usize, Vec<u32>)>,
+    /// The final workspace diff (what a verifier judges).
+    pub patch: Option<String>,
 }
 
 fn json<T: serde::Serialize>(v: &T) -> Value {
@@ -148,6 +150,7 @@ impl Traj {
                 .iter()
                 .enumerate()
                 .find_map(|(k, s)| s.prompt_token_ids.clone().map(|ids| (k, ids))),
+            patch: t.patch.clone(),
         }
     }
 

@@ -160,16 +160,23 @@ impl ChatBackend for WithSampling {
     }
 }
 
-impl BackendFactory for ModelBackends {
-    fn backend(&self, _p: &Prepared, sample: u32) -> Result<Arc<dyn ChatBackend>, String> {
+impl ModelBackends {
+    /// The policy's model with its name and sampling filled into requests; `sample` offsets a
+    /// fixed seed, so distinct samples of one task are not identical.
+    pub fn for_sample(&self, sample: u32) -> Arc<dyn ChatBackend> {
         let mut sampling = self.config.sampling.clone();
-        // Distinct samples of one task must not be identical under a fixed seed.
         sampling.seed = sampling.seed.map(|s| s.wrapping_add(sample as u64));
-        Ok(Arc::new(WithSampling {
+        Arc::new(WithSampling {
             inner: self.client.clone(),
             model: self.model.clone(),
             sampling,
-        }))
+        })
+    }
+}
+
+impl BackendFactory for ModelBackends {
+    fn backend(&self, _p: &Prepared, sample: u32) -> Result<Arc<dyn ChatBackend>, String> {
+        Ok(self.for_sample(sample))
     }
     fn policy_info(&self) -> PolicyInfo {
         PolicyInfo {

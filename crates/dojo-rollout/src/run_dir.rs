@@ -103,11 +103,26 @@ pub fn make_backends(
         PolicyKind::Replay { file } => {
             Box::new(ReplayBackends::load(config, file).map_err(RolloutError::Policy)?)
         }
+        PolicyKind::Openai { .. } | PolicyKind::Embedded { .. } => {
+            Box::new(model_backends(policy, embedded)?)
+        }
+    })
+}
+
+/// The backends of a model policy (`openai` or `embedded`); other kinds are refused. Also what
+/// callers use that need the policy's model itself rather than a rollout (a verifier judge):
+/// [`ModelBackends::for_sample`].
+pub fn model_backends(
+    policy: &PolicyConfig,
+    embedded: Option<Arc<dyn ChatBackend>>,
+) -> Result<ModelBackends, RolloutError> {
+    let config = policy.clone();
+    match &policy.kind {
         PolicyKind::Openai { model, .. } => {
             let cfg = openai_client_config(&policy.kind)?;
             let client = dojo_llm::OpenAiClient::new(cfg)
                 .map_err(|e| RolloutError::Policy(e.to_string()))?;
-            Box::new(ModelBackends {
+            Ok(ModelBackends {
                 config,
                 kind: "openai",
                 model: model.clone(),
@@ -120,14 +135,18 @@ pub fn make_backends(
                     "the embedded engine is not available in this build (build dojo-cli with the `engine` feature)".into(),
                 )
             })?;
-            Box::new(ModelBackends {
+            Ok(ModelBackends {
                 config,
                 kind: "embedded",
                 model: model.clone(),
                 client,
             })
         }
-    })
+        _ => Err(RolloutError::Policy(format!(
+            "{} is not a model policy (use openai:MODEL, embedded[:MODEL] or a policy file of those kinds)",
+            policy.kind_name()
+        ))),
+    }
 }
 
 /// The HTTP client settings of an `openai` policy: the environment's (`OPENAI_*`,

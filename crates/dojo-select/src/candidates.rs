@@ -12,6 +12,9 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use dojo_llm::ChatMessage;
 
 use serde::Deserialize;
 
@@ -34,6 +37,8 @@ pub struct Candidate {
     pub stop_reason: String,
     /// [`normalized_key`] of the patch: equal keys are the same fix.
     pub key: String,
+    /// The conversation, for selectors that read it (the verifier).
+    pub messages: Arc<Vec<ChatMessage>>,
 }
 
 impl Candidate {
@@ -180,6 +185,7 @@ pub fn load_runs(dirs: &[PathBuf], opts: LoadOptions) -> Result<CandidateSet, Se
                     steps: t.steps.len(),
                     stop_reason: t.stop_reason.as_str().to_string(),
                     patch,
+                    messages: Arc::new(t.messages),
                 });
         }
     }
@@ -239,6 +245,7 @@ pub(crate) mod tests {
             steps: 3,
             stop_reason: "submitted".into(),
             key: normalized_key(patch),
+            messages: Arc::default(),
         }
     }
 

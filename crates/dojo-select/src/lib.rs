@@ -13,6 +13,8 @@
 //! - [`passk`]: the unbiased pass@k estimator (Chen et al. 2021) and bootstrap intervals.
 //! - [`selector`]: the [`Selector`] trait and the selectors that need no model: `oracle`
 //!   (pass@k, for reference), `random` and `majority`.
+//! - [`verifier`]: SWE-Gym's verifier: a judge model's p(YES) over the interaction log, from
+//!   any OpenAI-compatible endpoint with log-probabilities or the embedded engine.
 //! - [`run`]: selection over a candidate set: the choice per task with every candidate's score,
 //!   best@k for k = 1…K, `predictions.jsonl`, `selection.json` and the HTML report.
 //!
@@ -26,6 +28,7 @@ pub mod patch;
 pub mod report;
 pub mod run;
 pub mod selector;
+pub mod verifier;
 
 pub use candidates::{Candidate, CandidateSet, LoadOptions, TaskCandidates};
 pub use run::{SelectOptions, SelectOutput, select};
@@ -46,7 +49,7 @@ pub enum SelectError {
         path: std::path::PathBuf,
         reason: String,
     },
-    #[error("unknown selector `{0}` (known: oracle, random, majority, all)")]
+    #[error("unknown selector `{0}` (known: oracle, random, majority, verifier, all)")]
     UnknownSelector(String),
     #[error("no candidates: {0}")]
     Empty(String),

@@ -53,6 +53,9 @@ pub fn render(out: &SelectOutput) -> String {
         ("pass@k", pass_k.as_str(), "any candidate resolves"),
         ("candidates", &out.k.to_string(), left_out.as_str()),
     ]);
+    for n in &out.notes {
+        page.note(n);
+    }
     if !out.tasks_short.is_empty() {
         page.note(&format!(
             "{} task(s) have fewer than k = {} candidates and are left out of the points they \

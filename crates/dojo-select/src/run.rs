@@ -20,15 +20,20 @@ use serde::Serialize;
 
 use crate::candidates::{CandidateSet, TaskCandidates};
 use crate::passk::{Estimate, bootstrap_mean, pass_at_k};
-use crate::selector::{Selector, SelectorKind, choose, expected_resolved};
+#[cfg(doc)]
+use crate::selector::SelectorKind;
+use crate::selector::{Selector, choose, expected_resolved};
 use crate::{SELECTION_SCHEMA_VERSION, SelectError};
 
 /// The most k-subsets a best@k point averages over per task.
 pub const MAX_SUBSETS: usize = 256;
 
-#[derive(Debug, Clone)]
 pub struct SelectOptions {
-    pub selectors: Vec<SelectorKind>,
+    /// Built with [`SelectorKind::build`], or a model-scored selector such as
+    /// [`crate::verifier::Precomputed`].
+    pub selectors: Vec<Box<dyn Selector>>,
+    /// Lines for the output about how scores were obtained (verifier failures, …).
+    pub notes: Vec<String>,
     /// Candidates per task to select among (default: the most any task has).
     pub k: Option<usize>,
     pub seed: u64,
@@ -96,6 +101,7 @@ pub struct SelectOutput {
     pub tasks_short: Vec<(String, usize)>,
     pub pass_at_k: Vec<CurvePoint>,
     pub selectors: Vec<SelectorResult>,
+    pub notes: Vec<String>,
     /// Files written, relative to the output directory.
     pub files: Vec<String>,
 }
@@ -130,17 +136,11 @@ pub fn select(set: &CandidateSet, opts: &SelectOptions) -> Result<SelectOutput, 
             }
         })
         .collect();
-    let mut selectors = Vec::new();
-    for kind in &opts.selectors {
-        let selector = kind.build();
-        selectors.push(evaluate(
-            selector.as_ref(),
-            &tasks,
-            k_max,
-            &pass_curve,
-            opts.seed,
-        ));
-    }
+    let selectors = opts
+        .selectors
+        .iter()
+        .map(|s| evaluate(s.as_ref(), &tasks, k_max, &pass_curve, opts.seed))
+        .collect();
     let mut out = SelectOutput {
         schema_version: SELECTION_SCHEMA_VERSION,
         sources: set.sources.clone(),
@@ -154,6 +154,7 @@ pub fn select(set: &CandidateSet, opts: &SelectOptions) -> Result<SelectOutput, 
         tasks_short,
         pass_at_k: pass_curve,
         selectors,
+        notes: opts.notes.clone(),
         files: Vec::new(),
     };
     write_outputs(&mut out, set, &opts.out)?;

@@ -88,16 +88,24 @@ pub enum SelectorKind {
     Oracle,
     Random,
     Majority,
+    /// SWE-Gym's verifier: needs a judge model ([`crate::verifier`]).
+    Verifier,
 }
 
 impl SelectorKind {
-    pub const ALL: [SelectorKind; 3] = [
+    pub const ALL: [SelectorKind; 4] = [
         SelectorKind::Oracle,
         SelectorKind::Random,
         SelectorKind::Majority,
+        SelectorKind::Verifier,
     ];
 
-    /// `oracle`, `random`, `majority`, or `all` for every one.
+    /// Scored by a model, so built by the caller from its judgements, not by [`Self::build`].
+    pub fn needs_model(self) -> bool {
+        self == SelectorKind::Verifier
+    }
+
+    /// `oracle`, `random`, `majority`, `verifier`, a comma-separated list, or `all`.
     pub fn parse_list(s: &str) -> Result<Vec<SelectorKind>, SelectError> {
         let mut out = Vec::new();
         for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
@@ -106,21 +114,29 @@ impl SelectorKind {
                 "oracle" => out.push(SelectorKind::Oracle),
                 "random" => out.push(SelectorKind::Random),
                 "majority" => out.push(SelectorKind::Majority),
+                "verifier" => out.push(SelectorKind::Verifier),
                 other => return Err(SelectError::UnknownSelector(other.to_string())),
             }
         }
-        out.dedup();
+        let mut seen = Vec::new();
+        out.retain(|k| {
+            let new = !seen.contains(k);
+            seen.push(*k);
+            new
+        });
         if out.is_empty() {
             return Err(SelectError::UnknownSelector(s.to_string()));
         }
         Ok(out)
     }
 
-    pub fn build(self) -> Box<dyn Selector> {
+    /// The selector, for those that need no model (`None` for the verifier).
+    pub fn build(self) -> Option<Box<dyn Selector>> {
         match self {
-            SelectorKind::Oracle => Box::new(Oracle),
-            SelectorKind::Random => Box::new(Random),
-            SelectorKind::Majority => Box::new(Majority),
+            SelectorKind::Oracle => Some(Box::new(Oracle)),
+            SelectorKind::Random => Some(Box::new(Random)),
+            SelectorKind::Majority => Some(Box::new(Majority)),
+            SelectorKind::Verifier => None,
         }
     }
 }
@@ -241,6 +257,7 @@ mod tests {
             SelectorKind::parse_list("majority, random").unwrap(),
             vec![SelectorKind::Majority, SelectorKind::Random]
         );
+        assert!(SelectorKind::Verifier.build().is_none());
         let err = SelectorKind::parse_list("verifer").unwrap_err().to_string();
         assert!(err.contains("verifer") && err.contains("majority"), "{err}");
     }

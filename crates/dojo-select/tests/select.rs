@@ -69,7 +69,12 @@ fn rows() -> Vec<Row<'static>> {
 
 fn options(out: PathBuf, selectors: &str) -> SelectOptions {
     SelectOptions {
-        selectors: SelectorKind::parse_list(selectors).unwrap(),
+        selectors: SelectorKind::parse_list(selectors)
+            .unwrap()
+            .into_iter()
+            .filter_map(SelectorKind::build)
+            .collect(),
+        notes: Vec::new(),
         k: None,
         seed: 1,
         out,

@@ -69,6 +69,15 @@ pub struct CurateArgs {
     /// Exit 3 when any input line could not be used.
     #[arg(long)]
     pub strict: bool,
+    /// Write verifier training data instead: SWE-Gym-style YES/NO judgement samples over each
+    /// graded rollout's interaction log (the prompt `dojo select --selector verifier` sends),
+    /// at most --cap successes and --cap failures per task, balanced overall, within
+    /// --max-tokens. --filters then only decides dedup.
+    #[arg(long)]
+    pub verifier: bool,
+    /// Seed of the verifier data's balancing subsample.
+    #[arg(long, default_value_t = 0)]
+    pub verifier_seed: u64,
 }
 
 fn formats(list: &str) -> anyhow::Result<dojo_curate::Formats> {
@@ -104,6 +113,13 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
     cfg.threads = args.threads;
     cfg.report = !args.no_report;
     cfg.allow_tokenizer_mismatch = args.allow_tokenizer_mismatch;
+    if args.verifier {
+        cfg.verifier = Some(dojo_curate::verifier::VerifierConfig {
+            cap: args.cap,
+            seed: args.verifier_seed,
+            ..Default::default()
+        });
+    }
     let model = if args.model == "none" {
         anyhow::ensure!(
             !cfg.formats.tokens,

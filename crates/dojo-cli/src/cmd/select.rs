@@ -3,17 +3,27 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
-use dojo_select::{LoadOptions, SelectOptions, SelectorKind};
+use anyhow::{Context, bail};
+use dojo_rollout::policy::PolicyConfig;
+use dojo_select::verifier::{JudgeLimits, Judgement, Precomputed, judge_all};
+use dojo_select::{LoadOptions, SelectOptions, Selector, SelectorKind};
 
 #[derive(clap::Args)]
 pub struct SelectArgs {
     /// `dojo rollout` run directories (repeat to pool runs over the same task file).
     #[arg(long, required = true, num_args = 1..)]
     pub rollouts: Vec<PathBuf>,
-    /// `oracle` (pass@k, reference only), `random`, `majority`, a comma-separated list, or `all`.
+    /// `oracle` (pass@k, reference only), `random`, `majority`, `verifier` (needs --verifier),
+    /// a comma-separated list, or `all`.
     #[arg(long, default_value = "majority")]
     pub selector: String,
+    /// The verifier's judge model: `openai:MODEL` (an endpoint that returns top_logprobs),
+    /// `embedded[:MODEL]`, or a policy file of those kinds.
+    #[arg(long)]
+    pub verifier: Option<String>,
+    /// Verifier requests in flight at once.
+    #[arg(long, default_value_t = 4)]
+    pub verifier_concurrency: usize,
     /// Candidates per task to select among (default: the most any task has).
     #[arg(short, long)]
     pub k: Option<usize>,
@@ -29,7 +39,7 @@ pub struct SelectArgs {
 }
 
 pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
-    let selectors = SelectorKind::parse_list(&a.selector)?;
+    let kinds = SelectorKind::parse_list(&a.selector)?;
     let set = dojo_select::candidates::load_runs(
         &a.rollouts,
         LoadOptions {
@@ -39,10 +49,33 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
     if a.k == Some(0) {
         anyhow::bail!("-k must be at least 1");
     }
+    let mut selectors: Vec<Box<dyn Selector>> = Vec::new();
+    let mut notes = Vec::new();
+    for kind in kinds {
+        if let Some(s) = kind.build() {
+            selectors.push(s);
+            continue;
+        }
+        match &a.verifier {
+            Some(spec) => {
+                let (s, note) = verifier(spec, &set, a.verifier_concurrency)?;
+                eprintln!("{note}");
+                notes.push(note);
+                selectors.push(s);
+            }
+            None if a.selector.split(',').any(|s| s.trim() == "all") => {
+                notes.push("verifier: not run (no --verifier given)".to_string());
+            }
+            None => bail!(
+                "the verifier selector needs a judge model: --verifier openai:MODEL | embedded[:MODEL] | POLICY_FILE"
+            ),
+        }
+    }
     let out = dojo_select::select(
         &set,
         &SelectOptions {
             selectors,
+            notes,
             k: a.k,
             seed: a.seed,
             out: a.out.clone(),
@@ -100,4 +133,62 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
     }
     println!("wrote {} in {}", out.files.join(", "), a.out.display());
     Ok(0)
+}
+
+/// Judges every candidate with the verifier model; the selector and a line on how it went.
+fn verifier(
+    spec: &str,
+    set: &dojo_select::CandidateSet,
+    concurrency: usize,
+) -> anyhow::Result<(Box<dyn Selector>, String)> {
+    let policy = PolicyConfig::parse(spec).with_context(|| format!("--verifier {spec}"))?;
+    let rt = crate::cmd::rollout::runtime()?;
+    let judgements = rt.block_on(async {
+        let embedded = match &policy.kind {
+            dojo_rollout::policy::PolicyKind::Embedded { model } => {
+                let m = model.clone();
+                tokio::task::spawn_blocking(move || crate::cmd::rollout::embedded_backend(&m))
+                    .await??
+            }
+            _ => None,
+        };
+        let model = dojo_rollout::run_dir::model_backends(&policy, embedded)?;
+        anyhow::Ok(
+            judge_all(
+                model.for_sample(0),
+                set,
+                JudgeLimits::default(),
+                concurrency,
+            )
+            .await?,
+        )
+    })?;
+    let scored = judgements
+        .values()
+        .filter(|j| matches!(j, Judgement::Scored { .. }))
+        .count();
+    let bound = judgements
+        .values()
+        .filter(|j| matches!(j, Judgement::Scored { bound: true, .. }))
+        .count();
+    let failed: Vec<&String> = judgements
+        .values()
+        .filter_map(|j| match j {
+            Judgement::Failed(e) => Some(e),
+            Judgement::Scored { .. } => None,
+        })
+        .collect();
+    let mut note = format!(
+        "verifier {}: {scored} of {} candidates scored ({bound} with one answer only bounded), {} failed",
+        policy.label(),
+        judgements.len(),
+        failed.len()
+    );
+    if let Some(first) = failed.first() {
+        note.push_str(&format!(" (first: {first})"));
+    }
+    Ok((
+        Box::new(Precomputed::from_judgements("verifier", &judgements)),
+        note,
+    ))
 }

@@ -94,6 +94,9 @@ pub struct Config {
     pub allow_tokenizer_mismatch: bool,
     /// How the messages exports write tool calls.
     pub messages_style: MessagesStyle,
+    /// Write verifier judgement samples instead of agent samples (the difficulty, format, LSP
+    /// and cap filters do not apply; the verifier's own cap and balance do).
+    pub verifier: Option<crate::verifier::VerifierConfig>,
 }
 
 impl Config {
@@ -116,6 +119,7 @@ impl Config {
             report: true,
             allow_tokenizer_mismatch: false,
             messages_style: MessagesStyle::Auto,
+            verifier: None,
         }
     }
 }

@@ -67,6 +67,20 @@ pub(super) fn filter(
     mut cands: Vec<Cand>,
     out: &mut CurationSummary,
 ) -> Vec<Cand> {
+    if let Some(v) = &cfg.verifier {
+        if cfg.filters.dedup {
+            cands = push(out, filters::dedup(cands, true));
+        }
+        out.difficulty = Some(filters::difficulty_stats(&cands));
+        cands = push(out, crate::verifier::judgement_samples(cands, v));
+        if let Some(model) = model {
+            cands = tokenize(cands, model, false, nthreads, out);
+        }
+        if let Some(max) = cfg.format.max_tokens {
+            cands = token_budget(cands, max, out);
+        }
+        return cands;
+    }
     if cfg.filters.dedup {
         cands = push(out, filters::dedup(cands, true));
     }
