@@ -15,11 +15,14 @@
 //! - [`chart`]: bar charts (histograms), horizontal stacked bars, grouped bars and line charts
 //!   (a loss or reward curve), each an [`Svg`] that goes inline in a page or into its own
 //!   `.svg` file.
+//! - [`trajectory`]: one page per trajectory (conversation, final diff, grading), which every
+//!   report's task rows link to.
 //! - [`stats`]: rates with their 95% Wilson intervals, as every report states them.
 
 pub mod chart;
 mod page;
 pub mod stats;
+pub mod trajectory;
 
 pub use chart::{
     BarChart, LineChart, PALETTE, Segment, Series, StackedRow, Svg, grouped_bars, stacked_bars,

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use dojo_llm::ChatMessage;
+use dojo_trajectory::Trajectory;
 
 use serde::Deserialize;
 
@@ -37,14 +37,24 @@ pub struct Candidate {
     pub stop_reason: String,
     /// [`normalized_key`] of the patch: equal keys are the same fix.
     pub key: String,
-    /// The conversation, for selectors that read it (the verifier).
-    pub messages: Arc<Vec<ChatMessage>>,
+    /// The whole record: the conversation for selectors that read it (the verifier), and the
+    /// report's page of this candidate.
+    pub record: Arc<Trajectory>,
 }
 
 impl Candidate {
     /// `run/sample`, how reports and `selection.json` name a candidate.
     pub fn label(&self) -> String {
         format!("r{}s{}", self.run, self.sample_index)
+    }
+
+    /// Its page in a selection's output directory (see [`dojo_report::trajectory`]).
+    pub fn page(&self) -> String {
+        format!(
+            "trajectories/r{}/{}",
+            self.run,
+            dojo_report::trajectory::page_name(&self.record.task_id, self.sample_index)
+        )
     }
 
     pub fn is_empty(&self) -> bool {
@@ -173,6 +183,7 @@ pub fn load_runs(dirs: &[PathBuf], opts: LoadOptions) -> Result<CandidateSet, Se
                 set.ungraded += 1;
             }
             let patch = t.patch.clone().unwrap_or_default();
+            let t = Arc::new(t);
             by_task
                 .entry(t.task_id.clone())
                 .or_default()
@@ -185,7 +196,7 @@ pub fn load_runs(dirs: &[PathBuf], opts: LoadOptions) -> Result<CandidateSet, Se
                     steps: t.steps.len(),
                     stop_reason: t.stop_reason.as_str().to_string(),
                     patch,
-                    messages: Arc::new(t.messages),
+                    record: t.clone(),
                 });
         }
     }
@@ -245,7 +256,7 @@ pub(crate) mod tests {
             steps: 3,
             stop_reason: "submitted".into(),
             key: normalized_key(patch),
-            messages: Arc::default(),
+            record: Arc::new(Trajectory::new("t", sample)),
         }
     }
 

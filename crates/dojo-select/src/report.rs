@@ -120,8 +120,9 @@ pub fn render(out: &SelectOutput) -> String {
                 .iter()
                 .map(|x| {
                     format!(
-                        "{}: {}{}{}",
-                        x.label,
+                        "<a href=\"{}\">{}</a>: {}{}{}",
+                        escape(&x.page),
+                        escape(&x.label),
                         number(x.score, 3),
                         if x.resolved { " ✓" } else { "" },
                         if x.empty { " (empty)" } else { "" }
@@ -138,7 +139,7 @@ pub fn render(out: &SelectOutput) -> String {
                     "no".into()
                 },
                 c.ties.to_string(),
-                escape(&scores),
+                scores,
             ]);
         }
         page.table(&t);

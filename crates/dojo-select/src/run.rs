@@ -50,6 +50,8 @@ pub struct CurvePoint {
 #[derive(Debug, Clone, Serialize)]
 pub struct CandidateScore {
     pub label: String,
+    /// Its page (conversation, diff, grading), relative to the output directory.
+    pub page: String,
     pub score: f64,
     pub resolved: bool,
     pub empty: bool,
@@ -187,6 +189,7 @@ fn evaluate(
                     .zip(scores)
                     .map(|(c, score)| CandidateScore {
                         label: c.label(),
+                        page: c.page(),
                         score,
                         resolved: c.resolved,
                         empty: c.is_empty(),
@@ -321,6 +324,17 @@ fn write_outputs(
         dojo_grade::write_predictions(&path, &predictions).map_err(io(&path))?;
         out.files.push(name);
     }
+    for t in &set.tasks {
+        for c in &t.candidates {
+            let path = dir.join(c.page());
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(io(parent))?;
+            }
+            let html = dojo_report::trajectory::trajectory_page(&c.record);
+            std::fs::write(&path, html).map_err(io(&path))?;
+        }
+    }
+    out.files.push("trajectories/".into());
     out.files.push("selection.json".into());
     out.files.push("report.html".into());
     let report = crate::report::render(out);

@@ -227,6 +227,9 @@ fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
+/// (task id, candidate label).
+pub type CandidateKey = (String, String);
+
 /// One candidate's verifier result.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Judgement {
@@ -242,7 +245,7 @@ pub async fn judge_all(
     set: &CandidateSet,
     limits: JudgeLimits,
     concurrency: usize,
-) -> Result<HashMap<(String, String), Judgement>, VerifierError> {
+) -> Result<HashMap<CandidateKey, Judgement>, VerifierError> {
     let jobs: Vec<(String, String, Vec<ChatMessage>)> = set
         .tasks
         .iter()
@@ -251,12 +254,13 @@ pub async fn judge_all(
                 (
                     t.task_id.clone(),
                     c.label(),
-                    judge_messages(&c.messages, &c.patch, &limits),
+                    judge_messages(&c.record.messages, &c.patch, &limits),
                 )
             })
         })
         .collect();
-    let results: Vec<((String, String), Result<(f64, bool), VerifierError>)> = stream::iter(jobs)
+    type Scored = Result<(f64, bool), VerifierError>;
+    let results: Vec<(CandidateKey, Scored)> = stream::iter(jobs)
         .map(|(task, label, messages)| {
             let backend = backend.clone();
             async move {
@@ -297,11 +301,11 @@ pub async fn judge_all(
 /// candidate without a score (its judgement failed) scores −1, below every real one.
 pub struct Precomputed {
     pub name: &'static str,
-    pub scores: HashMap<(String, String), f64>,
+    pub scores: HashMap<CandidateKey, f64>,
 }
 
 impl Precomputed {
-    pub fn from_judgements(name: &'static str, j: &HashMap<(String, String), Judgement>) -> Self {
+    pub fn from_judgements(name: &'static str, j: &HashMap<CandidateKey, Judgement>) -> Self {
         let scores = j
             .iter()
             .filter_map(|(k, v)| match v {
@@ -333,7 +337,10 @@ mod tests {
     use super::*;
     use dojo_llm::{Choice, ChoiceLogprobs, FunctionCall, TokenLogprob, ToolCall, TopLogprob};
 
-    fn reply(tokens: &[(&str, f64, &[(&str, f64)])]) -> ChatResponse {
+    /// (sampled token, its logprob, the alternatives at that position)
+    type Position<'a> = (&'a str, f64, &'a [(&'a str, f64)]);
+
+    fn reply(tokens: &[Position]) -> ChatResponse {
         let content = tokens
             .iter()
             .map(|(t, l, top)| TokenLogprob {

@@ -116,9 +116,9 @@ fn selectors_pick_what_their_rule_says_and_curves_follow() {
     assert!((pass[0].estimate.mean - 0.25).abs() < 1e-12);
     assert!((pass[3].estimate.mean - 2.0 / 3.0).abs() < 1e-12);
     // Random is pass@1 at every k; the oracle is pass@k.
-    for k in 0..4 {
+    for (k, p) in pass.iter().enumerate() {
         assert!((by("random").best_at_k[k].estimate.mean - 0.25).abs() < 1e-12);
-        assert!((by("oracle").best_at_k[k].estimate.mean - pass[k].estimate.mean).abs() < 1e-12);
+        assert!((by("oracle").best_at_k[k].estimate.mean - p.estimate.mean).abs() < 1e-12);
     }
     // Majority at k = 4: task a resolves, b and c do not: 1/3; gap closed (1/3 − 1/4)/(2/3 − 1/4).
     let m4 = by("majority").best_at_k[3].estimate.mean;
@@ -136,7 +136,14 @@ fn selectors_pick_what_their_rule_says_and_curves_follow() {
             .unwrap();
     assert_eq!(json["schema_version"], 1);
     assert_eq!(json["infra_left_out"], 1);
+    // Every candidate has its page, linked from the report.
+    let page = json["selectors"][0]["choices"][0]["candidates"][0]["page"]
+        .as_str()
+        .unwrap();
+    let page_html = std::fs::read_to_string(dir.join(page)).unwrap();
+    assert!(page_html.contains("Final diff"), "{page}");
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains(&format!("href=\"{page}\"")));
     assert!(html.contains("&lt;b&gt;&amp;c") && !html.contains("<b>&c"));
 }
 

@@ -143,6 +143,7 @@ fn verifier(
 ) -> anyhow::Result<(Box<dyn Selector>, String)> {
     let policy = PolicyConfig::parse(spec).with_context(|| format!("--verifier {spec}"))?;
     let rt = crate::cmd::rollout::runtime()?;
+    let started = std::time::Instant::now();
     let judgements = rt.block_on(async {
         let embedded = match &policy.kind {
             dojo_rollout::policy::PolicyKind::Embedded { model } => {
@@ -178,11 +179,13 @@ fn verifier(
             Judgement::Scored { .. } => None,
         })
         .collect();
+    let secs = started.elapsed().as_secs_f64();
     let mut note = format!(
-        "verifier {}: {scored} of {} candidates scored ({bound} with one answer only bounded), {} failed",
+        "verifier {}: {scored} of {} candidates scored ({bound} with one answer only bounded), {} failed; {secs:.1} s ({:.2} s per candidate, model load included)",
         policy.label(),
         judgements.len(),
-        failed.len()
+        failed.len(),
+        secs / judgements.len().max(1) as f64
     );
     if let Some(first) = failed.first() {
         note.push_str(&format!(" (first: {first})"));
