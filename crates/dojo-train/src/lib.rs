@@ -14,6 +14,8 @@
 //!   pass and an in-place KV cache (details there). A test checks both give the same logits.
 //! - [`data`]: `tokens.parquet` reading, checks, `--max-len` policy, length-bucketed batches in
 //!   a resumable order.
+//! - [`lora`]: LoRA adapters on a frozen base (peft's initialisation, scale and file layout,
+//!   so peft loads the adapters dojo writes and the reverse) and their merge into full weights.
 //! - [`optim`]: AdamW (torch semantics), warmup + cosine schedule, global-norm clipping.
 //! - [`checkpoint`]: Hugging Face layout, written to a temporary directory and renamed into
 //!   place with a completion marker, plus optimizer and data-loader state for resuming.
@@ -25,15 +27,17 @@
 //!
 //! Computation is f32; bf16 training is not implemented (candle's CPU bf16 matmul is slow and
 //! its reductions would lose the parity with PyTorch the tests check). Not implemented yet
-//! either: LoRA adapters, the evaluation hook after training, and the loss curve in the HTML
-//! report (the data is in `metrics.jsonl`).
+//! either: the evaluation hook after training, and the loss curve in the HTML report (the data
+//! is in `metrics.jsonl`).
 //!
 //! Correctness is pinned by `tests/parity.rs`: logits, loss, every gradient and two
 //! clipped AdamW steps on tiny random Llama / Qwen2 / Qwen3 models equal PyTorch
-//! `transformers` + `torch.optim.AdamW` (fixtures from `tests/fixtures/make_fixtures.py`).
+//! `transformers` + `torch.optim.AdamW` (fixtures from `tests/fixtures/make_fixtures.py`);
+//! `tests/lora.rs` pins LoRA logits, adapter gradients and merges against `peft`.
 
 pub mod checkpoint;
 pub mod data;
+pub mod lora;
 pub mod model;
 pub mod optim;
 pub mod source;
@@ -42,6 +46,7 @@ pub mod trainer;
 use std::path::{Path, PathBuf};
 
 pub use data::{Cursor, DataReport, Overlong};
+pub use lora::LoraConfig;
 pub use model::TrainModel;
 pub use optim::{AdamW, AdamWConfig};
 pub use source::ModelSource;

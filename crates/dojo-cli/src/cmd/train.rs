@@ -11,6 +11,27 @@ pub enum TrainCmd {
     /// holds a run; the trained model is OUT/final (Hugging Face layout: `dojo serve --model
     /// OUT/final` and transformers load it).
     Sft(SftArgs),
+    /// Merge a LoRA adapter (peft layout: `adapter_config.json` + `adapter_model.safetensors`,
+    /// as `dojo train sft --lora-rank` writes to OUT/final) into its base model's weights: a
+    /// Hugging Face directory `dojo serve --model` and transformers load.
+    Merge(MergeArgs),
+}
+
+#[derive(clap::Args)]
+pub struct MergeArgs {
+    /// The adapter directory.
+    #[arg(long)]
+    pub adapter: PathBuf,
+    /// The base model (as for `sft --model`); by default the adapter's
+    /// `base_model_name_or_path`.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Output directory (must not exist, or hold an earlier merge).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// `cpu`, or `cuda` / `cuda:N` in a build with the `cuda` feature.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }
 
 #[derive(clap::Args)]
@@ -76,6 +97,22 @@ pub struct SftArgs {
     /// Train even if the data's tokenizer fingerprint differs from the model's.
     #[arg(long)]
     pub no_tokenizer_check: bool,
+    /// Train LoRA adapters of this rank on a frozen base instead of every weight; OUT/final
+    /// is then the adapter in peft's layout.
+    #[arg(long)]
+    pub lora_rank: Option<usize>,
+    /// LoRA scale numerator (the update is scaled by alpha / rank).
+    #[arg(long, default_value_t = 16.0)]
+    pub lora_alpha: f64,
+    /// Dropout on the adapters' input during training.
+    #[arg(long, default_value_t = 0.05)]
+    pub lora_dropout: f64,
+    /// Projections that get adapters, comma-separated: q, k, v, o, gate, up, down.
+    #[arg(long, default_value = "q,k,v,o,gate,up,down", value_delimiter = ',')]
+    pub lora_targets: Vec<String>,
+    /// With --lora-rank: also write OUT/merged, the adapters merged into full weights.
+    #[arg(long)]
+    pub merge: bool,
     /// `cpu`, or `cuda` / `cuda:N` in a build with the `cuda` feature.
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -89,11 +126,29 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
     use anyhow::Context;
     use std::io::IsTerminal;
 
-    let TrainCmd::Sft(a) = cmd;
+    let a = match cmd {
+        TrainCmd::Sft(a) => a,
+        TrainCmd::Merge(m) => return merge(m),
+    };
     let overlong = dojo_train::Overlong::parse(&a.overlong)
         .with_context(|| format!("--overlong {:?}: expected truncate or drop", a.overlong))?;
     let device =
         dojo_engine::device(&a.device).with_context(|| format!("--device {}", a.device))?;
+    if a.merge && a.lora_rank.is_none() {
+        anyhow::bail!("--merge merges LoRA adapters: it needs --lora-rank");
+    }
+    let lora = match a.lora_rank {
+        Some(r) => {
+            let targets: Vec<&str> = a.lora_targets.iter().map(String::as_str).collect();
+            Some(dojo_train::LoraConfig::new(
+                r,
+                a.lora_alpha,
+                a.lora_dropout,
+                &targets,
+            )?)
+        }
+        None => None,
+    };
     let cfg = dojo_train::SftConfig {
         lr: a.lr,
         adamw: dojo_train::AdamWConfig {
@@ -115,11 +170,13 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
         save_every: a.save_every,
         keep_checkpoints: a.keep_checkpoints,
         check_tokenizer: !a.no_tokenizer_check,
+        lora,
     };
     let src = dojo_train::ModelSource::resolve(&a.model)?;
     let opts = dojo_train::RunOptions {
         progress: !a.quiet && std::io::stderr().is_terminal(),
         stop_after: None,
+        merge: a.merge,
     };
     let s = dojo_train::run_sft(&src, &a.data, &a.out, &cfg, &opts, &device)
         .with_context(|| format!("dojo train sft --out {}", a.out.display()))?;
@@ -140,23 +197,57 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
         d.dropped_untrained
     );
     println!(
-        "steps {}/{}, last loss {}, {:.0} tokens/s, {:.1}s",
+        "steps {}/{}, {} trainable parameters, last loss {}, {:.0} tokens/s, {:.1}s",
         s.steps,
         s.total_steps,
+        s.trainable_params,
         s.last_loss.map_or("-".into(), |l| format!("{l:.4}")),
         s.tokens_per_s,
         s.elapsed_s
     );
     match &s.final_dir {
+        Some(f) if cfg.lora.is_some() => println!("adapter: {}", f.display()),
         Some(f) => println!("model: {}", f.display()),
         None => println!("not finished; run the same command again to resume"),
     }
+    if let Some(m) = &s.merged_dir {
+        println!("merged model: {}", m.display());
+    }
+    Ok(0)
+}
+
+#[cfg(feature = "engine")]
+fn merge(m: MergeArgs) -> anyhow::Result<i32> {
+    use anyhow::Context;
+
+    let device =
+        dojo_engine::device(&m.device).with_context(|| format!("--device {}", m.device))?;
+    let spec = match &m.model {
+        Some(s) => s.clone(),
+        None => {
+            let (_, raw) = dojo_train::LoraConfig::read(&m.adapter)?;
+            raw.get("base_model_name_or_path")
+                .and_then(|v| v.as_str())
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .with_context(|| {
+                    format!(
+                        "{}: the adapter names no base model; pass --model",
+                        m.adapter.display()
+                    )
+                })?
+        }
+    };
+    let src = dojo_train::ModelSource::resolve(&spec)?;
+    let dir = dojo_train::trainer::merge_adapter(&src, &m.adapter, &m.out, &device)
+        .with_context(|| format!("dojo train merge --out {}", m.out.display()))?;
+    println!("merged model: {}", dir.display());
     Ok(0)
 }
 
 #[cfg(not(feature = "engine"))]
 pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
-    let TrainCmd::Sft(_) = cmd;
+    let _ = cmd;
     anyhow::bail!(
         "dojo train needs the candle stack, but this dojo was built without it; rebuild with \
          the `engine` feature (the default): cargo build -p dojo-cli --features engine"
