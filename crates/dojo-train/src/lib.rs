@@ -19,6 +19,8 @@
 //! - [`optim`]: AdamW (torch semantics), warmup + cosine schedule, global-norm clipping.
 //! - [`checkpoint`]: Hugging Face layout, written to a temporary directory and renamed into
 //!   place with a completion marker, plus optimizer and data-loader state for resuming.
+//! - [`report`]: `OUT/report.html` from the run's files: loss, learning-rate, gradient-norm
+//!   and throughput curves, the settings, and the evaluation table when there is one.
 //! - [`source`]: where the base model comes from (the bundled default, a GGUF file, a Hugging
 //!   Face directory or a name in the local hub cache) and its tokenizer files.
 //! - [`trainer`]: the loop: masked cross-entropy averaged over the trained tokens of an
@@ -27,8 +29,7 @@
 //!
 //! Computation is f32; bf16 training is not implemented (candle's CPU bf16 matmul is slow and
 //! its reductions would lose the parity with PyTorch the tests check). Not implemented yet
-//! either: the evaluation hook after training, and the loss curve in the HTML report (the data
-//! is in `metrics.jsonl`).
+//! either: the evaluation hook after training.
 //!
 //! Correctness is pinned by `tests/parity.rs`: logits, loss, every gradient and two
 //! clipped AdamW steps on tiny random Llama / Qwen2 / Qwen3 models equal PyTorch
@@ -40,6 +41,7 @@ pub mod data;
 pub mod lora;
 pub mod model;
 pub mod optim;
+pub mod report;
 pub mod source;
 pub mod trainer;
 

@@ -7,7 +7,9 @@
 //! rate, a metrics line, and every `save_every` steps a checkpoint.
 //!
 //! `OUT` layout: `run.json` (configuration, model and data fingerprints), `metrics.jsonl`,
-//! `checkpoint-NNNNNNNN/` (resumable), `final/` (the trained model). An existing `OUT` is
+//! `report.html` (loss curve and settings; rewritten at every checkpoint and at the end),
+//! `checkpoint-NNNNNNNN/` (resumable), `final/` (the trained model, or with LoRA the adapter),
+//! `merged/` (with LoRA and `merge`: full weights). An existing `OUT` is
 //! resumed from its newest complete checkpoint, after checking that it was made from the same
 //! model, data and settings.
 
@@ -488,6 +490,7 @@ pub fn run_sft(
                 write_json(&d.join(checkpoint::STATE_FILE), &s)
             })?;
             checkpoint::prune(out, cfg.keep_checkpoints)?;
+            crate::report::write(out)?;
         }
     }
     bar.finish_and_clear();
@@ -517,6 +520,7 @@ pub fn run_sft(
             merged_dir = Some(merged);
         }
     }
+    crate::report::write(out)?;
     let run_s = started.elapsed().as_secs_f64();
     Ok(SftSummary {
         out: out.to_path_buf(),

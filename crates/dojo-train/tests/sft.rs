@@ -138,8 +138,15 @@ fn training_lowers_the_loss_and_the_checkpoint_loads_in_the_engine() {
             "checkpoint-00000010",
             "final",
             "metrics.jsonl",
+            "report.html",
             "run.json"
         ]
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert_eq!(
+        html.matches("<svg").count(),
+        4,
+        "loss, lr, grad norm, tokens/s curves"
     );
     let fin = s.final_dir.unwrap();
     assert!(dojo_train::checkpoint::is_complete(&fin));
