@@ -38,9 +38,11 @@ fn ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+type Row = (Vec<i32>, Vec<i32>);
+
 /// `tokens.parquet` with rows of the fixture's word ids (3..64), the first 3 untrained.
 fn write_tokens(path: &Path, n: usize) {
-    let rows: Vec<(Vec<i32>, Vec<i32>)> = (0..n as i32)
+    let rows: Vec<Row> = (0..n as i32)
         .map(|r| {
             let ids: Vec<i32> = (0..12 + r % 5).map(|i| 3 + (i * 13 + r * 7) % 61).collect();
             let labels = ids
@@ -51,7 +53,7 @@ fn write_tokens(path: &Path, n: usize) {
             (ids, labels)
         })
         .collect();
-    let list = |f: &dyn Fn(&(Vec<i32>, Vec<i32>)) -> Vec<i32>| -> ArrayRef {
+    let list = |f: &dyn Fn(&Row) -> Vec<i32>| -> ArrayRef {
         Arc::new(ListArray::from_iter_primitive::<Int32Type, _, _>(
             rows.iter().map(|r| Some(f(r).into_iter().map(Some))),
         ))

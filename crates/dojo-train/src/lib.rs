@@ -27,9 +27,17 @@
 //!   optimizer step, gradient accumulation, clipping, schedule, progress bar, metrics JSONL,
 //!   periodic checkpoints and resume.
 //!
-//! Computation is f32; bf16 training is not implemented (candle's CPU bf16 matmul is slow and
-//! its reductions would lose the parity with PyTorch the tests check). Not implemented yet
-//! either: the evaluation hook after training.
+//! The evaluation hook after training (`dojo train sft --eval-tasks`) lives in dojo-cli: it
+//! rolls out the base and the trained model through `dojo rollout`'s path (the embedded
+//! engine, sandboxes, grading), which this crate does not depend on; it writes `eval.json`,
+//! which [`report`] renders.
+//!
+//! Not implemented: bf16 training (candle's CPU bf16 matmul is slow and its reductions would
+//! lose the parity with PyTorch the tests check); LoRA on the embeddings or the LM head, on
+//! biases (`bias` other than `"none"`), and peft's variants (rsLoRA, DoRA, per-module ranks,
+//! QLoRA); reading an adapter into a LoRA run to continue training it from another run (a run
+//! resumes only its own checkpoints). LoRA parity with peft is pinned on Llama and Qwen2; Qwen3
+//! uses the same projections and code but has no peft fixture.
 //!
 //! Correctness is pinned by `tests/parity.rs`: logits, loss, every gradient and two
 //! clipped AdamW steps on tiny random Llama / Qwen2 / Qwen3 models equal PyTorch

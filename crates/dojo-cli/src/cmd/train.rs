@@ -17,7 +17,7 @@ pub enum TrainCmd {
     /// Supervised fine-tuning on tokens.parquet (full weights, f32). OUT is resumed if it
     /// holds a run; the trained model is OUT/final (Hugging Face layout: `dojo serve --model
     /// OUT/final` and transformers load it).
-    Sft(SftArgs),
+    Sft(Box<SftArgs>),
     /// Merge a LoRA adapter (peft layout: `adapter_config.json` + `adapter_model.safetensors`,
     /// as `dojo train sft --lora-rank` writes to OUT/final) into its base model's weights: a
     /// Hugging Face directory `dojo serve --model` and transformers load.
@@ -155,7 +155,7 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
     use std::io::IsTerminal;
 
     let a = match cmd {
-        TrainCmd::Sft(a) => a,
+        TrainCmd::Sft(a) => *a,
         TrainCmd::Merge(m) => return merge(m),
     };
     let overlong = dojo_train::Overlong::parse(&a.overlong)
