@@ -298,8 +298,10 @@ impl Lora {
         } else {
             x.clone()
         };
-        let h = x.matmul(&ad.a.as_tensor().t()?)?;
-        h.matmul(&ad.b.as_tensor().t()?)? * self.config.scale()
+        // Scaled on the rank-r side: one (n, r) tensor instead of another (n, out) one kept
+        // for the backward pass.
+        let h = (x.matmul(&ad.a.as_tensor().t()?)? * self.config.scale())?;
+        h.matmul(&ad.b.as_tensor().t()?)
     }
 
     /// `scale · B A` for a module: what merging adds to its weight.

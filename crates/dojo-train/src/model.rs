@@ -116,6 +116,64 @@ fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> candle_core::Result<Ten
     }
 }
 
+/// `x W^T` for a frozen `W` (LoRA's base weights) with a backward pass for `x` only.
+///
+/// candle's matmul backward computes the gradient of both operands even when one of them needs
+/// none, and keeps it in the gradient store until the pass ends: for a frozen base that is a
+/// third of the backward matmul work and a weight-sized tensor per projection, for nothing.
+/// On the CPU this op runs the same matmul and differentiates `x` alone; other devices use the
+/// plain matmul (a custom op would need a kernel per backend).
+struct FrozenLinear(Tensor);
+
+impl candle_core::CustomOp1 for FrozenLinear {
+    fn name(&self) -> &'static str {
+        "frozen-linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            return Err(candle_core::Error::Msg(
+                "frozen-linear: non-contiguous input".into(),
+            ));
+        };
+        let x = Tensor::from_slice(
+            &storage.as_slice::<f32>()?[start..end],
+            layout.shape(),
+            &Device::Cpu,
+        )?;
+        let y = x.matmul(&self.0.t()?)?;
+        let (st, _) = y.storage_and_layout();
+        match &*st {
+            candle_core::Storage::Cpu(c) => Ok((c.clone(), y.shape().clone())),
+            _ => Err(candle_core::Error::Msg(
+                "frozen-linear: not on the CPU".into(),
+            )),
+        }
+    }
+
+    fn bwd(
+        &self,
+        _arg: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(grad.matmul(&self.0)?))
+    }
+}
+
+/// `x W^T` where `W` gets no gradient (see [`FrozenLinear`]).
+fn frozen_matmul(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+    if x.device().is_cpu() && x.dtype() == DType::F32 && w.dtype() == DType::F32 {
+        x.contiguous()?.apply_op1(FrozenLinear(w.detach()))
+    } else {
+        x.matmul(&w.t()?)
+    }
+}
+
 /// Sum over rows of `-log softmax(logits)[target]`; `logits` `(n, vocab)`, `targets` `(n,)` u32.
 pub fn nll_sum(logits: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
     let m = logits.max_keepdim(D::Minus1)?.detach();
@@ -352,14 +410,29 @@ impl TrainModel {
 
     /// `x W^T + b`, plus the module's LoRA update when it has one.
     fn proj(&self, x: &Tensor, module: &str, train: bool) -> candle_core::Result<Tensor> {
-        let y = linear(
-            x,
-            self.p(&format!("{module}.weight"))?,
-            self.weights.get(&format!("{module}.bias")),
-        )?;
-        match &self.lora {
-            Some(l) if l.adapters.contains_key(module) => y + l.delta(module, x, train)?,
-            _ => Ok(y),
+        let w = self.p(&format!("{module}.weight"))?;
+        let b = self.weights.get(&format!("{module}.bias"));
+        let Some(lora) = &self.lora else {
+            return linear(x, w, b);
+        };
+        let y = frozen_matmul(x, w)?;
+        let y = match b {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        };
+        if lora.adapters.contains_key(module) {
+            y + lora.delta(module, x, train)?
+        } else {
+            Ok(y)
+        }
+    }
+
+    /// The LM head on rows `x`.
+    fn head(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if self.lora.is_some() {
+            frozen_matmul(x, self.lm_head()?)
+        } else {
+            linear(x, self.lm_head()?, None)
         }
     }
 
@@ -460,7 +533,7 @@ impl TrainModel {
             .hidden_mode(&batch.ids, true)?
             .index_select(&batch.rows, 0)?;
         let h = rms_norm(&h, self.p("model.norm.weight")?, self.config.rms_eps)?;
-        nll_sum(&linear(&h, self.lm_head()?, None)?, &batch.targets)
+        nll_sum(&self.head(&h)?, &batch.targets)
     }
 
     /// The weights as an engine model (dense f32, rotate-half RoPE), sharing the tensors:

@@ -213,6 +213,12 @@ pub fn write_model_dir(
     bos: Option<u32>,
     eos: Option<u32>,
 ) -> Result<(), TrainError> {
+    if model.lora().is_some() {
+        // The base weights alone would silently drop the training.
+        return Err(TrainError::Model(
+            "a LoRA model is saved as its adapter, or merged first".into(),
+        ));
+    }
     let w = dir.join(checkpoint::WEIGHTS_FILE);
     let mut meta = HashMap::new();
     meta.insert("format".to_string(), "pt".to_string());

@@ -230,6 +230,13 @@ fn saved_adapters_load_back_and_use_peft_names() {
         assert_eq!(rel_diff(t, &peft[k]), 0.0, "{k}");
     }
 
+    // Saving a LoRA model as a full checkpoint would drop the adapters: refused.
+    let src = dojo_train::ModelSource::HfDir(fixture_dir("llama"));
+    let e = dojo_train::trainer::write_model_dir(tmp.path(), &model, &src, None, None, None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("saved as its adapter, or merged first"), "{e}");
+
     // A fresh model with other adapter values loads it back to the same logits.
     let mut m2 = TrainModel::load_hf_dir(&fixture_dir("llama"), &Device::Cpu).unwrap();
     let (c, _) = LoraConfig::read(&dir).unwrap();
