@@ -14,9 +14,9 @@
 use std::time::Instant;
 
 use candle_core::Device;
-use dojo_train::{LoraConfig, ModelSource};
 use dojo_train::model::DeviceBatch;
 use dojo_train::trainer::{step_grads, write_model_dir};
+use dojo_train::{LoraConfig, ModelSource};
 
 fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
