@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
 pub enum TrainCmd {
-    /// Supervised fine-tuning on tokens.parquet (full weights, f32). OUT is resumed if it
+    /// Supervised fine-tuning on tokens.parquet (full weights or LoRA, f32). OUT is resumed if it
     /// holds a run; the trained model is OUT/final (Hugging Face layout: `dojo serve --model
     /// OUT/final` and transformers load it).
     Sft(Box<SftArgs>),
