@@ -6,6 +6,9 @@
 DIR is the Hugging Face directory `cargo run --release -p dojo-train --example train_bench --
 --write-hf DIR` writes, so both sides train the same f32 weights on the same token ids (every
 position trained). Prints one JSON line like the Rust side.
+
+`--lora-rank R`: peft LoRA adapters (alpha 2R, no dropout, q/k/v/o/gate/up/down; peft 0.21.2) on the
+frozen base, as `train_bench --lora-rank R` sets up dojo's.
 """
 
 import argparse
@@ -25,11 +28,25 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--lora-rank", type=int, default=None)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     model = transformers.AutoModelForCausalLM.from_pretrained(
         a.model, dtype=torch.float32, attn_implementation="eager"
     )
+    impl = f"PyTorch {torch.__version__} eager, transformers {transformers.__version__}"
+    if a.lora_rank:
+        import peft
+
+        cfg = peft.LoraConfig(
+            r=a.lora_rank,
+            lora_alpha=2 * a.lora_rank,
+            lora_dropout=0.0,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+            task_type="CAUSAL_LM",
+        )
+        model = peft.get_peft_model(model, cfg)
+        impl += f", peft {peft.__version__} LoRA r={a.lora_rank}"
     model.train()
     vocab = model.config.vocab_size
     ids = torch.tensor(
@@ -49,7 +66,8 @@ def main():
     print(
         json.dumps(
             {
-                "impl": f"PyTorch {torch.__version__} eager, transformers {transformers.__version__}",
+                "impl": impl,
+                "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
                 "seq": a.seq,
                 "batch": a.batch,
                 "threads": torch.get_num_threads(),

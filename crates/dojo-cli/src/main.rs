@@ -43,7 +43,7 @@ enum Command {
     Curate(cmd::curate::CurateArgs),
     /// Synthesize validated tasks from a Python project by injecting bugs.
     Synth(cmd::synth::SynthArgs),
-    /// Fine-tune a model on curated token data: sft.
+    /// Fine-tune a model on curated token data (sft, full or LoRA), merge LoRA adapters.
     #[command(subcommand)]
     Train(cmd::train::TrainCmd),
     /// Choose one patch per task from k candidates; pass@k / best@k table and curves.

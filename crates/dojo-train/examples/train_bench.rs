@@ -3,7 +3,10 @@
 //! Hugging Face directory this writes, so both train the same weights).
 //!
 //! `cargo run --release -p dojo-train --example train_bench -- [--model default|PATH]
-//!  [--seq 1024] [--batch 1] [--iters 3] [--write-hf DIR]`
+//!  [--seq 1024] [--batch 1] [--iters 3] [--write-hf DIR] [--lora-rank R]`
+//!
+//! `--lora-rank R` trains LoRA adapters (alpha 2R, no dropout, all seven projections, as
+//! `benchmarks/train_torch.py --lora-rank R` sets up peft) on the frozen base instead.
 //!
 //! Prints one JSON line: tokens/s of forward + backward over the median iteration (every
 //! position trained, as in packed SFT), and the peak resident memory of the process.
@@ -11,9 +14,9 @@
 use std::time::Instant;
 
 use candle_core::Device;
-use dojo_train::ModelSource;
 use dojo_train::model::DeviceBatch;
 use dojo_train::trainer::{step_grads, write_model_dir};
+use dojo_train::{LoraConfig, ModelSource};
 
 fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -30,6 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut model = "default".to_string();
     let (mut seq, mut batch, mut iters) = (1024usize, 1usize, 3usize);
     let mut write_hf = None;
+    let mut lora_rank: Option<usize> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut v = || args.next().ok_or(format!("{a} needs a value"));
@@ -39,11 +43,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--batch" => batch = v()?.parse()?,
             "--iters" => iters = v()?.parse()?,
             "--write-hf" => write_hf = Some(std::path::PathBuf::from(v()?)),
+            "--lora-rank" => lora_rank = Some(v()?.parse()?),
             _ => return Err(format!("unknown argument {a}").into()),
         }
     }
     let src = ModelSource::resolve(&model)?;
-    let m = src.load(&Device::Cpu)?;
+    let mut m = src.load(&Device::Cpu)?;
     if let Some(dir) = write_hf {
         std::fs::create_dir_all(&dir)?;
         let fmt = src.chat_format()?;
@@ -55,6 +60,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             fmt.tokenizer.bos_id(),
             fmt.tokenizer.eos_id(),
         )?;
+    }
+    if let Some(r) = lora_rank {
+        let all = ["q", "k", "v", "o", "gate", "up", "down"];
+        m.enable_lora(LoraConfig::new(r, 2.0 * r as f64, 0.0, &all)?, 0)?;
     }
     let vocab = m.config.vocab_size as u32;
     let rows: Vec<(Vec<u32>, Vec<i32>)> = (0..batch)
@@ -91,6 +100,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "impl": "dojo-train (candle)",
             "model": model,
             "params": m.num_params(),
+            "trainable": m.num_trainable(),
+            "lora_rank": lora_rank,
             "seq": seq,
             "batch": batch,
             "threads": candle_core::utils::get_num_threads(),

@@ -8,9 +8,12 @@
 //! do not match the marker, and [`clean_temp`] removes leftovers on the next start.
 
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use candle_core::Tensor;
 use serde_json::{Value as Json, json};
 
 use crate::TrainError;
@@ -163,6 +166,49 @@ pub fn read_state(dir: &Path) -> Result<TrainerState, TrainError> {
         ));
     }
     Ok(st)
+}
+
+/// Write f32 tensors as safetensors with `meta` in the header (candle's `safetensors::save`
+/// writes no metadata; transformers and peft want `format: pt`).
+pub fn save_safetensors(
+    tensors: &HashMap<String, Tensor>,
+    path: &Path,
+    meta: &HashMap<String, String>,
+) -> Result<(), TrainError> {
+    let mut names: Vec<&String> = tensors.keys().collect();
+    names.sort();
+    let mut data: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
+    for n in names {
+        let t = &tensors[n];
+        let v = t.flatten_all()?.to_vec1::<f32>()?;
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        data.push((n.clone(), bytes, t.dims().to_vec()));
+    }
+    let mut header = serde_json::Map::new();
+    header.insert("__metadata__".into(), json!(meta));
+    let mut off = 0usize;
+    for (n, b, shape) in &data {
+        header.insert(
+            n.clone(),
+            json!({"dtype": "F32", "shape": shape, "data_offsets": [off, off + b.len()]}),
+        );
+        off += b.len();
+    }
+    let mut h = serde_json::to_vec(&Json::Object(header)).map_err(|e| TrainError::file(path, e))?;
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut f = std::io::BufWriter::new(
+        std::fs::File::create(path).map_err(|e| TrainError::file(path, e))?,
+    );
+    let io = |e: std::io::Error| TrainError::file(path, e);
+    f.write_all(&(h.len() as u64).to_le_bytes()).map_err(io)?;
+    f.write_all(&h).map_err(io)?;
+    for (_, b, _) in &data {
+        f.write_all(b).map_err(io)?;
+    }
+    f.flush().map_err(io)?;
+    Ok(())
 }
 
 #[cfg(test)]

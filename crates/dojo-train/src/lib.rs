@@ -14,34 +14,49 @@
 //!   pass and an in-place KV cache (details there). A test checks both give the same logits.
 //! - [`data`]: `tokens.parquet` reading, checks, `--max-len` policy, length-bucketed batches in
 //!   a resumable order.
+//! - [`lora`]: LoRA adapters on a frozen base (peft's initialisation, scale and file layout,
+//!   so peft loads the adapters dojo writes and the reverse) and their merge into full weights.
 //! - [`optim`]: AdamW (torch semantics), warmup + cosine schedule, global-norm clipping.
 //! - [`checkpoint`]: Hugging Face layout, written to a temporary directory and renamed into
 //!   place with a completion marker, plus optimizer and data-loader state for resuming.
+//! - [`report`]: `OUT/report.html` from the run's files: loss, learning-rate, gradient-norm
+//!   and throughput curves, the settings, and the evaluation table when there is one.
 //! - [`source`]: where the base model comes from (the bundled default, a GGUF file, a Hugging
 //!   Face directory or a name in the local hub cache) and its tokenizer files.
 //! - [`trainer`]: the loop: masked cross-entropy averaged over the trained tokens of an
 //!   optimizer step, gradient accumulation, clipping, schedule, progress bar, metrics JSONL,
 //!   periodic checkpoints and resume.
 //!
-//! Computation is f32; bf16 training is not implemented (candle's CPU bf16 matmul is slow and
-//! its reductions would lose the parity with PyTorch the tests check). Not implemented yet
-//! either: LoRA adapters, the evaluation hook after training, and the loss curve in the HTML
-//! report (the data is in `metrics.jsonl`).
+//! The evaluation hook after training (`dojo train sft --eval-tasks`) lives in dojo-cli: it
+//! rolls out the base and the trained model through `dojo rollout`'s path (the embedded
+//! engine, sandboxes, grading), which this crate does not depend on; it writes `eval.json`,
+//! which [`report`] renders.
+//!
+//! Not implemented: bf16 training (candle's CPU bf16 matmul is slow and its reductions would
+//! lose the parity with PyTorch the tests check); LoRA on the embeddings or the LM head, on
+//! biases (`bias` other than `"none"`), and peft's variants (rsLoRA, DoRA, per-module ranks,
+//! QLoRA); reading an adapter into a LoRA run to continue training it from another run (a run
+//! resumes only its own checkpoints). LoRA parity with peft is pinned on Llama and Qwen2; Qwen3
+//! uses the same projections and code but has no peft fixture.
 //!
 //! Correctness is pinned by `tests/parity.rs`: logits, loss, every gradient and two
 //! clipped AdamW steps on tiny random Llama / Qwen2 / Qwen3 models equal PyTorch
-//! `transformers` + `torch.optim.AdamW` (fixtures from `tests/fixtures/make_fixtures.py`).
+//! `transformers` + `torch.optim.AdamW` (fixtures from `tests/fixtures/make_fixtures.py`);
+//! `tests/lora.rs` pins LoRA logits, adapter gradients and merges against `peft`.
 
 pub mod checkpoint;
 pub mod data;
+pub mod lora;
 pub mod model;
 pub mod optim;
+pub mod report;
 pub mod source;
 pub mod trainer;
 
 use std::path::{Path, PathBuf};
 
 pub use data::{Cursor, DataReport, Overlong};
+pub use lora::LoraConfig;
 pub use model::TrainModel;
 pub use optim::{AdamW, AdamWConfig};
 pub use source::ModelSource;

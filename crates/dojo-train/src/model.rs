@@ -24,6 +24,7 @@ use dojo_engine::{Arch, Config, Model as EngineModel};
 use serde_json::{Value as Json, json};
 
 use crate::TrainError;
+use crate::lora::{Lora, LoraConfig};
 
 /// A model whose weights are trainable variables.
 pub struct TrainModel {
@@ -31,6 +32,11 @@ pub struct TrainModel {
     /// `lm_head` shares the embedding matrix (SmolLM2, small Qwen models).
     pub tied: bool,
     params: BTreeMap<String, Var>,
+    /// What the forward pass reads: the variables' tensors, or (with LoRA) detached views of
+    /// the same storage, so that autograd computes no gradient for frozen weights.
+    weights: BTreeMap<String, Tensor>,
+    /// LoRA adapters, when the base weights are frozen.
+    lora: Option<Lora>,
     cos: Tensor,
     sin: Tensor,
     device: Device,
@@ -107,6 +113,64 @@ fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> candle_core::Result<Ten
     match b {
         Some(b) => y.broadcast_add(b),
         None => Ok(y),
+    }
+}
+
+/// `x W^T` for a frozen `W` (LoRA's base weights) with a backward pass for `x` only.
+///
+/// candle's matmul backward computes the gradient of both operands even when one of them needs
+/// none, and keeps it in the gradient store until the pass ends: for a frozen base that is a
+/// third of the backward matmul work and a weight-sized tensor per projection, for nothing.
+/// On the CPU this op runs the same matmul and differentiates `x` alone; other devices use the
+/// plain matmul (a custom op would need a kernel per backend).
+struct FrozenLinear(Tensor);
+
+impl candle_core::CustomOp1 for FrozenLinear {
+    fn name(&self) -> &'static str {
+        "frozen-linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            return Err(candle_core::Error::Msg(
+                "frozen-linear: non-contiguous input".into(),
+            ));
+        };
+        let x = Tensor::from_slice(
+            &storage.as_slice::<f32>()?[start..end],
+            layout.shape(),
+            &Device::Cpu,
+        )?;
+        let y = x.matmul(&self.0.t()?)?;
+        let (st, _) = y.storage_and_layout();
+        match &*st {
+            candle_core::Storage::Cpu(c) => Ok((c.clone(), y.shape().clone())),
+            _ => Err(candle_core::Error::Msg(
+                "frozen-linear: not on the CPU".into(),
+            )),
+        }
+    }
+
+    fn bwd(
+        &self,
+        _arg: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(grad.matmul(&self.0)?))
+    }
+}
+
+/// `x W^T` where `W` gets no gradient (see [`FrozenLinear`]).
+fn frozen_matmul(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+    if x.device().is_cpu() && x.dtype() == DType::F32 && w.dtype() == DType::F32 {
+        x.contiguous()?.apply_op1(FrozenLinear(w.detach()))
+    } else {
+        x.matmul(&w.t()?)
     }
 }
 
@@ -245,10 +309,16 @@ impl TrainModel {
             }
         }
         let (cos, sin) = rope_tables(&config, device)?;
+        let weights = params
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
+            .collect();
         Ok(TrainModel {
             config,
             tied,
             params,
+            weights,
+            lora: None,
             cos,
             sin,
             device: device.clone(),
@@ -279,11 +349,91 @@ impl TrainModel {
         self.params.values().map(|v| v.elem_count()).sum()
     }
 
+    /// What the optimizer updates: every weight, or with LoRA the adapters only
+    /// (`MODULE.lora_A.weight`, `MODULE.lora_B.weight`).
+    pub fn trainable(&self) -> &BTreeMap<String, Var> {
+        match &self.lora {
+            Some(l) => &l.vars,
+            None => &self.params,
+        }
+    }
+
+    pub fn num_trainable(&self) -> usize {
+        self.trainable().values().map(|v| v.elem_count()).sum()
+    }
+
+    pub fn lora(&self) -> Option<&Lora> {
+        self.lora.as_ref()
+    }
+
+    /// Freeze the base weights and add fresh LoRA adapters (see [`crate::lora`]).
+    pub fn enable_lora(&mut self, config: LoraConfig, seed: u64) -> Result<(), TrainError> {
+        if self.lora.is_some() {
+            return Err(TrainError::Config("LoRA is already enabled".into()));
+        }
+        let mut shapes = Vec::new();
+        for m in config.modules(self.config.num_layers) {
+            let w = self.p(&format!("{m}.weight"))?;
+            shapes.push((m, w.dims2()?));
+        }
+        self.lora = Some(Lora::init(config, &shapes, seed, &self.device)?);
+        for t in self.weights.values_mut() {
+            *t = t.detach();
+        }
+        Ok(())
+    }
+
+    /// Fold the adapters into the base weights (`W + scale · B A`, as peft's
+    /// `merge_and_unload`) and make every weight trainable again.
+    pub fn merge_lora(&mut self) -> Result<(), TrainError> {
+        let Some(lora) = self.lora.take() else {
+            return Ok(());
+        };
+        for m in lora.adapters.keys() {
+            let var = &self.params[&format!("{m}.weight")];
+            let merged = (var.as_tensor().detach() + lora.merged_delta(m)?)?;
+            var.set(&merged)?;
+        }
+        self.weights = self
+            .params
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
+            .collect();
+        Ok(())
+    }
+
     fn p(&self, name: &str) -> candle_core::Result<&Tensor> {
-        self.params
+        self.weights
             .get(name)
-            .map(|v| v.as_tensor())
             .ok_or_else(|| candle_core::Error::Msg(format!("missing parameter {name}")))
+    }
+
+    /// `x W^T + b`, plus the module's LoRA update when it has one.
+    fn proj(&self, x: &Tensor, module: &str, train: bool) -> candle_core::Result<Tensor> {
+        let w = self.p(&format!("{module}.weight"))?;
+        let b = self.weights.get(&format!("{module}.bias"));
+        let Some(lora) = &self.lora else {
+            return linear(x, w, b);
+        };
+        let y = frozen_matmul(x, w)?;
+        let y = match b {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        };
+        if lora.adapters.contains_key(module) {
+            y + lora.delta(module, x, train)?
+        } else {
+            Ok(y)
+        }
+    }
+
+    /// The LM head on rows `x`.
+    fn head(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if self.lora.is_some() {
+            frozen_matmul(x, self.lm_head()?)
+        } else {
+            linear(x, self.lm_head()?, None)
+        }
     }
 
     fn lm_head(&self) -> candle_core::Result<&Tensor> {
@@ -297,6 +447,11 @@ impl TrainModel {
     /// Hidden states after the last block, before the final norm: `(b * t, hidden)`.
     /// Sequences are right-padded; causal attention keeps padding from reaching real tokens.
     pub fn hidden(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        self.hidden_mode(ids, false)
+    }
+
+    /// [`TrainModel::hidden`]; `train` turns LoRA dropout on.
+    fn hidden_mode(&self, ids: &Tensor, train: bool) -> candle_core::Result<Tensor> {
         let cfg = &self.config;
         let (b, t) = ids.dims2()?;
         if t > cfg.max_position {
@@ -325,17 +480,12 @@ impl TrainModel {
         for i in 0..cfg.num_layers {
             let p = format!("model.layers.{i}");
             let w = |n: &str| self.p(&format!("{p}.{n}"));
-            let bias = |n: &str| self.params.get(&format!("{p}.{n}")).map(|v| v.as_tensor());
             let h = rms_norm(&x, w("input_layernorm.weight")?, eps)?;
             let proj = |n: &str, heads: usize| -> candle_core::Result<Tensor> {
-                let y = linear(
-                    &h,
-                    w(&format!("self_attn.{n}_proj.weight"))?,
-                    bias(&format!("self_attn.{n}_proj.bias")),
-                )?;
+                let y = self.proj(&h, &format!("{p}.self_attn.{n}_proj"), train)?;
                 let y = y.reshape((b, t, heads, hd))?;
-                let y = match self.params.get(&format!("{p}.self_attn.{n}_norm.weight")) {
-                    Some(nw) => rms_norm(&y, nw.as_tensor(), eps)?,
+                let y = match self.weights.get(&format!("{p}.self_attn.{n}_norm.weight")) {
+                    Some(nw) => rms_norm(&y, nw, eps)?,
                     None => y,
                 };
                 y.transpose(1, 2)?.contiguous() // (b, heads, t, hd)
@@ -352,11 +502,13 @@ impl TrainModel {
                 .transpose(1, 2)?
                 .contiguous()?
                 .reshape((b * t, nh * hd))?;
-            x = (x + linear(&out, w("self_attn.o_proj.weight")?, None)?)?;
+            x = (x + self.proj(&out, &format!("{p}.self_attn.o_proj"), train)?)?;
             let h = rms_norm(&x, w("post_attention_layernorm.weight")?, eps)?;
-            let g = linear(&h, w("mlp.gate_proj.weight")?, None)?.silu()?;
-            let u = linear(&h, w("mlp.up_proj.weight")?, None)?;
-            x = (x + linear(&(g * u)?, w("mlp.down_proj.weight")?, None)?)?;
+            let g = self
+                .proj(&h, &format!("{p}.mlp.gate_proj"), train)?
+                .silu()?;
+            let u = self.proj(&h, &format!("{p}.mlp.up_proj"), train)?;
+            x = (x + self.proj(&(g * u)?, &format!("{p}.mlp.down_proj"), train)?)?;
         }
         Ok(x)
     }
@@ -372,18 +524,26 @@ impl TrainModel {
         linear(&x, self.lm_head()?, None)?.reshape((b, t, ()))
     }
 
-    /// Summed next-token cross-entropy over the batch's trained tokens (a scalar). The final
-    /// norm and the LM head run on those rows only: the head is the largest matmul of a small
-    /// model, and untrained rows would only be multiplied by zero.
+    /// Summed next-token cross-entropy over the batch's trained tokens (a scalar), in training
+    /// mode (LoRA dropout on). The final norm and the LM head run on those rows only: the head
+    /// is the largest matmul of a small model, and untrained rows would only be multiplied by
+    /// zero.
     pub fn loss_sum(&self, batch: &DeviceBatch) -> candle_core::Result<Tensor> {
-        let h = self.hidden(&batch.ids)?.index_select(&batch.rows, 0)?;
+        let h = self
+            .hidden_mode(&batch.ids, true)?
+            .index_select(&batch.rows, 0)?;
         let h = rms_norm(&h, self.p("model.norm.weight")?, self.config.rms_eps)?;
-        nll_sum(&linear(&h, self.lm_head()?, None)?, &batch.targets)
+        nll_sum(&self.head(&h)?, &batch.targets)
     }
 
     /// The weights as an engine model (dense f32, rotate-half RoPE), sharing the tensors:
     /// generation and `dojo serve`'s code path on the trained weights.
     pub fn to_engine(&self) -> Result<EngineModel, TrainError> {
+        if self.lora.is_some() {
+            return Err(TrainError::Model(
+                "the engine runs merged weights: merge the LoRA adapters first".into(),
+            ));
+        }
         let t = |n: &str| -> Result<Tensor, TrainError> { Ok(self.p(n)?.detach()) };
         let mut layers = Vec::with_capacity(self.config.num_layers);
         for i in 0..self.config.num_layers {
@@ -432,7 +592,8 @@ impl TrainModel {
         )?)
     }
 
-    /// The weights by name (tied models omit `lm_head.weight`, as Hugging Face does).
+    /// The base weights by name (tied models omit `lm_head.weight`, as Hugging Face does;
+    /// LoRA adapters are not included: see [`TrainModel::merge_lora`]).
     pub fn tensors(&self) -> HashMap<String, Tensor> {
         self.params
             .iter()

@@ -7,7 +7,9 @@
 //! rate, a metrics line, and every `save_every` steps a checkpoint.
 //!
 //! `OUT` layout: `run.json` (configuration, model and data fingerprints), `metrics.jsonl`,
-//! `checkpoint-NNNNNNNN/` (resumable), `final/` (the trained model). An existing `OUT` is
+//! `report.html` (loss curve and settings; rewritten at every checkpoint and at the end),
+//! `checkpoint-NNNNNNNN/` (resumable), `final/` (the trained model, or with LoRA the adapter),
+//! `merged/` (with LoRA and `merge`: full weights). An existing `OUT` is
 //! resumed from its newest complete checkpoint, after checking that it was made from the same
 //! model, data and settings.
 
@@ -21,6 +23,7 @@ use serde_json::{Value as Json, json};
 
 use crate::checkpoint::{self, TrainerState};
 use crate::data::{self, Batcher, Cursor, DataReport, Overlong, Sample};
+use crate::lora::LoraConfig;
 use crate::model::DeviceBatch;
 use crate::optim::{self, AdamW, AdamWConfig};
 use crate::source::{self, ModelSource, write_json};
@@ -50,6 +53,9 @@ pub struct SftConfig {
     pub keep_checkpoints: usize,
     /// Refuse data whose `dojo.tokenizer_sha` differs from the model's tokenizer.
     pub check_tokenizer: bool,
+    /// Train LoRA adapters on a frozen base instead of every weight.
+    #[serde(default)]
+    pub lora: Option<LoraConfig>,
 }
 
 impl Default for SftConfig {
@@ -70,6 +76,7 @@ impl Default for SftConfig {
             save_every: 0,
             keep_checkpoints: 2,
             check_tokenizer: true,
+            lora: None,
         }
     }
 }
@@ -85,14 +92,20 @@ pub struct RunOptions {
     /// Stop after this many optimizer steps of this invocation, without the final save, as
     /// if the process had been killed right after its last checkpoint (tests; time-boxed runs).
     pub stop_after: Option<u64>,
+    /// With LoRA: also write `OUT/merged`, the adapters folded into full weights.
+    pub merge: bool,
 }
 
 /// What a run did.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct SftSummary {
     pub out: PathBuf,
-    /// `OUT/final` when the run finished.
+    /// `OUT/final` when the run finished (with LoRA: the adapter, in peft's layout).
     pub final_dir: Option<PathBuf>,
+    /// `OUT/merged` when LoRA adapters were merged into full weights.
+    pub merged_dir: Option<PathBuf>,
+    /// Parameters the optimizer updated (all, or the LoRA adapters').
+    pub trainable_params: usize,
     pub resumed_from: Option<u64>,
     pub steps: u64,
     pub total_steps: u64,
@@ -120,7 +133,7 @@ pub fn step_grads(
         let l = (model.loss_sum(b)? * scale)?;
         loss += l.to_scalar::<f32>()? as f64;
         let store = l.backward()?;
-        for (name, var) in model.params() {
+        for (name, var) in model.trainable() {
             if let Some(g) = store.get(var.as_tensor()) {
                 let g = match grads.remove(name) {
                     Some(acc) => (acc + g)?,
@@ -200,58 +213,22 @@ pub fn write_model_dir(
     bos: Option<u32>,
     eos: Option<u32>,
 ) -> Result<(), TrainError> {
+    if model.lora().is_some() {
+        // The base weights alone would silently drop the training.
+        return Err(TrainError::Model(
+            "a LoRA model is saved as its adapter, or merged first".into(),
+        ));
+    }
     let w = dir.join(checkpoint::WEIGHTS_FILE);
     let mut meta = HashMap::new();
     meta.insert("format".to_string(), "pt".to_string());
     let tensors = model.tensors();
-    save_safetensors_with_meta(&tensors, &w, &meta)?;
+    checkpoint::save_safetensors(&tensors, &w, &meta)?;
     write_json(
         &dir.join("config.json"),
         &model.hf_config(base_cfg, bos, eos),
     )?;
     src.write_tokenizer_files(dir)
-}
-
-/// candle's `safetensors::save` writes no metadata; transformers wants `format: pt`.
-fn save_safetensors_with_meta(
-    tensors: &HashMap<String, Tensor>,
-    path: &Path,
-    meta: &HashMap<String, String>,
-) -> Result<(), TrainError> {
-    let mut names: Vec<&String> = tensors.keys().collect();
-    names.sort();
-    let mut data: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
-    for n in names {
-        let t = &tensors[n];
-        let v = t.flatten_all()?.to_vec1::<f32>()?;
-        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-        data.push((n.clone(), bytes, t.dims().to_vec()));
-    }
-    let mut header = serde_json::Map::new();
-    header.insert("__metadata__".into(), json!(meta));
-    let mut off = 0usize;
-    for (n, b, shape) in &data {
-        header.insert(
-            n.clone(),
-            json!({"dtype": "F32", "shape": shape, "data_offsets": [off, off + b.len()]}),
-        );
-        off += b.len();
-    }
-    let mut h = serde_json::to_vec(&Json::Object(header)).map_err(|e| TrainError::file(path, e))?;
-    while h.len() % 8 != 0 {
-        h.push(b' ');
-    }
-    let mut f = std::io::BufWriter::new(
-        std::fs::File::create(path).map_err(|e| TrainError::file(path, e))?,
-    );
-    let io = |e: std::io::Error| TrainError::file(path, e);
-    f.write_all(&(h.len() as u64).to_le_bytes()).map_err(io)?;
-    f.write_all(&h).map_err(io)?;
-    for (_, b, _) in &data {
-        f.write_all(b).map_err(io)?;
-    }
-    f.flush().map_err(io)?;
-    Ok(())
 }
 
 /// Train `--model` on `data` into `out` (resuming it if it holds a run).
@@ -275,7 +252,10 @@ pub fn run_sft(
         )));
     }
     // Everything that can be wrong with the inputs is checked before the first step.
-    let model = src.load(device)?;
+    let mut model = src.load(device)?;
+    if let Some(l) = &cfg.lora {
+        model.enable_lora(l.clone(), cfg.seed)?;
+    }
     let fmt = src.chat_format()?;
     let dataset = data::load_tokens(
         data_path,
@@ -398,12 +378,15 @@ pub fn run_sft(
     let mut resumed_from = None;
     if let Some((step, dir)) = checkpoint::list(out).pop() {
         let st = checkpoint::read_state(&dir)?;
-        model.load_weights(&dir.join(checkpoint::WEIGHTS_FILE))?;
+        match model.lora() {
+            Some(l) => l.load_weights(&dir)?,
+            None => model.load_weights(&dir.join(checkpoint::WEIGHTS_FILE))?,
+        }
         opt = AdamW::load(
             cfg.adamw,
             st.step,
             &dir.join(checkpoint::OPTIMIZER_FILE),
-            model.params(),
+            model.trainable(),
             device,
         )?;
         state = TrainerState { total_steps, ..st };
@@ -419,6 +402,7 @@ pub fn run_sft(
         .map_err(|e| TrainError::file(&metrics_path, e))?;
 
     let base_cfg = src.base_config()?;
+    let base_name = src.path().display().to_string();
     let (bos, eos) = (fmt.tokenizer.bos_id(), fmt.tokenizer.eos_id());
     let bar = progress_bar(opts.progress, total_steps, state.step);
     let mut stream = Stream {
@@ -461,10 +445,13 @@ pub fn run_sft(
             batches.push(b);
         }
         micro_done += n_micro;
+        if let Some(l) = model.lora() {
+            l.reseed(cfg.seed, state.step);
+        }
         let (loss, mut grads) = step_grads(&model, &batches, trained)?;
         let grad_norm = optim::clip_grad_norm(&mut grads, cfg.max_grad_norm)?;
         let lr = optim::lr_at(state.step, cfg.lr, cfg.warmup_steps, total_steps);
-        opt.step(model.params(), &grads, lr)?;
+        opt.step(model.trainable(), &grads, lr)?;
         drop(grads);
         state.step += 1;
         steps_this_run += 1;
@@ -498,30 +485,54 @@ pub fn run_sft(
             || (cfg.save_every > 0 && state.step.is_multiple_of(cfg.save_every));
         if save_now {
             checkpoint::write_atomic(out, &checkpoint::checkpoint_name(state.step), |d| {
-                write_model_dir(d, &model, src, base_cfg.as_ref(), bos, eos)?;
+                match model.lora() {
+                    // The frozen base is the source's: the adapter is all there is to save.
+                    Some(l) => l.save(d, &base_name)?,
+                    None => write_model_dir(d, &model, src, base_cfg.as_ref(), bos, eos)?,
+                }
                 opt.save(&d.join(checkpoint::OPTIMIZER_FILE))?;
                 let s =
                     serde_json::to_value(&state).map_err(|e| TrainError::Config(e.to_string()))?;
                 write_json(&d.join(checkpoint::STATE_FILE), &s)
             })?;
             checkpoint::prune(out, cfg.keep_checkpoints)?;
+            crate::report::write(out)?;
         }
     }
     bar.finish_and_clear();
     let mut final_dir = None;
+    let mut merged_dir = None;
+    let trainable_params = model.num_trainable();
     if state.step >= total_steps {
         let done = out.join("final");
         if !checkpoint::is_complete(&done) || steps_this_run > 0 {
-            checkpoint::write_atomic(out, "final", |d| {
-                write_model_dir(d, &model, src, base_cfg.as_ref(), bos, eos)
+            checkpoint::write_atomic(out, "final", |d| match model.lora() {
+                Some(l) => {
+                    l.save(d, &base_name)?;
+                    src.write_tokenizer_files(d)
+                }
+                None => write_model_dir(d, &model, src, base_cfg.as_ref(), bos, eos),
             })?;
         }
         final_dir = Some(done);
+        if opts.merge && model.lora().is_some() {
+            let merged = out.join("merged");
+            if !checkpoint::is_complete(&merged) || steps_this_run > 0 {
+                model.merge_lora()?;
+                checkpoint::write_atomic(out, "merged", |d| {
+                    write_model_dir(d, &model, src, base_cfg.as_ref(), bos, eos)
+                })?;
+            }
+            merged_dir = Some(merged);
+        }
     }
+    crate::report::write(out)?;
     let run_s = started.elapsed().as_secs_f64();
     Ok(SftSummary {
         out: out.to_path_buf(),
         final_dir,
+        merged_dir,
+        trainable_params,
         resumed_from,
         steps: state.step,
         total_steps,
@@ -531,6 +542,52 @@ pub fn run_sft(
         // This invocation's throughput.
         tokens_per_s: tokens_this_run as f64 / run_s.max(1e-9),
         data: dataset.report,
+    })
+}
+
+/// Merge the LoRA adapter in `adapter_dir` (peft's layout, from `dojo train sft --lora-rank`
+/// or peft itself) into the base model `src` and write the full weights as a Hugging Face
+/// model directory `out` (atomically, with a completion marker) that `dojo serve` loads.
+pub fn merge_adapter(
+    src: &ModelSource,
+    adapter_dir: &Path,
+    out: &Path,
+    device: &Device,
+) -> Result<PathBuf, TrainError> {
+    if out.exists() && !checkpoint::is_complete(out) {
+        return Err(TrainError::file(
+            out,
+            "exists and is not a model directory dojo wrote: pick another output",
+        ));
+    }
+    let (cfg, _) = LoraConfig::read(adapter_dir)?;
+    let mut model = src.load(device)?;
+    model.enable_lora(cfg, 0)?;
+    if let Some(l) = model.lora() {
+        l.load_weights(adapter_dir)?;
+    }
+    model.merge_lora()?;
+    let fmt = src.chat_format()?;
+    let base_cfg = src.base_config()?;
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = out
+        .file_name()
+        .ok_or_else(|| TrainError::file(out, "not a directory name"))?
+        .to_string_lossy()
+        .into_owned();
+    std::fs::create_dir_all(&parent).map_err(|e| TrainError::file(&parent, e))?;
+    checkpoint::write_atomic(&parent, &name, |d| {
+        write_model_dir(
+            d,
+            &model,
+            src,
+            base_cfg.as_ref(),
+            fmt.tokenizer.bos_id(),
+            fmt.tokenizer.eos_id(),
+        )
     })
 }
 

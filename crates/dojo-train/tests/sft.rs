@@ -138,8 +138,15 @@ fn training_lowers_the_loss_and_the_checkpoint_loads_in_the_engine() {
             "checkpoint-00000010",
             "final",
             "metrics.jsonl",
+            "report.html",
             "run.json"
         ]
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert_eq!(
+        html.matches("<svg").count(),
+        4,
+        "loss, lr, grad norm, tokens/s curves"
     );
     let fin = s.final_dir.unwrap();
     assert!(dojo_train::checkpoint::is_complete(&fin));
@@ -363,4 +370,90 @@ fn bad_input_fails_before_training_with_a_clear_error() {
     let ds = dojo_train::data::load_tokens(&data, 12, Overlong::Truncate, 64).unwrap();
     assert_eq!(ds.samples.len(), 6);
     assert!(ds.report.truncated > 0);
+}
+
+#[test]
+fn a_lora_run_resumes_exactly_and_merges_into_a_model_the_engine_loads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("tokens.parquet");
+    write_tokens(&data, &rows(9, 3));
+    let cfg = SftConfig {
+        lr: 5e-2,
+        max_steps: Some(6),
+        lora: Some(
+            dojo_train::LoraConfig::new(4, 8.0, 0.1, &["q", "k", "v", "o", "gate", "up", "down"])
+                .unwrap(),
+        ),
+        ..config(0)
+    };
+    let merge = RunOptions {
+        merge: true,
+        ..RunOptions::default()
+    };
+    let a = tmp.path().join("a");
+    let sa = run_sft(&fixture("qwen2"), &data, &a, &cfg, &merge, &Device::Cpu).unwrap();
+    assert_eq!(sa.steps, 6);
+    assert!(sa.trainable_params < 20_000, "{}", sa.trainable_params);
+    let m = metrics(&a);
+    let (first, last) = (
+        m[0]["loss"].as_f64().unwrap(),
+        m[5]["loss"].as_f64().unwrap(),
+    );
+    assert!(last < first, "loss {first} -> {last}");
+    // Checkpoints hold the adapter and the optimizer state, not the base weights.
+    let ck = a.join("checkpoint-00000006");
+    assert!(ck.join("adapter_model.safetensors").is_file());
+    assert!(ck.join("optimizer.safetensors").is_file());
+    assert!(!ck.join("model.safetensors").exists());
+    let fin = sa.final_dir.clone().unwrap();
+    assert!(fin.join("adapter_config.json").is_file() && fin.join("tokenizer.json").is_file());
+
+    // Killed after step 3 (checkpoint 2 on disk): the resumed run ends where `a` ended,
+    // dropout masks included.
+    let b = tmp.path().join("b");
+    let stop = RunOptions {
+        stop_after: Some(3),
+        ..merge.clone()
+    };
+    run_sft(&fixture("qwen2"), &data, &b, &cfg, &stop, &Device::Cpu).unwrap();
+    let sb = run_sft(&fixture("qwen2"), &data, &b, &cfg, &merge, &Device::Cpu).unwrap();
+    assert_eq!(sb.resumed_from, Some(2));
+    let adapter = |d: &Path| {
+        candle_core::safetensors::load(d.join("final/adapter_model.safetensors"), &Device::Cpu)
+            .unwrap()
+    };
+    let (wa, wb) = (adapter(&a), adapter(&b));
+    assert_eq!(wa.len(), 28);
+    for (name, t) in &wa {
+        let d = (t - &wb[name]).unwrap().abs().unwrap().max_all().unwrap();
+        assert!(d.to_scalar::<f32>().unwrap() < 1e-6, "{name}");
+    }
+
+    // The merged directory is a full model the engine loads, equal to base + adapter; and
+    // `merge_adapter` (what `dojo train merge` runs) writes the same weights.
+    let merged = sa.merged_dir.unwrap();
+    assert!(dojo_train::checkpoint::is_complete(&merged));
+    dojo_engine::loader::load_safetensors(&merged, &Device::Cpu).unwrap();
+    let again = tmp.path().join("again");
+    dojo_train::trainer::merge_adapter(&fixture("qwen2"), &fin, &again, &Device::Cpu).unwrap();
+    let (x, y) = (weights(&merged), weights(&again));
+    assert_eq!(x.len(), y.len());
+    for (name, t) in &x {
+        let d = (t - &y[name]).unwrap().abs().unwrap().max_all().unwrap();
+        assert_eq!(d.to_scalar::<f32>().unwrap(), 0.0, "{name}");
+    }
+    let base = weights(fixture("qwen2").path());
+    let w = "model.layers.1.mlp.down_proj.weight";
+    let moved = (&base[w] - &x[w])
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap();
+    assert!(moved.to_scalar::<f32>().unwrap() > 0.0);
+    // An existing directory dojo did not write is never replaced.
+    let e = dojo_train::trainer::merge_adapter(&fixture("qwen2"), &fin, tmp.path(), &Device::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a model directory dojo wrote"), "{e}");
 }

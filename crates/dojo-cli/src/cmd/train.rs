@@ -1,4 +1,11 @@
-//! `dojo train` (dojo-train): fine-tune a model on `dojo curate`'s token export.
+//! `dojo train` (dojo-train): fine-tune a model on `dojo curate`'s token export, merge LoRA
+//! adapters, and evaluate the result.
+//!
+//! The evaluation hook (`--eval-tasks`) rolls out the base model and the trained one on a
+//! held-out task file through `dojo rollout`'s own path ([`super::rollout::run_policy`]: the
+//! embedded engine, the agent, sandboxes, grading), into `OUT/eval/base` and
+//! `OUT/eval/trained` (resumable rollout directories), then writes `OUT/eval.json` and adds
+//! the table to `OUT/report.html`.
 //!
 //! Needs the candle stack, so it is built with the `engine` feature (the default) like
 //! `dojo serve`; without it the command says how to get it.
@@ -7,10 +14,31 @@ use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
 pub enum TrainCmd {
-    /// Supervised fine-tuning on tokens.parquet (full weights, f32). OUT is resumed if it
+    /// Supervised fine-tuning on tokens.parquet (full weights or LoRA, f32). OUT is resumed if it
     /// holds a run; the trained model is OUT/final (Hugging Face layout: `dojo serve --model
     /// OUT/final` and transformers load it).
-    Sft(SftArgs),
+    Sft(Box<SftArgs>),
+    /// Merge a LoRA adapter (peft layout: `adapter_config.json` + `adapter_model.safetensors`,
+    /// as `dojo train sft --lora-rank` writes to OUT/final) into its base model's weights: a
+    /// Hugging Face directory `dojo serve --model` and transformers load.
+    Merge(MergeArgs),
+}
+
+#[derive(clap::Args)]
+pub struct MergeArgs {
+    /// The adapter directory.
+    #[arg(long)]
+    pub adapter: PathBuf,
+    /// The base model (as for `sft --model`); by default the adapter's
+    /// `base_model_name_or_path`.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Output directory (must not exist, or hold an earlier merge).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// `cpu`, or `cuda` / `cuda:N` in a build with the `cuda` feature.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }
 
 #[derive(clap::Args)]
@@ -76,12 +104,49 @@ pub struct SftArgs {
     /// Train even if the data's tokenizer fingerprint differs from the model's.
     #[arg(long)]
     pub no_tokenizer_check: bool,
+    /// Train LoRA adapters of this rank on a frozen base instead of every weight; OUT/final
+    /// is then the adapter in peft's layout.
+    #[arg(long)]
+    pub lora_rank: Option<usize>,
+    /// LoRA scale numerator (the update is scaled by alpha / rank).
+    #[arg(long, default_value_t = 16.0)]
+    pub lora_alpha: f64,
+    /// Dropout on the adapters' input during training.
+    #[arg(long, default_value_t = 0.05)]
+    pub lora_dropout: f64,
+    /// Projections that get adapters, comma-separated: q, k, v, o, gate, up, down.
+    #[arg(long, default_value = "q,k,v,o,gate,up,down", value_delimiter = ',')]
+    pub lora_targets: Vec<String>,
+    /// With --lora-rank: also write OUT/merged, the adapters merged into full weights.
+    #[arg(long)]
+    pub merge: bool,
     /// `cpu`, or `cuda` / `cuda:N` in a build with the `cuda` feature.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// After training, roll out the base and the trained model on these held-out tasks (any
+    /// task file `dojo rollout` takes) with the embedded engine, grade them and write
+    /// OUT/eval.json (resolve rates with 95% Wilson intervals, share of valid tool calls)
+    /// and the table in OUT/report.html. With LoRA the merged weights are evaluated.
+    #[arg(long)]
+    pub eval_tasks: Option<PathBuf>,
+    /// Only these instance ids of --eval-tasks (repeatable).
+    #[arg(long = "eval-instance")]
+    pub eval_instances: Vec<String>,
+    /// Agent step budget per evaluation rollout.
+    #[arg(long, default_value_t = 10)]
+    pub eval_max_steps: u32,
+    /// Tokens per model turn during evaluation.
+    #[arg(long, default_value_t = 256)]
+    pub eval_max_tokens: u32,
+    /// Concurrent evaluation rollouts (sandboxes).
+    #[arg(long, default_value_t = 1)]
+    pub eval_workers: usize,
+    /// Environment specs overriding the embedded `envs/` for the evaluation tasks.
+    #[arg(long)]
+    pub eval_envs: Option<PathBuf>,
 }
 
 #[cfg(feature = "engine")]
@@ -89,11 +154,34 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
     use anyhow::Context;
     use std::io::IsTerminal;
 
-    let TrainCmd::Sft(a) = cmd;
+    let a = match cmd {
+        TrainCmd::Sft(a) => *a,
+        TrainCmd::Merge(m) => return merge(m),
+    };
     let overlong = dojo_train::Overlong::parse(&a.overlong)
         .with_context(|| format!("--overlong {:?}: expected truncate or drop", a.overlong))?;
     let device =
         dojo_engine::device(&a.device).with_context(|| format!("--device {}", a.device))?;
+    if let Some(t) = &a.eval_tasks {
+        // A typo in the task file should not cost a training run.
+        dojo_rollout::run_dir::load_tasks(t, &a.eval_instances)
+            .with_context(|| format!("--eval-tasks {}", t.display()))?;
+    }
+    if a.merge && a.lora_rank.is_none() {
+        anyhow::bail!("--merge merges LoRA adapters: it needs --lora-rank");
+    }
+    let lora = match a.lora_rank {
+        Some(r) => {
+            let targets: Vec<&str> = a.lora_targets.iter().map(String::as_str).collect();
+            Some(dojo_train::LoraConfig::new(
+                r,
+                a.lora_alpha,
+                a.lora_dropout,
+                &targets,
+            )?)
+        }
+        None => None,
+    };
     let cfg = dojo_train::SftConfig {
         lr: a.lr,
         adamw: dojo_train::AdamWConfig {
@@ -115,11 +203,14 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
         save_every: a.save_every,
         keep_checkpoints: a.keep_checkpoints,
         check_tokenizer: !a.no_tokenizer_check,
+        lora,
     };
     let src = dojo_train::ModelSource::resolve(&a.model)?;
     let opts = dojo_train::RunOptions {
         progress: !a.quiet && std::io::stderr().is_terminal(),
         stop_after: None,
+        // The engine evaluates merged weights.
+        merge: a.merge || (a.lora_rank.is_some() && a.eval_tasks.is_some()),
     };
     let s = dojo_train::run_sft(&src, &a.data, &a.out, &cfg, &opts, &device)
         .with_context(|| format!("dojo train sft --out {}", a.out.display()))?;
@@ -140,23 +231,228 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
         d.dropped_untrained
     );
     println!(
-        "steps {}/{}, last loss {}, {:.0} tokens/s, {:.1}s",
+        "steps {}/{}, {} trainable parameters, last loss {}, {:.0} tokens/s, {:.1}s",
         s.steps,
         s.total_steps,
+        s.trainable_params,
         s.last_loss.map_or("-".into(), |l| format!("{l:.4}")),
         s.tokens_per_s,
         s.elapsed_s
     );
     match &s.final_dir {
+        Some(f) if cfg.lora.is_some() => println!("adapter: {}", f.display()),
         Some(f) => println!("model: {}", f.display()),
         None => println!("not finished; run the same command again to resume"),
     }
+    if let Some(m) = &s.merged_dir {
+        println!("merged model: {}", m.display());
+    }
+    let (Some(tasks), Some(final_dir)) = (&a.eval_tasks, &s.final_dir) else {
+        return Ok(0);
+    };
+    let trained = s.merged_dir.clone().unwrap_or_else(|| final_dir.clone());
+    let base = if a.model == "default" {
+        "default".to_string()
+    } else {
+        src.path().display().to_string()
+    };
+    let settings = EvalSettings {
+        tasks: tasks.clone(),
+        instances: a.eval_instances.clone(),
+        max_steps: a.eval_max_steps,
+        max_tokens: a.eval_max_tokens,
+        workers: a.eval_workers.max(1),
+        envs: a.eval_envs.clone(),
+        progress: opts.progress,
+    };
+    // Weights trained in this invocation make an earlier evaluation of OUT/final stale.
+    let retrained = s.steps > s.resumed_from.unwrap_or(0);
+    let eval = evaluate(&a.out, &base, &trained, retrained, &settings)?;
+    dojo_train::report::write(&a.out)?;
+    let models = eval["models"].as_array().cloned().unwrap_or_default();
+    for m in &models {
+        println!(
+            "eval {}: resolved {}/{} ({:.1}%, 95% CI {:.1}–{:.1}%), valid tool calls {}/{} turns, {} infrastructure errors",
+            m["label"].as_str().unwrap_or("-"),
+            m["resolved"],
+            m["n"],
+            100.0 * m["resolve_rate"].as_f64().unwrap_or(0.0),
+            100.0 * m["ci95_low"].as_f64().unwrap_or(0.0),
+            100.0 * m["ci95_high"].as_f64().unwrap_or(0.0),
+            m["valid_tool_calls"],
+            m["turns"],
+            m["infra_errors"],
+        );
+    }
+    println!(
+        "report: {}",
+        a.out.join(dojo_train::report::REPORT_FILE).display()
+    );
+    // Infrastructure failures make the evaluation incomplete: say so in the exit code.
+    let infra = models
+        .iter()
+        .any(|m| m["infra_errors"].as_u64().unwrap_or(0) > 0);
+    Ok(if infra { 2 } else { 0 })
+}
+
+/// What `--eval-*` asked for.
+#[cfg(feature = "engine")]
+struct EvalSettings {
+    tasks: PathBuf,
+    instances: Vec<String>,
+    max_steps: u32,
+    max_tokens: u32,
+    workers: usize,
+    envs: Option<PathBuf>,
+    progress: bool,
+}
+
+/// Version of `eval.json`.
+#[cfg(feature = "engine")]
+const EVAL_SCHEMA_VERSION: u32 = 1;
+
+/// Roll out `base` and `trained` (model paths for the embedded engine, or `default`) on the
+/// held-out tasks through `dojo rollout`'s path, and write `OUT/eval.json`.
+#[cfg(feature = "engine")]
+fn evaluate(
+    out: &std::path::Path,
+    base: &str,
+    trained: &std::path::Path,
+    retrained: bool,
+    e: &EvalSettings,
+) -> anyhow::Result<serde_json::Value> {
+    use anyhow::Context;
+    use dojo_rollout::policy::{PolicyConfig, PolicyKind};
+    use dojo_rollout::run_dir::RolloutOptions;
+    use serde_json::json;
+
+    let rt = super::rollout::runtime()?;
+    let eval_dir = out.join("eval");
+    let n_tasks = dojo_rollout::run_dir::load_tasks(&e.tasks, &e.instances)?.len();
+    let mut models = Vec::new();
+    for (label, model) in [
+        ("base", base.to_string()),
+        ("trained", trained.display().to_string()),
+    ] {
+        let dir = eval_dir.join(label);
+        if label == "trained" && retrained && dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .with_context(|| format!("removing the stale evaluation {}", dir.display()))?;
+        }
+        let mut policy = PolicyConfig::new(PolicyKind::Embedded {
+            model: model.clone(),
+        });
+        policy.name = Some(format!("embedded:{label}"));
+        policy.sampling.max_tokens = Some(e.max_tokens);
+        policy.sampling.temperature = Some(0.0);
+        policy.llm_concurrency = Some(1);
+        policy.agent.insert("max_steps".into(), e.max_steps.into());
+        // As `dojo demo` runs the embedded model: the engine renders the tool schemas into
+        // the chat template and parses Hermes-style calls back into `tool_calls`.
+        policy.agent.insert("action_format".into(), "native".into());
+        policy.agent.insert("tool_set".into(), "r2e".into());
+        let opts = RolloutOptions {
+            tasks_file: e.tasks.clone(),
+            instances: e.instances.clone(),
+            label: policy.label(),
+            policy,
+            samples: 1,
+            out: dir.clone(),
+            workers: e.workers,
+            export_predictions: false,
+            envs_dir: e.envs.clone(),
+            prepare: dojo_task::PrepareOptions::default(),
+            progress: e.progress,
+        };
+        eprintln!("evaluating the {label} model ({model}) on {n_tasks} tasks");
+        let o = rt
+            .block_on(super::rollout::run_policy(&opts))
+            .with_context(|| format!("evaluating the {label} model"))?;
+        super::rollout::print_run(&o);
+        let store = dojo_rollout::Store::<dojo_trajectory::Trajectory>::open(&o.store_path)?;
+        let ids: Vec<&str> = o.outcomes.iter().map(|x| x.task_id.as_str()).collect();
+        let (mut turns, mut valid) = (0usize, 0usize);
+        for t in store
+            .records()
+            .iter()
+            .filter(|t| t.sample_index == 0 && ids.contains(&t.task_id.as_str()))
+        {
+            turns += t.steps.len();
+            valid += t
+                .steps
+                .iter()
+                .filter(|s| s.action.is_some() && s.format_error.is_none())
+                .count();
+        }
+        let sm = &o.summary;
+        let graded = sm.trajectories - sm.infra_errors;
+        let (lo, hi) = dojo_train::report::wilson95(sm.resolved, graded);
+        models.push(json!({
+            "label": label,
+            "model": model,
+            "run_dir": dir,
+            "resolved": sm.resolved,
+            "n": graded,
+            "trajectories": sm.trajectories,
+            "infra_errors": sm.infra_errors,
+            "resolve_rate": sm.resolve_rate,
+            "ci95_low": lo,
+            "ci95_high": hi,
+            "turns": turns,
+            "valid_tool_calls": valid,
+            "valid_tool_call_share": if turns == 0 { 0.0 } else { valid as f64 / turns as f64 },
+            "mean_steps": sm.mean_steps,
+            "stop_reasons": sm.stop_reasons,
+        }));
+    }
+    let eval = json!({
+        "schema_version": EVAL_SCHEMA_VERSION,
+        "tasks": e.tasks,
+        "instances": e.instances,
+        "n_tasks": n_tasks,
+        "max_steps": e.max_steps,
+        "max_tokens": e.max_tokens,
+        "models": models,
+    });
+    let p = out.join(dojo_train::report::EVAL_FILE);
+    let text = serde_json::to_string_pretty(&eval)?;
+    dojo_cache::write_atomic(&p, text.as_bytes())
+        .with_context(|| format!("writing {}", p.display()))?;
+    Ok(eval)
+}
+
+#[cfg(feature = "engine")]
+fn merge(m: MergeArgs) -> anyhow::Result<i32> {
+    use anyhow::Context;
+
+    let device =
+        dojo_engine::device(&m.device).with_context(|| format!("--device {}", m.device))?;
+    let spec = match &m.model {
+        Some(s) => s.clone(),
+        None => {
+            let (_, raw) = dojo_train::LoraConfig::read(&m.adapter)?;
+            raw.get("base_model_name_or_path")
+                .and_then(|v| v.as_str())
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .with_context(|| {
+                    format!(
+                        "{}: the adapter names no base model; pass --model",
+                        m.adapter.display()
+                    )
+                })?
+        }
+    };
+    let src = dojo_train::ModelSource::resolve(&spec)?;
+    let dir = dojo_train::trainer::merge_adapter(&src, &m.adapter, &m.out, &device)
+        .with_context(|| format!("dojo train merge --out {}", m.out.display()))?;
+    println!("merged model: {}", dir.display());
     Ok(0)
 }
 
 #[cfg(not(feature = "engine"))]
 pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
-    let TrainCmd::Sft(_) = cmd;
+    let _ = cmd;
     anyhow::bail!(
         "dojo train needs the candle stack, but this dojo was built without it; rebuild with \
          the `engine` feature (the default): cargo build -p dojo-cli --features engine"
