@@ -18,19 +18,6 @@ pub const REPORT_FILE: &str = "report.html";
 /// The evaluation hook's result file inside `OUT`.
 pub const EVAL_FILE: &str = "eval.json";
 
-/// The 95% Wilson score interval of `k` successes in `n` trials (`(0, 0)` when `n` is 0).
-pub fn wilson95(k: usize, n: usize) -> (f64, f64) {
-    if n == 0 {
-        return (0.0, 0.0);
-    }
-    let z = 1.959_963_984_540_054_f64;
-    let (n, p) = (n as f64, k as f64 / n as f64);
-    let denom = 1.0 + z * z / n;
-    let centre = (p + z * z / (2.0 * n)) / denom;
-    let half = z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt() / denom;
-    ((centre - half).max(0.0), (centre + half).min(1.0))
-}
-
 fn read_json(path: &Path) -> Result<Option<Json>, TrainError> {
     match std::fs::read_to_string(path) {
         Ok(s) => serde_json::from_str(&s)
@@ -222,19 +209,6 @@ pub fn write(out: &Path) -> Result<PathBuf, TrainError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn wilson_interval_matches_known_values() {
-        let (lo, hi) = wilson95(5, 10);
-        assert!(
-            (lo - 0.2366).abs() < 1e-4 && (hi - 0.7634).abs() < 1e-4,
-            "{lo} {hi}"
-        );
-        let (lo, hi) = wilson95(0, 17);
-        assert_eq!(lo, 0.0);
-        assert!((hi - 0.1843).abs() < 1e-4, "{hi}");
-        assert_eq!(wilson95(0, 0), (0.0, 0.0));
-    }
 
     #[test]
     fn renders_curves_settings_and_eval_escaped() {

@@ -386,7 +386,8 @@ fn evaluate(
         }
         let sm = &o.summary;
         let graded = sm.trajectories - sm.infra_errors;
-        let (lo, hi) = dojo_train::report::wilson95(sm.resolved, graded);
+        let rate = dojo_report::stats::wilson(sm.resolved as u64, graded as u64);
+        let (lo, hi) = (rate.low, rate.high);
         models.push(json!({
             "label": label,
             "model": model,
