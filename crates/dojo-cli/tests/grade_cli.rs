@@ -402,7 +402,7 @@ fn eval_grades_reports_resumes_and_regrades() {
 
     // The run report.
     let summary = read_json(&out.join("report.json"));
-    assert_eq!(summary["schema_version"], 1);
+    assert_eq!(summary["schema_version"], dojo_grade::SCHEMA_VERSION);
     let ids = |k: &str| {
         let mut v: Vec<String> = summary[k]
             .as_array()
