@@ -22,12 +22,14 @@
 //! - [`guard`]: which paths of a model patch are test infrastructure ([`InfraKind`]): the
 //!   task's test files are restored, conftest / pytest configuration / interpreter startup
 //!   files make the patch unresolved, so a patch cannot fake its test results.
+//! - [`diagnose`]: `dojo validate`'s one-line rows and id-list summaries (full text to files).
 //! - [`batch`]: `dojo eval` / `dojo validate` over many instances (resumable, concurrent,
 //!   progress bar, sandboxes torn down in the background).
 //! - [`predictions`]: the SWE-bench predictions record, [`read_predictions`] (bad lines reported
 //!   with their line numbers) and [`write_predictions`].
 
 pub mod batch;
+pub mod diagnose;
 pub mod grading;
 pub mod guard;
 pub mod parsers;

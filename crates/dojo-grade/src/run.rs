@@ -19,6 +19,7 @@ use std::time::Duration;
 use dojo_sandbox::{ExecOutput, ExecRequest, OutputCap, Sandbox};
 use dojo_task::{RepoEnv, Task, patch_targets};
 
+use crate::diagnose::ids_summary;
 use crate::grading::{
     APPLY_PATCH_FAIL, APPLY_PATCH_PASS, END_TEST_OUTPUT, GoldLists, START_TEST_OUTPUT, Semantics,
     derive_lists, eval_tests_report, logs_eval, parse_test_exit_code, read_log_text,
@@ -710,27 +711,31 @@ pub async fn validate_in_sandbox(
                 .push("no test fails before the gold patch and passes after it".into());
         }
         if !v.new_task {
-            let still_passing: Vec<&String> = before
+            let still_passing: Vec<String> = before
                 .tests_status
                 .as_ref()
-                .map(|t| t.fail_to_pass.success.iter().collect())
+                .map(|t| t.fail_to_pass.success.clone())
                 .unwrap_or_default();
             if !still_passing.is_empty() {
                 v.problems.push(format!(
-                    "FAIL_TO_PASS already passing with the test patch alone: {still_passing:?}"
+                    "FAIL_TO_PASS already passing with the test patch alone: {} of {}",
+                    ids_summary(&still_passing),
+                    task.f2p().len()
                 ));
             }
             if let Some(ts) = &gold.tests_status {
                 if !ts.fail_to_pass.failure.is_empty() {
                     v.problems.push(format!(
-                        "FAIL_TO_PASS not passing with the gold patch: {:?}",
-                        ts.fail_to_pass.failure
+                        "FAIL_TO_PASS not passing with the gold patch: {} of {}",
+                        ids_summary(&ts.fail_to_pass.failure),
+                        task.f2p().len()
                     ));
                 }
                 if !ts.pass_to_pass.failure.is_empty() {
                     v.problems.push(format!(
-                        "PASS_TO_PASS broken with the gold patch: {:?}",
-                        ts.pass_to_pass.failure
+                        "PASS_TO_PASS broken with the gold patch: {} of {}",
+                        ids_summary(&ts.pass_to_pass.failure),
+                        task.p2p().len()
                     ));
                 }
             }

@@ -39,7 +39,8 @@ pub use model::{
     instance_id_problem,
 };
 pub use prepare::{
-    PrepareOptions, PreparedTask, Preparer, apply_in_dir, prepare, sdist_tree, task_source,
+    PrepareOptions, PreparedTask, Preparer, apply_in_dir, find_repo, prepare, sdist_tree,
+    task_source,
 };
 pub use splice::splice_lists;
 

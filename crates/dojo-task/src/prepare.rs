@@ -152,23 +152,29 @@ pub fn task_source(task: &Task, opts: &PrepareOptions) -> Result<Source, TaskErr
             ),
         ));
     };
-    let name = task.repo.rsplit('/').next().unwrap_or(&task.repo);
-    let candidates = [root.join(task.repo.replace('/', "__")), root.join(name)];
-    let repo = candidates.iter().find(|p| p.exists()).ok_or_else(|| {
-        err(
-            task,
-            "source",
-            format!(
-                "no repository at {} or {}",
-                candidates[0].display(),
-                candidates[1].display()
-            ),
-        )
-    })?;
+    let repo = find_repo(root, &task.repo).map_err(|e| err(task, "source", e))?;
     Ok(Source::Git {
         repo: repo.clone(),
         commit: task.base_commit.clone(),
     })
+}
+
+/// The local repository of `repo` (`owner/name`) under a `--repos` directory: `owner__name`,
+/// else `name`. The error names both places looked at and the option.
+pub fn find_repo(root: &Path, repo: &str) -> Result<PathBuf, String> {
+    let name = repo.rsplit('/').next().unwrap_or(repo);
+    let candidates = [root.join(repo.replace('/', "__")), root.join(name)];
+    candidates
+        .iter()
+        .find(|p| p.exists())
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "no repository for {repo} at {} or {} (--repos DIR must hold a clone or mirror of each repository)",
+                candidates[0].display(),
+                candidates[1].display()
+            )
+        })
 }
 
 /// Download the sdist, unpack it, strip its top directory and apply the bug patch, once per
@@ -346,6 +352,24 @@ mod tests {
         let e = task_source(&t, &PrepareOptions::default())
             .unwrap_err()
             .to_string();
-        assert!(e.contains("a__b-1") && e.contains("a__b"), "{e}");
+        assert!(
+            e.contains("a__b-1") && e.contains("--repos DIR holding a__b"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let e = task_source(
+            &t,
+            &PrepareOptions {
+                repos_dir: Some(dir.path().to_path_buf()),
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("no repository for a/b at") && e.contains("--repos"),
+            "{e}"
+        );
+        std::fs::create_dir(dir.path().join("b")).unwrap();
+        assert_eq!(find_repo(dir.path(), "a/b").unwrap(), dir.path().join("b"));
     }
 }
