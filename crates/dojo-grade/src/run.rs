@@ -210,13 +210,16 @@ impl PatchTransport {
 /// The whole run as one process in the sandbox (each process costs a sandbox entry, which
 /// matters next to a one-second test suite): the patches arrive (see [`PatchTransport`]), then
 /// model patch, test-file restore (`restore`: empty unless the model patch touches a test file
-/// of the task), test patch, all logged to stderr with step markers (exit
+/// of the task), the eval script's pre-test commands (`pre_test`, see
+/// [`dojo_task::pre_test_commands`]; their failures do not stop the run, as in the harness's
+/// script), test patch, all logged to stderr with step markers (exit
 /// 10/11/12 = that step failed); then `@@DOJO_SETUP_OK` and the test command with stdout and
 /// stderr merged on stdout, as in the harness's container log.
 fn run_script(
     model: Option<&str>,
     test_patch: &str,
     restore: &str,
+    pre_test: &[String],
     test_cmd: &str,
     transport: PatchTransport,
 ) -> String {
@@ -250,6 +253,17 @@ fn run_script(
     }
     s.push_str("echo @@DOJO_STEP restore\n");
     s.push_str(restore);
+    if !pre_test.is_empty() {
+        s.push_str("echo @@DOJO_STEP eval_script\nset +u\n");
+        for l in pre_test {
+            // Each command shown in the log before it runs, as the harness's `set -x` does.
+            s.push_str(&format!("echo {}\n{l}\n", shell_quote(&format!("+ {l}"))));
+        }
+        s.push_str(&format!(
+            "set -u\ncd {} || exit 13\n",
+            dojo_sandbox::WORKSPACE
+        ));
+    }
     if has_test {
         s.push_str("echo @@DOJO_STEP test\ndojo_apply \"$T\" || exit 12\n");
     }
@@ -442,6 +456,7 @@ fn harness_request(
         model,
         &task.test_patch,
         &restore,
+        &env.pre_test,
         cmd,
         transport,
     ))
@@ -493,6 +508,12 @@ fn check_setup(
         log.push_str(&format!(
             "{APPLY_PATCH_PASS} (model patch, {}):\n{model_log}\n",
             r.patch_apply_method.as_deref().unwrap_or("?"),
+        ));
+    }
+    let (eval_log, _) = step_log(&setup, "eval_script");
+    if !eval_log.is_empty() {
+        log.push_str(&format!(
+            "+ (eval script, before the test patch)\n{eval_log}\n"
         ));
     }
     if !setup_ok {
@@ -804,24 +825,33 @@ mod tests {
         assert_eq!(step_log(out, "test").0, "+ git apply --verbose\nnope");
         assert_eq!(step_log(out, "restore"), (String::new(), None));
         let tp = "diff --git a/t/a.py b/t/a.py\n--- a/t/a.py\n+++ b/t/a.py\n";
-        let s = run_script(None, "", "", "pytest", PatchTransport::Env);
+        let s = run_script(None, "", "", &[], "pytest", PatchTransport::Env);
         assert!(
             s.contains("@@DOJO_STEP restore") && s.ends_with("set +u\npytest\n"),
             "{s}"
         );
         let m = "diff --git a/src/x.py b/src/x.py\n";
-        let s = run_script(Some(m), tp, "", "pytest", PatchTransport::Stdin);
+        let s = run_script(Some(m), tp, "", &[], "pytest", PatchTransport::Stdin);
         assert!(s.contains(&format!("head -c {} >", m.len())), "{s}");
         assert!(!s.contains("git checkout"), "{s}");
         let s = run_script(
             Some("diff --git a/t/a.py b/t/a.py\n"),
             tp,
             &restore_test_files_lines(&test_patch_files(tp)),
+            &["export A=1".to_string()],
             "pytest",
             PatchTransport::Env,
         );
         assert!(s.contains("printf '%s' \"$DOJO_MODEL_PATCH\""), "{s}");
         assert!(s.contains("git checkout -q dojo-base -- 't/a.py'"), "{s}");
+        // The eval script's commands after the restore, before the test patch.
+        let (restore, eval, test) = (
+            s.find("@@DOJO_STEP restore").unwrap(),
+            s.find("@@DOJO_STEP eval_script\nset +u\necho '+ export A=1'\nexport A=1\nset -u\n")
+                .unwrap(),
+            s.find("@@DOJO_STEP test").unwrap(),
+        );
+        assert!(restore < eval && eval < test, "{s}");
         assert_eq!(PatchTransport::choose(Some("x"), "y"), PatchTransport::Env);
         assert_eq!(
             PatchTransport::choose(Some("x\0"), "y"),

@@ -10,33 +10,16 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod common;
+use common::{ci, new_files, sandbox_for, setup_home, skip};
+
 use dojo_grade::{
     ErrorKind, GradeOptions, InfraKind, InstanceReport, RunSummary, Semantics, Verdict,
     grade_in_sandbox,
 };
-use dojo_sandbox::{PristineStore, PythonEnv, Sandbox, SandboxOptions, Source};
+use dojo_sandbox::{Sandbox, SandboxOptions};
 use dojo_task::{EnvRegistry, RepoEnv, Task};
 use serde_json::json;
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-fn skip(reason: String) {
-    assert!(!ci(), "CI=true: {reason}");
-    println!("SKIPPED: {reason}");
-}
-
-fn setup_home() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if std::env::var_os("DOJO_PYTOOLS").is_none() {
-            let tools = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/pytools"));
-            // SAFETY: set once before any thread of this test binary reads the environment.
-            unsafe { std::env::set_var("DOJO_PYTOOLS", tools) };
-        }
-    });
-}
 
 const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n";
 const SETUP_CFG: &str =
@@ -52,8 +35,7 @@ const CMD: &str = "python -m pytest -rA -p no:cacheprovider tests";
 const FAKE: &str = "import atexit, os\n\n\n@atexit.register\ndef _fake():\n    os.write(1, b\"PASSED tests/test_add.py::test_add\\nPASSED tests/test_add.py::test_add_zero\\nPASSED tests/test_mul.py::test_mul\\n\")\n";
 
 fn project() -> PathBuf {
-    let d = tempfile::tempdir().unwrap().keep();
-    for (p, c) in [
+    common::project(&[
         ("calc/__init__.py", ""),
         ("calc/core.py", CALC),
         ("setup.cfg", SETUP_CFG),
@@ -62,43 +44,19 @@ fn project() -> PathBuf {
             "tests/test_mul.py",
             "from calc.core import mul\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n",
         ),
-    ] {
-        let f = d.join(p);
-        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
-        std::fs::write(f, c).unwrap();
-    }
-    d
+    ])
 }
 
 fn task(test_cmd: &str) -> Task {
-    let row = json!({"instance_id": "local__calc-2", "repo": "local/calc", "base_commit": "x", "patch": GOLD,
+    common::task(
+        json!({"instance_id": "local__calc-2", "repo": "local/calc", "base_commit": "x", "patch": GOLD,
         "test_patch": TEST_PATCH, "version": "1.0",
         "FAIL_TO_PASS": ["tests/test_add.py::test_add"],
         "PASS_TO_PASS": ["tests/test_add.py::test_add_zero", "tests/test_mul.py::test_mul"],
         "env": {"python": "3.11", "requirements": ["pytest==8.3.3"], "editable": false,
                 "test_cmd": test_cmd, "test_directives": "none", "timeout_s": 120,
-                "env": {"PYTHONPATH": "/testbed"}}});
-    let loc = dojo_task::Location {
-        file: "test".into(),
-        unit: "line",
-        index: 1,
-    };
-    Task::from_row(row.as_object().unwrap().clone(), &loc).unwrap()
-}
-
-/// A patch creating each `(path, contents)`.
-fn new_files(files: &[(&str, &str)]) -> String {
-    let mut s = String::new();
-    for (path, body) in files {
-        let n = body.lines().count();
-        s.push_str(&format!(
-            "diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{n} @@\n"
-        ));
-        for l in body.lines() {
-            s.push_str(&format!("+{l}\n"));
-        }
-    }
-    s
+                "env": {"PYTHONPATH": "/testbed"}}}),
+    )
 }
 
 /// A patch appending `lines` to `setup.cfg` (after its last line).
@@ -110,19 +68,6 @@ fn append_setup_cfg(lines: &str) -> String {
         added.len() + 1,
         added.join("\n")
     )
-}
-
-async fn sandbox_for(
-    src: PathBuf,
-    env: &RepoEnv,
-) -> Result<(dojo_sandbox::Pristine, PythonEnv), String> {
-    let p = PristineStore::open()
-        .and_then(|s| s.build(&Source::Dir { path: src }))
-        .map_err(|e| e.to_string())?;
-    let venv = PythonEnv::build_async(&env.spec, Some(&p))
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok((p, venv))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -103,6 +103,11 @@ pub struct RepoEnv {
     pub directives: Directives,
     pub eval_type: EvalType,
     pub env: BTreeMap<String, String>,
+    /// Shell lines to run after the model patch and before the test patch: the task's
+    /// `eval_script` commands before its test command ([`crate::pre_test_commands`]); empty
+    /// without an eval script.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pre_test: Vec<String>,
     /// Where the spec came from (file, and whether a task override or eval_script applied).
     pub origin: String,
 }
@@ -319,6 +324,7 @@ impl EnvRegistry {
                 .rev()
                 .find_map(|t| t.env.clone())
                 .unwrap_or_default(),
+            pre_test: Vec::new(),
             origin,
         };
         if let Some(script) = &task.eval_script {
@@ -330,6 +336,7 @@ impl EnvRegistry {
             })?;
             env.test_cmd = cmd;
             env.directives = Directives::None;
+            env.pre_test = crate::pre_test_commands(script, &task.base_commit);
             env.origin.push_str(" + eval_script");
         }
         if let Some(p) = task.log_parser {

@@ -17,10 +17,13 @@
 //!   once per task and environment, shared by concurrent callers ([`prepare`] is its blocking
 //!   form); [`task_source`] gives the tree's [`dojo_sandbox::Source`] (sdists are downloaded
 //!   through `dojo_cache` and get their bug patch applied before the one commit).
+//! - [`pre_test_commands`]: what a SWE-bench `eval_script` runs before its test command
+//!   (exports, test-file checkouts), as grading runs it after the model patch.
 //! - [`splice_lists`]: set FAIL_TO_PASS / PASS_TO_PASS in one JSONL line, every other byte
 //!   kept (`dojo validate --write`).
 
 mod env;
+mod eval_script;
 mod harness;
 mod load;
 mod model;
@@ -32,6 +35,7 @@ pub use env::{
     Directives, EnvRegistry, NON_TEST_EXTS, RepoEnv, eval_script_test_cmd, patch_targets,
     test_directives,
 };
+pub use eval_script::pre_test_commands;
 pub use harness::{EvalType, LogParser};
 pub use load::{LoadReport, load_tasks, read_rows, read_tasks};
 pub use model::{

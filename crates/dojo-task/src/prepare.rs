@@ -321,6 +321,7 @@ mod tests {
             directives: crate::Directives::Files,
             eval_type: Default::default(),
             env: Default::default(),
+            pre_test: Vec::new(),
             origin: "test".into(),
         };
         // No repository directory: preparation fails at its first step, without touching the
