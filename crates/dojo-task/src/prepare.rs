@@ -23,7 +23,7 @@ use dojo_cache::Cache;
 use dojo_sandbox::{Pristine, PristineStore, PythonEnv, Source};
 
 use crate::model::{SdistSource, Task};
-use crate::{RepoEnv, TaskError};
+use crate::{RepoEnv, TaskError, requirements};
 
 /// Where to find what a task needs.
 #[derive(Debug, Clone, Default)]
@@ -118,12 +118,51 @@ pub fn prepare(
     let pristine = store
         .build(&source)
         .map_err(|e| err(task, "pristine", e.to_string()))?;
-    let venv = PythonEnv::build(&env.spec, Some(&pristine))
+    let spec = resolved_spec(task, env, opts, &pristine)?;
+    let venv = PythonEnv::build(&spec, Some(&pristine))
         .map_err(|e| err(task, "environment", e.to_string()))?;
     Ok(PreparedTask {
         pristine,
         env: venv,
     })
+}
+
+/// The environment spec with the repository's requirements file read in (when the env names
+/// one): the file at the task's `environment_setup_commit` (else its base commit) of its
+/// `--repos` repository, or in the tree for sdist tasks; its lines first, the spec's pinned
+/// requirements after them and overriding them by name.
+pub fn resolved_spec(
+    task: &Task,
+    env: &RepoEnv,
+    opts: &PrepareOptions,
+    pristine: &Pristine,
+) -> Result<dojo_sandbox::EnvSpec, TaskError> {
+    let Some(file) = &env.requirements_file else {
+        return Ok(env.spec.clone());
+    };
+    let fail = |reason: String| err(task, "requirements_file", reason);
+    let read: Box<dyn Fn(&str) -> Option<String>> = match (task.sdist(), &opts.repos_dir) {
+        (None, Some(root)) => {
+            let repo = find_repo(root, &task.repo).map_err(fail)?;
+            let commit = if task.environment_setup_commit.is_empty() {
+                task.base_commit.clone()
+            } else {
+                task.environment_setup_commit.clone()
+            };
+            // The commit must exist: a missing file is then a plain "not found".
+            requirements::git_file(&repo, &commit, file).map_err(fail)?;
+            Box::new(move |p: &str| requirements::git_file(&repo, &commit, p).ok().flatten())
+        }
+        _ => {
+            let root = pristine.path.clone();
+            Box::new(move |p: &str| std::fs::read_to_string(root.join(p)).ok())
+        }
+    };
+    let text = read(file).ok_or_else(|| fail(format!("{file} not found in the repository")))?;
+    let lines = requirements::parse_requirements(file, &text, &*read).map_err(fail)?;
+    let mut spec = env.spec.clone();
+    spec.requirements = requirements::merge_pinned(lines, &env.spec.requirements);
+    Ok(spec)
 }
 
 fn err(task: &Task, step: &str, reason: impl Into<String>) -> TaskError {
@@ -258,6 +297,7 @@ pub fn apply_in_dir(dir: &Path, patch: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::EnvRegistry;
     use crate::model::Location;
     use serde_json::json;
 
@@ -321,6 +361,7 @@ mod tests {
             directives: crate::Directives::Files,
             eval_type: Default::default(),
             env: Default::default(),
+            requirements_file: None,
             pre_test: Vec::new(),
             origin: "test".into(),
         };
@@ -372,5 +413,80 @@ mod tests {
         );
         std::fs::create_dir(dir.path().join("b")).unwrap();
         assert_eq!(find_repo(dir.path(), "a/b").unwrap(), dir.path().join("b"));
+    }
+
+    /// The requirements file comes from the repository at the task's environment_setup_commit
+    /// (not its base commit), `-r` includes followed, pinned requirements overriding it.
+    #[test]
+    fn requirements_file_at_the_environment_setup_commit() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("a__b");
+        std::fs::create_dir_all(repo.join("requirements")).unwrap();
+        let git = |args: &[&str]| -> String {
+            let o = Command::new("git")
+                .arg("-C")
+                .arg(&repo)
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{args:?}");
+            String::from_utf8(o.stdout).unwrap().trim().to_string()
+        };
+        git(&["init", "-q"]);
+        std::fs::write(repo.join("requirements/base.txt"), "six\n").unwrap();
+        std::fs::write(
+            repo.join("requirements/dev.txt"),
+            "-r base.txt\n-e .\npytest>=6\nappdirs\n",
+        )
+        .unwrap();
+        git(&["add", "."]);
+        git(&["commit", "-qm", "setup"]);
+        let setup = git(&["rev-parse", "HEAD"]);
+        std::fs::write(repo.join("requirements/dev.txt"), "changed-later\n").unwrap();
+        git(&["commit", "-qam", "base"]);
+        let base = git(&["rev-parse", "HEAD"]);
+        let loc = Location {
+            file: "f".into(),
+            unit: "line",
+            index: 1,
+        };
+        let t = Task::from_row(
+            json!({"instance_id":"a__b-1","repo":"a/b","base_commit": base, "patch":"p",
+                   "environment_setup_commit": setup})
+            .as_object()
+            .cloned()
+            .unwrap(),
+            &loc,
+        )
+        .unwrap();
+        let mut env = EnvRegistry::default();
+        env.add_text(
+            "t.toml",
+            "schema_version = 2\nrepo = \"a/b\"\n[default]\nrequirements = [\"pytest==8.3.3\"]\nrequirements_file = \"requirements/dev.txt\"\n",
+        )
+        .unwrap();
+        let env = env.resolve(&t).unwrap();
+        let opts = PrepareOptions {
+            repos_dir: Some(d.path().to_path_buf()),
+        };
+        let pristine = Pristine {
+            id: "x".into(),
+            path: d.path().join("unused"),
+        };
+        let spec = resolved_spec(&t, &env, &opts, &pristine).unwrap();
+        assert_eq!(spec.requirements, ["six", "appdirs", "pytest==8.3.3"]);
+        // Without a requirements file the spec is unchanged; a missing file is named.
+        let mut missing = env.clone();
+        missing.requirements_file = Some("nope.txt".into());
+        let e = resolved_spec(&t, &missing, &opts, &pristine)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a__b-1") && e.contains("nope.txt"), "{e}");
+        missing.requirements_file = None;
+        assert_eq!(
+            resolved_spec(&t, &missing, &opts, &pristine).unwrap(),
+            env.spec
+        );
     }
 }
