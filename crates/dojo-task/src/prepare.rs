@@ -127,6 +127,9 @@ pub fn prepare(
     })
 }
 
+/// Reads a file of the task's repository by path (`None`: absent).
+type ReadFile = dyn Fn(&str) -> Option<String>;
+
 /// The environment spec with the repository's requirements file read in (when the env names
 /// one): the file at the task's `environment_setup_commit` (else its base commit) of its
 /// `--repos` repository, or in the tree for sdist tasks; its lines first, the spec's pinned
@@ -141,7 +144,7 @@ pub fn resolved_spec(
         return Ok(env.spec.clone());
     };
     let fail = |reason: String| err(task, "requirements_file", reason);
-    let read: Box<dyn Fn(&str) -> Option<String>> = match (task.sdist(), &opts.repos_dir) {
+    let read: Box<ReadFile> = match (task.sdist(), &opts.repos_dir) {
         (None, Some(root)) => {
             let repo = find_repo(root, &task.repo).map_err(fail)?;
             let commit = if task.environment_setup_commit.is_empty() {
