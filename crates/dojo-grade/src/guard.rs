@@ -129,13 +129,26 @@ fn hunk_header(line: &str) -> Option<(usize, usize, usize)> {
 }
 
 /// Split a patch into files and hunks. Hunk bodies are consumed by their line counts, so a
-/// removed line that reads `-- x` is not mistaken for a file header.
+/// removed line that reads `-- x` is not mistaken for a file header; but a `--- X` line
+/// followed by `+++ Y` always starts a file, so a hunk whose counts are inflated cannot hide
+/// the next file's header from this check (`patch --fuzz`, the last method of the apply chain,
+/// is lenient about counts).
 fn parse_files(patch: &str) -> Vec<FileDiff> {
     let mut files: Vec<FileDiff> = Vec::new();
     let mut remaining = (0usize, 0usize);
     let mut git_header = false;
-    for line in patch.split('\n') {
-        let line = line.strip_suffix('\r').unwrap_or(line);
+    let lines: Vec<&str> = patch
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .collect();
+    for (i, &line) in lines.iter().enumerate() {
+        let header_pair =
+            line.starts_with("--- ") && lines.get(i + 1).is_some_and(|n| n.starts_with("+++ "));
+        if header_pair && remaining != (0, 0) {
+            // Inside a hunk: the hunk ended early, and no `diff --git` line introduced this.
+            remaining = (0, 0);
+            git_header = false;
+        }
         if remaining != (0, 0) {
             let entry = match line.chars().next() {
                 Some(c @ ('+' | '-' | ' ')) => Some((c, &line[1..])),
@@ -185,6 +198,7 @@ fn parse_files(patch: &str) -> Vec<FileDiff> {
                     .find_map(|k| line.strip_prefix(k))
             });
         if let Some(p) = header_path {
+            // A `---` line starts a file unless a `diff --git` header just did.
             if line.starts_with("--- ") && !git_header {
                 files.push(FileDiff::default());
             }
@@ -427,6 +441,17 @@ mod tests {
         );
         assert_eq!(kinds(&tox, &[], None).len(), 1);
         assert!(kinds(&add_file("tox.ini", "[tox]\nenvlist = py3"), &[], None).is_empty());
+    }
+
+    #[test]
+    fn inflated_hunk_counts_do_not_hide_a_file() {
+        // Hunk counts claim 9 lines: without the header-pair rule the conftest.py header and
+        // its body would be read as lines of src/a.py's hunk.
+        let p = "--- a/src/a.py\n+++ b/src/a.py\n@@ -1,9 +1,9 @@\n-x\n+y\n--- /dev/null\n+++ b/conftest.py\n@@ -0,0 +1 @@\n+import os\n";
+        assert_eq!(
+            kinds(p, &[], None),
+            [("conftest.py".into(), InfraKind::Conftest)]
+        );
     }
 
     #[test]
