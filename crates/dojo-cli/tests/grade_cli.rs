@@ -402,7 +402,7 @@ fn eval_grades_reports_resumes_and_regrades() {
 
     // The run report.
     let summary = read_json(&out.join("report.json"));
-    assert_eq!(summary["schema_version"], 1);
+    assert_eq!(summary["schema_version"], dojo_grade::SCHEMA_VERSION);
     let ids = |k: &str| {
         let mut v: Vec<String> = summary[k]
             .as_array()
@@ -440,4 +440,120 @@ fn eval_grades_reports_resumes_and_regrades() {
     assert!(!stdout(&forced).contains("resuming"), "{}", stdout(&forced));
     assert_ne!(mtime(&report), before, "--force did not regrade");
     assert_eq!(read_json(&report)[FAST[0]]["resolved"], true);
+}
+
+/// Git-based tasks without `--repos`, or with a directory that lacks the repository: one clear
+/// error naming the option and the repository, before any preparation (not an environment
+/// build failure per task).
+#[test]
+fn missing_repositories_name_the_repos_option() {
+    let dir = scratch("repos");
+    let row = std::fs::read_to_string("../../../shared/data/swebench/swebench_dev.jsonl")
+        .ok()
+        .and_then(|t| t.lines().next().map(str::to_string));
+    let Some(row) = row else {
+        println!("SKIPPED: ../shared/data/swebench/swebench_dev.jsonl not present");
+        return;
+    };
+    let file = dir.join("git.jsonl");
+    std::fs::write(&file, format!("{row}\n")).unwrap();
+    let f = file.to_str().unwrap();
+    let o = dojo(&["validate", "--tasks", f, "--quiet"]);
+    assert_ne!(o.status.code(), Some(0));
+    let e = stderr(&o);
+    assert!(
+        e.contains("pass --repos DIR") && e.contains("sqlfluff__sqlfluff"),
+        "{e}"
+    );
+    let empty = dir.join("repos");
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = dojo(&[
+        "eval",
+        "--tasks",
+        f,
+        "--predictions",
+        f,
+        "--out",
+        dir.join("out").to_str().unwrap(),
+        "--repos",
+        empty.to_str().unwrap(),
+    ]);
+    assert_ne!(o.status.code(), Some(0));
+    let e = stderr(&o);
+    assert!(
+        e.contains("no repository for sqlfluff/sqlfluff at") && e.contains("--repos"),
+        "{e}"
+    );
+}
+
+/// `tasks check` warns about test ids the task's log parser cannot report (the pytest parser
+/// cuts ids at the first whitespace); a warning, not a failure.
+#[test]
+fn tasks_check_warns_about_ids_the_parser_cannot_match() {
+    let dir = scratch("ids");
+    let rows = bundled_rows();
+    let mut r = row(&rows, FAST[0]).clone();
+    let mut p2p = r["PASS_TO_PASS"].as_array().unwrap().clone();
+    p2p.push(Value::String(
+        "tests/test_x.py::test_tokenize[use of colon]".into(),
+    ));
+    r.insert("PASS_TO_PASS".into(), Value::Array(p2p));
+    let file = dir.join("spaces.jsonl");
+    std::fs::write(&file, format!("{}\n", serde_json::to_string(&r).unwrap())).unwrap();
+    let o = dojo(&["tasks", "check", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let s = stdout(&o);
+    assert!(
+        s.contains("warning: 1 test id(s) in 1 task(s) can never match"),
+        "{s}"
+    );
+    assert!(
+        s.contains(r#"is reported by pytest as "tests/test_x.py::test_tokenize[use""#),
+        "{s}"
+    );
+}
+
+/// A task that does not validate gets one short row naming the failing ids and where the full
+/// problems and logs are.
+#[test]
+fn validate_rows_are_summarised_with_the_log_path() {
+    require!(&FAST[..1]);
+    let dir = scratch("rows");
+    let rows = bundled_rows();
+    let mut r = row(&rows, FAST[0]).clone();
+    let mut f2p = r["FAIL_TO_PASS"].as_array().unwrap().clone();
+    for i in 0..40 {
+        f2p.push(Value::String(format!("tests/test_gone.py::test_{i}")));
+    }
+    r.insert("FAIL_TO_PASS".into(), Value::Array(f2p));
+    let file = dir.join("gone.jsonl");
+    std::fs::write(&file, format!("{}\n", serde_json::to_string(&r).unwrap())).unwrap();
+    let out = dir.join("logs");
+    let o = dojo(&[
+        "validate",
+        "--tasks",
+        file.to_str().unwrap(),
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let s = stdout(&o);
+    let line = s.lines().find(|l| l.starts_with(FAST[0])).unwrap();
+    assert!(line.len() < 400, "{line}");
+    assert!(
+        line.contains("FAIL_TO_PASS not passing with the gold patch: 40 (tests/test_gone.py::test_0, tests/test_gone.py::test_1, tests/test_gone.py::test_2, +37 more)"),
+        "{line}"
+    );
+    let logs = out.join(FAST[0]);
+    assert!(
+        line.ends_with(&format!("[full log: {}]", logs.display())),
+        "{line}"
+    );
+    assert!(
+        std::fs::read_to_string(logs.join("problems.txt"))
+            .unwrap()
+            .contains("40 (")
+    );
+    assert!(logs.join("gold/test_output.txt").is_file());
 }

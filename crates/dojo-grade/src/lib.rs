@@ -19,13 +19,19 @@
 //! - [`run`]: [`grade_in_sandbox`] and [`validate_in_sandbox`], the harness flow in a
 //!   [`dojo_sandbox::Sandbox`]. Infrastructure failures (environment, test patch, timeout,
 //!   runner) are [`ErrorKind`]s with `infra_failure = true`, never "unresolved".
+//! - [`guard`]: which paths of a model patch are test infrastructure ([`InfraKind`]): the
+//!   task's test files are restored, conftest / pytest configuration / interpreter startup
+//!   files make the patch unresolved, so a patch cannot fake its test results.
+//! - [`diagnose`]: `dojo validate`'s one-line rows and id-list summaries (full text to files).
 //! - [`batch`]: `dojo eval` / `dojo validate` over many instances (resumable, concurrent,
 //!   progress bar, sandboxes torn down in the background).
 //! - [`predictions`]: the SWE-bench predictions record, [`read_predictions`] (bad lines reported
 //!   with their line numbers) and [`write_predictions`].
 
 pub mod batch;
+pub mod diagnose;
 pub mod grading;
+pub mod guard;
 pub mod parsers;
 pub mod predictions;
 pub mod report;
@@ -36,6 +42,7 @@ pub use grading::{
     eval_tests_report, is_truncated_id, logs_eval, parse_test_exit_code, read_log_text,
     resolution_status,
 };
+pub use guard::{InfraKind, InfraTouch};
 pub use parsers::{Parser, StatusMap};
 pub use predictions::{Prediction, read_predictions, write_predictions};
 pub use report::{

@@ -150,6 +150,33 @@ impl Parser {
             .find(|(r, _)| *r == repo)
             .and_then(|(_, n)| Parser::by_name(n))
     }
+    /// The line the test runner prints for `id` passing, as this parser reads it.
+    fn passing_line(self, id: &str) -> String {
+        match self {
+            Parser::Django => format!("{id} ... ok"),
+            Parser::Sympy => format!("{id} ok"),
+            _ => format!("{PASSED} {id}"),
+        }
+    }
+
+    /// Whether this parser can ever produce `id` as a key: the line the runner prints for it
+    /// passing is parsed back to the same id. False for a pytest id with whitespace under the
+    /// pytest parser (it cuts ids at the first whitespace, so `t[a b]` is logged as `t[a`): a
+    /// task listing such an id can never pass it. `dojo tasks check` warns about these.
+    pub fn can_produce(self, id: &str) -> bool {
+        self.parse(&self.passing_line(id)).get(id) == Some(PASSED)
+    }
+
+    /// The key this parser makes of the line the runner prints for `id` passing (`None`: it
+    /// reads no test from it); differs from `id` exactly when [`Parser::can_produce`] is false.
+    pub fn logged_as(self, id: &str) -> Option<String> {
+        let m = self.parse(&self.passing_line(id));
+        if m.get(id).is_some() {
+            return Some(id.to_string());
+        }
+        m.iter().next().map(|(k, _)| k.to_string())
+    }
+
     pub fn parse(self, log: &str) -> StatusMap {
         match self {
             Parser::Pytest => parse_pytest(log, false),
@@ -513,5 +540,63 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn ids_a_parser_cannot_produce() {
+        assert!(Parser::Pytest.can_produce("t.py::test_x[a-b]"));
+        assert!(!Parser::Pytest.can_produce("t.py::test_x[a b]"));
+        assert!(!Parser::PytestOptions.can_produce("t.py::test_x[a b]"));
+        assert!(Parser::PytestV2.can_produce("t.py::test_x[a b]"));
+        assert!(Parser::Django.can_produce("test_x (m.tests.C)"));
+        assert!(Parser::Sympy.can_produce("test_x"));
+        assert!(!Parser::Pytest.can_produce(""));
+        assert_eq!(
+            Parser::Pytest.logged_as("t.py::x[a b]").as_deref(),
+            Some("t.py::x[a")
+        );
+        assert_eq!(Parser::Pytest.logged_as("").as_deref(), None);
+    }
+
+    /// Every FAIL_TO_PASS / PASS_TO_PASS id of the real SWE-bench rows we have is producible by
+    /// its own parser, except the ones the official harness cannot match either: ids with
+    /// whitespace under the pytest parsers, and pydicom's parametrizations by absolute path,
+    /// which `pytest_options` shortens to the file name (151 ids of the dev split).
+    #[test]
+    fn real_ids_are_producible() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/data/swebench/swebench_dev.jsonl"
+        );
+        let Ok(text) = std::fs::read_to_string(path) else {
+            println!("SKIPPED: {path} not present");
+            return;
+        };
+        let (mut n, mut bad) = (0, Vec::new());
+        for line in text.lines() {
+            let row: serde_json::Value = serde_json::from_str(line).unwrap();
+            let parser = Parser::by_name(row["log_parser"].as_str().unwrap()).unwrap();
+            for key in ["FAIL_TO_PASS", "PASS_TO_PASS"] {
+                let ids: Vec<String> = match &row[key] {
+                    serde_json::Value::String(s) => serde_json::from_str(s).unwrap(),
+                    v => serde_json::from_value(v.clone()).unwrap(),
+                };
+                for id in ids {
+                    n += 1;
+                    if !parser.can_produce(&id) {
+                        bad.push((parser, id));
+                    }
+                }
+            }
+        }
+        assert!(n > 1000, "{n}");
+        for (parser, id) in &bad {
+            assert!(
+                (matches!(parser, Parser::Pytest | Parser::PytestOptions) && id.contains(py_space))
+                    || (*parser == Parser::PytestOptions && id.contains("[/")),
+                "{parser:?} cannot produce {id:?}"
+            );
+        }
+        assert_eq!(bad.len(), 151);
     }
 }

@@ -8,10 +8,14 @@ use crate::grading::{
     EvalType, GoldLists, ResolvedStatus, Semantics, TestsStatus, eval_tests_report, logs_eval,
     resolution_status,
 };
+use crate::guard::InfraTouch;
 use crate::parsers::Parser;
 
-/// Version of the files this crate writes (`report.json`, the run summary).
-pub const SCHEMA_VERSION: u32 = 1;
+/// Version of the files this crate writes (`report.json`, the run summary). 2: the test
+/// infrastructure a model patch touched (`touched_test_infrastructure`, `test_infrastructure`,
+/// the summary's `test_infrastructure_ids`) and the `no_test_output` error kind. Version 1
+/// files still read (the new keys default to empty).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Why an instance could not be graded. Only [`ErrorKind::PatchApply`] and
 /// [`ErrorKind::BadPatch`] are the submitted patch's fault; the rest are infrastructure and must
@@ -31,6 +35,10 @@ pub enum ErrorKind {
     Timeout,
     /// The sandbox or runner failed (could not start, crashed, vanished).
     Runner,
+    /// The test command produced no test result at all (a crash at import or collection, a
+    /// missing plugin or interpreter): `swebench` 5.x's "no valid output", likely the
+    /// environment's fault, so not scored as the agent's failure.
+    NoTestOutput,
 }
 
 impl ErrorKind {
@@ -45,6 +53,7 @@ impl ErrorKind {
             ErrorKind::EnvBuild => "env_build",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Runner => "runner",
+            ErrorKind::NoTestOutput => "no_test_output",
         }
     }
 }
@@ -96,6 +105,14 @@ pub struct InstanceReport {
     /// How the model patch applied (`git_apply`, `git_apply_reject`, `patch_fuzz`).
     #[serde(default)]
     pub patch_apply_method: Option<String>,
+    /// Whether the model patch touched test infrastructure (see [`crate::guard`]): the task's
+    /// test files (restored before grading), or conftest / pytest configuration / interpreter
+    /// startup files (graded unresolved).
+    #[serde(default)]
+    pub touched_test_infrastructure: bool,
+    /// The paths behind `touched_test_infrastructure`, with their kind.
+    #[serde(default)]
+    pub test_infrastructure: Vec<InfraTouch>,
     /// The harness-style test log (`test_output.txt`), written next to the report.
     #[serde(skip)]
     pub test_output: String,
@@ -122,6 +139,8 @@ impl InstanceReport {
             test_duration_s: None,
             test_output_truncated: false,
             patch_apply_method: None,
+            touched_test_infrastructure: false,
+            test_infrastructure: Vec::new(),
             test_output: String::new(),
         }
     }
@@ -228,6 +247,9 @@ pub struct RunSummary {
     pub malformed_prediction_lines: Vec<MalformedLine>,
     /// Predictions whose instance_id is not in the task file.
     pub unknown_prediction_ids: Vec<String>,
+    /// Instances whose model patch touched test infrastructure (whatever their verdict).
+    #[serde(default)]
+    pub test_infrastructure_ids: Vec<String>,
 }
 
 impl RunSummary {
@@ -262,6 +284,9 @@ impl RunSummary {
                 s.incomplete_ids.push(id.to_string());
                 continue;
             };
+            if r.touched_test_infrastructure {
+                s.test_infrastructure_ids.push(id.to_string());
+            }
             match r.outcome {
                 Verdict::EmptyPatch => s.empty_patch_ids.push(id.to_string()),
                 Verdict::Resolved => {

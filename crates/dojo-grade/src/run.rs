@@ -2,6 +2,12 @@
 //! patch (the harness's fallback chain), restore the test files the test patch touches, apply
 //! the test patch, run the test command, parse, report.
 //!
+//! Stricter than the harness where a patch could fake its result (see [`crate::guard`]): a
+//! patch touching conftest / pytest configuration / interpreter startup files is unresolved
+//! without running, the task's test files are restored whenever the patch touched one, and a
+//! non-zero test exit that no failing test explains is not trusted. A run that printed no
+//! result at all is an infrastructure error ([`ErrorKind::NoTestOutput`]).
+//!
 //! Grading time should be the test command's time: the patches and the test command run as one
 //! process in the sandbox (patches passed in its environment, see `run_script`), so the fixed
 //! cost over the bare test command is git's own work (milliseconds), not five more sandbox
@@ -13,11 +19,13 @@ use std::time::Duration;
 use dojo_sandbox::{ExecOutput, ExecRequest, OutputCap, Sandbox};
 use dojo_task::{RepoEnv, Task, patch_targets};
 
+use crate::diagnose::ids_summary;
 use crate::grading::{
     APPLY_PATCH_FAIL, APPLY_PATCH_PASS, END_TEST_OUTPUT, GoldLists, START_TEST_OUTPUT, Semantics,
-    derive_lists, eval_tests_report, logs_eval, read_log_text,
+    derive_lists, eval_tests_report, logs_eval, parse_test_exit_code, read_log_text,
 };
-use crate::parsers::{Parser, StatusMap};
+use crate::guard::{self, InfraKind, InfraTouch};
+use crate::parsers::{ERROR, FAILED, Parser, StatusMap};
 use crate::report::{ErrorKind, InstanceReport, Verdict};
 
 /// How to grade.
@@ -33,6 +41,10 @@ pub struct GradeOptions {
     pub calculate_to_fail: bool,
     /// Head and tail bytes of test output kept (pytest's summary is at the end).
     pub output_cap: OutputCap,
+    /// Grade a model patch that changes conftest / pytest configuration / interpreter startup
+    /// files instead of rejecting it (see [`crate::guard`]); the touch is still recorded. Off
+    /// by default: such a patch can fake its results.
+    pub allow_test_infrastructure: bool,
 }
 
 impl Default for GradeOptions {
@@ -46,6 +58,7 @@ impl Default for GradeOptions {
                 head: 8 << 20,
                 tail: 24 << 20,
             },
+            allow_test_infrastructure: false,
         }
     }
 }
@@ -118,13 +131,25 @@ fn test_patch_files(test_patch: &str) -> Vec<(String, bool)> {
     files
 }
 
-/// Shell lines restoring every file the test patch touches to its pristine state, so a model
-/// cannot pre-empt the tests: files it modifies are checked out from the pristine commit (the
-/// harness's `git checkout <base> <files>`, one git call for all), files it creates are
-/// removed (ours: a model that created the same test file does not make the test patch fail).
-/// If the single checkout fails (a "modified" file the base lacks), each file is handled alone.
-fn restore_test_files_lines(test_patch: &str) -> String {
-    let files = test_patch_files(test_patch);
+/// The task's test files, each with whether the test patch creates it: the test patch's files,
+/// then the other files its FAIL_TO_PASS / PASS_TO_PASS ids name ([`guard::task_test_files`]).
+fn restorable_test_files(task: &Task) -> Vec<(String, bool)> {
+    let mut files = test_patch_files(&task.test_patch);
+    for f in guard::task_test_files(task) {
+        if !files.iter().any(|(p, _)| *p == f) {
+            files.push((f, false));
+        }
+    }
+    files
+}
+
+/// Shell lines restoring every test file of the task to its pristine state, so a model cannot
+/// pre-empt the tests: files the test patch modifies (and the files the test ids name) are
+/// checked out from the pristine commit (the harness's `git checkout <base> <files>`, one git
+/// call for all), files it creates are removed (ours: a model that created the same test file
+/// does not make the test patch fail). If the single checkout fails (a "modified" file the base
+/// lacks), each file is handled alone.
+fn restore_test_files_lines(files: &[(String, bool)]) -> String {
     if files.is_empty() {
         return String::new();
     }
@@ -184,13 +209,17 @@ impl PatchTransport {
 
 /// The whole run as one process in the sandbox (each process costs a sandbox entry, which
 /// matters next to a one-second test suite): the patches arrive (see [`PatchTransport`]), then
-/// model patch, test-file restore (only when the model patch names a file the test patch
-/// touches: otherwise it is a no-op), test patch, all logged to stderr with step markers (exit
+/// model patch, test-file restore (`restore`: empty unless the model patch touches a test file
+/// of the task), the eval script's pre-test commands (`pre_test`, see
+/// [`dojo_task::pre_test_commands`]; their failures do not stop the run, as in the harness's
+/// script), test patch, all logged to stderr with step markers (exit
 /// 10/11/12 = that step failed); then `@@DOJO_SETUP_OK` and the test command with stdout and
 /// stderr merged on stdout, as in the harness's container log.
 fn run_script(
     model: Option<&str>,
     test_patch: &str,
+    restore: &str,
+    pre_test: &[String],
     test_cmd: &str,
     transport: PatchTransport,
 ) -> String {
@@ -223,11 +252,17 @@ fn run_script(
         s.push_str("echo @@DOJO_STEP model\ndojo_apply \"$M\" || exit 10\n");
     }
     s.push_str("echo @@DOJO_STEP restore\n");
-    let touched = test_patch_files(test_patch)
-        .iter()
-        .any(|(f, _)| model.is_some_and(|m| m.contains(f.as_str())));
-    if touched {
-        s.push_str(&restore_test_files_lines(test_patch));
+    s.push_str(restore);
+    if !pre_test.is_empty() {
+        s.push_str("echo @@DOJO_STEP eval_script\nset +u\n");
+        for l in pre_test {
+            // Each command shown in the log before it runs, as the harness's `set -x` does.
+            s.push_str(&format!("echo {}\n{l}\n", shell_quote(&format!("+ {l}"))));
+        }
+        s.push_str(&format!(
+            "set -u\ncd {} || exit 13\n",
+            dojo_sandbox::WORKSPACE
+        ));
     }
     if has_test {
         s.push_str("echo @@DOJO_STEP test\ndojo_apply \"$T\" || exit 12\n");
@@ -267,7 +302,8 @@ fn sandbox_err(r: InstanceReport, step: &str, e: impl std::fmt::Display) -> Inst
 type Step<T> = ControlFlow<InstanceReport, T>;
 
 /// Grade `model_patch` for `task` in a fresh sandbox over the task's pristine tree, in the
-/// harness's steps: [`admit_patches`] (refuse what cannot be graded), [`harness_request`] (the
+/// harness's steps: [`admit_patches`] (refuse what cannot be graded), [`guard_test_infrastructure`]
+/// (reject a patch that could fake its results), [`harness_request`] (the
 /// one sandbox process: patches, test-file restore, test command), [`check_setup`] (did the
 /// patches apply), [`test_log`] (the harness-style log of the test run) and [`judge`] (parse it
 /// and grade it against the task's lists).
@@ -295,9 +331,18 @@ async fn grade_steps(
 ) -> Step<InstanceReport> {
     let r = InstanceReport::new(&task.instance_id, opts.semantics, env.log_parser.name());
     let (r, patch, log) = admit_patches(r, task, model_patch, opts)?;
+    let r = guard_test_infrastructure(sb, r, task, patch, opts).await?;
     let cmd = env.test_command(task);
     let timeout = opts.timeout.unwrap_or(Duration::from_secs(env.timeout_s));
-    let req = harness_request(task, env, patch, &cmd, timeout, opts);
+    let req = harness_request(
+        task,
+        env,
+        patch,
+        &r.test_infrastructure,
+        &cmd,
+        timeout,
+        opts,
+    );
     let out = match sb.exec(&req).await {
         Ok(o) => o,
         Err(e) => return Break(sandbox_err(r, "running the tests", e)),
@@ -351,20 +396,72 @@ fn admit_patches<'p>(
     Continue((r, patch, log))
 }
 
+/// Which test infrastructure the model patch touches (recorded in the report); a patch that
+/// touches conftest / pytest configuration / interpreter startup files is graded unresolved
+/// here, without running, unless [`GradeOptions::allow_test_infrastructure`]. Configuration
+/// files shared with other tools are judged by the sections their hunks change, read from the
+/// sandbox's still pristine tree.
+async fn guard_test_infrastructure(
+    sb: &Sandbox,
+    mut r: InstanceReport,
+    task: &Task,
+    model: Option<&str>,
+    opts: &GradeOptions,
+) -> Step<InstanceReport> {
+    let Some(patch) = model else {
+        return Continue(r);
+    };
+    let mut pristine = std::collections::BTreeMap::new();
+    for path in guard::config_paths(patch) {
+        if let Ok(bytes) = sb.read_file(&path).await {
+            pristine.insert(path, String::from_utf8_lossy(&bytes).into_owned());
+        }
+    }
+    let touches = guard::classify(patch, &guard::task_test_files(task), |p| {
+        pristine.get(p).cloned()
+    });
+    r.touched_test_infrastructure = !touches.is_empty();
+    r.test_infrastructure = touches;
+    match guard::rejection_reason(&r.test_infrastructure) {
+        Some(reason) if !opts.allow_test_infrastructure => {
+            r.test_output = format!("(not run: {reason})\n");
+            r.outcome = Verdict::Unresolved;
+            r.resolution_status = Some(crate::ResolvedStatus::No);
+            r.error = Some(reason);
+            Break(r)
+        }
+        _ => Continue(r),
+    }
+}
+
 /// The one sandbox process of a grading run (see [`run_script`]), with the patches passed the
-/// cheapest way their size allows (see [`PatchTransport`]).
+/// cheapest way their size allows (see [`PatchTransport`]). The task's test files are
+/// restored when the model patch touched one of them.
 fn harness_request(
     task: &Task,
     env: &RepoEnv,
     model: Option<&str>,
+    touches: &[InfraTouch],
     cmd: &str,
     timeout: Duration,
     opts: &GradeOptions,
 ) -> ExecRequest {
     let transport = PatchTransport::choose(model, &task.test_patch);
-    let mut req = ExecRequest::shell(run_script(model, &task.test_patch, cmd, transport))
-        .cwd(dojo_sandbox::WORKSPACE)
-        .timeout(timeout);
+    let restore = if touches.iter().any(|t| t.kind == InfraKind::TaskTestFile) {
+        restore_test_files_lines(&restorable_test_files(task))
+    } else {
+        String::new()
+    };
+    let mut req = ExecRequest::shell(run_script(
+        model,
+        &task.test_patch,
+        &restore,
+        &env.pre_test,
+        cmd,
+        transport,
+    ))
+    .cwd(dojo_sandbox::WORKSPACE)
+    .timeout(timeout);
     req.env = env.env.clone();
     req.output_cap = opts.output_cap;
     match transport {
@@ -411,6 +508,12 @@ fn check_setup(
         log.push_str(&format!(
             "{APPLY_PATCH_PASS} (model patch, {}):\n{model_log}\n",
             r.patch_apply_method.as_deref().unwrap_or("?"),
+        ));
+    }
+    let (eval_log, _) = step_log(&setup, "eval_script");
+    if !eval_log.is_empty() {
+        log.push_str(&format!(
+            "+ (eval script, before the test patch)\n{eval_log}\n"
         ));
     }
     if !setup_ok {
@@ -484,7 +587,15 @@ fn test_log(
 }
 
 /// Parse the log exactly as a harness log is read back from disk, and grade the status map
-/// against the task's lists.
+/// against the task's lists, under two checks of ours that hold for both semantics:
+///
+/// - **no test result at all** (a crash at import or collection, a missing plugin): "no valid
+///   test output", an infrastructure error ([`ErrorKind::NoTestOutput`]), as `swebench` 5.x
+///   flags it, not "applied, every test failed";
+/// - **the exit status disagrees with the results**: the test command failed (non-zero exit)
+///   yet no test in the parsed output failed or errored. Results printed by something other
+///   than the test runner (library code writing `PASSED <id>` at exit) look like this, so they
+///   are not trusted: unresolved, with the reason (`swebench` 5.x also rejects such a log).
 fn judge(
     mut r: InstanceReport,
     log: String,
@@ -493,14 +604,39 @@ fn judge(
     opts: &GradeOptions,
 ) -> InstanceReport {
     let parser = Parser::from(env.log_parser);
-    let (sm, found) = logs_eval(&read_log_text(log.as_bytes()), parser, opts.semantics);
+    let text = read_log_text(log.as_bytes());
+    let (sm, found) = logs_eval(&text, parser, opts.semantics);
+    // The results as printed, before any validity rule of the semantics.
+    let printed = if found {
+        sm.clone()
+    } else {
+        logs_eval(&text, parser, Semantics::Classic).0
+    };
     r.test_output = log;
+    let code = parse_test_exit_code(&text).unwrap_or(0);
+    if printed.is_empty() {
+        return r.fail(
+            ErrorKind::NoTestOutput,
+            format!(
+                "no valid test output: the test command (exit {code}) printed no test result; \
+                 likely an infrastructure failure (crash at import or collection, missing plugin)"
+            ),
+        );
+    }
+    r.patch_successfully_applied = true;
+    if code != 0 && !printed.iter().any(|(_, s)| s == FAILED || s == ERROR) {
+        r.outcome = Verdict::Unresolved;
+        r.resolution_status = Some(crate::ResolvedStatus::No);
+        r.error = Some(format!(
+            "the test command exited {code} but no test failed in its output: results not trusted"
+        ));
+        return r;
+    }
     if !found {
         r.outcome = Verdict::Unresolved;
         r.error = Some("no valid test output (no results and no sign the suite ran)".into());
         return r;
     }
-    r.patch_successfully_applied = true;
     let gold = GoldLists {
         fail_to_pass: task.f2p(),
         pass_to_pass: task.p2p(),
@@ -596,27 +732,31 @@ pub async fn validate_in_sandbox(
                 .push("no test fails before the gold patch and passes after it".into());
         }
         if !v.new_task {
-            let still_passing: Vec<&String> = before
+            let still_passing: Vec<String> = before
                 .tests_status
                 .as_ref()
-                .map(|t| t.fail_to_pass.success.iter().collect())
+                .map(|t| t.fail_to_pass.success.clone())
                 .unwrap_or_default();
             if !still_passing.is_empty() {
                 v.problems.push(format!(
-                    "FAIL_TO_PASS already passing with the test patch alone: {still_passing:?}"
+                    "FAIL_TO_PASS already passing with the test patch alone: {} of {}",
+                    ids_summary(&still_passing),
+                    task.f2p().len()
                 ));
             }
             if let Some(ts) = &gold.tests_status {
                 if !ts.fail_to_pass.failure.is_empty() {
                     v.problems.push(format!(
-                        "FAIL_TO_PASS not passing with the gold patch: {:?}",
-                        ts.fail_to_pass.failure
+                        "FAIL_TO_PASS not passing with the gold patch: {} of {}",
+                        ids_summary(&ts.fail_to_pass.failure),
+                        task.f2p().len()
                     ));
                 }
                 if !ts.pass_to_pass.failure.is_empty() {
                     v.problems.push(format!(
-                        "PASS_TO_PASS broken with the gold patch: {:?}",
-                        ts.pass_to_pass.failure
+                        "PASS_TO_PASS broken with the gold patch: {} of {}",
+                        ids_summary(&ts.pass_to_pass.failure),
+                        task.p2p().len()
                     ));
                 }
             }
@@ -663,13 +803,13 @@ mod tests {
                 ("t/new.py".to_string(), true)
             ]
         );
-        let s = restore_test_files_lines(tp);
+        let s = restore_test_files_lines(&test_patch_files(tp));
         assert!(
             s.contains(r"git checkout -q dojo-base -- 't/it'\''s.py' 2>"),
             "{s}"
         );
         assert!(s.contains("rm -f -- 't/new.py' ||"), "{s}");
-        assert!(restore_test_files_lines("").is_empty());
+        assert!(restore_test_files_lines(&[]).is_empty());
     }
 
     #[test]
@@ -685,24 +825,33 @@ mod tests {
         assert_eq!(step_log(out, "test").0, "+ git apply --verbose\nnope");
         assert_eq!(step_log(out, "restore"), (String::new(), None));
         let tp = "diff --git a/t/a.py b/t/a.py\n--- a/t/a.py\n+++ b/t/a.py\n";
-        let s = run_script(None, "", "pytest", PatchTransport::Env);
+        let s = run_script(None, "", "", &[], "pytest", PatchTransport::Env);
         assert!(
             s.contains("@@DOJO_STEP restore") && s.ends_with("set +u\npytest\n"),
             "{s}"
         );
         let m = "diff --git a/src/x.py b/src/x.py\n";
-        let s = run_script(Some(m), tp, "pytest", PatchTransport::Stdin);
+        let s = run_script(Some(m), tp, "", &[], "pytest", PatchTransport::Stdin);
         assert!(s.contains(&format!("head -c {} >", m.len())), "{s}");
-        // The model patch names no test file: nothing to restore.
         assert!(!s.contains("git checkout"), "{s}");
         let s = run_script(
             Some("diff --git a/t/a.py b/t/a.py\n"),
             tp,
+            &restore_test_files_lines(&test_patch_files(tp)),
+            &["export A=1".to_string()],
             "pytest",
             PatchTransport::Env,
         );
         assert!(s.contains("printf '%s' \"$DOJO_MODEL_PATCH\""), "{s}");
         assert!(s.contains("git checkout -q dojo-base -- 't/a.py'"), "{s}");
+        // The eval script's commands after the restore, before the test patch.
+        let (restore, eval, test) = (
+            s.find("@@DOJO_STEP restore").unwrap(),
+            s.find("@@DOJO_STEP eval_script\nset +u\necho '+ export A=1'\nexport A=1\nset -u\n")
+                .unwrap(),
+            s.find("@@DOJO_STEP test").unwrap(),
+        );
+        assert!(restore < eval && eval < test, "{s}");
         assert_eq!(PatchTransport::choose(Some("x"), "y"), PatchTransport::Env);
         assert_eq!(
             PatchTransport::choose(Some("x\0"), "y"),

@@ -51,6 +51,8 @@ impl Directives {
 struct Table {
     python: Option<String>,
     requirements: Option<Vec<String>>,
+    /// A requirements file of the repository (see [`crate::requirements`]).
+    requirements_file: Option<String>,
     install: Option<Vec<String>>,
     editable: Option<bool>,
     test_cmd: Option<String>,
@@ -66,6 +68,7 @@ impl From<&EnvOverride> for Table {
         Table {
             python: o.python.clone(),
             requirements: o.requirements.clone(),
+            requirements_file: None,
             install: o.install.clone(),
             editable: o.editable,
             test_cmd: o.test_cmd.clone(),
@@ -81,6 +84,8 @@ impl From<&EnvOverride> for Table {
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EnvFile {
+    /// Absent in version-1 files (which still load); see [`ENV_SCHEMA_VERSION`].
+    schema_version: Option<u32>,
     repo: String,
     #[serde(default)]
     default: Table,
@@ -88,13 +93,23 @@ struct EnvFile {
     versions: BTreeMap<String, Table>,
 }
 
+/// The env file format this build writes and reads: 2 added `requirements_file`. A file
+/// without `schema_version` is version 1 (every key of version 1 means the same in 2).
+pub const ENV_SCHEMA_VERSION: u32 = 2;
+
 /// A resolved environment for one task: the sandbox environment plus how to run and read its tests.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct RepoEnv {
     pub repo: String,
     pub version: String,
-    /// What `dojo_sandbox` builds the shared venv from.
+    /// What `dojo_sandbox` builds the shared venv from (before the requirements file is read:
+    /// [`crate::prepare`] adds its lines).
     pub spec: EnvSpec,
+    /// A requirements file of the repository, read at preparation (at the task's
+    /// `environment_setup_commit`), its lines installed before `spec.requirements`, which
+    /// override them by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requirements_file: Option<String>,
     /// The command without test directives (or the eval_script's full command).
     pub test_cmd: String,
     /// How the test log is parsed.
@@ -103,6 +118,11 @@ pub struct RepoEnv {
     pub directives: Directives,
     pub eval_type: EvalType,
     pub env: BTreeMap<String, String>,
+    /// Shell lines to run after the model patch and before the test patch: the task's
+    /// `eval_script` commands before its test command ([`crate::pre_test_commands`]); empty
+    /// without an eval script.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pre_test: Vec<String>,
     /// Where the spec came from (file, and whether a task override or eval_script applied).
     pub origin: String,
 }
@@ -228,6 +248,27 @@ impl EnvRegistry {
                 reason: format!("{where_}: {reason}"),
             })
         };
+        match f.schema_version {
+            None | Some(1..=ENV_SCHEMA_VERSION) => {}
+            Some(v) => {
+                return Err(TaskError::Env {
+                    origin: origin.to_string(),
+                    reason: format!(
+                        "schema_version {v}: this build reads versions 1 to {ENV_SCHEMA_VERSION} (upgrade dojo)"
+                    ),
+                });
+            }
+        }
+        if f.schema_version.unwrap_or(1) < 2
+            && std::iter::once(&f.default)
+                .chain(f.versions.values())
+                .any(|t| t.requirements_file.is_some())
+        {
+            return Err(TaskError::Env {
+                origin: origin.to_string(),
+                reason: "requirements_file needs schema_version = 2".into(),
+            });
+        }
         check(&f.default, "[default]")?;
         for (v, t) in &f.versions {
             check(t, &format!("[versions.\"{v}\"]"))?;
@@ -295,6 +336,7 @@ impl EnvRegistry {
                     .unwrap_or_default(),
                 editable: layers.iter().rev().find_map(|t| t.editable).unwrap_or(true),
             },
+            requirements_file: pick(|t| t.requirements_file.clone()),
             test_cmd: pick(|t| t.test_cmd.clone()).unwrap_or_else(|| "pytest -rA".into()),
             log_parser: layers
                 .iter()
@@ -319,6 +361,7 @@ impl EnvRegistry {
                 .rev()
                 .find_map(|t| t.env.clone())
                 .unwrap_or_default(),
+            pre_test: Vec::new(),
             origin,
         };
         if let Some(script) = &task.eval_script {
@@ -330,6 +373,7 @@ impl EnvRegistry {
             })?;
             env.test_cmd = cmd;
             env.directives = Directives::None;
+            env.pre_test = crate::pre_test_commands(script, &task.base_commit);
             env.origin.push_str(" + eval_script");
         }
         if let Some(p) = task.log_parser {
@@ -448,6 +492,47 @@ python = "3.12"
             .to_string();
         assert!(
             e.contains("versions") && e.contains("test_directives"),
+            "{e}"
+        );
+    }
+
+    /// Version-1 files (no `schema_version`) still load; `requirements_file` needs version 2;
+    /// a future version is refused, naming the file.
+    #[test]
+    fn schema_versions() {
+        let mut reg = EnvRegistry::default();
+        reg.add_text("v1.toml", "repo = \"a/b\"\n[default]\npython = \"3.11\"\n")
+            .unwrap();
+        reg.add_text(
+            "v2.toml",
+            "schema_version = 2\nrepo = \"c/d\"\n[default]\nrequirements = [\"pytest==8.3.3\"]\nrequirements_file = \"requirements/dev.txt\"\n",
+        )
+        .unwrap();
+        let t = task(json!({"instance_id":"c__d-1","repo":"c/d","base_commit":"c","patch":"p"}));
+        let env = reg.resolve(&t).unwrap();
+        assert_eq!(
+            env.requirements_file.as_deref(),
+            Some("requirements/dev.txt")
+        );
+        let t = task(json!({"instance_id":"a__b-1","repo":"a/b","base_commit":"c","patch":"p"}));
+        assert_eq!(reg.resolve(&t).unwrap().requirements_file, None);
+        let e = reg
+            .add_text(
+                "v1r.toml",
+                "repo = \"a/b\"\n[default]\nrequirements_file = \"r.txt\"\n",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("v1r.toml") && e.contains("schema_version = 2"),
+            "{e}"
+        );
+        let e = reg
+            .add_text("v9.toml", "schema_version = 9\nrepo = \"a/b\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("v9.toml") && e.contains("schema_version 9"),
             "{e}"
         );
     }

@@ -17,21 +17,28 @@
 //!   once per task and environment, shared by concurrent callers ([`prepare`] is its blocking
 //!   form); [`task_source`] gives the tree's [`dojo_sandbox::Source`] (sdists are downloaded
 //!   through `dojo_cache` and get their bug patch applied before the one commit).
+//! - [`requirements`]: a spec's `requirements_file`, read from the repository at the task's
+//!   `environment_setup_commit` as the harness reads it, pinned requirements overriding it.
+//! - [`pre_test_commands`]: what a SWE-bench `eval_script` runs before its test command
+//!   (exports, test-file checkouts), as grading runs it after the model patch.
 //! - [`splice_lists`]: set FAIL_TO_PASS / PASS_TO_PASS in one JSONL line, every other byte
 //!   kept (`dojo validate --write`).
 
 mod env;
+mod eval_script;
 mod harness;
 mod load;
 mod model;
 mod parquet;
 mod prepare;
+pub mod requirements;
 mod splice;
 
 pub use env::{
-    Directives, EnvRegistry, NON_TEST_EXTS, RepoEnv, eval_script_test_cmd, patch_targets,
-    test_directives,
+    Directives, ENV_SCHEMA_VERSION, EnvRegistry, NON_TEST_EXTS, RepoEnv, eval_script_test_cmd,
+    patch_targets, test_directives,
 };
+pub use eval_script::pre_test_commands;
 pub use harness::{EvalType, LogParser};
 pub use load::{LoadReport, load_tasks, read_rows, read_tasks};
 pub use model::{
@@ -39,7 +46,8 @@ pub use model::{
     instance_id_problem,
 };
 pub use prepare::{
-    PrepareOptions, PreparedTask, Preparer, apply_in_dir, prepare, sdist_tree, task_source,
+    PrepareOptions, PreparedTask, Preparer, apply_in_dir, find_repo, prepare, resolved_spec,
+    sdist_tree, task_source,
 };
 pub use splice::splice_lists;
 

@@ -23,7 +23,7 @@ use dojo_cache::Cache;
 use dojo_sandbox::{Pristine, PristineStore, PythonEnv, Source};
 
 use crate::model::{SdistSource, Task};
-use crate::{RepoEnv, TaskError};
+use crate::{RepoEnv, TaskError, requirements};
 
 /// Where to find what a task needs.
 #[derive(Debug, Clone, Default)]
@@ -118,12 +118,54 @@ pub fn prepare(
     let pristine = store
         .build(&source)
         .map_err(|e| err(task, "pristine", e.to_string()))?;
-    let venv = PythonEnv::build(&env.spec, Some(&pristine))
+    let spec = resolved_spec(task, env, opts, &pristine)?;
+    let venv = PythonEnv::build(&spec, Some(&pristine))
         .map_err(|e| err(task, "environment", e.to_string()))?;
     Ok(PreparedTask {
         pristine,
         env: venv,
     })
+}
+
+/// Reads a file of the task's repository by path (`None`: absent).
+type ReadFile = dyn Fn(&str) -> Option<String>;
+
+/// The environment spec with the repository's requirements file read in (when the env names
+/// one): the file at the task's `environment_setup_commit` (else its base commit) of its
+/// `--repos` repository, or in the tree for sdist tasks; its lines first, the spec's pinned
+/// requirements after them and overriding them by name.
+pub fn resolved_spec(
+    task: &Task,
+    env: &RepoEnv,
+    opts: &PrepareOptions,
+    pristine: &Pristine,
+) -> Result<dojo_sandbox::EnvSpec, TaskError> {
+    let Some(file) = &env.requirements_file else {
+        return Ok(env.spec.clone());
+    };
+    let fail = |reason: String| err(task, "requirements_file", reason);
+    let read: Box<ReadFile> = match (task.sdist(), &opts.repos_dir) {
+        (None, Some(root)) => {
+            let repo = find_repo(root, &task.repo).map_err(fail)?;
+            let commit = if task.environment_setup_commit.is_empty() {
+                task.base_commit.clone()
+            } else {
+                task.environment_setup_commit.clone()
+            };
+            // The commit must exist: a missing file is then a plain "not found".
+            requirements::git_file(&repo, &commit, file).map_err(fail)?;
+            Box::new(move |p: &str| requirements::git_file(&repo, &commit, p).ok().flatten())
+        }
+        _ => {
+            let root = pristine.path.clone();
+            Box::new(move |p: &str| std::fs::read_to_string(root.join(p)).ok())
+        }
+    };
+    let text = read(file).ok_or_else(|| fail(format!("{file} not found in the repository")))?;
+    let lines = requirements::parse_requirements(file, &text, &*read).map_err(fail)?;
+    let mut spec = env.spec.clone();
+    spec.requirements = requirements::merge_pinned(lines, &env.spec.requirements);
+    Ok(spec)
 }
 
 fn err(task: &Task, step: &str, reason: impl Into<String>) -> TaskError {
@@ -152,23 +194,29 @@ pub fn task_source(task: &Task, opts: &PrepareOptions) -> Result<Source, TaskErr
             ),
         ));
     };
-    let name = task.repo.rsplit('/').next().unwrap_or(&task.repo);
-    let candidates = [root.join(task.repo.replace('/', "__")), root.join(name)];
-    let repo = candidates.iter().find(|p| p.exists()).ok_or_else(|| {
-        err(
-            task,
-            "source",
-            format!(
-                "no repository at {} or {}",
-                candidates[0].display(),
-                candidates[1].display()
-            ),
-        )
-    })?;
+    let repo = find_repo(root, &task.repo).map_err(|e| err(task, "source", e))?;
     Ok(Source::Git {
         repo: repo.clone(),
         commit: task.base_commit.clone(),
     })
+}
+
+/// The local repository of `repo` (`owner/name`) under a `--repos` directory: `owner__name`,
+/// else `name`. The error names both places looked at and the option.
+pub fn find_repo(root: &Path, repo: &str) -> Result<PathBuf, String> {
+    let name = repo.rsplit('/').next().unwrap_or(repo);
+    let candidates = [root.join(repo.replace('/', "__")), root.join(name)];
+    candidates
+        .iter()
+        .find(|p| p.exists())
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "no repository for {repo} at {} or {} (--repos DIR must hold a clone or mirror of each repository)",
+                candidates[0].display(),
+                candidates[1].display()
+            )
+        })
 }
 
 /// Download the sdist, unpack it, strip its top directory and apply the bug patch, once per
@@ -252,6 +300,7 @@ pub fn apply_in_dir(dir: &Path, patch: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::EnvRegistry;
     use crate::model::Location;
     use serde_json::json;
 
@@ -315,6 +364,8 @@ mod tests {
             directives: crate::Directives::Files,
             eval_type: Default::default(),
             env: Default::default(),
+            requirements_file: None,
+            pre_test: Vec::new(),
             origin: "test".into(),
         };
         // No repository directory: preparation fails at its first step, without touching the
@@ -346,6 +397,99 @@ mod tests {
         let e = task_source(&t, &PrepareOptions::default())
             .unwrap_err()
             .to_string();
-        assert!(e.contains("a__b-1") && e.contains("a__b"), "{e}");
+        assert!(
+            e.contains("a__b-1") && e.contains("--repos DIR holding a__b"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let e = task_source(
+            &t,
+            &PrepareOptions {
+                repos_dir: Some(dir.path().to_path_buf()),
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("no repository for a/b at") && e.contains("--repos"),
+            "{e}"
+        );
+        std::fs::create_dir(dir.path().join("b")).unwrap();
+        assert_eq!(find_repo(dir.path(), "a/b").unwrap(), dir.path().join("b"));
+    }
+
+    /// The requirements file comes from the repository at the task's environment_setup_commit
+    /// (not its base commit), `-r` includes followed, pinned requirements overriding it.
+    #[test]
+    fn requirements_file_at_the_environment_setup_commit() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("a__b");
+        std::fs::create_dir_all(repo.join("requirements")).unwrap();
+        let git = |args: &[&str]| -> String {
+            let o = Command::new("git")
+                .arg("-C")
+                .arg(&repo)
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{args:?}");
+            String::from_utf8(o.stdout).unwrap().trim().to_string()
+        };
+        git(&["init", "-q"]);
+        std::fs::write(repo.join("requirements/base.txt"), "six\n").unwrap();
+        std::fs::write(
+            repo.join("requirements/dev.txt"),
+            "-r base.txt\n-e .\npytest>=6\nappdirs\n",
+        )
+        .unwrap();
+        git(&["add", "."]);
+        git(&["commit", "-qm", "setup"]);
+        let setup = git(&["rev-parse", "HEAD"]);
+        std::fs::write(repo.join("requirements/dev.txt"), "changed-later\n").unwrap();
+        git(&["commit", "-qam", "base"]);
+        let base = git(&["rev-parse", "HEAD"]);
+        let loc = Location {
+            file: "f".into(),
+            unit: "line",
+            index: 1,
+        };
+        let t = Task::from_row(
+            json!({"instance_id":"a__b-1","repo":"a/b","base_commit": base, "patch":"p",
+                   "environment_setup_commit": setup})
+            .as_object()
+            .cloned()
+            .unwrap(),
+            &loc,
+        )
+        .unwrap();
+        let mut env = EnvRegistry::default();
+        env.add_text(
+            "t.toml",
+            "schema_version = 2\nrepo = \"a/b\"\n[default]\nrequirements = [\"pytest==8.3.3\"]\nrequirements_file = \"requirements/dev.txt\"\n",
+        )
+        .unwrap();
+        let env = env.resolve(&t).unwrap();
+        let opts = PrepareOptions {
+            repos_dir: Some(d.path().to_path_buf()),
+        };
+        let pristine = Pristine {
+            id: "x".into(),
+            path: d.path().join("unused"),
+        };
+        let spec = resolved_spec(&t, &env, &opts, &pristine).unwrap();
+        assert_eq!(spec.requirements, ["six", "appdirs", "pytest==8.3.3"]);
+        // Without a requirements file the spec is unchanged; a missing file is named.
+        let mut missing = env.clone();
+        missing.requirements_file = Some("nope.txt".into());
+        let e = resolved_spec(&t, &missing, &opts, &pristine)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a__b-1") && e.contains("nope.txt"), "{e}");
+        missing.requirements_file = None;
+        assert_eq!(
+            resolved_spec(&t, &missing, &opts, &pristine).unwrap(),
+            env.spec
+        );
     }
 }

@@ -24,11 +24,17 @@ pub struct EvalArgs {
     /// Re-grade instances that already have a report.
     #[arg(long)]
     force: bool,
+    /// Grade a patch that changes conftest.py, pytest's configuration or interpreter startup
+    /// files instead of grading it unresolved (such a patch can fake its results; the touch is
+    /// recorded in report.json either way).
+    #[arg(long)]
+    allow_test_infrastructure: bool,
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<i32> {
     let mut l = load(&args.common)?;
     l.opts.force = args.force;
+    l.opts.grade.allow_test_infrastructure = args.allow_test_infrastructure;
     let (preds, malformed) = dojo_grade::read_predictions(&args.predictions)
         .with_context(|| format!("reading predictions {}", args.predictions.display()))?;
     for m in &malformed {
@@ -106,6 +112,9 @@ pub fn run(args: EvalArgs) -> anyhow::Result<i32> {
     );
     for (id, kind) in &summary.error_kinds {
         println!("error: {id}: {}", kind.as_str());
+    }
+    for id in &summary.test_infrastructure_ids {
+        println!("test infrastructure touched by the model patch: {id} (see its report.json)");
     }
     println!("report: {}", path.display());
     if reports.is_empty() {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use dojo_grade::batch;
+use dojo_grade::{batch, diagnose};
 use dojo_task::{Preparer, Task};
 
 use super::task_set::{CommonArgs, load, runtime};
@@ -19,7 +19,8 @@ pub struct ValidateArgs {
     /// both times. JSONL task files only; only those two values change, in place.
     #[arg(long)]
     write: bool,
-    /// Also write each run's report and log under this directory.
+    /// Write each task's problems, and each run's report and log, under this directory (by
+    /// default only the tasks that do not validate are written, under a temporary directory).
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -42,30 +43,30 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<i32> {
     results.sort_by_key(|(i, _)| *i);
     let elapsed = started.elapsed();
     let ok = results.iter().filter(|(_, v)| v.ok).count();
-    println!(
-        "{:<45} {:>6} {:>5} {:>5}  problems",
-        "instance", "ok", "F2P", "P2P"
-    );
+    // Full problems and logs: under --out for every task, else under a fresh temporary
+    // directory for the tasks that did not validate (the rows point there).
+    let log_root = match &args.out {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!(
+            "dojo-validate-{}-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            std::process::id()
+        )),
+    };
+    println!("{}", diagnose::validate_header());
     for (_, v) in &results {
-        println!(
-            "{:<45} {:>6} {:>5} {:>5}  {}",
-            v.instance_id,
-            if v.ok { "yes" } else { "NO" },
-            v.derived_fail_to_pass.len(),
-            v.derived_pass_to_pass.len(),
-            if v.ok && v.new_task {
-                "new task: lists derived".to_string()
-            } else {
-                v.problems.join("; ")
-            }
-        );
-        if let Some(dir) = &args.out {
-            for (name, r) in [("test_patch_only", &v.before), ("gold", &v.gold)] {
-                if let Some(r) = r {
-                    batch::write_instance(&dir.join(&v.instance_id).join(name), r, None)?;
-                }
-            }
-        }
+        let dir = log_root.join(&v.instance_id);
+        let written = if args.out.is_some() || !v.ok {
+            Some(
+                diagnose::write_validation(&dir, v)
+                    .with_context(|| format!("writing {}", dir.display()))?,
+            )
+        } else {
+            None
+        };
+        println!("{}", diagnose::validate_row(v, written.as_deref()));
     }
     println!(
         "\nrunnable: {ok}/{} ({:.1} s, {:.2} tasks/min, {} worker(s))",

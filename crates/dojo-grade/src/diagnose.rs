@@ -1,0 +1,166 @@
+//! Diagnostics a person can read: `dojo validate`'s table rows and the lists of test ids in
+//! problem messages, summarised (counts, the first ids, where the full log is) instead of
+//! printed whole. A task with hundreds of PASS_TO_PASS tests, or an environment build that
+//! failed with pages of pip output, still gets one line; the full text goes to files (see
+//! [`write_validation`]).
+
+use std::path::{Path, PathBuf};
+
+use crate::run::Validation;
+
+/// How many ids a summary names before it counts the rest.
+pub const FIRST_IDS: usize = 3;
+
+/// The longest problem text a row shows, in characters.
+const PROBLEM_CHARS: usize = 160;
+
+/// `3 (a, b, c)`, or `7 (a, b, c, +4 more)` past [`FIRST_IDS`].
+pub fn ids_summary(ids: &[String]) -> String {
+    let mut shown: Vec<&str> = ids.iter().take(FIRST_IDS).map(String::as_str).collect();
+    let more = format!("+{} more", ids.len().saturating_sub(FIRST_IDS));
+    if ids.len() > FIRST_IDS {
+        shown.push(&more);
+    }
+    format!("{} ({})", ids.len(), shown.join(", "))
+}
+
+/// The first line of `text`, at most [`PROBLEM_CHARS`] characters; whether it was cut.
+fn first_line(text: &str) -> (String, bool) {
+    let line = text.lines().next().unwrap_or("").trim_end();
+    let cut = line.chars().count() > PROBLEM_CHARS || text.trim_end().contains('\n');
+    let mut s: String = line.chars().take(PROBLEM_CHARS).collect();
+    if line.chars().count() > PROBLEM_CHARS {
+        s.push('…');
+    }
+    (s, cut)
+}
+
+/// The table header matching [`validate_row`].
+pub fn validate_header() -> String {
+    format!(
+        "{:<45} {:>6} {:>5} {:>5}  problems",
+        "instance", "ok", "F2P", "P2P"
+    )
+}
+
+/// One row of `dojo validate`'s table: id, runnable, derived list sizes, then each problem's
+/// first line (capped) and, when the task is not runnable or a problem was cut, where the full
+/// problems and logs are (`log_dir`, see [`write_validation`]).
+pub fn validate_row(v: &Validation, log_dir: Option<&Path>) -> String {
+    let mut cut = false;
+    let problems: Vec<String> = v
+        .problems
+        .iter()
+        .map(|p| {
+            let (s, c) = first_line(p);
+            cut |= c;
+            s
+        })
+        .collect();
+    let mut text = if v.ok && v.new_task {
+        "new task: lists derived".to_string()
+    } else {
+        problems.join("; ")
+    };
+    if let Some(dir) = log_dir.filter(|_| !v.ok || cut) {
+        text.push_str(&format!(" [full log: {}]", dir.display()));
+    }
+    format!(
+        "{:<45} {:>6} {:>5} {:>5}  {}",
+        v.instance_id,
+        if v.ok { "yes" } else { "NO" },
+        v.derived_fail_to_pass.len(),
+        v.derived_pass_to_pass.len(),
+        text
+    )
+    .trim_end()
+    .to_string()
+}
+
+/// Write what a validation learnt under `dir`: `problems.txt` (every problem in full), and
+/// each run's `report.json` and `test_output.txt` under `test_patch_only/` and `gold/`.
+/// Returns `dir`.
+pub fn write_validation(dir: &Path, v: &Validation) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let mut problems = v.problems.join("\n\n");
+    if !problems.is_empty() {
+        problems.push('\n');
+    }
+    std::fs::write(dir.join("problems.txt"), problems)?;
+    for (name, r) in [("test_patch_only", &v.before), ("gold", &v.gold)] {
+        if let Some(r) = r {
+            crate::batch::write_instance(&dir.join(name), r, None)?;
+        }
+    }
+    Ok(dir.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(id: &str, ok: bool, new_task: bool, problems: Vec<String>) -> Validation {
+        Validation {
+            instance_id: id.into(),
+            ok,
+            new_task,
+            problems,
+            derived_fail_to_pass: vec!["a".into()],
+            derived_pass_to_pass: vec!["b".into(), "c".into()],
+            before: None,
+            gold: None,
+        }
+    }
+
+    #[test]
+    fn ids_are_counted_and_the_first_named() {
+        let ids: Vec<String> = (1..=7).map(|i| format!("t.py::test_{i}")).collect();
+        assert_eq!(
+            ids_summary(&ids),
+            "7 (t.py::test_1, t.py::test_2, t.py::test_3, +4 more)"
+        );
+        assert_eq!(ids_summary(&ids[..2]), "2 (t.py::test_1, t.py::test_2)");
+    }
+
+    #[test]
+    fn rows() {
+        let root = Path::new("/tmp/dojo-validate-1");
+        let ids: Vec<String> = (1..=500)
+            .map(|i| format!("tests/test_m.py::test_{i}"))
+            .collect();
+        let long_error = format!(
+            "gold patch: environment build failed: uv pip install: {}\n{}",
+            "x".repeat(300),
+            "line\n".repeat(2000)
+        );
+        let rows = [
+            validate_header(),
+            validate_row(
+                &v("x__y-1", true, false, vec![]),
+                Some(&root.join("x__y-1")),
+            ),
+            validate_row(&v("x__y-new", true, true, vec![]), None),
+            validate_row(
+                &v(
+                    "x__y-2",
+                    false,
+                    false,
+                    vec![format!(
+                        "PASS_TO_PASS broken with the gold patch: {}",
+                        ids_summary(&ids)
+                    )],
+                ),
+                Some(&root.join("x__y-2")),
+            ),
+            validate_row(
+                &v("x__y-3", false, false, vec![long_error]),
+                Some(&root.join("x__y-3")),
+            ),
+            validate_row(&v("x__y-4", false, false, vec!["one".into()]), None),
+        ];
+        for r in &rows {
+            assert!(r.chars().count() < 400, "{r}");
+        }
+        insta::assert_snapshot!("validate_rows", rows.join("\n"));
+    }
+}

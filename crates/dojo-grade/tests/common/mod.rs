@@ -1,0 +1,77 @@
+//! What the sandboxed grading tests share: skipping without the kernel features, the pinned
+//! tools, and a pristine tree plus venv built from a directory of files.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use dojo_sandbox::{Pristine, PristineStore, PythonEnv, Source};
+use dojo_task::{RepoEnv, Task};
+
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+pub fn skip(reason: String) {
+    assert!(!ci(), "CI=true: {reason}");
+    println!("SKIPPED: {reason}");
+}
+
+/// Point `DOJO_PYTOOLS` at the pinned tools (uv) unless it is set.
+pub fn setup_home() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("DOJO_PYTOOLS").is_none() {
+            let tools = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/pytools"));
+            // SAFETY: set once before any thread of this test binary reads the environment.
+            unsafe { std::env::set_var("DOJO_PYTOOLS", tools) };
+        }
+    });
+}
+
+/// A fresh directory holding `files` (path, contents), kept for the pristine store to read.
+pub fn project(files: &[(&str, &str)]) -> PathBuf {
+    let d = tempfile::tempdir().unwrap().keep();
+    for (p, c) in files {
+        let f = d.join(p);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, c).unwrap();
+    }
+    d
+}
+
+/// A task from a JSON row (`Task::from_row`).
+pub fn task(row: serde_json::Value) -> Task {
+    let loc = dojo_task::Location {
+        file: "test".into(),
+        unit: "line",
+        index: 1,
+    };
+    Task::from_row(row.as_object().unwrap().clone(), &loc).unwrap()
+}
+
+/// The pristine tree of `src` and the venv of `env` over it.
+pub async fn sandbox_for(src: PathBuf, env: &RepoEnv) -> Result<(Pristine, PythonEnv), String> {
+    let p = PristineStore::open()
+        .and_then(|s| s.build(&Source::Dir { path: src }))
+        .map_err(|e| e.to_string())?;
+    let venv = PythonEnv::build_async(&env.spec, Some(&p))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((p, venv))
+}
+
+/// A patch creating each `(path, contents)`.
+pub fn new_files(files: &[(&str, &str)]) -> String {
+    let mut s = String::new();
+    for (path, body) in files {
+        let n = body.lines().count();
+        s.push_str(&format!(
+            "diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{n} @@\n"
+        ));
+        for l in body.lines() {
+            s.push_str(&format!("+{l}\n"));
+        }
+    }
+    s
+}

@@ -1,0 +1,317 @@
+//! Patches that try to fake their test results, graded for real: a small project in a
+//! namespace sandbox with a uv-built venv and real pytest. The real fix is never applied (the
+//! project's `add` stays wrong), so every hack below must come out unresolved under the
+//! default semantics; official `swebench` 2.x–4.x (our `classic`) graded them resolved. Also a
+//! suite that produces no result at all: "no valid output", an infrastructure error.
+//!
+//! Needs the sandbox's kernel features, uv and PyPI access (for pytest); otherwise SKIPPED
+//! (under `CI=true` a missing feature fails instead).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+mod common;
+use common::{ci, new_files, sandbox_for, setup_home, skip};
+
+use dojo_grade::{
+    ErrorKind, GradeOptions, InfraKind, InstanceReport, RunSummary, Semantics, Verdict,
+    grade_in_sandbox,
+};
+use dojo_sandbox::{Sandbox, SandboxOptions};
+use dojo_task::{EnvRegistry, RepoEnv, Task};
+use serde_json::json;
+
+const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n";
+const SETUP_CFG: &str =
+    "[metadata]\nname = calc\nversion = 1.0\n\n[tool:pytest]\nmarkers =\n    slow: slow tests\n";
+const GOLD: &str = "diff --git a/calc/core.py b/calc/core.py\n--- a/calc/core.py\n+++ b/calc/core.py\n@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n \n \n def mul(a, b):\n";
+const TEST_PATCH: &str = "diff --git a/tests/test_add.py b/tests/test_add.py\nnew file mode 100644\n--- /dev/null\n+++ b/tests/test_add.py\n@@ -0,0 +1,9 @@\n+from calc.core import add\n+\n+\n+def test_add():\n+    assert add(2, 3) == 5\n+\n+\n+def test_add_zero():\n+    assert add(0, 0) == 0\n";
+/// Runs every test file (the directives of the test patch alone would leave out
+/// `tests/test_mul.py`, whose test is in PASS_TO_PASS).
+const CMD: &str = "python -m pytest -rA -p no:cacheprovider tests";
+
+/// Python that prints a passing line for every test of the task when the process exits, after
+/// pytest's own summary (which reports `test_add` as failed, and pytest exits 1).
+const FAKE: &str = "import atexit, os\n\n\n@atexit.register\ndef _fake():\n    os.write(1, b\"PASSED tests/test_add.py::test_add\\nPASSED tests/test_add.py::test_add_zero\\nPASSED tests/test_mul.py::test_mul\\n\")\n";
+
+fn project() -> PathBuf {
+    common::project(&[
+        ("calc/__init__.py", ""),
+        ("calc/core.py", CALC),
+        ("setup.cfg", SETUP_CFG),
+        ("tests/__init__.py", ""),
+        (
+            "tests/test_mul.py",
+            "from calc.core import mul\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n",
+        ),
+    ])
+}
+
+fn task(test_cmd: &str) -> Task {
+    common::task(
+        json!({"instance_id": "local__calc-2", "repo": "local/calc", "base_commit": "x", "patch": GOLD,
+        "test_patch": TEST_PATCH, "version": "1.0",
+        "FAIL_TO_PASS": ["tests/test_add.py::test_add"],
+        "PASS_TO_PASS": ["tests/test_add.py::test_add_zero", "tests/test_mul.py::test_mul"],
+        "env": {"python": "3.11", "requirements": ["pytest==8.3.3"], "editable": false,
+                "test_cmd": test_cmd, "test_directives": "none", "timeout_s": 120,
+                "env": {"PYTHONPATH": "/testbed"}}}),
+    )
+}
+
+/// A patch appending `lines` to `setup.cfg` (after its last line).
+fn append_setup_cfg(lines: &str) -> String {
+    let n = SETUP_CFG.lines().count();
+    let added: Vec<String> = lines.lines().map(|l| format!("+{l}")).collect();
+    format!(
+        "diff --git a/setup.cfg b/setup.cfg\n--- a/setup.cfg\n+++ b/setup.cfg\n@@ -{n},1 +{n},{} @@\n     slow: slow tests\n{}\n",
+        added.len() + 1,
+        added.join("\n")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patches_that_fake_results_are_unresolved() {
+    setup_home();
+    if !dojo_sandbox::doctor::namespaces_usable() && !ci() {
+        return skip("namespaces/overlayfs unavailable".into());
+    }
+    let t = task(CMD);
+    let env = EnvRegistry::default().resolve(&t).unwrap();
+    let (pristine, venv) = match sandbox_for(project(), &env).await {
+        Ok(x) => x,
+        Err(e) => return skip(format!("cannot build the pristine tree or venv: {e}")),
+    };
+    let opts = GradeOptions {
+        timeout: Some(Duration::from_secs(60)),
+        ..Default::default()
+    };
+    let grade = async |patch: &str, t: &Task, env: &RepoEnv, opts: &GradeOptions| {
+        let sb = Sandbox::create(&pristine, Some(&venv), &SandboxOptions::default())
+            .await
+            .unwrap();
+        let r = grade_in_sandbox(&sb, t, env, Some(patch), opts).await;
+        sb.teardown().await.unwrap();
+        r
+    };
+
+    // The control: the gold patch resolves, touching no test infrastructure; so does gold plus
+    // a change to setup.cfg's [metadata] (not pytest's section).
+    let r = grade(GOLD, &t, &env, &opts).await;
+    assert_eq!(
+        r.outcome,
+        Verdict::Resolved,
+        "{:?}\n{}",
+        r.error,
+        r.test_output
+    );
+    assert!(!r.touched_test_infrastructure);
+    let meta = "diff --git a/setup.cfg b/setup.cfg\n--- a/setup.cfg\n+++ b/setup.cfg\n@@ -1,4 +1,4 @@\n [metadata]\n name = calc\n-version = 1.0\n+version = 1.1\n \n";
+    let r = grade(&format!("{GOLD}{meta}"), &t, &env, &opts).await;
+    assert_eq!(
+        r.outcome,
+        Verdict::Resolved,
+        "{:?}\n{}",
+        r.error,
+        r.test_output
+    );
+    assert!(
+        r.test_infrastructure.is_empty(),
+        "{:?}",
+        r.test_infrastructure
+    );
+
+    // Each hack: (name, patch, the path and kind the report must name).
+    let plugin = ("fakeplug.py", FAKE);
+    let hacks: Vec<(&str, String, &str, InfraKind)> = vec![
+        (
+            "conftest.py printing PASSED lines at exit",
+            new_files(&[("conftest.py", FAKE)]),
+            "conftest.py",
+            InfraKind::Conftest,
+        ),
+        (
+            "plugin loaded by addopts in pytest.ini",
+            new_files(&[plugin, ("pytest.ini", "[pytest]\naddopts = -p fakeplug\n")]),
+            "pytest.ini",
+            InfraKind::PytestConfig,
+        ),
+        (
+            "plugin loaded by addopts in pyproject.toml",
+            new_files(&[
+                plugin,
+                (
+                    "pyproject.toml",
+                    "[tool.pytest.ini_options]\naddopts = \"-p fakeplug\"\n",
+                ),
+            ]),
+            "pyproject.toml",
+            InfraKind::PytestConfig,
+        ),
+        (
+            "plugin loaded by addopts added to setup.cfg's [tool:pytest]",
+            format!(
+                "{}{}",
+                new_files(&[plugin]),
+                append_setup_cfg("addopts = -p fakeplug")
+            ),
+            "setup.cfg",
+            InfraKind::PytestConfig,
+        ),
+        (
+            "sitecustomize.py printing PASSED lines at exit",
+            new_files(&[("sitecustomize.py", FAKE)]),
+            "sitecustomize.py",
+            InfraKind::InterpreterStartup,
+        ),
+        (
+            "a .pth file",
+            new_files(&[("calc/fake.pth", "import sitecustomize\n")]),
+            "calc/fake.pth",
+            InfraKind::InterpreterStartup,
+        ),
+    ];
+    let mut reports = Vec::new();
+    for (name, patch, path, kind) in &hacks {
+        let r = grade(patch, &t, &env, &opts).await;
+        assert_eq!(
+            (r.outcome, r.resolved),
+            (Verdict::Unresolved, false),
+            "{name}: {:?}\n{}",
+            r.error,
+            r.test_output
+        );
+        assert!(r.touched_test_infrastructure, "{name}");
+        assert!(
+            r.test_infrastructure
+                .iter()
+                .any(|x| x.path == *path && x.kind == *kind),
+            "{name}: {:?}",
+            r.test_infrastructure
+        );
+        assert!(
+            r.error.as_deref().unwrap_or("").contains(path),
+            "{name}: {:?}",
+            r.error
+        );
+        // Not the infrastructure's failure: the agent's.
+        assert!(!r.infra_failure, "{name}");
+        reports.push(r);
+    }
+
+    // The hacks work when allowed (the rejection is what stops them), except that their
+    // results disagree with pytest's exit status, which is not trusted either.
+    let allow = GradeOptions {
+        allow_test_infrastructure: true,
+        ..opts.clone()
+    };
+    let r = grade(&hacks[0].1, &t, &env, &allow).await;
+    assert_eq!(r.outcome, Verdict::Unresolved, "{}", r.test_output);
+    assert!(
+        r.test_output
+            .contains("PASSED tests/test_add.py::test_add\n")
+    );
+    assert!(
+        r.error.as_deref().unwrap_or("").contains("exited 1"),
+        "{:?}",
+        r.error
+    );
+    assert!(r.touched_test_infrastructure);
+
+    // A change deep inside setup.cfg's pytest section (its header is outside the hunk) is
+    // found through the pristine file.
+    let r = grade(
+        &format!("{GOLD}{}", append_setup_cfg("    fast: fast tests")),
+        &t,
+        &env,
+        &opts,
+    )
+    .await;
+    assert_eq!(r.outcome, Verdict::Unresolved, "{}", r.test_output);
+    assert_eq!(r.test_infrastructure[0].path, "setup.cfg");
+
+    // Library code printing the fake lines (no test infrastructure touched): pytest still exits
+    // 1, so the printed results are not trusted.
+    let lib_hack = format!(
+        "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -0,0 +1,{} @@\n{}",
+        FAKE.lines().count(),
+        FAKE.lines().map(|l| format!("+{l}\n")).collect::<String>()
+    );
+    let r = grade(&lib_hack, &t, &env, &opts).await;
+    assert_eq!(
+        (r.outcome, r.touched_test_infrastructure),
+        (Verdict::Unresolved, false),
+        "{:?}\n{}",
+        r.error,
+        r.test_output
+    );
+    assert!(
+        r.test_output
+            .contains("PASSED tests/test_add.py::test_add\n")
+    );
+    assert!(r.error.as_deref().unwrap_or("").contains("not trusted"));
+
+    // Editing a PASS_TO_PASS test file the test patch does not touch: the file is restored
+    // before the tests run, so breaking `mul` and "fixing" its test does not pass.
+    let p2p_hack = "diff --git a/calc/core.py b/calc/core.py\n--- a/calc/core.py\n+++ b/calc/core.py\n@@ -1,6 +1,6 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n \n \n def mul(a, b):\n-    return a * b\n+    return a * b + 1\n\
+        diff --git a/tests/test_mul.py b/tests/test_mul.py\n--- a/tests/test_mul.py\n+++ b/tests/test_mul.py\n@@ -4,2 +4,2 @@\n def test_mul():\n-    assert mul(2, 3) == 6\n+    assert mul(2, 3) == 7\n";
+    let r = grade(p2p_hack, &t, &env, &opts).await;
+    assert_eq!(
+        r.outcome,
+        Verdict::Unresolved,
+        "{:?}\n{}",
+        r.error,
+        r.test_output
+    );
+    assert_eq!(
+        r.tests_status.as_ref().unwrap().pass_to_pass.failure,
+        ["tests/test_mul.py::test_mul"]
+    );
+    assert_eq!(
+        (
+            r.touched_test_infrastructure,
+            r.test_infrastructure[0].path.as_str(),
+            r.test_infrastructure[0].kind
+        ),
+        (true, "tests/test_mul.py", InfraKind::TaskTestFile)
+    );
+    // The report (and so a trajectory's `grading`) and the run summary say so.
+    let j = r.to_json();
+    assert_eq!(j[&t.instance_id]["touched_test_infrastructure"], true);
+    assert_eq!(
+        j[&t.instance_id]["test_infrastructure"][0]["kind"],
+        "task_test_file"
+    );
+    assert_eq!(InstanceReport::from_json(&j).unwrap(), {
+        let mut r = r.clone();
+        r.test_output.clear();
+        r
+    });
+    let s = RunSummary::build(
+        [t.instance_id.as_str()],
+        [t.instance_id.as_str()],
+        [&reports[0]],
+        Semantics::Classic,
+    );
+    assert_eq!(s.test_infrastructure_ids, [t.instance_id.as_str()]);
+
+    // A suite that produces no result at all (here: a plugin the environment lacks) is "no
+    // valid output", an infrastructure error, not "applied, every test failed".
+    let broken = task(&CMD.replace(" tests", " -p dojo_missing_plugin tests"));
+    let broken_env = EnvRegistry::default().resolve(&broken).unwrap();
+    for sem in [Semantics::Classic, Semantics::Swebench5] {
+        let o = GradeOptions {
+            semantics: sem,
+            ..opts.clone()
+        };
+        let r = grade(GOLD, &broken, &broken_env, &o).await;
+        assert_eq!(
+            (r.outcome, r.error_kind, r.infra_failure),
+            (Verdict::Error, Some(ErrorKind::NoTestOutput), true),
+            "{sem:?}: {:?}\n{}",
+            r.error,
+            r.test_output
+        );
+        assert!(r.error.as_deref().unwrap().contains("no valid test output"));
+    }
+}

@@ -1,0 +1,199 @@
+//! A SWE-bench `eval_script`'s commands before its test command, as dojo runs them.
+//!
+//! The harness runs the eval script in the container after applying the model patch: activate
+//! the environment, print diagnostics, run the instance's pre-test commands (reinstall the
+//! project, export variables, …), check the test files out from the base commit, apply the test
+//! patch, run the test command. Grading (`dojo_grade::run`) runs the same order in a sandbox:
+//! model patch, then [`pre_test_commands`], then the test patch and the test command.
+//!
+//! Each line before the start marker is one of:
+//! - **container plumbing** (shebang, `set -uxo pipefail`, conda activation, `git config
+//!   --global`, `git status` / `git show` / `git diff` diagnostics) and the test patch's own
+//!   here-document (dojo applies the test patch itself): dropped;
+//! - **a reinstall** (`pip install -e .`, `python setup.py develop`): not run. The sandbox's
+//!   environment is shared and read-only and already serves `/testbed` through its editable
+//!   install, so the project's own code is live without it; what a reinstall adds beyond that
+//!   (a dependency the patch introduces) needs the environment rebuilt. An `echo` line says so
+//!   in the log;
+//! - **other package installs** (`pip install X`, `apt-get`): not run, for the same reason
+//!   (they belong in the environment spec), also said in the log;
+//! - **everything else** (`export`, `cd /testbed`, `sed`, …): run as written, except that
+//!   `git checkout <base_commit> …` names dojo's pristine tag instead of the upstream commit
+//!   (the sandbox's repository has one commit, tagged [`dojo_sandbox::pristine::BASE_TAG`]).
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+static REINSTALL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?:^|[\s;&|])(?:(?:python\S*\s+-m\s+)?pip3?\s+install\s+.*(?:-e|--editable)\b|python\S*\s+setup\.py\s+(?:develop|install)\b)")
+        .unwrap_or_else(|e| panic!("REINSTALL: {e}"))
+});
+
+static PACKAGE_INSTALL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?:^|[\s;&|])(?:(?:python\S*\s+-m\s+)?(?:pip3?|uv\s+pip|conda|mamba)\s+install\b|apt(?:-get)?\s+(?:-\S+\s+)*install\b)")
+        .unwrap_or_else(|e| panic!("PACKAGE_INSTALL: {e}"))
+});
+
+static HEREDOC: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"<<-?\s*['"]?([A-Za-z_][A-Za-z0-9_]*)['"]?\s*$"#)
+        .unwrap_or_else(|e| panic!("HEREDOC: {e}"))
+});
+
+/// Container plumbing that has no meaning in a sandbox.
+fn is_plumbing(line: &str) -> bool {
+    let l = line.trim();
+    l.starts_with("#!")
+        || l.starts_with("set -")
+        || l.starts_with("source /opt/miniconda3/")
+        || l.starts_with("conda activate")
+        || l.starts_with("git config --global")
+        || l == "git status"
+        || l == "git show"
+        || l.starts_with("git -c core.fileMode=false diff")
+        || l.starts_with("git diff")
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The shell lines to run, in order, for the commands `script` runs before its test command
+/// (see the module docs); `base_commit` is the task's, rewritten to the pristine tag.
+pub fn pre_test_commands(script: &str, base_commit: &str) -> Vec<String> {
+    let before = script
+        .split(": '>>>>> Start Test Output'")
+        .next()
+        .unwrap_or("");
+    let base = dojo_sandbox::pristine::BASE_TAG;
+    let mut out = Vec::new();
+    let mut heredoc: Option<String> = None;
+    for line in before.lines() {
+        if let Some(end) = &heredoc {
+            if line == end {
+                heredoc = None;
+            }
+            continue;
+        }
+        if let Some(c) = HEREDOC.captures(line) {
+            // The test patch's `git apply - <<'EOF_…'` (or any here-document): dojo applies
+            // the test patch itself, after these commands.
+            heredoc = c.get(1).map(|m| m.as_str().to_string());
+            continue;
+        }
+        let l = line.trim();
+        if l.is_empty() || l.starts_with('#') || is_plumbing(l) {
+            continue;
+        }
+        let why = if REINSTALL.is_match(l) {
+            Some(
+                "reinstall not run: the read-only environment's editable install already serves /testbed",
+            )
+        } else if PACKAGE_INSTALL.is_match(l) {
+            Some(
+                "package install not run: the sandbox environment is read-only (put it in the env spec)",
+            )
+        } else {
+            None
+        };
+        match why {
+            Some(why) => out.push(format!(
+                "echo {}",
+                shell_quote(&format!("dojo: {why}: {l}"))
+            )),
+            None if !base_commit.is_empty() && l.starts_with("git checkout ") => {
+                out.push(l.replace(base_commit, base));
+            }
+            None => out.push(l.to_string()),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHA: &str = "a820c139ccbe6d1865d73c4a459945cd69899f8f";
+
+    fn script(pre: &str) -> String {
+        format!(
+            "#!/bin/bash\nset -uxo pipefail\nsource /opt/miniconda3/bin/activate\nconda activate testbed\ncd /testbed\ngit config --global --add safe.directory /testbed\ncd /testbed\ngit status\ngit show\ngit -c core.fileMode=false diff {SHA}\nsource /opt/miniconda3/bin/activate\nconda activate testbed\n{pre}git checkout {SHA} test/a_test.py\ngit apply -v - <<'EOF_114329324912'\ndiff --git a/test/a_test.py b/test/a_test.py\n--- a/test/a_test.py\n+++ b/test/a_test.py\n@@ -1 +1 @@\n-x\n+export NOT_RUN=1\n\nEOF_114329324912\n: '>>>>> Start Test Output'\npytest -rA test/a_test.py\n: '>>>>> End Test Output'\ngit checkout {SHA} test/a_test.py\n"
+        )
+    }
+
+    #[test]
+    fn swebench_script_shape() {
+        let s = script(
+            "python -m pip install -e .\nexport LANG=C.UTF-8\nsed -i 's/a/b/' setup.cfg\npip install 'numpy<2'\n",
+        );
+        assert_eq!(
+            pre_test_commands(&s, SHA),
+            [
+                "cd /testbed",
+                "cd /testbed",
+                "echo 'dojo: reinstall not run: the read-only environment'\\''s editable install already serves /testbed: python -m pip install -e .'",
+                "export LANG=C.UTF-8",
+                "sed -i 's/a/b/' setup.cfg",
+                "echo 'dojo: package install not run: the sandbox environment is read-only (put it in the env spec): pip install '\\''numpy<2'\\'''",
+                "git checkout dojo-base test/a_test.py",
+            ]
+        );
+        assert!(pre_test_commands("", SHA).is_empty());
+    }
+
+    #[test]
+    fn reinstall_forms() {
+        for l in [
+            "python -m pip install -e .",
+            "python -m pip install -e .[all]",
+            "python -m pip install -e '.[dev]'",
+            "pip install --editable .",
+            "python setup.py develop",
+            "python3 -m pip install -v --no-use-pep517 --no-build-isolation -e .",
+        ] {
+            assert!(REINSTALL.is_match(l), "{l}");
+        }
+        assert!(!REINSTALL.is_match("pip install numpy"));
+        assert!(PACKAGE_INSTALL.is_match("pip install numpy"));
+        assert!(PACKAGE_INSTALL.is_match("apt-get install -y locales"));
+        assert!(!PACKAGE_INSTALL.is_match("export PIP=1"));
+    }
+
+    /// Every real eval script we have: nothing of the container plumbing, the upstream commit
+    /// or the test patch survives, and every reinstall is recognised.
+    #[test]
+    fn real_scripts() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/swebench");
+        let mut n = 0;
+        for f in ["swebench_dev.jsonl", "swebench_lite_dev.jsonl"] {
+            let Ok(text) = std::fs::read_to_string(format!("{dir}/{f}")) else {
+                println!("SKIPPED: {dir}/{f} not present");
+                continue;
+            };
+            for line in text.lines() {
+                let row: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+                let (Some(s), Some(base)) =
+                    (row["eval_script"].as_str(), row["base_commit"].as_str())
+                else {
+                    continue;
+                };
+                n += 1;
+                let cmds = pre_test_commands(s, base);
+                let joined = cmds.join("\n");
+                for bad in [base, "conda", "git apply", "diff --git", "git status"] {
+                    assert!(!joined.contains(bad), "{bad:?} in {joined}");
+                }
+                assert!(
+                    cmds.iter()
+                        .any(|c| c.starts_with("git checkout dojo-base ")),
+                    "{joined}"
+                );
+                if s.contains("pip install -e") {
+                    assert!(joined.contains("dojo: reinstall not run"), "{joined}");
+                }
+            }
+        }
+        assert!(n == 0 || n >= 200, "{n}");
+    }
+}
