@@ -15,6 +15,9 @@ pub struct PolicyRun<'a> {
     pub outcomes: &'a [SampleOutcome],
     /// Where its trajectories are (shown as text; relative to the report is best).
     pub trajectories: String,
+    /// The directory (relative to the report) holding one page per trajectory, named by
+    /// [`dojo_report::trajectory::page_name`]; each sample in the per-task table links there.
+    pub pages: Option<String>,
 }
 
 fn stop_color(reason: &str) -> &'static str {
@@ -186,8 +189,20 @@ pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> Str
                 } else {
                     ("no", "unresolved")
                 };
+                let badge = format!("<span class=\"b {cls}\">{word}</span>");
+                let badge = match &r.pages {
+                    Some(dir) => format!(
+                        "<a href=\"{}/{}\">{badge}</a>",
+                        escape(dir),
+                        escape(&dojo_report::trajectory::page_name(
+                            &o.task_id,
+                            o.sample_index
+                        ))
+                    ),
+                    None => badge,
+                };
                 cell.push_str(&format!(
-                    "<div><span class=\"b {cls}\">{word}</span> {}{} · {} steps · {} tok · {:.1}s</div>",
+                    "<div>{badge} {}{} · {} steps · {} tok · {:.1}s</div>",
                     escape(&o.stop_reason),
                     if o.forced { " (forced)" } else { "" },
                     o.steps,
@@ -258,11 +273,13 @@ mod tests {
                     summary: &sg,
                     outcomes: &gold,
                     trajectories: "gold/trajectories.jsonl".into(),
+                    pages: Some("gold/pages".into()),
                 },
                 PolicyRun {
                     summary: &sm,
                     outcomes: &model,
                     trajectories: "m/trajectories.jsonl".into(),
+                    pages: None,
                 },
             ],
         );
@@ -273,5 +290,8 @@ mod tests {
         );
         assert_eq!(html.matches("<svg").count(), 4);
         assert!(html.contains("infra error"));
+        // Gold samples link to their pages; the model's run has none.
+        assert!(html.contains("<a href=\"gold/pages/c.0.html\">"));
+        assert_eq!(html.matches("<a href=").count(), gold.len());
     }
 }

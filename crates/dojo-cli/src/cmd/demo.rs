@@ -142,6 +142,14 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
 
     let summaries: Vec<_> = outs.iter().map(|(o, _)| o.summary.clone()).collect();
     println!("\n{}", dojo_rollout::render_table(&summaries));
+    // One page per trajectory, linked from the report's per-task table.
+    for (o, dir) in &outs {
+        let records = dojo_trajectory::read_jsonl(&o.store_path)
+            .with_context(|| format!("reading {}", o.store_path.display()))?;
+        let pages = out.join(dir).join("pages");
+        dojo_report::trajectory::write_pages(&pages, &records.trajectories)
+            .with_context(|| format!("writing {}", pages.display()))?;
+    }
     let runs: Vec<PolicyRun<'_>> = outs
         .iter()
         .zip(&summaries)
@@ -149,6 +157,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
             summary: s,
             outcomes: &o.outcomes,
             trajectories: format!("{dir}/trajectories.jsonl"),
+            pages: Some(format!("{dir}/pages")),
         })
         .collect();
     notes.push(format!(
