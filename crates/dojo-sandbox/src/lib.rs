@@ -59,7 +59,9 @@
 //! [`TransferCaps`] (10 MiB of patch, 32 MiB of file by default), read through bounded buffers;
 //! over a cap they fail with [`SandboxError::TooLarge`], the one error that is the agent's
 //! doing. The diff base is the commit id the host read from the pristine tree, not a ref the
-//! agent can move. Crashed processes' sandbox directories and cgroups are swept by the next
+//! agent can move, and git reads it (objects, index, excludes) from the pristine tree's `.git`
+//! bound read-only at `/.dojo-base`, never from the workspace's `.git`: a forged object, a
+//! replace ref or an alternates file there changes nothing ([`patch`]'s diff script). Crashed processes' sandbox directories and cgroups are swept by the next
 //! one ([`leftovers`]).
 //!
 //! ## Escape suite
@@ -455,9 +457,21 @@ impl Sandbox {
         let limit = self.caps.patch_bytes;
         let base = self.base.as_deref().unwrap_or(pristine::BASE_TAG);
         let cap = (limit + 1).to_string();
+        let base_git = match &self.inner {
+            Inner::Ns(_) => patch::BASE_GIT_DIR.to_string(),
+            Inner::Fallback(f) => f.lower.join(".git").display().to_string(),
+        };
         let out = self
             .exec(
-                &ExecRequest::new(["bash", "-c", patch::DIFF_SCRIPT, "diff", &cap, base])
+                &ExecRequest::new([
+                    "bash",
+                    "-c",
+                    patch::DIFF_SCRIPT,
+                    "diff",
+                    &cap,
+                    base,
+                    &base_git,
+                ])
                     .output_cap(limit + 1, 0)
                     .timeout(Duration::from_secs(600)),
             )
@@ -597,6 +611,7 @@ impl Sandbox {
         let inner = match st.backend {
             BackendKind::Fallback => Inner::Fallback(fallback::FbSandbox {
                 ws: dir.join("ws"),
+                lower: st.lower.clone(),
                 live: Default::default(),
                 env: cmdenv::base_env(st.venv.as_ref().map(|v| v.to_str().unwrap_or("")), &st.env),
                 limits: st.limits.clone(),

@@ -12,7 +12,8 @@
 //! | `$DOJO_NODE`'s installation, when set and outside `/usr` | the Node.js that runs the pyright family |
 //!
 //! Beside those the sandbox has its own `/testbed` (the overlay of the pristine tree), `/venv`
-//! (the environment, read-only), `/tmp` (private, mode 1777), `/dev` (null, zero, full, random,
+//! (the environment, read-only), `/.dojo-base` (the pristine tree's own `.git`, read-only: the
+//! base diffs are computed against, out of the agent's reach), `/tmp` (private, mode 1777), `/dev` (null, zero, full, random,
 //! urandom, tty, a private `/dev/shm` and `devpts`), `/proc` (of its own pid namespace) and
 //! `/sys` (a fresh sysfs of its own network namespace: no host interfaces, and no cgroup tree,
 //! so no other sandbox's memory use).

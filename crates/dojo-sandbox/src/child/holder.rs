@@ -215,6 +215,25 @@ unsafe fn holder_init(
             }
         }
     }
+    // The pristine tree's git directory, read-only at /.dojo-base: diffs read the base commit's
+    // objects and index from here, never from the workspace's `.git`, which the agent can write
+    // (forged objects, replace refs, alternates: `patch::DIFF_SCRIPT`).
+    if plan.layers.lower.is_some()
+        && (libc::mkdir(t(c"/tmp/root/.dojo-base"), 0o755) != 0
+            || !sys::mount(
+                t(c"/tmp/lower/.git"),
+                t(c"/tmp/root/.dojo-base"),
+                null,
+                libc::MS_BIND | libc::MS_REC,
+                null,
+            )
+            || !sys::mount_setattr_rec(
+                c"/tmp/root/.dojo-base",
+                sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+            ))
+    {
+        fail(Step::Bind);
+    }
     for h in &plan.hide {
         // Unreachable paths (under a 0700 home) need no hiding; ignore failures.
         sys::mount(
