@@ -472,8 +472,8 @@ impl Sandbox {
                     base,
                     &base_git,
                 ])
-                    .output_cap(limit + 1, 0)
-                    .timeout(Duration::from_secs(600)),
+                .output_cap(limit + 1, 0)
+                .timeout(Duration::from_secs(600)),
             )
             .await?;
         // Over the cap whatever git made of the broken pipe.

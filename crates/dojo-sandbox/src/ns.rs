@@ -46,7 +46,12 @@ fn open_ns(pid: i32, kind: &str) -> Result<OwnedFd> {
 /// The new root's entries and the spots to hide, from [`crate::visible`] (prefixed with
 /// `/tmp/root`, where the holder builds the root).
 fn root_plan(venv: Option<&Path>) -> (Vec<RootEntry>, Vec<CString>) {
-    let shown = visible::visible(venv);
+    root_entries(&visible::visible(venv))
+}
+
+/// [`RootEntry`]s for the visible paths `shown` and the spots where `$DOJO_HOME` must be
+/// covered, all prefixed with `/tmp/root` (shared with environment builds).
+pub(crate) fn root_entries(shown: &[visible::Visible]) -> (Vec<RootEntry>, Vec<CString>) {
     let at = |p: &Path| cstr(format!("/tmp/root{}", p.display()));
     let entries = shown
         .iter()
@@ -66,7 +71,7 @@ fn root_plan(venv: Option<&Path>) -> (Vec<RootEntry>, Vec<CString>) {
             visible::Kind::Parent => RootEntry::Dir { dst: at(&e.path) },
         })
         .collect();
-    let hide = visible::hidden(&shown).iter().map(|p| at(p)).collect();
+    let hide = visible::hidden(shown).iter().map(|p| at(p)).collect();
     (entries, hide)
 }
 
@@ -181,6 +186,7 @@ async fn start_holder_once(
             lower: Some(path_c(lower)),
             layer: path_c(&layer),
             venv: venv.map(path_c),
+            cache: None,
         },
         cgroup_procs: cg_fds.iter().map(|f| f.as_raw_fd()).collect(),
         uid_map: cstr(format!("0 {uid} 1\n")),

@@ -25,6 +25,16 @@
 //! state) is additionally covered by an empty tmpfs wherever it falls inside something shown,
 //! compared by its canonical path, however it is written (relative, through a symlink, with
 //! `..`). `dojo sandbox doctor` prints this list for the host it runs on.
+//!
+//! An environment build ([`crate::pyenv`]; it runs the project's build backend, `setup.py` and
+//! the spec's install commands) sees the same system directories and `/etc` entries
+//! ([`env_build`]) plus its interpreter's installation when outside `/usr`; no language-server
+//! tools. Beside them: `/testbed` (a throwaway overlay of the pristine tree), `/venv` (the
+//! cache entry being built, writable), `/uv-cache` (the host's uv cache, writable: where uv
+//! puts it, `UV_CACHE_DIR` or `~/.cache/uv`), `/tmp` (private, 1777), `/dev` as above and a
+//! `/proc` of its own pid namespace. It keeps the host's network (uv reaches the package
+//! index) and none of the caller's environment variables but proxy, TLS-root, `UV_*` and
+//! `PIP_*` settings.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
@@ -279,6 +289,24 @@ pub fn visible(venv: Option<&Path>) -> Vec<Visible> {
         && let Some(prefix) = real.parent().and_then(Path::parent)
     {
         add_extra(&mut v, prefix, "the Node.js that runs the pyright family");
+    }
+    v
+}
+
+/// Everything of the host an environment build sees (see [`crate::pyenv`]): the system
+/// directories and `/etc` entries, and the installation of the interpreter `python` when it is
+/// not under `/usr`. No language-server tools: a build does not run them.
+pub fn env_build(python: &Path) -> Vec<Visible> {
+    let mut v = system().to_vec();
+    if let Ok(real) = std::fs::canonicalize(python)
+        && let Some(bin) = real.parent()
+    {
+        let root = if bin.ends_with("bin") {
+            bin.parent().unwrap_or(bin)
+        } else {
+            bin
+        };
+        add_extra(&mut v, root, "the build's Python installation");
     }
     v
 }

@@ -323,11 +323,7 @@ async fn forging_the_base_object_does_not_change_the_diff() {
     ];
     for (name, attack) in attacks {
         let sb = common::sandbox().await;
-        let out = common::sh(
-            &sb,
-            &format!("{commit} && {attack} && git diff $B | wc -c"),
-        )
-        .await;
+        let out = common::sh(&sb, &format!("{commit} && {attack} && git diff $B | wc -c")).await;
         assert_eq!(
             out.stdout_lossy().trim(),
             "0",
