@@ -82,7 +82,8 @@
 //! `DOJO_CGROUP=off`, `DOJO_LANDLOCK=off`, `DOJO_SANDBOX_PREWARM=0` (no pre-warmed supervisor:
 //! ~0.3 ms more per command, ~100 KiB and two namespaces less per idle sandbox), `DOJO_UV` / `DOJO_PYTOOLS` (where `uv` is; without
 //! either, nor `uv` on PATH, the pinned uv wheel is fetched from PyPI once: [`uv`]),
-//! `DOJO_TOOLS` / `DOJO_NODE` (language-server tools and Node.js, shown inside: [`visible`]).
+//! `DOJO_TOOLS` / `DOJO_NODE` (language-server tools and Node.js, shown inside: [`visible`]),
+//! `DOJO_PATCH_CAP` / `DOJO_READ_CAP` (bytes: the default [`TransferCaps`]).
 //!
 //! Semantics worth knowing: background processes a command leaves behind are killed when the
 //! command's main process exits (use [`Sandbox::spawn`] for long-running servers); `$HOME` is
