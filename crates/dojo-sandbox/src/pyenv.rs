@@ -210,7 +210,7 @@ fn build_into(
         .map_err(|e| e.to_string())?;
     // What the build sees of the host: the sandbox's minimal root (its own interpreter
     // included), never homes, the checkout, task files or the rest of `$DOJO_HOME`.
-    let (entries, hide) = crate::ns::root_entries(&crate::visible::env_build(python));
+    let (entries, hide, etc) = crate::ns::root_entries(&crate::visible::env_build(python));
     let cache = uv_cache_dir();
     let (status_r, status_w) = exec::pipe().map_err(|e| e.to_string())?;
     // SAFETY: no preconditions.
@@ -237,6 +237,7 @@ fn build_into(
             layer: pc(&layer),
             venv: Some(pc(&venv)),
             cache: cache.as_deref().map(pc),
+            etc,
         },
         entries,
         hide,

@@ -1,6 +1,6 @@
 //! Layers: the host directories a sandbox root is made of (pristine tree, upper and work dirs,
-//! venv, and for environment builds the uv cache) are first *staged* as bind mounts on a tmpfs
-//! at /tmp/{lower,layer,venv,cache} inside the
+//! venv, the `/etc` snapshot, and for environment builds the uv cache) are first *staged* as
+//! bind mounts on a tmpfs at /tmp/{lower,layer,venv,cache,etc} inside the
 //! mount namespace that will mount the overlay: overlayfs (and bind mounts) only accept paths
 //! whose mounts belong to the caller's own mount namespace, and the unprivileged sandbox uid
 //! could not even traverse `$DOJO_HOME` under a 0700 home. Staging happens while the process
@@ -20,9 +20,11 @@ pub(crate) struct Layers {
     pub venv: Option<CString>,
     /// The uv cache an environment build writes to (read-write; `None` for sandboxes).
     pub cache: Option<CString>,
+    /// The `/etc` snapshot (`visible::etc_snapshot`), bound read-only at the new root's `/etc`.
+    pub etc: Option<CString>,
 }
 
-/// Open the layers by path, cover /tmp with a tmpfs, bind each to /tmp/{lower,layer,venv,cache} (through
+/// Open the layers by path, cover /tmp with a tmpfs, bind each to /tmp/{lower,layer,venv,cache,etc} (through
 /// /proc/self/fd, since /tmp is covered by then) and create /tmp/root for the new root.
 pub(crate) unsafe fn stage_layers(l: &Layers) -> Result<(), Step> {
     let null = std::ptr::null::<libc::c_char>();
@@ -32,17 +34,19 @@ pub(crate) unsafe fn stage_layers(l: &Layers) -> Result<(), Step> {
             libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
         )
     };
-    let mut fds: [(Fd, &std::ffi::CStr); 4] = [
+    let mut fds: [(Fd, &std::ffi::CStr); 5] = [
         (-1, c"/tmp/lower"),
         (-1, c"/tmp/layer"),
         (-1, c"/tmp/venv"),
         (-1, c"/tmp/cache"),
+        (-1, c"/tmp/etc"),
     ];
     for (i, p) in [
         l.lower.as_ref(),
         Some(&l.layer),
         l.venv.as_ref(),
         l.cache.as_ref(),
+        l.etc.as_ref(),
     ]
     .into_iter()
     .enumerate()
