@@ -323,10 +323,14 @@ const ETC_SNAPSHOT_VERSION: &str = "etc-v1";
 /// else either: the sandbox uid is not the owner); symlinks stay symlinks. Its key is a
 /// fingerprint of every entry's type, mode, size, mtime, inode and link target, taken once per
 /// process: a host change (a new `ld.so.cache`, updated CA roots) gives a new snapshot at the
-/// next start. `None` (the entries are then bound one by one) when the cache is not writable.
+/// next start. `None` (the entries are then bound one by one) when the cache is not writable,
+/// or with `DOJO_SANDBOX_ETC=binds` (the layout before the snapshot, for comparisons).
 pub(crate) fn etc_snapshot(v: &[Visible]) -> Option<PathBuf> {
     static SNAP: OnceLock<Option<PathBuf>> = OnceLock::new();
     SNAP.get_or_init(|| {
+        if std::env::var("DOJO_SANDBOX_ETC").is_ok_and(|v| v == "binds") {
+            return None;
+        }
         let entries: Vec<&Visible> = v
             .iter()
             .filter(|e| e.path.parent() == Some(Path::new("/etc")) && e.kind != Kind::Parent)
