@@ -36,6 +36,9 @@ pub struct Report {
     pub visible: Vec<crate::visible::Visible>,
     /// Where `$DOJO_HOME` falls inside something visible, covered by an empty tmpfs.
     pub hidden: Vec<std::path::PathBuf>,
+    /// The snapshot shown at `/etc` (copies of the `/etc` entries listed in `visible`), or
+    /// `None` when they are bound one by one.
+    pub etc_snapshot: Option<std::path::PathBuf>,
 }
 
 /// Try `unshare(flags)` (plus an overlay mount with `userxattr` when `overlay`) in a forked child
@@ -171,7 +174,7 @@ pub fn report() -> Report {
         .trim()
         .to_string();
     Report {
-        schema_version: 2,
+        schema_version: 3,
         kernel,
         running_as_root: is_root(),
         sandbox_uid: sandbox_uid(),
@@ -181,6 +184,7 @@ pub fn report() -> Report {
         cgroup_controllers: cg.as_ref().map(|c| c.controllers()).unwrap_or_default(),
         backend: auto_backend(),
         hidden: crate::visible::hidden(&visible),
+        etc_snapshot: crate::visible::etc_snapshot(&visible),
         visible,
     }
 }

@@ -22,6 +22,8 @@ use crate::types::{ExecRequest, Limits, WORKSPACE};
 
 pub(crate) struct FbSandbox {
     pub ws: PathBuf,
+    /// The pristine tree (its `.git` is the trusted base of diffs).
+    pub lower: PathBuf,
     pub live: LiveSet,
     pub env: BTreeMap<String, String>,
     pub limits: Limits,
@@ -66,6 +68,7 @@ pub(crate) fn create(
     let venv_s = venv.map(|v| v.display().to_string());
     Ok(FbSandbox {
         ws,
+        lower: lower.to_path_buf(),
         live: Default::default(),
         env: base_env(venv_s.as_deref(), extra_env),
         limits: limits.clone(),

@@ -59,28 +59,37 @@
 //! [`TransferCaps`] (10 MiB of patch, 32 MiB of file by default), read through bounded buffers;
 //! over a cap they fail with [`SandboxError::TooLarge`], the one error that is the agent's
 //! doing. The diff base is the commit id the host read from the pristine tree, not a ref the
-//! agent can move. Crashed processes' sandbox directories and cgroups are swept by the next
-//! one ([`leftovers`]).
+//! agent can move, and git reads it (objects, index, excludes) from the pristine tree's `.git`
+//! bound read-only at `/.dojo-base`, never from the workspace's `.git`: a forged object, a
+//! replace ref or an alternates file there changes nothing ([`patch`]'s diff script). Crashed
+//! processes' sandbox directories and cgroups are swept by the next one ([`leftovers`]).
 //!
 //! ## Escape suite
 //!
-//! Every behaviour below is a test against the real kernel features. `tests/isolation.rs`: 15
-//! (writes anywhere outside /testbed and /tmp, another rollout's workspace, the pristine tree
-//! and venv, host loopback, fork/memory/disk bombs, the workspace cap, setsid daemons,
-//! SIGTERM-ignoring loops, symlinks out of the repository, signalling host processes, ptrace,
-//! uid changes, mount and namespace calls). `tests/escape.rs`: 9 (a host unix socket, host
-//! homes/services/checkout/task files, /sys interfaces and cgroups, io_uring, /tmp's mode, a
-//! moved base tag, pid 1's command line and environment, a patch and a file over the caps);
-//! `tests/home_hidden.rs`: `$DOJO_HOME` written through `..` and a symlink; `tests/sweep.rs`:
-//! leftovers of processes killed with SIGKILL. An adversarial review had tried 56 escape and
-//! abuse behaviours and 13 grading attacks; the 6 that got through are among these.
+//! Every behaviour below is a test against the real kernel features: **34 behaviours tried, 0
+//! succeed**. `tests/isolation.rs`: 15 (writes anywhere outside /testbed and /tmp, another
+//! rollout's workspace, the pristine tree and venv, host loopback, fork/memory/disk bombs, the
+//! workspace cap, setsid daemons, SIGTERM-ignoring loops, symlinks out of the repository,
+//! signalling host processes, ptrace, uid changes, mount and namespace calls).
+//! `tests/escape.rs`: 12 (a host unix socket, host homes/services/checkout/task files, /sys
+//! interfaces and cgroups, io_uring, /tmp's mode through both command paths, a moved base tag,
+//! a forged base object, a replace ref and an alternates file under the base, pid 1's command
+//! line and environment, a patch and a file over the caps). `tests/home_hidden.rs`: 2
+//! (`$DOJO_HOME` written through `..` and through a symlink). `tests/sweep.rs`: 1 (leftovers of
+//! processes killed with SIGKILL). `tests/pyenv.rs`: 3 (an environment build's code reading host
+//! trees and task files, writing to the host, reading the caller's environment). Outside this
+//! crate, `dojo-grade/tests/hostile_conftest.rs`: 1 (a model patch's `conftest.py` connecting to
+//! a host unix socket during grading). An adversarial review had tried 56 escape and abuse
+//! behaviours and 13 grading attacks; the 6 that got through are among these, each test failing
+//! before its fix.
 
 //! Environment: `DOJO_HOME` (cache root), `DOJO_SANDBOX_UID` (sandbox uid when running as root,
 //! default 1600000), `DOJO_SANDBOX_BACKEND` (`namespace` | `fallback`, overrides `Auto`),
 //! `DOJO_CGROUP=off`, `DOJO_LANDLOCK=off`, `DOJO_SANDBOX_PREWARM=0` (no pre-warmed supervisor:
 //! ~0.3 ms more per command, ~100 KiB and two namespaces less per idle sandbox), `DOJO_UV` / `DOJO_PYTOOLS` (where `uv` is; without
 //! either, nor `uv` on PATH, the pinned uv wheel is fetched from PyPI once: [`uv`]),
-//! `DOJO_TOOLS` / `DOJO_NODE` (language-server tools and Node.js, shown inside: [`visible`]).
+//! `DOJO_TOOLS` / `DOJO_NODE` (language-server tools and Node.js, shown inside: [`visible`]),
+//! `DOJO_PATCH_CAP` / `DOJO_READ_CAP` (bytes: the default [`TransferCaps`]).
 //!
 //! Semantics worth knowing: background processes a command leaves behind are killed when the
 //! command's main process exits (use [`Sandbox::spawn`] for long-running servers); `$HOME` is
@@ -455,11 +464,23 @@ impl Sandbox {
         let limit = self.caps.patch_bytes;
         let base = self.base.as_deref().unwrap_or(pristine::BASE_TAG);
         let cap = (limit + 1).to_string();
+        let base_git = match &self.inner {
+            Inner::Ns(_) => patch::BASE_GIT_DIR.to_string(),
+            Inner::Fallback(f) => f.lower.join(".git").display().to_string(),
+        };
         let out = self
             .exec(
-                &ExecRequest::new(["bash", "-c", patch::DIFF_SCRIPT, "diff", &cap, base])
-                    .output_cap(limit + 1, 0)
-                    .timeout(Duration::from_secs(600)),
+                &ExecRequest::new([
+                    "bash",
+                    "-c",
+                    patch::DIFF_SCRIPT,
+                    "diff",
+                    &cap,
+                    base,
+                    &base_git,
+                ])
+                .output_cap(limit + 1, 0)
+                .timeout(Duration::from_secs(600)),
             )
             .await?;
         // Over the cap whatever git made of the broken pipe.
@@ -597,6 +618,7 @@ impl Sandbox {
         let inner = match st.backend {
             BackendKind::Fallback => Inner::Fallback(fallback::FbSandbox {
                 ws: dir.join("ws"),
+                lower: st.lower.clone(),
                 live: Default::default(),
                 env: cmdenv::base_env(st.venv.as_ref().map(|v| v.to_str().unwrap_or("")), &st.env),
                 limits: st.limits.clone(),

@@ -43,14 +43,34 @@ fn open_ns(pid: i32, kind: &str) -> Result<OwnedFd> {
     Ok(OwnedFd::from(f))
 }
 
-/// The new root's entries and the spots to hide, from [`crate::visible`] (prefixed with
-/// `/tmp/root`, where the holder builds the root).
-fn root_plan(venv: Option<&Path>) -> (Vec<RootEntry>, Vec<CString>) {
-    let shown = visible::visible(venv);
+/// The new root's entries, the spots to hide and the `/etc` snapshot to stage, from
+/// [`crate::visible`] (prefixed with `/tmp/root`, where the holder builds the root).
+fn root_plan(venv: Option<&Path>) -> (Vec<RootEntry>, Vec<CString>, Option<CString>) {
+    root_entries(&visible::visible(venv))
+}
+
+/// [`RootEntry`]s for the visible paths `shown`, the spots where `$DOJO_HOME` must be covered
+/// (all prefixed with `/tmp/root`) and, when there is one, the host path of the `/etc` snapshot
+/// ([`visible::etc_snapshot`]) to stage at `/tmp/etc`: it then replaces the `/etc` entries with
+/// one bind. Shared with environment builds.
+pub(crate) fn root_entries(
+    shown: &[visible::Visible],
+) -> (Vec<RootEntry>, Vec<CString>, Option<CString>) {
     let at = |p: &Path| cstr(format!("/tmp/root{}", p.display()));
-    let entries = shown
-        .iter()
-        .map(|e| match e.kind {
+    let etc = visible::etc_snapshot(shown);
+    let in_etc = |p: &Path| p.parent() == Some(Path::new("/etc"));
+    let mut entries = Vec::new();
+    for e in shown {
+        if etc.is_some() && in_etc(&e.path) {
+            continue;
+        }
+        entries.push(match e.kind {
+            visible::Kind::Parent if etc.is_some() && e.path == Path::new("/etc") => {
+                RootEntry::Bind {
+                    src: cstr("/tmp/etc"),
+                    dst: at(&e.path),
+                }
+            }
             visible::Kind::Dir => RootEntry::Bind {
                 src: path_c(&e.source),
                 dst: at(&e.path),
@@ -64,10 +84,10 @@ fn root_plan(venv: Option<&Path>) -> (Vec<RootEntry>, Vec<CString>) {
                 dst: at(&e.path),
             },
             visible::Kind::Parent => RootEntry::Dir { dst: at(&e.path) },
-        })
-        .collect();
-    let hide = visible::hidden(&shown).iter().map(|p| at(p)).collect();
-    (entries, hide)
+        });
+    }
+    let hide = visible::hidden(shown).iter().map(|p| at(p)).collect();
+    (entries, hide, etc.as_deref().map(path_c))
 }
 
 /// A live namespace sandbox (caller side).
@@ -171,7 +191,7 @@ async fn start_holder_once(
     };
     let uid = sandbox_uid();
     let gid = sandbox_gid();
-    let (entries, hide) = root_plan(venv);
+    let (entries, hide, etc) = root_plan(venv);
     let plan = HolderPlan {
         switch_to: is_root().then_some((uid, gid)),
         keep,
@@ -181,6 +201,8 @@ async fn start_holder_once(
             lower: Some(path_c(lower)),
             layer: path_c(&layer),
             venv: venv.map(path_c),
+            cache: None,
+            etc,
         },
         cgroup_procs: cg_fds.iter().map(|f| f.as_raw_fd()).collect(),
         uid_map: cstr(format!("0 {uid} 1\n")),

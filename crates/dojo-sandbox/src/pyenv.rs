@@ -7,16 +7,21 @@
 //! project (an editable install pointing at the pristine path would silently hide every edit in
 //! src-layout projects). The interpreter is a world-readable system Python (default
 //! `/usr/bin/python3.11`), so the unprivileged sandbox uid can execute it.
+//!
+//! The build runs the project's own code, so it is confined almost like a sandbox command (see
+//! the `child::env_build` module): user, mount and pid namespaces, the minimal root of
+//! [`crate::visible::env_build`], Landlock and the seccomp filter; it keeps the network and the
+//! host's uv cache, and gets a clean environment.
 
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::child::{self, EnvBuildPlan, Layers, RootEntry};
+use crate::child::{self, EnvBuildPlan, Layers, UV_CACHE_PATH};
 use crate::cmdenv::{GIT_SAFE_DIRECTORY_ENV, VENV_PATH};
 use crate::error::{Result, SandboxError, io_err};
 use crate::exec;
-use crate::ids::is_root;
+use crate::ids::{is_root, sandbox_gid, sandbox_uid};
 use crate::pristine::Pristine;
 use crate::sys::cstr;
 
@@ -203,50 +208,41 @@ fn build_into(
     }
     std::fs::set_permissions(&venv, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| e.to_string())?;
-    let mut entries = Vec::new();
-    let mut names: Vec<(String, Option<PathBuf>)> = Vec::new();
-    if let Ok(rd) = std::fs::read_dir("/") {
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if ["tmp", "testbed", "venv", "lost+found"].contains(&name.as_str()) {
-                continue;
-            }
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_symlink() {
-                names.push((name, std::fs::read_link(e.path()).ok()));
-            } else if ft.is_dir() {
-                names.push((name, None));
-            }
-        }
-    }
-    for (name, link) in names {
-        let dst = cstr(format!("/tmp/root/{name}"));
-        entries.push(match link {
-            Some(t) => RootEntry::Symlink {
-                target: cstr(t.as_os_str().as_encoded_bytes()),
-                dst,
-            },
-            None => RootEntry::Bind {
-                src: cstr(format!("/{name}")),
-                dst,
-            },
-        });
-    }
+    // What the build sees of the host: the sandbox's minimal root (its own interpreter
+    // included), never homes, the checkout, task files or the rest of `$DOJO_HOME`.
+    let (entries, hide, etc) = crate::ns::root_entries(&crate::visible::env_build(python));
+    let cache = uv_cache_dir();
     let (status_r, status_w) = exec::pipe().map_err(|e| e.to_string())?;
     // SAFETY: no preconditions.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let pc = |p: &Path| cstr(p.as_os_str().as_encoded_bytes());
+    // As root, host root and the sandbox uid (owner of the pristine tree, whose files the
+    // overlay copies up) keep their ids inside; otherwise the caller's uid becomes root there.
+    let (uid_map, gid_map) = if is_root() {
+        let (su, sg) = (sandbox_uid(), sandbox_gid());
+        (
+            format!("0 0 1\n{su} {su} 1\n"),
+            format!("0 0 1\n{sg} {sg} 1\n"),
+        )
+    } else {
+        (format!("0 {uid} 1\n"), format!("0 {gid} 1\n"))
+    };
     let plan = EnvBuildPlan {
-        userns: !is_root(),
-        uid_map: cstr(format!("0 {uid} 1\n")),
-        gid_map: cstr(format!("0 {gid} 1\n")),
+        stage_outside: is_root(),
+        uid_map: cstr(uid_map),
+        gid_map: cstr(gid_map),
         status_w: status_w.as_raw_fd(),
         layers: Layers {
             lower: pristine.map(|p| pc(&p.path)),
             layer: pc(&layer),
             venv: Some(pc(&venv)),
+            cache: cache.as_deref().map(pc),
+            etc,
         },
         entries,
+        hide,
+        landlock_abi: crate::confine::landlock_abi(),
+        seccomp: crate::confine::seccomp_prog(),
     };
     // The build namespace has a private /tmp, and uv may live there on the host (a checkout's
     // target/pytools under /tmp): stage it inside the venv being built; the script removes it.
@@ -265,6 +261,8 @@ fn build_into(
         .arg(python)
         .arg(if spec.editable { "1" } else { "0" })
         .args(&spec.requirements)
+        .env_clear()
+        .envs(build_env(cache.is_some()))
         .envs(GIT_SAFE_DIRECTORY_ENV)
         .stdin(std::process::Stdio::null());
     if !spec.install.is_empty() {
@@ -303,4 +301,62 @@ fn build_into(
     });
     std::fs::write(tmp.join("meta.json"), meta.to_string()).map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// The uv cache environment builds share, where uv would put it on the host (`UV_CACHE_DIR`,
+/// else `$XDG_CACHE_HOME/uv`, else `~/.cache/uv`), created when missing; `None` when there is
+/// none (uv then caches under the build's throwaway `/tmp`).
+fn uv_cache_dir() -> Option<PathBuf> {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let dir = env("UV_CACHE_DIR")
+        .or_else(|| env("XDG_CACHE_HOME").map(|c| c.join("uv")))
+        .or_else(|| env("HOME").map(|h| h.join(".cache/uv")))?;
+    std::fs::create_dir_all(&dir).ok()?;
+    std::fs::canonicalize(dir).ok()
+}
+
+/// The build's whole environment: nothing of the caller's (API keys, tokens, paths) but what
+/// reaching the package index needs (proxies, TLS roots, uv and pip settings). A TLS bundle
+/// named there must lie in what the build sees (`/etc/ssl`, `/usr`).
+fn build_env(cache: bool) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = [
+        (
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ),
+        ("HOME", "/tmp"),
+        ("TMPDIR", "/tmp"),
+        ("LANG", "C.UTF-8"),
+        ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into();
+    let passed = [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "no_proxy",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+    ];
+    for (k, v) in std::env::vars() {
+        let index = (k.starts_with("UV_") || k.starts_with("PIP_")) && k != "UV_CACHE_DIR";
+        if index || passed.contains(&k.as_str()) {
+            env.push((k, v));
+        }
+    }
+    if cache {
+        env.push(("UV_CACHE_DIR".into(), UV_CACHE_PATH.into()));
+    }
+    env
 }

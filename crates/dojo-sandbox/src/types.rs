@@ -85,11 +85,41 @@ pub struct TransferCaps {
 }
 
 impl Default for TransferCaps {
+    /// 10 MiB of patch and 32 MiB of file, or `DOJO_PATCH_CAP` / `DOJO_READ_CAP` (bytes) when
+    /// set: the same caps for every command of a process (`dojo rollout`, `dojo eval`...). A
+    /// value that is not a positive number is ignored with a warning.
     fn default() -> Self {
-        TransferCaps {
-            patch_bytes: 10 << 20,
-            read_bytes: 32 << 20,
-        }
+        static CAPS: std::sync::OnceLock<TransferCaps> = std::sync::OnceLock::new();
+        *CAPS.get_or_init(|| TransferCaps {
+            patch_bytes: cap_from_env("DOJO_PATCH_CAP", 10 << 20),
+            read_bytes: cap_from_env("DOJO_READ_CAP", 32 << 20),
+        })
+    }
+}
+
+/// A byte count from the environment variable `var`, else `default`.
+fn cap_from_env(var: &str, default: usize) -> usize {
+    match std::env::var(var) {
+        Err(_) => default,
+        Ok(v) => parse_cap(&v).unwrap_or_else(|| {
+            tracing::warn!("{var}={v:?} is not a positive byte count; using {default}");
+            default
+        }),
+    }
+}
+
+fn parse_cap(v: &str) -> Option<usize> {
+    v.trim().parse::<usize>().ok().filter(|&n| n > 0)
+}
+
+#[cfg(test)]
+mod cap_tests {
+    #[test]
+    fn caps_are_positive_byte_counts() {
+        assert_eq!(super::parse_cap(" 1048576\n"), Some(1 << 20));
+        assert_eq!(super::parse_cap("0"), None);
+        assert_eq!(super::parse_cap("10M"), None);
+        assert_eq!(super::parse_cap("-1"), None);
     }
 }
 

@@ -6,13 +6,14 @@
 //! | in the sandbox | why |
 //! |---|---|
 //! | `/usr`, `/bin`, `/sbin`, `/lib`, `/lib32`, `/lib64`, `/libx32` (those that exist; symlinks copied as symlinks) | the shell, coreutils, git, patch, the system Python and the dynamic loader and libraries every program needs |
-//! | a few entries of `/etc` ([`ETC_ENTRIES`]: users and groups, the loader cache, alternatives, TLS roots, time zone, locale aliases, shell profiles, git/pip/python config) | what those programs read at start; no credentials, nothing of other services |
+//! | a few entries of `/etc` ([`ETC_ENTRIES`]: users and groups, the loader cache, alternatives, TLS roots, time zone, locale aliases, shell profiles, git/pip/python config), as one read-only snapshot of their world-readable contents (taken when the process starts; one mount rather than one per entry) | what those programs read at start; no credentials, nothing of other services |
 //! | the interpreter installation of the venv (from `pyvenv.cfg`'s `home`), when it is not under `/usr` | a uv- or pyenv-managed Python under a home directory or `/opt` |
 //! | the language-server tools directory ([`tools_dir`]: `$DOJO_TOOLS`, else `/var/lib/dojo/tools` as root, else `~/.local/share/dojo/tools`), when it exists | the LSP servers agents query run inside the sandbox |
 //! | `$DOJO_NODE`'s installation, when set and outside `/usr` | the Node.js that runs the pyright family |
 //!
 //! Beside those the sandbox has its own `/testbed` (the overlay of the pristine tree), `/venv`
-//! (the environment, read-only), `/tmp` (private, mode 1777), `/dev` (null, zero, full, random,
+//! (the environment, read-only), `/.dojo-base` (the pristine tree's own `.git`, read-only: the
+//! base diffs are computed against, out of the agent's reach), `/tmp` (private, mode 1777), `/dev` (null, zero, full, random,
 //! urandom, tty, a private `/dev/shm` and `devpts`), `/proc` (of its own pid namespace) and
 //! `/sys` (a fresh sysfs of its own network namespace: no host interfaces, and no cgroup tree,
 //! so no other sandbox's memory use).
@@ -24,6 +25,16 @@
 //! state) is additionally covered by an empty tmpfs wherever it falls inside something shown,
 //! compared by its canonical path, however it is written (relative, through a symlink, with
 //! `..`). `dojo sandbox doctor` prints this list for the host it runs on.
+//!
+//! An environment build ([`crate::pyenv`]; it runs the project's build backend, `setup.py` and
+//! the spec's install commands) sees the same system directories and `/etc` entries
+//! ([`env_build`]) plus its interpreter's installation when outside `/usr`; no language-server
+//! tools. Beside them: `/testbed` (a throwaway overlay of the pristine tree), `/venv` (the
+//! cache entry being built, writable), `/uv-cache` (the host's uv cache, writable: where uv
+//! puts it, `UV_CACHE_DIR` or `~/.cache/uv`), `/tmp` (private, 1777), `/dev` as above and a
+//! `/proc` of its own pid namespace. It keeps the host's network (uv reaches the package
+//! index) and none of the caller's environment variables but proxy, TLS-root, `UV_*` and
+//! `PIP_*` settings.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
@@ -280,6 +291,130 @@ pub fn visible(venv: Option<&Path>) -> Vec<Visible> {
         add_extra(&mut v, prefix, "the Node.js that runs the pyright family");
     }
     v
+}
+
+/// Everything of the host an environment build sees (see [`crate::pyenv`]): the system
+/// directories and `/etc` entries, and the installation of the interpreter `python` when it is
+/// not under `/usr`. No language-server tools: a build does not run them.
+pub fn env_build(python: &Path) -> Vec<Visible> {
+    let mut v = system().to_vec();
+    if let Ok(real) = std::fs::canonicalize(python)
+        && let Some(bin) = real.parent()
+    {
+        let root = if bin.ends_with("bin") {
+            bin.parent().unwrap_or(bin)
+        } else {
+            bin
+        };
+        add_extra(&mut v, root, "the build's Python installation");
+    }
+    v
+}
+
+/// Bumped when the snapshot's layout changes.
+const ETC_SNAPSHOT_VERSION: &str = "etc-v1";
+
+/// The `/etc` entries of `v` as one directory to bind at `/etc`: a copy under
+/// `$DOJO_HOME/etc/<fingerprint>/etc`, made once per host state and shared by every process.
+///
+/// Why a copy and not a bind per entry: each per-command mount namespace copies every mount
+/// of the sandbox (and tears them down when the command ends), and the ~40 entries of `/etc`
+/// were most of them. The copy holds only what is world-readable (the binds showed nothing
+/// else either: the sandbox uid is not the owner); symlinks stay symlinks. Its key is a
+/// fingerprint of every entry's type, mode, size, mtime, inode and link target, taken once per
+/// process: a host change (a new `ld.so.cache`, updated CA roots) gives a new snapshot at the
+/// next start. `None` (the entries are then bound one by one) when the cache is not writable,
+/// or with `DOJO_SANDBOX_ETC=binds` (the layout before the snapshot, for comparisons).
+pub(crate) fn etc_snapshot(v: &[Visible]) -> Option<PathBuf> {
+    static SNAP: OnceLock<Option<PathBuf>> = OnceLock::new();
+    SNAP.get_or_init(|| {
+        if std::env::var("DOJO_SANDBOX_ETC").is_ok_and(|v| v == "binds") {
+            return None;
+        }
+        let entries: Vec<&Visible> = v
+            .iter()
+            .filter(|e| e.path.parent() == Some(Path::new("/etc")) && e.kind != Kind::Parent)
+            .collect();
+        let mut print = String::from(ETC_SNAPSHOT_VERSION);
+        for e in &entries {
+            fingerprint(&e.path, &mut print);
+        }
+        let key = dojo_cache::sha256_hex(&print);
+        let cache = dojo_cache::Cache::open().ok()?;
+        let built = cache.get_or_build("etc", &key, |tmp| -> std::io::Result<()> {
+            let etc = tmp.join("etc");
+            std::fs::create_dir(&etc)?;
+            for e in &entries {
+                if let Some(name) = e.path.file_name() {
+                    copy_readable(&e.path, &etc.join(name))?;
+                }
+            }
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o755))?;
+            std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(0o755))
+        });
+        match built {
+            Ok(dir) => Some(dir.join("etc")),
+            Err(e) => {
+                tracing::warn!("no /etc snapshot ({e}); binding the entries one by one");
+                None
+            }
+        }
+    })
+    .clone()
+}
+
+/// Append what identifies `p` and everything under it (not following symlinks).
+fn fingerprint(p: &Path, out: &mut String) {
+    use std::fmt::Write;
+    use std::os::unix::fs::MetadataExt;
+    let Ok(md) = std::fs::symlink_metadata(p) else {
+        return;
+    };
+    let _ = write!(
+        out,
+        "\n{}\t{:o}\t{}\t{}.{}\t{}",
+        p.display(),
+        md.mode(),
+        md.size(),
+        md.mtime(),
+        md.mtime_nsec(),
+        md.ino()
+    );
+    if md.file_type().is_symlink() {
+        if let Ok(t) = std::fs::read_link(p) {
+            let _ = write!(out, "\t-> {}", t.display());
+        }
+    } else if md.is_dir()
+        && let Ok(rd) = std::fs::read_dir(p)
+    {
+        let mut names: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+        names.sort();
+        for n in names {
+            fingerprint(&n, out);
+        }
+    }
+}
+
+/// Copy `src` to `dst`: world-readable files and directories (modes kept), symlinks as
+/// symlinks; anything else (unreadable entries, sockets, devices) is left out.
+fn copy_readable(src: &Path, dst: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let md = std::fs::symlink_metadata(src)?;
+    let mode = md.permissions().mode();
+    if md.file_type().is_symlink() {
+        std::os::unix::fs::symlink(std::fs::read_link(src)?, dst)?;
+    } else if md.is_dir() && mode & 0o005 == 0o005 {
+        std::fs::create_dir(dst)?;
+        for e in std::fs::read_dir(src)?.flatten() {
+            copy_readable(&e.path(), &dst.join(e.file_name()))?;
+        }
+        std::fs::set_permissions(dst, std::fs::Permissions::from_mode(mode & 0o755))?;
+    } else if md.is_file() && mode & 0o004 != 0 {
+        std::fs::copy(src, dst)?;
+        std::fs::set_permissions(dst, std::fs::Permissions::from_mode(mode & 0o755))?;
+    }
+    Ok(())
 }
 
 /// Where `$DOJO_HOME` appears inside a sandbox with these entries: each spot to cover with an

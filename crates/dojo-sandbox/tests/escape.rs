@@ -287,3 +287,50 @@ async fn reading_a_file_over_the_cap_is_refused() {
     );
     sb.teardown().await.unwrap();
 }
+
+/// The workspace's `.git` is the agent's to write: it can forge the base commit's object, add a
+/// replace ref for it, or point `objects/info/alternates` at objects of its own. Each makes
+/// `git diff <base>` in the workspace show nothing; the diff the host records must still be the
+/// true one (the same as a sandbox where only the edit happened).
+#[tokio::test]
+async fn forging_the_base_object_does_not_change_the_diff() {
+    skip_unless_ns!();
+    let control = common::sandbox().await;
+    assert!(
+        common::sh(&control, "echo changed > pkg/mod.py")
+            .await
+            .success()
+    );
+    let truth = control.diff().await.unwrap();
+    assert!(truth.contains("+changed"), "{truth:?}");
+    control.teardown().await.unwrap();
+
+    // Each attack: commit the edit as N, then make the base id B resolve to N's content.
+    let commit = "B=$(git rev-parse dojo-base) && echo changed > pkg/mod.py && git add -A && \
+                  git -c user.name=a -c user.email=a@b commit -qm x && N=$(git rev-parse HEAD) && \
+                  obj() { echo .git/objects/${1:0:2}/${1:2}; }";
+    let attacks = [
+        (
+            "forged loose object",
+            "f=$(obj $B) && chmod u+w $f && cp $(obj $N) $f",
+        ),
+        ("replace ref", "git replace -f $B $N"),
+        (
+            "alternates",
+            "mkdir -p .git/alt/${B:0:2} && cp $(obj $N) .git/alt/${B:0:2}/${B:2} && rm -f $(obj $B) && \
+             echo /testbed/.git/alt > .git/objects/info/alternates",
+        ),
+    ];
+    for (name, attack) in attacks {
+        let sb = common::sandbox().await;
+        let out = common::sh(&sb, &format!("{commit} && {attack} && git diff $B | wc -c")).await;
+        assert_eq!(
+            out.stdout_lossy().trim(),
+            "0",
+            "{name}: the attack did not take in the workspace: {out:?}"
+        );
+        let d = sb.diff().await.unwrap();
+        assert_eq!(d, truth, "{name}: the recorded diff is not the true one");
+        sb.teardown().await.unwrap();
+    }
+}

@@ -97,3 +97,72 @@ async fn missing_python_and_uv_are_named_errors() {
     let e = EnvSpec::from_toml_str("python = 3\n").unwrap_err();
     assert!(e.to_string().contains("python"), "{e}");
 }
+
+/// An environment build runs project code (build backends, `setup.py`, the spec's install
+/// commands): it sees the sandbox's minimal root, not the host. Its `/tmp` is private and
+/// sticky like a sandbox's, and nothing of the caller's environment reaches it.
+#[tokio::test]
+async fn env_build_sees_only_the_minimal_root() {
+    skip_unless_ns!();
+    if !common::ensure_uv() {
+        eprintln!("SKIPPED: uv not found (DOJO_UV / DOJO_PYTOOLS / PATH)");
+        return;
+    }
+    // Host things a hostile build would look for: a task file with the gold patch beside the
+    // checkout, another task's pristine tree, homes and services.
+    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tasks = scratch.path().join("tasks.jsonl");
+    std::fs::write(&tasks, "{\"patch\": \"gold-answer-5d2e\"}\n").unwrap();
+    std::fs::set_permissions(&tasks, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let other = common::small_pristine();
+    let mut probes = vec![
+        env!("CARGO_MANIFEST_DIR").to_string(),
+        scratch.path().display().to_string(),
+        other.path.display().to_string(),
+    ];
+    for p in ["/home", "/root", "/var", "/run", "/srv", "/opt", "/mnt"] {
+        if std::path::Path::new(p).exists() {
+            probes.push(p.to_string());
+        }
+    }
+    let mut script = String::from(
+        "stat -c %a /tmp > /venv/probe-tmp-mode\n\
+         env > /venv/probe-env\n\
+         : > /venv/probe-seen\n",
+    );
+    for p in &probes {
+        script.push_str(&format!(
+            "if [ -e '{p}' ]; then echo '{p}' >> /venv/probe-seen; fi\n"
+        ));
+    }
+    script.push_str(&format!(
+        "cat '{}' >> /venv/probe-seen 2>/dev/null || true\n\
+         touch '{}/escaped' 2>/dev/null && echo wrote-host >> /venv/probe-seen || true\n",
+        tasks.display(),
+        scratch.path().display()
+    ));
+    let spec = EnvSpec {
+        python: "3.11".into(),
+        editable: false,
+        install: vec![script],
+        ..Default::default()
+    };
+    let env = PythonEnv::build_async(&spec, None).await.unwrap();
+    let read = |n: &str| std::fs::read_to_string(env.path.join(n)).unwrap();
+    assert_eq!(read("probe-tmp-mode").trim(), "1777");
+    let seen = read("probe-seen");
+    assert!(
+        seen.trim().is_empty(),
+        "the environment build saw host paths: {seen}"
+    );
+    assert!(!scratch.path().join("escaped").exists());
+    let build_env = read("probe-env");
+    assert!(
+        !build_env.contains("DOJO_HOME="),
+        "the caller's environment reached the build: {build_env}"
+    );
+    // What the build needs was there: the venv was made.
+    assert!(env.path.join("bin/python").exists());
+}

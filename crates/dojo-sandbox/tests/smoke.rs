@@ -188,3 +188,26 @@ async fn concurrent_commands_in_one_sandbox_keep_their_own_results() {
     };
     sb.teardown().await.unwrap();
 }
+
+/// Every command runs in a mount namespace of its own, a copy of the sandbox's (made and torn
+/// down per command): the sandbox keeps few mounts, `/etc` being one snapshot rather than a
+/// bind per entry. What the programs read there is still present.
+#[tokio::test]
+async fn the_root_has_few_mounts_and_etc_works() {
+    skip_unless_ns!();
+    let sb = common::sandbox().await;
+    let out = common::sh(
+        &sb,
+        "wc -l < /proc/self/mountinfo; awk '$5 ~ \"^/etc\"' /proc/self/mountinfo | wc -l; \
+         getent passwd root >/dev/null && test -s /etc/ld.so.cache && echo etc-ok",
+    )
+    .await;
+    let s = out.stdout_lossy();
+    let mut lines = s.lines();
+    let mounts: usize = lines.next().unwrap().trim().parse().unwrap();
+    let etc_mounts: usize = lines.next().unwrap().trim().parse().unwrap();
+    assert_eq!(lines.next(), Some("etc-ok"), "{out:?}");
+    assert_eq!(etc_mounts, 1, "{out:?}");
+    assert!(mounts <= 24, "{mounts} mounts in a sandbox");
+    sb.teardown().await.unwrap();
+}

@@ -183,6 +183,9 @@ fn doctor(json: bool, clean: bool) -> anyhow::Result<i32> {
     for h in &r.hidden {
         println!("  {:<28} covered: it is $DOJO_HOME", h.display());
     }
+    if let Some(s) = &r.etc_snapshot {
+        println!("  /etc entries above are copies: {}", s.display());
+    }
     if let Some(s) = swept {
         println!(
             "cleaned: {} sandbox director{} and {} cgroup{} of dead processes",

@@ -7,7 +7,7 @@
 
 use std::ffi::CString;
 
-use super::layers::{Layers, RootEntry, stage_layers};
+use super::layers::{Layers, RootEntry, mount_dev, stage_layers};
 use crate::sys::{self, Fd, Step, fmt_u32};
 
 /// The environment variable that turns a re-executed binary into the in-sandbox launcher
@@ -215,6 +215,25 @@ unsafe fn holder_init(
             }
         }
     }
+    // The pristine tree's git directory, read-only at /.dojo-base: diffs read the base commit's
+    // objects and index from here, never from the workspace's `.git`, which the agent can write
+    // (forged objects, replace refs, alternates: `patch::DIFF_SCRIPT`).
+    if plan.layers.lower.is_some()
+        && (libc::mkdir(t(c"/tmp/root/.dojo-base"), 0o755) != 0
+            || !sys::mount(
+                t(c"/tmp/lower/.git"),
+                t(c"/tmp/root/.dojo-base"),
+                null,
+                libc::MS_BIND | libc::MS_REC,
+                null,
+            )
+            || !sys::mount_setattr_rec(
+                c"/tmp/root/.dojo-base",
+                sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+            ))
+    {
+        fail(Step::Bind);
+    }
     for h in &plan.hide {
         // Unreachable paths (under a 0700 home) need no hiding; ignore failures.
         sys::mount(
@@ -226,68 +245,8 @@ unsafe fn holder_init(
         );
     }
     // /dev: a small tmpfs with the harmless device nodes bound in.
-    if libc::mkdir(t(c"/tmp/root/dev"), 0o755) != 0
-        || !sys::mount(
-            t(c"tmpfs"),
-            t(c"/tmp/root/dev"),
-            t(c"tmpfs"),
-            libc::MS_NOSUID | libc::MS_NOEXEC,
-            t(c"mode=0755,size=64k"),
-        )
-    {
-        fail(Step::Dev);
-    }
-    for (src, dst) in [
-        (c"/dev/null", c"/tmp/root/dev/null"),
-        (c"/dev/zero", c"/tmp/root/dev/zero"),
-        (c"/dev/full", c"/tmp/root/dev/full"),
-        (c"/dev/random", c"/tmp/root/dev/random"),
-        (c"/dev/urandom", c"/tmp/root/dev/urandom"),
-        (c"/dev/tty", c"/tmp/root/dev/tty"),
-    ] {
-        let fd = libc::open(
-            dst.as_ptr(),
-            libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-            0o644,
-        );
-        if fd < 0 {
-            fail(Step::Dev);
-        }
-        libc::close(fd);
-        if !sys::mount(src.as_ptr(), dst.as_ptr(), null, libc::MS_BIND, null) && src != c"/dev/tty"
-        {
-            fail(Step::Dev);
-        }
-    }
-    for (target, dst) in [
-        (c"/proc/self/fd", c"/tmp/root/dev/fd"),
-        (c"/proc/self/fd/0", c"/tmp/root/dev/stdin"),
-        (c"/proc/self/fd/1", c"/tmp/root/dev/stdout"),
-        (c"/proc/self/fd/2", c"/tmp/root/dev/stderr"),
-        (c"pts/ptmx", c"/tmp/root/dev/ptmx"),
-    ] {
-        libc::symlink(target.as_ptr(), dst.as_ptr());
-    }
-    if libc::mkdir(t(c"/tmp/root/dev/shm"), 0o1777) != 0
-        || !sys::mount(
-            t(c"tmpfs"),
-            t(c"/tmp/root/dev/shm"),
-            t(c"tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            plan.shm_opts.as_ptr(),
-        )
-    {
-        fail(Step::Dev);
-    }
-    if libc::mkdir(t(c"/tmp/root/dev/pts"), 0o755) == 0 {
-        // Pseudo-terminals for tools that need one; optional.
-        sys::mount(
-            t(c"devpts"),
-            t(c"/tmp/root/dev/pts"),
-            t(c"devpts"),
-            libc::MS_NOSUID | libc::MS_NOEXEC,
-            t(c"newinstance,ptmxmode=0666,mode=0620"),
-        );
+    if let Err(step) = mount_dev(&plan.shm_opts) {
+        fail(step);
     }
     if let Some(opts) = &plan.layer_tmpfs {
         if !sys::mount(

@@ -1,5 +1,6 @@
 //! Layers: the host directories a sandbox root is made of (pristine tree, upper and work dirs,
-//! venv) are first *staged* as bind mounts on a tmpfs at /tmp/{lower,layer,venv} inside the
+//! venv, the `/etc` snapshot, and for environment builds the uv cache) are first *staged* as
+//! bind mounts on a tmpfs at /tmp/{lower,layer,venv,cache,etc} inside the
 //! mount namespace that will mount the overlay: overlayfs (and bind mounts) only accept paths
 //! whose mounts belong to the caller's own mount namespace, and the unprivileged sandbox uid
 //! could not even traverse `$DOJO_HOME` under a 0700 home. Staging happens while the process
@@ -17,9 +18,13 @@ pub(crate) struct Layers {
     /// A directory holding `upper/` and `work/` (overlayfs wants both on one mount).
     pub layer: CString,
     pub venv: Option<CString>,
+    /// The uv cache an environment build writes to (read-write; `None` for sandboxes).
+    pub cache: Option<CString>,
+    /// The `/etc` snapshot (`visible::etc_snapshot`), bound read-only at the new root's `/etc`.
+    pub etc: Option<CString>,
 }
 
-/// Open the layers by path, cover /tmp with a tmpfs, bind each to /tmp/{lower,layer,venv} (through
+/// Open the layers by path, cover /tmp with a tmpfs, bind each to /tmp/{lower,layer,venv,cache,etc} (through
 /// /proc/self/fd, since /tmp is covered by then) and create /tmp/root for the new root.
 pub(crate) unsafe fn stage_layers(l: &Layers) -> Result<(), Step> {
     let null = std::ptr::null::<libc::c_char>();
@@ -29,11 +34,22 @@ pub(crate) unsafe fn stage_layers(l: &Layers) -> Result<(), Step> {
             libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
         )
     };
-    let mut fds: [(Fd, &std::ffi::CStr); 3] =
-        [(-1, c"/tmp/lower"), (-1, c"/tmp/layer"), (-1, c"/tmp/venv")];
-    for (i, p) in [l.lower.as_ref(), Some(&l.layer), l.venv.as_ref()]
-        .into_iter()
-        .enumerate()
+    let mut fds: [(Fd, &std::ffi::CStr); 5] = [
+        (-1, c"/tmp/lower"),
+        (-1, c"/tmp/layer"),
+        (-1, c"/tmp/venv"),
+        (-1, c"/tmp/cache"),
+        (-1, c"/tmp/etc"),
+    ];
+    for (i, p) in [
+        l.lower.as_ref(),
+        Some(&l.layer),
+        l.venv.as_ref(),
+        l.cache.as_ref(),
+        l.etc.as_ref(),
+    ]
+    .into_iter()
+    .enumerate()
     {
         if let Some(p) = p {
             fds[i].0 = open(p);
@@ -102,4 +118,75 @@ pub(crate) enum RootEntry {
     Symlink { target: CString, dst: CString },
     /// An empty directory (a parent of deeper entries).
     Dir { dst: CString },
+}
+
+/// Populate `/tmp/root/dev` (the root being built): a small tmpfs with the harmless device nodes
+/// bound in (null, zero, full, random, urandom, tty), the `/dev/fd` and stdio links, a private
+/// `/dev/shm` (tmpfs with `shm_opts`) and, when the kernel allows, a private `devpts`.
+pub(crate) unsafe fn mount_dev(shm_opts: &std::ffi::CStr) -> Result<(), Step> {
+    let null = std::ptr::null::<libc::c_char>();
+    if libc::mkdir(c"/tmp/root/dev".as_ptr(), 0o755) != 0
+        || !sys::mount(
+            c"tmpfs".as_ptr(),
+            c"/tmp/root/dev".as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            c"mode=0755,size=64k".as_ptr(),
+        )
+    {
+        return Err(Step::Dev);
+    }
+    for (src, dst) in [
+        (c"/dev/null", c"/tmp/root/dev/null"),
+        (c"/dev/zero", c"/tmp/root/dev/zero"),
+        (c"/dev/full", c"/tmp/root/dev/full"),
+        (c"/dev/random", c"/tmp/root/dev/random"),
+        (c"/dev/urandom", c"/tmp/root/dev/urandom"),
+        (c"/dev/tty", c"/tmp/root/dev/tty"),
+    ] {
+        let fd = libc::open(
+            dst.as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o644,
+        );
+        if fd < 0 {
+            return Err(Step::Dev);
+        }
+        libc::close(fd);
+        if !sys::mount(src.as_ptr(), dst.as_ptr(), null, libc::MS_BIND, null) && src != c"/dev/tty"
+        {
+            return Err(Step::Dev);
+        }
+    }
+    for (target, dst) in [
+        (c"/proc/self/fd", c"/tmp/root/dev/fd"),
+        (c"/proc/self/fd/0", c"/tmp/root/dev/stdin"),
+        (c"/proc/self/fd/1", c"/tmp/root/dev/stdout"),
+        (c"/proc/self/fd/2", c"/tmp/root/dev/stderr"),
+        (c"pts/ptmx", c"/tmp/root/dev/ptmx"),
+    ] {
+        libc::symlink(target.as_ptr(), dst.as_ptr());
+    }
+    if libc::mkdir(c"/tmp/root/dev/shm".as_ptr(), 0o1777) != 0
+        || !sys::mount(
+            c"tmpfs".as_ptr(),
+            c"/tmp/root/dev/shm".as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            shm_opts.as_ptr(),
+        )
+    {
+        return Err(Step::Dev);
+    }
+    if libc::mkdir(c"/tmp/root/dev/pts".as_ptr(), 0o755) == 0 {
+        // Pseudo-terminals for tools that need one; optional.
+        sys::mount(
+            c"devpts".as_ptr(),
+            c"/tmp/root/dev/pts".as_ptr(),
+            c"devpts".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            c"newinstance,ptmxmode=0666,mode=0620".as_ptr(),
+        );
+    }
+    Ok(())
 }

@@ -37,7 +37,7 @@ mod layers;
 mod plan;
 
 pub(crate) use command::{fail_with, prepare_inside, run_command, run_inside, run_prepared};
-pub(crate) use env_build::{EnvBuildPlan, run_env_build};
+pub(crate) use env_build::{EnvBuildPlan, UV_CACHE_PATH, run_env_build};
 pub(crate) use holder::{HolderPlan, LAUNCHER_VAR, run_holder};
 pub(crate) use layers::{Layers, RootEntry};
 pub(crate) use plan::{ExecPlan, Mode, Request};
