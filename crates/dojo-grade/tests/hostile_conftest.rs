@@ -129,8 +129,12 @@ async fn a_conftest_cannot_reach_a_host_unix_socket_during_grading() {
         Err(e) => return skip(format!("cannot build the venv (uv, PyPI): {e}")),
     };
     let hostile = new_file_patch("conftest.py", &conftest(&path.display().to_string()));
+    // By default grading refuses a patch that adds a conftest.py without running anything
+    // (the guard's own tests cover that); this test is about the sandbox, so it lets the
+    // conftest run and checks that the socket stays out of reach.
     let opts = GradeOptions {
         timeout: Some(Duration::from_secs(60)),
+        allow_test_infrastructure: true,
         ..Default::default()
     };
     for (name, patch, expected) in [
@@ -159,5 +163,6 @@ async fn a_conftest_cannot_reach_a_host_unix_socket_during_grading() {
             r.error,
             r.test_output
         );
+        assert!(r.touched_test_infrastructure, "{name}: the touch is recorded");
     }
 }
