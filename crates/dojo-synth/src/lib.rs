@@ -33,7 +33,7 @@ pub mod state;
 pub mod statement;
 pub mod summary;
 
-pub use operators::{Mutation, Operator, mutations_in};
+pub use operators::{Mutation, Operator, mutations_in, mutations_seeded};
 pub use project::{Input, Project};
 pub use run::{SynthOptions, synthesize};
 pub use summary::Summary;

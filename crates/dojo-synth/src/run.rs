@@ -38,7 +38,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value, json};
 
 use crate::diff::{changed_lines, unified_diff};
-use crate::operators::{Mutation, Operator, mutations_in};
+use crate::operators::{Mutation, Operator, mutations_seeded};
 use crate::project::{Input, Project, normalize};
 use crate::state::{BaselineRecord, Header, MutantRecord, PROGRESS_SCHEMA_VERSION, State};
 use crate::statement::problem_statement;
@@ -857,7 +857,7 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
             unparseable.push(format!("{f}: not UTF-8"));
             continue;
         };
-        match mutations_in(f, &text, &ops) {
+        match mutations_seeded(f, &text, &ops, opts.seed) {
             Ok(fm) => {
                 for (op, n) in &fm.candidates_by_op {
                     per_op.entry(*op).or_default().0 += n;

@@ -44,7 +44,7 @@ pub struct SynthArgs {
     pub workers: usize,
     /// Operators, comma-separated (default: all). Known: compare_flip, bool_flip, arith_flip,
     /// const_off_by_one, bound_off_by_one, negate_cond, drop_operand, remove_if, remove_stmt,
-    /// remove_return, swap_args, change_default, remove_not.
+    /// remove_return, swap_args, change_default, remove_not, wrong_variable.
     #[arg(long)]
     pub operators: Option<String>,
     /// Only mutate source files whose path contains this (repeatable).
