@@ -132,6 +132,9 @@ pub struct Mutation {
     pub function: String,
     /// 1-based first line of that function (with `file`, the region duplicates are judged by).
     pub function_line: usize,
+    /// The model that wrote the replacement (`llm_rewrite` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 impl Mutation {
@@ -415,6 +418,7 @@ impl<'a> Collector<'a> {
             line: self.src[..start].matches('\n').count() + 1,
             function,
             function_line,
+            model: None,
         });
     }
 

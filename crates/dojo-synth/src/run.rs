@@ -38,9 +38,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value, json};
 
 use crate::diff::{changed_lines, unified_diff};
+use crate::llm::{self, LlmSource};
 use crate::operators::{Mutation, Operator, mutations_seeded};
 use crate::project::{Input, Project, normalize};
-use crate::state::{BaselineRecord, Header, MutantRecord, PROGRESS_SCHEMA_VERSION, State};
+use crate::state::{
+    BaselineRecord, Header, LlmRecord, MutantRecord, PROGRESS_SCHEMA_VERSION, State,
+};
 use crate::statement::problem_statement;
 use crate::summary::Summary;
 use crate::{SynthError, sample};
@@ -79,6 +82,8 @@ pub struct SynthOptions {
     pub hint_module: bool,
     pub progress: bool,
     pub sandbox: SandboxOptions,
+    /// A model that also rewrites functions with a subtle bug (`llm_rewrite`).
+    pub llm: Option<LlmSource>,
 }
 
 impl SynthOptions {
@@ -101,6 +106,7 @@ impl SynthOptions {
             hint_module: false,
             progress: true,
             sandbox: SandboxOptions::default(),
+            llm: None,
         }
     }
 }
@@ -423,10 +429,16 @@ impl Ctx {
                 },
             },
         });
-        match row {
+        let mut row = match row {
             Value::Object(m) => m,
             _ => Map::new(),
+        };
+        if let Some(model) = &m.model
+            && let Some(Value::Object(syn)) = row.get_mut("synth")
+        {
+            syn.insert("model".into(), model.clone().into());
         }
+        row
     }
 
     /// `dojo validate` of the finished task: its own tree (bug committed) and venv, the suite
@@ -785,6 +797,19 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
     let mut ops = opts.operators.clone();
     ops.sort();
     ops.dedup();
+    let mut config = json!({
+        "operators": ops.iter().map(|o| o.name()).collect::<Vec<_>>(),
+        "files": opts.files,
+        "max_break_share": opts.max_break_share,
+        "final_validate": opts.final_validate,
+        "hint_module": opts.hint_module,
+    });
+    if let (Some(l), Value::Object(c)) = (&opts.llm, &mut config) {
+        c.insert(
+            "llm".into(),
+            json!({"model": l.label, "rewrites": l.rewrites}),
+        );
+    }
     let header = Header {
         schema_version: PROGRESS_SCHEMA_VERSION,
         kind: "run".into(),
@@ -793,13 +818,7 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
         repo: repo.clone(),
         sdist_sha256: project.sdist.sha256.clone(),
         seed: opts.seed,
-        config: json!({
-            "operators": ops.iter().map(|o| o.name()).collect::<Vec<_>>(),
-            "files": opts.files,
-            "max_break_share": opts.max_break_share,
-            "final_validate": opts.final_validate,
-            "hint_module": opts.hint_module,
-        }),
+        config,
     };
     let mut state = State::open(&opts.out, &header)?;
 
@@ -852,6 +871,7 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
     let mut per_op: BTreeMap<Operator, (usize, usize)> = BTreeMap::new();
     let mut unparseable = Vec::new();
     let mut module_tests = BTreeMap::new();
+    let mut parsed_files = Vec::new();
     for f in &files {
         let Ok(text) = std::fs::read_to_string(tree.join(f)) else {
             unparseable.push(format!("{f}: not UTF-8"));
@@ -866,11 +886,19 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
                     per_op.entry(m.operator).or_default().1 += 1;
                 }
                 all.extend(fm.mutations);
+                parsed_files.push(f.clone());
             }
             Err(e) => unparseable.push(e.to_string()),
         }
         module_tests.insert(f.clone(), mentioning(f, &tests_text));
         sources.insert(f.clone(), text);
+    }
+    if let Some(l) = &opts.llm {
+        let (asked, ok) =
+            llm_mutants(l, &mut state, &sources, &parsed_files, opts, &mut all).await?;
+        let e = per_op.entry(Operator::LlmRewrite).or_default();
+        e.0 += asked;
+        e.1 += ok;
     }
     let order = sample::order(all, opts.seed);
 
@@ -1007,7 +1035,74 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
     s.baseline_excluded = base.excluded.len();
     s.tried_this_session = tried;
     s.elapsed_s = started.elapsed().as_secs_f64();
+    for r in state.llm.values() {
+        if r.outcome != "ok" {
+            *s.dropped.entry(r.outcome.clone()).or_default() += 1;
+        }
+    }
     Ok(s)
+}
+
+/// The model's rewrites of the functions the seed picks (asking only about those the progress
+/// record does not hold yet), appended to `all`; returns (functions asked, mutants kept).
+async fn llm_mutants(
+    l: &LlmSource,
+    state: &mut State,
+    sources: &BTreeMap<String, String>,
+    parsed_files: &[String],
+    opts: &SynthOptions,
+    all: &mut Vec<Mutation>,
+) -> Result<(usize, usize), SynthError> {
+    let sites: Vec<llm::FunctionSite> = parsed_files
+        .iter()
+        .filter_map(|f| Some(llm::functions_in(f, sources.get(f)?)))
+        .flatten()
+        .collect();
+    let chosen = llm::choose(sites, opts.seed, l.rewrites);
+    let todo: Vec<llm::FunctionSite> = chosen
+        .iter()
+        .filter(|s| !state.llm.contains_key(&s.key()))
+        .cloned()
+        .collect();
+    if opts.progress && !todo.is_empty() {
+        eprintln!(
+            "asking {} to rewrite {} function(s) with a bug",
+            l.label,
+            todo.len()
+        );
+    }
+    let mut stream = futures::stream::iter(todo)
+        .map(|site| async move {
+            let r = match sources.get(&site.file) {
+                Some(src) => llm::rewrite(l, src, &site).await,
+                None => Err(llm::Reject::ModelError),
+            };
+            (site, r)
+        })
+        .buffered(opts.workers.max(1));
+    while let Some((site, r)) = stream.next().await {
+        let rec = match r {
+            Ok(m) => LlmRecord {
+                site: site.key(),
+                outcome: "ok".into(),
+                mutation: Some(m),
+            },
+            Err(why) => LlmRecord {
+                site: site.key(),
+                outcome: why.reason().into(),
+                mutation: None,
+            },
+        };
+        state.record_llm(&rec)?;
+    }
+    let mut ok = 0;
+    for site in &chosen {
+        if let Some(m) = state.llm.get(&site.key()).and_then(|r| r.mutation.clone()) {
+            ok += 1;
+            all.push(m);
+        }
+    }
+    Ok((chosen.len(), ok))
 }
 
 #[cfg(test)]

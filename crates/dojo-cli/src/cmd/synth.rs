@@ -3,8 +3,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use anyhow::{Context, bail};
-use dojo_synth::{Input, Operator, SynthOptions};
+use dojo_llm::{ChatBackend, OpenAiClient};
+use dojo_rollout::policy::{PolicyConfig, PolicyKind};
+use dojo_synth::{Input, LlmSource, Operator, SynthOptions};
 
 #[derive(clap::Args)]
 pub struct SynthArgs {
@@ -44,7 +48,8 @@ pub struct SynthArgs {
     pub workers: usize,
     /// Operators, comma-separated (default: all). Known: compare_flip, bool_flip, arith_flip,
     /// const_off_by_one, bound_off_by_one, negate_cond, drop_operand, remove_if, remove_stmt,
-    /// remove_return, swap_args, change_default, remove_not, wrong_variable.
+    /// remove_return, swap_args, change_default, remove_not, wrong_variable (`llm_rewrite` alone,
+    /// with --llm-policy: only the model's bugs).
     #[arg(long)]
     pub operators: Option<String>,
     /// Only mutate source files whose path contains this (repeatable).
@@ -62,9 +67,46 @@ pub struct SynthArgs {
     /// Name the mutated module in `hints_text` (an easier curriculum step).
     #[arg(long)]
     pub hint_module: bool,
+    /// A model that also rewrites functions with a subtle bug (operator `llm_rewrite`), given as
+    /// `dojo rollout --policy` takes it: `openai:MODEL`, `embedded[:MODEL]`, or a .toml/.json
+    /// policy file of those kinds (its `sampling` is used).
+    #[arg(long)]
+    pub llm_policy: Option<String>,
+    /// With --llm-policy: functions the model is asked to rewrite (one request each).
+    #[arg(long, default_value_t = 10)]
+    pub llm_rewrites: usize,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+}
+
+/// The `--llm-policy` model as a chat backend, through the same policy types and clients
+/// `dojo rollout` uses.
+fn llm_source(spec: &str, rewrites: usize) -> anyhow::Result<LlmSource> {
+    let policy = PolicyConfig::parse(spec)?;
+    let (backend, model): (Arc<dyn ChatBackend>, String) = match &policy.kind {
+        PolicyKind::Openai { model, .. } => {
+            let cfg = dojo_rollout::run_dir::openai_client_config(&policy.kind)?;
+            (Arc::new(OpenAiClient::new(cfg)?), model.clone())
+        }
+        PolicyKind::Embedded { model } => (
+            super::rollout::embedded_backend(model)?
+                .context("--llm-policy embedded: this dojo was built without the engine feature")?,
+            model.clone(),
+        ),
+        _ => bail!(
+            "--llm-policy {spec:?}: not a model policy (openai:MODEL, embedded[:MODEL], or a policy file of those kinds)"
+        ),
+    };
+    Ok(LlmSource {
+        backend,
+        model,
+        label: policy.label(),
+        rewrites,
+        temperature: policy.sampling.temperature,
+        max_tokens: policy.sampling.max_tokens,
+        seed: policy.sampling.seed,
+    })
 }
 
 pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
@@ -124,6 +166,9 @@ pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
     opts.final_validate = !args.no_final_validate;
     opts.hint_module = args.hint_module;
     opts.progress = !args.quiet;
+    if let Some(spec) = &args.llm_policy {
+        opts.llm = Some(llm_source(spec, args.llm_rewrites)?);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
