@@ -71,6 +71,12 @@ pub struct SynthOptions {
     pub operators: Vec<Operator>,
     /// Only mutate source files whose path contains one of these (all when empty).
     pub files: Vec<String>,
+    /// Only mutate functions whose qualified name (`Class.method`) contains one of these (all
+    /// when empty): a single-function curriculum step.
+    pub functions: Vec<String>,
+    /// Drop mutants that break more than this many tests (tasks with a short list of failing
+    /// tests are easier to localize).
+    pub max_fail_to_pass: Option<usize>,
     /// Drop mutants that break more than this share of the baseline-passing tests.
     pub max_break_share: f64,
     /// Wall-clock limit of one mutant test run; default: 3 × the slowest baseline run + 10 s,
@@ -100,6 +106,8 @@ impl SynthOptions {
             workers: 1,
             operators: Operator::ALL.to_vec(),
             files: Vec::new(),
+            functions: Vec::new(),
+            max_fail_to_pass: None,
             max_break_share: 0.5,
             mutant_timeout: None,
             final_validate: true,
@@ -200,6 +208,7 @@ struct Ctx {
     timeout: Duration,
     seed: u64,
     max_break_share: f64,
+    max_fail_to_pass: Option<usize>,
     final_validate: bool,
     hint_module: bool,
     sandbox: SandboxOptions,
@@ -365,6 +374,15 @@ impl Ctx {
             .collect();
         if still.is_empty() {
             return Err(dropped("flaky", f2p.join(" "), true));
+        }
+        if let Some(max) = self.max_fail_to_pass
+            && still.len() > max
+        {
+            return Err(dropped(
+                "too_many_fail_to_pass",
+                format!("{} failing tests, at most {max}", still.len()),
+                true,
+            ));
         }
         Ok((still, p2p, r.log))
     }
@@ -804,6 +822,16 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
         "final_validate": opts.final_validate,
         "hint_module": opts.hint_module,
     });
+    // Options added after the first release go in only when set, so older progress records
+    // still match.
+    if let Value::Object(c) = &mut config {
+        if !opts.functions.is_empty() {
+            c.insert("functions".into(), json!(opts.functions));
+        }
+        if let Some(n) = opts.max_fail_to_pass {
+            c.insert("max_fail_to_pass".into(), json!(n));
+        }
+    }
     if let (Some(l), Value::Object(c)) = (&opts.llm, &mut config) {
         c.insert(
             "llm".into(),
@@ -893,6 +921,19 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
         module_tests.insert(f.clone(), mentioning(f, &tests_text));
         sources.insert(f.clone(), text);
     }
+    let wanted = |function: &str| {
+        opts.functions.is_empty() || opts.functions.iter().any(|f| function.contains(f.as_str()))
+    };
+    if !opts.functions.is_empty() {
+        all.retain(|m| wanted(&m.function));
+        // Candidates and parsed counts follow the filter too.
+        per_op.clear();
+        for m in &all {
+            let e = per_op.entry(m.operator).or_default();
+            e.0 += 1;
+            e.1 += 1;
+        }
+    }
     if let Some(l) = &opts.llm {
         let (asked, ok) =
             llm_mutants(l, &mut state, &sources, &parsed_files, opts, &mut all).await?;
@@ -945,6 +986,7 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
         timeout,
         seed: opts.seed,
         max_break_share: opts.max_break_share,
+        max_fail_to_pass: opts.max_fail_to_pass,
         final_validate: opts.final_validate,
         hint_module: opts.hint_module,
         sandbox: opts.sandbox.clone(),
@@ -1057,6 +1099,13 @@ async fn llm_mutants(
         .iter()
         .filter_map(|f| Some(llm::functions_in(f, sources.get(f)?)))
         .flatten()
+        .filter(|s| {
+            opts.functions.is_empty()
+                || opts
+                    .functions
+                    .iter()
+                    .any(|f| s.function.contains(f.as_str()))
+        })
         .collect();
     let chosen = llm::choose(sites, opts.seed, l.rewrites);
     let todo: Vec<llm::FunctionSite> = chosen

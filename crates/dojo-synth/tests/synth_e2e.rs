@@ -335,3 +335,35 @@ async fn llm_rewrites_are_validated_like_mutants_and_model_errors_are_dropped() 
     assert_eq!(seen.load(Ordering::SeqCst), 2);
     assert_eq!(s2.dropped.get("llm_model_error"), Some(&1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curriculum_knobs_one_function_and_few_failing_tests() {
+    setup_home();
+    if !dojo_sandbox::doctor::namespaces_usable() {
+        return skip("namespaces/overlayfs unavailable");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, envs) = project(tmp.path());
+    let mut o = options(&src, &envs, tmp.path().join("k/tasks.jsonl"), 5);
+    o.functions = vec!["is_even".into()];
+    // Every mutant of `is_even` breaks its one test: with no failing test allowed, none is kept.
+    o.max_fail_to_pass = Some(0);
+    o.max_tries = Some(2);
+    let s = match synthesize(&o).await {
+        Ok(s) => s,
+        Err(e) if e.to_string().contains("environment") => {
+            return skip(&format!("cannot build the environment: {e}"));
+        }
+        Err(e) => panic!("{e}"),
+    };
+    println!("{}", s.table());
+    let in_is_even = dojo_synth::mutations_seeded("calc/core.py", CORE, Operator::ALL, 7)
+        .unwrap()
+        .mutations
+        .iter()
+        .filter(|m| m.function == "is_even")
+        .count();
+    assert_eq!(s.totals().candidates, in_is_even, "{s:?}");
+    assert_eq!(s.tasks, 0);
+    assert_eq!(s.dropped.get("too_many_fail_to_pass"), Some(&2), "{s:?}");
+}

@@ -55,6 +55,12 @@ pub struct SynthArgs {
     /// Only mutate source files whose path contains this (repeatable).
     #[arg(long = "file")]
     pub files: Vec<String>,
+    /// Only mutate functions whose qualified name (`Class.method`) contains this (repeatable).
+    #[arg(long = "function")]
+    pub functions: Vec<String>,
+    /// Keep only tasks with at most this many FAIL_TO_PASS tests (an easier curriculum step).
+    #[arg(long)]
+    pub max_fail_to_pass: Option<usize>,
     /// Drop mutants that break more than this share of the suite.
     #[arg(long, default_value_t = 0.5)]
     pub max_break_share: f64,
@@ -161,6 +167,8 @@ pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
     opts.seed = args.seed;
     opts.workers = args.workers.max(1);
     opts.files = args.files.clone();
+    opts.functions = args.functions.clone();
+    opts.max_fail_to_pass = args.max_fail_to_pass;
     opts.max_break_share = args.max_break_share;
     opts.mutant_timeout = args.mutant_timeout.map(Duration::from_secs);
     opts.final_validate = !args.no_final_validate;
