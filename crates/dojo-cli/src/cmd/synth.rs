@@ -18,12 +18,16 @@ pub struct SynthArgs {
     /// A local project directory instead of a PyPI release.
     #[arg(long)]
     pub source: Option<PathBuf>,
+    /// With --source (a git repository): synthesize from the tree of this commit (tracked
+    /// files as committed); the version defaults to its short id.
+    #[arg(long, requires = "source")]
+    pub commit: Option<String>,
     /// With --source: the project's name (default: the directory's name).
     #[arg(long)]
     pub name: Option<String>,
-    /// With --source: the version recorded in the tasks.
-    #[arg(long, default_value = "0.0.0")]
-    pub version: String,
+    /// With --source: the version recorded in the tasks (default 0.0.0, or the commit's short id).
+    #[arg(long)]
+    pub version: Option<String>,
     /// The tasks' `repo` (default: an env spec's repo with the project's name, else pypi/NAME).
     #[arg(long)]
     pub repo: Option<String>,
@@ -116,6 +120,8 @@ fn llm_source(spec: &str, rewrites: usize) -> anyhow::Result<LlmSource> {
 }
 
 pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
+    // The exported tree of --commit lives until the run has packed it.
+    let mut _export = None;
     let input = match (&args.project, &args.source) {
         (Some(p), None) => Input::parse_requirement(p)?,
         (None, Some(dir)) => {
@@ -129,10 +135,19 @@ pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
                     .map(|n| n.to_string_lossy().into_owned())
                     .context("--source has no directory name; pass --name")?,
             };
-            Input::Dir {
-                path: dir,
-                name,
-                version: args.version.clone(),
+            match &args.commit {
+                Some(rev) => {
+                    let e =
+                        dojo_synth::project::commit_input(&dir, rev, &name, args.version.clone())?;
+                    let input = e.input.clone();
+                    _export = Some(e);
+                    input
+                }
+                None => Input::Dir {
+                    path: dir,
+                    name,
+                    version: args.version.clone().unwrap_or_else(|| "0.0.0".into()),
+                },
             }
         }
         _ => bail!("give either --project NAME==VERSION or --source DIR"),
