@@ -11,7 +11,7 @@
 //! A reply the run cannot use is not an error of the run: model failures (timeouts, 5xx,
 //! refused connections) are infrastructure and counted as dropped (`llm_model_error`), and so
 //! are replies without code, with code that does not parse, that rename the function, change
-//! nothing, or point at the bug in a comment. Functions are chosen by a keyed hash of the seed,
+//! nothing, change its docstring, or point at the bug in a comment. Functions are chosen by a keyed hash of the seed,
 //! like the procedural try order, so the same seed asks about the same functions.
 
 use std::sync::Arc;
@@ -192,6 +192,9 @@ pub enum Reject {
     Unchanged,
     /// A new comment names the change (`# bug`, `# changed`, ...): it would leak the fix.
     CommentLeaks,
+    /// The docstring changed: the task would be about documentation the gold patch restores,
+    /// and a rewritten docstring misleads whoever reads the code for the intended behaviour.
+    DocstringChanged,
 }
 
 impl Reject {
@@ -203,8 +206,28 @@ impl Reject {
             Reject::Unparseable => "llm_unparseable",
             Reject::Unchanged => "llm_unchanged",
             Reject::CommentLeaks => "llm_comment_leaks",
+            Reject::DocstringChanged => "llm_docstring_changed",
         }
     }
+}
+
+/// The docstring of the function defined by `text` (its body's leading string), whitespace
+/// normalised so re-indentation does not count as a change.
+fn docstring(text: &str) -> Option<String> {
+    let parsed = python::parse(text)?;
+    let f = parsed.tree.root_node().named_child(0)?;
+    let body = f.child_by_field_name("body")?;
+    let first = body.named_child(0)?;
+    let s = first.named_child(0)?;
+    if first.kind() != "expression_statement" || s.kind() != "string" {
+        return None;
+    }
+    Some(
+        text[s.start_byte()..s.end_byte()]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
 }
 
 fn leaky_comment(line: &str) -> bool {
@@ -276,6 +299,16 @@ pub fn splice(src: &str, site: &FunctionSite, code: &str, model: &str) -> Result
         .any(leaky_comment)
     {
         return Err(Reject::CommentLeaks);
+    }
+    let dedent = |t: &str| {
+        let ws = " ".repeat(site.indent);
+        t.lines()
+            .map(|l| l.strip_prefix(ws.as_str()).unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    if docstring(&dedent(original)) != docstring(&dedent(&replacement)) {
+        return Err(Reject::DocstringChanged);
     }
     let m = Mutation {
         operator: Operator::LlmRewrite,
@@ -442,6 +475,13 @@ def clamp(x, lo, hi):
         assert_eq!(splice(SRC, &s, broken, "m"), Err(Reject::Unparseable));
         let leaky = "def clamp(x, lo, hi):\n    if x <= lo:  # bug: was <\n        return lo\n    return min(x, hi)";
         assert_eq!(splice(SRC, &s, leaky, "m"), Err(Reject::CommentLeaks));
+        let s = site("Cache.get");
+        let redoc =
+            "def get(self, key, default=None):\n    \"\"\"Look up a key.\"\"\"\n    return default";
+        assert_eq!(splice(SRC, &s, redoc, "m"), Err(Reject::DocstringChanged));
+        let undoc = "def get(self, key, default=None):\n    return default";
+        assert_eq!(splice(SRC, &s, undoc, "m"), Err(Reject::DocstringChanged));
+        let s = site("clamp");
         let two = "def clamp(x, lo, hi):\n    return x\n\ndef clamp2(x):\n    return x";
         assert_eq!(splice(SRC, &s, two, "m"), Err(Reject::WrongFunction));
         let ok = "def clamp(x, lo, hi):\n    if x <= lo:\n        return lo\n    return min(x, hi)";
