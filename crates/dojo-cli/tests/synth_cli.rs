@@ -151,3 +151,37 @@ fn kill_resume_validate_and_gold_replay() {
         "gold-replay resolves every task"
     );
 }
+
+/// Flags that are wrong are refused before any environment is built, with a message naming them.
+#[test]
+fn bad_llm_policy_and_commit_are_refused_up_front() {
+    let tmp = scratch("synth-flags");
+    let src = tmp.path().join("proj");
+    std::fs::create_dir_all(&src).unwrap();
+    let out = tmp.path().join("t.jsonl");
+    let (s, o) = (src.to_str().unwrap(), out.to_str().unwrap());
+    let r = dojo(&[
+        "synth",
+        "--source",
+        s,
+        "--out",
+        o,
+        "--llm-policy",
+        "gold-replay",
+    ]);
+    assert!(!r.status.success());
+    let e = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        e.contains("--llm-policy") && e.contains("not a model policy"),
+        "{e}"
+    );
+    // Not a git repository: the commit cannot be found.
+    let r = dojo(&["synth", "--source", s, "--commit", "HEAD", "--out", o]);
+    assert!(!r.status.success());
+    let e = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        e.contains("--commit HEAD") && e.contains("not a commit"),
+        "{e}"
+    );
+    assert!(!out.exists(), "nothing written");
+}

@@ -13,6 +13,8 @@
 //!   reproducible tarball); preparation of trees and venvs is `dojo_task::Preparer`.
 //! - [`operators`] (+ [`python`], tree-sitter): the mutations, byte spans with the formatting
 //!   kept, every mutant re-parsed; [`diff`]: the one-hunk bug and gold patches.
+//! - [`llm`] (optional): a model rewrites a function with a subtle bug, through any
+//!   `dojo_llm::ChatBackend`; the mutant is validated like the procedural ones.
 //! - [`sample`]: the seeded, balanced try order.
 //! - [`run`]: baseline (whole suite twice in sandboxes, failing/flaky tests excluded), then per
 //!   mutant the module's tests, the whole suite, a rerun of FAIL_TO_PASS, the drop rules, and a
@@ -24,6 +26,7 @@
 //! - [`summary`]: counts per operator and the table printed at the end.
 
 pub mod diff;
+pub mod llm;
 pub mod operators;
 pub mod project;
 pub mod python;
@@ -33,7 +36,8 @@ pub mod state;
 pub mod statement;
 pub mod summary;
 
-pub use operators::{Mutation, Operator, mutations_in};
+pub use llm::LlmSource;
+pub use operators::{Mutation, Operator, mutations_in, mutations_seeded};
 pub use project::{Input, Project};
 pub use run::{SynthOptions, synthesize};
 pub use summary::Summary;

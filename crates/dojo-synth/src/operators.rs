@@ -9,8 +9,9 @@
 //!
 //! The operators follow the procedural modifications SWE-smith reports (operator flips and
 //! swaps, off-by-one constants and bounds, removed/negated conditions, removed statements and
-//! early returns, swapped arguments, changed defaults). Every mutant is parsed again
-//! ([`FileMutations::unparseable`] counts those that do not parse; they are never proposed).
+//! early returns, swapped arguments, changed defaults, a wrong variable of the same scope).
+//! Every mutant is parsed again ([`FileMutations::unparseable`] counts those that do not
+//! parse; they are never proposed).
 //! Enumeration is deterministic: the same source gives the same mutations in the same order.
 
 use std::collections::BTreeSet;
@@ -52,6 +53,12 @@ pub enum Operator {
     ChangeDefault,
     /// A `not` removed.
     RemoveNot,
+    /// A variable reference replaced by another variable of the same function (a parameter or a
+    /// local assigned before that point), chosen by the seed.
+    WrongVariable,
+    /// One function rewritten by a language model with a subtle bug (not enumerated here: the
+    /// run asks the model, see `crate::llm`).
+    LlmRewrite,
 }
 
 impl Operator {
@@ -70,6 +77,7 @@ impl Operator {
         Operator::SwapArgs,
         Operator::ChangeDefault,
         Operator::RemoveNot,
+        Operator::WrongVariable,
     ];
 
     pub fn name(self) -> &'static str {
@@ -87,11 +95,18 @@ impl Operator {
             Operator::SwapArgs => "swap_args",
             Operator::ChangeDefault => "change_default",
             Operator::RemoveNot => "remove_not",
+            Operator::WrongVariable => "wrong_variable",
+            Operator::LlmRewrite => "llm_rewrite",
         }
     }
 
+    /// The procedural operator, or `llm_rewrite`, of this name.
     pub fn by_name(name: &str) -> Option<Operator> {
-        Operator::ALL.iter().copied().find(|o| o.name() == name)
+        Operator::ALL
+            .iter()
+            .copied()
+            .chain([Operator::LlmRewrite])
+            .find(|o| o.name() == name)
     }
 }
 
@@ -117,6 +132,9 @@ pub struct Mutation {
     pub function: String,
     /// 1-based first line of that function (with `file`, the region duplicates are judged by).
     pub function_line: usize,
+    /// The model that wrote the replacement (`llm_rewrite` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 impl Mutation {
@@ -159,11 +177,25 @@ pub enum SourceError {
     Unparseable { file: String, line: usize },
 }
 
-/// Every mutation of `src` (the text of `file`) by the given operators.
+/// Every mutation of `src` (the text of `file`) by the given operators, with seed 0 for the
+/// operators that choose (see [`mutations_seeded`]).
 pub fn mutations_in(
     file: &str,
     src: &str,
     operators: &[Operator],
+) -> Result<FileMutations, SourceError> {
+    mutations_seeded(file, src, operators, 0)
+}
+
+/// Every mutation of `src` by the given operators. `seed` drives the choices an operator makes
+/// among equally good replacements (which other variable `wrong_variable` puts in), by a keyed
+/// hash of the seed and the site, so each site still yields one mutation and the same seed the
+/// same one.
+pub fn mutations_seeded(
+    file: &str,
+    src: &str,
+    operators: &[Operator],
+    seed: u64,
 ) -> Result<FileMutations, SourceError> {
     let parsed = python::parse(src).ok_or_else(|| SourceError::Unparseable {
         file: file.to_string(),
@@ -184,6 +216,7 @@ pub fn mutations_in(
         funcs: Vec::new(),
         seen: BTreeSet::new(),
         out: Vec::new(),
+        seed,
     };
     c.visit(root);
     let mut fm = FileMutations::default();
@@ -257,6 +290,7 @@ struct Collector<'a> {
     funcs: Vec<(String, usize)>,
     seen: BTreeSet<(usize, usize, String)>,
     out: Vec<Mutation>,
+    seed: u64,
 }
 
 fn is_comment(n: &Node) -> bool {
@@ -384,6 +418,7 @@ impl<'a> Collector<'a> {
             line: self.src[..start].matches('\n').count() + 1,
             function,
             function_line,
+            model: None,
         });
     }
 
@@ -407,6 +442,9 @@ impl<'a> Collector<'a> {
                 self.scope.push(name);
                 self.funcs
                     .push((self.scope.join("."), n.start_position().row + 1));
+                if self.ops.contains(&Operator::WrongVariable) {
+                    self.wrong_variable(n);
+                }
                 self.visit_children(n);
                 self.funcs.pop();
                 self.scope.pop();
@@ -555,6 +593,83 @@ impl<'a> Collector<'a> {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// `wrong_variable` for function `f`: each read of a parameter or local becomes another
+    /// parameter or local of the same function that is bound before that point (one per site,
+    /// chosen by the seed). Nested functions, classes, lambdas and comprehensions are scopes of
+    /// their own and left to their own visit.
+    fn wrong_variable(&mut self, f: Node<'a>) {
+        let (Some(params), Some(body)) = (
+            f.child_by_field_name("parameters"),
+            f.child_by_field_name("body"),
+        ) else {
+            return;
+        };
+        let mut bound: Vec<(&'a str, usize)> = Vec::new();
+        for p in named_children(params) {
+            let id = match p.kind() {
+                "identifier" => Some(p),
+                "default_parameter" | "typed_default_parameter" => p.child_by_field_name("name"),
+                "typed_parameter" | "list_splat_pattern" | "dictionary_splat_pattern" => {
+                    named_children(p)
+                        .into_iter()
+                        .find(|k| k.kind() == "identifier")
+                }
+                _ => None,
+            };
+            if let Some(id) = id {
+                bound.push((self.text(&id), body.start_byte()));
+            }
+        }
+        let mut reads = Vec::new();
+        let mut stack = vec![body];
+        while let Some(n) = stack.pop() {
+            for k in children(n).into_iter().rev() {
+                if opens_scope(k.kind()) || is_comment(&k) || is_string(&k) {
+                    continue;
+                }
+                if k.kind() != "identifier" {
+                    stack.push(k);
+                    continue;
+                }
+                match identifier_use(&k) {
+                    Use::Load => reads.push(k),
+                    Use::Store(at) => bound.push((self.text(&k), at)),
+                    Use::Other => {}
+                }
+            }
+        }
+        reads.sort_by_key(|r| r.start_byte());
+        for r in reads {
+            let name = self.text(&r);
+            if RECEIVERS.contains(&name) || !bound.iter().any(|(b, _)| *b == name) {
+                continue; // a global, builtin or import: not a variable of this scope
+            }
+            let mut others: Vec<&str> = bound
+                .iter()
+                .filter(|(b, at)| *at <= r.start_byte() && *b != name && !RECEIVERS.contains(b))
+                .map(|(b, _)| *b)
+                .collect();
+            others.sort_unstable();
+            others.dedup();
+            if others.is_empty() {
+                continue;
+            }
+            let h = dojo_cache::sha256_hex(format!(
+                "wrong-variable-v1\0{}\0{}\0{}",
+                self.seed,
+                self.file,
+                r.start_byte()
+            ));
+            let pick = u64::from_str_radix(&h[..12], 16).unwrap_or(0) as usize % others.len();
+            self.push(
+                Operator::WrongVariable,
+                r.start_byte(),
+                r.end_byte(),
+                others[pick].to_string(),
+            );
         }
     }
 
@@ -713,6 +828,90 @@ impl<'a> Collector<'a> {
         } else if prefix_blank && suffix_blank {
             self.push(op, line_start, line_end, String::new());
         }
+    }
+}
+
+/// Nodes with a scope of their own: their names are not the enclosing function's, so
+/// `wrong_variable` neither takes names from them nor puts names into them.
+fn opens_scope(kind: &str) -> bool {
+    matches!(
+        kind,
+        "function_definition"
+            | "class_definition"
+            | "lambda"
+            | "list_comprehension"
+            | "set_comprehension"
+            | "dictionary_comprehension"
+            | "generator_expression"
+    )
+}
+
+/// Method receivers are never swapped in or out: `other.attr` for `self.attr` is an
+/// `AttributeError` on the first line, not a subtle bug.
+const RECEIVERS: &[&str] = &["self", "cls"];
+
+fn is_field(parent: &Node, field: &str, n: &Node) -> bool {
+    parent
+        .child_by_field_name(field)
+        .is_some_and(|f| f.id() == n.id())
+}
+
+/// How an identifier inside a function body is used.
+enum Use {
+    /// Read: a candidate site for `wrong_variable`.
+    Load,
+    /// Bound (assigned, a loop target, ...) from this byte on.
+    Store(usize),
+    /// Neither a plain read nor a binding we track (attribute names, keywords, imports,
+    /// annotations, `global`, augmented-assignment targets, patterns).
+    Other,
+}
+
+fn identifier_use(n: &Node) -> Use {
+    let Some(p) = n.parent() else {
+        return Use::Other;
+    };
+    match p.kind() {
+        "assignment" if is_field(&p, "left", n) => Use::Store(p.end_byte()),
+        "assignment" if is_field(&p, "type", n) => Use::Other,
+        "augmented_assignment" if is_field(&p, "left", n) => Use::Other,
+        "for_statement" if is_field(&p, "left", n) => Use::Store(
+            p.child_by_field_name("right")
+                .map_or(p.end_byte(), |r| r.end_byte()),
+        ),
+        "named_expression" if is_field(&p, "name", n) => Use::Store(p.end_byte()),
+        "as_pattern_target" => Use::Store(p.end_byte()),
+        "pattern_list" | "tuple_pattern" | "list_pattern" => {
+            // Unpacking: `a, b = ...` / `for a, b in ...`.
+            let mut top = p;
+            while let Some(up) = top.parent()
+                && matches!(up.kind(), "pattern_list" | "tuple_pattern" | "list_pattern")
+            {
+                top = up;
+            }
+            match top.parent() {
+                Some(a) if a.kind() == "assignment" && is_field(&a, "left", &top) => {
+                    Use::Store(a.end_byte())
+                }
+                Some(f) if f.kind() == "for_statement" && is_field(&f, "left", &top) => Use::Store(
+                    f.child_by_field_name("right")
+                        .map_or(f.end_byte(), |r| r.end_byte()),
+                ),
+                _ => Use::Other,
+            }
+        }
+        "attribute" if is_field(&p, "attribute", n) => Use::Other,
+        "keyword_argument" if is_field(&p, "name", n) => Use::Other,
+        "type"
+        | "global_statement"
+        | "nonlocal_statement"
+        | "import_statement"
+        | "import_from_statement"
+        | "aliased_import"
+        | "dotted_name"
+        | "delete_statement" => Use::Other,
+        k if k.ends_with("_pattern") || k == "case_clause" => Use::Other,
+        _ => Use::Load,
     }
 }
 
@@ -913,6 +1112,81 @@ def pair(a, b):
                 "def f(a, b):\n    return a not in b or a is None\n"
             ]
         );
+    }
+
+    const SCOPES: &str = r#"import os
+
+
+def f(a, b, *rest, key=None):
+    total = a + b
+    for i in range(b):
+        total += i * a
+    squares = [x * x for x in rest]
+    label = os.path.join(key, "x")
+    return total if key else squares
+
+
+class C:
+    def g(self, n, m=1):
+        return self.h(n) - m
+"#;
+
+    fn wrong_vars(seed: u64) -> Vec<String> {
+        mutations_seeded("s.py", SCOPES, &[Operator::WrongVariable], seed)
+            .unwrap()
+            .mutations
+            .iter()
+            .map(|m| format!("{}:{}->{}", m.line, m.original, m.replacement))
+            .collect()
+    }
+
+    #[test]
+    fn wrong_variable_takes_a_name_bound_before_the_site() {
+        let e = wrong_vars(0);
+        insta::assert_snapshot!(e.join("\n"));
+        // Every site is a read of a parameter or local; the name put in is one bound before it
+        // (parameters everywhere, `total` only after its assignment, `i` only inside the loop).
+        let fm = mutations_seeded("s.py", SCOPES, &[Operator::WrongVariable], 0).unwrap();
+        for m in &fm.mutations {
+            let new = m.apply(SCOPES);
+            assert!(python::parses_cleanly(&new), "{new}");
+            let before = &SCOPES[..m.start];
+            let bound_before = match m.function.as_str() {
+                "f" => {
+                    ["a", "b", "rest", "key"].contains(&m.replacement.as_str())
+                        || before.contains(&format!("{} = ", m.replacement))
+                        || before.contains(&format!("for {} in", m.replacement))
+                }
+                _ => ["n", "m"].contains(&m.replacement.as_str()),
+            };
+            assert!(bound_before, "{m:?}");
+        }
+        // Never: the comprehension's own `x`, the module `os`, the attribute `path`, `self`,
+        // the assignment targets, the augmented target `total` of `total += ...`.
+        for e in &e {
+            let (_, edit) = e.split_once(':').unwrap();
+            let (orig, new) = edit.split_once("->").unwrap();
+            for never in ["x", "os", "path", "join", "self", "h"] {
+                assert!(orig != never && new != never, "{e}");
+            }
+        }
+        assert!(!e.iter().any(|e| e.starts_with("7:total")), "{e:?}");
+    }
+
+    #[test]
+    fn wrong_variable_choice_follows_the_seed() {
+        let a = wrong_vars(0);
+        assert_eq!(a, wrong_vars(0), "same seed, same mutants");
+        // Same sites for every seed; with several names to choose from, some seed picks
+        // another one.
+        let sites = |v: &[String]| -> Vec<String> {
+            v.iter()
+                .map(|e| e.split("->").next().unwrap().to_string())
+                .collect()
+        };
+        let others: Vec<Vec<String>> = (1..8).map(wrong_vars).collect();
+        assert!(others.iter().all(|o| sites(o) == sites(&a)));
+        assert!(others.iter().any(|o| *o != a), "{others:?}");
     }
 
     proptest::proptest! {

@@ -8,6 +8,8 @@
 //! - `--source DIR`: the directory is packed into a reproducible tarball (sorted names, fixed
 //!   times and owners, `.git` and caches left out) published in the download cache under its
 //!   sha256, with a `file://` URL; the same tree always gives the same digest.
+//! - `--source REPO --commit REV`: the tree of that commit ([`export_commit`], `git archive`:
+//!   tracked files only, the work tree's state does not matter), then packed as a directory.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -158,6 +160,78 @@ pub fn pick_sdist(index_json: &[u8], name: &str, version: &str) -> Result<SdistS
     Err(format!("no sdist {want}.tar.gz (or .zip) in the index"))
 }
 
+/// Write the tree of commit `rev` of the git repository at `repo` into `dest` (an empty
+/// directory) and return the full commit id. Only tracked files, as committed.
+pub fn export_commit(repo: &Path, rev: &str, dest: &Path) -> Result<String, SynthError> {
+    let err = |reason: String| {
+        SynthError::Input(format!(
+            "--source {} --commit {rev}: {reason}",
+            repo.display()
+        ))
+    };
+    let commit = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["rev-parse", "--verify", "--quiet"])
+        .arg(format!("{rev}^{{commit}}"))
+        .output()
+        .map_err(|e| err(format!("running git: {e}")))?;
+    if !commit.status.success() {
+        return Err(err("not a commit of this repository".into()));
+    }
+    let commit = String::from_utf8_lossy(&commit.stdout).trim().to_string();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(r#"set -euo pipefail; git -C "$1" archive --format=tar "$2" | tar -x -C "$3""#)
+        .arg("export")
+        .arg(repo)
+        .arg(&commit)
+        .arg(dest)
+        .output()
+        .map_err(|e| err(format!("running git archive: {e}")))?;
+    if !out.status.success() {
+        return Err(err(format!(
+            "git archive failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(commit)
+}
+
+/// A commit exported for a run: the input to synthesize from, and the temporary directory
+/// holding its tree (removed when this is dropped, after the run has packed it).
+pub struct CommitExport {
+    pub input: Input,
+    _dir: tempfile::TempDir,
+}
+
+/// `--source REPO --commit REV`: the commit's tree as a directory input; the version defaults
+/// to the commit's short id.
+pub fn commit_input(
+    repo: &Path,
+    rev: &str,
+    name: &str,
+    version: Option<String>,
+) -> Result<CommitExport, SynthError> {
+    let dir = tempfile::Builder::new()
+        .prefix("dojo-synth-commit-")
+        .tempdir()
+        .map_err(|e| SynthError::Io {
+            path: "a temporary directory".into(),
+            source: e,
+        })?;
+    let id = export_commit(repo, rev, dir.path())?;
+    let short = id.get(..12).unwrap_or(&id).to_string();
+    Ok(CommitExport {
+        input: Input::Dir {
+            path: dir.path().to_path_buf(),
+            name: name.to_string(),
+            version: version.unwrap_or(short),
+        },
+        _dir: dir,
+    })
+}
+
 /// Pack `dir` into a reproducible tarball in the download cache.
 fn pack_dir(dir: &Path, name: &str, version: &str) -> Result<Project, SynthError> {
     let err = |reason: String| SynthError::Input(format!("--source {}: {reason}", dir.display()));
@@ -241,6 +315,47 @@ mod tests {
                 version: "1.2.0".into()
             }
         );
+    }
+
+    #[test]
+    fn a_commit_is_exported_as_committed() {
+        let repo = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            let o = Command::new("git")
+                .arg("-C")
+                .arg(repo.path())
+                .args([
+                    "-c",
+                    "user.name=t",
+                    "-c",
+                    "user.email=t@t",
+                    "-c",
+                    "commit.gpgsign=false",
+                ])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        git(&["init", "-q"]);
+        std::fs::write(repo.path().join("a.py"), "X = 1\n").unwrap();
+        git(&["add", "a.py"]);
+        git(&["commit", "-qm", "one"]);
+        let first = git(&["rev-parse", "HEAD"]);
+        std::fs::write(repo.path().join("a.py"), "X = 2\n").unwrap();
+        git(&["commit", "-qam", "two"]);
+        std::fs::write(repo.path().join("untracked.py"), "").unwrap();
+        let dest = tempfile::tempdir().unwrap();
+        let got = export_commit(repo.path(), &first[..8], dest.path()).unwrap();
+        assert_eq!(got, first);
+        assert_eq!(
+            std::fs::read_to_string(dest.path().join("a.py")).unwrap(),
+            "X = 1\n"
+        );
+        assert!(!dest.path().join("untracked.py").exists());
+        let e = export_commit(repo.path(), "nope", dest.path()).unwrap_err();
+        assert!(e.to_string().contains("not a commit"), "{e}");
     }
 
     #[test]

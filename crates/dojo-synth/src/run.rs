@@ -38,9 +38,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value, json};
 
 use crate::diff::{changed_lines, unified_diff};
-use crate::operators::{Mutation, Operator, mutations_in};
+use crate::llm::{self, LlmSource};
+use crate::operators::{Mutation, Operator, mutations_seeded};
 use crate::project::{Input, Project, normalize};
-use crate::state::{BaselineRecord, Header, MutantRecord, PROGRESS_SCHEMA_VERSION, State};
+use crate::state::{
+    BaselineRecord, Header, LlmRecord, MutantRecord, PROGRESS_SCHEMA_VERSION, State,
+};
 use crate::statement::problem_statement;
 use crate::summary::Summary;
 use crate::{SynthError, sample};
@@ -68,6 +71,12 @@ pub struct SynthOptions {
     pub operators: Vec<Operator>,
     /// Only mutate source files whose path contains one of these (all when empty).
     pub files: Vec<String>,
+    /// Only mutate functions whose qualified name (`Class.method`) contains one of these (all
+    /// when empty): a single-function curriculum step.
+    pub functions: Vec<String>,
+    /// Drop mutants that break more than this many tests (tasks with a short list of failing
+    /// tests are easier to localize).
+    pub max_fail_to_pass: Option<usize>,
     /// Drop mutants that break more than this share of the baseline-passing tests.
     pub max_break_share: f64,
     /// Wall-clock limit of one mutant test run; default: 3 × the slowest baseline run + 10 s,
@@ -79,6 +88,8 @@ pub struct SynthOptions {
     pub hint_module: bool,
     pub progress: bool,
     pub sandbox: SandboxOptions,
+    /// A model that also rewrites functions with a subtle bug (`llm_rewrite`).
+    pub llm: Option<LlmSource>,
 }
 
 impl SynthOptions {
@@ -95,12 +106,15 @@ impl SynthOptions {
             workers: 1,
             operators: Operator::ALL.to_vec(),
             files: Vec::new(),
+            functions: Vec::new(),
+            max_fail_to_pass: None,
             max_break_share: 0.5,
             mutant_timeout: None,
             final_validate: true,
             hint_module: false,
             progress: true,
             sandbox: SandboxOptions::default(),
+            llm: None,
         }
     }
 }
@@ -194,6 +208,7 @@ struct Ctx {
     timeout: Duration,
     seed: u64,
     max_break_share: f64,
+    max_fail_to_pass: Option<usize>,
     final_validate: bool,
     hint_module: bool,
     sandbox: SandboxOptions,
@@ -360,6 +375,15 @@ impl Ctx {
         if still.is_empty() {
             return Err(dropped("flaky", f2p.join(" "), true));
         }
+        if let Some(max) = self.max_fail_to_pass
+            && still.len() > max
+        {
+            return Err(dropped(
+                "too_many_fail_to_pass",
+                format!("{} failing tests, at most {max}", still.len()),
+                true,
+            ));
+        }
         Ok((still, p2p, r.log))
     }
 
@@ -423,10 +447,16 @@ impl Ctx {
                 },
             },
         });
-        match row {
+        let mut row = match row {
             Value::Object(m) => m,
             _ => Map::new(),
+        };
+        if let Some(model) = &m.model
+            && let Some(Value::Object(syn)) = row.get_mut("synth")
+        {
+            syn.insert("model".into(), model.clone().into());
         }
+        row
     }
 
     /// `dojo validate` of the finished task: its own tree (bug committed) and venv, the suite
@@ -785,6 +815,29 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
     let mut ops = opts.operators.clone();
     ops.sort();
     ops.dedup();
+    let mut config = json!({
+        "operators": ops.iter().map(|o| o.name()).collect::<Vec<_>>(),
+        "files": opts.files,
+        "max_break_share": opts.max_break_share,
+        "final_validate": opts.final_validate,
+        "hint_module": opts.hint_module,
+    });
+    // Options added after the first release go in only when set, so older progress records
+    // still match.
+    if let Value::Object(c) = &mut config {
+        if !opts.functions.is_empty() {
+            c.insert("functions".into(), json!(opts.functions));
+        }
+        if let Some(n) = opts.max_fail_to_pass {
+            c.insert("max_fail_to_pass".into(), json!(n));
+        }
+    }
+    if let (Some(l), Value::Object(c)) = (&opts.llm, &mut config) {
+        c.insert(
+            "llm".into(),
+            json!({"model": l.label, "rewrites": l.rewrites}),
+        );
+    }
     let header = Header {
         schema_version: PROGRESS_SCHEMA_VERSION,
         kind: "run".into(),
@@ -793,13 +846,7 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
         repo: repo.clone(),
         sdist_sha256: project.sdist.sha256.clone(),
         seed: opts.seed,
-        config: json!({
-            "operators": ops.iter().map(|o| o.name()).collect::<Vec<_>>(),
-            "files": opts.files,
-            "max_break_share": opts.max_break_share,
-            "final_validate": opts.final_validate,
-            "hint_module": opts.hint_module,
-        }),
+        config,
     };
     let mut state = State::open(&opts.out, &header)?;
 
@@ -852,12 +899,13 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
     let mut per_op: BTreeMap<Operator, (usize, usize)> = BTreeMap::new();
     let mut unparseable = Vec::new();
     let mut module_tests = BTreeMap::new();
+    let mut parsed_files = Vec::new();
     for f in &files {
         let Ok(text) = std::fs::read_to_string(tree.join(f)) else {
             unparseable.push(format!("{f}: not UTF-8"));
             continue;
         };
-        match mutations_in(f, &text, &ops) {
+        match mutations_seeded(f, &text, &ops, opts.seed) {
             Ok(fm) => {
                 for (op, n) in &fm.candidates_by_op {
                     per_op.entry(*op).or_default().0 += n;
@@ -866,11 +914,32 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
                     per_op.entry(m.operator).or_default().1 += 1;
                 }
                 all.extend(fm.mutations);
+                parsed_files.push(f.clone());
             }
             Err(e) => unparseable.push(e.to_string()),
         }
         module_tests.insert(f.clone(), mentioning(f, &tests_text));
         sources.insert(f.clone(), text);
+    }
+    let wanted = |function: &str| {
+        opts.functions.is_empty() || opts.functions.iter().any(|f| function.contains(f.as_str()))
+    };
+    if !opts.functions.is_empty() {
+        all.retain(|m| wanted(&m.function));
+        // Candidates and parsed counts follow the filter too.
+        per_op.clear();
+        for m in &all {
+            let e = per_op.entry(m.operator).or_default();
+            e.0 += 1;
+            e.1 += 1;
+        }
+    }
+    if let Some(l) = &opts.llm {
+        let (asked, ok) =
+            llm_mutants(l, &mut state, &sources, &parsed_files, opts, &mut all).await?;
+        let e = per_op.entry(Operator::LlmRewrite).or_default();
+        e.0 += asked;
+        e.1 += ok;
     }
     let order = sample::order(all, opts.seed);
 
@@ -917,6 +986,7 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
         timeout,
         seed: opts.seed,
         max_break_share: opts.max_break_share,
+        max_fail_to_pass: opts.max_fail_to_pass,
         final_validate: opts.final_validate,
         hint_module: opts.hint_module,
         sandbox: opts.sandbox.clone(),
@@ -1007,7 +1077,81 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
     s.baseline_excluded = base.excluded.len();
     s.tried_this_session = tried;
     s.elapsed_s = started.elapsed().as_secs_f64();
+    for r in state.llm.values() {
+        if r.outcome != "ok" {
+            *s.dropped.entry(r.outcome.clone()).or_default() += 1;
+        }
+    }
     Ok(s)
+}
+
+/// The model's rewrites of the functions the seed picks (asking only about those the progress
+/// record does not hold yet), appended to `all`; returns (functions asked, mutants kept).
+async fn llm_mutants(
+    l: &LlmSource,
+    state: &mut State,
+    sources: &BTreeMap<String, String>,
+    parsed_files: &[String],
+    opts: &SynthOptions,
+    all: &mut Vec<Mutation>,
+) -> Result<(usize, usize), SynthError> {
+    let sites: Vec<llm::FunctionSite> = parsed_files
+        .iter()
+        .filter_map(|f| Some(llm::functions_in(f, sources.get(f)?)))
+        .flatten()
+        .filter(|s| {
+            opts.functions.is_empty()
+                || opts
+                    .functions
+                    .iter()
+                    .any(|f| s.function.contains(f.as_str()))
+        })
+        .collect();
+    let chosen = llm::choose(sites, opts.seed, l.rewrites);
+    let todo: Vec<llm::FunctionSite> = chosen
+        .iter()
+        .filter(|s| !state.llm.contains_key(&s.key()))
+        .cloned()
+        .collect();
+    if opts.progress && !todo.is_empty() {
+        eprintln!(
+            "asking {} to rewrite {} function(s) with a bug",
+            l.label,
+            todo.len()
+        );
+    }
+    let mut stream = futures::stream::iter(todo)
+        .map(|site| async move {
+            let r = match sources.get(&site.file) {
+                Some(src) => llm::rewrite(l, src, &site).await,
+                None => Err(llm::Reject::ModelError),
+            };
+            (site, r)
+        })
+        .buffered(opts.workers.max(1));
+    while let Some((site, r)) = stream.next().await {
+        let rec = match r {
+            Ok(m) => LlmRecord {
+                site: site.key(),
+                outcome: "ok".into(),
+                mutation: Some(m),
+            },
+            Err(why) => LlmRecord {
+                site: site.key(),
+                outcome: why.reason().into(),
+                mutation: None,
+            },
+        };
+        state.record_llm(&rec)?;
+    }
+    let mut ok = 0;
+    for site in &chosen {
+        if let Some(m) = state.llm.get(&site.key()).and_then(|r| r.mutation.clone()) {
+            ok += 1;
+            all.push(m);
+        }
+    }
+    Ok((chosen.len(), ok))
 }
 
 #[cfg(test)]

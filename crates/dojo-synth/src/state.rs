@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::SynthError;
-use crate::operators::Operator;
+use crate::operators::{Mutation, Operator};
 
 /// Version of the progress record's format.
 pub const PROGRESS_SCHEMA_VERSION: u32 = 1;
@@ -62,12 +62,26 @@ pub struct MutantRecord {
     pub detail: String,
 }
 
+/// One function the model was asked to rewrite: the mutant, or why there is none. Recorded so
+/// a resumed run neither asks again nor gets a different answer.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LlmRecord {
+    /// [`crate::llm::FunctionSite::key`].
+    pub site: String,
+    /// `ok`, or the `llm_*` reason it was dropped.
+    pub outcome: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutation: Option<Mutation>,
+}
+
 /// The open state of a run.
 pub struct State {
     progress_path: PathBuf,
     out_path: PathBuf,
     pub baseline: Option<BaselineRecord>,
     pub mutants: BTreeMap<String, MutantRecord>,
+    /// Model rewrites by site.
+    pub llm: BTreeMap<String, LlmRecord>,
     /// Instance ids and rows of the tasks already in the task file.
     pub tasks: Vec<serde_json::Map<String, Value>>,
 }
@@ -151,6 +165,7 @@ impl State {
                 out_path: out.to_path_buf(),
                 baseline: None,
                 mutants: BTreeMap::new(),
+                llm: BTreeMap::new(),
                 tasks: Vec::new(),
             });
         }
@@ -177,6 +192,7 @@ impl State {
             out_path: out.to_path_buf(),
             baseline: None,
             mutants: BTreeMap::new(),
+            llm: BTreeMap::new(),
             tasks: Vec::new(),
         };
         for (i, l) in lines.iter().enumerate().skip(1) {
@@ -191,6 +207,11 @@ impl State {
                     let m: MutantRecord =
                         serde_json::from_value(v).map_err(|e| bad(i + 1, e.to_string()))?;
                     st.mutants.insert(m.id.clone(), m);
+                }
+                Some("llm") => {
+                    let r: LlmRecord =
+                        serde_json::from_value(v).map_err(|e| bad(i + 1, e.to_string()))?;
+                    st.llm.insert(r.site.clone(), r);
                 }
                 other => return Err(bad(i + 1, format!("unknown record kind {other:?}"))),
             }
@@ -220,6 +241,16 @@ impl State {
         }
         append(&self.progress_path, &v.to_string())?;
         self.mutants.insert(m.id.clone(), m.clone());
+        Ok(())
+    }
+
+    pub fn record_llm(&mut self, r: &LlmRecord) -> Result<(), SynthError> {
+        let mut v = serde_json::to_value(r).map_err(|e| SynthError::Input(e.to_string()))?;
+        if let Value::Object(o) = &mut v {
+            o.insert("kind".into(), "llm".into());
+        }
+        append(&self.progress_path, &v.to_string())?;
+        self.llm.insert(r.site.clone(), r.clone());
         Ok(())
     }
 

@@ -7,8 +7,11 @@
 //! (under `CI=true` a missing feature fails instead).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use dojo_synth::{Input, Operator, SynthOptions, synthesize};
+use dojo_llm::{ClientConfig, EndpointConfig, OpenAiClient};
+use dojo_synth::{Input, LlmSource, Operator, SynthOptions, synthesize};
 
 fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
@@ -235,4 +238,132 @@ async fn synthesize_validate_determinism_and_resume() {
     other.seed = 8;
     let e = synthesize(&other).await.unwrap_err().to_string();
     assert!(e.contains("another run"), "{e}");
+}
+
+/// A scripted OpenAI-compatible server on loopback: the function named in the prompt decides
+/// the answer (a rewrite of `clamp` with a bug the tests catch; HTTP 500 for anything else), and
+/// every request is counted.
+async fn scripted_llm() -> (String, Arc<AtomicUsize>) {
+    use axum::Json;
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move |Json(req): Json<serde_json::Value>| {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let prompt = req["messages"][1]["content"].as_str().unwrap_or("").to_string();
+                if !prompt.contains("function `clamp`") {
+                    return (StatusCode::INTERNAL_SERVER_ERROR, "overloaded").into_response();
+                }
+                let code = "def clamp(x, lo, hi):\n    if x < lo:\n        return lo\n    if x > hi:\n        return lo\n    return x";
+                let body = serde_json::json!({
+                    "id": "c1", "object": "chat.completion", "created": 0, "model": req["model"],
+                    "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                        "role": "assistant",
+                        "content": format!("Here it is:\n```python\n{code}\n```\n"),
+                    }}],
+                });
+                Json(body).into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _: Result<(), _> = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/v1"), seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llm_rewrites_are_validated_like_mutants_and_model_errors_are_dropped() {
+    setup_home();
+    if !dojo_sandbox::doctor::namespaces_usable() {
+        return skip("namespaces/overlayfs unavailable");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, envs) = project(tmp.path());
+    let (url, seen) = scripted_llm().await;
+    let mut cfg = ClientConfig::new(vec![EndpointConfig::new(url)]);
+    cfg.max_retries = 0;
+    let llm = LlmSource {
+        backend: Arc::new(OpenAiClient::new(cfg).unwrap()),
+        model: "scripted".into(),
+        label: "openai:scripted".into(),
+        rewrites: 5,
+        temperature: None,
+        max_tokens: None,
+        seed: None,
+    };
+    let out = tmp.path().join("llm/tasks.jsonl");
+    let mut o = options(&src, &envs, out.clone(), 1);
+    o.operators = Vec::new(); // the model's bugs only
+    o.llm = Some(llm);
+    let s = match synthesize(&o).await {
+        Ok(s) => s,
+        Err(e) if e.to_string().contains("environment") => {
+            return skip(&format!("cannot build the environment: {e}"));
+        }
+        Err(e) => panic!("{e}"),
+    };
+    println!("{}", s.table());
+    // Two functions are big enough to ask about (`clamp`, `total`); the other answer is a 500.
+    assert_eq!(seen.load(Ordering::SeqCst), 2);
+    assert_eq!(s.tasks, 1, "{s:?}");
+    assert_eq!(s.dropped.get("llm_model_error"), Some(&1), "{s:?}");
+    let c = &s.per_operator[&Operator::LlmRewrite];
+    assert_eq!((c.candidates, c.parsed, c.validated), (2, 1, 1));
+    let tasks = dojo_task::load_tasks(&out).unwrap();
+    let syn = &tasks[0].raw["synth"];
+    assert_eq!(syn["operator"], "llm_rewrite");
+    assert_eq!(syn["model"], "openai:scripted");
+    assert_eq!(syn["function"], "clamp");
+    assert_eq!(tasks[0].f2p(), ["tests/test_core.py::test_clamp_high"]);
+    let bug = &tasks[0].sdist().unwrap().bug_patch;
+    assert!(
+        bug.contains("-        return hi\n+        return lo\n"),
+        "{bug}"
+    );
+
+    // Resumed: the recorded answers are reused, the model is not asked again.
+    let s2 = synthesize(&o).await.unwrap();
+    assert_eq!(s2.tasks, 1);
+    assert_eq!(seen.load(Ordering::SeqCst), 2);
+    assert_eq!(s2.dropped.get("llm_model_error"), Some(&1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curriculum_knobs_one_function_and_few_failing_tests() {
+    setup_home();
+    if !dojo_sandbox::doctor::namespaces_usable() {
+        return skip("namespaces/overlayfs unavailable");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, envs) = project(tmp.path());
+    let mut o = options(&src, &envs, tmp.path().join("k/tasks.jsonl"), 5);
+    o.functions = vec!["is_even".into()];
+    // Every mutant of `is_even` breaks its one test: with no failing test allowed, none is kept.
+    o.max_fail_to_pass = Some(0);
+    o.max_tries = Some(2);
+    let s = match synthesize(&o).await {
+        Ok(s) => s,
+        Err(e) if e.to_string().contains("environment") => {
+            return skip(&format!("cannot build the environment: {e}"));
+        }
+        Err(e) => panic!("{e}"),
+    };
+    println!("{}", s.table());
+    let in_is_even = dojo_synth::mutations_seeded("calc/core.py", CORE, Operator::ALL, 7)
+        .unwrap()
+        .mutations
+        .iter()
+        .filter(|m| m.function == "is_even")
+        .count();
+    assert_eq!(s.totals().candidates, in_is_even, "{s:?}");
+    assert_eq!(s.tasks, 0);
+    assert_eq!(s.dropped.get("too_many_fail_to_pass"), Some(&2), "{s:?}");
 }

@@ -47,7 +47,7 @@ pub struct RolloutArgs {
 
 /// The in-process engine as a chat backend (only with the `engine` feature).
 #[cfg(feature = "engine")]
-pub fn embedded_backend(model: &str) -> anyhow::Result<Option<Arc<dyn ChatBackend>>> {
+pub(crate) fn embedded_backend(model: &str) -> anyhow::Result<Option<Arc<dyn ChatBackend>>> {
     let engine = if model == "default" {
         dojo_engine::Engine::load_default()
     } else {
@@ -61,7 +61,7 @@ pub fn embedded_backend(model: &str) -> anyhow::Result<Option<Arc<dyn ChatBacken
 }
 
 #[cfg(not(feature = "engine"))]
-pub fn embedded_backend(_model: &str) -> anyhow::Result<Option<Arc<dyn ChatBackend>>> {
+pub(crate) fn embedded_backend(_model: &str) -> anyhow::Result<Option<Arc<dyn ChatBackend>>> {
     Ok(None)
 }
 

@@ -3,8 +3,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use anyhow::{Context, bail};
-use dojo_synth::{Input, Operator, SynthOptions};
+use dojo_llm::{ChatBackend, OpenAiClient};
+use dojo_rollout::policy::{PolicyConfig, PolicyKind};
+use dojo_synth::{Input, LlmSource, Operator, SynthOptions};
 
 #[derive(clap::Args)]
 pub struct SynthArgs {
@@ -14,12 +18,16 @@ pub struct SynthArgs {
     /// A local project directory instead of a PyPI release.
     #[arg(long)]
     pub source: Option<PathBuf>,
+    /// With --source (a git repository): synthesize from the tree of this commit (tracked
+    /// files as committed); the version defaults to its short id.
+    #[arg(long, requires = "source")]
+    pub commit: Option<String>,
     /// With --source: the project's name (default: the directory's name).
     #[arg(long)]
     pub name: Option<String>,
-    /// With --source: the version recorded in the tasks.
-    #[arg(long, default_value = "0.0.0")]
-    pub version: String,
+    /// With --source: the version recorded in the tasks (default 0.0.0, or the commit's short id).
+    #[arg(long)]
+    pub version: Option<String>,
     /// The tasks' `repo` (default: an env spec's repo with the project's name, else pypi/NAME).
     #[arg(long)]
     pub repo: Option<String>,
@@ -44,12 +52,19 @@ pub struct SynthArgs {
     pub workers: usize,
     /// Operators, comma-separated (default: all). Known: compare_flip, bool_flip, arith_flip,
     /// const_off_by_one, bound_off_by_one, negate_cond, drop_operand, remove_if, remove_stmt,
-    /// remove_return, swap_args, change_default, remove_not.
+    /// remove_return, swap_args, change_default, remove_not, wrong_variable (`llm_rewrite` alone,
+    /// with --llm-policy: only the model's bugs).
     #[arg(long)]
     pub operators: Option<String>,
     /// Only mutate source files whose path contains this (repeatable).
     #[arg(long = "file")]
     pub files: Vec<String>,
+    /// Only mutate functions whose qualified name (`Class.method`) contains this (repeatable).
+    #[arg(long = "function")]
+    pub functions: Vec<String>,
+    /// Keep only tasks with at most this many FAIL_TO_PASS tests (an easier curriculum step).
+    #[arg(long)]
+    pub max_fail_to_pass: Option<usize>,
     /// Drop mutants that break more than this share of the suite.
     #[arg(long, default_value_t = 0.5)]
     pub max_break_share: f64,
@@ -62,12 +77,51 @@ pub struct SynthArgs {
     /// Name the mutated module in `hints_text` (an easier curriculum step).
     #[arg(long)]
     pub hint_module: bool,
+    /// A model that also rewrites functions with a subtle bug (operator `llm_rewrite`), given as
+    /// `dojo rollout --policy` takes it: `openai:MODEL`, `embedded[:MODEL]`, or a .toml/.json
+    /// policy file of those kinds (its `sampling` is used).
+    #[arg(long)]
+    pub llm_policy: Option<String>,
+    /// With --llm-policy: functions the model is asked to rewrite (one request each).
+    #[arg(long, default_value_t = 10)]
+    pub llm_rewrites: usize,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
 }
 
+/// The `--llm-policy` model as a chat backend, through the same policy types and clients
+/// `dojo rollout` uses.
+fn llm_source(spec: &str, rewrites: usize) -> anyhow::Result<LlmSource> {
+    let policy = PolicyConfig::parse(spec)?;
+    let (backend, model): (Arc<dyn ChatBackend>, String) = match &policy.kind {
+        PolicyKind::Openai { model, .. } => {
+            let cfg = dojo_rollout::run_dir::openai_client_config(&policy.kind)?;
+            (Arc::new(OpenAiClient::new(cfg)?), model.clone())
+        }
+        PolicyKind::Embedded { model } => (
+            super::rollout::embedded_backend(model)?
+                .context("--llm-policy embedded: this dojo was built without the engine feature")?,
+            model.clone(),
+        ),
+        _ => bail!(
+            "--llm-policy {spec:?}: not a model policy (openai:MODEL, embedded[:MODEL], or a policy file of those kinds)"
+        ),
+    };
+    Ok(LlmSource {
+        backend,
+        model,
+        label: policy.label(),
+        rewrites,
+        temperature: policy.sampling.temperature,
+        max_tokens: policy.sampling.max_tokens,
+        seed: policy.sampling.seed,
+    })
+}
+
 pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
+    // The exported tree of --commit lives until the run has packed it.
+    let mut _export = None;
     let input = match (&args.project, &args.source) {
         (Some(p), None) => Input::parse_requirement(p)?,
         (None, Some(dir)) => {
@@ -81,10 +135,19 @@ pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
                     .map(|n| n.to_string_lossy().into_owned())
                     .context("--source has no directory name; pass --name")?,
             };
-            Input::Dir {
-                path: dir,
-                name,
-                version: args.version.clone(),
+            match &args.commit {
+                Some(rev) => {
+                    let e =
+                        dojo_synth::project::commit_input(&dir, rev, &name, args.version.clone())?;
+                    let input = e.input.clone();
+                    _export = Some(e);
+                    input
+                }
+                None => Input::Dir {
+                    path: dir,
+                    name,
+                    version: args.version.clone().unwrap_or_else(|| "0.0.0".into()),
+                },
             }
         }
         _ => bail!("give either --project NAME==VERSION or --source DIR"),
@@ -119,11 +182,16 @@ pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
     opts.seed = args.seed;
     opts.workers = args.workers.max(1);
     opts.files = args.files.clone();
+    opts.functions = args.functions.clone();
+    opts.max_fail_to_pass = args.max_fail_to_pass;
     opts.max_break_share = args.max_break_share;
     opts.mutant_timeout = args.mutant_timeout.map(Duration::from_secs);
     opts.final_validate = !args.no_final_validate;
     opts.hint_module = args.hint_module;
     opts.progress = !args.quiet;
+    if let Some(spec) = &args.llm_policy {
+        opts.llm = Some(llm_source(spec, args.llm_rewrites)?);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
