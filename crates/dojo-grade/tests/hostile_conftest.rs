@@ -163,6 +163,9 @@ async fn a_conftest_cannot_reach_a_host_unix_socket_during_grading() {
             r.error,
             r.test_output
         );
-        assert!(r.touched_test_infrastructure, "{name}: the touch is recorded");
+        assert!(
+            r.touched_test_infrastructure,
+            "{name}: the touch is recorded"
+        );
     }
 }

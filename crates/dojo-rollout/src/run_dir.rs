@@ -152,7 +152,7 @@ pub fn model_backends(
 /// The HTTP client settings of an `openai` policy: the environment's (`OPENAI_*`,
 /// `DOJO_LLM_TIMEOUT`), overridden by the policy file's `base_url`, `api_key_env` and
 /// `request_timeout_s`.
-pub fn openai_client_config(kind: &PolicyKind) -> Result<dojo_llm::ClientConfig, RolloutError> {
+fn openai_client_config(kind: &PolicyKind) -> Result<dojo_llm::ClientConfig, RolloutError> {
     let mut cfg =
         dojo_llm::ClientConfig::from_env().map_err(|e| RolloutError::Policy(e.to_string()))?;
     let PolicyKind::Openai {

@@ -3,10 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use std::sync::Arc;
-
 use anyhow::{Context, bail};
-use dojo_llm::{ChatBackend, OpenAiClient};
 use dojo_rollout::policy::{PolicyConfig, PolicyKind};
 use dojo_synth::{Input, LlmSource, Operator, SynthOptions};
 
@@ -94,20 +91,13 @@ pub struct SynthArgs {
 /// `dojo rollout` uses.
 fn llm_source(spec: &str, rewrites: usize) -> anyhow::Result<LlmSource> {
     let policy = PolicyConfig::parse(spec)?;
-    let (backend, model): (Arc<dyn ChatBackend>, String) = match &policy.kind {
-        PolicyKind::Openai { model, .. } => {
-            let cfg = dojo_rollout::run_dir::openai_client_config(&policy.kind)?;
-            (Arc::new(OpenAiClient::new(cfg)?), model.clone())
-        }
-        PolicyKind::Embedded { model } => (
-            super::rollout::embedded_backend(model)?
-                .context("--llm-policy embedded: this dojo was built without the engine feature")?,
-            model.clone(),
-        ),
-        _ => bail!(
-            "--llm-policy {spec:?}: not a model policy (openai:MODEL, embedded[:MODEL], or a policy file of those kinds)"
-        ),
+    let embedded = match &policy.kind {
+        PolicyKind::Embedded { model } => super::rollout::embedded_backend(model)?,
+        _ => None,
     };
+    let model = dojo_rollout::run_dir::model_backends(&policy, embedded)
+        .with_context(|| format!("--llm-policy {spec}"))?;
+    let (backend, model) = (model.client.clone(), model.model.clone());
     Ok(LlmSource {
         backend,
         model,
