@@ -7,7 +7,8 @@ first=$(grep -n '^## .* benchmarks\|^## Sandbox' BENCHMARKS.md | head -1 | cut -
 {
   head -n $((first - 1)) BENCHMARKS.md
   for f in sandbox grade agent rollout engine lsp curate train synth select; do
-    sed 's/^#/##/' "benchmarks/results/$f.md"
+    # One heading level down, outside code fences (a `# comment` in a shell block stays as is).
+    awk '/^```/ { fence = !fence } !fence && /^#/ { $0 = "#" $0 } { print }' "benchmarks/results/$f.md"
     echo
   done
 } > BENCHMARKS.md.new
