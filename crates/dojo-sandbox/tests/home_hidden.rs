@@ -16,6 +16,12 @@ async fn dojo_home_written_with_dots_and_a_symlink_stays_hidden() {
     // tools directory), written as `<tools>/x/../link` where `link` is an absolute symlink.
     let tools = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let t = tools.path();
+    if t.starts_with("/tmp") {
+        // Every sandbox has its own /tmp, so a tools directory there is never shown (dojo says
+        // so when DOJO_TOOLS points there): this check needs a checkout outside /tmp.
+        eprintln!("SKIPPED: the checkout's target directory is under /tmp");
+        return;
+    }
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(t, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::create_dir_all(t.join("x")).unwrap();
