@@ -13,19 +13,7 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 mod common;
-use common::{BUNDLED, ci, dojo, pytools};
-
-/// In-process environment lookups below need `uv` too: point them at the pinned tools.
-fn setup_tools_env() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if std::env::var_os("DOJO_PYTOOLS").is_none() {
-            // SAFETY: every test calls this first, under the Once, and this process only reads
-            // its environment through std (which serialises that with set_var).
-            unsafe { std::env::set_var("DOJO_PYTOOLS", pytools()) };
-        }
-    });
-}
+use common::{BUNDLED, bundled_ready, dojo};
 
 /// The two fastest bundled suites (~0.1 s of pytest each).
 const FAST: [&str; 2] = ["gweis__isodate-1", "tkem__cachetools-2"];
@@ -77,36 +65,9 @@ fn mtime(p: &Path) -> SystemTime {
     std::fs::metadata(p).unwrap().modified().unwrap()
 }
 
-/// The sandbox can run and the tasks' trees and environments exist (built now if needed, which
-/// needs PyPI and `uv`, i.e. `source scripts/setup-tools.sh`).
-/// `Err` = the reason to skip.
-fn ready(ids: &[&str]) -> Result<(), String> {
-    setup_tools_env();
-    if !dojo_sandbox::doctor::namespaces_usable() {
-        let reason = "user/mount/pid/net namespaces unavailable".to_string();
-        assert!(!ci(), "CI=true: {reason}");
-        return Err(reason);
-    }
-    let tasks = dojo_task::load_tasks(Path::new(BUNDLED)).map_err(|e| e.to_string())?;
-    let reg = dojo_task::EnvRegistry::embedded().map_err(|e| e.to_string())?;
-    for id in ids {
-        let t = tasks
-            .iter()
-            .find(|t| t.instance_id == *id)
-            .ok_or_else(|| format!("{id} not in the bundled benchmark"))?;
-        let env = reg.resolve(t).map_err(|e| e.to_string())?;
-        dojo_task::prepare(t, &env, &Default::default()).map_err(|e| {
-            format!(
-                "cannot prepare {id} (offline, or uv missing: source scripts/setup-tools.sh): {e}"
-            )
-        })?;
-    }
-    Ok(())
-}
-
 macro_rules! require {
     ($ids:expr) => {
-        if let Err(reason) = ready($ids) {
+        if let Err(reason) = bundled_ready($ids) {
             println!("SKIPPED: {reason}");
             return;
         }
