@@ -11,7 +11,9 @@
 //!    nothing broken → dropped (`not_caught_by_module_tests`);
 //! 2. the whole suite: FAIL_TO_PASS = baseline-passing tests that now fail, PASS_TO_PASS = the
 //!    rest still passing; none failing → `not_caught`; more than `max_break_share` of the suite
-//!    failing → `breaks_too_much`; past the wall-clock limit → `timeout`;
+//!    failing → `breaks_too_much`; past the wall-clock limit → `timeout`; a run that fills
+//!    the sandbox's capped disk (`ENOSPC` in the log or the error, at any stage) →
+//!    `disk_full` (its failures are the full disk's, not the bug's);
 //! 3. the FAIL_TO_PASS tests again: those that pass now are flaky and leave the list; none left
 //!    → `flaky`;
 //! 4. same FAIL_TO_PASS set and same function as an accepted task → `duplicate`;
@@ -129,6 +131,17 @@ struct Run {
 enum RunError {
     Timeout,
     Infra(String),
+    /// The sandbox's writable space ran out (`ENOSPC`). The sandbox caps it
+    /// ([`dojo_sandbox::Limits::workspace_bytes`]), so a mutant that makes the suite write
+    /// without bound fills its own tmpfs, never the host's disk; its failing tests say nothing
+    /// about the bug, so it never becomes a task.
+    DiskFull(String),
+}
+
+/// Whether a test log or an error says the sandbox's disk is full (`ENOSPC` as Python, the
+/// shell, git and the sandbox report it).
+fn says_disk_full(text: &str) -> bool {
+    text.contains("No space left on device") || text.contains("[Errno 28]")
 }
 
 fn shell_quote(s: &str) -> String {
@@ -166,14 +179,22 @@ async fn run_tests(
     };
     let r = grade_in_sandbox(sb, task, &env, patch, &opts).await;
     if r.outcome == dojo_grade::Verdict::Error {
+        let error = r.error.as_deref().unwrap_or("");
         return Err(match r.error_kind {
             Some(ErrorKind::Timeout) => RunError::Timeout,
-            k => RunError::Infra(format!(
-                "{}: {}",
-                k.map_or("error", |k| k.as_str()),
-                r.error.as_deref().unwrap_or("")
-            )),
+            _ if says_disk_full(error) || says_disk_full(&r.test_output) => {
+                RunError::DiskFull(error.to_string())
+            }
+            k => RunError::Infra(format!("{}: {error}", k.map_or("error", |k| k.as_str()))),
         });
+    }
+    if says_disk_full(&r.test_output) {
+        let line = r
+            .test_output
+            .lines()
+            .find(|l| says_disk_full(l))
+            .unwrap_or_default();
+        return Err(RunError::DiskFull(line.trim().to_string()));
     }
     let parser = Parser::from(env.log_parser);
     Ok(Run {
@@ -312,6 +333,11 @@ impl Ctx {
                 false,
             ),
             RunError::Infra(s) => dropped("infra", format!("{stage}: {s}"), false),
+            RunError::DiskFull(s) => dropped(
+                "disk_full",
+                format!("{stage}: the sandbox's disk filled up: {s}"),
+                false,
+            ),
         };
         let module_files = self.module_tests.get(&m.file).cloned().unwrap_or_default();
         if self.stage_one && !module_files.is_empty() && module_files.len() < self.test_files.len()
@@ -686,6 +712,15 @@ async fn baseline(
                 ));
             }
             Err(RunError::Infra(e)) => return Err(fail(format!("run {}: {e}", i + 1), "")),
+            Err(RunError::DiskFull(e)) => {
+                return Err(fail(
+                    format!(
+                        "run {} of the test suite filled the sandbox's disk ({e}); raise the sandbox's workspace limit",
+                        i + 1
+                    ),
+                    "",
+                ));
+            }
         };
         if r.sm.is_empty() {
             return Err(fail(

@@ -367,3 +367,94 @@ async fn curriculum_knobs_one_function_and_few_failing_tests() {
     assert_eq!(s.tasks, 0);
     assert_eq!(s.dropped.get("too_many_fail_to_pass"), Some(&2), "{s:?}");
 }
+
+const SPOOL: &str = r#"LIMIT = 1000
+
+
+def repeat(unit, times):
+    if times > LIMIT:
+        return unit
+    return unit * times
+"#;
+
+const TEST_SPOOL: &str = r#"from spool.core import repeat
+
+
+def test_short():
+    assert repeat("ab", 3) == "ab" * 3
+
+
+def test_capped(tmp_path):
+    data = repeat(b"x", 64 * 1024 * 1024)
+    (tmp_path / "out.bin").write_bytes(data)
+    assert data == b"x"
+"#;
+
+/// A disk-full sandbox: mutants of `repeat` that lift its cap make a test write 64 MiB into a
+/// sandbox whose writable space is 16 MiB. The write fails with `ENOSPC` inside the sandbox;
+/// those mutants are counted as `disk_full` (not tasks: the full disk failed the test, not the
+/// bug), the host's disk is untouched, the run goes on, and every task it writes is complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_full_mutants_are_counted_and_the_run_goes_on() {
+    setup_home();
+    if !dojo_sandbox::doctor::namespaces_usable() {
+        return skip("namespaces/overlayfs unavailable");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, envs) = project(tmp.path());
+    let src = tmp.path().join("spool-src");
+    for (p, c) in [
+        ("spool/__init__.py", ""),
+        ("spool/core.py", SPOOL),
+        ("tests/__init__.py", ""),
+        ("tests/test_core.py", TEST_SPOOL),
+    ] {
+        let f = src.join(p);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, c).unwrap();
+    }
+    let spec = std::fs::read_to_string(envs.join("calc.toml"))
+        .unwrap()
+        .replace("local/calc", "local/spool");
+    std::fs::write(envs.join("spool.toml"), spec).unwrap();
+    let out = tmp.path().join("d/tasks.jsonl");
+    let mut o = SynthOptions::new(
+        Input::Dir {
+            path: src.clone(),
+            name: "spool".into(),
+            version: "1.0".into(),
+        },
+        out.clone(),
+    );
+    o.envs_dir = Some(envs);
+    o.max_tasks = 20;
+    o.seed = 3;
+    o.workers = 2;
+    o.progress = false;
+    o.sandbox.limits.workspace_bytes = Some(16 << 20);
+    let s = match synthesize(&o).await {
+        Ok(s) => s,
+        Err(e) if e.to_string().contains("environment") => {
+            return skip(&format!("cannot build the environment: {e}"));
+        }
+        Err(e) => panic!("{e}"),
+    };
+    println!("{}", s.table());
+    assert_eq!(s.baseline_passing, 2, "{s:?}");
+    let full = s.dropped.get("disk_full").copied().unwrap_or(0);
+    assert!(full >= 1, "no mutant filled the disk: {s:?}");
+    // Every mutant was accounted for: a task or a counted drop, none lost to the full disk.
+    let t = s.totals();
+    assert_eq!(
+        t.tried,
+        t.validated + s.dropped.values().sum::<usize>(),
+        "{s:?}"
+    );
+    // What was written are whole tasks (each passed the final `dojo validate`), as many as
+    // the summary says.
+    if s.tasks > 0 {
+        let tasks = dojo_task::load_tasks(&out).unwrap();
+        assert_eq!(tasks.len(), s.tasks);
+        assert!(tasks.iter().all(|t| !t.f2p().is_empty()));
+    }
+}
