@@ -13,6 +13,8 @@
 //! - [`report`]: the self-contained HTML report of `dojo demo`.
 //! - [`run_dir`]: one `dojo rollout` as a library call: its run directory (manifest, store,
 //!   summary, predictions).
+//! - [`shard`]: `--shard I/N` (a deterministic split of the task set across machines) and the
+//!   merge of the shards' directories, refusing anything missing or duplicated.
 //! - [`backends`]: the per-rollout backend of each policy kind.
 //! - [`agent_runner`]: the real runner: prepare → sandbox → agent ⇄ policy → diff → grade →
 //!   record.
@@ -24,6 +26,7 @@ pub mod policy;
 pub mod report;
 pub mod run_dir;
 pub mod scheduler;
+pub mod shard;
 pub mod store;
 pub mod summary;
 

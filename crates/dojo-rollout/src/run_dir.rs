@@ -21,6 +21,7 @@ use crate::agent_runner::{AgentLoop, AgentRunner, BackendFactory, Prepared};
 use crate::backends::{GoldBackends, ModelBackends, ReplayBackends};
 use crate::policy::{PolicyConfig, PolicyKind};
 use crate::scheduler::{RolloutRecord, RunStats, SchedulerConfig, run_jobs};
+use crate::shard::Shard;
 use crate::store::{Recovery, Store};
 use crate::summary::{SampleOutcome, Summary, export_predictions};
 
@@ -38,6 +39,8 @@ pub enum RolloutError {
     Io { path: PathBuf, reason: String },
     #[error("{dir} holds a run of another configuration ({what}); use another --out or remove it")]
     Mismatch { dir: PathBuf, what: String },
+    #[error("merging shards: {0}")]
+    Merge(String),
 }
 
 /// `run.json`.
@@ -48,6 +51,13 @@ pub struct RunManifest {
     pub tasks_file: String,
     pub samples: u32,
     pub dojo_version: String,
+    /// `I/N` for one shard of a split run (`--shard`); absent for a whole run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
+    /// SHA-256 of the task file's bytes, so shards run from copies on other machines can be
+    /// checked to be the same set (absent in runs written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_sha256: Option<String>,
 }
 
 /// Everything `dojo rollout` takes.
@@ -67,6 +77,8 @@ pub struct RolloutOptions {
     pub prepare: PrepareOptions,
     pub progress: bool,
     pub label: String,
+    /// Run only this shard of the task set (see [`crate::shard`]).
+    pub shard: Option<Shard>,
 }
 
 /// What a run produced.
@@ -221,6 +233,16 @@ fn check_manifest(dir: &Path, m: &RunManifest) -> Result<(), RolloutError> {
                 what: format!("policy {} vs {}", old.policy, m.policy),
             });
         }
+        if old.shard != m.shard {
+            return Err(RolloutError::Mismatch {
+                dir: dir.to_path_buf(),
+                what: format!(
+                    "shard {} vs {}",
+                    old.shard.as_deref().unwrap_or("none"),
+                    m.shard.as_deref().unwrap_or("none")
+                ),
+            });
+        }
         if old.samples > m.samples {
             tracing::warn!(
                 "{}: run had -n {}, now -n {}",
@@ -230,6 +252,16 @@ fn check_manifest(dir: &Path, m: &RunManifest) -> Result<(), RolloutError> {
             );
         }
     }
+    write_manifest(dir, m)
+}
+
+/// Write `dir/run.json` atomically (creating `dir`).
+pub(crate) fn write_manifest(dir: &Path, m: &RunManifest) -> Result<(), RolloutError> {
+    let path = dir.join("run.json");
+    let ioerr = |e: std::io::Error| RolloutError::Io {
+        path: path.clone(),
+        reason: e.to_string(),
+    };
     std::fs::create_dir_all(dir).map_err(ioerr)?;
     let text = serde_json::to_string_pretty(m).unwrap_or_default();
     dojo_cache::write_atomic(&path, text.as_bytes()).map_err(ioerr)
@@ -241,7 +273,16 @@ pub async fn run_rollout<A: AgentLoop>(
     agent: A,
     backends: Box<dyn BackendFactory>,
 ) -> Result<RolloutOutput, RolloutError> {
-    let tasks = load_tasks(&opts.tasks_file, &opts.instances)?;
+    let mut tasks = load_tasks(&opts.tasks_file, &opts.instances)?;
+    if let Some(shard) = opts.shard {
+        tasks.retain(|t| shard.owns(&t.instance_id));
+        if tasks.is_empty() {
+            eprintln!(
+                "warning: shard {shard} holds no task of {}",
+                opts.tasks_file.display()
+            );
+        }
+    }
     let registry = EnvRegistry::with_dir(opts.envs_dir.as_deref())
         .map_err(|e| RolloutError::Tasks(e.to_string()))?;
     let manifest = RunManifest {
@@ -250,6 +291,8 @@ pub async fn run_rollout<A: AgentLoop>(
         tasks_file: opts.tasks_file.display().to_string(),
         samples: opts.samples,
         dojo_version: env!("CARGO_PKG_VERSION").into(),
+        shard: opts.shard.map(|s| s.to_string()),
+        tasks_sha256: Some(crate::shard::task_file_sha256(&opts.tasks_file)?),
     };
     check_manifest(&opts.out, &manifest)?;
     let store_path = opts.out.join("trajectories.jsonl");

@@ -36,6 +36,7 @@ fn have_uv() -> bool {
 fn opts(out: PathBuf, instances: Vec<String>) -> RolloutOptions {
     let policy = PolicyConfig::parse("gold-replay").unwrap();
     RolloutOptions {
+        shard: None,
         tasks_file: repo_root().join("tasksets/mini/tasks.jsonl"),
         instances,
         label: policy.label(),

@@ -51,6 +51,7 @@ async fn a_suite_without_results_is_an_infrastructure_failure() {
     std::fs::write(&tasks, format!("{row}\n")).unwrap();
     let policy = PolicyConfig::parse("gold-replay").unwrap();
     let o = RolloutOptions {
+        shard: None,
         tasks_file: tasks,
         instances: vec![id.clone()],
         label: policy.label(),

@@ -73,6 +73,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         tasks_file.display()
     );
     let base = |policy: PolicyConfig, dir: &str, instances: Vec<String>| RolloutOptions {
+        shard: None,
         tasks_file: tasks_file.clone(),
         instances,
         label: policy.label(),

@@ -1,5 +1,7 @@
 //! `dojo rollout` (dojo-rollout): one policy over a task file, K samples each, into a resumable
-//! run directory. `dojo demo` runs its policies through [`run_policy`] too.
+//! run directory. `dojo demo` runs its policies through [`run_policy`] too. `--shard I/N` runs
+//! one deterministic part of the task set (one machine of many); `--merge DIR...` puts the
+//! shards' directories back into one run, checking that nothing is missing or duplicated.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,12 +15,22 @@ use dojo_task::PrepareOptions;
 
 #[derive(clap::Args)]
 pub struct RolloutArgs {
-    /// Task file (SWE-bench JSON/JSONL/Parquet).
-    #[arg(long)]
-    tasks: PathBuf,
+    /// Task file (SWE-bench JSON/JSONL/Parquet). With `--merge`: the task file the shards ran,
+    /// where it is not at the path their run.json records.
+    #[arg(long, required_unless_present = "merge")]
+    tasks: Option<PathBuf>,
     /// Policy: a .toml/.json file, or `gold-replay`, `openai:MODEL`, `replay:FILE`, `embedded[:MODEL]`.
-    #[arg(long)]
-    policy: String,
+    #[arg(long, required_unless_present = "merge")]
+    policy: Option<String>,
+    /// Run only shard I of N (1-based, e.g. `2/8`): a deterministic split of the task set by
+    /// instance id, so N machines each run one shard into their own `--out` (resumable as any
+    /// run); merge them with `--merge`.
+    #[arg(long, value_name = "I/N", conflicts_with = "merge")]
+    shard: Option<dojo_rollout::shard::Shard>,
+    /// Merge these shard directories into `--out` (nothing is run): refuses when a sample is
+    /// missing or duplicated, or the shards come from different runs.
+    #[arg(long, value_name = "SHARD_DIR", num_args = 1.., conflicts_with_all = ["policy", "instances", "max_steps"])]
+    merge: Vec<PathBuf>,
     /// Samples per task (K).
     #[arg(short = 'n', long = "samples", default_value_t = 1)]
     samples: u32,
@@ -98,12 +110,34 @@ pub fn print_run(out: &RolloutOutput) {
 }
 
 pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
-    let mut policy = PolicyConfig::parse(&args.policy)?;
+    if !args.merge.is_empty() {
+        let r = dojo_rollout::shard::merge(&args.merge, args.tasks.as_deref(), &args.out)?;
+        eprintln!(
+            "merged {} shards: {} tasks, {} trajectories → {}",
+            r.shards,
+            r.tasks,
+            r.trajectories,
+            args.out.display()
+        );
+        println!(
+            "{}",
+            dojo_rollout::render_table(std::slice::from_ref(&r.summary))
+        );
+        for p in &r.predictions {
+            println!("predictions: {}", p.display());
+        }
+        return Ok(0);
+    }
+    let (Some(tasks), Some(policy)) = (args.tasks, args.policy) else {
+        anyhow::bail!("--tasks and --policy are required");
+    };
+    let mut policy = PolicyConfig::parse(&policy)?;
     if let Some(n) = args.max_steps {
         policy.agent.insert("max_steps".into(), n.into());
     }
     let opts = RolloutOptions {
-        tasks_file: args.tasks,
+        tasks_file: tasks,
+        shard: args.shard,
         instances: args.instances,
         label: policy.label(),
         policy,

@@ -1,5 +1,6 @@
 //! `dojo tasks check` (dojo-task): load a task file the strict way and say what is wrong with
-//! it, per row, and what it lacks for grading.
+//! it, per row, and what it lacks for grading. `dojo tasks export --format verl`: the checked
+//! tasks as the RL rows verl reads (written by dojo-curate, which owns the trainer exports).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,11 +16,52 @@ pub enum TasksCmd {
         #[arg(long)]
         envs: Option<PathBuf>,
     },
+    /// Write a task file in another trainer's layout (checked first, like `check`).
+    Export {
+        /// Task file (SWE-bench JSON/JSONL/Parquet).
+        #[arg(long)]
+        tasks: PathBuf,
+        /// `verl`: the Parquet rows verl's RL trainer reads (task in `extra_info`).
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+        /// Output file (`.parquet`).
+        #[arg(long)]
+        out: PathBuf,
+        /// `data_source` column (verl groups its validation metrics by it).
+        #[arg(long, default_value = "swe-dojo")]
+        data_source: String,
+        /// `agent_name` column: the agent loop registered on the verl side.
+        #[arg(long, default_value = "dojo_swe")]
+        agent_name: String,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum ExportFormat {
+    Verl,
 }
 
 pub fn run_tasks(cmd: TasksCmd) -> anyhow::Result<i32> {
     match cmd {
         TasksCmd::Check { file, envs } => check(&file, envs.as_deref()),
+        TasksCmd::Export {
+            tasks,
+            format: ExportFormat::Verl,
+            out,
+            data_source,
+            agent_name,
+        } => {
+            // Every row must load: a trainer that meets a broken row hours into a run loses more.
+            let loaded = dojo_task::load_tasks(&tasks)?;
+            let rows: Vec<_> = loaded.iter().map(|t| &t.raw).collect();
+            let opts = dojo_curate::export::VerlRlOptions {
+                data_source,
+                agent_name,
+            };
+            dojo_curate::export::write_verl_rl_rows(&out, &rows, &opts)?;
+            println!("{}: {} verl RL rows", out.display(), rows.len());
+            Ok(0)
+        }
     }
 }
 

@@ -352,6 +352,7 @@ fn evaluate(
         policy.agent.insert("action_format".into(), "native".into());
         policy.agent.insert("tool_set".into(), "r2e".into());
         let opts = RolloutOptions {
+            shard: None,
             tasks_file: e.tasks.clone(),
             instances: e.instances.clone(),
             label: policy.label(),

@@ -14,6 +14,8 @@
 //!   drops the tool calls, and in Parquet, objects are structs over the union of their keys, so
 //!   absent keys come back as nulls (see [`write_messages_parquet`]). Checked against each
 //!   trainer by the scripts in `examples/trainers/`.
+//! * RL rows for verl (`dojo tasks export --format verl`, [`write_verl_rl_rows`]): one row per
+//!   task, the task itself in `extra_info`, for an agent loop that runs episodes through dojo.
 //! * `sharegpt.jsonl` (with a flag): LLaMA-Factory's sharegpt layout (`function_call` as the
 //!   thought and a `<tool_call>` block, `observation`).
 //!
@@ -32,10 +34,12 @@ mod parquet_io;
 mod schema;
 mod sharegpt;
 mod tokens;
+mod verl_rl;
 
 pub use messages::{write_messages_jsonl, write_messages_parquet};
 pub use sharegpt::{to_sharegpt, write_sharegpt};
 pub use tokens::write_tokens_parquet;
+pub use verl_rl::{VerlRlOptions, write_verl_rl_rows};
 
 /// Version of every export layout this crate writes. Bump on any column/field change.
 /// 2: `tool_calls[].function.arguments` in the messages Parquet is a struct (was JSON text).
