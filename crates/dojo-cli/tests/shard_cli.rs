@@ -28,6 +28,33 @@ fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `dojo rollout --tasks TASKS --policy gold-replay --shard SHARD --out OUT`.
+fn run_shard(tasks: &Path, shard: &str, out: &Path) -> std::process::Output {
+    dojo(&[
+        "rollout",
+        "--tasks",
+        p(tasks),
+        "--policy",
+        "gold-replay",
+        "--shard",
+        shard,
+        "--out",
+        p(out),
+    ])
+}
+
+/// `dojo rollout --merge DIRS... --out OUT`.
+fn merge(dirs: &[&Path], out: &Path) -> std::process::Output {
+    let mut args = vec!["rollout", "--merge"];
+    args.extend(dirs.iter().map(|d| p(d)));
+    args.extend(["--out", p(out)]);
+    dojo(&args)
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 #[test]
 fn shards_run_apart_and_merge_into_one_run() {
     if let Err(reason) = bundled_ready(&TASKS) {
@@ -49,20 +76,8 @@ fn shards_run_apart_and_merge_into_one_run() {
     for i in 1..=2u32 {
         let shard = format!("{i}/2");
         let out = shard_dir(i);
-        let args = [
-            "rollout",
-            "--tasks",
-            p(&tasks),
-            "--policy",
-            "gold-replay",
-            "--shard",
-            &shard,
-            "--out",
-            p(&out),
-        ];
-        assert_eq!(dojo(&args).status.code(), Some(0));
-        let run: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+        assert_eq!(run_shard(&tasks, &shard, &out).status.code(), Some(0));
+        let run = json(&out.join("run.json"));
         assert_eq!(run["shard"], shard.as_str());
     }
     // Each task ran in exactly one shard.
@@ -78,36 +93,19 @@ fn shards_run_apart_and_merge_into_one_run() {
     assert!(a.iter().all(|x| !b.contains(x)));
 
     let merged = dir.path().join("merged");
-    let m = dojo(&[
-        "rollout",
-        "--merge",
-        p(&shard_dir(1)),
-        p(&shard_dir(2)),
-        "--out",
-        p(&merged),
-    ]);
+    let m = merge(&[&shard_dir(1), &shard_dir(2)], &merged);
     assert_eq!(m.status.code(), Some(0));
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(merged.join("summary.json")).unwrap())
-            .unwrap();
+    let summary = json(&merged.join("summary.json"));
     assert_eq!(summary["trajectories"], 3, "{summary}");
     assert_eq!(summary["resolved"], 3, "{summary}");
     assert_eq!(summary["infra_errors"], 0, "{summary}");
     let preds = std::fs::read_to_string(merged.join("predictions.jsonl")).unwrap();
     assert_eq!(preds.lines().count(), 3);
-    let run: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(merged.join("run.json")).unwrap()).unwrap();
+    let run = json(&merged.join("run.json"));
     assert!(run.get("shard").is_none(), "{run}");
     // A merged directory is a run `dojo select` and `dojo curate` read like any other; merging
     // into it again is refused.
-    let again = dojo(&[
-        "rollout",
-        "--merge",
-        p(&shard_dir(1)),
-        p(&shard_dir(2)),
-        "--out",
-        p(&merged),
-    ]);
+    let again = merge(&[&shard_dir(1), &shard_dir(2)], &merged);
     assert_ne!(again.status.code(), Some(0));
     assert!(
         stderr(&again).contains("already holds a run"),
@@ -117,16 +115,9 @@ fn shards_run_apart_and_merge_into_one_run() {
 
     // Refusals.
     let out = dir.path().join("x");
-    let e = dojo(&["rollout", "--merge", p(&shard_dir(1)), "--out", p(&out)]);
+    let e = merge(&[&shard_dir(1)], &out);
     assert!(stderr(&e).contains("missing shards: 2/2"), "{}", stderr(&e));
-    let e = dojo(&[
-        "rollout",
-        "--merge",
-        p(&shard_dir(1)),
-        p(&shard_dir(1)),
-        "--out",
-        p(&out),
-    ]);
+    let e = merge(&[&shard_dir(1), &shard_dir(1)], &out);
     assert!(stderr(&e).contains("given twice"), "{}", stderr(&e));
     // A shard that lost a sample (the bigger one loses its last line).
     let big = if a.len() >= b.len() {
@@ -153,7 +144,7 @@ fn shards_run_apart_and_merge_into_one_run() {
     } else {
         shard_dir(1)
     };
-    let e = dojo(&["rollout", "--merge", p(&cut), p(&other), "--out", p(&out)]);
+    let e = merge(&[&cut, &other], &out);
     assert_ne!(e.status.code(), Some(0));
     assert!(stderr(&e).contains("lacks 1 sample"), "{}", stderr(&e));
     assert!(
@@ -161,30 +152,10 @@ fn shards_run_apart_and_merge_into_one_run() {
         "nothing is written on a refused merge"
     );
     // A shard directory resumed as another shard.
-    let e = dojo(&[
-        "rollout",
-        "--tasks",
-        p(&tasks),
-        "--policy",
-        "gold-replay",
-        "--shard",
-        "2/2",
-        "--out",
-        p(&shard_dir(1)),
-    ]);
+    let e = run_shard(&tasks, "2/2", &shard_dir(1));
     assert_ne!(e.status.code(), Some(0));
     assert!(stderr(&e).contains("shard 1/2 vs 2/2"), "{}", stderr(&e));
     // Bad flag values name the flag.
-    let e = dojo(&[
-        "rollout",
-        "--tasks",
-        p(&tasks),
-        "--policy",
-        "gold-replay",
-        "--shard",
-        "3/2",
-        "--out",
-        p(&out),
-    ]);
+    let e = run_shard(&tasks, "3/2", &out);
     assert!(stderr(&e).contains("--shard"), "{}", stderr(&e));
 }

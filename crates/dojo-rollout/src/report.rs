@@ -59,35 +59,9 @@ pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> Str
             .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str())),
     );
 
-    let mut summary = Table::new([
-        "policy",
-        "trajectories",
-        "resolved",
-        "resolve rate",
-        "pass@k",
-        "infra errors",
-        "forced",
-        "mean steps",
-        "tokens",
-        "mean wall s",
-        "stop reasons",
-    ])
-    .numeric(1..10);
+    let mut summary = Table::new(crate::summary::COLUMNS).numeric(1..10);
     for r in runs {
-        let s = r.summary;
-        summary.row([
-            s.policy.clone(),
-            s.trajectories.to_string(),
-            s.resolved.to_string(),
-            format!("{:.1}%", 100.0 * s.resolve_rate),
-            format!("{:.1}%", 100.0 * s.pass_at_k),
-            s.infra_errors.to_string(),
-            s.forced.to_string(),
-            format!("{:.1}", s.mean_steps),
-            s.total_tokens.to_string(),
-            format!("{:.1}", s.mean_wall_secs),
-            s.stop_reasons_text(),
-        ]);
+        summary.row(r.summary.cells());
     }
     page.heading("Summary").table(&summary).note(
         "Resolve rate = resolved / (trajectories − infrastructure errors). Infrastructure errors \

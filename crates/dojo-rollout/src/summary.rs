@@ -147,35 +147,47 @@ impl Summary {
     }
 }
 
+/// The columns of a summary row, shared by the end-of-run table and the HTML report.
+pub const COLUMNS: [&str; 11] = [
+    "policy",
+    "trajectories",
+    "resolved",
+    "resolve rate",
+    "pass@k",
+    "infra errors",
+    "forced",
+    "mean steps",
+    "tokens",
+    "mean wall s",
+    "stop reasons",
+];
+
+impl Summary {
+    /// This summary's row, in [`COLUMNS`] order.
+    pub fn cells(&self) -> [String; 11] {
+        [
+            self.policy.clone(),
+            self.trajectories.to_string(),
+            self.resolved.to_string(),
+            format!("{:.1}%", 100.0 * self.resolve_rate),
+            format!("{:.1}%", 100.0 * self.pass_at_k),
+            self.infra_errors.to_string(),
+            self.forced.to_string(),
+            format!("{:.1}", self.mean_steps),
+            self.total_tokens.to_string(),
+            format!("{:.1}", self.mean_wall_secs),
+            self.stop_reasons_text(),
+        ]
+    }
+}
+
 /// The end-of-run table, one row per policy.
 pub fn render_table(summaries: &[Summary]) -> String {
     let mut t = comfy_table::Table::new();
     t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
-    t.set_header(vec![
-        "policy",
-        "trajectories",
-        "resolved",
-        "resolve rate",
-        "pass@k",
-        "infra errors",
-        "forced",
-        "mean steps",
-        "tokens",
-        "stop reasons",
-    ]);
+    t.set_header(COLUMNS.to_vec());
     for s in summaries {
-        t.add_row(vec![
-            s.policy.clone(),
-            s.trajectories.to_string(),
-            s.resolved.to_string(),
-            format!("{:.1}%", 100.0 * s.resolve_rate),
-            format!("{:.1}%", 100.0 * s.pass_at_k),
-            s.infra_errors.to_string(),
-            s.forced.to_string(),
-            format!("{:.1}", s.mean_steps),
-            s.total_tokens.to_string(),
-            s.stop_reasons_text(),
-        ]);
+        t.add_row(s.cells().to_vec());
     }
     t.to_string()
 }

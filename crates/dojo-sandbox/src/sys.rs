@@ -259,6 +259,22 @@ pub(crate) unsafe fn unblock_all_signals() {
     libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
 }
 
+/// Wait for `child` (through `EINTR`) and end the current process as it ended: the middle
+/// process of a double fork (holder, environment build) mirrors its one child. Async-signal-safe.
+pub(crate) unsafe fn wait_and_exit_like(child: libc::pid_t) -> ! {
+    let mut st = 0;
+    loop {
+        let w = libc::waitpid(child, &mut st, 0);
+        if w == child {
+            break;
+        }
+        if w < 0 && errno() != libc::EINTR {
+            libc::_exit(1);
+        }
+    }
+    exit_like(st)
+}
+
 /// Reproduce a child's wait status on the current process: exit with its code or die by its signal.
 pub(crate) unsafe fn exit_like(status: libc::c_int) -> ! {
     if libc::WIFSIGNALED(status) {

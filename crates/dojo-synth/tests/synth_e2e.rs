@@ -22,6 +22,37 @@ fn skip(reason: &str) {
     println!("SKIPPED: {reason}");
 }
 
+/// The pinned tools are found and the sandbox can run; else the test is skipped (fails in CI).
+fn ready() -> bool {
+    setup_home();
+    if !dojo_sandbox::doctor::namespaces_usable() {
+        skip("namespaces/overlayfs unavailable");
+        return false;
+    }
+    true
+}
+
+/// Run `o`; `None` (skipped, with the reason) when the environment cannot be built here.
+async fn synth_or_skip(o: &SynthOptions) -> Option<dojo_synth::Summary> {
+    match synthesize(o).await {
+        Ok(s) => Some(s),
+        Err(e) if e.to_string().contains("environment") => {
+            skip(&format!("cannot build the environment: {e}"));
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Write `files` (path, contents) under `root`.
+fn write_tree(root: &Path, files: &[(&str, &str)]) {
+    for (p, c) in files {
+        let f = root.join(p);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, c).unwrap();
+    }
+}
+
 fn setup_home() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -100,18 +131,17 @@ def test_shout_twice():
 /// task shares one venv and the test stays fast).
 pub fn project(root: &Path) -> (PathBuf, PathBuf) {
     let src = root.join("calc-src");
-    for (p, c) in [
-        ("calc/__init__.py", ""),
-        ("calc/core.py", CORE),
-        ("calc/util.py", UTIL),
-        ("tests/__init__.py", ""),
-        ("tests/test_core.py", TEST_CORE),
-        ("tests/test_util.py", TEST_UTIL),
-    ] {
-        let f = src.join(p);
-        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
-        std::fs::write(f, c).unwrap();
-    }
+    write_tree(
+        &src,
+        &[
+            ("calc/__init__.py", ""),
+            ("calc/core.py", CORE),
+            ("calc/util.py", UTIL),
+            ("tests/__init__.py", ""),
+            ("tests/test_core.py", TEST_CORE),
+            ("tests/test_util.py", TEST_UTIL),
+        ],
+    );
     let envs = root.join("envs");
     std::fs::create_dir_all(&envs).unwrap();
     std::fs::write(
@@ -150,19 +180,14 @@ fn options(src: &Path, envs: &Path, out: PathBuf, max: usize) -> SynthOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn synthesize_validate_determinism_and_resume() {
-    setup_home();
-    if !dojo_sandbox::doctor::namespaces_usable() {
-        return skip("namespaces/overlayfs unavailable");
+    if !ready() {
+        return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let (src, envs) = project(tmp.path());
     let out1 = tmp.path().join("a/tasks.jsonl");
-    let summary = match synthesize(&options(&src, &envs, out1.clone(), 3)).await {
-        Ok(s) => s,
-        Err(e) if e.to_string().contains("environment") => {
-            return skip(&format!("cannot build the environment: {e}"));
-        }
-        Err(e) => panic!("{e}"),
+    let Some(summary) = synth_or_skip(&options(&src, &envs, out1.clone(), 3)).await else {
+        return;
     };
     println!("{}", summary.table());
     assert_eq!(summary.tasks, 3, "{summary:?}");
@@ -281,9 +306,8 @@ async fn scripted_llm() -> (String, Arc<AtomicUsize>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llm_rewrites_are_validated_like_mutants_and_model_errors_are_dropped() {
-    setup_home();
-    if !dojo_sandbox::doctor::namespaces_usable() {
-        return skip("namespaces/overlayfs unavailable");
+    if !ready() {
+        return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let (src, envs) = project(tmp.path());
@@ -303,12 +327,8 @@ async fn llm_rewrites_are_validated_like_mutants_and_model_errors_are_dropped() 
     let mut o = options(&src, &envs, out.clone(), 1);
     o.operators = Vec::new(); // the model's bugs only
     o.llm = Some(llm);
-    let s = match synthesize(&o).await {
-        Ok(s) => s,
-        Err(e) if e.to_string().contains("environment") => {
-            return skip(&format!("cannot build the environment: {e}"));
-        }
-        Err(e) => panic!("{e}"),
+    let Some(s) = synth_or_skip(&o).await else {
+        return;
     };
     println!("{}", s.table());
     // Two functions are big enough to ask about (`clamp`, `total`); the other answer is a 500.
@@ -338,9 +358,8 @@ async fn llm_rewrites_are_validated_like_mutants_and_model_errors_are_dropped() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curriculum_knobs_one_function_and_few_failing_tests() {
-    setup_home();
-    if !dojo_sandbox::doctor::namespaces_usable() {
-        return skip("namespaces/overlayfs unavailable");
+    if !ready() {
+        return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let (src, envs) = project(tmp.path());
@@ -349,12 +368,8 @@ async fn curriculum_knobs_one_function_and_few_failing_tests() {
     // Every mutant of `is_even` breaks its one test: with no failing test allowed, none is kept.
     o.max_fail_to_pass = Some(0);
     o.max_tries = Some(2);
-    let s = match synthesize(&o).await {
-        Ok(s) => s,
-        Err(e) if e.to_string().contains("environment") => {
-            return skip(&format!("cannot build the environment: {e}"));
-        }
-        Err(e) => panic!("{e}"),
+    let Some(s) = synth_or_skip(&o).await else {
+        return;
     };
     println!("{}", s.table());
     let in_is_even = dojo_synth::mutations_seeded("calc/core.py", CORE, Operator::ALL, 7)
@@ -396,23 +411,21 @@ def test_capped(tmp_path):
 /// bug), the host's disk is untouched, the run goes on, and every task it writes is complete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disk_full_mutants_are_counted_and_the_run_goes_on() {
-    setup_home();
-    if !dojo_sandbox::doctor::namespaces_usable() {
-        return skip("namespaces/overlayfs unavailable");
+    if !ready() {
+        return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let (_, envs) = project(tmp.path());
     let src = tmp.path().join("spool-src");
-    for (p, c) in [
-        ("spool/__init__.py", ""),
-        ("spool/core.py", SPOOL),
-        ("tests/__init__.py", ""),
-        ("tests/test_core.py", TEST_SPOOL),
-    ] {
-        let f = src.join(p);
-        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
-        std::fs::write(f, c).unwrap();
-    }
+    write_tree(
+        &src,
+        &[
+            ("spool/__init__.py", ""),
+            ("spool/core.py", SPOOL),
+            ("tests/__init__.py", ""),
+            ("tests/test_core.py", TEST_SPOOL),
+        ],
+    );
     let spec = std::fs::read_to_string(envs.join("calc.toml"))
         .unwrap()
         .replace("local/calc", "local/spool");
@@ -432,12 +445,8 @@ async fn disk_full_mutants_are_counted_and_the_run_goes_on() {
     o.workers = 2;
     o.progress = false;
     o.sandbox.limits.workspace_bytes = Some(16 << 20);
-    let s = match synthesize(&o).await {
-        Ok(s) => s,
-        Err(e) if e.to_string().contains("environment") => {
-            return skip(&format!("cannot build the environment: {e}"));
-        }
-        Err(e) => panic!("{e}"),
+    let Some(s) = synth_or_skip(&o).await else {
+        return;
     };
     println!("{}", s.table());
     assert_eq!(s.baseline_passing, 2, "{s:?}");

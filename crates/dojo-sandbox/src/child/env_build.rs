@@ -152,17 +152,7 @@ unsafe fn parent(plan: &EnvBuildPlan, c: libc::pid_t, status: Fd, sync_w: Fd) ->
     libc::close(sync_w);
     libc::close(status);
     libc::close_range(0, libc::c_uint::MAX, 0);
-    let mut st = 0;
-    loop {
-        let w = libc::waitpid(c, &mut st, 0);
-        if w == c {
-            break;
-        }
-        if w < 0 && sys::errno() != libc::EINTR {
-            libc::_exit(1);
-        }
-    }
-    sys::exit_like(st)
+    sys::wait_and_exit_like(c)
 }
 
 /// C (pid 1 of the build's pid namespace): build the root at /tmp/root and pivot into it.

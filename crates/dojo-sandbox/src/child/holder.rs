@@ -135,17 +135,7 @@ pub(crate) unsafe fn run_holder(plan: &HolderPlan) -> std::io::Error {
         libc::close(l);
     }
     libc::close_range(3, libc::c_uint::MAX, 0);
-    let mut st = 0;
-    loop {
-        let w = libc::waitpid(c, &mut st, 0);
-        if w == c {
-            break;
-        }
-        if w < 0 && sys::errno() != libc::EINTR {
-            libc::_exit(1);
-        }
-    }
-    sys::exit_like(st)
+    sys::wait_and_exit_like(c)
 }
 
 unsafe fn holder_init(
