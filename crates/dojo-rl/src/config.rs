@@ -1,0 +1,263 @@
+//! `rl.toml`: every setting of an RL run, its validation, and the hash that ties a run
+//! directory to the settings that shape its gradients.
+//!
+//! Command-line flags override the file's values; the result is validated once, before the
+//! first step, with errors naming the field (`group: must be at least 2`). A run directory
+//! records the hash of the settings that change what a step computes; resuming it with
+//! different ones is refused instead of silently mixing two experiments. The number of steps
+//! and the checkpoint / evaluation cadence are left out of the hash so that a finished run can
+//! be extended.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::RlError;
+use crate::advantage::AdvantageConfig;
+use crate::loss::LossConfig;
+use crate::shaping::RewardConfig;
+
+/// Optimizer settings (`[optim]`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OptimConfig {
+    pub lr: f64,
+    pub weight_decay: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    /// Global gradient-norm clip (0: none).
+    pub max_grad_norm: f64,
+    /// Optimizer steps per batch of rollouts (the batch is split into this many mini-batches).
+    pub mini_batches: usize,
+    /// Sequences per forward pass (gradients are accumulated).
+    pub micro_batch_size: usize,
+    /// Recompute the old policy's logprobs with the trainer before updating, which enables
+    /// truncated importance correction against the engine's sampling logprobs.
+    pub recompute_old_logprobs: bool,
+}
+
+impl Default for OptimConfig {
+    fn default() -> Self {
+        OptimConfig {
+            lr: 1e-6,
+            weight_decay: 0.0,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            max_grad_norm: 1.0,
+            mini_batches: 1,
+            micro_batch_size: 4,
+            recompute_old_logprobs: false,
+        }
+    }
+}
+
+impl OptimConfig {
+    pub fn adamw(&self) -> dojo_train::AdamWConfig {
+        dojo_train::AdamWConfig {
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+            weight_decay: self.weight_decay,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), RlError> {
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return Err(RlError::config(
+                "optim.lr",
+                format!("must be > 0, got {}", self.lr),
+            ));
+        }
+        if !(self.max_grad_norm.is_finite() && self.max_grad_norm >= 0.0) {
+            return Err(RlError::config("optim.max_grad_norm", "must be >= 0"));
+        }
+        if self.mini_batches == 0 {
+            return Err(RlError::config("optim.mini_batches", "must be at least 1"));
+        }
+        if self.micro_batch_size == 0 {
+            return Err(RlError::config(
+                "optim.micro_batch_size",
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Rollout budgets of the sampling agent (`[rollout]`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RolloutConfig {
+    pub max_steps: u32,
+    /// Tokens generated per model turn.
+    pub max_new_tokens: u32,
+    pub temperature: f64,
+}
+
+impl Default for RolloutConfig {
+    fn default() -> Self {
+        RolloutConfig {
+            max_steps: 30,
+            max_new_tokens: 512,
+            temperature: 1.0,
+        }
+    }
+}
+
+/// Everything an RL run is configured by.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RlConfig {
+    /// Rollouts per task (G).
+    pub group: usize,
+    /// Tasks sampled per step.
+    pub tasks_per_step: usize,
+    /// Steps to run (not hashed: a run can be extended).
+    pub steps: u64,
+    /// LoRA rank (`None`: full fine-tuning).
+    pub lora_rank: Option<usize>,
+    pub seed: u64,
+    /// Checkpoint every N steps (not hashed).
+    pub checkpoint_every: u64,
+    /// Held-out evaluation every M steps, 0: only at the end (not hashed).
+    pub eval_every: u64,
+    pub reward: RewardConfig,
+    pub advantage: AdvantageConfig,
+    pub loss: LossConfig,
+    pub optim: OptimConfig,
+    pub rollout: RolloutConfig,
+}
+
+impl Default for RlConfig {
+    fn default() -> Self {
+        RlConfig {
+            group: 8,
+            tasks_per_step: 1,
+            steps: 10,
+            lora_rank: None,
+            seed: 0,
+            checkpoint_every: 5,
+            eval_every: 0,
+            reward: RewardConfig::default(),
+            advantage: AdvantageConfig::default(),
+            loss: LossConfig::default(),
+            optim: OptimConfig::default(),
+            rollout: RolloutConfig::default(),
+        }
+    }
+}
+
+impl RlConfig {
+    /// Read `rl.toml`; unknown keys and wrong types are errors naming the file and the key.
+    pub fn from_toml_file(path: &Path) -> Result<RlConfig, RlError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| RlError::config(&path.display().to_string(), e))?;
+        toml::from_str(&text)
+            .map_err(|e| RlError::config(&path.display().to_string(), e.to_string().trim_end()))
+    }
+
+    /// All range checks; the first failure names its field.
+    pub fn validate(&self) -> Result<(), RlError> {
+        if self.group < 2 {
+            return Err(RlError::config(
+                "group",
+                format!(
+                    "must be at least 2 (advantages compare a rollout with its group mates), got {}",
+                    self.group
+                ),
+            ));
+        }
+        if self.tasks_per_step == 0 {
+            return Err(RlError::config("tasks_per_step", "must be at least 1"));
+        }
+        if self.checkpoint_every == 0 {
+            return Err(RlError::config("checkpoint_every", "must be at least 1"));
+        }
+        if self.lora_rank == Some(0) {
+            return Err(RlError::config("lora_rank", "must be at least 1"));
+        }
+        if self.rollout.max_steps == 0 {
+            return Err(RlError::config("rollout.max_steps", "must be at least 1"));
+        }
+        if !(self.rollout.temperature.is_finite() && self.rollout.temperature > 0.0) {
+            return Err(RlError::config(
+                "rollout.temperature",
+                "must be > 0 (RL needs sampling, and logprobs of the sampling distribution)",
+            ));
+        }
+        self.reward.validate()?;
+        self.advantage.validate()?;
+        self.loss.validate()?;
+        self.optim.validate()?;
+        Ok(())
+    }
+
+    /// Hash of the settings that change what a step computes (everything but `steps`,
+    /// `checkpoint_every` and `eval_every`).
+    pub fn hash(&self) -> String {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            for k in ["steps", "checkpoint_every", "eval_every"] {
+                o.remove(k);
+            }
+        }
+        hex::encode(Sha256::digest(v.to_string().as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_swe_master() {
+        let c = RlConfig::default();
+        c.validate().unwrap();
+        assert_eq!(c.advantage.estimator, crate::Estimator::Loo);
+        assert_eq!((c.loss.clip_low, c.loss.clip_high), (0.2, 0.28));
+        assert_eq!(c.loss.kl_coef, 0.0);
+        assert_eq!(c.loss.entropy_coef, 0.0);
+        assert_eq!(c.reward.budget_alpha, 0.5);
+    }
+
+    #[test]
+    fn toml_sections_and_errors_name_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("rl.toml");
+        std::fs::write(
+            &p,
+            "group = 4\n[advantage]\nestimator = \"grpo\"\n[loss]\naggregation = \"seq-mean-token-sum-norm\"\n",
+        )
+        .unwrap();
+        let c = RlConfig::from_toml_file(&p).unwrap();
+        assert_eq!(c.group, 4);
+        assert_eq!(c.advantage.estimator, crate::Estimator::Grpo);
+        assert_eq!(c.loss.aggregation, crate::Aggregation::SeqMeanTokenSumNorm);
+        std::fs::write(&p, "[loss]\nclip_hi = 0.3\n").unwrap();
+        let e = RlConfig::from_toml_file(&p).unwrap_err().to_string();
+        assert!(e.contains("rl.toml") && e.contains("clip_hi"), "{e}");
+        let c = RlConfig {
+            group: 1,
+            ..RlConfig::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.starts_with("group:"), "{e}");
+    }
+
+    #[test]
+    fn hash_ignores_the_step_count_only() {
+        let a = RlConfig::default();
+        let b = RlConfig {
+            steps: 99,
+            checkpoint_every: 3,
+            ..a.clone()
+        };
+        assert_eq!(a.hash(), b.hash());
+        let mut c = a.clone();
+        c.loss.clip_high = 0.2;
+        assert_ne!(a.hash(), c.hash());
+    }
+}

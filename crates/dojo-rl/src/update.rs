@@ -1,0 +1,312 @@
+//! One policy update on dojo-train's trainable model: token logprobs of the sampled tokens
+//! under the current weights, the PPO-clip loss, backward, global-norm clipping and AdamW
+//! (full weights, or the LoRA adapters when the model has them).
+//!
+//! A sample is the canonical token stream of one rollout (the same rendering SFT trains on:
+//! prompt, the agent's sampled tokens, observations interleaved), a loss mask that is 1 on
+//! sampled tokens only, the engine's logprob for each of those tokens and the rollout's
+//! advantage. Masked rollouts arrive with an all-zero mask and contribute nothing.
+//!
+//! Gradients of every micro-batch are accumulated and checked before the optimizer touches
+//! a weight: a step that fails (non-finite loss or gradient, a shape error) leaves the model
+//! and the optimizer state as they were.
+
+use std::collections::HashMap;
+
+use candle_core::{D, DType, Device, Tensor};
+use dojo_train::{AdamW, TrainModel};
+use serde::{Deserialize, Serialize};
+
+use crate::RlError;
+use crate::config::OptimConfig;
+use crate::loss::{LossConfig, LossInputs, LossMetrics, LossSummary, ppo_loss};
+
+/// One rollout's training sample.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Sample {
+    pub input_ids: Vec<u32>,
+    /// 1 on tokens the policy sampled (they carry loss), 0 elsewhere; same length as the ids.
+    pub loss_mask: Vec<u8>,
+    /// The engine's logprob of each token where `loss_mask` is 1 (anything elsewhere).
+    pub sampling_logprobs: Vec<f32>,
+    pub advantage: f64,
+    /// Old-policy logprobs recomputed by the trainer (same layout as `sampling_logprobs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trainer_old_logprobs: Option<Vec<f32>>,
+    /// Reference-policy logprobs (same layout), when a KL penalty is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ref_logprobs: Option<Vec<f32>>,
+}
+
+impl Sample {
+    /// Tokens that carry loss.
+    pub fn n_response(&self) -> usize {
+        // Position 0 has no preceding context, so it can never be trained.
+        self.loss_mask.iter().skip(1).filter(|&&m| m == 1).count()
+    }
+
+    fn check(&self, index: usize) -> Result<(), RlError> {
+        let n = self.input_ids.len();
+        let bad = |reason: String| RlError::Sample { index, reason };
+        if self.loss_mask.len() != n || self.sampling_logprobs.len() != n {
+            return Err(bad(format!(
+                "{n} ids, {} mask values, {} logprobs",
+                self.loss_mask.len(),
+                self.sampling_logprobs.len()
+            )));
+        }
+        for (name, v) in [
+            ("trainer_old_logprobs", &self.trainer_old_logprobs),
+            ("ref_logprobs", &self.ref_logprobs),
+        ] {
+            if let Some(v) = v
+                && v.len() != n
+            {
+                return Err(bad(format!("{n} ids, {} {name}", v.len())));
+            }
+        }
+        if n < 2 && self.loss_mask.contains(&1) {
+            return Err(bad(format!("{n} tokens: nothing to predict")));
+        }
+        if !self.advantage.is_finite() {
+            return Err(bad(format!("advantage is {}", self.advantage)));
+        }
+        for (p, (&m, &lp)) in self
+            .loss_mask
+            .iter()
+            .zip(&self.sampling_logprobs)
+            .enumerate()
+        {
+            if m == 1 && !(lp.is_finite() && lp <= 0.0) {
+                return Err(bad(format!(
+                    "token {p} carries loss but its sampling logprob is {lp}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What one optimizer step did.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct UpdateReport {
+    pub samples: usize,
+    pub loss: f64,
+    pub grad_norm: f64,
+    pub lr: f64,
+    #[serde(flatten)]
+    pub metrics: LossSummary,
+}
+
+/// Right-padded `(b, t − 1)` tensors aligned with the predicted tokens (positions 1..t).
+struct Batch {
+    ids: Tensor,
+    targets: Tensor,
+    mask: Tensor,
+    sampling: Tensor,
+    trainer_old: Option<Tensor>,
+    reference: Option<Tensor>,
+    advantages: Tensor,
+}
+
+fn batch(samples: &[&Sample], device: &Device) -> Result<Batch, RlError> {
+    let t = samples
+        .iter()
+        .map(|s| s.input_ids.len())
+        .max()
+        .unwrap_or(2)
+        .max(2);
+    let b = samples.len();
+    let mut ids = vec![0u32; b * t];
+    let mut targets = vec![0u32; b * (t - 1)];
+    let mut mask = vec![0f32; b * (t - 1)];
+    let mut sampling = vec![0f32; b * (t - 1)];
+    let mut old = vec![0f32; b * (t - 1)];
+    let mut reference = vec![0f32; b * (t - 1)];
+    for (i, s) in samples.iter().enumerate() {
+        let n = s.input_ids.len();
+        ids[i * t..i * t + n].copy_from_slice(&s.input_ids);
+        for p in 1..n {
+            let k = i * (t - 1) + p - 1;
+            targets[k] = s.input_ids[p];
+            mask[k] = f32::from(s.loss_mask[p]);
+            sampling[k] = s.sampling_logprobs[p];
+            if let Some(o) = &s.trainer_old_logprobs {
+                old[k] = o[p];
+            }
+            if let Some(r) = &s.ref_logprobs {
+                reference[k] = r[p];
+            }
+        }
+    }
+    let shape = (b, t - 1);
+    let all = |f: fn(&Sample) -> bool| samples.iter().all(|s| f(s));
+    Ok(Batch {
+        ids: Tensor::from_vec(ids, (b, t), device)?,
+        targets: Tensor::from_vec(targets, shape, device)?,
+        mask: Tensor::from_vec(mask, shape, device)?,
+        sampling: Tensor::from_vec(sampling, shape, device)?,
+        trainer_old: if all(|s| s.trainer_old_logprobs.is_some()) {
+            Some(Tensor::from_vec(old, shape, device)?)
+        } else {
+            None
+        },
+        reference: if all(|s| s.ref_logprobs.is_some()) {
+            Some(Tensor::from_vec(reference, shape, device)?)
+        } else {
+            None
+        },
+        advantages: Tensor::from_vec(
+            samples.iter().map(|s| s.advantage as f32).collect(),
+            b,
+            device,
+        )?,
+    })
+}
+
+/// Log-softmax of `(b, t, vocab)` logits over the vocabulary, the logprobs of `targets`
+/// `(b, t)`, and (when asked) the entropy of each position's distribution.
+fn token_logprobs_and_entropy(
+    logits: &Tensor,
+    targets: &Tensor,
+    entropy: bool,
+) -> candle_core::Result<(Tensor, Option<Tensor>)> {
+    let m = logits.max_keepdim(D::Minus1)?.detach();
+    let z = logits.broadcast_sub(&m)?;
+    let lse = z.exp()?.sum_keepdim(D::Minus1)?.log()?;
+    let logp = z.broadcast_sub(&lse)?;
+    let picked = logp
+        .gather(&targets.unsqueeze(2)?.contiguous()?, 2)?
+        .squeeze(2)?;
+    let h = if entropy {
+        Some((logp.exp()? * &logp)?.sum(D::Minus1)?.neg()?)
+    } else {
+        None
+    };
+    Ok((picked, h))
+}
+
+fn forward(
+    model: &TrainModel,
+    b: &Batch,
+    entropy: bool,
+) -> candle_core::Result<(Tensor, Option<Tensor>)> {
+    let (_, t) = b.ids.dims2()?;
+    let logits = model.logits(&b.ids)?.narrow(1, 0, t - 1)?;
+    token_logprobs_and_entropy(&logits, &b.targets, entropy)
+}
+
+/// The current model's logprob of every token of each sample (position 0 gets 0), without
+/// gradients: old-policy logprobs for truncated importance correction, or a reference's.
+pub fn token_logprobs(
+    model: &TrainModel,
+    samples: &[Sample],
+    micro_batch_size: usize,
+) -> Result<Vec<Vec<f32>>, RlError> {
+    for (i, s) in samples.iter().enumerate() {
+        s.check(i)?;
+    }
+    let mut out: Vec<Vec<f32>> = samples
+        .iter()
+        .map(|s| vec![0f32; s.input_ids.len()])
+        .collect();
+    let idx: Vec<usize> = (0..samples.len())
+        .filter(|&i| samples[i].input_ids.len() >= 2)
+        .collect();
+    for chunk in idx.chunks(micro_batch_size.max(1)) {
+        let refs: Vec<&Sample> = chunk.iter().map(|&i| &samples[i]).collect();
+        let b = batch(&refs, model.device())?;
+        let (lp, _) = forward(model, &b, false)?;
+        let lp = lp.detach().to_vec2::<f32>()?;
+        for (&i, row) in chunk.iter().zip(lp) {
+            let n = samples[i].input_ids.len();
+            out[i][1..].copy_from_slice(&row[..n - 1]);
+        }
+    }
+    Ok(out)
+}
+
+/// Loss, metrics and accumulated gradients of one mini-batch, nothing applied.
+pub fn policy_grads(
+    model: &TrainModel,
+    samples: &[Sample],
+    loss_cfg: &LossConfig,
+    micro_batch_size: usize,
+) -> Result<(f64, LossMetrics, HashMap<String, Tensor>), RlError> {
+    for (i, s) in samples.iter().enumerate() {
+        s.check(i)?;
+    }
+    let lens: Vec<usize> = samples.iter().map(Sample::n_response).collect();
+    let denom = loss_cfg
+        .aggregation
+        .denominator(&lens, loss_cfg.norm_length);
+    let mut grads: HashMap<String, Tensor> = HashMap::new();
+    let mut metrics = LossMetrics::default();
+    let mut loss = 0f64;
+    // Samples without loss tokens are skipped: they would add exact zeros.
+    let live: Vec<&Sample> = samples.iter().filter(|s| s.n_response() > 0).collect();
+    for chunk in live.chunks(micro_batch_size.max(1)) {
+        let b = batch(chunk, model.device())?;
+        let (lp, h) = forward(model, &b, true)?;
+        let h = match &h {
+            // The entropy enters the loss only with a coefficient; otherwise it is a metric.
+            Some(h) if loss_cfg.entropy_coef > 0.0 => Some(h.clone()),
+            Some(h) => Some(h.detach()),
+            None => None,
+        };
+        let (l, m) = ppo_loss(
+            &LossInputs {
+                logprobs: &lp,
+                sampling_logprobs: &b.sampling,
+                advantages: &b.advantages,
+                mask: &b.mask,
+                trainer_old_logprobs: b.trainer_old.as_ref(),
+                ref_logprobs: b.reference.as_ref(),
+                entropy: h.as_ref(),
+            },
+            loss_cfg,
+            denom,
+        )?;
+        loss += l.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        metrics.merge(&m);
+        let store = l.backward()?;
+        for (name, var) in model.trainable() {
+            if let Some(g) = store.get(var.as_tensor()) {
+                let g = match grads.remove(name) {
+                    Some(acc) => (acc + g)?,
+                    None => g.clone(),
+                };
+                grads.insert(name.clone(), g);
+            }
+        }
+    }
+    if !loss.is_finite() {
+        return Err(dojo_train::TrainError::NonFinite(format!("RL loss is {loss}")).into());
+    }
+    Ok((loss, metrics, grads))
+}
+
+/// One optimizer step on `samples` at learning rate `lr`.
+pub fn policy_update(
+    model: &TrainModel,
+    opt: &mut AdamW,
+    samples: &[Sample],
+    loss_cfg: &LossConfig,
+    optim: &OptimConfig,
+    lr: f64,
+) -> Result<UpdateReport, RlError> {
+    let (loss, metrics, mut grads) =
+        policy_grads(model, samples, loss_cfg, optim.micro_batch_size)?;
+    // Checks finiteness of every gradient before anything is written.
+    let grad_norm = dojo_train::optim::clip_grad_norm(&mut grads, optim.max_grad_norm)?;
+    if !grads.is_empty() {
+        opt.step(model.trainable(), &grads, lr)?;
+    }
+    Ok(UpdateReport {
+        samples: samples.len(),
+        loss,
+        grad_norm,
+        lr,
+        metrics: metrics.summary(),
+    })
+}
