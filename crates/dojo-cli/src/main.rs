@@ -48,6 +48,9 @@ enum Command {
     Train(cmd::train::TrainCmd),
     /// Choose one patch per task from k candidates; pass@k / best@k table and curves.
     Select(cmd::select::SelectArgs),
+    /// dojo's environments over HTTP for an RL trainer elsewhere (verl, SkyRL, rllm).
+    #[command(subcommand)]
+    Env(cmd::env::EnvCmd),
 }
 
 /// `dojo … | head`: once the reader is gone, `println!` panics with "failed printing to stdout:
@@ -94,6 +97,7 @@ fn main() -> anyhow::Result<()> {
         Command::Synth(a) => cmd::synth::run(a)?,
         Command::Train(c) => cmd::train::run(c)?,
         Command::Select(a) => cmd::select::run(a)?,
+        Command::Env(c) => cmd::env::run(c)?,
     };
     std::process::exit(code);
 }

@@ -14,11 +14,10 @@
 //! Generation is kept short and greedy so the test stays fast in a debug build. Readiness is
 //! awaited on `/health`, never with fixed sleeps; no assertion depends on timing.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dojo_llm::{
@@ -28,7 +27,7 @@ use dojo_llm::{
 use serde_json::{Value, json};
 
 mod common;
-use common::{ci, scratch};
+use common::{Service, can_serve, ci, http, json_of, scratch};
 
 const DOJO: &str = env!("CARGO_BIN_EXE_dojo");
 
@@ -36,119 +35,35 @@ fn repo_root() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
-/// Whether this test can run: the engine is compiled in and the default model can be had
-/// (downloaded once into the dojo cache). Prints the skip reason otherwise.
-fn can_serve() -> bool {
-    if !cfg!(feature = "engine") {
-        println!("SKIPPED: dojo-cli built without the `engine` feature");
-        return false;
-    }
-    match dojo_tokenizer::default_model_path() {
-        Ok(_) => true,
-        Err(e) => {
-            assert!(!ci(), "the default model must be available in CI: {e}");
-            println!("SKIPPED: default model unavailable: {e}");
-            false
-        }
+/// A running `dojo serve` (killed on drop unless it was shut down).
+struct Serve(Service);
+
+impl std::ops::Deref for Serve {
+    type Target = Service;
+    fn deref(&self) -> &Service {
+        &self.0
     }
 }
 
-/// One HTTP/1.1 exchange over a fresh connection: (status, body).
-fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(600))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).unwrap();
-    let (head, rest) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, rest.to_string())
-}
-
-fn json_of(body: &str) -> Value {
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
-}
-
-/// A running `dojo serve`; killed on drop unless it was shut down.
-struct Serve {
-    child: Child,
-    addr: String,
-    log: PathBuf,
+impl std::ops::DerefMut for Serve {
+    fn deref_mut(&mut self) -> &mut Service {
+        &mut self.0
+    }
 }
 
 impl Serve {
     /// Start `dojo serve --model default --device $DOJO_TEST_DEVICE --port 0` and wait for
-    /// `/health`. Port 0 lets the
-    /// kernel pick a free port; the server prints the address it bound, so there is no race
-    /// between choosing a port and binding it.
+    /// `/health`.
     fn start(dir: &Path) -> Serve {
-        let log = dir.join("serve.log");
-        let mut child = Command::new(DOJO)
-            .args(["serve", "--model", "default", "--port", "0", "--device"])
-            .arg(std::env::var("DOJO_TEST_DEVICE").unwrap_or_else(|_| "cpu".into()))
-            .env("DOJO_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn dojo serve");
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        // Keep draining stdout so a later print can never hit a closed pipe.
-        std::thread::spawn(move || {
-            let mut sink = String::new();
-            while stdout.read_line(&mut sink).is_ok_and(|n| n > 0) {}
-        });
-        let mut s = Serve {
-            addr: String::new(),
-            child,
-            log,
-        };
-        let Some(addr) = line
-            .trim()
-            .rsplit_once("http://")
-            .map(|(_, a)| a.to_string())
-        else {
-            panic!(
-                "dojo serve printed no address ({line:?}); log:\n{}",
-                s.log_text()
-            );
-        };
-        s.addr = addr;
-        s.wait_healthy();
-        s
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Poll `/health` until it answers 200 (or the process dies: fail with its log).
-    fn wait_healthy(&mut self) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(300);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("dojo serve exited with {status}; log:\n{}", self.log_text());
-            }
-            if TcpStream::connect(&self.addr).is_ok() {
-                let (code, body) = http(&self.addr, "GET", "/health", "");
-                if code == 200 {
-                    return json_of(&body);
-                }
-            }
-            assert!(Instant::now() < deadline, "dojo serve never became healthy");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let device = std::env::var("DOJO_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
+        let mut s = Service::start(
+            &[
+                "serve", "--model", "default", "--port", "0", "--device", &device,
+            ],
+            dir.join("serve.log"),
+        );
+        s.wait_healthy("/health");
+        Serve(s)
     }
 
     fn health(&self) -> Value {
@@ -165,36 +80,6 @@ impl Serve {
         // Every failure here must surface as it is, not be retried away.
         cfg.max_retries = 0;
         OpenAiClient::new(cfg).unwrap()
-    }
-
-    /// SIGTERM, then the exit status (failing the test if it does not exit).
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(ok.success());
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "dojo serve ignored SIGTERM; log:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 

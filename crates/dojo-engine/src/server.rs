@@ -10,7 +10,6 @@
 //! future, which cancels its sequence in the engine.
 
 use std::future::Future;
-use std::net::SocketAddr;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -192,33 +191,4 @@ pub async fn serve_listener(
     axum::serve(listener, router(engine))
         .with_graceful_shutdown(shutdown)
         .await
-}
-
-/// Bind `addr` and serve until Ctrl-C or SIGTERM.
-pub async fn serve(engine: Engine, addr: SocketAddr) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(addr = %listener.local_addr()?, model = engine.model_id(), "dojo serve listening");
-    serve_listener(engine, listener, shutdown_signal()).await
-}
-
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
 }

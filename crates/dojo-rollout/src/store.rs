@@ -193,6 +193,11 @@ impl<T: Keyed + Clone> Store<T> {
         self.records.lock().is_ok_and(|r| r.contains_key(key))
     }
 
+    /// The record stored under `key`.
+    pub fn get(&self, key: &Key) -> Option<T> {
+        self.records.lock().ok().and_then(|r| r.get(key).cloned())
+    }
+
     pub fn len(&self) -> usize {
         self.records.lock().map_or(0, |r| r.len())
     }

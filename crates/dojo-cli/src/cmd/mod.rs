@@ -3,6 +3,7 @@
 
 pub mod curate;
 pub mod demo;
+pub mod env;
 pub mod eval;
 pub mod lsp;
 pub mod rollout;
@@ -14,3 +15,23 @@ pub mod task_set;
 pub mod tasks;
 pub mod train;
 pub mod validate;
+
+/// Resolves on Ctrl-C or SIGTERM: the services (`dojo serve`, `dojo env serve`) then stop
+/// accepting requests and finish the ones in flight.
+pub(crate) async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

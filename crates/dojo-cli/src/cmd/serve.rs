@@ -82,13 +82,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             "dojo serve: model {} listening on http://{local}",
             engine.model_id()
         );
-        dojo_engine::server::serve_listener(
-            engine,
-            listener,
-            dojo_engine::server::shutdown_signal(),
-        )
-        .await
-        .context("serving")?;
+        dojo_engine::server::serve_listener(engine, listener, super::shutdown_signal())
+            .await
+            .context("serving")?;
         eprintln!("dojo serve: shut down");
         anyhow::Ok(0)
     })

@@ -2,8 +2,10 @@
 //! module; not every file uses every helper).
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The bundled benchmark's task file.
 pub const BUNDLED: &str = concat!(
@@ -81,4 +83,157 @@ pub fn bundled_ready(ids: &[&str]) -> Result<(), String> {
         })?;
     }
     Ok(())
+}
+
+/// One HTTP/1.1 exchange over a fresh connection: (status, body).
+pub fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s =
+        std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(900))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap();
+    let (head, rest) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, rest.to_string())
+}
+
+pub fn json_of(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+/// A `dojo` service process (`serve`, `env serve`) started with `--port 0`: it prints the
+/// address it bound on its first stdout line, so there is no race between choosing a port and
+/// binding it. Killed on drop unless it was shut down.
+pub struct Service {
+    pub child: Child,
+    pub addr: String,
+    pub log: PathBuf,
+}
+
+impl Service {
+    /// Spawn `dojo ARGS` (stderr to `log`) and read the address it prints.
+    pub fn start(args: &[&str], log: PathBuf) -> Service {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dojo"))
+            .args(args)
+            .env("DOJO_LOG", "info")
+            .env("DOJO_PYTOOLS", pytools())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn dojo");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        // Keep draining stdout so a later print can never hit a closed pipe.
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            while stdout.read_line(&mut sink).is_ok_and(|n| n > 0) {}
+        });
+        let mut s = Service {
+            addr: String::new(),
+            child,
+            log,
+        };
+        let Some(addr) = line
+            .trim()
+            .rsplit_once("http://")
+            .map(|(_, a)| a.to_string())
+        else {
+            panic!(
+                "dojo {} printed no address ({line:?}); log:\n{}",
+                args.join(" "),
+                s.log_text()
+            );
+        };
+        s.addr = addr;
+        s
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Poll `path` until it answers 200 (or the process dies: fail with its log).
+    pub fn wait_healthy(&mut self, path: &str) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "the service exited with {status}; log:\n{}",
+                    self.log_text()
+                );
+            }
+            if std::net::TcpStream::connect(&self.addr).is_ok() {
+                let (code, body) = http(&self.addr, "GET", path, "");
+                if code == 200 {
+                    return json_of(&body);
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the service never became healthy"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGTERM, then the exit status (failing the test if it does not exit).
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the service ignored SIGTERM; log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Whether `dojo serve --model default` can run: the engine is compiled in and the default
+/// model can be had (downloaded once into the dojo cache). Prints the skip reason otherwise;
+/// under `CI=true` a missing model fails.
+pub fn can_serve() -> bool {
+    if !cfg!(feature = "engine") {
+        println!("SKIPPED: dojo-cli built without the `engine` feature");
+        return false;
+    }
+    match dojo_tokenizer::default_model_path() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(!ci(), "the default model must be available in CI: {e}");
+            println!("SKIPPED: default model unavailable: {e}");
+            false
+        }
+    }
 }

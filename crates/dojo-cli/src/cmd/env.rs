@@ -1,0 +1,73 @@
+//! `dojo env serve` (dojo-env): dojo's environments behind HTTP for an RL trainer running
+//! elsewhere (verl, SkyRL, rllm): one request, one whole episode, graded and shaped.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+#[derive(clap::Subcommand)]
+pub enum EnvCmd {
+    /// Serve episodes over HTTP (`POST /v1/episodes`, `GET /v1/episodes/{id}`, `/health`,
+    /// `/metrics`).
+    Serve(EnvServeArgs),
+}
+
+#[derive(clap::Args)]
+pub struct EnvServeArgs {
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on; 0 picks a free one (the address is printed on stdout).
+    #[arg(long, default_value_t = 8700)]
+    port: u16,
+    /// Episodes running at once (each holds a sandbox).
+    #[arg(long, default_value_t = 4)]
+    max_episodes: usize,
+    /// Requests that may wait for a running slot; more are answered 429.
+    #[arg(long, default_value_t = 64)]
+    queue: usize,
+    /// The longest an episode may hold its sandbox, in seconds (a request may ask for less).
+    #[arg(long, default_value_t = 3600.0)]
+    lease_s: f64,
+    /// Directory of the episode records (`episodes.jsonl`), kept across restarts.
+    #[arg(long)]
+    out: PathBuf,
+    /// Directory of environment specs overriding the embedded `envs/`.
+    #[arg(long)]
+    envs: Option<PathBuf>,
+    /// Local clones of the repositories of git-based tasks (`owner__name`).
+    #[arg(long)]
+    repos: Option<PathBuf>,
+}
+
+pub fn run(cmd: EnvCmd) -> anyhow::Result<i32> {
+    let EnvCmd::Serve(args) = cmd;
+    anyhow::ensure!(
+        args.lease_s.is_finite() && args.lease_s > 0.0,
+        "--lease-s must be a positive number of seconds"
+    );
+    let opts = dojo_env::ServeOptions {
+        max_episodes: args.max_episodes.max(1),
+        queue: args.queue,
+        lease: Duration::from_secs_f64(args.lease_s),
+        out: args.out,
+        envs_dir: args.envs,
+        prepare: dojo_task::PrepareOptions {
+            repos_dir: args.repos,
+        },
+    };
+    super::rollout::runtime()?.block_on(async move {
+        let addr = format!("{}:{}", args.host, args.port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        println!(
+            "dojo env serve: listening on http://{}",
+            listener.local_addr()?
+        );
+        dojo_env::serve(listener, opts, super::shutdown_signal()).await?;
+        eprintln!("dojo env serve: shut down (running episodes finished and stored)");
+        anyhow::Ok(0)
+    })
+}

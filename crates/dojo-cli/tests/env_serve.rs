@@ -1,0 +1,263 @@
+//! `dojo env serve` as a real process over real HTTP, with real sandboxes, environments and
+//! grading (a bundled task):
+//! - a whole gold-replay episode: submitted, resolved, reward 1;
+//! - the same cut one step before its `submit` by the request's budget: a forced submission,
+//!   graded on the workspace (which holds the fix) and shaped to α = 0.5;
+//! - a task whose environment cannot be built: an infrastructure failure, masked, reward 0;
+//! - a retried episode id: the stored answer, not a second run;
+//! - bad requests: 400 naming the field, and the service keeps serving;
+//! - `--max-episodes 1 --queue 0`: a second episode while one runs is answered 429;
+//! - `kill -9` and a restart on the same directory: every finished episode is still there;
+//! - with the engine built in: an `openai` policy against a real `dojo serve`, whose answer
+//!   carries the token streams (prompt ids, response ids, mask, logprobs);
+//! - SIGTERM: a clean exit.
+//!
+//! Needs the sandbox's kernel features and the task's environment (PyPI, cached in
+//! `$DOJO_HOME`); otherwise SKIPPED (under `CI=true` a missing kernel feature fails).
+
+use serde_json::{Value, json};
+
+mod common;
+use common::{BUNDLED, Service, bundled_ready, can_serve, http, json_of, scratch};
+
+const TASK: &str = "gweis__isodate-1";
+
+fn task_row(id: &str) -> Value {
+    std::fs::read_to_string(BUNDLED)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|t| t["instance_id"] == id)
+        .unwrap()
+}
+
+fn post(s: &Service, body: &Value) -> (u16, Value) {
+    let (code, text) = http(&s.addr, "POST", "/v1/episodes", &body.to_string());
+    (code, json_of(&text))
+}
+
+fn start(out: &std::path::Path, extra: &[&str]) -> Service {
+    let mut args = vec![
+        "env",
+        "serve",
+        "--port",
+        "0",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let log = out.with_extension(format!("{}.log", std::process::id()));
+    let mut s = Service::start(&args, log);
+    s.wait_healthy("/health");
+    s
+}
+
+#[test]
+fn episodes_over_http_graded_shaped_and_kept() {
+    if let Err(reason) = bundled_ready(&[TASK]) {
+        println!("SKIPPED: {reason}");
+        return;
+    }
+    let dir = scratch("env-serve");
+    let out = dir.path().join("episodes");
+    let mut s = start(&out, &["--max-episodes", "1", "--queue", "0"]);
+    let gold = json!({"kind": "gold-replay", "run_tests": false});
+
+    // A whole episode.
+    let (code, full) = post(
+        &s,
+        &json!({"episode_id": "full", "group_id": "g1", "task": task_row(TASK), "policy": gold}),
+    );
+    assert_eq!(code, 200, "{full}");
+    assert_eq!(full["stop_reason"], "submitted", "{full}");
+    assert_eq!(
+        (full["reward"].as_f64(), full["masked"].as_bool()),
+        (Some(1.0), Some(false))
+    );
+    assert_eq!(full["group_id"], "g1");
+    assert_eq!(full["schema_version"], 1);
+    assert!(full["patch"].as_str().unwrap().contains("diff --git"));
+    // Scripted turns carry no token ids: said, not faked.
+    assert!(
+        full["token_error"].is_string() && full["streams"] == json!([]),
+        "{full}"
+    );
+    let turns = full["num_turns"].as_u64().unwrap();
+    assert!(turns >= 2, "{full}");
+
+    // Cut before its submit: forced submission of a fixed workspace, shaped to α.
+    let (code, cut) = post(
+        &s,
+        &json!({"episode_id": "cut", "task": task_row(TASK), "policy": gold,
+                "budgets": {"max_steps": turns - 1}}),
+    );
+    assert_eq!(code, 200, "{cut}");
+    assert_eq!(cut["stop_reason"], "max_steps", "{cut}");
+    assert_eq!(cut["forced_submission"], true);
+    assert_eq!(
+        (cut["raw_reward"].as_f64(), cut["reward"].as_f64()),
+        (Some(1.0), Some(0.5)),
+        "{cut}"
+    );
+    // SWE-World's variant: α = 0.
+    let (_, cut0) = post(
+        &s,
+        &json!({"episode_id": "cut0", "task": task_row(TASK), "policy": gold,
+                "budgets": {"max_steps": turns - 1}, "shaping": {"budget_alpha": 0.0}}),
+    );
+    assert_eq!(cut0["reward"].as_f64(), Some(0.0), "{cut0}");
+
+    // An environment that cannot be built: infrastructure, masked.
+    let mut broken = task_row(TASK);
+    broken["instance_id"] = json!("nobody__nothing-1");
+    broken["repo"] = json!("nobody/nothing");
+    let (code, infra) = post(
+        &s,
+        &json!({"episode_id": "infra", "task": broken, "policy": gold}),
+    );
+    assert_eq!(code, 200, "{infra}");
+    assert_eq!(infra["masked"], true, "{infra}");
+    assert_eq!(infra["reward"].as_f64(), Some(0.0));
+    assert_eq!(infra["stop_reason"], "env_error");
+
+    // A retry gets the stored answer.
+    let (code, again) = post(
+        &s,
+        &json!({"episode_id": "full", "task": task_row(TASK), "policy": gold}),
+    );
+    assert_eq!(code, 200);
+    assert_eq!(again, full, "a retried id ran again");
+
+    // Bad requests: 400 naming the field; the service keeps serving.
+    for (body, field) in [
+        (
+            json!({"episode_id": "b1", "task": {"repo": "x"}, "policy": gold}),
+            "task",
+        ),
+        (
+            json!({"episode_id": "b2", "task": task_row(TASK), "policy": "embedded"}),
+            "policy",
+        ),
+        (
+            json!({"episode_id": "b3", "task": task_row(TASK), "policy": gold, "lease_s": 0}),
+            "lease_s",
+        ),
+        (json!({"nonsense": true}), "body"),
+    ] {
+        let (code, e) = post(&s, &body);
+        assert_eq!(code, 400, "{e}");
+        assert_eq!(e["error"]["field"], field, "{e}");
+    }
+    let (code, text) = http(&s.addr, "POST", "/v1/episodes", "{not json");
+    assert_eq!(code, 400, "{text}");
+    let (code, _) = http(&s.addr, "GET", "/v1/episodes/missing", "");
+    assert_eq!(code, 404);
+
+    // One slot, no queue: a second episode while one runs is answered 429. The running one
+    // waits on a model endpoint that accepts and never answers (so it is running for as long
+    // as the test needs, with no timing involved); once that endpoint goes away the episode
+    // ends as an infrastructure failure (the policy could not be reached): masked.
+    let hold = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hold_addr = hold.local_addr().unwrap();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let conn = hold.accept().unwrap();
+        released.recv().unwrap();
+        drop(conn);
+        drop(hold);
+    });
+    let silent = json!({"kind": "openai", "model": "m", "base_url": format!("http://{hold_addr}/v1"),
+                        "request_timeout_s": 600});
+    let addr = s.addr.clone();
+    let body = json!({"episode_id": "slow", "task": task_row(TASK), "policy": silent}).to_string();
+    let first = std::thread::spawn(move || http(&addr, "POST", "/v1/episodes", &body));
+    while json_of(&http(&s.addr, "GET", "/health", "").1)["running"] != 1 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (code, busy) = post(
+        &s,
+        &json!({"episode_id": "busy", "task": task_row(TASK), "policy": gold}),
+    );
+    assert_eq!(code, 429, "{busy}");
+    assert!(
+        busy["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("retry later")
+    );
+    let (code, running) = http(&s.addr, "GET", "/v1/episodes/slow", "");
+    assert_eq!(
+        (code, json_of(&running)["status"].clone()),
+        (202, json!("running"))
+    );
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    let (code, slow) = first.join().unwrap();
+    let slow = json_of(&slow);
+    assert_eq!(code, 200, "{slow}");
+    assert_eq!(slow["masked"], true, "{slow}");
+    assert_eq!(slow["stop_reason"], "llm_error", "{slow}");
+    let (_, m) = http(&s.addr, "GET", "/metrics", "");
+    assert!(m.contains("dojo_env_refused_busy_total 1"), "{m}");
+    assert!(m.contains("dojo_env_episodes_masked_total 2"), "{m}");
+
+    // kill -9, restart on the same directory: nothing finished is lost.
+    s.child.kill().unwrap();
+    let _ = s.child.wait();
+    let mut s = start(&out, &[]);
+    for id in ["full", "cut", "cut0", "infra", "slow"] {
+        let (code, text) = http(&s.addr, "GET", &format!("/v1/episodes/{id}"), "");
+        assert_eq!(code, 200, "{id}: {text}");
+        assert_eq!(json_of(&text)["episode_id"], id);
+    }
+    let (_, again) = post(
+        &s,
+        &json!({"episode_id": "full", "task": task_row(TASK), "policy": gold}),
+    );
+    assert_eq!(again, full);
+
+    // Token streams from a real model server.
+    if can_serve() {
+        let mut llm = Service::start(
+            &["serve", "--model", "default", "--port", "0"],
+            dir.path().join("serve.log"),
+        );
+        llm.wait_healthy("/health");
+        let policy = json!({
+            "kind": "openai",
+            "model": dojo_tokenizer::default_model::MODEL_ID,
+            "base_url": format!("http://{}/v1", llm.addr),
+            "sampling": {"temperature": 0.0, "max_tokens": 16},
+            "agent": {"tool_set": "r2e", "action_format": "native", "sampling": {"logprobs": true}},
+        });
+        let (code, ep) = post(
+            &s,
+            &json!({"episode_id": "model", "task": task_row(TASK), "policy": policy,
+                    "budgets": {"max_steps": 2}}),
+        );
+        assert_eq!(code, 200, "{ep}");
+        assert_eq!(ep["masked"], false, "{ep}");
+        let streams = ep["streams"].as_array().unwrap();
+        assert!(
+            !streams.is_empty(),
+            "no token streams: {}",
+            ep["token_error"]
+        );
+        for st in streams {
+            let n = st["response_ids"].as_array().unwrap().len();
+            assert!(!st["prompt_ids"].as_array().unwrap().is_empty());
+            assert_eq!(st["response_mask"].as_array().unwrap().len(), n);
+            assert_eq!(st["response_logprobs"].as_array().unwrap().len(), n);
+            assert!(
+                st["response_mask"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|m| m == 1)
+            );
+        }
+        assert_eq!(llm.terminate().code(), Some(0));
+    }
+
+    assert_eq!(s.terminate().code(), Some(0), "{}", s.log_text());
+}

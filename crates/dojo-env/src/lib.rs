@@ -1,0 +1,27 @@
+//! # dojo-env: dojo environments behind HTTP, for trainers that run elsewhere
+//!
+//! Pipeline position: task → **sandbox ⇄ agent ⇄ policy → trajectory → grade/reward**, served to
+//! an RL trainer that owns the weights and the inference fleet (verl on Ray, SkyRL, rllm). When
+//! one machine is not enough, dojo does not grow a cluster of its own: each CPU node runs
+//! `dojo env serve`, and the trainer's agent loop posts one request per episode. dojo keeps what
+//! it owns on one machine too — the agent loop, the sandboxes, grading, the stop reasons, the
+//! reward shaping (the same [`dojo_rl::shaping`] as `dojo rl`, so both paths give one rollout
+//! the same reward) and the record — and answers with the token streams the policy saw and
+//! sampled, so the trainer never re-templates dojo's messages.
+//!
+//! - [`api`]: the request and the episode record (what the answer and the store hold), with
+//!   their schema version and the checks that name the bad field.
+//! - [`server`]: the axum service: `POST /v1/episodes`, `GET /v1/episodes/{id}`, `/health`,
+//!   `/metrics`; a limit on running episodes with a bounded queue (429 beyond it), a lease per
+//!   episode (a trainer that dies leaves no sandbox behind once it expires), idempotent retries
+//!   by episode id, a crash-safe record of every finished episode (restart loses none), and
+//!   graceful shutdown.
+//!
+//! Not here yet: the step-wise `/v1/envs` API for Python-side agent loops that keep their own
+//! agent, and the Python package that registers a verl agent loop calling this service.
+
+pub mod api;
+pub mod server;
+
+pub use api::{EPISODE_SCHEMA_VERSION, EpisodeRecord, EpisodeRequest, TokenStream};
+pub use server::{ServeOptions, router, serve};

@@ -1,0 +1,491 @@
+//! The episode service. One request runs one whole episode in a sandbox (prepare → agent ⇄
+//! policy → diff → grade, through `dojo rollout`'s own runner), shapes its reward, stores the
+//! record and answers with it.
+//!
+//! Admission: at most `max_episodes` run at once; up to `queue` more wait for a slot; beyond
+//! that the answer is 429 with a message (the trainer retries later). Each episode runs in a
+//! task of its own, so a trainer that hangs up does not lose it: it finishes, is stored, and a
+//! retry with the same `episode_id` gets the stored answer (409 while it still runs). Its lease
+//! (`lease_s`, at most the server's) bounds it: past the lease the episode is cancelled, its
+//! sandbox removed, and it is recorded as an infrastructure failure (masked).
+//!
+//! Records go to `OUT/episodes.jsonl` through the crash-safe store `dojo rollout` uses (one
+//! fsync per record; a restart after `kill -9` keeps every finished episode). Shutdown (the
+//! future given to [`serve`]) stops accepting requests and waits for the running episodes.
+
+use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use dojo_rollout::agent_runner::{AgentRunner, DojoAgent};
+use dojo_rollout::run_dir::make_backends;
+use dojo_rollout::scheduler::{Job, Runner};
+use dojo_rollout::store::{Key, Store, StoreError};
+use dojo_task::{EnvRegistry, PrepareOptions, Preparer};
+use serde_json::json;
+
+use crate::api::{BadRequest, EPISODE_SCHEMA_VERSION, EpisodeRecord, EpisodeRequest};
+
+/// How the service runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Episodes running at once (= sandboxes).
+    pub max_episodes: usize,
+    /// Requests that may wait for a slot; more get 429.
+    pub queue: usize,
+    /// The longest an episode may hold its sandbox.
+    pub lease: Duration,
+    /// Where `episodes.jsonl` is kept.
+    pub out: PathBuf,
+    /// Environment specs overriding the embedded ones.
+    pub envs_dir: Option<PathBuf>,
+    pub prepare: PrepareOptions,
+}
+
+/// Failures that stop the service from starting or serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("environment specs: {0}")]
+    Envs(String),
+    #[error("serving: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+#[derive(Default)]
+struct Metrics {
+    finished: u64,
+    masked: u64,
+    lease_expired: u64,
+    refused_busy: u64,
+    bad_requests: u64,
+    by_stop: BTreeMap<String, u64>,
+    wall_s: f64,
+}
+
+struct Shared {
+    opts: ServeOptions,
+    store: Store<EpisodeRecord>,
+    slots: Arc<tokio::sync::Semaphore>,
+    waiting: AtomicUsize,
+    in_flight: Mutex<HashSet<String>>,
+    registry: EnvRegistry,
+    preparer: Arc<Preparer>,
+    metrics: Mutex<Metrics>,
+}
+
+type AppState = Arc<Shared>;
+
+fn error(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> Response {
+    let message = message.into();
+    (
+        status,
+        axum::Json(json!({"error": {"message": message, "field": field}})),
+    )
+        .into_response()
+}
+
+impl Shared {
+    fn bad(&self, e: BadRequest) -> Response {
+        if let Ok(mut m) = self.metrics.lock() {
+            m.bad_requests += 1;
+        }
+        error(StatusCode::BAD_REQUEST, Some(&e.field), e.to_string())
+    }
+
+    fn stored(&self, id: &str) -> Option<EpisodeRecord> {
+        self.store.get(&Key {
+            task_id: id.to_string(),
+            sample_index: 0,
+        })
+    }
+}
+
+/// Removes an episode id from the in-flight set however its task ends.
+struct InFlight(AppState, String);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.0.in_flight.lock() {
+            s.remove(&self.1);
+        }
+    }
+}
+
+async fn post_episode(State(s): State<AppState>, body: Bytes) -> Response {
+    let req = match EpisodeRequest::parse(&body) {
+        Ok(r) => r,
+        Err(e) => return s.bad(e),
+    };
+    if let Some(rec) = s.stored(&req.episode_id) {
+        return axum::Json(rec).into_response();
+    }
+    let (task, policy) = match (req.task(), req.policy()) {
+        (Ok(t), Ok(p)) => (t, p),
+        (Err(e), _) | (_, Err(e)) => return s.bad(e),
+    };
+    let agent = match DojoAgent::from_policy(&policy) {
+        Ok(a) => a,
+        Err(e) => return s.bad(BadRequest::new("policy", e)),
+    };
+    let backends = match make_backends(&policy, None) {
+        Ok(b) => b,
+        Err(e) => return s.bad(BadRequest::new("policy", e.to_string())),
+    };
+    {
+        let Ok(mut f) = s.in_flight.lock() else {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                None,
+                "state lock poisoned",
+            );
+        };
+        if !f.insert(req.episode_id.clone()) {
+            return error(
+                StatusCode::CONFLICT,
+                Some("episode_id"),
+                format!(
+                    "episode {} is running; ask again when it has finished",
+                    req.episode_id
+                ),
+            );
+        }
+    }
+    let guard = InFlight(s.clone(), req.episode_id.clone());
+    let permit = match s.slots.clone().try_acquire_owned() {
+        Ok(p) => p,
+        Err(_) => {
+            if s.waiting.fetch_add(1, Ordering::SeqCst) >= s.opts.queue {
+                s.waiting.fetch_sub(1, Ordering::SeqCst);
+                if let Ok(mut m) = s.metrics.lock() {
+                    m.refused_busy += 1;
+                }
+                return error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    None,
+                    format!(
+                        "{} episodes running and {} waiting (--max-episodes {}, --queue {}); retry later",
+                        s.opts.max_episodes, s.opts.queue, s.opts.max_episodes, s.opts.queue
+                    ),
+                );
+            }
+            let p = s.slots.clone().acquire_owned().await;
+            s.waiting.fetch_sub(1, Ordering::SeqCst);
+            match p {
+                Ok(p) => p,
+                Err(_) => {
+                    return error(StatusCode::SERVICE_UNAVAILABLE, None, "shutting down");
+                }
+            }
+        }
+    };
+    let lease = req.lease_s.map_or(s.opts.lease, |l| {
+        Duration::from_secs_f64(l).min(s.opts.lease)
+    });
+    let job = Job {
+        task_index: 0,
+        task_id: task.instance_id.clone(),
+        sample_index: 0,
+    };
+    let runner = Arc::new(AgentRunner::new(
+        vec![task],
+        agent,
+        backends,
+        s.registry.clone(),
+        s.preparer.clone(),
+        1,
+    ));
+    let state = s.clone();
+    // Its own task: a trainer that hangs up does not cancel the episode (the lease does).
+    let handle = tokio::spawn(async move {
+        let _permit = permit;
+        let _guard = guard;
+        let t0 = Instant::now();
+        let r = runner.clone();
+        let j = job.clone();
+        let traj = match tokio::time::timeout(lease, async move { r.run(j).await }).await {
+            Ok(t) => t,
+            Err(_) => {
+                if let Ok(mut m) = state.metrics.lock() {
+                    m.lease_expired += 1;
+                }
+                runner.infra_failure(
+                    &job,
+                    format!(
+                        "the episode's lease of {:.0} s expired: cancelled, its sandbox removed",
+                        lease.as_secs_f64()
+                    ),
+                )
+            }
+        };
+        let rec = record(&req, traj, t0.elapsed().as_secs_f64());
+        if let Ok(mut m) = state.metrics.lock() {
+            m.finished += 1;
+            m.masked += u64::from(rec.masked);
+            *m.by_stop.entry(rec.stop_reason.to_string()).or_default() += 1;
+            m.wall_s += rec.wall_s;
+        }
+        state.store.append(&rec).map(|_| rec)
+    });
+    match handle.await {
+        Ok(Ok(rec)) => axum::Json(rec).into_response(),
+        Ok(Err(e)) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            None,
+            format!("the episode finished but could not be stored: {e}"),
+        ),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            None,
+            format!("the episode's task failed: {e}"),
+        ),
+    }
+}
+
+/// The record of a finished episode: shaped reward, token streams, the trajectory.
+fn record(req: &EpisodeRequest, traj: dojo_trajectory::Trajectory, wall_s: f64) -> EpisodeRecord {
+    let shaped = dojo_rl::shape_trajectory(&traj, &req.shaping).unwrap_or_else(|e| {
+        // Not graded where it had to be: nothing to score, so no loss (never a silent 0).
+        tracing::warn!("episode {}: {e}; masked", req.episode_id);
+        dojo_rl::Shaped {
+            reward: 0.0,
+            raw_reward: None,
+            masked: true,
+        }
+    });
+    let (streams, token_error) = match dojo_rl::episode::samples_of(&traj) {
+        Ok(samples) => (samples.iter().map(Into::into).collect(), None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    EpisodeRecord {
+        schema_version: EPISODE_SCHEMA_VERSION,
+        episode_id: req.episode_id.clone(),
+        group_id: req.group_id.clone(),
+        task_id: traj.task_id.clone(),
+        reward: shaped.reward,
+        raw_reward: shaped.raw_reward,
+        masked: shaped.masked,
+        stop_reason: traj.stop_reason,
+        forced_submission: traj.forced_submission,
+        num_turns: traj.steps.len() as u32,
+        patch: traj.patch.clone().unwrap_or_default(),
+        streams,
+        token_error,
+        wall_s,
+        trajectory: traj,
+    }
+}
+
+async fn get_episode(State(s): State<AppState>, UrlPath(id): UrlPath<String>) -> Response {
+    if let Some(rec) = s.stored(&id) {
+        return axum::Json(rec).into_response();
+    }
+    if s.in_flight.lock().is_ok_and(|f| f.contains(&id)) {
+        return (
+            StatusCode::ACCEPTED,
+            axum::Json(json!({"status": "running"})),
+        )
+            .into_response();
+    }
+    error(
+        StatusCode::NOT_FOUND,
+        Some("episode_id"),
+        format!("no episode {id}"),
+    )
+}
+
+fn running(s: &Shared) -> usize {
+    s.opts.max_episodes - s.slots.available_permits().min(s.opts.max_episodes)
+}
+
+async fn health(State(s): State<AppState>) -> Response {
+    axum::Json(json!({
+        "status": "ok",
+        "running": running(&s),
+        "waiting": s.waiting.load(Ordering::SeqCst),
+        "max_episodes": s.opts.max_episodes,
+        "queue": s.opts.queue,
+        "stored": s.store.len(),
+        "schema_version": EPISODE_SCHEMA_VERSION,
+    }))
+    .into_response()
+}
+
+/// Prometheus text format.
+async fn metrics(State(s): State<AppState>) -> Response {
+    let Ok(m) = s.metrics.lock() else {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            None,
+            "metrics lock poisoned",
+        );
+    };
+    let mut out = String::new();
+    let mut line = |name: &str, help: &str, v: String| {
+        out.push_str(&format!("# HELP {name} {help}\n{name} {v}\n"));
+    };
+    line(
+        "dojo_env_episodes_running",
+        "Episodes running now.",
+        running(&s).to_string(),
+    );
+    line(
+        "dojo_env_episodes_waiting",
+        "Requests waiting for a slot.",
+        s.waiting.load(Ordering::SeqCst).to_string(),
+    );
+    line(
+        "dojo_env_episodes_finished_total",
+        "Episodes finished.",
+        m.finished.to_string(),
+    );
+    line(
+        "dojo_env_episodes_masked_total",
+        "Episodes masked (infrastructure).",
+        m.masked.to_string(),
+    );
+    line(
+        "dojo_env_lease_expired_total",
+        "Episodes cancelled by their lease.",
+        m.lease_expired.to_string(),
+    );
+    line(
+        "dojo_env_refused_busy_total",
+        "Requests answered 429.",
+        m.refused_busy.to_string(),
+    );
+    line(
+        "dojo_env_bad_requests_total",
+        "Requests answered 400.",
+        m.bad_requests.to_string(),
+    );
+    line(
+        "dojo_env_episode_seconds_sum",
+        "Wall-clock seconds of finished episodes.",
+        format!("{:.3}", m.wall_s),
+    );
+    out.push_str("# HELP dojo_env_episodes_by_stop_total Finished episodes by stop reason.\n");
+    for (k, v) in &m.by_stop {
+        out.push_str(&format!(
+            "dojo_env_episodes_by_stop_total{{stop_reason=\"{k}\"}} {v}\n"
+        ));
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+/// The service's routes over its state (opened from `opts`).
+pub fn router(opts: ServeOptions) -> Result<Router, ServeError> {
+    Ok(build(opts)?.0)
+}
+
+fn build(opts: ServeOptions) -> Result<(Router, AppState), ServeError> {
+    let store = Store::<EpisodeRecord>::open(&opts.out.join("episodes.jsonl"))?;
+    let registry = EnvRegistry::with_dir(opts.envs_dir.as_deref())
+        .map_err(|e| ServeError::Envs(e.to_string()))?;
+    let state = Arc::new(Shared {
+        slots: Arc::new(tokio::sync::Semaphore::new(opts.max_episodes.max(1))),
+        preparer: Arc::new(Preparer::new(opts.prepare.clone())),
+        opts: ServeOptions {
+            max_episodes: opts.max_episodes.max(1),
+            ..opts
+        },
+        store,
+        waiting: AtomicUsize::new(0),
+        in_flight: Mutex::new(HashSet::new()),
+        registry,
+        metrics: Mutex::new(Metrics::default()),
+    });
+    let router = Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/v1/episodes", post(post_episode))
+        .route("/v1/episodes/{id}", get(get_episode))
+        .with_state(state.clone());
+    Ok((router, state))
+}
+
+/// Serve on `listener` until `shutdown` resolves, then wait for the running episodes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    opts: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let (router, state) = build(opts)?;
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    // Episodes whose client left still run in their own tasks: let them finish and be stored.
+    let all = state.opts.max_episodes as u32;
+    let _ = state.slots.acquire_many(all).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(body: serde_json::Value) -> Result<EpisodeRequest, BadRequest> {
+        EpisodeRequest::parse(body.to_string().as_bytes())
+    }
+
+    /// Bad requests are refused before anything runs, naming the field.
+    #[test]
+    fn bad_requests_name_the_field() {
+        let task = json!({"instance_id": "a__b-1", "repo": "a/b", "base_commit": "x",
+            "patch": "diff --git a/x b/x", "test_patch": "", "problem_statement": "p"});
+        let ok = json!({"episode_id": "e1", "task": task, "policy": "gold-replay"});
+        let r = req(ok.clone()).unwrap();
+        if let Err(e) = r.task() {
+            panic!("{e}");
+        }
+        assert!(r.policy().is_ok());
+        let cases = [
+            (json!({"task": task, "policy": "gold-replay"}), "body"),
+            (
+                json!({"episode_id": "", "task": task, "policy": "gold-replay"}),
+                "episode_id",
+            ),
+            (
+                json!({"episode_id": "e", "task": task, "policy": "gold-replay", "lease_s": -1}),
+                "lease_s",
+            ),
+            (
+                json!({"episode_id": "e", "task": task, "policy": "gold-replay", "shaping": {"budget_alpha": 2.0}}),
+                "shaping",
+            ),
+            (
+                json!({"episode_id": "e", "task": task, "policy": "gold-replay", "extra": 1}),
+                "body",
+            ),
+        ];
+        for (body, field) in cases {
+            let e = req(body.clone()).unwrap_err();
+            assert_eq!(e.field, field, "{body}: {e}");
+        }
+        let mut no_id = ok.clone();
+        no_id["task"] = json!({"repo": "a/b"});
+        assert_eq!(req(no_id).unwrap().task().unwrap_err().field, "task");
+        for p in ["embedded", "nonsense:x"] {
+            let mut b = ok.clone();
+            b["policy"] = json!(p);
+            let e = req(b).unwrap().policy().unwrap_err();
+            assert_eq!(e.field, "policy", "{p}");
+        }
+        // A policy object as in a policy file, budgets applied over it.
+        let mut b = ok;
+        b["policy"] = json!({"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:1/v1"});
+        b["budgets"] = json!({"max_steps": 3});
+        let p = req(b).unwrap().policy().unwrap();
+        assert_eq!(p.agent["max_steps"], 3);
+    }
+}
