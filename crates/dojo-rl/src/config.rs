@@ -198,13 +198,18 @@ impl RlConfig {
     /// Hash of the settings that change what a step computes (everything but `steps`,
     /// `checkpoint_every` and `eval_every`).
     pub fn hash(&self) -> String {
+        hex::encode(Sha256::digest(self.hashed_json().to_string().as_bytes()))
+    }
+
+    /// The hashed settings as JSON (what [`RlConfig::hash`] digests).
+    pub fn hashed_json(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
             for k in ["steps", "checkpoint_every", "eval_every"] {
                 o.remove(k);
             }
         }
-        hex::encode(Sha256::digest(v.to_string().as_bytes()))
+        v
     }
 }
 

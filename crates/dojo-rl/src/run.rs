@@ -170,8 +170,8 @@ fn open_run_dir(out: &Path, m: &RunManifest) -> Result<(), RlError> {
             });
         }
         if old.config_hash != m.config_hash {
-            let a = serde_json::to_value(&old.config).unwrap_or_default();
-            let b = serde_json::to_value(&m.config).unwrap_or_default();
+            let a = old.config.hashed_json();
+            let b = m.config.hashed_json();
             return Err(RlError::Mismatch {
                 dir: out.to_path_buf(),
                 what: format!("a different configuration ({})", json_diff(&a, &b, "")),

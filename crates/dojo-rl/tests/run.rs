@@ -210,6 +210,33 @@ fn a_short_run_raises_the_reward() {
     // Only the newest checkpoint is kept.
     assert!(dir.path().join("checkpoint-00000016").is_dir());
     assert!(!dir.path().join("checkpoint-00000014").exists());
+
+    // Baseline in the same run: the same episodes' seeds with updates too small to matter.
+    let base_dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(16);
+    c.optim.lr = 1e-12;
+    let mut env = Bandit::new(1);
+    env.infra_sample = Some(7);
+    run(
+        base_dir.path(),
+        &c,
+        &tiny("llama"),
+        "llama",
+        None,
+        &tasks(),
+        &mut env,
+    )
+    .unwrap();
+    let base: Vec<f64> = metrics(base_dir.path())
+        .iter()
+        .map(|x| x.batch.reward_mean)
+        .collect();
+    eprintln!("baseline (lr 1e-12) reward per step: {base:?}");
+    let base_last = base[12..].iter().sum::<f64>() / 4.0;
+    assert!(
+        last > base_last + 0.2,
+        "trained {last} vs baseline {base_last}"
+    );
 }
 
 #[test]

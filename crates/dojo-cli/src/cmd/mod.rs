@@ -5,6 +5,7 @@ pub mod curate;
 pub mod demo;
 pub mod eval;
 pub mod lsp;
+pub mod rl;
 pub mod rollout;
 pub mod sandbox;
 pub mod select;
