@@ -122,7 +122,7 @@ pub struct RlConfig {
     pub seed: u64,
     /// Checkpoint every N steps (not hashed).
     pub checkpoint_every: u64,
-    /// Held-out evaluation every M steps, 0: only at the end (not hashed).
+    /// Held-out evaluation every M steps (0: only after the last step; not hashed).
     pub eval_every: u64,
     pub reward: RewardConfig,
     pub advantage: AdvantageConfig,

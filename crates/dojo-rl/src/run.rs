@@ -11,7 +11,8 @@
 //! - `rl_run.json`: the configuration, its hash, the model's fingerprint and source, the task
 //!   ids. A different configuration or another model is refused before the first step.
 //! - `metrics.jsonl`: one line per finished step.
-//! - `eval.jsonl`: held-out evaluations, when the environment has them.
+//! - `eval.jsonl`: held-out evaluations every `eval_every` steps and after the last, when the
+//!   environment has them.
 //! - `checkpoint-NNNNNNNN/`: weights (or the LoRA adapter), optimizer moments and
 //!   `rl_state.json`, written atomically (dojo-train's checkpoint writer).
 //!
@@ -374,10 +375,8 @@ pub fn run(
         if step % cfg.checkpoint_every == 0 || step == cfg.steps {
             save_checkpoint(out, step, model, &opt)?;
         }
-        if cfg.eval_every > 0
-            && step % cfg.eval_every == 0
-            && let Some(e) = env.evaluate(step, model)?
-        {
+        let eval_now = (cfg.eval_every > 0 && step % cfg.eval_every == 0) || step == cfg.steps;
+        if eval_now && let Some(e) = env.evaluate(step, model)? {
             append_jsonl(
                 &out.join(EVAL_FILE),
                 &json!({"schema_version": RL_SCHEMA_VERSION, "step": step, "eval": e}),

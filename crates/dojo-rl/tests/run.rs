@@ -137,6 +137,22 @@ impl Environment for Bandit {
             })
             .collect())
     }
+
+    fn evaluate(
+        &mut self,
+        step: u64,
+        model: &TrainModel,
+    ) -> Result<Option<serde_json::Value>, RlError> {
+        // Exact expected reward of the second turn after a fixed first token, task t0.
+        let p = probs(model, &[1, 10, 20, 30, 3, 5, 6]);
+        let mass: f32 = (0..64u32)
+            .filter(|t| in_target(*t))
+            .map(|t| p[t as usize])
+            .sum();
+        Ok(Some(
+            serde_json::json!({"step": step, "expected_reward": mass}),
+        ))
+    }
 }
 
 fn cfg(steps: u64) -> RlConfig {
@@ -183,16 +199,9 @@ fn a_short_run_raises_the_reward() {
     let model = tiny("llama");
     let mut env = Bandit::new(1);
     env.infra_sample = Some(7);
-    let s = run(
-        dir.path(),
-        &cfg(16),
-        &model,
-        "llama",
-        None,
-        &tasks(),
-        &mut env,
-    )
-    .unwrap();
+    let mut c = cfg(16);
+    c.eval_every = 4;
+    let s = run(dir.path(), &c, &model, "llama", None, &tasks(), &mut env).unwrap();
     assert_eq!(s.resumed_from, None);
     let m = metrics(dir.path());
     assert_eq!(m.len(), 16);
@@ -207,6 +216,16 @@ fn a_short_run_raises_the_reward() {
     assert_eq!(m[0].updates.len(), 1);
     assert!(m[0].updates[0].metrics.tokens == 2 * 7 * 2);
     assert_eq!(m[0].schema_version, 1);
+    // Held-out evaluation every 4 steps (and after the last): the expected reward rose.
+    let evals: Vec<serde_json::Value> = std::fs::read_to_string(dir.path().join("eval.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let steps: Vec<u64> = evals.iter().map(|e| e["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, vec![4, 8, 12, 16]);
+    let er = |i: usize| evals[i]["eval"]["expected_reward"].as_f64().unwrap();
+    assert!(er(3) > er(0), "{evals:?}");
     // Only the newest checkpoint is kept.
     assert!(dir.path().join("checkpoint-00000016").is_dir());
     assert!(!dir.path().join("checkpoint-00000014").exists());
