@@ -135,6 +135,18 @@ fn a_real_run_steps_checkpoints_and_resumes() {
     assert!(stderr(&o).contains("resumed from step 1"), "{}", stderr(&o));
     let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     assert_eq!(metrics.lines().count(), 2);
+    // LoRA: the engine samples from the adapters folded into the weights; the checkpoint is
+    // the adapter.
+    let lora_out = dir.path().join("lora");
+    let mut a = args.to_vec();
+    a.extend(["--steps", "1", "--lora-rank", "2"]);
+    let o = rl(&lora_out, BUNDLED, &a);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        lora_out
+            .join("checkpoint-00000001/adapter_model.safetensors")
+            .is_file()
+    );
     // Another configuration in the same directory is refused.
     let mut a = args.to_vec();
     a.extend(["--steps", "3", "--advantage", "grpo"]);

@@ -38,7 +38,7 @@ pub struct RlArgs {
     /// Advantage estimator: loo (SWE-Master), grpo, drgrpo.
     #[arg(long)]
     advantage: Option<String>,
-    /// LoRA rank (full fine-tuning without it).
+    /// LoRA rank (alpha 2r, all seven projections, no dropout; full fine-tuning without it).
     #[arg(long)]
     lora_rank: Option<usize>,
     /// Learning rate.
@@ -133,8 +133,9 @@ mod imp {
             dir: &Path,
         ) -> Result<Vec<Trajectory>, RlError> {
             let infra = |e: String| RlError::Episode(format!("rollouts in {}: {e}", dir.display()));
+            // LoRA runs sample from the adapters folded into copies of the weights.
             let engine = dojo_engine::Engine::from_parts(
-                model.to_engine()?,
+                model.to_engine_merged()?,
                 self.format.clone(),
                 dojo_engine::EngineOptions::default(),
             );
@@ -248,12 +249,6 @@ mod imp {
             cfg.rollout.max_new_tokens = n;
         }
         cfg.validate()?;
-        if cfg.lora_rank.is_some() {
-            // The engine samples from merged weights; merging every step is not wired yet.
-            anyhow::bail!(
-                "--lora-rank: dojo rl samples with the embedded engine, which needs merged weights; LoRA RL is available in the dojo-rl library but not yet from the command line"
-            );
-        }
         // Every task must be runnable before the first step.
         let tasks = dojo_rollout::run_dir::load_tasks(&a.tasks, &a.instances)
             .with_context(|| format!("--tasks {}", a.tasks.display()))?;
@@ -283,7 +278,17 @@ mod imp {
         let device =
             dojo_engine::device(&a.device).with_context(|| format!("--device {}", a.device))?;
         let src = dojo_train::ModelSource::resolve(&a.model)?;
-        let model = src.load(&device)?;
+        let mut model = src.load(&device)?;
+        if let Some(r) = cfg.lora_rank {
+            // Alpha 2r (scale 2), no dropout: the sampling policy must be the trained one.
+            let lora = dojo_train::LoraConfig::new(
+                r,
+                2.0 * r as f64,
+                0.0,
+                &["q", "k", "v", "o", "gate", "up", "down"],
+            )?;
+            model.enable_lora(lora, cfg.seed)?;
+        }
         let format = src.chat_format()?;
         let reference = if cfg.loss.kl_coef > 0.0 {
             Some(src.load(&device)?)
