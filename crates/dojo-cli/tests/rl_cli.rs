@@ -3,6 +3,8 @@
 //! bundled task, in sandboxes, graded) goes through rollouts, shaping, metrics, checkpoints
 //! and resume.
 
+#![cfg(feature = "engine")]
+
 use std::process::Output;
 
 mod common;
