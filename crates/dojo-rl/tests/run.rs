@@ -163,7 +163,10 @@ fn cfg(steps: u64) -> RlConfig {
         checkpoint_every: 2,
         ..RlConfig::default()
     };
+    // One update per step over all tokens, as the figures in benchmarks/results/rl.md.
     c.optim.lr = 3e-3;
+    c.optim.mini_batches = 1;
+    c.loss.aggregation = dojo_rl::Aggregation::TokenMean;
     c
 }
 
