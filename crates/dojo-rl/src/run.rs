@@ -121,7 +121,10 @@ fn write_json(path: &Path, v: &impl Serialize) -> Result<(), RlError> {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
-    std::fs::write(path, text + "\n").map_err(io(path))
+    // Written beside and renamed: a kill leaves the old file or the new one, never half of it.
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text + "\n").map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))
 }
 
 /// The tasks of step `step`: `n` of `tasks`, shuffled by (seed, step).
