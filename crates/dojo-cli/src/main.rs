@@ -48,6 +48,8 @@ enum Command {
     Train(cmd::train::TrainCmd),
     /// Choose one patch per task from k candidates; pass@k / best@k table and curves.
     Select(cmd::select::SelectArgs),
+    /// Reinforcement learning on the policy's own graded rollouts (GRPO family, one machine).
+    Rl(Box<cmd::rl::RlArgs>),
     /// dojo's environments over HTTP for an RL trainer elsewhere (verl, SkyRL, rllm).
     #[command(subcommand)]
     Env(cmd::env::EnvCmd),
@@ -97,6 +99,7 @@ fn main() -> anyhow::Result<()> {
         Command::Synth(a) => cmd::synth::run(a)?,
         Command::Train(c) => cmd::train::run(c)?,
         Command::Select(a) => cmd::select::run(a)?,
+        Command::Rl(a) => cmd::rl::run(*a)?,
         Command::Env(c) => cmd::env::run(c)?,
     };
     std::process::exit(code);

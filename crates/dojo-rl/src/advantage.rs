@@ -300,4 +300,29 @@ mod tests {
         }
         assert_eq!(Estimator::parse("ppo"), None);
     }
+
+    proptest::proptest! {
+        /// Masked members get 0 whatever their reward, never move their mates' advantages,
+        /// and the live advantages of every estimator sum to zero.
+        #[test]
+        fn masked_members_never_matter(
+            members in proptest::collection::vec((0.0f64..1.0, proptest::bool::ANY, 0.0f64..1.0), 2..10),
+            which in 0usize..3,
+        ) {
+            let e = [Estimator::Loo, Estimator::Grpo, Estimator::DrGrpo][which];
+            let rewards: Vec<f64> = members.iter().map(|m| m.0).collect();
+            let masked: Vec<bool> = members.iter().map(|m| m.1).collect();
+            let other: Vec<f64> = members
+                .iter()
+                .map(|m| if m.1 { m.2 } else { m.0 })
+                .collect();
+            let a = group_advantages(&rewards, &masked, &cfg(e));
+            let b = group_advantages(&other, &masked, &cfg(e));
+            proptest::prop_assert_eq!(&a, &b);
+            for (x, m) in a.advantages.iter().zip(&masked) {
+                proptest::prop_assert!(!*m || *x == 0.0);
+            }
+            proptest::prop_assert!(a.advantages.iter().sum::<f64>().abs() < 1e-6);
+        }
+    }
 }

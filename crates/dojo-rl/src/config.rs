@@ -47,7 +47,7 @@ impl Default for OptimConfig {
             beta2: 0.999,
             eps: 1e-8,
             max_grad_norm: 1.0,
-            mini_batches: 1,
+            mini_batches: 4,
             micro_batch_size: 4,
             recompute_old_logprobs: false,
         }
@@ -100,14 +100,17 @@ pub struct RolloutConfig {
 impl Default for RolloutConfig {
     fn default() -> Self {
         RolloutConfig {
-            max_steps: 30,
-            max_new_tokens: 512,
+            max_steps: 150,
+            max_new_tokens: 4096,
             temperature: 1.0,
         }
     }
 }
 
-/// Everything an RL run is configured by.
+/// Everything an RL run is configured by. The defaults are SWE-Master's published RL run
+/// (rllm/verl, Qwen2.5-Coder-32B): 32 tasks per step, G = 4 at temperature 1, leave-one-out
+/// advantages, lr 1e-6, `seq-mean-token-sum`, clip 0.2 / 0.28, no KL, no entropy bonus, 4
+/// mini-batches per step, 150 agent steps; runs on one CPU want far smaller numbers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RlConfig {
@@ -122,7 +125,7 @@ pub struct RlConfig {
     pub seed: u64,
     /// Checkpoint every N steps (not hashed).
     pub checkpoint_every: u64,
-    /// Held-out evaluation every M steps, 0: only at the end (not hashed).
+    /// Held-out evaluation every M steps (0: only after the last step; not hashed).
     pub eval_every: u64,
     pub reward: RewardConfig,
     pub advantage: AdvantageConfig,
@@ -134,8 +137,8 @@ pub struct RlConfig {
 impl Default for RlConfig {
     fn default() -> Self {
         RlConfig {
-            group: 8,
-            tasks_per_step: 1,
+            group: 4,
+            tasks_per_step: 32,
             steps: 10,
             lora_rank: None,
             seed: 0,
@@ -198,13 +201,18 @@ impl RlConfig {
     /// Hash of the settings that change what a step computes (everything but `steps`,
     /// `checkpoint_every` and `eval_every`).
     pub fn hash(&self) -> String {
+        hex::encode(Sha256::digest(self.hashed_json().to_string().as_bytes()))
+    }
+
+    /// The hashed settings as JSON (what [`RlConfig::hash`] digests).
+    pub fn hashed_json(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
             for k in ["steps", "checkpoint_every", "eval_every"] {
                 o.remove(k);
             }
         }
-        hex::encode(Sha256::digest(v.to_string().as_bytes()))
+        v
     }
 }
 
@@ -221,6 +229,12 @@ mod tests {
         assert_eq!(c.loss.kl_coef, 0.0);
         assert_eq!(c.loss.entropy_coef, 0.0);
         assert_eq!(c.reward.budget_alpha, 0.5);
+        assert_eq!(
+            (c.group, c.tasks_per_step, c.optim.mini_batches),
+            (4, 32, 4)
+        );
+        assert_eq!(c.loss.aggregation, crate::Aggregation::SeqMeanTokenSum);
+        assert_eq!(c.optim.lr, 1e-6);
     }
 
     #[test]

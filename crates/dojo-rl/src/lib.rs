@@ -20,17 +20,20 @@
 //!   their logprobs); a rollout without them is an error.
 //! - [`group`]: from graded groups of rollouts to training samples and the step's reward
 //!   statistics.
+//! - [`run`]: the loop (tasks → rollouts → shaping → advantages → updates → metrics →
+//!   checkpoints), its run directory and resume; rollouts come from an [`run::Environment`].
 //! - [`config`]: the `rl.toml` settings, their validation and the hash that ties a run
 //!   directory to them.
 //!
-//! The loop that samples, grades and calls these lives in dojo-cli (`dojo rl`), which owns
-//! the sandboxes, the embedded engine and the rollout path.
+//! The environment that runs the agent in sandboxes with the embedded engine belongs in
+//! dojo-cli (`dojo rl`), which owns the sandboxes, the engine and the rollout path.
 
 pub mod advantage;
 pub mod config;
 pub mod episode;
 pub mod group;
 pub mod loss;
+pub mod run;
 pub mod shaping;
 pub mod update;
 
@@ -56,6 +59,16 @@ pub enum RlError {
     Ungraded(StopReason),
     #[error("{0}")]
     Episode(String),
+    #[error("{path}: {reason}")]
+    Io {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+    #[error("{dir} holds an RL run of {what}; use another --out or remove it")]
+    Mismatch {
+        dir: std::path::PathBuf,
+        what: String,
+    },
     #[error("shape mismatch: {0}")]
     Shape(String),
     #[error("sample {index}: {reason}")]

@@ -40,9 +40,10 @@ use crate::RlError;
 /// How per-token losses become one number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub enum Aggregation {
-    #[default]
     #[serde(rename = "token-mean")]
     TokenMean,
+    /// SWE-Master's choice.
+    #[default]
     #[serde(rename = "seq-mean-token-sum")]
     SeqMeanTokenSum,
     #[serde(rename = "seq-mean-token-sum-norm")]
@@ -98,7 +99,7 @@ impl Default for LossConfig {
         LossConfig {
             clip_low: 0.2,
             clip_high: 0.28,
-            aggregation: Aggregation::TokenMean,
+            aggregation: Aggregation::SeqMeanTokenSum,
             norm_length: 4096,
             tis_cap: 2.0,
             kl_coef: 0.0,
@@ -358,7 +359,10 @@ mod tests {
             ref_logprobs: None,
             entropy: None,
         };
-        let cfg = LossConfig::default();
+        let cfg = LossConfig {
+            aggregation: Aggregation::TokenMean,
+            ..LossConfig::default()
+        };
         let (loss, m) = ppo_loss(&x, &cfg, cfg.aggregation.denominator(&[2, 1], 1)).unwrap();
         let l = loss.to_scalar::<f32>().unwrap();
         assert!((l - (-(1.0 + 1.0 - 0.5) / 3.0)).abs() < 1e-6, "{l}");

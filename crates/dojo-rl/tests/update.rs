@@ -200,6 +200,36 @@ fn lora_updates_only_the_adapters() {
         .collect();
     assert_eq!(base, weights(&model));
     assert_ne!(lora_before, lora_after);
+
+    // The engine samples from the adapters folded into copies of the weights: same logits
+    // as the trainer's base + adapter forward, and the trainer's own weights stay as they are.
+    assert!(model.to_engine().is_err());
+    let engine = model.to_engine_merged().unwrap();
+    let ids = Tensor::new(&PROMPT[..], &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let want: Vec<f32> = model
+        .logits(&ids)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let got: Vec<f32> = engine
+        .forward_all(&PROMPT, &mut dojo_engine::KvCache::new())
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let max = want
+        .iter()
+        .zip(&got)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(max < 1e-4, "engine on merged weights differs by {max}");
+    assert_eq!(base, weights(&model));
 }
 
 /// Target set of the bandit: every fourth id.

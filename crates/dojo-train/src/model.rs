@@ -544,13 +544,33 @@ impl TrainModel {
                 "the engine runs merged weights: merge the LoRA adapters first".into(),
             ));
         }
+        self.engine_model()
+    }
+
+    /// [`TrainModel::to_engine`] with the LoRA adapters folded into copies of the weights
+    /// they adapt (`W + scale · B A`), leaving this model's weights and adapters as they are:
+    /// sampling from the current policy while LoRA training continues (RL).
+    pub fn to_engine_merged(&self) -> Result<EngineModel, TrainError> {
+        self.engine_model()
+    }
+
+    fn engine_model(&self) -> Result<EngineModel, TrainError> {
         let t = |n: &str| -> Result<Tensor, TrainError> { Ok(self.p(n)?.detach()) };
+        let weight = |module: &str| -> Result<Tensor, TrainError> {
+            let w = t(&format!("{module}.weight"))?;
+            match self.lora.as_ref() {
+                Some(l) if l.adapters.contains_key(module) => {
+                    Ok((w + l.merged_delta(module)?.detach())?)
+                }
+                _ => Ok(w),
+            }
+        };
         let mut layers = Vec::with_capacity(self.config.num_layers);
         for i in 0..self.config.num_layers {
             let p = format!("model.layers.{i}");
             let lin = |n: &str| -> Result<EngineLinear, TrainError> {
                 Ok(EngineLinear {
-                    w: QMatMul::Tensor(t(&format!("{p}.{n}.weight"))?),
+                    w: QMatMul::Tensor(weight(&format!("{p}.{n}"))?),
                     b: self
                         .params
                         .get(&format!("{p}.{n}.bias"))

@@ -6,6 +6,7 @@ pub mod demo;
 pub mod env;
 pub mod eval;
 pub mod lsp;
+pub mod rl;
 pub mod rollout;
 pub mod sandbox;
 pub mod select;

@@ -1,0 +1,161 @@
+//! `dojo rl` through the real binary: bad input fails before the first step with a message
+//! naming what is wrong, and a real run (the tiny random Llama of dojo-train's fixtures on a
+//! bundled task, in sandboxes, graded) goes through rollouts, shaping, metrics, checkpoints
+//! and resume.
+
+#![cfg(feature = "engine")]
+
+use std::process::Output;
+
+mod common;
+use common::{BUNDLED, bundled_ready, dojo, scratch};
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const TINY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../dojo-train/tests/fixtures/llama"
+);
+
+fn rl(out: &std::path::Path, tasks: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["rl", "--tasks", tasks, "--out", out.to_str().unwrap()];
+    if !extra.contains(&"--model") {
+        args.extend(["--model", TINY]);
+    }
+    args.extend_from_slice(extra);
+    dojo(&args)
+}
+
+#[test]
+fn bad_input_fails_before_the_first_step() {
+    let dir = scratch("rl-bad");
+    let out = dir.path().join("out");
+    let o = rl(&out, BUNDLED, &["--group", "1"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        stderr(&o).contains("group: must be at least 2"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = rl(&out, BUNDLED, &["--advantage", "ppo"]);
+    assert!(
+        stderr(&o).contains("expected loo, grpo or drgrpo"),
+        "{}",
+        stderr(&o)
+    );
+
+    let cfg = dir.path().join("rl.toml");
+    std::fs::write(&cfg, "[loss]\nclip_hi = 0.3\n").unwrap();
+    let o = rl(&out, BUNDLED, &["--config", cfg.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert!(e.contains("rl.toml") && e.contains("clip_hi"), "{e}");
+
+    // A task whose repository has no environment spec.
+    let text = std::fs::read_to_string(BUNDLED).unwrap();
+    let mut row: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    row.insert("repo".into(), "nobody/nothing".into());
+    row.insert("instance_id".into(), "nobody__nothing-1".into());
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, serde_json::to_string(&row).unwrap() + "\n").unwrap();
+    let o = rl(&out, tasks.to_str().unwrap(), &[]);
+    let e = stderr(&o);
+    assert!(
+        e.contains("nobody__nothing-1") && e.contains("has no environment"),
+        "{e}"
+    );
+    assert!(!out.join("metrics.jsonl").exists());
+}
+
+#[test]
+fn a_real_run_steps_checkpoints_and_resumes() {
+    let id = "andialbrecht__sqlparse-1";
+    if let Err(why) = bundled_ready(&[id]) {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let dir = scratch("rl-run");
+    let out = dir.path().join("out");
+    // The tiny model with room for the agent's prompt (its RoPE tables follow the config).
+    let model = dir.path().join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    for f in std::fs::read_dir(TINY).unwrap().flatten() {
+        if f.path().is_file() {
+            std::fs::copy(f.path(), model.join(f.file_name())).unwrap();
+        }
+    }
+    let cfg = std::fs::read_to_string(model.join("config.json")).unwrap();
+    std::fs::write(
+        model.join("config.json"),
+        cfg.replace(
+            "\"max_position_embeddings\": 64",
+            "\"max_position_embeddings\": 4096",
+        ),
+    )
+    .unwrap();
+    let args = [
+        "--model",
+        model.to_str().unwrap(),
+        "--instance",
+        id,
+        "--group",
+        "2",
+        "--max-steps",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--workers",
+        "2",
+    ];
+    let mut a = args.to_vec();
+    a.extend(["--steps", "1"]);
+    let o = rl(&out, BUNDLED, &a);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let m: serde_json::Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
+    assert_eq!(m["step"], 1);
+    assert_eq!(m["episodes"], 2);
+    // Two graded rollouts of the tiny model: nothing resolved, nothing masked, and the
+    // engine's sampled tokens and logprobs reached the update.
+    assert_eq!(m["masked_share"], 0.0, "{m}");
+    assert_eq!(m["resolved_rate"], 0.0, "{m}");
+    assert!(m["response_len_mean"].as_f64().unwrap() > 0.0, "{m}");
+    assert!(m["updates"][0]["tokens"].as_u64().unwrap() > 0, "{m}");
+    assert!(out.join("checkpoint-00000001/model.safetensors").is_file());
+    assert!(
+        out.join("rollouts/step-00000001/trajectories.jsonl")
+            .is_file()
+    );
+    // Resume and extend by one step.
+    let mut a = args.to_vec();
+    a.extend(["--steps", "2"]);
+    let o = rl(&out, BUNDLED, &a);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("resumed from step 1"), "{}", stderr(&o));
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    assert_eq!(metrics.lines().count(), 2);
+    // LoRA: the engine samples from the adapters folded into the weights; the checkpoint is
+    // the adapter.
+    let lora_out = dir.path().join("lora");
+    let mut a = args.to_vec();
+    a.extend(["--steps", "1", "--lora-rank", "2"]);
+    let o = rl(&lora_out, BUNDLED, &a);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        lora_out
+            .join("checkpoint-00000001/adapter_model.safetensors")
+            .is_file()
+    );
+    // Another configuration in the same directory is refused.
+    let mut a = args.to_vec();
+    a.extend(["--steps", "3", "--advantage", "grpo"]);
+    let o = rl(&out, BUNDLED, &a);
+    let e = stderr(&o);
+    assert!(
+        e.contains("a different configuration (advantage.estimator: \"loo\" -> \"grpo\")"),
+        "{e}"
+    );
+}

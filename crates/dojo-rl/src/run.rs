@@ -1,0 +1,513 @@
+//! The RL loop and its run directory, independent of where rollouts come from.
+//!
+//! Each step: pick the step's tasks (a pure function of the seed and the step number, so a
+//! resumed run picks the same ones) → the [`Environment`] rolls out G episodes per task with
+//! the current weights and grades them → shaping, advantages ([`crate::group`]) → one
+//! optimizer step per mini-batch ([`crate::update`]) → one metrics line → a checkpoint every
+//! `checkpoint_every` steps and after the last. `dojo rl` supplies an environment that runs
+//! the agent with the embedded engine in sandboxes; tests supply small real ones.
+//!
+//! Run directory (`OUT/`, every file versioned):
+//! - `rl_run.json`: the configuration, its hash, the model's fingerprint and source, the task
+//!   ids. A different configuration or another model is refused before the first step.
+//! - `metrics.jsonl`: one line per finished step.
+//! - `eval.jsonl`: held-out evaluations every `eval_every` steps and after the last, when the
+//!   environment has them.
+//! - `checkpoint-NNNNNNNN/`: weights (or the LoRA adapter), optimizer moments and
+//!   `rl_state.json`, written atomically (dojo-train's checkpoint writer).
+//!
+//! Resume after `kill -9`: the newest complete checkpoint is loaded and metrics lines of
+//! later steps are dropped, then those steps run again; no step is lost or counted twice.
+//! Everything a step computes on the CPU is a function of the weights, the seed and the step
+//! number, so a resumed run reaches the same weights as an uninterrupted one.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use dojo_train::checkpoint;
+use dojo_train::{AdamW, TrainModel};
+use dojo_trajectory::Trajectory;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value as Json, json};
+
+use crate::config::RlConfig;
+use crate::episode::samples_of;
+use crate::group::{BatchStats, Episode, assemble};
+use crate::update::{Sample, UpdateReport, policy_update, token_logprobs};
+use crate::{RL_SCHEMA_VERSION, RlError};
+
+pub const RUN_FILE: &str = "rl_run.json";
+pub const METRICS_FILE: &str = "metrics.jsonl";
+pub const EVAL_FILE: &str = "eval.jsonl";
+pub const STATE_FILE: &str = "rl_state.json";
+
+/// Where rollouts come from: the agent in sandboxes for `dojo rl`, a small environment in tests.
+pub trait Environment {
+    /// Roll out `group` episodes of each task with the model's current weights and grade them;
+    /// one inner vector per task, in the order given. `step` is 1-based.
+    fn rollouts(
+        &mut self,
+        step: u64,
+        model: &TrainModel,
+        tasks: &[String],
+        group: usize,
+    ) -> Result<Vec<Vec<Trajectory>>, RlError>;
+
+    /// Held-out evaluation of the current weights (`None`: the environment has none).
+    fn evaluate(&mut self, _step: u64, _model: &TrainModel) -> Result<Option<Json>, RlError> {
+        Ok(None)
+    }
+}
+
+/// `rl_run.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunManifest {
+    pub schema_version: u32,
+    pub config_hash: String,
+    pub config: RlConfig,
+    /// Where the base model came from (`default`, a directory).
+    pub model: String,
+    pub model_fingerprint: Json,
+    pub tasks: Vec<String>,
+}
+
+/// `rl_state.json` of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    pub schema_version: u32,
+    /// Steps done.
+    pub step: u64,
+    pub optimizer_steps: u64,
+}
+
+/// One line of `metrics.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepMetrics {
+    pub schema_version: u32,
+    pub step: u64,
+    pub tasks: Vec<String>,
+    #[serde(flatten)]
+    pub batch: BatchStats,
+    /// One report per mini-batch update (empty when nothing was trainable).
+    pub updates: Vec<UpdateReport>,
+    pub generation_s: f64,
+    pub shaping_s: f64,
+    pub training_s: f64,
+}
+
+/// What a finished (or resumed and finished) run did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunSummary {
+    pub out: PathBuf,
+    pub resumed_from: Option<u64>,
+    pub steps: u64,
+    pub last: Option<StepMetrics>,
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> RlError + '_ {
+    move |e| RlError::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+fn write_json(path: &Path, v: &impl Serialize) -> Result<(), RlError> {
+    let text = serde_json::to_string_pretty(v).map_err(|e| RlError::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    // Written beside and renamed: a kill leaves the old file or the new one, never half of it.
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text + "\n").map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))
+}
+
+/// The tasks of step `step`: `n` of `tasks`, shuffled by (seed, step).
+pub fn tasks_for_step(tasks: &[String], n: usize, seed: u64, step: u64) -> Vec<String> {
+    let mut rng = StdRng::seed_from_u64(seed ^ step.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut v = tasks.to_vec();
+    v.shuffle(&mut rng);
+    v.truncate(n.min(tasks.len()));
+    v
+}
+
+/// Complete checkpoints by step, oldest first.
+fn checkpoints(out: &Path) -> Vec<(u64, PathBuf)> {
+    let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(out)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let step = name.strip_prefix("checkpoint-")?.parse::<u64>().ok()?;
+            let p = e.path();
+            (checkpoint::is_complete(&p) && p.join(STATE_FILE).is_file()).then_some((step, p))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Refuse a run directory made with another configuration or model; write the manifest of a
+/// new one.
+fn open_run_dir(out: &Path, m: &RunManifest) -> Result<(), RlError> {
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let path = out.join(RUN_FILE);
+    if path.exists() {
+        let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+        let old: RunManifest = serde_json::from_str(&text).map_err(|e| RlError::Io {
+            path: path.clone(),
+            reason: format!("invalid: {e}"),
+        })?;
+        if old.schema_version != RL_SCHEMA_VERSION {
+            return Err(RlError::Mismatch {
+                dir: out.to_path_buf(),
+                what: format!(
+                    "schema version {} (this dojo writes {RL_SCHEMA_VERSION})",
+                    old.schema_version
+                ),
+            });
+        }
+        if old.config_hash != m.config_hash {
+            let a = old.config.hashed_json();
+            let b = m.config.hashed_json();
+            return Err(RlError::Mismatch {
+                dir: out.to_path_buf(),
+                what: format!("a different configuration ({})", json_diff(&a, &b, "")),
+            });
+        }
+        if old.model_fingerprint != m.model_fingerprint || old.model != m.model {
+            return Err(RlError::Mismatch {
+                dir: out.to_path_buf(),
+                what: format!(
+                    "another model ({} {} vs {} {})",
+                    old.model, old.model_fingerprint, m.model, m.model_fingerprint
+                ),
+            });
+        }
+        if old.tasks != m.tasks {
+            return Err(RlError::Mismatch {
+                dir: out.to_path_buf(),
+                what: "another task set".into(),
+            });
+        }
+        return Ok(());
+    }
+    write_json(&path, m)
+}
+
+/// The first differing fields of two JSON objects, `a.b: old -> new`.
+fn json_diff(a: &Json, b: &Json, prefix: &str) -> String {
+    match (a, b) {
+        (Json::Object(x), Json::Object(y)) => {
+            let mut out = Vec::new();
+            for (k, va) in x {
+                let vb = y.get(k).unwrap_or(&Json::Null);
+                if va != vb {
+                    let p = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    out.push(json_diff(va, vb, &p));
+                }
+            }
+            out.join(", ")
+        }
+        _ => format!("{prefix}: {a} -> {b}"),
+    }
+}
+
+fn save_checkpoint(
+    out: &Path,
+    step: u64,
+    model: &TrainModel,
+    opt: &AdamW,
+) -> Result<PathBuf, RlError> {
+    let dir = checkpoint::write_atomic(out, &checkpoint::checkpoint_name(step), |d| {
+        match model.lora() {
+            Some(l) => l.save(d, "base")?,
+            None => {
+                let mut meta = HashMap::new();
+                meta.insert("format".to_string(), "pt".to_string());
+                checkpoint::save_safetensors(
+                    &model.tensors(),
+                    &d.join(checkpoint::WEIGHTS_FILE),
+                    &meta,
+                )?;
+            }
+        }
+        opt.save(&d.join(checkpoint::OPTIMIZER_FILE))?;
+        let st = RunState {
+            schema_version: RL_SCHEMA_VERSION,
+            step,
+            optimizer_steps: opt.step,
+        };
+        let p = d.join(STATE_FILE);
+        std::fs::write(&p, serde_json::to_vec_pretty(&st).unwrap_or_default())
+            .map_err(|e| dojo_train::TrainError::file(&p, e))
+    })?;
+    // Older checkpoints are superseded.
+    for (s, p) in checkpoints(out) {
+        if s < step {
+            std::fs::remove_dir_all(&p).map_err(io(&p))?;
+        }
+    }
+    Ok(dir)
+}
+
+fn load_checkpoint(
+    dir: &Path,
+    model: &TrainModel,
+    cfg: &RlConfig,
+) -> Result<(RunState, AdamW), RlError> {
+    let p = dir.join(STATE_FILE);
+    let text = std::fs::read_to_string(&p).map_err(io(&p))?;
+    let st: RunState = serde_json::from_str(&text).map_err(|e| RlError::Io {
+        path: p.clone(),
+        reason: format!("invalid: {e}"),
+    })?;
+    match model.lora() {
+        Some(l) => l.load_weights(dir)?,
+        None => model.load_weights(&dir.join(checkpoint::WEIGHTS_FILE))?,
+    }
+    let opt = AdamW::load(
+        cfg.optim.adamw(),
+        st.optimizer_steps,
+        &dir.join(checkpoint::OPTIMIZER_FILE),
+        model.trainable(),
+        model.device(),
+    )?;
+    Ok((st, opt))
+}
+
+/// Keep the lines of `file` whose `step` is at most `step` (later steps run again).
+fn truncate_jsonl(file: &Path, step: u64) -> Result<(), RlError> {
+    if !file.exists() {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(file).map_err(io(file))?;
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<Json>(l)
+                .ok()
+                .and_then(|v| v.get("step").and_then(Json::as_u64))
+                .is_some_and(|s| s <= step)
+        })
+        .collect();
+    let mut body = kept.join("\n");
+    if !body.is_empty() {
+        body.push('\n');
+    }
+    std::fs::write(file, body).map_err(io(file))
+}
+
+fn append_jsonl(file: &Path, v: &impl Serialize) -> Result<(), RlError> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .map_err(io(file))?;
+    let line = serde_json::to_string(v).map_err(|e| RlError::Io {
+        path: file.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    writeln!(f, "{line}").map_err(io(file))?;
+    f.sync_data().map_err(io(file))
+}
+
+/// Run (or resume) `cfg.steps` steps of RL on `tasks` into `out`. `model` holds the base
+/// weights (with LoRA enabled when `cfg.lora_rank` is set); `model_id` names where they came
+/// from; `reference` is the frozen reference policy, needed when `loss.kl_coef > 0`.
+pub fn run(
+    out: &Path,
+    cfg: &RlConfig,
+    model: &TrainModel,
+    model_id: &str,
+    reference: Option<&TrainModel>,
+    tasks: &[String],
+    env: &mut dyn Environment,
+) -> Result<RunSummary, RlError> {
+    cfg.validate()?;
+    if tasks.is_empty() {
+        return Err(RlError::config("tasks", "the task list is empty"));
+    }
+    if cfg.loss.kl_coef > 0.0 && reference.is_none() {
+        return Err(RlError::config(
+            "loss.kl_coef",
+            "a KL penalty needs the reference model",
+        ));
+    }
+    if cfg.lora_rank.is_some() != model.lora().is_some() {
+        return Err(RlError::config(
+            "lora_rank",
+            "the model's LoRA adapters do not match the configuration",
+        ));
+    }
+    let manifest = RunManifest {
+        schema_version: RL_SCHEMA_VERSION,
+        config_hash: cfg.hash(),
+        config: cfg.clone(),
+        model: model_id.to_string(),
+        model_fingerprint: model.fingerprint(),
+        tasks: tasks.to_vec(),
+    };
+    open_run_dir(out, &manifest)?;
+    checkpoint::clean_temp(out)?;
+    let (start, mut opt, resumed_from) = match checkpoints(out).pop() {
+        Some((_, dir)) => {
+            let (st, opt) = load_checkpoint(&dir, model, cfg)?;
+            (st.step, opt, Some(st.step))
+        }
+        None => (0, AdamW::new(cfg.optim.adamw()), None),
+    };
+    let metrics_path = out.join(METRICS_FILE);
+    truncate_jsonl(&metrics_path, start)?;
+    truncate_jsonl(&out.join(EVAL_FILE), start)?;
+    let mut last = None;
+    for step in start + 1..=cfg.steps {
+        let m = one_step(step, cfg, model, reference, tasks, env, &mut opt)?;
+        append_jsonl(&metrics_path, &m)?;
+        last = Some(m);
+        if step % cfg.checkpoint_every == 0 || step == cfg.steps {
+            save_checkpoint(out, step, model, &opt)?;
+        }
+        let eval_now = (cfg.eval_every > 0 && step % cfg.eval_every == 0) || step == cfg.steps;
+        if eval_now && let Some(e) = env.evaluate(step, model)? {
+            append_jsonl(
+                &out.join(EVAL_FILE),
+                &json!({"schema_version": RL_SCHEMA_VERSION, "step": step, "eval": e}),
+            )?;
+        }
+    }
+    Ok(RunSummary {
+        out: out.to_path_buf(),
+        resumed_from,
+        steps: cfg.steps,
+        last,
+    })
+}
+
+fn one_step(
+    step: u64,
+    cfg: &RlConfig,
+    model: &TrainModel,
+    reference: Option<&TrainModel>,
+    tasks: &[String],
+    env: &mut dyn Environment,
+    opt: &mut AdamW,
+) -> Result<StepMetrics, RlError> {
+    let picked = tasks_for_step(tasks, cfg.tasks_per_step, cfg.seed, step);
+    let t0 = Instant::now();
+    let rolled = env.rollouts(step, model, &picked, cfg.group)?;
+    let generation_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    if rolled.len() != picked.len() {
+        return Err(RlError::Episode(format!(
+            "step {step}: {} groups of rollouts for {} tasks",
+            rolled.len(),
+            picked.len()
+        )));
+    }
+    let mut groups = Vec::with_capacity(rolled.len());
+    for trajs in &rolled {
+        let mut g = Vec::with_capacity(trajs.len());
+        for t in trajs {
+            let infrastructure = t.is_infrastructure_failure();
+            // An infrastructure failure may have no usable tokens; it is masked anyway.
+            let samples = match samples_of(t) {
+                Ok(s) => s,
+                Err(_) if infrastructure => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            let resolved = t.is_graded().then(|| t.is_resolved());
+            g.push(Episode {
+                samples,
+                stop: t.stop_reason,
+                infrastructure,
+                resolved,
+            });
+        }
+        groups.push(g);
+    }
+    let (mut samples, batch) = assemble(groups, &cfg.reward, &cfg.advantage)?;
+    let shaping_s = t1.elapsed().as_secs_f64();
+    let t2 = Instant::now();
+    let mb = cfg.optim.micro_batch_size;
+    if cfg.optim.recompute_old_logprobs {
+        let lps = token_logprobs(model, &samples, mb)?;
+        for (s, lp) in samples.iter_mut().zip(lps) {
+            s.trainer_old_logprobs = Some(lp);
+        }
+    }
+    if let Some(r) = reference.filter(|_| cfg.loss.kl_coef > 0.0) {
+        let lps = token_logprobs(r, &samples, mb)?;
+        for (s, lp) in samples.iter_mut().zip(lps) {
+            s.ref_logprobs = Some(lp);
+        }
+    }
+    let trainable: Vec<Sample> = samples.into_iter().filter(|s| s.n_response() > 0).collect();
+    let mut updates = Vec::new();
+    if !trainable.is_empty() {
+        let n = cfg.optim.mini_batches.min(trainable.len());
+        let per = trainable.len().div_ceil(n);
+        for chunk in trainable.chunks(per) {
+            updates.push(policy_update(
+                model,
+                opt,
+                chunk,
+                &cfg.loss,
+                &cfg.optim,
+                cfg.optim.lr,
+            )?);
+        }
+    }
+    Ok(StepMetrics {
+        schema_version: RL_SCHEMA_VERSION,
+        step,
+        tasks: picked,
+        batch,
+        updates,
+        generation_s,
+        shaping_s,
+        training_s: t2.elapsed().as_secs_f64(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_tasks_are_deterministic() {
+        let t: Vec<String> = (0..10).map(|i| format!("t{i}")).collect();
+        assert_eq!(tasks_for_step(&t, 3, 1, 5), tasks_for_step(&t, 3, 1, 5));
+        assert_eq!(tasks_for_step(&t, 3, 1, 5).len(), 3);
+        assert_eq!(tasks_for_step(&t, 30, 1, 5).len(), 10);
+    }
+
+    #[test]
+    fn diff_names_the_field() {
+        let a = json!({"group": 8, "loss": {"clip_high": 0.28, "clip_low": 0.2}});
+        let b = json!({"group": 8, "loss": {"clip_high": 0.3, "clip_low": 0.2}});
+        assert_eq!(json_diff(&a, &b, ""), "loss.clip_high: 0.28 -> 0.3");
+    }
+
+    #[test]
+    fn truncation_keeps_earlier_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("m.jsonl");
+        std::fs::write(&f, "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n").unwrap();
+        truncate_jsonl(&f, 2).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&f).unwrap(),
+            "{\"step\":1}\n{\"step\":2}\n"
+        );
+    }
+}
