@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::RlError;
 use crate::advantage::{AdvantageConfig, AdvantageStats, batch_advantages};
+use crate::episode::Sample;
 use crate::shaping::{MaskedPolicy, RewardConfig, shape};
-use crate::update::Sample;
 
 /// One graded rollout of a group, before shaping.
 #[derive(Debug, Clone)]

@@ -25,20 +25,30 @@
 //! - [`config`]: the `rl.toml` settings, their validation and the hash that ties a run
 //!   directory to them.
 //!
+//! Feature `train` (default): [`loss`], [`update`], [`run`] and [`config`], which need candle
+//! and dojo-train. Without it the crate is shaping, advantages and token streams only, which is
+//! what `dojo env serve` (dojo-env) shares with the loop, without the ML stack.
+//!
 //! The environment that runs the agent in sandboxes with the embedded engine belongs in
 //! dojo-cli (`dojo rl`), which owns the sandboxes, the engine and the rollout path.
 
 pub mod advantage;
+#[cfg(feature = "train")]
 pub mod config;
 pub mod episode;
 pub mod group;
+#[cfg(feature = "train")]
 pub mod loss;
+#[cfg(feature = "train")]
 pub mod run;
 pub mod shaping;
+#[cfg(feature = "train")]
 pub mod update;
 
 pub use advantage::{AdvantageConfig, Estimator};
+#[cfg(feature = "train")]
 pub use config::RlConfig;
+#[cfg(feature = "train")]
 pub use loss::{Aggregation, LossConfig};
 pub use shaping::{MaskedPolicy, RewardConfig, Shaped, shape, shape_trajectory};
 
@@ -73,8 +83,10 @@ pub enum RlError {
     Shape(String),
     #[error("sample {index}: {reason}")]
     Sample { index: usize, reason: String },
+    #[cfg(feature = "train")]
     #[error(transparent)]
     Train(#[from] dojo_train::TrainError),
+    #[cfg(feature = "train")]
     #[error("model: {0}")]
     Candle(#[from] candle_core::Error),
 }

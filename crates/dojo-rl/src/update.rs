@@ -21,71 +21,7 @@ use crate::RlError;
 use crate::config::OptimConfig;
 use crate::loss::{LossConfig, LossInputs, LossMetrics, LossSummary, ppo_loss};
 
-/// One rollout's training sample.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct Sample {
-    pub input_ids: Vec<u32>,
-    /// 1 on tokens the policy sampled (they carry loss), 0 elsewhere; same length as the ids.
-    pub loss_mask: Vec<u8>,
-    /// The engine's logprob of each token where `loss_mask` is 1 (anything elsewhere).
-    pub sampling_logprobs: Vec<f32>,
-    pub advantage: f64,
-    /// Old-policy logprobs recomputed by the trainer (same layout as `sampling_logprobs`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trainer_old_logprobs: Option<Vec<f32>>,
-    /// Reference-policy logprobs (same layout), when a KL penalty is used.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ref_logprobs: Option<Vec<f32>>,
-}
-
-impl Sample {
-    /// Tokens that carry loss.
-    pub fn n_response(&self) -> usize {
-        // Position 0 has no preceding context, so it can never be trained.
-        self.loss_mask.iter().skip(1).filter(|&&m| m == 1).count()
-    }
-
-    fn check(&self, index: usize) -> Result<(), RlError> {
-        let n = self.input_ids.len();
-        let bad = |reason: String| RlError::Sample { index, reason };
-        if self.loss_mask.len() != n || self.sampling_logprobs.len() != n {
-            return Err(bad(format!(
-                "{n} ids, {} mask values, {} logprobs",
-                self.loss_mask.len(),
-                self.sampling_logprobs.len()
-            )));
-        }
-        for (name, v) in [
-            ("trainer_old_logprobs", &self.trainer_old_logprobs),
-            ("ref_logprobs", &self.ref_logprobs),
-        ] {
-            if let Some(v) = v
-                && v.len() != n
-            {
-                return Err(bad(format!("{n} ids, {} {name}", v.len())));
-            }
-        }
-        if n < 2 && self.loss_mask.contains(&1) {
-            return Err(bad(format!("{n} tokens: nothing to predict")));
-        }
-        if !self.advantage.is_finite() {
-            return Err(bad(format!("advantage is {}", self.advantage)));
-        }
-        for (p, (&m, &lp)) in self
-            .loss_mask
-            .iter()
-            .zip(&self.sampling_logprobs)
-            .enumerate()
-        {
-            if m == 1 && !(lp.is_finite() && lp <= 0.0) {
-                return Err(bad(format!(
-                    "token {p} carries loss but its sampling logprob is {lp}"
-                )));
-            }
-        }
-        Ok(())
-    }
-}
+pub use crate::episode::Sample;
 
 /// What one optimizer step did.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
