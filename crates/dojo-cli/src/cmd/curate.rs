@@ -211,8 +211,15 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
         }
     }
     println!(
-        "kept {} trajectories -> {} samples, {} trained tokens",
-        out.kept_trajectories, out.samples, out.trained_tokens
+        "kept {} {} -> {} samples, {} trained tokens",
+        out.kept_trajectories,
+        if args.world.is_some() {
+            "world records"
+        } else {
+            "trajectories"
+        },
+        out.samples,
+        out.trained_tokens
     );
     for f in &out.written {
         println!("wrote {}", f.display());
