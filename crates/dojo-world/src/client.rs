@@ -33,6 +33,8 @@ pub enum Role {
     Swr,
     /// The per-task initial analysis.
     Analysis,
+    /// The reverse-reasoning teacher and its judge.
+    Cot,
 }
 
 impl std::fmt::Display for Role {
@@ -41,6 +43,7 @@ impl std::fmt::Display for Role {
             Role::Swt => "SWT",
             Role::Swr => "SWR",
             Role::Analysis => "initial analysis",
+            Role::Cot => "reverse-reasoning",
         })
     }
 }
