@@ -60,8 +60,8 @@ pub struct TokenStream {
     pub response_logprobs: Vec<f32>,
 }
 
-impl From<&dojo_rl::update::Sample> for TokenStream {
-    fn from(s: &dojo_rl::update::Sample) -> Self {
+impl From<&dojo_rl::episode::Sample> for TokenStream {
+    fn from(s: &dojo_rl::episode::Sample) -> Self {
         let first = s
             .loss_mask
             .iter()

@@ -148,6 +148,7 @@ mod imp {
             let backends =
                 make_backends(&policy, Some(backend)).map_err(|e| infra(e.to_string()))?;
             let opts = RolloutOptions {
+                shard: None,
                 tasks_file: tasks_file.to_path_buf(),
                 instances: instances.to_vec(),
                 label: policy.label(),
