@@ -385,7 +385,9 @@ fn strip_wrappers(words: &[String]) -> &[String] {
                 // timeout's duration, taskset's mask.
                 if matches!(base(first), "timeout" | "taskset")
                     && w.first().is_some_and(|a| {
-                        a.chars().next().is_some_and(|c| c.is_ascii_digit() || c == '0')
+                        a.chars()
+                            .next()
+                            .is_some_and(|c| c.is_ascii_digit() || c == '0')
                     })
                 {
                     w = &w[1..];
@@ -418,7 +420,9 @@ const TEST_RUNNERS: &[&str] = &[
     "green",
     "ward",
 ];
-const TEST_MODULES: &[&str] = &["pytest", "unittest", "nose", "nose2", "tox", "nox", "doctest"];
+const TEST_MODULES: &[&str] = &[
+    "pytest", "unittest", "nose", "nose2", "tox", "nox", "doctest",
+];
 const INSTALLERS: &[&str] = &[
     "pip",
     "pip3",
@@ -437,25 +441,8 @@ const INSTALLERS: &[&str] = &[
 ];
 /// Programs refused outright: process killers, privilege and container tools, power control.
 const BLOCKED_PROGRAMS: &[&str] = &[
-    "sudo",
-    "su",
-    "doas",
-    "kill",
-    "pkill",
-    "killall",
-    "shutdown",
-    "reboot",
-    "halt",
-    "poweroff",
-    "init",
-    "docker",
-    "podman",
-    "kubectl",
-    "mount",
-    "umount",
-    "fdisk",
-    "parted",
-    "chroot",
+    "sudo", "su", "doas", "kill", "pkill", "killall", "shutdown", "reboot", "halt", "poweroff",
+    "init", "docker", "podman", "kubectl", "mount", "umount", "fdisk", "parted", "chroot",
     "crontab",
 ];
 
@@ -470,8 +457,7 @@ fn classify_segment(seg: &Segment, shebang: &dyn Fn(&str) -> bool, depth: usize)
     if BLOCKED_PROGRAMS.contains(&name) {
         return CommandClass::Blocked(format!("`{name}` is not available in this environment"));
     }
-    if name.starts_with("mkfs") || name == "dd" && args.iter().any(|a| a.starts_with("of=/dev/"))
-    {
+    if name.starts_with("mkfs") || name == "dd" && args.iter().any(|a| a.starts_with("of=/dev/")) {
         return CommandClass::Blocked(format!("`{name}` on a device is not allowed"));
     }
     if name == "rm" && rm_wipes(args) {
@@ -498,7 +484,11 @@ fn classify_segment(seg: &Segment, shebang: &dyn Fn(&str) -> bool, depth: usize)
         // there is no environment to list: treat every installer call as an install.
         return CommandClass::Install;
     }
-    if name == "uv" && args.first().is_some_and(|a| a == "pip" || a == "add" || a == "sync") {
+    if name == "uv"
+        && args
+            .first()
+            .is_some_and(|a| a == "pip" || a == "add" || a == "sync")
+    {
         return CommandClass::Install;
     }
     if name == "poetry" && args.first().is_some_and(|a| a == "install" || a == "add") {
@@ -667,7 +657,8 @@ fn path_args(args: &[String]) -> Vec<String> {
             continue;
         }
         let p = a.split("::").next().unwrap_or(a);
-        let looks_like_path = p.contains('/') || Path::new(p).extension().is_some_and(|e| e == "py");
+        let looks_like_path =
+            p.contains('/') || Path::new(p).extension().is_some_and(|e| e == "py");
         if looks_like_path && !p.is_empty() && !out.iter().any(|x: &String| x == p) {
             out.push(p.to_string());
         }
@@ -699,32 +690,80 @@ mod tests {
             ("echo 'python x.py'", CommandClass::Real),
             ("sed -n 1,20p foo.py", CommandClass::Real),
             ("find . -name '*.py' | head", CommandClass::Real),
-            ("python reproduce.py", py(&["reproduce.py"], false, false, false)),
-            ("python3 /testbed/t.py --x 1", py(&["/testbed/t.py"], false, false, false)),
-            ("cd /testbed && python3.11 a/b.py", py(&["a/b.py"], false, false, false)),
-            ("python -c 'import foo; print(foo)'", py(&[], true, false, false)),
-            ("python -u -W ignore x.py", py(&["x.py"], false, false, false)),
+            (
+                "python reproduce.py",
+                py(&["reproduce.py"], false, false, false),
+            ),
+            (
+                "python3 /testbed/t.py --x 1",
+                py(&["/testbed/t.py"], false, false, false),
+            ),
+            (
+                "cd /testbed && python3.11 a/b.py",
+                py(&["a/b.py"], false, false, false),
+            ),
+            (
+                "python -c 'import foo; print(foo)'",
+                py(&[], true, false, false),
+            ),
+            (
+                "python -u -W ignore x.py",
+                py(&["x.py"], false, false, false),
+            ),
             ("pytest", py(&[], false, true, true)),
             ("pytest -q", py(&[], false, true, true)),
-            ("pytest tests/test_a.py::test_b -x", py(&["tests/test_a.py"], false, true, false)),
+            (
+                "pytest tests/test_a.py::test_b -x",
+                py(&["tests/test_a.py"], false, true, false),
+            ),
             ("python -m pytest -k foo", py(&[], false, true, false)),
-            ("python -m pytest tests/", py(&["tests/"], false, true, false)),
+            (
+                "python -m pytest tests/",
+                py(&["tests/"], false, true, false),
+            ),
             ("python -m unittest", py(&[], false, true, true)),
-            ("python -m unittest tests.test_x", py(&[], false, true, false)),
+            (
+                "python -m unittest tests.test_x",
+                py(&[], false, true, false),
+            ),
             ("tox -e py39", py(&[], false, true, true)),
             ("nosetests", py(&[], false, true, true)),
-            ("python -m mypkg.cli --help", py(&["mypkg/cli.py"], false, false, false)),
-            ("./tests/runtests.py", py(&["./tests/runtests.py"], false, true, true)),
-            ("python tests/runtests.py admin_views", py(&["tests/runtests.py"], false, true, false)),
+            (
+                "python -m mypkg.cli --help",
+                py(&["mypkg/cli.py"], false, false, false),
+            ),
+            (
+                "./tests/runtests.py",
+                py(&["./tests/runtests.py"], false, true, true),
+            ),
+            (
+                "python tests/runtests.py admin_views",
+                py(&["tests/runtests.py"], false, true, false),
+            ),
             ("python setup.py test", py(&["setup.py"], false, true, true)),
             ("timeout 30 python x.py", py(&["x.py"], false, false, false)),
-            ("PYTHONPATH=. python x.py > out.txt 2>&1", py(&["x.py"], false, false, false)),
-            ("env -i FOO=1 pytest a_test.py", py(&["a_test.py"], false, true, false)),
+            (
+                "PYTHONPATH=. python x.py > out.txt 2>&1",
+                py(&["x.py"], false, false, false),
+            ),
+            (
+                "env -i FOO=1 pytest a_test.py",
+                py(&["a_test.py"], false, true, false),
+            ),
             ("bash -c 'python x.py'", py(&["x.py"], false, false, false)),
             ("coverage run -m pytest", py(&[], false, true, true)),
-            ("python - <<'EOF'\nimport os\nEOF", py(&[], true, false, false)),
-            ("python <<EOF\nprint(1)\nEOF\nls", py(&[], true, false, false)),
-            ("cat > t.py <<'EOF'\nrm -rf /\nEOF\npython t.py", py(&["t.py"], false, false, false)),
+            (
+                "python - <<'EOF'\nimport os\nEOF",
+                py(&[], true, false, false),
+            ),
+            (
+                "python <<EOF\nprint(1)\nEOF\nls",
+                py(&[], true, false, false),
+            ),
+            (
+                "cat > t.py <<'EOF'\nrm -rf /\nEOF\npython t.py",
+                py(&["t.py"], false, false, false),
+            ),
             ("echo $(python -V)", py(&[], false, false, false)),
             ("pip install -e .", CommandClass::Install),
             ("pip3 install numpy==1.2", CommandClass::Install),
@@ -733,7 +772,10 @@ mod tests {
             ("apt-get install -y libxml2", CommandClass::Install),
             ("python setup.py develop", CommandClass::Install),
             ("uv pip install x", CommandClass::Install),
-            ("pip install -e . && pytest t/x.py", py(&["t/x.py"], false, true, false)),
+            (
+                "pip install -e . && pytest t/x.py",
+                py(&["t/x.py"], false, true, false),
+            ),
             ("rm -rf /", CommandClass::Blocked(String::new())),
             ("rm -rf /testbed", CommandClass::Blocked(String::new())),
             ("rm -fr ~", CommandClass::Blocked(String::new())),
@@ -744,8 +786,14 @@ mod tests {
             ("sudo apt install x", CommandClass::Blocked(String::new())),
             ("docker run ubuntu", CommandClass::Blocked(String::new())),
             (":(){ :|:& };:", CommandClass::Blocked(String::new())),
-            ("dd if=/dev/zero of=/dev/sda", CommandClass::Blocked(String::new())),
-            ("python x.py; shutdown now", CommandClass::Blocked(String::new())),
+            (
+                "dd if=/dev/zero of=/dev/sda",
+                CommandClass::Blocked(String::new()),
+            ),
+            (
+                "python x.py; shutdown now",
+                CommandClass::Blocked(String::new()),
+            ),
         ];
         for (cmd, want) in cases {
             let got = classify(cmd);

@@ -5,4 +5,4 @@
 
 // sim modules
 pub mod classify;
-
+pub mod drift;
