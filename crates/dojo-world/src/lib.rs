@@ -6,3 +6,5 @@
 // sim modules
 pub mod classify;
 pub mod drift;
+pub mod route;
+pub mod sim;
