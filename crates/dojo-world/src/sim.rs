@@ -25,6 +25,8 @@ use dojo_sandbox::{ExecOutput, ExecRequest, Sandbox, SandboxError, WORKSPACE};
 use serde::{Deserialize, Serialize};
 
 use crate::classify::{CommandClass, PythonRun, classify_with};
+use crate::client::{WorldClient, WorldError};
+use crate::context::{FileView, SwrContext, SwtContext};
 use crate::drift::{DriftSummary, Observed, TransitionDrift, compare_transition};
 use crate::route::{EnvMode, Route, route};
 
@@ -133,6 +135,10 @@ pub enum ModelFailure {
     Timeout(String),
     #[error("world model reply could not be parsed: {0}")]
     Unparseable(String),
+    /// The question could not be asked (e.g. a reward for a task that lists no tests): the
+    /// task's data is at fault, still never the agent.
+    #[error("world model context: {0}")]
+    Context(String),
 }
 
 /// The transition and reward models, however they are served.
@@ -613,6 +619,93 @@ fn cap_prediction(p: Prediction) -> Prediction {
         stdout: cap_chars(&p.stdout),
         stderr: cap_chars(&p.stderr),
         exit_code: p.exit_code,
+    }
+}
+
+/// A workspace path as the models see it: relative to the repository root.
+fn repo_path(path: &str) -> String {
+    relative(path)
+}
+
+fn file_view(f: ExecutedFile) -> FileView {
+    FileView {
+        path: repo_path(&f.path),
+        base: f.base,
+        current: f.current,
+    }
+}
+
+fn model_failure(e: WorldError) -> ModelFailure {
+    match e {
+        WorldError::Timeout { .. } => ModelFailure::Timeout(e.to_string()),
+        WorldError::Unparseable { .. } => ModelFailure::Unparseable(e.to_string()),
+        WorldError::Context { .. } => ModelFailure::Context(e.to_string()),
+        WorldError::Model { .. } | WorldError::Setup { .. } => ModelFailure::Model(e.to_string()),
+    }
+}
+
+/// The SWE-World client is the world model of real runs: SWE-World's prompts and parsers over
+/// any chat backend (OpenAI-compatible endpoints, the embedded engine).
+impl WorldModel for WorldClient {
+    fn transition<'a>(
+        &'a self,
+        q: &'a TransitionQuery<'a>,
+    ) -> BoxFuture<'a, Result<Prediction, ModelFailure>> {
+        Box::pin(async move {
+            let ctx = SwtContext {
+                task_id: q.task.task_id.clone(),
+                problem_statement: q.task.problem_statement.clone(),
+                command: q.command.to_string(),
+                executed_files: q.files.iter().cloned().map(file_view).collect(),
+                agent_patch: q.agent_patch.clone(),
+                gold_patch: q.task.gold_patch.clone(),
+                analysis: q.task.analysis.clone(),
+            };
+            let p = self.predict_transition(&ctx).await.map_err(model_failure)?;
+            Ok(Prediction {
+                stdout: p.value.stdout,
+                stderr: p.value.stderr,
+                exit_code: p.value.exit_code,
+            })
+        })
+    }
+    fn reward<'a>(
+        &'a self,
+        q: &'a RewardQuery<'a>,
+    ) -> BoxFuture<'a, Result<RewardVerdict, ModelFailure>> {
+        Box::pin(async move {
+            let ctx = SwrContext {
+                task_id: q.task.task_id.clone(),
+                problem_statement: q.task.problem_statement.clone(),
+                test_command: q.task.test_command.clone(),
+                test_files: q.test_files.iter().cloned().map(file_view).collect(),
+                agent_patch: q.agent_patch.to_string(),
+                gold_patch: q.task.gold_patch.clone(),
+                fail_to_pass: q.task.fail_to_pass.clone(),
+                pass_to_pass: q.task.pass_to_pass.clone(),
+                analysis: q.task.analysis.clone(),
+            };
+            let est = self.predict_reward(&ctx, 1).await.map_err(model_failure)?;
+            Ok(RewardVerdict {
+                // One sample: its 0/1 reward; several: the majority.
+                resolved: est.mean >= 0.5,
+                reward: est.mean,
+                test_report: est
+                    .samples
+                    .first()
+                    .map(|t| t.test_report.clone())
+                    .unwrap_or_default(),
+                called: !est.empty_patch,
+            })
+        })
+    }
+    fn describe(&self) -> String {
+        let m = &self.config().swt_model;
+        if m.is_empty() {
+            "world client".into()
+        } else {
+            format!("world client ({m})")
+        }
     }
 }
 
