@@ -52,8 +52,8 @@ pub struct WorldRecord {
 pub enum WorldBody {
     /// One command that ran Python or tests, with its real result.
     Swt {
-        /// The agent step (1-based) the command ran in; 0 when unknown.
-        step: u32,
+        /// Order of the command among the rollout's captured commands (1-based).
+        seq: u32,
         context: SwtContext,
         target: SwtTarget,
         /// The real output was cut (sandbox caps or [`CaptureLimits::max_output_chars`]) or the
@@ -89,8 +89,8 @@ impl WorldRecord {
     }
 }
 
-/// sha256 over the body without the step number (the same command at another step is the same
-/// sample).
+/// sha256 over the body without the sequence number (the same command run later with the same
+/// state and result is the same sample).
 fn content_hash(body: &WorldBody) -> String {
     let canonical = match body {
         WorldBody::Swt {
@@ -218,6 +218,12 @@ pub fn test_report_section(log: &str, start_marker: &str, end_marker: &str) -> O
     };
     let section = section.trim_matches('\n');
     (!section.trim().is_empty()).then(|| section.to_string())
+}
+
+/// At most `max` characters of `text` (its head), and whether it was cut.
+pub fn clip_chars(text: &str, max: usize) -> (String, bool) {
+    let (kept, cut) = crate::prompt::truncate_chars(text, max);
+    (kept.to_string(), cut.is_some())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -541,7 +547,7 @@ mod tests {
             task,
             sample,
             WorldBody::Swt {
-                step: 1,
+                seq: 1,
                 context: SwtContext {
                     task_id: task.into(),
                     problem_statement: "p".into(),
