@@ -126,6 +126,25 @@ impl fmt::Display for WorldModelSpec {
     }
 }
 
+/// The `[world]` table of a policy file (also set by `--env-mode` / `--world-model`). Part of
+/// the policy, so a run directory never mixes real and simulated trajectories on resume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorldPolicy {
+    #[serde(default)]
+    pub mode: EnvMode,
+    /// `embedded` or `openai:MODEL` ([`WorldModelSpec`]); required unless `mode = "real"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Comma-separated OpenAI-compatible endpoints of the world model (default:
+    /// `OPENAI_BASE_URL`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The variable holding the endpoints' API key (default `OPENAI_API_KEY`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+}
+
 /// What to do with one command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

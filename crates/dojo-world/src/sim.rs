@@ -61,6 +61,10 @@ pub struct SimTask {
     /// Whether this sandbox has the task's Python environment (hybrid runs cheap commands
     /// for real only then).
     pub has_environment: bool,
+    /// The base commit's tree on the host (base versions of executed files); without it they
+    /// are read with `git show HEAD:` in the workspace when it has that history.
+    #[serde(skip)]
+    pub pristine_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for SimTask {
@@ -76,6 +80,7 @@ impl Default for SimTask {
             pass_to_pass: Vec::new(),
             parser: Parser::Pytest,
             has_environment: false,
+            pristine_dir: None,
         }
     }
 }
@@ -383,6 +388,9 @@ impl<'a> SimWorkspace<'a> {
     /// The file at the checkout's base commit, when the checkout has its history.
     async fn base_version(&self, path: &str) -> Option<String> {
         let rel = relative(path);
+        if let Some(dir) = &self.task.pristine_dir {
+            return std::fs::read(dir.join(&rel)).ok().map(cap_text);
+        }
         let mut req = ExecRequest::shell("git show \"HEAD:$DOJO_P\" 2>/dev/null")
             .timeout(Duration::from_secs(30))
             .cwd(WORKSPACE);
