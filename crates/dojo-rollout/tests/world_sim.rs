@@ -261,3 +261,99 @@ async fn shadow_mode_records_drift_against_the_real_run() {
     let shadow = log.commands.iter().find(|c| c.route == "shadow").unwrap();
     assert!(shadow.real_ms.is_some() && shadow.drift.is_some());
 }
+
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A task with only a repository, a base commit and its patches (no environment spec, no
+/// sdist): the repository is a local git clone under `--repos`.
+fn envless_task(root: &std::path::Path) -> PathBuf {
+    let repo = root.join("repos/acme__calc");
+    std::fs::create_dir_all(repo.join("tests")).unwrap();
+    let calc = |op: &str| {
+        format!(
+            "\"\"\"A calculator.\"\"\"\n\n\ndef add(a, b):\n    \"\"\"The sum of a and b.\"\"\"\n    return a {op} b\n\n\ndef neg(a):\n    return -a\n"
+        )
+    };
+    let tests = "from calc import add\n\n\ndef test_zero():\n    assert add(0, 0) == 0\n";
+    std::fs::write(repo.join("calc.py"), calc("-")).unwrap();
+    std::fs::write(repo.join("tests/test_calc.py"), tests).unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "base"]);
+    let base = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
+    std::fs::write(repo.join("calc.py"), calc("+")).unwrap();
+    let patch = git(&repo, &["diff"]);
+    git(&repo, &["checkout", "-q", "."]);
+    std::fs::write(
+        repo.join("tests/test_calc.py"),
+        format!("{tests}\n\ndef test_add():\n    assert add(2, 3) == 5\n"),
+    )
+    .unwrap();
+    let test_patch = git(&repo, &["diff"]);
+    git(&repo, &["checkout", "-q", "."]);
+    let row = serde_json::json!({
+        "instance_id": "acme__calc-1",
+        "repo": "acme/calc",
+        "base_commit": base,
+        "patch": patch,
+        "test_patch": test_patch,
+        "problem_statement": "add(2, 3) returns -1 instead of 5.",
+        "FAIL_TO_PASS": ["tests/test_calc.py::test_add"],
+        "PASS_TO_PASS": ["tests/test_calc.py::test_zero"],
+    });
+    let file = root.join("tasks.jsonl");
+    std::fs::write(&file, format!("{row}\n")).unwrap();
+    file
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_without_an_environment_runs_in_sim_mode_only() {
+    if !sandbox_ready() {
+        return;
+    }
+    let (url, swt, swr) = world_server(Script::Json).await;
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = envless_task(dir.path());
+    let mut o = opts(dir.path().join("sim"), EnvMode::Sim, url.clone());
+    o.tasks_file = tasks.clone();
+    o.instances = Vec::new();
+    o.prepare.repos_dir = Some(dir.path().join("repos"));
+    let (_, traj) = run(&o).await;
+    assert!(
+        !traj.infra_failure,
+        "{:?} {:?}",
+        traj.stop_reason, traj.stop_detail
+    );
+    assert_eq!(traj.resolved, Some(true));
+    assert!(traj.patch.as_deref().unwrap_or("").contains("return a + b"));
+    assert_eq!(swt.load(Ordering::SeqCst), 1);
+    assert_eq!(swr.load(Ordering::SeqCst), 1);
+    // The same task in real mode: no environment spec, an infrastructure failure that says so.
+    let mut o = opts(dir.path().join("real"), EnvMode::Real, url);
+    o.tasks_file = tasks;
+    o.instances = Vec::new();
+    o.prepare.repos_dir = Some(dir.path().join("repos"));
+    let (_, traj) = run(&o).await;
+    assert!(traj.infra_failure);
+    assert!(
+        traj.stop_detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("acme/calc"),
+        "{:?}",
+        traj.stop_detail
+    );
+}
