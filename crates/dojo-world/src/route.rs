@@ -128,7 +128,7 @@ impl fmt::Display for WorldModelSpec {
 
 /// The `[world]` table of a policy file (also set by `--env-mode` / `--world-model`). Part of
 /// the policy, so a run directory never mixes real and simulated trajectories on resume.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorldPolicy {
     #[serde(default)]

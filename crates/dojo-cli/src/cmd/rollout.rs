@@ -126,14 +126,7 @@ pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
         policy.agent.insert("max_steps".into(), n.into());
     }
     if args.env_mode.is_some() || args.world_model.is_some() || args.world_base_url.is_some() {
-        let w = policy
-            .world
-            .get_or_insert_with(|| dojo_world::route::WorldPolicy {
-                mode: dojo_world::route::EnvMode::Real,
-                model: None,
-                base_url: None,
-                api_key_env: None,
-            });
+        let w = policy.world.get_or_insert_with(Default::default);
         if let Some(m) = args.env_mode {
             w.mode = m;
         }
