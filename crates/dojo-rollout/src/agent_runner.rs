@@ -65,6 +65,8 @@ pub struct Prepared {
     pub repo_env: RepoEnv,
     /// Where world-model records of this run go (`None`: not captured).
     pub world: Option<Arc<WorldWriter>>,
+    /// The simulated environment of this task (`None`: real execution).
+    pub sim: Option<crate::world_sim::SimRun>,
 }
 
 /// What the agent loop must provide: one rollout in `sandbox` against `backend`, returning the
@@ -151,18 +153,36 @@ impl AgentLoop for DojoAgent {
                 vars: task_vars(&prepared.task),
                 environment,
             };
-            match &prepared.world {
-                Some(writer) => {
-                    let ws = CapturingWorkspace::new(
-                        sandbox,
-                        writer,
-                        &prepared.task,
-                        job.sample_index,
-                        &prepared.pristine.path,
+            // Capture sits next to the sandbox, so it records only commands that really ran.
+            let capture = prepared.world.as_ref().map(|writer| {
+                CapturingWorkspace::new(
+                    sandbox,
+                    writer,
+                    &prepared.task,
+                    job.sample_index,
+                    &prepared.pristine.path,
+                )
+            });
+            let ws: &dyn dojo_agent::Workspace = match &capture {
+                Some(c) => c,
+                None => sandbox,
+            };
+            match &prepared.sim {
+                Some(sim) => {
+                    let sim_ws = dojo_world::sim::SimWorkspace::new(
+                        ws,
+                        sim.mode,
+                        sim.model.clone(),
+                        sim.task.clone(),
                     );
-                    agent.run(&ws, &input).await
+                    let mut traj = agent.run(&sim_ws, &input).await;
+                    traj.metadata.insert(
+                        dojo_world::sim::METADATA_KEY.into(),
+                        sim_ws.into_log().to_json(),
+                    );
+                    traj
                 }
-                None => agent.run(sandbox, &input).await,
+                None => agent.run(ws, &input).await,
             }
         })
     }
@@ -206,6 +226,8 @@ pub struct AgentRunner<A, B> {
     pub run_id: String,
     /// World-model records (`world.jsonl`) of this run; `None`: not captured.
     pub world: Option<Arc<WorldWriter>>,
+    /// The simulated environment (`--env-mode`); `None`: real execution.
+    pub sim: Option<crate::world_sim::SimSetup>,
 }
 
 impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
@@ -228,6 +250,7 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
             llm_limit: Arc::new(tokio::sync::Semaphore::new(llm_concurrency.max(1))),
             run_id: String::new(),
             world: None,
+            sim: None,
         }
     }
 
@@ -236,6 +259,17 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
             .tasks
             .get(job.task_index)
             .ok_or_else(|| format!("no task at index {}", job.task_index))?;
+        if let Some(setup) = &self.sim {
+            let p = crate::world_sim::prepare(setup, task, &self.registry, &self.preparer).await?;
+            return Ok(Prepared {
+                task: task.clone(),
+                pristine: p.pristine,
+                env: p.env,
+                repo_env: p.repo_env,
+                world: self.world.clone(),
+                sim: Some(p.run),
+            });
+        }
         let repo_env = self.registry.resolve(task).map_err(|e| e.to_string())?;
         let tree = self
             .preparer
@@ -248,6 +282,7 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
             env: Some(tree.env.clone()),
             repo_env,
             world: self.world.clone(),
+            sim: None,
         })
     }
 
@@ -341,30 +376,52 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
         traj.environment.sandbox_backend = Some(format!("{:?}", sb.backend()).to_lowercase());
         // Grade at every stop (forced submissions too), never after an infrastructure stop.
         let mut swr = None;
+        let sim = prepared.sim.as_ref();
         if !traj.stop_reason.is_infrastructure() && !traj.infra_failure {
             let patch = traj.patch.clone().unwrap_or_default();
-            match sb.reset().await {
-                Ok(()) => {
-                    let report = grade_in_sandbox(
-                        &sb,
-                        &prepared.task,
-                        &prepared.repo_env,
-                        Some(&patch),
-                        &self.grade,
-                    )
-                    .await;
-                    traj.set_grade(report.resolved);
-                    if let Some(w) = &self.world {
-                        swr =
-                            swr_record(&sb, &prepared, job.sample_index, &patch, &report, w).await;
-                    }
-                    if report.infra_failure {
-                        grading_failed(&mut traj, report.error.clone().unwrap_or_default());
-                    }
-                    traj.grading = Some(report.to_json());
+            if let Some(run) = sim.filter(|r| r.simulated_grading()) {
+                // No environment to grade in: the reward model's verdict is the grade.
+                if let Err(e) = crate::world_sim::grade_simulated(run, &sb, &mut traj).await {
+                    grading_failed(&mut traj, e);
                 }
-                Err(e) => {
-                    grading_failed(&mut traj, format!("resetting the sandbox for grading: {e}"));
+            } else {
+                // Shadow: the reward model judges the same final state, before the reset.
+                let shadow = match sim {
+                    Some(run) if run.mode == dojo_world::route::EnvMode::Shadow => {
+                        Some(crate::world_sim::predict_reward(run, &sb, &patch).await)
+                    }
+                    _ => None,
+                };
+                match sb.reset().await {
+                    Ok(()) => {
+                        let report = grade_in_sandbox(
+                            &sb,
+                            &prepared.task,
+                            &prepared.repo_env,
+                            Some(&patch),
+                            &self.grade,
+                        )
+                        .await;
+                        traj.set_grade(report.resolved);
+                        if let Some(w) = &self.world {
+                            swr = swr_record(&sb, &prepared, job.sample_index, &patch, &report, w)
+                                .await;
+                        }
+                        if report.infra_failure {
+                            grading_failed(&mut traj, report.error.clone().unwrap_or_default());
+                        }
+                        traj.grading = Some(report.to_json());
+                        if let (Some(run), Some(predicted)) = (sim, shadow) {
+                            let real = (!report.infra_failure).then_some(report.resolved);
+                            crate::world_sim::record_shadow_reward(run, &mut traj, predicted, real);
+                        }
+                    }
+                    Err(e) => {
+                        grading_failed(
+                            &mut traj,
+                            format!("resetting the sandbox for grading: {e}"),
+                        );
+                    }
                 }
             }
         } else {

@@ -20,6 +20,8 @@
 //!   record.
 //! - [`world_capture`]: SWT/SWR training records for world models (`world.jsonl`) from the
 //!   real commands and grades of each rollout.
+//! - [`world_sim`]: rollouts in a simulated environment (`--env-mode sim|hybrid|shadow`):
+//!   preparation per mode, the routing workspace, the reward model's verdict, drift.
 
 pub mod agent_runner;
 pub mod backends;
@@ -32,6 +34,7 @@ pub mod shard;
 pub mod store;
 pub mod summary;
 pub mod world_capture;
+pub mod world_sim;
 
 pub use scheduler::{Job, RolloutRecord, RunStats, Runner, SchedulerConfig, plan, run_jobs};
 pub use store::{Key, Keyed, Recovery, Store, StoreError};

@@ -92,6 +92,9 @@ pub struct PolicyConfig {
     /// Agent settings passed to the agent loop (budgets, tool set, action format).
     #[serde(default)]
     pub agent: Map<String, Value>,
+    /// The environment mode and world model (`[world]`); absent: real execution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<dojo_world::route::WorldPolicy>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +115,7 @@ impl PolicyConfig {
             sampling: Sampling::default(),
             llm_concurrency: None,
             agent: Map::new(),
+            world: None,
         }
     }
 

@@ -89,6 +89,9 @@ pub struct RolloutOutput {
     pub recovery: Recovery,
     pub store_path: PathBuf,
     pub predictions: Vec<PathBuf>,
+    /// The simulation's drift summed over the run (`drift.json`), when any rollout ran in a
+    /// simulated or shadow environment.
+    pub drift: Option<dojo_world::drift::DriftSummary>,
 }
 
 impl BackendFactory for Box<dyn BackendFactory> {
@@ -273,6 +276,17 @@ pub async fn run_rollout<A: AgentLoop>(
     agent: A,
     backends: Box<dyn BackendFactory>,
 ) -> Result<RolloutOutput, RolloutError> {
+    run_rollout_with_world(opts, agent, backends, None).await
+}
+
+/// [`run_rollout`], with the in-process engine for a policy whose `[world]` model is
+/// `embedded` (only the CLI can build it).
+pub async fn run_rollout_with_world<A: AgentLoop>(
+    opts: &RolloutOptions,
+    agent: A,
+    backends: Box<dyn BackendFactory>,
+    world_embedded: Option<Arc<dyn ChatBackend>>,
+) -> Result<RolloutOutput, RolloutError> {
     let mut tasks = load_tasks(&opts.tasks_file, &opts.instances)?;
     if let Some(shard) = opts.shard {
         tasks.retain(|t| shard.owns(&t.instance_id));
@@ -316,6 +330,19 @@ pub async fn run_rollout<A: AgentLoop>(
     let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
     let mut runner = AgentRunner::new(tasks, agent, backends, registry, preparer, llm);
     runner.run_id = opts.out.display().to_string();
+    if let Some(w) = opts
+        .policy
+        .world
+        .as_ref()
+        .filter(|w| w.mode != dojo_world::route::EnvMode::Real)
+    {
+        let model = crate::world_sim::world_model(w, world_embedded)
+            .map_err(|e| RolloutError::Policy(format!("[world]: {e}")))?;
+        runner.sim = Some(crate::world_sim::SimSetup {
+            mode: w.mode,
+            model,
+        });
+    }
     if crate::world_capture::capture_enabled() {
         let path = opts.out.join(dojo_world::WORLD_FILE);
         let writer =
@@ -362,6 +389,12 @@ fn finish(
     };
     let sp = opts.out.join("summary.json");
     summary.write_json(&sp).map_err(ioerr(sp.clone()))?;
+    let drift = drift_summary(store, ids, opts.samples);
+    if let Some(d) = &drift {
+        let dp = opts.out.join(DRIFT_FILE);
+        let text = serde_json::to_string_pretty(d).unwrap_or_default();
+        dojo_cache::write_atomic(&dp, text.as_bytes()).map_err(ioerr(dp.clone()))?;
+    }
     let predictions = if opts.export_predictions {
         export_predictions(&opts.out, &label, &outcomes, opts.samples)
             .map_err(ioerr(opts.out.clone()))?
@@ -375,7 +408,32 @@ fn finish(
         recovery,
         store_path,
         predictions,
+        drift,
     })
+}
+
+/// The run's drift figures (see [`dojo_world::drift`]).
+pub const DRIFT_FILE: &str = "drift.json";
+
+/// The drift of this run's plan summed over its trajectories' simulation logs; `None` when no
+/// rollout ran with a simulated environment.
+fn drift_summary(
+    store: &Store<Trajectory>,
+    ids: &[String],
+    samples: u32,
+) -> Option<dojo_world::drift::DriftSummary> {
+    let mut total = dojo_world::drift::DriftSummary::default();
+    let mut any = false;
+    for t in store.records().iter() {
+        if !ids.contains(&t.task_id) || t.sample_index >= samples {
+            continue;
+        }
+        if let Some(log) = dojo_world::sim::SimLog::from_metadata(&t.metadata) {
+            total.merge(&log.drift);
+            any = true;
+        }
+    }
+    any.then_some(total)
 }
 
 #[cfg(test)]

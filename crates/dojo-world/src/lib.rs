@@ -20,6 +20,9 @@
 //! - [`cot`]: reverse-reasoning chain-of-thought for SFT samples, with a judge filter.
 //! - [`record`]: SWT/SWR training records captured from real runs (`world.jsonl` beside the
 //!   trajectories) and the predicate that decides which commands are worth simulating.
+//! - [`classify`], [`route`], [`sim`], [`drift`]: the simulated environment itself: which shell
+//!   commands run Python or tests, where each runs per `--env-mode`, the workspace wrapper that
+//!   routes them ([`sim::SimWorkspace`]), and the drift measured against reality.
 
 pub mod analysis;
 pub mod client;
@@ -29,6 +32,10 @@ pub mod parse;
 pub mod prompt;
 pub mod record;
 // sim modules
+pub mod classify;
+pub mod drift;
+pub mod route;
+pub mod sim;
 
 pub use analysis::{AnalysisInput, analysis_messages};
 pub use client::{Predicted, RewardEstimate, WorldClient, WorldClientConfig, WorldError};

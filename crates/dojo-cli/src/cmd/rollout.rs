@@ -55,6 +55,17 @@ pub struct RolloutArgs {
     /// Agent step budget (overrides the policy file's `[agent] max_steps`).
     #[arg(long)]
     max_steps: Option<u32>,
+    /// Environment: `real`, `sim` (Python and tests answered by the world model, reward by its
+    /// reward model; no Python environment needed), `hybrid` or `shadow` (real, with the world
+    /// model's drift measured). Overrides the policy file's `[world] mode`.
+    #[arg(long)]
+    env_mode: Option<dojo_world::route::EnvMode>,
+    /// World model for sim/hybrid/shadow: `embedded` or `openai:MODEL` (overrides `[world] model`).
+    #[arg(long)]
+    world_model: Option<String>,
+    /// OpenAI-compatible endpoints of the world model, comma-separated (default: OPENAI_BASE_URL).
+    #[arg(long)]
+    world_base_url: Option<String>,
 }
 
 /// The in-process engine as a chat backend (only with the `engine` feature).
@@ -92,9 +103,21 @@ pub async fn run_policy(opts: &RolloutOptions) -> anyhow::Result<RolloutOutput> 
         }
         _ => None,
     };
+    let world_embedded = match &opts.policy.world {
+        Some(w)
+            if w.mode != dojo_world::route::EnvMode::Real
+                && w.model.as_deref() == Some("embedded") =>
+        {
+            tokio::task::spawn_blocking(|| embedded_backend("default")).await??
+        }
+        _ => None,
+    };
     let agent = DojoAgent::from_policy(&opts.policy).map_err(anyhow::Error::msg)?;
     let backends = make_backends(&opts.policy, embedded)?;
-    Ok(dojo_rollout::run_dir::run_rollout(opts, agent, backends).await?)
+    Ok(
+        dojo_rollout::run_dir::run_rollout_with_world(opts, agent, backends, world_embedded)
+            .await?,
+    )
 }
 
 pub fn print_run(out: &RolloutOutput) {
@@ -135,6 +158,18 @@ pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
     if let Some(n) = args.max_steps {
         policy.agent.insert("max_steps".into(), n.into());
     }
+    if args.env_mode.is_some() || args.world_model.is_some() || args.world_base_url.is_some() {
+        let w = policy.world.get_or_insert_with(Default::default);
+        if let Some(m) = args.env_mode {
+            w.mode = m;
+        }
+        if let Some(m) = args.world_model {
+            w.model = Some(m);
+        }
+        if let Some(u) = args.world_base_url {
+            w.base_url = Some(u);
+        }
+    }
     let opts = RolloutOptions {
         tasks_file: tasks,
         shard: args.shard,
@@ -157,6 +192,9 @@ pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
         "{}",
         dojo_rollout::render_table(std::slice::from_ref(&out.summary))
     );
+    if let Some(d) = &out.drift {
+        println!("{}", d.to_markdown());
+    }
     for p in &out.predictions {
         println!("predictions: {}", p.display());
     }

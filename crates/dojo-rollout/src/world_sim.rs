@@ -1,0 +1,290 @@
+//! Rollouts in a simulated environment (`--env-mode sim|hybrid|shadow`, the policy's `[world]`
+//! table): how a task is prepared for each mode, the [`dojo_world::sim::SimWorkspace`] the agent's
+//! tools run through, and the final reward.
+//!
+//! - `sim`: only the pristine tree is built (no Python environment, no environment spec needed:
+//!   tasks with just `repo` + `base_commit` run); the reward model grades.
+//! - `hybrid`: the environment is built when the task has one; without it the rollout runs as
+//!   `sim`. Grading is real with an environment, simulated without.
+//! - `shadow`: everything real (environment required), plus the models' predictions and their
+//!   drift, recorded in the trajectory's metadata.
+//!
+//! A reward model that fails is a grading infrastructure failure, never an unresolved sample.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use dojo_grade::parsers::Parser;
+use dojo_llm::ChatBackend;
+use dojo_sandbox::{Pristine, PristineStore, PythonEnv, Sandbox};
+use dojo_task::{EnvOverride, EnvRegistry, Preparer, RepoEnv, Task, TaskError, task_source};
+use dojo_trajectory::Trajectory;
+use dojo_world::route::{EnvMode, WorldModelSpec, WorldPolicy};
+use dojo_world::sim::{
+    METADATA_KEY, ModelFailure, RewardVerdict, SimLog, SimTask, WorldModel, simulated_reward,
+    test_files_after_patch,
+};
+use dojo_world::{WorldClient, WorldClientConfig};
+
+/// The world model and mode of a run.
+#[derive(Clone)]
+pub struct SimSetup {
+    pub mode: EnvMode,
+    pub model: Arc<dyn WorldModel>,
+}
+
+/// One task's simulated environment.
+#[derive(Clone)]
+pub struct SimRun {
+    pub mode: EnvMode,
+    pub model: Arc<dyn WorldModel>,
+    pub task: Arc<SimTask>,
+}
+
+impl SimRun {
+    /// Whether the final reward comes from the reward model instead of real grading.
+    pub fn simulated_grading(&self) -> bool {
+        !self.task.has_environment
+    }
+}
+
+/// The world model a policy's `[world]` table names: `openai:MODEL` over `base_url` (comma-
+/// separated endpoints; default `OPENAI_BASE_URL`), or `embedded` (pass the engine's backend).
+pub fn world_model(
+    policy: &WorldPolicy,
+    embedded: Option<Arc<dyn ChatBackend>>,
+) -> Result<Arc<dyn WorldModel>, String> {
+    let spec: WorldModelSpec = policy
+        .model
+        .as_deref()
+        .ok_or_else(|| {
+            format!(
+                "env mode {} needs a world model ([world] model = \"openai:MODEL\" or \"embedded\", or --world-model)",
+                policy.mode
+            )
+        })?
+        .parse()
+        .map_err(|e: dojo_world::route::ParseModeError| e.to_string())?;
+    match spec {
+        WorldModelSpec::Embedded => {
+            let backend = embedded.ok_or(
+                "the embedded world model is not available in this build (build dojo-cli with the `engine` feature)",
+            )?;
+            let cfg = WorldClientConfig {
+                // The engine has no JSON mode; the parser finds JSON in text either way.
+                swt_json_mode: false,
+                ..Default::default()
+            };
+            Ok(Arc::new(WorldClient::new(backend.clone(), backend, cfg)))
+        }
+        WorldModelSpec::Openai(model) => {
+            let mut cc = dojo_llm::ClientConfig::from_env().map_err(|e| e.to_string())?;
+            if let Some(url) = &policy.base_url {
+                let key = std::env::var(policy.api_key_env.as_deref().unwrap_or("OPENAI_API_KEY"))
+                    .ok()
+                    .filter(|k| !k.is_empty());
+                cc.endpoints = url
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|u| !u.is_empty())
+                    .map(|u| dojo_llm::EndpointConfig {
+                        api_key: key.clone(),
+                        ..dojo_llm::EndpointConfig::new(u)
+                    })
+                    .collect();
+            }
+            let cfg = WorldClientConfig {
+                swt_model: model.clone(),
+                swr_model: model,
+                ..Default::default()
+            };
+            let client = WorldClient::from_endpoints(cc.endpoints.clone(), cc.endpoints, cfg)
+                .map_err(|e| e.to_string())?;
+            Ok(Arc::new(client))
+        }
+    }
+}
+
+/// What a task's sandboxes are created from in a simulated mode.
+pub struct SimPrepared {
+    pub pristine: Pristine,
+    pub env: Option<PythonEnv>,
+    pub repo_env: RepoEnv,
+    pub run: SimRun,
+}
+
+/// The task's environment spec, or, for a task no spec covers, the defaults (`pytest -rA`,
+/// the pytest parser): a simulated run needs only the test command and parser from it.
+fn repo_env_or_default(registry: &EnvRegistry, task: &Task) -> Result<RepoEnv, String> {
+    match registry.resolve(task) {
+        Ok(e) => Ok(e),
+        Err(TaskError::NoEnv { .. }) => {
+            let mut t = task.clone();
+            t.env = Some(EnvOverride::default());
+            let mut e = registry.resolve(&t).map_err(|e| e.to_string())?;
+            e.origin = "(no environment spec: defaults for simulation)".into();
+            Ok(e)
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The pristine tree alone (no Python environment), built on a blocking thread.
+async fn pristine_only(task: &Task, preparer: &Preparer) -> Result<Pristine, String> {
+    let (t, opts) = (task.clone(), preparer.options().clone());
+    tokio::task::spawn_blocking(move || {
+        let source = task_source(&t, &opts).map_err(|e| e.to_string())?;
+        let store = PristineStore::open().map_err(|e| format!("pristine store: {e}"))?;
+        store
+            .build(&source)
+            .map_err(|e| format!("instance {}: pristine tree: {e}", t.instance_id))
+    })
+    .await
+    .map_err(|e| format!("the preparing thread failed: {e}"))?
+}
+
+/// Prepare `task` for `setup.mode` (see the module documentation).
+pub async fn prepare(
+    setup: &SimSetup,
+    task: &Task,
+    registry: &EnvRegistry,
+    preparer: &Preparer,
+) -> Result<SimPrepared, String> {
+    let repo_env = match setup.mode {
+        EnvMode::Real | EnvMode::Shadow => registry.resolve(task).map_err(|e| e.to_string())?,
+        EnvMode::Sim | EnvMode::Hybrid => repo_env_or_default(registry, task)?,
+    };
+    let (pristine, env) = match setup.mode {
+        EnvMode::Sim => (pristine_only(task, preparer).await?, None),
+        EnvMode::Real | EnvMode::Shadow => {
+            let tree = preparer
+                .prepare(task, &repo_env)
+                .await
+                .map_err(|e| e.to_string())?;
+            (tree.pristine.clone(), Some(tree.env.clone()))
+        }
+        EnvMode::Hybrid => match registry.resolve(task) {
+            Ok(_) => match preparer.prepare(task, &repo_env).await {
+                Ok(tree) => (tree.pristine.clone(), Some(tree.env.clone())),
+                Err(e) => {
+                    tracing::warn!(task = %task.instance_id, "hybrid: no working environment ({e}); simulating");
+                    (pristine_only(task, preparer).await?, None)
+                }
+            },
+            Err(_) => (pristine_only(task, preparer).await?, None),
+        },
+    };
+    let sim_task = SimTask {
+        task_id: task.instance_id.clone(),
+        problem_statement: task.problem_statement.clone(),
+        gold_patch: (!task.patch.trim().is_empty()).then(|| task.patch.clone()),
+        test_patch: (!task.test_patch.trim().is_empty()).then(|| task.test_patch.clone()),
+        analysis: None,
+        test_command: repo_env.test_command(task),
+        fail_to_pass: task.fail_to_pass.clone().unwrap_or_default(),
+        pass_to_pass: task.pass_to_pass.clone().unwrap_or_default(),
+        parser: Parser::from(repo_env.log_parser),
+        has_environment: env.is_some(),
+        pristine_dir: Some(pristine.path.clone()),
+    };
+    Ok(SimPrepared {
+        pristine,
+        env,
+        repo_env,
+        run: SimRun {
+            mode: setup.mode,
+            model: setup.model.clone(),
+            task: Arc::new(sim_task),
+        },
+    })
+}
+
+fn log_of(traj: &Trajectory, run: &SimRun) -> SimLog {
+    SimLog::from_metadata(&traj.metadata)
+        .unwrap_or_else(|| SimLog::new(run.mode, run.model.describe()))
+}
+
+fn store_log(traj: &mut Trajectory, log: &SimLog) {
+    traj.metadata.insert(METADATA_KEY.into(), log.to_json());
+}
+
+/// Ask the reward model about the workspace's final state (applies the task's test patch on
+/// top of it: call after the patch was taken, before the sandbox is reset or torn down).
+pub async fn predict_reward(
+    run: &SimRun,
+    sb: &Sandbox,
+    patch: &str,
+) -> (Result<RewardVerdict, ModelFailure>, u64) {
+    let files = match &run.task.test_patch {
+        Some(tp) if !patch.trim().is_empty() => test_files_after_patch(sb, tp).await,
+        _ => Vec::new(),
+    };
+    simulated_reward(&*run.model, &run.task, patch, files).await
+}
+
+/// The reward model grades the rollout (no real grading possible). `Err`: the model failed, an
+/// infrastructure failure the caller records as such.
+pub async fn grade_simulated(
+    run: &SimRun,
+    sb: &Sandbox,
+    traj: &mut Trajectory,
+) -> Result<(), String> {
+    let patch = traj.patch.clone().unwrap_or_default();
+    let t0 = Instant::now();
+    let (verdict, ms) = predict_reward(run, sb, &patch).await;
+    let mut log = log_of(traj, run);
+    log.record_reward(verdict.clone(), None, ms);
+    store_log(traj, &log);
+    match verdict {
+        Ok(v) => {
+            traj.set_grade(v.resolved);
+            traj.reward = Some(v.reward);
+            traj.grading = Some(serde_json::json!({
+                "simulated": true,
+                "world_model": run.model.describe(),
+                "resolved": v.resolved,
+                "reward": v.reward,
+                "model_called": v.called,
+                "test_report": v.test_report,
+                "duration_s": t0.elapsed().as_secs_f64(),
+            }));
+            Ok(())
+        }
+        Err(e) => Err(format!("simulated grading: {e}")),
+    }
+}
+
+/// Shadow mode: record the reward model's verdict next to the real one (`None` when real
+/// grading failed: then only the prediction is kept, outside the confusion matrix).
+pub fn record_shadow_reward(
+    run: &SimRun,
+    traj: &mut Trajectory,
+    predicted: (Result<RewardVerdict, ModelFailure>, u64),
+    real: Option<bool>,
+) {
+    let mut log = log_of(traj, run);
+    log.record_reward(predicted.0, real, predicted.1);
+    store_log(traj, &log);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_world_policy_needs_a_usable_model() {
+        let p = |m: Option<&str>| WorldPolicy {
+            mode: EnvMode::Sim,
+            model: m.map(str::to_string),
+            base_url: Some("http://127.0.0.1:9/v1".into()),
+            api_key_env: None,
+        };
+        let e = world_model(&p(None), None).err().unwrap();
+        assert!(e.contains("needs a world model"), "{e}");
+        let e = world_model(&p(Some("gpt")), None).err().unwrap();
+        assert!(e.contains("not one of embedded, openai:MODEL"), "{e}");
+        let e = world_model(&p(Some("embedded")), None).err().unwrap();
+        assert!(e.contains("engine"), "{e}");
+        assert!(world_model(&p(Some("openai:swt")), None).is_ok());
+    }
+}

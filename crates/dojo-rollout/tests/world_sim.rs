@@ -1,0 +1,359 @@
+//! End to end, with a real bundled task, real sandboxes and dojo-agent's real tools driven by the
+//! `gold-replay` policy; a scripted OpenAI-compatible server on loopback stands in for the world
+//! models (SWT answers commands with a JSON transition, SWR with a JSON verdict).
+//!
+//! - `sim`: no Python environment is built; the gold replay's test run is answered by SWT, the
+//!   reward by SWR; the rollout completes resolved and records what was simulated.
+//! - `shadow`: everything real, SWT and SWR measured against it (needs `uv` for the environment).
+//! - a model that answers with prose: the rollout stops on an infrastructure failure, never with
+//!   a fabricated observation or a reward.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use dojo_rollout::agent_runner::DojoAgent;
+use dojo_rollout::policy::PolicyConfig;
+use dojo_rollout::run_dir::{DRIFT_FILE, RolloutOptions, make_backends, run_rollout};
+use dojo_trajectory::Trajectory;
+use dojo_world::route::{EnvMode, WorldPolicy};
+use dojo_world::sim::SimLog;
+
+const TASK: &str = "pytest-dev__iniconfig-1";
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// The sandbox needs user/mount/pid/net namespaces.
+fn sandbox_ready() -> bool {
+    if dojo_sandbox::doctor::namespaces_usable() {
+        return true;
+    }
+    assert!(!ci(), "CI=true: user/mount/pid/net namespaces unavailable");
+    println!("SKIPPED: user/mount/pid/net namespaces unavailable");
+    false
+}
+
+fn have_uv() -> bool {
+    let local = repo_root().join("target/pytools");
+    if std::env::var_os("DOJO_PYTOOLS").is_none() && local.join("bin/uv").is_file() {
+        // SAFETY: set before this test starts threads that read the environment.
+        unsafe { std::env::set_var("DOJO_PYTOOLS", &local) };
+    }
+    std::env::var_os("DOJO_UV").is_some()
+        || std::env::var_os("DOJO_PYTOOLS").is_some()
+        || std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("uv").is_file()))
+}
+
+/// How the scripted world model answers.
+#[derive(Clone, Copy, PartialEq)]
+enum Script {
+    Json,
+    Prose,
+}
+
+/// A scripted OpenAI-compatible world model on loopback: SWT (recognised by its system prompt)
+/// answers `2 passed`, SWR a reward of 1; `Prose` answers both with prose. Counts SWT and SWR
+/// requests.
+async fn world_server(script: Script) -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    use axum::Json;
+    let swt = Arc::new(AtomicUsize::new(0));
+    let swr = Arc::new(AtomicUsize::new(0));
+    let (c_swt, c_swr) = (swt.clone(), swr.clone());
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move |Json(req): Json<serde_json::Value>| {
+            let (c_swt, c_swr) = (c_swt.clone(), c_swr.clone());
+            async move {
+                let system = req["messages"][0]["content"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
+                let content = if system.contains("code execution simulator") {
+                    c_swt.fetch_add(1, Ordering::SeqCst);
+                    serde_json::json!({
+                        "stdout": "============ 2 passed in 0.01s ============\n",
+                        "stderr": "",
+                        "exit_code": 0,
+                    })
+                    .to_string()
+                } else {
+                    c_swr.fetch_add(1, Ordering::SeqCst);
+                    "<think>The patch fixes the parser.</think>\n{\"test_report\": \"2 passed\", \"reward\": 1}".to_string()
+                };
+                let content = match script {
+                    Script::Json => content,
+                    Script::Prose => "I think the tests would probably pass.".to_string(),
+                };
+                Json(serde_json::json!({
+                    "id": "w1", "object": "chat.completion", "created": 0, "model": req["model"],
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": content}}],
+                }))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _: Result<(), _> = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/v1"), swt, swr)
+}
+
+fn opts(out: PathBuf, mode: EnvMode, base_url: String) -> RolloutOptions {
+    let mut policy = PolicyConfig::parse("gold-replay").unwrap();
+    policy.world = Some(WorldPolicy {
+        mode,
+        model: Some("openai:world".into()),
+        base_url: Some(base_url),
+        api_key_env: None,
+    });
+    RolloutOptions {
+        tasks_file: repo_root().join("tasksets/mini/tasks.jsonl"),
+        instances: vec![TASK.to_string()],
+        label: policy.label(),
+        policy,
+        samples: 1,
+        out,
+        workers: 1,
+        export_predictions: false,
+        envs_dir: None,
+        prepare: Default::default(),
+        progress: false,
+    }
+}
+
+async fn run(o: &RolloutOptions) -> (dojo_rollout::run_dir::RolloutOutput, Trajectory) {
+    let out = run_rollout(
+        o,
+        DojoAgent::from_policy(&o.policy).unwrap(),
+        make_backends(&o.policy, None).unwrap(),
+    )
+    .await
+    .unwrap();
+    let line = std::fs::read_to_string(&out.store_path).unwrap();
+    let traj: Trajectory = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    (out, traj)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_mode_completes_a_rollout_without_an_environment() {
+    if !sandbox_ready() {
+        return;
+    }
+    let (url, swt, swr) = world_server(Script::Json).await;
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts(dir.path().join("run"), EnvMode::Sim, url);
+    let (out, traj) = run(&o).await;
+    assert!(
+        !traj.infra_failure,
+        "{:?} {:?}",
+        traj.stop_reason, traj.stop_detail
+    );
+    assert_eq!(traj.resolved, Some(true));
+    assert_eq!(out.summary.infra_errors, 0);
+    // No Python environment was built or used.
+    assert_eq!(traj.environment.python_env, None);
+    assert_eq!(traj.grading.as_ref().unwrap()["simulated"], true);
+    // The gold replay's test run went to SWT, the verdict to SWR, once each.
+    assert_eq!(swt.load(Ordering::SeqCst), 1);
+    assert_eq!(swr.load(Ordering::SeqCst), 1);
+    let log = SimLog::from_metadata(&traj.metadata).expect("simulation log");
+    assert_eq!(log.mode, EnvMode::Sim);
+    let sim: Vec<_> = log
+        .commands
+        .iter()
+        .filter(|c| c.route == "simulate")
+        .collect();
+    assert_eq!(sim.len(), 1, "{:?}", log.commands);
+    assert!(!sim[0].files.is_empty(), "the test files were shown to SWT");
+    let obs = traj
+        .messages
+        .iter()
+        .filter_map(|m| m.content.as_ref().map(|c| c.text()))
+        .find(|t| t.contains("2 passed in 0.01s"));
+    assert!(obs.is_some(), "the simulated output reached the agent");
+    assert_eq!(
+        log.reward
+            .as_ref()
+            .unwrap()
+            .predicted
+            .as_ref()
+            .unwrap()
+            .reward,
+        1.0
+    );
+    // Nothing measured against reality in sim mode, but the drift file exists.
+    let drift = out.drift.expect("drift summary");
+    assert_eq!(drift.transitions, 0);
+    assert!(dir.path().join("run").join(DRIFT_FILE).is_file());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prose_reply_is_an_infrastructure_failure() {
+    if !sandbox_ready() {
+        return;
+    }
+    let (url, swt, swr) = world_server(Script::Prose).await;
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts(dir.path().join("run"), EnvMode::Sim, url);
+    let (out, traj) = run(&o).await;
+    assert!(traj.infra_failure);
+    assert!(
+        traj.stop_reason.is_infrastructure(),
+        "{:?}",
+        traj.stop_reason
+    );
+    assert!(
+        traj.stop_detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("unusable reply"),
+        "{:?}",
+        traj.stop_detail
+    );
+    // Never graded: neither a fabricated observation nor a reward.
+    assert_eq!(traj.resolved, None);
+    assert_eq!(traj.reward, None);
+    assert_eq!(out.summary.infra_errors, 1);
+    assert_eq!(swt.load(Ordering::SeqCst), 1);
+    assert_eq!(swr.load(Ordering::SeqCst), 0);
+    let log = SimLog::from_metadata(&traj.metadata).expect("simulation log");
+    assert!(log.commands.iter().any(|c| c.error.is_some()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_mode_records_drift_against_the_real_run() {
+    if !sandbox_ready() {
+        return;
+    }
+    if !have_uv() {
+        assert!(!ci(), "uv is required in CI (scripts/setup-tools.sh)");
+        println!("SKIPPED: uv not found (run scripts/setup-tools.sh)");
+        return;
+    }
+    let (url, swt, swr) = world_server(Script::Json).await;
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts(dir.path().join("run"), EnvMode::Shadow, url);
+    let (out, traj) = run(&o).await;
+    assert!(!traj.infra_failure, "{:?}", traj.stop_detail);
+    // Real grading decides; the gold patch resolves.
+    assert_eq!(traj.resolved, Some(true));
+    assert!(traj.environment.python_env.is_some());
+    assert_eq!(swt.load(Ordering::SeqCst), 1);
+    assert_eq!(swr.load(Ordering::SeqCst), 1);
+    let drift = out.drift.expect("drift summary");
+    assert_eq!(drift.transitions, 1);
+    assert_eq!(drift.transition_failures, 0);
+    // The real test run passed (exit 0) as SWT said.
+    assert_eq!(drift.exit_code_agreeing, 1);
+    // SWR said resolved, and it was: one true positive.
+    assert_eq!(drift.reward.true_positive, 1);
+    assert_eq!(drift.reward.total(), 1);
+    let log = SimLog::from_metadata(&traj.metadata).unwrap();
+    let shadow = log.commands.iter().find(|c| c.route == "shadow").unwrap();
+    assert!(shadow.real_ms.is_some() && shadow.drift.is_some());
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A task with only a repository, a base commit and its patches (no environment spec, no
+/// sdist): the repository is a local git clone under `--repos`.
+fn envless_task(root: &std::path::Path) -> PathBuf {
+    let repo = root.join("repos/acme__calc");
+    std::fs::create_dir_all(repo.join("tests")).unwrap();
+    let calc = |op: &str| {
+        format!(
+            "\"\"\"A calculator.\"\"\"\n\n\ndef add(a, b):\n    \"\"\"The sum of a and b.\"\"\"\n    return a {op} b\n\n\ndef neg(a):\n    return -a\n"
+        )
+    };
+    let tests = "from calc import add\n\n\ndef test_zero():\n    assert add(0, 0) == 0\n";
+    std::fs::write(repo.join("calc.py"), calc("-")).unwrap();
+    std::fs::write(repo.join("tests/test_calc.py"), tests).unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "base"]);
+    let base = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
+    std::fs::write(repo.join("calc.py"), calc("+")).unwrap();
+    let patch = git(&repo, &["diff"]);
+    git(&repo, &["checkout", "-q", "."]);
+    std::fs::write(
+        repo.join("tests/test_calc.py"),
+        format!("{tests}\n\ndef test_add():\n    assert add(2, 3) == 5\n"),
+    )
+    .unwrap();
+    let test_patch = git(&repo, &["diff"]);
+    git(&repo, &["checkout", "-q", "."]);
+    let row = serde_json::json!({
+        "instance_id": "acme__calc-1",
+        "repo": "acme/calc",
+        "base_commit": base,
+        "patch": patch,
+        "test_patch": test_patch,
+        "problem_statement": "add(2, 3) returns -1 instead of 5.",
+        "FAIL_TO_PASS": ["tests/test_calc.py::test_add"],
+        "PASS_TO_PASS": ["tests/test_calc.py::test_zero"],
+    });
+    let file = root.join("tasks.jsonl");
+    std::fs::write(&file, format!("{row}\n")).unwrap();
+    file
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_without_an_environment_runs_in_sim_mode_only() {
+    if !sandbox_ready() {
+        return;
+    }
+    let (url, swt, swr) = world_server(Script::Json).await;
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = envless_task(dir.path());
+    let mut o = opts(dir.path().join("sim"), EnvMode::Sim, url.clone());
+    o.tasks_file = tasks.clone();
+    o.instances = Vec::new();
+    o.prepare.repos_dir = Some(dir.path().join("repos"));
+    let (_, traj) = run(&o).await;
+    assert!(
+        !traj.infra_failure,
+        "{:?} {:?}",
+        traj.stop_reason, traj.stop_detail
+    );
+    assert_eq!(traj.resolved, Some(true));
+    assert!(traj.patch.as_deref().unwrap_or("").contains("return a + b"));
+    assert_eq!(swt.load(Ordering::SeqCst), 1);
+    assert_eq!(swr.load(Ordering::SeqCst), 1);
+    // The same task in real mode: no environment spec, an infrastructure failure that says so.
+    let mut o = opts(dir.path().join("real"), EnvMode::Real, url);
+    o.tasks_file = tasks;
+    o.instances = Vec::new();
+    o.prepare.repos_dir = Some(dir.path().join("repos"));
+    let (_, traj) = run(&o).await;
+    assert!(traj.infra_failure);
+    assert!(
+        traj.stop_detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("acme/calc"),
+        "{:?}",
+        traj.stop_detail
+    );
+}

@@ -1,0 +1,264 @@
+//! Where each command of a rollout runs: for real in the sandbox, in the transition model, or
+//! both. The environment mode (`--env-mode`) and the command's class ([`crate::classify`]) decide:
+//!
+//! | mode | Python / tests | install | blocked | other |
+//! |---|---|---|---|---|
+//! | `real` | real | real | real (the tools' own rules) | real |
+//! | `sim` | model | canned | refused | real |
+//! | `hybrid` | real if the task has a working environment and the command is cheap, else model | real with an environment, else canned | refused | real |
+//! | `shadow` | real, and the model's prediction measured against it | real | real | real |
+//!
+//! "Cheap" means anything but a whole test suite ([`crate::classify::PythonRun::whole_suite`]):
+//! one script, one test file or a filtered run.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::classify::CommandClass;
+
+/// How a rollout's environment answers commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvMode {
+    /// Everything runs in the real sandbox with the task's Python environment.
+    #[default]
+    Real,
+    /// No Python environment: Python and tests go to the transition model, the reward model
+    /// grades.
+    Sim,
+    /// Real where the task has an environment and the command is cheap, simulated otherwise.
+    Hybrid,
+    /// Real answers to the agent; the models' predictions are recorded with their drift.
+    Shadow,
+}
+
+impl EnvMode {
+    pub const ALL: [EnvMode; 4] = [
+        EnvMode::Real,
+        EnvMode::Sim,
+        EnvMode::Hybrid,
+        EnvMode::Shadow,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EnvMode::Real => "real",
+            EnvMode::Sim => "sim",
+            EnvMode::Hybrid => "hybrid",
+            EnvMode::Shadow => "shadow",
+        }
+    }
+    /// Whether this mode needs the task's Python environment built (for real execution or
+    /// real grading).
+    pub fn needs_environment(self) -> bool {
+        matches!(self, EnvMode::Real | EnvMode::Shadow)
+    }
+    /// Whether this mode consults the world models at all.
+    pub fn uses_world_model(self) -> bool {
+        !matches!(self, EnvMode::Real)
+    }
+}
+
+impl fmt::Display for EnvMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown mode or world-model name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {value:?} is not one of {expected}")]
+pub struct ParseModeError {
+    what: &'static str,
+    value: String,
+    expected: &'static str,
+}
+
+impl FromStr for EnvMode {
+    type Err = ParseModeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        EnvMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| ParseModeError {
+                what: "env mode",
+                value: s.to_string(),
+                expected: "real, sim, hybrid, shadow",
+            })
+    }
+}
+
+/// Which model plays SWT and SWR (`--world-model`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "model")]
+pub enum WorldModelSpec {
+    /// The embedded engine (offline; a floor for fidelity).
+    Embedded,
+    /// A model served behind an OpenAI-compatible endpoint.
+    Openai(String),
+}
+
+impl FromStr for WorldModelSpec {
+    type Err = ParseModeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.split_once(':') {
+            None if s == "embedded" => Ok(WorldModelSpec::Embedded),
+            Some(("openai", model)) if !model.trim().is_empty() => {
+                Ok(WorldModelSpec::Openai(model.to_string()))
+            }
+            _ => Err(ParseModeError {
+                what: "world model",
+                value: s.to_string(),
+                expected: "embedded, openai:MODEL",
+            }),
+        }
+    }
+}
+
+impl fmt::Display for WorldModelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorldModelSpec::Embedded => f.write_str("embedded"),
+            WorldModelSpec::Openai(m) => write!(f, "openai:{m}"),
+        }
+    }
+}
+
+/// The `[world]` table of a policy file (also set by `--env-mode` / `--world-model`). Part of
+/// the policy, so a run directory never mixes real and simulated trajectories on resume.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorldPolicy {
+    #[serde(default)]
+    pub mode: EnvMode,
+    /// `embedded` or `openai:MODEL` ([`WorldModelSpec`]); required unless `mode = "real"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Comma-separated OpenAI-compatible endpoints of the world model (default:
+    /// `OPENAI_BASE_URL`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The variable holding the endpoints' API key (default `OPENAI_API_KEY`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+}
+
+/// What to do with one command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Route {
+    /// Run it in the sandbox.
+    Real,
+    /// Ask the transition model.
+    Simulate,
+    /// Run it for real, answer with the real result, and measure the model's prediction.
+    Shadow,
+    /// Answer with a canned success (installs with nothing to install into).
+    Canned,
+    /// Refuse it with this reason.
+    Refuse(String),
+}
+
+impl Route {
+    /// Short name for records and reports.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Route::Real => "real",
+            Route::Simulate => "simulate",
+            Route::Shadow => "shadow",
+            Route::Canned => "canned",
+            Route::Refuse(_) => "refuse",
+        }
+    }
+}
+
+/// The route of a command of class `class` in `mode`; `has_environment` says whether the task
+/// has a working Python environment in this sandbox.
+pub fn route(mode: EnvMode, class: &CommandClass, has_environment: bool) -> Route {
+    match (mode, class) {
+        (EnvMode::Real, _) => Route::Real,
+        (EnvMode::Shadow, CommandClass::Python(_)) => Route::Shadow,
+        (EnvMode::Shadow, _) => Route::Real,
+        (EnvMode::Sim | EnvMode::Hybrid, CommandClass::Blocked(reason)) => {
+            Route::Refuse(reason.clone())
+        }
+        (EnvMode::Sim | EnvMode::Hybrid, CommandClass::Real) => Route::Real,
+        (EnvMode::Sim, CommandClass::Python(_)) => Route::Simulate,
+        (EnvMode::Sim, CommandClass::Install) => Route::Canned,
+        (EnvMode::Hybrid, CommandClass::Python(run)) => {
+            if has_environment && !run.whole_suite {
+                Route::Real
+            } else {
+                Route::Simulate
+            }
+        }
+        (EnvMode::Hybrid, CommandClass::Install) => {
+            if has_environment {
+                Route::Real
+            } else {
+                Route::Canned
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::classify;
+
+    #[test]
+    fn routing_table() {
+        let cases = [
+            // (mode, command, has env, route)
+            (EnvMode::Real, "python x.py", true, "real"),
+            (EnvMode::Real, "rm -rf /", true, "real"),
+            (EnvMode::Sim, "python x.py", true, "simulate"),
+            (EnvMode::Sim, "pytest", false, "simulate"),
+            (EnvMode::Sim, "pip install x", false, "canned"),
+            (EnvMode::Sim, "rm -rf /testbed", false, "refuse"),
+            (EnvMode::Sim, "ls", false, "real"),
+            (EnvMode::Hybrid, "python x.py", true, "real"),
+            (EnvMode::Hybrid, "python x.py", false, "simulate"),
+            (EnvMode::Hybrid, "pytest", true, "simulate"),
+            (EnvMode::Hybrid, "pytest tests/test_a.py", true, "real"),
+            (EnvMode::Hybrid, "tox", true, "simulate"),
+            (EnvMode::Hybrid, "pip install x", true, "real"),
+            (EnvMode::Hybrid, "pip install x", false, "canned"),
+            (EnvMode::Hybrid, "kill -9 1", true, "refuse"),
+            (EnvMode::Shadow, "pytest", true, "shadow"),
+            (EnvMode::Shadow, "cat a.py", true, "real"),
+            (EnvMode::Shadow, "pip install x", true, "real"),
+        ];
+        for (mode, cmd, env, want) in cases {
+            assert_eq!(
+                route(mode, &classify(cmd), env).as_str(),
+                want,
+                "{mode} {cmd} env={env}"
+            );
+        }
+    }
+
+    #[test]
+    fn names_parse_and_print() {
+        for m in EnvMode::ALL {
+            assert_eq!(m.as_str().parse::<EnvMode>(), Ok(m));
+        }
+        let e = "simulated".parse::<EnvMode>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "env mode \"simulated\" is not one of real, sim, hybrid, shadow"
+        );
+        assert_eq!("embedded".parse(), Ok(WorldModelSpec::Embedded));
+        assert_eq!(
+            "openai:swt-32b".parse(),
+            Ok(WorldModelSpec::Openai("swt-32b".into()))
+        );
+        assert_eq!(WorldModelSpec::Openai("m".into()).to_string(), "openai:m");
+        assert!("openai:".parse::<WorldModelSpec>().is_err());
+        assert!("gpt".parse::<WorldModelSpec>().is_err());
+        assert!(EnvMode::Shadow.needs_environment() && !EnvMode::Sim.needs_environment());
+    }
+}
