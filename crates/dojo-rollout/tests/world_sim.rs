@@ -116,6 +116,7 @@ fn opts(out: PathBuf, mode: EnvMode, base_url: String) -> RolloutOptions {
         api_key_env: None,
     });
     RolloutOptions {
+        shard: None,
         tasks_file: repo_root().join("tasksets/mini/tasks.jsonl"),
         instances: vec![TASK.to_string()],
         label: policy.label(),
