@@ -272,6 +272,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn policy_files_carry_a_world_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("p.toml");
+        std::fs::write(
+            &p,
+            "kind = \"gold-replay\"\n\n[world]\nmode = \"shadow\"\nmodel = \"openai:swt\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+        )
+        .unwrap();
+        let policy = crate::policy::PolicyConfig::load(&p).unwrap();
+        let w = policy.world.clone().unwrap();
+        assert_eq!(w.mode, EnvMode::Shadow);
+        assert_eq!(w.model.as_deref(), Some("openai:swt"));
+        // Part of the recorded policy: a run directory never mixes modes on resume.
+        assert!(policy.to_json().to_string().contains("\"shadow\""));
+        // Without the table nothing changes in the recorded policy.
+        let plain = crate::policy::PolicyConfig::parse("gold-replay").unwrap();
+        assert!(!plain.to_json().to_string().contains("world"));
+        std::fs::write(&p, "kind = \"gold-replay\"\n\n[world]\nmode = \"dream\"\n").unwrap();
+        let e = crate::policy::PolicyConfig::load(&p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("dream"), "{e}");
+    }
+
+    #[test]
     fn a_world_policy_needs_a_usable_model() {
         let p = |m: Option<&str>| WorldPolicy {
             mode: EnvMode::Sim,
