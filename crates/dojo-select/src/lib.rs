@@ -22,12 +22,15 @@
 //! the exact expectation over that choice (the share of resolved candidates among the tied
 //! best), so the curves do not depend on the seed.
 
+pub mod agent_tests;
 pub mod candidates;
+pub mod hybrid;
 pub mod passk;
 pub mod patch;
 pub mod report;
 pub mod run;
 pub mod selector;
+pub mod sequential;
 pub mod verifier;
 
 pub use candidates::{Candidate, CandidateSet, LoadOptions, TaskCandidates};
@@ -35,7 +38,7 @@ pub use run::{SelectOptions, SelectOutput, select};
 pub use selector::{Selector, SelectorKind};
 
 /// Schema of `selection.json`.
-pub const SELECTION_SCHEMA_VERSION: u32 = 1;
+pub const SELECTION_SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SelectError {
@@ -49,7 +52,9 @@ pub enum SelectError {
         path: std::path::PathBuf,
         reason: String,
     },
-    #[error("unknown selector `{0}` (known: oracle, random, majority, verifier, all)")]
+    #[error(
+        "unknown selector `{0}` (known: oracle, random, majority, verifier, tests, hybrid, all)"
+    )]
     UnknownSelector(String),
     #[error("no candidates: {0}")]
     Empty(String),

@@ -105,6 +105,59 @@ pub fn render(out: &SelectOutput) -> String {
     }
     page.chart(&chart.svg());
 
+    page.heading("Sequential scaling: resolved by turn budget");
+    let seq = &out.sequential;
+    if seq.points.is_empty() {
+        page.note("No candidate has recorded steps (predictions files carry none).");
+    } else {
+        let chart = LineChart::new(
+            "Resolved by turn budget",
+            "agent steps allowed",
+            "resolved %",
+        )
+        .series(
+            "pass@1",
+            seq.points
+                .iter()
+                .map(|p| (p.budget as f64, 100.0 * p.pass_at_1.mean))
+                .collect(),
+        )
+        .series(
+            &format!("pass@{}", out.k),
+            seq.points
+                .iter()
+                .map(|p| (p.budget as f64, 100.0 * p.pass_at_k))
+                .collect(),
+        );
+        page.chart(&chart.svg());
+        let mut t = Table::new(["steps allowed", "pass@1", "pass@k"]).numeric(1..3);
+        for p in &seq.points {
+            t.row([
+                p.budget.to_string(),
+                format!(
+                    "{} [{}, {}]",
+                    pct(p.pass_at_1.mean),
+                    pct(p.pass_at_1.low),
+                    pct(p.pass_at_1.high)
+                ),
+                pct(p.pass_at_k),
+            ]);
+        }
+        page.table(&t);
+        page.note(
+            "A resolved rollout counts from the last step that could have changed its workspace \
+             (an edit, or a shell command naming a changed file): trajectories record actions, \
+             not the workspace after each step, so this is a lower bound, exact at the full \
+             budget.",
+        );
+    }
+    if seq.without_steps > 0 {
+        page.note(&format!(
+            "{} candidate(s) without recorded steps are left out of this curve.",
+            seq.without_steps
+        ));
+    }
+
     for s in &out.selectors {
         page.heading(&format!("Choices of {}", s.name));
         let mut t = Table::new([

@@ -22,7 +22,7 @@ use crate::candidates::{CandidateSet, TaskCandidates};
 use crate::passk::{Estimate, bootstrap_mean, pass_at_k};
 #[cfg(doc)]
 use crate::selector::SelectorKind;
-use crate::selector::{Selector, choose, expected_resolved};
+use crate::selector::{Selector, SharedSelector, choose, expected_resolved};
 use crate::{SELECTION_SCHEMA_VERSION, SelectError};
 
 /// The most k-subsets a best@k point averages over per task.
@@ -31,7 +31,7 @@ pub const MAX_SUBSETS: usize = 256;
 pub struct SelectOptions {
     /// Built with [`SelectorKind::build`], or a model-scored selector such as
     /// [`crate::verifier::Precomputed`].
-    pub selectors: Vec<Box<dyn Selector>>,
+    pub selectors: Vec<SharedSelector>,
     /// Lines for the output about how scores were obtained (verifier failures, …).
     pub notes: Vec<String>,
     /// Candidates per task to select among (default: the most any task has).
@@ -103,6 +103,8 @@ pub struct SelectOutput {
     pub tasks_short: Vec<(String, usize)>,
     pub pass_at_k: Vec<CurvePoint>,
     pub selectors: Vec<SelectorResult>,
+    /// Resolved rate by turn budget ([`crate::sequential`]).
+    pub sequential: crate::sequential::SequentialCurve,
     pub notes: Vec<String>,
     /// Files written, relative to the output directory.
     pub files: Vec<String>,
@@ -156,6 +158,7 @@ pub fn select(set: &CandidateSet, opts: &SelectOptions) -> Result<SelectOutput, 
         tasks_short,
         pass_at_k: pass_curve,
         selectors,
+        sequential: crate::sequential::curve(&tasks, opts.seed),
         notes: opts.notes.clone(),
         files: Vec::new(),
     };
