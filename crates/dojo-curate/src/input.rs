@@ -94,7 +94,10 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>, problems: &mut Vec<Problem>) {
         let p = entry.path();
         if p.is_dir() {
             walk(&p, out, problems);
-        } else if p.extension().is_some_and(|e| e == "jsonl") && !is_predictions_file(&p) {
+        } else if p.extension().is_some_and(|e| e == "jsonl")
+            && !is_predictions_file(&p)
+            && !is_world_file(&p)
+        {
             out.push(p);
         }
     }
@@ -107,6 +110,13 @@ fn is_predictions_file(p: &Path) -> bool {
     p.file_name()
         .and_then(|n| n.to_str())
         .is_some_and(|n| n.starts_with("predictions"))
+}
+
+/// `dojo rollout` also writes world-model records (`world.jsonl`) beside the trajectories; they
+/// are read by `--world`, not as trajectories (a file named explicitly is still read).
+fn is_world_file(p: &Path) -> bool {
+    p.file_name()
+        .is_some_and(|n| n == dojo_world::record::WORLD_FILE)
 }
 
 /// Reads every trajectory of the given files/directories.

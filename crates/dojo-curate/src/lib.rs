@@ -8,7 +8,9 @@
 //! model's chat template and tokenizer, and writes training data the usual trainers read as is:
 //! pre-tokenized Parquet with loss masks (token-exact with what the policy saw), OpenAI-shaped
 //! messages (Parquet + JSONL) and LLaMA-Factory's sharegpt layout. With `--verifier` it writes
-//! SWE-Gym-style YES/NO judgement samples instead (see [`verifier`]), in the same formats. Every stage reports how many
+//! SWE-Gym-style YES/NO judgement samples instead (see [`verifier`]), and with `--world swt|swr`
+//! SWE-World transition/reward model samples from the runs' `world.jsonl` (see [`world`]), in the
+//! same formats. Every stage reports how many
 //! trajectories it dropped and why; every unreadable line is reported with file, line and reason.
 
 pub mod export;
@@ -22,6 +24,7 @@ pub mod report;
 pub mod target_model;
 pub mod verifier;
 pub mod view;
+pub mod world;
 
 pub use pipeline::{Config, CurateError, CurationSummary, FilterSet, Formats, run};
 pub use render::{ChatModel, Masking, MessagesStyle};

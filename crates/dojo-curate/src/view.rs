@@ -101,6 +101,9 @@ pub struct Traj {
     pub recorded_prompt: Option<(usize, Vec<u32>)>,
     /// The final workspace diff (what a verifier judges).
     pub patch: Option<String>,
+    /// The export rows' `traj_id` when one record yields several samples of its own (world
+    /// records: `task#sample/swt3`); `None`: `task#sample`.
+    pub row_id: Option<String>,
 }
 
 fn json<T: serde::Serialize>(v: &T) -> Value {
@@ -151,6 +154,7 @@ impl Traj {
                 .enumerate()
                 .find_map(|(k, s)| s.prompt_token_ids.clone().map(|ids| (k, ids))),
             patch: t.patch.clone(),
+            row_id: None,
         }
     }
 

@@ -17,6 +17,8 @@ use dojo_task::{EnvRegistry, Preparer, RepoEnv, Task};
 use dojo_trajectory::{Blame, EnvironmentFingerprint, Event, PolicyInfo, StopReason, Trajectory};
 
 use crate::policy::{PolicyConfig, PolicyKind};
+use crate::world_capture::{CapturingWorkspace, swr_record};
+use dojo_world::record::WorldWriter;
 
 use crate::scheduler::{Job, RolloutRecord, Runner};
 use crate::store::{Key, Keyed};
@@ -57,6 +59,8 @@ pub struct Prepared {
     pub pristine: Pristine,
     pub env: Option<PythonEnv>,
     pub repo_env: RepoEnv,
+    /// Where world-model records of this run go (`None`: not captured).
+    pub world: Option<Arc<WorldWriter>>,
 }
 
 /// What the agent loop must provide: one rollout in `sandbox` against `backend`, returning the
@@ -143,7 +147,19 @@ impl AgentLoop for DojoAgent {
                 vars: task_vars(&prepared.task),
                 environment,
             };
-            agent.run(sandbox, &input).await
+            match &prepared.world {
+                Some(writer) => {
+                    let ws = CapturingWorkspace::new(
+                        sandbox,
+                        writer,
+                        &prepared.task,
+                        job.sample_index,
+                        &prepared.pristine.path,
+                    );
+                    agent.run(&ws, &input).await
+                }
+                None => agent.run(sandbox, &input).await,
+            }
         })
     }
 }
@@ -184,6 +200,8 @@ pub struct AgentRunner<A, B> {
     pub grade: GradeOptions,
     pub llm_limit: Arc<tokio::sync::Semaphore>,
     pub run_id: String,
+    /// World-model records (`world.jsonl`) of this run; `None`: not captured.
+    pub world: Option<Arc<WorldWriter>>,
 }
 
 impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
@@ -205,6 +223,7 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
             grade: GradeOptions::default(),
             llm_limit: Arc::new(tokio::sync::Semaphore::new(llm_concurrency.max(1))),
             run_id: String::new(),
+            world: None,
         }
     }
 
@@ -224,6 +243,7 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
             pristine: tree.pristine.clone(),
             env: Some(tree.env.clone()),
             repo_env,
+            world: self.world.clone(),
         })
     }
 
@@ -316,6 +336,7 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
         traj.started_at_ms = started;
         traj.environment.sandbox_backend = Some(format!("{:?}", sb.backend()).to_lowercase());
         // Grade at every stop (forced submissions too), never after an infrastructure stop.
+        let mut swr = None;
         if !traj.stop_reason.is_infrastructure() && !traj.infra_failure {
             let patch = traj.patch.clone().unwrap_or_default();
             match sb.reset().await {
@@ -329,6 +350,10 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
                     )
                     .await;
                     traj.set_grade(report.resolved);
+                    if let Some(w) = &self.world {
+                        swr =
+                            swr_record(&sb, &prepared, job.sample_index, &patch, &report, w).await;
+                    }
                     if report.infra_failure {
                         grading_failed(&mut traj, report.error.clone().unwrap_or_default());
                     }
@@ -341,11 +366,28 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
         } else {
             traj.infra_failure = true;
         }
+        self.write_world(&job, &traj, swr);
         if let Err(e) = sb.teardown().await {
             tracing::warn!(task = %job.task_id, "sandbox teardown: {e}");
         }
         traj.wall_ms = t0.elapsed().as_millis() as u64;
         traj
+    }
+}
+
+impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
+    /// Writes a finished rollout's world records before its trajectory is stored. A rollout
+    /// that failed on infrastructure runs again on resume, so its buffered records are dropped
+    /// rather than captured twice. A write failure loses the records, not the rollout.
+    fn write_world(&self, job: &Job, traj: &Trajectory, swr: Option<dojo_world::WorldRecord>) {
+        let Some(w) = &self.world else { return };
+        if traj.is_infrastructure_failure() {
+            w.discard_pending(&job.task_id, job.sample_index);
+            return;
+        }
+        if let Err(e) = w.write_rollout(&job.task_id, job.sample_index, swr) {
+            tracing::warn!(task = %job.task_id, "world records not written: {e}");
+        }
     }
 }
 

@@ -16,6 +16,8 @@
 //! - [`backends`]: the per-rollout backend of each policy kind.
 //! - [`agent_runner`]: the real runner: prepare → sandbox → agent ⇄ policy → diff → grade →
 //!   record.
+//! - [`world_capture`]: SWT/SWR training records for world models (`world.jsonl`) from the
+//!   real commands and grades of each rollout.
 
 pub mod agent_runner;
 pub mod backends;
@@ -26,6 +28,7 @@ pub mod run_dir;
 pub mod scheduler;
 pub mod store;
 pub mod summary;
+pub mod world_capture;
 
 pub use scheduler::{Job, RolloutRecord, RunStats, Runner, SchedulerConfig, plan, run_jobs};
 pub use store::{Key, Keyed, Recovery, Store, StoreError};

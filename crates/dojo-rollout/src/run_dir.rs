@@ -273,6 +273,17 @@ pub async fn run_rollout<A: AgentLoop>(
     let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
     let mut runner = AgentRunner::new(tasks, agent, backends, registry, preparer, llm);
     runner.run_id = opts.out.display().to_string();
+    if crate::world_capture::capture_enabled() {
+        let path = opts.out.join(dojo_world::WORLD_FILE);
+        let writer =
+            dojo_world::record::WorldWriter::open(&path, Default::default()).map_err(|e| {
+                RolloutError::Io {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+        runner.world = Some(Arc::new(writer));
+    }
     let cfg = SchedulerConfig {
         samples: opts.samples,
         sandboxes: opts.workers.max(1),

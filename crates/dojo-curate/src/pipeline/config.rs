@@ -97,6 +97,9 @@ pub struct Config {
     /// Write verifier judgement samples instead of agent samples (the difficulty, format, LSP
     /// and cap filters do not apply; the verifier's own cap and balance do).
     pub verifier: Option<crate::verifier::VerifierConfig>,
+    /// Write world-model samples (SWT or SWR) from `world.jsonl` records instead of agent
+    /// samples (the agent filters do not apply; the `world` stage and the token budget do).
+    pub world: Option<crate::world::WorldConfig>,
 }
 
 impl Config {
@@ -120,6 +123,7 @@ impl Config {
             allow_tokenizer_mismatch: false,
             messages_style: MessagesStyle::Auto,
             verifier: None,
+            world: None,
         }
     }
 }

@@ -59,6 +59,8 @@ pub struct CurationSummary {
     pub seconds: BTreeMap<String, f64>,
     /// How the messages exports wrote tool calls: `native` or `inline`.
     pub messages_style: &'static str,
+    /// With `--world`: what the prompt caps cut.
+    pub world: Option<crate::world::WorldStats>,
 }
 
 impl CurationSummary {
@@ -76,6 +78,11 @@ impl CurationSummary {
 
 /// Refuses settings that cannot work before anything is read.
 fn check(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<(), CurateError> {
+    if cfg.world.is_some() && cfg.verifier.is_some() {
+        return Err(CurateError::Config(
+            "--world and --verifier write different datasets: choose one".into(),
+        ));
+    }
     if cfg.formats.tokens && model.is_none() {
         return Err(CurateError::Config(
             "the token export needs a target model (tokenizer + chat template)".into(),
@@ -96,7 +103,10 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<CurationSummar
     let nthreads = stages::threads(cfg.threads);
     check(cfg, model)?;
     let mut out = CurationSummary::default();
-    let cands = stages::read(cfg, &mut out);
+    let cands = match &cfg.world {
+        Some(w) => stages::read_world(cfg, w, &mut out),
+        None => stages::read(cfg, &mut out),
+    };
     out.time("read", t0);
 
     let t1 = Instant::now();

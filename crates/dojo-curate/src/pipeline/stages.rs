@@ -58,6 +58,28 @@ pub(super) fn read(cfg: &Config, out: &mut CurationSummary) -> Vec<Cand> {
         .collect()
 }
 
+/// Reads the `world.jsonl` records of every input, selects (the `world` stage) and renders them
+/// into candidates.
+pub(super) fn read_world(
+    cfg: &Config,
+    w: &crate::world::WorldConfig,
+    out: &mut CurationSummary,
+) -> Vec<Cand> {
+    let loaded = crate::world::load(&cfg.inputs);
+    out.files_read = loaded.files.len();
+    out.bytes_read = loaded.bytes;
+    out.lines = loaded.lines;
+    out.trajectories = loaded.records.len();
+    for p in loaded.problems {
+        out.record_problem(p);
+    }
+    let (records, rep) = crate::world::select(loaded.records, w);
+    out.stages.push(rep);
+    let (cands, stats) = crate::world::samples(records, w);
+    out.world = Some(stats);
+    cands
+}
+
 /// Runs the configured filters in their fixed order; with a model, counts tokens (and checks the
 /// recorded prompt ids) between the cheap checks and the token budget.
 pub(super) fn filter(
@@ -67,6 +89,15 @@ pub(super) fn filter(
     mut cands: Vec<Cand>,
     out: &mut CurationSummary,
 ) -> Vec<Cand> {
+    if cfg.world.is_some() {
+        if let Some(model) = model {
+            cands = tokenize(cands, model, false, nthreads, out);
+        }
+        if let Some(max) = cfg.format.max_tokens {
+            cands = token_budget(cands, max, out);
+        }
+        return cands;
+    }
     if let Some(v) = &cfg.verifier {
         if cfg.filters.dedup {
             cands = push(out, filters::dedup(cands, true));
@@ -289,6 +320,8 @@ pub(super) fn rows(cands: &[Cand], out: &mut CurationSummary) -> Rows {
             w.messages.truncate(keep);
             let traj_id = if multi {
                 format!("{}#{}/{}", t.task_id, t.sample, w.part)
+            } else if let Some(id) = &t.row_id {
+                id.clone()
             } else {
                 format!("{}#{}", t.task_id, t.sample)
             };

@@ -1,0 +1,378 @@
+//! [`WorldClient`]: the transition model (SWT) and the reward model (SWR) behind any
+//! [`ChatBackend`], one backend per role.
+//!
+//! A role's backend is usually an [`OpenAiClient`] over a list of endpoints (it balances them by
+//! in-flight requests and retries infrastructure failures on another one), or the embedded
+//! engine for offline runs. Decoding follows SWE-World: SWT at temperature 0 with a JSON response
+//! format and a 650 s timeout; SWR at temperature 0.7 with a 1,200 s timeout, `k` samples
+//! averaged.
+//!
+//! Every failure is a [`WorldError`]. Model errors, timeouts and unparseable replies are the
+//! *infrastructure's* fault: the simulated environment must report them (and RL must mask the
+//! sample), never turn them into an observation or a reward of 0.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dojo_llm::{
+    ChatBackend, ChatRequest, ClientConfig, EndpointConfig, LlmError, OpenAiClient, Usage,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::context::{SwrContext, SwrTarget, SwtContext, SwtTarget};
+use crate::parse::{ParseError, parse_swr_reply, parse_swt_reply};
+use crate::prompt::{Caps, Rendered, Truncation, swr_messages, swt_messages};
+
+/// Which world model a request was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The transition model: one command's stdout, stderr and exit code.
+    Swt,
+    /// The reward model: a test report and a 0/1 reward.
+    Swr,
+    /// The per-task initial analysis.
+    Analysis,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Role::Swt => "SWT",
+            Role::Swr => "SWR",
+            Role::Analysis => "initial analysis",
+        })
+    }
+}
+
+/// A world-model failure. All but [`WorldError::Context`] are infrastructure: the simulation
+/// could not produce an answer, which says nothing about the agent.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum WorldError {
+    /// The backend failed (HTTP error, connection, context length, engine failure).
+    #[error("{role} model: {source}")]
+    Model {
+        role: Role,
+        #[source]
+        source: LlmError,
+    },
+    #[error("{role} model {backend}: no reply within {after:?}")]
+    Timeout {
+        role: Role,
+        backend: String,
+        after: Duration,
+    },
+    /// The model answered, but not in the required format (prose instead of JSON, wrong types).
+    #[error("{role} model {backend}: unusable reply: {error}; reply starts {snippet:?}")]
+    Unparseable {
+        role: Role,
+        backend: String,
+        error: ParseError,
+        snippet: String,
+    },
+    /// The request cannot be made from this context (e.g. SWR for a task without tests). The
+    /// caller's input is wrong; no model was asked.
+    #[error("{role} context for task {task_id}: {reason}")]
+    Context {
+        role: Role,
+        task_id: String,
+        reason: String,
+    },
+    /// The backend or cache could not be set up (no endpoints, bad URL, unwritable cache).
+    #[error("{role} setup: {reason}")]
+    Setup { role: Role, reason: String },
+}
+
+impl WorldError {
+    /// Whether the failure is the infrastructure's (everything except a bad context).
+    pub fn is_infrastructure(&self) -> bool {
+        !matches!(self, WorldError::Context { .. })
+    }
+
+    /// Short machine-readable name, for records and summaries.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WorldError::Model { .. } => "model_error",
+            WorldError::Timeout { .. } => "timeout",
+            WorldError::Unparseable { .. } => "unparseable_reply",
+            WorldError::Context { .. } => "bad_context",
+            WorldError::Setup { .. } => "setup",
+        }
+    }
+}
+
+/// Decoding and prompt settings for both roles (defaults: SWE-World's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorldClientConfig {
+    pub caps: Caps,
+    /// Model name sent to the SWT backend (empty: the endpoint's configured model).
+    pub swt_model: String,
+    pub swr_model: String,
+    pub swt_temperature: f64,
+    pub swr_temperature: f64,
+    #[serde(with = "secs")]
+    pub swt_timeout: Duration,
+    #[serde(with = "secs")]
+    pub swr_timeout: Duration,
+    pub swt_max_tokens: Option<u32>,
+    pub swr_max_tokens: Option<u32>,
+    /// Ask SWT's server for a JSON object (`response_format`); servers that reject the field can
+    /// turn it off, the parser accepts JSON inside text either way.
+    pub swt_json_mode: bool,
+}
+
+impl Default for WorldClientConfig {
+    fn default() -> Self {
+        WorldClientConfig {
+            caps: Caps::default(),
+            swt_model: String::new(),
+            swr_model: String::new(),
+            swt_temperature: 0.0,
+            swr_temperature: 0.7,
+            swt_timeout: Duration::from_secs(650),
+            swr_timeout: Duration::from_secs(1200),
+            swt_max_tokens: None,
+            swr_max_tokens: None,
+            swt_json_mode: true,
+        }
+    }
+}
+
+mod secs {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let v = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A parsed model answer with what it took to get it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Predicted<T> {
+    pub value: T,
+    /// The raw reply text (reasoning included), for records and drift analysis.
+    pub reply: String,
+    /// The backend that answered ([`ChatBackend::describe`]).
+    pub backend: String,
+    pub truncations: Vec<Truncation>,
+    pub dropped_files: usize,
+    #[serde(default)]
+    pub usage: Option<Usage>,
+}
+
+/// SWR's verdict over `k` samples of the same context.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RewardEstimate {
+    /// Mean reward over the samples that parsed (0.0 for an empty patch).
+    pub mean: f64,
+    /// The samples that parsed, in request order.
+    pub samples: Vec<SwrTarget>,
+    /// Samples that failed (`kind: message`); they do not count towards `mean`.
+    pub failures: Vec<String>,
+    /// The agent's patch was empty: reward 0 without asking the model.
+    pub empty_patch: bool,
+    pub truncations: Vec<Truncation>,
+}
+
+/// SWT and SWR behind their backends.
+pub struct WorldClient {
+    swt: Arc<dyn ChatBackend>,
+    swr: Arc<dyn ChatBackend>,
+    cfg: WorldClientConfig,
+}
+
+impl WorldClient {
+    /// A client over given backends (an [`OpenAiClient`], the embedded engine, a test server).
+    pub fn new(
+        swt: Arc<dyn ChatBackend>,
+        swr: Arc<dyn ChatBackend>,
+        cfg: WorldClientConfig,
+    ) -> WorldClient {
+        WorldClient { swt, swr, cfg }
+    }
+
+    /// A client over OpenAI-compatible endpoint lists, one per role (SWE-World's `swt:` and
+    /// `swr:` lists). An empty list is an error, not a silent fallback.
+    pub fn from_endpoints(
+        swt: Vec<EndpointConfig>,
+        swr: Vec<EndpointConfig>,
+        cfg: WorldClientConfig,
+    ) -> Result<WorldClient, WorldError> {
+        let build = |role: Role, eps: Vec<EndpointConfig>, timeout: Duration| {
+            if eps.is_empty() {
+                return Err(WorldError::Setup {
+                    role,
+                    reason: "the endpoint list is empty".into(),
+                });
+            }
+            let mut cc = ClientConfig::new(eps);
+            // The role's own timeout bounds every attempt; the client's retries handle 5xx etc.
+            cc.request_timeout = timeout;
+            OpenAiClient::new(cc)
+                .map(|c| Arc::new(c) as Arc<dyn ChatBackend>)
+                .map_err(|e| WorldError::Setup {
+                    role,
+                    reason: e.to_string(),
+                })
+        };
+        let swt = build(Role::Swt, swt, cfg.swt_timeout)?;
+        let swr = build(Role::Swr, swr, cfg.swr_timeout)?;
+        Ok(WorldClient::new(swt, swr, cfg))
+    }
+
+    pub fn config(&self) -> &WorldClientConfig {
+        &self.cfg
+    }
+
+    /// SWT's prediction of one command's stdout, stderr and exit code.
+    pub async fn predict_transition(
+        &self,
+        ctx: &SwtContext,
+    ) -> Result<Predicted<SwtTarget>, WorldError> {
+        let rendered = swt_messages(ctx, &self.cfg.caps);
+        let mut req = request(
+            &rendered,
+            &self.cfg.swt_model,
+            self.cfg.swt_temperature,
+            self.cfg.swt_max_tokens,
+        );
+        if self.cfg.swt_json_mode {
+            req.extra.insert(
+                "response_format".into(),
+                serde_json::json!({"type": "json_object"}),
+            );
+        }
+        let (reply, usage) = ask(&*self.swt, Role::Swt, req, self.cfg.swt_timeout).await?;
+        let value =
+            parse_swt_reply(&reply).map_err(|e| unparseable(Role::Swt, &*self.swt, e, &reply))?;
+        Ok(Predicted {
+            value,
+            reply,
+            backend: self.swt.describe(),
+            truncations: rendered.truncations,
+            dropped_files: rendered.dropped_files,
+            usage,
+        })
+    }
+
+    /// SWR's reward over `samples` independent samples (at least 1). An empty agent patch is
+    /// reward 0 without a call; a context without any FAIL_TO_PASS or PASS_TO_PASS test is a
+    /// [`WorldError::Context`]. Samples that fail are listed in the estimate; when all fail, the
+    /// first failure is returned.
+    pub async fn predict_reward(
+        &self,
+        ctx: &SwrContext,
+        samples: u32,
+    ) -> Result<RewardEstimate, WorldError> {
+        if ctx.agent_patch.trim().is_empty() {
+            return Ok(RewardEstimate {
+                mean: 0.0,
+                samples: Vec::new(),
+                failures: Vec::new(),
+                empty_patch: true,
+                truncations: Vec::new(),
+            });
+        }
+        if ctx.fail_to_pass.is_empty() && ctx.pass_to_pass.is_empty() {
+            return Err(WorldError::Context {
+                role: Role::Swr,
+                task_id: ctx.task_id.clone(),
+                reason: "no FAIL_TO_PASS or PASS_TO_PASS tests to judge".into(),
+            });
+        }
+        let rendered = swr_messages(ctx, &self.cfg.caps);
+        let one = || async {
+            let req = request(
+                &rendered,
+                &self.cfg.swr_model,
+                self.cfg.swr_temperature,
+                self.cfg.swr_max_tokens,
+            );
+            let (reply, _) = ask(&*self.swr, Role::Swr, req, self.cfg.swr_timeout).await?;
+            parse_swr_reply(&reply).map_err(|e| unparseable(Role::Swr, &*self.swr, e, &reply))
+        };
+        let results = futures::future::join_all((0..samples.max(1)).map(|_| one())).await;
+        let mut ok = Vec::new();
+        let mut failed = Vec::new();
+        for r in results {
+            match r {
+                Ok(t) => ok.push(t),
+                Err(e) => failed.push(e),
+            }
+        }
+        if ok.is_empty() {
+            // `samples.max(1)` requests were made, so there is at least one failure.
+            return Err(failed.swap_remove(0));
+        }
+        let mean = ok.iter().map(|t| f64::from(t.reward)).sum::<f64>() / ok.len() as f64;
+        Ok(RewardEstimate {
+            mean,
+            samples: ok,
+            failures: failed
+                .iter()
+                .map(|e| format!("{}: {e}", e.kind()))
+                .collect(),
+            empty_patch: false,
+            truncations: rendered.truncations,
+        })
+    }
+}
+
+fn request(
+    rendered: &Rendered,
+    model: &str,
+    temperature: f64,
+    max_tokens: Option<u32>,
+) -> ChatRequest {
+    ChatRequest {
+        model: model.to_string(),
+        messages: rendered.messages.clone(),
+        temperature: Some(temperature),
+        max_tokens,
+        ..ChatRequest::default()
+    }
+}
+
+/// One request with a deadline; returns the first choice's text.
+pub(crate) async fn ask(
+    backend: &dyn ChatBackend,
+    role: Role,
+    req: ChatRequest,
+    timeout: Duration,
+) -> Result<(String, Option<Usage>), WorldError> {
+    let resp = match tokio::time::timeout(timeout, backend.complete(req)).await {
+        Err(_) => {
+            return Err(WorldError::Timeout {
+                role,
+                backend: backend.describe(),
+                after: timeout,
+            });
+        }
+        Ok(r) => r.map_err(|source| WorldError::Model { role, source })?,
+    };
+    let text = resp
+        .choices
+        .first()
+        .map(|c| c.message.text())
+        .unwrap_or_default();
+    Ok((text, resp.usage))
+}
+
+pub(crate) fn unparseable(
+    role: Role,
+    backend: &dyn ChatBackend,
+    error: ParseError,
+    reply: &str,
+) -> WorldError {
+    WorldError::Unparseable {
+        role,
+        backend: backend.describe(),
+        error,
+        snippet: reply.chars().take(200).collect(),
+    }
+}

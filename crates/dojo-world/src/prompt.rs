@@ -1,0 +1,439 @@
+//! SWE-World's prompt layout for the transition model (SWT) and the reward model (SWR).
+//!
+//! Both prompts are one system message and one user message made of numbered `###` sections, in
+//! the order SWE-World uses: initial analysis, problem, (hints,) command, executed code,
+//! (original files,) agent patch, gold patch, and for SWR the FAIL_TO_PASS / PASS_TO_PASS lists.
+//! Each section has a cap ([`Caps`]). The rule when a section is over its cap: keep its first
+//! `cap` characters (cut on a character boundary) and append one marker line saying how much was
+//! kept, so the model sees that text is missing; every cut is reported in
+//! [`Rendered::truncations`] so curation and runs can count them.
+//!
+//! Caps are in characters, not tokens: prompts are rendered without a tokenizer (the simulated
+//! environment may talk to any remote model). [`Caps::swe_world`] converts SWE-World's token caps
+//! at [`CHARS_PER_TOKEN`] characters per token, about what BPE tokenizers average on code and
+//! English.
+
+use dojo_llm::ChatMessage;
+use serde::{Deserialize, Serialize};
+
+use crate::context::{FileView, SwrContext, SwtContext};
+
+/// Characters per token assumed when converting SWE-World's token caps ([`Caps::swe_world`]).
+pub const CHARS_PER_TOKEN: usize = 4;
+
+/// Per-section caps in characters (see the module documentation for the truncation rule).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Caps {
+    pub analysis: usize,
+    pub problem: usize,
+    pub command: usize,
+    /// The executed files (SWT) or test files (SWR), all blocks together.
+    pub executed_code: usize,
+    /// Base versions of the executed files the agent modified. SWE-World sends none ("No original
+    /// files provided."), so the default is 0, which keeps that wording.
+    pub original_files: usize,
+    pub agent_patch: usize,
+    pub gold_patch: usize,
+    pub fail_to_pass: usize,
+    pub pass_to_pass: usize,
+    /// Files shown at most; later ones are dropped (and counted in [`Rendered::dropped_files`]).
+    pub max_files: usize,
+}
+
+impl Caps {
+    /// SWE-World's caps (tokens: analysis 5,120, problem 10,240, command 5,120, executed code
+    /// 15,360, agent patch 15,360, gold patch 10,240, PASS_TO_PASS 5,120; at most 20 files),
+    /// converted at [`CHARS_PER_TOKEN`]. FAIL_TO_PASS is uncapped there; here it gets the
+    /// PASS_TO_PASS cap so one pathological task cannot blow up a prompt.
+    pub fn swe_world() -> Caps {
+        let t = |tokens: usize| tokens * CHARS_PER_TOKEN;
+        Caps {
+            analysis: t(5_120),
+            problem: t(10_240),
+            command: t(5_120),
+            executed_code: t(15_360),
+            original_files: 0,
+            agent_patch: t(15_360),
+            gold_patch: t(10_240),
+            fail_to_pass: t(5_120),
+            pass_to_pass: t(5_120),
+            max_files: 20,
+        }
+    }
+}
+
+impl Default for Caps {
+    fn default() -> Self {
+        Caps::swe_world()
+    }
+}
+
+/// One section that was cut to its cap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Truncation {
+    /// The section's short name (`analysis`, `problem`, `command`, `executed_code`, …).
+    pub section: String,
+    /// Length of the section before the cut, in characters.
+    pub original_chars: usize,
+    /// Characters kept (the cap).
+    pub kept_chars: usize,
+}
+
+/// A rendered prompt and what rendering had to leave out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rendered {
+    /// `[system, user]`.
+    pub messages: Vec<ChatMessage>,
+    pub truncations: Vec<Truncation>,
+    /// Files beyond [`Caps::max_files`] that were not shown.
+    pub dropped_files: usize,
+}
+
+impl Rendered {
+    /// Whether anything was cut or dropped.
+    pub fn is_truncated(&self) -> bool {
+        !self.truncations.is_empty() || self.dropped_files > 0
+    }
+}
+
+/// SWT's system prompt.
+pub const SWT_SYSTEM_PROMPT: &str = "\
+You are an expert Python code execution simulator working inside a software repository \
+(checked out at /testbed). You are given a task, the agent's current modifications to the \
+repository, and one shell command. Predict exactly what that command would print to stdout and \
+stderr, and its exit code.
+
+Rules:
+- Simulate the code as it is now, with the agent's patch applied. The gold patch is a reference: \
+where the agent's changes are functionally equivalent to it, the output should be that of the \
+fixed code; where they are not, simulate the agent's code, including its bugs.
+- Never invent output the code would not produce: no made-up test results, values or files. \
+Tracebacks, test summaries and paths must look like the real tools' output.
+- A command that fails (syntax error, missing file, failing test) has a non-zero exit code.
+
+Respond with a single JSON object and nothing else:
+{\"stdout\": \"...\", \"stderr\": \"...\", \"exit_code\": 0}";
+
+/// SWR's system prompt.
+pub const SWR_SYSTEM_PROMPT: &str = "\
+You are an expert test runner simulator working inside a software repository (checked out at \
+/testbed). You are given a task, the agent's final modifications to the repository, the test \
+command and the tests that decide whether the task is solved. Simulate running the test command \
+on the repository with the agent's patch applied and write the test report it would print.
+
+Rules:
+- Judge the agent's patch on its own behaviour. The gold patch is a reference for what a correct \
+fix does; a different patch can be correct, and a similar-looking one can be wrong.
+- reward = 1 if and only if every FAIL_TO_PASS test and every PASS_TO_PASS test passes; \
+otherwise reward = 0.
+
+Think step by step inside <think>...</think>, then give a single JSON object:
+{\"test_report\": \"...\", \"reward\": 0}";
+
+/// Renders SWT's prompt for one command.
+pub fn swt_messages(ctx: &SwtContext, caps: &Caps) -> Rendered {
+    let mut cut = Cutter::default();
+    let analysis = cut.section("analysis", analysis_text(&ctx.analysis), caps.analysis);
+    let problem = cut.section("problem", &ctx.problem_statement, caps.problem);
+    let command = cut.section("command", &ctx.command, caps.command);
+    let (files, dropped_files) = shown_files(&ctx.executed_files, caps.max_files);
+    let code = cut.section("executed_code", &executed_blocks(files), caps.executed_code);
+    let original = original_section(&mut cut, files, caps.original_files);
+    let agent_patch = cut.section(
+        "agent_patch",
+        agent_patch_text(&ctx.agent_patch),
+        caps.agent_patch,
+    );
+    let gold = cut.section("gold_patch", gold_text(&ctx.gold_patch), caps.gold_patch);
+    let user = format!(
+        "### 1. Initial Analysis of the Problem\n{analysis}\n\n\
+         ### 2. Problem Description\n{problem}\n\n\
+         ### 3. Human Discussion (Hints)\nNo hints provided.\n\n\
+         ### 4. Command to Simulate\n```bash\n{command}\n```\n\n\
+         ### 5. Content of Code to be Executed\n{code}\n\n\
+         ### 6. Original Content of Modified Files\n{original}\n\n\
+         ### 7. Agent's Current Code Modifications (Patch)\n```diff\n{agent_patch}\n```\n\n\
+         ### 8. Gold Standard Patch (For Your Reference)\n```diff\n{gold}\n```\n\n\
+         ### YOUR TASK\n\
+         Based on all the context above, provide the simulated output of the command. Your \
+         response must be only the JSON object {{\"stdout\", \"stderr\", \"exit_code\"}}, with no \
+         other text.\n"
+    );
+    cut.finish(SWT_SYSTEM_PROMPT, user, dropped_files)
+}
+
+/// Renders SWR's prompt for one finished rollout.
+pub fn swr_messages(ctx: &SwrContext, caps: &Caps) -> Rendered {
+    let mut cut = Cutter::default();
+    let analysis = cut.section("analysis", analysis_text(&ctx.analysis), caps.analysis);
+    let problem = cut.section("problem", &ctx.problem_statement, caps.problem);
+    let command = cut.section("command", &ctx.test_command, caps.command);
+    let (files, dropped_files) = shown_files(&ctx.test_files, caps.max_files);
+    let code = cut.section("executed_code", &executed_blocks(files), caps.executed_code);
+    let agent_patch = cut.section(
+        "agent_patch",
+        agent_patch_text(&ctx.agent_patch),
+        caps.agent_patch,
+    );
+    let gold = cut.section("gold_patch", gold_text(&ctx.gold_patch), caps.gold_patch);
+    let f2p = cut.section(
+        "fail_to_pass",
+        &test_list(&ctx.fail_to_pass),
+        caps.fail_to_pass,
+    );
+    let p2p = cut.section(
+        "pass_to_pass",
+        &test_list(&ctx.pass_to_pass),
+        caps.pass_to_pass,
+    );
+    let user = format!(
+        "### 1. Initial Analysis of the Problem\n{analysis}\n\n\
+         ### 2. Problem Description\n{problem}\n\n\
+         ### 3. Command to Simulate\n```bash\n{command}\n```\n\n\
+         ### 4. Content of Code to be Executed\n{code}\n\n\
+         ### 5. Agent's Current Code Modifications (Patch)\n```diff\n{agent_patch}\n```\n\n\
+         ### 6. Gold Standard Patch (For Your Reference)\n```diff\n{gold}\n```\n\n\
+         ### 7. FAIL_TO_PASS Tests (Must All Pass for reward=1)\n{f2p}\n\n\
+         ### 8. PASS_TO_PASS Tests (Must All Pass for reward=1)\n{p2p}\n\n\
+         ### YOUR TASK\n\
+         Using all the context above, simulate running the command, focusing on the \
+         FAIL_TO_PASS and PASS_TO_PASS tests. Write a concise test report saying which tests \
+         pass or fail, then decide the reward: 1 if and only if all FAIL_TO_PASS and \
+         PASS_TO_PASS tests pass, 0 otherwise. Give your reasoning inside <think>...</think>, \
+         followed by a single JSON object with the keys \"test_report\" and \"reward\".\n"
+    );
+    cut.finish(SWR_SYSTEM_PROMPT, user, dropped_files)
+}
+
+fn analysis_text(a: &Option<String>) -> &str {
+    match a.as_deref().map(str::trim) {
+        Some(a) if !a.is_empty() => a,
+        _ => "No initial analysis provided.",
+    }
+}
+
+fn agent_patch_text(p: &str) -> &str {
+    if p.trim().is_empty() {
+        "No changes from the agent yet."
+    } else {
+        p
+    }
+}
+
+fn gold_text(g: &Option<String>) -> &str {
+    match g.as_deref() {
+        Some(g) if !g.trim().is_empty() => g,
+        _ => "No gold patch provided.",
+    }
+}
+
+/// A JSON array, one test per line (SWE-World's `json.dumps(indent=2)`).
+fn test_list(tests: &[String]) -> String {
+    serde_json::to_string_pretty(tests).unwrap_or_else(|_| "[]".to_string())
+}
+
+fn shown_files(files: &[FileView], max: usize) -> (&[FileView], usize) {
+    let n = files.len().min(max);
+    (&files[..n], files.len() - n)
+}
+
+fn executed_blocks(files: &[FileView]) -> String {
+    if files.is_empty() {
+        return "No explicit execution code content provided.".to_string();
+    }
+    files
+        .iter()
+        .map(|f| {
+            let body = f.current.as_deref().unwrap_or("(this file does not exist)");
+            format!(
+                "--- Content of `{}` (the file being executed) ---\n\n{body}\n",
+                f.path
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+fn original_section(cut: &mut Cutter, files: &[FileView], cap: usize) -> String {
+    const NONE: &str = "No original files provided.";
+    if cap == 0 {
+        return NONE.to_string();
+    }
+    let blocks: Vec<String> = files
+        .iter()
+        .filter(|f| f.is_modified())
+        .filter_map(|f| {
+            // Files the agent created have no original content.
+            let body = f.base.as_deref()?;
+            Some(format!(
+                "--- Original content of `{}` (before any changes) ---\n\n{body}\n",
+                f.path
+            ))
+        })
+        .collect();
+    if blocks.is_empty() {
+        return NONE.to_string();
+    }
+    cut.section("original_files", &blocks.join("\n"), cap)
+}
+
+/// Applies caps and remembers what it cut.
+#[derive(Default)]
+struct Cutter {
+    truncations: Vec<Truncation>,
+}
+
+impl Cutter {
+    fn section(&mut self, name: &str, text: &str, cap: usize) -> String {
+        let (kept, original) = truncate_chars(text, cap);
+        match original {
+            None => text.to_string(),
+            Some(original_chars) => {
+                self.truncations.push(Truncation {
+                    section: name.to_string(),
+                    original_chars,
+                    kept_chars: cap,
+                });
+                format!("{kept}\n[... truncated: {cap} of {original_chars} characters shown]")
+            }
+        }
+    }
+
+    fn finish(self, system: &str, user: String, dropped_files: usize) -> Rendered {
+        Rendered {
+            messages: vec![ChatMessage::system(system), ChatMessage::user(user)],
+            truncations: self.truncations,
+            dropped_files,
+        }
+    }
+}
+
+/// The first `cap` characters of `text`, and the original length in characters when it was cut.
+pub fn truncate_chars(text: &str, cap: usize) -> (&str, Option<usize>) {
+    match text.char_indices().nth(cap) {
+        None => (text, None),
+        Some((end, _)) => (&text[..end], Some(text.chars().count())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PATCH: &str = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n";
+
+    fn swt_ctx() -> SwtContext {
+        SwtContext {
+            task_id: "calc-1".into(),
+            problem_statement: "add(2, 3) returns -1 instead of 5.".into(),
+            command: "cd /testbed && python repro.py".into(),
+            executed_files: vec![FileView {
+                path: "repro.py".into(),
+                base: None,
+                current: Some("from calc import add\nprint(add(2, 3))\n".into()),
+            }],
+            agent_patch: PATCH.into(),
+            gold_patch: Some(PATCH.into()),
+            analysis: Some("- `add` subtracts instead of adding.".into()),
+        }
+    }
+
+    fn swr_ctx() -> SwrContext {
+        SwrContext {
+            task_id: "calc-1".into(),
+            problem_statement: "add(2, 3) returns -1 instead of 5.".into(),
+            test_command: "pytest -rA tests/test_calc.py".into(),
+            test_files: vec![FileView {
+                path: "tests/test_calc.py".into(),
+                base: None,
+                current: Some(
+                    "from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n".into(),
+                ),
+            }],
+            agent_patch: PATCH.into(),
+            gold_patch: Some(PATCH.into()),
+            fail_to_pass: vec!["tests/test_calc.py::test_add".into()],
+            pass_to_pass: vec![],
+            analysis: None,
+        }
+    }
+
+    fn show(r: &Rendered) -> String {
+        r.messages
+            .iter()
+            .map(|m| format!("=== {:?} ===\n{}", m.role, m.text()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn swt_prompt_layout() {
+        let r = swt_messages(&swt_ctx(), &Caps::default());
+        assert!(!r.is_truncated());
+        insta::assert_snapshot!("swt_prompt", show(&r));
+    }
+
+    #[test]
+    fn swr_prompt_layout() {
+        let r = swr_messages(&swr_ctx(), &Caps::default());
+        assert!(!r.is_truncated());
+        insta::assert_snapshot!("swr_prompt", show(&r));
+    }
+
+    /// Over-cap sections keep their head and a marker, and are counted; extra files are dropped
+    /// and counted; original files appear when their cap allows.
+    #[test]
+    fn caps_truncate_by_the_stated_rule() {
+        let mut ctx = swt_ctx();
+        ctx.problem_statement = "é".repeat(50);
+        ctx.executed_files.push(FileView {
+            path: "calc.py".into(),
+            base: Some("def add(a, b):\n    return a - b\n".into()),
+            current: Some("def add(a, b):\n    return a + b\n".into()),
+        });
+        let caps = Caps {
+            problem: 10,
+            max_files: 1,
+            original_files: 1000,
+            ..Caps::default()
+        };
+        let r = swt_messages(&ctx, &caps);
+        assert_eq!(r.dropped_files, 1);
+        assert_eq!(
+            r.truncations,
+            vec![Truncation {
+                section: "problem".into(),
+                original_chars: 50,
+                kept_chars: 10
+            }]
+        );
+        let user = r.messages[1].text();
+        assert!(user.contains(&format!(
+            "{}\n[... truncated: 10 of 50 characters shown]",
+            "é".repeat(10)
+        )));
+        // calc.py was dropped (max_files 1), so no original content is shown for it.
+        assert!(user.contains("No original files provided."));
+        let caps = Caps {
+            original_files: 1000,
+            ..Caps::default()
+        };
+        let user = swt_messages(&ctx, &caps).messages[1].text();
+        assert!(user.contains("--- Original content of `calc.py` (before any changes) ---"));
+    }
+
+    #[test]
+    fn missing_parts_are_said_not_invented() {
+        let mut ctx = swt_ctx();
+        ctx.gold_patch = None;
+        ctx.agent_patch = String::new();
+        ctx.analysis = None;
+        ctx.executed_files[0].current = None;
+        let user = swt_messages(&ctx, &Caps::default()).messages[1].text();
+        assert!(user.contains("No gold patch provided."));
+        assert!(user.contains("No changes from the agent yet."));
+        assert!(user.contains("No initial analysis provided."));
+        assert!(user.contains("(this file does not exist)"));
+    }
+}
