@@ -106,6 +106,8 @@ pub enum SelectorKind {
     Majority,
     /// SWE-Gym's verifier: needs a judge model ([`crate::verifier`]).
     Verifier,
+    /// SWE-World's reward model, mean of n samples: needs the model ([`crate::swr`]).
+    Swr,
     /// The agents' own tests run against every candidate ([`crate::agent_tests`]): needs
     /// sandboxes.
     Tests,
@@ -115,11 +117,12 @@ pub enum SelectorKind {
 
 impl SelectorKind {
     /// In the order `all` evaluates them: `hybrid` last, it combines the others.
-    pub const ALL: [SelectorKind; 6] = [
+    pub const ALL: [SelectorKind; 7] = [
         SelectorKind::Oracle,
         SelectorKind::Random,
         SelectorKind::Majority,
         SelectorKind::Verifier,
+        SelectorKind::Swr,
         SelectorKind::Tests,
         SelectorKind::Hybrid,
     ];
@@ -130,6 +133,7 @@ impl SelectorKind {
             SelectorKind::Random => "random",
             SelectorKind::Majority => "majority",
             SelectorKind::Verifier => "verifier",
+            SelectorKind::Swr => "swr",
             SelectorKind::Tests => "tests",
             SelectorKind::Hybrid => "hybrid",
         }
@@ -141,8 +145,8 @@ impl SelectorKind {
         self.build().is_none()
     }
 
-    /// `oracle`, `random`, `majority`, `verifier`, `tests`, `hybrid`, a comma-separated list, or
-    /// `all`.
+    /// `oracle`, `random`, `majority`, `verifier`, `swr`, `tests`, `hybrid`, a comma-separated
+    /// list, or `all`.
     pub fn parse_list(s: &str) -> Result<Vec<SelectorKind>, SelectError> {
         let mut out = Vec::new();
         for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
@@ -152,6 +156,7 @@ impl SelectorKind {
                 "random" => out.push(SelectorKind::Random),
                 "majority" => out.push(SelectorKind::Majority),
                 "verifier" => out.push(SelectorKind::Verifier),
+                "swr" => out.push(SelectorKind::Swr),
                 "tests" => out.push(SelectorKind::Tests),
                 "hybrid" => out.push(SelectorKind::Hybrid),
                 other => return Err(SelectError::UnknownSelector(other.to_string())),
@@ -170,13 +175,16 @@ impl SelectorKind {
     }
 
     /// The selector, for those that need nothing computed beforehand (`None` for the verifier,
-    /// tests and hybrid).
+    /// swr, tests and hybrid).
     pub fn build(self) -> Option<SharedSelector> {
         match self {
             SelectorKind::Oracle => Some(std::sync::Arc::new(Oracle)),
             SelectorKind::Random => Some(std::sync::Arc::new(Random)),
             SelectorKind::Majority => Some(std::sync::Arc::new(Majority)),
-            SelectorKind::Verifier | SelectorKind::Tests | SelectorKind::Hybrid => None,
+            SelectorKind::Verifier
+            | SelectorKind::Swr
+            | SelectorKind::Tests
+            | SelectorKind::Hybrid => None,
         }
     }
 }

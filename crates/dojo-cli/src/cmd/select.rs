@@ -50,7 +50,14 @@ pub struct SelectArgs {
     /// `embedded[:MODEL]`, or a policy file of those kinds.
     #[arg(long)]
     pub verifier: Option<String>,
-    /// Verifier requests in flight at once.
+    /// SWE-World's reward model for the swr selector: `openai:MODEL` (an SWR model server),
+    /// `embedded[:MODEL]`, or a policy file of those kinds.
+    #[arg(long)]
+    pub swr: Option<String>,
+    /// SWR samples averaged per candidate (SWE-World: 3).
+    #[arg(long, default_value_t = 3)]
+    pub swr_samples: u32,
+    /// Verifier (and SWR) requests in flight at once.
     #[arg(long, default_value_t = 4)]
     pub verifier_concurrency: usize,
     /// Candidates per task to select among (default: the most any task has).
@@ -139,7 +146,9 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
     }
     let all = a.selector.split(',').any(|s| s.trim() == "all");
     let wants_tests = kinds.contains(&SelectorKind::Tests) || kinds.contains(&SelectorKind::Hybrid);
-    let ctx = if !a.predictions.is_empty() || wants_tests {
+    let wants_swr = a.swr.is_some()
+        && (kinds.contains(&SelectorKind::Swr) || kinds.contains(&SelectorKind::Hybrid));
+    let ctx = if !a.predictions.is_empty() || wants_tests || wants_swr {
         Some(task_context(&a)?)
     } else {
         None
@@ -170,6 +179,21 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
             None
         }
     };
+    let swr_sel = match (&a.swr, &ctx) {
+        (Some(spec), Some(ctx)) if wants_swr => {
+            let (s, n) = swr(spec, ctx, &set, a.swr_samples, a.verifier_concurrency)?;
+            note(n);
+            Some(s)
+        }
+        (None, _) if kinds.contains(&SelectorKind::Swr) && !all => bail!(
+            "the swr selector needs SWE-World's reward model: --swr openai:MODEL | embedded[:MODEL] | POLICY_FILE"
+        ),
+        (None, _) if kinds.contains(&SelectorKind::Swr) => {
+            note("swr: not run (no --swr given)".to_string());
+            None
+        }
+        _ => None,
+    };
     let tests_sel: Option<SharedSelector> = match (&ctx, wants_tests) {
         (Some(ctx), true) => {
             let s = run_tests(ctx, &set, k)?;
@@ -185,11 +209,13 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
     for kind in kinds {
         let s = match kind {
             SelectorKind::Verifier => verifier_sel.clone(),
+            SelectorKind::Swr => swr_sel.clone(),
             SelectorKind::Tests => tests_sel.clone(),
             SelectorKind::Hybrid => {
                 let mut components = vec![majority.clone()];
                 components.extend(tests_sel.clone());
                 components.extend(verifier_sel.clone());
+                components.extend(swr_sel.clone());
                 let (h, n) = hybrid(&a, components, &set, k)?;
                 note(n);
                 Some(h)
@@ -359,6 +385,67 @@ fn hybrid(
         path.display()
     );
     Ok((Arc::new(h), n))
+}
+
+/// Scores every candidate with SWE-World's reward model; the selector and a line on how it went.
+fn swr(
+    spec: &str,
+    ctx: &TaskContext,
+    set: &CandidateSet,
+    samples: u32,
+    concurrency: usize,
+) -> anyhow::Result<(SharedSelector, String)> {
+    let policy = PolicyConfig::parse(spec).with_context(|| format!("--swr {spec}"))?;
+    let tasks: HashMap<String, dojo_select::swr::SwrTask> = ctx
+        .tasks
+        .iter()
+        .filter_map(|t| {
+            let env = ctx.registry.resolve(t).ok()?;
+            Some((
+                t.instance_id.clone(),
+                dojo_select::swr::SwrTask {
+                    problem_statement: t.problem_statement.clone(),
+                    test_command: env.test_command(t),
+                    fail_to_pass: t.f2p().to_vec(),
+                    pass_to_pass: t.p2p().to_vec(),
+                },
+            ))
+        })
+        .collect();
+    let rt = crate::cmd::rollout::runtime()?;
+    let started = std::time::Instant::now();
+    let (sel, stats) = rt.block_on(async {
+        let embedded = match &policy.kind {
+            dojo_rollout::policy::PolicyKind::Embedded { model } => {
+                let m = model.clone();
+                tokio::task::spawn_blocking(move || crate::cmd::rollout::embedded_backend(&m))
+                    .await??
+            }
+            _ => None,
+        };
+        let model = dojo_rollout::run_dir::model_backends(&policy, embedded)?;
+        let backend = model.for_sample(0);
+        let client = Arc::new(dojo_world::WorldClient::new(
+            backend.clone(),
+            backend,
+            dojo_world::WorldClientConfig::default(),
+        ));
+        anyhow::Ok(dojo_select::swr::score_all(client, set, &tasks, samples, concurrency).await)
+    })?;
+    let secs = started.elapsed().as_secs_f64();
+    let mut n = format!(
+        "swr {}: {} candidates scored ({samples} samples each, {} samples failed), {} empty patches at 0 without a call, {} failed; {secs:.1} s ({:.2} s per candidate, model load included)",
+        policy.label(),
+        stats.scored,
+        stats.failed_samples,
+        stats.empty,
+        stats.failed,
+        secs / set.candidates().max(1) as f64
+    );
+    if let Some(f) = &stats.first_failure {
+        n.push_str(&format!(" (first failure: {f})"));
+    }
+    Ok((Arc::new(sel), n))
 }
 
 /// Judges every candidate with the verifier model; the selector and a line on how it went.
