@@ -10,8 +10,9 @@
 //! A candidate's score is the share of the kept tests of the candidates being compared that it
 //! passes, as R2E-Gym scores against a pool of tests. Its own kept tests count too: it passes
 //! them by construction, which rewards a candidate that wrote a test its fix passes, the same
-//! evidence a passing foreign test gives. Without any kept test every score is 0 and the seeded
-//! tie-break decides.
+//! evidence a passing foreign test gives. An empty patch scores −1: it is a candidate that loses,
+//! as in majority voting, also when no test separates the others. Without any kept test every
+//! other score is 0 and the seeded tie-break decides.
 //!
 //! Infrastructure failures (a sandbox that cannot be created, a patch the sandbox refuses) are
 //! not the candidate's: the run is left out of the score (`None`) and counted in the notes.
@@ -161,9 +162,25 @@ impl Selector for TestsSelector {
     fn name(&self) -> &'static str {
         "tests"
     }
+    /// The share of tests passed; an empty patch passes none.
+    fn features(&self, task: &TaskCandidates, subset: &[usize]) -> Vec<f64> {
+        self.scores(task, subset)
+            .into_iter()
+            .map(|s| s.max(0.0))
+            .collect()
+    }
     fn scores(&self, task: &TaskCandidates, subset: &[usize]) -> Vec<f64> {
         let Some(runs) = self.runs.get(&task.task_id) else {
-            return vec![0.0; subset.len()];
+            return subset
+                .iter()
+                .map(|&i| {
+                    if task.candidates[i].is_empty() {
+                        -1.0
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
         };
         let present: Vec<String> = subset.iter().map(|&i| task.candidates[i].label()).collect();
         let usable: Vec<usize> = (0..runs.tests.len())
@@ -171,7 +188,11 @@ impl Selector for TestsSelector {
             .collect();
         present
             .iter()
-            .map(|label| {
+            .zip(subset)
+            .map(|(label, &i)| {
+                if task.candidates[i].is_empty() {
+                    return -1.0;
+                }
                 let Some(results) = runs.results.get(label) else {
                     return 0.0;
                 };
@@ -441,11 +462,12 @@ mod tests {
         assert_eq!(sel.scores(&t, &[0, 2]), vec![1.0, 0.0]);
         // 1's script never ran on 2 (infrastructure): not counted against it.
         assert_eq!(sel.scores(&t, &[1, 2]), vec![1.0, 0.0]);
-        // A task without runs: every score 0.
+        // A task without runs: every score 0, but an empty patch still loses.
         let other = TaskCandidates {
             task_id: "u".into(),
-            candidates: vec![cand(0, "+a", true)],
+            candidates: vec![cand(0, "+a", true), cand(1, " \n", false)],
         };
-        assert_eq!(sel.scores(&other, &[0]), vec![0.0]);
+        assert_eq!(sel.scores(&other, &[0, 1]), vec![0.0, -1.0]);
+        assert_eq!(sel.features(&other, &[0, 1]), vec![0.0, 0.0]);
     }
 }
