@@ -81,11 +81,11 @@ pub fn added_files(patch: &str) -> Vec<(String, String)> {
             in_hunk = true;
             continue;
         }
-        if let (true, Some((_, content))) = (in_hunk, current.as_mut()) {
-            if let Some(added) = line.strip_prefix('+') {
-                content.push_str(added);
-                content.push('\n');
-            }
+        if let (true, Some((_, content))) = (in_hunk, current.as_mut())
+            && let Some(added) = line.strip_prefix('+')
+        {
+            content.push_str(added);
+            content.push('\n');
         }
     }
     out.extend(current);

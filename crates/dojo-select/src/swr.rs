@@ -140,12 +140,12 @@ mod tests {
                 format!("{{\"test_report\": \"ok\", \"reward\": {reward}}}")
             };
             Box::pin(async move {
-                Ok(serde_json::from_value(serde_json::json!({
+                serde_json::from_value(serde_json::json!({
                     "id": "r", "object": "chat.completion", "created": 0, "model": "swr",
                     "choices": [{"index": 0, "finish_reason": "stop",
                                  "message": {"role": "assistant", "content": text}}]
                 }))
-                .map_err(|e| LlmError::Config(e.to_string()))?)
+                .map_err(|e| LlmError::Config(e.to_string()))
             })
         }
     }
