@@ -34,6 +34,9 @@ pub struct SelectOptions {
     pub selectors: Vec<SharedSelector>,
     /// Lines for the output about how scores were obtained (verifier failures, …).
     pub notes: Vec<String>,
+    /// Seconds spent computing a selector's scores beforehand (model calls, sandboxed test
+    /// runs), by selector name; a hybrid's include its components'.
+    pub precompute_seconds: std::collections::HashMap<String, f64>,
     /// Candidates per task to select among (default: the most any task has).
     pub k: Option<usize>,
     pub seed: u64,
@@ -81,8 +84,12 @@ pub struct SelectorResult {
     /// (best@K − pass@1) / (pass@K − pass@1): the share of the sampling gap this selector
     /// closes; `None` when pass@K = pass@1.
     pub gap_closed: Option<f64>,
-    /// Wall time of the whole evaluation of this selector, per task.
+    /// Wall time of the whole evaluation of this selector (choices and every best@k point), per
+    /// task.
     pub seconds_per_task: f64,
+    /// Wall time of computing its scores beforehand (model calls, sandboxed test runs), per
+    /// task; 0 for selectors that need none.
+    pub precompute_seconds_per_task: f64,
     pub choices: Vec<TaskChoice>,
 }
 
@@ -143,7 +150,14 @@ pub fn select(set: &CandidateSet, opts: &SelectOptions) -> Result<SelectOutput, 
     let selectors = opts
         .selectors
         .iter()
-        .map(|s| evaluate(s.as_ref(), &tasks, k_max, &pass_curve, opts.seed))
+        .map(|s| {
+            let mut r = evaluate(s.as_ref(), &tasks, k_max, &pass_curve, opts.seed);
+            r.precompute_seconds_per_task = opts
+                .precompute_seconds
+                .get(&r.name)
+                .map_or(0.0, |secs| secs / tasks.len().max(1) as f64);
+            r
+        })
         .collect();
     let mut out = SelectOutput {
         schema_version: SELECTION_SCHEMA_VERSION,
@@ -237,6 +251,7 @@ fn evaluate(
         best_at_k,
         gap_closed,
         seconds_per_task: started.elapsed().as_secs_f64() / tasks.len().max(1) as f64,
+        precompute_seconds_per_task: 0.0,
         choices,
     }
 }

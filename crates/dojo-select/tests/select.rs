@@ -75,6 +75,7 @@ fn options(out: PathBuf, selectors: &str) -> SelectOptions {
             .filter_map(SelectorKind::build)
             .collect(),
         notes: Vec::new(),
+        precompute_seconds: Default::default(),
         k: None,
         seed: 1,
         out,

@@ -156,6 +156,8 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
     let set = load_candidates(&a, ctx.as_ref())?;
     let k = a.k.unwrap_or_else(|| set.max_k()).max(1);
     let mut notes = Vec::new();
+    // Seconds spent scoring beforehand, by selector (a hybrid's: its components').
+    let mut precompute: HashMap<String, f64> = HashMap::new();
     let mut note = |n: String| {
         eprintln!("{n}");
         notes.push(n);
@@ -164,7 +166,9 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
         Some(spec)
             if kinds.contains(&SelectorKind::Verifier) || kinds.contains(&SelectorKind::Hybrid) =>
         {
+            let started = std::time::Instant::now();
             let (s, n) = verifier(spec, &set, a.verifier_concurrency)?;
+            precompute.insert("verifier".into(), started.elapsed().as_secs_f64());
             note(n);
             Some(s)
         }
@@ -181,7 +185,9 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
     };
     let swr_sel = match (&a.swr, &ctx) {
         (Some(spec), Some(ctx)) if wants_swr => {
+            let started = std::time::Instant::now();
             let (s, n) = swr(spec, ctx, &set, a.swr_samples, a.verifier_concurrency)?;
+            precompute.insert("swr".into(), started.elapsed().as_secs_f64());
             note(n);
             Some(s)
         }
@@ -196,7 +202,9 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
     };
     let tests_sel: Option<SharedSelector> = match (&ctx, wants_tests) {
         (Some(ctx), true) => {
+            let started = std::time::Instant::now();
             let s = run_tests(ctx, &set, k)?;
+            precompute.insert("tests".into(), started.elapsed().as_secs_f64());
             note(s.1);
             Some(s.0)
         }
@@ -216,7 +224,13 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
                 components.extend(tests_sel.clone());
                 components.extend(verifier_sel.clone());
                 components.extend(swr_sel.clone());
+                let parts: f64 = components
+                    .iter()
+                    .filter_map(|c| precompute.get(c.name()))
+                    .sum();
+                let started = std::time::Instant::now();
                 let (h, n) = hybrid(&a, components, &set, k)?;
+                precompute.insert("hybrid".into(), parts + started.elapsed().as_secs_f64());
                 note(n);
                 Some(h)
             }
@@ -230,6 +244,7 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
         &SelectOptions {
             selectors,
             notes,
+            precompute_seconds: precompute,
             k: a.k,
             seed: a.seed,
             out: a.out.clone(),
@@ -270,19 +285,27 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
         })
     };
     println!(
-        "{:<12} {:>24} {:>11}",
+        "{:<12} {:>24} {:>11} {:>14}",
         "selector",
         format!("resolved@{}", out.k),
-        "gap closed"
+        "gap closed",
+        "s / task"
     );
-    println!("{:<12} {:>24} {:>11}", "pass@k", at(&out.pass_at_k), "100%");
+    println!(
+        "{:<12} {:>24} {:>11} {:>14}",
+        "pass@k",
+        at(&out.pass_at_k),
+        "100%",
+        "–"
+    );
     for s in &out.selectors {
         println!(
-            "{:<12} {:>24} {:>11}",
+            "{:<12} {:>24} {:>11} {:>14}",
             s.name,
             at(&s.best_at_k),
             s.gap_closed
-                .map_or("–".to_string(), |g| format!("{:.0}%", 100.0 * g))
+                .map_or("–".to_string(), |g| format!("{:.0}%", 100.0 * g)),
+            format!("{:.3}", s.precompute_seconds_per_task + s.seconds_per_task)
         );
     }
     if let Some(last) = out.sequential.points.last() {
