@@ -30,6 +30,9 @@ use crate::filters::{Cand, StageReport};
 use crate::input::Problem;
 use crate::view::{Origin, StopKind, Traj};
 
+/// Where the simulated environment caches initial analyses (`$DOJO_HOME/world-analysis`).
+pub use dojo_world::analysis::default_cache_root as default_analysis_root;
+
 /// Which world model the samples train.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -68,6 +71,9 @@ pub struct WorldConfig {
     pub max_per_trajectory: usize,
     /// Keep SWT records whose real output was cut or timed out.
     pub keep_incomplete: bool,
+    /// Attach the initial analysis cached for each task by this model (see
+    /// [`dojo_world::analysis`]) to records captured without one: (cache root, model).
+    pub analysis: Option<(PathBuf, String)>,
 }
 
 impl WorldConfig {
@@ -77,6 +83,7 @@ impl WorldConfig {
             caps: Caps::default(),
             max_per_trajectory: 6,
             keep_incomplete: false,
+            analysis: None,
         }
     }
 }
@@ -90,6 +97,10 @@ pub struct WorldStats {
     pub truncated_sections: BTreeMap<String, usize>,
     /// Executed/test files left out beyond the file cap, over all samples.
     pub dropped_files: usize,
+    /// With an analysis model: samples given a cached initial analysis, and samples whose task
+    /// has none cached (they say "No initial analysis provided.").
+    pub analysis_attached: usize,
+    pub analysis_missing: usize,
 }
 
 /// What reading the world records produced.
@@ -298,7 +309,28 @@ pub fn select(
 pub fn samples(records: Vec<(WorldRecord, Origin)>, cfg: &WorldConfig) -> (Vec<Cand>, WorldStats) {
     let mut stats = WorldStats::default();
     let mut out = Vec::with_capacity(records.len());
-    for (r, origin) in records {
+    let mut analyses: HashMap<String, Option<String>> = HashMap::new();
+    for (mut r, origin) in records {
+        if let Some((root, model)) = &cfg.analysis {
+            let slot = match &mut r.body {
+                WorldBody::Swt { context, .. } => &mut context.analysis,
+                WorldBody::Swr { context, .. } => &mut context.analysis,
+            };
+            if slot.is_none() {
+                let found = analyses
+                    .entry(r.task_id.clone())
+                    .or_insert_with(|| {
+                        dojo_world::analysis::lookup_analysis(root, &r.task_id, model)
+                    })
+                    .clone();
+                if found.is_some() {
+                    stats.analysis_attached += 1;
+                } else {
+                    stats.analysis_missing += 1;
+                }
+                *slot = found;
+            }
+        }
         let (rendered, target, reward, row_id): (Rendered, String, f64, String) = match &r.body {
             WorldBody::Swt {
                 seq,
@@ -493,6 +525,29 @@ mod tests {
         assert_eq!(stats.truncated_sections["problem"], 1);
         let answer = cands[0].traj.messages[2]["content"].as_str().unwrap();
         assert_eq!(answer, r#"{"test_report":"1 passed","reward":1}"#);
+    }
+
+    #[test]
+    fn cached_analyses_are_attached_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dojo_world::analysis::analysis_cache_path(dir.path(), "t", "m");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let cached = json!({"schema_version": 1, "task_id": "t", "model": "m", "prompt_sha": "x", "analysis": "- the bug"});
+        std::fs::write(&path, cached.to_string()).unwrap();
+        let mut cfg = WorldConfig::new(WorldKind::Swr);
+        cfg.analysis = Some((dir.path().to_path_buf(), "m".into()));
+        let mut other = swr();
+        other.task_id = "u".into();
+        let (cands, stats) = samples(vec![(swr(), origin(1)), (other, origin(2))], &cfg);
+        assert_eq!((stats.analysis_attached, stats.analysis_missing), (1, 1));
+        let user = |i: usize| {
+            cands[i].traj.messages[1]["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        assert!(user(0).contains("### 1. Initial Analysis of the Problem\n- the bug"));
+        assert!(user(1).contains("No initial analysis provided."));
     }
 
     #[test]

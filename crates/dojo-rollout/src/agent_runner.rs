@@ -5,6 +5,10 @@
 //! records, a dead endpoint is the agent loop's `llm_error`, a grader that could not run marks the
 //! record `infra_failure`; none of them is ever scored as unresolved. Preparation (download, unpack,
 //! pristine tree, venv) happens once per task and is shared by its K samples.
+//!
+//! With a [`WorldWriter`] (on by default in `dojo rollout`), the agent's workspace records the
+//! commands that run Python or tests and the grade records the test report, as world-model
+//! training data (see [`crate::world_capture`]).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,10 +19,10 @@ use dojo_llm::{BoxFuture, ChatBackend};
 use dojo_sandbox::{Pristine, PythonEnv, Sandbox, SandboxOptions};
 use dojo_task::{EnvRegistry, Preparer, RepoEnv, Task};
 use dojo_trajectory::{Blame, EnvironmentFingerprint, Event, PolicyInfo, StopReason, Trajectory};
+use dojo_world::record::WorldWriter;
 
 use crate::policy::{PolicyConfig, PolicyKind};
 use crate::world_capture::{CapturingWorkspace, swr_record};
-use dojo_world::record::WorldWriter;
 
 use crate::scheduler::{Job, RolloutRecord, Runner};
 use crate::store::{Key, Keyed};

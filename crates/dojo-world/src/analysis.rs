@@ -2,8 +2,10 @@
 //! essence of the fix, what the tests check) that SWT and SWR read as their first section.
 //!
 //! It is generated once per task and model at temperature 0 from the task's problem, hints, gold
-//! patch, test patch and test lists, then cached under `$DOJO_HOME/world-analysis/` (keyed by the
-//! task, the model and the exact prompt, so an edited task or prompt regenerates it). A failed
+//! patch, test patch and test lists, then cached under `$DOJO_HOME/world-analysis/`, one file per
+//! task and model ([`analysis_cache_path`]), so readers that only know the task id find it
+//! ([`lookup_analysis`]). The file records a hash of the exact prompt: an edited task or prompt
+//! regenerates it. A failed
 //! generation is an error, not SWE-World's canned fallback text: a made-up analysis would poison
 //! every prompt of the task.
 
@@ -98,28 +100,56 @@ pub struct CachedAnalysis {
     pub schema_version: u32,
     pub task_id: String,
     pub model: String,
-    /// sha256 of the model name and the rendered prompt: the cache key.
-    pub key: String,
+    /// sha256 of the rendered prompt it was generated from.
+    pub prompt_sha: String,
     pub analysis: String,
 }
 
-/// Where the analysis of `input` by `model` is cached under `root` (normally
-/// `$DOJO_HOME/world-analysis`).
-pub fn analysis_cache_path(root: &Path, input: &AnalysisInput, model: &str) -> PathBuf {
-    root.join(format!("{}.json", cache_key(input, model)))
-}
-
-fn cache_key(input: &AnalysisInput, model: &str) -> String {
+/// Where the analysis of task `task_id` by `model` is cached under `root` (normally
+/// `$DOJO_HOME/world-analysis`): `<model>/<task>-<hash>.json`, names made filesystem-safe and
+/// disambiguated by a hash of the exact strings.
+pub fn analysis_cache_path(root: &Path, task_id: &str, model: &str) -> PathBuf {
+    let safe = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(80)
+            .collect()
+    };
     let mut h = Sha256::new();
     h.update(model.as_bytes());
     h.update([0]);
+    h.update(task_id.as_bytes());
+    let tag = &hex::encode(h.finalize())[..12];
+    root.join(safe(model))
+        .join(format!("{}-{tag}.json", safe(task_id)))
+}
+
+fn prompt_sha(input: &AnalysisInput) -> String {
+    let mut h = Sha256::new();
     h.update(serde_json::to_vec(&analysis_messages(input)).unwrap_or_default());
     hex::encode(h.finalize())
 }
 
+fn read_cached(path: &Path) -> Option<CachedAnalysis> {
+    let c: CachedAnalysis = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    (c.schema_version == ANALYSIS_SCHEMA_VERSION && !c.analysis.trim().is_empty()).then_some(c)
+}
+
+/// The cached analysis of `task_id` by `model`, if one was generated (whatever prompt it came
+/// from): for readers that have the task id but not the task, such as curation of records.
+pub fn lookup_analysis(root: &Path, task_id: &str, model: &str) -> Option<String> {
+    read_cached(&analysis_cache_path(root, task_id, model)).map(|c| c.analysis)
+}
+
 /// The analysis of `input` by `backend` (asked for `model`, temperature 0), from the cache under
-/// `root` when present, else generated and cached. A cache file that cannot be read as an
-/// analysis is regenerated (and overwritten).
+/// `root` when present and made from the same prompt, else generated and cached. A cache file
+/// that cannot be read as an analysis is regenerated (and overwritten).
 pub async fn cached_analysis(
     backend: &dyn ChatBackend,
     model: &str,
@@ -127,11 +157,10 @@ pub async fn cached_analysis(
     root: &Path,
     timeout: Duration,
 ) -> Result<String, WorldError> {
-    let path = analysis_cache_path(root, input, model);
-    if let Ok(bytes) = std::fs::read(&path)
-        && let Ok(c) = serde_json::from_slice::<CachedAnalysis>(&bytes)
-        && c.schema_version == ANALYSIS_SCHEMA_VERSION
-        && !c.analysis.trim().is_empty()
+    let path = analysis_cache_path(root, &input.task_id, model);
+    let sha = prompt_sha(input);
+    if let Some(c) = read_cached(&path)
+        && c.prompt_sha == sha
     {
         return Ok(c.analysis);
     }
@@ -158,14 +187,15 @@ pub async fn cached_analysis(
         schema_version: ANALYSIS_SCHEMA_VERSION,
         task_id: input.task_id.clone(),
         model: model.to_string(),
-        key: cache_key(input, model),
+        prompt_sha: sha,
         analysis: analysis.clone(),
     };
     let setup = |reason: String| WorldError::Setup {
         role: Role::Analysis,
         reason,
     };
-    std::fs::create_dir_all(root).map_err(|e| setup(format!("{}: {e}", root.display())))?;
+    let dir = path.parent().unwrap_or(root);
+    std::fs::create_dir_all(dir).map_err(|e| setup(format!("{}: {e}", dir.display())))?;
     let bytes = serde_json::to_vec_pretty(&record).map_err(|e| setup(e.to_string()))?;
     dojo_cache::write_atomic(&path, &bytes)
         .map_err(|e| setup(format!("{}: {e}", path.display())))?;
@@ -175,4 +205,82 @@ pub async fn cached_analysis(
 /// `$DOJO_HOME/world-analysis`.
 pub fn default_cache_root() -> PathBuf {
     dojo_cache::dojo_home().join(ANALYSIS_BUCKET)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::tests::Scripted;
+    use dojo_llm::LlmError;
+
+    fn input() -> AnalysisInput {
+        AnalysisInput {
+            task_id: "calc-1".into(),
+            repo: "example/calc".into(),
+            problem_statement: "add(2, 3) returns -1.".into(),
+            hints: None,
+            gold_patch: "diff --git a/calc.py b/calc.py\n-    return a - b\n+    return a + b\n"
+                .into(),
+            test_patch: Some(
+                "diff --git a/test_calc.py b/test_calc.py\n+def test_add(): ...\n".into(),
+            ),
+            fail_to_pass: vec!["test_calc.py::test_add".into()],
+            pass_to_pass: vec![],
+        }
+    }
+
+    #[test]
+    fn analysis_prompt_layout() {
+        let text = analysis_messages(&input())
+            .iter()
+            .map(|m| format!("=== {:?} ===\n{}", m.role, m.text()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        insta::assert_snapshot!("analysis_prompt", text);
+    }
+
+    #[tokio::test]
+    async fn generated_once_per_task_and_model_at_temperature_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Duration::from_secs(5);
+        let first = Scripted::text(&["<think>hmm</think>\n- `add` subtracts.\n"]);
+        let a = cached_analysis(&*first, "m1", &input(), dir.path(), t)
+            .await
+            .unwrap();
+        assert_eq!(a, "- `add` subtracts.");
+        assert_eq!(first.requests.lock().unwrap()[0].temperature, Some(0.0));
+        // Cached: a backend that would fail is not asked.
+        let down = Scripted::new(vec![Some(Err(LlmError::from_status("e", 500, "", None)))]);
+        let again = cached_analysis(&*down, "m1", &input(), dir.path(), t)
+            .await
+            .unwrap();
+        assert_eq!(again, a);
+        assert_eq!(down.calls(), 0);
+        // Another model is another entry; its failure is an error, not a canned analysis.
+        let e = cached_analysis(&*down, "m2", &input(), dir.path(), t)
+            .await
+            .unwrap_err();
+        assert!(e.is_infrastructure());
+        let cached: CachedAnalysis = serde_json::from_slice(
+            &std::fs::read(analysis_cache_path(dir.path(), "calc-1", "m1")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            (cached.schema_version, cached.task_id.as_str()),
+            (1, "calc-1")
+        );
+        assert_eq!(
+            lookup_analysis(dir.path(), "calc-1", "m1").as_deref(),
+            Some(a.as_str())
+        );
+        assert_eq!(lookup_analysis(dir.path(), "calc-1", "m2"), None);
+        // An edited task is generated again.
+        let mut edited = input();
+        edited.problem_statement.push_str(" Also for floats.");
+        let fresh = Scripted::text(&["- new"]);
+        let b = cached_analysis(&*fresh, "m1", &edited, dir.path(), t)
+            .await
+            .unwrap();
+        assert_eq!((b.as_str(), fresh.calls()), ("- new", 1));
+    }
 }

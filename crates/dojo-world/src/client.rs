@@ -33,6 +33,8 @@ pub enum Role {
     Swr,
     /// The per-task initial analysis.
     Analysis,
+    /// The reverse-reasoning teacher and its judge.
+    Cot,
 }
 
 impl std::fmt::Display for Role {
@@ -41,6 +43,7 @@ impl std::fmt::Display for Role {
             Role::Swt => "SWT",
             Role::Swr => "SWR",
             Role::Analysis => "initial analysis",
+            Role::Cot => "reverse-reasoning",
         })
     }
 }
@@ -374,5 +377,196 @@ pub(crate) fn unparseable(
         backend: backend.describe(),
         error,
         snippet: reply.chars().take(200).collect(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use dojo_llm::{BoxFuture, ChatMessage, ChatResponse, Choice};
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    /// A scripted backend: answers each request with the next scripted reply (`Err` for a
+    /// backend failure, `None` for a request that never returns) and keeps the requests.
+    pub(crate) struct Scripted {
+        replies: Mutex<VecDeque<Option<Result<String, LlmError>>>>,
+        pub requests: Mutex<Vec<ChatRequest>>,
+    }
+
+    impl Scripted {
+        pub(crate) fn new(replies: Vec<Option<Result<String, LlmError>>>) -> Arc<Scripted> {
+            Arc::new(Scripted {
+                replies: Mutex::new(replies.into()),
+                requests: Mutex::new(Vec::new()),
+            })
+        }
+        pub(crate) fn text(replies: &[&str]) -> Arc<Scripted> {
+            Scripted::new(replies.iter().map(|r| Some(Ok(r.to_string()))).collect())
+        }
+        pub(crate) fn calls(&self) -> usize {
+            self.requests.lock().unwrap().len()
+        }
+    }
+
+    impl ChatBackend for Scripted {
+        fn complete(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatResponse, LlmError>> {
+            self.requests.lock().unwrap().push(req);
+            let next = self.replies.lock().unwrap().pop_front();
+            Box::pin(async move {
+                match next {
+                    Some(Some(Ok(text))) => Ok(ChatResponse {
+                        id: "r".into(),
+                        object: "chat.completion".into(),
+                        created: 0,
+                        model: "m".into(),
+                        choices: vec![Choice {
+                            index: 0,
+                            message: ChatMessage::assistant(text),
+                            finish_reason: Some("stop".into()),
+                            logprobs: None,
+                            token_ids: None,
+                            extra: Default::default(),
+                        }],
+                        ..ChatResponse::default()
+                    }),
+                    Some(Some(Err(e))) => Err(e),
+                    Some(None) => futures::future::pending().await,
+                    None => Err(LlmError::Config("script exhausted".into())),
+                }
+            })
+        }
+        fn describe(&self) -> String {
+            "scripted".into()
+        }
+    }
+
+    fn swt_ctx() -> SwtContext {
+        SwtContext {
+            task_id: "t".into(),
+            problem_statement: "p".into(),
+            command: "python a.py".into(),
+            executed_files: vec![],
+            agent_patch: String::new(),
+            gold_patch: None,
+            analysis: None,
+        }
+    }
+
+    fn swr_ctx(patch: &str, f2p: &[&str]) -> SwrContext {
+        SwrContext {
+            task_id: "t".into(),
+            problem_statement: "p".into(),
+            test_command: "pytest".into(),
+            test_files: vec![],
+            agent_patch: patch.into(),
+            gold_patch: None,
+            fail_to_pass: f2p.iter().map(|s| s.to_string()).collect(),
+            pass_to_pass: vec![],
+            analysis: None,
+        }
+    }
+
+    fn client(swt: Arc<Scripted>, swr: Arc<Scripted>) -> WorldClient {
+        let cfg = WorldClientConfig {
+            swt_timeout: Duration::from_millis(50),
+            ..WorldClientConfig::default()
+        };
+        WorldClient::new(swt, swr, cfg)
+    }
+
+    #[tokio::test]
+    async fn transition_sends_swe_world_decoding_and_parses_the_reply() {
+        let swt =
+            Scripted::text(&[r#"<think>x</think>{"stdout":"1\n","stderr":"","exit_code":0}"#]);
+        let c = client(swt.clone(), Scripted::text(&[]));
+        let p = c.predict_transition(&swt_ctx()).await.unwrap();
+        assert_eq!(p.value.stdout, "1\n");
+        assert_eq!(p.backend, "scripted");
+        let req = &swt.requests.lock().unwrap()[0];
+        assert_eq!(req.temperature, Some(0.0));
+        assert_eq!(req.extra["response_format"]["type"], "json_object");
+        assert_eq!(
+            req.messages,
+            swt_messages(&swt_ctx(), &Caps::default()).messages
+        );
+    }
+
+    #[tokio::test]
+    async fn failures_are_infrastructure_never_observations() {
+        let swt = Scripted::new(vec![
+            Some(Ok("The script prints 1.".into())),
+            Some(Err(LlmError::from_status("e", 503, "down", None))),
+            None,
+        ]);
+        let c = client(swt, Scripted::text(&[]));
+        let prose = c.predict_transition(&swt_ctx()).await.unwrap_err();
+        assert!(matches!(prose, WorldError::Unparseable { .. }), "{prose}");
+        let down = c.predict_transition(&swt_ctx()).await.unwrap_err();
+        assert_eq!(down.kind(), "model_error");
+        let hung = c.predict_transition(&swt_ctx()).await.unwrap_err();
+        assert_eq!(hung.kind(), "timeout");
+        for e in [prose, down, hung] {
+            assert!(e.is_infrastructure(), "{e}");
+        }
+    }
+
+    #[tokio::test]
+    async fn reward_averages_parsed_samples_and_lists_failures() {
+        let swr = Scripted::text(&[
+            r#"<think>a</think>{"test_report":"ok","reward":1}"#,
+            r#"<think>b</think>{"test_report":"F","reward":0}"#,
+            "I think it passes.",
+        ]);
+        let c = client(Scripted::text(&[]), swr.clone());
+        let est = c
+            .predict_reward(&swr_ctx("diff", &["t::a"]), 3)
+            .await
+            .unwrap();
+        assert_eq!(est.samples.len(), 2);
+        assert_eq!(est.mean, 0.5);
+        assert_eq!(est.failures.len(), 1);
+        assert!(est.failures[0].starts_with("unparseable_reply"));
+        let req = &swr.requests.lock().unwrap()[0];
+        assert_eq!(req.temperature, Some(0.7));
+        assert!(!req.extra.contains_key("response_format"));
+    }
+
+    #[tokio::test]
+    async fn reward_edge_cases() {
+        let swr = Scripted::text(&["prose", "more prose"]);
+        let c = client(Scripted::text(&[]), swr.clone());
+        // An empty patch is 0 without a call.
+        let est = c
+            .predict_reward(&swr_ctx("  \n", &["t::a"]), 3)
+            .await
+            .unwrap();
+        assert!(est.empty_patch && est.mean == 0.0 && est.samples.is_empty());
+        assert_eq!(swr.calls(), 0);
+        // No tests: the caller's context is wrong, not the infrastructure.
+        let e = c
+            .predict_reward(&swr_ctx("diff", &[]), 1)
+            .await
+            .unwrap_err();
+        assert!(!e.is_infrastructure() && e.kind() == "bad_context", "{e}");
+        // Every sample unusable: an error, not a reward.
+        let e = c
+            .predict_reward(&swr_ctx("diff", &["t::a"]), 2)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), "unparseable_reply");
+    }
+
+    #[test]
+    fn an_empty_endpoint_list_is_a_setup_error() {
+        let e = WorldClient::from_endpoints(
+            vec![],
+            vec![EndpointConfig::new("http://127.0.0.1:9/v1")],
+            WorldClientConfig::default(),
+        )
+        .err()
+        .unwrap();
+        assert_eq!(e.kind(), "setup");
+        assert!(e.to_string().contains("SWT"), "{e}");
     }
 }

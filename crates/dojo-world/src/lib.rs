@@ -17,12 +17,14 @@
 //! - [`client`]: [`WorldClient`], SWT/SWR over any [`dojo_llm::ChatBackend`] per role, with
 //!   failures classified as infrastructure ([`WorldError`]).
 //! - [`analysis`]: the per-task initial analysis, generated once at temperature 0 and cached.
+//! - [`cot`]: reverse-reasoning chain-of-thought for SFT samples, with a judge filter.
 //! - [`record`]: SWT/SWR training records captured from real runs (`world.jsonl` beside the
 //!   trajectories) and the predicate that decides which commands are worth simulating.
 
 pub mod analysis;
 pub mod client;
 pub mod context;
+pub mod cot;
 pub mod parse;
 pub mod prompt;
 pub mod record;

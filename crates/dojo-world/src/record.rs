@@ -512,6 +512,18 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any command line is classified and scanned without panicking, and the paths found
+        /// are repository-relative.
+        #[test]
+        fn any_command_is_handled(cmd in proptest::prelude::any::<String>()) {
+            let _ = runs_python_or_tests(&cmd);
+            for p in command_paths(&cmd) {
+                proptest::prop_assert!(!p.starts_with('/') && !p.starts_with("..") && !p.is_empty());
+            }
+        }
+    }
+
     #[test]
     fn command_paths_are_repo_relative() {
         assert_eq!(

@@ -78,6 +78,20 @@ pub struct CurateArgs {
     /// Seed of the verifier data's balancing subsample.
     #[arg(long, default_value_t = 0)]
     pub verifier_seed: u64,
+    /// Write world-model training data instead, from the `world.jsonl` records `dojo rollout`
+    /// keeps beside its trajectories: `swt` (transition model: a command's stdout, stderr and
+    /// exit code) or `swr` (reward model: test report and reward), in SWE-World's prompt layout.
+    /// --filters does not apply; --max-tokens does.
+    #[arg(long, value_name = "swt|swr")]
+    pub world: Option<String>,
+    /// With --world swt: samples kept per rollout (SWE-World: 6), its first commands.
+    #[arg(long, default_value_t = 6)]
+    pub world_cap: usize,
+    /// With --world: give each sample the initial analysis this model generated for its task
+    /// (cached under $DOJO_HOME/world-analysis by the simulated environment); tasks without one
+    /// are counted and say "No initial analysis provided.".
+    #[arg(long, value_name = "MODEL")]
+    pub world_analysis_model: Option<String>,
 }
 
 fn formats(list: &str) -> anyhow::Result<dojo_curate::Formats> {
@@ -120,6 +134,16 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
             ..Default::default()
         });
     }
+    if let Some(kind) = &args.world {
+        let kind = kind.parse().map_err(anyhow::Error::msg)?;
+        let mut w = dojo_curate::world::WorldConfig::new(kind);
+        w.max_per_trajectory = args.world_cap;
+        w.analysis = args
+            .world_analysis_model
+            .clone()
+            .map(|m| (dojo_curate::world::default_analysis_root(), m));
+        cfg.world = Some(w);
+    }
     let model = if args.model == "none" {
         anyhow::ensure!(
             !cfg.formats.tokens,
@@ -145,8 +169,13 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
         );
     }
     println!(
-        "read {} trajectories from {} files ({} bytes, {} unusable lines)",
+        "read {} {} from {} files ({} bytes, {} unusable lines)",
         out.trajectories,
+        if args.world.is_some() {
+            "world records"
+        } else {
+            "trajectories"
+        },
         out.files_read,
         out.bytes_read,
         out.problems.len()
@@ -158,9 +187,39 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
             d.always_fail, d.always_pass, d.mixed
         );
     }
+    if let Some(w) = &out.world {
+        let sections: Vec<String> = w
+            .truncated_sections
+            .iter()
+            .map(|(s, n)| format!("{s} {n}"))
+            .collect();
+        println!(
+            "prompt caps: {} samples cut ({}), {} files left out",
+            w.truncated_samples,
+            if sections.is_empty() {
+                "no section".to_string()
+            } else {
+                sections.join(", ")
+            },
+            w.dropped_files
+        );
+        if args.world_analysis_model.is_some() {
+            println!(
+                "initial analysis: {} samples given one, {} without (none cached for their task)",
+                w.analysis_attached, w.analysis_missing
+            );
+        }
+    }
     println!(
-        "kept {} trajectories -> {} samples, {} trained tokens",
-        out.kept_trajectories, out.samples, out.trained_tokens
+        "kept {} {} -> {} samples, {} trained tokens",
+        out.kept_trajectories,
+        if args.world.is_some() {
+            "world records"
+        } else {
+            "trajectories"
+        },
+        out.samples,
+        out.trained_tokens
     );
     for f in &out.written {
         println!("wrote {}", f.display());

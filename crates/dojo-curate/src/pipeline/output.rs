@@ -106,6 +106,7 @@ pub(super) fn write_manifest(
             "trajectories": out.trajectories,
         },
         "stages": out.stages,
+        "world": out.world,
         "difficulty": out.difficulty.as_ref().map(|d| json!({
             "always_fail": d.always_fail, "always_pass": d.always_pass, "mixed": d.mixed,
             "histogram": d.histogram,
