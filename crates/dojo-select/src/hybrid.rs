@@ -3,12 +3,13 @@
 //! execution-free verifiers the same way).
 //!
 //! Each candidate's features are the component selectors' [`Selector::features`] (majority as
-//! its cluster's share of the subset, the tests selector as the share of other candidates' tests
-//! it passes, the verifier's p(YES)); its score is σ(w·x + b), the fitted chance that it
-//! resolves. Fitting is L2-regularised maximum likelihood by Newton's method on at most a
-//! handful of features: a few dozen lines here rather than a machine-learning crate (linfa,
-//! smartcore), which would bring a linear-algebra stack for a 5×5 system. The regularisation
-//! keeps the weights finite when the labels are separable, which they often are on small runs.
+//! its cluster's share of the subset, the tests selector as the share of the tests it passes,
+//! the verifier's p(YES), SWR's mean reward); its score is σ(w·x + b), the fitted chance that it
+//! resolves. An empty patch scores −1 whatever the weights: it loses, as in every selector.
+//! Fitting is L2-regularised maximum likelihood by Newton's method on at most a handful of
+//! features: a few dozen lines here rather than a machine-learning crate (linfa, smartcore),
+//! which would bring a linear-algebra stack for a 5×5 system. The regularisation keeps the
+//! weights finite when the labels are separable, which they often are on small runs.
 //!
 //! Weights are saved as `hybrid.json` (schema-versioned, with the feature names) and reloaded for
 //! another run. Fitting and judging on the same run would be in-sample, so when no weights are
@@ -292,6 +293,11 @@ impl Selector for Hybrid {
             .collect();
         (0..subset.len())
             .map(|i| {
+                // An empty patch loses, whatever the weights (a negative weight on a component
+                // that scores it 0 must not make it win).
+                if task.candidates[subset[i]].is_empty() {
+                    return -1.0;
+                }
                 let x: Vec<f64> = columns.iter().map(|col| col[i]).collect();
                 w.probability(&x)
             })
@@ -397,6 +403,29 @@ mod tests {
             err.contains("good, bad") && err.contains("majority, random"),
             "{err}"
         );
+        // A negative weight never lets an empty patch win.
+        let neg = HybridWeights {
+            weights: vec![-5.0, 0.0],
+            ..h.weights().clone()
+        };
+        let h3 = Hybrid::with_weights(
+            vec![
+                Arc::new(Fixed("good", vec![0.2, 0.9, 0.0])),
+                Arc::new(Fixed("bad", vec![0.0; 3])),
+            ],
+            neg,
+        )
+        .unwrap();
+        let with_empty = TaskCandidates {
+            task_id: "e".into(),
+            candidates: vec![
+                cand(0, "+a", false),
+                cand(1, "+b", true),
+                cand(2, "", false),
+            ],
+        };
+        assert_eq!(h3.scores(&with_empty, &[0, 1, 2])[2], -1.0);
+        assert_eq!(expected_resolved(&h3, &with_empty, &[1, 2]), 1.0);
         std::fs::write(&path, "{\"schema_version\": 9}").unwrap();
         assert!(HybridWeights::load(&path).is_err());
     }
