@@ -268,11 +268,22 @@ fn rollouts_to_curated_exports_that_datasets_loads() {
                 .is_none_or(|c| !c.contains_key("tokenizer_mismatch")),
             "{manifest}"
         );
-        // The report opens standalone: its three charts inline, nothing fetched.
+        // The report opens standalone: its three charts inline, nothing fetched; its only links
+        // are to the kept trajectories' pages written beside it.
         let html = std::fs::read_to_string(out.join("report.html")).unwrap();
         assert_eq!(html.matches("<svg").count(), 3, "{html}");
-        for external in ["src=", "href=", "<link", "<script", "@import", "url("] {
+        for external in ["src=", "<link", "<script", "@import", "url("] {
             assert!(!html.contains(external), "report.html has {external:?}");
+        }
+        let links: Vec<&str> = html
+            .split("href=\"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        assert_eq!(links.len(), 2 + n_model, "{format}: {links:?}");
+        for link in links {
+            assert!(link.starts_with("trajectories/"), "{link}");
+            assert!(out.join(link).exists(), "{link}");
         }
         outs.push((format, out, manifest));
     }

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use std::path::PathBuf;
 
-use dojo_report::{BarChart, Page, Table};
+use dojo_report::{BarChart, Page, Table, escape};
 
 use crate::filters::StageReport;
 use crate::pipeline::{Config, CurateError, CurationSummary, output};
@@ -40,6 +40,71 @@ pub fn stage_table(stages: &[StageReport]) -> String {
 /// At most this many problems are listed in the report; all of them are in `manifest.json`.
 const MAX_LISTED_PROBLEMS: usize = 500;
 
+/// A kept trajectory, for the report's per-task links.
+#[derive(Debug, Clone)]
+pub struct KeptRecord {
+    pub task_id: String,
+    pub resolved: bool,
+    pub origin: crate::view::Origin,
+}
+
+/// At most this many trajectory pages are written (the report says when more were kept).
+const MAX_PAGES: usize = 2_000;
+
+/// Writes one page per kept trajectory under `out/trajectories/` (re-read from its input line,
+/// a full [`dojo_trajectory::Trajectory`]); returns per task the (link, resolved) of each page,
+/// and how many records got no page (over [`MAX_PAGES`], or unreadable as a full record).
+fn write_pages(
+    out: &std::path::Path,
+    kept: &[KeptRecord],
+) -> (
+    std::collections::BTreeMap<String, Vec<(String, bool)>>,
+    usize,
+) {
+    let mut by_task: std::collections::BTreeMap<String, Vec<(String, bool)>> = Default::default();
+    let mut missed = kept.len().saturating_sub(MAX_PAGES);
+    let mut files: Vec<&str> = Vec::new();
+    let mut cache: std::collections::HashMap<&str, Vec<String>> = Default::default();
+    for r in kept.iter().take(MAX_PAGES) {
+        let file = r.origin.file.as_str();
+        let index = files.iter().position(|f| *f == file).unwrap_or_else(|| {
+            files.push(file);
+            files.len() - 1
+        });
+        let lines = cache.entry(file).or_insert_with(|| {
+            std::fs::read_to_string(file)
+                .map(|t| t.lines().map(str::to_string).collect())
+                .unwrap_or_default()
+        });
+        let record = lines
+            .get(r.origin.line.saturating_sub(1))
+            .and_then(|l| dojo_trajectory::Trajectory::from_json(l).ok());
+        let Some(t) = record else {
+            missed += 1;
+            continue;
+        };
+        // One directory per input file: two runs can hold the same task and sample.
+        let rel = format!(
+            "trajectories/f{index}/{}",
+            dojo_report::trajectory::page_name(&t.task_id, t.sample_index)
+        );
+        let path = out.join(&rel);
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&path, dojo_report::trajectory::trajectory_page(&t)));
+        if written.is_err() {
+            missed += 1;
+            continue;
+        }
+        by_task
+            .entry(r.task_id.clone())
+            .or_default()
+            .push((rel, r.resolved));
+    }
+    (by_task, missed)
+}
+
 /// The HTML report: stage table, summary, the charts inline and the input problems.
 pub fn html(
     title: &str,
@@ -47,6 +112,26 @@ pub fn html(
     summary: &[(String, String)],
     problems: &[String],
     charts: &[BarChart],
+) -> String {
+    html_with_links(
+        title,
+        stages,
+        summary,
+        problems,
+        charts,
+        &Default::default(),
+        0,
+    )
+}
+
+fn html_with_links(
+    title: &str,
+    stages: &[StageReport],
+    summary: &[(String, String)],
+    problems: &[String],
+    charts: &[BarChart],
+    pages: &std::collections::BTreeMap<String, Vec<(String, bool)>>,
+    missed: usize,
 ) -> String {
     let mut page = Page::new(title);
     let mut table = Table::new(["stage", "in", "kept", "dropped", "why"]).numeric(1..4);
@@ -72,6 +157,32 @@ pub fn html(
     page.heading("Summary").table(&table);
     for c in charts {
         page.heading(&c.title).chart(&c.svg());
+    }
+    if !pages.is_empty() {
+        page.heading("Kept trajectories by task");
+        let mut table = Table::new(["task", "trajectories (✓ resolved)"]);
+        for (task, links) in pages {
+            let cells = links
+                .iter()
+                .enumerate()
+                .map(|(i, (href, resolved))| {
+                    format!(
+                        "<a href=\"{}\">{}{}</a>",
+                        escape(href),
+                        i,
+                        if *resolved { " ✓" } else { "" }
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            table.row_html([format!("<code>{}</code>", escape(task)), cells]);
+        }
+        page.table(&table);
+    }
+    if missed > 0 {
+        page.note(&format!(
+            "{missed} kept trajectories have no page (more than {MAX_PAGES}, or not readable as a full record)."
+        ));
     }
     page.heading(&format!("Input problems ({})", problems.len()));
     if !problems.is_empty() {
@@ -152,7 +263,16 @@ pub fn write(cfg: &Config, out: &CurationSummary) -> Result<Vec<PathBuf>, Curate
         summary.push((format!("problems: {k}"), v.to_string()));
     }
     let hists: Vec<BarChart> = charts.iter().map(|c| c.1.clone()).collect();
-    let html = html("dojo curate", &out.stages, &summary, &out.problems, &hists);
+    let (pages, missed) = write_pages(&cfg.out, &out.kept_records);
+    let html = html_with_links(
+        "dojo curate",
+        &out.stages,
+        &summary,
+        &out.problems,
+        &hists,
+        &pages,
+        missed,
+    );
     let mut files = Vec::new();
     let p = cfg.out.join("report.html");
     output::write(&p, &html)?;

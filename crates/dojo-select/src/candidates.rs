@@ -1,4 +1,5 @@
-//! The candidates of each task, read from `dojo rollout` run directories.
+//! The candidates of each task, read from `dojo rollout` run directories or from SWE-bench
+//! predictions files (one file per sample, graded through dojo-grade's `dojo eval` path).
 //!
 //! A candidate is one rollout's final patch with its grade. Infrastructure failures say nothing
 //! about the agent, so they are left out (and counted); an empty patch is a real answer of the
@@ -219,6 +220,133 @@ pub fn load_runs(dirs: &[PathBuf], opts: LoadOptions) -> Result<CandidateSet, Se
         )));
     }
     Ok(set)
+}
+
+/// Candidates from SWE-bench predictions files, one file per sample: file `i` gives each task's
+/// sample `i` (label `r0s<i>`). Each file is graded by dojo-grade's batch grader
+/// ([`dojo_grade::batch::eval_jobs`], the path of `dojo eval`) into `graded_dir/p<i>/`, which
+/// makes it resumable: an instance graded before is not graded again. Grading infrastructure
+/// failures are left out and counted like a rollout's; predictions of instances the task file
+/// does not have are named in `problems`.
+pub async fn load_predictions(
+    files: &[PathBuf],
+    tasks: &[dojo_task::Task],
+    registry: &dojo_task::EnvRegistry,
+    preparer: &dojo_task::Preparer,
+    opts: &dojo_grade::batch::BatchOptions,
+    graded_dir: &Path,
+) -> Result<CandidateSet, SelectError> {
+    if files.is_empty() {
+        return Err(SelectError::Empty("no predictions file given".into()));
+    }
+    let mut set = CandidateSet {
+        sources: files.to_vec(),
+        ..CandidateSet::default()
+    };
+    let mut by_task: BTreeMap<String, Vec<Candidate>> = BTreeMap::new();
+    for (i, file) in files.iter().enumerate() {
+        let (preds, malformed) =
+            dojo_grade::read_predictions(file).map_err(|e| SelectError::Io {
+                path: file.clone(),
+                reason: e.to_string(),
+            })?;
+        for m in &malformed {
+            set.problems
+                .push(format!("{}: line {}: {}", file.display(), m.line, m.reason));
+        }
+        let mut jobs = Vec::new();
+        for p in preds {
+            match tasks.iter().find(|t| t.instance_id == p.instance_id) {
+                Some(t) => jobs.push(dojo_grade::batch::EvalJob {
+                    task: t.clone(),
+                    env: registry.resolve(t).map_err(|e| e.to_string()),
+                    prediction: p,
+                }),
+                None => set.problems.push(format!(
+                    "{}: line {}: instance {} is not in the task file",
+                    file.display(),
+                    p.line,
+                    p.instance_id
+                )),
+            }
+        }
+        let patches: BTreeMap<String, (Option<String>, String)> = jobs
+            .iter()
+            .map(|j| {
+                (
+                    j.prediction.instance_id.clone(),
+                    (
+                        j.prediction.model_patch.clone(),
+                        j.prediction.model_name_or_path.clone(),
+                    ),
+                )
+            })
+            .collect();
+        let out = graded_dir.join(format!("p{i}"));
+        std::fs::create_dir_all(&out).map_err(|e| SelectError::Io {
+            path: out.clone(),
+            reason: e.to_string(),
+        })?;
+        let reports = dojo_grade::batch::eval_jobs(jobs, &out, preparer, opts).await;
+        for r in reports {
+            if r.infra_failure {
+                set.infra_left_out += 1;
+                continue;
+            }
+            let (patch, model) = patches.get(&r.instance_id).cloned().unwrap_or_default();
+            let mut t = Trajectory::new(r.instance_id.clone(), i as u32);
+            t.stop_reason = dojo_trajectory::StopReason::Submitted;
+            t.policy.kind = "predictions".into();
+            t.policy.model = Some(model);
+            t.patch = patch.clone();
+            t.grading = Some(r.to_json());
+            t.set_grade(r.resolved);
+            t.metadata.insert(
+                "predictions_file".into(),
+                serde_json::Value::String(file.display().to_string()),
+            );
+            let patch = patch.unwrap_or_default();
+            by_task
+                .entry(r.instance_id.clone())
+                .or_default()
+                .push(Candidate {
+                    run: 0,
+                    sample_index: i as u32,
+                    key: normalized_key(&patch),
+                    resolved: r.resolved,
+                    graded: true,
+                    steps: 0,
+                    stop_reason: "submitted".into(),
+                    patch,
+                    record: Arc::new(t),
+                });
+        }
+    }
+    set.tasks = by_task
+        .into_iter()
+        .map(|(task_id, mut candidates)| {
+            candidates.sort_by_key(|c| c.sample_index);
+            TaskCandidates {
+                task_id,
+                candidates,
+            }
+        })
+        .collect();
+    if set.tasks.is_empty() {
+        return Err(SelectError::Empty(format!(
+            "{} predictions file(s) hold no gradable candidate of the task file ({} \
+             infrastructure failures left out, {} problems)",
+            files.len(),
+            set.infra_left_out,
+            set.problems.len()
+        )));
+    }
+    Ok(set)
+}
+
+/// The task file a `dojo rollout` run directory was run over, as its `run.json` names it.
+pub fn tasks_file_of(dir: &Path) -> Result<String, SelectError> {
+    read_manifest(dir).map(|m| m.tasks_file)
 }
 
 fn read_manifest(dir: &Path) -> Result<RunManifest, SelectError> {

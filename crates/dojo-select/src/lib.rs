@@ -6,8 +6,9 @@
 //! show what more samples buy: SWE-Gym reranks k rollouts with a verifier, SWE-Master and
 //! SWE-World with a reward model's score. This crate owns that step:
 //!
-//! - [`candidates`]: the k candidates of each task, read from `dojo rollout` run directories
-//!   (infrastructure failures left out and counted, empty patches kept: they lose).
+//! - [`candidates`]: the k candidates of each task, read from `dojo rollout` run directories or
+//!   graded SWE-bench predictions files (infrastructure failures left out and counted, empty
+//!   patches kept: they lose).
 //! - [`patch`]: normalized patch equivalence (whitespace, comments, hunk and file order), the
 //!   key majority voting clusters by.
 //! - [`passk`]: the unbiased pass@k estimator (Chen et al. 2021) and bootstrap intervals.
@@ -15,6 +16,10 @@
 //!   (pass@k, for reference), `random` and `majority`.
 //! - [`verifier`]: SWE-Gym's verifier: a judge model's p(YES) over the interaction log, from
 //!   any OpenAI-compatible endpoint with log-probabilities or the embedded engine.
+//! - [`swr`]: SWE-World's reward model's mean reward over n samples (dojo-world's client).
+//! - [`agent_tests`]: the tests the agents wrote, run on every candidate in sandboxes.
+//! - [`hybrid`]: a logistic combination of the others' scores, fitted on a labelled run.
+//! - [`sequential`]: the resolved rate by turn budget.
 //! - [`run`]: selection over a candidate set: the choice per task with every candidate's score,
 //!   best@k for k = 1…K, `predictions.jsonl`, `selection.json` and the HTML report.
 //!
@@ -22,12 +27,16 @@
 //! the exact expectation over that choice (the share of resolved candidates among the tied
 //! best), so the curves do not depend on the seed.
 
+pub mod agent_tests;
 pub mod candidates;
+pub mod hybrid;
 pub mod passk;
 pub mod patch;
 pub mod report;
 pub mod run;
 pub mod selector;
+pub mod sequential;
+pub mod swr;
 pub mod verifier;
 
 pub use candidates::{Candidate, CandidateSet, LoadOptions, TaskCandidates};
@@ -35,7 +44,7 @@ pub use run::{SelectOptions, SelectOutput, select};
 pub use selector::{Selector, SelectorKind};
 
 /// Schema of `selection.json`.
-pub const SELECTION_SCHEMA_VERSION: u32 = 1;
+pub const SELECTION_SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SelectError {
@@ -49,7 +58,9 @@ pub enum SelectError {
         path: std::path::PathBuf,
         reason: String,
     },
-    #[error("unknown selector `{0}` (known: oracle, random, majority, verifier, all)")]
+    #[error(
+        "unknown selector `{0}` (known: oracle, random, majority, verifier, swr, tests, hybrid, all)"
+    )]
     UnknownSelector(String),
     #[error("no candidates: {0}")]
     Empty(String),

@@ -73,11 +73,15 @@ pub fn render(out: &SelectOutput) -> String {
     page.heading("Selectors");
     let mut header = vec!["selector".to_string()];
     header.extend((1..=out.k).map(|k| format!("k={k}")));
-    header.extend(["gap closed".into(), "ms / task".into()]);
-    let mut table = Table::new(header).numeric(1..out.k + 3);
+    header.extend([
+        "gap closed".into(),
+        "scoring s / task".into(),
+        "selection ms / task".into(),
+    ]);
+    let mut table = Table::new(header).numeric(1..out.k + 4);
     let mut pass_row = vec!["pass@k".to_string()];
     pass_row.extend(out.pass_at_k.iter().map(with_interval));
-    pass_row.extend(["100%".into(), "–".into()]);
+    pass_row.extend(["100%".into(), "–".into(), "–".into()]);
     table.row(pass_row);
     for s in &out.selectors {
         let mut row = vec![if s.reference {
@@ -87,6 +91,11 @@ pub fn render(out: &SelectOutput) -> String {
         }];
         row.extend(s.best_at_k.iter().map(with_interval));
         row.push(s.gap_closed.map_or("–".into(), pct));
+        row.push(if s.precompute_seconds_per_task > 0.0 {
+            number(s.precompute_seconds_per_task, 2)
+        } else {
+            "–".into()
+        });
         row.push(number(1000.0 * s.seconds_per_task, 2));
         table.row(row);
     }
@@ -94,7 +103,8 @@ pub fn render(out: &SelectOutput) -> String {
     page.note(
         "best@k: the expected resolve rate when the selector sees k of a task's candidates \
          (every k-subset, or 256 seeded ones), ties at the exact expectation. Gap closed: \
-         (best@K − pass@1) / (pass@K − pass@1).",
+         (best@K − pass@1) / (pass@K − pass@1). Scoring: computing the scores beforehand \
+         (model calls, sandboxed test runs); selection: the choices and every best@k point.",
     );
     let mut chart = LineChart::new("Resolved by number of candidates", "k", "resolved %")
         .series("pass@k", points(&out.pass_at_k));
@@ -104,6 +114,59 @@ pub fn render(out: &SelectOutput) -> String {
         }
     }
     page.chart(&chart.svg());
+
+    page.heading("Sequential scaling: resolved by turn budget");
+    let seq = &out.sequential;
+    if seq.points.is_empty() {
+        page.note("No candidate has recorded steps (predictions files carry none).");
+    } else {
+        let chart = LineChart::new(
+            "Resolved by turn budget",
+            "agent steps allowed",
+            "resolved %",
+        )
+        .series(
+            "pass@1",
+            seq.points
+                .iter()
+                .map(|p| (p.budget as f64, 100.0 * p.pass_at_1.mean))
+                .collect(),
+        )
+        .series(
+            &format!("pass@{}", out.k),
+            seq.points
+                .iter()
+                .map(|p| (p.budget as f64, 100.0 * p.pass_at_k))
+                .collect(),
+        );
+        page.chart(&chart.svg());
+        let mut t = Table::new(["steps allowed", "pass@1", "pass@k"]).numeric(1..3);
+        for p in &seq.points {
+            t.row([
+                p.budget.to_string(),
+                format!(
+                    "{} [{}, {}]",
+                    pct(p.pass_at_1.mean),
+                    pct(p.pass_at_1.low),
+                    pct(p.pass_at_1.high)
+                ),
+                pct(p.pass_at_k),
+            ]);
+        }
+        page.table(&t);
+        page.note(
+            "A resolved rollout counts from the last step that could have changed its workspace \
+             (an edit, or a shell command naming a changed file): trajectories record actions, \
+             not the workspace after each step, so this is a lower bound, exact at the full \
+             budget.",
+        );
+    }
+    if seq.without_steps > 0 {
+        page.note(&format!(
+            "{} candidate(s) without recorded steps are left out of this curve.",
+            seq.without_steps
+        ));
+    }
 
     for s in &out.selectors {
         page.heading(&format!("Choices of {}", s.name));

@@ -22,7 +22,7 @@ use crate::candidates::{CandidateSet, TaskCandidates};
 use crate::passk::{Estimate, bootstrap_mean, pass_at_k};
 #[cfg(doc)]
 use crate::selector::SelectorKind;
-use crate::selector::{Selector, choose, expected_resolved};
+use crate::selector::{Selector, SharedSelector, choose, expected_resolved};
 use crate::{SELECTION_SCHEMA_VERSION, SelectError};
 
 /// The most k-subsets a best@k point averages over per task.
@@ -31,9 +31,12 @@ pub const MAX_SUBSETS: usize = 256;
 pub struct SelectOptions {
     /// Built with [`SelectorKind::build`], or a model-scored selector such as
     /// [`crate::verifier::Precomputed`].
-    pub selectors: Vec<Box<dyn Selector>>,
+    pub selectors: Vec<SharedSelector>,
     /// Lines for the output about how scores were obtained (verifier failures, …).
     pub notes: Vec<String>,
+    /// Seconds spent computing a selector's scores beforehand (model calls, sandboxed test
+    /// runs), by selector name; a hybrid's include its components'.
+    pub precompute_seconds: std::collections::HashMap<String, f64>,
     /// Candidates per task to select among (default: the most any task has).
     pub k: Option<usize>,
     pub seed: u64,
@@ -81,8 +84,12 @@ pub struct SelectorResult {
     /// (best@K − pass@1) / (pass@K − pass@1): the share of the sampling gap this selector
     /// closes; `None` when pass@K = pass@1.
     pub gap_closed: Option<f64>,
-    /// Wall time of the whole evaluation of this selector, per task.
+    /// Wall time of the whole evaluation of this selector (choices and every best@k point), per
+    /// task.
     pub seconds_per_task: f64,
+    /// Wall time of computing its scores beforehand (model calls, sandboxed test runs), per
+    /// task; 0 for selectors that need none.
+    pub precompute_seconds_per_task: f64,
     pub choices: Vec<TaskChoice>,
 }
 
@@ -103,6 +110,8 @@ pub struct SelectOutput {
     pub tasks_short: Vec<(String, usize)>,
     pub pass_at_k: Vec<CurvePoint>,
     pub selectors: Vec<SelectorResult>,
+    /// Resolved rate by turn budget ([`crate::sequential`]).
+    pub sequential: crate::sequential::SequentialCurve,
     pub notes: Vec<String>,
     /// Files written, relative to the output directory.
     pub files: Vec<String>,
@@ -141,7 +150,14 @@ pub fn select(set: &CandidateSet, opts: &SelectOptions) -> Result<SelectOutput, 
     let selectors = opts
         .selectors
         .iter()
-        .map(|s| evaluate(s.as_ref(), &tasks, k_max, &pass_curve, opts.seed))
+        .map(|s| {
+            let mut r = evaluate(s.as_ref(), &tasks, k_max, &pass_curve, opts.seed);
+            r.precompute_seconds_per_task = opts
+                .precompute_seconds
+                .get(&r.name)
+                .map_or(0.0, |secs| secs / tasks.len().max(1) as f64);
+            r
+        })
         .collect();
     let mut out = SelectOutput {
         schema_version: SELECTION_SCHEMA_VERSION,
@@ -156,6 +172,7 @@ pub fn select(set: &CandidateSet, opts: &SelectOptions) -> Result<SelectOutput, 
         tasks_short,
         pass_at_k: pass_curve,
         selectors,
+        sequential: crate::sequential::curve(&tasks, opts.seed),
         notes: opts.notes.clone(),
         files: Vec::new(),
     };
@@ -234,6 +251,7 @@ fn evaluate(
         best_at_k,
         gap_closed,
         seconds_per_task: started.elapsed().as_secs_f64() / tasks.len().max(1) as f64,
+        precompute_seconds_per_task: 0.0,
         choices,
     }
 }

@@ -21,7 +21,15 @@ pub trait Selector {
     }
     /// One score per index in `subset` (indices into `task.candidates`), in that order.
     fn scores(&self, task: &TaskCandidates, subset: &[usize]) -> Vec<f64>;
+    /// The scores as features of the `hybrid` selector ([`crate::hybrid`]): on a scale that does
+    /// not grow with the subset, missing scores as 0. Default: the scores themselves.
+    fn features(&self, task: &TaskCandidates, subset: &[usize]) -> Vec<f64> {
+        self.scores(task, subset)
+    }
 }
+
+/// A selector shared between the run's list and the `hybrid` selector that combines it.
+pub type SharedSelector = std::sync::Arc<dyn Selector + Send + Sync>;
 
 /// pass@k as a selector: picks a resolved candidate whenever there is one. It reads the grades,
 /// so it is an upper bound for reference, never a real choice.
@@ -80,6 +88,14 @@ impl Selector for Majority {
             })
             .collect()
     }
+    /// The cluster's share of the subset, so a weight fitted at one k applies at another.
+    fn features(&self, task: &TaskCandidates, subset: &[usize]) -> Vec<f64> {
+        let n = subset.len().max(1) as f64;
+        self.scores(task, subset)
+            .into_iter()
+            .map(|s| s / n)
+            .collect()
+    }
 }
 
 /// The selectors by name.
@@ -90,22 +106,47 @@ pub enum SelectorKind {
     Majority,
     /// SWE-Gym's verifier: needs a judge model ([`crate::verifier`]).
     Verifier,
+    /// SWE-World's reward model, mean of n samples: needs the model ([`crate::swr`]).
+    Swr,
+    /// The agents' own tests run against every candidate ([`crate::agent_tests`]): needs
+    /// sandboxes.
+    Tests,
+    /// A logistic combination of the others' scores ([`crate::hybrid`]): needs them and weights.
+    Hybrid,
 }
 
 impl SelectorKind {
-    pub const ALL: [SelectorKind; 4] = [
+    /// In the order `all` evaluates them: `hybrid` last, it combines the others.
+    pub const ALL: [SelectorKind; 7] = [
         SelectorKind::Oracle,
         SelectorKind::Random,
         SelectorKind::Majority,
         SelectorKind::Verifier,
+        SelectorKind::Swr,
+        SelectorKind::Tests,
+        SelectorKind::Hybrid,
     ];
 
-    /// Scored by a model, so built by the caller from its judgements, not by [`Self::build`].
-    pub fn needs_model(self) -> bool {
-        self == SelectorKind::Verifier
+    pub fn name(self) -> &'static str {
+        match self {
+            SelectorKind::Oracle => "oracle",
+            SelectorKind::Random => "random",
+            SelectorKind::Majority => "majority",
+            SelectorKind::Verifier => "verifier",
+            SelectorKind::Swr => "swr",
+            SelectorKind::Tests => "tests",
+            SelectorKind::Hybrid => "hybrid",
+        }
     }
 
-    /// `oracle`, `random`, `majority`, `verifier`, a comma-separated list, or `all`.
+    /// Scored from work done beforehand (a model, sandboxes, fitted weights), so built by the
+    /// caller, not by [`Self::build`].
+    pub fn is_precomputed(self) -> bool {
+        self.build().is_none()
+    }
+
+    /// `oracle`, `random`, `majority`, `verifier`, `swr`, `tests`, `hybrid`, a comma-separated
+    /// list, or `all`.
     pub fn parse_list(s: &str) -> Result<Vec<SelectorKind>, SelectError> {
         let mut out = Vec::new();
         for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
@@ -115,6 +156,9 @@ impl SelectorKind {
                 "random" => out.push(SelectorKind::Random),
                 "majority" => out.push(SelectorKind::Majority),
                 "verifier" => out.push(SelectorKind::Verifier),
+                "swr" => out.push(SelectorKind::Swr),
+                "tests" => out.push(SelectorKind::Tests),
+                "hybrid" => out.push(SelectorKind::Hybrid),
                 other => return Err(SelectError::UnknownSelector(other.to_string())),
             }
         }
@@ -130,13 +174,17 @@ impl SelectorKind {
         Ok(out)
     }
 
-    /// The selector, for those that need no model (`None` for the verifier).
-    pub fn build(self) -> Option<Box<dyn Selector>> {
+    /// The selector, for those that need nothing computed beforehand (`None` for the verifier,
+    /// swr, tests and hybrid).
+    pub fn build(self) -> Option<SharedSelector> {
         match self {
-            SelectorKind::Oracle => Some(Box::new(Oracle)),
-            SelectorKind::Random => Some(Box::new(Random)),
-            SelectorKind::Majority => Some(Box::new(Majority)),
-            SelectorKind::Verifier => None,
+            SelectorKind::Oracle => Some(std::sync::Arc::new(Oracle)),
+            SelectorKind::Random => Some(std::sync::Arc::new(Random)),
+            SelectorKind::Majority => Some(std::sync::Arc::new(Majority)),
+            SelectorKind::Verifier
+            | SelectorKind::Swr
+            | SelectorKind::Tests
+            | SelectorKind::Hybrid => None,
         }
     }
 }
@@ -258,6 +306,11 @@ mod tests {
             vec![SelectorKind::Majority, SelectorKind::Random]
         );
         assert!(SelectorKind::Verifier.build().is_none());
+        assert!(SelectorKind::Tests.is_precomputed() && SelectorKind::Hybrid.is_precomputed());
+        assert_eq!(
+            SelectorKind::parse_list("hybrid,tests").unwrap(),
+            vec![SelectorKind::Hybrid, SelectorKind::Tests]
+        );
         let err = SelectorKind::parse_list("verifer").unwrap_err().to_string();
         assert!(err.contains("verifer") && err.contains("majority"), "{err}");
     }

@@ -330,6 +330,13 @@ impl Selector for Precomputed {
             })
             .collect()
     }
+    /// A missing score is no evidence either way: 0, as a candidate no judgement favours.
+    fn features(&self, task: &TaskCandidates, subset: &[usize]) -> Vec<f64> {
+        self.scores(task, subset)
+            .into_iter()
+            .map(|s| s.max(0.0))
+            .collect()
+    }
 }
 
 #[cfg(test)]

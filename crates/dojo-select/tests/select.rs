@@ -75,6 +75,7 @@ fn options(out: PathBuf, selectors: &str) -> SelectOptions {
             .filter_map(SelectorKind::build)
             .collect(),
         notes: Vec::new(),
+        precompute_seconds: Default::default(),
         k: None,
         seed: 1,
         out,
@@ -134,7 +135,9 @@ fn selectors_pick_what_their_rule_says_and_curves_follow() {
     let json: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("selection.json")).unwrap())
             .unwrap();
-    assert_eq!(json["schema_version"], 1);
+    assert_eq!(json["schema_version"], 2);
+    // No steps recorded in these fixtures: the turn-budget curve leaves them out and says so.
+    assert_eq!(json["sequential"]["without_steps"], 12);
     assert_eq!(json["infra_left_out"], 1);
     // Every candidate has its page, linked from the report.
     let page = json["selectors"][0]["choices"][0]["candidates"][0]["page"]

@@ -55,6 +55,9 @@ pub struct CurationSummary {
     pub trained_tokens: usize,
     pub sample_tokens: Vec<usize>,
     pub kept_turns: Vec<usize>,
+    /// Where each kept trajectory came from, for the report's links to their pages.
+    #[serde(skip)]
+    pub kept_records: Vec<crate::report::KeptRecord>,
     pub written: Vec<PathBuf>,
     pub seconds: BTreeMap<String, f64>,
     /// How the messages exports wrote tool calls: `native` or `inline`.
@@ -113,6 +116,14 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<CurationSummar
     let cands = stages::filter(cfg, model, nthreads, cands, &mut out);
     out.kept_trajectories = cands.len();
     out.kept_turns = cands.iter().map(|c| c.traj.num_turns()).collect();
+    out.kept_records = cands
+        .iter()
+        .map(|c| crate::report::KeptRecord {
+            task_id: c.traj.task_id.clone(),
+            resolved: c.traj.resolved,
+            origin: c.traj.origin.clone(),
+        })
+        .collect();
     out.time("filter+count", t1);
 
     let t2 = Instant::now();
@@ -265,6 +276,15 @@ mod tests {
         }
         let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
         assert!(html.contains("truncated_last_line"));
+        // Every kept trajectory's task row links to its page.
+        assert!(html.contains("Kept trajectories by task"));
+        let href = html
+            .split("href=\"trajectories/")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap();
+        let page = std::fs::read_to_string(out_dir.join("trajectories").join(href)).unwrap();
+        assert!(page.contains("Final diff"), "{href}");
     }
 
     #[test]

@@ -1,0 +1,197 @@
+//! The `swr` selector: SWE-World's reward model (SWR) scores each candidate, as SWE-Master picks
+//! the argmax of SWR's score and SWE-World averages n samples of it per candidate.
+//!
+//! SWR reads the issue, the test command, the FAIL_TO_PASS / PASS_TO_PASS test names and the
+//! candidate's patch, and answers with a simulated test report and a 0/1 reward
+//! ([`dojo_world::WorldClient::predict_reward`], the world stage's client and parser). The score
+//! is the mean reward over `samples` independent samples (SWE-World uses 3, at temperature 0.7).
+//! At selection time the gold patch is unknown, so it is never put in the context, and the test
+//! files are not shown (they would need the candidate's tree; SWR judges from the names).
+//! An empty patch is reward 0 without a call. A candidate whose every sample failed (model
+//! error, unparseable reply) is an infrastructure failure: it has no score (below every real
+//! one) and is counted in the notes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use dojo_world::{SwrContext, WorldClient};
+use futures::stream::{self, StreamExt};
+
+use crate::candidates::CandidateSet;
+use crate::verifier::{CandidateKey, Precomputed};
+
+/// What a task contributes to SWR's context.
+#[derive(Debug, Clone, Default)]
+pub struct SwrTask {
+    pub problem_statement: String,
+    pub test_command: String,
+    pub fail_to_pass: Vec<String>,
+    pub pass_to_pass: Vec<String>,
+}
+
+/// How the scoring went.
+#[derive(Debug, Clone, Default)]
+pub struct SwrStats {
+    pub scored: usize,
+    pub empty: usize,
+    pub failed: usize,
+    /// Samples that failed among scored candidates.
+    pub failed_samples: usize,
+    pub first_failure: Option<String>,
+}
+
+/// Scores every candidate of `set` with SWR's mean reward over `samples` samples, `concurrency`
+/// candidates at a time. Tasks missing from `tasks` are failures (no context to build).
+pub async fn score_all(
+    client: Arc<WorldClient>,
+    set: &CandidateSet,
+    tasks: &HashMap<String, SwrTask>,
+    samples: u32,
+    concurrency: usize,
+) -> (Precomputed, SwrStats) {
+    let jobs: Vec<(CandidateKey, Option<SwrContext>)> = set
+        .tasks
+        .iter()
+        .flat_map(|t| {
+            t.candidates.iter().map(|c| {
+                let ctx = tasks.get(&t.task_id).map(|task| SwrContext {
+                    task_id: t.task_id.clone(),
+                    problem_statement: task.problem_statement.clone(),
+                    test_command: task.test_command.clone(),
+                    test_files: Vec::new(),
+                    agent_patch: c.patch.clone(),
+                    gold_patch: None,
+                    fail_to_pass: task.fail_to_pass.clone(),
+                    pass_to_pass: task.pass_to_pass.clone(),
+                    analysis: None,
+                });
+                ((t.task_id.clone(), c.label()), ctx)
+            })
+        })
+        .collect();
+    let results: Vec<_> = stream::iter(jobs)
+        .map(|(key, ctx)| {
+            let client = client.clone();
+            async move {
+                let r = match ctx {
+                    None => Err(format!("{}: not in the task file", key.0)),
+                    Some(ctx) => client
+                        .predict_reward(&ctx, samples)
+                        .await
+                        .map_err(|e| e.to_string()),
+                };
+                (key, r)
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    let mut stats = SwrStats::default();
+    let mut scores = HashMap::new();
+    for (key, r) in results {
+        match r {
+            Ok(est) => {
+                if est.empty_patch {
+                    stats.empty += 1;
+                } else {
+                    stats.scored += 1;
+                }
+                stats.failed_samples += est.failures.len();
+                scores.insert(key, est.mean);
+            }
+            Err(e) => {
+                stats.failed += 1;
+                stats.first_failure.get_or_insert(e);
+            }
+        }
+    }
+    (
+        Precomputed {
+            name: "swr",
+            scores,
+        },
+        stats,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::candidates::TaskCandidates;
+    use crate::candidates::tests::cand;
+    use crate::selector::{Selector, expected_resolved};
+    use dojo_llm::{ChatBackend, ChatRequest, ChatResponse, LlmError};
+    use futures::future::BoxFuture;
+
+    /// SWR as a rule on the patch it is shown: reward 1 when the patch sets `x = 2`, else 0;
+    /// and a reply that does not parse for `x = 9`.
+    struct RuleSwr;
+    impl ChatBackend for RuleSwr {
+        fn complete(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatResponse, LlmError>> {
+            let prompt: String = req
+                .messages
+                .iter()
+                .filter_map(|m| m.content.as_ref().map(|c| c.text()))
+                .collect();
+            let text = if prompt.contains("+x = 9") {
+                "no idea".to_string()
+            } else {
+                let reward = u8::from(prompt.contains("+x = 2"));
+                format!("{{\"test_report\": \"ok\", \"reward\": {reward}}}")
+            };
+            Box::pin(async move {
+                serde_json::from_value(serde_json::json!({
+                    "id": "r", "object": "chat.completion", "created": 0, "model": "swr",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": text}}]
+                }))
+                .map_err(|e| LlmError::Config(e.to_string()))
+            })
+        }
+    }
+
+    fn patch(v: u32) -> String {
+        format!("diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-x = 0\n+x = {v}\n")
+    }
+
+    #[test]
+    fn swr_scores_are_mean_rewards_and_pick_the_right_fix() {
+        let t = TaskCandidates {
+            task_id: "t".into(),
+            candidates: vec![
+                cand(0, &patch(1), false),
+                cand(1, &patch(2), true),
+                cand(2, "", false),
+                cand(3, &patch(9), false),
+            ],
+        };
+        let set = CandidateSet {
+            tasks: vec![t.clone()],
+            ..CandidateSet::default()
+        };
+        let tasks = HashMap::from([(
+            "t".to_string(),
+            SwrTask {
+                problem_statement: "x must be 2".into(),
+                test_command: "pytest".into(),
+                fail_to_pass: vec!["test_x".into()],
+                pass_to_pass: Vec::new(),
+            },
+        )]);
+        let backend: Arc<dyn ChatBackend> = Arc::new(RuleSwr);
+        let client = Arc::new(WorldClient::new(
+            backend.clone(),
+            backend,
+            dojo_world::WorldClientConfig::default(),
+        ));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (sel, stats) = rt.block_on(score_all(client, &set, &tasks, 3, 2));
+        assert_eq!((stats.scored, stats.empty, stats.failed), (2, 1, 1));
+        assert!(stats.first_failure.is_some());
+        assert_eq!(sel.scores(&t, &[0, 1, 2, 3]), vec![0.0, 1.0, 0.0, -1.0]);
+        assert_eq!(expected_resolved(&sel, &t, &[0, 1, 2, 3]), 1.0);
+    }
+}
