@@ -5,7 +5,8 @@
 //! bytes. This is llama.cpp's algorithm: each activation row is quantized to 8 bits in blocks
 //! of 32 (scale `da`, sum `sa`), and a weight block (`d`, `m`, 32 four-bit values `q`) dots it
 //! as `d * da * Σ q·qa + m * sa`, with AVX2 `maddubs` doing 32 multiply-adds at once. Used for
-//! few-row calls (decode); prefill goes through the dense GEMM ([`crate::Model`]).
+//! few-row calls (decode: one row per sequence of a batched decode step, the weights read once
+//! for all of them); prefill goes through the dense GEMM ([`crate::Model`]).
 
 use rayon::prelude::*;
 
@@ -154,24 +155,41 @@ fn matmul_with(x: &[f32], m: usize, k: usize, w: &[u8], n: usize, simd: bool) ->
     let row_bytes = k / BLOCK * BLOCK_BYTES;
     debug_assert_eq!(x.len(), m * k);
     debug_assert_eq!(w.len(), n * row_bytes);
-    let mut out = vec![0f32; m * n];
+    if m == 0 {
+        return Vec::new();
+    }
+    // Every activation row is quantized once; then each chunk of weight rows is dotted with
+    // all of them while it is in cache, so a batch of `m` sequences reads the weights once
+    // (batched decode) instead of `m` times. Each (row, weight row) dot is the same
+    // computation whatever `m` is, so a row's result does not depend on the batch.
+    let a: Vec<Vec<Q8Block>> = x.chunks_exact(k).map(quantize_row).collect();
+    // Output transposed, `(n, m)`: a chunk of weight rows owns a contiguous slice of it.
+    let mut out_t = vec![0f32; m * n];
+    let rows = |o: &mut [f32], wc: &[u8]| {
+        for (ov, wr) in o.chunks_exact_mut(m).zip(wc.chunks_exact(row_bytes)) {
+            for (v, ar) in ov.iter_mut().zip(&a) {
+                *v = dot(wr, ar, simd);
+            }
+        }
+    };
     // With one thread, handing the work to rayon's worker costs two context switches per call
     // (measured: ~10 % of decode time); run it on the calling thread instead.
-    let parallel = rayon::current_num_threads() > 1;
-    for (xr, or) in x.chunks_exact(k).zip(out.chunks_exact_mut(n)) {
-        let a = quantize_row(xr);
-        let rows = |o: &mut [f32], wc: &[u8]| {
-            for (v, wr) in o.iter_mut().zip(wc.chunks_exact(row_bytes)) {
-                *v = dot(wr, &a, simd);
-            }
-        };
-        if parallel {
-            // Chunks of rows per task: enough work to amortise the scheduling.
-            or.par_chunks_mut(64)
-                .zip(w.par_chunks(64 * row_bytes))
-                .for_each(|(o, wc)| rows(o, wc));
-        } else {
-            rows(or, w);
+    if rayon::current_num_threads() > 1 {
+        // Chunks of rows per task: enough work to amortise the scheduling.
+        out_t
+            .par_chunks_mut(64 * m)
+            .zip(w.par_chunks(64 * row_bytes))
+            .for_each(|(o, wc)| rows(o, wc));
+    } else {
+        rows(&mut out_t, w);
+    }
+    if m == 1 {
+        return out_t;
+    }
+    let mut out = vec![0f32; m * n];
+    for (j, col) in out_t.chunks_exact(m).enumerate() {
+        for (r, v) in col.iter().enumerate() {
+            out[r * n + j] = *v;
         }
     }
     out
@@ -228,5 +246,15 @@ mod tests {
                 assert!((x - y).abs() <= 1e-4 * scale.max(1.0), "{x} vs {y}");
             }
         }
+        // A batch of rows gives each row exactly what it gets alone (batched decode relies on
+        // it: a sequence's tokens must not depend on who shares its step).
+        for simd in [false, available()] {
+            let batch = matmul_with(&xv, m, k, &bytes, n, simd);
+            for r in 0..m {
+                let alone = matmul_with(&xv[r * k..(r + 1) * k], 1, k, &bytes, n, simd);
+                assert_eq!(&batch[r * n..(r + 1) * n], &alone[..], "simd {simd} row {r}");
+            }
+        }
+        assert!(matmul_with(&[], 0, k, &bytes, n, false).is_empty());
     }
 }

@@ -54,3 +54,71 @@ fn greedy_decoding_snapshot() {
     let g = engine.generate_blocking(req).unwrap();
     insta::assert_snapshot!(format!("{:?}\n{}", g.token_ids, g.text));
 }
+
+/// Continuous batching on the real model, with its Q4_1 weights on the quantized decode kernel
+/// (`WeightMode::Mixed`): six conversations decoded together give the tokens and logprobs they
+/// get one at a time. Opt-in (slow in debug builds):
+/// `cargo test --release -p dojo-engine --test smollm2 -- --ignored`.
+#[test]
+#[ignore = "loads the default model twice and decodes 6 x 24 tokens; run in release"]
+fn batched_greedy_decoding_equals_one_by_one() {
+    let Ok(path) = dojo_tokenizer::default_model_path() else {
+        println!("SKIPPED: default model unavailable");
+        return;
+    };
+    let load = |batch: bool| {
+        Engine::load(
+            &path,
+            EngineOptions {
+                weights: WeightMode::Mixed,
+                prefix_cache_entries: 0,
+                batch,
+                ..Default::default()
+            },
+        )
+        .expect("load the default model")
+    };
+    let questions = [
+        "What is the capital of France?",
+        "Write a haiku about rust.",
+        "List three prime numbers.",
+        "How do I reverse a list in Python?",
+        "What is the capital of France?",
+        "Explain recursion in one sentence.",
+    ];
+    let (batched_engine, alone_engine) = (load(true), load(false));
+    let reqs: Vec<GenerateRequest> = questions
+        .iter()
+        .map(|q| {
+            let p = batched_engine
+                .format()
+                .prompt(&[json!({"role": "user", "content": q})], None, &Default::default())
+                .unwrap();
+            let mut req = GenerateRequest::new(p.ids, 24);
+            req.sampling = SamplingParams::greedy();
+            req.stop_at_eos = false;
+            req
+        })
+        .collect();
+    let handles: Vec<_> = reqs
+        .iter()
+        .cloned()
+        .map(|r| {
+            let e = batched_engine.clone();
+            std::thread::spawn(move || e.generate_blocking(r).unwrap())
+        })
+        .collect();
+    let batched: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let alone: Vec<_> = reqs
+        .into_iter()
+        .map(|r| alone_engine.generate_blocking(r).unwrap())
+        .collect();
+    for (i, (b, a)) in batched.iter().zip(&alone).enumerate() {
+        assert_eq!(b.token_ids, a.token_ids, "conversation {i}: {:?} vs {:?}", b.text, a.text);
+        for (x, y) in b.logprobs.iter().zip(&a.logprobs) {
+            assert!((x - y).abs() < 1e-3, "conversation {i}: logprob {x} vs {y}");
+        }
+    }
+    let stats = batched_engine.stats();
+    assert!(stats.max_decode_batch.load(std::sync::atomic::Ordering::Relaxed) > 1);
+}
