@@ -500,38 +500,33 @@ impl Worker {
         {
             self.step_alone(seq, active);
         }
-        let ready = |s: &Seq| s.fork.is_none() && s.pending() == 1;
-        let tokens: Vec<u32> = active
-            .iter()
-            .filter(|s| ready(s))
-            .map(|s| s.tokens[s.cache.len()])
-            .collect();
-        if tokens.is_empty() {
+        // Taken out of `active` before the forward pass: afterwards their caches hold the
+        // token, so "ready to decode" no longer picks them out.
+        let mut batch = drain_where(active, |s| s.fork.is_none() && s.pending() == 1);
+        if batch.is_empty() {
             return;
         }
-        let mut caches: Vec<&mut KvCache> = active
-            .iter_mut()
-            .filter(|s| ready(s))
-            .map(|s| &mut s.cache)
-            .collect();
+        let tokens: Vec<u32> = batch.iter().map(|s| s.tokens[s.cache.len()]).collect();
         self.stats.decode_batches.fetch_add(1, Ordering::Relaxed);
         self.stats
             .max_decode_batch
-            .fetch_max(tokens.len() as u64, Ordering::Relaxed);
-        let logits = match self.model.forward_decode_batch(&tokens, &mut caches) {
+            .fetch_max(batch.len() as u64, Ordering::Relaxed);
+        let mut caches: Vec<&mut KvCache> = batch.iter_mut().map(|s| &mut s.cache).collect();
+        let result = self.model.forward_decode_batch(&tokens, &mut caches);
+        drop(caches);
+        let logits = match result {
             Ok(l) => l,
             Err(e) => {
                 // Not expected (each sequence stops at the context window before this); run
-                // the batch one by one so the error lands on the request that caused it.
+                // the batch one by one so the error lands on the request that caused it. A
+                // failed pass leaves the cache lengths as they were.
                 tracing::warn!(error = %e, "batched decode failed; stepping sequences one by one");
-                let batch: Vec<Seq> = drain_where(active, ready);
                 for seq in batch {
                     self.step_alone(seq, active);
                 }
                 return;
             }
         };
-        let batch: Vec<Seq> = drain_where(active, ready);
         for (mut seq, logits) in batch.into_iter().zip(logits) {
             if seq.generated.is_empty() {
                 self.stats.prefilled_tokens.fetch_add(1, Ordering::Relaxed);

@@ -464,16 +464,14 @@ impl Model {
             let u = layer.up.forward(&h, dr)?;
             x = (x + layer.down.forward(&(g * u)?, dr)?)?;
         }
+        let x = candle_nn::ops::rms_norm(&x, &self.norm, cfg.rms_eps as f32)?;
+        let logits = self.lm_head.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?; // (b, vocab)
+        let logits = logits.to_vec2::<f32>()?;
+        // Only now: a pass that failed leaves every cache as it was.
         for c in caches.iter_mut() {
             c.len += 1;
         }
-        let x = candle_nn::ops::rms_norm(&x, &self.norm, cfg.rms_eps as f32)?;
-        let logits = self
-            .lm_head
-            .forward(&x)?
-            .squeeze(0)?
-            .to_dtype(DType::F32)?; // (b, vocab)
-        Ok(logits.to_vec2::<f32>()?)
+        Ok(logits)
     }
 
     fn forward_inner(

@@ -74,7 +74,10 @@ fn assert_same(batched: &[Generation], alone: &[Generation], what: &str) {
     for (i, (b, a)) in batched.iter().zip(alone).enumerate() {
         assert_eq!(b.token_ids, a.token_ids, "{what}: request {i} tokens");
         for (x, y) in b.logprobs.iter().zip(&a.logprobs) {
-            assert!((x - y).abs() < 1e-4, "{what}: request {i} logprob {x} vs {y}");
+            assert!(
+                (x - y).abs() < 1e-4,
+                "{what}: request {i} logprob {x} vs {y}"
+            );
         }
         let top = |g: &Generation| {
             g.top_logprobs
@@ -148,7 +151,10 @@ async fn greedy_batch_equals_the_same_requests_one_by_one() {
             stats.max_decode_batch.load(Ordering::Relaxed) > 1,
             "the requests were decoded together"
         );
-        assert_eq!(alone_engine.stats().decode_batches.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            alone_engine.stats().decode_batches.load(Ordering::Relaxed),
+            0
+        );
     }
 }
 

@@ -92,7 +92,11 @@ fn batched_greedy_decoding_equals_one_by_one() {
         .map(|q| {
             let p = batched_engine
                 .format()
-                .prompt(&[json!({"role": "user", "content": q})], None, &Default::default())
+                .prompt(
+                    &[json!({"role": "user", "content": q})],
+                    None,
+                    &Default::default(),
+                )
                 .unwrap();
             let mut req = GenerateRequest::new(p.ids, 24);
             req.sampling = SamplingParams::greedy();
@@ -114,11 +118,20 @@ fn batched_greedy_decoding_equals_one_by_one() {
         .map(|r| alone_engine.generate_blocking(r).unwrap())
         .collect();
     for (i, (b, a)) in batched.iter().zip(&alone).enumerate() {
-        assert_eq!(b.token_ids, a.token_ids, "conversation {i}: {:?} vs {:?}", b.text, a.text);
+        assert_eq!(
+            b.token_ids, a.token_ids,
+            "conversation {i}: {:?} vs {:?}",
+            b.text, a.text
+        );
         for (x, y) in b.logprobs.iter().zip(&a.logprobs) {
             assert!((x - y).abs() < 1e-3, "conversation {i}: logprob {x} vs {y}");
         }
     }
     let stats = batched_engine.stats();
-    assert!(stats.max_decode_batch.load(std::sync::atomic::Ordering::Relaxed) > 1);
+    assert!(
+        stats
+            .max_decode_batch
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 1
+    );
 }
