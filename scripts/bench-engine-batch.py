@@ -50,15 +50,16 @@ def post(url, body, timeout=600):
         return json.loads(r.read())
 
 
-def complete(base, i, max_tokens):
+def complete(base, model, i, max_tokens):
     out = post(f"{base}/v1/completions", {
-        "model": "bench", "prompt": prompt(i), "max_tokens": max_tokens, "temperature": 0,
+        "model": model, "prompt": prompt(i), "max_tokens": max_tokens, "temperature": 0,
         "ignore_eos": True, "logit_bias": EOS_BIAS, "cache_prompt": False, "stream": False,
     })
     return out["usage"]["completion_tokens"]
 
 
 def wait_ready(base, proc, limit=300):
+    """The served model's name, once the server answers."""
     t0 = time.time()
     while time.time() - t0 < limit:
         if proc.poll() is not None:
@@ -66,7 +67,7 @@ def wait_ready(base, proc, limit=300):
         try:
             with urllib.request.urlopen(f"{base}/v1/models", timeout=5) as r:
                 if r.status == 200:
-                    return
+                    return json.loads(r.read())["data"][0]["id"]
         except Exception:
             pass
         time.sleep(0.5)
@@ -106,14 +107,14 @@ def main():
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        wait_ready(base, proc)
-        complete(base, 999, 8)  # warm-up: first-touch of the weights, thread pools
+        model = wait_ready(base, proc)
+        complete(base, model, 999, 8)  # warm-up: first-touch of the weights, thread pools
         tokens = [0] * a.conversations
         errors = []
 
         def run(i):
             try:
-                tokens[i] = complete(base, i, a.max_tokens)
+                tokens[i] = complete(base, model, i, a.max_tokens)
             except Exception as e:  # reported, never counted as throughput
                 errors.append(f"conversation {i}: {e}")
 
