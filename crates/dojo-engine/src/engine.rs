@@ -20,7 +20,11 @@
 //! Shared prefill (batching only): a request whose prompt shares at least
 //! [`MIN_FORK_PREFIX`] tokens with a running sequence (the `n` choices of one request, the `G`
 //! samples of an RL group, agents with one system prompt) waits until that sequence's cache
-//! holds the shared part, then starts from a copy of it: the prefix is prefilled once.
+//! holds the shared part, then starts from a copy of it: the prefix is prefilled once. The same
+//! prompt also takes the first sequence's prompt logits, so it samples exactly what a separate
+//! prefill gives; a different suffix is prefilled on its own, and with quantized decode
+//! kernels (`WeightMode::Mixed`) a short suffix takes them rather than the dense prefill GEMM,
+//! so its logprobs can differ by quantization noise, as with prefix reuse across turns.
 //!
 //! Prefix reuse: finished sequences leave their KV cache in a small LRU pool keyed by the
 //! tokens it holds. A new request takes the entry sharing the longest token prefix with its

@@ -78,22 +78,33 @@ fn batched_greedy_decoding_equals_one_by_one() {
         )
         .expect("load the default model")
     };
+    // Each with its own system message, so no two share a prefix long enough to fork (a
+    // forked request prefills only its suffix, which in `Mixed` takes the quantized kernel
+    // when short: its logprobs then differ by quantization noise, as with prefix reuse across
+    // turns) — except conversations 0 and 4, the same prompt, whose second copy takes the
+    // first's cache and prompt logits and so must match exactly too.
     let questions = [
-        "What is the capital of France?",
-        "Write a haiku about rust.",
-        "List three prime numbers.",
-        "How do I reverse a list in Python?",
-        "What is the capital of France?",
-        "Explain recursion in one sentence.",
+        ("Geography tutor.", "What is the capital of France?"),
+        ("Poet.", "Write a haiku about rust."),
+        ("Math helper.", "List three prime numbers."),
+        ("Python expert.", "How do I reverse a list in Python?"),
+        ("Geography tutor.", "What is the capital of France?"),
+        (
+            "Computer science teacher.",
+            "Explain recursion in one sentence.",
+        ),
     ];
     let (batched_engine, alone_engine) = (load(true), load(false));
     let reqs: Vec<GenerateRequest> = questions
         .iter()
-        .map(|q| {
+        .map(|(system, q)| {
             let p = batched_engine
                 .format()
                 .prompt(
-                    &[json!({"role": "user", "content": q})],
+                    &[
+                        json!({"role": "system", "content": system}),
+                        json!({"role": "user", "content": q}),
+                    ],
                     None,
                     &Default::default(),
                 )
@@ -127,6 +138,7 @@ fn batched_greedy_decoding_equals_one_by_one() {
             assert!((x - y).abs() < 1e-3, "conversation {i}: logprob {x} vs {y}");
         }
     }
+    assert_eq!(batched[0].token_ids, batched[4].token_ids);
     let stats = batched_engine.stats();
     assert!(
         stats
