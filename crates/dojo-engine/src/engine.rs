@@ -1,9 +1,30 @@
-//! The engine: one worker thread owns the weights and runs every request, round-robin.
+//! The engine: one worker thread owns the weights and runs every request.
 //!
 //! Why one thread: candle's CPU kernels already use every core for one sequence, so running
-//! sequences in parallel only adds contention. Fairness comes from scheduling instead: each
-//! active sequence gets one step in turn (one decoded token, or one prefill chunk of at most
-//! `prefill_chunk` tokens), so a long prompt cannot starve short requests.
+//! sequences in parallel only adds contention. Sharing comes from scheduling instead, in one
+//! of two ways ([`EngineOptions::batch`]):
+//!
+//! - **Continuous batching** (the default): each step runs at most one prefill chunk (of at most
+//!   `prefill_chunk` tokens, taken in turn among the sequences still prefilling), then one
+//!   decode step for *every* sequence that is ready to decode, as one batched forward pass
+//!   ([`Model::forward_decode_batch`]). On a CPU a decode step costs the read of the weights, so
+//!   sixteen sequences advance for little more than the price of one. New requests join
+//!   between steps; cancellation, stops and errors are per sequence.
+//! - **Round-robin**: each active sequence gets one step in turn (one decoded token, or one
+//!   prefill chunk), one sequence per forward pass. Kept as the baseline the batching is
+//!   measured against (`DOJO_ENGINE_BATCH=0`).
+//!
+//! Either way a long prompt cannot starve short requests, and each request samples with its
+//! own RNG, so seeded outputs do not depend on what else is running.
+//!
+//! Shared prefill (batching only): a request whose prompt shares at least
+//! [`MIN_FORK_PREFIX`] tokens with a running sequence (the `n` choices of one request, the `G`
+//! samples of an RL group, agents with one system prompt) waits until that sequence's cache
+//! holds the shared part, then starts from a copy of it: the prefix is prefilled once. The same
+//! prompt also takes the first sequence's prompt logits, so it samples exactly what a separate
+//! prefill gives; a different suffix is prefilled on its own, and with quantized decode
+//! kernels (`WeightMode::Mixed`) a short suffix takes them rather than the dense prefill GEMM,
+//! so its logprobs can differ by quantization noise, as with prefix reuse across turns.
 //!
 //! Prefix reuse: finished sequences leave their KV cache in a small LRU pool keyed by the
 //! tokens it holds. A new request takes the entry sharing the longest token prefix with its
@@ -32,7 +53,8 @@ pub struct EngineOptions {
     pub model_id: Option<String>,
     /// Finished sequences kept for prefix reuse; `0` disables reuse.
     pub prefix_cache_entries: usize,
-    /// Sequences advanced round-robin at once; further requests wait in arrival order.
+    /// Sequences in flight at once (batched together, or taking turns); further requests wait
+    /// in arrival order.
     pub max_active: usize,
     /// Largest prefill step, in tokens (bounds how long one step can block the others).
     pub prefill_chunk: usize,
@@ -41,6 +63,21 @@ pub struct EngineOptions {
     /// Quantized or dequantized GGUF weights (see [`WeightMode`]).
     pub weights: WeightMode,
     pub device: Device,
+    /// Batch the decode steps of all active sequences and share prompt prefixes (default);
+    /// `false` runs them round-robin, one per forward pass. `DOJO_ENGINE_BATCH=0` also turns
+    /// it off (benchmarks compare both in one binary).
+    pub batch: bool,
+}
+
+/// Shortest shared prompt prefix worth waiting for another sequence's prefill (shorter ones
+/// prefill on their own; a copy of the cache is not free).
+pub const MIN_FORK_PREFIX: usize = 16;
+
+impl EngineOptions {
+    /// [`EngineOptions::batch`], unless `DOJO_ENGINE_BATCH=0` turns it off.
+    pub fn batch_or_env(&self) -> bool {
+        self.batch && std::env::var("DOJO_ENGINE_BATCH").map_or(true, |v| v.trim() != "0")
+    }
 }
 
 impl Default for EngineOptions {
@@ -48,11 +85,12 @@ impl Default for EngineOptions {
         EngineOptions {
             model_id: None,
             prefix_cache_entries: 4,
-            max_active: 4,
+            max_active: 16,
             prefill_chunk: 256,
             context_length: None,
             weights: WeightMode::Auto,
             device: Device::Cpu,
+            batch: true,
         }
     }
 }
@@ -133,6 +171,9 @@ pub struct Stats {
     pub prefilled_tokens: AtomicU64,
     pub generated_tokens: AtomicU64,
     pub cancelled: AtomicU64,
+    /// Batched decode steps run, and the most sequences one of them advanced.
+    pub decode_batches: AtomicU64,
+    pub max_decode_batch: AtomicU64,
 }
 
 type Reply = tokio::sync::oneshot::Sender<Result<Generation, EngineError>>;
@@ -239,8 +280,10 @@ impl Engine {
             rx,
             stats: stats.clone(),
             pool: Vec::new(),
+            batch: opts.batch_or_env(),
             opts: opts.clone(),
             context_length,
+            next_id: 0,
         };
         let handle = std::thread::Builder::new()
             .name("dojo-engine".into())
@@ -326,6 +369,13 @@ impl Engine {
 }
 
 struct Seq {
+    /// Engine-unique, for fork references.
+    id: u64,
+    /// Waiting to copy the first `.1` positions of sequence `.0`'s cache (shared prefill).
+    fork: Option<(u64, usize)>,
+    /// The logits after the whole prompt (batching only): a request with the same prompt
+    /// samples its first token from them, and so gets exactly what a separate prefill gives.
+    prompt_logits: Option<Arc<Vec<f32>>>,
     req: GenerateRequest,
     reply: Reply,
     cache: KvCache,
@@ -347,6 +397,17 @@ struct Worker {
     pool: Vec<(Vec<u32>, KvCache)>,
     opts: EngineOptions,
     context_length: usize,
+    /// Continuous batching (else round-robin), see the module doc.
+    batch: bool,
+    next_id: u64,
+}
+
+impl Seq {
+    /// Tokens not yet in the cache: `1` means ready to decode (or to run its last prompt
+    /// token, which batches the same way).
+    fn pending(&self) -> usize {
+        self.tokens.len() - self.cache.len()
+    }
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
@@ -386,17 +447,95 @@ impl Worker {
                     self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                active.push_back(self.start(req, reply));
+                let seq = self.start(req, reply, &active);
+                active.push_back(seq);
             }
-            let Some(mut seq) = active.pop_front() else {
-                continue;
-            };
-            if seq.reply.is_closed() {
-                self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
-                self.release(seq.tokens, seq.cache);
-                continue;
+            if self.batch {
+                self.batched_step(&mut active);
+            } else {
+                self.round_robin_step(&mut active);
             }
-            match self.step(&mut seq) {
+        }
+    }
+
+    /// One sequence advances by one step, then goes to the back of the line.
+    fn round_robin_step(&mut self, active: &mut VecDeque<Seq>) {
+        let Some(seq) = active.pop_front() else {
+            return;
+        };
+        if seq.reply.is_closed() {
+            self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+            self.release(seq.tokens, seq.cache);
+            return;
+        }
+        self.step_alone(seq, active);
+    }
+
+    /// Run `seq`'s next step on its own; requeue it unless it is finished or failed.
+    fn step_alone(&mut self, mut seq: Seq, active: &mut VecDeque<Seq>) {
+        match self.step(&mut seq) {
+            Ok(false) => active.push_back(seq),
+            Ok(true) => self.finish(seq),
+            Err(e) => {
+                let _ = seq.reply.send(Err(e));
+            }
+        }
+    }
+
+    /// One prefill chunk (the first sequence still prefilling, which then goes to the back),
+    /// then one decode step for every sequence ready to decode, as one forward pass.
+    fn batched_step(&mut self, active: &mut VecDeque<Seq>) {
+        let mut i = 0;
+        while i < active.len() {
+            if active[i].reply.is_closed() {
+                if let Some(seq) = active.remove(i) {
+                    self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                    self.release(seq.tokens, seq.cache);
+                }
+            } else {
+                i += 1;
+            }
+        }
+        self.resolve_forks(active);
+        if let Some(i) = active
+            .iter()
+            .position(|s| s.fork.is_none() && s.pending() > 1)
+            && let Some(seq) = active.remove(i)
+        {
+            self.step_alone(seq, active);
+        }
+        // Taken out of `active` before the forward pass: afterwards their caches hold the
+        // token, so "ready to decode" no longer picks them out.
+        let mut batch = drain_where(active, |s| s.fork.is_none() && s.pending() == 1);
+        if batch.is_empty() {
+            return;
+        }
+        let tokens: Vec<u32> = batch.iter().map(|s| s.tokens[s.cache.len()]).collect();
+        self.stats.decode_batches.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .max_decode_batch
+            .fetch_max(batch.len() as u64, Ordering::Relaxed);
+        let mut caches: Vec<&mut KvCache> = batch.iter_mut().map(|s| &mut s.cache).collect();
+        let result = self.model.forward_decode_batch(&tokens, &mut caches);
+        drop(caches);
+        let logits = match result {
+            Ok(l) => l,
+            Err(e) => {
+                // Not expected (each sequence stops at the context window before this); run
+                // the batch one by one so the error lands on the request that caused it. A
+                // failed pass leaves the cache lengths as they were.
+                tracing::warn!(error = %e, "batched decode failed; stepping sequences one by one");
+                for seq in batch {
+                    self.step_alone(seq, active);
+                }
+                return;
+            }
+        };
+        for (mut seq, logits) in batch.into_iter().zip(logits) {
+            if seq.generated.is_empty() {
+                self.stats.prefilled_tokens.fetch_add(1, Ordering::Relaxed);
+            }
+            match self.sample(&mut seq, &logits) {
                 Ok(false) => active.push_back(seq),
                 Ok(true) => self.finish(seq),
                 Err(e) => {
@@ -406,11 +545,90 @@ impl Worker {
         }
     }
 
-    fn start(&mut self, req: GenerateRequest, reply: Reply) -> Seq {
+    /// Sequences waiting on another's prefill copy its cache once it holds the shared prefix.
+    /// Same prompt: the whole prompt's cache and its logits, then the first token is sampled
+    /// here. Otherwise the shared part (at most all but the last prompt token); the rest runs
+    /// as usual.
+    fn resolve_forks(&mut self, active: &mut VecDeque<Seq>) {
+        let mut i = 0;
+        while i < active.len() {
+            let Some((leader, shared)) = active[i].fork else {
+                i += 1;
+                continue;
+            };
+            let prompt_len = active[i].req.prompt.len();
+            let source = active.iter().find(|s| s.id == leader).map(|l| {
+                if l.cache.len() < shared {
+                    return None; // still prefilling the shared part
+                }
+                let logits = l
+                    .prompt_logits
+                    .clone()
+                    .filter(|_| shared == prompt_len && l.req.prompt.len() == prompt_len);
+                Some((l.cache.clone(), logits))
+            });
+            let seq = &mut active[i];
+            match source {
+                Some(None) => {
+                    i += 1;
+                    continue;
+                }
+                Some(Some((mut cache, logits))) => {
+                    let keep = if logits.is_some() {
+                        shared
+                    } else {
+                        shared.min(prompt_len - 1)
+                    };
+                    if keep > seq.cache.len() && cache.truncate(keep).is_ok() {
+                        self.stats
+                            .reused_tokens
+                            .fetch_add((keep - seq.cache.len()) as u64, Ordering::Relaxed);
+                        seq.cache = cache;
+                        seq.cached_tokens = keep;
+                        seq.fork = None;
+                        if let Some(logits) = logits {
+                            let result = self.sample(seq, &logits);
+                            if !matches!(result, Ok(false))
+                                && let Some(seq) = active.remove(i)
+                            {
+                                match result {
+                                    Ok(_) => self.finish(seq),
+                                    Err(e) => {
+                                        let _ = seq.reply.send(Err(e));
+                                    }
+                                }
+                                continue;
+                            }
+                        }
+                    }
+                }
+                // The source finished or was cancelled first: prefill on our own.
+                None => {}
+            }
+            active[i].fork = None;
+            i += 1;
+        }
+    }
+
+    /// Admit a request: take the best cached prefix from the pool and, when batching, follow
+    /// an active sequence that shares a longer prompt prefix (see the module doc).
+    fn start(&mut self, req: GenerateRequest, reply: Reply, active: &VecDeque<Seq>) -> Seq {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         self.stats
             .prompt_tokens
             .fetch_add(req.prompt.len() as u64, Ordering::Relaxed);
+        // Both sources keep at least one prompt token to run, so there are logits to sample.
+        let usable = |n: usize| n.min(req.prompt.len() - 1);
+        let mut fork = if self.batch {
+            active
+                .iter()
+                .filter(|s| s.fork.is_none())
+                .map(|s| (s.id, common_prefix(&s.tokens, &req.prompt)))
+                .max_by_key(|&(_, n)| n)
+                .filter(|&(_, n)| n >= MIN_FORK_PREFIX && usable(n) > 0)
+        } else {
+            None
+        };
         let mut cache = KvCache::new();
         if self.opts.prefix_cache_entries > 0 {
             let best = self
@@ -419,12 +637,12 @@ impl Worker {
                 .enumerate()
                 .map(|(i, (toks, _))| (i, common_prefix(toks, &req.prompt)))
                 .max_by_key(|&(_, n)| n);
-            if let Some((i, n)) = best.filter(|&(_, n)| n > 0) {
+            let from_fork = fork.map_or(0, |(_, n)| usable(n));
+            if let Some((i, n)) = best.filter(|&(_, n)| usable(n) > 0 && usable(n) >= from_fork) {
                 let (_, mut c) = self.pool.remove(i);
-                // Keep at least one prompt token to run, so there are logits to sample from.
-                let keep = n.min(req.prompt.len() - 1);
-                if c.truncate(keep).is_ok() {
+                if c.truncate(usable(n)).is_ok() {
                     cache = c;
+                    fork = None;
                 }
             }
         }
@@ -432,7 +650,11 @@ impl Worker {
         self.stats
             .reused_tokens
             .fetch_add(cached_tokens as u64, Ordering::Relaxed);
+        self.next_id += 1;
         Seq {
+            id: self.next_id,
+            fork,
+            prompt_logits: None,
             sampler: Sampler::new(req.sampling.clone()),
             tokens: req.prompt.clone(),
             req,
@@ -460,7 +682,16 @@ impl Worker {
         if chunk < pending {
             return Ok(false);
         }
-        let s = seq.sampler.sample(&logits, seq.req.top_logprobs);
+        self.sample(seq, &logits)
+    }
+
+    /// Sample the next token from the logits of `seq`'s last position and apply the stop
+    /// rules; `Ok(true)` when the sequence is finished.
+    fn sample(&mut self, seq: &mut Seq, logits: &[f32]) -> Result<bool, EngineError> {
+        if self.batch && seq.generated.is_empty() {
+            seq.prompt_logits = Some(Arc::new(logits.to_vec()));
+        }
+        let s = seq.sampler.sample(logits, seq.req.top_logprobs);
         seq.tokens.push(s.token);
         seq.generated.push(s.token);
         seq.sampled.push(s);
@@ -553,4 +784,19 @@ impl Worker {
             self.pool.remove(0);
         }
     }
+}
+
+/// Remove and return the sequences matching `pred`, keeping the others in order.
+fn drain_where(active: &mut VecDeque<Seq>, pred: impl Fn(&Seq) -> bool) -> Vec<Seq> {
+    let mut taken = Vec::new();
+    let mut kept = VecDeque::with_capacity(active.len());
+    for s in active.drain(..) {
+        if pred(&s) {
+            taken.push(s);
+        } else {
+            kept.push_back(s);
+        }
+    }
+    *active = kept;
+    taken
 }

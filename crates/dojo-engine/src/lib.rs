@@ -10,9 +10,11 @@
 //!   preallocated [`KvCache`]; [`loader`]: GGUF (quantized), safetensors, random tiny models.
 //!   [`WeightMode`] picks how GGUF weights are multiplied (the file's kernels, Q8_0 decode with
 //!   dense prefill, or dense f32), by what is fast in this build.
-//! - [`Engine`]: a worker thread running requests round-robin, with sampling
-//!   ([`SamplingParams`]), stop handling, token ids + logprobs, and prefix KV reuse across the
-//!   turns of a conversation. It implements [`dojo_llm::ChatBackend`] for in-process rollouts.
+//! - [`Engine`]: a worker thread running requests with continuous batching (every active
+//!   sequence advances in one batched decode step; requests sharing a prompt prefill it once)
+//!   or round-robin, with sampling ([`SamplingParams`]), stop handling, token ids + logprobs,
+//!   and prefix KV reuse across the turns of a conversation. It implements
+//!   [`dojo_llm::ChatBackend`] for in-process rollouts.
 //! - [`completions`]: OpenAI chat and text completions over the [`Engine`], shared by the
 //!   in-process backend and [`server`]: `dojo serve`, the OpenAI-compatible HTTP API.
 //!

@@ -336,6 +336,144 @@ impl Model {
         }
     }
 
+    /// One decode step for a batch of sequences: `tokens[i]` is run at position
+    /// `caches[i].len()` and appended to `caches[i]`; returns each sequence's logits.
+    ///
+    /// Why: on a CPU a decode step costs the read of every weight; stacking the sequences as
+    /// rows of one matmul reads them once per step instead of once per sequence. Attention is
+    /// per sequence (each has its own cache length). A row's result does not depend on the
+    /// others: every per-row kernel computes exactly what the single-sequence step computes
+    /// (quantized weights stay on the quantized kernels at any batch size).
+    pub fn forward_decode_batch(
+        &self,
+        tokens: &[u32],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Vec<Vec<f32>>, EngineError> {
+        match compute_pool() {
+            Some(pool) => pool.install(|| self.decode_batch_inner(tokens, caches)),
+            None => self.decode_batch_inner(tokens, caches),
+        }
+    }
+
+    fn decode_batch_inner(
+        &self,
+        tokens: &[u32],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Vec<Vec<f32>>, EngineError> {
+        let cfg = &self.config;
+        let b = tokens.len();
+        if b != caches.len() {
+            return Err(EngineError::Internal(format!(
+                "decode batch of {b} tokens for {} caches",
+                caches.len()
+            )));
+        }
+        if b == 0 {
+            return Ok(Vec::new());
+        }
+        for c in caches.iter_mut() {
+            if c.len + 1 > cfg.max_position {
+                return Err(EngineError::ContextLength {
+                    tokens: c.len + 1,
+                    limit: cfg.max_position,
+                });
+            }
+            if c.layers.len() != cfg.num_layers {
+                c.layers = vec![None; cfg.num_layers];
+            }
+        }
+        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= cfg.vocab_size) {
+            return Err(EngineError::Request(format!(
+                "token id {bad} is outside the vocabulary (size {})",
+                cfg.vocab_size
+            )));
+        }
+        let positions: Vec<u32> = caches.iter().map(|c| c.len as u32).collect();
+        let pos_ids = Tensor::new(positions.as_slice(), &self.device)?;
+        let (nh, nkv, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+        let rep = nh / nkv;
+        // RoPE tables of each sequence's own position: (b, 1, hd / 2).
+        let cos = self
+            .cos
+            .index_select(&pos_ids, 0)?
+            .reshape((b, 1, hd / 2))?;
+        let sin = self
+            .sin
+            .index_select(&pos_ids, 0)?
+            .reshape((b, 1, hd / 2))?;
+        let ids = Tensor::new(tokens, &self.device)?;
+        // The sequences are the rows of one (1, b, hidden) activation.
+        let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        // Quantized weights keep their quantized kernel at any batch size (the dense
+        // prefill threshold would dequantize every weight on every step).
+        let dr = self.dense_prefill_rows.map(|_| usize::MAX);
+        let rope = if cfg.rope_interleaved {
+            candle_nn::rotary_emb::rope_i
+        } else {
+            candle_nn::rotary_emb::rope
+        };
+        for (li, layer) in self.layers.iter().enumerate() {
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, cfg.rms_eps as f32)?;
+            // (b, heads, 1, hd): one "batch" entry per sequence.
+            let q = layer
+                .q
+                .forward(&h, dr)?
+                .reshape((b, 1, nh, hd))?
+                .transpose(1, 2)?;
+            let k = layer
+                .k
+                .forward(&h, dr)?
+                .reshape((b, 1, nkv, hd))?
+                .transpose(1, 2)?;
+            let v = layer
+                .v
+                .forward(&h, dr)?
+                .reshape((b, 1, nkv, hd))?
+                .transpose(1, 2)?
+                .contiguous()?;
+            let (q, k) = match (&layer.q_norm, &layer.k_norm) {
+                (Some(qn), Some(kn)) => (
+                    candle_nn::ops::rms_norm(&q.contiguous()?, qn, cfg.rms_eps as f32)?,
+                    candle_nn::ops::rms_norm(&k.contiguous()?, kn, cfg.rms_eps as f32)?,
+                ),
+                _ => (q, k),
+            };
+            let q = rope(&q.contiguous()?, &cos, &sin)?;
+            let k = rope(&k.contiguous()?, &cos, &sin)?;
+            let mut outs = Vec::with_capacity(b);
+            for (i, cache) in caches.iter_mut().enumerate() {
+                let pos = cache.len;
+                let (ck, cv) = cache.append(
+                    li,
+                    pos,
+                    &k.narrow(0, i, 1)?,
+                    &v.narrow(0, i, 1)?,
+                    cfg.max_position,
+                )?;
+                // Grouped-query attention of one query position: (1, nkv, rep, hd).
+                let qi = q.narrow(0, i, 1)?.reshape((1, nkv, rep, hd))?;
+                let att = (qi.matmul(&ck.t()?)? * scale)?;
+                let att = candle_nn::ops::softmax_last_dim(&att)?;
+                outs.push(att.matmul(&cv)?.reshape((1, 1, nh * hd))?);
+            }
+            let out = Tensor::cat(&outs, 1)?; // (1, b, nh * hd)
+            x = (x + layer.o.forward(&out, dr)?)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, cfg.rms_eps as f32)?;
+            let g = candle_nn::ops::silu(&layer.gate.forward(&h, dr)?)?;
+            let u = layer.up.forward(&h, dr)?;
+            x = (x + layer.down.forward(&(g * u)?, dr)?)?;
+        }
+        let x = candle_nn::ops::rms_norm(&x, &self.norm, cfg.rms_eps as f32)?;
+        let logits = self.lm_head.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?; // (b, vocab)
+        let logits = logits.to_vec2::<f32>()?;
+        // Only now: a pass that failed leaves every cache as it was.
+        for c in caches.iter_mut() {
+            c.len += 1;
+        }
+        Ok(logits)
+    }
+
     fn forward_inner(
         &self,
         tokens: &[u32],

@@ -54,3 +54,96 @@ fn greedy_decoding_snapshot() {
     let g = engine.generate_blocking(req).unwrap();
     insta::assert_snapshot!(format!("{:?}\n{}", g.token_ids, g.text));
 }
+
+/// Continuous batching on the real model, with its Q4_1 weights on the quantized decode kernel
+/// (`WeightMode::Mixed`): six conversations decoded together give the tokens and logprobs they
+/// get one at a time. Opt-in (slow in debug builds):
+/// `cargo test --release -p dojo-engine --test smollm2 -- --ignored`.
+#[test]
+#[ignore = "loads the default model twice and decodes 6 x 24 tokens; run in release"]
+fn batched_greedy_decoding_equals_one_by_one() {
+    let Ok(path) = dojo_tokenizer::default_model_path() else {
+        println!("SKIPPED: default model unavailable");
+        return;
+    };
+    let load = |batch: bool| {
+        Engine::load(
+            &path,
+            EngineOptions {
+                weights: WeightMode::Mixed,
+                prefix_cache_entries: 0,
+                batch,
+                ..Default::default()
+            },
+        )
+        .expect("load the default model")
+    };
+    // Each with its own system message, so no two share a prefix long enough to fork (a
+    // forked request prefills only its suffix, which in `Mixed` takes the quantized kernel
+    // when short: its logprobs then differ by quantization noise, as with prefix reuse across
+    // turns) — except conversations 0 and 4, the same prompt, whose second copy takes the
+    // first's cache and prompt logits and so must match exactly too.
+    let questions = [
+        ("Geography tutor.", "What is the capital of France?"),
+        ("Poet.", "Write a haiku about rust."),
+        ("Math helper.", "List three prime numbers."),
+        ("Python expert.", "How do I reverse a list in Python?"),
+        ("Geography tutor.", "What is the capital of France?"),
+        (
+            "Computer science teacher.",
+            "Explain recursion in one sentence.",
+        ),
+    ];
+    let (batched_engine, alone_engine) = (load(true), load(false));
+    let reqs: Vec<GenerateRequest> = questions
+        .iter()
+        .map(|(system, q)| {
+            let p = batched_engine
+                .format()
+                .prompt(
+                    &[
+                        json!({"role": "system", "content": system}),
+                        json!({"role": "user", "content": q}),
+                    ],
+                    None,
+                    &Default::default(),
+                )
+                .unwrap();
+            let mut req = GenerateRequest::new(p.ids, 24);
+            req.sampling = SamplingParams::greedy();
+            req.stop_at_eos = false;
+            req
+        })
+        .collect();
+    let handles: Vec<_> = reqs
+        .iter()
+        .cloned()
+        .map(|r| {
+            let e = batched_engine.clone();
+            std::thread::spawn(move || e.generate_blocking(r).unwrap())
+        })
+        .collect();
+    let batched: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let alone: Vec<_> = reqs
+        .into_iter()
+        .map(|r| alone_engine.generate_blocking(r).unwrap())
+        .collect();
+    for (i, (b, a)) in batched.iter().zip(&alone).enumerate() {
+        assert_eq!(
+            b.token_ids, a.token_ids,
+            "conversation {i}: {:?} vs {:?}",
+            b.text, a.text
+        );
+        for (x, y) in b.logprobs.iter().zip(&a.logprobs) {
+            assert!((x - y).abs() < 1e-3, "conversation {i}: logprob {x} vs {y}");
+        }
+    }
+    assert_eq!(batched[0].token_ids, batched[4].token_ids);
+    let stats = batched_engine.stats();
+    assert!(
+        stats
+            .max_decode_batch
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 1
+    );
+}
