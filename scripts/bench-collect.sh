@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 first=$(grep -n '^## .* benchmarks\|^## Sandbox' BENCHMARKS.md | head -1 | cut -d: -f1)
 {
   head -n $((first - 1)) BENCHMARKS.md
-  for f in sandbox grade agent rollout engine lsp curate train rl synth select env; do
+  for f in sandbox grade agent rollout engine lsp curate train rl synth select world env; do
     # One heading level down, outside code fences (a `# comment` in a shell block stays as is).
     awk '/^```/ { fence = !fence } !fence && /^#/ { $0 = "#" $0 } { print }' "benchmarks/results/$f.md"
     echo

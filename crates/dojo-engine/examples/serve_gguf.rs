@@ -28,9 +28,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(dojo_engine::server::serve(
-        engine,
-        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
-    ))?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+        // Until Ctrl-C (the benchmark script kills it when done).
+        let stop = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        dojo_engine::server::serve_listener(engine, listener, stop).await
+    })?;
     Ok(())
 }

@@ -20,9 +20,8 @@ use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 
-use regex::Regex;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -106,60 +105,17 @@ fn content_hash(body: &WorldBody) -> String {
 // ---------------------------------------------------------------------------------------------
 // Which commands are simulated, and which files they execute
 
-/// The interpreter or test runner as a program name: `python`, `python3`, `python3.11`,
-/// `pytest`, `py.test` (a path to one, e.g. `/usr/bin/python3`, counts too).
-static PYTHON_PROGRAM: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^(?:.*/)?(?:python\d*(?:\.\d+)?|pytest|py\.test)$")
-        .unwrap_or_else(|e| unreachable!("static regex: {e}"))
-});
-
-static GIT_WORD: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?:^|[^\w-])git\s").unwrap_or_else(|e| unreachable!("static regex: {e}"))
-});
-
-/// Programs that run the command after them (`timeout 60 python x.py`, `uv run pytest`).
-const WRAPPERS: &[&str] = &[
-    "timeout", "time", "env", "nice", "stdbuf", "exec", "command", "xvfb-run",
-];
-
-/// Whether a shell command runs Python or tests. SWE-World's rule is "names `python*` or
-/// `pytest` as a word, uses no `git`, installs nothing (`pip install`)"; here the program must
-/// also be in command position (first word of a simple command, after variable assignments and
-/// wrappers such as `timeout 60` or `uv run`), so `grep -rn python src` stays a real command.
-///
-/// This is the capture side's predicate (which real commands become SWT records); the simulated
-/// environment's dispatcher must agree with it, so a model is trained on the commands it is
-/// later asked about.
+/// Whether a shell command runs Python or tests: exactly the commands the simulated
+/// environment hands to the transition model ([`crate::classify`]'s `Python` class), so the
+/// records a model is trained on and the commands it is later asked about are chosen by one
+/// rule. (SWE-World's own capture rule, "names `python*`/`pytest`, uses no `git`, installs
+/// nothing", differs in two ways: `git stash && pytest` and `pip install -e . && pytest` count
+/// here, since the simulator answers them as one script.)
 pub fn runs_python_or_tests(command: &str) -> bool {
-    if GIT_WORD.is_match(command) || command.contains("pip install") {
-        return false;
-    }
-    let separators = |c: char| matches!(c, ';' | '&' | '|' | '\n' | '(' | ')' | '`' | '{' | '}');
-    command.split(separators).any(|segment| {
-        let mut words = segment.split_whitespace().map(|w| {
-            w.trim_start_matches('$')
-                .trim_matches(|c| c == '"' || c == '\'')
-        });
-        while let Some(w) = words.next() {
-            if w.is_empty() || w.contains('=') && !w.starts_with('-') {
-                continue; // `VAR=value` (or `$(` leftovers)
-            }
-            if WRAPPERS.contains(&w)
-                || w.starts_with('-')
-                || w.chars()
-                    .all(|c| c.is_ascii_digit() || c == '.' || c == 's')
-            {
-                continue; // wrapper, its options and durations
-            }
-            if matches!(w, "uv" | "poetry" | "pipenv" | "pdm" | "hatch") {
-                // `uv run pytest`: skip the `run`.
-                words.next();
-                continue;
-            }
-            return PYTHON_PROGRAM.is_match(w);
-        }
-        false
-    })
+    matches!(
+        crate::classify::classify(command),
+        crate::classify::CommandClass::Python(_)
+    )
 }
 
 /// Extensions of files SWE-World sends to SWT as "code to be executed".
@@ -503,7 +459,6 @@ mod tests {
             "grep -rn python src",
             "cat python_utils.py",
             "pip install pytest",
-            "git diff && python x.py",
             "cat mypython3.txt",
             "echo python",
             "ls tests && cat setup.py",
