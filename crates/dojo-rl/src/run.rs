@@ -138,19 +138,7 @@ pub fn tasks_for_step(tasks: &[String], n: usize, seed: u64, step: u64) -> Vec<S
 
 /// Complete checkpoints by step, oldest first.
 fn checkpoints(out: &Path) -> Vec<(u64, PathBuf)> {
-    let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(out)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let step = name.strip_prefix("checkpoint-")?.parse::<u64>().ok()?;
-            let p = e.path();
-            (checkpoint::is_complete(&p) && p.join(STATE_FILE).is_file()).then_some((step, p))
-        })
-        .collect();
-    v.sort();
-    v
+    checkpoint::list_with_state(out, STATE_FILE)
 }
 
 /// Refuse a run directory made with another configuration or model; write the manifest of a

@@ -205,16 +205,7 @@ pub fn policy_grads(
         )?;
         loss += l.to_dtype(DType::F64)?.to_scalar::<f64>()?;
         metrics.merge(&m);
-        let store = l.backward()?;
-        for (name, var) in model.trainable() {
-            if let Some(g) = store.get(var.as_tensor()) {
-                let g = match grads.remove(name) {
-                    Some(acc) => (acc + g)?,
-                    None => g.clone(),
-                };
-                grads.insert(name.clone(), g);
-            }
-        }
+        model.accumulate_grads(&l.backward()?, &mut grads)?;
     }
     if !loss.is_finite() {
         return Err(dojo_train::TrainError::NonFinite(format!("RL loss is {loss}")).into());

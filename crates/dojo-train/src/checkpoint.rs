@@ -106,6 +106,12 @@ pub fn is_complete(dir: &Path) -> bool {
 
 /// Complete resumable checkpoints in `out`, by step, oldest first.
 pub fn list(out: &Path) -> Vec<(u64, PathBuf)> {
+    list_with_state(out, STATE_FILE)
+}
+
+/// Complete `checkpoint-N` directories in `out` that also hold `state_file` (a loop's own
+/// resume state: SFT's [`STATE_FILE`], RL's), by step, oldest first.
+pub fn list_with_state(out: &Path, state_file: &str) -> Vec<(u64, PathBuf)> {
     let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(out)
         .into_iter()
         .flatten()
@@ -114,7 +120,7 @@ pub fn list(out: &Path) -> Vec<(u64, PathBuf)> {
             let name = e.file_name().to_string_lossy().into_owned();
             let step = name.strip_prefix("checkpoint-")?.parse::<u64>().ok()?;
             let p = e.path();
-            (is_complete(&p) && p.join(STATE_FILE).is_file()).then_some((step, p))
+            (is_complete(&p) && p.join(state_file).is_file()).then_some((step, p))
         })
         .collect();
     v.sort();

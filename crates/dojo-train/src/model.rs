@@ -358,6 +358,25 @@ impl TrainModel {
         }
     }
 
+    /// Add the gradients of the trainable parameters in `store` (one backward pass) to
+    /// `grads`, by name: micro-batches accumulate into one optimizer step.
+    pub fn accumulate_grads(
+        &self,
+        store: &candle_core::backprop::GradStore,
+        grads: &mut HashMap<String, Tensor>,
+    ) -> Result<(), TrainError> {
+        for (name, var) in self.trainable() {
+            if let Some(g) = store.get(var.as_tensor()) {
+                let g = match grads.remove(name) {
+                    Some(acc) => (acc + g)?,
+                    None => g.clone(),
+                };
+                grads.insert(name.clone(), g);
+            }
+        }
+        Ok(())
+    }
+
     pub fn num_trainable(&self) -> usize {
         self.trainable().values().map(|v| v.elem_count()).sum()
     }

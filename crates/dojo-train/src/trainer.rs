@@ -132,16 +132,7 @@ pub fn step_grads(
         }
         let l = (model.loss_sum(b)? * scale)?;
         loss += l.to_scalar::<f32>()? as f64;
-        let store = l.backward()?;
-        for (name, var) in model.trainable() {
-            if let Some(g) = store.get(var.as_tensor()) {
-                let g = match grads.remove(name) {
-                    Some(acc) => (acc + g)?,
-                    None => g.clone(),
-                };
-                grads.insert(name.clone(), g);
-            }
-        }
+        model.accumulate_grads(&l.backward()?, &mut grads)?;
     }
     if !loss.is_finite() {
         return Err(TrainError::NonFinite(format!("loss is {loss}")));

@@ -347,7 +347,7 @@ fn is_python_interpreter(name: &str) -> bool {
 }
 
 /// Drop leading variable assignments and wrapper commands (`timeout 10`, `env X=1`, `time`,
-/// `nice -n 5`...) so the word that names the program comes first.
+/// `nice -n 5`, `uv run`, `poetry run`...) so the word that names the program comes first.
 fn strip_wrappers(words: &[String]) -> &[String] {
     let mut w = words;
     loop {
@@ -358,6 +358,15 @@ fn strip_wrappers(words: &[String]) -> &[String] {
         }
         match base(first) {
             "time" | "nohup" | "exec" | "command" | "builtin" | "xvfb-run" => w = &w[1..],
+            // Project runners: `uv run [--opts] pytest`, `poetry run python x.py`.
+            "uv" | "poetry" | "pipenv" | "pdm" | "hatch"
+                if w.get(1).is_some_and(|a| a == "run") =>
+            {
+                w = &w[2..];
+                while w.first().is_some_and(|a| a.starts_with('-')) {
+                    w = &w[1..];
+                }
+            }
             "env" => {
                 w = &w[1..];
                 while let Some(a) = w.first() {

@@ -441,7 +441,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn swt_ctx() -> SwtContext {
+    pub(crate) fn swt_ctx() -> SwtContext {
         SwtContext {
             task_id: "t".into(),
             problem_statement: "p".into(),

@@ -275,19 +275,7 @@ fn parse_verdict(text: &str) -> Result<(bool, String), ParseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::tests::Scripted;
-
-    fn ctx() -> SwtContext {
-        SwtContext {
-            task_id: "t".into(),
-            problem_statement: "p".into(),
-            command: "python a.py".into(),
-            executed_files: vec![],
-            agent_patch: String::new(),
-            gold_patch: None,
-            analysis: None,
-        }
-    }
+    use crate::client::tests::{Scripted, swt_ctx as ctx};
 
     fn target() -> SwtTarget {
         SwtTarget {
