@@ -232,7 +232,7 @@ impl DriftSummary {
         let f = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.3}"));
         let c = &self.reward;
         let mut s = String::from(
-            "## Simulation drift (shadow)\n\n| measure | value | counts |\n|---|---|---|\n",
+            "## Simulation drift (world model vs real runs)\n\n| measure | value | counts |\n|---|---|---|\n",
         );
         s += &format!(
             "| SWT exit-code agreement | {} | {}/{} |\n",
