@@ -218,18 +218,22 @@ pub fn load_tasks(file: &Path, instances: &[String]) -> Result<Vec<Task>, Rollou
         .collect())
 }
 
-fn check_manifest(dir: &Path, m: &RunManifest) -> Result<(), RolloutError> {
+/// Read `dir/run.json`.
+pub(crate) fn read_manifest(dir: &Path) -> Result<RunManifest, RolloutError> {
     let path = dir.join("run.json");
-    let ioerr = |e: std::io::Error| RolloutError::Io {
+    let text = std::fs::read_to_string(&path).map_err(|e| RolloutError::Io {
         path: path.clone(),
         reason: e.to_string(),
-    };
-    if path.exists() {
-        let text = std::fs::read_to_string(&path).map_err(ioerr)?;
-        let old: RunManifest = serde_json::from_str(&text).map_err(|e| RolloutError::Io {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+    })?;
+    serde_json::from_str(&text).map_err(|e| RolloutError::Io {
+        path,
+        reason: e.to_string(),
+    })
+}
+
+fn check_manifest(dir: &Path, m: &RunManifest) -> Result<(), RolloutError> {
+    if dir.join("run.json").exists() {
+        let old = read_manifest(dir)?;
         if old.policy != m.policy {
             return Err(RolloutError::Mismatch {
                 dir: dir.to_path_buf(),

@@ -81,15 +81,13 @@ fn err(what: impl Into<String>) -> RolloutError {
 }
 
 fn read_manifest(dir: &Path) -> Result<RunManifest, RolloutError> {
-    let path = dir.join("run.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| RolloutError::Io {
-        path: path.clone(),
-        reason: format!("{e} (is this a `dojo rollout --shard` directory?)"),
-    })?;
-    serde_json::from_str(&text).map_err(|e| RolloutError::Io {
-        path,
-        reason: e.to_string(),
-    })
+    if !dir.join("run.json").is_file() {
+        return Err(err(format!(
+            "{}: no run.json (is this a `dojo rollout --shard` directory?)",
+            dir.display()
+        )));
+    }
+    crate::run_dir::read_manifest(dir)
 }
 
 fn list(keys: &[String]) -> String {

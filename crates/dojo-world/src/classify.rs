@@ -115,60 +115,64 @@ struct Segment {
     heredoc: Option<String>,
 }
 
+/// The word being read and what it is for, while [`split`] walks a script.
+#[derive(Default)]
+struct Words {
+    /// The current segment.
+    cur: Segment,
+    word: String,
+    in_word: bool,
+    /// Delimiters of heredocs opened on the current line, with whether `<<-` strips tabs, and
+    /// the segment index each feeds.
+    pending: Vec<(String, bool, usize)>,
+    /// After a redirection operator the next word is its target, not an argument.
+    skip_next: bool,
+    /// The next word is a heredoc delimiter (`Some(strip_tabs)`).
+    heredoc_next: Option<bool>,
+}
+
+impl Words {
+    /// End the current word: a heredoc delimiter, a redirection target (dropped) or an argument
+    /// of the current segment (`seg_index` is that segment's index).
+    fn end_word(&mut self, seg_index: usize) {
+        if !self.in_word {
+            return;
+        }
+        let w = std::mem::take(&mut self.word);
+        self.in_word = false;
+        if let Some(strip) = self.heredoc_next.take() {
+            self.pending.push((w, strip, seg_index));
+        } else if self.skip_next {
+            self.skip_next = false;
+        } else {
+            self.cur.words.push(w);
+        }
+    }
+}
+
 /// Split a script into simple commands at `;`, `&`, `&&`, `|`, `||`, newlines and
 /// parentheses (so `$(...)` and subshells become commands of their own), with shell quoting,
 /// backslash escapes, redirections (dropped with their target) and heredocs (kept as stdin).
 fn split(script: &str) -> Vec<Segment> {
     let chars: Vec<char> = script.chars().collect();
     let mut segs: Vec<Segment> = Vec::new();
-    let mut cur = Segment::default();
-    let mut word = String::new();
-    let mut in_word = false;
-    // Delimiters of heredocs opened on the current line, with whether `<<-` strips tabs, and
-    // the segment index each feeds.
-    let mut pending: Vec<(String, bool, usize)> = Vec::new();
-    // After a redirection operator the next word is its target, not an argument.
-    let mut skip_next = false;
-    let mut heredoc_next: Option<bool> = None;
+    let mut st = Words::default();
     let mut i = 0;
-
-    fn end_word(
-        word: &mut String,
-        in_word: &mut bool,
-        cur: &mut Segment,
-        skip_next: &mut bool,
-        heredoc_next: &mut Option<bool>,
-        pending: &mut Vec<(String, bool, usize)>,
-        seg_index: usize,
-    ) {
-        if !*in_word {
-            return;
-        }
-        let w = std::mem::take(word);
-        *in_word = false;
-        if let Some(strip) = heredoc_next.take() {
-            pending.push((w, strip, seg_index));
-        } else if *skip_next {
-            *skip_next = false;
-        } else {
-            cur.words.push(w);
-        }
-    }
 
     while i < chars.len() {
         let c = chars[i];
         match c {
             '\'' => {
-                in_word = true;
+                st.in_word = true;
                 i += 1;
                 while i < chars.len() && chars[i] != '\'' {
-                    word.push(chars[i]);
+                    st.word.push(chars[i]);
                     i += 1;
                 }
                 i += 1;
             }
             '"' => {
-                in_word = true;
+                st.in_word = true;
                 i += 1;
                 while i < chars.len() && chars[i] != '"' {
                     if chars[i] == '\\'
@@ -177,7 +181,7 @@ fn split(script: &str) -> Vec<Segment> {
                     {
                         i += 1;
                     }
-                    word.push(chars[i]);
+                    st.word.push(chars[i]);
                     i += 1;
                 }
                 i += 1;
@@ -185,46 +189,30 @@ fn split(script: &str) -> Vec<Segment> {
             '\\' => {
                 if i + 1 < chars.len() {
                     if chars[i + 1] != '\n' {
-                        in_word = true;
-                        word.push(chars[i + 1]);
+                        st.in_word = true;
+                        st.word.push(chars[i + 1]);
                     }
                     i += 2;
                 } else {
                     i += 1;
                 }
             }
-            '#' if !in_word => {
+            '#' if !st.in_word => {
                 while i < chars.len() && chars[i] != '\n' {
                     i += 1;
                 }
             }
             ' ' | '\t' => {
-                end_word(
-                    &mut word,
-                    &mut in_word,
-                    &mut cur,
-                    &mut skip_next,
-                    &mut heredoc_next,
-                    &mut pending,
-                    segs.len(),
-                );
+                st.end_word(segs.len());
                 i += 1;
             }
             '<' | '>' => {
                 // A word made only of digits (or `&`) right before is a file descriptor.
-                if in_word && word.chars().all(|c| c.is_ascii_digit() || c == '&') {
-                    word.clear();
-                    in_word = false;
+                if st.in_word && st.word.chars().all(|c| c.is_ascii_digit() || c == '&') {
+                    st.word.clear();
+                    st.in_word = false;
                 } else {
-                    end_word(
-                        &mut word,
-                        &mut in_word,
-                        &mut cur,
-                        &mut skip_next,
-                        &mut heredoc_next,
-                        &mut pending,
-                        segs.len(),
-                    );
+                    st.end_word(segs.len());
                 }
                 let mut op = String::from(c);
                 i += 1;
@@ -233,65 +221,41 @@ fn split(script: &str) -> Vec<Segment> {
                     i += 1;
                 }
                 if op == "<<" || op == "<<-" {
-                    heredoc_next = Some(op == "<<-");
+                    st.heredoc_next = Some(op == "<<-");
                 } else if op == "<<<" {
                     // A here-string: its word is stdin, not an argument; keep it as such.
-                    skip_next = true;
+                    st.skip_next = true;
                 } else if op.ends_with('&') || op == ">&-" {
                     // `2>&1`, `>&2`: the target is a descriptor.
                     while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '-') {
                         i += 1;
                     }
                 } else {
-                    skip_next = true;
+                    st.skip_next = true;
                 }
             }
             ';' | '&' | '|' | '(' | ')' | '`' | '\n' => {
-                end_word(
-                    &mut word,
-                    &mut in_word,
-                    &mut cur,
-                    &mut skip_next,
-                    &mut heredoc_next,
-                    &mut pending,
-                    segs.len(),
-                );
-                segs.push(std::mem::take(&mut cur));
-                skip_next = false;
+                st.end_word(segs.len());
+                segs.push(std::mem::take(&mut st.cur));
+                st.skip_next = false;
                 i += 1;
-                if c == '\n' && !pending.is_empty() {
-                    i = read_heredocs(&chars, i, &mut pending, &mut segs);
+                if c == '\n' && !st.pending.is_empty() {
+                    i = read_heredocs(&chars, i, &mut st.pending, &mut segs);
                 }
             }
             '$' if chars.get(i + 1) == Some(&'(') => {
-                end_word(
-                    &mut word,
-                    &mut in_word,
-                    &mut cur,
-                    &mut skip_next,
-                    &mut heredoc_next,
-                    &mut pending,
-                    segs.len(),
-                );
+                st.end_word(segs.len());
                 i += 1;
             }
             _ => {
-                in_word = true;
-                word.push(c);
+                st.in_word = true;
+                st.word.push(c);
                 i += 1;
             }
         }
     }
-    end_word(
-        &mut word,
-        &mut in_word,
-        &mut cur,
-        &mut skip_next,
-        &mut heredoc_next,
-        &mut pending,
-        segs.len(),
-    );
-    segs.push(cur);
+    st.end_word(segs.len());
+    segs.push(st.cur);
     segs.retain(|s| !s.words.is_empty());
     segs
 }
