@@ -150,6 +150,11 @@ async fn post_episode(State(s): State<AppState>, body: Bytes) -> Response {
                 "state lock poisoned",
             );
         };
+        // Checked again under the lock: a run of this id may have finished (and stored its
+        // record) since the check above, and must not run twice.
+        if let Some(rec) = s.stored(&req.episode_id) {
+            return axum::Json(rec).into_response();
+        }
         if !f.insert(req.episode_id.clone()) {
             return error(
                 StatusCode::CONFLICT,

@@ -211,15 +211,18 @@ fn json_diff(a: &Json, b: &Json, prefix: &str) -> String {
     }
 }
 
+/// `model_id` is the base model the adapters of a LoRA run apply to (written into
+/// `adapter_config.json`, as SFT does, so `dojo train merge` and peft find it).
 fn save_checkpoint(
     out: &Path,
     step: u64,
     model: &TrainModel,
+    model_id: &str,
     opt: &AdamW,
 ) -> Result<PathBuf, RlError> {
     let dir = checkpoint::write_atomic(out, &checkpoint::checkpoint_name(step), |d| {
         match model.lora() {
-            Some(l) => l.save(d, "base")?,
+            Some(l) => l.save(d, model_id)?,
             None => {
                 let mut meta = HashMap::new();
                 meta.insert("format".to_string(), "pt".to_string());
@@ -364,7 +367,7 @@ pub fn run(
         append_jsonl(&metrics_path, &m)?;
         last = Some(m);
         if step % cfg.checkpoint_every == 0 || step == cfg.steps {
-            save_checkpoint(out, step, model, &opt)?;
+            save_checkpoint(out, step, model, model_id, &opt)?;
         }
         let eval_now = (cfg.eval_every > 0 && step % cfg.eval_every == 0) || step == cfg.steps;
         if eval_now && let Some(e) = env.evaluate(step, model)? {

@@ -540,7 +540,9 @@ impl TrainModel {
             self.p("model.norm.weight")?,
             self.config.rms_eps,
         )?;
-        linear(&x, self.lm_head()?, None)?.reshape((b, t, ()))
+        // Through `head`: with LoRA the frozen head gets no weight gradient (for SmolLM2 a
+        // vocab × hidden matrix per backward pass), as in `loss_sum`.
+        self.head(&x)?.reshape((b, t, ()))
     }
 
     /// Summed next-token cross-entropy over the batch's trained tokens (a scalar), in training
