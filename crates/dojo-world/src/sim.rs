@@ -502,14 +502,20 @@ impl<'a> SimWorkspace<'a> {
                 }
             }
             Route::Shadow => {
+                // The model is asked about the workspace as it is before the command runs, as
+                // in `sim` (and as capture records real runs): a command that writes files
+                // must not show the model its own effects.
+                let predicted = match &class {
+                    CommandClass::Python(run) => Some(self.predict(script, run, cwd).await),
+                    _ => None,
+                };
                 let t0 = Instant::now();
                 let real = self.inner.exec(req).await?;
                 rec.real_ms = Some(t0.elapsed().as_millis() as u64);
-                let CommandClass::Python(run) = &class else {
+                let Some((files, result, ms)) = predicted else {
                     self.push(rec, None, false);
                     return Ok(real);
                 };
-                let (files, result, ms) = self.predict(script, run, cwd).await;
                 rec.files = files;
                 rec.model_ms = ms;
                 match result {
