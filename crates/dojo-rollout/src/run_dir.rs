@@ -377,34 +377,23 @@ fn finish(
     store_path: PathBuf,
 ) -> Result<RolloutOutput, RolloutError> {
     // Only this run's plan counts (a store may hold more samples from an earlier, larger -n).
-    let outcomes: Vec<SampleOutcome> = store
+    let plan: Vec<Trajectory> = store
         .records()
-        .iter()
-        .map(|t| t.outcome())
-        .filter(|o| ids.contains(&o.task_id) && o.sample_index < opts.samples)
+        .into_iter()
+        .filter(|t| ids.contains(&t.task_id) && t.sample_index < opts.samples)
         .collect();
-    let label = opts.policy.label();
-    let summary = Summary::new(&label, &outcomes);
-    let ioerr = |path: PathBuf| {
-        move |e: std::io::Error| RolloutError::Io {
-            path,
-            reason: e.to_string(),
-        }
-    };
-    let sp = opts.out.join("summary.json");
-    summary.write_json(&sp).map_err(ioerr(sp.clone()))?;
-    let drift = drift_summary(store, ids, opts.samples);
-    if let Some(d) = &drift {
-        let dp = opts.out.join(DRIFT_FILE);
-        let text = serde_json::to_string_pretty(d).unwrap_or_default();
-        dojo_cache::write_atomic(&dp, text.as_bytes()).map_err(ioerr(dp.clone()))?;
-    }
-    let predictions = if opts.export_predictions {
-        export_predictions(&opts.out, &label, &outcomes, opts.samples)
-            .map_err(ioerr(opts.out.clone()))?
-    } else {
-        Vec::new()
-    };
+    let RunOutputs {
+        summary,
+        outcomes,
+        drift,
+        predictions,
+    } = write_run_outputs(
+        &opts.out,
+        &opts.policy.label(),
+        &plan,
+        opts.samples,
+        opts.export_predictions,
+    )?;
     Ok(RolloutOutput {
         summary,
         outcomes,
@@ -419,19 +408,59 @@ fn finish(
 /// The run's drift figures (see [`dojo_world::drift`]).
 pub const DRIFT_FILE: &str = "drift.json";
 
-/// The drift of this run's plan summed over its trajectories' simulation logs; `None` when no
-/// rollout ran with a simulated environment.
-fn drift_summary(
-    store: &Store<Trajectory>,
-    ids: &[String],
+/// What a finished run writes beside its store, computed from the trajectories of its plan.
+pub(crate) struct RunOutputs {
+    pub summary: Summary,
+    pub outcomes: Vec<SampleOutcome>,
+    pub drift: Option<dojo_world::drift::DriftSummary>,
+    pub predictions: Vec<PathBuf>,
+}
+
+/// Write `summary.json`, `drift.json` (when any rollout ran with a simulated environment) and,
+/// with `with_predictions`, the SWE-bench predictions of `plan` into `out`: what one run
+/// writes at its end, and what a merge of its shards writes the same way.
+pub(crate) fn write_run_outputs(
+    out: &Path,
+    label: &str,
+    plan: &[Trajectory],
     samples: u32,
-) -> Option<dojo_world::drift::DriftSummary> {
+    with_predictions: bool,
+) -> Result<RunOutputs, RolloutError> {
+    let ioerr = |path: PathBuf| {
+        move |e: std::io::Error| RolloutError::Io {
+            path,
+            reason: e.to_string(),
+        }
+    };
+    let outcomes: Vec<SampleOutcome> = plan.iter().map(|t| t.outcome()).collect();
+    let summary = Summary::new(label, &outcomes);
+    let sp = out.join("summary.json");
+    summary.write_json(&sp).map_err(ioerr(sp.clone()))?;
+    let drift = drift_summary(plan);
+    if let Some(d) = &drift {
+        let dp = out.join(DRIFT_FILE);
+        let text = serde_json::to_string_pretty(d).unwrap_or_default();
+        dojo_cache::write_atomic(&dp, text.as_bytes()).map_err(ioerr(dp.clone()))?;
+    }
+    let predictions = if with_predictions {
+        export_predictions(out, label, &outcomes, samples).map_err(ioerr(out.to_path_buf()))?
+    } else {
+        Vec::new()
+    };
+    Ok(RunOutputs {
+        summary,
+        outcomes,
+        drift,
+        predictions,
+    })
+}
+
+/// The drift of a run's trajectories summed over their simulation logs; `None` when no
+/// rollout ran with a simulated environment.
+fn drift_summary(plan: &[Trajectory]) -> Option<dojo_world::drift::DriftSummary> {
     let mut total = dojo_world::drift::DriftSummary::default();
     let mut any = false;
-    for t in store.records().iter() {
-        if !ids.contains(&t.task_id) || t.sample_index >= samples {
-            continue;
-        }
+    for t in plan {
         if let Some(log) = dojo_world::sim::SimLog::from_metadata(&t.metadata) {
             total.merge(&log.drift);
             any = true;

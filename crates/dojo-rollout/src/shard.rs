@@ -11,8 +11,8 @@
 //! samples, when anything is missing (a shard not finished: resume it), duplicated (two shards
 //! hold one sample), in the wrong shard, or when the shards come from different runs (policy,
 //! samples, shard count, task file contents). Only then does it write the merged directory:
-//! `run.json` without a shard, `trajectories.jsonl` in (task, sample) order, `summary.json` and
-//! the predictions, as one unsharded run would have.
+//! `run.json` without a shard, `trajectories.jsonl` in (task, sample) order, and `summary.json`,
+//! `drift.json` and the predictions through the writer one unsharded run uses at its end.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -21,9 +21,9 @@ use std::str::FromStr;
 use dojo_trajectory::Trajectory;
 
 use crate::run_dir::{RolloutError, RunManifest, load_tasks};
-use crate::scheduler::RolloutRecord;
+use crate::run_dir::{RunOutputs, write_run_outputs};
 use crate::store::{Key, Keyed, Store};
-use crate::summary::{SampleOutcome, Summary, export_predictions};
+use crate::summary::Summary;
 
 /// Shard `index` (1-based) of `count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,10 +276,8 @@ pub fn merge(
     };
     crate::run_dir::write_manifest(out, &manifest)?;
     let store = Store::<Trajectory>::open(&out.join("trajectories.jsonl"))?;
-    let mut outcomes: Vec<SampleOutcome> = Vec::with_capacity(records.len());
     for t in records.values() {
         store.append(t)?;
-        outcomes.push(t.outcome());
     }
     // The policy's label as the shards printed it (every finished shard wrote a summary).
     let sp = manifests[0].0.join("summary.json");
@@ -293,17 +291,13 @@ pub fn merge(
                 sp.display()
             ))
         })?;
-    let summary = Summary::new(&label, &outcomes);
-    let io = |path: PathBuf| {
-        move |e: std::io::Error| RolloutError::Io {
-            path,
-            reason: e.to_string(),
-        }
-    };
-    let sp = out.join("summary.json");
-    summary.write_json(&sp).map_err(io(sp.clone()))?;
-    let predictions =
-        export_predictions(out, &label, &outcomes, first.samples).map_err(io(out.to_path_buf()))?;
+    let plan: Vec<Trajectory> = records.into_values().collect();
+    let RunOutputs {
+        summary,
+        outcomes,
+        predictions,
+        ..
+    } = write_run_outputs(out, &label, &plan, first.samples, true)?;
     Ok(MergeReport {
         shards: by_index.len(),
         tasks: task_ids.len(),
