@@ -121,10 +121,8 @@ fn write_json(path: &Path, v: &impl Serialize) -> Result<(), RlError> {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
-    // Written beside and renamed: a kill leaves the old file or the new one, never half of it.
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text + "\n").map_err(io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io(path))
+    // A kill leaves the old file or the new one, never half of it.
+    dojo_cache::write_atomic(path, (text + "\n").as_bytes()).map_err(io(path))
 }
 
 /// The tasks of step `step`: `n` of `tasks`, shuffled by (seed, step).
@@ -244,11 +242,7 @@ fn save_checkpoint(
             .map_err(|e| dojo_train::TrainError::file(&p, e))
     })?;
     // Older checkpoints are superseded.
-    for (s, p) in checkpoints(out) {
-        if s < step {
-            std::fs::remove_dir_all(&p).map_err(io(&p))?;
-        }
-    }
+    checkpoint::prune_with_state(out, STATE_FILE, 1)?;
     Ok(dir)
 }
 
@@ -296,7 +290,8 @@ fn truncate_jsonl(file: &Path, step: u64) -> Result<(), RlError> {
     if !body.is_empty() {
         body.push('\n');
     }
-    std::fs::write(file, body).map_err(io(file))
+    // Atomically: a kill during the truncation of a resume must not lose the kept lines.
+    dojo_cache::write_atomic(file, body.as_bytes()).map_err(io(file))
 }
 
 fn append_jsonl(file: &Path, v: &impl Serialize) -> Result<(), RlError> {

@@ -148,7 +148,12 @@ pub fn clean_temp(out: &Path) -> Result<(), TrainError> {
 
 /// Keep the newest `keep` resumable checkpoints.
 pub fn prune(out: &Path, keep: usize) -> Result<(), TrainError> {
-    let all = list(out);
+    prune_with_state(out, STATE_FILE, keep)
+}
+
+/// [`prune`] over the checkpoints [`list_with_state`] lists for `state_file`.
+pub fn prune_with_state(out: &Path, state_file: &str, keep: usize) -> Result<(), TrainError> {
+    let all = list_with_state(out, state_file);
     let n = all.len().saturating_sub(keep.max(1));
     for (_, p) in all.into_iter().take(n) {
         std::fs::remove_dir_all(&p).map_err(|e| TrainError::file(&p, e))?;
