@@ -361,15 +361,18 @@ pub fn run(
         let m = one_step(step, cfg, model, reference, tasks, env, &mut opt)?;
         append_jsonl(&metrics_path, &m)?;
         last = Some(m);
-        if step % cfg.checkpoint_every == 0 || step == cfg.steps {
-            save_checkpoint(out, step, model, model_id, &opt)?;
-        }
+        // Evaluated before the checkpoint (it does not change the weights): a crash in between
+        // leaves an eval line past the last checkpoint, which resume truncates and redoes,
+        // instead of a checkpointed step whose eval line is lost.
         let eval_now = (cfg.eval_every > 0 && step % cfg.eval_every == 0) || step == cfg.steps;
         if eval_now && let Some(e) = env.evaluate(step, model)? {
             append_jsonl(
                 &out.join(EVAL_FILE),
                 &json!({"schema_version": RL_SCHEMA_VERSION, "step": step, "eval": e}),
             )?;
+        }
+        if step % cfg.checkpoint_every == 0 || step == cfg.steps {
+            save_checkpoint(out, step, model, model_id, &opt)?;
         }
     }
     Ok(RunSummary {
