@@ -565,7 +565,7 @@ impl Worker {
                     .prompt_logits
                     .clone()
                     .filter(|_| shared == prompt_len && l.req.prompt.len() == prompt_len);
-                Some((l.cache.clone(), logits))
+                Some((l.cache.try_clone(), logits))
             });
             let seq = &mut active[i];
             match source {
@@ -573,7 +573,11 @@ impl Worker {
                     i += 1;
                     continue;
                 }
-                Some(Some((mut cache, logits))) => {
+                Some(Some((Err(e), _))) => {
+                    // Prefill on our own (below) rather than decode from a damaged copy.
+                    tracing::warn!("copying a shared prompt cache failed: {e}");
+                }
+                Some(Some((Ok(mut cache), logits))) => {
                     let keep = if logits.is_some() {
                         shared
                     } else {

@@ -142,21 +142,22 @@ pub struct KvCache {
 /// First allocation, in positions (a short chat turn fits without growing).
 const KV_MIN_CAPACITY: usize = 256;
 
-impl Clone for KvCache {
-    /// A deep copy: the buffers are written in place, so clones must not share them.
-    fn clone(&self) -> Self {
+impl KvCache {
+    /// A deep copy (the buffers are written in place, so copies must not share them). A failed
+    /// copy is an error, never a cache with a layer missing.
+    pub fn try_clone(&self) -> candle_core::Result<KvCache> {
         let layers = self
             .layers
             .iter()
-            .map(|l| {
-                l.as_ref()
-                    .and_then(|(k, v)| Some((k.copy().ok()?, v.copy().ok()?)))
+            .map(|l| match l {
+                Some((k, v)) => Ok(Some((k.copy()?, v.copy()?))),
+                None => Ok(None),
             })
-            .collect();
-        KvCache {
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(KvCache {
             layers,
             len: self.len,
-        }
+        })
     }
 }
 
