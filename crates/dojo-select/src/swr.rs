@@ -41,20 +41,26 @@ pub struct SwrStats {
 }
 
 /// Scores every candidate of `set` with SWR's mean reward over `samples` samples, `concurrency`
-/// candidates at a time. Tasks missing from `tasks` are failures (no context to build).
+/// candidates at a time. Tasks missing from `tasks`, or whose entry is the reason no context
+/// can be built (an environment that does not resolve), are failures with that reason.
 pub async fn score_all(
     client: Arc<WorldClient>,
     set: &CandidateSet,
-    tasks: &HashMap<String, SwrTask>,
+    tasks: &HashMap<String, Result<SwrTask, String>>,
     samples: u32,
     concurrency: usize,
 ) -> (Precomputed, SwrStats) {
-    let jobs: Vec<(CandidateKey, Option<SwrContext>)> = set
+    let jobs: Vec<(CandidateKey, Result<SwrContext, String>)> = set
         .tasks
         .iter()
         .flat_map(|t| {
             t.candidates.iter().map(|c| {
-                let ctx = tasks.get(&t.task_id).map(|task| SwrContext {
+                let ctx = match tasks.get(&t.task_id) {
+                    None => Err("not in the task file".to_string()),
+                    Some(Err(e)) => Err(e.clone()),
+                    Some(Ok(task)) => Ok(task),
+                }
+                .map(|task| SwrContext {
                     task_id: t.task_id.clone(),
                     problem_statement: task.problem_statement.clone(),
                     test_command: task.test_command.clone(),
@@ -74,8 +80,8 @@ pub async fn score_all(
             let client = client.clone();
             async move {
                 let r = match ctx {
-                    None => Err(format!("{}: not in the task file", key.0)),
-                    Some(ctx) => client
+                    Err(e) => Err(format!("{}: {e}", key.0)),
+                    Ok(ctx) => client
                         .predict_reward(&ctx, samples)
                         .await
                         .map_err(|e| e.to_string()),
@@ -171,12 +177,12 @@ mod tests {
         };
         let tasks = HashMap::from([(
             "t".to_string(),
-            SwrTask {
+            Ok(SwrTask {
                 problem_statement: "x must be 2".into(),
                 test_command: "pytest".into(),
                 fail_to_pass: vec!["test_x".into()],
                 pass_to_pass: Vec::new(),
-            },
+            }),
         )]);
         let backend: Arc<dyn ChatBackend> = Arc::new(RuleSwr);
         let client = Arc::new(WorldClient::new(

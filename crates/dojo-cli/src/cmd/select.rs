@@ -419,20 +419,22 @@ fn swr(
     concurrency: usize,
 ) -> anyhow::Result<(SharedSelector, String)> {
     let policy = PolicyConfig::parse(spec).with_context(|| format!("--swr {spec}"))?;
-    let tasks: HashMap<String, dojo_select::swr::SwrTask> = ctx
+    // A task whose environment does not resolve keeps the reason (no test command for SWR).
+    let tasks: HashMap<String, Result<dojo_select::swr::SwrTask, String>> = ctx
         .tasks
         .iter()
-        .filter_map(|t| {
-            let env = ctx.registry.resolve(t).ok()?;
-            Some((
-                t.instance_id.clone(),
-                dojo_select::swr::SwrTask {
+        .map(|t| {
+            let task = ctx
+                .registry
+                .resolve(t)
+                .map(|env| dojo_select::swr::SwrTask {
                     problem_statement: t.problem_statement.clone(),
                     test_command: env.test_command(t),
                     fail_to_pass: t.f2p().to_vec(),
                     pass_to_pass: t.p2p().to_vec(),
-                },
-            ))
+                })
+                .map_err(|e| format!("environment: {e}"));
+            (t.instance_id.clone(), task)
         })
         .collect();
     let rt = crate::cmd::rollout::runtime()?;
