@@ -42,6 +42,7 @@ pub(crate) fn create(
     dir: &Path,
     lower: &Path,
     venv: Option<&Path>,
+    tree: Option<&Path>,
     limits: &Limits,
     extra_env: &BTreeMap<String, String>,
 ) -> Result<FbSandbox> {
@@ -65,6 +66,25 @@ pub(crate) fn create(
         ws.join(".git/info/exclude"),
     );
     run(git(&ws).args(["tag", "-f", BASE_TAG, BASE_TAG]), "git tag").map_err(setup_err)?;
+    if let (Some(t), Some(v)) = (tree, venv) {
+        // The environment build's files over the clone, left out of diffs as in namespaces.
+        run(
+            Command::new("cp")
+                .arg("-a")
+                .arg(format!("{}/.", t.display()))
+                .arg(&ws),
+            "copying the environment's tree files",
+        )
+        .map_err(setup_err)?;
+        let list = std::fs::read(v.join(crate::pyenv::TREE_EXCLUDE)).unwrap_or_default();
+        let ex = ws.join(".git/info/exclude");
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&ex)
+            .map_err(io_err(&ex))?;
+        std::io::Write::write_all(&mut f, &list).map_err(io_err(&ex))?;
+    }
     let venv_s = venv.map(|v| v.display().to_string());
     Ok(FbSandbox {
         ws,

@@ -218,16 +218,23 @@ impl Sandbox {
             b => b,
         };
         let venv = env.map(|e| e.path.as_path());
+        let runtime = env.map(|e| e.runtime.clone()).unwrap_or_default();
         let inner = match backend {
-            BackendKind::Fallback => {
-                fallback::create(&root, &pristine.path, venv, &opts.limits, &opts.env)
-                    .map(Inner::Fallback)
-            }
+            BackendKind::Fallback => fallback::create(
+                &root,
+                &pristine.path,
+                venv,
+                runtime.tree.as_deref(),
+                &opts.limits,
+                &opts.env,
+            )
+            .map(Inner::Fallback),
             _ => ns::create(ns::CreateArgs {
                 id: &id,
                 dir: &root,
                 lower: &pristine.path,
                 venv,
+                runtime: &runtime,
                 limits: &opts.limits,
                 extra_env: &opts.env,
                 keep: opts.keep,
@@ -604,6 +611,7 @@ impl Sandbox {
             generation,
             caps: self.caps,
             base: self.base.clone(),
+            runtime: env.map(|e| e.runtime.clone()).unwrap_or_default(),
         };
         registry::write_state(&self.root, &st)
     }

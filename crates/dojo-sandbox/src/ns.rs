@@ -12,6 +12,7 @@ use crate::cmdenv::{VENV_PATH, base_env, exe_candidates};
 use crate::error::{Result, SandboxError, io_err, setup_err};
 use crate::exec::{self, LiveSet};
 use crate::ids::{chown_to_sandbox, sandbox_gid};
+use crate::pyenv::EnvRuntime;
 use crate::sys::cstr;
 use crate::types::{ExecRequest, Limits, WORKSPACE};
 use crate::{cgroup, confine, launcher, sys, visible};
@@ -97,9 +98,11 @@ pub(crate) struct NsSandbox {
     pub holder: Option<tokio::process::Child>,
     pub userns: OwnedFd,
     pub mntns: OwnedFd,
-    pub netns: OwnedFd,
+    /// `None` with `network = true` (the holder stayed in the caller's network namespace).
+    pub netns: Option<OwnedFd>,
     pub lower: PathBuf,
     pub venv: Option<PathBuf>,
+    pub runtime: EnvRuntime,
     pub keep: bool,
     pub generation: u32,
     pub cgroup: Option<Box<dyn cgroup::CgroupHandle>>,
@@ -108,6 +111,28 @@ pub(crate) struct NsSandbox {
     pub live: LiveSet,
     pub env: BTreeMap<String, String>,
     pub limits: Limits,
+}
+
+/// The affinity mask of `cpus = n`: the first `n` CPUs this process may run on (all of them
+/// when it may run on fewer), so `nproc` inside the sandbox says `n`.
+pub(crate) fn cpu_mask(n: u32) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain bits; the libc macros only touch the set given.
+    unsafe {
+        let mut mine: libc::cpu_set_t = std::mem::zeroed();
+        let ok = libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut mine) == 0;
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let mut left = n.max(1);
+        for cpu in 0..libc::CPU_SETSIZE as usize {
+            if left == 0 {
+                break;
+            }
+            if !ok || libc::CPU_ISSET(cpu, &mine) {
+                libc::CPU_SET(cpu, &mut set);
+                left -= 1;
+            }
+        }
+        set
+    }
 }
 
 /// `<sandbox dir>/layer-<generation>`, holding the overlay's `upper/` and `work/`.
@@ -129,6 +154,7 @@ pub(crate) struct CreateArgs<'a> {
     pub dir: &'a Path,
     pub lower: &'a Path,
     pub venv: Option<&'a Path>,
+    pub runtime: &'a EnvRuntime,
     pub limits: &'a Limits,
     pub extra_env: &'a BTreeMap<String, String>,
     pub keep: bool,
@@ -140,7 +166,7 @@ struct Holder {
     child: tokio::process::Child,
     userns: OwnedFd,
     mntns: OwnedFd,
-    netns: OwnedFd,
+    netns: Option<OwnedFd>,
     launcher: Option<launcher::Client>,
 }
 
@@ -153,15 +179,16 @@ async fn start_holder(
     generation: u32,
     lower: &Path,
     venv: Option<&Path>,
+    rt: &EnvRuntime,
     cg: Option<&dyn cgroup::CgroupHandle>,
     keep: bool,
     limits: &Limits,
 ) -> Result<Holder> {
     let tried_launcher = launcher::exe_fd().is_some();
-    match start_holder_once(dir, generation, lower, venv, cg, keep, limits).await {
+    match start_holder_once(dir, generation, lower, venv, rt, cg, keep, limits).await {
         // The launcher took pid 1 down with it (see `launcher::disable`): once more, without.
         Err(_) if tried_launcher && launcher::exe_fd().is_none() => {
-            start_holder_once(dir, generation, lower, venv, cg, keep, limits).await
+            start_holder_once(dir, generation, lower, venv, rt, cg, keep, limits).await
         }
         r => r,
     }
@@ -172,12 +199,17 @@ async fn start_holder_once(
     generation: u32,
     lower: &Path,
     venv: Option<&Path>,
+    rt: &EnvRuntime,
     cg: Option<&dyn cgroup::CgroupHandle>,
     keep: bool,
     limits: &Limits,
 ) -> Result<Holder> {
     let layer = make_layer_dir(dir, generation)?;
-    for p in [lower, &layer].into_iter().chain(venv) {
+    for p in [lower, &layer]
+        .into_iter()
+        .chain(venv)
+        .chain(rt.tree.as_deref())
+    {
         if !p.is_dir() {
             return Err(setup_err(format!("{} is not a directory", p.display())));
         }
@@ -199,6 +231,7 @@ async fn start_holder_once(
         lifeline_r: (!keep).then(exec::lifeline_r),
         layers: Layers {
             lower: Some(path_c(lower)),
+            tree: rt.tree.as_deref().map(path_c),
             layer: path_c(&layer),
             venv: venv.map(path_c),
             cache: None,
@@ -216,6 +249,8 @@ async fn start_holder_once(
         prewarm: launcher::prewarm(),
         launcher_env: exe.and_then(|_| launcher::loader_env()),
         scrub: sys::cmdline_areas(),
+        network: rt.network,
+        cpus: rt.cpus.map(cpu_mask),
     };
     let mut cmd = tokio::process::Command::new("/bin/false");
     cmd.stdin(std::process::Stdio::null())
@@ -269,7 +304,7 @@ async fn start_holder_once(
         child,
         userns: open("user")?,
         mntns: open("mnt")?,
-        netns: open("net")?,
+        netns: if rt.network { None } else { Some(open("net")?) },
         launcher: client,
     })
 }
@@ -285,7 +320,18 @@ pub(crate) async fn create(a: CreateArgs<'_>) -> Result<NsSandbox> {
         })?),
         None => None,
     };
-    let h = match start_holder(a.dir, 0, a.lower, a.venv, cg.as_deref(), a.keep, a.limits).await {
+    let h = match start_holder(
+        a.dir,
+        0,
+        a.lower,
+        a.venv,
+        a.runtime,
+        cg.as_deref(),
+        a.keep,
+        a.limits,
+    )
+    .await
+    {
         Ok(h) => h,
         Err(e) => {
             if let Some(c) = cg {
@@ -304,6 +350,7 @@ pub(crate) async fn create(a: CreateArgs<'_>) -> Result<NsSandbox> {
         netns: h.netns,
         lower: a.lower.to_path_buf(),
         venv: a.venv.map(Path::to_path_buf),
+        runtime: a.runtime.clone(),
         keep: a.keep,
         generation: 0,
         cgroup: cg,
@@ -344,9 +391,14 @@ impl NsSandbox {
             holder: None,
             userns: open_ns(pid, "user")?,
             mntns: open_ns(pid, "mnt")?,
-            netns: open_ns(pid, "net")?,
+            netns: if st.runtime.network {
+                None
+            } else {
+                Some(open_ns(pid, "net")?)
+            },
             lower: st.lower.clone(),
             venv: st.venv.clone(),
+            runtime: st.runtime.clone(),
             keep: true,
             generation: st.generation,
             cgroup: cgroup::detect().map(|d| d.open(id)),
@@ -410,8 +462,9 @@ impl NsSandbox {
             Mode::Namespaces {
                 userns: self.userns.as_raw_fd(),
                 mntns: self.mntns.as_raw_fd(),
-                netns: self.netns.as_raw_fd(),
+                netns: self.netns.as_ref().map(|f| f.as_raw_fd()),
                 host_root: is_root(),
+                cpus: self.runtime.cpus.map(cpu_mask),
             },
             status_w.as_raw_fd(),
             exec::lifeline_r(),
@@ -451,6 +504,7 @@ impl NsSandbox {
             generation,
             &self.lower,
             self.venv.as_deref(),
+            &self.runtime,
             self.cgroup.as_deref(),
             self.keep,
             &self.limits,

@@ -211,6 +211,8 @@ if [ -n "$B" ] && [ -d "$B/objects" ]; then
   printf '%s
 ' "$B/objects" > "$T/git/objects/info/alternates"
   cp "$B/info/exclude" "$T/git/info/exclude" 2>/dev/null || true
+  # Files the environment build wrote into the tree are the environment's (pyenv::keep_tree).
+  cat /venv/.dojo-tree-exclude >> "$T/git/info/exclude" 2>/dev/null || true
   cp "$B/index" "$T/index" 2>/dev/null || true
   export GIT_DIR="$T/git" GIT_WORK_TREE="$PWD"
 else

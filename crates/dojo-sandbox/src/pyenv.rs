@@ -41,10 +41,58 @@ pub struct EnvSpec {
     /// Install the project itself editable at `/testbed` (default true).
     #[serde(default = "yes")]
     pub editable: bool,
+    /// Shell commands run first, at the workspace root, before any requirement (the harness's
+    /// `pre_install`: system tweaks, `sed` on the project's metadata...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_install: Vec<String>,
+    /// What installs the requirements and the editable project.
+    #[serde(default, skip_serializing_if = "Installer::is_uv")]
+    pub installer: Installer,
+    /// Commands of sandboxes over this environment reach the network (the host's network
+    /// namespace). Off by default; builds always have the network.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub network: bool,
+    /// CPUs the tests see: the sandbox's commands run on an affinity mask of this many CPUs
+    /// (what `nproc` and `os.sched_getaffinity` report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
+}
+
+/// The installer of an environment build.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Installer {
+    /// `uv pip install` (fast; PEP 660 editable installs).
+    #[default]
+    Uv,
+    /// `python -m pip install` in a venv seeded with pip, as the SWE-bench harness installs:
+    /// legacy `setup.py develop` editables where a backend has no `build_editable`, a path entry
+    /// instead of setuptools' import-hook finder.
+    Pip,
+}
+
+impl Installer {
+    fn is_uv(&self) -> bool {
+        *self == Installer::Uv
+    }
 }
 
 fn yes() -> bool {
     true
+}
+
+/// How sandboxes over a built environment run: what the spec says of the tests' world, and the
+/// files the build wrote into the project tree.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EnvRuntime {
+    /// Files the build created or changed under `/testbed` (e.g. setuptools-scm's
+    /// `_version.py`, `*.egg-info`), stacked over the pristine tree in every sandbox.
+    #[serde(default)]
+    pub tree: Option<PathBuf>,
+    #[serde(default)]
+    pub network: bool,
+    #[serde(default)]
+    pub cpus: Option<u32>,
 }
 
 impl EnvSpec {
@@ -123,23 +171,33 @@ pub struct PythonEnv {
     pub id: String,
     /// The venv directory on the host (its `bin/` is put first on PATH inside the sandbox).
     pub path: PathBuf,
+    #[serde(default)]
+    pub runtime: EnvRuntime,
 }
 
 pub use crate::uv::find_uv;
 
+/// The build, in the harness's order: venv (seeded with pip for the pip installer),
+/// `pre_install` commands, requirements, the editable project, the `install` commands.
 const BUILD_SCRIPT: &str = r#"
 set -euo pipefail
-UV="$1"; PY="$2"; EDITABLE="$3"; shift 3
+UV="$1"; PY="$2"; EDITABLE="$3"; INSTALLER="$4"; shift 4
 trap 'rm -rf /venv/.dojo-uv' EXIT
 export UV_LINK_MODE=copy UV_NO_PROGRESS=1
-"$UV" venv -q --allow-existing --python "$PY" /venv
+if [ "$INSTALLER" = pip ]; then SEED=--seed; else SEED=; fi
+"$UV" venv -q --allow-existing $SEED --python "$PY" /venv
 # Build backends such as setuptools-scm run git at /testbed, whose .git belongs to another uid,
 # and they strip GIT_* variables first: a global config through XDG_CONFIG_HOME survives that.
 mkdir -p /venv/etc/git && printf '[safe]\n\tdirectory = *\n' > /venv/etc/git/config
 export XDG_CONFIG_HOME=/venv/etc
-if [ "$#" -gt 0 ]; then "$UV" pip install -q --python /venv/bin/python "$@"; fi
-if [ "$EDITABLE" = 1 ]; then "$UV" pip install -q --python /venv/bin/python -e /testbed; fi
 export VIRTUAL_ENV=/venv PATH="/venv/bin:$PATH"
+if [ -n "${DOJO_PRE_INSTALL:-}" ]; then (cd /testbed && bash -euo pipefail -c "$DOJO_PRE_INSTALL"); fi
+inst() {
+  if [ "$INSTALLER" = pip ]; then /venv/bin/python -m pip install -q "$@";
+  else "$UV" pip install -q --python /venv/bin/python "$@"; fi
+}
+if [ "$#" -gt 0 ]; then inst "$@"; fi
+if [ "$EDITABLE" = 1 ]; then inst -e /testbed; fi
 if [ -n "${DOJO_INSTALL:-}" ]; then cd /testbed && bash -euo pipefail -c "$DOJO_INSTALL"; fi
 chmod -R a+rX /venv
 "#;
@@ -160,9 +218,16 @@ impl PythonEnv {
         }
         let python = spec.interpreter()?;
         let uv = crate::uv::ensure_uv().map_err(err)?;
+        // What the tests may do (network, CPUs) does not change what is built.
+        let built = EnvSpec {
+            network: false,
+            cpus: None,
+            ..spec.clone()
+        };
+        // v2: the files the build writes into the project tree are kept (`tree/`).
         let identity = serde_json::json!({
-            "v": 1,
-            "spec": spec,
+            "v": 2,
+            "spec": built,
             "python": python,
             "pristine": if spec.editable || !spec.install.is_empty() {
                 pristine.map(|p| p.id.clone())
@@ -177,9 +242,15 @@ impl PythonEnv {
                 build_into(spec, pristine, &python, &uv, tmp)
             })
             .map_err(|e| err(e.to_string()))?;
+        let tree = entry.join("tree");
         Ok(PythonEnv {
             id: key,
             path: entry.join("venv"),
+            runtime: EnvRuntime {
+                tree: tree.is_dir().then_some(tree),
+                network: spec.network,
+                cpus: spec.cpus,
+            },
         })
     }
 
@@ -234,6 +305,7 @@ fn build_into(
         status_w: status_w.as_raw_fd(),
         layers: Layers {
             lower: pristine.map(|p| pc(&p.path)),
+            tree: None,
             layer: pc(&layer),
             venv: Some(pc(&venv)),
             cache: cache.as_deref().map(pc),
@@ -260,6 +332,10 @@ fn build_into(
         .arg(format!("{}/.dojo-uv/uv", VENV_PATH))
         .arg(python)
         .arg(if spec.editable { "1" } else { "0" })
+        .arg(match spec.installer {
+            Installer::Uv => "uv",
+            Installer::Pip => "pip",
+        })
         .args(&spec.requirements)
         .env_clear()
         .envs(build_env(cache.is_some()))
@@ -267,6 +343,9 @@ fn build_into(
         .stdin(std::process::Stdio::null());
     if !spec.install.is_empty() {
         cmd.env("DOJO_INSTALL", spec.install.join("\n"));
+    }
+    if !spec.pre_install.is_empty() {
+        cmd.env("DOJO_PRE_INSTALL", spec.pre_install.join("\n"));
     }
     use std::os::unix::process::CommandExt;
     // SAFETY: run_env_build only issues async-signal-safe system calls on the prepared plan.
@@ -276,7 +355,14 @@ fn build_into(
     let out = cmd.output();
     drop(status_w);
     let msgs = exec::read_status(status_r);
+    let kept = match (&out, pristine) {
+        (Ok(o), Some(p)) if o.status.success() && exec::status_error("", &msgs).is_none() => {
+            keep_tree(&upper, &p.path, &tmp.join("tree"), &venv)
+        }
+        _ => Ok(()),
+    };
     crate::trash::remove_all(&layer);
+    kept?;
     if let Some(e) = exec::status_error("preparing the environment build", &msgs) {
         return Err(e.to_string());
     }
@@ -301,6 +387,94 @@ fn build_into(
     });
     std::fs::write(tmp.join("meta.json"), meta.to_string()).map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// Where a sandbox's diff finds the paths to leave out of it: the files the build created in the
+/// project tree (they are the environment's, not the agent's), one git exclude pattern a line.
+pub(crate) const TREE_EXCLUDE: &str = ".dojo-tree-exclude";
+
+/// Copy what the build wrote into the project tree (the overlay's `upper`) to `dest`, which
+/// sandboxes stack over the pristine tree: without it setuptools-scm's `_version.py` and the
+/// editable install's metadata would be missing from every sandbox. `.git` and `__pycache__`
+/// are left out, and so are whiteouts (a build deleting project files is not kept). The new
+/// files are listed in the venv's [`TREE_EXCLUDE`] for diffs.
+fn keep_tree(
+    upper: &Path,
+    pristine: &Path,
+    dest: &Path,
+    venv: &Path,
+) -> std::result::Result<(), String> {
+    let fail = |p: &Path, e: &dyn std::fmt::Display| {
+        format!("keeping the build's file {}: {e}", p.display())
+    };
+    // Owned like the pristine tree: an overlay copy-up of a directory whose owner is not
+    // mapped in the sandbox fails (EOVERFLOW).
+    let own = |p: &Path| match crate::ids::owner() {
+        Some((u, g)) => std::os::unix::fs::lchown(p, Some(u), Some(g)).map_err(|x| fail(p, &x)),
+        None => Ok(()),
+    };
+    std::fs::create_dir_all(dest).map_err(|x| fail(dest, &x))?;
+    std::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o755))
+        .map_err(|x| fail(dest, &x))?;
+    own(dest)?;
+    let mut exclude = String::new();
+    let mut any = false;
+    let walk = walkdir::WalkDir::new(upper)
+        .min_depth(1)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| {
+            let n = e.file_name();
+            !(n == "__pycache__" || (e.depth() == 1 && n == ".git"))
+        });
+    for e in walk {
+        let e = e.map_err(|e| format!("reading the build's tree: {e}"))?;
+        let rel = e.path().strip_prefix(upper).map_err(|e| e.to_string())?;
+        let to = dest.join(rel);
+        let ft = e.file_type();
+        if ft.is_dir() {
+            std::fs::create_dir_all(&to).map_err(|x| fail(&to, &x))?;
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))
+                .map_err(|x| fail(&to, &x))?;
+            own(&to)?;
+            continue;
+        }
+        if ft.is_symlink() {
+            let target = std::fs::read_link(e.path()).map_err(|x| fail(e.path(), &x))?;
+            std::os::unix::fs::symlink(target, &to).map_err(|x| fail(&to, &x))?;
+        } else if ft.is_file() {
+            std::fs::copy(e.path(), &to).map_err(|x| fail(&to, &x))?;
+            let mode = e
+                .metadata()
+                .map(|m| m.permissions().mode())
+                .unwrap_or(0o644);
+            let mode = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode))
+                .map_err(|x| fail(&to, &x))?;
+        } else {
+            continue;
+        }
+        own(&to)?;
+        any = true;
+        if std::fs::symlink_metadata(pristine.join(rel)).is_err() {
+            exclude.push('/');
+            for c in rel.to_string_lossy().chars() {
+                if matches!(c, '*' | '?' | '[' | '\\' | '!' | '#' | ' ') {
+                    exclude.push('\\');
+                }
+                exclude.push(c);
+            }
+            exclude.push('\n');
+        }
+    }
+    if !any {
+        crate::trash::remove_all(dest);
+        return Ok(());
+    }
+    let list = venv.join(TREE_EXCLUDE);
+    std::fs::write(&list, exclude).map_err(|x| fail(&list, &x))?;
+    std::fs::set_permissions(&list, std::fs::Permissions::from_mode(0o644))
+        .map_err(|x| fail(&list, &x))
 }
 
 /// The uv cache environment builds share, where uv would put it on the host (`UV_CACHE_DIR`,

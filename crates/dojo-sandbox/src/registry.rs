@@ -31,6 +31,9 @@ pub struct State {
     /// The base commit diffs are taken against (see [`crate::Sandbox::diff`]).
     #[serde(default)]
     pub base: Option<String>,
+    /// The environment's tree layer, network and CPUs (see [`crate::pyenv::EnvRuntime`]).
+    #[serde(default)]
+    pub runtime: crate::pyenv::EnvRuntime,
 }
 
 /// Start time (clock ticks since boot) of a process, from /proc/<pid>/stat.

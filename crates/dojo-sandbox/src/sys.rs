@@ -112,6 +112,7 @@ steps! {
     Landlock => "applying the Landlock ruleset",
     Seccomp => "installing the seccomp filter",
     Signals => "setting up signal handling",
+    Affinity => "setting the CPU affinity (cpus)",
 }
 
 pub(crate) fn step_name(i: i32) -> &'static str {

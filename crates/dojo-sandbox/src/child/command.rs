@@ -34,7 +34,7 @@ pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
         } => (
             push(&mut fds, &mut n, userns),
             push(&mut fds, &mut n, mntns),
-            push(&mut fds, &mut n, netns),
+            netns.map_or(usize::MAX, |f| push(&mut fds, &mut n, f)),
         ),
         Mode::Fallback | Mode::Launched => (usize::MAX, usize::MAX, usize::MAX),
     };
@@ -61,15 +61,25 @@ pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
     }
 
     let fresh_pid_ns = match plan.mode {
-        Mode::Namespaces { host_root, .. } => {
+        Mode::Namespaces {
+            host_root, cpus, ..
+        } => {
             if host_root && libc::setgroups(0, std::ptr::null()) != 0 {
                 sys::fail(status, Step::Setgroups);
+            }
+            if let Some(set) = &cpus
+                && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0
+            {
+                sys::fail(status, Step::Affinity);
             }
             for (i, t) in [
                 (i_user, libc::CLONE_NEWUSER),
                 (i_mnt, libc::CLONE_NEWNS),
                 (i_net, libc::CLONE_NEWNET),
             ] {
+                if i == usize::MAX {
+                    continue;
+                }
                 if libc::setns(fds[i], t) != 0 {
                     sys::fail(status, Step::Setns);
                 }

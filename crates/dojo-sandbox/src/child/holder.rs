@@ -43,6 +43,10 @@ pub(crate) struct HolderPlan {
     pub scrub: [(usize, usize); 2],
     /// `LD_LIBRARY_PATH=…` for the launcher's own start (`launcher::loader_env`).
     pub launcher_env: Option<CString>,
+    /// Stay in the caller's network namespace (an environment with `network = true`).
+    pub network: bool,
+    /// The CPU affinity mask every process of the sandbox inherits (`cpus = N`).
+    pub cpus: Option<libc::cpu_set_t>,
 }
 
 /// Body of the pre_exec closure that becomes the holder. P (this process) stages the layers (as
@@ -110,10 +114,13 @@ pub(crate) unsafe fn run_holder(plan: &HolderPlan) -> std::io::Error {
     // Changing uid cleared "dumpable", which makes /proc/self/* root-owned: restore it so we
     // can write our own uid_map.
     libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
-    if libc::unshare(
-        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWPID,
-    ) != 0
+    if let Some(set) = &plan.cpus
+        && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0
     {
+        sys::fail(status, Step::Affinity);
+    }
+    let net = if plan.network { 0 } else { libc::CLONE_NEWNET };
+    if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | net | libc::CLONE_NEWPID) != 0 {
         sys::fail(status, Step::Unshare);
     }
     if !sys::write_file(c"/proc/self/setgroups", b"deny")
@@ -262,12 +269,17 @@ unsafe fn holder_init(
     if libc::mkdir(t(c"/tmp/root/testbed"), 0o755) != 0 {
         fail(Step::Mkdir);
     }
+    let overlay_opts = if plan.layers.tree.is_some() {
+        c"userxattr,lowerdir=/tmp/tree:/tmp/lower,upperdir=/tmp/layer/upper,workdir=/tmp/layer/work"
+    } else {
+        c"userxattr,lowerdir=/tmp/lower,upperdir=/tmp/layer/upper,workdir=/tmp/layer/work"
+    };
     if !sys::mount(
         t(c"overlay"),
         t(c"/tmp/root/testbed"),
         t(c"overlay"),
         0,
-        t(c"userxattr,lowerdir=/tmp/lower,upperdir=/tmp/layer/upper,workdir=/tmp/layer/work"),
+        t(overlay_opts),
     ) {
         fail(Step::Overlay);
     }
@@ -360,7 +372,7 @@ unsafe fn holder_init(
     ) {
         fail(Step::Readonly);
     }
-    if !sys::loopback_up() {
+    if !plan.network && !sys::loopback_up() {
         fail(Step::LoopbackUp);
     }
     sys::send(status, sys::TAG_OK, 0, 0);

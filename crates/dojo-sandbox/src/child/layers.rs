@@ -1,6 +1,6 @@
 //! Layers: the host directories a sandbox root is made of (pristine tree, upper and work dirs,
 //! venv, the `/etc` snapshot, and for environment builds the uv cache) are first *staged* as
-//! bind mounts on a tmpfs at /tmp/{lower,layer,venv,cache,etc} inside the
+//! bind mounts on a tmpfs at /tmp/{lower,tree,layer,venv,cache,etc} inside the
 //! mount namespace that will mount the overlay: overlayfs (and bind mounts) only accept paths
 //! whose mounts belong to the caller's own mount namespace, and the unprivileged sandbox uid
 //! could not even traverse `$DOJO_HOME` under a 0700 home. Staging happens while the process
@@ -15,6 +15,8 @@ use crate::sys::{self, Fd, Step, fmt_u32};
 /// Real host paths of the layers.
 pub(crate) struct Layers {
     pub lower: Option<CString>,
+    /// Files an environment build wrote into the project tree, stacked over `lower`.
+    pub tree: Option<CString>,
     /// A directory holding `upper/` and `work/` (overlayfs wants both on one mount).
     pub layer: CString,
     pub venv: Option<CString>,
@@ -34,8 +36,9 @@ pub(crate) unsafe fn stage_layers(l: &Layers) -> Result<(), Step> {
             libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
         )
     };
-    let mut fds: [(Fd, &std::ffi::CStr); 5] = [
+    let mut fds: [(Fd, &std::ffi::CStr); 6] = [
         (-1, c"/tmp/lower"),
+        (-1, c"/tmp/tree"),
         (-1, c"/tmp/layer"),
         (-1, c"/tmp/venv"),
         (-1, c"/tmp/cache"),
@@ -43,6 +46,7 @@ pub(crate) unsafe fn stage_layers(l: &Layers) -> Result<(), Step> {
     ];
     for (i, p) in [
         l.lower.as_ref(),
+        l.tree.as_ref(),
         Some(&l.layer),
         l.venv.as_ref(),
         l.cache.as_ref(),

@@ -26,9 +26,13 @@ pub(crate) enum Mode {
     Namespaces {
         userns: Fd,
         mntns: Fd,
-        netns: Fd,
+        /// `None`: the sandbox shares the caller's network (`network = true`).
+        netns: Option<Fd>,
         /// Host root: drop supplementary groups before joining.
         host_root: bool,
+        /// The sandbox's CPU affinity mask (the holder's descendants inherit it; a command
+        /// joining from outside sets it).
+        cpus: Option<libc::cpu_set_t>,
     },
     /// No namespaces: process group + subreaper; kill descendants by walking /proc.
     Fallback,
