@@ -133,7 +133,17 @@ async fn with_sandbox<T>(
         .prepare(task, env)
         .await
         .map_err(|e| (ErrorKind::EnvBuild, e.to_string()))?;
-    let mut sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), sandbox_opts)
+    // An eval script's reinstall writes to the venv: a private copy-on-write view of it for
+    // this grading sandbox only (see `dojo_task::pre_test_commands`), with the network when the
+    // env lets the reinstall reach the package index.
+    let reinstalls = !env.pre_test.is_empty();
+    let opts = SandboxOptions {
+        writable_venv: sandbox_opts.writable_venv || reinstalls,
+        ..sandbox_opts.clone()
+    };
+    let mut venv = prepared.env.clone();
+    venv.runtime.network |= env.reinstall_network && reinstalls;
+    let mut sb = Sandbox::create(&prepared.pristine, Some(&venv), &opts)
         .await
         .map_err(|e| (ErrorKind::Runner, format!("creating the sandbox: {e}")))?;
     // The semaphore is never closed; an error here would be a bug, reported as the runner's.

@@ -235,6 +235,7 @@ impl Sandbox {
                 lower: &pristine.path,
                 venv,
                 runtime: &runtime,
+                venv_writable: opts.writable_venv,
                 limits: &opts.limits,
                 extra_env: &opts.env,
                 keep: opts.keep,
@@ -612,6 +613,7 @@ impl Sandbox {
             caps: self.caps,
             base: self.base.clone(),
             runtime: env.map(|e| e.runtime.clone()).unwrap_or_default(),
+            venv_writable: opts.writable_venv,
         };
         registry::write_state(&self.root, &st)
     }

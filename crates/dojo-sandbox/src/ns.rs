@@ -103,6 +103,8 @@ pub(crate) struct NsSandbox {
     pub lower: PathBuf,
     pub venv: Option<PathBuf>,
     pub runtime: EnvRuntime,
+    /// /venv is a private copy-on-write overlay (see [`crate::SandboxOptions::writable_venv`]).
+    pub venv_writable: bool,
     pub keep: bool,
     pub generation: u32,
     pub cgroup: Option<Box<dyn cgroup::CgroupHandle>>,
@@ -142,7 +144,13 @@ pub(crate) fn layer_dir(dir: &Path, generation: u32) -> PathBuf {
 
 pub(crate) fn make_layer_dir(dir: &Path, generation: u32) -> Result<PathBuf> {
     let l = layer_dir(dir, generation);
-    for d in [l.clone(), l.join("upper"), l.join("work")] {
+    for d in [
+        l.clone(),
+        l.join("upper"),
+        l.join("work"),
+        l.join("vupper"),
+        l.join("vwork"),
+    ] {
         std::fs::create_dir_all(&d).map_err(io_err(&d))?;
         chown_to_sandbox(&d)?;
     }
@@ -155,6 +163,7 @@ pub(crate) struct CreateArgs<'a> {
     pub lower: &'a Path,
     pub venv: Option<&'a Path>,
     pub runtime: &'a EnvRuntime,
+    pub venv_writable: bool,
     pub limits: &'a Limits,
     pub extra_env: &'a BTreeMap<String, String>,
     pub keep: bool,
@@ -180,15 +189,39 @@ async fn start_holder(
     lower: &Path,
     venv: Option<&Path>,
     rt: &EnvRuntime,
+    venv_writable: bool,
     cg: Option<&dyn cgroup::CgroupHandle>,
     keep: bool,
     limits: &Limits,
 ) -> Result<Holder> {
     let tried_launcher = launcher::exe_fd().is_some();
-    match start_holder_once(dir, generation, lower, venv, rt, cg, keep, limits).await {
+    match start_holder_once(
+        dir,
+        generation,
+        lower,
+        venv,
+        rt,
+        venv_writable,
+        cg,
+        keep,
+        limits,
+    )
+    .await
+    {
         // The launcher took pid 1 down with it (see `launcher::disable`): once more, without.
         Err(_) if tried_launcher && launcher::exe_fd().is_none() => {
-            start_holder_once(dir, generation, lower, venv, rt, cg, keep, limits).await
+            start_holder_once(
+                dir,
+                generation,
+                lower,
+                venv,
+                rt,
+                venv_writable,
+                cg,
+                keep,
+                limits,
+            )
+            .await
         }
         r => r,
     }
@@ -200,6 +233,7 @@ async fn start_holder_once(
     lower: &Path,
     venv: Option<&Path>,
     rt: &EnvRuntime,
+    venv_writable: bool,
     cg: Option<&dyn cgroup::CgroupHandle>,
     keep: bool,
     limits: &Limits,
@@ -251,6 +285,7 @@ async fn start_holder_once(
         scrub: sys::cmdline_areas(),
         network: rt.network,
         cpus: rt.cpus.map(cpu_mask),
+        venv_writable: venv_writable && venv.is_some(),
     };
     let mut cmd = tokio::process::Command::new("/bin/false");
     cmd.stdin(std::process::Stdio::null())
@@ -326,6 +361,7 @@ pub(crate) async fn create(a: CreateArgs<'_>) -> Result<NsSandbox> {
         a.lower,
         a.venv,
         a.runtime,
+        a.venv_writable,
         cg.as_deref(),
         a.keep,
         a.limits,
@@ -351,6 +387,7 @@ pub(crate) async fn create(a: CreateArgs<'_>) -> Result<NsSandbox> {
         lower: a.lower.to_path_buf(),
         venv: a.venv.map(Path::to_path_buf),
         runtime: a.runtime.clone(),
+        venv_writable: a.venv_writable,
         keep: a.keep,
         generation: 0,
         cgroup: cg,
@@ -399,6 +436,7 @@ impl NsSandbox {
             lower: st.lower.clone(),
             venv: st.venv.clone(),
             runtime: st.runtime.clone(),
+            venv_writable: st.venv_writable,
             keep: true,
             generation: st.generation,
             cgroup: cgroup::detect().map(|d| d.open(id)),
@@ -443,7 +481,11 @@ impl NsSandbox {
                 self.cgroup.as_ref().is_some_and(|c| c.limits_memory()),
             ),
             landlock_abi: confine::landlock_abi(),
-            landlock_full: [WORKSPACE, "/tmp", "/dev/shm"].map(String::from).into(),
+            landlock_full: [WORKSPACE, "/tmp", "/dev/shm"]
+                .into_iter()
+                .chain(self.venv_writable.then_some(VENV_PATH))
+                .map(String::from)
+                .collect(),
             landlock_files: vec!["/dev".into()],
         })
     }
@@ -505,6 +547,7 @@ impl NsSandbox {
             &self.lower,
             self.venv.as_deref(),
             &self.runtime,
+            self.venv_writable,
             self.cgroup.as_deref(),
             self.keep,
             &self.limits,

@@ -378,6 +378,16 @@ fn build_into(
         }
         return Err(format!("uv failed ({}): {}", out.status, log.trim()));
     }
+    // Owned like the pristine tree (as root: the sandbox uid, root inside), so a sandbox's
+    // private copy-on-write view of it (`SandboxOptions::writable_venv`) can copy files up;
+    // sandboxes still see it read-only otherwise.
+    if let Some((u, g)) = crate::ids::owner() {
+        for e in walkdir::WalkDir::new(&venv) {
+            let e = e.map_err(|e| format!("chown of the venv: {e}"))?;
+            std::os::unix::fs::lchown(e.path(), Some(u), Some(g))
+                .map_err(|x| format!("chown of {}: {x}", e.path().display()))?;
+        }
+    }
     let meta = serde_json::json!({
         "schema_version": 1,
         "spec": spec,

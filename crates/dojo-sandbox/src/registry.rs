@@ -34,6 +34,8 @@ pub struct State {
     /// The environment's tree layer, network and CPUs (see [`crate::pyenv::EnvRuntime`]).
     #[serde(default)]
     pub runtime: crate::pyenv::EnvRuntime,
+    #[serde(default)]
+    pub venv_writable: bool,
 }
 
 /// Start time (clock ticks since boot) of a process, from /proc/<pid>/stat.

@@ -66,6 +66,12 @@ pub struct SandboxOptions {
     pub keep: bool,
     /// How much of what the sandboxed code made the host takes back.
     pub caps: TransferCaps,
+    /// Namespace backend: `/venv` is a private copy-on-write overlay of the shared environment
+    /// instead of a read-only bind, so a grading run's reinstall (`pip install -e .` of an
+    /// eval script) can write to it; what it writes is gone with the sandbox (or its reset).
+    /// Off by default: an agent must not be able to change the environment its patch is
+    /// graded in. The fallback backend ignores it (its venv is the shared one).
+    pub writable_venv: bool,
 }
 
 /// Caps on what crosses from a sandbox back to the host, where no sandbox limit applies: with

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use dojo_sandbox::EnvSpec;
+use dojo_sandbox::pyenv::Installer;
 
 use crate::TaskError;
 use crate::harness::{EvalType, LogParser};
@@ -55,6 +56,16 @@ struct Table {
     requirements_file: Option<String>,
     install: Option<Vec<String>>,
     editable: Option<bool>,
+    /// Schema 3: shell commands run first in the build, at the workspace root.
+    pre_install: Option<Vec<String>>,
+    /// Schema 3: `"uv"` (default) or `"pip"`.
+    installer: Option<Installer>,
+    /// Schema 3: the tests reach the network (off by default).
+    network: Option<bool>,
+    /// Schema 3: how many CPUs the tests see.
+    cpus: Option<u32>,
+    /// Schema 3: an eval script's reinstall may reach the package index while grading.
+    reinstall_network: Option<bool>,
     test_cmd: Option<String>,
     log_parser: Option<LogParser>,
     timeout_s: Option<u64>,
@@ -71,6 +82,11 @@ impl From<&EnvOverride> for Table {
             requirements_file: None,
             install: o.install.clone(),
             editable: o.editable,
+            pre_install: None,
+            installer: None,
+            network: None,
+            cpus: None,
+            reinstall_network: None,
             test_cmd: o.test_cmd.clone(),
             log_parser: o.log_parser,
             timeout_s: o.timeout_s,
@@ -93,9 +109,30 @@ struct EnvFile {
     versions: BTreeMap<String, Table>,
 }
 
-/// The env file format this build writes and reads: 2 added `requirements_file`. A file
-/// without `schema_version` is version 1 (every key of version 1 means the same in 2).
-pub const ENV_SCHEMA_VERSION: u32 = 2;
+/// The env file format this build writes and reads: 2 added `requirements_file`, 3 added
+/// `pre_install`, `installer`, `network` and `cpus`. A file without `schema_version` is version
+/// 1 (every key of an older version means the same in the newer ones).
+pub const ENV_SCHEMA_VERSION: u32 = 3;
+
+impl Table {
+    /// The oldest schema version that has every key this table uses.
+    fn needs_version(&self) -> (u32, &'static str) {
+        let v3 = [
+            (self.pre_install.is_some(), "pre_install"),
+            (self.installer.is_some(), "installer"),
+            (self.network.is_some(), "network"),
+            (self.cpus.is_some(), "cpus"),
+            (self.reinstall_network.is_some(), "reinstall_network"),
+        ];
+        if let Some((_, k)) = v3.iter().find(|(used, _)| *used) {
+            return (3, k);
+        }
+        if self.requirements_file.is_some() {
+            return (2, "requirements_file");
+        }
+        (1, "")
+    }
+}
 
 /// A resolved environment for one task: the sandbox environment plus how to run and read its tests.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -123,6 +160,11 @@ pub struct RepoEnv {
     /// without an eval script.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pre_test: Vec<String>,
+    /// The eval script's reinstall may reach the package index: grading sandboxes get the
+    /// network (the whole grading run, tests included), as a dependency added by the patch
+    /// can only be installed from there.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reinstall_network: bool,
     /// Where the spec came from (file, and whether a task override or eval_script applied).
     pub origin: String,
 }
@@ -259,14 +301,16 @@ impl EnvRegistry {
                 });
             }
         }
-        if f.schema_version.unwrap_or(1) < 2
-            && std::iter::once(&f.default)
-                .chain(f.versions.values())
-                .any(|t| t.requirements_file.is_some())
+        let declared = f.schema_version.unwrap_or(1);
+        if let Some((v, key)) = std::iter::once(&f.default)
+            .chain(f.versions.values())
+            .map(Table::needs_version)
+            .max_by_key(|(v, _)| *v)
+            .filter(|(v, _)| *v > declared)
         {
             return Err(TaskError::Env {
                 origin: origin.to_string(),
-                reason: "requirements_file needs schema_version = 2".into(),
+                reason: format!("{key} needs schema_version = {v} (the file declares {declared})"),
             });
         }
         check(&f.default, "[default]")?;
@@ -335,6 +379,18 @@ impl EnvRegistry {
                     .find_map(|t| t.install.clone())
                     .unwrap_or_default(),
                 editable: layers.iter().rev().find_map(|t| t.editable).unwrap_or(true),
+                pre_install: layers
+                    .iter()
+                    .rev()
+                    .find_map(|t| t.pre_install.clone())
+                    .unwrap_or_default(),
+                installer: layers
+                    .iter()
+                    .rev()
+                    .find_map(|t| t.installer)
+                    .unwrap_or_default(),
+                network: layers.iter().rev().find_map(|t| t.network).unwrap_or(false),
+                cpus: layers.iter().rev().find_map(|t| t.cpus),
             },
             requirements_file: pick(|t| t.requirements_file.clone()),
             test_cmd: pick(|t| t.test_cmd.clone()).unwrap_or_else(|| "pytest -rA".into()),
@@ -362,6 +418,11 @@ impl EnvRegistry {
                 .find_map(|t| t.env.clone())
                 .unwrap_or_default(),
             pre_test: Vec::new(),
+            reinstall_network: layers
+                .iter()
+                .rev()
+                .find_map(|t| t.reinstall_network)
+                .unwrap_or(false),
             origin,
         };
         if let Some(script) = &task.eval_script {
@@ -373,7 +434,8 @@ impl EnvRegistry {
             })?;
             env.test_cmd = cmd;
             env.directives = Directives::None;
-            env.pre_test = crate::pre_test_commands(script, &task.base_commit);
+            env.pre_test =
+                crate::pre_test_commands(script, &task.base_commit, env.reinstall_network);
             env.origin.push_str(" + eval_script");
         }
         if let Some(p) = task.log_parser {
@@ -403,6 +465,9 @@ fn check_table(t: &Table) -> Result<(), String> {
     }
     if t.timeout_s == Some(0) {
         return Err("timeout_s must be positive".into());
+    }
+    if t.cpus == Some(0) {
+        return Err("cpus must be positive".into());
     }
     Ok(())
 }

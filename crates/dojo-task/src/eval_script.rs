@@ -10,11 +10,14 @@
 //! - **container plumbing** (shebang, `set -uxo pipefail`, conda activation, `git config
 //!   --global`, `git status` / `git show` / `git diff` diagnostics) and the test patch's own
 //!   here-document (dojo applies the test patch itself): dropped;
-//! - **a reinstall** (`pip install -e .`, `python setup.py develop`): not run. The sandbox's
-//!   environment is shared and read-only and already serves `/testbed` through its editable
-//!   install, so the project's own code is live without it; what a reinstall adds beyond that
-//!   (a dependency the patch introduces) needs the environment rebuilt. An `echo` line says so
-//!   in the log;
+//! - **a reinstall** (`pip install -e .`, `python setup.py develop`): run where the sandbox's
+//!   `/venv` is writable (a grading sandbox's private copy-on-write view,
+//!   `dojo_sandbox::SandboxOptions::writable_venv`) and has pip (`installer = "pip"`):
+//!   offline by default (`PIP_NO_INDEX`, no build isolation: what the environment already
+//!   holds), from the package index with the env's `reinstall_network = true`, the only way a
+//!   dependency that the patch adds can be installed. Elsewhere (an agent's sandbox, a uv-built
+//!   environment) it is not run and an `echo` line says so in the log: the editable install
+//!   already serves `/testbed`;
 //! - **other package installs** (`pip install X`, `apt-get`): not run, for the same reason
 //!   (they belong in the environment spec), also said in the log;
 //! - **everything else** (`export`, `cd /testbed`, `sed`, …): run as written, except that
@@ -60,7 +63,8 @@ fn shell_quote(s: &str) -> String {
 
 /// The shell lines to run, in order, for the commands `script` runs before its test command
 /// (see the module docs); `base_commit` is the task's, rewritten to the pristine tag.
-pub fn pre_test_commands(script: &str, base_commit: &str) -> Vec<String> {
+/// `reinstall_network`: a reinstall may reach the package index (else it runs offline).
+pub fn pre_test_commands(script: &str, base_commit: &str, reinstall_network: bool) -> Vec<String> {
     let before = script
         .split(": '>>>>> Start Test Output'")
         .next()
@@ -86,9 +90,8 @@ pub fn pre_test_commands(script: &str, base_commit: &str) -> Vec<String> {
             continue;
         }
         let why = if REINSTALL.is_match(l) {
-            Some(
-                "reinstall not run: the read-only environment's editable install already serves /testbed",
-            )
+            out.push(reinstall_line(l, reinstall_network));
+            continue;
         } else if PACKAGE_INSTALL.is_match(l) {
             Some(
                 "package install not run: the sandbox environment is read-only (put it in the env spec)",
@@ -110,6 +113,24 @@ pub fn pre_test_commands(script: &str, base_commit: &str) -> Vec<String> {
     out
 }
 
+/// A reinstall, run where the sandbox's venv is writable and has pip (see the module docs).
+fn reinstall_line(l: &str, network: bool) -> String {
+    let offline = if network {
+        ""
+    } else {
+        // Offline: the index is unreachable in a sandbox without the network, and build
+        // isolation would need one (`PIP_NO_BUILD_ISOLATION=0` turns isolation *off*).
+        "export PIP_NO_INDEX=1 PIP_NO_BUILD_ISOLATION=0; "
+    };
+    let skipped = shell_quote(&format!(
+        "dojo: reinstall not run: the environment is read-only in this sandbox or has no pip (installer = \"pip\"); its editable install already serves /testbed: {l}"
+    ));
+    format!(
+        "if [ -w {v}/bin ] && [ -x {v}/bin/pip ]; then (export PIP_DISABLE_PIP_VERSION_CHECK=1; {offline}{l}); else echo {skipped}; fi",
+        v = dojo_sandbox::VENV_PATH
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,18 +149,18 @@ mod tests {
             "python -m pip install -e .\nexport LANG=C.UTF-8\nsed -i 's/a/b/' setup.cfg\npip install 'numpy<2'\n",
         );
         assert_eq!(
-            pre_test_commands(&s, SHA),
+            pre_test_commands(&s, SHA, false),
             [
                 "cd /testbed",
                 "cd /testbed",
-                "echo 'dojo: reinstall not run: the read-only environment'\\''s editable install already serves /testbed: python -m pip install -e .'",
+                "if [ -w /venv/bin ] && [ -x /venv/bin/pip ]; then (export PIP_DISABLE_PIP_VERSION_CHECK=1; export PIP_NO_INDEX=1 PIP_NO_BUILD_ISOLATION=0; python -m pip install -e .); else echo 'dojo: reinstall not run: the environment is read-only in this sandbox or has no pip (installer = \"pip\"); its editable install already serves /testbed: python -m pip install -e .'; fi",
                 "export LANG=C.UTF-8",
                 "sed -i 's/a/b/' setup.cfg",
                 "echo 'dojo: package install not run: the sandbox environment is read-only (put it in the env spec): pip install '\\''numpy<2'\\'''",
                 "git checkout dojo-base test/a_test.py",
             ]
         );
-        assert!(pre_test_commands("", SHA).is_empty());
+        assert!(pre_test_commands("", SHA, false).is_empty());
     }
 
     #[test]
@@ -179,7 +200,7 @@ mod tests {
                     continue;
                 };
                 n += 1;
-                let cmds = pre_test_commands(s, base);
+                let cmds = pre_test_commands(s, base, false);
                 let joined = cmds.join("\n");
                 for bad in [base, "conda", "git apply", "diff --git", "git status"] {
                     assert!(!joined.contains(bad), "{bad:?} in {joined}");

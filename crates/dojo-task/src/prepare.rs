@@ -366,6 +366,7 @@ mod tests {
             env: Default::default(),
             requirements_file: None,
             pre_test: Vec::new(),
+            reinstall_network: false,
             origin: "test".into(),
         };
         // No repository directory: preparation fails at its first step, without touching the

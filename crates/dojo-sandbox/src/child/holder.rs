@@ -43,6 +43,8 @@ pub(crate) struct HolderPlan {
     pub scrub: [(usize, usize); 2],
     /// `LD_LIBRARY_PATH=…` for the launcher's own start (`launcher::loader_env`).
     pub launcher_env: Option<CString>,
+    /// /venv is an overlay with a private upper (in the layer) instead of a read-only bind.
+    pub venv_writable: bool,
     /// Stay in the caller's network namespace (an environment with `network = true`).
     pub network: bool,
     /// The CPU affinity mask every process of the sandbox inherits (`cpus = N`).
@@ -259,6 +261,8 @@ unsafe fn holder_init(
             (c"/tmp/layer/upper", 0o755),
             (c"/tmp/layer/work", 0o755),
             (c"/tmp/layer/tmp", 0o1777),
+            (c"/tmp/layer/vupper", 0o755),
+            (c"/tmp/layer/vwork", 0o755),
         ] {
             if libc::mkdir(d.as_ptr(), mode) != 0 || libc::chmod(d.as_ptr(), mode) != 0 {
                 fail(Step::Mkdir);
@@ -283,7 +287,22 @@ unsafe fn holder_init(
     ) {
         fail(Step::Overlay);
     }
-    if plan.layers.venv.is_some() {
+    if plan.layers.venv.is_some() && plan.venv_writable {
+        // A private, throwaway copy-on-write view of the shared venv (a grading run's
+        // reinstall); the shared venv itself stays untouched.
+        if libc::mkdir(t(c"/tmp/root/venv"), 0o755) != 0 {
+            fail(Step::Mkdir);
+        }
+        if !sys::mount(
+            t(c"overlay"),
+            t(c"/tmp/root/venv"),
+            t(c"overlay"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            t(c"userxattr,lowerdir=/tmp/venv,upperdir=/tmp/layer/vupper,workdir=/tmp/layer/vwork"),
+        ) {
+            fail(Step::Overlay);
+        }
+    } else if plan.layers.venv.is_some() {
         if libc::mkdir(t(c"/tmp/root/venv"), 0o755) != 0 {
             fail(Step::Mkdir);
         }

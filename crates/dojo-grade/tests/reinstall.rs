@@ -1,0 +1,110 @@
+//! An eval script's reinstall (`python -m pip install -e .`) runs after the model patch in a
+//! grading sandbox, as in the harness: a gold patch that changes the project's setup metadata
+//! (its version and a console script) resolves only when the reinstall ran. It runs offline, in
+//! the sandbox's private copy-on-write view of the pip-built environment; an agent's sandbox
+//! (read-only venv) says in the log that it did not run, and the same patch fails there.
+//!
+//! Needs the sandbox's kernel features, uv and PyPI access (pip, setuptools, pytest for the env
+//! build); otherwise SKIPPED (under `CI=true` a missing feature fails instead).
+
+use std::time::Duration;
+
+mod common;
+use common::{ci, sandbox_for, setup_home, skip};
+
+use dojo_grade::{GradeOptions, Verdict, grade_in_sandbox};
+use dojo_sandbox::{Sandbox, SandboxOptions};
+use dojo_task::EnvRegistry;
+use serde_json::json;
+
+const BASE: &str = "1a1b2c3d4e5f60718293a4b5c6d7e8f901234567";
+const SETUP: &str =
+    "from setuptools import setup\nsetup(name='meta', version='0.1', packages=['meta'])\n";
+const GOLD: &str = "diff --git a/setup.py b/setup.py\n--- a/setup.py\n+++ b/setup.py\n@@ -1,2 +1,2 @@\n from setuptools import setup\n-setup(name='meta', version='0.1', packages=['meta'])\n+setup(name='meta', version='0.2', packages=['meta'], entry_points={'console_scripts': ['meta-hello=meta:hello']})\n";
+const TEST_PATCH: &str = "diff --git a/tests/test_meta.py b/tests/test_meta.py\nnew file mode 100644\n--- /dev/null\n+++ b/tests/test_meta.py\n@@ -0,0 +1,10 @@\n+import importlib.metadata as m\n+import shutil\n+\n+\n+def test_version():\n+    assert m.version(\"meta\") == \"0.2\"\n+\n+\n+def test_script():\n+    assert shutil.which(\"meta-hello\")\n";
+
+fn eval_script() -> String {
+    format!(
+        "#!/bin/bash\nset -uxo pipefail\nsource /opt/miniconda3/bin/activate\nconda activate testbed\ncd /testbed\ngit status\nsource /opt/miniconda3/bin/activate\nconda activate testbed\npython -m pip install -e .\ngit checkout {BASE} tests/test_meta.py\ngit apply -v - <<'EOF_114329324912'\n{TEST_PATCH}\nEOF_114329324912\n: '>>>>> Start Test Output'\npytest -rA -p no:cacheprovider tests/test_meta.py\n: '>>>>> End Test Output'\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reinstall_after_the_model_patch_picks_up_new_metadata() {
+    setup_home();
+    if !dojo_sandbox::doctor::namespaces_usable() && !ci() {
+        return skip("namespaces/overlayfs unavailable".into());
+    }
+    let mut reg = EnvRegistry::default();
+    reg.add_text(
+        "meta.toml",
+        "schema_version = 3\nrepo = \"local/meta\"\n[default]\npython = \"3.11\"\ninstaller = \"pip\"\nrequirements = [\"pytest==8.3.3\"]\ntimeout_s = 120\n",
+    )
+    .unwrap();
+    let t = common::task(json!({"instance_id": "local__meta-1", "repo": "local/meta",
+        "base_commit": BASE, "patch": GOLD, "test_patch": TEST_PATCH, "version": "0.1",
+        "FAIL_TO_PASS": ["tests/test_meta.py::test_version", "tests/test_meta.py::test_script"],
+        "PASS_TO_PASS": [], "eval_script": eval_script()}));
+    let env = reg.resolve(&t).unwrap();
+    assert_eq!(env.spec.installer, dojo_sandbox::pyenv::Installer::Pip);
+    let src = common::project(&[
+        ("setup.py", SETUP),
+        ("meta/__init__.py", "def hello():\n    print('hello')\n"),
+    ]);
+    let (pristine, venv) = match sandbox_for(src, &env).await {
+        Ok(x) => x,
+        Err(e) => return skip(format!("cannot build the pristine tree or venv: {e}")),
+    };
+    let opts = GradeOptions {
+        timeout: Some(Duration::from_secs(90)),
+        ..Default::default()
+    };
+    let grade = async |writable: bool| {
+        let so = SandboxOptions {
+            writable_venv: writable,
+            ..Default::default()
+        };
+        let sb = Sandbox::create(&pristine, Some(&venv), &so).await.unwrap();
+        let r = grade_in_sandbox(&sb, &t, &env, Some(GOLD), &opts).await;
+        // The shared environment is untouched by the sandbox's reinstall.
+        let out = sb
+            .exec(&dojo_sandbox::ExecRequest::shell(
+                "test -w /venv/bin && echo rw || echo ro",
+            ))
+            .await
+            .unwrap();
+        sb.teardown().await.unwrap();
+        (r, out.stdout_lossy().trim().to_string())
+    };
+
+    let (r, rw) = grade(true).await;
+    assert_eq!(rw, "rw");
+    assert_eq!(
+        r.outcome,
+        Verdict::Resolved,
+        "{:?}\n{}",
+        r.error,
+        r.test_output
+    );
+    assert!(
+        r.test_output.contains("Successfully installed meta-0.2") && !skipped(&r.test_output),
+        "{}",
+        r.test_output
+    );
+    assert!(
+        !venv.path.join("bin/meta-hello").exists(),
+        "the reinstall wrote into the shared venv"
+    );
+
+    let (r, ro) = grade(false).await;
+    assert_eq!(ro, "ro");
+    assert_ne!(r.outcome, Verdict::Resolved, "{}", r.test_output);
+    assert!(skipped(&r.test_output), "{}", r.test_output);
+}
+
+/// The log line the skipped reinstall prints (the command itself is echoed too, with that text
+/// inside its `else` branch).
+fn skipped(log: &str) -> bool {
+    log.lines()
+        .any(|l| l.starts_with("dojo: reinstall not run"))
+}
