@@ -130,7 +130,10 @@ impl EnvSpec {
         )
     }
 
-    /// The interpreter on the host; it must be executable by the sandbox uid.
+    /// The interpreter: an absolute path as given; a version `X.Y` from the host
+    /// (`/usr/bin/pythonX.Y`, `/usr/local/bin/pythonX.Y`) when it has one, else a uv-managed
+    /// CPython installed into [`pythons_dir`] (see [`managed_python`]). It must be executable by
+    /// the sandbox uid.
     pub fn interpreter(&self) -> Result<PathBuf> {
         let err = |reason: String| SandboxError::Env {
             spec: self.describe(),
@@ -139,7 +142,10 @@ impl EnvSpec {
         let p = match self.python.as_str() {
             "" => PathBuf::from(crate::pristine::DEFAULT_PYTHON),
             v if v.starts_with('/') => PathBuf::from(v),
-            v => PathBuf::from(format!("/usr/bin/python{v}")),
+            v => match host_python(v) {
+                Some(p) => p,
+                None => managed_python(v).map_err(err)?,
+            },
         };
         if !p.exists() {
             return Err(err(format!(
@@ -163,6 +169,100 @@ impl EnvSpec {
         }
         Ok(p)
     }
+}
+
+/// The host's own `pythonX.Y`, when it has one.
+fn host_python(version: &str) -> Option<PathBuf> {
+    ["/usr/bin", "/usr/local/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(format!("python{version}")))
+        .find(|p| p.is_file())
+}
+
+/// Where uv-managed interpreters are installed: `$DOJO_PYTHONS`, else `pythons/` beside the
+/// shared tools directory (`/var/lib/dojo/pythons` for root), a place the sandbox uid can
+/// reach (`$DOJO_HOME` is hidden from sandboxes and often under a 0700 home).
+pub fn pythons_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("DOJO_PYTHONS").filter(|v| !v.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let tools = dojo_cache::tools_dir();
+    tools
+        .parent()
+        .map_or_else(|| tools.join("pythons"), |p| p.join("pythons"))
+}
+
+/// A uv-managed CPython `version` (python-build-standalone): found in [`pythons_dir`], else
+/// installed there with `uv python install` (network; `DOJO_PYTHON_MIRROR` or
+/// `UV_PYTHON_INSTALL_MIRROR` names a mirror of the release downloads), made world-readable.
+/// The error says what was tried and what to do.
+pub fn managed_python(version: &str) -> std::result::Result<PathBuf, String> {
+    let dir = pythons_dir();
+    let hint = format!(
+        "install python{version} on the host, or let dojo fetch a managed CPython {version} (needs the python-build-standalone downloads: network, or a mirror in DOJO_PYTHON_MIRROR / UV_PYTHON_INSTALL_MIRROR)"
+    );
+    let uv = crate::uv::ensure_uv().map_err(|e| {
+        format!("Python {version} is not on the host and uv is unavailable ({e}); {hint}")
+    })?;
+    let uv_cmd = |args: &[&str]| {
+        let mut c = std::process::Command::new(&uv);
+        c.args(args)
+            .env("UV_PYTHON_INSTALL_DIR", &dir)
+            .env("UV_NO_PROGRESS", "1")
+            .stdin(std::process::Stdio::null());
+        if let Some(m) = std::env::var_os("DOJO_PYTHON_MIRROR").filter(|m| !m.is_empty()) {
+            c.env("UV_PYTHON_INSTALL_MIRROR", m);
+        }
+        c
+    };
+    let find = || -> Option<PathBuf> {
+        let o = uv_cmd(&[
+            "python",
+            "find",
+            "--managed-python",
+            "--no-project",
+            "--no-config",
+            version,
+        ])
+        .output()
+        .ok()?;
+        let p = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+        (o.status.success() && p.is_absolute()).then_some(p)
+    };
+    if let Some(p) = find() {
+        return Ok(p);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let out = uv_cmd(&[
+        "python",
+        "install",
+        "--no-bin",
+        "--no-registry",
+        "--no-config",
+        version,
+    ])
+    .output()
+    .map_err(|e| format!("running {}: {e}", uv.display()))?;
+    if !out.status.success() {
+        let log = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = log.lines().rev().take(6).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        return Err(format!(
+            "Python {version} is not on the host, and `uv python install {version}` into {} failed: {}; {hint}",
+            dir.display(),
+            tail.join(" | ")
+        ));
+    }
+    let _ = std::process::Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(&dir)
+        .status();
+    find().ok_or_else(|| {
+        format!(
+            "uv installed Python {version} into {} but `uv python find` does not see it; {hint}",
+            dir.display()
+        )
+    })
 }
 
 /// A built environment.

@@ -119,8 +119,16 @@ pub fn prepare(
         .build(&source)
         .map_err(|e| err(task, "pristine", e.to_string()))?;
     let spec = resolved_spec(task, env, opts, &pristine)?;
-    let venv = PythonEnv::build(&spec, Some(&pristine))
-        .map_err(|e| err(task, "environment", e.to_string()))?;
+    let venv = PythonEnv::build(&spec, Some(&pristine)).map_err(|e| {
+        err(
+            task,
+            "environment",
+            format!(
+                "{e} (env of {} version {:?}, from {})",
+                env.repo, env.version, env.origin
+            ),
+        )
+    })?;
     Ok(PreparedTask {
         pristine,
         env: venv,

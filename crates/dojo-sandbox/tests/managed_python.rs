@@ -1,0 +1,50 @@
+//! The interpreter a spec asks for: the host's when it has that version; else a uv-managed
+//! CPython, and when none can be fetched (here: a mirror on a closed loopback port) an error
+//! that names the version, what was tried and the mirror option. One test in this binary: it
+//! sets process environment variables.
+
+mod common;
+
+use dojo_sandbox::EnvSpec;
+
+#[test]
+fn host_interpreter_or_a_named_error_when_no_managed_one_is_reachable() {
+    common::home();
+    if !common::ensure_uv() {
+        eprintln!("SKIPPED: uv not found (DOJO_UV / DOJO_PYTOOLS / PATH)");
+        return;
+    }
+    let spec = |v: &str| EnvSpec {
+        python: v.into(),
+        ..Default::default()
+    };
+    if std::path::Path::new("/usr/bin/python3.11").is_file() {
+        assert_eq!(
+            spec("3.11").interpreter().unwrap(),
+            std::path::Path::new("/usr/bin/python3.11")
+        );
+    }
+    if ["/usr/bin/python3.8", "/usr/local/bin/python3.8"]
+        .iter()
+        .any(|p| std::path::Path::new(p).exists())
+    {
+        eprintln!("SKIPPED (error path): the host has python3.8");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens on port 9 (discard) of loopback: the download fails at once.
+    // SAFETY: the only test of this binary; set before anything reads them.
+    unsafe {
+        std::env::set_var("DOJO_PYTHONS", dir.path());
+        std::env::set_var("DOJO_PYTHON_MIRROR", "http://127.0.0.1:9/mirror");
+    }
+    let e = spec("3.8").interpreter().unwrap_err().to_string();
+    for want in [
+        "python 3.8",
+        "uv python install 3.8",
+        "127.0.0.1:9",
+        "DOJO_PYTHON_MIRROR",
+    ] {
+        assert!(e.contains(want), "{want:?} missing: {e}");
+    }
+}
