@@ -602,6 +602,85 @@ python = "3.12"
         );
     }
 
+    /// Schema 3: ordered install steps, installer, the tests' network and CPUs, the reinstall's
+    /// network; layered like every key; refused in an older file, naming the key.
+    #[test]
+    fn schema_3_keys() {
+        let mut reg = EnvRegistry::default();
+        reg.add_text(
+            "v3.toml",
+            r#"schema_version = 3
+repo = "psf/requests"
+[default]
+installer = "pip"
+pre_install = ["sed -i 's/x/y/' setup.cfg"]
+requirements = ["pytest==8.3.3"]
+install = ["echo done"]
+[versions."2.27"]
+network = true
+cpus = 2
+reinstall_network = true
+"#,
+        )
+        .unwrap();
+        let t = |v: &str| {
+            task(
+                json!({"instance_id":"psf__requests-1","repo":"psf/requests","base_commit":"c",
+                "patch":"p","version": v,
+                "eval_script":"python -m pip install -e .\n: '>>>>> Start Test Output'\npytest -rA\n: '>>>>> End Test Output'\n"}),
+            )
+        };
+        let env = reg.resolve(&t("2.27")).unwrap();
+        assert_eq!(env.spec.installer, Installer::Pip);
+        assert_eq!(env.spec.pre_install, ["sed -i 's/x/y/' setup.cfg"]);
+        assert_eq!(env.spec.install, ["echo done"]);
+        assert!(env.spec.network && env.reinstall_network);
+        assert_eq!(env.spec.cpus, Some(2));
+        // The reinstall may reach the index: no PIP_NO_INDEX in its line.
+        assert!(
+            env.pre_test
+                .iter()
+                .any(|l| l.contains("pip install -e .") && !l.contains("PIP_NO_INDEX")),
+            "{:?}",
+            env.pre_test
+        );
+        let env = reg.resolve(&t("2.0")).unwrap();
+        assert!(!env.spec.network && !env.reinstall_network && env.spec.cpus.is_none());
+        assert!(env.pre_test.iter().any(|l| l.contains("PIP_NO_INDEX=1")));
+        for (text, key) in [
+            (
+                "schema_version = 2\nrepo = \"a/b\"\n[default]\ninstaller = \"pip\"\n",
+                "installer",
+            ),
+            (
+                "repo = \"a/b\"\n[versions.\"1\"]\nnetwork = true\n",
+                "network",
+            ),
+        ] {
+            let e = reg.add_text("old.toml", text).unwrap_err().to_string();
+            assert!(
+                e.contains("old.toml") && e.contains(key) && e.contains("schema_version = 3"),
+                "{e}"
+            );
+        }
+        let e = reg
+            .add_text(
+                "c.toml",
+                "schema_version = 3\nrepo = \"a/b\"\n[default]\ncpus = 0\n",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("c.toml") && e.contains("cpus"), "{e}");
+        let e = reg
+            .add_text(
+                "i.toml",
+                "schema_version = 3\nrepo = \"a/b\"\n[default]\ninstaller = \"conda\"\n",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("i.toml") && e.contains("installer"), "{e}");
+    }
+
     /// A misspelt parser or eval type fails where the spec is loaded, naming the file and key.
     #[test]
     fn unknown_log_parser_or_eval_type_fails_at_load() {
