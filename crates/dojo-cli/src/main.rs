@@ -24,9 +24,12 @@ enum Command {
     /// Isolated copy-on-write sandboxes: doctor, run, exec, diff, rm.
     #[command(subcommand)]
     Sandbox(cmd::sandbox::SandboxCmd),
-    /// Task files: check.
+    /// Task files: check, export, fetch the public datasets.
     #[command(subcommand)]
     Tasks(cmd::tasks::TasksCmd),
+    /// Repositories of a task file: a bare git mirror each (`sync`), for `--repos`.
+    #[command(subcommand)]
+    Repos(cmd::tasks::ReposCmd),
     /// Check that tasks are runnable (test patch fails, gold patch passes); fill in F2P/P2P.
     Validate(cmd::validate::ValidateArgs),
     /// Grade SWE-bench predictions.
@@ -89,6 +92,7 @@ fn main() -> anyhow::Result<()> {
     let code = match cli.command {
         Command::Sandbox(c) => cmd::sandbox::run(c)?,
         Command::Tasks(c) => cmd::tasks::run_tasks(c)?,
+        Command::Repos(c) => cmd::tasks::run_repos(c)?,
         Command::Validate(a) => cmd::validate::run(a)?,
         Command::Eval(a) => cmd::eval::run(a)?,
         Command::Rollout(a) => cmd::rollout::run_rollout(a)?,

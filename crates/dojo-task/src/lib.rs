@@ -21,11 +21,14 @@
 //!   `environment_setup_commit` as the harness reads it, pinned requirements overriding it.
 //! - [`pre_test_commands`]: what a SWE-bench `eval_script` runs before its test command
 //!   (exports, test-file checkouts), as grading runs it after the model patch.
+//! - [`fetch`]: the public datasets by name (hub or a local file) normalised to task JSONL,
+//!   and a bare git mirror per repository a task file needs (`dojo repos sync`).
 //! - [`splice_lists`]: set FAIL_TO_PASS / PASS_TO_PASS in one JSONL line, every other byte
 //!   kept (`dojo validate --write`).
 
 mod env;
 mod eval_script;
+pub mod fetch;
 mod harness;
 mod load;
 mod model;

@@ -1,6 +1,8 @@
 //! `dojo tasks check` (dojo-task): load a task file the strict way and say what is wrong with
 //! it, per row, and what it lacks for grading. `dojo tasks export --format verl`: the checked
 //! tasks as the RL rows verl reads (written by dojo-curate, which owns the trainer exports).
+//! `dojo tasks fetch NAME` and `dojo repos sync`: the public datasets and their repositories
+//! (`dojo_task::fetch`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,6 +36,105 @@ pub enum TasksCmd {
         #[arg(long, default_value = "dojo_swe")]
         agent_name: String,
     },
+    /// Get a public task dataset by name (swe-bench-verified, swe-bench-lite, swe-bench,
+    /// swe-gym, swe-rebench, swe-smith, or a Hugging Face id) as dojo's task JSONL: from the
+    /// hub (`HF_ENDPOINT`), or from local files with `--from` (no network needed).
+    Fetch {
+        name: String,
+        /// Output task file (`.jsonl`).
+        #[arg(long)]
+        out: PathBuf,
+        /// Local Parquet / JSONL / JSON files of the dataset (repeatable) instead of the hub.
+        #[arg(long = "from")]
+        from: Vec<PathBuf>,
+        /// Split (default: the dataset's usual one: `test`, `train` for SWE-Gym / SWE-smith).
+        #[arg(long)]
+        split: Option<String>,
+    },
+}
+
+#[derive(clap::Subcommand)]
+pub enum ReposCmd {
+    /// Make or update a bare git mirror (`DIR/owner__name`) of every repository of a task
+    /// file, then check it holds each task's base and environment-setup commits; `DIR` is what
+    /// `--repos` takes.
+    Sync {
+        #[arg(long)]
+        tasks: PathBuf,
+        #[arg(long)]
+        mirror: PathBuf,
+        /// Where to clone from: a directory of clones/mirrors (`owner__name` or `name`), or a
+        /// URL base (`{base}/{owner}/{name}.git`). Default: https://github.com.
+        #[arg(long = "from")]
+        from: Option<String>,
+    },
+}
+
+pub fn run_repos(cmd: ReposCmd) -> anyhow::Result<i32> {
+    let ReposCmd::Sync {
+        tasks,
+        mirror,
+        from,
+    } = cmd;
+    let loaded = dojo_task::load_tasks(&tasks)?;
+    let src = dojo_task::fetch::RepoSource::parse(from.as_deref());
+    let results = dojo_task::fetch::sync_repos(&loaded, &mirror, &src);
+    let mut bad = 0;
+    for r in &results {
+        match &r.result {
+            Ok(what) if r.missing_commits.is_empty() => {
+                println!("{}: {what} → {}", r.repo, r.mirror.display());
+            }
+            Ok(what) => {
+                bad += 1;
+                println!(
+                    "{}: {what} → {}, but {} commit(s) the tasks need are missing (first: {})",
+                    r.repo,
+                    r.mirror.display(),
+                    r.missing_commits.len(),
+                    r.missing_commits[0]
+                );
+            }
+            Err(e) => {
+                bad += 1;
+                println!("{}: FAILED: {e}", r.repo);
+            }
+        }
+    }
+    println!(
+        "{} repositories, {} ready; use --repos {}",
+        results.len(),
+        results.len() - bad,
+        mirror.display()
+    );
+    Ok(if bad == 0 { 0 } else { 1 })
+}
+
+fn fetch(name: &str, out: &Path, from: &[PathBuf], split: Option<String>) -> anyhow::Result<i32> {
+    let (hf_id, default_split) = dojo_task::fetch::dataset(name).map_err(anyhow::Error::msg)?;
+    let split = split.unwrap_or(default_split);
+    let inputs = if from.is_empty() {
+        // Kept under $DOJO_HOME: a second fetch (another --out) needs no download.
+        let dir = dojo_cache::dojo_home()
+            .join("datasets")
+            .join(hf_id.replace('/', "__"))
+            .join(&split);
+        dojo_task::fetch::download_from_hub(&hf_id, &split, &dir).map_err(anyhow::Error::msg)?
+    } else {
+        from.to_vec()
+    };
+    let rep = dojo_task::fetch::normalise(&inputs, out).map_err(anyhow::Error::msg)?;
+    println!(
+        "{}: {} tasks of {hf_id} ({split}); {} invalid row(s), {} duplicate(s) left out",
+        out.display(),
+        rep.written,
+        rep.invalid.len(),
+        rep.duplicates
+    );
+    for e in rep.invalid.iter().take(5) {
+        println!("  {e}");
+    }
+    Ok(if rep.written == 0 { 1 } else { 0 })
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -44,6 +145,12 @@ pub enum ExportFormat {
 pub fn run_tasks(cmd: TasksCmd) -> anyhow::Result<i32> {
     match cmd {
         TasksCmd::Check { file, envs } => check(&file, envs.as_deref()),
+        TasksCmd::Fetch {
+            name,
+            out,
+            from,
+            split,
+        } => fetch(&name, &out, &from, split),
         TasksCmd::Export {
             tasks,
             format: ExportFormat::Verl,

@@ -1,0 +1,447 @@
+//! Getting the data and the repositories: the public task datasets by name (SWE-bench
+//! Verified / Lite, SWE-Gym, SWE-rebench, SWE-smith), from the Hugging Face hub when it is
+//! reachable or from a local file otherwise, normalised to dojo's task JSONL; and a bare git
+//! mirror per repository a task file needs, usable as `--repos DIR`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::load::read_tasks;
+
+/// A public dataset dojo knows by a short name.
+#[derive(Debug, Clone, Copy)]
+pub struct Dataset {
+    pub name: &'static str,
+    /// The Hugging Face dataset id.
+    pub hf_id: &'static str,
+    pub split: &'static str,
+}
+
+/// The datasets `dojo tasks fetch` knows by name (any other `owner/name` is taken as a hub id).
+pub const DATASETS: &[Dataset] = &[
+    Dataset {
+        name: "swe-bench-verified",
+        hf_id: "princeton-nlp/SWE-bench_Verified",
+        split: "test",
+    },
+    Dataset {
+        name: "swe-bench-lite",
+        hf_id: "princeton-nlp/SWE-bench_Lite",
+        split: "test",
+    },
+    Dataset {
+        name: "swe-bench",
+        hf_id: "princeton-nlp/SWE-bench",
+        split: "test",
+    },
+    Dataset {
+        name: "swe-gym",
+        hf_id: "SWE-Gym/SWE-Gym",
+        split: "train",
+    },
+    Dataset {
+        name: "swe-rebench",
+        hf_id: "nebius/SWE-rebench",
+        split: "test",
+    },
+    Dataset {
+        name: "swe-smith",
+        hf_id: "SWE-bench/SWE-smith",
+        split: "train",
+    },
+];
+
+/// `(hub id, default split)` of a short name or an `owner/name` hub id.
+pub fn dataset(name: &str) -> Result<(String, String), String> {
+    let key = name.to_ascii_lowercase().replace('_', "-");
+    if let Some(d) = DATASETS
+        .iter()
+        .find(|d| d.name == key || d.hf_id.eq_ignore_ascii_case(name))
+    {
+        return Ok((d.hf_id.to_string(), d.split.to_string()));
+    }
+    match name.split_once('/') {
+        Some((o, n)) if !o.is_empty() && !n.is_empty() && !n.contains('/') => {
+            Ok((name.to_string(), "test".to_string()))
+        }
+        _ => Err(format!(
+            "unknown dataset {name:?}: use one of {} or a Hugging Face id (owner/name)",
+            DATASETS
+                .iter()
+                .map(|d| d.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// The hub: `$HF_ENDPOINT` (as the `huggingface_hub` client reads it), else huggingface.co.
+pub fn hub_endpoint() -> String {
+    std::env::var("HF_ENDPOINT")
+        .ok()
+        .filter(|e| !e.is_empty())
+        .unwrap_or_else(|| "https://huggingface.co".into())
+        .trim_end_matches('/')
+        .to_string()
+}
+
+/// Download the Parquet shards of `hf_id`'s `split` (the hub's converted Parquet, config
+/// `default`) into `dir`; the error says how to do without the hub.
+pub fn download_from_hub(hf_id: &str, split: &str, dir: &Path) -> Result<Vec<PathBuf>, String> {
+    download_at(&hub_endpoint(), hf_id, split, dir)
+}
+
+fn download_at(ep: &str, hf_id: &str, split: &str, dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let offline = |e: String| {
+        format!(
+            "cannot fetch {hf_id} ({split}) from the Hugging Face hub at {ep}: {e}; without the hub, download the dataset's Parquet or JSONL elsewhere and pass it with --from FILE (HF_ENDPOINT names a mirror)"
+        )
+    };
+    let api = format!("{ep}/api/datasets/{hf_id}/parquet/default/{split}");
+    let body =
+        dojo_cache::http_get(&api, "application/json").map_err(|e| offline(e.to_string()))?;
+    let urls: Vec<String> = serde_json::from_slice(&body)
+        .map_err(|e| offline(format!("{api} did not answer a list of Parquet URLs: {e}")))?;
+    if urls.is_empty() {
+        return Err(offline(format!("{api} lists no Parquet file")));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut files = Vec::new();
+    for (i, url) in urls.iter().enumerate() {
+        // Named after the URL: a shard already here (written whole, atomically) is not
+        // downloaded again.
+        let f = dir.join(format!(
+            "{i:04}-{}.parquet",
+            &dojo_cache::sha256_hex(url)[..16]
+        ));
+        if !f.is_file() {
+            let bytes = dojo_cache::http_get(url, "*/*").map_err(|e| offline(e.to_string()))?;
+            dojo_cache::write_atomic(&f, &bytes).map_err(|e| format!("{}: {e}", f.display()))?;
+        }
+        files.push(f);
+    }
+    Ok(files)
+}
+
+/// What normalising produced.
+#[derive(Debug, Default)]
+pub struct FetchReport {
+    pub written: usize,
+    /// Rows that are not valid tasks (each error names file, row, instance and field).
+    pub invalid: Vec<String>,
+    pub duplicates: usize,
+}
+
+/// Read every task of `inputs` (JSONL, JSON or Parquet) and write the valid ones to `out` as
+/// dojo's task JSONL: one row per line, every field kept, `FAIL_TO_PASS` / `PASS_TO_PASS` as
+/// JSON arrays, the first of duplicated `instance_id`s kept.
+pub fn normalise(inputs: &[PathBuf], out: &Path) -> Result<FetchReport, String> {
+    let mut rep = FetchReport::default();
+    let mut seen = std::collections::HashSet::new();
+    let tmp = out.with_extension("jsonl.part");
+    let mut w = std::io::BufWriter::new(
+        std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?,
+    );
+    for f in inputs {
+        let loaded = read_tasks(f).map_err(|e| e.to_string())?;
+        rep.invalid
+            .extend(loaded.errors.iter().map(ToString::to_string));
+        for t in loaded.tasks {
+            if !seen.insert(t.instance_id.clone()) {
+                rep.duplicates += 1;
+                continue;
+            }
+            let mut row = t.raw.clone();
+            for (field, list) in [("FAIL_TO_PASS", t.f2p()), ("PASS_TO_PASS", t.p2p())] {
+                if row.get(field).is_some_and(|v| !v.is_null()) {
+                    let arr = list.iter().cloned().map(Value::String).collect();
+                    row.insert(field.to_string(), Value::Array(arr));
+                }
+            }
+            serde_json::to_writer(&mut w, &row).map_err(|e| e.to_string())?;
+            w.write_all(b"\n").map_err(|e| e.to_string())?;
+            rep.written += 1;
+        }
+    }
+    w.flush().map_err(|e| format!("{}: {e}", tmp.display()))?;
+    drop(w);
+    std::fs::rename(&tmp, out).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok(rep)
+}
+
+/// Where `dojo repos sync` takes a repository from.
+#[derive(Debug, Clone)]
+pub enum RepoSource {
+    /// `{base}/{owner}/{name}.git` (default `https://github.com`).
+    Url(String),
+    /// A directory holding a clone or mirror per repository, laid out as `--repos` is
+    /// (`owner__name` or `name`).
+    Dir(PathBuf),
+}
+
+impl RepoSource {
+    /// `--from`: an existing directory, else a URL base; GitHub without one.
+    pub fn parse(from: Option<&str>) -> RepoSource {
+        match from {
+            Some(f) if Path::new(f).is_dir() => RepoSource::Dir(PathBuf::from(f)),
+            Some(f) => RepoSource::Url(f.trim_end_matches('/').to_string()),
+            None => RepoSource::Url("https://github.com".into()),
+        }
+    }
+
+    fn locate(&self, repo: &str) -> Result<String, String> {
+        match self {
+            RepoSource::Url(base) => Ok(format!("{base}/{repo}.git")),
+            RepoSource::Dir(d) => crate::find_repo(d, repo)
+                .map(|p| p.display().to_string())
+                .map_err(|e| format!("{e} (--from)")),
+        }
+    }
+}
+
+/// What syncing one repository did.
+#[derive(Debug)]
+pub struct RepoSync {
+    pub repo: String,
+    pub mirror: PathBuf,
+    /// "cloned" or "fetched", or the error.
+    pub result: Result<&'static str, String>,
+    /// Commits the tasks need (base and environment setup) that the mirror lacks.
+    pub missing_commits: Vec<String>,
+}
+
+/// Make (or update) a bare mirror `mirror/owner__name` of every repository of `tasks`, then
+/// check that it holds each task's `base_commit` and `environment_setup_commit`. The directory
+/// is then what `--repos` takes.
+pub fn sync_repos(tasks: &[crate::Task], mirror: &Path, from: &RepoSource) -> Vec<RepoSync> {
+    let mut by_repo: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for t in tasks.iter().filter(|t| t.sdist().is_none()) {
+        let v = by_repo.entry(t.repo.as_str()).or_default();
+        v.push(&t.base_commit);
+        if !t.environment_setup_commit.is_empty() {
+            v.push(&t.environment_setup_commit);
+        }
+    }
+    let mut out = Vec::new();
+    for (repo, commits) in by_repo {
+        let dest = mirror.join(repo.replace('/', "__"));
+        let result = sync_one(repo, &dest, from);
+        let mut missing: Vec<String> = Vec::new();
+        if result.is_ok() {
+            for c in commits {
+                let ok = git(&dest)
+                    .args(["cat-file", "-e", &format!("{c}^{{commit}}")])
+                    .output()
+                    .is_ok_and(|o| o.status.success());
+                if !ok && !missing.iter().any(|m| m == c) {
+                    missing.push(c.to_string());
+                }
+            }
+        }
+        out.push(RepoSync {
+            repo: repo.to_string(),
+            mirror: dest,
+            result,
+            missing_commits: missing,
+        });
+    }
+    out
+}
+
+fn git(dir: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.arg("-C")
+        .arg(dir)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(std::process::Stdio::null());
+    c
+}
+
+fn sync_one(repo: &str, dest: &Path, from: &RepoSource) -> Result<&'static str, String> {
+    let run = |c: &mut Command, what: &str| -> Result<(), String> {
+        let o = c
+            .output()
+            .map_err(|e| format!("{what}: cannot start git: {e}"))?;
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{what} failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
+        }
+    };
+    if dest.join("HEAD").is_file() || dest.join(".git").exists() {
+        run(
+            git(dest).args(["remote", "update", "--prune"]),
+            &format!("fetching {repo} into {}", dest.display()),
+        )?;
+        return Ok("fetched");
+    }
+    let src = from.locate(repo)?;
+    if let Some(parent) = dest.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
+    run(
+        Command::new("git")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .args(["clone", "--mirror", "--quiet", &src])
+            .arg(dest),
+        &format!("mirroring {repo} from {src}"),
+    )?;
+    Ok("cloned")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dataset_names() {
+        let e = dataset("swe-bench-verifed").unwrap_err();
+        assert!(
+            e.contains("swe-bench-verified") && e.contains("owner/name"),
+            "{e}"
+        );
+        assert_eq!(
+            dataset("SWE-bench_Verified").unwrap().0,
+            "princeton-nlp/SWE-bench_Verified"
+        );
+        assert_eq!(
+            dataset("swe-bench-verified").unwrap(),
+            ("princeton-nlp/SWE-bench_Verified".into(), "test".into())
+        );
+        assert_eq!(dataset("SWE_Gym").unwrap().0, "SWE-Gym/SWE-Gym");
+        assert_eq!(dataset("princeton-nlp/SWE-bench_Lite").unwrap().1, "test");
+        assert_eq!(
+            dataset("me/mine").unwrap(),
+            ("me/mine".into(), "test".into())
+        );
+    }
+
+    /// No hub reachable (a closed loopback port stands for it): the error names the dataset,
+    /// the endpoint and `--from`.
+    #[test]
+    fn unreachable_hub_is_a_clear_error() {
+        let d = tempfile::tempdir().unwrap();
+        // A port nothing listens on: bind one, note it, close it.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let e =
+            download_at(&format!("http://127.0.0.1:{port}"), "a/b", "test", d.path()).unwrap_err();
+        for want in ["a/b", "127.0.0.1", "--from"] {
+            assert!(e.contains(want), "{want:?} missing: {e}");
+        }
+    }
+
+    /// A local file of rows in the hub's shapes (lists as JSON strings, a duplicate, a broken
+    /// row) becomes task JSONL that loads strictly.
+    #[test]
+    fn normalise_a_local_file() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("in.jsonl");
+        std::fs::write(
+            &src,
+            concat!(
+                r#"{"instance_id":"a__b-1","repo":"a/b","base_commit":"c1","patch":"p","FAIL_TO_PASS":"[\"t::x\"]","PASS_TO_PASS":"[]","version":"1.0","extra":7}"#,
+                "\n",
+                r#"{"instance_id":"a__b-1","repo":"a/b","base_commit":"c1","patch":"p"}"#,
+                "\n",
+                r#"{"instance_id":"a__b-2","repo":"a/b","patch":"p"}"#,
+                "\n",
+            ),
+        )
+        .unwrap();
+        let out = d.path().join("out.jsonl");
+        let rep = normalise(&[src], &out).unwrap();
+        assert_eq!((rep.written, rep.duplicates, rep.invalid.len()), (1, 1, 1));
+        assert!(rep.invalid[0].contains("a__b-2") && rep.invalid[0].contains("base_commit"));
+        let tasks = crate::load_tasks(&out).unwrap();
+        assert_eq!(tasks[0].f2p(), ["t::x"]);
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(text.contains(r#""FAIL_TO_PASS":["t::x"]"#) && text.contains(r#""extra":7"#));
+        assert!(!d.path().join("out.jsonl.part").exists());
+    }
+
+    fn sh(dir: &Path, args: &[&str]) -> String {
+        let o = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    }
+
+    /// Mirrors made from local repositories (`--from DIR`), updated by a second sync, checked
+    /// for the tasks' commits; a repository the source lacks is an error naming it.
+    #[test]
+    fn sync_mirrors_from_local_repositories() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src");
+        let mut commits = Vec::new();
+        for name in ["o__one", "two"] {
+            let r = src.join(name);
+            std::fs::create_dir_all(&r).unwrap();
+            sh(&r, &["init", "-q"]);
+            std::fs::write(r.join("f.txt"), name).unwrap();
+            sh(&r, &["add", "."]);
+            sh(&r, &["commit", "-qm", "one"]);
+            commits.push(sh(&r, &["rev-parse", "HEAD"]));
+        }
+        let row = |id: &str, repo: &str, c: &str| serde_json::json!({"instance_id": id, "repo": repo, "base_commit": c, "patch": "p"});
+        let tasks_file = d.path().join("t.jsonl");
+        let rows = [
+            row("o__one-1", "o/one", &commits[0]),
+            row("o__two-1", "o/two", &commits[1]),
+            row(
+                "o__two-2",
+                "o/two",
+                "0000000000000000000000000000000000000000",
+            ),
+            row("x__three-1", "x/three", &commits[1]),
+        ];
+        std::fs::write(
+            &tasks_file,
+            rows.iter().map(|r| format!("{r}\n")).collect::<String>(),
+        )
+        .unwrap();
+        let tasks = crate::load_tasks(&tasks_file).unwrap();
+        let mirror = d.path().join("mirror");
+        let from = RepoSource::parse(Some(src.to_str().unwrap()));
+        let r = sync_repos(&tasks, &mirror, &from);
+        let by: std::collections::BTreeMap<_, _> = r.iter().map(|s| (s.repo.as_str(), s)).collect();
+        assert_eq!(by["o/one"].result, Ok("cloned"));
+        assert!(by["o/one"].missing_commits.is_empty());
+        assert_eq!(
+            by["o/two"].missing_commits,
+            ["0000000000000000000000000000000000000000"]
+        );
+        let e = by["x/three"].result.as_ref().unwrap_err();
+        assert!(e.contains("x/three") && e.contains("--from"), "{e}");
+        // The mirror is what --repos takes.
+        assert_eq!(
+            crate::find_repo(&mirror, "o/one").unwrap(),
+            mirror.join("o__one")
+        );
+        // A new upstream commit arrives with the next sync.
+        let one = src.join("o__one");
+        std::fs::write(one.join("f.txt"), "changed").unwrap();
+        sh(&one, &["commit", "-qam", "two"]);
+        let new = sh(&one, &["rev-parse", "HEAD"]);
+        let r = sync_repos(&tasks, &mirror, &from);
+        assert_eq!(r[0].result, Ok("fetched"));
+        sh(
+            &mirror.join("o__one"),
+            &["cat-file", "-e", &format!("{new}^{{commit}}")],
+        );
+    }
+}
