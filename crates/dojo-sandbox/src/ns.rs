@@ -179,6 +179,16 @@ struct Holder {
     launcher: Option<launcher::Client>,
 }
 
+/// What a holder mounts: the pristine tree, the venv, the environment's tree layer, network
+/// and CPUs, and whether /venv is a private writable overlay.
+#[derive(Clone, Copy)]
+struct Filesystems<'a> {
+    lower: &'a Path,
+    venv: Option<&'a Path>,
+    rt: &'a EnvRuntime,
+    venv_writable: bool,
+}
+
 fn path_c(p: &Path) -> CString {
     cstr(p.as_os_str().as_encoded_bytes())
 }
@@ -186,42 +196,16 @@ fn path_c(p: &Path) -> CString {
 async fn start_holder(
     dir: &Path,
     generation: u32,
-    lower: &Path,
-    venv: Option<&Path>,
-    rt: &EnvRuntime,
-    venv_writable: bool,
+    fs: &Filesystems<'_>,
     cg: Option<&dyn cgroup::CgroupHandle>,
     keep: bool,
     limits: &Limits,
 ) -> Result<Holder> {
     let tried_launcher = launcher::exe_fd().is_some();
-    match start_holder_once(
-        dir,
-        generation,
-        lower,
-        venv,
-        rt,
-        venv_writable,
-        cg,
-        keep,
-        limits,
-    )
-    .await
-    {
+    match start_holder_once(dir, generation, fs, cg, keep, limits).await {
         // The launcher took pid 1 down with it (see `launcher::disable`): once more, without.
         Err(_) if tried_launcher && launcher::exe_fd().is_none() => {
-            start_holder_once(
-                dir,
-                generation,
-                lower,
-                venv,
-                rt,
-                venv_writable,
-                cg,
-                keep,
-                limits,
-            )
-            .await
+            start_holder_once(dir, generation, fs, cg, keep, limits).await
         }
         r => r,
     }
@@ -230,14 +214,17 @@ async fn start_holder(
 async fn start_holder_once(
     dir: &Path,
     generation: u32,
-    lower: &Path,
-    venv: Option<&Path>,
-    rt: &EnvRuntime,
-    venv_writable: bool,
+    fs: &Filesystems<'_>,
     cg: Option<&dyn cgroup::CgroupHandle>,
     keep: bool,
     limits: &Limits,
 ) -> Result<Holder> {
+    let Filesystems {
+        lower,
+        venv,
+        rt,
+        venv_writable,
+    } = *fs;
     let layer = make_layer_dir(dir, generation)?;
     for p in [lower, &layer]
         .into_iter()
@@ -355,19 +342,13 @@ pub(crate) async fn create(a: CreateArgs<'_>) -> Result<NsSandbox> {
         })?),
         None => None,
     };
-    let h = match start_holder(
-        a.dir,
-        0,
-        a.lower,
-        a.venv,
-        a.runtime,
-        a.venv_writable,
-        cg.as_deref(),
-        a.keep,
-        a.limits,
-    )
-    .await
-    {
+    let fs = Filesystems {
+        lower: a.lower,
+        venv: a.venv,
+        rt: a.runtime,
+        venv_writable: a.venv_writable,
+    };
+    let h = match start_holder(a.dir, 0, &fs, cg.as_deref(), a.keep, a.limits).await {
         Ok(h) => h,
         Err(e) => {
             if let Some(c) = cg {
@@ -541,13 +522,16 @@ impl NsSandbox {
         self.kill_live();
         let old = layer_dir(&self.dir, self.generation);
         let generation = self.generation + 1;
+        let fs = Filesystems {
+            lower: &self.lower,
+            venv: self.venv.as_deref(),
+            rt: &self.runtime,
+            venv_writable: self.venv_writable,
+        };
         let h = start_holder(
             &self.dir,
             generation,
-            &self.lower,
-            self.venv.as_deref(),
-            &self.runtime,
-            self.venv_writable,
+            &fs,
             self.cgroup.as_deref(),
             self.keep,
             &self.limits,
