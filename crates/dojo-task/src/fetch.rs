@@ -261,19 +261,7 @@ fn git(dir: &Path) -> Command {
 }
 
 fn sync_one(repo: &str, dest: &Path, from: &RepoSource) -> Result<&'static str, String> {
-    let run = |c: &mut Command, what: &str| -> Result<(), String> {
-        let o = c
-            .output()
-            .map_err(|e| format!("{what}: cannot start git: {e}"))?;
-        if o.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{what} failed: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            ))
-        }
-    };
+    use crate::prepare::run;
     if dest.join("HEAD").is_file() || dest.join(".git").exists() {
         run(
             git(dest).args(["remote", "update", "--prune"]),

@@ -241,7 +241,8 @@ pub fn sdist_tree(cache: &Cache, task: &Task, s: &SdistSource) -> Result<PathBuf
         .map_err(|e| err(task, "unpack", e.to_string()))
 }
 
-fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
+/// Run a command to completion; the error names `what` and carries its output.
+pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
     let out = cmd
         .output()
         .map_err(|e| format!("{what}: cannot start: {e}"))?;
