@@ -2,7 +2,8 @@
 //! grading sandbox, as in the harness: a gold patch that changes the project's setup metadata
 //! (its version and a console script) resolves only when the reinstall ran. It runs offline, in
 //! the sandbox's private copy-on-write view of the pip-built environment; an agent's sandbox
-//! (read-only venv) says in the log that it did not run, and the same patch fails there.
+//! (read-only venv) says in the log that it did not run, and the same patch fails there. A
+//! patch that adds a dependency cannot be satisfied offline: pip says so in the log.
 //!
 //! Needs the sandbox's kernel features, uv and PyPI access (pip, setuptools, pytest for the env
 //! build); otherwise SKIPPED (under `CI=true` a missing feature fails instead).
@@ -59,13 +60,13 @@ async fn reinstall_after_the_model_patch_picks_up_new_metadata() {
         timeout: Some(Duration::from_secs(90)),
         ..Default::default()
     };
-    let grade = async |writable: bool| {
+    let grade = async |writable: bool, patch: &str| {
         let so = SandboxOptions {
             writable_venv: writable,
             ..Default::default()
         };
         let sb = Sandbox::create(&pristine, Some(&venv), &so).await.unwrap();
-        let r = grade_in_sandbox(&sb, &t, &env, Some(GOLD), &opts).await;
+        let r = grade_in_sandbox(&sb, &t, &env, Some(patch), &opts).await;
         // The shared environment is untouched by the sandbox's reinstall.
         let out = sb
             .exec(&dojo_sandbox::ExecRequest::shell(
@@ -77,7 +78,7 @@ async fn reinstall_after_the_model_patch_picks_up_new_metadata() {
         (r, out.stdout_lossy().trim().to_string())
     };
 
-    let (r, rw) = grade(true).await;
+    let (r, rw) = grade(true, GOLD).await;
     assert_eq!(rw, "rw");
     assert_eq!(
         r.outcome,
@@ -96,10 +97,26 @@ async fn reinstall_after_the_model_patch_picks_up_new_metadata() {
         "the reinstall wrote into the shared venv"
     );
 
-    let (r, ro) = grade(false).await;
+    let (r, ro) = grade(false, GOLD).await;
     assert_eq!(ro, "ro");
     assert_ne!(r.outcome, Verdict::Resolved, "{}", r.test_output);
     assert!(skipped(&r.test_output), "{}", r.test_output);
+
+    // A patch that adds a dependency (as pylint-4661 adds `appdirs`): offline, pip cannot
+    // satisfy it, says so in the log, and the tests run against the old install (unresolved).
+    // Only `reinstall_network = true` (the index at grading time) could install it.
+    let new_dep = GOLD.replace(
+        "'meta-hello=meta:hello']})",
+        "'meta-hello=meta:hello']}, install_requires=['dojo-absent-dependency'])",
+    );
+    assert_ne!(new_dep, GOLD);
+    let (r, _) = grade(true, &new_dep).await;
+    assert_ne!(r.outcome, Verdict::Resolved, "{}", r.test_output);
+    assert!(
+        r.test_output.contains("dojo-absent-dependency") && !skipped(&r.test_output),
+        "{}",
+        r.test_output
+    );
 }
 
 /// The log line the skipped reinstall prints (the command itself is echoed too, with that text
