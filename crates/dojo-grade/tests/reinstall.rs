@@ -3,7 +3,8 @@
 //! (its version and a console script) resolves only when the reinstall ran. It runs offline, in
 //! the sandbox's private copy-on-write view of the pip-built environment; an agent's sandbox
 //! (read-only venv) says in the log that it did not run, and the same patch fails there. A
-//! patch that adds a dependency cannot be satisfied offline: pip says so in the log.
+//! patch that adds a dependency cannot be satisfied offline: pip says so in the log; with the
+//! env's `reinstall_network = true` it is installed from the index (here one on loopback).
 //!
 //! Needs the sandbox's kernel features, uv and PyPI access (pip, setuptools, pytest for the env
 //! build); otherwise SKIPPED (under `CI=true` a missing feature fails instead).
@@ -117,6 +118,110 @@ async fn reinstall_after_the_model_patch_picks_up_new_metadata() {
         "{}",
         r.test_output
     );
+
+    // `reinstall_network = true`: the grading sandbox has the network and the reinstall the
+    // index, here one on loopback that holds the new dependency.
+    reg.add_text(
+        "meta-net.toml",
+        "schema_version = 3\nrepo = \"local/meta\"\n[default]\npython = \"3.11\"\ninstaller = \"pip\"\nrequirements = [\"pytest==8.3.3\"]\ntimeout_s = 120\n[versions.\"0.1\"]\nreinstall_network = true\n",
+    )
+    .unwrap();
+    let mut net_env = reg.resolve(&t).unwrap();
+    assert!(net_env.reinstall_network);
+    assert_eq!(net_env.spec, env.spec, "the same environment is built");
+    let port = serve_index(wheel("dojo-dep", "dojo_dep"));
+    net_env.env.insert(
+        "PIP_INDEX_URL".into(),
+        format!("http://127.0.0.1:{port}/simple/"),
+    );
+    // The loopback index has no setuptools for an isolated build: use the environment's.
+    net_env
+        .env
+        .insert("PIP_NO_BUILD_ISOLATION".into(), "0".into());
+    let with_dep = GOLD.replace(
+        "'meta-hello=meta:hello']})",
+        "'meta-hello=meta:hello']}, install_requires=['dojo-dep'])",
+    );
+    let mut net_venv = venv.clone();
+    net_venv.runtime.network = true; // what dojo-grade's batch does for reinstall_network
+    let so = SandboxOptions {
+        writable_venv: true,
+        ..Default::default()
+    };
+    let sb = Sandbox::create(&pristine, Some(&net_venv), &so)
+        .await
+        .unwrap();
+    let r = grade_in_sandbox(&sb, &t, &net_env, Some(&with_dep), &opts).await;
+    sb.teardown().await.unwrap();
+    assert_eq!(
+        r.outcome,
+        Verdict::Resolved,
+        "{:?}\n{}",
+        r.error,
+        r.test_output
+    );
+    assert!(r.test_output.contains("dojo-dep-1.0"), "{}", r.test_output);
+}
+
+/// A pure-Python wheel of `dist` (module `module`), built with the host's Python.
+fn wheel(dist: &str, module: &str) -> (String, Vec<u8>) {
+    let d = tempfile::tempdir().unwrap();
+    let name = format!("{module}-1.0-py3-none-any.whl");
+    let path = d.path().join(&name);
+    let script = format!(
+        "import zipfile\nz = zipfile.ZipFile({path:?}, 'w')\nz.writestr('{module}/__init__.py', 'X = 1\\n')\nz.writestr('{module}-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: {dist}\\nVersion: 1.0\\n')\nz.writestr('{module}-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\nz.writestr('{module}-1.0.dist-info/RECORD', '')\nz.close()\n",
+        path = path.display().to_string()
+    );
+    let st = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    (name, std::fs::read(&path).unwrap())
+}
+
+/// A package index on loopback holding one wheel (PEP 503 HTML); returns its port. Serves
+/// until the test process ends.
+fn serve_index((file, bytes): (String, Vec<u8>)) -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in l.incoming().flatten() {
+            let mut r = BufReader::new(&conn);
+            let mut first = String::new();
+            if r.read_line(&mut first).is_err() {
+                continue;
+            }
+            let mut h = String::new();
+            while r.read_line(&mut h).is_ok_and(|n| n > 2) {
+                h.clear();
+            }
+            let path = first.split_whitespace().nth(1).unwrap_or("");
+            let (ctype, body) = if path.starts_with("/simple/") && !path.ends_with(".whl") {
+                let page =
+                    format!("<html><body><a href=\"/files/{file}\">{file}</a></body></html>");
+                ("text/html", page.into_bytes())
+            } else if path == format!("/files/{file}") {
+                ("application/octet-stream", bytes.clone())
+            } else {
+                ("text/plain", Vec::new())
+            };
+            let status = if body.is_empty() {
+                "404 Not Found"
+            } else {
+                "200 OK"
+            };
+            let mut w = &conn;
+            let _ = write!(
+                w,
+                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = w.write_all(&body);
+        }
+    });
+    port
 }
 
 /// The log line the skipped reinstall prints (the command itself is echoed too, with that text
