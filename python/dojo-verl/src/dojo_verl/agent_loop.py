@@ -76,7 +76,7 @@ class DojoAgentLoop(AgentLoopBase):
         self.shaping = _plain(shaping) or {}
         self.lease_s = lease_s
         self.bridge_host = os.environ.get("DOJO_BRIDGE_HOST") or bridge_host or "127.0.0.1"
-        self.bridge_listen = bridge_listen
+        self.bridge_listen = os.environ.get("DOJO_BRIDGE_LISTEN") or bridge_listen
         self.model_name = model_name
         self.request_timeout_s = request_timeout_s
         self.tool_parser_name = tool_parser
@@ -126,7 +126,9 @@ class DojoAgentLoop(AgentLoopBase):
             raise DojoEpisodeError("the row has no extra_info.task (write rows with `dojo tasks export --format verl`)")
         if isinstance(task, dict) and isinstance(task.get("task"), str):
             task = json.loads(task["task"])
-        episode_id = f"{task.get('instance_id', 'task')}-{uuid.uuid4().hex[:16]}"
+        index = _plain(kwargs.get("index"))
+        tag = f"-r{index}" if index is not None else ""
+        episode_id = f"{task.get('instance_id', 'task')}{tag}-{uuid.uuid4().hex[:16]}"
         group_id = kwargs.get("uid") or kwargs.get("index")
         bridge = await self._bridge()
         bridge.register(episode_id, sampling_params)
@@ -145,7 +147,8 @@ class DojoAgentLoop(AgentLoopBase):
                 "episode_id": episode_id,
                 "task": task,
                 "policy": policy,
-                "budgets": self.budgets,
+                # A row may tighten the loop's budgets (extra_info.budgets).
+                "budgets": {**self.budgets, **(extra.get("budgets") or {})},
                 "shaping": self.shaping,
             }
             if group_id is not None:
