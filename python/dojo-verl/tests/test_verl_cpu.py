@@ -139,7 +139,7 @@ def verl_config(model: str):
                 "actor_rollout_ref.rollout.response_length=8192",
                 "actor_rollout_ref.rollout.calculate_log_probs=true",
                 f"actor_rollout_ref.rollout.agent.agent_loop_config_path={dojo_verl.AGENT_LOOP_CONFIG}",
-                "actor_rollout_ref.rollout.agent.default_agent_loop=dojo",
+                "actor_rollout_ref.rollout.agent.default_agent_loop=dojo_swe",
                 "algorithm.adv_estimator=dojo_rloo",
                 "algorithm.norm_adv_by_std_in_grpo=false",
                 "data.train_files=[]",
@@ -181,13 +181,14 @@ def test_agent_loop_in_verl_worker(env_serve, tmp_path, monkeypatch):
     broken = task_row(TASK)
     broken.update(instance_id="nobody__nothing-1", repo="nobody/nothing")
     tasks = [task_row(TASK), task_row(TASK), task_row(TASK), broken]
-    extra = [{"task": t} for t in tasks]
+    # As `dojo tasks export --format verl` writes them: the task as JSON text.
+    extra = [{"task": json.dumps(t), "instance_id": t["instance_id"]} for t in tasks]
     extra[2]["budgets"] = {"max_steps": 1}
     n = len(tasks)
     batch = DataProto(
         batch=None,
         non_tensor_batch={
-            "agent_name": np.array(["dojo"] * n, dtype=object),
+            "agent_name": np.array(["dojo_swe"] * n, dtype=object),
             "raw_prompt": np.array([[{"role": "user", "content": t["problem_statement"]}] for t in tasks] + [None], dtype=object)[:n],
             "extra_info": np.array(extra, dtype=object),
             "index": np.arange(n),
@@ -223,3 +224,48 @@ def test_agent_loop_in_verl_worker(env_serve, tmp_path, monkeypatch):
     assert np.allclose(adv["dojo_rloo"], [0.75, -0.75, 0.0, 0.0]), adv
     # verl's rloo counts the masked sample's 0 in the baseline.
     assert np.allclose(adv["rloo"], [2.5 / 3, -0.5, 0.5 / 3, 0.0]), adv
+
+
+def test_example_config_uses_real_keys():
+    """examples/verl/dojo_swe_master.yaml composes over verl's ppo_trainer and every key it sets
+    exists there (no key silently ignored), with SWE-Master's values."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import verl.trainer.config as vc
+
+    example = REPO / "examples" / "verl"
+    with initialize_config_dir(config_dir=str(example), version_base=None):
+        cfg = compose(
+            config_name="dojo_swe_master",
+            overrides=["data.train_files=a", "data.val_files=b", "actor_rollout_ref.model.path=m"],
+        )
+    with initialize_config_dir(config_dir=os.path.dirname(vc.__file__), version_base=None):
+        base = compose(config_name="ppo_trainer")
+    ours = OmegaConf.load(example / "dojo_swe_master.yaml")
+
+    def leaves(node, prefix=""):
+        for k, v in node.items():
+            if k in ("hydra", "defaults"):
+                continue
+            path = f"{prefix}{k}"
+            if isinstance(v, dict):
+                yield from leaves(v, path + ".")
+            else:
+                yield path
+
+    for key in leaves(OmegaConf.to_container(ours, resolve=False)):
+        if key == "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook":
+            continue  # Ray's runtime_env field, passed through to ray.init
+        parent, _, last = key.rpartition(".")
+        node = OmegaConf.select(base, parent) if parent else base
+        assert node is not None and last in node.keys(), key
+    a = cfg.actor_rollout_ref.actor
+    assert (a.clip_ratio_low, a.clip_ratio_high, a.use_kl_loss, a.loss_agg_mode) == (
+        0.2, 0.28, False, "seq-mean-token-sum-norm")
+    assert cfg.algorithm.adv_estimator == "dojo_rloo" and not cfg.algorithm.norm_adv_by_std_in_grpo
+    assert not cfg.algorithm.use_kl_in_reward
+    r = cfg.actor_rollout_ref.rollout
+    assert 4 <= r.n <= 8 and r.calculate_log_probs and r.agent.default_agent_loop == "dojo_swe"
+    agent_loops = OmegaConf.load(example / "agent_loop.yaml")
+    assert agent_loops[0]._target_ == "dojo_verl.agent_loop.DojoAgentLoop"

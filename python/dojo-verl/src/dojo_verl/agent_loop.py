@@ -122,10 +122,15 @@ class DojoAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         extra = _plain(kwargs.get("extra_info")) or {}
         task = extra.get("task") or _plain(kwargs.get("task"))
+        if isinstance(task, str):
+            # `dojo tasks export --format verl` keeps the row as JSON text (rows may differ in
+            # fields, which a Parquet struct cannot hold).
+            try:
+                task = json.loads(task)
+            except ValueError as e:
+                raise DojoEpisodeError(f"extra_info.task is not JSON: {e}") from e
         if not isinstance(task, dict):
             raise DojoEpisodeError("the row has no extra_info.task (write rows with `dojo tasks export --format verl`)")
-        if isinstance(task, dict) and isinstance(task.get("task"), str):
-            task = json.loads(task["task"])
         index = _plain(kwargs.get("index"))
         tag = f"-r{index}" if index is not None else ""
         episode_id = f"{task.get('instance_id', 'task')}{tag}-{uuid.uuid4().hex[:16]}"
