@@ -12,6 +12,10 @@
 //!   carries the token streams (prompt ids, response ids, mask, logprobs);
 //! - SIGTERM: a clean exit.
 //!
+//! And the step-wise envs (`/v1/envs`): the gold patch through steps (reward 1), a wrong edit
+//! (reward 0), the slot shared with episodes, lease expiry and DELETE removing the sandbox, bad
+//! input, shutdown with a live env.
+//!
 //! Needs the sandbox's kernel features and the task's environment (PyPI, cached in
 //! `$DOJO_HOME`); otherwise SKIPPED (under `CI=true` a missing kernel feature fails).
 
@@ -322,14 +326,11 @@ fn step_wise_envs_graded_and_leased() {
         .resolve(&task)
         .unwrap();
     let tree = dojo_task::prepare(&task, &repo_env, &Default::default()).unwrap();
-    let actions = dojo_rollout::gold::plan_actions(
-        TASK,
-        &task.patch,
-        dojo_sandbox::WORKSPACE,
-        None,
-        |rel| std::fs::read_to_string(tree.pristine.path.join(rel)).map_err(|e| e.to_string()),
-    )
-    .unwrap();
+    let actions =
+        dojo_rollout::gold::plan_actions(TASK, &task.patch, dojo_sandbox::WORKSPACE, None, |rel| {
+            std::fs::read_to_string(tree.pristine.path.join(rel)).map_err(|e| e.to_string())
+        })
+        .unwrap();
     let n = actions.len();
     for (i, a) in actions.iter().enumerate() {
         let (name, arguments) = names.call(a).unwrap();
@@ -373,7 +374,11 @@ fn step_wise_envs_graded_and_leased() {
     assert_eq!(graded["stop_reason"], "submitted");
     assert_eq!(graded["group_id"], "g");
     assert!(graded["patch"].as_str().unwrap().contains("diff --git"));
-    assert!(!sandbox.exists(), "evaluated env left {}", sandbox.display());
+    assert!(
+        !sandbox.exists(),
+        "evaluated env left {}",
+        sandbox.display()
+    );
     // Evaluated envs are stored like episodes.
     let (code, stored) = http(&s.addr, "GET", &format!("/v1/episodes/{id}"), "");
     assert_eq!(code, 200, "{stored}");
@@ -441,19 +446,48 @@ fn step_wise_envs_graded_and_leased() {
 
     // Bad input: 4xx naming the field; the service keeps serving.
     for (path, body, want, field) in [
-        ("/v1/envs", json!({"task_id": "nobody__nothing-9"}), 400, "task_id"),
+        (
+            "/v1/envs",
+            json!({"task_id": "nobody__nothing-9"}),
+            400,
+            "task_id",
+        ),
         ("/v1/envs", json!({}), 400, "task"),
-        ("/v1/envs", json!({"task_id": TASK, "agent": {"tool_set": "nope"}}), 400, "agent"),
-        ("/v1/envs", json!({"task_id": TASK, "lease_s": -2}), 400, "lease_s"),
-        ("/v1/envs", json!({"task_id": TASK, "bogus": 1}), 400, "body"),
-        ("/v1/envs/missing/step", json!({"call": {"name": "submit"}}), 404, "env_id"),
+        (
+            "/v1/envs",
+            json!({"task_id": TASK, "agent": {"tool_set": "nope"}}),
+            400,
+            "agent",
+        ),
+        (
+            "/v1/envs",
+            json!({"task_id": TASK, "lease_s": -2}),
+            400,
+            "lease_s",
+        ),
+        (
+            "/v1/envs",
+            json!({"task_id": TASK, "bogus": 1}),
+            400,
+            "body",
+        ),
+        (
+            "/v1/envs/missing/step",
+            json!({"call": {"name": "submit"}}),
+            404,
+            "env_id",
+        ),
         ("/v1/envs/missing/evaluate", json!({}), 404, "env_id"),
         ("/v1/envs/wrong/evaluate", json!({"x": 1}), 400, "body"),
     ] {
         let (code, e) = env_post(&s, path, &body);
         assert_eq!(code, want, "{path} {body}: {e}");
         assert_eq!(e["error"]["field"], field, "{path} {body}: {e}");
-        assert!(e["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
     }
     let (code, text) = http(&s.addr, "POST", "/v1/envs", "{not json");
     assert_eq!(code, 400, "{text}");

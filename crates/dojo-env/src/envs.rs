@@ -405,7 +405,7 @@ pub(crate) async fn create(State(s): State<AppState>, body: Bytes) -> Response {
     );
     let (done_tx, done_rx) = watch::channel(None);
     let state = s.clone();
-    let (rid, shaping, group) = (id.clone(), req.shaping.clone(), req.group_id.clone());
+    let (rid, shaping, group) = (id.clone(), req.shaping, req.group_id.clone());
     let run = tokio::spawn(async move {
         let t0 = Instant::now();
         let traj = runner.run(job).await;
@@ -636,3 +636,51 @@ pub(crate) fn uuidish() -> String {
 
 /// Live envs, by id (shared with the lease sweeper and shutdown).
 pub(crate) type Envs = Mutex<HashMap<String, Arc<Env>>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_req(body: Value) -> Result<EnvRequest, BadRequest> {
+        parse::<EnvRequest>(body.to_string().as_bytes()).and_then(|r| r.check().map(|_| r))
+    }
+
+    /// Bad env requests are refused before anything runs, naming the field.
+    #[test]
+    fn bad_env_requests_name_the_field() {
+        assert!(env_req(json!({"task_id": "a__b-1"})).is_ok());
+        for (body, field) in [
+            (json!({}), "task"),
+            (json!({"task_id": "a", "task": {}}), "task"),
+            (json!({"task_id": "a", "env_id": ""}), "env_id"),
+            (json!({"task_id": "a", "env_id": "x/y"}), "env_id"),
+            (json!({"task_id": "a", "lease_s": 0}), "lease_s"),
+            (
+                json!({"task_id": "a", "shaping": {"budget_alpha": 3.0}}),
+                "shaping",
+            ),
+            (json!({"task_id": "a", "nope": 1}), "body"),
+        ] {
+            let e = env_req(body.clone()).unwrap_err();
+            assert_eq!(e.field, field, "{body}: {e}");
+        }
+        let r = env_req(json!({"task_id": "a", "agent": {"tool_set": "nope"}})).unwrap();
+        assert_eq!(r.agent().err().map(|e| e.field), Some("agent".into()));
+        let r = env_req(json!({"task_id": "a", "budgets": {"max_steps": 3}})).unwrap();
+        assert_eq!(r.agent().map(|a| a.config.max_steps).ok(), Some(3));
+    }
+
+    /// The observation of a step is what follows the last assistant turn.
+    #[test]
+    fn observation_is_after_the_last_turn() {
+        let m = vec![
+            ChatMessage::system("s"),
+            ChatMessage::user("u"),
+            ChatMessage::assistant("a"),
+            ChatMessage::user("obs"),
+        ];
+        assert_eq!(after_last_turn(&m).len(), 1);
+        assert_eq!(after_last_turn(&m[..2]).len(), 2);
+        assert_eq!(observation_json(&m[3..])["observation"], "obs");
+    }
+}

@@ -97,7 +97,11 @@ pub(crate) struct Shared {
 
 pub(crate) type AppState = Arc<Shared>;
 
-pub(crate) fn error(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> Response {
+pub(crate) fn error(
+    status: StatusCode,
+    field: Option<&str>,
+    message: impl Into<String>,
+) -> Response {
     let message = message.into();
     (
         status,
@@ -141,7 +145,10 @@ impl Shared {
                 None,
                 format!(
                     "{} episodes or envs running and {} waiting (--max-episodes {}, --queue {}); retry later",
-                    self.opts.max_episodes, self.opts.queue, self.opts.max_episodes, self.opts.queue
+                    self.opts.max_episodes,
+                    self.opts.queue,
+                    self.opts.max_episodes,
+                    self.opts.queue
                 ),
             ));
         }
