@@ -46,7 +46,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 
-use crate::api::{BadRequest, EpisodeRecord};
+use crate::api::{BadRequest, EpisodeRecord, check_lease_and_shaping, task_of_row};
 use crate::server::{AppState, Shared, error, record};
 
 /// `POST /v1/envs`.
@@ -125,30 +125,12 @@ impl EnvRequest {
                 "give exactly one of `task` (the row) and `task_id` (a task of --tasks)",
             ));
         }
-        if let Some(l) = self.lease_s
-            && !(l.is_finite() && l > 0.0)
-        {
-            return Err(BadRequest::new(
-                "lease_s",
-                "must be a positive number of seconds",
-            ));
-        }
-        self.shaping
-            .validate()
-            .map_err(|e| BadRequest::new("shaping", e.to_string()))
+        check_lease_and_shaping(self.lease_s, &self.shaping)
     }
 
     fn task(&self, s: &Shared) -> Result<dojo_task::Task, BadRequest> {
         match (&self.task, &self.task_id) {
-            (Some(row), _) => {
-                let loc = dojo_task::Location {
-                    file: "request".into(),
-                    unit: "task",
-                    index: 1,
-                };
-                dojo_task::Task::from_row(row.clone(), &loc)
-                    .map_err(|e| BadRequest::new("task", e.to_string()))
-            }
+            (Some(row), _) => task_of_row(row),
             (None, Some(id)) => s.tasks.get(id).cloned().ok_or_else(|| {
                 BadRequest::new(
                     "task_id",

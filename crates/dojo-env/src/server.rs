@@ -180,13 +180,15 @@ impl Shared {
             }
             Err(_) => return,
         };
+        // Evaluated envs only drop their record here; the others lose their sandbox.
+        let live = gone.iter().filter(|e| !e.finished()).count();
         for env in &gone {
             env.cancel();
         }
-        if !gone.is_empty()
+        if live > 0
             && let Ok(mut m) = self.metrics.lock()
         {
-            m.envs_lease_expired += gone.len() as u64;
+            m.envs_lease_expired += live as u64;
         }
     }
 
