@@ -269,3 +269,41 @@ def test_example_config_uses_real_keys():
     assert 4 <= r.n <= 8 and r.calculate_log_probs and r.agent.default_agent_loop == "dojo_swe"
     agent_loops = OmegaConf.load(example / "agent_loop.yaml")
     assert agent_loops[0]._target_ == "dojo_verl.agent_loop.DojoAgentLoop"
+
+
+def test_bridge_refuses_bad_requests(tmp_path):
+    """The token bridge: unknown episodes 404, malformed bodies 400, a registered episode's turn
+    answered with vLLM's token fields under its sticky request id."""
+    import aiohttp
+    from transformers import AutoTokenizer
+
+    from dojo_verl.bridge import TokenBridge
+
+    tok = AutoTokenizer.from_pretrained(model_dir(tmp_path))
+    sm = ScriptedServerManager(tok)
+
+    async def go():
+        b = TokenBridge(sm, tok)
+        await b.start(host="127.0.0.1")
+        b.register("t-r0-x", {"temperature": 1.0})
+        base = f"http://127.0.0.1:{b.port}"
+        msgs = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
+        async with aiohttp.ClientSession() as s:
+            async with s.post(f"{base}/episodes/nobody/v1/chat/completions", json=msgs) as r:
+                assert r.status == 404 and "nobody" in (await r.json())["error"]["message"]
+            async with s.post(f"{base}/episodes/t-r0-x/v1/chat/completions", data="{not json") as r:
+                assert r.status == 400
+            async with s.post(f"{base}/episodes/t-r0-x/v1/chat/completions", json={"messages": []}) as r:
+                assert r.status == 400
+            async with s.post(f"{base}/episodes/t-r0-x/v1/chat/completions", json=msgs) as r:
+                assert r.status == 200
+                body = await r.json()
+        await b.stop()
+        return body
+
+    body = asyncio.run(go())
+    ch = body["choices"][0]
+    assert body["prompt_token_ids"] and ch["token_ids"]
+    assert len(ch["logprobs"]["content"]) == len(ch["token_ids"])
+    assert "<function=str_replace_editor>" in ch["message"]["content"]
+    assert sm.calls[-1][0] == "t-r0-x" and sm.calls[-1][2]["max_tokens"] == 64
