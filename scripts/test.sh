@@ -5,3 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-tools.sh
 cargo test --workspace --locked "$@"
+# Opt-in (DOJO_VERL_PYTHON): the verl agent loop under a real verl install.
+bash scripts/test-verl.sh

@@ -12,6 +12,10 @@
 //!   carries the token streams (prompt ids, response ids, mask, logprobs);
 //! - SIGTERM: a clean exit.
 //!
+//! And the step-wise envs (`/v1/envs`): the gold patch through steps (reward 1), a wrong edit
+//! (reward 0), the slot shared with episodes, lease expiry and DELETE removing the sandbox, bad
+//! input, shutdown with a live env.
+//!
 //! Needs the sandbox's kernel features and the task's environment (PyPI, cached in
 //! `$DOJO_HOME`); otherwise SKIPPED (under `CI=true` a missing kernel feature fails).
 
@@ -260,4 +264,255 @@ fn episodes_over_http_graded_shaped_and_kept() {
     }
 
     assert_eq!(s.terminate().code(), Some(0), "{}", s.log_text());
+}
+
+fn env_post(s: &Service, path: &str, body: &Value) -> (u16, Value) {
+    let (code, text) = http(&s.addr, "POST", path, &body.to_string());
+    (code, json_of(&text))
+}
+
+/// Blocks until `cond` holds, polling the service (a bound only against a hang, not a timing).
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..6000 {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("never happened: {what}");
+}
+
+/// The step-wise API (`/v1/envs`) with real sandboxes and grading:
+/// - the gold patch applied through steps (each a `call` rendered in the env's action format),
+///   then its `submit`: done, submitted; evaluate: reward 1 through rollout's grading path;
+/// - a wrong edit, then evaluate (which submits first): reward 0, not masked;
+/// - one slot shared with episodes: a second env while one is live is answered 429;
+/// - an env nobody touches past its lease: torn down, its sandbox directory gone, then 404;
+/// - DELETE removes a live env's sandbox;
+/// - bad ids and malformed bodies: 4xx naming the field, and the service keeps serving.
+#[test]
+fn step_wise_envs_graded_and_leased() {
+    if let Err(reason) = bundled_ready(&[TASK]) {
+        println!("SKIPPED: {reason}");
+        return;
+    }
+    let dir = scratch("env-steps");
+    let out = dir.path().join("envs");
+    let mut s = start(
+        &out,
+        &["--max-episodes", "1", "--queue", "0", "--tasks", BUNDLED],
+    );
+    let row = task_row(TASK);
+
+    // Gold, step by step.
+    let (code, env) = env_post(&s, "/v1/envs", &json!({"task": row, "group_id": "g"}));
+    assert_eq!(code, 200, "{env}");
+    assert_eq!(env["done"], false, "{env}");
+    let id = env["env_id"].as_str().unwrap().to_string();
+    let obs = env["observation"].as_str().unwrap();
+    let statement = row["problem_statement"].as_str().unwrap();
+    assert!(obs.contains(&statement[..40.min(statement.len())]), "{obs}");
+    let sandbox = std::path::PathBuf::from(env["sandbox"].as_str().unwrap());
+    assert!(sandbox.is_dir(), "{env}");
+    let tools: Vec<dojo_llm::ToolSpec> = serde_json::from_value(env["tools"].clone()).unwrap();
+    let names = dojo_rollout::gold::ToolNames::from_specs(&tools);
+    let task = dojo_task::load_tasks(std::path::Path::new(BUNDLED))
+        .unwrap()
+        .into_iter()
+        .find(|t| t.instance_id == TASK)
+        .unwrap();
+    let repo_env = dojo_task::EnvRegistry::embedded()
+        .unwrap()
+        .resolve(&task)
+        .unwrap();
+    let tree = dojo_task::prepare(&task, &repo_env, &Default::default()).unwrap();
+    let actions =
+        dojo_rollout::gold::plan_actions(TASK, &task.patch, dojo_sandbox::WORKSPACE, None, |rel| {
+            std::fs::read_to_string(tree.pristine.path.join(rel)).map_err(|e| e.to_string())
+        })
+        .unwrap();
+    let n = actions.len();
+    for (i, a) in actions.iter().enumerate() {
+        let (name, arguments) = names.call(a).unwrap();
+        let (code, step) = env_post(
+            &s,
+            &format!("/v1/envs/{id}/step"),
+            &json!({"call": {"name": name, "arguments": arguments}, "thought": "next"}),
+        );
+        assert_eq!(code, 200, "{step}");
+        let last = i + 1 == n;
+        assert_eq!(step["done"], last, "step {i}: {step}");
+        assert!(!step["observation"].as_str().unwrap().is_empty(), "{step}");
+        if !last {
+            // The observation as dojo's agent shows it: the tool output, then the step counter.
+            let want = format!("This is step {} of a maximum of", i + 1);
+            assert!(
+                step["observation"].as_str().unwrap().contains(&want),
+                "{step}"
+            );
+        } else {
+            assert_eq!(step["stop_reason"], "submitted", "{step}");
+        }
+    }
+    let (code, after) = env_post(
+        &s,
+        &format!("/v1/envs/{id}/step"),
+        &json!({"call": {"name": names.bash, "arguments": {names.bash_arg.clone(): "ls"}}}),
+    );
+    assert_eq!(code, 409, "{after}");
+    let (code, graded) = env_post(&s, &format!("/v1/envs/{id}/evaluate"), &json!({}));
+    assert_eq!(code, 200, "{graded}");
+    assert_eq!(
+        (
+            graded["reward"].as_f64(),
+            graded["raw_reward"].as_f64(),
+            graded["masked"].as_bool()
+        ),
+        (Some(1.0), Some(1.0), Some(false)),
+        "{graded}"
+    );
+    assert_eq!(graded["stop_reason"], "submitted");
+    assert_eq!(graded["group_id"], "g");
+    assert!(graded["patch"].as_str().unwrap().contains("diff --git"));
+    assert!(
+        !sandbox.exists(),
+        "evaluated env left {}",
+        sandbox.display()
+    );
+    // Evaluated envs are stored like episodes.
+    let (code, stored) = http(&s.addr, "GET", &format!("/v1/episodes/{id}"), "");
+    assert_eq!(code, 200, "{stored}");
+
+    // A wrong edit, by task id; evaluate submits it.
+    let (code, wrong) = env_post(
+        &s,
+        "/v1/envs",
+        &json!({"task_id": TASK, "env_id": "wrong", "budgets": {"max_steps": 5}}),
+    );
+    assert_eq!(code, 200, "{wrong}");
+    let sandbox = std::path::PathBuf::from(wrong["sandbox"].as_str().unwrap());
+    // One slot, held by the live env: another env (or episode) is refused.
+    let (code, busy) = env_post(&s, "/v1/envs", &json!({"task_id": TASK}));
+    assert_eq!(code, 429, "{busy}");
+    let (code, step) = env_post(
+        &s,
+        "/v1/envs/wrong/step",
+        &json!({"call": {"name": names.editor, "arguments":
+            {"command": "create", "path": format!("{}/wrong.py", dojo_sandbox::WORKSPACE), "file_text": "x = 1\n"}}}),
+    );
+    assert_eq!((code, step["done"].clone()), (200, json!(false)), "{step}");
+    let (code, graded) = env_post(&s, "/v1/envs/wrong/evaluate", &json!({}));
+    assert_eq!(code, 200, "{graded}");
+    assert_eq!(
+        (
+            graded["reward"].as_f64(),
+            graded["raw_reward"].as_f64(),
+            graded["masked"].as_bool()
+        ),
+        (Some(0.0), Some(0.0), Some(false)),
+        "{graded}"
+    );
+    assert!(graded["patch"].as_str().unwrap().contains("wrong.py"));
+    assert!(!sandbox.exists());
+
+    // Leases: an env nobody touches is torn down, its sandbox removed.
+    let (code, leased) = env_post(
+        &s,
+        "/v1/envs",
+        &json!({"task_id": TASK, "env_id": "leased", "lease_s": 1}),
+    );
+    assert_eq!(code, 200, "{leased}");
+    let sandbox = std::path::PathBuf::from(leased["sandbox"].as_str().unwrap());
+    assert!(sandbox.is_dir());
+    wait_until("the leased env's sandbox is removed", || !sandbox.exists());
+    wait_until("the leased env's slot is free", || {
+        json_of(&http(&s.addr, "GET", "/health", "").1)["running"] == 0
+    });
+    let (code, gone) = env_post(
+        &s,
+        "/v1/envs/leased/step",
+        &json!({"call": {"name": "submit", "arguments": {}}}),
+    );
+    assert_eq!(code, 404, "{gone}");
+    assert!(gone["error"]["message"].as_str().unwrap().contains("lease"));
+
+    // DELETE a live env: its sandbox goes.
+    let (code, del) = env_post(&s, "/v1/envs", &json!({"task_id": TASK, "env_id": "del"}));
+    assert_eq!(code, 200, "{del}");
+    let sandbox = std::path::PathBuf::from(del["sandbox"].as_str().unwrap());
+    let (code, text) = http(&s.addr, "DELETE", "/v1/envs/del", "");
+    assert_eq!(code, 200, "{text}");
+    wait_until("the deleted env's sandbox is removed", || !sandbox.exists());
+
+    // Bad input: 4xx naming the field; the service keeps serving.
+    for (path, body, want, field) in [
+        (
+            "/v1/envs",
+            json!({"task_id": "nobody__nothing-9"}),
+            400,
+            "task_id",
+        ),
+        ("/v1/envs", json!({}), 400, "task"),
+        (
+            "/v1/envs",
+            json!({"task_id": TASK, "agent": {"tool_set": "nope"}}),
+            400,
+            "agent",
+        ),
+        (
+            "/v1/envs",
+            json!({"task_id": TASK, "lease_s": -2}),
+            400,
+            "lease_s",
+        ),
+        (
+            "/v1/envs",
+            json!({"task_id": TASK, "bogus": 1}),
+            400,
+            "body",
+        ),
+        (
+            "/v1/envs/missing/step",
+            json!({"call": {"name": "submit"}}),
+            404,
+            "env_id",
+        ),
+        ("/v1/envs/missing/evaluate", json!({}), 404, "env_id"),
+        ("/v1/envs/wrong/evaluate", json!({"x": 1}), 400, "body"),
+    ] {
+        let (code, e) = env_post(&s, path, &body);
+        assert_eq!(code, want, "{path} {body}: {e}");
+        assert_eq!(e["error"]["field"], field, "{path} {body}: {e}");
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    }
+    let (code, text) = http(&s.addr, "POST", "/v1/envs", "{not json");
+    assert_eq!(code, 400, "{text}");
+    let (code, _) = http(&s.addr, "DELETE", "/v1/envs/missing", "");
+    assert_eq!(code, 404);
+    // A step body with neither or both of `message` and `call`, on a live env.
+    let (_, live) = env_post(&s, "/v1/envs", &json!({"task_id": TASK, "env_id": "live"}));
+    assert_eq!(live["done"], false, "{live}");
+    for body in [
+        json!({}),
+        json!({"call": {"name": "submit"}, "message": {"role": "assistant", "content": "x"}}),
+        json!({"message": {"role": "user", "content": "x"}}),
+    ] {
+        let (code, e) = env_post(&s, "/v1/envs/live/step", &body);
+        assert_eq!(code, 400, "{body}: {e}");
+    }
+    let (_, m) = http(&s.addr, "GET", "/metrics", "");
+    assert!(m.contains("dojo_env_envs_lease_expired_total 1"), "{m}");
+    assert!(m.contains("dojo_env_envs_live 1"), "{m}");
+    assert!(m.contains("dojo_env_envs_deleted_total 1"), "{m}");
+
+    // Shutdown with a live env: it is cancelled and its sandbox removed; a clean exit.
+    let sandbox = std::path::PathBuf::from(live["sandbox"].as_str().unwrap());
+    assert_eq!(s.terminate().code(), Some(0), "{}", s.log_text());
+    wait_until("the live env's sandbox is removed at shutdown", || {
+        !sandbox.exists()
+    });
 }

@@ -136,6 +136,34 @@ impl BadRequest {
     }
 }
 
+/// The checks episodes and envs share: a positive lease, a valid shaping.
+pub(crate) fn check_lease_and_shaping(
+    lease_s: Option<f64>,
+    shaping: &RewardConfig,
+) -> Result<(), BadRequest> {
+    if let Some(l) = lease_s
+        && !(l.is_finite() && l > 0.0)
+    {
+        return Err(BadRequest::new(
+            "lease_s",
+            "must be a positive number of seconds",
+        ));
+    }
+    shaping
+        .validate()
+        .map_err(|e| BadRequest::new("shaping", e.to_string()))
+}
+
+/// A task row sent in a request, checked as a task file's row would be.
+pub(crate) fn task_of_row(row: &Map<String, Value>) -> Result<dojo_task::Task, BadRequest> {
+    let loc = dojo_task::Location {
+        file: "request".into(),
+        unit: "task",
+        index: 1,
+    };
+    dojo_task::Task::from_row(row.clone(), &loc).map_err(|e| BadRequest::new("task", e.to_string()))
+}
+
 impl EpisodeRequest {
     /// Parse and check a request body.
     pub fn parse(body: &[u8]) -> Result<EpisodeRequest, BadRequest> {
@@ -147,29 +175,13 @@ impl EpisodeRequest {
                 "must be a non-empty string of at most 256 characters",
             ));
         }
-        if let Some(l) = req.lease_s
-            && !(l.is_finite() && l > 0.0)
-        {
-            return Err(BadRequest::new(
-                "lease_s",
-                "must be a positive number of seconds",
-            ));
-        }
-        req.shaping
-            .validate()
-            .map_err(|e| BadRequest::new("shaping", e.to_string()))?;
+        check_lease_and_shaping(req.lease_s, &req.shaping)?;
         Ok(req)
     }
 
     /// The task, checked as a task file's row would be.
     pub fn task(&self) -> Result<dojo_task::Task, BadRequest> {
-        let loc = dojo_task::Location {
-            file: "request".into(),
-            unit: "task",
-            index: 1,
-        };
-        dojo_task::Task::from_row(self.task.clone(), &loc)
-            .map_err(|e| BadRequest::new("task", e.to_string()))
+        task_of_row(&self.task)
     }
 
     /// The policy with the request's budgets applied. The embedded engine is not served here:

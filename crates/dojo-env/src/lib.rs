@@ -16,11 +16,15 @@
 //!   episode (a trainer that dies leaves no sandbox behind once it expires), idempotent retries
 //!   by episode id, a crash-safe record of every finished episode (restart loses none), and
 //!   graceful shutdown.
+//! - [`envs`]: the step-wise API (`POST /v1/envs`, `…/step`, `…/evaluate`, `DELETE`) for
+//!   Python-side loops that keep their own agent: dojo's own agent loop and grading, with the
+//!   client's steps as its policy; leases as idle timeouts, slots shared with episodes.
 //!
-//! Not here yet: the step-wise `/v1/envs` API for Python-side agent loops that keep their own
-//! agent, and the Python package that registers a verl agent loop calling this service.
+//! The Python side (a verl agent loop calling this service, and the token bridge from an
+//! episode to verl's inference servers) is `python/dojo-verl/`.
 
 pub mod api;
+pub mod envs;
 pub mod server;
 
 pub use api::{EPISODE_SCHEMA_VERSION, EpisodeRecord, EpisodeRequest, TokenStream};

@@ -13,7 +13,7 @@
 //! fsync per record; a restart after `kill -9` keeps every finished episode). Shutdown (the
 //! future given to [`serve`]) stops accepting requests and waits for the running episodes.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,7 +25,7 @@ use axum::body::Bytes;
 use axum::extract::{Path as UrlPath, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use dojo_rollout::agent_runner::{AgentRunner, DojoAgent};
 use dojo_rollout::run_dir::make_backends;
 use dojo_rollout::scheduler::{Job, Runner};
@@ -49,6 +49,8 @@ pub struct ServeOptions {
     /// Environment specs overriding the embedded ones.
     pub envs_dir: Option<PathBuf>,
     pub prepare: PrepareOptions,
+    /// Tasks a step-wise env may name by id (`task_id`), from `--tasks`.
+    pub tasks_file: Option<PathBuf>,
 }
 
 /// Failures that stop the service from starting or serving.
@@ -58,13 +60,18 @@ pub enum ServeError {
     Store(#[from] StoreError),
     #[error("environment specs: {0}")]
     Envs(String),
+    #[error("tasks: {0}")]
+    Tasks(String),
     #[error("serving: {0}")]
     Io(#[from] std::io::Error),
 }
 
 #[derive(Default)]
-struct Metrics {
+pub(crate) struct Metrics {
     finished: u64,
+    pub(crate) envs_created: u64,
+    pub(crate) envs_deleted: u64,
+    envs_lease_expired: u64,
     masked: u64,
     lease_expired: u64,
     refused_busy: u64,
@@ -73,20 +80,28 @@ struct Metrics {
     wall_s: f64,
 }
 
-struct Shared {
-    opts: ServeOptions,
-    store: Store<EpisodeRecord>,
+pub(crate) struct Shared {
+    pub(crate) opts: ServeOptions,
+    pub(crate) store: Store<EpisodeRecord>,
     slots: Arc<tokio::sync::Semaphore>,
     waiting: AtomicUsize,
     in_flight: Mutex<HashSet<String>>,
-    registry: EnvRegistry,
-    preparer: Arc<Preparer>,
-    metrics: Mutex<Metrics>,
+    pub(crate) registry: EnvRegistry,
+    pub(crate) preparer: Arc<Preparer>,
+    pub(crate) metrics: Mutex<Metrics>,
+    /// Step-wise envs, live or evaluated, until deleted or their lease expires.
+    pub(crate) envs: crate::envs::Envs,
+    /// `--tasks`, by instance id.
+    pub(crate) tasks: HashMap<String, dojo_task::Task>,
 }
 
-type AppState = Arc<Shared>;
+pub(crate) type AppState = Arc<Shared>;
 
-fn error(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> Response {
+pub(crate) fn error(
+    status: StatusCode,
+    field: Option<&str>,
+    message: impl Into<String>,
+) -> Response {
     let message = message.into();
     (
         status,
@@ -96,18 +111,91 @@ fn error(status: StatusCode, field: Option<&str>, message: impl Into<String>) ->
 }
 
 impl Shared {
-    fn bad(&self, e: BadRequest) -> Response {
+    pub(crate) fn bad(&self, e: BadRequest) -> Response {
         if let Ok(mut m) = self.metrics.lock() {
             m.bad_requests += 1;
         }
         error(StatusCode::BAD_REQUEST, Some(&e.field), e.to_string())
     }
 
-    fn stored(&self, id: &str) -> Option<EpisodeRecord> {
+    pub(crate) fn stored(&self, id: &str) -> Option<EpisodeRecord> {
         self.store.get(&Key {
             task_id: id.to_string(),
             sample_index: 0,
         })
+    }
+
+    pub(crate) fn new_env_id(&self) -> String {
+        format!("env-{}", crate::envs::uuidish())
+    }
+
+    /// A running slot (episodes and envs share them): now, after waiting in the queue, or a
+    /// 429 when the queue is full.
+    pub(crate) async fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Response> {
+        if let Ok(p) = self.slots.clone().try_acquire_owned() {
+            return Ok(p);
+        }
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.opts.queue {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            if let Ok(mut m) = self.metrics.lock() {
+                m.refused_busy += 1;
+            }
+            return Err(error(
+                StatusCode::TOO_MANY_REQUESTS,
+                None,
+                format!(
+                    "{} episodes or envs running and {} waiting (--max-episodes {}, --queue {}); retry later",
+                    self.opts.max_episodes,
+                    self.opts.queue,
+                    self.opts.max_episodes,
+                    self.opts.queue
+                ),
+            ));
+        }
+        let p = self.slots.clone().acquire_owned().await;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        p.map_err(|_| error(StatusCode::SERVICE_UNAVAILABLE, None, "shutting down"))
+    }
+
+    pub(crate) fn count_finished(&self, rec: &EpisodeRecord) {
+        if let Ok(mut m) = self.metrics.lock() {
+            m.finished += 1;
+            m.masked += u64::from(rec.masked);
+            *m.by_stop.entry(rec.stop_reason.to_string()).or_default() += 1;
+            m.wall_s += rec.wall_s;
+        }
+    }
+
+    /// Tear down the envs idle past their lease (their sandboxes go with them).
+    pub(crate) fn sweep_envs(&self) {
+        let now = Instant::now();
+        let gone: Vec<_> = match self.envs.lock() {
+            Ok(mut envs) => {
+                let ids: Vec<String> = envs
+                    .iter()
+                    .filter(|(_, e)| e.expired(now))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                ids.into_iter().filter_map(|k| envs.remove(&k)).collect()
+            }
+            Err(_) => return,
+        };
+        // Evaluated envs only drop their record here; the others lose their sandbox.
+        let live = gone.iter().filter(|e| !e.finished()).count();
+        for env in &gone {
+            env.cancel();
+        }
+        if live > 0
+            && let Ok(mut m) = self.metrics.lock()
+        {
+            m.envs_lease_expired += live as u64;
+        }
+    }
+
+    fn envs_live(&self) -> usize {
+        self.envs
+            .lock()
+            .map_or(0, |e| e.values().filter(|e| !e.finished()).count())
     }
 }
 
@@ -167,32 +255,9 @@ async fn post_episode(State(s): State<AppState>, body: Bytes) -> Response {
         }
     }
     let guard = InFlight(s.clone(), req.episode_id.clone());
-    let permit = match s.slots.clone().try_acquire_owned() {
+    let permit = match s.admit().await {
         Ok(p) => p,
-        Err(_) => {
-            if s.waiting.fetch_add(1, Ordering::SeqCst) >= s.opts.queue {
-                s.waiting.fetch_sub(1, Ordering::SeqCst);
-                if let Ok(mut m) = s.metrics.lock() {
-                    m.refused_busy += 1;
-                }
-                return error(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    None,
-                    format!(
-                        "{} episodes running and {} waiting (--max-episodes {}, --queue {}); retry later",
-                        s.opts.max_episodes, s.opts.queue, s.opts.max_episodes, s.opts.queue
-                    ),
-                );
-            }
-            let p = s.slots.clone().acquire_owned().await;
-            s.waiting.fetch_sub(1, Ordering::SeqCst);
-            match p {
-                Ok(p) => p,
-                Err(_) => {
-                    return error(StatusCode::SERVICE_UNAVAILABLE, None, "shutting down");
-                }
-            }
-        }
+        Err(r) => return r,
     };
     let lease = req.lease_s.map_or(s.opts.lease, |l| {
         Duration::from_secs_f64(l).min(s.opts.lease)
@@ -233,13 +298,14 @@ async fn post_episode(State(s): State<AppState>, body: Bytes) -> Response {
                 )
             }
         };
-        let rec = record(&req, traj, t0.elapsed().as_secs_f64());
-        if let Ok(mut m) = state.metrics.lock() {
-            m.finished += 1;
-            m.masked += u64::from(rec.masked);
-            *m.by_stop.entry(rec.stop_reason.to_string()).or_default() += 1;
-            m.wall_s += rec.wall_s;
-        }
+        let rec = record(
+            &req.episode_id,
+            req.group_id.clone(),
+            &req.shaping,
+            traj,
+            t0.elapsed().as_secs_f64(),
+        );
+        state.count_finished(&rec);
         state.store.append(&rec).map(|_| rec)
     });
     match handle.await {
@@ -258,10 +324,16 @@ async fn post_episode(State(s): State<AppState>, body: Bytes) -> Response {
 }
 
 /// The record of a finished episode: shaped reward, token streams, the trajectory.
-fn record(req: &EpisodeRequest, traj: dojo_trajectory::Trajectory, wall_s: f64) -> EpisodeRecord {
-    let shaped = dojo_rl::shape_trajectory(&traj, &req.shaping).unwrap_or_else(|e| {
+pub(crate) fn record(
+    id: &str,
+    group_id: Option<String>,
+    shaping: &dojo_rl::shaping::RewardConfig,
+    traj: dojo_trajectory::Trajectory,
+    wall_s: f64,
+) -> EpisodeRecord {
+    let shaped = dojo_rl::shape_trajectory(&traj, shaping).unwrap_or_else(|e| {
         // Not graded where it had to be: nothing to score, so no loss (never a silent 0).
-        tracing::warn!("episode {}: {e}; masked", req.episode_id);
+        tracing::warn!("episode {id}: {e}; masked");
         dojo_rl::Shaped {
             reward: 0.0,
             raw_reward: None,
@@ -274,8 +346,8 @@ fn record(req: &EpisodeRequest, traj: dojo_trajectory::Trajectory, wall_s: f64) 
     };
     EpisodeRecord {
         schema_version: EPISODE_SCHEMA_VERSION,
-        episode_id: req.episode_id.clone(),
-        group_id: req.group_id.clone(),
+        episode_id: id.to_string(),
+        group_id,
         task_id: traj.task_id.clone(),
         reward: shaped.reward,
         raw_reward: shaped.raw_reward,
@@ -321,6 +393,7 @@ async fn health(State(s): State<AppState>) -> Response {
         "max_episodes": s.opts.max_episodes,
         "queue": s.opts.queue,
         "stored": s.store.len(),
+        "envs": s.envs_live(),
         "schema_version": EPISODE_SCHEMA_VERSION,
     }))
     .into_response()
@@ -370,6 +443,26 @@ async fn metrics(State(s): State<AppState>) -> Response {
         m.refused_busy.to_string(),
     );
     line(
+        "dojo_env_envs_live",
+        "Step-wise envs holding a sandbox now.",
+        s.envs_live().to_string(),
+    );
+    line(
+        "dojo_env_envs_created_total",
+        "Step-wise envs created.",
+        m.envs_created.to_string(),
+    );
+    line(
+        "dojo_env_envs_deleted_total",
+        "Step-wise envs deleted by their client.",
+        m.envs_deleted.to_string(),
+    );
+    line(
+        "dojo_env_envs_lease_expired_total",
+        "Step-wise envs torn down when their lease expired.",
+        m.envs_lease_expired.to_string(),
+    );
+    line(
         "dojo_env_bad_requests_total",
         "Requests answered 400.",
         m.bad_requests.to_string(),
@@ -397,6 +490,14 @@ fn build(opts: ServeOptions) -> Result<(Router, AppState), ServeError> {
     let store = Store::<EpisodeRecord>::open(&opts.out.join("episodes.jsonl"))?;
     let registry = EnvRegistry::with_dir(opts.envs_dir.as_deref())
         .map_err(|e| ServeError::Envs(e.to_string()))?;
+    let tasks = match &opts.tasks_file {
+        Some(f) => dojo_task::load_tasks(f)
+            .map_err(|e| ServeError::Tasks(e.to_string()))?
+            .into_iter()
+            .map(|t| (t.instance_id.clone(), t))
+            .collect(),
+        None => HashMap::new(),
+    };
     let state = Arc::new(Shared {
         slots: Arc::new(tokio::sync::Semaphore::new(opts.max_episodes.max(1))),
         preparer: Arc::new(Preparer::new(opts.prepare.clone())),
@@ -409,12 +510,18 @@ fn build(opts: ServeOptions) -> Result<(Router, AppState), ServeError> {
         in_flight: Mutex::new(HashSet::new()),
         registry,
         metrics: Mutex::new(Metrics::default()),
+        envs: Mutex::new(HashMap::new()),
+        tasks,
     });
     let router = Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/v1/episodes", post(post_episode))
         .route("/v1/episodes/{id}", get(get_episode))
+        .route("/v1/envs", post(crate::envs::create))
+        .route("/v1/envs/{id}/step", post(crate::envs::step))
+        .route("/v1/envs/{id}/evaluate", post(crate::envs::evaluate))
+        .route("/v1/envs/{id}", delete(crate::envs::delete))
         .with_state(state.clone());
     Ok((router, state))
 }
@@ -426,9 +533,30 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let (router, state) = build(opts)?;
+    // Leases of step-wise envs: checked every second.
+    let sweeper = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                state.sweep_envs();
+            }
+        })
+    };
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await?;
+    sweeper.abort();
+    // Step-wise envs have no client once the server stops answering: cancel them (their
+    // sandboxes are removed) rather than wait for their leases.
+    let envs: Vec<_> = state
+        .envs
+        .lock()
+        .map(|mut e| e.drain().map(|(_, v)| v).collect())
+        .unwrap_or_default();
+    for env in envs {
+        env.cancel();
+    }
     // Episodes whose client left still run in their own tasks: let them finish and be stored.
     let all = state.opts.max_episodes as u32;
     let _ = state.slots.acquire_many(all).await;

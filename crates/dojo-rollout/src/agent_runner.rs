@@ -100,6 +100,14 @@ impl DojoAgent {
             map.entry("action_format")
                 .or_insert_with(|| "native".into());
         }
+        Self::from_settings(map)
+    }
+
+    /// From agent settings alone (a policy's `agent` table; `dojo env serve`'s step-wise envs,
+    /// whose turns come from the client).
+    pub fn from_settings(
+        map: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<DojoAgent, String> {
         let config: AgentConfig = serde_json::from_value(serde_json::Value::Object(map))
             .map_err(|e| format!("[agent] settings: {e}"))?;
         if ToolRegistry::named(&config.tool_set).is_none() {

@@ -8,8 +8,9 @@ use anyhow::Context;
 
 #[derive(clap::Subcommand)]
 pub enum EnvCmd {
-    /// Serve episodes over HTTP (`POST /v1/episodes`, `GET /v1/episodes/{id}`, `/health`,
-    /// `/metrics`).
+    /// Serve episodes over HTTP (`POST /v1/episodes`, `GET /v1/episodes/{id}`), step-wise envs
+    /// (`POST /v1/envs`, `POST /v1/envs/{id}/step`, `POST /v1/envs/{id}/evaluate`,
+    /// `DELETE /v1/envs/{id}`), `/health` and `/metrics`.
     Serve(EnvServeArgs),
 }
 
@@ -39,6 +40,9 @@ pub struct EnvServeArgs {
     /// Local clones of the repositories of git-based tasks (`owner__name`).
     #[arg(long)]
     repos: Option<PathBuf>,
+    /// A task file whose tasks step-wise envs (`POST /v1/envs`) may name by `task_id`.
+    #[arg(long)]
+    tasks: Option<PathBuf>,
 }
 
 pub fn run(cmd: EnvCmd) -> anyhow::Result<i32> {
@@ -56,6 +60,7 @@ pub fn run(cmd: EnvCmd) -> anyhow::Result<i32> {
         prepare: dojo_task::PrepareOptions {
             repos_dir: args.repos,
         },
+        tasks_file: args.tasks,
     };
     super::rollout::runtime()?.block_on(async move {
         let addr = format!("{}:{}", args.host, args.port);
