@@ -183,6 +183,8 @@ pub async fn prepare(
         test_command: repo_env.test_command(task),
         fail_to_pass: task.fail_to_pass.clone().unwrap_or_default(),
         pass_to_pass: task.pass_to_pass.clone().unwrap_or_default(),
+        // The test files SWR records of real grading show (`world_capture::swr_record`).
+        test_files: dojo_grade::guard::task_test_files(task),
         parser: Parser::from(repo_env.log_parser),
         has_environment: env.is_some(),
         pristine_dir: Some(pristine.path.clone()),
@@ -215,9 +217,10 @@ pub async fn predict_reward(
     sb: &Sandbox,
     patch: &str,
 ) -> (Result<RewardVerdict, ModelFailure>, u64) {
-    let files = match &run.task.test_patch {
-        Some(tp) if !patch.trim().is_empty() => test_files_after_patch(sb, tp).await,
-        _ => Vec::new(),
+    let files = if patch.trim().is_empty() {
+        Vec::new()
+    } else {
+        test_files_after_patch(sb, &run.task).await
     };
     simulated_reward(&*run.model, &run.task, patch, files).await
 }
