@@ -73,7 +73,7 @@ pub fn world_model(
             let cfg = WorldClientConfig {
                 // The engine has no JSON mode; the parser finds JSON in text either way.
                 swt_json_mode: false,
-                ..Default::default()
+                ..swr_sampling(policy)
             };
             Ok(Arc::new(WorldClient::new(backend.clone(), backend, cfg)))
         }
@@ -96,12 +96,22 @@ pub fn world_model(
             let cfg = WorldClientConfig {
                 swt_model: model.clone(),
                 swr_model: model,
-                ..Default::default()
+                ..swr_sampling(policy)
             };
             let client = WorldClient::from_endpoints(cc.endpoints.clone(), cc.endpoints, cfg)
                 .map_err(|e| e.to_string())?;
             Ok(Arc::new(client))
         }
+    }
+}
+
+/// The client defaults with the policy's SWR sampling (`swr_samples`, `swr_seed`).
+fn swr_sampling(policy: &WorldPolicy) -> WorldClientConfig {
+    let d = WorldClientConfig::default();
+    WorldClientConfig {
+        swr_samples: policy.swr_samples.unwrap_or(d.swr_samples).max(1),
+        swr_seed: policy.swr_seed.unwrap_or(d.swr_seed),
+        ..d
     }
 }
 
@@ -306,6 +316,7 @@ mod tests {
             model: m.map(str::to_string),
             base_url: Some("http://127.0.0.1:9/v1".into()),
             api_key_env: None,
+            ..Default::default()
         };
         let e = world_model(&p(None), None).err().unwrap();
         assert!(e.contains("needs a world model"), "{e}");

@@ -114,6 +114,7 @@ fn opts(out: PathBuf, mode: EnvMode, base_url: String) -> RolloutOptions {
         model: Some("openai:world".into()),
         base_url: Some(base_url),
         api_key_env: None,
+        ..Default::default()
     });
     RolloutOptions {
         shard: None,
@@ -151,7 +152,9 @@ async fn sim_mode_completes_a_rollout_without_an_environment() {
     }
     let (url, swt, swr) = world_server(Script::Json).await;
     let dir = tempfile::tempdir().unwrap();
-    let o = opts(dir.path().join("run"), EnvMode::Sim, url);
+    let mut o = opts(dir.path().join("run"), EnvMode::Sim, url);
+    // SWR's verdict is the mean of three samples (`--swr-samples 3`).
+    o.policy.world.as_mut().unwrap().swr_samples = Some(3);
     let (out, traj) = run(&o).await;
     assert!(
         !traj.infra_failure,
@@ -163,11 +166,13 @@ async fn sim_mode_completes_a_rollout_without_an_environment() {
     // No Python environment was built or used.
     assert_eq!(traj.environment.python_env, None);
     assert_eq!(traj.grading.as_ref().unwrap()["simulated"], true);
-    // The gold replay's test run went to SWT, the verdict to SWR, once each.
+    // The gold replay's test run went to SWT once, the verdict to SWR three times.
     assert_eq!(swt.load(Ordering::SeqCst), 1);
-    assert_eq!(swr.load(Ordering::SeqCst), 1);
+    assert_eq!(swr.load(Ordering::SeqCst), 3);
     let log = SimLog::from_metadata(&traj.metadata).expect("simulation log");
     assert_eq!(log.mode, EnvMode::Sim);
+    let verdict = log.reward.as_ref().unwrap().predicted.as_ref().unwrap();
+    assert_eq!((verdict.samples, verdict.tie_seed), (3, None));
     let sim: Vec<_> = log
         .commands
         .iter()

@@ -143,6 +143,12 @@ pub struct WorldPolicy {
     /// The variable holding the endpoints' API key (default `OPENAI_API_KEY`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
+    /// SWR samples per reward (default 1): [`crate::RewardEstimate::verdict`] over their mean.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swr_samples: Option<u32>,
+    /// Seed of the coin that breaks SWR ties (default 0; mixed with task and patch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swr_seed: Option<u64>,
 }
 
 /// What to do with one command.

@@ -66,6 +66,13 @@ pub struct RolloutArgs {
     /// OpenAI-compatible endpoints of the world model, comma-separated (default: OPENAI_BASE_URL).
     #[arg(long)]
     world_base_url: Option<String>,
+    /// SWR samples per simulated reward: their mean, resolved above 0.5, an exact tie decided
+    /// by a seeded coin (recorded). Overrides `[world] swr_samples` (default 1).
+    #[arg(long)]
+    swr_samples: Option<u32>,
+    /// Seed of SWR's tie-breaking coin (overrides `[world] swr_seed`, default 0).
+    #[arg(long)]
+    swr_seed: Option<u64>,
 }
 
 /// The in-process engine as a chat backend (only with the `engine` feature).
@@ -158,7 +165,12 @@ pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
     if let Some(n) = args.max_steps {
         policy.agent.insert("max_steps".into(), n.into());
     }
-    if args.env_mode.is_some() || args.world_model.is_some() || args.world_base_url.is_some() {
+    if args.env_mode.is_some()
+        || args.world_model.is_some()
+        || args.world_base_url.is_some()
+        || args.swr_samples.is_some()
+        || args.swr_seed.is_some()
+    {
         let w = policy.world.get_or_insert_with(Default::default);
         if let Some(m) = args.env_mode {
             w.mode = m;
@@ -168,6 +180,13 @@ pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
         }
         if let Some(u) = args.world_base_url {
             w.base_url = Some(u);
+        }
+        if let Some(k) = args.swr_samples {
+            anyhow::ensure!(k >= 1, "--swr-samples must be at least 1");
+            w.swr_samples = Some(k);
+        }
+        if let Some(s) = args.swr_seed {
+            w.swr_seed = Some(s);
         }
     }
     let opts = RolloutOptions {
