@@ -67,7 +67,110 @@ fn bad_input_fails_before_the_first_step() {
         e.contains("nobody__nothing-1") && e.contains("has no environment"),
         "{e}"
     );
+    assert!(e.contains("--env-mode sim"), "{e}");
+    // Simulated training needs a world model, and world options need a simulated mode.
+    let o = rl(&out, tasks.to_str().unwrap(), &["--env-mode", "sim"]);
+    let e = stderr(&o);
+    assert!(e.contains("needs a world model"), "{e}");
+    let o = rl(&out, BUNDLED, &["--world-model", "openai:w"]);
+    let e = stderr(&o);
+    assert!(e.contains("need --env-mode sim"), "{e}");
+    let o = rl(&out, BUNDLED, &["--env-mode", "dream"]);
+    assert!(stderr(&o).contains("dream"), "{}", stderr(&o));
     assert!(!out.join("metrics.jsonl").exists());
+}
+
+/// A task without an environment trains in `sim` mode: no environment is built, SWR (a scripted
+/// loopback server here) gives the rewards, and the step completes.
+#[test]
+fn a_task_without_an_environment_trains_in_sim_mode() {
+    let (url, _rt) = world_server();
+    let dir = scratch("rl-sim");
+    let out = dir.path().join("out");
+    let text = std::fs::read_to_string(BUNDLED).unwrap();
+    let mut row: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    row.insert("repo".into(), "nobody/nothing".into());
+    row.insert("instance_id".into(), "nobody__nothing-1".into());
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, serde_json::to_string(&row).unwrap() + "\n").unwrap();
+    if !dojo_sandbox::doctor::namespaces_usable() {
+        assert!(!common::ci(), "CI=true: user/mount/pid/net namespaces unavailable");
+        eprintln!("SKIPPED: user/mount/pid/net namespaces unavailable");
+        return;
+    }
+    let o = rl(
+        &out,
+        tasks.to_str().unwrap(),
+        &[
+            "--env-mode",
+            "sim",
+            "--world-model",
+            "openai:world",
+            "--world-base-url",
+            &url,
+            "--swr-samples",
+            "2",
+            "--group",
+            "2",
+            "--steps",
+            "1",
+            "--max-steps",
+            "1",
+            "--max-new-tokens",
+            "4",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let m: serde_json::Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
+    assert_eq!((m["step"].as_u64(), m["episodes"].as_u64()), (Some(1), Some(2)));
+    // The rollouts ran simulated: no Python environment, the simulation log in each.
+    let store =
+        std::fs::read_to_string(out.join("rollouts/step-00000001/trajectories.jsonl")).unwrap();
+    let trajs: Vec<serde_json::Value> = store
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(trajs.len(), 2, "{store}");
+    for t in &trajs {
+        assert!(t["environment"]["python_env"].is_null(), "{t}");
+        assert_eq!(t["metadata"]["world"]["mode"], "sim", "{t}");
+    }
+}
+
+/// A scripted OpenAI-compatible world model on loopback: SWT answers `1 passed`, SWR reward 1.
+fn world_server() -> (String, tokio::runtime::Runtime) {
+    use axum::Json;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(|Json(req): Json<serde_json::Value>| async move {
+            let system = req["messages"][0]["content"].as_str().unwrap_or("");
+            let content = if system.contains("code execution simulator") {
+                r#"{"stdout": "1 passed\n", "stderr": "", "exit_code": 0}"#
+            } else {
+                r#"{"test_report": "1 passed", "reward": 1}"#
+            };
+            Json(serde_json::json!({
+                "id": "w", "object": "chat.completion", "created": 0, "model": req["model"],
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": content}}],
+            }))
+        }),
+    );
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    rt.spawn(async move {
+        let _: Result<(), _> = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/v1"), rt)
 }
 
 #[test]

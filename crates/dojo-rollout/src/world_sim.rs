@@ -24,13 +24,16 @@ use dojo_world::sim::{
     METADATA_KEY, ModelFailure, RewardVerdict, SimLog, SimTask, WorldModel, simulated_reward,
     test_files_after_patch,
 };
-use dojo_world::{WorldClient, WorldClientConfig};
+use dojo_world::analysis::lookup_analysis;
+use dojo_world::{AnalysisInput, WorldClient, WorldClientConfig};
 
 /// The world model and mode of a run.
 #[derive(Clone)]
 pub struct SimSetup {
     pub mode: EnvMode,
     pub model: Arc<dyn WorldModel>,
+    /// Where the initial analyses are cached and the model whose analyses to show.
+    pub analysis: Option<(std::path::PathBuf, String)>,
 }
 
 /// One task's simulated environment.
@@ -115,6 +118,27 @@ fn swr_sampling(policy: &WorldPolicy) -> WorldClientConfig {
     }
 }
 
+/// What the initial analysis of `task` is written from ([`dojo_world::analysis`]). A task
+/// without a gold patch has none to analyse: an error naming the task and the field.
+pub fn analysis_input(task: &Task) -> Result<AnalysisInput, String> {
+    if task.patch.trim().is_empty() {
+        return Err(format!(
+            "task {}: field `patch` is empty; the initial analysis is written from the gold patch",
+            task.instance_id
+        ));
+    }
+    Ok(AnalysisInput {
+        task_id: task.instance_id.clone(),
+        repo: task.repo.clone(),
+        problem_statement: task.problem_statement.clone(),
+        hints: (!task.hints_text.trim().is_empty()).then(|| task.hints_text.clone()),
+        gold_patch: task.patch.clone(),
+        test_patch: (!task.test_patch.trim().is_empty()).then(|| task.test_patch.clone()),
+        fail_to_pass: task.f2p().to_vec(),
+        pass_to_pass: task.p2p().to_vec(),
+    })
+}
+
 /// What a task's sandboxes are created from in a simulated mode.
 pub struct SimPrepared {
     pub pristine: Pristine,
@@ -125,7 +149,7 @@ pub struct SimPrepared {
 
 /// The task's environment spec, or, for a task no spec covers, the defaults (`pytest -rA`,
 /// the pytest parser): a simulated run needs only the test command and parser from it.
-fn repo_env_or_default(registry: &EnvRegistry, task: &Task) -> Result<RepoEnv, String> {
+pub fn repo_env_or_default(registry: &EnvRegistry, task: &Task) -> Result<RepoEnv, String> {
     match registry.resolve(task) {
         Ok(e) => Ok(e),
         Err(TaskError::NoEnv { .. }) => {
@@ -189,7 +213,16 @@ pub async fn prepare(
         problem_statement: task.problem_statement.clone(),
         gold_patch: (!task.patch.trim().is_empty()).then(|| task.patch.clone()),
         test_patch: (!task.test_patch.trim().is_empty()).then(|| task.test_patch.clone()),
-        analysis: None,
+        analysis: setup.analysis.as_ref().and_then(|(root, model)| {
+            let a = lookup_analysis(root, &task.instance_id, model);
+            if a.is_none() {
+                tracing::warn!(
+                    task = %task.instance_id,
+                    "no initial analysis by {model} cached (run `dojo tasks analyze --model {model}`)"
+                );
+            }
+            a
+        }),
         test_command: repo_env.test_command(task),
         fail_to_pass: task.fail_to_pass.clone().unwrap_or_default(),
         pass_to_pass: task.pass_to_pass.clone().unwrap_or_default(),

@@ -363,3 +363,113 @@ async fn a_task_without_an_environment_runs_in_sim_mode_only() {
         traj.stop_detail
     );
 }
+
+/// The assistant turn that runs `command` with the bash tool, shaped like `like` (a recorded
+/// bash call: same tool name and argument key).
+fn bash_turn(like: &serde_json::Value, id: &str, command: &str) -> serde_json::Value {
+    let f = &like["tool_calls"][0]["function"];
+    let args: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(f["arguments"].as_str().unwrap()).unwrap();
+    let key = args.keys().next().unwrap().clone();
+    serde_json::json!({"role": "assistant", "content": "", "tool_calls": [{
+        "id": id, "type": "function", "function": {"name": f["name"],
+        "arguments": serde_json::json!({ key: command }).to_string()}}]})
+}
+
+/// `hybrid` end to end: the task has a working environment, so a cheap command (one script, one
+/// test file) runs for real and a whole test suite goes to SWT; grading is real. The run's
+/// trajectory records which was which, and capture keeps SWT records of the real runs only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hybrid_runs_cheap_commands_for_real_and_simulates_the_rest() {
+    if !sandbox_ready() {
+        return;
+    }
+    if !have_uv() {
+        assert!(!ci(), "uv is required in CI (scripts/setup-tools.sh)");
+        println!("SKIPPED: uv not found (run scripts/setup-tools.sh)");
+        return;
+    }
+    let (url, swt, swr) = world_server(Script::Json).await;
+    let dir = tempfile::tempdir().unwrap();
+    // The gold replay alone: its one test command names the test file, cheap: real.
+    let o = opts(dir.path().join("gold"), EnvMode::Hybrid, url.clone());
+    let (_, gold) = run(&o).await;
+    assert!(!gold.infra_failure, "{:?}", gold.stop_detail);
+    assert_eq!(gold.resolved, Some(true));
+    assert!(gold.environment.python_env.is_some());
+    assert_eq!(swt.load(Ordering::SeqCst), 0);
+    assert_eq!(swr.load(Ordering::SeqCst), 0, "real grading, no reward model");
+
+    // The same replay with two more commands after its first turn: a cheap script and the
+    // whole suite.
+    let mut t = serde_json::to_value(&gold).unwrap();
+    let messages = t["messages"].as_array_mut().unwrap();
+    let bash = messages
+        .iter()
+        .find(|m| {
+            m["tool_calls"][0]["function"]["name"]
+                .as_str()
+                .is_some_and(|n| n.contains("bash"))
+        })
+        .cloned()
+        .expect("the gold replay runs its tests with the bash tool");
+    let first = messages
+        .iter()
+        .position(|m| m["role"] == "assistant")
+        .unwrap();
+    messages.insert(
+        first + 1,
+        bash_turn(&bash, "cheap", "python -c 'print(40 + 2)'"),
+    );
+    messages.insert(first + 2, bash_turn(&bash, "suite", "python -m pytest -q"));
+    let replay = dir.path().join("replay.jsonl");
+    std::fs::write(&replay, format!("{t}\n")).unwrap();
+    let mut o = opts(dir.path().join("hybrid"), EnvMode::Hybrid, url);
+    let world = o.policy.world.take();
+    o.policy = PolicyConfig::parse(&format!("replay:{}", replay.display())).unwrap();
+    o.policy.world = world;
+    o.label = o.policy.label();
+    let (out, traj) = run(&o).await;
+    assert!(!traj.infra_failure, "{:?}", traj.stop_detail);
+    assert_eq!(traj.resolved, Some(true));
+    let observation = |id: &str| {
+        traj.messages
+            .iter()
+            .find(|m| m.tool_call_id.as_deref() == Some(id))
+            .and_then(|m| m.content.as_ref().map(|c| c.text()))
+            .unwrap_or_default()
+    };
+    assert!(observation("cheap").contains("42"), "{}", observation("cheap"));
+    assert!(
+        observation("suite").contains("2 passed in 0.01s"),
+        "{}",
+        observation("suite")
+    );
+    assert_eq!(swt.load(Ordering::SeqCst), 1, "only the whole suite went to SWT");
+    let log = SimLog::from_metadata(&traj.metadata).expect("simulation log");
+    assert_eq!(log.mode, EnvMode::Hybrid);
+    let route = |cmd: &str| {
+        log.commands
+            .iter()
+            .find(|c| c.command == cmd)
+            .map(|c| c.route.clone())
+            .unwrap_or_else(|| panic!("{cmd} not in {:?}", log.commands))
+    };
+    assert_eq!(route("python -c 'print(40 + 2)'"), "real");
+    assert_eq!(route("python -m pytest -q"), "simulate");
+    assert!(log.reward.is_none(), "graded for real");
+    assert_eq!(out.summary.infra_errors, 0);
+    // Capture: SWT records of the commands that ran for real, none of the simulated one.
+    let records =
+        dojo_world::record::read_world_records(&dir.path().join("hybrid").join(dojo_world::WORLD_FILE))
+            .unwrap();
+    let commands: Vec<String> = records
+        .iter()
+        .filter_map(|r| match &r.body {
+            dojo_world::record::WorldBody::Swt { context, .. } => Some(context.command.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(commands.iter().any(|c| c == "python -c 'print(40 + 2)'"), "{commands:?}");
+    assert!(!commands.iter().any(|c| c == "python -m pytest -q"), "{commands:?}");
+}

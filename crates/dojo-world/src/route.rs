@@ -149,6 +149,11 @@ pub struct WorldPolicy {
     /// Seed of the coin that breaks SWR ties (default 0; mixed with task and patch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub swr_seed: Option<u64>,
+    /// Show SWT/SWR the initial analysis this model wrote for each task, from the cache that
+    /// `dojo tasks analyze --model` fills ([`crate::analysis`]); a task without one is shown
+    /// "No initial analysis provided." and counted in the log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis_model: Option<String>,
 }
 
 /// What to do with one command.

@@ -95,6 +95,21 @@ pub(crate) fn embedded_backend(_model: &str) -> anyhow::Result<Option<Arc<dyn Ch
     Ok(None)
 }
 
+/// The backends of model policy `policy` (`openai:MODEL`, `embedded[:MODEL]`, a policy file of
+/// those kinds), loading the embedded engine on a blocking thread when it names it.
+pub(crate) async fn policy_backends(
+    policy: &PolicyConfig,
+) -> anyhow::Result<dojo_rollout::backends::ModelBackends> {
+    let embedded = match &policy.kind {
+        dojo_rollout::policy::PolicyKind::Embedded { model } => {
+            let m = model.clone();
+            tokio::task::spawn_blocking(move || embedded_backend(&m)).await??
+        }
+        _ => None,
+    };
+    Ok(dojo_rollout::run_dir::model_backends(policy, embedded)?)
+}
+
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
