@@ -108,7 +108,7 @@ fn analyses_are_generated_once_per_task_and_model_and_cached() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("bare-1") && stderr.contains("`patch`"),
+        stderr.contains("bare-1") && stderr.contains("patch"),
         "{stderr}"
     );
     assert_eq!(seen.lock().unwrap().len(), 1);
