@@ -95,7 +95,10 @@ fn a_task_without_an_environment_trains_in_sim_mode() {
     let tasks = dir.path().join("tasks.jsonl");
     std::fs::write(&tasks, serde_json::to_string(&row).unwrap() + "\n").unwrap();
     if !dojo_sandbox::doctor::namespaces_usable() {
-        assert!(!common::ci(), "CI=true: user/mount/pid/net namespaces unavailable");
+        assert!(
+            !common::ci(),
+            "CI=true: user/mount/pid/net namespaces unavailable"
+        );
         eprintln!("SKIPPED: user/mount/pid/net namespaces unavailable");
         return;
     }
@@ -124,7 +127,10 @@ fn a_task_without_an_environment_trains_in_sim_mode() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     let m: serde_json::Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
-    assert_eq!((m["step"].as_u64(), m["episodes"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(
+        (m["step"].as_u64(), m["episodes"].as_u64()),
+        (Some(1), Some(2))
+    );
     // The rollouts ran simulated: no Python environment, the simulation log in each.
     let store =
         std::fs::read_to_string(out.join("rollouts/step-00000001/trajectories.jsonl")).unwrap();

@@ -10,7 +10,11 @@ use std::sync::{Arc, Mutex};
 use common::{BUNDLED, dojo, scratch};
 
 /// Answers every request with two bullets; keeps each request's body.
-fn analyst() -> (String, Arc<Mutex<Vec<serde_json::Value>>>, tokio::runtime::Runtime) {
+fn analyst() -> (
+    String,
+    Arc<Mutex<Vec<serde_json::Value>>>,
+    tokio::runtime::Runtime,
+) {
     use axum::Json;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -78,7 +82,10 @@ fn analyses_are_generated_once_per_task_and_model_and_cached() {
     let out = dojo(&args);
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("1 tasks analysed by analyst (0 failed)"), "{stdout}");
+    assert!(
+        stdout.contains("1 tasks analysed by analyst (0 failed)"),
+        "{stdout}"
+    );
     {
         let reqs = seen.lock().unwrap();
         assert_eq!(reqs.len(), 1);
@@ -87,8 +94,7 @@ fn analyses_are_generated_once_per_task_and_model_and_cached() {
     }
     // Cached, schema-versioned, keyed by task and model; the reasoning is not kept.
     let path = dojo_world::analysis::analysis_cache_path(&cache, &id, "analyst");
-    let cached: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let cached: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     assert_eq!(cached["schema_version"], 1);
     assert_eq!(cached["task_id"], id.as_str());
     assert_eq!(

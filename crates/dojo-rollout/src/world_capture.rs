@@ -171,14 +171,8 @@ impl Workspace for CapturingWorkspace<'_> {
             };
             let cwd = req.cwd.as_deref().unwrap_or(WORKSPACE);
             let c = &self.capture;
-            let before = observe::snapshot(
-                self.inner,
-                &run,
-                cwd,
-                Some(c.pristine()),
-                c.read_limits(),
-            )
-            .await;
+            let before =
+                observe::snapshot(self.inner, &run, cwd, Some(c.pristine()), c.read_limits()).await;
             let out = self.inner.exec(req).await?;
             match before {
                 Ok(before) => c.observe(command, &before, &out),

@@ -19,12 +19,12 @@ use dojo_llm::ChatBackend;
 use dojo_sandbox::{Pristine, PristineStore, PythonEnv, Sandbox};
 use dojo_task::{EnvOverride, EnvRegistry, Preparer, RepoEnv, Task, TaskError, task_source};
 use dojo_trajectory::Trajectory;
+use dojo_world::analysis::lookup_analysis;
 use dojo_world::route::{EnvMode, WorldModelSpec, WorldPolicy};
 use dojo_world::sim::{
     METADATA_KEY, ModelFailure, RewardVerdict, SimLog, SimTask, WorldModel, simulated_reward,
     test_files_after_patch,
 };
-use dojo_world::analysis::lookup_analysis;
 use dojo_world::{AnalysisInput, WorldClient, WorldClientConfig};
 
 /// The world model and mode of a run.

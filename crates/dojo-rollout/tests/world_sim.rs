@@ -398,7 +398,11 @@ async fn hybrid_runs_cheap_commands_for_real_and_simulates_the_rest() {
     assert_eq!(gold.resolved, Some(true));
     assert!(gold.environment.python_env.is_some());
     assert_eq!(swt.load(Ordering::SeqCst), 0);
-    assert_eq!(swr.load(Ordering::SeqCst), 0, "real grading, no reward model");
+    assert_eq!(
+        swr.load(Ordering::SeqCst),
+        0,
+        "real grading, no reward model"
+    );
 
     // The same replay with two more commands after its first turn: a cheap script and the
     // whole suite.
@@ -439,13 +443,21 @@ async fn hybrid_runs_cheap_commands_for_real_and_simulates_the_rest() {
             .and_then(|m| m.content.as_ref().map(|c| c.text()))
             .unwrap_or_default()
     };
-    assert!(observation("cheap").contains("42"), "{}", observation("cheap"));
+    assert!(
+        observation("cheap").contains("42"),
+        "{}",
+        observation("cheap")
+    );
     assert!(
         observation("suite").contains("2 passed in 0.01s"),
         "{}",
         observation("suite")
     );
-    assert_eq!(swt.load(Ordering::SeqCst), 1, "only the whole suite went to SWT");
+    assert_eq!(
+        swt.load(Ordering::SeqCst),
+        1,
+        "only the whole suite went to SWT"
+    );
     let log = SimLog::from_metadata(&traj.metadata).expect("simulation log");
     assert_eq!(log.mode, EnvMode::Hybrid);
     let route = |cmd: &str| {
@@ -460,9 +472,10 @@ async fn hybrid_runs_cheap_commands_for_real_and_simulates_the_rest() {
     assert!(log.reward.is_none(), "graded for real");
     assert_eq!(out.summary.infra_errors, 0);
     // Capture: SWT records of the commands that ran for real, none of the simulated one.
-    let records =
-        dojo_world::record::read_world_records(&dir.path().join("hybrid").join(dojo_world::WORLD_FILE))
-            .unwrap();
+    let records = dojo_world::record::read_world_records(
+        &dir.path().join("hybrid").join(dojo_world::WORLD_FILE),
+    )
+    .unwrap();
     let commands: Vec<String> = records
         .iter()
         .filter_map(|r| match &r.body {
@@ -470,6 +483,12 @@ async fn hybrid_runs_cheap_commands_for_real_and_simulates_the_rest() {
             _ => None,
         })
         .collect();
-    assert!(commands.iter().any(|c| c == "python -c 'print(40 + 2)'"), "{commands:?}");
-    assert!(!commands.iter().any(|c| c == "python -m pytest -q"), "{commands:?}");
+    assert!(
+        commands.iter().any(|c| c == "python -c 'print(40 + 2)'"),
+        "{commands:?}"
+    );
+    assert!(
+        !commands.iter().any(|c| c == "python -m pytest -q"),
+        "{commands:?}"
+    );
 }

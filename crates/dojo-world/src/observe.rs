@@ -63,8 +63,7 @@ pub async fn classify_in(ws: &dyn Workspace, script: &str) -> CommandClass {
         }
         if let Ok(bytes) = ws.read_file(w).await {
             let head = String::from_utf8_lossy(&bytes[..bytes.len().min(128)]).into_owned();
-            if head.starts_with("#!") && head.lines().next().is_some_and(|l| l.contains("python"))
-            {
+            if head.starts_with("#!") && head.lines().next().is_some_and(|l| l.contains("python")) {
                 shebangs.push(w.to_string());
             }
         }
@@ -298,16 +297,31 @@ mod tests {
         let run = run_of("pytest test_b.py");
         let paths = executed_paths(&ws, &run, "/testbed/tests", 20).await;
         assert_eq!(paths, ["tests/test_b.py"]);
-        assert_eq!(executed_paths(&ws, &run_of("pytest tests/"), WORKSPACE, 1).await.len(), 1);
+        assert_eq!(
+            executed_paths(&ws, &run_of("pytest tests/"), WORKSPACE, 1)
+                .await
+                .len(),
+            1
+        );
 
-        let snap = snapshot(&ws, &run_of("python repro.py"), WORKSPACE, None, ReadLimits::default())
-            .await
-            .unwrap();
+        let snap = snapshot(
+            &ws,
+            &run_of("python repro.py"),
+            WORKSPACE,
+            None,
+            ReadLimits::default(),
+        )
+        .await
+        .unwrap();
         assert_eq!(snap.files.len(), 1);
         assert_eq!(snap.files[0].current.as_deref(), Some("print('now')\n"));
         // Without a pristine tree, the base version comes from the checkout's history.
         assert_eq!(snap.files[0].base.as_deref(), Some("print('base')\n"));
-        assert!(snap.agent_patch.contains("+print('now')"), "{}", snap.agent_patch);
+        assert!(
+            snap.agent_patch.contains("+print('now')"),
+            "{}",
+            snap.agent_patch
+        );
         let views = read_views(
             &ws,
             &["missing.py".to_string()],
@@ -318,16 +332,26 @@ mod tests {
             },
         )
         .await;
-        assert_eq!((views[0].base.as_deref(), views[0].current.as_deref()), (None, None));
+        assert_eq!(
+            (views[0].base.as_deref(), views[0].current.as_deref()),
+            (None, None)
+        );
     }
 
     #[tokio::test]
     async fn shebang_scripts_are_python() {
         let (d, ws) = workspace();
         std::fs::create_dir(d.path().join("bin")).unwrap();
-        std::fs::write(d.path().join("bin/tool"), "#!/usr/bin/env python3\nprint(1)\n").unwrap();
+        std::fs::write(
+            d.path().join("bin/tool"),
+            "#!/usr/bin/env python3\nprint(1)\n",
+        )
+        .unwrap();
         std::fs::write(d.path().join("bin/sh"), "#!/bin/sh\necho 1\n").unwrap();
-        assert!(matches!(classify_in(&ws, "bin/tool --x").await, CommandClass::Python(_)));
+        assert!(matches!(
+            classify_in(&ws, "bin/tool --x").await,
+            CommandClass::Python(_)
+        ));
         assert_eq!(classify_in(&ws, "bin/sh").await, CommandClass::Real);
     }
 

@@ -27,8 +27,8 @@ use serde::{Deserialize, Serialize};
 use crate::classify::{CommandClass, PythonRun};
 use crate::client::{WorldClient, WorldError, rollout_seed};
 use crate::context::{FileView, SwrContext, SwtContext};
-use crate::observe::{self, ReadLimits, Snapshot};
 use crate::drift::{DriftSummary, Observed, TransitionDrift, compare_transition};
+use crate::observe::{self, ReadLimits, Snapshot};
 use crate::route::{EnvMode, Route, route};
 
 /// Version of the [`SimLog`] layout.
@@ -318,9 +318,7 @@ impl<'a> SimWorkspace<'a> {
     }
 
     fn limits(&self) -> ReadLimits {
-        self.observer
-            .map(|o| o.read_limits())
-            .unwrap_or_default()
+        self.observer.map(|o| o.read_limits()).unwrap_or_default()
     }
 
     /// The workspace before `run` executes ([`observe::snapshot`]).
@@ -1006,7 +1004,12 @@ mod tests {
         let told = observer.0.lock().unwrap().clone();
         assert_eq!(told.len(), 1);
         assert_eq!(told[0].0, cmd);
-        let routes: Vec<String> = sim.into_log().commands.into_iter().map(|c| c.route).collect();
+        let routes: Vec<String> = sim
+            .into_log()
+            .commands
+            .into_iter()
+            .map(|c| c.route)
+            .collect();
         assert_eq!(routes, ["real", "simulate"]);
 
         // Real mode with an observer: recorded, nothing logged, the model never asked.
@@ -1033,7 +1036,10 @@ mod tests {
         let files = test_files_after_patch(&ws, &t).await;
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].path, "tests/test_a.py");
-        assert_eq!(files[0].current.as_deref(), Some("def test_a(): assert 0\n"));
+        assert_eq!(
+            files[0].current.as_deref(),
+            Some("def test_a(): assert 0\n")
+        );
         assert_eq!(files[0].base.as_deref(), Some("def test_a(): pass\n"));
     }
 

@@ -325,18 +325,18 @@ fn run_tests(
     set: &CandidateSet,
     k: usize,
 ) -> anyhow::Result<(SharedSelector, String)> {
-    let tasks: HashMap<String, (Task, Result<dojo_task::RepoEnv, String>)> = ctx
-        .tasks
-        .iter()
-        .map(|t| {
-            // Agent-written tests run in the task's real environment; a task with none (a
-            // simulated-only task) is a failure that says so.
-            let env = ctx.registry.resolve(t).map_err(|e| {
-                format!("the tests selector needs the task's real environment: {e}")
-            });
-            (t.instance_id.clone(), (t.clone(), env))
-        })
-        .collect();
+    let tasks: HashMap<String, (Task, Result<dojo_task::RepoEnv, String>)> =
+        ctx.tasks
+            .iter()
+            .map(|t| {
+                // Agent-written tests run in the task's real environment; a task with none (a
+                // simulated-only task) is a failure that says so.
+                let env = ctx.registry.resolve(t).map_err(|e| {
+                    format!("the tests selector needs the task's real environment: {e}")
+                });
+                (t.instance_id.clone(), (t.clone(), env))
+            })
+            .collect();
     let (sel, stats) =
         crate::cmd::rollout::runtime()?.block_on(dojo_select::agent_tests::run_agent_tests(
             set,
