@@ -8,7 +8,7 @@
 use std::process::Output;
 
 mod common;
-use common::{BUNDLED, bundled_ready, dojo, scratch};
+use common::{BUNDLED, bundled_ready, chat_server, dojo, scratch, world_reply};
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -84,7 +84,7 @@ fn bad_input_fails_before_the_first_step() {
 /// loopback server here) gives the rewards, and the step completes.
 #[test]
 fn a_task_without_an_environment_trains_in_sim_mode() {
-    let (url, _rt) = world_server();
+    let (url, _seen, _rt) = chat_server(world_reply);
     let dir = scratch("rl-sim");
     let out = dir.path().join("out");
     let text = std::fs::read_to_string(BUNDLED).unwrap();
@@ -143,40 +143,6 @@ fn a_task_without_an_environment_trains_in_sim_mode() {
         assert!(t["environment"]["python_env"].is_null(), "{t}");
         assert_eq!(t["metadata"]["world"]["mode"], "sim", "{t}");
     }
-}
-
-/// A scripted OpenAI-compatible world model on loopback: SWT answers `1 passed`, SWR reward 1.
-fn world_server() -> (String, tokio::runtime::Runtime) {
-    use axum::Json;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let app = axum::Router::new().route(
-        "/v1/chat/completions",
-        axum::routing::post(|Json(req): Json<serde_json::Value>| async move {
-            let system = req["messages"][0]["content"].as_str().unwrap_or("");
-            let content = if system.contains("code execution simulator") {
-                r#"{"stdout": "1 passed\n", "stderr": "", "exit_code": 0}"#
-            } else {
-                r#"{"test_report": "1 passed", "reward": 1}"#
-            };
-            Json(serde_json::json!({
-                "id": "w", "object": "chat.completion", "created": 0, "model": req["model"],
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": content}}],
-            }))
-        }),
-    );
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    rt.spawn(async move {
-        let _: Result<(), _> = axum::serve(listener, app).await;
-    });
-    (format!("http://{addr}/v1"), rt)
 }
 
 #[test]

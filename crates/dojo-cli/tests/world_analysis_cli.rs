@@ -5,52 +5,13 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
-
-use common::{BUNDLED, dojo, scratch};
-
-/// Answers every request with two bullets; keeps each request's body.
-fn analyst() -> (
-    String,
-    Arc<Mutex<Vec<serde_json::Value>>>,
-    tokio::runtime::Runtime,
-) {
-    use axum::Json;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let keep = seen.clone();
-    let app = axum::Router::new().route(
-        "/v1/chat/completions",
-        axum::routing::post(move |Json(req): Json<serde_json::Value>| {
-            let keep = keep.clone();
-            async move {
-                keep.lock().unwrap().push(req.clone());
-                Json(serde_json::json!({
-                    "id": "a", "object": "chat.completion", "created": 0, "model": req["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                        "role": "assistant",
-                        "content": "<think>read the patch</think>\n- The parser drops sections.\n- The tests check section order.\n"}}],
-                }))
-            }
-        }),
-    );
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    rt.spawn(async move {
-        let _: Result<(), _> = axum::serve(listener, app).await;
-    });
-    (format!("http://{addr}/v1"), seen, rt)
-}
+use common::{BUNDLED, chat_server, dojo, scratch};
 
 #[test]
 fn analyses_are_generated_once_per_task_and_model_and_cached() {
-    let (url, seen, _rt) = analyst();
+    let (url, seen, _rt) = chat_server(|_| {
+        "<think>read the patch</think>\n- The parser drops sections.\n- The tests check section order.\n".into()
+    });
     let dir = scratch("world-analysis");
     let policy = dir.path().join("analyst.toml");
     std::fs::write(

@@ -4,52 +4,9 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use common::{BUNDLED, dojo, scratch};
+use common::{BUNDLED, chat_server, dojo, scratch, world_reply};
 
 const TASK: &str = "pytest-dev__iniconfig-1";
-
-/// SWT answers `1 passed`, SWR a reward of 1; every request is counted.
-fn world_server() -> (String, Arc<AtomicUsize>, tokio::runtime::Runtime) {
-    use axum::Json;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let seen = Arc::new(AtomicUsize::new(0));
-    let counter = seen.clone();
-    let app = axum::Router::new().route(
-        "/v1/chat/completions",
-        axum::routing::post(move |Json(req): Json<serde_json::Value>| {
-            let counter = counter.clone();
-            async move {
-                counter.fetch_add(1, Ordering::SeqCst);
-                let system = req["messages"][0]["content"].as_str().unwrap_or("");
-                let content = if system.contains("code execution simulator") {
-                    r#"{"stdout": "1 passed\n", "stderr": "", "exit_code": 0}"#
-                } else {
-                    r#"{"test_report": "1 passed", "reward": 1}"#
-                };
-                Json(serde_json::json!({
-                    "id": "w", "object": "chat.completion", "created": 0, "model": req["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                }))
-            }
-        }),
-    );
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    rt.spawn(async move {
-        let _: Result<(), _> = axum::serve(listener, app).await;
-    });
-    (format!("http://{addr}/v1"), seen, rt)
-}
 
 #[test]
 fn bad_env_mode_and_missing_world_model_are_clear_errors() {
@@ -94,7 +51,7 @@ fn sim_rollout_through_the_binary_reports_drift() {
         println!("SKIPPED: user/mount/pid/net namespaces unavailable");
         return;
     }
-    let (url, seen, _rt) = world_server();
+    let (url, seen, _rt) = chat_server(world_reply);
     let dir = scratch("world-sim");
     let run = dir.path().join("run");
     let out = dojo(&[
@@ -123,7 +80,7 @@ fn sim_rollout_through_the_binary_reports_drift() {
     );
     assert!(run.join("drift.json").is_file());
     // One SWT call (the replay's test run) and one SWR call.
-    assert_eq!(seen.load(Ordering::SeqCst), 2);
+    assert_eq!(seen.lock().unwrap().len(), 2);
     let manifest = std::fs::read_to_string(run.join("run.json")).unwrap();
     assert!(manifest.contains("\"mode\": \"sim\""), "{manifest}");
 }

@@ -51,6 +51,19 @@ fn have_uv() -> bool {
             .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("uv").is_file()))
 }
 
+/// Sandboxes and `uv` (to build the task's Python environment) are available.
+fn environments_ready() -> bool {
+    if !sandbox_ready() {
+        return false;
+    }
+    if !have_uv() {
+        assert!(!ci(), "uv is required in CI (scripts/setup-tools.sh)");
+        println!("SKIPPED: uv not found (run scripts/setup-tools.sh)");
+        return false;
+    }
+    true
+}
+
 /// How the scripted world model answers.
 #[derive(Clone, Copy, PartialEq)]
 enum Script {
@@ -237,12 +250,7 @@ async fn a_prose_reply_is_an_infrastructure_failure() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_mode_records_drift_against_the_real_run() {
-    if !sandbox_ready() {
-        return;
-    }
-    if !have_uv() {
-        assert!(!ci(), "uv is required in CI (scripts/setup-tools.sh)");
-        println!("SKIPPED: uv not found (run scripts/setup-tools.sh)");
+    if !environments_ready() {
         return;
     }
     let (url, swt, swr) = world_server(Script::Json).await;
@@ -381,12 +389,7 @@ fn bash_turn(like: &serde_json::Value, id: &str, command: &str) -> serde_json::V
 /// trajectory records which was which, and capture keeps SWT records of the real runs only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hybrid_runs_cheap_commands_for_real_and_simulates_the_rest() {
-    if !sandbox_ready() {
-        return;
-    }
-    if !have_uv() {
-        assert!(!ci(), "uv is required in CI (scripts/setup-tools.sh)");
-        println!("SKIPPED: uv not found (run scripts/setup-tools.sh)");
+    if !environments_ready() {
         return;
     }
     let (url, swt, swr) = world_server(Script::Json).await;

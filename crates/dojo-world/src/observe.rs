@@ -236,18 +236,19 @@ fn clip(bytes: &[u8], max_chars: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::classify::classify;
     use dojo_agent::LocalWorkspace;
 
-    fn workspace() -> (tempfile::TempDir, LocalWorkspace) {
+    /// A git checkout of `files` (path, contents), committed: the base commit.
+    pub(crate) fn committed(files: &[(&str, &str)]) -> (tempfile::TempDir, LocalWorkspace) {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("repro.py"), "print('base')\n").unwrap();
-        std::fs::create_dir_all(dir.path().join("tests/sub")).unwrap();
-        std::fs::write(dir.path().join("tests/test_b.py"), "b\n").unwrap();
-        std::fs::write(dir.path().join("tests/sub/test_a.py"), "a\n").unwrap();
-        std::fs::write(dir.path().join("tests/data.txt"), "x\n").unwrap();
+        for (path, text) in files {
+            let p = dir.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
         let git = |args: &[&str]| {
             let st = std::process::Command::new("git")
                 .args(args)
@@ -267,8 +268,18 @@ mod tests {
             "-qm",
             "base",
         ]);
-        std::fs::write(dir.path().join("repro.py"), "print('now')\n").unwrap();
         let ws = LocalWorkspace::new(dir.path());
+        (dir, ws)
+    }
+
+    fn workspace() -> (tempfile::TempDir, LocalWorkspace) {
+        let (dir, ws) = committed(&[
+            ("repro.py", "print('base')\n"),
+            ("tests/test_b.py", "b\n"),
+            ("tests/sub/test_a.py", "a\n"),
+            ("tests/data.txt", "x\n"),
+        ]);
+        std::fs::write(dir.path().join("repro.py"), "print('now')\n").unwrap();
         (dir, ws)
     }
 

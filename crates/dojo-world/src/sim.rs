@@ -761,31 +761,10 @@ mod tests {
     }
 
     fn workspace() -> (tempfile::TempDir, LocalWorkspace) {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("repro.py"), "print('real')\n").unwrap();
-        std::fs::create_dir(dir.path().join("tests")).unwrap();
-        std::fs::write(dir.path().join("tests/test_a.py"), "def test_a(): pass\n").unwrap();
-        let git = |args: &[&str]| {
-            let st = std::process::Command::new("git")
-                .args(args)
-                .current_dir(dir.path())
-                .output()
-                .unwrap();
-            assert!(st.status.success(), "git {args:?}");
-        };
-        git(&["init", "-q"]);
-        git(&["add", "-A"]);
-        git(&[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-qm",
-            "base",
-        ]);
-        let ws = LocalWorkspace::new(dir.path());
-        (dir, ws)
+        crate::observe::tests::committed(&[
+            ("repro.py", "print('real')\n"),
+            ("tests/test_a.py", "def test_a(): pass\n"),
+        ])
     }
 
     fn task(env: bool) -> Arc<SimTask> {

@@ -70,44 +70,28 @@ pub struct RlArgs {
     /// Device: cpu, cuda, cuda:N.
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// Environment of the rollouts: real (default), sim (no environments needed; SWT answers
-    /// Python and tests, SWR gives the reward), hybrid or shadow (as `dojo rollout`).
-    #[arg(long)]
-    env_mode: Option<dojo_world::route::EnvMode>,
-    /// World model for sim/hybrid/shadow: `embedded` or `openai:MODEL`.
-    #[arg(long)]
-    world_model: Option<String>,
-    /// OpenAI-compatible endpoints of the world model, comma-separated (default: OPENAI_BASE_URL).
-    #[arg(long)]
-    world_base_url: Option<String>,
-    /// SWR samples per reward (their mean; an exact tie decided by a seeded coin).
-    #[arg(long)]
-    swr_samples: Option<u32>,
+    /// Simulated environments (`--env-mode sim` needs no environments: SWT answers Python and
+    /// tests, SWR gives the reward), as in `dojo rollout`.
+    #[command(flatten)]
+    world: super::rollout::WorldArgs,
 }
 
 #[cfg(feature = "engine")]
 impl RlArgs {
     /// The `[world]` table of every rollout's policy; `None` in real mode.
     fn world(&self) -> anyhow::Result<Option<dojo_world::route::WorldPolicy>> {
-        let mode = self.env_mode.unwrap_or_default();
-        if mode == dojo_world::route::EnvMode::Real {
-            anyhow::ensure!(
-                self.world_model.is_none() && self.swr_samples.is_none(),
-                "--world-model and --swr-samples need --env-mode sim, hybrid or shadow"
-            );
-            return Ok(None);
+        let mut world = None;
+        self.world.apply(&mut world)?;
+        match world {
+            Some(w) if w.mode == dojo_world::route::EnvMode::Real => {
+                anyhow::ensure!(
+                    w.model.is_none() && w.swr_samples.is_none(),
+                    "--world-model and --swr-samples need --env-mode sim, hybrid or shadow"
+                );
+                Ok(None)
+            }
+            w => Ok(w),
         }
-        anyhow::ensure!(
-            self.swr_samples != Some(0),
-            "--swr-samples must be at least 1"
-        );
-        Ok(Some(dojo_world::route::WorldPolicy {
-            mode,
-            model: self.world_model.clone(),
-            base_url: self.world_base_url.clone(),
-            swr_samples: self.swr_samples,
-            ..Default::default()
-        }))
     }
 }
 
