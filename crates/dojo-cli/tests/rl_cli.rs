@@ -28,6 +28,18 @@ fn rl(out: &std::path::Path, tasks: &str, extra: &[&str]) -> Output {
     dojo(&args)
 }
 
+/// A bundled task moved to a repository no environment spec covers (its sources still build).
+fn envless_task(dir: &std::path::Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(BUNDLED).unwrap();
+    let mut row: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    row.insert("repo".into(), "nobody/nothing".into());
+    row.insert("instance_id".into(), "nobody__nothing-1".into());
+    let tasks = dir.join("tasks.jsonl");
+    std::fs::write(&tasks, serde_json::to_string(&row).unwrap() + "\n").unwrap();
+    tasks
+}
+
 #[test]
 fn bad_input_fails_before_the_first_step() {
     let dir = scratch("rl-bad");
@@ -54,13 +66,7 @@ fn bad_input_fails_before_the_first_step() {
     assert!(e.contains("rl.toml") && e.contains("clip_hi"), "{e}");
 
     // A task whose repository has no environment spec.
-    let text = std::fs::read_to_string(BUNDLED).unwrap();
-    let mut row: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(text.lines().next().unwrap()).unwrap();
-    row.insert("repo".into(), "nobody/nothing".into());
-    row.insert("instance_id".into(), "nobody__nothing-1".into());
-    let tasks = dir.path().join("tasks.jsonl");
-    std::fs::write(&tasks, serde_json::to_string(&row).unwrap() + "\n").unwrap();
+    let tasks = envless_task(dir.path());
     let o = rl(&out, tasks.to_str().unwrap(), &[]);
     let e = stderr(&o);
     assert!(
@@ -87,13 +93,7 @@ fn a_task_without_an_environment_trains_in_sim_mode() {
     let (url, _seen, _rt) = chat_server(world_reply);
     let dir = scratch("rl-sim");
     let out = dir.path().join("out");
-    let text = std::fs::read_to_string(BUNDLED).unwrap();
-    let mut row: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(text.lines().next().unwrap()).unwrap();
-    row.insert("repo".into(), "nobody/nothing".into());
-    row.insert("instance_id".into(), "nobody__nothing-1".into());
-    let tasks = dir.path().join("tasks.jsonl");
-    std::fs::write(&tasks, serde_json::to_string(&row).unwrap() + "\n").unwrap();
+    let tasks = envless_task(dir.path());
     if !dojo_sandbox::doctor::namespaces_usable() {
         assert!(
             !common::ci(),
