@@ -71,6 +71,11 @@ enum Script {
     Prose,
 }
 
+/// The initial analysis cached for the sim-mode test, and the requests that carried it (only
+/// that test caches one).
+const ANALYSIS: &str = "- ANALYSIS-MARKER: iniconfig drops sections.";
+static ANALYSED: AtomicUsize = AtomicUsize::new(0);
+
 /// A scripted OpenAI-compatible world model on loopback: SWT (recognised by its system prompt)
 /// answers `2 passed`, SWR a reward of 1; `Prose` answers both with prose. Counts SWT and SWR
 /// requests.
@@ -84,6 +89,9 @@ async fn world_server(script: Script) -> (String, Arc<AtomicUsize>, Arc<AtomicUs
         axum::routing::post(move |Json(req): Json<serde_json::Value>| {
             let (c_swt, c_swr) = (c_swt.clone(), c_swr.clone());
             async move {
+                if req.to_string().contains(ANALYSIS) {
+                    ANALYSED.fetch_add(1, Ordering::SeqCst);
+                }
                 let system = req["messages"][0]["content"]
                     .as_str()
                     .unwrap_or("")
@@ -166,8 +174,23 @@ async fn sim_mode_completes_a_rollout_without_an_environment() {
     let (url, swt, swr) = world_server(Script::Json).await;
     let dir = tempfile::tempdir().unwrap();
     let mut o = opts(dir.path().join("run"), EnvMode::Sim, url);
+    let w = o.policy.world.as_mut().unwrap();
     // SWR's verdict is the mean of three samples (`--swr-samples 3`).
-    o.policy.world.as_mut().unwrap().swr_samples = Some(3);
+    w.swr_samples = Some(3);
+    // The task's initial analysis, as `dojo tasks analyze` caches it, reaches SWT and SWR.
+    let cache = dir.path().join("analysis");
+    let path = dojo_world::analysis::analysis_cache_path(&cache, TASK, "analyst");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let cached = dojo_world::analysis::CachedAnalysis {
+        schema_version: dojo_world::analysis::ANALYSIS_SCHEMA_VERSION,
+        task_id: TASK.into(),
+        model: "analyst".into(),
+        prompt_sha: String::new(),
+        analysis: ANALYSIS.into(),
+    };
+    std::fs::write(&path, serde_json::to_vec(&cached).unwrap()).unwrap();
+    w.analysis_model = Some("analyst".into());
+    w.analysis_cache = Some(cache);
     let (out, traj) = run(&o).await;
     assert!(
         !traj.infra_failure,
@@ -182,6 +205,11 @@ async fn sim_mode_completes_a_rollout_without_an_environment() {
     // The gold replay's test run went to SWT once, the verdict to SWR three times.
     assert_eq!(swt.load(Ordering::SeqCst), 1);
     assert_eq!(swr.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        ANALYSED.load(Ordering::SeqCst),
+        4,
+        "every SWT/SWR request had the analysis"
+    );
     let log = SimLog::from_metadata(&traj.metadata).expect("simulation log");
     assert_eq!(log.mode, EnvMode::Sim);
     let verdict = log.reward.as_ref().unwrap().predicted.as_ref().unwrap();

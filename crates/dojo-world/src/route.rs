@@ -154,6 +154,10 @@ pub struct WorldPolicy {
     /// "No initial analysis provided." and counted in the log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis_model: Option<String>,
+    /// Where the analyses are cached (default `$DOJO_HOME/world-analysis`; `dojo tasks analyze
+    /// --cache`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis_cache: Option<std::path::PathBuf>,
 }
 
 /// What to do with one command.
