@@ -84,3 +84,77 @@ fn sim_rollout_through_the_binary_reports_drift() {
     let manifest = std::fs::read_to_string(run.join("run.json")).unwrap();
     assert!(manifest.contains("\"mode\": \"sim\""), "{manifest}");
 }
+
+/// A task without an environment, end to end: rolled out in `sim` mode, then selected by SWR,
+/// which needs only the task and the candidates (the test command from the simulation's
+/// defaults).
+#[test]
+fn envless_tasks_roll_out_in_sim_and_are_selected_by_swr() {
+    if !dojo_sandbox::doctor::namespaces_usable() {
+        assert!(!common::ci(), "CI=true: namespaces unavailable");
+        println!("SKIPPED: user/mount/pid/net namespaces unavailable");
+        return;
+    }
+    let (url, seen, _rt) = chat_server(world_reply);
+    let dir = scratch("world-envless");
+    // A bundled task moved to a repository no environment spec covers (its sources still build).
+    let text = std::fs::read_to_string(BUNDLED).unwrap();
+    let row = text
+        .lines()
+        .find(|l| l.contains(TASK))
+        .unwrap()
+        .replace(TASK, "nobody__nothing-1")
+        .replace(
+            "\"repo\": \"pytest-dev/iniconfig\"",
+            "\"repo\": \"nobody/nothing\"",
+        );
+    assert!(row.contains("nobody/nothing"), "{row}");
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, format!("{row}\n")).unwrap();
+    let run = dir.path().join("run");
+    let out = dojo(&[
+        "rollout",
+        "--tasks",
+        tasks.to_str().unwrap(),
+        "--policy",
+        "gold-replay",
+        "-n",
+        "2",
+        "--out",
+        run.to_str().unwrap(),
+        "--env-mode",
+        "sim",
+        "--world-model",
+        "openai:world",
+        "--world-base-url",
+        &url,
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let before = seen.lock().unwrap().len();
+    let swr = dir.path().join("swr.toml");
+    std::fs::write(
+        &swr,
+        format!("kind = \"openai\"\nmodel = \"swr\"\nbase_url = \"{url}\"\n"),
+    )
+    .unwrap();
+    let sel = dir.path().join("sel");
+    let out = dojo(&[
+        "select",
+        "--rollouts",
+        run.to_str().unwrap(),
+        "--selector",
+        "swr",
+        "--swr",
+        swr.to_str().unwrap(),
+        "--swr-samples",
+        "2",
+        "--out",
+        sel.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    // Both candidates scored by SWR, two samples each.
+    assert!(all.contains("2 candidates scored (2 samples each"), "{all}");
+    assert_eq!(seen.lock().unwrap().len(), before + 4);
+}
