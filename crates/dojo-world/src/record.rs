@@ -110,7 +110,9 @@ fn content_hash(body: &WorldBody) -> String {
 /// records a model is trained on and the commands it is later asked about are chosen by one
 /// rule. (SWE-World's own capture rule, "names `python*`/`pytest`, uses no `git`, installs
 /// nothing", differs in two ways: `git stash && pytest` and `pip install -e . && pytest` count
-/// here, since the simulator answers them as one script.)
+/// here, since the simulator answers them as one script.) Inside a workspace, capture and
+/// simulation both use [`crate::observe::classify_in`], which also recognises programs with a
+/// Python shebang line; this text-only form cannot read them.
 pub fn runs_python_or_tests(command: &str) -> bool {
     matches!(
         crate::classify::classify(command),
