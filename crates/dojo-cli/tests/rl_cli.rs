@@ -8,7 +8,7 @@
 use std::process::Output;
 
 mod common;
-use common::{BUNDLED, bundled_ready, dojo, scratch};
+use common::{BUNDLED, bundled_ready, chat_server, dojo, scratch, world_reply};
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -26,6 +26,18 @@ fn rl(out: &std::path::Path, tasks: &str, extra: &[&str]) -> Output {
     }
     args.extend_from_slice(extra);
     dojo(&args)
+}
+
+/// A bundled task moved to a repository no environment spec covers (its sources still build).
+fn envless_task(dir: &std::path::Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(BUNDLED).unwrap();
+    let mut row: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    row.insert("repo".into(), "nobody/nothing".into());
+    row.insert("instance_id".into(), "nobody__nothing-1".into());
+    let tasks = dir.join("tasks.jsonl");
+    std::fs::write(&tasks, serde_json::to_string(&row).unwrap() + "\n").unwrap();
+    tasks
 }
 
 #[test]
@@ -54,20 +66,83 @@ fn bad_input_fails_before_the_first_step() {
     assert!(e.contains("rl.toml") && e.contains("clip_hi"), "{e}");
 
     // A task whose repository has no environment spec.
-    let text = std::fs::read_to_string(BUNDLED).unwrap();
-    let mut row: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(text.lines().next().unwrap()).unwrap();
-    row.insert("repo".into(), "nobody/nothing".into());
-    row.insert("instance_id".into(), "nobody__nothing-1".into());
-    let tasks = dir.path().join("tasks.jsonl");
-    std::fs::write(&tasks, serde_json::to_string(&row).unwrap() + "\n").unwrap();
+    let tasks = envless_task(dir.path());
     let o = rl(&out, tasks.to_str().unwrap(), &[]);
     let e = stderr(&o);
     assert!(
         e.contains("nobody__nothing-1") && e.contains("has no environment"),
         "{e}"
     );
+    assert!(e.contains("--env-mode sim"), "{e}");
+    // Simulated training needs a world model, and world options need a simulated mode.
+    let o = rl(&out, tasks.to_str().unwrap(), &["--env-mode", "sim"]);
+    let e = stderr(&o);
+    assert!(e.contains("needs a world model"), "{e}");
+    let o = rl(&out, BUNDLED, &["--world-model", "openai:w"]);
+    let e = stderr(&o);
+    assert!(e.contains("need --env-mode sim"), "{e}");
+    let o = rl(&out, BUNDLED, &["--env-mode", "dream"]);
+    assert!(stderr(&o).contains("dream"), "{}", stderr(&o));
     assert!(!out.join("metrics.jsonl").exists());
+}
+
+/// A task without an environment trains in `sim` mode: no environment is built, SWR (a scripted
+/// loopback server here) gives the rewards, and the step completes.
+#[test]
+fn a_task_without_an_environment_trains_in_sim_mode() {
+    let (url, _seen, _rt) = chat_server(world_reply);
+    let dir = scratch("rl-sim");
+    let out = dir.path().join("out");
+    let tasks = envless_task(dir.path());
+    if !dojo_sandbox::doctor::namespaces_usable() {
+        assert!(
+            !common::ci(),
+            "CI=true: user/mount/pid/net namespaces unavailable"
+        );
+        eprintln!("SKIPPED: user/mount/pid/net namespaces unavailable");
+        return;
+    }
+    let o = rl(
+        &out,
+        tasks.to_str().unwrap(),
+        &[
+            "--env-mode",
+            "sim",
+            "--world-model",
+            "openai:world",
+            "--world-base-url",
+            &url,
+            "--swr-samples",
+            "2",
+            "--group",
+            "2",
+            "--steps",
+            "1",
+            "--max-steps",
+            "1",
+            "--max-new-tokens",
+            "4",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let m: serde_json::Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (m["step"].as_u64(), m["episodes"].as_u64()),
+        (Some(1), Some(2))
+    );
+    // The rollouts ran simulated: no Python environment, the simulation log in each.
+    let store =
+        std::fs::read_to_string(out.join("rollouts/step-00000001/trajectories.jsonl")).unwrap();
+    let trajs: Vec<serde_json::Value> = store
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(trajs.len(), 2, "{store}");
+    for t in &trajs {
+        assert!(t["environment"]["python_env"].is_null(), "{t}");
+        assert_eq!(t["metadata"]["world"]["mode"], "sim", "{t}");
+    }
 }
 
 #[test]

@@ -4,52 +4,9 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use common::{BUNDLED, dojo, scratch};
+use common::{BUNDLED, chat_server, dojo, scratch, world_reply};
 
 const TASK: &str = "pytest-dev__iniconfig-1";
-
-/// SWT answers `1 passed`, SWR a reward of 1; every request is counted.
-fn world_server() -> (String, Arc<AtomicUsize>, tokio::runtime::Runtime) {
-    use axum::Json;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let seen = Arc::new(AtomicUsize::new(0));
-    let counter = seen.clone();
-    let app = axum::Router::new().route(
-        "/v1/chat/completions",
-        axum::routing::post(move |Json(req): Json<serde_json::Value>| {
-            let counter = counter.clone();
-            async move {
-                counter.fetch_add(1, Ordering::SeqCst);
-                let system = req["messages"][0]["content"].as_str().unwrap_or("");
-                let content = if system.contains("code execution simulator") {
-                    r#"{"stdout": "1 passed\n", "stderr": "", "exit_code": 0}"#
-                } else {
-                    r#"{"test_report": "1 passed", "reward": 1}"#
-                };
-                Json(serde_json::json!({
-                    "id": "w", "object": "chat.completion", "created": 0, "model": req["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                }))
-            }
-        }),
-    );
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    rt.spawn(async move {
-        let _: Result<(), _> = axum::serve(listener, app).await;
-    });
-    (format!("http://{addr}/v1"), seen, rt)
-}
 
 #[test]
 fn bad_env_mode_and_missing_world_model_are_clear_errors() {
@@ -94,7 +51,7 @@ fn sim_rollout_through_the_binary_reports_drift() {
         println!("SKIPPED: user/mount/pid/net namespaces unavailable");
         return;
     }
-    let (url, seen, _rt) = world_server();
+    let (url, seen, _rt) = chat_server(world_reply);
     let dir = scratch("world-sim");
     let run = dir.path().join("run");
     let out = dojo(&[
@@ -123,7 +80,81 @@ fn sim_rollout_through_the_binary_reports_drift() {
     );
     assert!(run.join("drift.json").is_file());
     // One SWT call (the replay's test run) and one SWR call.
-    assert_eq!(seen.load(Ordering::SeqCst), 2);
+    assert_eq!(seen.lock().unwrap().len(), 2);
     let manifest = std::fs::read_to_string(run.join("run.json")).unwrap();
     assert!(manifest.contains("\"mode\": \"sim\""), "{manifest}");
+}
+
+/// A task without an environment, end to end: rolled out in `sim` mode, then selected by SWR,
+/// which needs only the task and the candidates (the test command from the simulation's
+/// defaults).
+#[test]
+fn envless_tasks_roll_out_in_sim_and_are_selected_by_swr() {
+    if !dojo_sandbox::doctor::namespaces_usable() {
+        assert!(!common::ci(), "CI=true: namespaces unavailable");
+        println!("SKIPPED: user/mount/pid/net namespaces unavailable");
+        return;
+    }
+    let (url, seen, _rt) = chat_server(world_reply);
+    let dir = scratch("world-envless");
+    // A bundled task moved to a repository no environment spec covers (its sources still build).
+    let text = std::fs::read_to_string(BUNDLED).unwrap();
+    let row = text
+        .lines()
+        .find(|l| l.contains(TASK))
+        .unwrap()
+        .replace(TASK, "nobody__nothing-1")
+        .replace(
+            "\"repo\": \"pytest-dev/iniconfig\"",
+            "\"repo\": \"nobody/nothing\"",
+        );
+    assert!(row.contains("nobody/nothing"), "{row}");
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, format!("{row}\n")).unwrap();
+    let run = dir.path().join("run");
+    let out = dojo(&[
+        "rollout",
+        "--tasks",
+        tasks.to_str().unwrap(),
+        "--policy",
+        "gold-replay",
+        "-n",
+        "2",
+        "--out",
+        run.to_str().unwrap(),
+        "--env-mode",
+        "sim",
+        "--world-model",
+        "openai:world",
+        "--world-base-url",
+        &url,
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let before = seen.lock().unwrap().len();
+    let swr = dir.path().join("swr.toml");
+    std::fs::write(
+        &swr,
+        format!("kind = \"openai\"\nmodel = \"swr\"\nbase_url = \"{url}\"\n"),
+    )
+    .unwrap();
+    let sel = dir.path().join("sel");
+    let out = dojo(&[
+        "select",
+        "--rollouts",
+        run.to_str().unwrap(),
+        "--selector",
+        "swr",
+        "--swr",
+        swr.to_str().unwrap(),
+        "--swr-samples",
+        "2",
+        "--out",
+        sel.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    // Both candidates scored by SWR, two samples each.
+    assert!(all.contains("2 candidates scored (2 samples each"), "{all}");
+    assert_eq!(seen.lock().unwrap().len(), before + 4);
 }

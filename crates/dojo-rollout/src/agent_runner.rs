@@ -22,7 +22,7 @@ use dojo_trajectory::{Blame, EnvironmentFingerprint, Event, PolicyInfo, StopReas
 use dojo_world::record::WorldWriter;
 
 use crate::policy::{PolicyConfig, PolicyKind};
-use crate::world_capture::{CapturingWorkspace, swr_record};
+use crate::world_capture::{CapturingWorkspace, SwtCapture, swr_record};
 
 use crate::scheduler::{Job, RolloutRecord, Runner};
 use crate::store::{Key, Keyed};
@@ -161,28 +161,27 @@ impl AgentLoop for DojoAgent {
                 vars: task_vars(&prepared.task),
                 environment,
             };
-            // Capture sits next to the sandbox, so it records only commands that really ran.
-            let capture = prepared.world.as_ref().map(|writer| {
-                CapturingWorkspace::new(
-                    sandbox,
-                    writer,
-                    &prepared.task,
-                    job.sample_index,
-                    &prepared.pristine.path,
-                )
-            });
-            let ws: &dyn dojo_agent::Workspace = match &capture {
-                Some(c) => c,
-                None => sandbox,
-            };
             match &prepared.sim {
                 Some(sim) => {
-                    let sim_ws = dojo_world::sim::SimWorkspace::new(
-                        ws,
+                    // The simulated environment reads the workspace once per command and hands
+                    // that read to capture for the commands it runs for real.
+                    let capture = prepared.world.as_ref().map(|writer| {
+                        SwtCapture::new(
+                            writer,
+                            &prepared.task,
+                            job.sample_index,
+                            &prepared.pristine.path,
+                        )
+                    });
+                    let mut sim_ws = dojo_world::sim::SimWorkspace::new(
+                        sandbox,
                         sim.mode,
                         sim.model.clone(),
                         sim.task.clone(),
                     );
+                    if let Some(c) = &capture {
+                        sim_ws = sim_ws.with_observer(c);
+                    }
                     let mut traj = agent.run(&sim_ws, &input).await;
                     traj.metadata.insert(
                         dojo_world::sim::METADATA_KEY.into(),
@@ -190,7 +189,23 @@ impl AgentLoop for DojoAgent {
                     );
                     traj
                 }
-                None => agent.run(ws, &input).await,
+                None => {
+                    // Capture sits next to the sandbox, so it records only commands that ran.
+                    let capture = prepared.world.as_ref().map(|writer| {
+                        CapturingWorkspace::new(
+                            sandbox,
+                            writer,
+                            &prepared.task,
+                            job.sample_index,
+                            &prepared.pristine.path,
+                        )
+                    });
+                    let ws: &dyn dojo_agent::Workspace = match &capture {
+                        Some(c) => c,
+                        None => sandbox,
+                    };
+                    agent.run(ws, &input).await
+                }
             }
         })
     }

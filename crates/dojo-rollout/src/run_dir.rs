@@ -345,6 +345,13 @@ pub async fn run_rollout_with_world<A: AgentLoop>(
         runner.sim = Some(crate::world_sim::SimSetup {
             mode: w.mode,
             model,
+            analysis: w.analysis_model.clone().map(|m| {
+                let root = w
+                    .analysis_cache
+                    .clone()
+                    .unwrap_or_else(dojo_world::analysis::default_cache_root);
+                (root, m)
+            }),
         });
     }
     if crate::world_capture::capture_enabled() {

@@ -1,10 +1,12 @@
 //! World-model training data from real rollouts: the SWT and SWR records of `world.jsonl`.
 //!
 //! [`CapturingWorkspace`] sits between the agent's tools and the sandbox. When a tool runs a
-//! shell command that runs Python or tests ([`runs_python_or_tests`]), it first takes what
-//! SWE-World's transition model would see (the files the command executes, now and at the base
-//! commit, and the agent's patch at that moment), runs the command for real, and buffers the
-//! context with the real stdout, stderr and exit code in the run's [`WorldWriter`]. Every other
+//! shell command that runs Python or tests, it first takes what SWE-World's transition model
+//! would see (the files the command executes, now and at the base commit, and the agent's patch
+//! at that moment), runs the command for real, and buffers the context with the real stdout,
+//! stderr and exit code in the run's [`WorldWriter`] ([`SwtCapture`]). Which commands, which
+//! files and how they are read is [`dojo_world::observe`]'s, the simulated environment's own
+//! rule; in `hybrid`/`shadow` mode that environment hands its read to [`SwtCapture`] instead. Every other
 //! operation passes straight through, and a capture that fails only loses that record: the
 //! agent's command always runs exactly as it would without capture.
 //!
@@ -14,7 +16,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 
 use dojo_agent::Workspace;
 use dojo_grade::InstanceReport;
@@ -24,10 +25,11 @@ use dojo_sandbox::{ExecOutput, ExecRequest, Sandbox, SandboxError, WORKSPACE};
 use dojo_task::Task;
 
 use crate::agent_runner::Prepared;
-use dojo_world::record::{
-    WorldBody, WorldRecord, WorldWriter, clip_chars, command_paths, test_report_section,
-};
-use dojo_world::{FileView, SwrContext, SwrTarget, SwtContext, SwtTarget, runs_python_or_tests};
+use dojo_world::classify::CommandClass;
+use dojo_world::observe::{self, ReadLimits, Snapshot};
+use dojo_world::record::{WorldBody, WorldRecord, WorldWriter, clip_chars, test_report_section};
+use dojo_world::sim::RealRunObserver;
+use dojo_world::{SwrContext, SwrTarget, SwtContext, SwtTarget};
 
 /// Set to `0`, `off` or `false` to turn capture off for a run (it is on by default).
 pub const WORLD_RECORDS_VAR: &str = "DOJO_WORLD_RECORDS";
@@ -40,17 +42,11 @@ pub fn capture_enabled() -> bool {
     )
 }
 
-/// Lists the files a command executes: named files, and the `.py` files under named
-/// directories, that exist in the workspace; one line each, sorted within a directory.
-const LIST_SCRIPT: &str = r#"for p in "$@"; do
-  if [ -d "$p" ]; then find "$p" -type f -name '*.py' -not -path '*/.*' | LC_ALL=C sort
-  elif [ -f "$p" ]; then printf '%s\n' "$p"
-  fi
-done"#;
-
-/// The agent's workspace with SWT capture (see the module documentation).
-pub struct CapturingWorkspace<'a> {
-    inner: &'a Sandbox,
+/// Records the real runs of commands that run Python or tests as SWT records of one rollout.
+/// The agent's workspace wraps it in real mode ([`CapturingWorkspace`]); a simulated
+/// environment tells it about the commands it runs for real, with the state it read for the
+/// model ([`RealRunObserver`]).
+pub struct SwtCapture<'a> {
     writer: &'a WorldWriter,
     task: &'a Task,
     sample_index: u32,
@@ -59,16 +55,14 @@ pub struct CapturingWorkspace<'a> {
     seq: AtomicU32,
 }
 
-impl<'a> CapturingWorkspace<'a> {
+impl<'a> SwtCapture<'a> {
     pub fn new(
-        inner: &'a Sandbox,
         writer: &'a WorldWriter,
         task: &'a Task,
         sample_index: u32,
         pristine: &Path,
     ) -> Self {
-        CapturingWorkspace {
-            inner,
+        SwtCapture {
             writer,
             task,
             sample_index,
@@ -77,44 +71,17 @@ impl<'a> CapturingWorkspace<'a> {
         }
     }
 
-    /// The files `command` executes and the agent's patch, before it runs. `None` when the
-    /// workspace could not be read (the record is skipped).
-    async fn before(&self, command: &str) -> Option<(Vec<FileView>, String)> {
-        let limits = self.writer.limits();
-        let patch = self.inner.diff().await.ok()?;
-        let candidates = command_paths(command);
-        let mut files = Vec::new();
-        if !candidates.is_empty() {
-            let mut argv = vec![
-                "bash".to_string(),
-                "-c".to_string(),
-                LIST_SCRIPT.to_string(),
-                "list".to_string(),
-            ];
-            argv.extend(candidates);
-            let req = ExecRequest::new(argv)
-                .cwd(WORKSPACE)
-                .timeout(Duration::from_secs(30));
-            let out = self.inner.exec(&req).await.ok()?;
-            for path in out.stdout_lossy().lines().take(limits.max_files) {
-                let path = path.trim_start_matches("./");
-                let current = self
-                    .inner
-                    .read_file(path)
-                    .await
-                    .ok()
-                    .map(|b| clip_chars(&String::from_utf8_lossy(&b), limits.max_file_chars).0);
-                files.push(FileView {
-                    path: path.to_string(),
-                    base: base_version(&self.pristine, path, limits.max_file_chars),
-                    current,
-                });
-            }
-        }
-        Some((files, patch))
+    pub fn pristine(&self) -> &Path {
+        &self.pristine
+    }
+}
+
+impl RealRunObserver for SwtCapture<'_> {
+    fn read_limits(&self) -> ReadLimits {
+        self.writer.limits().read_limits()
     }
 
-    fn record(&self, command: &str, files: Vec<FileView>, patch: String, out: &ExecOutput) {
+    fn observe(&self, command: &str, before: &Snapshot, out: &ExecOutput) {
         let limits = self.writer.limits();
         let (stdout, cut_out) = clip_chars(&out.stdout_lossy(), limits.max_output_chars);
         let (stderr, cut_err) = clip_chars(&out.stderr_lossy(), limits.max_output_chars);
@@ -135,8 +102,8 @@ impl<'a> CapturingWorkspace<'a> {
             task_id: self.task.instance_id.clone(),
             problem_statement: self.task.problem_statement.clone(),
             command: command.to_string(),
-            executed_files: files,
-            agent_patch: patch,
+            executed_files: before.files.clone(),
+            agent_patch: before.agent_patch.clone(),
             gold_patch: gold(self.task),
             analysis: None,
         };
@@ -158,17 +125,33 @@ impl<'a> CapturingWorkspace<'a> {
     }
 }
 
+/// The agent's workspace with SWT capture in real mode (see the module documentation).
+pub struct CapturingWorkspace<'a> {
+    inner: &'a Sandbox,
+    capture: SwtCapture<'a>,
+}
+
+impl<'a> CapturingWorkspace<'a> {
+    pub fn new(
+        inner: &'a Sandbox,
+        writer: &'a WorldWriter,
+        task: &'a Task,
+        sample_index: u32,
+        pristine: &Path,
+    ) -> Self {
+        CapturingWorkspace {
+            inner,
+            capture: SwtCapture::new(writer, task, sample_index, pristine),
+        }
+    }
+}
+
 /// The shell script of a `bash -c SCRIPT` request (how `execute_bash` runs commands).
 fn shell_command(req: &ExecRequest) -> Option<&str> {
     match req.argv.as_slice() {
         [bash, c, script] if bash == "bash" && c == "-c" => Some(script),
         _ => None,
     }
-}
-
-fn base_version(pristine: &Path, rel: &str, max_chars: usize) -> Option<String> {
-    let bytes = std::fs::read(pristine.join(rel)).ok()?;
-    Some(clip_chars(&String::from_utf8_lossy(&bytes), max_chars).0)
 }
 
 fn gold(task: &Task) -> Option<String> {
@@ -178,16 +161,24 @@ fn gold(task: &Task) -> Option<String> {
 impl Workspace for CapturingWorkspace<'_> {
     fn exec<'b>(&'b self, req: &'b ExecRequest) -> BoxFuture<'b, Result<ExecOutput, SandboxError>> {
         Box::pin(async move {
-            let Some(command) = shell_command(req).filter(|c| runs_python_or_tests(c)) else {
+            let Some(command) = shell_command(req) else {
                 return self.inner.exec(req).await;
             };
-            let before = self.before(command).await;
+            // The simulated environment's classifier and readers (`dojo_world::observe`): what
+            // SWT is trained on is what it is later asked.
+            let CommandClass::Python(run) = observe::classify_in(self.inner, command).await else {
+                return self.inner.exec(req).await;
+            };
+            let cwd = req.cwd.as_deref().unwrap_or(WORKSPACE);
+            let c = &self.capture;
+            let before =
+                observe::snapshot(self.inner, &run, cwd, Some(c.pristine()), c.read_limits()).await;
             let out = self.inner.exec(req).await?;
             match before {
-                Some((files, patch)) => self.record(command, files, patch, &out),
-                None => tracing::warn!(
-                    task = %self.task.instance_id,
-                    "world capture: could not read the workspace before {command:?}; record skipped"
+                Ok(before) => c.observe(command, &before, &out),
+                Err(e) => tracing::warn!(
+                    task = %c.task.instance_id,
+                    "world capture: could not read the workspace before {command:?} ({e}); record skipped"
                 ),
             }
             Ok(out)
@@ -228,23 +219,11 @@ pub async fn swr_record(
         return None;
     }
     let test_report = test_report_section(&report.test_output, START_TEST_OUTPUT, END_TEST_OUTPUT)?;
-    let max_chars = writer.limits().max_file_chars;
-    let mut test_files = Vec::new();
-    for path in dojo_grade::guard::task_test_files(task)
-        .into_iter()
-        .take(writer.limits().max_files)
-    {
-        let current = sb
-            .read_file(&path)
-            .await
-            .ok()
-            .map(|b| clip_chars(&String::from_utf8_lossy(&b), max_chars).0);
-        test_files.push(FileView {
-            base: base_version(pristine, &path, max_chars),
-            path,
-            current,
-        });
-    }
+    // The same test files and reader the simulated reward model is asked with
+    // (`dojo_world::sim::test_files_after_patch`).
+    let paths = dojo_grade::guard::task_test_files(task);
+    let test_files =
+        observe::read_views(sb, &paths, Some(pristine), writer.limits().read_limits()).await;
     let context = SwrContext {
         task_id: task.instance_id.clone(),
         problem_statement: task.problem_statement.clone(),

@@ -19,18 +19,21 @@ use dojo_llm::ChatBackend;
 use dojo_sandbox::{Pristine, PristineStore, PythonEnv, Sandbox};
 use dojo_task::{EnvOverride, EnvRegistry, Preparer, RepoEnv, Task, TaskError, task_source};
 use dojo_trajectory::Trajectory;
+use dojo_world::analysis::lookup_analysis;
 use dojo_world::route::{EnvMode, WorldModelSpec, WorldPolicy};
 use dojo_world::sim::{
     METADATA_KEY, ModelFailure, RewardVerdict, SimLog, SimTask, WorldModel, simulated_reward,
     test_files_after_patch,
 };
-use dojo_world::{WorldClient, WorldClientConfig};
+use dojo_world::{AnalysisInput, WorldClient, WorldClientConfig};
 
 /// The world model and mode of a run.
 #[derive(Clone)]
 pub struct SimSetup {
     pub mode: EnvMode,
     pub model: Arc<dyn WorldModel>,
+    /// Where the initial analyses are cached and the model whose analyses to show.
+    pub analysis: Option<(std::path::PathBuf, String)>,
 }
 
 /// One task's simulated environment.
@@ -73,7 +76,7 @@ pub fn world_model(
             let cfg = WorldClientConfig {
                 // The engine has no JSON mode; the parser finds JSON in text either way.
                 swt_json_mode: false,
-                ..Default::default()
+                ..swr_sampling(policy)
             };
             Ok(Arc::new(WorldClient::new(backend.clone(), backend, cfg)))
         }
@@ -96,13 +99,44 @@ pub fn world_model(
             let cfg = WorldClientConfig {
                 swt_model: model.clone(),
                 swr_model: model,
-                ..Default::default()
+                ..swr_sampling(policy)
             };
             let client = WorldClient::from_endpoints(cc.endpoints.clone(), cc.endpoints, cfg)
                 .map_err(|e| e.to_string())?;
             Ok(Arc::new(client))
         }
     }
+}
+
+/// The client defaults with the policy's SWR sampling (`swr_samples`, `swr_seed`).
+fn swr_sampling(policy: &WorldPolicy) -> WorldClientConfig {
+    let d = WorldClientConfig::default();
+    WorldClientConfig {
+        swr_samples: policy.swr_samples.unwrap_or(d.swr_samples).max(1),
+        swr_seed: policy.swr_seed.unwrap_or(d.swr_seed),
+        ..d
+    }
+}
+
+/// What the initial analysis of `task` is written from ([`dojo_world::analysis`]). A task
+/// without a gold patch has none to analyse: an error naming the task and the field.
+pub fn analysis_input(task: &Task) -> Result<AnalysisInput, String> {
+    if task.patch.trim().is_empty() {
+        return Err(format!(
+            "task {}: field `patch` is empty; the initial analysis is written from the gold patch",
+            task.instance_id
+        ));
+    }
+    Ok(AnalysisInput {
+        task_id: task.instance_id.clone(),
+        repo: task.repo.clone(),
+        problem_statement: task.problem_statement.clone(),
+        hints: (!task.hints_text.trim().is_empty()).then(|| task.hints_text.clone()),
+        gold_patch: task.patch.clone(),
+        test_patch: (!task.test_patch.trim().is_empty()).then(|| task.test_patch.clone()),
+        fail_to_pass: task.f2p().to_vec(),
+        pass_to_pass: task.p2p().to_vec(),
+    })
 }
 
 /// What a task's sandboxes are created from in a simulated mode.
@@ -115,7 +149,7 @@ pub struct SimPrepared {
 
 /// The task's environment spec, or, for a task no spec covers, the defaults (`pytest -rA`,
 /// the pytest parser): a simulated run needs only the test command and parser from it.
-fn repo_env_or_default(registry: &EnvRegistry, task: &Task) -> Result<RepoEnv, String> {
+pub fn repo_env_or_default(registry: &EnvRegistry, task: &Task) -> Result<RepoEnv, String> {
     match registry.resolve(task) {
         Ok(e) => Ok(e),
         Err(TaskError::NoEnv { .. }) => {
@@ -179,10 +213,21 @@ pub async fn prepare(
         problem_statement: task.problem_statement.clone(),
         gold_patch: (!task.patch.trim().is_empty()).then(|| task.patch.clone()),
         test_patch: (!task.test_patch.trim().is_empty()).then(|| task.test_patch.clone()),
-        analysis: None,
+        analysis: setup.analysis.as_ref().and_then(|(root, model)| {
+            let a = lookup_analysis(root, &task.instance_id, model);
+            if a.is_none() {
+                tracing::warn!(
+                    task = %task.instance_id,
+                    "no initial analysis by {model} cached (run `dojo tasks analyze --model {model}`)"
+                );
+            }
+            a
+        }),
         test_command: repo_env.test_command(task),
         fail_to_pass: task.fail_to_pass.clone().unwrap_or_default(),
         pass_to_pass: task.pass_to_pass.clone().unwrap_or_default(),
+        // The test files SWR records of real grading show (`world_capture::swr_record`).
+        test_files: dojo_grade::guard::task_test_files(task),
         parser: Parser::from(repo_env.log_parser),
         has_environment: env.is_some(),
         pristine_dir: Some(pristine.path.clone()),
@@ -215,9 +260,10 @@ pub async fn predict_reward(
     sb: &Sandbox,
     patch: &str,
 ) -> (Result<RewardVerdict, ModelFailure>, u64) {
-    let files = match &run.task.test_patch {
-        Some(tp) if !patch.trim().is_empty() => test_files_after_patch(sb, tp).await,
-        _ => Vec::new(),
+    let files = if patch.trim().is_empty() {
+        Vec::new()
+    } else {
+        test_files_after_patch(sb, &run.task).await
     };
     simulated_reward(&*run.model, &run.task, patch, files).await
 }
@@ -303,6 +349,7 @@ mod tests {
             model: m.map(str::to_string),
             base_url: Some("http://127.0.0.1:9/v1".into()),
             api_key_env: None,
+            ..Default::default()
         };
         let e = world_model(&p(None), None).err().unwrap();
         assert!(e.contains("needs a world model"), "{e}");

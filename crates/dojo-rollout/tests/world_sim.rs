@@ -51,12 +51,30 @@ fn have_uv() -> bool {
             .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("uv").is_file()))
 }
 
+/// Sandboxes and `uv` (to build the task's Python environment) are available.
+fn environments_ready() -> bool {
+    if !sandbox_ready() {
+        return false;
+    }
+    if !have_uv() {
+        assert!(!ci(), "uv is required in CI (scripts/setup-tools.sh)");
+        println!("SKIPPED: uv not found (run scripts/setup-tools.sh)");
+        return false;
+    }
+    true
+}
+
 /// How the scripted world model answers.
 #[derive(Clone, Copy, PartialEq)]
 enum Script {
     Json,
     Prose,
 }
+
+/// The initial analysis cached for the sim-mode test, and the requests that carried it (only
+/// that test caches one).
+const ANALYSIS: &str = "- ANALYSIS-MARKER: iniconfig drops sections.";
+static ANALYSED: AtomicUsize = AtomicUsize::new(0);
 
 /// A scripted OpenAI-compatible world model on loopback: SWT (recognised by its system prompt)
 /// answers `2 passed`, SWR a reward of 1; `Prose` answers both with prose. Counts SWT and SWR
@@ -71,6 +89,9 @@ async fn world_server(script: Script) -> (String, Arc<AtomicUsize>, Arc<AtomicUs
         axum::routing::post(move |Json(req): Json<serde_json::Value>| {
             let (c_swt, c_swr) = (c_swt.clone(), c_swr.clone());
             async move {
+                if req.to_string().contains(ANALYSIS) {
+                    ANALYSED.fetch_add(1, Ordering::SeqCst);
+                }
                 let system = req["messages"][0]["content"]
                     .as_str()
                     .unwrap_or("")
@@ -114,6 +135,7 @@ fn opts(out: PathBuf, mode: EnvMode, base_url: String) -> RolloutOptions {
         model: Some("openai:world".into()),
         base_url: Some(base_url),
         api_key_env: None,
+        ..Default::default()
     });
     RolloutOptions {
         shard: None,
@@ -151,7 +173,24 @@ async fn sim_mode_completes_a_rollout_without_an_environment() {
     }
     let (url, swt, swr) = world_server(Script::Json).await;
     let dir = tempfile::tempdir().unwrap();
-    let o = opts(dir.path().join("run"), EnvMode::Sim, url);
+    let mut o = opts(dir.path().join("run"), EnvMode::Sim, url);
+    let w = o.policy.world.as_mut().unwrap();
+    // SWR's verdict is the mean of three samples (`--swr-samples 3`).
+    w.swr_samples = Some(3);
+    // The task's initial analysis, as `dojo tasks analyze` caches it, reaches SWT and SWR.
+    let cache = dir.path().join("analysis");
+    let path = dojo_world::analysis::analysis_cache_path(&cache, TASK, "analyst");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let cached = dojo_world::analysis::CachedAnalysis {
+        schema_version: dojo_world::analysis::ANALYSIS_SCHEMA_VERSION,
+        task_id: TASK.into(),
+        model: "analyst".into(),
+        prompt_sha: String::new(),
+        analysis: ANALYSIS.into(),
+    };
+    std::fs::write(&path, serde_json::to_vec(&cached).unwrap()).unwrap();
+    w.analysis_model = Some("analyst".into());
+    w.analysis_cache = Some(cache);
     let (out, traj) = run(&o).await;
     assert!(
         !traj.infra_failure,
@@ -163,11 +202,18 @@ async fn sim_mode_completes_a_rollout_without_an_environment() {
     // No Python environment was built or used.
     assert_eq!(traj.environment.python_env, None);
     assert_eq!(traj.grading.as_ref().unwrap()["simulated"], true);
-    // The gold replay's test run went to SWT, the verdict to SWR, once each.
+    // The gold replay's test run went to SWT once, the verdict to SWR three times.
     assert_eq!(swt.load(Ordering::SeqCst), 1);
-    assert_eq!(swr.load(Ordering::SeqCst), 1);
+    assert_eq!(swr.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        ANALYSED.load(Ordering::SeqCst),
+        4,
+        "every SWT/SWR request had the analysis"
+    );
     let log = SimLog::from_metadata(&traj.metadata).expect("simulation log");
     assert_eq!(log.mode, EnvMode::Sim);
+    let verdict = log.reward.as_ref().unwrap().predicted.as_ref().unwrap();
+    assert_eq!((verdict.samples, verdict.tie_seed), (3, None));
     let sim: Vec<_> = log
         .commands
         .iter()
@@ -232,12 +278,7 @@ async fn a_prose_reply_is_an_infrastructure_failure() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_mode_records_drift_against_the_real_run() {
-    if !sandbox_ready() {
-        return;
-    }
-    if !have_uv() {
-        assert!(!ci(), "uv is required in CI (scripts/setup-tools.sh)");
-        println!("SKIPPED: uv not found (run scripts/setup-tools.sh)");
+    if !environments_ready() {
         return;
     }
     let (url, swt, swr) = world_server(Script::Json).await;
@@ -356,5 +397,129 @@ async fn a_task_without_an_environment_runs_in_sim_mode_only() {
             .contains("acme/calc"),
         "{:?}",
         traj.stop_detail
+    );
+}
+
+/// The assistant turn that runs `command` with the bash tool, shaped like `like` (a recorded
+/// bash call: same tool name and argument key).
+fn bash_turn(like: &serde_json::Value, id: &str, command: &str) -> serde_json::Value {
+    let f = &like["tool_calls"][0]["function"];
+    let args: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(f["arguments"].as_str().unwrap()).unwrap();
+    let key = args.keys().next().unwrap().clone();
+    serde_json::json!({"role": "assistant", "content": "", "tool_calls": [{
+        "id": id, "type": "function", "function": {"name": f["name"],
+        "arguments": serde_json::json!({ key: command }).to_string()}}]})
+}
+
+/// `hybrid` end to end: the task has a working environment, so a cheap command (one script, one
+/// test file) runs for real and a whole test suite goes to SWT; grading is real. The run's
+/// trajectory records which was which, and capture keeps SWT records of the real runs only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hybrid_runs_cheap_commands_for_real_and_simulates_the_rest() {
+    if !environments_ready() {
+        return;
+    }
+    let (url, swt, swr) = world_server(Script::Json).await;
+    let dir = tempfile::tempdir().unwrap();
+    // The gold replay alone: its one test command names the test file, cheap: real.
+    let o = opts(dir.path().join("gold"), EnvMode::Hybrid, url.clone());
+    let (_, gold) = run(&o).await;
+    assert!(!gold.infra_failure, "{:?}", gold.stop_detail);
+    assert_eq!(gold.resolved, Some(true));
+    assert!(gold.environment.python_env.is_some());
+    assert_eq!(swt.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        swr.load(Ordering::SeqCst),
+        0,
+        "real grading, no reward model"
+    );
+
+    // The same replay with two more commands after its first turn: a cheap script and the
+    // whole suite.
+    let mut t = serde_json::to_value(&gold).unwrap();
+    let messages = t["messages"].as_array_mut().unwrap();
+    let bash = messages
+        .iter()
+        .find(|m| {
+            m["tool_calls"][0]["function"]["name"]
+                .as_str()
+                .is_some_and(|n| n.contains("bash"))
+        })
+        .cloned()
+        .expect("the gold replay runs its tests with the bash tool");
+    let first = messages
+        .iter()
+        .position(|m| m["role"] == "assistant")
+        .unwrap();
+    messages.insert(
+        first + 1,
+        bash_turn(&bash, "cheap", "python -c 'print(40 + 2)'"),
+    );
+    messages.insert(first + 2, bash_turn(&bash, "suite", "python -m pytest -q"));
+    let replay = dir.path().join("replay.jsonl");
+    std::fs::write(&replay, format!("{t}\n")).unwrap();
+    let mut o = opts(dir.path().join("hybrid"), EnvMode::Hybrid, url);
+    let world = o.policy.world.take();
+    o.policy = PolicyConfig::parse(&format!("replay:{}", replay.display())).unwrap();
+    o.policy.world = world;
+    o.label = o.policy.label();
+    let (out, traj) = run(&o).await;
+    assert!(!traj.infra_failure, "{:?}", traj.stop_detail);
+    assert_eq!(traj.resolved, Some(true));
+    let observation = |id: &str| {
+        traj.messages
+            .iter()
+            .find(|m| m.tool_call_id.as_deref() == Some(id))
+            .and_then(|m| m.content.as_ref().map(|c| c.text()))
+            .unwrap_or_default()
+    };
+    assert!(
+        observation("cheap").contains("42"),
+        "{}",
+        observation("cheap")
+    );
+    assert!(
+        observation("suite").contains("2 passed in 0.01s"),
+        "{}",
+        observation("suite")
+    );
+    assert_eq!(
+        swt.load(Ordering::SeqCst),
+        1,
+        "only the whole suite went to SWT"
+    );
+    let log = SimLog::from_metadata(&traj.metadata).expect("simulation log");
+    assert_eq!(log.mode, EnvMode::Hybrid);
+    let route = |cmd: &str| {
+        log.commands
+            .iter()
+            .find(|c| c.command == cmd)
+            .map(|c| c.route.clone())
+            .unwrap_or_else(|| panic!("{cmd} not in {:?}", log.commands))
+    };
+    assert_eq!(route("python -c 'print(40 + 2)'"), "real");
+    assert_eq!(route("python -m pytest -q"), "simulate");
+    assert!(log.reward.is_none(), "graded for real");
+    assert_eq!(out.summary.infra_errors, 0);
+    // Capture: SWT records of the commands that ran for real, none of the simulated one.
+    let records = dojo_world::record::read_world_records(
+        &dir.path().join("hybrid").join(dojo_world::WORLD_FILE),
+    )
+    .unwrap();
+    let commands: Vec<String> = records
+        .iter()
+        .filter_map(|r| match &r.body {
+            dojo_world::record::WorldBody::Swt { context, .. } => Some(context.command.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        commands.iter().any(|c| c == "python -c 'print(40 + 2)'"),
+        "{commands:?}"
+    );
+    assert!(
+        !commands.iter().any(|c| c == "python -m pytest -q"),
+        "{commands:?}"
     );
 }

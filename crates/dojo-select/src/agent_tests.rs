@@ -92,23 +92,6 @@ pub fn added_files(patch: &str) -> Vec<(String, String)> {
     out
 }
 
-/// Every file `patch` changes (its new paths), in patch order.
-pub fn changed_files(patch: &str) -> Vec<&str> {
-    let mut out: Vec<&str> = Vec::new();
-    for line in patch.lines() {
-        let path = line
-            .strip_prefix("diff --git ")
-            .and_then(|rest| rest.rsplit_once(" b/").map(|(_, b)| b))
-            .or_else(|| line.strip_prefix("+++ b/"));
-        if let Some(p) = path
-            && !out.contains(&p)
-        {
-            out.push(p);
-        }
-    }
-    out
-}
-
 /// Every agent-written test of a task's candidates.
 pub fn tests_of(task: &TaskCandidates) -> Vec<AgentTest> {
     task.candidates
@@ -419,7 +402,10 @@ mod tests {
         assert!(!looks_like_test("src/m.py") && !looks_like_test("tests/__init__.py"));
         // A modified (not added) file is not the agent's test.
         assert!(added_files(FIX).is_empty());
-        assert_eq!(changed_files(&patch)[..2], ["m.py", "reproduce_issue.py"]);
+        assert_eq!(
+            dojo_task::patch_targets(&patch)[..2],
+            ["m.py", "reproduce_issue.py"]
+        );
     }
 
     /// Three candidates: 0 and 1 resolve and each wrote a repro script; 2 is wrong and wrote a

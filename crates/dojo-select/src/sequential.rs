@@ -24,8 +24,9 @@ pub fn resolved_at(c: &Candidate) -> Option<usize> {
     if !c.resolved || c.record.steps.is_empty() {
         return None;
     }
-    let files: Vec<&str> = crate::agent_tests::changed_files(&c.patch)
-        .into_iter()
+    let targets = dojo_task::patch_targets(&c.patch);
+    let files: Vec<&str> = targets
+        .iter()
         .map(|p| p.rsplit('/').next().unwrap_or(p))
         .collect();
     let last = c.record.steps.iter().enumerate().rev().find(|(_, s)| {

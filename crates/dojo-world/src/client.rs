@@ -18,6 +18,7 @@ use dojo_llm::{
     ChatBackend, ChatRequest, ClientConfig, EndpointConfig, LlmError, OpenAiClient, Usage,
 };
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::context::{SwrContext, SwrTarget, SwtContext, SwtTarget};
 use crate::parse::{ParseError, parse_swr_reply, parse_swt_reply};
@@ -123,6 +124,12 @@ pub struct WorldClientConfig {
     /// Ask SWT's server for a JSON object (`response_format`); servers that reject the field can
     /// turn it off, the parser accepts JSON inside text either way.
     pub swt_json_mode: bool,
+    /// SWR samples per rollout reward (SWE-World averages several; `dojo rollout
+    /// --swr-samples`). The selector passes its own count to [`WorldClient::predict_reward`].
+    pub swr_samples: u32,
+    /// Seed of the coin that breaks an exact tie of the samples' mean (see
+    /// [`RewardEstimate::verdict`]), mixed with the task and the patch per rollout.
+    pub swr_seed: u64,
 }
 
 impl Default for WorldClientConfig {
@@ -138,6 +145,8 @@ impl Default for WorldClientConfig {
             swt_max_tokens: None,
             swr_max_tokens: None,
             swt_json_mode: true,
+            swr_samples: 1,
+            swr_seed: 0,
         }
     }
 }
@@ -180,6 +189,47 @@ pub struct RewardEstimate {
     /// The agent's patch was empty: reward 0 without asking the model.
     pub empty_patch: bool,
     pub truncations: Vec<Truncation>,
+}
+
+/// A verdict drawn from a [`RewardEstimate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub resolved: bool,
+    /// The seed of the coin that decided an exact tie (`None`: the mean decided).
+    pub tie_seed: Option<u64>,
+}
+
+impl RewardEstimate {
+    /// The binary verdict of the samples: resolved when their mean reward is above 0.5,
+    /// unresolved below, and an exact tie (`k` even, half of them 1) decided by a coin seeded
+    /// with `seed`, which the verdict records so the draw can be repeated.
+    pub fn verdict(&self, seed: u64) -> Verdict {
+        if self.empty_patch || (self.mean - 0.5).abs() > f64::EPSILON {
+            return Verdict {
+                resolved: !self.empty_patch && self.mean > 0.5,
+                tie_seed: None,
+            };
+        }
+        let mut h = Sha256::new();
+        h.update(b"swr-tie");
+        h.update(seed.to_le_bytes());
+        Verdict {
+            resolved: h.finalize()[0] & 1 == 1,
+            tie_seed: Some(seed),
+        }
+    }
+}
+
+/// The seed of one rollout's tie-breaking coin: the configured seed mixed with the task and
+/// the patch judged, so reruns draw the same and different rollouts draw independently.
+pub fn rollout_seed(base: u64, task_id: &str, patch: &str) -> u64 {
+    let mut h = Sha256::new();
+    h.update(base.to_le_bytes());
+    h.update(task_id.as_bytes());
+    h.update([0]);
+    h.update(patch.as_bytes());
+    let d = h.finalize();
+    u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
 }
 
 /// SWT and SWR behind their backends.
@@ -530,6 +580,40 @@ pub(crate) mod tests {
         let req = &swr.requests.lock().unwrap()[0];
         assert_eq!(req.temperature, Some(0.7));
         assert!(!req.extra.contains_key("response_format"));
+    }
+
+    #[test]
+    fn k_sample_verdicts_and_seeded_ties() {
+        let est = |rewards: &[u8]| RewardEstimate {
+            mean: rewards.iter().map(|&r| f64::from(r)).sum::<f64>() / rewards.len() as f64,
+            samples: rewards
+                .iter()
+                .map(|&reward| SwrTarget {
+                    test_report: String::new(),
+                    reward,
+                })
+                .collect(),
+            failures: Vec::new(),
+            empty_patch: false,
+            truncations: Vec::new(),
+        };
+        let v = est(&[1, 1, 0]).verdict(7);
+        assert_eq!((v.resolved, v.tie_seed), (true, None));
+        let v = est(&[1, 0, 0]).verdict(7);
+        assert_eq!((v.resolved, v.tie_seed), (false, None));
+        // An exact tie: a seeded coin, recorded, the same for the same seed.
+        let tie = est(&[1, 0]);
+        let v = tie.verdict(7);
+        assert_eq!(v.tie_seed, Some(7));
+        assert_eq!(tie.verdict(7), v);
+        let outcomes: std::collections::HashSet<bool> =
+            (0..64).map(|s| tie.verdict(s).resolved).collect();
+        assert_eq!(outcomes.len(), 2, "the coin takes both sides over seeds");
+        let mut empty = est(&[1]);
+        empty.empty_patch = true;
+        assert!(!empty.verdict(1).resolved);
+        assert_ne!(rollout_seed(0, "t", "p"), rollout_seed(0, "t", "q"));
+        assert_eq!(rollout_seed(3, "t", "p"), rollout_seed(3, "t", "p"));
     }
 
     #[tokio::test]

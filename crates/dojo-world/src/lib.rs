@@ -17,6 +17,8 @@
 //! - [`client`]: [`WorldClient`], SWT/SWR over any [`dojo_llm::ChatBackend`] per role, with
 //!   failures classified as infrastructure ([`WorldError`]).
 //! - [`analysis`]: the per-task initial analysis, generated once at temperature 0 and cached.
+//! - [`observe`]: what the models are shown of a workspace (a command's executed files, SWR's
+//!   test files, base versions), one reader for simulation and for capture of real runs.
 //! - [`cot`]: reverse-reasoning chain-of-thought for SFT samples, with a judge filter.
 //! - [`record`]: SWT/SWR training records captured from real runs (`world.jsonl` beside the
 //!   trajectories) and the predicate that decides which commands are worth simulating.
@@ -28,6 +30,7 @@ pub mod analysis;
 pub mod client;
 pub mod context;
 pub mod cot;
+pub mod observe;
 pub mod parse;
 pub mod prompt;
 pub mod record;
@@ -38,7 +41,9 @@ pub mod route;
 pub mod sim;
 
 pub use analysis::{AnalysisInput, analysis_messages};
-pub use client::{Predicted, RewardEstimate, WorldClient, WorldClientConfig, WorldError};
+pub use client::{
+    Predicted, RewardEstimate, Verdict, WorldClient, WorldClientConfig, WorldError, rollout_seed,
+};
 pub use context::{FileView, SwrContext, SwrTarget, SwtContext, SwtTarget};
 pub use parse::{ParseError, parse_swr_reply, parse_swt_reply};
 pub use prompt::{Caps, Rendered, Truncation, swr_messages, swt_messages};

@@ -103,60 +103,21 @@ fn content_hash(body: &WorldBody) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Which commands are simulated, and which files they execute
+// Which commands are simulated (their files: [`crate::observe`])
 
 /// Whether a shell command runs Python or tests: exactly the commands the simulated
 /// environment hands to the transition model ([`crate::classify`]'s `Python` class), so the
 /// records a model is trained on and the commands it is later asked about are chosen by one
 /// rule. (SWE-World's own capture rule, "names `python*`/`pytest`, uses no `git`, installs
 /// nothing", differs in two ways: `git stash && pytest` and `pip install -e . && pytest` count
-/// here, since the simulator answers them as one script.)
+/// here, since the simulator answers them as one script.) Inside a workspace, capture and
+/// simulation both use [`crate::observe::classify_in`], which also recognises programs with a
+/// Python shebang line; this text-only form cannot read them.
 pub fn runs_python_or_tests(command: &str) -> bool {
     matches!(
         crate::classify::classify(command),
         crate::classify::CommandClass::Python(_)
     )
-}
-
-/// Extensions of files SWE-World sends to SWT as "code to be executed".
-pub const EXECUTED_EXTENSIONS: &[&str] = &["py", "rst", "txt", "dat", "html"];
-
-/// The paths a command names that may be executed files or directories of them, relative to the
-/// repository root, in order of appearance, without duplicates. Pytest node ids lose their
-/// `::test` part; `/testbed/` prefixes are removed; option values, URLs and paths outside the
-/// repository are skipped. Directories (tokens without an extension that contain a `/` or name a
-/// conventional test directory) are returned as they are: the caller expands them.
-pub fn command_paths(command: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for raw in
-        command.split(|c: char| c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')'))
-    {
-        let tok = raw.trim_matches(|c| matches!(c, '"' | '\'' | '`'));
-        if tok.is_empty() || tok.starts_with('-') || tok.contains("://") || tok.contains('=') {
-            continue;
-        }
-        let tok = tok.split("::").next().unwrap_or(tok);
-        let rel = match tok.strip_prefix("/testbed/") {
-            Some(r) => r,
-            None if tok.starts_with('/') || tok.starts_with("..") => continue,
-            None => tok.strip_prefix("./").unwrap_or(tok),
-        };
-        let rel = rel.trim_end_matches('/');
-        if rel.is_empty() || rel == "." {
-            continue;
-        }
-        let ext = Path::new(rel).extension().and_then(|e| e.to_str());
-        let is_file = ext.is_some_and(|e| EXECUTED_EXTENSIONS.contains(&e));
-        let is_dir = ext.is_none()
-            && (rel.contains('/') || matches!(rel, "tests" | "test" | "testing"))
-            && rel
-                .chars()
-                .all(|c| c.is_alphanumeric() || matches!(c, '/' | '_' | '-' | '.'));
-        if (is_file || is_dir) && !out.iter().any(|o| o == rel) {
-            out.push(rel.to_string());
-        }
-    }
-    out
 }
 
 /// The test report section of a grading log, as SWE-World's SWR targets use it: the text between
@@ -199,6 +160,17 @@ pub struct CaptureLimits {
     pub max_file_chars: usize,
     /// Characters kept of stdout and of stderr; longer output marks the record incomplete.
     pub max_output_chars: usize,
+}
+
+impl CaptureLimits {
+    /// How much of the workspace a record reads (the same bounds the model is then asked
+    /// with when a simulated environment shares the read).
+    pub fn read_limits(&self) -> crate::observe::ReadLimits {
+        crate::observe::ReadLimits {
+            max_files: self.max_files,
+            max_file_chars: self.max_file_chars,
+        }
+    }
 }
 
 impl Default for CaptureLimits {
@@ -468,27 +440,11 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Any command line is classified and scanned without panicking, and the paths found
-        /// are repository-relative.
+        /// Any command line is classified without panicking.
         #[test]
         fn any_command_is_handled(cmd in proptest::prelude::any::<String>()) {
             let _ = runs_python_or_tests(&cmd);
-            for p in command_paths(&cmd) {
-                proptest::prop_assert!(!p.starts_with('/') && !p.starts_with("..") && !p.is_empty());
-            }
         }
-    }
-
-    #[test]
-    fn command_paths_are_repo_relative() {
-        assert_eq!(
-            command_paths(
-                "cd /testbed && python /testbed/repro.py && pytest tests/test_a.py::T::test_x -k 'x' tests/unit/ ./docs/a.rst --tb=short /etc/passwd"
-            ),
-            vec!["repro.py", "tests/test_a.py", "tests/unit", "docs/a.rst"]
-        );
-        assert_eq!(command_paths("python -c 'print(1)'"), Vec::<String>::new());
-        assert_eq!(command_paths("pytest tests"), vec!["tests"]);
     }
 
     #[test]

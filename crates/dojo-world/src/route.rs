@@ -143,6 +143,21 @@ pub struct WorldPolicy {
     /// The variable holding the endpoints' API key (default `OPENAI_API_KEY`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
+    /// SWR samples per reward (default 1): [`crate::RewardEstimate::verdict`] over their mean.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swr_samples: Option<u32>,
+    /// Seed of the coin that breaks SWR ties (default 0; mixed with task and patch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swr_seed: Option<u64>,
+    /// Show SWT/SWR the initial analysis this model wrote for each task, from the cache that
+    /// `dojo tasks analyze --model` fills ([`crate::analysis`]); a task without one is shown
+    /// "No initial analysis provided." and counted in the log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis_model: Option<String>,
+    /// Where the analyses are cached (default `$DOJO_HOME/world-analysis`; `dojo tasks analyze
+    /// --cache`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis_cache: Option<std::path::PathBuf>,
 }
 
 /// What to do with one command.

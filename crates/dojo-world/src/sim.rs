@@ -24,10 +24,11 @@ use dojo_llm::BoxFuture;
 use dojo_sandbox::{ExecOutput, ExecRequest, Sandbox, SandboxError, WORKSPACE};
 use serde::{Deserialize, Serialize};
 
-use crate::classify::{CommandClass, PythonRun, classify_with};
-use crate::client::{WorldClient, WorldError};
+use crate::classify::{CommandClass, PythonRun};
+use crate::client::{WorldClient, WorldError, rollout_seed};
 use crate::context::{FileView, SwrContext, SwtContext};
 use crate::drift::{DriftSummary, Observed, TransitionDrift, compare_transition};
+use crate::observe::{self, ReadLimits, Snapshot};
 use crate::route::{EnvMode, Route, route};
 
 /// Version of the [`SimLog`] layout.
@@ -36,10 +37,6 @@ pub const SIM_LOG_SCHEMA_VERSION: u32 = 1;
 pub const METADATA_KEY: &str = "world";
 /// The reply to an install: the simulated environment has nothing to install into.
 pub const CANNED_INSTALL: &str = "Successfully installed packages.\n";
-/// Executed files sent to the model per command (SWE-World's cap); beyond it the first ones.
-pub const MAX_EXECUTED_FILES: usize = 20;
-/// Bytes of one file sent to the model; the prompt layer applies its own token caps on top.
-pub const MAX_FILE_BYTES: usize = 256 * 1024;
 /// Characters of a command or predicted output kept in the log.
 const LOG_TEXT_CAP: usize = 4000;
 
@@ -56,6 +53,10 @@ pub struct SimTask {
     pub test_command: String,
     pub fail_to_pass: Vec<String>,
     pub pass_to_pass: Vec<String>,
+    /// The task's test files (`dojo_grade::guard::task_test_files`): what SWR is shown, as in
+    /// the SWR records captured from real grading.
+    #[serde(default)]
+    pub test_files: Vec<String>,
     /// The grading log parser, for test-status drift.
     pub parser: Parser,
     /// Whether this sandbox has the task's Python environment (hybrid runs cheap commands
@@ -78,6 +79,7 @@ impl Default for SimTask {
             test_command: String::new(),
             fail_to_pass: Vec::new(),
             pass_to_pass: Vec::new(),
+            test_files: Vec::new(),
             parser: Parser::Pytest,
             has_environment: false,
             pristine_dir: None,
@@ -85,20 +87,12 @@ impl Default for SimTask {
     }
 }
 
-/// A file the model is shown: its contents now and at the base commit (`None`: absent there).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExecutedFile {
-    pub path: String,
-    pub base: Option<String>,
-    pub current: Option<String>,
-}
-
 /// One command for the transition model.
 #[derive(Debug, Clone)]
 pub struct TransitionQuery<'a> {
     pub task: &'a SimTask,
     pub command: &'a str,
-    pub files: Vec<ExecutedFile>,
+    pub files: Vec<FileView>,
     pub agent_patch: String,
 }
 
@@ -108,7 +102,7 @@ pub struct RewardQuery<'a> {
     pub task: &'a SimTask,
     pub agent_patch: &'a str,
     /// The test files with the task's test patch applied.
-    pub test_files: Vec<ExecutedFile>,
+    pub test_files: Vec<FileView>,
 }
 
 /// The transition model's answer.
@@ -128,6 +122,12 @@ pub struct RewardVerdict {
     pub test_report: String,
     /// Whether the model was asked at all (an empty patch is unresolved without a call).
     pub called: bool,
+    /// Samples drawn (and parsed) for `reward`.
+    #[serde(default)]
+    pub samples: u32,
+    /// The seed of the coin that broke an exact tie of the samples (`None`: no tie).
+    #[serde(default)]
+    pub tie_seed: Option<u64>,
 }
 
 /// Why a world model gave no answer. Every variant is an infrastructure failure: it is never
@@ -248,12 +248,23 @@ impl SimLog {
     }
 }
 
+/// Told about every command that runs Python or tests for real, with the workspace as it was
+/// before it ran: how `dojo rollout` records SWT training data from the commands a simulated
+/// environment runs for real (hybrid, shadow), from the same [`Snapshot`] the model was shown,
+/// so the workspace is read once per command.
+pub trait RealRunObserver: Send + Sync {
+    fn observe(&self, command: &str, before: &Snapshot, out: &ExecOutput);
+    /// How much of the workspace to read (the same for the model and the record).
+    fn read_limits(&self) -> ReadLimits;
+}
+
 /// A workspace whose commands are routed between the real sandbox and the world model.
 pub struct SimWorkspace<'a> {
     inner: &'a dyn Workspace,
     mode: EnvMode,
     world: Arc<dyn WorldModel>,
     task: Arc<SimTask>,
+    observer: Option<&'a dyn RealRunObserver>,
     log: Mutex<SimLog>,
 }
 
@@ -270,8 +281,15 @@ impl<'a> SimWorkspace<'a> {
             mode,
             world,
             task,
+            observer: None,
             log: Mutex::new(log),
         }
+    }
+
+    /// Report the commands that run Python or tests for real to `observer`.
+    pub fn with_observer(mut self, observer: &'a dyn RealRunObserver) -> SimWorkspace<'a> {
+        self.observer = Some(observer);
+        self
     }
 
     pub fn task(&self) -> &SimTask {
@@ -299,131 +317,53 @@ impl<'a> SimWorkspace<'a> {
         log.commands.push(rec);
     }
 
-    /// Program paths the script runs directly (`./x`, `bin/y`) that start with a Python
-    /// shebang line.
-    async fn python_shebangs(&self, script: &str) -> Vec<String> {
-        let mut out = Vec::new();
-        for word in script.split_whitespace() {
-            let w = word.trim_matches(|c| matches!(c, '(' | ')' | ';' | '&' | '|'));
-            if !w.contains('/') || w.ends_with(".py") || w.starts_with('-') {
-                continue;
-            }
-            if let Ok(bytes) = self.inner.read_file(w).await {
-                let head = String::from_utf8_lossy(&bytes[..bytes.len().min(128)]).into_owned();
-                if head.starts_with("#!")
-                    && head.lines().next().is_some_and(|l| l.contains("python"))
-                {
-                    out.push(w.to_string());
-                }
-            }
-        }
-        out
+    fn limits(&self) -> ReadLimits {
+        self.observer.map(|o| o.read_limits()).unwrap_or_default()
     }
 
-    async fn classify(&self, script: &str) -> CommandClass {
-        let shebangs = self.python_shebangs(script).await;
-        classify_with(script, &|p| shebangs.iter().any(|s| s == p))
+    /// The workspace before `run` executes ([`observe::snapshot`]).
+    async fn snapshot(&self, run: &PythonRun, cwd: &str) -> Result<Snapshot, SandboxError> {
+        let base = self.task.pristine_dir.as_deref();
+        observe::snapshot(self.inner, run, cwd, base, self.limits()).await
     }
 
-    /// The files the model is shown for `run`: named files (directories expanded to their
-    /// `.py` files), capped at [`MAX_EXECUTED_FILES`], each with its base version.
-    async fn executed_files(&self, run: &PythonRun, cwd: &str) -> Vec<ExecutedFile> {
-        let mut paths: Vec<String> = Vec::new();
-        for f in &run.files {
-            let abs = absolute(f, cwd);
-            if paths.len() >= MAX_EXECUTED_FILES {
-                break;
-            }
-            match self.inner.read_file(&abs).await {
-                Ok(_) => paths.push(abs),
-                Err(_) => {
-                    // A directory (or a missing file, shown to the model as absent).
-                    let listed = self.list_py(&abs).await;
-                    if listed.is_empty() {
-                        paths.push(abs);
-                    } else {
-                        paths.extend(listed);
-                    }
-                }
-            }
+    /// Runs `req` for real; an observer is told about it with the state before it ran.
+    async fn run_real(
+        &self,
+        req: &ExecRequest,
+        script: &str,
+        before: Option<&Snapshot>,
+    ) -> Result<ExecOutput, SandboxError> {
+        let out = self.inner.exec(req).await?;
+        if let (Some(o), Some(b)) = (self.observer, before) {
+            o.observe(script, b, &out);
         }
-        paths.dedup();
-        paths.truncate(MAX_EXECUTED_FILES);
-        let mut files = Vec::with_capacity(paths.len());
-        for path in paths {
-            let current = self.inner.read_file(&path).await.ok().map(cap_text);
-            let base = self.base_version(&path).await;
-            files.push(ExecutedFile {
-                path,
-                base,
-                current,
-            });
-        }
-        files
-    }
-
-    async fn list_py(&self, dir: &str) -> Vec<String> {
-        let mut req = ExecRequest::shell(format!(
-            "[ -d \"$DOJO_P\" ] && find \"$DOJO_P\" -name '*.py' -not -path '*/.*' | LC_ALL=C sort | head -n {MAX_EXECUTED_FILES}"
-        ))
-        .timeout(Duration::from_secs(30))
-        .cwd(WORKSPACE);
-        // Relative to the workspace, so the listing reads the same in every workspace kind.
-        let rel = relative(dir);
-        req.env.insert(
-            "DOJO_P".into(),
-            if rel.is_empty() { ".".into() } else { rel },
-        );
-        match self.inner.exec(&req).await {
-            Ok(out) => out
-                .stdout_lossy()
-                .lines()
-                .filter(|l| !l.is_empty())
-                .map(|l| format!("{WORKSPACE}/{}", relative(l.trim_start_matches("./"))))
-                .collect(),
-            Err(_) => Vec::new(),
-        }
-    }
-
-    /// The file at the checkout's base commit, when the checkout has its history.
-    async fn base_version(&self, path: &str) -> Option<String> {
-        let rel = relative(path);
-        if let Some(dir) = &self.task.pristine_dir {
-            return std::fs::read(dir.join(&rel)).ok().map(cap_text);
-        }
-        let mut req = ExecRequest::shell("git show \"HEAD:$DOJO_P\" 2>/dev/null")
-            .timeout(Duration::from_secs(30))
-            .cwd(WORKSPACE);
-        req.env.insert("DOJO_P".into(), rel);
-        let out = self.inner.exec(&req).await.ok()?;
-        out.success().then(|| cap_text(out.stdout))
+        Ok(out)
     }
 
     async fn predict(
         &self,
         script: &str,
-        run: &PythonRun,
-        cwd: &str,
+        before: &Result<Snapshot, SandboxError>,
     ) -> (Vec<String>, Result<Prediction, ModelFailure>, u64) {
-        let files = self.executed_files(run, cwd).await;
-        let names = files.iter().map(|f| f.path.clone()).collect();
-        let agent_patch = match self.inner.diff().await {
-            Ok(p) => p,
+        let snap = match before {
+            Ok(s) => s,
             Err(e) => {
                 return (
-                    names,
+                    Vec::new(),
                     Err(ModelFailure::Model(format!(
-                        "reading the agent's patch for the model: {e}"
+                        "reading the workspace for the model: {e}"
                     ))),
                     0,
                 );
             }
         };
+        let names = snap.files.iter().map(|f| f.path.clone()).collect();
         let query = TransitionQuery {
             task: &self.task,
             command: script,
-            files,
-            agent_patch,
+            files: snap.files.clone(),
+            agent_patch: snap.agent_patch.clone(),
         };
         let t0 = Instant::now();
         let result = self.world.transition(&query).await;
@@ -434,10 +374,11 @@ impl<'a> SimWorkspace<'a> {
         let Some(script) = shell_script(req) else {
             return self.inner.exec(req).await;
         };
-        if self.mode == EnvMode::Real {
+        if self.mode == EnvMode::Real && self.observer.is_none() {
             return self.inner.exec(req).await;
         }
-        let class = self.classify(script).await;
+        let cwd = req.cwd.as_deref().unwrap_or(WORKSPACE);
+        let class = observe::classify_in(self.inner, script).await;
         let route = route(self.mode, &class, self.task.has_environment);
         let class_name = match &class {
             CommandClass::Python(_) => "python",
@@ -456,13 +397,20 @@ impl<'a> SimWorkspace<'a> {
             model_ms: 0,
             real_ms: None,
         };
-        let cwd = req.cwd.as_deref().unwrap_or(WORKSPACE);
         match route {
             Route::Real => {
+                // Python run for real (hybrid; real mode with an observer): the observer records
+                // it from the state before it ran.
+                let before = match (&class, self.observer) {
+                    (CommandClass::Python(run), Some(_)) => self.snapshot(run, cwd).await.ok(),
+                    _ => None,
+                };
                 let t0 = Instant::now();
-                let out = self.inner.exec(req).await;
+                let out = self.run_real(req, script, before.as_ref()).await;
                 rec.real_ms = Some(t0.elapsed().as_millis() as u64);
-                self.push(rec, None, false);
+                if self.mode != EnvMode::Real {
+                    self.push(rec, None, false);
+                }
                 out
             }
             Route::Canned => {
@@ -480,7 +428,8 @@ impl<'a> SimWorkspace<'a> {
                 let CommandClass::Python(run) = &class else {
                     return self.inner.exec(req).await;
                 };
-                let (files, result, ms) = self.predict(script, run, cwd).await;
+                let before = self.snapshot(run, cwd).await;
+                let (files, result, ms) = self.predict(script, &before).await;
                 rec.files = files;
                 rec.model_ms = ms;
                 match result {
@@ -504,13 +453,18 @@ impl<'a> SimWorkspace<'a> {
             Route::Shadow => {
                 // The model is asked about the workspace as it is before the command runs, as
                 // in `sim` (and as capture records real runs): a command that writes files
-                // must not show the model its own effects.
-                let predicted = match &class {
-                    CommandClass::Python(run) => Some(self.predict(script, run, cwd).await),
-                    _ => None,
+                // must not show the model its own effects. The same snapshot goes to the
+                // observer: the workspace is read once.
+                let (before, predicted) = match &class {
+                    CommandClass::Python(run) => {
+                        let before = self.snapshot(run, cwd).await;
+                        let predicted = self.predict(script, &before).await;
+                        (before.ok(), Some(predicted))
+                    }
+                    _ => (None, None),
                 };
                 let t0 = Instant::now();
-                let real = self.inner.exec(req).await?;
+                let real = self.run_real(req, script, before.as_ref()).await?;
                 rec.real_ms = Some(t0.elapsed().as_millis() as u64);
                 let Some((files, result, ms)) = predicted else {
                     self.push(rec, None, false);
@@ -581,25 +535,6 @@ fn shell_script(req: &ExecRequest) -> Option<&str> {
     }
 }
 
-fn absolute(path: &str, cwd: &str) -> String {
-    if path.starts_with('/') {
-        path.to_string()
-    } else {
-        let p = path.trim_start_matches("./");
-        format!("{}/{p}", cwd.trim_end_matches('/'))
-    }
-}
-
-/// A workspace path relative to the workspace root, with empty and `.` segments dropped.
-fn relative(path: &str) -> String {
-    path.strip_prefix(WORKSPACE)
-        .unwrap_or(path)
-        .split('/')
-        .filter(|p| !p.is_empty() && *p != ".")
-        .collect::<Vec<_>>()
-        .join("/")
-}
-
 fn synthetic(stdout: &str, stderr: &str, code: i32, duration: Duration) -> ExecOutput {
     ExecOutput {
         exit_code: Some(code),
@@ -611,11 +546,6 @@ fn synthetic(stdout: &str, stderr: &str, code: i32, duration: Duration) -> ExecO
         timed_out: false,
         duration,
     }
-}
-
-fn cap_text(bytes: Vec<u8>) -> String {
-    let end = bytes.len().min(MAX_FILE_BYTES);
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
 fn cap_chars(s: &str) -> String {
@@ -633,19 +563,6 @@ fn cap_prediction(p: Prediction) -> Prediction {
         stdout: cap_chars(&p.stdout),
         stderr: cap_chars(&p.stderr),
         exit_code: p.exit_code,
-    }
-}
-
-/// A workspace path as the models see it: relative to the repository root.
-fn repo_path(path: &str) -> String {
-    relative(path)
-}
-
-fn file_view(f: ExecutedFile) -> FileView {
-    FileView {
-        path: repo_path(&f.path),
-        base: f.base,
-        current: f.current,
     }
 }
 
@@ -670,7 +587,7 @@ impl WorldModel for WorldClient {
                 task_id: q.task.task_id.clone(),
                 problem_statement: q.task.problem_statement.clone(),
                 command: q.command.to_string(),
-                executed_files: q.files.iter().cloned().map(file_view).collect(),
+                executed_files: q.files.clone(),
                 agent_patch: q.agent_patch.clone(),
                 gold_patch: q.task.gold_patch.clone(),
                 analysis: q.task.analysis.clone(),
@@ -692,24 +609,34 @@ impl WorldModel for WorldClient {
                 task_id: q.task.task_id.clone(),
                 problem_statement: q.task.problem_statement.clone(),
                 test_command: q.task.test_command.clone(),
-                test_files: q.test_files.iter().cloned().map(file_view).collect(),
+                test_files: q.test_files.clone(),
                 agent_patch: q.agent_patch.to_string(),
                 gold_patch: q.task.gold_patch.clone(),
                 fail_to_pass: q.task.fail_to_pass.clone(),
                 pass_to_pass: q.task.pass_to_pass.clone(),
                 analysis: q.task.analysis.clone(),
             };
-            let est = self.predict_reward(&ctx, 1).await.map_err(model_failure)?;
+            // The selector's call (`dojo select --selector swr`): k samples, their mean.
+            let cfg = self.config();
+            let est = self
+                .predict_reward(&ctx, cfg.swr_samples.max(1))
+                .await
+                .map_err(model_failure)?;
+            let v = est.verdict(rollout_seed(cfg.swr_seed, &ctx.task_id, q.agent_patch));
             Ok(RewardVerdict {
-                // One sample: its 0/1 reward; several: the majority.
-                resolved: est.mean >= 0.5,
+                resolved: v.resolved,
                 reward: est.mean,
+                // The report of a sample that agrees with the verdict.
                 test_report: est
                     .samples
-                    .first()
+                    .iter()
+                    .find(|t| (t.reward == 1) == v.resolved)
+                    .or(est.samples.first())
                     .map(|t| t.test_report.clone())
                     .unwrap_or_default(),
                 called: !est.empty_patch,
+                samples: est.samples.len() as u32,
+                tie_seed: v.tie_seed,
             })
         })
     }
@@ -723,48 +650,22 @@ impl WorldModel for WorldClient {
     }
 }
 
-/// The files a unified diff touches (`+++ b/PATH` lines), in order, without duplicates.
-pub fn patch_files(patch: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for line in patch.lines() {
-        if let Some(rest) = line.strip_prefix("+++ ") {
-            let p = rest.split('\t').next().unwrap_or(rest).trim();
-            if p == "/dev/null" {
-                continue;
-            }
-            let p = p.strip_prefix("b/").unwrap_or(p).to_string();
-            if !out.contains(&p) {
-                out.push(p);
-            }
-        }
-    }
-    out
-}
-
-/// The task's test files with its test patch applied on top of the agent's workspace (the
-/// agent is done; graders reset the sandbox before real grading). A patch that does not apply
-/// leaves the files as they are, which the model then sees.
-pub async fn test_files_after_patch(ws: &dyn Workspace, test_patch: &str) -> Vec<ExecutedFile> {
-    if test_patch.trim().is_empty() {
+/// The task's test files ([`SimTask::test_files`]) with its test patch applied on top of the
+/// agent's workspace (the agent is done; graders reset the sandbox before real grading), read
+/// as the SWR records of real grading read them ([`observe::read_views`], base versions
+/// included). A patch that does not apply leaves the files as they are, which the model sees.
+pub async fn test_files_after_patch(ws: &dyn Workspace, task: &SimTask) -> Vec<FileView> {
+    let Some(test_patch) = task.test_patch.as_deref().filter(|p| !p.trim().is_empty()) else {
         return Vec::new();
-    }
+    };
     let req =
         ExecRequest::shell("git apply --whitespace=nowarn - 2>&1 || patch -p1 --forward -s 2>&1")
             .stdin(test_patch.as_bytes().to_vec())
             .timeout(Duration::from_secs(60))
             .cwd(WORKSPACE);
     let _ = ws.exec(&req).await;
-    let mut files = Vec::new();
-    for rel in patch_files(test_patch).into_iter().take(MAX_EXECUTED_FILES) {
-        let path = format!("{WORKSPACE}/{rel}");
-        let current = ws.read_file(&path).await.ok().map(cap_text);
-        files.push(ExecutedFile {
-            path,
-            base: None,
-            current,
-        });
-    }
-    files
+    let base = task.pristine_dir.as_deref();
+    observe::read_views(ws, &task.test_files, base, ReadLimits::default()).await
 }
 
 /// The reward model's verdict on `agent_patch`: an empty patch is unresolved without a call
@@ -773,7 +674,7 @@ pub async fn simulated_reward(
     world: &dyn WorldModel,
     task: &SimTask,
     agent_patch: &str,
-    test_files: Vec<ExecutedFile>,
+    test_files: Vec<FileView>,
 ) -> (Result<RewardVerdict, ModelFailure>, u64) {
     if agent_patch.trim().is_empty() {
         return (
@@ -782,6 +683,8 @@ pub async fn simulated_reward(
                 reward: 0.0,
                 test_report: String::new(),
                 called: false,
+                samples: 0,
+                tie_seed: None,
             }),
             0,
         );
@@ -807,7 +710,7 @@ mod tests {
         transition: Result<Prediction, ModelFailure>,
         reward: Result<RewardVerdict, ModelFailure>,
         calls: AtomicUsize,
-        seen_files: Mutex<Vec<Vec<ExecutedFile>>>,
+        seen_files: Mutex<Vec<Vec<FileView>>>,
     }
 
     impl Scripted {
@@ -819,6 +722,8 @@ mod tests {
                     reward: 1.0,
                     test_report: "PASSED".into(),
                     called: true,
+                    samples: 1,
+                    tie_seed: None,
                 }),
                 calls: AtomicUsize::new(0),
                 seen_files: Mutex::new(Vec::new()),
@@ -856,31 +761,10 @@ mod tests {
     }
 
     fn workspace() -> (tempfile::TempDir, LocalWorkspace) {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("repro.py"), "print('real')\n").unwrap();
-        std::fs::create_dir(dir.path().join("tests")).unwrap();
-        std::fs::write(dir.path().join("tests/test_a.py"), "def test_a(): pass\n").unwrap();
-        let git = |args: &[&str]| {
-            let st = std::process::Command::new("git")
-                .args(args)
-                .current_dir(dir.path())
-                .output()
-                .unwrap();
-            assert!(st.status.success(), "git {args:?}");
-        };
-        git(&["init", "-q"]);
-        git(&["add", "-A"]);
-        git(&[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-qm",
-            "base",
-        ]);
-        let ws = LocalWorkspace::new(dir.path());
-        (dir, ws)
+        crate::observe::tests::committed(&[
+            ("repro.py", "print('real')\n"),
+            ("tests/test_a.py", "def test_a(): pass\n"),
+        ])
     }
 
     fn task(env: bool) -> Arc<SimTask> {
@@ -930,11 +814,11 @@ mod tests {
         assert_eq!(world.calls.load(Ordering::SeqCst), 2);
         let seen = world.seen_files.lock().unwrap().clone();
         assert_eq!(seen[0].len(), 1);
-        assert_eq!(seen[0][0].path, "/testbed/repro.py");
+        assert_eq!(seen[0][0].path, "repro.py");
         assert_eq!(seen[0][0].current.as_deref(), Some("print('real')\n"));
         assert_eq!(seen[0][0].base.as_deref(), Some("print('real')\n"));
         // A directory is expanded to its Python files.
-        assert_eq!(seen[1][0].path, "/testbed/tests/test_a.py");
+        assert_eq!(seen[1][0].path, "tests/test_a.py");
 
         let log = sim.into_log();
         let routes: Vec<&str> = log.commands.iter().map(|c| c.route.as_str()).collect();
@@ -1021,6 +905,123 @@ mod tests {
         assert_eq!(world.calls.load(Ordering::SeqCst), 1);
     }
 
+    /// A workspace counting how often the agent's patch is read.
+    struct Counting<'a> {
+        inner: &'a LocalWorkspace,
+        diffs: AtomicUsize,
+    }
+    impl Workspace for Counting<'_> {
+        fn exec<'b>(
+            &'b self,
+            req: &'b ExecRequest,
+        ) -> BoxFuture<'b, Result<ExecOutput, SandboxError>> {
+            self.inner.exec(req)
+        }
+        fn read_file<'b>(&'b self, path: &'b str) -> BoxFuture<'b, Result<Vec<u8>, SandboxError>> {
+            self.inner.read_file(path)
+        }
+        fn write_file<'b>(
+            &'b self,
+            path: &'b str,
+            data: &'b [u8],
+        ) -> BoxFuture<'b, Result<(), SandboxError>> {
+            self.inner.write_file(path, data)
+        }
+        fn diff(&self) -> BoxFuture<'_, Result<String, SandboxError>> {
+            self.diffs.fetch_add(1, Ordering::SeqCst);
+            self.inner.diff()
+        }
+    }
+
+    /// Records what it is told, as capture does.
+    #[derive(Default)]
+    struct Observer(Mutex<Vec<(String, Snapshot, Option<i32>)>>);
+    impl RealRunObserver for Observer {
+        fn observe(&self, command: &str, before: &Snapshot, out: &ExecOutput) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((command.into(), before.clone(), out.exit_code));
+        }
+        fn read_limits(&self) -> ReadLimits {
+            ReadLimits::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn real_runs_reach_the_observer_with_the_read_the_model_got() {
+        let (_d, ws) = workspace();
+        std::fs::write(ws.root().join("repro.py"), "print('edited')\n").unwrap();
+        let counting = Counting {
+            inner: &ws,
+            diffs: AtomicUsize::new(0),
+        };
+        let observer = Observer::default();
+        let world = Arc::new(Scripted::new(Ok(pred("x\n", 0))));
+        let sim = SimWorkspace::new(&counting, EnvMode::Shadow, world.clone(), task(true))
+            .with_observer(&observer);
+        // `repro.py` names the executed file; `|| true` keeps the run real without python.
+        let cmd = "python3 repro.py 2>/dev/null || true";
+        sim.exec(&ExecRequest::shell(cmd)).await.unwrap();
+        // Shadow: the model and the record share one read of the workspace.
+        assert_eq!(counting.diffs.load(Ordering::SeqCst), 1);
+        let seen = world.seen_files.lock().unwrap().clone();
+        let told = observer.0.lock().unwrap().clone();
+        assert_eq!(told.len(), 1);
+        assert_eq!((told[0].0.as_str(), told[0].2), (cmd, Some(0)));
+        assert_eq!(told[0].1.files, seen[0]);
+        assert_eq!(told[0].1.files[0].path, "repro.py");
+        assert_eq!(told[0].1.files[0].base.as_deref(), Some("print('real')\n"));
+        assert!(told[0].1.agent_patch.contains("+print('edited')"));
+
+        // Hybrid: a cheap command runs for real and is recorded; a simulated one is not.
+        let observer = Observer::default();
+        let sim = SimWorkspace::new(&ws, EnvMode::Hybrid, world.clone(), task(true))
+            .with_observer(&observer);
+        sim.exec(&ExecRequest::shell(cmd)).await.unwrap();
+        sim.exec(&ExecRequest::shell("pytest")).await.unwrap();
+        let told = observer.0.lock().unwrap().clone();
+        assert_eq!(told.len(), 1);
+        assert_eq!(told[0].0, cmd);
+        let routes: Vec<String> = sim
+            .into_log()
+            .commands
+            .into_iter()
+            .map(|c| c.route)
+            .collect();
+        assert_eq!(routes, ["real", "simulate"]);
+
+        // Real mode with an observer: recorded, nothing logged, the model never asked.
+        let observer = Observer::default();
+        let calls = world.calls.load(Ordering::SeqCst);
+        let sim = SimWorkspace::new(&ws, EnvMode::Real, world.clone(), task(true))
+            .with_observer(&observer);
+        sim.exec(&ExecRequest::shell(cmd)).await.unwrap();
+        assert_eq!(observer.0.lock().unwrap().len(), 1);
+        assert_eq!(world.calls.load(Ordering::SeqCst), calls);
+        assert!(sim.into_log().commands.is_empty());
+    }
+
+    #[tokio::test]
+    async fn swr_sees_the_task_test_files_after_its_test_patch_with_base_versions() {
+        let (_d, ws) = workspace();
+        let t = SimTask {
+            test_patch: Some(
+                "diff --git a/tests/test_a.py b/tests/test_a.py\n--- a/tests/test_a.py\n+++ b/tests/test_a.py\n@@ -1 +1 @@\n-def test_a(): pass\n+def test_a(): assert 0\n".into(),
+            ),
+            test_files: vec!["tests/test_a.py".into()],
+            ..Default::default()
+        };
+        let files = test_files_after_patch(&ws, &t).await;
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].path, "tests/test_a.py");
+        assert_eq!(
+            files[0].current.as_deref(),
+            Some("def test_a(): assert 0\n")
+        );
+        assert_eq!(files[0].base.as_deref(), Some("def test_a(): pass\n"));
+    }
+
     #[tokio::test]
     async fn empty_patch_is_unresolved_without_a_call() {
         let world = Scripted::new(Ok(pred("", 0)));
@@ -1047,6 +1048,8 @@ mod tests {
             reward: if r { 1.0 } else { 0.0 },
             test_report: String::new(),
             called: true,
+            samples: 1,
+            tie_seed: None,
         };
         log.record_reward(Ok(v(true)), Some(false), 5);
         log.record_reward(Ok(v(false)), Some(false), 5);
@@ -1057,11 +1060,5 @@ mod tests {
         let mut meta = serde_json::Map::new();
         meta.insert(METADATA_KEY.into(), log.to_json());
         assert_eq!(SimLog::from_metadata(&meta), Some(log));
-    }
-
-    #[test]
-    fn files_of_a_patch() {
-        let p = "diff --git a/t/a.py b/t/a.py\n--- a/t/a.py\n+++ b/t/a.py\n@@\n+x\ndiff --git a/n.py b/n.py\n--- /dev/null\n+++ b/n.py\n";
-        assert_eq!(patch_files(p), ["t/a.py", "n.py"]);
     }
 }

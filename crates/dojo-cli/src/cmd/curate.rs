@@ -88,7 +88,7 @@ pub struct CurateArgs {
     #[arg(long, default_value_t = 6)]
     pub world_cap: usize,
     /// With --world: give each sample the initial analysis this model generated for its task
-    /// (cached under $DOJO_HOME/world-analysis by the simulated environment); tasks without one
+    /// (cached under $DOJO_HOME/world-analysis by `dojo tasks analyze`); tasks without one
     /// are counted and say "No initial analysis provided.".
     #[arg(long, value_name = "MODEL")]
     pub world_analysis_model: Option<String>,

@@ -9,6 +9,11 @@
 //! Settings come from `--config rl.toml`, overridden by the flags; every check (G ≥ 2, task
 //! file, environments of the tasks, the run directory's configuration and model) runs before
 //! the first rollout.
+//!
+//! `--env-mode sim` (SWE-World) trains without environments: tasks need only `repo` +
+//! `base_commit` (+ patches and test lists), Python and tests are answered by the world model
+//! and the reward is its reward model's verdict (`--swr-samples` averaged); a world model that
+//! fails is an infrastructure failure, masked like any other.
 
 use std::path::PathBuf;
 
@@ -65,6 +70,29 @@ pub struct RlArgs {
     /// Device: cpu, cuda, cuda:N.
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Simulated environments (`--env-mode sim` needs no environments: SWT answers Python and
+    /// tests, SWR gives the reward), as in `dojo rollout`.
+    #[command(flatten)]
+    world: super::rollout::WorldArgs,
+}
+
+#[cfg(feature = "engine")]
+impl RlArgs {
+    /// The `[world]` table of every rollout's policy; `None` in real mode.
+    fn world(&self) -> anyhow::Result<Option<dojo_world::route::WorldPolicy>> {
+        let mut world = None;
+        self.world.apply(&mut world)?;
+        match world {
+            Some(w) if w.mode == dojo_world::route::EnvMode::Real => {
+                anyhow::ensure!(
+                    w.model.is_none() && w.swr_samples.is_none(),
+                    "--world-model and --swr-samples need --env-mode sim, hybrid or shadow"
+                );
+                Ok(None)
+            }
+            w => Ok(w),
+        }
+    }
 }
 
 #[cfg(feature = "engine")]
@@ -96,6 +124,10 @@ mod imp {
         workers: usize,
         out: PathBuf,
         cfg: RlConfig,
+        /// The simulated environment of every rollout (`None`: real).
+        world: Option<dojo_world::route::WorldPolicy>,
+        /// The embedded world model, loaded once (`--world-model embedded`).
+        world_embedded: Option<Arc<dyn ChatBackend>>,
     }
 
     impl AgentEnv {
@@ -120,6 +152,7 @@ mod imp {
             agent.insert("tool_set".into(), "r2e".into());
             // The loss needs the logprob of every sampled token.
             agent.insert("sampling".into(), json!({"logprobs": true}));
+            policy.world = self.world.clone();
             policy
         }
 
@@ -163,7 +196,12 @@ mod imp {
             };
             let o = self
                 .rt
-                .block_on(dojo_rollout::run_dir::run_rollout(&opts, agent, backends))
+                .block_on(dojo_rollout::run_dir::run_rollout_with_world(
+                    &opts,
+                    agent,
+                    backends,
+                    self.world_embedded.clone(),
+                ))
                 .map_err(|e| infra(e.to_string()))?;
             let store = dojo_rollout::Store::<Trajectory>::open(&o.store_path)
                 .map_err(|e| infra(e.to_string()))?;
@@ -250,14 +288,31 @@ mod imp {
             cfg.rollout.max_new_tokens = n;
         }
         cfg.validate()?;
+        let world = a.world()?;
+        // The world model is usable (named, its endpoints configured) before the first step.
+        let world_embedded = match &world {
+            Some(w) => {
+                let embedded = if w.model.as_deref() == Some("embedded") {
+                    super::super::rollout::embedded_backend("default")?
+                } else {
+                    None
+                };
+                dojo_rollout::world_sim::world_model(w, embedded.clone())
+                    .map_err(|e| anyhow::anyhow!("--env-mode {}: {e}", w.mode))?;
+                embedded
+            }
+            None => None,
+        };
+        // In sim (and hybrid) mode a task needs no environment: `repo` + `base_commit` do.
+        let needs_env = world.as_ref().is_none_or(|w| w.mode.needs_environment());
         // Every task must be runnable before the first step.
         let tasks = dojo_rollout::run_dir::load_tasks(&a.tasks, &a.instances)
             .with_context(|| format!("--tasks {}", a.tasks.display()))?;
         let registry = dojo_task::EnvRegistry::with_dir(a.envs.as_deref())?;
-        for t in &tasks {
+        for t in tasks.iter().filter(|_| needs_env) {
             registry.resolve(t).with_context(|| {
                 format!(
-                    "--tasks {}: task {} has no environment (add an env spec with --envs)",
+                    "--tasks {}: task {} has no environment (add an env spec with --envs, or train in --env-mode sim)",
                     a.tasks.display(),
                     t.instance_id
                 )
@@ -266,6 +321,8 @@ mod imp {
         if let Some(e) = &a.eval_tasks {
             for t in dojo_rollout::run_dir::load_tasks(e, &[])
                 .with_context(|| format!("--eval-tasks {}", e.display()))?
+                .into_iter()
+                .filter(|_| needs_env)
             {
                 registry.resolve(&t).with_context(|| {
                     format!(
@@ -306,6 +363,8 @@ mod imp {
             workers: a.workers.max(1),
             out: a.out.clone(),
             cfg: cfg.clone(),
+            world,
+            world_embedded,
         };
         let s = dojo_rl::run::run(
             &a.out,

@@ -55,17 +55,67 @@ pub struct RolloutArgs {
     /// Agent step budget (overrides the policy file's `[agent] max_steps`).
     #[arg(long)]
     max_steps: Option<u32>,
+    #[command(flatten)]
+    world: WorldArgs,
+}
+
+/// The simulated-environment flags (`dojo rollout`, `dojo rl`): the policy's `[world]` table.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct WorldArgs {
     /// Environment: `real`, `sim` (Python and tests answered by the world model, reward by its
     /// reward model; no Python environment needed), `hybrid` or `shadow` (real, with the world
     /// model's drift measured). Overrides the policy file's `[world] mode`.
     #[arg(long)]
-    env_mode: Option<dojo_world::route::EnvMode>,
+    pub env_mode: Option<dojo_world::route::EnvMode>,
     /// World model for sim/hybrid/shadow: `embedded` or `openai:MODEL` (overrides `[world] model`).
     #[arg(long)]
-    world_model: Option<String>,
+    pub world_model: Option<String>,
     /// OpenAI-compatible endpoints of the world model, comma-separated (default: OPENAI_BASE_URL).
     #[arg(long)]
-    world_base_url: Option<String>,
+    pub world_base_url: Option<String>,
+    /// SWR samples per simulated reward: their mean, resolved above 0.5, an exact tie decided
+    /// by a seeded coin (recorded). Overrides `[world] swr_samples` (default 1).
+    #[arg(long)]
+    pub swr_samples: Option<u32>,
+    /// Seed of SWR's tie-breaking coin (overrides `[world] swr_seed`, default 0).
+    #[arg(long)]
+    pub swr_seed: Option<u64>,
+}
+
+impl WorldArgs {
+    /// Lay the flags given over `world` (a policy's `[world]` table, created when a flag is
+    /// given).
+    pub fn apply(&self, world: &mut Option<dojo_world::route::WorldPolicy>) -> anyhow::Result<()> {
+        let given = self.env_mode.is_some()
+            || self.world_model.is_some()
+            || self.world_base_url.is_some()
+            || self.swr_samples.is_some()
+            || self.swr_seed.is_some();
+        if !given {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            self.swr_samples != Some(0),
+            "--swr-samples must be at least 1"
+        );
+        let w = world.get_or_insert_with(Default::default);
+        if let Some(m) = self.env_mode {
+            w.mode = m;
+        }
+        if let Some(m) = &self.world_model {
+            w.model = Some(m.clone());
+        }
+        if let Some(u) = &self.world_base_url {
+            w.base_url = Some(u.clone());
+        }
+        if let Some(k) = self.swr_samples {
+            w.swr_samples = Some(k);
+        }
+        if let Some(s) = self.swr_seed {
+            w.swr_seed = Some(s);
+        }
+        Ok(())
+    }
 }
 
 /// The in-process engine as a chat backend (only with the `engine` feature).
@@ -86,6 +136,21 @@ pub(crate) fn embedded_backend(model: &str) -> anyhow::Result<Option<Arc<dyn Cha
 #[cfg(not(feature = "engine"))]
 pub(crate) fn embedded_backend(_model: &str) -> anyhow::Result<Option<Arc<dyn ChatBackend>>> {
     Ok(None)
+}
+
+/// The backends of model policy `policy` (`openai:MODEL`, `embedded[:MODEL]`, a policy file of
+/// those kinds), loading the embedded engine on a blocking thread when it names it.
+pub(crate) async fn policy_backends(
+    policy: &PolicyConfig,
+) -> anyhow::Result<dojo_rollout::backends::ModelBackends> {
+    let embedded = match &policy.kind {
+        dojo_rollout::policy::PolicyKind::Embedded { model } => {
+            let m = model.clone();
+            tokio::task::spawn_blocking(move || embedded_backend(&m)).await??
+        }
+        _ => None,
+    };
+    Ok(dojo_rollout::run_dir::model_backends(policy, embedded)?)
 }
 
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -158,18 +223,7 @@ pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
     if let Some(n) = args.max_steps {
         policy.agent.insert("max_steps".into(), n.into());
     }
-    if args.env_mode.is_some() || args.world_model.is_some() || args.world_base_url.is_some() {
-        let w = policy.world.get_or_insert_with(Default::default);
-        if let Some(m) = args.env_mode {
-            w.mode = m;
-        }
-        if let Some(m) = args.world_model {
-            w.model = Some(m);
-        }
-        if let Some(u) = args.world_base_url {
-            w.base_url = Some(u);
-        }
-    }
+    args.world.apply(&mut policy.world)?;
     let opts = RolloutOptions {
         tasks_file: tasks,
         shard: args.shard,

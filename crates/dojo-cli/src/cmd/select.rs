@@ -325,14 +325,18 @@ fn run_tests(
     set: &CandidateSet,
     k: usize,
 ) -> anyhow::Result<(SharedSelector, String)> {
-    let tasks: HashMap<String, (Task, Result<dojo_task::RepoEnv, String>)> = ctx
-        .tasks
-        .iter()
-        .map(|t| {
-            let env = ctx.registry.resolve(t).map_err(|e| e.to_string());
-            (t.instance_id.clone(), (t.clone(), env))
-        })
-        .collect();
+    let tasks: HashMap<String, (Task, Result<dojo_task::RepoEnv, String>)> =
+        ctx.tasks
+            .iter()
+            .map(|t| {
+                // Agent-written tests run in the task's real environment; a task with none (a
+                // simulated-only task) is a failure that says so.
+                let env = ctx.registry.resolve(t).map_err(|e| {
+                    format!("the tests selector needs the task's real environment: {e}")
+                });
+                (t.instance_id.clone(), (t.clone(), env))
+            })
+            .collect();
     let (sel, stats) =
         crate::cmd::rollout::runtime()?.block_on(dojo_select::agent_tests::run_agent_tests(
             set,
@@ -419,14 +423,14 @@ fn swr(
     concurrency: usize,
 ) -> anyhow::Result<(SharedSelector, String)> {
     let policy = PolicyConfig::parse(spec).with_context(|| format!("--swr {spec}"))?;
-    // A task whose environment does not resolve keeps the reason (no test command for SWR).
+    // SWR needs only the test command: a task without an environment spec (a simulated-only
+    // task) gets the simulation's defaults, as in `dojo rollout --env-mode sim`; a spec that
+    // fails to resolve keeps the reason.
     let tasks: HashMap<String, Result<dojo_select::swr::SwrTask, String>> = ctx
         .tasks
         .iter()
         .map(|t| {
-            let task = ctx
-                .registry
-                .resolve(t)
+            let task = dojo_rollout::world_sim::repo_env_or_default(&ctx.registry, t)
                 .map(|env| dojo_select::swr::SwrTask {
                     problem_statement: t.problem_statement.clone(),
                     test_command: env.test_command(t),
@@ -440,15 +444,7 @@ fn swr(
     let rt = crate::cmd::rollout::runtime()?;
     let started = std::time::Instant::now();
     let (sel, stats) = rt.block_on(async {
-        let embedded = match &policy.kind {
-            dojo_rollout::policy::PolicyKind::Embedded { model } => {
-                let m = model.clone();
-                tokio::task::spawn_blocking(move || crate::cmd::rollout::embedded_backend(&m))
-                    .await??
-            }
-            _ => None,
-        };
-        let model = dojo_rollout::run_dir::model_backends(&policy, embedded)?;
+        let model = crate::cmd::rollout::policy_backends(&policy).await?;
         let backend = model.for_sample(0);
         let client = Arc::new(dojo_world::WorldClient::new(
             backend.clone(),
@@ -483,15 +479,7 @@ fn verifier(
     let rt = crate::cmd::rollout::runtime()?;
     let started = std::time::Instant::now();
     let judgements = rt.block_on(async {
-        let embedded = match &policy.kind {
-            dojo_rollout::policy::PolicyKind::Embedded { model } => {
-                let m = model.clone();
-                tokio::task::spawn_blocking(move || crate::cmd::rollout::embedded_backend(&m))
-                    .await??
-            }
-            _ => None,
-        };
-        let model = dojo_rollout::run_dir::model_backends(&policy, embedded)?;
+        let model = crate::cmd::rollout::policy_backends(&policy).await?;
         anyhow::Ok(
             judge_all(
                 model.for_sample(0),

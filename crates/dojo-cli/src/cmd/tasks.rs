@@ -3,6 +3,9 @@
 //! tasks as the RL rows verl reads (written by dojo-curate, which owns the trainer exports).
 //! `dojo tasks fetch NAME` and `dojo repos sync`: the public datasets and their repositories
 //! (`dojo_task::fetch`).
+//! `dojo tasks analyze`: the per-task initial analysis of SWE-World's world models, generated
+//! once per task and model at temperature 0 and cached (`dojo_world::analysis`), where
+//! `dojo rollout` (`[world] analysis_model`) and `dojo curate --world-analysis-model` read it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -50,6 +53,29 @@ pub enum TasksCmd {
         /// Split (default: the dataset's usual one: `test`, `train` for SWE-Gym / SWE-smith).
         #[arg(long)]
         split: Option<String>,
+    },
+    /// Write each task's initial analysis (5-10 bullets: bug, symptoms, responsible code, the
+    /// fix, what the tests check) with a model at temperature 0, cached per task and model;
+    /// cached ones are not asked again.
+    Analyze {
+        /// Task file (SWE-bench JSON/JSONL/Parquet); every task needs a gold patch.
+        #[arg(long)]
+        tasks: PathBuf,
+        /// The model: `openai:MODEL` (OPENAI_BASE_URL), `embedded[:MODEL]` or a policy file.
+        #[arg(long)]
+        model: String,
+        /// Only these instance ids.
+        #[arg(long = "instance")]
+        instances: Vec<String>,
+        /// Cache directory (default `$DOJO_HOME/world-analysis`).
+        #[arg(long)]
+        cache: Option<PathBuf>,
+        /// Tasks in flight at once.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// Seconds one request may take.
+        #[arg(long, default_value_t = 600)]
+        timeout_s: u64,
     },
 }
 
@@ -169,7 +195,95 @@ pub fn run_tasks(cmd: TasksCmd) -> anyhow::Result<i32> {
             println!("{}: {} verl RL rows", out.display(), rows.len());
             Ok(0)
         }
+        TasksCmd::Analyze {
+            tasks,
+            model,
+            instances,
+            cache,
+            concurrency,
+            timeout_s,
+        } => analyze(AnalyzeArgs {
+            tasks,
+            model,
+            instances,
+            cache,
+            concurrency,
+            timeout: std::time::Duration::from_secs(timeout_s.max(1)),
+        }),
     }
+}
+
+struct AnalyzeArgs {
+    tasks: PathBuf,
+    model: String,
+    instances: Vec<String>,
+    cache: Option<PathBuf>,
+    concurrency: usize,
+    timeout: std::time::Duration,
+}
+
+fn analyze(a: AnalyzeArgs) -> anyhow::Result<i32> {
+    use anyhow::Context;
+    use futures::stream::{self, StreamExt};
+
+    let mut loaded = dojo_task::load_tasks(&a.tasks)?;
+    if !a.instances.is_empty() {
+        if let Some(missing) = a
+            .instances
+            .iter()
+            .find(|id| !loaded.iter().any(|t| &t.instance_id == *id))
+        {
+            anyhow::bail!("{}: no task {missing:?}", a.tasks.display());
+        }
+        loaded.retain(|t| a.instances.contains(&t.instance_id));
+    }
+    // A task without a gold patch is bad input: said before any request is made.
+    let inputs = loaded
+        .iter()
+        .map(dojo_rollout::world_sim::analysis_input)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.tasks.display()))?;
+    let policy = dojo_rollout::policy::PolicyConfig::parse(&a.model)
+        .with_context(|| format!("--model {}", a.model))?;
+    let root = a
+        .cache
+        .clone()
+        .unwrap_or_else(dojo_world::analysis::default_cache_root);
+    let rt = crate::cmd::rollout::runtime()?;
+    let (key, results) = rt.block_on(async {
+        let m = crate::cmd::rollout::policy_backends(&policy).await?;
+        let backend = m.client.clone();
+        let key = m.model.clone();
+        let results: Vec<_> = stream::iter(inputs.iter())
+            .map(|input| {
+                let (backend, key, root) = (backend.clone(), key.clone(), root.clone());
+                async move {
+                    let r = dojo_world::analysis::cached_analysis(
+                        &*backend, &key, input, &root, a.timeout,
+                    )
+                    .await;
+                    (input.task_id.clone(), r)
+                }
+            })
+            .buffer_unordered(a.concurrency.max(1))
+            .collect()
+            .await;
+        anyhow::Ok((key, results))
+    })?;
+    let mut failed = 0;
+    for (task, r) in &results {
+        if let Err(e) = r {
+            failed += 1;
+            eprintln!("{task}: {e}");
+        }
+    }
+    println!(
+        "{} tasks analysed by {key} ({} failed), cached under {}; use them with `[world] analysis_model = \"{key}\"` or `dojo curate --world-analysis-model {key}`",
+        results.len() - failed,
+        failed,
+        root.display()
+    );
+    Ok(i32::from(failed > 0))
 }
 
 fn check(file: &Path, envs: Option<&Path>) -> anyhow::Result<i32> {

@@ -237,3 +237,57 @@ pub fn can_serve() -> bool {
         }
     }
 }
+
+/// A scripted OpenAI-compatible chat server on loopback (the test double for a model that
+/// cannot run here): `reply(request)` is the assistant's text; every request body is kept.
+/// The runtime serves it: keep it alive while the server is used.
+pub fn chat_server(
+    reply: impl Fn(&serde_json::Value) -> String + Send + Sync + 'static,
+) -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+    tokio::runtime::Runtime,
+) {
+    use axum::Json;
+    use std::sync::{Arc, Mutex};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (keep, reply) = (seen.clone(), Arc::new(reply));
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move |Json(req): Json<serde_json::Value>| {
+            let (keep, reply) = (keep.clone(), reply.clone());
+            async move {
+                let content = reply(&req);
+                keep.lock().unwrap().push(req.clone());
+                Json(serde_json::json!({
+                    "id": "s", "object": "chat.completion", "created": 0, "model": req["model"],
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": content}}],
+                }))
+            }
+        }),
+    );
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    rt.spawn(async move {
+        let _: Result<(), _> = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/v1"), seen, rt)
+}
+
+/// A world model's replies: SWT (known by its system prompt) `1 passed`, SWR a reward of 1.
+pub fn world_reply(req: &serde_json::Value) -> String {
+    let system = req["messages"][0]["content"].as_str().unwrap_or("");
+    if system.contains("code execution simulator") {
+        r#"{"stdout": "1 passed\n", "stderr": "", "exit_code": 0}"#.into()
+    } else {
+        r#"{"test_report": "1 passed", "reward": 1}"#.into()
+    }
+}
