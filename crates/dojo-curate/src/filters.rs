@@ -272,22 +272,47 @@ fn has_format_error(t: &Traj, cfg: &FormatConfig) -> bool {
 
 /// True when the last assistant message is exactly one call of the submit tool with no arguments
 /// (native tool calls), or, for text-based tool formats, its text ends with a bare
-/// `<function=submit></function>` (SWE-Master's XML).
+/// `<function=submit></function>` (SWE-Master's XML). In a trajectory that was offered R2E-Gym's
+/// tool set, whose submit is `finish{command: "submit"}` with an optional `result` summary, that
+/// call counts too: the command is the tool's one required argument, not extra content.
 pub fn ends_with_bare_submit(t: &Traj, submit_tool: &str) -> bool {
     let Some(last) = t.messages.iter().rev().find(|m| role(m) == "assistant") else {
         return false;
     };
     let calls = Traj::tool_calls(last);
     if !calls.is_empty() {
-        return calls.len() == 1
-            && calls[0].0 == submit_tool
-            && calls[0].1.as_object().is_some_and(|o| o.is_empty());
+        let [(name, args)] = calls.as_slice() else {
+            return false;
+        };
+        let Some(args) = args.as_object() else {
+            return false;
+        };
+        if name == submit_tool {
+            return args.is_empty();
+        }
+        return name == R2E_SUBMIT
+            && offers_tool(t, R2E_SUBMIT)
+            && args.get("command").and_then(Value::as_str) == Some("submit")
+            && args.keys().all(|k| k == "command" || k == "result");
     }
     let text = content_text(last);
     let text = text.trim_end();
     let xml = format!("<function={submit_tool}></function>");
     let xml_nl = format!("<function={submit_tool}>\n</function>");
     text.ends_with(&xml) || text.ends_with(&xml_nl)
+}
+
+/// R2E-Gym's submit tool (`finish{command: "submit", result}`).
+const R2E_SUBMIT: &str = "finish";
+
+/// Whether the trajectory's request offered a tool of this name.
+fn offers_tool(t: &Traj, name: &str) -> bool {
+    t.tools.iter().any(|spec| {
+        spec.pointer("/function/name")
+            .or_else(|| spec.get("name"))
+            .and_then(Value::as_str)
+            == Some(name)
+    })
 }
 
 /// The format filter. `n_tokens` must already be set where a token budget is configured (the
@@ -584,6 +609,28 @@ pub(crate) mod tests {
             json!({"role": "assistant", "content": "All good.\n\n<function=submit>\n</function>"});
         assert!(ends_with_bare_submit(&t, "submit"));
         t.messages[n - 2] = json!({"role": "assistant", "content": "<function=submit><parameter=x>1</parameter></function>"});
+        assert!(!ends_with_bare_submit(&t, "submit"));
+    }
+
+    #[test]
+    fn r2e_finish_submit_counts_as_bare_submit_where_offered() {
+        let mut t = traj("t", 0, 1.0, 0);
+        let n = t.messages.len();
+        let call = |args: &str| {
+            json!({"role": "assistant", "content": "Done.", "tool_calls": [{"id": "c", "type": "function",
+                "function": {"name": "finish", "arguments": args}}]})
+        };
+        t.messages[n - 2] = call(r#"{"command":"submit"}"#);
+        // Not offered: `finish` is some other tool.
+        assert!(!ends_with_bare_submit(&t, "submit"));
+        t.tools =
+            vec![json!({"type": "function", "function": {"name": "finish", "parameters": {}}})];
+        assert!(ends_with_bare_submit(&t, "submit"));
+        t.messages[n - 2] = call(r#"{"command":"submit","result":"fixed the bound"}"#);
+        assert!(ends_with_bare_submit(&t, "submit"));
+        t.messages[n - 2] = call(r#"{"command":"view"}"#);
+        assert!(!ends_with_bare_submit(&t, "submit"));
+        t.messages[n - 2] = call(r#"{"command":"submit","path":"x.py"}"#);
         assert!(!ends_with_bare_submit(&t, "submit"));
     }
 

@@ -135,24 +135,8 @@ impl candle_core::CustomOp1 for FrozenLinear {
         storage: &candle_core::CpuStorage,
         layout: &candle_core::Layout,
     ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            return Err(candle_core::Error::Msg(
-                "frozen-linear: non-contiguous input".into(),
-            ));
-        };
-        let x = Tensor::from_slice(
-            &storage.as_slice::<f32>()?[start..end],
-            layout.shape(),
-            &Device::Cpu,
-        )?;
-        let y = x.matmul(&self.0.t()?)?;
-        let (st, _) = y.storage_and_layout();
-        match &*st {
-            candle_core::Storage::Cpu(c) => Ok((c.clone(), y.shape().clone())),
-            _ => Err(candle_core::Error::Msg(
-                "frozen-linear: not on the CPU".into(),
-            )),
-        }
+        let x = cpu_tensor(storage, layout, self.name())?;
+        into_cpu_storage(&x.matmul(&self.0.t()?)?, self.name())
     }
 
     fn bwd(
@@ -162,6 +146,126 @@ impl candle_core::CustomOp1 for FrozenLinear {
         grad: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
         Ok(Some(grad.matmul(&self.0)?))
+    }
+}
+
+/// A contiguous f32 CPU storage as a tensor (a copy: custom ops get storages, not tensors).
+fn cpu_tensor(
+    storage: &candle_core::CpuStorage,
+    layout: &candle_core::Layout,
+    op: &str,
+) -> candle_core::Result<Tensor> {
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        return Err(candle_core::Error::Msg(format!(
+            "{op}: non-contiguous input"
+        )));
+    };
+    Tensor::from_slice(
+        &storage.as_slice::<f32>()?[start..end],
+        layout.shape(),
+        &Device::Cpu,
+    )
+}
+
+/// A CPU tensor's storage and shape, as a custom op's forward returns them.
+fn into_cpu_storage(
+    t: &Tensor,
+    op: &str,
+) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+    let t = t.contiguous()?;
+    let (st, layout) = t.storage_and_layout();
+    match (&*st, layout.contiguous_offsets()) {
+        (candle_core::Storage::Cpu(c), Some((0, end))) if end == c.as_slice::<f32>()?.len() => {
+            Ok((c.clone(), t.shape().clone()))
+        }
+        (candle_core::Storage::Cpu(_), _) => {
+            let v = t.flatten_all()?.to_vec1::<f32>()?;
+            Ok((candle_core::CpuStorage::F32(v), t.shape().clone()))
+        }
+        _ => Err(candle_core::Error::Msg(format!("{op}: not on the CPU"))),
+    }
+}
+
+/// Causal attention `softmax(q kᵀ · scale + mask) v` as one differentiable op that keeps no
+/// score-sized tensor for the backward pass, which recomputes the probabilities instead.
+///
+/// Op by op, autograd keeps six `(heads, t, t)` tensors per layer until the backward pass (the
+/// product, the scaled and the masked scores, the shifted scores, their exponentials and the
+/// probabilities): for SmolLM2 6.8 GB at 1,024 tokens and 27 GB at 2,048. Here only q, k, v and
+/// the output stay; the backward pass pays one more `q kᵀ` and softmax per layer (as
+/// FlashAttention does). Shapes: q `(b, kv_heads, rep · t, hd)` (the queries of a kv head's
+/// group stacked, row `r` at position `r % t`), k and v `(b, kv_heads, t, hd)`, mask
+/// `(rep · t, t)` with −∞ above the diagonal. CPU only; other devices run the op-by-op graph.
+struct CausalAttention {
+    mask: Tensor,
+    scale: f64,
+}
+
+impl CausalAttention {
+    fn probs(&self, q: &Tensor, k: &Tensor) -> candle_core::Result<Tensor> {
+        let s = (q.matmul(&k.t()?)? * self.scale)?.broadcast_add(&self.mask)?;
+        softmax(&s)
+    }
+}
+
+impl candle_core::CustomOp3 for CausalAttention {
+    fn name(&self) -> &'static str {
+        "causal-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &candle_core::CpuStorage,
+        l1: &candle_core::Layout,
+        s2: &candle_core::CpuStorage,
+        l2: &candle_core::Layout,
+        s3: &candle_core::CpuStorage,
+        l3: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let q = cpu_tensor(s1, l1, self.name())?;
+        let k = cpu_tensor(s2, l2, self.name())?;
+        let v = cpu_tensor(s3, l3, self.name())?;
+        into_cpu_storage(&self.probs(&q, &k)?.matmul(&v)?, self.name())
+    }
+
+    fn bwd(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (q, k, v, g) = (q.detach(), k.detach(), v.detach(), grad.contiguous()?);
+        let p = self.probs(&q, &k)?;
+        let dv = p.t()?.matmul(&g)?;
+        let dp = g.matmul(&v.t()?)?;
+        // softmax backward: dS = P ⊙ (dP − Σ_j dP ⊙ P), then the scale of the scores.
+        let row = (&dp * &p)?.sum_keepdim(D::Minus1)?;
+        let ds = ((dp.broadcast_sub(&row)? * &p)? * self.scale)?;
+        let dq = ds.matmul(&k)?;
+        let dk = ds.t()?.matmul(&q)?;
+        Ok((Some(dq), Some(dk), Some(dv)))
+    }
+}
+
+/// [`CausalAttention`] on the CPU, the same computation op by op elsewhere.
+fn causal_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: &Tensor,
+    scale: f64,
+) -> candle_core::Result<Tensor> {
+    let op = CausalAttention {
+        mask: mask.clone(),
+        scale,
+    };
+    if q.device().is_cpu() && q.dtype() == DType::F32 {
+        q.contiguous()?
+            .apply_op3(&k.contiguous()?, &v.contiguous()?, op)
+    } else {
+        op.probs(q, k)?.matmul(v)
     }
 }
 
@@ -513,10 +617,7 @@ impl TrainModel {
             let k = rope(&proj("k", nkv)?, &cos, &sin)?;
             let v = proj("v", nkv)?;
             let q = q.reshape((b, nkv, rep * t, hd))?;
-            let att = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?;
-            let att = softmax(&att)?;
-            let out = att
-                .matmul(&v)? // (b, nkv, rep*t, hd)
+            let out = causal_attention(&q, &k, &v, &mask, scale)? // (b, nkv, rep*t, hd)
                 .reshape((b, nh, t, hd))?
                 .transpose(1, 2)?
                 .contiguous()?
