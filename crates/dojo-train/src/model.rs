@@ -6,8 +6,10 @@
 //! engine's cannot be differentiated: it uses candle's fused `rms_norm`, `softmax_last_dim` and
 //! `rope` kernels, which have no backward pass in candle 0.11, and writes keys and values into
 //! a preallocated KV cache in place (`slice_set`), which autograd does not track. The forward
-//! here is written from differentiable primitives (and batched, right-padded, no cache); a test
-//! checks that both give the same logits on the same weights.
+//! here is written from differentiable primitives (and batched, right-padded, no cache), except
+//! causal attention, one op with its own backward pass that recomputes the probabilities instead
+//! of keeping them (`CausalAttention`); a test checks that both give the same logits on the
+//! same weights, and the parity tests pin every gradient against PyTorch.
 //!
 //! Parameters are named as in Hugging Face checkpoints (`model.layers.0.self_attn.q_proj.weight`),
 //! which is also the layout checkpoints are saved in. llama.cpp stores Llama q/k weights
