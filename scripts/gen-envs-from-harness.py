@@ -1,0 +1,353 @@
+#!/usr/bin/env python3
+"""Write envs/<name>.toml for the 12 repositories of SWE-bench Verified and Lite, transcribed
+from the official harness specs (SWE-bench `swebench/harness/constants/python.py`).
+
+Usage: python3 scripts/gen-envs-from-harness.py [HARNESS_SPECS_PY] [--out DIR] [--check]
+
+HARNESS_SPECS_PY defaults to ../shared/reference/swebench-harness-specs.py (relative to the
+repository root); it is imported by path, so a newer copy of the harness file can be dropped in.
+`--check` writes nothing and exits 1 when a generated file differs from the one in DIR (so a
+stale transcription is caught). Standard library only.
+
+What the transcription does, per harness key (envs/README.md describes the target format):
+- `python` -> `python`.
+- `packages`: `"requirements.txt"` -> `requirements_file` (the first path of
+  MAP_REPO_TO_REQS_PATHS that exists at the versions the harness uses it for, see REQS_PATH);
+  `"environment.yml"` -> nothing (conda; said in the file's header, see CONDA); any other
+  value is a conda package list, installed here from PyPI before `pip_packages`, which override
+  it by name (as the harness's pip step runs after `conda create`).
+- `pip_packages` -> `requirements`.
+- `pre_install` -> `pre_install`, except `apt-get`/locale commands (root, the host's package
+  manager): left out and named in the header.
+- `install`: exactly `python -m pip install -e .` -> `editable = true`; anything else (extras,
+  pip flags, a non-editable install, `setup.py`) -> `editable = false` and the command in
+  `install`, run as written.
+- `eval_commands` -> `env` for its `export`s (other commands are system changes: header).
+- `nano_cpus` -> `cpus`.
+- `test_cmd` -> `test_cmd`; the log parser is the harness's MAP_REPO_TO_PARSER (log_parsers).
+
+Installer rule (`installer = "pip"` vs uv's default): pip wherever the harness's pip semantics
+matter, i.e. when any of these holds, else uv:
+  1. the install is not a plain `pip install -e .` (extras, `--no-use-pep517`,
+     `--no-build-isolation`, `setup.py install/develop`, `pip install .`): the command runs
+     in the venv and needs pip (and setuptools) there, which only the pip installer seeds;
+  2. a pinned setuptools older than 64 (no PEP 660 `build_editable`: uv's editable install
+     fails, pip falls back to `setup.py develop`);
+  3. the repository is pylint or pytest (issue 14: pylint's `setuptools~=62.6` pins and its
+     2.9-2.15 astroid path mapping need a path-entry editable; pytest's setuptools-scm version
+     file is written by the build; and their eval scripts re-run `pip install -e .`);
+  4. the project compiles extensions against the environment's pinned packages (matplotlib,
+     scikit-learn, astropy): pip's legacy `setup.py develop` (projects without a PEP 517
+     build-system) builds against the venv's numpy, uv's isolated build against the newest one.
+uv stays only for pure-Python projects with a plain `pip install -e .` (flask, sympy, xarray,
+django >= 3.0, seaborn 0.11), where the PEP 660 editable serves /testbed the same way.
+An eval script's reinstall (`pip install -e .` before the tests) runs only in pip-built
+environments (envs/README.md): uv-built ones skip it and rely on the editable install.
+"""
+
+import argparse
+import importlib.util
+import os
+import re
+import shlex
+import sys
+import tomllib
+
+# The harness's MAP_REPO_TO_PARSER (swebench/harness/log_parsers), in dojo's names.
+PARSERS = {
+    "astropy/astropy": "astropy",
+    "django/django": "django",
+    "matplotlib/matplotlib": "matplotlib",
+    "mwaskom/seaborn": "seaborn",
+    "pallets/flask": "flask",
+    "psf/requests": "requests",
+    "pydata/xarray": "xarray",
+    "pylint-dev/pylint": "pylint",
+    "pytest-dev/pytest": "pytest",
+    "scikit-learn/scikit-learn": "scikit",
+    "sphinx-doc/sphinx": "sphinx",
+    "sympy/sympy": "sympy",
+}
+
+# File name in envs/ per repository.
+NAMES = {
+    "astropy/astropy": "astropy",
+    "django/django": "django",
+    "matplotlib/matplotlib": "matplotlib",
+    "mwaskom/seaborn": "seaborn",
+    "pallets/flask": "flask",
+    "psf/requests": "requests",
+    "pydata/xarray": "xarray",
+    "pylint-dev/pylint": "pylint",
+    "pytest-dev/pytest": "pytest",
+    "scikit-learn/scikit-learn": "scikit-learn",
+    "sphinx-doc/sphinx": "sphinx",
+    "sympy/sympy": "sympy",
+}
+
+# The harness tries MAP_REPO_TO_REQS_PATHS in order and takes the first file that exists at the
+# environment_setup_commit; dojo's `requirements_file` names one path, so it is chosen per
+# repository (and per version where the harness's first path did not exist yet).
+def reqs_path(repo, version, paths):
+    if repo == "matplotlib/matplotlib" and version in ("3.0", "3.1", "3.2", "3.3", "3.4"):
+        # requirements/dev/dev-requirements.txt appeared with 3.5; before it the harness falls
+        # through to its second path. (From matplotlib's history, not checked here.)
+        return "requirements/testing/travis_all.txt"
+    return paths[0]
+
+TIMEOUT_S = 1800
+
+# Built-in defaults of the format (envs/README.md): keys equal to these are not written.
+BUILTIN = {
+    "pre_install": [],
+    "requirements": [],
+    "install": [],
+    "editable": True,
+    "installer": "uv",
+    "network": False,
+    "env": {},
+}
+
+KEY_ORDER = [
+    "python", "pre_install", "requirements_file", "requirements", "editable", "install",
+    "installer", "network", "cpus", "env", "test_cmd", "log_parser", "timeout_s",
+    "test_directives",
+]
+
+SYSTEM_CMD = re.compile(r"apt-get|locale-gen|/etc/")
+
+
+def req_name(req):
+    """PEP 503 name of a requirement line."""
+    name = re.split(r"[<>=!~;\[ ]", req.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def merge(conda, pip):
+    """The conda list then `pip_packages`, one line per name, as the harness's `pip install`
+    after `conda create` leaves it: a pinned pip line replaces conda's; an unpinned one does not
+    (pip sees the name already satisfied and keeps conda's version)."""
+    pinned = {req_name(r) for r in pip if req_name(r) != r.strip().lower()}
+    have = {req_name(r) for r in conda}
+    kept, seen = [], set()
+    for r in conda:  # the harness's lists repeat names (scikit-learn 1.3: pytest twice)
+        if req_name(r) not in pinned and req_name(r) not in seen:
+            kept.append(r)
+        seen.add(req_name(r))
+    return kept + [r for r in pip if req_name(r) in pinned or req_name(r) not in have]
+
+
+def old_setuptools(reqs):
+    for r in reqs:
+        m = re.fullmatch(r"setuptools\s*(==|~=)\s*(\d+)(\..*)?", r.strip())
+        if m and int(m.group(2)) < 64:
+            return True
+    return False
+
+
+def transcribe(repo, version, spec, reqs_paths):
+    """One harness spec -> (table, notes): the version table and what it cannot express."""
+    t, notes = {}, []
+    t["python"] = spec["python"]
+    pre = []
+    for cmd in spec.get("pre_install", []):
+        if SYSTEM_CMD.search(cmd):
+            notes.append(f"pre_install (system, left out): {cmd}")
+        else:
+            pre.append(cmd)
+    t["pre_install"] = pre
+    pkgs = spec.get("packages", "")
+    conda = []
+    if pkgs == "requirements.txt":
+        t["requirements_file"] = reqs_path(repo, version, reqs_paths[repo])
+    elif pkgs == "environment.yml":
+        notes.append("conda environment.yml (packages = environment.yml): not installed")
+    elif pkgs:
+        conda = shlex.split(pkgs)
+    t["requirements"] = merge(conda, spec.get("pip_packages", []))
+    install = spec.get("install", "")
+    if install.strip() == "python -m pip install -e .":
+        t["editable"], t["install"] = True, []
+    else:
+        t["editable"], t["install"] = False, [install] if install else []
+    pip = (
+        not t["editable"]
+        or old_setuptools(t["requirements"])
+        or repo in ("pylint-dev/pylint", "pytest-dev/pytest")
+        or repo in ("matplotlib/matplotlib", "scikit-learn/scikit-learn", "astropy/astropy")
+    )
+    t["installer"] = "pip" if pip else "uv"
+    t["network"] = repo == "psf/requests"
+    if "nano_cpus" in spec:
+        t["cpus"] = spec["nano_cpus"] // 10**9
+    env = {}
+    for cmd in spec.get("eval_commands", []):
+        m = re.fullmatch(r"export (\w+)=(.*)", cmd.strip())
+        if m:
+            env[m.group(1)] = m.group(2)
+        else:
+            notes.append(f"eval_commands (system, left out): {cmd}")
+    t["env"] = env
+    if spec.get("execute_test_as_nonroot"):
+        notes.append("execute_test_as_nonroot (dojo's sandbox uid is not root anyway)")
+    if spec.get("no_use_env"):
+        notes.append("no_use_env (conda: environment.yml applied to the base env)")
+    t["test_cmd"] = spec["test_cmd"]
+    return t, notes
+
+
+def toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return toml_str(v)
+    if isinstance(v, list):
+        if not v:
+            return "[]"
+        if len(v) <= 3 and sum(len(x) for x in v) < 60:
+            return "[" + ", ".join(toml_value(x) for x in v) + "]"
+        return "[\n" + "".join(f"    {toml_value(x)},\n" for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(v)
+
+
+def toml_str(s):
+    # Literal strings keep shell quoting readable; basic strings where a ' or control char is in.
+    if "'" not in s and "\n" not in s:
+        return f"'{s}'" if '"' in s or "\\" in s else f'"{s}"'
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def table_text(t):
+    keys = sorted(t, key=KEY_ORDER.index)
+    return "".join(f"{k} = {toml_value(t[k])}\n" for k in keys)
+
+
+def version_key(v):
+    return [int(x) if x.isdigit() else x for x in re.split(r"[.]", v.lstrip("v"))]
+
+
+def render(repo, specs, reqs_paths):
+    versions = sorted(specs, key=version_key)
+    tables, notes = {}, {}
+    for v in versions:
+        tables[v], notes[v] = transcribe(repo, v, specs[v], reqs_paths)
+    # [default]: each key's most common value (first version wins a tie); a version writes a key
+    # only where it differs from what it would inherit. Keys without a built-in default that some
+    # versions lack (requirements_file, cpus) cannot be unset by a version: [default] gets them
+    # only when every version has the same value.
+    keys = sorted(set().union(*tables.values()), key=KEY_ORDER.index)
+    default = {}
+    for k in keys:
+        vals = [repr(tables[v][k]) for v in versions if k in tables[v]]
+        if k not in BUILTIN and len(vals) < len(versions):
+            continue
+        if k in ("requirements_file", "cpus") and len(set(vals)) > 1:
+            continue
+        best = max(vals, key=vals.count)
+        default[k] = next(tables[v][k] for v in versions if repr(tables[v].get(k)) == best)
+    default = {k: x for k, x in default.items() if BUILTIN.get(k, object()) != x}
+    default["log_parser"] = PARSERS[repo]
+    default["timeout_s"] = TIMEOUT_S
+    if repo == "django/django":
+        default["test_directives"] = "django"
+    inherited = lambda k: default.get(k, BUILTIN.get(k))  # noqa: E731
+    per_version = {
+        v: {k: x for k, x in tables[v].items() if inherited(k) != x} for v in versions
+    }
+    out = [header(repo, versions, tables, notes)]
+    out.append("schema_version = 3\n")
+    out.append(f'repo = "{repo}"\n\n[default]\n')
+    out.append(table_text(default))
+    for v in versions:
+        out.append(f'\n[versions."{v}"]\n')
+        for n in notes[v]:
+            out.append(f"# not expressible: {n}\n")
+        out.append(table_text(per_version[v]))
+    text = "".join(out)
+    check_roundtrip(repo, text, default, per_version)
+    return text
+
+
+def header(repo, versions, tables, notes):
+    name = NAMES[repo]
+    lines = [
+        f"# SWE-bench Verified / Lite repository {repo}. GENERATED by",
+        "# scripts/gen-envs-from-harness.py from the official harness specs",
+        "# (MAP_REPO_VERSION_TO_SPECS_PY in SWE-bench's swebench/harness/constants/python.py):",
+        "# edit the generator, not this file. One table per harness version; a version the",
+        "# harness does not list gets only [default]. Coverage on this machine: envs/COVERAGE.md.",
+    ]
+    all_notes = sorted({n for v in versions for n in notes[v]})
+    if all_notes:
+        lines.append("#")
+        lines.append("# NOT EXPRESSIBLE in the spec format (the official image has it, dojo does not;")
+        lines.append("# the format has no key for it, so only this comment says so):")
+        for n in all_notes:
+            vs = [v for v in versions if n in notes[v]]
+            lines.append(f"#   - {n}")
+            lines.append(f"#     versions: {', '.join(vs)}")
+    if name in ("scikit-learn", "sympy", "requests", "astropy"):
+        lines.append("#")
+        lines.append("# The harness's conda package list (`packages`) is installed from PyPI here,")
+        lines.append("# before `pip_packages` (which override it by name): resolved by pip, not conda.")
+    if repo == "psf/requests":
+        lines.append("#")
+        lines.append("# network = true: requests' timeout tests (test_connect_timeout,")
+        lines.append("# test_total_timeout_connect) need a routable address that never answers. WARNING:")
+        lines.append("# the sandbox (agent commands and tests) then shares the host's network namespace;")
+        lines.append("# never run it on a machine whose reachable addresses matter.")
+    lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def check_roundtrip(repo, text, default, per_version):
+    """The file must parse back to what was meant (the hand-written emitter is checked here)."""
+    doc = tomllib.loads(text)
+    assert doc["repo"] == repo and doc["schema_version"] == 3, repo
+    assert doc["default"] == default, (repo, doc["default"], default)
+    for v, t in per_version.items():
+        assert doc["versions"][v] == t, (repo, v, doc["versions"][v], t)
+
+
+def load_harness(path):
+    spec = importlib.util.spec_from_file_location("swebench_harness_specs", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument(
+        "harness",
+        nargs="?",
+        default=os.path.join(root, "..", "shared", "reference", "swebench-harness-specs.py"),
+    )
+    ap.add_argument("--out", default=os.path.join(root, "envs"))
+    ap.add_argument("--check", action="store_true", help="compare, write nothing")
+    a = ap.parse_args()
+    h = load_harness(a.harness)
+    stale = []
+    for repo, name in NAMES.items():
+        text = render(repo, h.MAP_REPO_VERSION_TO_SPECS_PY[repo], h.MAP_REPO_TO_REQS_PATHS)
+        path = os.path.join(a.out, f"{name}.toml")
+        if a.check:
+            old = open(path).read() if os.path.exists(path) else None
+            if old != text:
+                stale.append(path)
+            continue
+        with open(path, "w") as f:
+            f.write(text)
+        print(f"wrote {path} ({len(h.MAP_REPO_VERSION_TO_SPECS_PY[repo])} versions)")
+    if stale:
+        print("stale (re-run the generator):", *stale, sep="\n  ", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
