@@ -53,37 +53,24 @@ import shlex
 import sys
 import tomllib
 
-# The harness's MAP_REPO_TO_PARSER (swebench/harness/log_parsers), in dojo's names.
-PARSERS = {
-    "astropy/astropy": "astropy",
-    "django/django": "django",
-    "matplotlib/matplotlib": "matplotlib",
-    "mwaskom/seaborn": "seaborn",
-    "pallets/flask": "flask",
-    "psf/requests": "requests",
-    "pydata/xarray": "xarray",
-    "pylint-dev/pylint": "pylint",
-    "pytest-dev/pytest": "pytest",
-    "scikit-learn/scikit-learn": "scikit",
-    "sphinx-doc/sphinx": "sphinx",
-    "sympy/sympy": "sympy",
+# repository -> (file name in envs/, log parser): the parser is the harness's MAP_REPO_TO_PARSER
+# (swebench/harness/log_parsers) in dojo's names.
+REPOS = {
+    "astropy/astropy": ("astropy", "astropy"),
+    "django/django": ("django", "django"),
+    "matplotlib/matplotlib": ("matplotlib", "matplotlib"),
+    "mwaskom/seaborn": ("seaborn", "seaborn"),
+    "pallets/flask": ("flask", "flask"),
+    "psf/requests": ("requests", "requests"),
+    "pydata/xarray": ("xarray", "xarray"),
+    "pylint-dev/pylint": ("pylint", "pylint"),
+    "pytest-dev/pytest": ("pytest", "pytest"),
+    "scikit-learn/scikit-learn": ("scikit-learn", "scikit"),
+    "sphinx-doc/sphinx": ("sphinx", "sphinx"),
+    "sympy/sympy": ("sympy", "sympy"),
 }
-
-# File name in envs/ per repository.
-NAMES = {
-    "astropy/astropy": "astropy",
-    "django/django": "django",
-    "matplotlib/matplotlib": "matplotlib",
-    "mwaskom/seaborn": "seaborn",
-    "pallets/flask": "flask",
-    "psf/requests": "requests",
-    "pydata/xarray": "xarray",
-    "pylint-dev/pylint": "pylint",
-    "pytest-dev/pytest": "pytest",
-    "scikit-learn/scikit-learn": "scikit-learn",
-    "sphinx-doc/sphinx": "sphinx",
-    "sympy/sympy": "sympy",
-}
+NAMES = {r: n for r, (n, _) in REPOS.items()}
+PARSERS = {r: p for r, (_, p) in REPOS.items()}
 
 # The harness tries MAP_REPO_TO_REQS_PATHS in order and takes the first file that exists at the
 # environment_setup_commit; dojo's `requirements_file` names one path, so it is chosen per

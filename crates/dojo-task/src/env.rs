@@ -541,7 +541,10 @@ mod tests {
         assert_eq!(e.spec.python, "3.9");
         assert_eq!(e.spec.installer, Installer::Pip);
         assert_eq!(e.spec.cpus, Some(2));
-        assert_eq!(e.requirements_file.as_deref(), Some("requirements_test.txt"));
+        assert_eq!(
+            e.requirements_file.as_deref(),
+            Some("requirements_test.txt")
+        );
         let e = resolve("psf/requests", "2.27");
         assert!(e.spec.network && !e.spec.editable);
         assert_eq!(e.spec.install, ["python -m pip install ."]);
