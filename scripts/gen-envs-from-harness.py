@@ -74,7 +74,10 @@ PARSERS = {r: p for r, (_, p) in REPOS.items()}
 
 # The harness tries MAP_REPO_TO_REQS_PATHS in order and takes the first file that exists at the
 # environment_setup_commit; dojo's `requirements_file` names one path, so it is chosen per
-# repository (and per version where the harness's first path did not exist yet).
+# repository (and per version where the harness's first path did not exist yet). Checked in
+# the projects' git history at their release tags: pylint's requirements_test.txt (2.8-4.0),
+# flask's requirements/dev.txt (2.0-3.1), sympy's requirements-dev.txt (1.13, 1.14); not
+# checked: django's tests/requirements/py3.txt (1.7-5.2) and matplotlib's paths (3.0-3.4).
 def reqs_path(repo, version, paths):
     if repo == "matplotlib/matplotlib" and version in ("3.0", "3.1", "3.2", "3.3", "3.4"):
         # requirements/dev/dev-requirements.txt appeared with 3.5; before it the harness falls
