@@ -355,7 +355,7 @@ def blockers(t, vnotes):
     if any("wget" in c for c in t.get("pre_install", [])):
         out.append("network at build (qhull from qhull.org)")
     if t.get("network"):
-        out.append("network in tests (a routable route; see envs/README.md)")
+        out.append("tests need a routable network (network = true, see envs/README.md)")
     return out
 
 
@@ -368,6 +368,8 @@ def coverage(per_repo):
         "this table. It says, per repository version of the harness, what the version needs and",
         f"whether it can run on this machine, whose only interpreter is CPython {HOST_PYTHON} and which",
         "has no conda, no root package manager and no internet beyond the package registries.",
+        "Versions are the harness's (MAP_REPO_VERSION_TO_SPECS_PY); not every one has Verified or",
+        "Lite instances, and the instance counts per version are not in this table.",
         "",
         "- *Here, as shipped*: the spec asks for the host's interpreter and nothing the format cannot",
         "  express. It still has to build and validate: measuring that is issue 14's remaining work.",
@@ -398,10 +400,19 @@ def coverage(per_repo):
                 f"| {'; '.join(b) or '-'} | {guess} |"
             )
         lines.append("")
-    lines.insert(
-        head_len,
-        f"In all: {here} of {total} repository versions can be built here as shipped (from the specs).\n",
-    )
+    summary = [
+        f"In all: {here} of {total} repository versions can be built here as shipped (from the specs).",
+        "",
+        "| repository | versions | pythons | here, as shipped |",
+        "|---|---|---|---|",
+    ]
+    for repo, (tables, notes) in per_repo.items():
+        pys = sorted({t["python"] for t in tables.values()}, key=version_key)
+        ok = [ver for ver, t in tables.items() if not blockers(t, notes[ver])]
+        summary.append(
+            f"| {repo} | {len(tables)} | {', '.join(pys)} | {', '.join(ok) or 'none'} |"
+        )
+    lines[head_len:head_len] = summary + [""]
     return "\n".join(lines)
 
 
