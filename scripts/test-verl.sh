@@ -18,5 +18,5 @@ fi
     || { echo "DOJO_VERL_PYTHON=$DOJO_VERL_PYTHON: verl 0.9.1 is not importable there" >&2; exit 1; }
 source scripts/setup-tools.sh
 cargo build -p dojo-cli --no-default-features --locked
-DOJO_BIN="$PWD/target/debug/dojo" PYTHONPATH="$PWD/python/dojo-verl/src${PYTHONPATH:+:$PYTHONPATH}" \
+PYTHONDONTWRITEBYTECODE=1 DOJO_BIN="$PWD/target/debug/dojo" PYTHONPATH="$PWD/python/dojo-verl/src${PYTHONPATH:+:$PYTHONPATH}" \
     "$DOJO_VERL_PYTHON" -m pytest -q -p no:cacheprovider python/dojo-verl/tests "$@"

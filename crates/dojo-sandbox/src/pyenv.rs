@@ -324,9 +324,10 @@ impl PythonEnv {
             cpus: None,
             ..spec.clone()
         };
-        // v2: the files the build writes into the project tree are kept (`tree/`).
+        // v2: the files the build writes into the project tree are kept (`tree/`); v3: only
+        // the files it creates (v2 also kept its changes to project files).
         let identity = serde_json::json!({
-            "v": 2,
+            "v": 3,
             "spec": built,
             "python": python,
             "pristine": if spec.editable || !spec.install.is_empty() {
@@ -506,8 +507,11 @@ pub(crate) const TREE_EXCLUDE: &str = ".dojo-tree-exclude";
 /// Copy what the build wrote into the project tree (the overlay's `upper`) to `dest`, which
 /// sandboxes stack over the pristine tree: without it setuptools-scm's `_version.py` and the
 /// editable install's metadata would be missing from every sandbox. `.git` and `__pycache__`
-/// are left out, and so are whiteouts (a build deleting project files is not kept). The new
-/// files are listed in the venv's [`TREE_EXCLUDE`] for diffs.
+/// are left out, and so are whiteouts (a build deleting project files is not kept) and changes
+/// to files the pristine tree already has: the pristine tree is every sandbox's diff base, so a
+/// kept change (an sdist's `version.py` or `PKG-INFO` that the install regenerates) would show
+/// in every agent's patch and break its grading. The new files are listed in the venv's
+/// [`TREE_EXCLUDE`] for diffs.
 fn keep_tree(
     upper: &Path,
     pristine: &Path,
@@ -542,6 +546,10 @@ fn keep_tree(
         let rel = e.path().strip_prefix(upper).map_err(|e| e.to_string())?;
         let to = dest.join(rel);
         let ft = e.file_type();
+        let in_pristine = std::fs::symlink_metadata(pristine.join(rel)).is_ok();
+        if in_pristine && !ft.is_dir() {
+            continue;
+        }
         if ft.is_dir() {
             std::fs::create_dir_all(&to).map_err(|x| fail(&to, &x))?;
             std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))
@@ -566,16 +574,14 @@ fn keep_tree(
         }
         own(&to)?;
         any = true;
-        if std::fs::symlink_metadata(pristine.join(rel)).is_err() {
-            exclude.push('/');
-            for c in rel.to_string_lossy().chars() {
-                if matches!(c, '*' | '?' | '[' | '\\' | '!' | '#' | ' ') {
-                    exclude.push('\\');
-                }
-                exclude.push(c);
+        exclude.push('/');
+        for c in rel.to_string_lossy().chars() {
+            if matches!(c, '*' | '?' | '[' | '\\' | '!' | '#' | ' ') {
+                exclude.push('\\');
             }
-            exclude.push('\n');
+            exclude.push(c);
         }
+        exclude.push('\n');
     }
     if !any {
         crate::trash::remove_all(dest);
