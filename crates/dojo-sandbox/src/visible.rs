@@ -283,7 +283,14 @@ pub fn visible(venv: Option<&Path>) -> Vec<Visible> {
     if let Some(root) = venv.and_then(interpreter_root) {
         add_extra(&mut v, &root, "the venv's Python installation");
     }
-    add_extra(&mut v, &tools_dir(), "language-server tools");
+    // Made before it is needed: a language server installed after this sandbox was created
+    // (the first `lsp_tool` call on a fresh machine) lands inside a directory that is already
+    // bound, so the sandbox sees it; a directory missing now would never be shown.
+    let tools = tools_dir();
+    if !tools.is_dir() {
+        let _ = std::fs::create_dir_all(&tools);
+    }
+    add_extra(&mut v, &tools, "language-server tools");
     if let Some(node) = std::env::var_os("DOJO_NODE").filter(|n| !n.is_empty())
         && let Ok(real) = std::fs::canonicalize(&node)
         && let Some(prefix) = real.parent().and_then(Path::parent)
