@@ -62,6 +62,13 @@ pub trait Environment {
     fn evaluate(&mut self, _step: u64, _model: &TrainModel) -> Result<Option<Json>, RlError> {
         Ok(None)
     }
+
+    /// The environment's own settings that change what a step computes (for `dojo rl`: the
+    /// world model, its mode and SWR sampling), recorded in `rl_run.json`; resuming a run
+    /// directory with other settings is refused. Not where things live (endpoints, caches).
+    fn settings(&self) -> Json {
+        Json::Null
+    }
 }
 
 /// `rl_run.json`.
@@ -74,6 +81,9 @@ pub struct RunManifest {
     pub model: String,
     pub model_fingerprint: Json,
     pub tasks: Vec<String>,
+    /// [`Environment::settings`]; absent (null) in run directories written before it existed.
+    #[serde(default, skip_serializing_if = "Json::is_null")]
+    pub environment: Json,
 }
 
 /// `rl_state.json` of a checkpoint.
@@ -180,6 +190,22 @@ fn open_run_dir(out: &Path, m: &RunManifest) -> Result<(), RlError> {
             return Err(RlError::Mismatch {
                 dir: out.to_path_buf(),
                 what: "another task set".into(),
+            });
+        }
+        if old.environment != m.environment {
+            let (a, b) = (&old.environment, &m.environment);
+            let diff = match (a, b) {
+                (Json::Object(_), Json::Object(_)) => json_diff(a, b, ""),
+                _ => String::new(),
+            };
+            let diff = if diff.is_empty() {
+                format!("{a} -> {b}")
+            } else {
+                diff
+            };
+            return Err(RlError::Mismatch {
+                dir: out.to_path_buf(),
+                what: format!("other environment settings ({diff})"),
             });
         }
         return Ok(());
@@ -343,6 +369,7 @@ pub fn run(
         model: model_id.to_string(),
         model_fingerprint: model.fingerprint(),
         tasks: tasks.to_vec(),
+        environment: env.settings(),
     };
     open_run_dir(out, &manifest)?;
     checkpoint::clean_temp(out)?;

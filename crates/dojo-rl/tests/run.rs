@@ -56,6 +56,8 @@ struct Bandit {
     crash_at: Option<u64>,
     /// Make every episode of this sample index an infrastructure failure.
     infra_sample: Option<u32>,
+    /// What [`Environment::settings`] reports (a world model's settings in `dojo rl`).
+    settings: serde_json::Value,
 }
 
 impl Bandit {
@@ -64,6 +66,7 @@ impl Bandit {
             seed,
             no_logprobs: false,
             crash_at: None,
+            settings: serde_json::Value::Null,
             infra_sample: None,
         }
     }
@@ -152,6 +155,10 @@ impl Environment for Bandit {
         Ok(Some(
             serde_json::json!({"step": step, "expected_reward": mass}),
         ))
+    }
+
+    fn settings(&self) -> serde_json::Value {
+        self.settings.clone()
     }
 }
 
@@ -386,6 +393,24 @@ fn bad_input_fails_before_the_first_update() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("another model"), "{e}");
+    // ... or other environment settings (a world model where the run had none).
+    let mut env = Bandit::new(3);
+    env.settings = serde_json::json!({"mode": "sim", "model": "embedded"});
+    let e = run(
+        dir.path(),
+        &cfg(2),
+        &model,
+        "llama",
+        None,
+        &tasks(),
+        &mut env,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("other environment settings") && e.contains("\"sim\""),
+        "{e}"
+    );
     // KL without a reference.
     let mut c = cfg(2);
     c.loss.kl_coef = 0.1;

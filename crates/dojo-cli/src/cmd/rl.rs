@@ -255,6 +255,21 @@ mod imp {
                 "infrastructure_failures": infra,
             })))
         }
+
+        /// The world model's settings (mode, model, SWR samples and seed, analysis model), not
+        /// where it is served or cached: a run resumed with another world model is refused.
+        fn settings(&self) -> serde_json::Value {
+            let Some(w) = &self.world else {
+                return serde_json::Value::Null;
+            };
+            let w = dojo_world::route::WorldPolicy {
+                base_url: None,
+                api_key_env: None,
+                analysis_cache: None,
+                ..w.clone()
+            };
+            serde_json::to_value(w).unwrap_or_default()
+        }
     }
 
     pub fn run(a: RlArgs) -> anyhow::Result<i32> {
