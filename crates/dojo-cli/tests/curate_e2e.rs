@@ -177,9 +177,6 @@ for out in sys.argv[1:]:
         r[path] = e
     res[out] = r
 print(json.dumps(res))
-# pyarrow's reader threads can abort the interpreter's teardown ("terminate called without an
-# active exception", apache/arrow#45214): leave without it once the answer is out.
-import os, sys; sys.stdout.flush(); os._exit(0)
 "#;
 
 #[test]
@@ -292,7 +289,7 @@ fn rollouts_to_curated_exports_that_datasets_loads() {
     }
 
     let mut cmd = Command::new(&py);
-    cmd.args(["-c", LOAD]);
+    cmd.args(["-c", &common::py_exit_after(LOAD)]);
     for (_, out, _) in &outs {
         cmd.arg(out);
     }

@@ -52,12 +52,14 @@ for i, (row, task) in enumerate(zip(ds, tasks)):
     assert ex["repo"] == task["repo"]
     assert json.loads(ex["task"]) == task, task["instance_id"]
 print("rows", len(ds))
-# pyarrow's reader threads can abort the interpreter's teardown ("terminate called without an
-# active exception", apache/arrow#45214): leave without it once the answer is out.
-import os, sys; sys.stdout.flush(); os._exit(0)
 "#;
     let r = Command::new(&python)
-        .args(["-c", script, out.to_str().unwrap(), BUNDLED])
+        .args([
+            "-c",
+            &common::py_exit_after(script),
+            out.to_str().unwrap(),
+            BUNDLED,
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&r.stderr);

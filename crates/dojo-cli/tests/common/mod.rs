@@ -13,6 +13,13 @@ pub const BUNDLED: &str = concat!(
     "/../../tasksets/mini/tasks.jsonl"
 );
 
+/// `script` followed by an exit that skips the interpreter's teardown, for Python checks that load
+/// with `datasets`: pyarrow's reader threads can abort that teardown ("terminate called without
+/// an active exception", apache/arrow#45214) after the answer is already printed.
+pub fn py_exit_after(script: &str) -> String {
+    format!("{script}import os, sys; sys.stdout.flush(); os._exit(0)\n")
+}
+
 /// Under `CI=true` a missing prerequisite CI provides is a failure, not a skip.
 pub fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
