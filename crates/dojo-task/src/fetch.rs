@@ -141,10 +141,9 @@ pub struct FetchReport {
 pub fn normalise(inputs: &[PathBuf], out: &Path) -> Result<FetchReport, String> {
     let mut rep = FetchReport::default();
     let mut seen = std::collections::HashSet::new();
-    let tmp = out.with_extension("jsonl.part");
-    let mut w = std::io::BufWriter::new(
-        std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?,
-    );
+    // The tasks are in memory already (read_tasks loads whole files): the output is built there
+    // too and written once, atomically, so a failure leaves `out` as it was.
+    let mut w = Vec::new();
     for f in inputs {
         let loaded = read_tasks(f).map_err(|e| e.to_string())?;
         rep.invalid
@@ -166,9 +165,7 @@ pub fn normalise(inputs: &[PathBuf], out: &Path) -> Result<FetchReport, String> 
             rep.written += 1;
         }
     }
-    w.flush().map_err(|e| format!("{}: {e}", tmp.display()))?;
-    drop(w);
-    std::fs::rename(&tmp, out).map_err(|e| format!("{}: {e}", out.display()))?;
+    dojo_cache::write_atomic(out, &w).map_err(|e| format!("{}: {e}", out.display()))?;
     Ok(rep)
 }
 
