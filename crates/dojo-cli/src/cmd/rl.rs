@@ -305,19 +305,11 @@ mod imp {
         cfg.validate()?;
         let world = a.world()?;
         // The world model is usable (named, its endpoints configured) before the first step.
-        let world_embedded = match &world {
-            Some(w) => {
-                let embedded = if w.model.as_deref() == Some("embedded") {
-                    super::super::rollout::embedded_backend("default")?
-                } else {
-                    None
-                };
-                dojo_rollout::world_sim::world_model(w, embedded.clone())
-                    .map_err(|e| anyhow::anyhow!("--env-mode {}: {e}", w.mode))?;
-                embedded
-            }
-            None => None,
-        };
+        let world_embedded = super::super::rollout::embedded_world_backend(world.as_ref())?;
+        if let Some(w) = &world {
+            dojo_rollout::world_sim::world_model(w, world_embedded.clone())
+                .map_err(|e| anyhow::anyhow!("--env-mode {}: {e}", w.mode))?;
+        }
         // In sim (and hybrid) mode a task needs no environment: `repo` + `base_commit` do.
         let needs_env = world.as_ref().is_none_or(|w| w.mode.needs_environment());
         // Every task must be runnable before the first step.

@@ -138,6 +138,22 @@ pub(crate) fn embedded_backend(_model: &str) -> anyhow::Result<Option<Arc<dyn Ch
     Ok(None)
 }
 
+/// The embedded engine as the world model, when a simulated mode names it (`[world] model =
+/// "embedded"`): loaded once per run and shared by every rollout; `None` otherwise.
+pub(crate) fn embedded_world_backend(
+    world: Option<&dojo_world::route::WorldPolicy>,
+) -> anyhow::Result<Option<Arc<dyn ChatBackend>>> {
+    match world {
+        Some(w)
+            if w.mode != dojo_world::route::EnvMode::Real
+                && w.model.as_deref() == Some("embedded") =>
+        {
+            embedded_backend("default")
+        }
+        _ => Ok(None),
+    }
+}
+
 /// The backends of model policy `policy` (`openai:MODEL`, `embedded[:MODEL]`, a policy file of
 /// those kinds), loading the embedded engine on a blocking thread when it names it.
 pub(crate) async fn policy_backends(
@@ -168,15 +184,9 @@ pub async fn run_policy(opts: &RolloutOptions) -> anyhow::Result<RolloutOutput> 
         }
         _ => None,
     };
-    let world_embedded = match &opts.policy.world {
-        Some(w)
-            if w.mode != dojo_world::route::EnvMode::Real
-                && w.model.as_deref() == Some("embedded") =>
-        {
-            tokio::task::spawn_blocking(|| embedded_backend("default")).await??
-        }
-        _ => None,
-    };
+    let world = opts.policy.world.clone();
+    let world_embedded =
+        tokio::task::spawn_blocking(move || embedded_world_backend(world.as_ref())).await??;
     let agent = DojoAgent::from_policy(&opts.policy).map_err(anyhow::Error::msg)?;
     let backends = make_backends(&opts.policy, embedded)?;
     Ok(
