@@ -182,8 +182,6 @@ fn a_real_run_steps_checkpoints_and_resumes() {
         "2",
         "--max-new-tokens",
         "8",
-        "--workers",
-        "2",
     ];
     let mut a = args.to_vec();
     a.extend(["--steps", "1"]);
@@ -199,7 +197,38 @@ fn a_real_run_steps_checkpoints_and_resumes() {
     assert_eq!(m["resolved_rate"], 0.0, "{m}");
     assert!(m["response_len_mean"].as_f64().unwrap() > 0.0, "{m}");
     assert!(m["updates"][0]["tokens"].as_u64().unwrap() > 0, "{m}");
+    // By default the group's episodes run at once and share the engine; its counters account
+    // for every model call and every prompt token (prefilled, or taken from a cached or shared
+    // prefix); the time split covers both episodes.
+    let r = &m["rollout_report"];
+    assert_eq!(r["workers"], 2, "{m}");
+    let e = &r["engine"];
+    let llm_calls: u64 =
+        std::fs::read_to_string(out.join("rollouts/step-00000001/trajectories.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["llm_calls"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .sum();
+    assert_eq!(e["requests"].as_u64(), Some(llm_calls), "{m}");
+    assert_eq!(
+        e["prefilled_tokens"].as_u64().unwrap() + e["reused_tokens"].as_u64().unwrap(),
+        e["prompt_tokens"].as_u64().unwrap(),
+        "{m}"
+    );
+    assert!(e["max_decode_batch"].as_u64().unwrap() >= 1, "{m}");
+    let t = &m["rollout_time"];
+    assert!(t["llm_s"].as_f64().unwrap() > 0.0, "{m}");
+    assert!(
+        t["episodes_s"].as_f64().unwrap() >= t["llm_s"].as_f64().unwrap(),
+        "{m}"
+    );
     assert!(out.join("checkpoint-00000001/model.safetensors").is_file());
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(report.contains("Time per step (s)"), "{report}");
     assert!(
         out.join("rollouts/step-00000001/trajectories.jsonl")
             .is_file()

@@ -40,6 +40,8 @@ pub mod group;
 #[cfg(feature = "train")]
 pub mod loss;
 #[cfg(feature = "train")]
+pub mod report;
+#[cfg(feature = "train")]
 pub mod run;
 pub mod shaping;
 #[cfg(feature = "train")]

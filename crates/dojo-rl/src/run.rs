@@ -13,6 +13,8 @@
 //! - `metrics.jsonl`: one line per finished step.
 //! - `eval.jsonl`: held-out evaluations every `eval_every` steps and after the last, when the
 //!   environment has them.
+//! - `report.html`: the metrics and evaluations as charts and tables ([`crate::report`]),
+//!   rewritten after every step.
 //! - `checkpoint-NNNNNNNN/`: weights (or the LoRA adapter), optimizer moments and
 //!   `rl_state.json`, written atomically (dojo-train's checkpoint writer).
 //!
@@ -69,6 +71,13 @@ pub trait Environment {
     fn settings(&self) -> Json {
         Json::Null
     }
+
+    /// What the environment measured of the last [`Environment::rollouts`] call (for `dojo rl`:
+    /// the engine's batching and prefill counters, the concurrency), put in that step's metrics
+    /// line as `rollout_report`; null leaves it out.
+    fn rollout_report(&mut self) -> Json {
+        Json::Null
+    }
 }
 
 /// `rl_run.json`.
@@ -108,6 +117,45 @@ pub struct StepMetrics {
     pub generation_s: f64,
     pub shaping_s: f64,
     pub training_s: f64,
+    /// Where the episodes' time went, summed over episodes (they run concurrently, so the
+    /// sums can exceed `generation_s`); absent in lines written before it existed.
+    #[serde(default)]
+    pub rollout_time: RolloutTime,
+    /// [`Environment::rollout_report`] for this step.
+    #[serde(default, skip_serializing_if = "Json::is_null")]
+    pub rollout_report: Json,
+}
+
+/// Episode time of one step, split by what the episode was waiting on, in seconds summed over
+/// the step's episodes. `grading_tests_s` is the test command of the graders only; sandbox
+/// setup, patch extraction and the rest of grading are the remainder of `episodes_s`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RolloutTime {
+    pub episodes_s: f64,
+    pub llm_s: f64,
+    pub tools_s: f64,
+    pub grading_tests_s: f64,
+}
+
+impl RolloutTime {
+    pub fn of<'a>(trajectories: impl IntoIterator<Item = &'a Trajectory>) -> RolloutTime {
+        let mut t = RolloutTime::default();
+        for x in trajectories {
+            t.episodes_s += x.wall_ms as f64 / 1e3;
+            for s in &x.steps {
+                t.llm_s += s.llm_ms as f64 / 1e3;
+                t.tools_s += s.tool_ms as f64 / 1e3;
+            }
+            // The grading report is keyed by instance id (the harness's shape).
+            let tests = x
+                .grading
+                .as_ref()
+                .and_then(|g| g.get(&x.task_id).unwrap_or(g).get("test_duration_s"))
+                .and_then(Json::as_f64);
+            t.grading_tests_s += tests.unwrap_or(0.0);
+        }
+        t
+    }
 }
 
 /// What a finished (or resumed and finished) run did.
@@ -401,6 +449,7 @@ pub fn run(
         if step % cfg.checkpoint_every == 0 || step == cfg.steps {
             save_checkpoint(out, step, model, model_id, &opt)?;
         }
+        crate::report::write(out)?;
     }
     Ok(RunSummary {
         out: out.to_path_buf(),
@@ -423,6 +472,8 @@ fn one_step(
     let t0 = Instant::now();
     let rolled = env.rollouts(step, model, &picked, cfg.group)?;
     let generation_s = t0.elapsed().as_secs_f64();
+    let rollout_report = env.rollout_report();
+    let rollout_time = RolloutTime::of(rolled.iter().flatten());
     let t1 = Instant::now();
     if rolled.len() != picked.len() {
         return Err(RlError::Episode(format!(
@@ -493,6 +544,8 @@ fn one_step(
         generation_s,
         shaping_s,
         training_s: t2.elapsed().as_secs_f64(),
+        rollout_time,
+        rollout_report,
     })
 }
 

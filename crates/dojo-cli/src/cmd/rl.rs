@@ -64,9 +64,10 @@ pub struct RlArgs {
     /// Directory of environment specs overriding the embedded `envs/`.
     #[arg(long)]
     envs: Option<PathBuf>,
-    /// Concurrent rollouts (sandboxes).
-    #[arg(long, default_value_t = 2)]
-    workers: usize,
+    /// Concurrent rollouts (sandboxes); their model calls are batched by the engine. Default:
+    /// every episode of a step at once (G × tasks per step), at most 16 (the engine's batch).
+    #[arg(long)]
+    workers: Option<usize>,
     /// Device: cpu, cuda, cuda:N.
     #[arg(long, default_value = "cpu")]
     device: String,
@@ -128,6 +129,8 @@ mod imp {
         world: Option<dojo_world::route::WorldPolicy>,
         /// The embedded world model, loaded once (`--world-model embedded`).
         world_embedded: Option<Arc<dyn ChatBackend>>,
+        /// The engine of the last `rollouts` call, for its counters.
+        last_engine: Option<dojo_engine::Engine>,
     }
 
     impl AgentEnv {
@@ -143,7 +146,9 @@ mod imp {
             });
             policy.sampling.max_tokens = Some(self.cfg.rollout.max_new_tokens);
             policy.sampling.seed = Some(self.cfg.seed ^ step);
-            policy.llm_concurrency = Some(1);
+            // Every running episode may have a request in the engine: it decodes them as one
+            // batch and prefills a prompt prefix they share (system prompt, a group's task) once.
+            policy.llm_concurrency = Some(self.workers);
             let agent = &mut policy.agent;
             agent.insert("max_steps".into(), self.cfg.rollout.max_steps.into());
             // As `dojo demo` runs the embedded model: the engine renders the tool schemas and
@@ -164,7 +169,7 @@ mod imp {
             instances: &[String],
             samples: u32,
             dir: &Path,
-        ) -> Result<Vec<Trajectory>, RlError> {
+        ) -> Result<(Vec<Trajectory>, dojo_engine::Engine), RlError> {
             let infra = |e: String| RlError::Episode(format!("rollouts in {}: {e}", dir.display()));
             // LoRA runs sample from the adapters folded into copies of the weights.
             let engine = dojo_engine::Engine::from_parts(
@@ -172,7 +177,7 @@ mod imp {
                 self.format.clone(),
                 dojo_engine::EngineOptions::default(),
             );
-            let backend: Arc<dyn ChatBackend> = Arc::new(engine);
+            let backend: Arc<dyn ChatBackend> = Arc::new(engine.clone());
             // A directory left by an interrupted run was sampled from other weights.
             if dir.exists() {
                 std::fs::remove_dir_all(dir).map_err(|e| infra(e.to_string()))?;
@@ -205,7 +210,7 @@ mod imp {
                 .map_err(|e| infra(e.to_string()))?;
             let store = dojo_rollout::Store::<Trajectory>::open(&o.store_path)
                 .map_err(|e| infra(e.to_string()))?;
-            Ok(store.records().to_vec())
+            Ok((store.records().to_vec(), engine))
         }
     }
 
@@ -218,7 +223,7 @@ mod imp {
             group: usize,
         ) -> Result<Vec<Vec<Trajectory>>, RlError> {
             let dir = self.out.join(format!("rollouts/step-{step:08}"));
-            let all = self.roll(
+            let (all, engine) = self.roll(
                 model,
                 self.policy(step, false),
                 &self.tasks_file.clone(),
@@ -226,6 +231,7 @@ mod imp {
                 group as u32,
                 &dir,
             )?;
+            self.last_engine = Some(engine);
             Ok(tasks
                 .iter()
                 .map(|t| {
@@ -246,7 +252,7 @@ mod imp {
                 return Ok(None);
             };
             let dir = self.out.join(format!("eval/step-{step:08}"));
-            let all = self.roll(model, self.policy(step, true), &file, &[], 1, &dir)?;
+            let (all, _) = self.roll(model, self.policy(step, true), &file, &[], 1, &dir)?;
             let resolved = all.iter().filter(|t| t.is_resolved()).count();
             let infra = all.iter().filter(|t| t.is_infrastructure_failure()).count();
             Ok(Some(json!({
@@ -254,6 +260,29 @@ mod imp {
                 "resolved": resolved,
                 "infrastructure_failures": infra,
             })))
+        }
+
+        /// The step's concurrency and the engine's counters: requests, prompt tokens, how many
+        /// came from a cached or shared prefix and how many were prefilled, generated tokens,
+        /// batched decode steps and the largest batch.
+        fn rollout_report(&mut self) -> serde_json::Value {
+            let Some(engine) = self.last_engine.take() else {
+                return serde_json::Value::Null;
+            };
+            let s = engine.stats();
+            let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+            json!({
+                "workers": self.workers,
+                "engine": {
+                    "requests": n(&s.requests),
+                    "prompt_tokens": n(&s.prompt_tokens),
+                    "reused_tokens": n(&s.reused_tokens),
+                    "prefilled_tokens": n(&s.prefilled_tokens),
+                    "generated_tokens": n(&s.generated_tokens),
+                    "decode_batches": n(&s.decode_batches),
+                    "max_decode_batch": n(&s.max_decode_batch),
+                },
+            })
         }
 
         /// The world model's settings (mode, model, SWR samples and seed, analysis model), not
@@ -367,11 +396,15 @@ mod imp {
             tasks_file: a.tasks.clone(),
             eval_tasks: a.eval_tasks.clone(),
             envs: a.envs.clone(),
-            workers: a.workers.max(1),
+            workers: a
+                .workers
+                .unwrap_or((cfg.group * cfg.tasks_per_step.min(ids.len())).min(16))
+                .max(1),
             out: a.out.clone(),
             cfg: cfg.clone(),
             world,
             world_embedded,
+            last_engine: None,
         };
         let s = dojo_rl::run::run(
             &a.out,
