@@ -36,9 +36,15 @@ TOPICS = [
 EOS_BIAS = {"0": -100, "2": -100}
 
 
+# Words of shared filler put in the system prompt (--context): an agent's prompt is a long shared
+# system prompt and tool list followed by the task, so decode runs over a long KV cache.
+CONTEXT_WORDS = 0
+
+
 def prompt(i):
     topic = TOPICS[i % len(TOPICS)]
-    return (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n"
+    filler = " ".join(f"rule{k % 97} applies." for k in range(CONTEXT_WORDS // 2))
+    return (f"<|im_start|>system\n{SYSTEM} {filler}<|im_end|>\n<|im_start|>user\n"
             f"Explain {topic} to a curious ten-year-old, in detail.<|im_end|>\n"
             "<|im_start|>assistant\n")
 
@@ -100,8 +106,12 @@ def main():
     ap.add_argument("--conversations", type=int, required=True)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--port", type=int, default=18471)
+    ap.add_argument("--context", type=int, default=0,
+                    help="words of shared filler in the system prompt (long-context decode)")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
+    global CONTEXT_WORDS
+    CONTEXT_WORDS = a.context
     cmd = [c.replace("{port}", str(a.port)) for c in a.cmd if c != "--"]
     base = f"http://127.0.0.1:{a.port}"
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -129,6 +139,7 @@ def main():
             sys.exit("; ".join(errors))
         print(json.dumps({
             "label": a.label, "conversations": a.conversations, "max_tokens": a.max_tokens,
+            "context_words": a.context,
             "completion_tokens": sum(tokens), "wall_s": round(wall, 3),
             "tokens_per_s": round(sum(tokens) / wall, 1),
             "peak_rss_mib": round(peak_rss_kib(proc.pid) / 1024, 1),

@@ -12,7 +12,8 @@
 #   PYTHON_WITH_LLAMA_CPP_SERVER: a python with `llama-cpp-python[server]` (one model, requests
 #     served one at a time behind a lock: it has no parallel slots).
 # Either may be omitted (or "-") to skip that engine. Env: REPEATS (3), COUNTS ("1 8 16"),
-# MAX_TOKENS (128), THREADS (2), WEIGHTS ("mixed": the GGUF's Q4_1 on the quantized decode
+# MAX_TOKENS (128), CONTEXT (0: words of shared filler in the system prompt, e.g. 800 for an
+# agent-sized prompt of ~2k tokens), THREADS (2), WEIGHTS ("mixed": the GGUF's Q4_1 on the quantized decode
 # kernel, as `dojo serve --weights mixed`; add "dense" for the f32 weights that `auto` picks in
 # a portable build).
 set -euo pipefail
@@ -29,7 +30,7 @@ WEIGHTS="${WEIGHTS:-mixed}"
 cargo build --release -p dojo-engine --example serve_gguf
 SERVE="$ROOT/target/release/examples/serve_gguf"
 GGUF="$(ls "${DOJO_HOME:-$HOME/.cache/dojo}"/models/smollm2-135m-instruct-q4_1-*/*.gguf | head -1)"
-BENCHCMD=(python3 "$ROOT/scripts/bench-engine-batch.py" --max-tokens "$MAX_TOKENS")
+BENCHCMD=(python3 "$ROOT/scripts/bench-engine-batch.py" --max-tokens "$MAX_TOKENS" --context "${CONTEXT:-0}")
 OUT="${OUT:-$(mktemp /tmp/bench-engine-batch.XXXXXX.jsonl)}"
 bench() { "${BENCHCMD[@]}" "$@" | tee -a "$OUT"; }
 export RAYON_NUM_THREADS="$THREADS"
@@ -47,7 +48,7 @@ for rep in $(seq "$REPEATS"); do
     if [ "$LLAMA_SERVER" != - ]; then
       bench --label "llama-server --parallel $n" --conversations "$n" \
         -- "$LLAMA_SERVER" -m "$GGUF" --port '{port}' --host 127.0.0.1 -t "$THREADS" \
-        -tb "$THREADS" --parallel "$n" -c $((n * 512)) --cont-batching --no-webui
+        -tb "$THREADS" --parallel "$n" -c $((n * (512 + 3 * ${CONTEXT:-0}))) --cont-batching --no-webui
     fi
     if [ "$LCP_PY" != - ]; then
       bench --label "llama-cpp-python server" --conversations "$n" \
