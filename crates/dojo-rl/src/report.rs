@@ -13,17 +13,10 @@ use dojo_report::{LineChart, PALETTE, Page, StackedRow, Table, number, stacked_b
 use serde_json::Value as Json;
 
 use crate::RlError;
-use crate::run::{EVAL_FILE, METRICS_FILE, RUN_FILE, RunManifest, StepMetrics};
+use crate::run::{EVAL_FILE, METRICS_FILE, RUN_FILE, RunManifest, StepMetrics, io};
 
 /// The report's file name inside `OUT`.
 pub const REPORT_FILE: &str = "report.html";
-
-fn io(path: &Path) -> impl Fn(std::io::Error) -> RlError + '_ {
-    move |e| RlError::Io {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    }
-}
 
 /// The JSON lines of `path` that parse (none when it does not exist).
 fn lines(path: &Path) -> Result<Vec<Json>, RlError> {

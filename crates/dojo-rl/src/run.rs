@@ -167,7 +167,7 @@ pub struct RunSummary {
     pub last: Option<StepMetrics>,
 }
 
-fn io(path: &Path) -> impl Fn(std::io::Error) -> RlError + '_ {
+pub(crate) fn io(path: &Path) -> impl Fn(std::io::Error) -> RlError + '_ {
     move |e| RlError::Io {
         path: path.to_path_buf(),
         reason: e.to_string(),
