@@ -51,6 +51,23 @@ impl SimRun {
     }
 }
 
+/// Reply budget of the embedded world model, SWT and SWR alike: room for a test run's output
+/// or a test report, and a bound on a reply that never ends.
+pub const EMBEDDED_MAX_TOKENS: u32 = 1024;
+
+/// The embedded world model's client settings.
+fn embedded_config(policy: &WorldPolicy) -> WorldClientConfig {
+    WorldClientConfig {
+        // The engine has no JSON mode; the parser finds JSON in text either way.
+        swt_json_mode: false,
+        // Without a cap the engine generates up to its context window (8k tokens, minutes on a
+        // CPU) whenever the small model never closes its JSON reply.
+        swt_max_tokens: Some(EMBEDDED_MAX_TOKENS),
+        swr_max_tokens: Some(EMBEDDED_MAX_TOKENS),
+        ..swr_sampling(policy)
+    }
+}
+
 /// The world model a policy's `[world]` table names: `openai:MODEL` over `base_url` (comma-
 /// separated endpoints; default `OPENAI_BASE_URL`), or `embedded` (pass the engine's backend).
 pub fn world_model(
@@ -73,11 +90,7 @@ pub fn world_model(
             let backend = embedded.ok_or(
                 "the embedded world model is not available in this build (build dojo-cli with the `engine` feature)",
             )?;
-            let cfg = WorldClientConfig {
-                // The engine has no JSON mode; the parser finds JSON in text either way.
-                swt_json_mode: false,
-                ..swr_sampling(policy)
-            };
+            let cfg = embedded_config(policy);
             Ok(Arc::new(WorldClient::new(backend.clone(), backend, cfg)))
         }
         WorldModelSpec::Openai(model) => {
@@ -340,6 +353,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("dream"), "{e}");
+    }
+
+    #[test]
+    fn the_embedded_world_model_has_a_reply_budget() {
+        let policy = WorldPolicy {
+            swr_samples: Some(3),
+            ..Default::default()
+        };
+        let c = embedded_config(&policy);
+        assert_eq!(c.swt_max_tokens, Some(EMBEDDED_MAX_TOKENS));
+        assert_eq!(c.swr_max_tokens, Some(EMBEDDED_MAX_TOKENS));
+        assert!(!c.swt_json_mode);
+        assert_eq!(c.swr_samples, 3);
     }
 
     #[test]
