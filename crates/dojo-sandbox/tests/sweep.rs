@@ -58,6 +58,16 @@ fn create_in_a_process_then_kill_it() -> String {
     while holder > 1 && unsafe { libc::kill(holder, 0) } == 0 {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+    // The sandbox's own processes may outlive the holder by a moment on a loaded machine, and
+    // a sweep rightly leaves a cgroup that still has processes: wait until it is empty
+    // (bounded, so a leak fails the assertions below instead of hanging).
+    if let Some(d) = dojo_sandbox::cgroup::detect() {
+        let h = d.open(&id);
+        let start = std::time::Instant::now();
+        while !h.is_empty() && start.elapsed() < std::time::Duration::from_secs(60) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
     id
 }
 
