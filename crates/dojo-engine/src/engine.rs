@@ -176,6 +176,23 @@ pub struct Stats {
     pub max_decode_batch: AtomicU64,
 }
 
+impl Stats {
+    /// Every counter, read now: what `/health` serves and `dojo rl` records per step.
+    pub fn to_json(&self) -> serde_json::Value {
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        serde_json::json!({
+            "requests": n(&self.requests),
+            "cancelled": n(&self.cancelled),
+            "prompt_tokens": n(&self.prompt_tokens),
+            "reused_tokens": n(&self.reused_tokens),
+            "prefilled_tokens": n(&self.prefilled_tokens),
+            "generated_tokens": n(&self.generated_tokens),
+            "decode_batches": n(&self.decode_batches),
+            "max_decode_batch": n(&self.max_decode_batch),
+        })
+    }
+}
+
 type Reply = tokio::sync::oneshot::Sender<Result<Generation, EngineError>>;
 
 enum Msg {

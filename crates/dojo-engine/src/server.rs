@@ -102,19 +102,10 @@ fn check_model(engine: &Engine, requested: &str) -> Result<(), Box<Response>> {
 /// Liveness plus the engine's counters (operators watch `cancelled` and prefix reuse; tests use
 /// them to see that a dropped client really freed its sequence).
 async fn health(State(engine): State<Engine>) -> Response {
-    use std::sync::atomic::Ordering::Relaxed;
-    let s = engine.stats();
     axum::Json(json!({
         "status": "ok",
         "model": engine.model_id(),
-        "stats": {
-            "requests": s.requests.load(Relaxed),
-            "cancelled": s.cancelled.load(Relaxed),
-            "prompt_tokens": s.prompt_tokens.load(Relaxed),
-            "reused_tokens": s.reused_tokens.load(Relaxed),
-            "prefilled_tokens": s.prefilled_tokens.load(Relaxed),
-            "generated_tokens": s.generated_tokens.load(Relaxed),
-        },
+        "stats": engine.stats().to_json(),
     }))
     .into_response()
 }

@@ -129,8 +129,8 @@ mod imp {
         world: Option<dojo_world::route::WorldPolicy>,
         /// The embedded world model, loaded once (`--world-model embedded`).
         world_embedded: Option<Arc<dyn ChatBackend>>,
-        /// The engine of the last `rollouts` call, for its counters.
-        last_engine: Option<dojo_engine::Engine>,
+        /// What the last `rollouts` call measured ([`Environment::rollout_report`]).
+        last_report: Option<serde_json::Value>,
     }
 
     impl AgentEnv {
@@ -169,7 +169,7 @@ mod imp {
             instances: &[String],
             samples: u32,
             dir: &Path,
-        ) -> Result<(Vec<Trajectory>, dojo_engine::Engine), RlError> {
+        ) -> Result<(Vec<Trajectory>, serde_json::Value), RlError> {
             let infra = |e: String| RlError::Episode(format!("rollouts in {}: {e}", dir.display()));
             // LoRA runs sample from the adapters folded into copies of the weights.
             let engine = dojo_engine::Engine::from_parts(
@@ -178,6 +178,8 @@ mod imp {
                 dojo_engine::EngineOptions::default(),
             );
             let backend: Arc<dyn ChatBackend> = Arc::new(engine.clone());
+            // The step's engine (and its copy of the weights) goes with this call; only its
+            // counters are kept.
             // A directory left by an interrupted run was sampled from other weights.
             if dir.exists() {
                 std::fs::remove_dir_all(dir).map_err(|e| infra(e.to_string()))?;
@@ -210,7 +212,7 @@ mod imp {
                 .map_err(|e| infra(e.to_string()))?;
             let store = dojo_rollout::Store::<Trajectory>::open(&o.store_path)
                 .map_err(|e| infra(e.to_string()))?;
-            Ok((store.records().to_vec(), engine))
+            Ok((store.records().to_vec(), engine.stats().to_json()))
         }
     }
 
@@ -223,7 +225,7 @@ mod imp {
             group: usize,
         ) -> Result<Vec<Vec<Trajectory>>, RlError> {
             let dir = self.out.join(format!("rollouts/step-{step:08}"));
-            let (all, engine) = self.roll(
+            let (all, counters) = self.roll(
                 model,
                 self.policy(step, false),
                 &self.tasks_file.clone(),
@@ -231,7 +233,7 @@ mod imp {
                 group as u32,
                 &dir,
             )?;
-            self.last_engine = Some(engine);
+            self.last_report = Some(json!({"workers": self.workers, "engine": counters}));
             Ok(tasks
                 .iter()
                 .map(|t| {
@@ -262,27 +264,11 @@ mod imp {
             })))
         }
 
-        /// The step's concurrency and the engine's counters: requests, prompt tokens, how many
-        /// came from a cached or shared prefix and how many were prefilled, generated tokens,
-        /// batched decode steps and the largest batch.
+        /// The step's concurrency and the engine's counters ([`dojo_engine::Stats::to_json`]):
+        /// requests, prompt tokens prefilled or taken from a cached or shared prefix, generated
+        /// tokens, batched decode steps and the largest batch.
         fn rollout_report(&mut self) -> serde_json::Value {
-            let Some(engine) = self.last_engine.take() else {
-                return serde_json::Value::Null;
-            };
-            let s = engine.stats();
-            let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-            json!({
-                "workers": self.workers,
-                "engine": {
-                    "requests": n(&s.requests),
-                    "prompt_tokens": n(&s.prompt_tokens),
-                    "reused_tokens": n(&s.reused_tokens),
-                    "prefilled_tokens": n(&s.prefilled_tokens),
-                    "generated_tokens": n(&s.generated_tokens),
-                    "decode_batches": n(&s.decode_batches),
-                    "max_decode_batch": n(&s.max_decode_batch),
-                },
-            })
+            self.last_report.take().unwrap_or_default()
         }
 
         /// The world model's settings (mode, model, SWR samples and seed, analysis model), not
@@ -398,13 +384,16 @@ mod imp {
             envs: a.envs.clone(),
             workers: a
                 .workers
-                .unwrap_or((cfg.group * cfg.tasks_per_step.min(ids.len())).min(16))
+                .unwrap_or(
+                    (cfg.group * cfg.tasks_per_step.min(ids.len()))
+                        .min(dojo_engine::EngineOptions::default().max_active),
+                )
                 .max(1),
             out: a.out.clone(),
             cfg: cfg.clone(),
             world,
             world_embedded,
-            last_engine: None,
+            last_report: None,
         };
         let s = dojo_rl::run::run(
             &a.out,
