@@ -517,4 +517,16 @@ fn validate_rows_are_summarised_with_the_log_path() {
             .contains("40 (")
     );
     assert!(logs.join("gold/test_output.txt").is_file());
+    // The verdict and where the time went, machine-readable.
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(logs.join("validation.json")).unwrap())
+            .unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["ok"], false);
+    let (total, runs) = (
+        v["total_s"].as_f64().unwrap(),
+        v["runs_s"].as_f64().unwrap(),
+    );
+    let gold = v["gold_test_s"].as_f64().unwrap();
+    assert!(total >= runs && runs >= gold && gold > 0.0, "{v}");
 }

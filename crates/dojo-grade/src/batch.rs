@@ -293,25 +293,37 @@ async fn validate_one(
         derived_fail_to_pass: Vec::new(),
         derived_pass_to_pass: Vec::new(),
         new_task: task.f2p().is_empty(),
+        total_s: None,
+        runs_s: None,
         before: None,
         gold: None,
     };
+    let started = std::time::Instant::now();
     let env = match env {
         Ok(e) => e,
         Err(m) => return failed(format!("environment: {m}")),
     };
-    match with_sandbox(
+    let v = match with_sandbox(
         preparer,
         task,
         &env,
         &opts.sandbox,
         pipeline,
-        async |sb: &mut Sandbox| validate_in_sandbox(sb, task, &env, &opts.grade).await,
+        async |sb: &mut Sandbox| {
+            let runs = std::time::Instant::now();
+            let mut v = validate_in_sandbox(sb, task, &env, &opts.grade).await;
+            v.runs_s = Some(runs.elapsed().as_secs_f64());
+            v
+        },
     )
     .await
     {
         Ok(v) => v,
         Err((kind, msg)) => failed(format!("{}: {msg}", kind.as_str())),
+    };
+    Validation {
+        total_s: Some(started.elapsed().as_secs_f64()),
+        ..v
     }
 }
 

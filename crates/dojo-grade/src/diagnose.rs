@@ -87,6 +87,21 @@ pub fn write_validation(dir: &Path, v: &Validation) -> std::io::Result<PathBuf> 
         problems.push('\n');
     }
     std::fs::write(dir.join("problems.txt"), problems)?;
+    // The verdict and its timing, machine-readable (the reports below have the test runs' own
+    // durations).
+    let summary = serde_json::json!({
+        "schema_version": 1,
+        "instance_id": v.instance_id,
+        "ok": v.ok,
+        "new_task": v.new_task,
+        "fail_to_pass": v.derived_fail_to_pass.len(),
+        "pass_to_pass": v.derived_pass_to_pass.len(),
+        "total_s": v.total_s,
+        "runs_s": v.runs_s,
+        "test_patch_only_test_s": v.before.as_ref().and_then(|r| r.test_duration_s),
+        "gold_test_s": v.gold.as_ref().and_then(|r| r.test_duration_s),
+    });
+    std::fs::write(dir.join("validation.json"), format!("{summary:#}\n"))?;
     for (name, r) in [("test_patch_only", &v.before), ("gold", &v.gold)] {
         if let Some(r) = r {
             crate::batch::write_instance(&dir.join(name), r, None)?;
@@ -107,6 +122,8 @@ mod tests {
             problems,
             derived_fail_to_pass: vec!["a".into()],
             derived_pass_to_pass: vec!["b".into(), "c".into()],
+            total_s: None,
+            runs_s: None,
             before: None,
             gold: None,
         }

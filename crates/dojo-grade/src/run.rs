@@ -678,6 +678,13 @@ pub struct Validation {
     /// Lists derived from the two runs (what `--write` stores).
     pub derived_fail_to_pass: Vec<String>,
     pub derived_pass_to_pass: Vec<String>,
+    /// Wall seconds of the whole validation: preparation (the pristine tree, the environment
+    /// build or the wait for it, the sandbox) and both runs. `None` where it was not timed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_s: Option<f64>,
+    /// Wall seconds of the two runs and the reset between them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs_s: Option<f64>,
     #[serde(skip)]
     pub before: Option<InstanceReport>,
     #[serde(skip)]
@@ -700,6 +707,8 @@ pub async fn validate_in_sandbox(
         derived_fail_to_pass: Vec::new(),
         derived_pass_to_pass: Vec::new(),
         new_task: task.f2p().is_empty(),
+        total_s: None,
+        runs_s: None,
         before: None,
         gold: None,
     };

@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use crate::beneath::{open_path, openat2};
-use crate::child::{self, ExecPlan, HolderPlan, Layers, Mode, Request, RootEntry};
+use crate::child::{self, EXTRA_SLOTS, ExecPlan, HolderPlan, Layers, Mode, Request, RootEntry};
 use crate::cmdenv::{VENV_PATH, base_env, exe_candidates};
 use crate::error::{Result, SandboxError, io_err, setup_err};
 use crate::exec::{self, LiveSet};
@@ -46,20 +46,40 @@ fn open_ns(pid: i32, kind: &str) -> Result<OwnedFd> {
 
 /// The new root's entries, the spots to hide and the `/etc` snapshot to stage, from
 /// [`crate::visible`] (prefixed with `/tmp/root`, where the holder builds the root).
-fn root_plan(venv: Option<&Path>) -> (Vec<RootEntry>, Vec<CString>, Option<CString>) {
+fn root_plan(venv: Option<&Path>) -> RootPlan {
     root_entries(&visible::visible(venv))
+}
+
+/// What [`root_entries`] makes of the visible paths.
+pub(crate) struct RootPlan {
+    pub entries: Vec<RootEntry>,
+    /// Spots where `$DOJO_HOME` must be covered.
+    pub hide: Vec<CString>,
+    /// The `/etc` snapshot to stage at `/tmp/etc`.
+    pub etc: Option<CString>,
+    /// Directories to stage first ([`Layers::extra`]).
+    pub extra: Vec<(CString, &'static std::ffi::CStr)>,
+}
+
+/// Whether every directory on the way to `p` lets other users through: if not, the sandbox
+/// uid cannot bind it by path once it has switched to that uid.
+fn others_can_reach(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.ancestors()
+        .skip(1)
+        .all(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
 }
 
 /// [`RootEntry`]s for the visible paths `shown`, the spots where `$DOJO_HOME` must be covered
 /// (all prefixed with `/tmp/root`) and, when there is one, the host path of the `/etc` snapshot
 /// ([`visible::etc_snapshot`]) to stage at `/tmp/etc`: it then replaces the `/etc` entries with
-/// one bind. Shared with environment builds.
-pub(crate) fn root_entries(
-    shown: &[visible::Visible],
-) -> (Vec<RootEntry>, Vec<CString>, Option<CString>) {
+/// one bind. A shown directory that other users cannot reach by path is staged too (at most
+/// [`EXTRA_SLOTS`] of them) and bound from its staging point. Shared with environment builds.
+pub(crate) fn root_entries(shown: &[visible::Visible]) -> RootPlan {
     let at = |p: &Path| cstr(format!("/tmp/root{}", p.display()));
     let etc = visible::etc_snapshot(shown);
     let in_etc = |p: &Path| p.parent() == Some(Path::new("/etc"));
+    let mut extra = Vec::new();
     let mut entries = Vec::new();
     for e in shown {
         if etc.is_some() && in_etc(&e.path) {
@@ -69,6 +89,16 @@ pub(crate) fn root_entries(
             visible::Kind::Parent if etc.is_some() && e.path == Path::new("/etc") => {
                 RootEntry::Bind {
                     src: cstr("/tmp/etc"),
+                    dst: at(&e.path),
+                }
+            }
+            visible::Kind::Dir
+                if extra.len() < EXTRA_SLOTS.len() && !others_can_reach(&e.source) =>
+            {
+                let slot = EXTRA_SLOTS[extra.len()];
+                extra.push((path_c(&e.source), slot));
+                RootEntry::Bind {
+                    src: slot.into(),
                     dst: at(&e.path),
                 }
             }
@@ -88,7 +118,12 @@ pub(crate) fn root_entries(
         });
     }
     let hide = visible::hidden(shown).iter().map(|p| at(p)).collect();
-    (entries, hide, etc.as_deref().map(path_c))
+    RootPlan {
+        entries,
+        hide,
+        etc: etc.as_deref().map(path_c),
+        extra,
+    }
 }
 
 /// A live namespace sandbox (caller side).
@@ -244,7 +279,12 @@ async fn start_holder_once(
     };
     let uid = sandbox_uid();
     let gid = sandbox_gid();
-    let (entries, hide, etc) = root_plan(venv);
+    let RootPlan {
+        entries,
+        hide,
+        etc,
+        extra,
+    } = root_plan(venv);
     let plan = HolderPlan {
         switch_to: is_root().then_some((uid, gid)),
         keep,
@@ -257,6 +297,7 @@ async fn start_holder_once(
             venv: venv.map(path_c),
             cache: None,
             etc,
+            extra,
         },
         cgroup_procs: cg_fds.iter().map(|f| f.as_raw_fd()).collect(),
         uid_map: cstr(format!("0 {uid} 1\n")),

@@ -130,10 +130,10 @@ impl EnvSpec {
         )
     }
 
-    /// The interpreter: an absolute path as given; a version `X.Y` from the host
-    /// (`/usr/bin/pythonX.Y`, `/usr/local/bin/pythonX.Y`) when it has one, else a uv-managed
-    /// CPython installed into [`pythons_dir`] (see [`managed_python`]). It must be executable by
-    /// the sandbox uid.
+    /// The interpreter: an absolute path as given; a version `X.Y` from the host when it has
+    /// one ([`host_python`]: the system's, else a pyenv installation), else a uv-managed CPython
+    /// installed into [`pythons_dir`] (see [`managed_python`]). The sandbox uid must be able to
+    /// run it from what sandboxes see of it (see [`runnable_in_sandbox`]).
     pub fn interpreter(&self) -> Result<PathBuf> {
         let err = |reason: String| SandboxError::Env {
             spec: self.describe(),
@@ -153,30 +153,80 @@ impl EnvSpec {
                 p.display()
             )));
         }
-        let real = std::fs::canonicalize(&p).map_err(|e| err(format!("{}: {e}", p.display())))?;
-        for a in real.ancestors() {
-            let mode = std::fs::metadata(a)
-                .map(|m| m.permissions().mode())
-                .unwrap_or(0);
-            if mode & 0o001 == 0 {
-                return Err(err(format!(
-                    "{} is not executable by other users ({} has mode {:o}); the sandbox uid could not run it",
-                    p.display(),
-                    a.display(),
-                    mode & 0o777
-                )));
-            }
-        }
+        runnable_in_sandbox(&p).map_err(err)?;
         Ok(p)
     }
 }
 
-/// The host's own `pythonX.Y`, when it has one.
-fn host_python(version: &str) -> Option<PathBuf> {
+/// Can the sandbox uid run `python` from what a sandbox sees of it? Sandboxes and builds show
+/// an interpreter's installation (the directory above its `bin/`, as `visible` binds it) at its
+/// own path, under parent directories of mode 0755 made for the purpose: so only the
+/// installation and the path below it to the binary need the execute bit for others, not the
+/// host's directories above it (a pyenv installation under `/root`, mode 0700, runs).
+fn runnable_in_sandbox(python: &Path) -> std::result::Result<(), String> {
+    let real = std::fs::canonicalize(python).map_err(|e| format!("{}: {e}", python.display()))?;
+    let root = installation_root(real.parent().unwrap_or(&real));
+    for a in real.ancestors().take_while(|a| a.starts_with(&root)) {
+        let mode = std::fs::metadata(a)
+            .map(|m| m.permissions().mode())
+            .unwrap_or(0);
+        if mode & 0o001 == 0 {
+            return Err(format!(
+                "{} is not executable by other users ({} has mode {:o}); the sandbox uid could not run it",
+                python.display(),
+                a.display(),
+                mode & 0o777
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The installation an interpreter belongs to, from the directory holding its binary: the
+/// directory above a `bin/`, else that directory itself. The one rule for what sandboxes and
+/// builds show of an interpreter (`visible`) and for what must be executable here.
+pub fn installation_root(bin_dir: &Path) -> PathBuf {
+    match bin_dir.parent() {
+        Some(up) if bin_dir.ends_with("bin") => up.to_path_buf(),
+        _ => bin_dir.to_path_buf(),
+    }
+}
+
+/// The host's own `pythonX.Y`, when it has one: the system's (`/usr/bin`, `/usr/local/bin`),
+/// else the newest pyenv installation of that minor version (see [`pyenv_python`]).
+pub fn host_python(version: &str) -> Option<PathBuf> {
     ["/usr/bin", "/usr/local/bin"]
         .iter()
         .map(|d| Path::new(d).join(format!("python{version}")))
         .find(|p| p.is_file())
+        .or_else(|| pyenv_python(version))
+}
+
+/// The newest CPython `version.N` that pyenv installed: `$PYENV_ROOT/versions/X.Y.N/bin/pythonX.Y`
+/// (`PYENV_ROOT` defaults to `~/.pyenv`, as pyenv's own). Only plain `X.Y.N` names count: pyenv's
+/// virtualenvs, free-threaded (`3.13.0t`), pre-release, PyPy and conda builds are other
+/// interpreters than the spec's. The shims are not used: they are scripts that ask pyenv at run
+/// time, which a sandbox has not.
+pub fn pyenv_python(version: &str) -> Option<PathBuf> {
+    let root = match std::env::var_os("PYENV_ROOT").filter(|v| !v.is_empty()) {
+        Some(r) => PathBuf::from(r),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".pyenv"),
+    };
+    let prefix = format!("{version}.");
+    std::fs::read_dir(root.join("versions"))
+        .ok()?
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let patch: u32 = name.strip_prefix(&prefix)?.parse().ok()?;
+            let bin = root
+                .join("versions")
+                .join(&name)
+                .join("bin")
+                .join(format!("python{version}"));
+            bin.is_file().then_some((patch, bin))
+        })
+        .max_by_key(|(patch, _)| *patch)
+        .map(|(_, bin)| bin)
 }
 
 /// Where uv-managed interpreters are installed: `$DOJO_PYTHONS`, else `pythons/` beside the
@@ -382,7 +432,12 @@ fn build_into(
         .map_err(|e| e.to_string())?;
     // What the build sees of the host: the sandbox's minimal root (its own interpreter
     // included), never homes, the checkout, task files or the rest of `$DOJO_HOME`.
-    let (entries, hide, etc) = crate::ns::root_entries(&crate::visible::env_build(python));
+    let crate::ns::RootPlan {
+        entries,
+        hide,
+        etc,
+        extra,
+    } = crate::ns::root_entries(&crate::visible::env_build(python));
     let cache = uv_cache_dir();
     let (status_r, status_w) = exec::pipe().map_err(|e| e.to_string())?;
     // SAFETY: no preconditions.
@@ -411,6 +466,7 @@ fn build_into(
             venv: Some(pc(&venv)),
             cache: cache.as_deref().map(pc),
             etc,
+            extra,
         },
         entries,
         hide,

@@ -270,11 +270,7 @@ fn interpreter_root(venv: &Path) -> Option<PathBuf> {
         (k.trim() == "home").then(|| PathBuf::from(v.trim()))
     })?;
     let home = std::fs::canonicalize(home).ok()?;
-    Some(if home.ends_with("bin") {
-        home.parent()?.to_path_buf()
-    } else {
-        home
-    })
+    Some(crate::pyenv::installation_root(&home))
 }
 
 /// Everything of the host a sandbox with this venv sees, in mount order (parents first).
@@ -308,12 +304,8 @@ pub fn env_build(python: &Path) -> Vec<Visible> {
     if let Ok(real) = std::fs::canonicalize(python)
         && let Some(bin) = real.parent()
     {
-        let root = if bin.ends_with("bin") {
-            bin.parent().unwrap_or(bin)
-        } else {
-            bin
-        };
-        add_extra(&mut v, root, "the build's Python installation");
+        let root = crate::pyenv::installation_root(bin);
+        add_extra(&mut v, &root, "the build's Python installation");
     }
     v
 }

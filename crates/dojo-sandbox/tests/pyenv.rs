@@ -166,3 +166,60 @@ async fn env_build_sees_only_the_minimal_root() {
     // What the build needs was there: the venv was made.
     assert!(env.path.join("bin/python").exists());
 }
+
+/// An interpreter of pyenv's under a home directory no other user may enter (`/root`, 0700):
+/// found for its `X.Y`, built into a venv and run by the sandbox uid, which sees only that
+/// installation, at its own path (the SWE-bench specs ask for 3.6–3.9; this host's system Python
+/// is 3.11).
+#[tokio::test]
+async fn pyenv_interpreter_under_a_private_home_runs_in_sandboxes() {
+    skip_unless_ns!();
+    if !common::ensure_uv() {
+        eprintln!("SKIPPED: uv not found (DOJO_UV / DOJO_PYTOOLS / PATH)");
+        return;
+    }
+    let Some((version, python)) = ["3.9", "3.10", "3.8", "3.12"].iter().find_map(|v| {
+        let system = ["/usr/bin", "/usr/local/bin"]
+            .iter()
+            .any(|d| std::path::Path::new(d).join(format!("python{v}")).exists());
+        (!system)
+            .then(|| dojo_sandbox::pyenv::pyenv_python(v))
+            .flatten()
+            .map(|p| (*v, p))
+    }) else {
+        eprintln!("SKIPPED: no pyenv interpreter of a version the system lacks");
+        return;
+    };
+    let spec = EnvSpec {
+        python: version.into(),
+        editable: false,
+        ..Default::default()
+    };
+    assert_eq!(spec.interpreter().unwrap(), python);
+    let env = PythonEnv::build_async(&spec, None).await.unwrap();
+    let p = common::small_pristine();
+    let sb = Sandbox::create(&p, Some(&env), &SandboxOptions::default())
+        .await
+        .unwrap();
+    let out = common::sh(
+        &sb,
+        "awk '{print $2}' /proc/self/uid_map; python -c 'import sys, ssl, sqlite3, ctypes; print(\"%d.%d\" % sys.version_info[:2]); print(sys.base_prefix)'; ls /root/.pyenv/versions 2>&1 | wc -l",
+    )
+    .await;
+    let text = out.stdout_lossy();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{out:?}");
+    // Root inside maps to the unprivileged sandbox uid outside (when dojo runs as root).
+    // SAFETY: no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        assert_ne!(lines[0], "0", "the sandbox runs as an unprivileged uid: {out:?}");
+    }
+    assert_eq!(lines[1], version, "{out:?}");
+    let root = dojo_sandbox::pyenv::installation_root(python.parent().unwrap());
+    assert_eq!(std::path::Path::new(lines[2]), root, "{out:?}");
+    // Only this installation of pyenv's is shown, not its siblings or shims.
+    if root.starts_with("/root/.pyenv/versions") {
+        assert_eq!(lines[3], "1", "{out:?}");
+    }
+    sb.teardown().await.unwrap();
+}

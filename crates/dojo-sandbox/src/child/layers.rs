@@ -24,7 +24,15 @@ pub(crate) struct Layers {
     pub cache: Option<CString>,
     /// The `/etc` snapshot (`visible::etc_snapshot`), bound read-only at the new root's `/etc`.
     pub etc: Option<CString>,
+    /// Shown host directories the sandbox uid could not reach by path (a pyenv interpreter
+    /// under `/root`, mode 0700): `(host path, staging point)`, the staging point one of
+    /// [`EXTRA_SLOTS`]; the root entry binds from the staging point (`ns::root_entries`).
+    pub extra: Vec<(CString, &'static std::ffi::CStr)>,
 }
+
+/// Staging points of [`Layers::extra`]: a fixed set, so staging needs no allocation after fork.
+pub(crate) const EXTRA_SLOTS: [&std::ffi::CStr; 4] =
+    [c"/tmp/x0", c"/tmp/x1", c"/tmp/x2", c"/tmp/x3"];
 
 /// Open the layers by path, cover /tmp with a tmpfs, bind each to /tmp/{lower,layer,venv,cache,etc} (through
 /// /proc/self/fd, since /tmp is covered by then) and create /tmp/root for the new root.
@@ -36,14 +44,24 @@ pub(crate) unsafe fn stage_layers(l: &Layers) -> Result<(), Step> {
             libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
         )
     };
-    let mut fds: [(Fd, &std::ffi::CStr); 6] = [
+    let mut fds: [(Fd, &std::ffi::CStr); 6 + EXTRA_SLOTS.len()] = [
         (-1, c"/tmp/lower"),
         (-1, c"/tmp/tree"),
         (-1, c"/tmp/layer"),
         (-1, c"/tmp/venv"),
         (-1, c"/tmp/cache"),
         (-1, c"/tmp/etc"),
+        (-1, EXTRA_SLOTS[0]),
+        (-1, EXTRA_SLOTS[1]),
+        (-1, EXTRA_SLOTS[2]),
+        (-1, EXTRA_SLOTS[3]),
     ];
+    for (i, (src, slot)) in l.extra.iter().take(EXTRA_SLOTS.len()).enumerate() {
+        fds[6 + i] = (open(src), slot);
+        if fds[6 + i].0 < 0 {
+            return Err(Step::Bind);
+        }
+    }
     for (i, p) in [
         l.lower.as_ref(),
         l.tree.as_ref(),

@@ -39,5 +39,5 @@ mod plan;
 pub(crate) use command::{fail_with, prepare_inside, run_command, run_inside, run_prepared};
 pub(crate) use env_build::{EnvBuildPlan, UV_CACHE_PATH, run_env_build};
 pub(crate) use holder::{HolderPlan, LAUNCHER_VAR, run_holder};
-pub(crate) use layers::{Layers, RootEntry};
+pub(crate) use layers::{EXTRA_SLOTS, Layers, RootEntry};
 pub(crate) use plan::{ExecPlan, Mode, Request};
