@@ -212,7 +212,10 @@ async fn pyenv_interpreter_under_a_private_home_runs_in_sandboxes() {
     // Root inside maps to the unprivileged sandbox uid outside (when dojo runs as root).
     // SAFETY: no preconditions.
     if unsafe { libc::geteuid() } == 0 {
-        assert_ne!(lines[0], "0", "the sandbox runs as an unprivileged uid: {out:?}");
+        assert_ne!(
+            lines[0], "0",
+            "the sandbox runs as an unprivileged uid: {out:?}"
+        );
     }
     assert_eq!(lines[1], version, "{out:?}");
     let root = dojo_sandbox::pyenv::installation_root(python.parent().unwrap());
