@@ -736,40 +736,13 @@ pub async fn validate_in_sandbox(
         let sm_before = status_map_of(&before, parser);
         let sm_gold = status_map_of(&gold, parser);
         let (f2p, p2p) = derive_lists(&sm_before, &sm_gold);
-        if f2p.is_empty() {
-            v.problems
-                .push("no test fails before the gold patch and passes after it".into());
-        }
-        if !v.new_task {
-            let still_passing: Vec<String> = before
-                .tests_status
-                .as_ref()
-                .map(|t| t.fail_to_pass.success.clone())
-                .unwrap_or_default();
-            if !still_passing.is_empty() {
-                v.problems.push(format!(
-                    "FAIL_TO_PASS already passing with the test patch alone: {} of {}",
-                    ids_summary(&still_passing),
-                    task.f2p().len()
-                ));
-            }
-            if let Some(ts) = &gold.tests_status {
-                if !ts.fail_to_pass.failure.is_empty() {
-                    v.problems.push(format!(
-                        "FAIL_TO_PASS not passing with the gold patch: {} of {}",
-                        ids_summary(&ts.fail_to_pass.failure),
-                        task.f2p().len()
-                    ));
-                }
-                if !ts.pass_to_pass.failure.is_empty() {
-                    v.problems.push(format!(
-                        "PASS_TO_PASS broken with the gold patch: {} of {}",
-                        ids_summary(&ts.pass_to_pass.failure),
-                        task.p2p().len()
-                    ));
-                }
-            }
-        }
+        v.problems.extend(list_problems(
+            (task.f2p().len(), task.p2p().len()),
+            v.new_task,
+            &f2p,
+            &before,
+            &gold,
+        ));
         v.derived_fail_to_pass = f2p;
         v.derived_pass_to_pass = p2p;
     }
@@ -779,9 +752,96 @@ pub async fn validate_in_sandbox(
     v
 }
 
+/// What is wrong with a task's lists after its two validation runs. A new task needs a derived
+/// FAIL_TO_PASS; a task with its own lists is checked against them, as the harness checks it:
+/// every FAIL_TO_PASS fails with the test patch alone and passes with the gold patch, and every
+/// PASS_TO_PASS passes with it. (A dataset id that the parser truncates, such as astroid's
+/// parametrised ids cut at their first space, can stand for several tests: `derive_lists`
+/// leaves such ids out, so a derived list may be empty where the task's own lists hold.)
+fn list_problems(
+    (n_f2p, n_p2p): (usize, usize),
+    new_task: bool,
+    derived_f2p: &[String],
+    before: &InstanceReport,
+    gold: &InstanceReport,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    if new_task {
+        if derived_f2p.is_empty() {
+            problems.push("no test fails before the gold patch and passes after it".into());
+        }
+        return problems;
+    }
+    let still_passing: Vec<String> = before
+        .tests_status
+        .as_ref()
+        .map(|t| t.fail_to_pass.success.clone())
+        .unwrap_or_default();
+    if !still_passing.is_empty() {
+        problems.push(format!(
+            "FAIL_TO_PASS already passing with the test patch alone: {} of {}",
+            ids_summary(&still_passing),
+            n_f2p
+        ));
+    }
+    if let Some(ts) = &gold.tests_status {
+        if !ts.fail_to_pass.failure.is_empty() {
+            problems.push(format!(
+                "FAIL_TO_PASS not passing with the gold patch: {} of {}",
+                ids_summary(&ts.fail_to_pass.failure),
+                n_f2p
+            ));
+        }
+        if !ts.pass_to_pass.failure.is_empty() {
+            problems.push(format!(
+                "PASS_TO_PASS broken with the gold patch: {} of {}",
+                ids_summary(&ts.pass_to_pass.failure),
+                n_p2p
+            ));
+        }
+    }
+    problems
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// pylint-dev__astroid-1614: the dataset's FAIL_TO_PASS is a parametrised id the official
+    /// parser cut at its first space (`test_string_format_uninferable[\\n`). The grader matches
+    /// it (fails alone, passes with gold), `derive_lists` leaves it out as truncated: the task's
+    /// own lists decide, as in the harness. A new task with nothing derived still fails.
+    #[test]
+    fn a_tasks_own_lists_decide_even_when_nothing_is_derived() {
+        let id =
+            "tests/unittest_brain_builtin.py::TestStringNodes::test_string_format_uninferable[\\n";
+        let report = |f2p_ok: bool| {
+            let mut r = InstanceReport::new("t", Semantics::Classic, "pytest");
+            let one = vec![id.to_string()];
+            r.tests_status = Some(crate::grading::TestsStatus {
+                fail_to_pass: crate::grading::SuccessFailure {
+                    success: if f2p_ok { one.clone() } else { vec![] },
+                    failure: if f2p_ok { vec![] } else { one },
+                },
+                ..Default::default()
+            });
+            r
+        };
+        let (before, gold) = (report(false), report(true));
+        assert!(list_problems((1, 0), false, &[], &before, &gold).is_empty());
+        assert_eq!(
+            list_problems((0, 0), true, &[], &before, &gold),
+            ["no test fails before the gold patch and passes after it"]
+        );
+        // The lists still decide against it: passing alone, or failing with gold.
+        let p = list_problems((1, 0), false, &[], &gold, &before);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].starts_with("FAIL_TO_PASS already passing"), "{p:?}");
+        assert!(
+            p[1].starts_with("FAIL_TO_PASS not passing with the gold patch"),
+            "{p:?}"
+        );
+    }
 
     #[test]
     fn bad_patches_are_named() {

@@ -56,6 +56,13 @@ pub struct EnvSpec {
     /// (what `nproc` and `os.sched_getaffinity` report).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<u32>,
+    /// Resolve every install of the build as of this day (`YYYY-MM-DD`, midnight UTC): uv's
+    /// `--exclude-newer`, pip's `--uploaded-prior-to`, for the requirements, the project's build
+    /// dependencies and the `install` commands, and the venv's seeded setuptools and wheel. What
+    /// an image built that day got for the packages a spec leaves unpinned (setuptools before
+    /// `pkg_resources` was removed, pytest before nose-style `setup` was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude_newer: Option<String>,
 }
 
 /// The installer of an environment build.
@@ -336,6 +343,17 @@ trap 'rm -rf /venv/.dojo-uv' EXIT
 export UV_LINK_MODE=copy UV_NO_PROGRESS=1
 if [ "$INSTALLER" = pip ]; then SEED=--seed; else SEED=; fi
 "$UV" venv -q --allow-existing $SEED --python "$PY" /venv
+if [ -n "${DOJO_EXCLUDE_NEWER:-}" ]; then
+  # After seeding: the newest pip is the one with --uploaded-prior-to (pip >= 26).
+  export UV_EXCLUDE_NEWER="$DOJO_EXCLUDE_NEWER" PIP_UPLOADED_PRIOR_TO="$DOJO_EXCLUDE_NEWER"
+  if [ "$INSTALLER" = pip ]; then
+    if ! /venv/bin/python -m pip install --help | grep -q -- --uploaded-prior-to; then
+      echo "exclude_newer needs pip >= 26 (--uploaded-prior-to), which needs Python >= 3.9; this venv has $(/venv/bin/python -m pip --version)" >&2
+      exit 1
+    fi
+    /venv/bin/python -m pip install -q --force-reinstall setuptools wheel
+  fi
+fi
 # Build backends such as setuptools-scm run git at /testbed, whose .git belongs to another uid,
 # and they strip GIT_* variables first: a global config through XDG_CONFIG_HOME survives that.
 mkdir -p /venv/etc/git && printf '[safe]\n\tdirectory = *\n' > /venv/etc/git/config
@@ -503,6 +521,9 @@ fn build_into(
     }
     if !spec.pre_install.is_empty() {
         cmd.env("DOJO_PRE_INSTALL", spec.pre_install.join("\n"));
+    }
+    if let Some(day) = &spec.exclude_newer {
+        cmd.env("DOJO_EXCLUDE_NEWER", format!("{day}T00:00:00Z"));
     }
     use std::os::unix::process::CommandExt;
     // SAFETY: run_env_build only issues async-signal-safe system calls on the prepared plan.

@@ -226,3 +226,54 @@ async fn pyenv_interpreter_under_a_private_home_runs_in_sandboxes() {
     }
     sb.teardown().await.unwrap();
 }
+
+/// `exclude_newer`: every install of the build resolves as of that day, with either installer;
+/// with pip the venv's seeded setuptools is taken back to that day too (the SWE-bench images
+/// were built when setuptools still had `pkg_resources`).
+#[tokio::test]
+async fn exclude_newer_resolves_as_of_that_day() {
+    skip_unless_ns!();
+    if !common::ensure_uv() {
+        eprintln!("SKIPPED: uv not found (DOJO_UV / DOJO_PYTOOLS / PATH)");
+        return;
+    }
+    for installer in [
+        dojo_sandbox::pyenv::Installer::Uv,
+        dojo_sandbox::pyenv::Installer::Pip,
+    ] {
+        let spec = EnvSpec {
+            python: "3.11".into(),
+            requirements: vec!["iniconfig".into()],
+            editable: false,
+            installer,
+            // iniconfig 2.0.0 came out on 2023-01-07; setuptools 66 on 2023-01-13.
+            exclude_newer: Some("2022-12-31".into()),
+            ..Default::default()
+        };
+        let env = match PythonEnv::build_async(&spec, None).await {
+            Ok(e) => e,
+            Err(e) if e.to_string().contains("iniconfig") && e.to_string().contains("network") => {
+                eprintln!("SKIPPED: no package index reachable: {e}");
+                return;
+            }
+            Err(e) => panic!("{installer:?}: {e}"),
+        };
+        let site = env.path.join("lib/python3.11/site-packages");
+        let names: Vec<String> = std::fs::read_dir(&site)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names.iter().any(|n| n == "iniconfig-1.1.1.dist-info"),
+            "{installer:?}: {names:?}"
+        );
+        if installer == dojo_sandbox::pyenv::Installer::Pip {
+            let st = names
+                .iter()
+                .find_map(|n| n.strip_prefix("setuptools-"))
+                .and_then(|v| v.split('.').next())
+                .and_then(|m| m.parse::<u32>().ok());
+            assert!(st.is_some_and(|m| m <= 65), "{names:?}");
+        }
+    }
+}

@@ -66,6 +66,8 @@ struct Table {
     cpus: Option<u32>,
     /// Schema 3: an eval script's reinstall may reach the package index while grading.
     reinstall_network: Option<bool>,
+    /// Schema 4: resolve every install of the build as of this day (`YYYY-MM-DD`).
+    exclude_newer: Option<String>,
     test_cmd: Option<String>,
     log_parser: Option<LogParser>,
     timeout_s: Option<u64>,
@@ -87,6 +89,7 @@ impl From<&EnvOverride> for Table {
             network: None,
             cpus: None,
             reinstall_network: None,
+            exclude_newer: None,
             test_cmd: o.test_cmd.clone(),
             log_parser: o.log_parser,
             timeout_s: o.timeout_s,
@@ -110,13 +113,17 @@ struct EnvFile {
 }
 
 /// The env file format this build writes and reads: 2 added `requirements_file`, 3 added
-/// `pre_install`, `installer`, `network` and `cpus`. A file without `schema_version` is version
-/// 1 (every key of an older version means the same in the newer ones).
-pub const ENV_SCHEMA_VERSION: u32 = 3;
+/// `pre_install`, `installer`, `network`, `cpus` and `reinstall_network`, 4 `exclude_newer`. A
+/// file without `schema_version` is version 1 (every key of an older version means the same in
+/// the newer ones).
+pub const ENV_SCHEMA_VERSION: u32 = 4;
 
 impl Table {
     /// The oldest schema version that has every key this table uses.
     fn needs_version(&self) -> (u32, &'static str) {
+        if self.exclude_newer.is_some() {
+            return (4, "exclude_newer");
+        }
         let v3 = [
             (self.pre_install.is_some(), "pre_install"),
             (self.installer.is_some(), "installer"),
@@ -391,6 +398,7 @@ impl EnvRegistry {
                     .unwrap_or_default(),
                 network: layers.iter().rev().find_map(|t| t.network).unwrap_or(false),
                 cpus: layers.iter().rev().find_map(|t| t.cpus),
+                exclude_newer: pick(|t| t.exclude_newer.clone()),
             },
             requirements_file: pick(|t| t.requirements_file.clone()),
             test_cmd: pick(|t| t.test_cmd.clone()).unwrap_or_else(|| "pytest -rA".into()),
@@ -469,7 +477,31 @@ fn check_table(t: &Table) -> Result<(), String> {
     if t.cpus == Some(0) {
         return Err("cpus must be positive".into());
     }
+    if let Some(d) = &t.exclude_newer
+        && !is_day(d)
+    {
+        return Err(format!(
+            "exclude_newer = {d:?} is not a day like \"2024-01-31\""
+        ));
+    }
     Ok(())
+}
+
+/// `YYYY-MM-DD`, month 01-12 and day 01-31 (what uv's `--exclude-newer` and pip's
+/// `--uploaded-prior-to` both read as midnight UTC of that day when given a `T00:00:00Z`).
+fn is_day(d: &str) -> bool {
+    let b = d.as_bytes();
+    let num = |r: std::ops::Range<usize>| {
+        b[r].iter().try_fold(0u32, |n, c| {
+            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+        })
+    };
+    b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && num(0..4).is_some()
+        && num(5..7).is_some_and(|m| (1..=12).contains(&m))
+        && num(8..10).is_some_and(|d| (1..=31).contains(&d))
 }
 
 #[cfg(test)]
@@ -732,6 +764,58 @@ reinstall_network = true
             .unwrap_err()
             .to_string();
         assert!(e.contains("i.toml") && e.contains("installer"), "{e}");
+    }
+
+    /// Schema 4: `exclude_newer`, layered like every key; a day or an error naming the file,
+    /// table and key; refused in a schema-3 file.
+    #[test]
+    fn schema_4_exclude_newer() {
+        let mut reg = EnvRegistry::default();
+        reg.add_text(
+            "v4.toml",
+            "schema_version = 4\nrepo = \"a/b\"\n[default]\nexclude_newer = \"2024-01-01\"\n[versions.\"2\"]\nexclude_newer = \"2025-06-30\"\n",
+        )
+        .unwrap();
+        let t = |v: &str| {
+            task(
+                json!({"instance_id":"a__b-1","repo":"a/b","base_commit":"c","patch":"p","version":v}),
+            )
+        };
+        let day = |v: &str| reg.resolve(&t(v)).unwrap().spec.exclude_newer;
+        assert_eq!(day("1").as_deref(), Some("2024-01-01"));
+        assert_eq!(day("2").as_deref(), Some("2025-06-30"));
+        for bad in [
+            "2024-1-01",
+            "2024-13-01",
+            "2024-01-32",
+            "yesterday",
+            "2024-01-01T00:00:00Z",
+        ] {
+            let e = reg
+                .add_text(
+                    "bad.toml",
+                    &format!("schema_version = 4\nrepo = \"a/b\"\n[versions.\"3\"]\nexclude_newer = \"{bad}\"\n"),
+                )
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("bad.toml")
+                    && e.contains("[versions.\"3\"]")
+                    && e.contains("exclude_newer"),
+                "{e}"
+            );
+        }
+        let e = reg
+            .add_text(
+                "old.toml",
+                "schema_version = 3\nrepo = \"a/b\"\n[default]\nexclude_newer = \"2024-01-01\"\n",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("old.toml") && e.contains("schema_version = 4"),
+            "{e}"
+        );
     }
 
     /// A misspelt parser or eval type fails where the spec is loaded, naming the file and key.
