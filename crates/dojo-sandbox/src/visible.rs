@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `/usr`, `/bin`, `/sbin`, `/lib`, `/lib32`, `/lib64`, `/libx32` (those that exist; symlinks copied as symlinks) | the shell, coreutils, git, patch, the system Python and the dynamic loader and libraries every program needs |
 //! | a few entries of `/etc` ([`ETC_ENTRIES`]: users and groups, the loader cache, alternatives, TLS roots, time zone, locale aliases, shell profiles, git/pip/python config), as one read-only snapshot of their world-readable contents (taken when the process starts; one mount rather than one per entry) | what those programs read at start; no credentials, nothing of other services |
-//! | the interpreter installation of the venv (from `pyvenv.cfg`'s `home`), when it is not under `/usr` | a uv- or pyenv-managed Python under a home directory or `/opt` |
+//! | the interpreter installation of the venv (from `pyvenv.cfg`'s `home`), when it is not under `/usr` | a uv- or pyenv-managed Python under a home directory or `/opt` (one under a home the sandbox uid cannot enter, `/root` at 0700, is staged by the holder before it drops to that uid: only the installation itself is shown, at its own path) |
 //! | the language-server tools directory ([`tools_dir`]: `$DOJO_TOOLS`, else `/var/lib/dojo/tools` as root, else `~/.local/share/dojo/tools`), when it exists | the LSP servers agents query run inside the sandbox |
 //! | `$DOJO_NODE`'s installation, when set and outside `/usr` | the Node.js that runs the pyright family |
 //!
