@@ -9,7 +9,8 @@ Per instance: `git archive` of the base commit into a fresh directory, `PYTHON -
 `pip install --upgrade pip` (pip 26: the one with --uploaded-prior-to), the spec's install
 command (default `python -m pip install -e .`, with PIP_UPLOADED_PRIOR_TO when given), then the
 test patch and the test command of the instance's eval_script, once without and once with the
-gold patch. Prints one JSON line per instance: `build_s` (archive + venv + installs) and
+gold patch, each time after the eval script's own install commands (the reinstall the harness
+runs after the patch; here with the index, dojo's runs offline). Prints one JSON line per instance: `build_s` (archive + venv + installs) and
 `runs_s` (both test runs and the patch steps), and whether each run's exit code was non-zero.
 Network: pip reaches the package index (as the harness's image build does).
 """
@@ -32,6 +33,13 @@ def sh(cmd, cwd, env, check=True):
     return r
 
 
+def reinstalls(eval_script):
+    """The eval script's install commands before its test command (the harness re-runs them
+    after the patch; dojo does too, offline)."""
+    head = eval_script.split(": '>>>>> Start Test Output'")[0]
+    return [l.strip() for l in head.splitlines() if "pip install" in l]
+
+
 def test_cmd(eval_script):
     m = re.search(r": '>>>>> Start Test Output'\n(.*?)\n: '>>>>> End Test Output'", eval_script, re.S)
     return m.group(1).strip()
@@ -47,7 +55,7 @@ def main():
     a = ap.parse_args()
     for line in open(a.tasks):
         t = json.loads(line)
-        repo = Path(a.repos) / t["repo"].replace("/", "__")
+        repo = (Path(a.repos) / t["repo"].replace("/", "__")).resolve()
         with tempfile.TemporaryDirectory() as d:
             d = Path(d)
             src, venv = d / "testbed", d / "venv"
@@ -69,10 +77,11 @@ def main():
             (d / "gold.patch").write_text(t["patch"])
             cmd = test_cmd(t["eval_script"])
             start = time.monotonic()
+            pre = " && ".join(reinstalls(t["eval_script"]) + [cmd])
             sh(f"git apply {d}/test.patch", src, env)
-            before = sh(cmd, src, env, check=False).returncode
+            before = sh(pre, src, env, check=False).returncode
             sh(f"git apply {d}/gold.patch", src, env)
-            gold = sh(cmd, src, env, check=False).returncode
+            gold = sh(pre, src, env, check=False).returncode
             runs_s = time.monotonic() - start
         print(json.dumps({"instance_id": t["instance_id"], "build_s": round(build_s, 2),
                           "runs_s": round(runs_s, 2), "before_exit": before, "gold_exit": gold}))

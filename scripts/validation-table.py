@@ -87,6 +87,10 @@ def first_problem(d):
     if not p.is_file():
         return ""
     text = p.read_text().strip()
+    m = re.search(r"invalid object \S+ \S+ for '([^']+)'", text)
+    if m:
+        # A repository copy without every blob (a shallow or size-capped snapshot).
+        return f"checkout: the repository copy lacks the blob of `{m.group(1)}`"
     return text.splitlines()[0][:160] if text else ""
 
 
@@ -162,6 +166,20 @@ def main():
         )
     out.append(f"| **all** | {tot[0]} | {tot[1]} | {tot[0] - tot[1]} | | | | {tot[2]}/{tot[3]} |")
     out.append("")
+    why = {}
+    for r in rows:
+        if not r["ok"]:
+            key = re.sub(r"instance \S+: ", "", r["problem"])
+            if key.startswith("checkout:"):
+                key = re.sub(r"`[^`]+`", "`…`", key)
+            else:
+                # The category, not the test ids: up to the first count or parenthesis.
+                key = re.split(r": \d| \(|;", key)[0][:110]
+            why[(r["repo"], key)] = why.get((r["repo"], key), 0) + 1
+    if why:
+        out += ["Why the others do not, by repository:", ""]
+        out += [f"- {repo}: {n} × {key}" for (repo, key), n in sorted(why.items())]
+        out.append("")
     for repo, rs in per_repo.items():
         out += [
             f"## {repo}",
