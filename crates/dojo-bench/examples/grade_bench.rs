@@ -154,6 +154,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             progress: false,
             ..Default::default()
         },
+        &|_| {},
     )
     .await;
     let ok = warm.iter().filter(|(_, v)| v.ok).count();
@@ -236,6 +237,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 progress: false,
                 ..Default::default()
             },
+            &|_| {},
         )
         .await;
         let s = t0.elapsed().as_secs_f64();

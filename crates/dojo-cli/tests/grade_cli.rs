@@ -530,3 +530,59 @@ fn validate_rows_are_summarised_with_the_log_path() {
     let gold = v["gold_test_s"].as_f64().unwrap();
     assert!(total >= runs && runs >= gold && gold > 0.0, "{v}");
 }
+
+/// `dojo validate --out` writes each task's files as soon as it is validated: killed (-9) after
+/// the first one, the run keeps that task's verdict and logs.
+#[test]
+fn a_killed_validate_keeps_the_tasks_it_finished() {
+    let ids = [FAST[0], FAST[1], NO_APPLY, ESCAPES];
+    require!(&ids);
+    let dir = scratch("killed");
+    let out = dir.join("out");
+    // The table is printed once every task is done: empty while tasks still run.
+    let table = dir.join("stdout.txt");
+    let mut args = vec!["validate", "--tasks", BUNDLED, "--quiet", "--out"];
+    let out_s = out.to_str().unwrap().to_string();
+    args.push(&out_s);
+    for id in ids {
+        args.extend(["--instance", id]);
+    }
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dojo"))
+        .args(&args)
+        .env("DOJO_PYTOOLS", common::pytools())
+        .stdout(std::fs::File::create(&table).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let done = |id: &str| out.join(id).join("validation.json").is_file();
+    let mut printed_by_then = String::new();
+    // Bounded wait for the first finished task (its sources and environment are cached).
+    let mut first = None;
+    for _ in 0..30_000 {
+        if let Some(id) = ids.iter().find(|id| done(id)) {
+            first = Some(*id);
+            printed_by_then = std::fs::read_to_string(&table).unwrap();
+            break;
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let still_running = child.try_wait().unwrap().is_none();
+    child.kill().ok();
+    child.wait().unwrap();
+    let first = first.expect("no task's validation.json appeared");
+    assert!(
+        still_running && printed_by_then.is_empty(),
+        "a task's files appeared only with the final table: {printed_by_then:?}"
+    );
+    let v = read_json(&out.join(first).join("validation.json"));
+    assert_eq!(v["instance_id"], first);
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(out.join(first).join("gold/report.json").is_file());
+    assert!(
+        ids.iter().filter(|id| done(id)).count() < ids.len(),
+        "every task finished before the kill"
+    );
+}

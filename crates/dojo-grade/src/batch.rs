@@ -248,11 +248,13 @@ async fn eval_one(
     }
 }
 
-/// Validate tasks, `workers` at a time; each result carries its task's index.
+/// Validate tasks, `workers` at a time; each result carries its task's index. `on_done` sees
+/// each validation as soon as it is finished (so a caller can keep it before the others end).
 pub async fn validate_tasks(
     tasks: Vec<(usize, Task, Result<RepoEnv, String>)>,
     preparer: &Preparer,
     opts: &BatchOptions,
+    on_done: &(dyn Fn(&Validation) + Sync),
 ) -> Vec<(usize, Validation)> {
     let pb = Arc::new(bar(tasks.len(), opts.progress, "validate"));
     let pipeline = Pipeline::new(opts.workers);
@@ -262,6 +264,7 @@ pub async fn validate_tasks(
             let pb = pb.clone();
             async move {
                 let v = validate_one(&task, env, preparer, opts, pipeline).await;
+                on_done(&v);
                 pb.inc(1);
                 pb.set_message(format!(
                     "{} {}",

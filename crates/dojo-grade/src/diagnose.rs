@@ -77,9 +77,10 @@ pub fn validate_row(v: &Validation, log_dir: Option<&Path>) -> String {
     .to_string()
 }
 
-/// Write what a validation learnt under `dir`: `problems.txt` (every problem in full), and
-/// each run's `report.json` and `test_output.txt` under `test_patch_only/` and `gold/`.
-/// Returns `dir`.
+/// Write what a validation learnt under `dir`: `problems.txt` (every problem in full), each
+/// run's `report.json` and `test_output.txt` under `test_patch_only/` and `gold/`, and last
+/// `validation.json` (verdict, list sizes, timings), atomically: its presence means the rest is
+/// there. Returns `dir`.
 pub fn write_validation(dir: &Path, v: &Validation) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let mut problems = v.problems.join("\n\n");
@@ -87,7 +88,12 @@ pub fn write_validation(dir: &Path, v: &Validation) -> std::io::Result<PathBuf> 
         problems.push('\n');
     }
     std::fs::write(dir.join("problems.txt"), problems)?;
-    // The verdict and its timing, machine-readable (the reports below have the test runs' own
+    for (name, r) in [("test_patch_only", &v.before), ("gold", &v.gold)] {
+        if let Some(r) = r {
+            crate::batch::write_instance(&dir.join(name), r, None)?;
+        }
+    }
+    // The verdict and its timing, machine-readable (the reports above have the test runs' own
     // durations).
     let summary = serde_json::json!({
         "schema_version": 1,
@@ -101,12 +107,12 @@ pub fn write_validation(dir: &Path, v: &Validation) -> std::io::Result<PathBuf> 
         "test_patch_only_test_s": v.before.as_ref().and_then(|r| r.test_duration_s),
         "gold_test_s": v.gold.as_ref().and_then(|r| r.test_duration_s),
     });
-    std::fs::write(dir.join("validation.json"), format!("{summary:#}\n"))?;
-    for (name, r) in [("test_patch_only", &v.before), ("gold", &v.gold)] {
-        if let Some(r) = r {
-            crate::batch::write_instance(&dir.join(name), r, None)?;
-        }
-    }
+    // Written last, whole or not at all: a directory with it holds every file above (a run
+    // killed halfway leaves the tasks it finished complete).
+    dojo_cache::write_atomic(
+        &dir.join("validation.json"),
+        format!("{summary:#}\n").as_bytes(),
+    )?;
     Ok(dir.to_path_buf())
 }
 

@@ -39,12 +39,33 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<i32> {
         .collect();
     let preparer = Preparer::new(l.preparer_opts.clone());
     let started = std::time::Instant::now();
-    let mut results = runtime()?.block_on(batch::validate_tasks(jobs, &preparer, &l.opts));
+    // With --out, each task's files are written as soon as it is validated: a run stopped
+    // halfway (killed, out of time) keeps every task it finished. The table comes at the end.
+    let early = std::sync::Mutex::new(std::collections::HashSet::new());
+    let written_early = |v: &dojo_grade::Validation| {
+        if let Some(out) = &args.out {
+            let dir = out.join(&v.instance_id);
+            match diagnose::write_validation(&dir, v) {
+                Ok(_) => {
+                    if let Ok(mut done) = early.lock() {
+                        done.insert(v.instance_id.clone());
+                    }
+                }
+                Err(e) => eprintln!("writing {}: {e} (retried at the end)", dir.display()),
+            }
+        }
+    };
+    let mut results = runtime()?.block_on(batch::validate_tasks(
+        jobs,
+        &preparer,
+        &l.opts,
+        &written_early,
+    ));
     results.sort_by_key(|(i, _)| *i);
     let elapsed = started.elapsed();
     let ok = results.iter().filter(|(_, v)| v.ok).count();
-    // Full problems and logs: under --out for every task, else under a fresh temporary
-    // directory for the tasks that did not validate (the rows point there).
+    // Full problems and logs: under --out for every task (written above), else under a fresh
+    // temporary directory for the tasks that did not validate (the rows point there).
     let log_root = match &args.out {
         Some(d) => d.clone(),
         None => std::env::temp_dir().join(format!(
@@ -55,10 +76,13 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<i32> {
             std::process::id()
         )),
     };
+    let early = early.into_inner().unwrap_or_default();
     println!("{}", diagnose::validate_header());
     for (_, v) in &results {
         let dir = log_root.join(&v.instance_id);
-        let written = if args.out.is_some() || !v.ok {
+        let written = if args.out.is_some() && early.contains(&v.instance_id) {
+            Some(dir)
+        } else if args.out.is_some() || !v.ok {
             Some(
                 diagnose::write_validation(&dir, v)
                     .with_context(|| format!("writing {}", dir.display()))?,
