@@ -784,6 +784,7 @@ fn list_problems(
             n_f2p
         ));
     }
+    let named = problems.len();
     if let Some(ts) = &gold.tests_status {
         if !ts.fail_to_pass.failure.is_empty() {
             problems.push(format!(
@@ -799,6 +800,20 @@ fn list_problems(
                 n_p2p
             ));
         }
+    }
+    // Whatever the lists say, the gold patch must resolve and the test patch alone must not: a
+    // run whose results are not trusted (an exit code no failed test explains, no test output)
+    // has no lists to check, and is no evidence that the task is runnable.
+    if problems.len() == named && !gold.resolved {
+        problems.push(format!(
+            "the gold patch does not resolve{}",
+            gold.error
+                .as_deref()
+                .map_or(String::new(), |e| format!(": {e}"))
+        ));
+    }
+    if before.resolved {
+        problems.push("the test patch alone already resolves".into());
     }
     problems
 }
@@ -817,6 +832,7 @@ mod tests {
             "tests/unittest_brain_builtin.py::TestStringNodes::test_string_format_uninferable[\\n";
         let report = |f2p_ok: bool| {
             let mut r = InstanceReport::new("t", Semantics::Classic, "pytest");
+            r.resolved = f2p_ok;
             let one = vec![id.to_string()];
             r.tests_status = Some(crate::grading::TestsStatus {
                 fail_to_pass: crate::grading::SuccessFailure {
@@ -835,11 +851,28 @@ mod tests {
         );
         // The lists still decide against it: passing alone, or failing with gold.
         let p = list_problems((1, 0), false, &[], &gold, &before);
-        assert_eq!(p.len(), 2, "{p:?}");
+        assert_eq!(p.len(), 3, "{p:?}");
         assert!(p[0].starts_with("FAIL_TO_PASS already passing"), "{p:?}");
         assert!(
             p[1].starts_with("FAIL_TO_PASS not passing with the gold patch"),
             "{p:?}"
+        );
+        assert_eq!(p[2], "the test patch alone already resolves");
+    }
+
+    /// pytest-dev__pytest-5262 from a tagless clone: the suite refuses to start (tox.ini's
+    /// minversion against setuptools-scm's `0.1.dev1`), so neither run has lists to check. That
+    /// is not a runnable task, whatever the lists would say.
+    #[test]
+    fn a_gold_run_without_trusted_results_does_not_validate() {
+        let mut gold = InstanceReport::new("t", Semantics::Classic, "pytest");
+        gold.error = Some("the test command exited 4 but no test failed in its output".into());
+        let before = InstanceReport::new("t", Semantics::Classic, "pytest");
+        assert_eq!(
+            list_problems((1, 0), false, &[], &before, &gold),
+            [
+                "the gold patch does not resolve: the test command exited 4 but no test failed in its output"
+            ]
         );
     }
 

@@ -92,8 +92,9 @@ pub const EXCLUDES: &str = "__pycache__/\n*.py[cod]\n*$py.class\n.pytest_cache/\
 /// Tag of the base commit in every pristine repository.
 pub const BASE_TAG: &str = "dojo-base";
 
-/// Bumped when the tree layout changes, so old entries are not reused.
-const LAYOUT_VERSION: &str = "pristine-v2";
+/// Bumped when the tree layout changes, so old entries are not reused. v3: a git source's
+/// nearest release tag is on the base commit too.
+const LAYOUT_VERSION: &str = "pristine-v3";
 
 /// Under the store's root: the stat index of each directory source (see [`index`]).
 const DIR_INDEX: &str = "dir-index";
@@ -210,9 +211,11 @@ fn resolve_commit(repo: &Path, commit: &str) -> std::result::Result<String, Stri
 
 fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), String> {
     let tree = tmp.join("tree");
+    let mut release_tag = None;
     match source {
         Source::Git { repo, commit } => {
             let sha = resolve_commit(repo, commit)?;
+            release_tag = nearest_release_tag(repo, &sha);
             std::fs::create_dir_all(&tree).map_err(|e| e.to_string())?;
             let mut archive = git()
                 .arg("-C")
@@ -266,7 +269,7 @@ fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), String> {
     strip_bytecode(&tree);
     // Before the commit, so the index's stat data matches and git never rehashes the tree.
     pin_source_mtimes(&tree);
-    init_repo(&tree)?;
+    init_repo(&tree, release_tag.as_deref())?;
     if Path::new(DEFAULT_PYTHON).exists() && std::env::var_os("DOJO_NO_COMPILEALL").is_none() {
         // Best effort: Python-2-only files fail to compile and that is fine.
         let _ = Command::new(DEFAULT_PYTHON)
@@ -333,7 +336,35 @@ fn strip_bytecode(tree: &Path) {
     }
 }
 
-fn init_repo(tree: &Path) -> std::result::Result<(), String> {
+/// The newest tag with a digit reachable from `sha` in `repo` (`git describe --tags --abbrev=0
+/// --match '*[0-9]*'`, the tags setuptools-scm reads), if any.
+fn nearest_release_tag(repo: &Path, sha: &str) -> Option<String> {
+    let out = git()
+        .arg("-C")
+        .arg(repo)
+        .args([
+            "describe",
+            "--tags",
+            "--abbrev=0",
+            "--match",
+            "*[0-9]*",
+            sha,
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let tag = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !tag.is_empty() && tag != BASE_TAG).then_some(tag)
+}
+
+/// The pristine repository: one commit of the whole tree, tagged [`BASE_TAG`] and, for a git
+/// source, with the source's nearest release tag (`release_tag`). Versions computed from git
+/// (setuptools-scm, versioneer: `git describe`) then see the project's release instead of an
+/// untagged `0.1.dev1`, which tools check (pytest's `tox.ini` `minversion`). The one known
+/// difference from a full clone: the distance from that tag is 0 (`5.2.0`, not
+/// `5.2.1.dev26+g…`).
+fn init_repo(tree: &Path, release_tag: Option<&str>) -> std::result::Result<(), String> {
     let g = |args: &[&str]| {
         let mut c = git();
         c.arg("-C").arg(tree).args(args);
@@ -363,6 +394,9 @@ fn init_repo(tree: &Path) -> std::result::Result<(), String> {
         "git commit",
     )?;
     run(&mut g(&["tag", BASE_TAG]), "git tag")?;
+    if let Some(t) = release_tag {
+        run(&mut g(&["tag", t]), "git tag")?;
+    }
     // Inside a sandbox the files are seen through overlayfs (another st_dev, other owners and
     // ctimes): compare only mtime and size, or every `git status`/`git diff` would re-hash the
     // whole tree (seconds on sympy).

@@ -53,6 +53,35 @@ async fn git_source_is_exported_without_later_history() {
     assert_eq!(again.path, p.path);
 }
 
+/// The source's nearest release tag is on the base commit too, so versions computed with `git
+/// describe` (setuptools-scm) are the project's, not an untagged `0.1.dev1`; tags after the base
+/// commit and tags without a digit are not taken.
+#[tokio::test]
+async fn git_source_keeps_its_nearest_release_tag() {
+    let repo = common::tree(&[("a.py", "x = 1\n")]);
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "release"]);
+    git(&repo, &["tag", "5.2.0"]);
+    std::fs::write(repo.join("a.py"), "x = 2\n").unwrap();
+    git(&repo, &["commit", "-qam", "work"]);
+    git(&repo, &["tag", "nightly"]);
+    let base = git(&repo, &["rev-parse", "HEAD"]);
+    std::fs::write(repo.join("a.py"), "x = 3\n").unwrap();
+    git(&repo, &["commit", "-qam", "later"]);
+    git(&repo, &["tag", "5.3.0"]);
+    let p = PristineStore::open()
+        .unwrap()
+        .build(&Source::Git { repo, commit: base })
+        .unwrap();
+    let tags = git(&p.path, &["tag", "--points-at", "HEAD"]);
+    assert_eq!(tags.lines().collect::<Vec<_>>(), ["5.2.0", "dojo-base"]);
+    assert_eq!(
+        git(&p.path, &["describe", "--tags", "--match", "*[0-9]*"]),
+        "5.2.0"
+    );
+}
+
 #[tokio::test]
 async fn nonexistent_commit_and_corrupt_archive_are_named_errors() {
     let repo = common::tree(&[("a.py", "x = 1\n")]);
