@@ -5,6 +5,19 @@ use std::path::Path;
 
 use crate::error::{Result, io_err};
 
+/// The first of `dirs` that other users may not pass through (no execute bit for others, or
+/// unreadable metadata), with its permission bits: the sandbox uid cannot reach anything below
+/// it by path.
+pub(crate) fn closed_to_others<'a>(
+    dirs: impl IntoIterator<Item = &'a Path>,
+) -> Option<(&'a Path, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    dirs.into_iter().find_map(|d| {
+        let mode = std::fs::metadata(d).map_or(0, |m| m.permissions().mode());
+        (mode & 0o001 == 0).then_some((d, mode & 0o777))
+    })
+}
+
 pub fn is_root() -> bool {
     // SAFETY: no preconditions.
     unsafe { libc::geteuid() == 0 }

@@ -64,10 +64,7 @@ pub(crate) struct RootPlan {
 /// Whether every directory on the way to `p` lets other users through: if not, the sandbox
 /// uid cannot bind it by path once it has switched to that uid.
 fn others_can_reach(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    p.ancestors()
-        .skip(1)
-        .all(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+    crate::ids::closed_to_others(p.ancestors().skip(1)).is_none()
 }
 
 /// [`RootEntry`]s for the visible paths `shown`, the spots where `$DOJO_HOME` must be covered

@@ -173,20 +173,14 @@ impl EnvSpec {
 fn runnable_in_sandbox(python: &Path) -> std::result::Result<(), String> {
     let real = std::fs::canonicalize(python).map_err(|e| format!("{}: {e}", python.display()))?;
     let root = installation_root(real.parent().unwrap_or(&real));
-    for a in real.ancestors().take_while(|a| a.starts_with(&root)) {
-        let mode = std::fs::metadata(a)
-            .map(|m| m.permissions().mode())
-            .unwrap_or(0);
-        if mode & 0o001 == 0 {
-            return Err(format!(
-                "{} is not executable by other users ({} has mode {:o}); the sandbox uid could not run it",
-                python.display(),
-                a.display(),
-                mode & 0o777
-            ));
-        }
+    match crate::ids::closed_to_others(real.ancestors().take_while(|a| a.starts_with(&root))) {
+        Some((a, mode)) => Err(format!(
+            "{} is not executable by other users ({} has mode {mode:o}); the sandbox uid could not run it",
+            python.display(),
+            a.display(),
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The installation an interpreter belongs to, from the directory holding its binary: the
