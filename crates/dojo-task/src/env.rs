@@ -487,21 +487,10 @@ fn check_table(t: &Table) -> Result<(), String> {
     Ok(())
 }
 
-/// `YYYY-MM-DD`, month 01-12 and day 01-31 (what uv's `--exclude-newer` and pip's
+/// A calendar day written `YYYY-MM-DD` in full (what uv's `--exclude-newer` and pip's
 /// `--uploaded-prior-to` both read as midnight UTC of that day when given a `T00:00:00Z`).
 fn is_day(d: &str) -> bool {
-    let b = d.as_bytes();
-    let num = |r: std::ops::Range<usize>| {
-        b[r].iter().try_fold(0u32, |n, c| {
-            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
-        })
-    };
-    b.len() == 10
-        && b[4] == b'-'
-        && b[7] == b'-'
-        && num(0..4).is_some()
-        && num(5..7).is_some_and(|m| (1..=12).contains(&m))
-        && num(8..10).is_some_and(|d| (1..=31).contains(&d))
+    d.len() == 10 && chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok()
 }
 
 #[cfg(test)]
@@ -788,6 +777,7 @@ reinstall_network = true
             "2024-1-01",
             "2024-13-01",
             "2024-01-32",
+            "2023-02-29",
             "yesterday",
             "2024-01-01T00:00:00Z",
         ] {
