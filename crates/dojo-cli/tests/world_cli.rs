@@ -279,4 +279,66 @@ fn gold_replay_records_world_data_that_curate_exports() {
             );
         }
     }
+
+    // The prompt caps of a policy file's [world.caps] (the file the trained model is later
+    // used with), with the targets' tails: every SWR sample is cut to them and says so.
+    let policy = dir.path().join("caps.toml");
+    std::fs::write(
+        &policy,
+        "kind = \"gold-replay\"\n\n[world.caps]\nproblem = 20\ntarget_output = 10\n",
+    )
+    .unwrap();
+    let capped = dir.path().join("world-swr-capped");
+    let args = [
+        "curate",
+        "--rollouts",
+        p(&run),
+        "--world",
+        "swr",
+        "--world-policy",
+        p(&policy),
+        "--out",
+        p(&capped),
+        "--model",
+        "none",
+        "--format",
+        "messages",
+    ];
+    let s = ok(&args);
+    assert!(s.contains(&format!("problem {}", swr.len())), "{s}");
+    assert!(s.contains(&format!("test_report {}", swr.len())), "{s}");
+    for row in lines(&capped.join("messages.jsonl")) {
+        let m = row["messages"].as_array().unwrap();
+        let user = m[1]["content"].as_str().unwrap();
+        assert!(user.contains("[... truncated: 20 of"), "{user}");
+        let target: Value = serde_json::from_str(m[2]["content"].as_str().unwrap()).unwrap();
+        let report = target["test_report"].as_str().unwrap();
+        assert!(report.starts_with("[... "), "{report}");
+        assert_eq!(
+            report.split_once("cut]\n").unwrap().1.chars().count(),
+            10,
+            "{report}"
+        );
+    }
+    // A policy without the table, or the flag without --world, is refused before any work.
+    std::fs::write(&policy, "kind = \"gold-replay\"\n").unwrap();
+    let capped = dir.path().join("world-swr-refused");
+    let mut args = args;
+    args[8] = p(&capped);
+    let o = dojo(&args);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("caps.toml: no [world.caps] table"), "{err}");
+    let o = dojo(&[
+        "curate",
+        "--rollouts",
+        p(&run),
+        "--world-policy",
+        p(&policy),
+        "--out",
+        p(&capped),
+    ]);
+    assert_ne!(o.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--world-policy sets the prompt caps"), "{err}");
 }

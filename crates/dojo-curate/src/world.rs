@@ -22,7 +22,7 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use dojo_world::record::{WORLD_FILE, WORLD_SCHEMA_VERSION, WorldBody, WorldRecord};
-use dojo_world::{Caps, Rendered, swr_messages, swt_messages};
+use dojo_world::{Caps, Rendered, swr_messages, swt_messages, tail_chars};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -97,6 +97,9 @@ pub struct WorldStats {
     pub truncated_sections: BTreeMap<String, usize>,
     /// Executed/test files left out beyond the file cap, over all samples.
     pub dropped_files: usize,
+    /// Target field (`test_report`, `stdout`, `stderr`) → samples whose target kept only its
+    /// tail ([`Caps::target_output`]).
+    pub truncated_targets: BTreeMap<String, usize>,
     /// With an analysis model: samples given a cached initial analysis, and samples whose task
     /// has none cached (they say "No initial analysis provided.").
     pub analysis_attached: usize,
@@ -331,24 +334,45 @@ pub fn samples(records: Vec<(WorldRecord, Origin)>, cfg: &WorldConfig) -> (Vec<C
                 *slot = found;
             }
         }
-        let (rendered, target, reward, row_id): (Rendered, String, f64, String) = match &r.body {
+        // Long outputs of the targets keep their tail (`Caps::target_output`), counted per field.
+        let mut tail = |field: &str, text: &mut String| {
+            if let Some(cap) = cfg.caps.target_output {
+                let (kept, cut) = tail_chars(text, cap);
+                if cut {
+                    *stats
+                        .truncated_targets
+                        .entry(field.to_string())
+                        .or_default() += 1;
+                    *text = kept;
+                }
+            }
+        };
+        let (rendered, target, reward, row_id): (Rendered, String, f64, String) = match &mut r.body
+        {
             WorldBody::Swt {
                 seq,
                 context,
                 target,
                 ..
-            } => (
-                swt_messages(context, &cfg.caps),
-                target.to_json(),
-                0.0,
-                format!("{}#{}/swt{seq}", r.task_id, r.sample_index),
-            ),
-            WorldBody::Swr { context, target } => (
-                swr_messages(context, &cfg.caps),
-                target.to_json(),
-                f64::from(target.reward),
-                format!("{}#{}/swr", r.task_id, r.sample_index),
-            ),
+            } => {
+                tail("stdout", &mut target.stdout);
+                tail("stderr", &mut target.stderr);
+                (
+                    swt_messages(context, &cfg.caps),
+                    target.to_json(),
+                    0.0,
+                    format!("{}#{}/swt{seq}", r.task_id, r.sample_index),
+                )
+            }
+            WorldBody::Swr { context, target } => {
+                tail("test_report", &mut target.test_report);
+                (
+                    swr_messages(context, &cfg.caps),
+                    target.to_json(),
+                    f64::from(target.reward),
+                    format!("{}#{}/swr", r.task_id, r.sample_index),
+                )
+            }
         };
         if rendered.is_truncated() {
             stats.truncated_samples += 1;
@@ -525,6 +549,39 @@ mod tests {
         assert_eq!(stats.truncated_sections["problem"], 1);
         let answer = cands[0].traj.messages[2]["content"].as_str().unwrap();
         assert_eq!(answer, r#"{"test_report":"1 passed","reward":1}"#);
+    }
+
+    #[test]
+    fn long_targets_keep_their_tail_when_capped() {
+        let mut cfg = WorldConfig::new(WorldKind::Swr);
+        cfg.caps.target_output = Some(8);
+        let mut long = swr();
+        if let WorldBody::Swr { target, .. } = &mut long.body {
+            target.test_report = "collected 3 items\n3 passed".into();
+        }
+        let (cands, stats) = samples(vec![(long, origin(1)), (swr(), origin(2))], &cfg);
+        // Only the report over the cap is cut, and counted once.
+        assert_eq!(stats.truncated_targets["test_report"], 1);
+        let answer = |i: usize| {
+            cands[i].traj.messages[2]["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(
+            answer(0),
+            r#"{"test_report":"[... 18 earlier characters cut]\n3 passed","reward":1}"#
+        );
+        assert_eq!(answer(1), r#"{"test_report":"1 passed","reward":1}"#);
+        let mut cfg = WorldConfig::new(WorldKind::Swt);
+        cfg.caps.target_output = Some(4);
+        let (cands, stats) = samples(vec![(swt(0, 1, "python a1.py", false), origin(1))], &cfg);
+        assert_eq!(stats.truncated_targets["stdout"], 1);
+        assert!(!stats.truncated_targets.contains_key("stderr"));
+        assert_eq!(
+            cands[0].traj.messages[2]["content"],
+            "{\"stdout\":\"[... 9 earlier characters cut]\\n.py\\n\",\"stderr\":\"\",\"exit_code\":0}"
+        );
     }
 
     #[test]

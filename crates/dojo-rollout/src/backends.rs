@@ -15,13 +15,32 @@ use crate::store::Key;
 
 /// The test command gold-replay runs before submitting: the environment's test command over the
 /// test files of the test patch that already exist in the workspace (the agent never sees the
-/// hidden tests, so files the test patch creates are left out). `None` when there are none.
+/// hidden tests, so files the test patch creates are left out). A task without a test patch
+/// (synthesized bugs: the tests are already in the tree) runs the files its FAIL_TO_PASS ids
+/// name (`path::test` → `path`) instead. `None` when there are none.
 pub fn visible_test_command(p: &Prepared) -> Option<String> {
-    let files: Vec<String> = dojo_task::test_directives(&p.task.test_patch, p.repo_env.directives)
+    let mut files = dojo_task::test_directives(&p.task.test_patch, p.repo_env.directives);
+    if p.task.test_patch.trim().is_empty() && p.repo_env.directives == dojo_task::Directives::Files
+    {
+        files = failing_test_files(p.task.fail_to_pass.as_deref().unwrap_or_default());
+    }
+    let files: Vec<String> = files
         .into_iter()
         .filter(|f| p.pristine.path.join(f).is_file())
         .collect();
     (!files.is_empty()).then(|| format!("{} {}", p.repo_env.test_cmd, files.join(" ")))
+}
+
+/// The distinct files of pytest-style test ids (`tests/a.py::T::t[x]` → `tests/a.py`), in order.
+fn failing_test_files(ids: &[String]) -> Vec<String> {
+    let mut files: Vec<String> = Vec::new();
+    for id in ids {
+        let file = id.split("::").next().unwrap_or_default().trim();
+        if file.ends_with(".py") && !files.iter().any(|f| f == file) {
+            files.push(file.to_string());
+        }
+    }
+    files
 }
 
 /// `gold-replay`.
@@ -185,5 +204,23 @@ impl BackendFactory for ModelBackends {
             endpoint: Some(self.client.describe()),
             config: self.config.to_json(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn failing_test_ids_name_their_files_once() {
+        let ids = [
+            "tests/test_a.py::T::test_x[1 2]",
+            "tests/test_a.py::test_y",
+            "tests/test_b.py::test_z",
+            "not a path id",
+        ]
+        .map(String::from);
+        assert_eq!(
+            super::failing_test_files(&ids),
+            ["tests/test_a.py", "tests/test_b.py"]
+        );
     }
 }

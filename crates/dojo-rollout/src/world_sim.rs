@@ -86,7 +86,7 @@ pub fn world_model(
         .parse()
         .map_err(|e: dojo_world::route::ParseModeError| e.to_string())?;
     match spec {
-        WorldModelSpec::Embedded => {
+        WorldModelSpec::Embedded(_) => {
             let backend = embedded.ok_or(
                 "the embedded world model is not available in this build (build dojo-cli with the `engine` feature)",
             )?;
@@ -121,10 +121,12 @@ pub fn world_model(
     }
 }
 
-/// The client defaults with the policy's SWR sampling (`swr_samples`, `swr_seed`).
+/// The client defaults with the policy's prompt caps and SWR sampling (`caps`, `swr_samples`,
+/// `swr_seed`).
 fn swr_sampling(policy: &WorldPolicy) -> WorldClientConfig {
     let d = WorldClientConfig::default();
     WorldClientConfig {
+        caps: policy.caps.clone().unwrap_or(d.caps.clone()),
         swr_samples: policy.swr_samples.unwrap_or(d.swr_samples).max(1),
         swr_seed: policy.swr_seed.unwrap_or(d.swr_seed),
         ..d
@@ -369,6 +371,44 @@ mod tests {
     }
 
     #[test]
+    fn world_caps_from_the_policy_reach_both_roles() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("p.toml");
+        std::fs::write(
+            &p,
+            "kind = \"gold-replay\"\n\n[world]\nmode = \"shadow\"\nmodel = \"embedded:/ckpt\"\n\n[world.caps]\nexecuted_code = 2000\nmax_files = 2\n",
+        )
+        .unwrap();
+        let w = crate::policy::PolicyConfig::load(&p)
+            .unwrap()
+            .world
+            .unwrap();
+        assert_eq!(w.embedded_model().as_deref(), Some("/ckpt"));
+        let c = embedded_config(&w);
+        // Named keys change; the others keep SWE-World's caps.
+        assert_eq!(c.caps.executed_code, 2000);
+        assert_eq!(c.caps.max_files, 2);
+        assert_eq!(c.caps.problem, dojo_world::Caps::swe_world().problem);
+        std::fs::write(&p, "kind = \"gold-replay\"\n\n[world.caps]\nexecuted = 1\n").unwrap();
+        let e = crate::policy::PolicyConfig::load(&p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("executed"), "{e}");
+        // The bundled model, and nothing to load for real runs or remote models.
+        let w = |mode, m: &str| WorldPolicy {
+            mode,
+            model: Some(m.into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            w(EnvMode::Sim, "embedded").embedded_model().as_deref(),
+            Some("default")
+        );
+        assert_eq!(w(EnvMode::Real, "embedded").embedded_model(), None);
+        assert_eq!(w(EnvMode::Sim, "openai:m").embedded_model(), None);
+    }
+
+    #[test]
     fn a_world_policy_needs_a_usable_model() {
         let p = |m: Option<&str>| WorldPolicy {
             mode: EnvMode::Sim,
@@ -380,7 +420,10 @@ mod tests {
         let e = world_model(&p(None), None).err().unwrap();
         assert!(e.contains("needs a world model"), "{e}");
         let e = world_model(&p(Some("gpt")), None).err().unwrap();
-        assert!(e.contains("not one of embedded, openai:MODEL"), "{e}");
+        assert!(
+            e.contains("not one of embedded, embedded:MODEL, openai:MODEL"),
+            "{e}"
+        );
         let e = world_model(&p(Some("embedded")), None).err().unwrap();
         assert!(e.contains("engine"), "{e}");
         assert!(world_model(&p(Some("openai:swt")), None).is_ok());

@@ -39,6 +39,12 @@ pub struct Caps {
     pub pass_to_pass: usize,
     /// Files shown at most; later ones are dropped (and counted in [`Rendered::dropped_files`]).
     pub max_files: usize,
+    /// Training targets only (`dojo curate --world`): keep the last this many characters of
+    /// SWR's test report and of SWT's stdout and stderr, where a test run's summary is, after a
+    /// marker line ([`tail_chars`]). `None` (SWE-World, the default) keeps them whole; a small
+    /// model with a short context needs short answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_output: Option<usize>,
 }
 
 impl Caps {
@@ -59,6 +65,7 @@ impl Caps {
             fail_to_pass: t(5_120),
             pass_to_pass: t(5_120),
             max_files: 20,
+            target_output: None,
         }
     }
 }
@@ -317,9 +324,44 @@ pub fn truncate_chars(text: &str, cap: usize) -> (&str, Option<usize>) {
     }
 }
 
+/// The last `cap` characters of `text` after a marker line saying how much was cut (the head
+/// rule of the sections, mirrored: the end of a command's output is where its verdict is), and
+/// whether it was cut.
+pub fn tail_chars(text: &str, cap: usize) -> (String, bool) {
+    let total = text.chars().count();
+    if total <= cap {
+        return (text.to_string(), false);
+    }
+    let start = text
+        .char_indices()
+        .nth(total - cap)
+        .map_or(text.len(), |(i, _)| i);
+    (
+        format!(
+            "[... {} earlier characters cut]\n{}",
+            total - cap,
+            &text[start..]
+        ),
+        true,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tails_keep_the_end_on_a_character_boundary() {
+        assert_eq!(tail_chars("abc", 3), ("abc".to_string(), false));
+        assert_eq!(
+            tail_chars("héllo wörld", 5),
+            ("[... 6 earlier characters cut]\nwörld".to_string(), true)
+        );
+        assert_eq!(
+            tail_chars("ab", 0),
+            ("[... 2 earlier characters cut]\n".to_string(), true)
+        );
+    }
 
     const PATCH: &str = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n";
 

@@ -120,12 +120,16 @@ pub fn runs_python_or_tests(command: &str) -> bool {
     )
 }
 
-/// The test report section of a grading log, as SWE-World's SWR targets use it: the text between
-/// the harness's start and end markers, from pytest's "test session starts" line when there is
-/// one. `None` when the log has no end marker (timed out or unmarked logs are not targets).
+/// The test report section of a grading log, as SWE-World's SWR targets use it: the lines between
+/// the harness's start and end marker lines, from pytest's "test session starts" line when there
+/// is one. The rest of each marker's line is not the tests' output: the harness prints its
+/// markers under `set -x` (`+ : '>>>>> End Test Output'`), so that text is the shell's trace.
+/// `None` when the log has no end marker (timed out or unmarked logs are not targets).
 pub fn test_report_section(log: &str, start_marker: &str, end_marker: &str) -> Option<String> {
     let after_start = log.split_once(start_marker)?.1;
     let (section, _) = after_start.split_once(end_marker)?;
+    let section = section.split_once('\n').map_or("", |(_, rest)| rest);
+    let section = &section[..section.rfind('\n').unwrap_or(0)];
     let section = match section.find("test session starts") {
         Some(i) => {
             let line_start = section[..i].rfind('\n').map_or(0, |n| n + 1);
@@ -453,6 +457,13 @@ mod tests {
         assert_eq!(
             test_report_section(log, ">>>>> Start Test Output", ">>>>> End Test Output").unwrap(),
             "===== test session starts =====\ncollected 1 item\nPASSED a"
+        );
+        // Under `set -x` the marker lines carry the shell's trace around the marker.
+        let traced = "+ : '>>>>> Start Test Output'\n1 passed\n+ : '>>>>> End Test Output'\n";
+        assert_eq!(
+            test_report_section(traced, ">>>>> Start Test Output", ">>>>> End Test Output")
+                .unwrap(),
+            "1 passed"
         );
         let timed_out = ">>>>> Start Test Output\n=== test session starts ===\n";
         assert!(

@@ -94,8 +94,10 @@ impl FromStr for EnvMode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "model")]
 pub enum WorldModelSpec {
-    /// The embedded engine (offline; a floor for fidelity).
-    Embedded,
+    /// The embedded engine (offline): `embedded` is the bundled model (a floor for fidelity),
+    /// `embedded:DIR` a checkpoint such as one `dojo train sft` wrote from `dojo curate --world`
+    /// data (a Hugging Face directory or a GGUF file).
+    Embedded(Option<String>),
     /// A model served behind an OpenAI-compatible endpoint.
     Openai(String),
 }
@@ -104,14 +106,17 @@ impl FromStr for WorldModelSpec {
     type Err = ParseModeError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.split_once(':') {
-            None if s == "embedded" => Ok(WorldModelSpec::Embedded),
+            None if s == "embedded" => Ok(WorldModelSpec::Embedded(None)),
+            Some(("embedded", model)) if !model.trim().is_empty() => {
+                Ok(WorldModelSpec::Embedded(Some(model.to_string())))
+            }
             Some(("openai", model)) if !model.trim().is_empty() => {
                 Ok(WorldModelSpec::Openai(model.to_string()))
             }
             _ => Err(ParseModeError {
                 what: "world model",
                 value: s.to_string(),
-                expected: "embedded, openai:MODEL",
+                expected: "embedded, embedded:MODEL, openai:MODEL",
             }),
         }
     }
@@ -120,7 +125,8 @@ impl FromStr for WorldModelSpec {
 impl fmt::Display for WorldModelSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WorldModelSpec::Embedded => f.write_str("embedded"),
+            WorldModelSpec::Embedded(None) => f.write_str("embedded"),
+            WorldModelSpec::Embedded(Some(m)) => write!(f, "embedded:{m}"),
             WorldModelSpec::Openai(m) => write!(f, "openai:{m}"),
         }
     }
@@ -133,7 +139,8 @@ impl fmt::Display for WorldModelSpec {
 pub struct WorldPolicy {
     #[serde(default)]
     pub mode: EnvMode,
-    /// `embedded` or `openai:MODEL` ([`WorldModelSpec`]); required unless `mode = "real"`.
+    /// `embedded`, `embedded:DIR` or `openai:MODEL` ([`WorldModelSpec`]); required unless
+    /// `mode = "real"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Comma-separated OpenAI-compatible endpoints of the world model (default:
@@ -158,6 +165,25 @@ pub struct WorldPolicy {
     /// --cache`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis_cache: Option<std::path::PathBuf>,
+    /// Per-section prompt caps of SWT and SWR (`[world.caps]`, characters; default SWE-World's,
+    /// [`Caps::swe_world`]). A model trained with `dojo curate --world-caps` should be sent the
+    /// same caps it was trained on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caps: Option<crate::Caps>,
+}
+
+impl WorldPolicy {
+    /// The model the embedded engine must load for this policy (`default` for the bundled one,
+    /// else the path `embedded:DIR` names), or `None` when no simulated mode asks for it.
+    pub fn embedded_model(&self) -> Option<String> {
+        if self.mode == EnvMode::Real {
+            return None;
+        }
+        match self.model.as_deref()?.parse().ok()? {
+            WorldModelSpec::Embedded(m) => Some(m.unwrap_or_else(|| "default".into())),
+            WorldModelSpec::Openai(_) => None,
+        }
+    }
 }
 
 /// What to do with one command.
@@ -266,7 +292,11 @@ mod tests {
             e.to_string(),
             "env mode \"simulated\" is not one of real, sim, hybrid, shadow"
         );
-        assert_eq!("embedded".parse(), Ok(WorldModelSpec::Embedded));
+        assert_eq!("embedded".parse(), Ok(WorldModelSpec::Embedded(None)));
+        let dir = WorldModelSpec::Embedded(Some("/ckpt/final".into()));
+        assert_eq!("embedded:/ckpt/final".parse(), Ok(dir.clone()));
+        assert_eq!(dir.to_string(), "embedded:/ckpt/final");
+        assert!("embedded:".parse::<WorldModelSpec>().is_err());
         assert_eq!(
             "openai:swt-32b".parse(),
             Ok(WorldModelSpec::Openai("swt-32b".into()))

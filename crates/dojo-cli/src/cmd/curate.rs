@@ -92,6 +92,11 @@ pub struct CurateArgs {
     /// are counted and say "No initial analysis provided.".
     #[arg(long, value_name = "MODEL")]
     pub world_analysis_model: Option<String>,
+    /// With --world: render the prompts with the caps of this policy file's `[world.caps]`
+    /// (default SWE-World's), the file the trained model is later used with, so it is trained on
+    /// exactly what it is sent.
+    #[arg(long, value_name = "POLICY")]
+    pub world_policy: Option<std::path::PathBuf>,
 }
 
 fn formats(list: &str) -> anyhow::Result<dojo_curate::Formats> {
@@ -134,10 +139,21 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
             ..Default::default()
         });
     }
+    anyhow::ensure!(
+        args.world.is_some() || args.world_policy.is_none(),
+        "--world-policy sets the prompt caps of world-model data: it needs --world swt|swr"
+    );
     if let Some(kind) = &args.world {
         let kind = kind.parse().map_err(anyhow::Error::msg)?;
         let mut w = dojo_curate::world::WorldConfig::new(kind);
         w.max_per_trajectory = args.world_cap;
+        if let Some(path) = &args.world_policy {
+            let policy = dojo_rollout::policy::PolicyConfig::load(path)?;
+            w.caps = policy
+                .world
+                .and_then(|w| w.caps)
+                .with_context(|| format!("{}: no [world.caps] table", path.display()))?;
+        }
         w.analysis = args
             .world_analysis_model
             .clone()
@@ -203,6 +219,14 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
             },
             w.dropped_files
         );
+        if !w.truncated_targets.is_empty() {
+            let cut: Vec<String> = w
+                .truncated_targets
+                .iter()
+                .map(|(f, n)| format!("{f} {n}"))
+                .collect();
+            println!("target caps: tails kept ({})", cut.join(", "));
+        }
         if args.world_analysis_model.is_some() {
             println!(
                 "initial analysis: {} samples given one, {} without (none cached for their task)",

@@ -67,7 +67,9 @@ pub struct WorldArgs {
     /// model's drift measured). Overrides the policy file's `[world] mode`.
     #[arg(long)]
     pub env_mode: Option<dojo_world::route::EnvMode>,
-    /// World model for sim/hybrid/shadow: `embedded` or `openai:MODEL` (overrides `[world] model`).
+    /// World model for sim/hybrid/shadow: `embedded` (the bundled model), `embedded:DIR` (a
+    /// checkpoint, e.g. trained on `dojo curate --world` data) or `openai:MODEL` (overrides
+    /// `[world] model`).
     #[arg(long)]
     pub world_model: Option<String>,
     /// OpenAI-compatible endpoints of the world model, comma-separated (default: OPENAI_BASE_URL).
@@ -139,18 +141,14 @@ pub(crate) fn embedded_backend(_model: &str) -> anyhow::Result<Option<Arc<dyn Ch
 }
 
 /// The embedded engine as the world model, when a simulated mode names it (`[world] model =
-/// "embedded"`): loaded once per run and shared by every rollout; `None` otherwise.
+/// "embedded"` or `"embedded:DIR"`): loaded once per run and shared by every rollout; `None`
+/// otherwise.
 pub(crate) fn embedded_world_backend(
     world: Option<&dojo_world::route::WorldPolicy>,
 ) -> anyhow::Result<Option<Arc<dyn ChatBackend>>> {
-    match world {
-        Some(w)
-            if w.mode != dojo_world::route::EnvMode::Real
-                && w.model.as_deref() == Some("embedded") =>
-        {
-            embedded_backend("default")
-        }
-        _ => Ok(None),
+    match world.and_then(|w| w.embedded_model()) {
+        Some(model) => embedded_backend(&model),
+        None => Ok(None),
     }
 }
 
