@@ -68,18 +68,20 @@ pub struct InfraTouch {
     pub kind: InfraKind,
 }
 
+/// The files pytest-style test ids name (`path.py::test` → `path.py`), in order, repeats kept;
+/// other id styles name no file.
+pub fn id_files<'a>(ids: impl IntoIterator<Item = &'a String>) -> impl Iterator<Item = &'a str> {
+    ids.into_iter()
+        .filter_map(|id| id.split_once("::").map(|(f, _)| f))
+        .filter(|f| f.ends_with(".py"))
+}
+
 /// The files of `task`'s tests: the test patch's targets, then the files its FAIL_TO_PASS /
 /// PASS_TO_PASS ids name (pytest-style `path.py::test`; other id styles name no file), each
 /// once, without paths that leave the repository.
 pub fn task_test_files(task: &Task) -> Vec<String> {
     let mut seen = BTreeSet::new();
-    let from_ids = task
-        .f2p()
-        .iter()
-        .chain(task.p2p())
-        .filter_map(|id| id.split_once("::").map(|(f, _)| f))
-        .filter(|f| f.ends_with(".py"))
-        .map(str::to_string);
+    let from_ids = id_files(task.f2p().iter().chain(task.p2p())).map(str::to_string);
     patch_targets(&task.test_patch)
         .into_iter()
         .chain(from_ids)

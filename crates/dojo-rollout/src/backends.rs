@@ -22,7 +22,7 @@ pub fn visible_test_command(p: &Prepared) -> Option<String> {
     let mut files = dojo_task::test_directives(&p.task.test_patch, p.repo_env.directives);
     if p.task.test_patch.trim().is_empty() && p.repo_env.directives == dojo_task::Directives::Files
     {
-        files = failing_test_files(p.task.fail_to_pass.as_deref().unwrap_or_default());
+        files = failing_test_files(p.task.f2p());
     }
     let files: Vec<String> = files
         .into_iter()
@@ -33,14 +33,11 @@ pub fn visible_test_command(p: &Prepared) -> Option<String> {
 
 /// The distinct files of pytest-style test ids (`tests/a.py::T::t[x]` → `tests/a.py`), in order.
 fn failing_test_files(ids: &[String]) -> Vec<String> {
-    let mut files: Vec<String> = Vec::new();
-    for id in ids {
-        let file = id.split("::").next().unwrap_or_default().trim();
-        if file.ends_with(".py") && !files.iter().any(|f| f == file) {
-            files.push(file.to_string());
-        }
-    }
-    files
+    let mut seen = std::collections::HashSet::new();
+    dojo_grade::guard::id_files(ids)
+        .filter(|f| seen.insert(*f))
+        .map(str::to_string)
+        .collect()
 }
 
 /// `gold-replay`.

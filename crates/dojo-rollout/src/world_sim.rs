@@ -126,7 +126,7 @@ pub fn world_model(
 fn swr_sampling(policy: &WorldPolicy) -> WorldClientConfig {
     let d = WorldClientConfig::default();
     WorldClientConfig {
-        caps: policy.caps.clone().unwrap_or(d.caps.clone()),
+        caps: policy.caps.clone().unwrap_or_else(|| d.caps.clone()),
         swr_samples: policy.swr_samples.unwrap_or(d.swr_samples).max(1),
         swr_seed: policy.swr_seed.unwrap_or(d.swr_seed),
         ..d
