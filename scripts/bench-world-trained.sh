@@ -15,8 +15,8 @@
 # 4. per role, LoRA r16 SFT of the bundled SmolLM2-135M on it (one epoch of 2-row steps, or
 #    STEPS steps), merged;
 # 5. the 17 bundled tasks (9 projects not used for training) rolled out for real, gold and decoy
-#    (samples 0 and 1), in shadow mode with each checkpoint as world model (`embedded:DIR`), sent
-#    the caps it was trained on: every test run is also predicted by SWT, every graded rollout
+#    (samples 0 and 1), in one shadow run with each checkpoint in its role (`--swt-model` /
+#    `--swr-model embedded:DIR`), sent the caps it was trained on: every test run is also predicted by SWT, every graded rollout
 #    is also judged by SWR, and dojo's drift summary compares both with the real results.
 # About 1.5 h on 2 cores (training 2 x ~18 min; the floor run another ~45 min, BASE= skips it).
 # DOJO_BIN overrides the binary (default target/debug/dojo: `cargo build -p dojo-cli` first).
@@ -77,13 +77,14 @@ real mini "$mini"
 python3 "$root/scripts/world-decoys.py" runs/mini-gold/trajectories.jsonl mini-decoy1.jsonl 1
 cat runs/mini-gold/trajectories.jsonl mini-decoy1.jsonl > mini-mixed.jsonl
 policy mixed.toml replay "$out/mini-mixed.jsonl"
-shadow() { # NAME WORLD_MODEL
+shadow() { # NAME WORLD-MODEL FLAGS...
+  local name=$1; shift
   /usr/bin/time -v "$dojo" rollout --tasks "$mini" --policy mixed.toml --samples 2 --workers 1 \
-    --out "shadow/$1" --env-mode shadow --world-model "$2" 2> "shadow-$1.time" | tee "shadow-$1.log"
+    --out "shadow/$name" --env-mode shadow "$@" 2> "shadow-$name.time" | tee "shadow-$name.log"
 }
-# Each checkpoint plays both roles; its own role's figures are the ones to read.
-shadow swr "embedded:$out/swr-lora/merged"
-shadow swt "embedded:$out/swt-lora/merged"
-# The bundled model as both (the floor); BASE= skips it (about 45 min: it rarely closes its JSON).
-[ -n "${BASE-1}" ] && shadow base embedded
+# One run, each checkpoint in its own role (SWT predicts the test runs, SWR judges the gradings).
+shadow trained --swt-model "embedded:$out/swt-lora/merged" --swr-model "embedded:$out/swr-lora/merged"
+# The bundled model in both roles, sent the same caps (the floor); BASE= skips it (about 45 min:
+# it rarely closes its JSON).
+[ -n "${BASE-1}" ] && shadow base --world-model embedded
 for run in shadow/*/; do echo "$run"; cat "$run/drift.json"; echo; done

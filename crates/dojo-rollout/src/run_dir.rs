@@ -280,16 +280,16 @@ pub async fn run_rollout<A: AgentLoop>(
     agent: A,
     backends: Box<dyn BackendFactory>,
 ) -> Result<RolloutOutput, RolloutError> {
-    run_rollout_with_world(opts, agent, backends, None).await
+    run_rollout_with_world(opts, agent, backends, &Default::default()).await
 }
 
-/// [`run_rollout`], with the in-process engine for a policy whose `[world]` model is
-/// `embedded` (only the CLI can build it).
+/// [`run_rollout`], with the in-process engines for a policy whose `[world]` models are
+/// `embedded[:DIR]` (only the CLI can build them).
 pub async fn run_rollout_with_world<A: AgentLoop>(
     opts: &RolloutOptions,
     agent: A,
     backends: Box<dyn BackendFactory>,
-    world_embedded: Option<Arc<dyn ChatBackend>>,
+    world_embedded: &crate::world_sim::EmbeddedWorld,
 ) -> Result<RolloutOutput, RolloutError> {
     let mut tasks = load_tasks(&opts.tasks_file, &opts.instances)?;
     if let Some(shard) = opts.shard {

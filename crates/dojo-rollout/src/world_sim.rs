@@ -20,6 +20,7 @@ use dojo_sandbox::{Pristine, PristineStore, PythonEnv, Sandbox};
 use dojo_task::{EnvOverride, EnvRegistry, Preparer, RepoEnv, Task, TaskError, task_source};
 use dojo_trajectory::Trajectory;
 use dojo_world::analysis::lookup_analysis;
+use dojo_world::client::Role;
 use dojo_world::route::{EnvMode, WorldModelSpec, WorldPolicy};
 use dojo_world::sim::{
     METADATA_KEY, ModelFailure, RewardVerdict, SimLog, SimTask, WorldModel, simulated_reward,
@@ -55,51 +56,81 @@ impl SimRun {
 /// or a test report, and a bound on a reply that never ends.
 pub const EMBEDDED_MAX_TOKENS: u32 = 1024;
 
-/// The embedded world model's client settings.
-fn embedded_config(policy: &WorldPolicy) -> WorldClientConfig {
-    WorldClientConfig {
-        // The engine has no JSON mode; the parser finds JSON in text either way.
-        swt_json_mode: false,
-        // Without a cap the engine generates up to its context window (8k tokens, minutes on a
-        // CPU) whenever the small model never closes its JSON reply.
-        swt_max_tokens: Some(EMBEDDED_MAX_TOKENS),
-        swr_max_tokens: Some(EMBEDDED_MAX_TOKENS),
-        ..swr_sampling(policy)
+/// The embedded engines of a run's world models, one per distinct model the policy's roles name
+/// ([`WorldPolicy::embedded_models`]): loaded once per run (only the CLI can build them) and
+/// shared by every rollout, so one checkpoint playing both roles is loaded once.
+#[derive(Clone, Default)]
+pub struct EmbeddedWorld {
+    backends: Vec<(String, Arc<dyn ChatBackend>)>,
+}
+
+impl EmbeddedWorld {
+    /// The engine that serves `model` (`default` or a checkpoint path).
+    pub fn insert(&mut self, model: String, backend: Arc<dyn ChatBackend>) {
+        self.backends.retain(|(m, _)| *m != model);
+        self.backends.push((model, backend));
+    }
+    fn get(&self, model: &str) -> Option<Arc<dyn ChatBackend>> {
+        self.backends
+            .iter()
+            .find(|(m, _)| m == model)
+            .map(|(_, b)| b.clone())
     }
 }
 
-/// The world model a policy's `[world]` table names: `openai:MODEL` over `base_url` (comma-
-/// separated endpoints; default `OPENAI_BASE_URL`), or `embedded` (pass the engine's backend).
-pub fn world_model(
+/// One role's backend, and the model name to send it (`None`: the embedded engine, which has
+/// one model).
+struct RoleBackend {
+    backend: Arc<dyn ChatBackend>,
+    remote_model: Option<String>,
+}
+
+/// The backend of `role` in `policy`: `embedded[:DIR]` from `embedded`, `openai:MODEL` over the
+/// role's endpoints (`swt_base_url` / `swr_base_url`, else `base_url`, comma-separated; default
+/// `OPENAI_BASE_URL`).
+fn role_backend(
     policy: &WorldPolicy,
-    embedded: Option<Arc<dyn ChatBackend>>,
-) -> Result<Arc<dyn WorldModel>, String> {
+    role: Role,
+    embedded: &EmbeddedWorld,
+    timeout: std::time::Duration,
+) -> Result<RoleBackend, String> {
+    let key = match role {
+        Role::Swt => "swt_model",
+        _ => "swr_model",
+    };
     let spec: WorldModelSpec = policy
-        .model
-        .as_deref()
+        .role_model(role)
         .ok_or_else(|| {
             format!(
-                "env mode {} needs a world model ([world] model = \"openai:MODEL\" or \"embedded\", or --world-model)",
-                policy.mode
+                "env mode {} needs a world model for {role} ([world] model or {key} = \"openai:MODEL\" or \"embedded\", or --world-model / --{})",
+                policy.mode,
+                key.replace('_', "-")
             )
         })?
         .parse()
-        .map_err(|e: dojo_world::route::ParseModeError| e.to_string())?;
+        .map_err(|e: dojo_world::route::ParseModeError| format!("{role}: {e}"))?;
     match spec {
-        WorldModelSpec::Embedded(_) => {
-            let backend = embedded.ok_or(
-                "the embedded world model is not available in this build (build dojo-cli with the `engine` feature)",
-            )?;
-            let cfg = embedded_config(policy);
-            Ok(Arc::new(WorldClient::new(backend.clone(), backend, cfg)))
+        WorldModelSpec::Embedded(m) => {
+            let m = m.unwrap_or_else(|| "default".into());
+            let backend = embedded.get(&m).ok_or_else(|| {
+                format!(
+                    "{role}: the embedded world model {m} is not available in this build (build dojo-cli with the `engine` feature)"
+                )
+            })?;
+            Ok(RoleBackend {
+                backend,
+                remote_model: None,
+            })
         }
         WorldModelSpec::Openai(model) => {
-            let mut cc = dojo_llm::ClientConfig::from_env().map_err(|e| e.to_string())?;
-            if let Some(url) = &policy.base_url {
+            let mut endpoints = dojo_llm::ClientConfig::from_env()
+                .map_err(|e| format!("{role}: {e}"))?
+                .endpoints;
+            if let Some(url) = policy.role_base_url(role) {
                 let key = std::env::var(policy.api_key_env.as_deref().unwrap_or("OPENAI_API_KEY"))
                     .ok()
                     .filter(|k| !k.is_empty());
-                cc.endpoints = url
+                endpoints = url
                     .split(',')
                     .map(str::trim)
                     .filter(|u| !u.is_empty())
@@ -109,16 +140,45 @@ pub fn world_model(
                     })
                     .collect();
             }
-            let cfg = WorldClientConfig {
-                swt_model: model.clone(),
-                swr_model: model,
-                ..swr_sampling(policy)
-            };
-            let client = WorldClient::from_endpoints(cc.endpoints.clone(), cc.endpoints, cfg)
+            let backend = dojo_world::client::role_backend(role, endpoints, timeout)
                 .map_err(|e| e.to_string())?;
-            Ok(Arc::new(client))
+            Ok(RoleBackend {
+                backend,
+                remote_model: Some(model),
+            })
         }
     }
+}
+
+/// The world model a policy's `[world]` table names, SWT and SWR each from its own key or from
+/// `model`: `openai:MODEL` over HTTP, or `embedded[:DIR]` (the engines in `embedded`). An
+/// embedded role gets no JSON mode (the engine has none; the parser finds JSON in text either
+/// way) and a reply budget of [`EMBEDDED_MAX_TOKENS`]: without one the engine generates up to
+/// its context window (8k tokens, minutes on a CPU) whenever a small model never closes its
+/// JSON reply.
+pub fn world_model(
+    policy: &WorldPolicy,
+    embedded: &EmbeddedWorld,
+) -> Result<Arc<dyn WorldModel>, String> {
+    Ok(Arc::new(world_client(policy, embedded)?))
+}
+
+fn world_client(policy: &WorldPolicy, embedded: &EmbeddedWorld) -> Result<WorldClient, String> {
+    let mut cfg = swr_sampling(policy);
+    let swt = role_backend(policy, Role::Swt, embedded, cfg.swt_timeout)?;
+    let swr = role_backend(policy, Role::Swr, embedded, cfg.swr_timeout)?;
+    match &swt.remote_model {
+        Some(m) => cfg.swt_model = m.clone(),
+        None => {
+            cfg.swt_json_mode = false;
+            cfg.swt_max_tokens = Some(EMBEDDED_MAX_TOKENS);
+        }
+    }
+    match &swr.remote_model {
+        Some(m) => cfg.swr_model = m.clone(),
+        None => cfg.swr_max_tokens = Some(EMBEDDED_MAX_TOKENS),
+    }
+    Ok(WorldClient::new(swt.backend, swr.backend, cfg))
 }
 
 /// The client defaults with the policy's prompt caps and SWR sampling (`caps`, `swr_samples`,
@@ -357,17 +417,48 @@ mod tests {
         assert!(e.contains("dream"), "{e}");
     }
 
+    /// An engine stand-in: never called, it only says which model it is.
+    struct Engine(&'static str);
+    impl ChatBackend for Engine {
+        fn complete(
+            &self,
+            _req: dojo_llm::ChatRequest,
+        ) -> dojo_llm::BoxFuture<'_, Result<dojo_llm::ChatResponse, dojo_llm::LlmError>> {
+            Box::pin(async {
+                Err(dojo_llm::LlmError::Backend {
+                    endpoint: self.0.into(),
+                    detail: "not called".into(),
+                })
+            })
+        }
+        fn describe(&self) -> String {
+            format!("embedded:{}", self.0)
+        }
+    }
+
+    fn engines(models: &[&'static str]) -> EmbeddedWorld {
+        let mut e = EmbeddedWorld::default();
+        for m in models {
+            e.insert(m.to_string(), Arc::new(Engine(m)));
+        }
+        e
+    }
+
     #[test]
     fn the_embedded_world_model_has_a_reply_budget() {
         let policy = WorldPolicy {
+            mode: EnvMode::Sim,
+            model: Some("embedded".into()),
             swr_samples: Some(3),
             ..Default::default()
         };
-        let c = embedded_config(&policy);
+        let client = world_client(&policy, &engines(&["default"])).unwrap();
+        let c = client.config();
         assert_eq!(c.swt_max_tokens, Some(EMBEDDED_MAX_TOKENS));
         assert_eq!(c.swr_max_tokens, Some(EMBEDDED_MAX_TOKENS));
         assert!(!c.swt_json_mode);
         assert_eq!(c.swr_samples, 3);
+        assert_eq!(client.describe_roles(), "world client (embedded:default)");
     }
 
     #[test]
@@ -383,8 +474,9 @@ mod tests {
             .unwrap()
             .world
             .unwrap();
-        assert_eq!(w.embedded_model().as_deref(), Some("/ckpt"));
-        let c = embedded_config(&w);
+        assert_eq!(w.embedded_models(), ["/ckpt"]);
+        let client = world_client(&w, &engines(&["/ckpt"])).unwrap();
+        let c = client.config();
         // Named keys change; the others keep SWE-World's caps.
         assert_eq!(c.caps.executed_code, 2000);
         assert_eq!(c.caps.max_files, 2);
@@ -400,12 +492,72 @@ mod tests {
             model: Some(m.into()),
             ..Default::default()
         };
+        assert_eq!(w(EnvMode::Sim, "embedded").embedded_models(), ["default"]);
+        assert!(w(EnvMode::Real, "embedded").embedded_models().is_empty());
+        assert!(w(EnvMode::Sim, "openai:m").embedded_models().is_empty());
+    }
+
+    #[test]
+    fn each_role_can_have_its_own_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("p.toml");
+        // SWE-World's layout: one trained checkpoint per role.
+        std::fs::write(
+            &p,
+            "kind = \"gold-replay\"\n\n[world]\nmode = \"shadow\"\nswt_model = \"embedded:/swt\"\nswr_model = \"embedded:/swr\"\n",
+        )
+        .unwrap();
+        let w = crate::policy::PolicyConfig::load(&p)
+            .unwrap()
+            .world
+            .unwrap();
+        assert_eq!(w.role_model(Role::Swt), Some("embedded:/swt"));
+        assert_eq!(w.role_model(Role::Swr), Some("embedded:/swr"));
+        assert_eq!(w.embedded_models(), ["/swt", "/swr"]);
+        let client = world_client(&w, &engines(&["/swt", "/swr"])).unwrap();
         assert_eq!(
-            w(EnvMode::Sim, "embedded").embedded_model().as_deref(),
-            Some("default")
+            client.describe_roles(),
+            "world client (SWT embedded:/swt, SWR embedded:/swr)"
         );
-        assert_eq!(w(EnvMode::Real, "embedded").embedded_model(), None);
-        assert_eq!(w(EnvMode::Sim, "openai:m").embedded_model(), None);
+        // A role's key overrides `model` for that role only; one checkpoint loads once.
+        let w = WorldPolicy {
+            mode: EnvMode::Sim,
+            model: Some("embedded:/both".into()),
+            swr_model: Some("embedded:/both".into()),
+            ..Default::default()
+        };
+        assert_eq!(w.embedded_models(), ["/both"]);
+        // Mixed: an embedded SWT and a served SWR, each configured for its kind.
+        let w = WorldPolicy {
+            mode: EnvMode::Sim,
+            model: Some("embedded".into()),
+            swr_model: Some("openai:swr-32b".into()),
+            swr_base_url: Some("http://127.0.0.1:9/v1".into()),
+            ..Default::default()
+        };
+        assert_eq!(w.embedded_models(), ["default"]);
+        assert_eq!(w.role_base_url(Role::Swr), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(w.role_base_url(Role::Swt), None);
+        let client = world_client(&w, &engines(&["default"])).unwrap();
+        let c = client.config();
+        assert_eq!(c.swr_model, "swr-32b");
+        assert_eq!(
+            c.swr_max_tokens,
+            WorldClientConfig::default().swr_max_tokens
+        );
+        assert_eq!(c.swt_max_tokens, Some(EMBEDDED_MAX_TOKENS));
+        assert_eq!(
+            client.describe_roles(),
+            "world client (SWT embedded:default, SWR swr-32b)"
+        );
+        // The other role's engine missing is an error naming the role.
+        let w = WorldPolicy {
+            mode: EnvMode::Sim,
+            swt_model: Some("embedded:/swt".into()),
+            ..Default::default()
+        };
+        let e = world_client(&w, &engines(&["/swt"])).err().unwrap();
+        assert!(e.contains("for SWR") && e.contains("swr_model"), "{e}");
     }
 
     #[test]
@@ -417,15 +569,16 @@ mod tests {
             api_key_env: None,
             ..Default::default()
         };
-        let e = world_model(&p(None), None).err().unwrap();
-        assert!(e.contains("needs a world model"), "{e}");
-        let e = world_model(&p(Some("gpt")), None).err().unwrap();
+        let none = EmbeddedWorld::default();
+        let e = world_model(&p(None), &none).err().unwrap();
+        assert!(e.contains("needs a world model for SWT"), "{e}");
+        let e = world_model(&p(Some("gpt")), &none).err().unwrap();
         assert!(
             e.contains("not one of embedded, embedded:MODEL, openai:MODEL"),
             "{e}"
         );
-        let e = world_model(&p(Some("embedded")), None).err().unwrap();
+        let e = world_model(&p(Some("embedded")), &none).err().unwrap();
         assert!(e.contains("engine"), "{e}");
-        assert!(world_model(&p(Some("openai:swt")), None).is_ok());
+        assert!(world_model(&p(Some("openai:swt")), &none).is_ok());
     }
 }

@@ -72,9 +72,12 @@ pub enum Installer {
     /// `uv pip install` (fast; PEP 660 editable installs).
     #[default]
     Uv,
-    /// `python -m pip install` in a venv seeded with pip, as the SWE-bench harness installs:
-    /// legacy `setup.py develop` editables where a backend has no `build_editable`, a path entry
-    /// instead of setuptools' import-hook finder.
+    /// `python -m pip install` in a venv seeded with pip, as the SWE-bench harness installs,
+    /// with the editables of the harness's pip (2023): a path entry instead of setuptools'
+    /// import-hook finder (`editable_mode=compat`, set in the venv's `pip.conf` so that an eval
+    /// script's reinstall gets it too), and, where the project's isolated build backend has no
+    /// `build_editable` (pinned below setuptools 64, where old pip ran `setup.py develop`), a
+    /// build with the venv's own setuptools.
     Pip,
 }
 
@@ -358,8 +361,33 @@ inst() {
   if [ "$INSTALLER" = pip ]; then /venv/bin/python -m pip install -q "$@";
   else "$UV" pip install -q --python /venv/bin/python "$@"; fi
 }
+if [ "$INSTALLER" = pip ]; then
+  # The harness's pip (2023) installed editables with `setup.py develop`: a path entry for
+  # /testbed. pip 26 always asks the backend's build_editable, and setuptools then installs an
+  # import-hook finder for flat layouts, through which astroid cannot map /testbed files to
+  # modules. Its compat mode writes the path entry again; in the venv's own pip.conf, so the eval
+  # script's reinstall in grading sandboxes gets it too.
+  printf '[install]\nconfig-settings = editable_mode=compat\n' > /venv/pip.conf
+fi
 if [ "$#" -gt 0 ]; then inst "$@"; fi
-if [ "$EDITABLE" = 1 ]; then inst -e /testbed; fi
+if [ "$EDITABLE" = 1 ]; then
+  if [ "$INSTALLER" = pip ]; then
+    # A build backend pinned below setuptools 64 has no build_editable; old pip then ran
+    # `setup.py develop` with the venv's setuptools, which is what building without isolation
+    # does now.
+    if ! log=$(/venv/bin/python -m pip install -q -e /testbed 2>&1); then
+      if grep -q build_editable <<<"$log"; then
+        echo "dojo: the project's build backend has no build_editable; installing it editable with the venv's setuptools (no build isolation), as the harness's pip fell back to setup.py develop" >&2
+        /venv/bin/python -m pip install -q --no-build-isolation -e /testbed
+      else
+        printf '%s\n' "$log" >&2
+        exit 1
+      fi
+    fi
+  else
+    inst -e /testbed
+  fi
+fi
 if [ -n "${DOJO_INSTALL:-}" ]; then cd /testbed && bash -euo pipefail -c "$DOJO_INSTALL"; fi
 chmod -R a+rX /venv
 "#;
@@ -387,9 +415,10 @@ impl PythonEnv {
             ..spec.clone()
         };
         // v2: the files the build writes into the project tree are kept (`tree/`); v3: only
-        // the files it creates (v2 also kept its changes to project files).
+        // the files it creates (v2 also kept its changes to project files); v4: the pip
+        // installer's editables are a path entry (`editable_mode=compat`).
         let identity = serde_json::json!({
-            "v": 3,
+            "v": 4,
             "spec": built,
             "python": python,
             "pristine": if spec.editable || !spec.install.is_empty() {

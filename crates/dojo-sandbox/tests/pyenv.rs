@@ -72,6 +72,73 @@ async fn editable_install_imports_each_rollouts_own_copy() {
     b.teardown().await.unwrap();
 }
 
+/// The pip installer gives a flat-layout project the editable install the harness's pip gave it:
+/// `/testbed` on `sys.path`, not setuptools' import-hook finder (through which astroid cannot map
+/// files to modules: pylint 2.9-2.15's checkers were never registered). A backend pinned below
+/// setuptools 64 (no `build_editable`, pylint-7277's `setuptools~=62.6`) is built with the
+/// venv's setuptools, as old pip's `setup.py develop` was.
+#[tokio::test]
+async fn pip_editables_are_a_path_entry_as_the_harness_had() {
+    skip_unless_ns!();
+    if !common::ensure_uv() {
+        eprintln!("SKIPPED: uv not found (DOJO_UV / DOJO_PYTOOLS / PATH)");
+        return;
+    }
+    for (name, requires) in [
+        ("flatpkg", "setuptools>=64"),
+        ("oldpkg", "setuptools~=62.6"),
+    ] {
+        let src = common::tree(&[
+            (
+                "pyproject.toml",
+                &format!(
+                    "[build-system]\nrequires = [\"{requires}\"]\nbuild-backend = \"setuptools.build_meta\"\n\n[project]\nname = \"{name}\"\nversion = \"0.1\"\n\n[tool.setuptools]\npackages = [\"{name}\"]\n"
+                ),
+            ),
+            (&format!("{name}/__init__.py"), "VALUE = 1\n"),
+        ]);
+        let p = PristineStore::open()
+            .unwrap()
+            .build(&Source::Dir { path: src })
+            .unwrap();
+        let spec = EnvSpec {
+            python: "3.11".into(),
+            installer: dojo_sandbox::pyenv::Installer::Pip,
+            ..EnvSpec::from_toml_str("python = \"3.11\"\n").unwrap()
+        };
+        let env = match PythonEnv::build_async(&spec, Some(&p)).await {
+            Ok(e) => e,
+            Err(e) if e.to_string().contains("network") => {
+                eprintln!("SKIPPED: no package index reachable: {e}");
+                return;
+            }
+            Err(e) => panic!("{name}: {e}"),
+        };
+        let site = env.path.join("lib/python3.11/site-packages");
+        let finders: Vec<String> = std::fs::read_dir(&site)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("__editable__") && n.ends_with("_finder.py"))
+            .collect();
+        assert!(finders.is_empty(), "{name}: import-hook finder {finders:?}");
+        let sb = Sandbox::create(&p, Some(&env), &SandboxOptions::default())
+            .await
+            .unwrap();
+        let probe = format!(
+            "cd /tmp && python -c 'import sys, {name}; print(\"/testbed\" in sys.path, {name}.__file__)' && python -m pip config list"
+        );
+        let out = common::sh(&sb, &probe).await;
+        let text = out.stdout_lossy();
+        assert!(
+            text.starts_with(&format!("True /testbed/{name}/__init__.py\n")),
+            "{name}: {out:?}"
+        );
+        // An eval script's reinstall in a grading sandbox reads the same setting.
+        assert!(text.contains("editable_mode=compat"), "{name}: {text}");
+        sb.teardown().await.unwrap();
+    }
+}
+
 fn walk_text(dir: &std::path::Path) -> String {
     let mut s = String::new();
     for e in walkdir::WalkDir::new(dir).into_iter().flatten() {

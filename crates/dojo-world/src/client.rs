@@ -239,6 +239,30 @@ pub struct WorldClient {
     cfg: WorldClientConfig,
 }
 
+/// The HTTP backend of one role over `endpoints`; `timeout` (the role's) bounds every attempt,
+/// the client's retries handle 5xx and the like. An empty list is an error, not a silent
+/// fallback.
+pub fn role_backend(
+    role: Role,
+    endpoints: Vec<EndpointConfig>,
+    timeout: Duration,
+) -> Result<Arc<dyn ChatBackend>, WorldError> {
+    if endpoints.is_empty() {
+        return Err(WorldError::Setup {
+            role,
+            reason: "the endpoint list is empty".into(),
+        });
+    }
+    let mut cc = ClientConfig::new(endpoints);
+    cc.request_timeout = timeout;
+    OpenAiClient::new(cc)
+        .map(|c| Arc::new(c) as Arc<dyn ChatBackend>)
+        .map_err(|e| WorldError::Setup {
+            role,
+            reason: e.to_string(),
+        })
+}
+
 impl WorldClient {
     /// A client over given backends (an [`OpenAiClient`], the embedded engine, a test server).
     pub fn new(
@@ -256,30 +280,33 @@ impl WorldClient {
         swr: Vec<EndpointConfig>,
         cfg: WorldClientConfig,
     ) -> Result<WorldClient, WorldError> {
-        let build = |role: Role, eps: Vec<EndpointConfig>, timeout: Duration| {
-            if eps.is_empty() {
-                return Err(WorldError::Setup {
-                    role,
-                    reason: "the endpoint list is empty".into(),
-                });
-            }
-            let mut cc = ClientConfig::new(eps);
-            // The role's own timeout bounds every attempt; the client's retries handle 5xx etc.
-            cc.request_timeout = timeout;
-            OpenAiClient::new(cc)
-                .map(|c| Arc::new(c) as Arc<dyn ChatBackend>)
-                .map_err(|e| WorldError::Setup {
-                    role,
-                    reason: e.to_string(),
-                })
-        };
-        let swt = build(Role::Swt, swt, cfg.swt_timeout)?;
-        let swr = build(Role::Swr, swr, cfg.swr_timeout)?;
+        let swt = role_backend(Role::Swt, swt, cfg.swt_timeout)?;
+        let swr = role_backend(Role::Swr, swr, cfg.swr_timeout)?;
         Ok(WorldClient::new(swt, swr, cfg))
     }
 
     pub fn config(&self) -> &WorldClientConfig {
         &self.cfg
+    }
+
+    /// Which model plays each role, for logs and records: `world client (M)` when one model
+    /// plays both, `world client (SWT M1, SWR M2)` otherwise. A role's model name, else what its
+    /// backend says it is (`embedded:...`).
+    pub fn describe_roles(&self) -> String {
+        let name = |m: &str, b: &Arc<dyn ChatBackend>| {
+            if m.is_empty() {
+                b.describe()
+            } else {
+                m.to_string()
+            }
+        };
+        let swt = name(&self.cfg.swt_model, &self.swt);
+        let swr = name(&self.cfg.swr_model, &self.swr);
+        if swt == swr {
+            format!("world client ({swt})")
+        } else {
+            format!("world client (SWT {swt}, SWR {swr})")
+        }
     }
 
     /// SWT's prediction of one command's stdout, stderr and exit code.

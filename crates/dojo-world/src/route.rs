@@ -17,6 +17,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::classify::CommandClass;
+use crate::client::Role;
 
 /// How a rollout's environment answers commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -139,14 +140,27 @@ impl fmt::Display for WorldModelSpec {
 pub struct WorldPolicy {
     #[serde(default)]
     pub mode: EnvMode,
-    /// `embedded`, `embedded:DIR` or `openai:MODEL` ([`WorldModelSpec`]); required unless
-    /// `mode = "real"`.
+    /// `embedded`, `embedded:DIR` or `openai:MODEL` ([`WorldModelSpec`]): the model of both
+    /// roles, unless `swt_model` / `swr_model` name one; required unless `mode = "real"` or
+    /// both of those are set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The transition model (SWT) when it is not `model`: SWE-World trains one model per role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swt_model: Option<String>,
+    /// The reward model (SWR) when it is not `model`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swr_model: Option<String>,
     /// Comma-separated OpenAI-compatible endpoints of the world model (default:
     /// `OPENAI_BASE_URL`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
+    /// SWT's endpoints when they are not `base_url` (two servers, one model each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swt_base_url: Option<String>,
+    /// SWR's endpoints when they are not `base_url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swr_base_url: Option<String>,
     /// The variable holding the endpoints' API key (default `OPENAI_API_KEY`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
@@ -173,16 +187,45 @@ pub struct WorldPolicy {
 }
 
 impl WorldPolicy {
-    /// The model the embedded engine must load for this policy (`default` for the bundled one,
-    /// else the path `embedded:DIR` names), or `None` when no simulated mode asks for it.
-    pub fn embedded_model(&self) -> Option<String> {
+    /// The model that plays `role` ([`Role::Swt`] or [`Role::Swr`]): its own key, else `model`.
+    pub fn role_model(&self, role: Role) -> Option<&str> {
+        match role {
+            Role::Swt => self.swt_model.as_deref(),
+            Role::Swr => self.swr_model.as_deref(),
+            _ => None,
+        }
+        .or(self.model.as_deref())
+    }
+
+    /// The endpoints of `role`: its own key, else `base_url` (`None`: `OPENAI_BASE_URL`).
+    pub fn role_base_url(&self, role: Role) -> Option<&str> {
+        match role {
+            Role::Swt => self.swt_base_url.as_deref(),
+            Role::Swr => self.swr_base_url.as_deref(),
+            _ => None,
+        }
+        .or(self.base_url.as_deref())
+    }
+
+    /// The models the embedded engine must load for this policy, each once (`default` for the
+    /// bundled one, else the path `embedded:DIR` names); empty when no simulated mode asks for
+    /// one.
+    pub fn embedded_models(&self) -> Vec<String> {
         if self.mode == EnvMode::Real {
-            return None;
+            return Vec::new();
         }
-        match self.model.as_deref()?.parse().ok()? {
-            WorldModelSpec::Embedded(m) => Some(m.unwrap_or_else(|| "default".into())),
-            WorldModelSpec::Openai(_) => None,
+        let mut models = Vec::new();
+        for role in [Role::Swt, Role::Swr] {
+            let Some(Ok(WorldModelSpec::Embedded(m))) = self.role_model(role).map(str::parse)
+            else {
+                continue;
+            };
+            let m = m.unwrap_or_else(|| "default".into());
+            if !models.contains(&m) {
+                models.push(m);
+            }
         }
+        models
     }
 }
 

@@ -641,12 +641,7 @@ impl WorldModel for WorldClient {
         })
     }
     fn describe(&self) -> String {
-        let m = &self.config().swt_model;
-        if m.is_empty() {
-            "world client".into()
-        } else {
-            format!("world client ({m})")
-        }
+        self.describe_roles()
     }
 }
 

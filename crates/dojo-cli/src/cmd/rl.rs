@@ -86,8 +86,11 @@ impl RlArgs {
         match world {
             Some(w) if w.mode == dojo_world::route::EnvMode::Real => {
                 anyhow::ensure!(
-                    w.model.is_none() && w.swr_samples.is_none(),
-                    "--world-model and --swr-samples need --env-mode sim, hybrid or shadow"
+                    w.model.is_none()
+                        && w.swt_model.is_none()
+                        && w.swr_model.is_none()
+                        && w.swr_samples.is_none(),
+                    "--world-model, --swt-model, --swr-model and --swr-samples need --env-mode sim, hybrid or shadow"
                 );
                 Ok(None)
             }
@@ -127,8 +130,8 @@ mod imp {
         cfg: RlConfig,
         /// The simulated environment of every rollout (`None`: real).
         world: Option<dojo_world::route::WorldPolicy>,
-        /// The embedded world model, loaded once (`--world-model embedded`).
-        world_embedded: Option<Arc<dyn ChatBackend>>,
+        /// The embedded world models, loaded once (`--world-model embedded`).
+        world_embedded: dojo_rollout::world_sim::EmbeddedWorld,
         /// What the last `rollouts` call measured ([`Environment::rollout_report`]).
         last_report: Option<serde_json::Value>,
     }
@@ -207,7 +210,7 @@ mod imp {
                     &opts,
                     agent,
                     backends,
-                    self.world_embedded.clone(),
+                    &self.world_embedded,
                 ))
                 .map_err(|e| infra(e.to_string()))?;
             let store = dojo_rollout::Store::<Trajectory>::open(&o.store_path)
@@ -322,7 +325,7 @@ mod imp {
         // The world model is usable (named, its endpoints configured) before the first step.
         let world_embedded = super::super::rollout::embedded_world_backend(world.as_ref())?;
         if let Some(w) = &world {
-            dojo_rollout::world_sim::world_model(w, world_embedded.clone())
+            dojo_rollout::world_sim::world_model(w, &world_embedded)
                 .map_err(|e| anyhow::anyhow!("--env-mode {}: {e}", w.mode))?;
         }
         // In sim (and hybrid) mode a task needs no environment: `repo` + `base_commit` do.

@@ -72,6 +72,13 @@ pub struct WorldArgs {
     /// `[world] model`).
     #[arg(long)]
     pub world_model: Option<String>,
+    /// The transition model (SWT) when it is not --world-model, in the same forms (overrides
+    /// `[world] swt_model`): SWE-World trains one model per role.
+    #[arg(long)]
+    pub swt_model: Option<String>,
+    /// The reward model (SWR) when it is not --world-model (overrides `[world] swr_model`).
+    #[arg(long)]
+    pub swr_model: Option<String>,
     /// OpenAI-compatible endpoints of the world model, comma-separated (default: OPENAI_BASE_URL).
     #[arg(long)]
     pub world_base_url: Option<String>,
@@ -90,6 +97,8 @@ impl WorldArgs {
     pub fn apply(&self, world: &mut Option<dojo_world::route::WorldPolicy>) -> anyhow::Result<()> {
         let given = self.env_mode.is_some()
             || self.world_model.is_some()
+            || self.swt_model.is_some()
+            || self.swr_model.is_some()
             || self.world_base_url.is_some()
             || self.swr_samples.is_some()
             || self.swr_seed.is_some();
@@ -106,6 +115,12 @@ impl WorldArgs {
         }
         if let Some(m) = &self.world_model {
             w.model = Some(m.clone());
+        }
+        if let Some(m) = &self.swt_model {
+            w.swt_model = Some(m.clone());
+        }
+        if let Some(m) = &self.swr_model {
+            w.swr_model = Some(m.clone());
         }
         if let Some(u) = &self.world_base_url {
             w.base_url = Some(u.clone());
@@ -140,16 +155,19 @@ pub(crate) fn embedded_backend(_model: &str) -> anyhow::Result<Option<Arc<dyn Ch
     Ok(None)
 }
 
-/// The embedded engine as the world model, when a simulated mode names it (`[world] model =
-/// "embedded"` or `"embedded:DIR"`): loaded once per run and shared by every rollout; `None`
-/// otherwise.
+/// The embedded engines of the world models, when a simulated mode names them (`[world] model`,
+/// `swt_model` or `swr_model` = `"embedded"` or `"embedded:DIR"`): each distinct model loaded
+/// once per run and shared by every rollout; empty otherwise.
 pub(crate) fn embedded_world_backend(
     world: Option<&dojo_world::route::WorldPolicy>,
-) -> anyhow::Result<Option<Arc<dyn ChatBackend>>> {
-    match world.and_then(|w| w.embedded_model()) {
-        Some(model) => embedded_backend(&model),
-        None => Ok(None),
+) -> anyhow::Result<dojo_rollout::world_sim::EmbeddedWorld> {
+    let mut engines = dojo_rollout::world_sim::EmbeddedWorld::default();
+    for model in world.map(|w| w.embedded_models()).unwrap_or_default() {
+        if let Some(backend) = embedded_backend(&model)? {
+            engines.insert(model, backend);
+        }
     }
+    Ok(engines)
 }
 
 /// The backends of model policy `policy` (`openai:MODEL`, `embedded[:MODEL]`, a policy file of
@@ -188,7 +206,7 @@ pub async fn run_policy(opts: &RolloutOptions) -> anyhow::Result<RolloutOutput> 
     let agent = DojoAgent::from_policy(&opts.policy).map_err(anyhow::Error::msg)?;
     let backends = make_backends(&opts.policy, embedded)?;
     Ok(
-        dojo_rollout::run_dir::run_rollout_with_world(opts, agent, backends, world_embedded)
+        dojo_rollout::run_dir::run_rollout_with_world(opts, agent, backends, &world_embedded)
             .await?,
     )
 }
@@ -262,4 +280,26 @@ pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
     }
     // Infrastructure failures make the run incomplete: say so in the exit code.
     Ok(if out.summary.infra_errors > 0 { 2 } else { 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_role_world_model_flags_reach_the_policy() {
+        let args = WorldArgs {
+            env_mode: Some(dojo_world::route::EnvMode::Shadow),
+            swt_model: Some("embedded:/swt".into()),
+            swr_model: Some("openai:swr".into()),
+            ..Default::default()
+        };
+        let mut world = None;
+        args.apply(&mut world).unwrap();
+        let w = world.unwrap();
+        assert_eq!(w.model, None);
+        assert_eq!(w.swt_model.as_deref(), Some("embedded:/swt"));
+        assert_eq!(w.swr_model.as_deref(), Some("openai:swr"));
+        assert_eq!(w.embedded_models(), ["/swt"]);
+    }
 }
