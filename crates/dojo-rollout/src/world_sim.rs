@@ -114,7 +114,7 @@ fn role_backend(
             let m = m.unwrap_or_else(|| "default".into());
             let backend = embedded.get(&m).ok_or_else(|| {
                 format!(
-                    "{role}: the embedded world model {m} is not available in this build (build dojo-cli with the `engine` feature)"
+                    "{role}: the embedded world model {m} is not loaded (dojo-cli loads the models a policy names when built with the `engine` feature)"
                 )
             })?;
             Ok(RoleBackend {
