@@ -11,6 +11,7 @@
 //!
 //! A reward model that fails is a grading infrastructure failure, never an unresolved sample.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -61,20 +62,17 @@ pub const EMBEDDED_MAX_TOKENS: u32 = 1024;
 /// shared by every rollout, so one checkpoint playing both roles is loaded once.
 #[derive(Clone, Default)]
 pub struct EmbeddedWorld {
-    backends: Vec<(String, Arc<dyn ChatBackend>)>,
+    /// By [`WorldModelSpec::engine_model`]: `default` or a checkpoint path.
+    backends: BTreeMap<String, Arc<dyn ChatBackend>>,
 }
 
 impl EmbeddedWorld {
     /// The engine that serves `model` (`default` or a checkpoint path).
     pub fn insert(&mut self, model: String, backend: Arc<dyn ChatBackend>) {
-        self.backends.retain(|(m, _)| *m != model);
-        self.backends.push((model, backend));
+        self.backends.insert(model, backend);
     }
     fn get(&self, model: &str) -> Option<Arc<dyn ChatBackend>> {
-        self.backends
-            .iter()
-            .find(|(m, _)| m == model)
-            .map(|(_, b)| b.clone())
+        self.backends.get(model).cloned()
     }
 }
 
@@ -110,8 +108,9 @@ fn role_backend(
         .parse()
         .map_err(|e: dojo_world::route::ParseModeError| format!("{role}: {e}"))?;
     match spec {
-        WorldModelSpec::Embedded(m) => {
-            let m = m.unwrap_or_else(|| "default".into());
+        WorldModelSpec::Embedded(_) => {
+            // Always `Some` for an embedded spec.
+            let m = spec.engine_model().unwrap_or_default();
             let backend = embedded.get(&m).ok_or_else(|| {
                 format!(
                     "{role}: the embedded world model {m} is not loaded (dojo-cli loads the models a policy names when built with the `engine` feature)"

@@ -123,6 +123,17 @@ impl FromStr for WorldModelSpec {
     }
 }
 
+impl WorldModelSpec {
+    /// The model the embedded engine loads for this spec: `default` (the bundled one) or the
+    /// path `embedded:DIR` names; `None` for a served model.
+    pub fn engine_model(&self) -> Option<String> {
+        match self {
+            WorldModelSpec::Embedded(m) => Some(m.clone().unwrap_or_else(|| "default".into())),
+            WorldModelSpec::Openai(_) => None,
+        }
+    }
+}
+
 impl fmt::Display for WorldModelSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -216,12 +227,10 @@ impl WorldPolicy {
         }
         let mut models = Vec::new();
         for role in [Role::Swt, Role::Swr] {
-            let Some(Ok(WorldModelSpec::Embedded(m))) = self.role_model(role).map(str::parse)
-            else {
+            let Some(Ok(spec)) = self.role_model(role).map(str::parse::<WorldModelSpec>) else {
                 continue;
             };
-            let m = m.unwrap_or_else(|| "default".into());
-            if !models.contains(&m) {
+            if let Some(m) = spec.engine_model().filter(|m| !models.contains(m)) {
                 models.push(m);
             }
         }
