@@ -17,10 +17,7 @@ use dojo_sandbox::{
 #[tokio::test]
 async fn pip_build_with_pre_install_keeps_the_files_it_wrote_into_the_tree() {
     skip_unless_ns!();
-    if !common::ensure_uv() {
-        eprintln!("SKIPPED: uv not found (DOJO_UV / DOJO_PYTOOLS / PATH)");
-        return;
-    }
+    skip_unless_uv!();
     let src = common::tree(&[
         (
             "setup.py",

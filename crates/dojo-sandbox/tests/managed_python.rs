@@ -10,10 +10,7 @@ use dojo_sandbox::EnvSpec;
 #[test]
 fn host_interpreter_or_a_named_error_when_no_managed_one_is_reachable() {
     common::home();
-    if !common::ensure_uv() {
-        eprintln!("SKIPPED: uv not found (DOJO_UV / DOJO_PYTOOLS / PATH)");
-        return;
-    }
+    skip_unless_uv!();
     let spec = |v: &str| EnvSpec {
         python: v.into(),
         ..Default::default()

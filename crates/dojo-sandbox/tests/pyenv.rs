@@ -10,10 +10,7 @@ use dojo_sandbox::{
 #[tokio::test]
 async fn editable_install_imports_each_rollouts_own_copy() {
     skip_unless_ns!();
-    if !common::ensure_uv() {
-        eprintln!("SKIPPED: uv not found (DOJO_UV / DOJO_PYTOOLS / PATH)");
-        return;
-    }
+    skip_unless_uv!();
     let src = common::tree(&[
         (
             "pyproject.toml",
@@ -80,10 +77,7 @@ async fn editable_install_imports_each_rollouts_own_copy() {
 #[tokio::test]
 async fn pip_editables_are_a_path_entry_as_the_harness_had() {
     skip_unless_ns!();
-    if !common::ensure_uv() {
-        eprintln!("SKIPPED: uv not found (DOJO_UV / DOJO_PYTOOLS / PATH)");
-        return;
-    }
+    skip_unless_uv!();
     for (name, requires) in [
         ("flatpkg", "setuptools>=64"),
         ("oldpkg", "setuptools~=62.6"),
@@ -171,10 +165,7 @@ async fn missing_python_and_uv_are_named_errors() {
 #[tokio::test]
 async fn env_build_sees_only_the_minimal_root() {
     skip_unless_ns!();
-    if !common::ensure_uv() {
-        eprintln!("SKIPPED: uv not found (DOJO_UV / DOJO_PYTOOLS / PATH)");
-        return;
-    }
+    skip_unless_uv!();
     // Host things a hostile build would look for: a task file with the gold patch beside the
     // checkout, another task's pristine tree, homes and services.
     let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -241,10 +232,7 @@ async fn env_build_sees_only_the_minimal_root() {
 #[tokio::test]
 async fn pyenv_interpreter_under_a_private_home_runs_in_sandboxes() {
     skip_unless_ns!();
-    if !common::ensure_uv() {
-        eprintln!("SKIPPED: uv not found (DOJO_UV / DOJO_PYTOOLS / PATH)");
-        return;
-    }
+    skip_unless_uv!();
     let Some((version, python)) = ["3.9", "3.10", "3.8", "3.12"].iter().find_map(|v| {
         let system = ["/usr/bin", "/usr/local/bin"]
             .iter()
@@ -300,10 +288,7 @@ async fn pyenv_interpreter_under_a_private_home_runs_in_sandboxes() {
 #[tokio::test]
 async fn exclude_newer_resolves_as_of_that_day() {
     skip_unless_ns!();
-    if !common::ensure_uv() {
-        eprintln!("SKIPPED: uv not found (DOJO_UV / DOJO_PYTOOLS / PATH)");
-        return;
-    }
+    skip_unless_uv!();
     for installer in [
         dojo_sandbox::pyenv::Installer::Uv,
         dojo_sandbox::pyenv::Installer::Pip,

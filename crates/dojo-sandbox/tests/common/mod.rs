@@ -45,6 +45,17 @@ macro_rules! skip_unless_ns {
     };
 }
 
+/// Skip the test (with the reason on stderr) when no uv can be found ([`ensure_uv`]).
+#[macro_export]
+macro_rules! skip_unless_uv {
+    () => {
+        if !common::ensure_uv() {
+            eprintln!("SKIPPED: uv not found (DOJO_UV / DOJO_PYTOOLS / PATH)");
+            return;
+        }
+    };
+}
+
 /// A directory with the given files (relative path, contents).
 pub fn tree(files: &[(&str, &str)]) -> PathBuf {
     let d = tempfile::tempdir().unwrap().keep();
