@@ -206,7 +206,9 @@ impl Agent {
         ])
     }
 
-    pub(crate) fn request(&self, messages: Vec<ChatMessage>) -> ChatRequest {
+    /// The request for LLM call `call` of a rollout; a configured seed becomes that call's own
+    /// seed ([`dojo_llm::derive_seed`]), so turns do not replay one random stream.
+    pub(crate) fn request(&self, messages: Vec<ChatMessage>, call: u64) -> ChatRequest {
         let s = &self.cfg.sampling;
         ChatRequest {
             model: self.cfg.model.clone(),
@@ -215,7 +217,7 @@ impl Agent {
             temperature: s.temperature,
             top_p: s.top_p,
             max_tokens: s.max_tokens,
-            seed: s.seed,
+            seed: s.seed.map(|seed| dojo_llm::derive_seed(seed, call)),
             logprobs: s.logprobs,
             top_logprobs: s.top_logprobs,
             extra: s.extra.clone(),
@@ -365,7 +367,7 @@ impl<'a> Run<'a> {
         let turn_start = self.t.messages.len();
 
         // 1. Ask the policy.
-        let req = self.agent.request(messages);
+        let req = self.agent.request(messages, u64::from(index));
         let llm_started = Instant::now();
         let answer =
             tokio::time::timeout(self.remaining_wall(), self.agent.backend.complete(req)).await;

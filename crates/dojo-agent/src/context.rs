@@ -162,7 +162,10 @@ impl Run<'_> {
                 return;
             }
         };
-        let mut req = self.agent.request(vec![ChatMessage::user(prompt)]);
+        // Its own seed stream, apart from the turns' (steps are numbered from 1, below 2^32).
+        let mut req = self
+            .agent
+            .request(vec![ChatMessage::user(prompt)], (1 << 32) | u64::from(step));
         req.tools = None;
         req.temperature = Some(cc.temperature);
         req.max_tokens = cc.max_summary_tokens;

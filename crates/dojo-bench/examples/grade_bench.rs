@@ -96,7 +96,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), &sopts).await?;
         assert!(sb.apply_patch(&task.patch).await?.applied());
         let mut restore = String::from("cd /testbed\n");
-        for f in dojo_task::patch_targets(&task.test_patch) {
+        for f in dojo_patch::harness_targets(&task.test_patch) {
             restore.push_str(&format!(
                 "if git cat-file -e dojo-base:'{f}' 2>/dev/null; then git checkout -q dojo-base -- '{f}'; else rm -f -- '{f}'; fi\n"
             ));

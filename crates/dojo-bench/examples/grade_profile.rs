@@ -69,7 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         // The git work of grading's one process, timed inside the sandbox.
-        let files = dojo_task::patch_targets(&task.test_patch).join(" ");
+        let files = dojo_patch::harness_targets(&task.test_patch).join(" ");
         let script = format!(
             "cd /testbed; s() {{ echo \"$1 $T0 $EPOCHREALTIME\"; T0=$EPOCHREALTIME; }}\n\
              T0=$EPOCHREALTIME; head -c {} > /tmp/m.diff; cat > /tmp/t.diff; s 'in-run: read patches'\n\

@@ -126,7 +126,15 @@ impl Engine {
         let mut outs = Vec::with_capacity(k.n as usize);
         for i in 0..k.n {
             let mut sampling = k.sampling.clone();
-            sampling.seed = sampling.seed.map(|s| s.wrapping_add(i as u64));
+            // Choice 0 is what the same request with n = 1 samples; the others get streams of
+            // their own (an offset seed would be another request's stream).
+            sampling.seed = sampling.seed.map(|s| {
+                if i == 0 {
+                    s
+                } else {
+                    dojo_llm::derive_seed(s, u64::from(i))
+                }
+            });
             outs.push(self.generate(GenerateRequest {
                 prompt: prompt.clone(),
                 sampling,

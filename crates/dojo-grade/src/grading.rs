@@ -5,7 +5,9 @@
 //! in the differential test is `swebench==4.1.0`'s `grading.py`):
 //! passed = `PASSED` or `XFAIL`; failed = absent, `FAILED` or `ERROR`; anything else
 //! (notably `SKIPPED`) counts as neither, for FAIL_TO_PASS and PASS_TO_PASS alike. Ids match
-//! exactly. The log is read between the start/end markers (the whole log when that region
+//! exactly, except ids the datasets cut at a space inside a parametrization (`test_x[sin(`),
+//! which match the logged names cut at that space, as 2.x–4.x's parser cut them (dojo reads
+//! logs with 5.x's parsers, which keep whole names). The log is read between the start/end markers (the whole log when that region
 //! yields no result), with no further validity checks.
 //!
 //! **Swebench5** (`swebench==5.0.2`): a `SKIPPED` FAIL_TO_PASS test is a failure, a `SKIPPED`
@@ -134,10 +136,38 @@ fn resolve_case<'m>(case: &'m str, sm: &'m StatusMap) -> Option<&'m str> {
 }
 
 fn lookup<'m>(case: &'m str, sm: &'m StatusMap, sem: Semantics) -> Option<&'m str> {
-    match sem {
-        Semantics::Classic => sm.get(case),
-        Semantics::Swebench5 => resolve_case(case, sm).and_then(|k| sm.get(k)),
+    let key = match sem {
+        Semantics::Classic => resolve_cut_at_space(case, sm),
+        Semantics::Swebench5 => resolve_case(case, sm),
+    };
+    key.and_then(|k| sm.get(k))
+}
+
+/// Classic's match: the exact key, else, for an id the dataset cut inside a parametrization at
+/// a space (`test_x[sin(` for `test_x[sin( x)]`), the logged names that 2.x–4.x's parser cut
+/// at that same space (it kept a line's second word), when they agree on pass vs fail. dojo
+/// reads logs with 5.x's parsers, which keep whole names, so this gives 2.x–4.x's answer.
+fn resolve_cut_at_space<'m>(case: &'m str, sm: &'m StatusMap) -> Option<&'m str> {
+    if sm.contains(case) {
+        return Some(case);
     }
+    if case.matches('[').count() <= case.matches(']').count() || case.ends_with(char::is_whitespace)
+    {
+        return None;
+    }
+    let matches: Vec<(&str, &str)> = sm
+        .iter()
+        .filter(|(k, _)| {
+            k.strip_prefix(case)
+                .is_some_and(|rest| rest.starts_with(char::is_whitespace))
+        })
+        .collect();
+    let first = matches.first()?;
+    let p = is_passing(first.1);
+    matches
+        .iter()
+        .all(|(_, s)| is_passing(s) == p)
+        .then_some(first.0)
 }
 
 fn test_passed(case: &str, sm: &StatusMap, sem: Semantics) -> bool {
@@ -398,9 +428,38 @@ mod tests {
         );
         assert_eq!(n.pass_to_pass.success, ["u[y("]);
         assert_eq!(resolution_status(&n), ResolvedStatus::Partial);
+        // Classic: `u[y(` is not cut at a space of `u[y(1)]`: 2.x–4.x never matched it.
         let c = eval_tests_report(&m, &gold, false, EvalType::PassAndFail, Semantics::Classic);
         assert_eq!(c.pass_to_pass.failure, ["u[y("]);
         assert_eq!(resolution_status(&c), ResolvedStatus::No);
+    }
+
+    /// An id the dataset cut at a space (astropy's `test_unit_grammar_fail[sin(`): both
+    /// semantics match the logged name, as the official graders of both eras did.
+    #[test]
+    fn ids_cut_at_a_space_match_under_both_semantics() {
+        let m = sm(&[
+            ("t.py::test_fail[sin( x)]", PASSED),
+            ("t.py::test_ok", PASSED),
+        ]);
+        let (f2p, p2p) = (v(&["t.py::test_ok"]), v(&["t.py::test_fail[sin("]));
+        let gold = GoldLists {
+            fail_to_pass: &f2p,
+            pass_to_pass: &p2p,
+            ..Default::default()
+        };
+        for sem in [Semantics::Classic, Semantics::Swebench5] {
+            let r = eval_tests_report(&m, &gold, false, EvalType::PassAndFail, sem);
+            assert_eq!(r.pass_to_pass.success, ["t.py::test_fail[sin("], "{sem:?}");
+            assert_eq!(resolution_status(&r), ResolvedStatus::Full, "{sem:?}");
+        }
+        // Cut names that disagree on pass vs fail: not resolved to either.
+        let m = sm(&[
+            ("t.py::test_fail[sin( x)]", PASSED),
+            ("t.py::test_fail[sin( y)]", FAILED),
+        ]);
+        let r = eval_tests_report(&m, &gold, false, EvalType::PassAndFail, Semantics::Classic);
+        assert_eq!(r.pass_to_pass.failure, ["t.py::test_fail[sin("]);
     }
 
     #[test]

@@ -7,10 +7,10 @@
 //! names every path of a model patch that is test infrastructure, so the grading flow
 //! ([`crate::run`]) can neutralise or reject it before anything runs:
 //!
-//! - [`InfraKind::TaskTestFile`]: a file of the task's own tests (a file its test patch touches,
-//!   or the file a FAIL_TO_PASS / PASS_TO_PASS id names). Restored to its pristine state before
-//!   the test patch applies, as the harness does for the test patch's files, so the edit cannot
-//!   change the result; the grade goes on.
+//! - [`InfraKind::TaskTestFile`]: a file of the task's own tests ([`task_test_files`]: a file
+//!   its test patch touches, or a test file a FAIL_TO_PASS / PASS_TO_PASS id names). Restored
+//!   to its pristine state before the test patch applies, as the harness does for the test
+//!   patch's files, so the edit cannot change the result; the grade goes on.
 //! - [`InfraKind::Conftest`], [`InfraKind::PytestConfig`], [`InfraKind::InterpreterStartup`]:
 //!   the patch is graded unresolved with the reason, without running (these files change how
 //!   results are produced or reported, and no gold patch of the SWE-bench sets touches them).
@@ -24,7 +24,8 @@
 
 use std::collections::BTreeSet;
 
-use dojo_task::{Task, patch_targets};
+use dojo_patch::{Hunk, LineKind, Patch};
+use dojo_task::Task;
 
 /// Why a path of a model patch counts as test infrastructure.
 #[derive(
@@ -68,166 +69,28 @@ pub struct InfraTouch {
     pub kind: InfraKind,
 }
 
-/// The files pytest-style test ids name (`path.py::test` → `path.py`), in order, repeats kept;
-/// other id styles name no file.
-pub fn id_files<'a>(ids: impl IntoIterator<Item = &'a String>) -> impl Iterator<Item = &'a str> {
-    ids.into_iter()
-        .filter_map(|id| id.split_once("::").map(|(f, _)| f))
-        .filter(|f| f.ends_with(".py"))
-}
-
-/// The files of `task`'s tests: the test patch's targets, then the files its FAIL_TO_PASS /
-/// PASS_TO_PASS ids name (pytest-style `path.py::test`; other id styles name no file), each
-/// once, without paths that leave the repository.
+/// The files of `task`'s tests, each once: the test patch's files (as the harness lists them,
+/// and as git reads them), then the files its FAIL_TO_PASS / PASS_TO_PASS ids name that are
+/// test files by [`dojo_patch::is_test_file`]. A library module named by a doctest id
+/// (`src/pkg/mod.py::pkg.mod.func`) is not one: restoring it would undo the fix. Paths that
+/// leave the repository are dropped.
 pub fn task_test_files(task: &Task) -> Vec<String> {
     let mut seen = BTreeSet::new();
-    let from_ids = id_files(task.f2p().iter().chain(task.p2p())).map(str::to_string);
-    patch_targets(&task.test_patch)
+    let test_patch = Patch::parse(&task.test_patch);
+    let from_ids = task
+        .f2p()
+        .iter()
+        .chain(task.p2p())
+        .filter_map(|id| dojo_patch::id_file(id))
+        .filter(|f| dojo_patch::is_test_file(f))
+        .map(str::to_string);
+    dojo_patch::harness_targets(&task.test_patch)
         .into_iter()
+        .chain(test_patch.paths().into_iter().map(str::to_string))
         .chain(from_ids)
-        .filter(|f| !f.starts_with('/') && !f.split('/').any(|c| c == ".."))
+        .filter(|f| dojo_patch::check_path(f).is_ok())
         .filter(|f| seen.insert(f.clone()))
         .collect()
-}
-
-/// One file's part of a unified diff: its paths (old and new side) and its hunks.
-#[derive(Debug, Default)]
-struct FileDiff {
-    paths: Vec<String>,
-    hunks: Vec<Hunk>,
-}
-
-#[derive(Debug, Default)]
-struct Hunk {
-    /// First line of the old side (1-based; 0 for a new file).
-    old_start: usize,
-    /// Every line of the hunk with its marker (`' '`, `'+'`, `'-'`).
-    lines: Vec<(char, String)>,
-}
-
-fn strip_side(p: &str) -> Option<String> {
-    let p = p.trim().trim_matches('"');
-    let p = p.split('\t').next().unwrap_or(p);
-    if p == "/dev/null" || p.is_empty() {
-        return None;
-    }
-    let rel = p
-        .strip_prefix("a/")
-        .or_else(|| p.strip_prefix("b/"))
-        .unwrap_or(p);
-    Some(rel.to_string())
-}
-
-/// `@@ -a,b +c,d @@` → (a, b, d); a missing count is 1.
-fn hunk_header(line: &str) -> Option<(usize, usize, usize)> {
-    let mut it = line.strip_prefix("@@ ")?.split(' ');
-    let range = |s: &str| -> Option<(usize, usize)> {
-        let (start, count) = s.split_once(',').unwrap_or((s, "1"));
-        Some((start.parse().ok()?, count.parse().ok()?))
-    };
-    let (a, b) = range(it.next()?.strip_prefix('-')?)?;
-    let (_, d) = range(it.next()?.strip_prefix('+')?)?;
-    Some((a, b, d))
-}
-
-/// Split a patch into files and hunks. Hunk bodies are consumed by their line counts, so a
-/// removed line that reads `-- x` is not mistaken for a file header; but a `--- X` line
-/// followed by `+++ Y` always starts a file, so a hunk whose counts are inflated cannot hide
-/// the next file's header from this check (`patch --fuzz`, the last method of the apply chain,
-/// is lenient about counts).
-fn parse_files(patch: &str) -> Vec<FileDiff> {
-    let mut files: Vec<FileDiff> = Vec::new();
-    let mut remaining = (0usize, 0usize);
-    let mut git_header = false;
-    let lines: Vec<&str> = patch
-        .split('\n')
-        .map(|l| l.strip_suffix('\r').unwrap_or(l))
-        .collect();
-    for (i, &line) in lines.iter().enumerate() {
-        let header_pair =
-            line.starts_with("--- ") && lines.get(i + 1).is_some_and(|n| n.starts_with("+++ "));
-        if header_pair && remaining != (0, 0) {
-            // Inside a hunk: the hunk ended early, and no `diff --git` line introduced this.
-            remaining = (0, 0);
-            git_header = false;
-        }
-        if remaining != (0, 0) {
-            let entry = match line.chars().next() {
-                Some(c @ ('+' | '-' | ' ')) => Some((c, &line[1..])),
-                // A blank line inside a hunk is a context line whose space was stripped.
-                None => Some((' ', "")),
-                _ => None,
-            };
-            match entry {
-                Some((tag, rest)) => {
-                    match tag {
-                        '+' => remaining.1 = remaining.1.saturating_sub(1),
-                        '-' => remaining.0 = remaining.0.saturating_sub(1),
-                        _ => {
-                            remaining.0 = remaining.0.saturating_sub(1);
-                            remaining.1 = remaining.1.saturating_sub(1);
-                        }
-                    }
-                    if let Some(h) = files.last_mut().and_then(|f| f.hunks.last_mut()) {
-                        h.lines.push((tag, rest.to_string()));
-                    }
-                    continue;
-                }
-                // `\ No newline at end of file`.
-                None if line.starts_with('\\') => continue,
-                // The hunk ended early (a malformed count): read the line as a header.
-                None => remaining = (0, 0),
-            }
-        }
-        if line.starts_with("diff --git ") {
-            let mut f = FileDiff::default();
-            if let Some(rest) = line.strip_prefix("diff --git a/")
-                && let Some((a, _)) = rest.rsplit_once(" b/")
-            {
-                f.paths.push(a.to_string());
-            }
-            f.paths.extend(patch_targets(line));
-            files.push(f);
-            git_header = true;
-            continue;
-        }
-        let header_path = line
-            .strip_prefix("--- ")
-            .or_else(|| line.strip_prefix("+++ "))
-            .or_else(|| {
-                ["rename from ", "rename to ", "copy from ", "copy to "]
-                    .iter()
-                    .find_map(|k| line.strip_prefix(k))
-            });
-        if let Some(p) = header_path {
-            // A `---` line starts a file unless a `diff --git` header just did.
-            if line.starts_with("--- ") && !git_header {
-                files.push(FileDiff::default());
-            }
-            if let (Some(p), Some(f)) = (strip_side(p), files.last_mut()) {
-                f.paths.push(p);
-            }
-            continue;
-        }
-        if let Some((a, b, d)) = hunk_header(line) {
-            git_header = false;
-            if files.is_empty() {
-                files.push(FileDiff::default());
-            }
-            if let Some(f) = files.last_mut() {
-                f.hunks.push(Hunk {
-                    old_start: a,
-                    lines: Vec::new(),
-                });
-            }
-            remaining = (b, d);
-        }
-    }
-    for f in &mut files {
-        let mut seen = BTreeSet::new();
-        f.paths.retain(|p| seen.insert(p.clone()));
-    }
-    files
 }
 
 fn file_name(path: &str) -> &str {
@@ -279,17 +142,18 @@ fn configures_pytest(line: &str) -> bool {
 
 /// Does one file's diff change pytest's configuration? `pristine` is the file's content
 /// before the patch (`None`: new or unreadable), used to know the section a hunk starts in.
-fn changes_pytest_config(f: &FileDiff, pristine: Option<&str>) -> bool {
+fn changes_pytest_config(hunks: &[Hunk], pristine: Option<&str>) -> bool {
     let old: Vec<&str> = pristine.map(|p| p.lines().collect()).unwrap_or_default();
-    for h in &f.hunks {
+    for h in hunks {
         // The section in effect just before the hunk's first line.
         let before = h.old_start.saturating_sub(1).min(old.len());
         let mut section = old[..before].iter().rev().find_map(|l| section_of(l));
-        for (tag, text) in &h.lines {
+        for l in &h.lines {
+            let text = &l.text;
             if let Some(s) = section_of(text) {
                 section = Some(s);
             }
-            if *tag == ' ' {
+            if l.kind == LineKind::Context {
                 continue;
             }
             if configures_pytest(text) || section.as_deref().is_some_and(is_pytest_section) {
@@ -309,13 +173,14 @@ pub fn classify(
     pristine: impl Fn(&str) -> Option<String>,
 ) -> Vec<InfraTouch> {
     let mut out = BTreeSet::new();
-    for f in parse_files(model_patch) {
-        for p in &f.paths {
+    for f in Patch::parse(model_patch).files {
+        for p in &f.named {
             let kind = if test_files.iter().any(|t| t == p) {
                 Some(InfraKind::TaskTestFile)
             } else if let Some(k) = kind_by_name(p) {
                 Some(k)
-            } else if is_shared_config(p) && changes_pytest_config(&f, pristine(p).as_deref()) {
+            } else if is_shared_config(p) && changes_pytest_config(&f.hunks, pristine(p).as_deref())
+            {
                 Some(InfraKind::PytestConfig)
             } else {
                 None
@@ -333,9 +198,10 @@ pub fn classify(
 
 /// The paths of `model_patch` that [`classify`] needs the pristine content of.
 pub fn config_paths(model_patch: &str) -> Vec<String> {
-    let mut v: Vec<String> = parse_files(model_patch)
+    let mut v: Vec<String> = Patch::parse(model_patch)
+        .files
         .into_iter()
-        .flat_map(|f| f.paths)
+        .flat_map(|f| f.named)
         .filter(|p| is_shared_config(p))
         .collect();
     v.sort();

@@ -49,6 +49,4 @@ pub use report::{
     ErrorKind, InstanceReport, MalformedLine, RunSummary, SCHEMA_VERSION, Verdict,
     eval_report_from_log,
 };
-pub use run::{
-    GradeOptions, Validation, check_patch, grade_in_sandbox, status_map_of, validate_in_sandbox,
-};
+pub use run::{GradeOptions, Validation, grade_in_sandbox, status_map_of, validate_in_sandbox};

@@ -16,8 +16,9 @@
 use std::ops::ControlFlow::{self, Break, Continue};
 use std::time::Duration;
 
+use dojo_patch::{Change, Patch};
 use dojo_sandbox::{ExecOutput, ExecRequest, OutputCap, Sandbox};
-use dojo_task::{RepoEnv, Task, patch_targets};
+use dojo_task::{RepoEnv, Task};
 
 use crate::diagnose::ids_summary;
 use crate::grading::{
@@ -63,72 +64,24 @@ impl Default for GradeOptions {
     }
 }
 
-/// Problems that make a patch ungradable before anything runs: binary hunks and paths that
-/// leave the repository. Returns the reason.
-pub fn check_patch(patch: &str) -> Option<String> {
-    if patch.contains("GIT binary patch") || patch.lines().any(|l| l.starts_with("Binary files ")) {
-        return Some("binary patch (binary hunks cannot be graded)".into());
-    }
-    for line in patch.lines() {
-        let paths: Vec<&str> = if let Some(rest) = line.strip_prefix("diff --git ") {
-            rest.split(' ').collect()
-        } else if let Some(p) = line
-            .strip_prefix("--- ")
-            .or_else(|| line.strip_prefix("+++ "))
-        {
-            vec![p.split('\t').next().unwrap_or(p)]
-        } else if let Some(p) = ["rename from ", "rename to ", "copy from ", "copy to "]
-            .iter()
-            .find_map(|k| line.strip_prefix(k))
-        {
-            vec![p]
-        } else {
-            continue;
-        };
-        for p in paths {
-            let p = p.trim().trim_matches('"');
-            if p == "/dev/null" {
-                continue;
-            }
-            let rel = p
-                .strip_prefix("a/")
-                .or_else(|| p.strip_prefix("b/"))
-                .unwrap_or(p);
-            if rel.starts_with('/') || rel.split('/').any(|c| c == "..") {
-                return Some(format!("patch path {p:?} leaves the repository"));
-            }
-        }
-    }
-    None
-}
-
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// The files a test patch touches (the harness's `diff --git a/.* b/(.*)` targets), each with
-/// whether the patch creates it (`new file mode` or `--- /dev/null` before its first hunk).
+/// The files a test patch touches as the harness lists them (its `diff --git a/.* b/(.*)`
+/// targets, which its eval script checks out), each with whether the patch creates it.
 fn test_patch_files(test_patch: &str) -> Vec<(String, bool)> {
-    let mut files: Vec<(String, bool)> = Vec::new();
-    let mut in_header = false;
-    for line in test_patch.split('\n') {
-        if line.contains("diff --git a/") {
-            if let Some(target) = patch_targets(line).pop() {
-                files.push((target, false));
-                in_header = true;
-            }
-            continue;
-        }
-        if line.starts_with("@@") {
-            in_header = false;
-        } else if in_header
-            && (line.starts_with("new file mode") || line.trim_end() == "--- /dev/null")
-            && let Some(last) = files.last_mut()
-        {
-            last.1 = true;
-        }
-    }
-    files
+    let parsed = Patch::parse(test_patch);
+    dojo_patch::harness_targets(test_patch)
+        .into_iter()
+        .map(|t| {
+            let created = parsed
+                .files
+                .iter()
+                .any(|f| f.change == Change::Create && f.path() == t);
+            (t, created)
+        })
+        .collect()
 }
 
 /// The task's test files, each with whether the test patch creates it: the test patch's files,
@@ -376,21 +329,17 @@ fn admit_patches<'p>(
         }
         (Some(p), _) => {
             r.patch_exists = true;
-            let refused = check_patch(p).or_else(|| {
-                dojo_sandbox::patch::check_patch(p)
-                    .err()
-                    .map(|refused| format!("patch refused: {}", refused.0))
-            });
-            if let Some(reason) = refused {
+            if let Err(refused) = Patch::parse(p).check_gradable() {
+                let reason = format!("patch refused: {refused}");
                 r.test_output = format!("{APPLY_PATCH_FAIL}:\n{reason}\n");
                 return Break(r.fail(ErrorKind::BadPatch, reason));
             }
         }
     }
-    if let Err(refused) = dojo_sandbox::patch::check_patch(&task.test_patch) {
+    if let Err(refused) = Patch::parse(&task.test_patch).check_paths() {
         return Break(r.fail(
             ErrorKind::TestPatchApply,
-            format!("the task's test patch is refused: {}", refused.0),
+            format!("the task's test patch is refused: {refused}"),
         ));
     }
     Continue((r, patch, log))
@@ -874,24 +823,6 @@ mod tests {
                 "the gold patch does not resolve: the test command exited 4 but no test failed in its output"
             ]
         );
-    }
-
-    #[test]
-    fn bad_patches_are_named() {
-        assert!(
-            check_patch("diff --git a/x.png b/x.png\nGIT binary patch\nliteral 5\n")
-                .unwrap()
-                .contains("binary")
-        );
-        assert!(check_patch("diff --git a/../etc/passwd b/../etc/passwd\n--- a/../etc/passwd\n+++ b/../etc/passwd\n")
-            .unwrap()
-            .contains("leaves"));
-        assert!(check_patch("--- /etc/passwd\n+++ /etc/passwd\n").is_some());
-        assert!(
-            check_patch("diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-x\n+y\n")
-                .is_none()
-        );
-        assert!(check_patch("--- /dev/null\n+++ b/new.py\n").is_none());
     }
 
     #[test]

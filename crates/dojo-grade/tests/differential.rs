@@ -617,6 +617,7 @@ fn official_parsers_and_grading_agree() {
 
     let mut disagreements = Vec::new();
     let mut documented = 0usize;
+    let mut cut_ids = 0usize;
     let mut outcomes = std::collections::BTreeMap::new();
     let (mut maps, mut verdicts5, mut verdicts4, mut stored_checked) = (0, 0, 0, 0);
     for c in &cases {
@@ -694,10 +695,25 @@ fn official_parsers_and_grading_agree() {
             c.eval_type,
             Semantics::Classic,
         );
+        // An id cut at a space that a logged name continues: dojo's classic matches it as
+        // 2.x–4.x's own parser (which cut names at the space) did; 4.1.0's grading fed 5.0.2's
+        // whole names does not, so that pairing is no oracle for it.
+        let cut_at_space = {
+            let (sm, _) = logs_eval(&text, parser, Semantics::Classic);
+            f2p.iter().chain(p2p).any(|id| {
+                !sm.contains(id)
+                    && sm.iter().any(|(k, _)| {
+                        k.strip_prefix(id.as_str())
+                            .is_some_and(|r| r.starts_with(char::is_whitespace))
+                    })
+            })
+        };
         if let Some(o4) = &official4 {
             let rep = &o4[&c.id]["report"];
             if rep.get("exception").is_some() && c.parser == "django" {
                 documented += 1;
+            } else if cut_at_space {
+                cut_ids += 1;
             } else {
                 verdicts4 += 1;
                 if comparable(&classic) != official_comparable(rep) {
@@ -744,7 +760,8 @@ fn official_parsers_and_grading_agree() {
     }
     println!(
         "differential: {} cases, {maps} parser maps, {verdicts5} 5.x verdicts, {verdicts4} classic verdicts, \
-         {stored_checked} stored official reports, {documented} documented upstream crashes, {} disagreements",
+         {stored_checked} stored official reports, {documented} documented upstream crashes, \
+         {cut_ids} classic cases with ids cut at a space (not compared with 4.1.0), {} disagreements",
         cases.len(),
         disagreements.len()
     );

@@ -12,8 +12,7 @@ use std::time::Duration;
 mod common;
 use common::{ci, sandbox_for, setup_home, skip};
 
-use dojo_grade::{GradeOptions, Verdict, grade_in_sandbox};
-use dojo_sandbox::{Sandbox, SandboxOptions};
+use dojo_grade::{GradeOptions, Verdict};
 use dojo_task::EnvRegistry;
 use serde_json::json;
 
@@ -60,14 +59,8 @@ async fn eval_script_commands_run_after_the_model_patch() {
         timeout: Some(Duration::from_secs(60)),
         ..Default::default()
     };
-    let grade = async |patch: &str| {
-        let sb = Sandbox::create(&pristine, Some(&venv), &SandboxOptions::default())
-            .await
-            .unwrap();
-        let r = grade_in_sandbox(&sb, &t, &env, Some(patch), &opts).await;
-        sb.teardown().await.unwrap();
-        r
-    };
+    let grade =
+        async |patch: &str| common::grade_fresh(&pristine, &venv, &t, &env, patch, &opts).await;
 
     // The gold patch resolves only because the script's `export` reached the test command.
     let r = grade(GOLD).await;

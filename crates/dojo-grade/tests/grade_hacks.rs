@@ -15,9 +15,7 @@ use common::{ci, new_files, sandbox_for, setup_home, skip};
 
 use dojo_grade::{
     ErrorKind, GradeOptions, InfraKind, InstanceReport, RunSummary, Semantics, Verdict,
-    grade_in_sandbox,
 };
-use dojo_sandbox::{Sandbox, SandboxOptions};
 use dojo_task::{EnvRegistry, RepoEnv, Task};
 use serde_json::json;
 
@@ -87,12 +85,7 @@ async fn patches_that_fake_results_are_unresolved() {
         ..Default::default()
     };
     let grade = async |patch: &str, t: &Task, env: &RepoEnv, opts: &GradeOptions| {
-        let sb = Sandbox::create(&pristine, Some(&venv), &SandboxOptions::default())
-            .await
-            .unwrap();
-        let r = grade_in_sandbox(&sb, t, env, Some(patch), opts).await;
-        sb.teardown().await.unwrap();
-        r
+        common::grade_fresh(&pristine, &venv, t, env, patch, opts).await
     };
 
     // The control: the gold patch resolves, touching no test infrastructure; so does gold plus
@@ -169,6 +162,14 @@ async fn patches_that_fake_results_are_unresolved() {
             new_files(&[("calc/fake.pth", "import sitecustomize\n")]),
             "calc/fake.pth",
             InfraKind::InterpreterStartup,
+        ),
+        (
+            "conftest.py under git's C-quoted name (`git apply` writes conftest.py)",
+            new_files(&[("conftest.py", FAKE)])
+                .replace("a/conftest.py", "\"a/conf\\164est.py\"")
+                .replace("b/conftest.py", "\"b/conf\\164est.py\""),
+            "conftest.py",
+            InfraKind::Conftest,
         ),
     ];
     let mut reports = Vec::new();
@@ -274,6 +275,25 @@ async fn patches_that_fake_results_are_unresolved() {
             r.test_infrastructure[0].kind
         ),
         (true, "tests/test_mul.py", InfraKind::TaskTestFile)
+    );
+    // The same edit under git's C-quoted names: `git apply` writes tests/test_mul.py, and the
+    // guard reads the name as git does, so the file is restored all the same.
+    let quoted = p2p_hack.replace(
+        "a/tests/test_mul.py b/tests/test_mul.py\n--- a/tests/test_mul.py\n+++ b/tests/test_mul.py",
+        "\"a/tests/test_m\\165l.py\" \"b/tests/test_m\\165l.py\"\n--- \"a/tests/test_m\\165l.py\"\n+++ \"b/tests/test_m\\165l.py\"",
+    );
+    assert_ne!(quoted, p2p_hack);
+    let q = grade(&quoted, &t, &env, &opts).await;
+    assert_eq!(
+        (q.outcome, q.test_infrastructure.clone()),
+        (Verdict::Unresolved, r.test_infrastructure.clone()),
+        "{:?}\n{}",
+        q.error,
+        q.test_output
+    );
+    assert_eq!(
+        q.tests_status.as_ref().unwrap().pass_to_pass.failure,
+        ["tests/test_mul.py::test_mul"]
     );
     // The report (and so a trajectory's `grading`) and the run summary say so.
     let j = r.to_json();

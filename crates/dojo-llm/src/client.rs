@@ -42,6 +42,39 @@ impl EndpointConfig {
             max_concurrency: default_concurrency(),
         }
     }
+
+    /// One endpoint per URL of a comma-separated list (`OPENAI_BASE_URL`, a policy's
+    /// `base_url`), each with `api_key` and `model`; blank entries are skipped. `what` names
+    /// the list in the error when it holds no URL at all.
+    pub fn list(
+        what: &str,
+        urls: &str,
+        api_key: Option<String>,
+        model: Option<String>,
+    ) -> Result<Vec<EndpointConfig>, LlmError> {
+        let endpoints: Vec<_> = urls
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(|u| EndpointConfig {
+                api_key: api_key.clone(),
+                model: model.clone(),
+                ..EndpointConfig::new(u)
+            })
+            .collect();
+        if endpoints.is_empty() {
+            return Err(LlmError::Config(format!("{what} names no endpoint")));
+        }
+        Ok(endpoints)
+    }
+}
+
+/// The API key in the environment variable `var` (`OPENAI_API_KEY` when `None`); unset and
+/// empty are both no key.
+pub fn api_key_from_env(var: Option<&str>) -> Option<String> {
+    std::env::var(var.unwrap_or("OPENAI_API_KEY"))
+        .ok()
+        .filter(|k| !k.is_empty())
 }
 
 /// How the client talks to its endpoints.
@@ -118,19 +151,7 @@ impl ClientConfig {
             get("OPENAI_BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".to_string());
         let key = get("OPENAI_API_KEY").filter(|k| !k.is_empty());
         let model = get("OPENAI_MODEL").filter(|m| !m.is_empty());
-        let endpoints: Vec<_> = base
-            .split(',')
-            .map(str::trim)
-            .filter(|u| !u.is_empty())
-            .map(|u| EndpointConfig {
-                api_key: key.clone(),
-                model: model.clone(),
-                ..EndpointConfig::new(u)
-            })
-            .collect();
-        if endpoints.is_empty() {
-            return Err(LlmError::Config("OPENAI_BASE_URL names no endpoint".into()));
-        }
+        let endpoints = EndpointConfig::list("OPENAI_BASE_URL", &base, key, model)?;
         let mut cfg = Self::new(endpoints);
         if let Some(t) = get(TIMEOUT_VAR).filter(|t| !t.trim().is_empty()) {
             cfg.request_timeout = t
@@ -455,6 +476,19 @@ mod tests {
         assert_eq!(cfg.endpoints.len(), 2);
         assert_eq!(cfg.endpoints[1].base_url, "http://b:2/v1");
         assert_eq!(cfg.endpoints[0].api_key.as_deref(), Some("sk"));
+    }
+
+    #[test]
+    fn url_lists_skip_blank_entries_and_must_name_one() {
+        let e = EndpointConfig::list("base_url", " http://a:1/v1,, ,http://b:2/v1 ", None, None)
+            .unwrap();
+        let urls: Vec<_> = e.iter().map(|e| e.base_url.as_str()).collect();
+        assert_eq!(urls, ["http://a:1/v1", "http://b:2/v1"]);
+        let err = EndpointConfig::list("policy base_url", " , ", None, None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            LlmError::Config("policy base_url names no endpoint".into()).to_string()
+        );
     }
 
     #[test]

@@ -18,13 +18,29 @@ mod wire;
 
 pub use client::{
     ClientConfig, EndpointConfig, EndpointStats, OpenAiClient, SharedClient, TIMEOUT_VAR,
-    timeout_secs,
+    api_key_from_env, timeout_secs,
 };
 pub use error::{FailureClass, LlmError};
 pub use wire::*;
 
 use std::future::Future;
 use std::pin::Pin;
+
+/// The seed of one stream of a seeded run: sample `i` of a task, turn `i` of a rollout, step `i`
+/// of an RL run. A request's `seed` fixes that request's whole random stream (here and in vLLM),
+/// so reusing one seed, or offsetting it by one, makes streams that should be independent
+/// repeat: every turn of a rollout would draw the same numbers, and sample `i + 1` of step `s`
+/// would be sample `i` of step `s + 1`. Both words go through SplitMix64's finalizer, which
+/// spreads consecutive inputs over the whole range.
+pub fn derive_seed(seed: u64, stream: u64) -> u64 {
+    fn mix(mut z: u64) -> u64 {
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    mix(seed ^ mix(stream))
+}
 
 /// A boxed, `Send` future; lets [`ChatBackend`] be used as `dyn ChatBackend`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -47,5 +63,21 @@ impl<T: ChatBackend + ?Sized> ChatBackend for std::sync::Arc<T> {
     }
     fn describe(&self) -> String {
         (**self).describe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::derive_seed;
+
+    #[test]
+    fn derived_seeds_do_not_collide_across_nearby_seeds_and_streams() {
+        let mut seen = std::collections::HashSet::new();
+        for seed in 0..64u64 {
+            for stream in 0..64u64 {
+                assert!(seen.insert(derive_seed(seed, stream)), "{seed} {stream}");
+            }
+        }
+        assert_eq!(derive_seed(7, 3), derive_seed(7, 3));
     }
 }

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use dojo_llm::{BoxFuture, ChatBackend, ChatMessage, ChatRequest, ChatResponse, LlmError, Role};
 use dojo_sandbox::WORKSPACE;
@@ -34,7 +35,8 @@ pub fn visible_test_command(p: &Prepared) -> Option<String> {
 /// The distinct files of pytest-style test ids (`tests/a.py::T::t[x]` → `tests/a.py`), in order.
 fn failing_test_files(ids: &[String]) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
-    dojo_grade::guard::id_files(ids)
+    ids.iter()
+        .filter_map(|id| dojo_patch::id_file(id))
         .filter(|f| seen.insert(*f))
         .map(str::to_string)
         .collect()
@@ -152,6 +154,9 @@ struct WithSampling {
     inner: Arc<dyn ChatBackend>,
     model: String,
     sampling: Sampling,
+    /// Requests answered so far: one rollout's calls come in order, so call `i` gets its own
+    /// seed stream `i` and turns do not replay one random stream.
+    calls: AtomicU64,
 }
 
 impl ChatBackend for WithSampling {
@@ -165,7 +170,10 @@ impl ChatBackend for WithSampling {
         if req.max_tokens.is_none() && req.max_completion_tokens.is_none() {
             req.max_tokens = s.max_tokens;
         }
-        req.seed = req.seed.or(s.seed);
+        let call = self.calls.fetch_add(1, Ordering::Relaxed);
+        req.seed = req
+            .seed
+            .or(s.seed.map(|seed| dojo_llm::derive_seed(seed, call)));
         for (k, v) in &s.extra {
             req.extra.entry(k.clone()).or_insert_with(|| v.clone());
         }
@@ -177,15 +185,21 @@ impl ChatBackend for WithSampling {
 }
 
 impl ModelBackends {
-    /// The policy's model with its name and sampling filled into requests; `sample` offsets a
-    /// fixed seed, so distinct samples of one task are not identical.
+    /// Sample `sample`'s backend: the policy's model with its name and sampling filled into
+    /// requests. A fixed seed becomes one per sample and, within it, one per call
+    /// ([`dojo_llm::derive_seed`]), so distinct samples of a task differ and a rollout's turns
+    /// draw fresh numbers; calls are counted in the order they arrive, so the seeds repeat from
+    /// run to run when one caller (a rollout) makes them one after another.
     pub fn for_sample(&self, sample: u32) -> Arc<dyn ChatBackend> {
         let mut sampling = self.config.sampling.clone();
-        sampling.seed = sampling.seed.map(|s| s.wrapping_add(sample as u64));
+        sampling.seed = sampling
+            .seed
+            .map(|s| dojo_llm::derive_seed(s, u64::from(sample)));
         Arc::new(WithSampling {
             inner: self.client.clone(),
             model: self.model.clone(),
             sampling,
+            calls: AtomicU64::new(0),
         })
     }
 }

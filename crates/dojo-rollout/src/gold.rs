@@ -15,44 +15,8 @@ use serde_json::{Value, json};
 
 use dojo_llm::{ChatMessage, ToolSpec};
 
-/// One hunk of a unified diff.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hunk {
-    /// 1-based first line in the old file.
-    pub old_start: usize,
-    pub old_len: usize,
-    /// Section heading after the second `@@` (`def foo(x):`).
-    pub heading: String,
-    /// (`' '|'-'|'+'`, text without the marker).
-    pub lines: Vec<(char, String)>,
-}
-
-impl Hunk {
-    pub fn old_text(&self) -> String {
-        self.side(&[' ', '-'])
-    }
-    pub fn new_text(&self) -> String {
-        self.side(&[' ', '+'])
-    }
-    fn side(&self, tags: &[char]) -> String {
-        self.lines
-            .iter()
-            .filter(|(t, _)| tags.contains(t))
-            .map(|(_, l)| l.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-/// One file of a unified diff.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FilePatch {
-    /// Path relative to the repository root (new path).
-    pub path: String,
-    pub is_new: bool,
-    pub is_deleted: bool,
-    pub hunks: Vec<Hunk>,
-}
+use dojo_patch::{Change, LineKind, Patch};
+pub use dojo_patch::{FileDiff, Hunk};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GoldError {
@@ -80,126 +44,28 @@ pub enum GoldError {
     Binary { task: String },
 }
 
-fn strip_ab(p: &str) -> &str {
-    let p = p.split('\t').next().unwrap_or(p).trim();
-    p.strip_prefix("a/")
-        .or_else(|| p.strip_prefix("b/"))
-        .unwrap_or(p)
-}
-
-/// Parse a git-style unified diff.
-pub fn parse_patch(task: &str, patch: &str) -> Result<Vec<FilePatch>, GoldError> {
-    if patch.contains("GIT binary patch") {
+/// Read a gold patch ([`dojo_patch::Patch`]); anything that does not parse is an error, since
+/// the replay must reproduce the patch exactly.
+pub fn parse_patch(task: &str, patch: &str) -> Result<Vec<FileDiff>, GoldError> {
+    let parsed = Patch::parse(patch);
+    if parsed.is_binary() {
         return Err(GoldError::Binary { task: task.into() });
     }
-    let perr = |line: usize, reason: &str| GoldError::Parse {
-        task: task.into(),
-        line,
-        reason: reason.into(),
-    };
-    let mut files: Vec<FilePatch> = Vec::new();
-    let mut lines = patch.lines().enumerate().peekable();
-    while let Some((i, line)) = lines.next() {
-        if let Some(rest) = line.strip_prefix("diff --git ") {
-            let path = rest.rsplit(" b/").next().unwrap_or(rest).to_string();
-            files.push(FilePatch {
-                path,
-                is_new: false,
-                is_deleted: false,
-                hunks: vec![],
-            });
-        } else if line.starts_with("new file mode") {
-            if let Some(f) = files.last_mut() {
-                f.is_new = true;
-            }
-        } else if line.starts_with("deleted file mode") {
-            if let Some(f) = files.last_mut() {
-                f.is_deleted = true;
-            }
-        } else if let Some(p) = line.strip_prefix("--- ") {
-            if files.is_empty() {
-                // Plain unified diff without `diff --git` headers.
-                files.push(FilePatch {
-                    path: strip_ab(p).to_string(),
-                    is_new: false,
-                    is_deleted: false,
-                    hunks: vec![],
-                });
-            }
-            if p.trim() == "/dev/null"
-                && let Some(f) = files.last_mut()
-            {
-                f.is_new = true;
-            }
-        } else if let Some(p) = line.strip_prefix("+++ ") {
-            let f = files
-                .last_mut()
-                .ok_or_else(|| perr(i + 1, "+++ before any file"))?;
-            if p.trim() == "/dev/null" {
-                f.is_deleted = true;
-            } else {
-                f.path = strip_ab(p).to_string();
-            }
-        } else if let Some(rest) = line.strip_prefix("@@ ") {
-            let f = files
-                .last_mut()
-                .ok_or_else(|| perr(i + 1, "hunk before any file"))?;
-            let (ranges, heading) = rest
-                .split_once(" @@")
-                .ok_or_else(|| perr(i + 1, "hunk header without closing @@"))?;
-            let mut parts = ranges.split_whitespace();
-            let old = parts
-                .next()
-                .and_then(|s| s.strip_prefix('-'))
-                .ok_or_else(|| perr(i + 1, "hunk header without old range"))?;
-            let new = parts
-                .next()
-                .and_then(|s| s.strip_prefix('+'))
-                .ok_or_else(|| perr(i + 1, "hunk header without new range"))?;
-            let range = |s: &str| -> Result<(usize, usize), GoldError> {
-                let (a, b) = s.split_once(',').unwrap_or((s, "1"));
-                Ok((
-                    a.parse().map_err(|_| perr(i + 1, "bad hunk range"))?,
-                    b.parse().map_err(|_| perr(i + 1, "bad hunk range"))?,
-                ))
-            };
-            let (old_start, old_len) = range(old)?;
-            let (_, new_len) = range(new)?;
-            let mut hunk = Hunk {
-                old_start,
-                old_len,
-                heading: heading.trim().to_string(),
-                lines: vec![],
-            };
-            let (mut seen_old, mut seen_new) = (0, 0);
-            while seen_old < old_len || seen_new < new_len {
-                let Some((j, l)) = lines.next() else {
-                    return Err(perr(i + 1, "hunk ends early (truncated patch)"));
-                };
-                let (tag, text) = match l.chars().next() {
-                    Some(c @ (' ' | '-' | '+')) => (c, &l[1..]),
-                    None => (' ', ""), // an empty context line some tools emit
-                    Some('\\') => continue,
-                    Some(_) => return Err(perr(j + 1, "unexpected line inside hunk")),
-                };
-                if tag != '+' {
-                    seen_old += 1;
-                }
-                if tag != '-' {
-                    seen_new += 1;
-                }
-                hunk.lines.push((tag, text.to_string()));
-            }
-            while lines.peek().is_some_and(|(_, l)| l.starts_with('\\')) {
-                lines.next();
-            }
-            f.hunks.push(hunk);
-        }
+    if let Some(p) = parsed.problems.first() {
+        return Err(GoldError::Parse {
+            task: task.into(),
+            line: p.line,
+            reason: p.message.clone(),
+        });
     }
-    if files.is_empty() {
+    if parsed.files.is_empty() {
         return Err(GoldError::Empty { task: task.into() });
     }
-    Ok(files)
+    Ok(parsed.files)
+}
+
+fn count(h: &Hunk, kind: LineKind) -> usize {
+    h.lines.iter().filter(|l| l.kind == kind).count()
 }
 
 /// One planned action: tool kind + arguments in our neutral form.
@@ -255,7 +121,11 @@ fn search_term(h: &Hunk, path: &str) -> String {
             }
         }
     }
-    let removed = h.lines.iter().filter(|(t, _)| *t == '-').map(|(_, l)| l);
+    let removed = h
+        .lines
+        .iter()
+        .filter(|l| l.kind == LineKind::Removed)
+        .map(|l| &l.text);
     let mut best = String::new();
     for l in removed {
         for w in l.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
@@ -281,7 +151,7 @@ fn unique_replacement(content: &str, h: &Hunk, at: usize) -> Option<(String, Str
     let file: Vec<&str> = content.split('\n').collect();
     let core_old = h.old_text();
     let core_new = h.new_text();
-    let n_old = h.lines.iter().filter(|(t, _)| *t != '+').count();
+    let n_old = h.lines.len() - count(h, LineKind::Added);
     for extra in 0..=file.len() {
         let before_start = at.saturating_sub(extra);
         let after_end = (at + n_old + extra).min(file.len());
@@ -312,8 +182,8 @@ fn locate(content: &str, h: &Hunk, offset: isize) -> Option<usize> {
     let old: Vec<&str> = h
         .lines
         .iter()
-        .filter(|(t, _)| *t != '+')
-        .map(|(_, l)| l.as_str())
+        .filter(|l| l.kind != LineKind::Added)
+        .map(|l| l.text.as_str())
         .collect();
     let fits = |at: usize| at + old.len() <= file.len() && file[at..at + old.len()] == old[..];
     let guess = (h.old_start as isize - 1 + offset).max(0) as usize;
@@ -336,28 +206,29 @@ pub fn plan_actions(
     let abs = |p: &str| format!("{}/{}", workspace.trim_end_matches('/'), p);
     let mut actions = Vec::new();
     for f in &files {
-        if f.is_new {
+        let path = f.path().to_string();
+        if f.change == Change::Create {
             let text = f.hunks.first().map(|h| h.new_text()).unwrap_or_default();
             actions.push(Action::Create {
-                path: abs(&f.path),
+                path: abs(&path),
                 text: format!("{text}\n"),
             });
             continue;
         }
-        if f.is_deleted {
+        if f.change == Change::Delete {
             actions.push(Action::Bash {
-                command: format!("rm {}", abs(&f.path)),
+                command: format!("rm {}", abs(&path)),
             });
             continue;
         }
-        let mut content = read(&f.path).map_err(|reason| GoldError::Read {
+        let mut content = read(&path).map_err(|reason| GoldError::Read {
             task: task.into(),
-            path: f.path.clone(),
+            path: path.clone(),
             reason,
         })?;
         if let Some(h) = f.hunks.first() {
             actions.push(Action::Search {
-                term: search_term(h, &f.path),
+                term: search_term(h, &path),
                 path: workspace.to_string(),
             });
         }
@@ -366,7 +237,7 @@ pub fn plan_actions(
         for h in &f.hunks {
             let nomatch = || GoldError::NoMatch {
                 task: task.into(),
-                path: f.path.clone(),
+                path: path.clone(),
                 line: h.old_start,
             };
             let at = locate(&content, h, offset).ok_or_else(nomatch)?;
@@ -375,16 +246,14 @@ pub fn plan_actions(
             // The editor counts lines as `str::lines` does (no phantom line after a final newline).
             let total = content.lines().count();
             actions.push(Action::View {
-                path: abs(&f.path),
+                path: abs(&path),
                 range: Some((lo, hi.min(total.max(1)))),
             });
             let (old, new) = unique_replacement(&content, h, at).ok_or_else(nomatch)?;
             content = content.replacen(&old, &new, 1);
-            let added = h.lines.iter().filter(|(t, _)| *t == '+').count() as isize;
-            let removed = h.lines.iter().filter(|(t, _)| *t == '-').count() as isize;
-            offset += added - removed;
+            offset += count(h, LineKind::Added) as isize - count(h, LineKind::Removed) as isize;
             actions.push(Action::Replace {
-                path: abs(&f.path),
+                path: abs(&path),
                 old,
                 new,
             });
@@ -534,7 +403,7 @@ mod tests {
     fn parses_hunks() {
         let f = parse_patch("t", PATCH).unwrap();
         assert_eq!(f.len(), 1);
-        assert_eq!(f[0].path, "pkg/mod.py");
+        assert_eq!(f[0].path(), "pkg/mod.py");
         assert_eq!(f[0].hunks.len(), 2);
         assert_eq!(f[0].hunks[0].heading, "def f(x):");
         assert_eq!(

@@ -180,16 +180,9 @@ fn openai_client_config(kind: &PolicyKind) -> Result<dojo_llm::ClientConfig, Rol
         return Ok(cfg);
     };
     if let Some(url) = base_url {
-        let key = std::env::var(api_key_env.as_deref().unwrap_or("OPENAI_API_KEY"))
-            .ok()
-            .filter(|k| !k.is_empty());
-        cfg.endpoints = url
-            .split(',')
-            .map(|u| dojo_llm::EndpointConfig {
-                api_key: key.clone(),
-                ..dojo_llm::EndpointConfig::new(u.trim())
-            })
-            .collect();
+        let key = dojo_llm::api_key_from_env(api_key_env.as_deref());
+        cfg.endpoints = dojo_llm::EndpointConfig::list("policy base_url", url, key, None)
+            .map_err(|e| RolloutError::Policy(e.to_string()))?;
     }
     if let Some(t) = request_timeout_s {
         cfg.request_timeout = dojo_llm::timeout_secs(*t)

@@ -126,18 +126,10 @@ fn role_backend(
                 .map_err(|e| format!("{role}: {e}"))?
                 .endpoints;
             if let Some(url) = policy.role_base_url(role) {
-                let key = std::env::var(policy.api_key_env.as_deref().unwrap_or("OPENAI_API_KEY"))
-                    .ok()
-                    .filter(|k| !k.is_empty());
-                endpoints = url
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|u| !u.is_empty())
-                    .map(|u| dojo_llm::EndpointConfig {
-                        api_key: key.clone(),
-                        ..dojo_llm::EndpointConfig::new(u)
-                    })
-                    .collect();
+                let key = dojo_llm::api_key_from_env(policy.api_key_env.as_deref());
+                endpoints =
+                    dojo_llm::EndpointConfig::list(&format!("{role} base URL"), url, key, None)
+                        .map_err(|e| e.to_string())?;
             }
             let backend = dojo_world::client::role_backend(role, endpoints, timeout)
                 .map_err(|e| e.to_string())?;

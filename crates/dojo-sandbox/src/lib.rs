@@ -513,7 +513,9 @@ impl Sandbox {
 
     /// Apply a patch with the harness's fallback chain; refuses paths that leave the repository.
     pub async fn apply_patch(&self, patch_text: &str) -> Result<ApplyOutcome> {
-        patch::check_patch(patch_text).map_err(|r| SandboxError::PathEscape(r.0))?;
+        dojo_patch::Patch::parse(patch_text)
+            .check_paths()
+            .map_err(|r| SandboxError::PathEscape(r.to_string()))?;
         let name = format!("/tmp/.dojo-patch-{}.diff", new_id());
         self.write_file(&name, patch_text.as_bytes()).await?;
         let out = self

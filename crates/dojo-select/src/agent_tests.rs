@@ -20,6 +20,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use dojo_patch::{Change, LineKind, Patch};
 use dojo_sandbox::{ExecRequest, Sandbox, SandboxOptions};
 use dojo_task::{Preparer, RepoEnv, Task};
 use serde::Serialize;
@@ -46,50 +47,26 @@ pub fn looks_like_test(path: &str) -> bool {
     if !name.ends_with(".py") || name == "conftest.py" || name == "__init__.py" {
         return false;
     }
-    is_pytest_module(&name) || name.starts_with("repro") || name.contains("reproduce")
+    dojo_patch::is_pytest_module(&name) || name.starts_with("repro") || name.contains("reproduce")
 }
 
-fn is_pytest_module(name: &str) -> bool {
-    name.starts_with("test_") || name.ends_with("_test.py")
-}
-
-/// The files `patch` creates (from `/dev/null`) with their content, in patch order.
+/// The files `patch` creates with their content, in patch order.
 pub fn added_files(patch: &str) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    let mut new_file = false;
-    let mut current: Option<(String, String)> = None;
-    let mut in_hunk = false;
-    for line in patch.lines() {
-        if line.starts_with("diff --git ") {
-            out.extend(current.take());
-            new_file = false;
-            in_hunk = false;
-            continue;
-        }
-        if !in_hunk && line == "--- /dev/null" {
-            new_file = true;
-            continue;
-        }
-        if !in_hunk && let Some(path) = line.strip_prefix("+++ b/") {
-            out.extend(current.take());
-            if new_file {
-                current = Some((path.to_string(), String::new()));
-            }
-            continue;
-        }
-        if line.starts_with("@@") {
-            in_hunk = true;
-            continue;
-        }
-        if let (true, Some((_, content))) = (in_hunk, current.as_mut())
-            && let Some(added) = line.strip_prefix('+')
-        {
-            content.push_str(added);
-            content.push('\n');
-        }
-    }
-    out.extend(current);
-    out
+    Patch::parse(patch)
+        .files
+        .into_iter()
+        .filter(|f| f.change == Change::Create)
+        .map(|f| {
+            let content: String = f
+                .hunks
+                .iter()
+                .flat_map(|h| &h.lines)
+                .filter(|l| l.kind == LineKind::Added)
+                .map(|l| format!("{}\n", l.text))
+                .collect();
+            (f.path().to_string(), content)
+        })
+        .collect()
 }
 
 /// Every agent-written test of a task's candidates.
@@ -102,7 +79,7 @@ pub fn tests_of(task: &TaskCandidates) -> Vec<AgentTest> {
                 .filter(|(path, _)| looks_like_test(path))
                 .map(|(path, content)| AgentTest {
                     owner: c.label(),
-                    pytest: is_pytest_module(
+                    pytest: dojo_patch::is_pytest_module(
                         &path
                             .rsplit('/')
                             .next()
@@ -403,7 +380,7 @@ mod tests {
         // A modified (not added) file is not the agent's test.
         assert!(added_files(FIX).is_empty());
         assert_eq!(
-            dojo_task::patch_targets(&patch)[..2],
+            dojo_patch::harness_targets(&patch)[..2],
             ["m.py", "reproduce_issue.py"]
         );
     }

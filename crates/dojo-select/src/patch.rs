@@ -10,6 +10,7 @@
 //! key. Pure whitespace or comment edits vanish, so a patch made only of them is equivalent to
 //! the empty patch.
 
+use dojo_patch::{LineKind, Patch};
 use sha2::{Digest, Sha256};
 
 /// The key of an empty (or behaviour-free) patch.
@@ -28,61 +29,34 @@ pub fn normalized_key(patch: &str) -> String {
 /// The canonical text the key hashes: `file\n` then each change block, files and blocks sorted.
 pub fn canonical_form(patch: &str) -> String {
     let mut files: Vec<(String, Vec<String>)> = Vec::new();
-    let mut block = String::new();
-    let flush = |files: &mut Vec<(String, Vec<String>)>, block: &mut String| {
-        if !block.is_empty() {
-            if let Some((_, blocks)) = files.last_mut() {
-                blocks.push(std::mem::take(block));
-            } else {
-                block.clear();
-            }
+    for f in Patch::parse(patch).files {
+        let mut blocks = Vec::new();
+        if f.binary {
+            blocks.push("binary\n".to_string());
         }
-    };
-    let mut in_hunk = false;
-    for line in patch.lines() {
-        if let Some(rest) = line.strip_prefix("diff --git ") {
-            flush(&mut files, &mut block);
-            in_hunk = false;
-            // `a/x b/x`: the new path is the second half.
-            let path = rest.rsplit_once(" b/").map_or(rest, |(_, b)| b);
-            files.push((path.to_string(), Vec::new()));
-            continue;
-        }
-        if line.starts_with("@@") {
-            flush(&mut files, &mut block);
-            in_hunk = true;
-            continue;
-        }
-        if !in_hunk {
-            if let Some(path) = line.strip_prefix("+++ b/") {
-                // A diff without `diff --git` headers.
-                if files.last().is_none_or(|(p, _)| p != path) {
-                    files.push((path.to_string(), Vec::new()));
+        let mut block = String::new();
+        for h in &f.hunks {
+            for l in &h.lines {
+                let sign = match l.kind {
+                    // Context ends a change block.
+                    LineKind::Context => {
+                        blocks.extend((!block.is_empty()).then(|| std::mem::take(&mut block)));
+                        continue;
+                    }
+                    kind => kind.marker(),
+                };
+                let code = normalize_line(&l.text);
+                if code.is_empty() {
+                    continue;
                 }
-            } else if line.starts_with("Binary files") {
-                block.push_str(line);
+                block.push(sign);
+                block.push_str(&code);
                 block.push('\n');
-                flush(&mut files, &mut block);
             }
-            continue;
+            blocks.extend((!block.is_empty()).then(|| std::mem::take(&mut block)));
         }
-        let (sign, code) = match line.chars().next() {
-            Some(c @ ('+' | '-')) => (c, &line[1..]),
-            _ => {
-                // Context (or `\ No newline`) ends a change block.
-                flush(&mut files, &mut block);
-                continue;
-            }
-        };
-        let code = normalize_line(code);
-        if code.is_empty() {
-            continue;
-        }
-        block.push(sign);
-        block.push_str(&code);
-        block.push('\n');
+        files.push((f.path().to_string(), blocks));
     }
-    flush(&mut files, &mut block);
     // A block whose removed and added lines are equal after normalization changed nothing.
     let mut out = String::new();
     files.sort_by(|a, b| a.0.cmp(&b.0));

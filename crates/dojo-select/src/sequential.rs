@@ -24,9 +24,10 @@ pub fn resolved_at(c: &Candidate) -> Option<usize> {
     if !c.resolved || c.record.steps.is_empty() {
         return None;
     }
-    let targets = dojo_task::patch_targets(&c.patch);
-    let files: Vec<&str> = targets
-        .iter()
+    let patch = dojo_patch::Patch::parse(&c.patch);
+    let files: Vec<&str> = patch
+        .paths()
+        .into_iter()
         .map(|p| p.rsplit('/').next().unwrap_or(p))
         .collect();
     let last = c.record.steps.iter().enumerate().rev().find(|(_, s)| {

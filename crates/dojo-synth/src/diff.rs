@@ -90,12 +90,7 @@ pub fn unified_diff(path: &str, old: &str, new: &str) -> String {
 
 /// Lines a diff adds plus lines it removes (a difficulty feature).
 pub fn changed_lines(diff: &str) -> usize {
-    diff.lines()
-        .filter(|l| {
-            (l.starts_with('+') && !l.starts_with("+++"))
-                || (l.starts_with('-') && !l.starts_with("---"))
-        })
-        .count()
+    dojo_patch::Patch::parse(diff).changed_lines()
 }
 
 #[cfg(test)]

@@ -154,8 +154,9 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
+/// The file a test id names ([`dojo_patch::id_file`]); the id itself for other styles.
 fn test_file(id: &str) -> &str {
-    id.split("::").next().unwrap_or(id)
+    dojo_patch::id_file(id).unwrap_or(id)
 }
 
 /// Run the tests (`files`, or the whole suite) with `patch` applied, through the grader.
@@ -606,10 +607,6 @@ const SKIP_DIRS: &[&str] = &[
     "__pycache__",
 ];
 
-fn is_test_name(name: &str) -> bool {
-    name.starts_with("test_") || name.ends_with("_test.py") || name == "conftest.py"
-}
-
 /// Library source files under `root` (relative paths, sorted).
 fn source_files(root: &Path, test_files: &BTreeSet<String>, filters: &[String]) -> Vec<String> {
     let mut out = Vec::new();
@@ -632,7 +629,7 @@ fn source_files(root: &Path, test_files: &BTreeSet<String>, filters: &[String]) 
                     && matches!(name.as_str(), "setup.py" | "noxfile.py" | "fabfile.py");
                 let version_file =
                     matches!(name.as_str(), "_version.py" | "version.py" | "__main__.py");
-                if is_test_name(&name)
+                if dojo_patch::is_test_file(&s)
                     || top_level_script
                     || version_file
                     || test_files.contains(&s)

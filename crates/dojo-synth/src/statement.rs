@@ -69,16 +69,9 @@ fn normalize(s: &str) -> String {
     out
 }
 
-/// Is `path` one of the project's test files (or looks like one)?
+/// Is `path` one of the project's test files (or a test file by [`dojo_patch::is_test_file`])?
 fn is_test_path(path: &str, test_files: &[String]) -> bool {
-    let file = path.rsplit('/').next().unwrap_or(path);
-    test_files.iter().any(|t| t == path)
-        || file.starts_with("test_")
-        || file.ends_with("_test.py")
-        || file == "conftest.py"
-        || path
-            .split('/')
-            .any(|c| c == "tests" || c == "test" || c == "testing")
+    test_files.iter().any(|t| t == path) || dojo_patch::is_test_file(path)
 }
 
 /// Test file paths and their dotted module names (`tests.test_x`) in `text` become `<test>`:

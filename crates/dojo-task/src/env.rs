@@ -188,26 +188,12 @@ impl RepoEnv {
     }
 }
 
-/// The files a patch creates or modifies (`diff --git a/X b/Y` → `Y`), in order.
-pub fn patch_targets(patch: &str) -> Vec<String> {
-    // Same as the harness's `re.findall(r"diff --git a/.* b/(.*)", patch)`: anywhere in a line,
-    // the last " b/" after it, the rest of the line (a trailing "\r" included).
-    patch
-        .split('\n')
-        .filter_map(|l| {
-            l.find("diff --git a/")
-                .map(|i| &l[i + "diff --git a/".len()..])
-        })
-        .filter_map(|rest| rest.rsplit_once(" b/").map(|(_, b)| b.to_string()))
-        .collect()
-}
-
 /// SWE-bench's `get_test_directives`.
 pub fn test_directives(test_patch: &str, kind: Directives) -> Vec<String> {
     if kind == Directives::None {
         return Vec::new();
     }
-    let files = patch_targets(test_patch)
+    let files = dojo_patch::harness_targets(test_patch)
         .into_iter()
         .filter(|d| !NON_TEST_EXTS.iter().any(|ext| d.ends_with(ext)));
     match kind {

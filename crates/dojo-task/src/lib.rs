@@ -39,7 +39,7 @@ mod splice;
 
 pub use env::{
     Directives, ENV_SCHEMA_VERSION, EnvRegistry, NON_TEST_EXTS, RepoEnv, eval_script_test_cmd,
-    patch_targets, test_directives,
+    test_directives,
 };
 pub use eval_script::pre_test_commands;
 pub use harness::{EvalType, LogParser};

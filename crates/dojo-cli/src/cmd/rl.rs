@@ -148,7 +148,7 @@ mod imp {
                 self.cfg.rollout.temperature
             });
             policy.sampling.max_tokens = Some(self.cfg.rollout.max_new_tokens);
-            policy.sampling.seed = Some(self.cfg.seed ^ step);
+            policy.sampling.seed = Some(dojo_llm::derive_seed(self.cfg.seed, step));
             // Every running episode may have a request in the engine: it decodes them as one
             // batch and prefills a prompt prefix they share (system prompt, a group's task) once.
             policy.llm_concurrency = Some(self.workers);

@@ -5,7 +5,8 @@
 
 use std::path::PathBuf;
 
-use dojo_sandbox::{Pristine, PristineStore, PythonEnv, Source};
+use dojo_grade::{GradeOptions, InstanceReport, grade_in_sandbox};
+use dojo_sandbox::{Pristine, PristineStore, PythonEnv, Sandbox, SandboxOptions, Source};
 use dojo_task::{RepoEnv, Task};
 
 pub fn ci() -> bool {
@@ -74,4 +75,21 @@ pub fn new_files(files: &[(&str, &str)]) -> String {
         }
     }
     s
+}
+
+/// Grade `patch` once in a fresh sandbox over `pristine` and `venv`, then tear it down.
+pub async fn grade_fresh(
+    pristine: &Pristine,
+    venv: &PythonEnv,
+    task: &Task,
+    env: &RepoEnv,
+    patch: &str,
+    opts: &GradeOptions,
+) -> InstanceReport {
+    let sb = Sandbox::create(pristine, Some(venv), &SandboxOptions::default())
+        .await
+        .unwrap();
+    let r = grade_in_sandbox(&sb, task, env, Some(patch), opts).await;
+    sb.teardown().await.unwrap();
+    r
 }
