@@ -11,9 +11,13 @@
 //!   its test patch touches, or a test file a FAIL_TO_PASS / PASS_TO_PASS id names). Restored
 //!   to its pristine state before the test patch applies, as the harness does for the test
 //!   patch's files, so the edit cannot change the result; the grade goes on.
-//! - [`InfraKind::Conftest`], [`InfraKind::PytestConfig`], [`InfraKind::InterpreterStartup`]:
-//!   the patch is graded unresolved with the reason, without running (these files change how
-//!   results are produced or reported, and no gold patch of the SWE-bench sets touches them).
+//! - [`InfraKind::Conftest`], [`InfraKind::PytestConfig`], [`InfraKind::InterpreterStartup`],
+//!   [`InfraKind::RunnerShadow`], [`InfraKind::PackageMetadata`]: the patch is graded
+//!   unresolved with the reason, without running (these files change how results are produced
+//!   or reported, and no gold patch of the SWE-bench sets touches them).
+//!
+//! Paths are read as git reads them ([`dojo_patch::Patch`]: C-quoted names included), and
+//! `pyproject.toml` by a TOML parser (quoted keys and escapes read as pytest reads them).
 //!
 //! Either way the report records the touched paths ([`crate::InstanceReport`]'s
 //! `touched_test_infrastructure` and `test_infrastructure`).
@@ -24,7 +28,7 @@
 
 use std::collections::BTreeSet;
 
-use dojo_patch::{Hunk, LineKind, Patch};
+use dojo_patch::{FileDiff, Hunk, LineKind, Patch};
 use dojo_task::Task;
 
 /// Why a path of a model patch counts as test infrastructure.
@@ -44,6 +48,14 @@ pub enum InfraKind {
     PytestConfig,
     /// `sitecustomize.py`, `usercustomize.py` or a `.pth` file: code Python runs at startup.
     InterpreterStartup,
+    /// A module or package at the repository root named like the test runner, its plugins'
+    /// machinery or the standard library's test modules (`pytest.py`, `_pytest/`, `pluggy/`,
+    /// `unittest.py`, `site.py`, ...): `python -m pytest` and `PYTHONPATH=/testbed` put the
+    /// root ahead of the installed ones, so it replaces them.
+    RunnerShadow,
+    /// Package metadata (`*.dist-info/`, `*.egg-info/`, `entry_points.txt`): a `pytest11`
+    /// entry point in a `.dist-info` on `sys.path` is a plugin pytest loads.
+    PackageMetadata,
 }
 
 impl InfraKind {
@@ -58,6 +70,8 @@ impl InfraKind {
             InfraKind::Conftest => "conftest",
             InfraKind::PytestConfig => "pytest_config",
             InfraKind::InterpreterStartup => "interpreter_startup",
+            InfraKind::RunnerShadow => "runner_shadow",
+            InfraKind::PackageMetadata => "package_metadata",
         }
     }
 }
@@ -97,10 +111,42 @@ fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
+/// Top-level modules that, at the repository root, would replace the test runner or what it
+/// loads: pytest and its machinery, the standard library's test frameworks, `site`.
+const SHADOWABLE: &[&str] = &[
+    "pytest",
+    "_pytest",
+    "py",
+    "pluggy",
+    "iniconfig",
+    "xdist",
+    "unittest",
+    "doctest",
+    "nose",
+    "nose2",
+    "site",
+];
+
 /// The kind a path has by its name alone (`None`: not test infrastructure by name; the
 /// configuration files that hold more than pytest's settings are judged by their hunks).
 fn kind_by_name(path: &str) -> Option<InfraKind> {
     let name = file_name(path);
+    let mut parts = path.split('/');
+    let top = parts.next().unwrap_or(path);
+    let top_module = match parts.next() {
+        Some(_) => Some(top),
+        None => top.strip_suffix(".py"),
+    };
+    if top_module.is_some_and(|m| SHADOWABLE.contains(&m)) {
+        return Some(InfraKind::RunnerShadow);
+    }
+    if name == "entry_points.txt"
+        || path
+            .split('/')
+            .any(|c| c.ends_with(".dist-info") || c.ends_with(".egg-info"))
+    {
+        return Some(InfraKind::PackageMetadata);
+    }
     match name {
         "conftest.py" => Some(InfraKind::Conftest),
         "pytest.ini" | ".pytest.ini" => Some(InfraKind::PytestConfig),
@@ -140,6 +186,36 @@ fn configures_pytest(line: &str) -> bool {
     l.contains("addopts") || l.contains("pytest_plugins") || l.contains("pytest11")
 }
 
+/// What a `pyproject.toml` tells pytest: the `tool.pytest` table and the `pytest11` entry
+/// points (PEP 621 and Poetry), read by a TOML parser, so quoted keys and escapes
+/// (`[tool."pytest".ini_options]`, `"add\u006fpts"`) read as pytest reads them. `None` when
+/// the text is not TOML.
+fn pyproject_pytest_settings(text: &str) -> Option<Vec<Option<toml::Value>>> {
+    let doc: toml::Table = text.parse().ok()?;
+    let at = |path: &[&str]| -> Option<toml::Value> {
+        let mut v = doc.get(path[0])?;
+        for k in &path[1..] {
+            v = v.get(k)?;
+        }
+        Some(v.clone())
+    };
+    Some(vec![
+        at(&["tool", "pytest"]),
+        at(&["project", "entry-points", "pytest11"]),
+        at(&["tool", "poetry", "plugins", "pytest11"]),
+    ])
+}
+
+/// Does the patch change what `pyproject.toml` tells pytest? Compares the parsed settings of
+/// the file before (`pristine`; empty when new) and after the patch; `None` when either side
+/// cannot be had (hunks that do not apply exactly, text that is not TOML), and the caller falls
+/// back to reading the hunks.
+fn pyproject_changes_pytest(f: &FileDiff, pristine: Option<&str>) -> Option<bool> {
+    let before = pristine.unwrap_or("");
+    let after = f.apply(before)?;
+    Some(pyproject_pytest_settings(before)? != pyproject_pytest_settings(&after)?)
+}
+
 /// Does one file's diff change pytest's configuration? `pristine` is the file's content
 /// before the patch (`None`: new or unreadable), used to know the section a hunk starts in.
 fn changes_pytest_config(hunks: &[Hunk], pristine: Option<&str>) -> bool {
@@ -164,6 +240,18 @@ fn changes_pytest_config(hunks: &[Hunk], pristine: Option<&str>) -> bool {
     false
 }
 
+/// Whether `f`, a diff of the shared configuration file `path`, changes pytest's settings:
+/// semantically for `pyproject.toml` where both sides parse, else by the sections and words
+/// of its hunks.
+fn config_changed(f: &FileDiff, path: &str, pristine: Option<&str>) -> bool {
+    if file_name(path) == "pyproject.toml"
+        && let Some(changed) = pyproject_changes_pytest(f, pristine)
+    {
+        return changed;
+    }
+    changes_pytest_config(&f.hunks, pristine)
+}
+
 /// The test infrastructure `model_patch` touches, sorted by path. `test_files` are the task's
 /// test files ([`task_test_files`]); `pristine(path)` gives a file's content before the patch
 /// (asked only for `setup.cfg`, `tox.ini`, `pyproject.toml` and `setup.py`).
@@ -179,8 +267,7 @@ pub fn classify(
                 Some(InfraKind::TaskTestFile)
             } else if let Some(k) = kind_by_name(p) {
                 Some(k)
-            } else if is_shared_config(p) && changes_pytest_config(&f.hunks, pristine(p).as_deref())
-            {
+            } else if is_shared_config(p) && config_changed(&f, p, pristine(p).as_deref()) {
                 Some(InfraKind::PytestConfig)
             } else {
                 None
@@ -338,6 +425,46 @@ mod tests {
             kinds(plain, &[], None),
             [("conftest.py".into(), InfraKind::Conftest)]
         );
+    }
+
+    #[test]
+    fn runner_shadows_and_package_metadata() {
+        let p = add_file("pytest.py", "x")
+            + &add_file("_pytest/python.py", "x")
+            + &add_file("unittest.py", "x")
+            + &add_file("fake-1.0.dist-info/entry_points.txt", "[pytest11]")
+            + &add_file("src/x.egg-info/PKG-INFO", "x");
+        let got: Vec<InfraKind> = kinds(&p, &[], None).into_iter().map(|(_, k)| k).collect();
+        assert_eq!(
+            got,
+            [
+                InfraKind::RunnerShadow,    // _pytest/python.py
+                InfraKind::PackageMetadata, // fake-1.0.dist-info/entry_points.txt
+                InfraKind::RunnerShadow,    // pytest.py
+                InfraKind::PackageMetadata, // src/x.egg-info/PKG-INFO
+                InfraKind::RunnerShadow,    // unittest.py
+            ]
+        );
+        // pytest's own sources (SWE-bench's pytest tasks edit them) are not at the root.
+        let own = add_file("src/_pytest/python.py", "x") + &add_file("src/pytest/__init__.py", "x");
+        assert!(kinds(&own, &[], None).is_empty());
+    }
+
+    #[test]
+    fn pyproject_is_read_as_toml() {
+        let cfg = "[project]\nname = \"x\"\n\n[tool.coverage.run]\nbranch = true\n";
+        // Quoted table and escaped key: pytest's `addopts` all the same.
+        let hidden = "diff --git a/pyproject.toml b/pyproject.toml\n--- a/pyproject.toml\n+++ b/pyproject.toml\n@@ -5 +5,3 @@\n branch = true\n+[tool.\"pytest\".ini_options]\n+\"add\\u006fpts\" = \"-p plug\"\n";
+        assert_eq!(
+            kinds(hidden, &[], Some(cfg)),
+            [("pyproject.toml".into(), InfraKind::PytestConfig)]
+        );
+        // A plugin entry point in PEP 621's table.
+        let ep = "diff --git a/pyproject.toml b/pyproject.toml\n--- a/pyproject.toml\n+++ b/pyproject.toml\n@@ -2 +2,2 @@\n name = \"x\"\n+entry-points.\"pytest11\" = {p = \"plug\"}\n";
+        assert_eq!(kinds(ep, &[], Some(cfg)).len(), 1);
+        // Another tool's table, even with pytest's words in a comment: not pytest's settings.
+        let other = "diff --git a/pyproject.toml b/pyproject.toml\n--- a/pyproject.toml\n+++ b/pyproject.toml\n@@ -5 +5,2 @@\n branch = true\n+omit = [\"x\"]  # not addopts\n";
+        assert!(kinds(other, &[], Some(cfg)).is_empty());
     }
 
     #[test]

@@ -171,6 +171,43 @@ async fn patches_that_fake_results_are_unresolved() {
             "conftest.py",
             InfraKind::Conftest,
         ),
+        (
+            "pytest.py at the root, shadowing pytest under `python -m pytest`",
+            new_files(&[(
+                "pytest.py",
+                "import sys\nprint('PASSED tests/test_add.py::test_add')\nsys.exit(0)\n",
+            )]),
+            "pytest.py",
+            InfraKind::RunnerShadow,
+        ),
+        (
+            "a .dist-info whose pytest11 entry point loads a plugin from the repository",
+            new_files(&[
+                plugin,
+                (
+                    "fake-1.0.dist-info/METADATA",
+                    "Metadata-Version: 2.1\nName: fake\nVersion: 1.0\n",
+                ),
+                (
+                    "fake-1.0.dist-info/entry_points.txt",
+                    "[pytest11]\nfake = fakeplug\n",
+                ),
+            ]),
+            "fake-1.0.dist-info/entry_points.txt",
+            InfraKind::PackageMetadata,
+        ),
+        (
+            "pytest settings under TOML quoting and escapes in pyproject.toml",
+            new_files(&[
+                plugin,
+                (
+                    "pyproject.toml",
+                    "[tool.\"pytest\".ini_options]\n\"add\\u006fpts\" = \"-p fakeplug\"\n",
+                ),
+            ]),
+            "pyproject.toml",
+            InfraKind::PytestConfig,
+        ),
     ];
     let mut reports = Vec::new();
     for (name, patch, path, kind) in &hacks {

@@ -152,6 +152,46 @@ impl FileDiff {
         self.new_mode == Some(0o120000)
     }
 
+    /// `old` (the file before the patch) with this file's hunks applied at the lines they
+    /// state, every context and removed line checked; `None` where one does not match (no
+    /// fuzz: for readers that must know the exact result, such as a configuration check).
+    pub fn apply(&self, old: &str) -> Option<String> {
+        let lines: Vec<&str> = old.split_inclusive('\n').collect();
+        let mut out = String::with_capacity(old.len());
+        let mut at = 0usize;
+        for h in &self.hunks {
+            let start = if h.old_len == 0 {
+                h.old_start
+            } else {
+                h.old_start.checked_sub(1)?
+            };
+            if start < at || start > lines.len() {
+                return None;
+            }
+            lines[at..start].iter().for_each(|l| out.push_str(l));
+            at = start;
+            for l in &h.lines {
+                if l.kind == LineKind::Added {
+                    out.push_str(&l.text);
+                    if !l.no_newline {
+                        out.push('\n');
+                    }
+                    continue;
+                }
+                let have = lines.get(at)?;
+                if have.strip_suffix('\n').unwrap_or(have) != l.text {
+                    return None;
+                }
+                if l.kind == LineKind::Context {
+                    out.push_str(have);
+                }
+                at += 1;
+            }
+        }
+        lines[at..].iter().for_each(|l| out.push_str(l));
+        Some(out)
+    }
+
     fn name(&mut self, p: impl Into<String>) {
         let p = p.into();
         if !p.is_empty() && !self.named.contains(&p) {
@@ -738,6 +778,21 @@ mod tests {
         );
         assert_eq!(p.named_paths(), ["pytest.py", "conftest.py"]);
         assert_eq!(p.problems.len(), 1);
+    }
+
+    #[test]
+    fn hunks_apply_at_their_lines() {
+        let p = Patch::parse(
+            "--- a/m\n+++ b/m\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n@@ -5 +5,2 @@\n e\n+f\n\\ No newline at end of file\n",
+        );
+        let f = &p.files[0];
+        assert_eq!(
+            f.apply("a\nb\nc\nd\ne\n").as_deref(),
+            Some("a\nB\nc\nd\ne\nf")
+        );
+        assert_eq!(f.apply("a\nX\nc\nd\ne\n"), None);
+        let new = Patch::parse("--- /dev/null\n+++ b/n\n@@ -0,0 +1,2 @@\n+x\n+y\n");
+        assert_eq!(new.files[0].apply("").as_deref(), Some("x\ny\n"));
     }
 
     #[test]

@@ -212,6 +212,24 @@ fn check(
         if symlink.as_deref() == Some(f.path()) {
             prop_assert!(f.is_symlink());
         }
+        // Applying the hunks to the base gives what git wrote.
+        if !f.binary && !f.is_symlink() && f.old_mode != Some(0o120000) {
+            let before = match &f.old_path {
+                Some(old) => git(&root, &["show", &format!("HEAD:{old}")]),
+                None => Vec::new(),
+            };
+            let after = match &f.new_path {
+                Some(new) => std::fs::read(root.join(new)).unwrap(),
+                None => Vec::new(),
+            };
+            let before = String::from_utf8(before).unwrap();
+            prop_assert_eq!(
+                f.apply(&before).map(String::into_bytes),
+                Some(after),
+                "{:?}",
+                f
+            );
+        }
     }
     Ok(())
 }

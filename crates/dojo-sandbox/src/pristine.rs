@@ -367,6 +367,9 @@ fn nearest_release_tag(repo: &Path, sha: &str) -> Option<String> {
 fn init_repo(tree: &Path, release_tag: Option<&str>) -> std::result::Result<(), String> {
     let g = |args: &[&str]| {
         let mut c = git();
+        // No `git gc --auto` / maintenance in the background: after the commit of a large tree
+        // (django: 6,700+ loose objects) it deletes object folders while `chown -R` walks them.
+        c.args(["-c", "gc.auto=0", "-c", "maintenance.auto=false"]);
         c.arg("-C").arg(tree).args(args);
         c.env("GIT_AUTHOR_NAME", "dojo")
             .env("GIT_AUTHOR_EMAIL", "dojo@localhost")
@@ -400,7 +403,13 @@ fn init_repo(tree: &Path, release_tag: Option<&str>) -> std::result::Result<(), 
     // Inside a sandbox the files are seen through overlayfs (another st_dev, other owners and
     // ctimes): compare only mtime and size, or every `git status`/`git diff` would re-hash the
     // whole tree (seconds on sympy).
-    for (k, v) in [("core.checkStat", "minimal"), ("core.trustctime", "false")] {
+    // And never later either (an agent's `git commit` in a sandbox would start one).
+    for (k, v) in [
+        ("core.checkStat", "minimal"),
+        ("core.trustctime", "false"),
+        ("gc.auto", "0"),
+        ("maintenance.auto", "false"),
+    ] {
         run(&mut g(&["config", k, v]), "git config")?;
     }
     Ok(())

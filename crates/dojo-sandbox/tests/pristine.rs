@@ -48,6 +48,8 @@ async fn git_source_is_exported_without_later_history() {
     // A fresh one-commit repository: the fix's commit is nowhere.
     assert_eq!(git(&p.path, &["rev-list", "--all", "--count"]), "1");
     assert!(!git(&p.path, &["log", "--all", "--format=%s"]).contains("fix"));
+    // No background `git gc --auto` (it raced the chown of large trees): off in the repository.
+    assert_eq!(git(&p.path, &["config", "gc.auto"]), "0");
     // Built once: the same entry comes back.
     let again = store.build(&Source::Git { repo, commit: base }).unwrap();
     assert_eq!(again.path, p.path);
