@@ -4,6 +4,7 @@
 //! Each subcommand lives in its own module under `cmd/` and calls into the crate that owns the
 //! stage; this file only dispatches.
 
+mod args;
 mod cmd;
 
 use clap::{Parser, Subcommand};

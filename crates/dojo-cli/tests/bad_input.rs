@@ -147,3 +147,132 @@ fn tasks_check_names_a_misspelt_log_parser() {
         "{out}"
     );
 }
+
+/// Zeros and non-numbers where a count, budget or number is needed are refused by the argument
+/// parser, naming the flag, before anything runs (they used to be clamped to 1, or run nothing).
+#[test]
+fn zero_counts_and_non_numbers_are_refused_naming_the_flag() {
+    let dir = scratch("zero-flags");
+    let out = dir.path().join("out");
+    let out = out.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec![
+                "rollout",
+                "--tasks",
+                BUNDLED,
+                "--policy",
+                "gold-replay",
+                "--out",
+                out,
+                "-n",
+                "0",
+            ],
+            "--samples",
+        ),
+        (
+            vec![
+                "rollout",
+                "--tasks",
+                BUNDLED,
+                "--policy",
+                "gold-replay",
+                "--out",
+                out,
+                "--workers",
+                "0",
+            ],
+            "--workers",
+        ),
+        (
+            vec!["rl", "--tasks", BUNDLED, "--out", out, "--steps", "0"],
+            "--steps",
+        ),
+        (
+            vec![
+                "train",
+                "sft",
+                "--data",
+                out,
+                "--out",
+                out,
+                "--max-steps",
+                "0",
+            ],
+            "--max-steps",
+        ),
+        (
+            vec![
+                "train",
+                "sft",
+                "--data",
+                out,
+                "--out",
+                out,
+                "--lora-rank",
+                "0",
+            ],
+            "--lora-rank",
+        ),
+        (
+            vec!["validate", "--tasks", BUNDLED, "--timeout", "0"],
+            "--timeout",
+        ),
+        (
+            vec![
+                "curate",
+                "--rollouts",
+                out,
+                "--out",
+                out,
+                "--difficulty-low",
+                "NaN",
+            ],
+            "--difficulty-low",
+        ),
+    ];
+    for (args, flag) in cases {
+        let o = dojo(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "dojo {}: {err}", args.join(" "));
+        assert!(err.contains(flag), "dojo {}: {err}", args.join(" "));
+    }
+}
+
+/// `dojo curate` on inputs that do not exist, or on a path that is not UTF-8, fails with the
+/// path named (it used to export nothing and exit 0, or panic).
+#[test]
+fn curate_refuses_missing_and_non_utf8_paths() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = scratch("curate-paths");
+    let out = dir.path().join("out");
+    let o = dojo(&[
+        "curate",
+        "--rollouts",
+        "/nonexistent/rollouts",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("/nonexistent/rollouts: no such file or directory"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    let bad = dir
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"r\xffollouts"));
+    std::fs::create_dir_all(&bad).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_dojo"))
+        .arg("curate")
+        .arg("--rollouts")
+        .arg(&bad)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("not a UTF-8 path"), "{err}");
+}

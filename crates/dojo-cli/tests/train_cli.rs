@@ -84,6 +84,38 @@ fn safetensors_names(path: &Path) -> Vec<String> {
     names
 }
 
+/// An absurd LoRA rank is refused with the allowed range, before the adapters are allocated
+/// (999,999 used to allocate gigabytes first).
+#[test]
+fn absurd_lora_rank_is_refused_before_allocation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("tokens.parquet");
+    write_tokens(&data, 2);
+    let out = tmp.path().join("run");
+    let o = dojo(&[
+        "train",
+        "sft",
+        "--data",
+        p(&data),
+        "--model",
+        p(&fixture()),
+        "--out",
+        p(&out),
+        "--max-steps",
+        "1",
+        "--lora-rank",
+        "999999",
+        "--quiet",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("LoRA rank 999999 is out of range for this model"),
+        "{err}"
+    );
+    assert!(err.contains("--lora-rank"), "{err}");
+}
+
 #[test]
 fn lora_run_merges_reports_and_merge_command_agrees() {
     let tmp = tempfile::tempdir().unwrap();

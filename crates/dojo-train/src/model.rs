@@ -501,6 +501,18 @@ impl TrainModel {
             let w = self.p(&format!("{m}.weight"))?;
             shapes.push((m, w.dims2()?));
         }
+        // Checked before anything is allocated: a rank past a matrix's smaller side adds no
+        // capacity, and an absurd one (999,999) would allocate gigabytes first.
+        if let Some((m, (o, i))) = shapes.iter().min_by_key(|(_, (o, i))| (*o).min(*i))
+            && (config.rank == 0 || config.rank > (*o).min(*i))
+        {
+            return Err(TrainError::Config(format!(
+                "LoRA rank {} is out of range for this model: 1 to {} (the smaller side of \
+                 {m}, {o}x{i}); lower --lora-rank",
+                config.rank,
+                (*o).min(*i)
+            )));
+        }
         self.lora = Some(Lora::init(config, &shapes, seed, &self.device)?);
         for t in self.weights.values_mut() {
             *t = t.detach();

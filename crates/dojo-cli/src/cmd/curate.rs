@@ -17,19 +17,19 @@ pub struct CurateArgs {
     #[arg(long, default_value = "dedup,difficulty,format,cap")]
     pub filters: String,
     /// Per-task cap (SWE-Gym: 2), preferring fewest turns, then fewest tokens.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = crate::args::positive::<usize>())]
     pub cap: usize,
     /// Token budget with the target tokenizer (SWE-Master: 81,920).
-    #[arg(long, default_value_t = 81_920)]
+    #[arg(long, default_value_t = 81_920, value_parser = crate::args::positive::<usize>())]
     pub max_tokens: usize,
     /// Assistant-turn budget.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = crate::args::positive::<usize>())]
     pub max_turns: usize,
     /// Difficulty filter: keep tasks whose mean reward is strictly above this...
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = crate::args::finite)]
     pub difficulty_low: f64,
     /// ...and strictly below this.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = crate::args::finite)]
     pub difficulty_high: f64,
     /// With the `lsp` filter: minimum successful LSP-tool calls.
     #[arg(long, default_value_t = 2)]
@@ -117,6 +117,20 @@ fn formats(list: &str) -> anyhow::Result<dojo_curate::Formats> {
 }
 
 pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
+    for p in &args.rollouts {
+        anyhow::ensure!(
+            p.exists(),
+            "--rollouts {}: no such file or directory",
+            p.display()
+        );
+    }
+    for p in args.rollouts.iter().chain([&args.out]) {
+        anyhow::ensure!(
+            p.to_str().is_some(),
+            "{}: not a UTF-8 path (paths are recorded in the export's manifest)",
+            p.display()
+        );
+    }
     let mut cfg = dojo_curate::Config::new(args.rollouts.clone(), args.out.clone());
     cfg.filters =
         dojo_curate::FilterSet::parse(&args.filters, args.lsp_min).map_err(anyhow::Error::msg)?;

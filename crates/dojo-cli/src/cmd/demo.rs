@@ -20,13 +20,13 @@ pub struct DemoArgs {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Concurrent rollouts.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = crate::args::positive::<usize>())]
     workers: usize,
     /// Skip the embedded model (gold-replay only).
     #[arg(long)]
     no_model: bool,
     /// Agent steps for the embedded model (a 135M model on CPU: kept small to fit the 10-minute budget).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::args::positive::<u32>())]
     model_steps: u32,
     /// Completion tokens per model turn.
     #[arg(long, default_value_t = 160)]
@@ -80,7 +80,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         policy,
         samples: 1,
         out: out.join(dir),
-        workers: args.workers.max(1),
+        workers: args.workers,
         export_predictions: true,
         envs_dir: None,
         prepare: PrepareOptions::default(),

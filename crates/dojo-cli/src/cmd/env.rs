@@ -23,7 +23,7 @@ pub struct EnvServeArgs {
     #[arg(long, default_value_t = 8700)]
     port: u16,
     /// Episodes running at once (each holds a sandbox).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::args::positive::<usize>())]
     max_episodes: usize,
     /// Requests that may wait for a running slot; more are answered 429.
     #[arg(long, default_value_t = 64)]
@@ -52,7 +52,7 @@ pub fn run(cmd: EnvCmd) -> anyhow::Result<i32> {
         "--lease-s must be a positive number of seconds"
     );
     let opts = dojo_env::ServeOptions {
-        max_episodes: args.max_episodes.max(1),
+        max_episodes: args.max_episodes,
         queue: args.queue,
         lease: Duration::from_secs_f64(args.lease_s),
         out: args.out,

@@ -35,7 +35,7 @@ pub struct RlArgs {
     #[arg(long)]
     group: Option<usize>,
     /// Steps to run.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::positive::<u64>())]
     steps: Option<u64>,
     /// Tasks per step.
     #[arg(long)]
@@ -44,13 +44,13 @@ pub struct RlArgs {
     #[arg(long)]
     advantage: Option<String>,
     /// LoRA rank (alpha 2r, all seven projections, no dropout; full fine-tuning without it).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::positive::<usize>())]
     lora_rank: Option<usize>,
     /// Learning rate.
     #[arg(long)]
     lr: Option<f64>,
     /// Agent step budget per rollout.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::positive::<u32>())]
     max_steps: Option<u32>,
     /// Tokens generated per model turn.
     #[arg(long)]
@@ -66,7 +66,7 @@ pub struct RlArgs {
     envs: Option<PathBuf>,
     /// Concurrent rollouts (sandboxes); their model calls are batched by the engine. Default:
     /// every episode of a step at once (G × tasks per step), at most 16 (the engine's batch).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::positive::<usize>())]
     workers: Option<usize>,
     /// Device: cpu, cuda, cuda:N.
     #[arg(long, default_value = "cpu")]

@@ -32,13 +32,13 @@ pub struct RolloutArgs {
     #[arg(long, value_name = "SHARD_DIR", num_args = 1.., conflicts_with_all = ["policy", "instances", "max_steps"])]
     merge: Vec<PathBuf>,
     /// Samples per task (K).
-    #[arg(short = 'n', long = "samples", default_value_t = 1)]
+    #[arg(short = 'n', long = "samples", default_value_t = 1, value_parser = crate::args::positive::<u32>())]
     samples: u32,
     /// Run directory (created; an existing one is resumed).
     #[arg(long)]
     out: PathBuf,
     /// Concurrent rollouts, i.e. sandboxes (LLM calls: the policy's `llm_concurrency`).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = crate::args::positive::<usize>())]
     workers: usize,
     /// Only these instance ids (repeatable).
     #[arg(long = "instance")]
@@ -53,7 +53,7 @@ pub struct RolloutArgs {
     #[arg(long)]
     repos: Option<PathBuf>,
     /// Agent step budget (overrides the policy file's `[agent] max_steps`).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::positive::<u32>())]
     max_steps: Option<u32>,
     #[command(flatten)]
     world: WorldArgs,
@@ -256,9 +256,9 @@ pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
         instances: args.instances,
         label: policy.label(),
         policy,
-        samples: args.samples.max(1),
+        samples: args.samples,
         out: args.out,
-        workers: args.workers.max(1),
+        workers: args.workers,
         export_predictions: args.export_predictions,
         envs_dir: args.envs,
         prepare: PrepareOptions {

@@ -33,7 +33,7 @@ pub struct SelectArgs {
     #[arg(long)]
     pub repos: Option<PathBuf>,
     /// Concurrent sandboxes when grading --predictions.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::positive::<usize>())]
     pub workers: usize,
     /// `oracle` (pass@k, reference only), `random`, `majority`, `verifier` (needs --verifier),
     /// `tests` (the agents' tests run on every candidate, in sandboxes), `hybrid` (a logistic
@@ -55,13 +55,13 @@ pub struct SelectArgs {
     #[arg(long)]
     pub swr: Option<String>,
     /// SWR samples averaged per candidate (SWE-World: 3).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::args::positive::<u32>())]
     pub swr_samples: u32,
     /// Verifier (and SWR) requests in flight at once.
     #[arg(long, default_value_t = 4)]
     pub verifier_concurrency: usize,
     /// Candidates per task to select among (default: the most any task has).
-    #[arg(short, long)]
+    #[arg(short, long, value_parser = crate::args::positive::<usize>())]
     pub k: Option<usize>,
     /// Seed of tie-breaks and bootstrap intervals.
     #[arg(long, default_value_t = 0)]
@@ -115,7 +115,7 @@ fn load_candidates(a: &SelectArgs, ctx: Option<&TaskContext>) -> anyhow::Result<
     }
     let ctx = ctx.context("--predictions needs --tasks")?;
     let opts = dojo_grade::batch::BatchOptions {
-        workers: a.workers.max(1),
+        workers: a.workers,
         progress: false,
         ..Default::default()
     };
@@ -154,7 +154,7 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
         None
     };
     let set = load_candidates(&a, ctx.as_ref())?;
-    let k = a.k.unwrap_or_else(|| set.max_k()).max(1);
+    let k = a.k.unwrap_or_else(|| set.max_k()).max(1); // a set with no candidates: 1
     let mut notes = Vec::new();
     // Seconds spent scoring beforehand, by selector (a hybrid's: its components').
     let mut precompute: HashMap<String, f64> = HashMap::new();

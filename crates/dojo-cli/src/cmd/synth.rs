@@ -45,7 +45,7 @@ pub struct SynthArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Concurrent sandboxes.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::positive::<usize>())]
     pub workers: usize,
     /// Operators, comma-separated (default: all). Known: compare_flip, bool_flip, arith_flip,
     /// const_off_by_one, bound_off_by_one, negate_cond, drop_operand, remove_if, remove_stmt,
@@ -66,7 +66,7 @@ pub struct SynthArgs {
     #[arg(long, default_value_t = 0.5)]
     pub max_break_share: f64,
     /// Wall-clock limit of one mutant test run in seconds (default: 3 × baseline + 10).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::positive::<u64>())]
     pub mutant_timeout: Option<u64>,
     /// Skip the final `dojo validate` of each task (faster; validate the file yourself).
     #[arg(long)]
@@ -170,7 +170,7 @@ pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
     opts.max_tasks = args.max;
     opts.max_tries = args.max_tries;
     opts.seed = args.seed;
-    opts.workers = args.workers.max(1);
+    opts.workers = args.workers;
     opts.files = args.files.clone();
     opts.functions = args.functions.clone();
     opts.max_fail_to_pass = args.max_fail_to_pass;

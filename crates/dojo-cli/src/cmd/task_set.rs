@@ -19,7 +19,7 @@ pub struct CommonArgs {
     #[arg(long = "instance")]
     pub instances: Vec<String>,
     /// Concurrent sandboxes.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::positive::<usize>())]
     pub workers: usize,
     /// Extra environment specs (`*.toml`), overriding the embedded `envs/`.
     #[arg(long)]
@@ -31,7 +31,7 @@ pub struct CommonArgs {
     #[arg(long, default_value = "classic")]
     pub semantics: String,
     /// Override every environment's test timeout (seconds).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::positive::<u64>())]
     pub timeout: Option<u64>,
     /// No progress bar.
     #[arg(long)]
@@ -77,7 +77,7 @@ pub fn load(common: &CommonArgs) -> anyhow::Result<Loaded> {
         ..Default::default()
     };
     let opts = BatchOptions {
-        workers: common.workers.max(1),
+        workers: common.workers,
         grade,
         progress: !common.quiet,
         ..Default::default()

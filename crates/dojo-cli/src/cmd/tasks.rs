@@ -71,10 +71,10 @@ pub enum TasksCmd {
         #[arg(long)]
         cache: Option<PathBuf>,
         /// Tasks in flight at once.
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 4, value_parser = crate::args::positive::<usize>())]
         concurrency: usize,
         /// Seconds one request may take.
-        #[arg(long, default_value_t = 600)]
+        #[arg(long, default_value_t = 600, value_parser = crate::args::positive::<u64>())]
         timeout_s: u64,
     },
 }
@@ -208,7 +208,7 @@ pub fn run_tasks(cmd: TasksCmd) -> anyhow::Result<i32> {
             instances,
             cache,
             concurrency,
-            timeout: std::time::Duration::from_secs(timeout_s.max(1)),
+            timeout: std::time::Duration::from_secs(timeout_s),
         }),
     }
 }
@@ -265,7 +265,7 @@ fn analyze(a: AnalyzeArgs) -> anyhow::Result<i32> {
                     (input.task_id.clone(), r)
                 }
             })
-            .buffer_unordered(a.concurrency.max(1))
+            .buffer_unordered(a.concurrency)
             .collect()
             .await;
         anyhow::Ok((key, results))

@@ -54,10 +54,10 @@ pub struct SftArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Passes over the data (ignored with --max-steps).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::positive::<u64>())]
     pub epochs: u64,
     /// Optimizer steps to run, instead of --epochs.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::positive::<u64>())]
     pub max_steps: Option<u64>,
     /// Longest sequence trained on; longer rows are handled by --overlong.
     #[arg(long, default_value_t = 2048)]
@@ -85,13 +85,13 @@ pub struct SftArgs {
     #[arg(long, default_value_t = 1.0)]
     pub max_grad_norm: f64,
     /// Rows per micro-batch, at most (rows of similar length are batched together).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::args::positive::<usize>())]
     pub batch_size: usize,
     /// Padded tokens per micro-batch, at most.
-    #[arg(long, default_value_t = 8192)]
+    #[arg(long, default_value_t = 8192, value_parser = crate::args::positive::<usize>())]
     pub max_batch_tokens: usize,
     /// Micro-batches per optimizer step.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::positive::<usize>())]
     pub grad_accum: usize,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -106,7 +106,7 @@ pub struct SftArgs {
     pub no_tokenizer_check: bool,
     /// Train LoRA adapters of this rank on a frozen base instead of every weight; OUT/final
     /// is then the adapter in peft's layout.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::positive::<usize>())]
     pub lora_rank: Option<usize>,
     /// LoRA scale numerator (the update is scaled by alpha / rank).
     #[arg(long, default_value_t = 16.0)]
@@ -136,13 +136,13 @@ pub struct SftArgs {
     #[arg(long = "eval-instance")]
     pub eval_instances: Vec<String>,
     /// Agent step budget per evaluation rollout.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = crate::args::positive::<u32>())]
     pub eval_max_steps: u32,
     /// Tokens per model turn during evaluation.
     #[arg(long, default_value_t = 256)]
     pub eval_max_tokens: u32,
     /// Concurrent evaluation rollouts (sandboxes).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::positive::<usize>())]
     pub eval_workers: usize,
     /// Environment specs overriding the embedded `envs/` for the evaluation tasks.
     #[arg(long)]
@@ -261,7 +261,7 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
         instances: a.eval_instances.clone(),
         max_steps: a.eval_max_steps,
         max_tokens: a.eval_max_tokens,
-        workers: a.eval_workers.max(1),
+        workers: a.eval_workers,
         envs: a.eval_envs.clone(),
         progress: opts.progress,
     };

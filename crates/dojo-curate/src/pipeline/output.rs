@@ -92,6 +92,14 @@ pub(super) fn write_manifest(
     out: &CurationSummary,
     fp: Option<&Fingerprints>,
 ) -> Result<(), CurateError> {
+    // Explicitly, not inside `json!` (which unwraps): a path that is not UTF-8 cannot be
+    // recorded, and that is an error, not a panic.
+    let config = serde_json::to_value(cfg).map_err(|e| {
+        CurateError::Config(format!(
+            "the configuration cannot be recorded in {}: {e}",
+            p.display()
+        ))
+    })?;
     let m = json!({
         "schema_version": EXPORT_SCHEMA_VERSION,
         "kind": "dojo-curate-export",
@@ -100,7 +108,7 @@ pub(super) fn write_manifest(
         "model": fp,
         "masking": cfg.masking,
         "messages_style": out.messages_style,
-        "config": cfg,
+        "config": config,
         "input": {
             "files": out.files_read, "bytes": out.bytes_read, "lines": out.lines,
             "trajectories": out.trajectories,
