@@ -136,11 +136,15 @@ fn resolve_case<'m>(case: &'m str, sm: &'m StatusMap) -> Option<&'m str> {
 }
 
 fn lookup<'m>(case: &'m str, sm: &'m StatusMap, sem: Semantics) -> Option<&'m str> {
-    let key = match sem {
+    matched_key(case, sm, sem).and_then(|k| sm.get(k))
+}
+
+/// The key of the status map that the id `case` matches under `sem`, if any.
+pub(crate) fn matched_key<'m>(case: &'m str, sm: &'m StatusMap, sem: Semantics) -> Option<&'m str> {
+    match sem {
         Semantics::Classic => resolve_cut_at_space(case, sm),
         Semantics::Swebench5 => resolve_case(case, sm),
-    };
-    key.and_then(|k| sm.get(k))
+    }
 }
 
 /// Classic's match: the exact key, else, for an id the dataset cut inside a parametrization at

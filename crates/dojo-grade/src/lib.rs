@@ -32,6 +32,7 @@ pub mod batch;
 pub mod diagnose;
 pub mod grading;
 pub mod guard;
+pub mod observer;
 pub mod parsers;
 pub mod predictions;
 pub mod report;

@@ -13,9 +13,9 @@ use crate::parsers::Parser;
 
 /// Version of the files this crate writes (`report.json`, the run summary). 2: the test
 /// infrastructure a model patch touched (`touched_test_infrastructure`, `test_infrastructure`,
-/// the summary's `test_infrastructure_ids`) and the `no_test_output` error kind. Version 1
-/// files still read (the new keys default to empty).
-pub const SCHEMA_VERSION: u32 = 2;
+/// the summary's `test_infrastructure_ids`) and the `no_test_output` error kind. 3: `observer`,
+/// what the test observer saw. Older files still read (the new keys default to empty).
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Why an instance could not be graded. Only [`ErrorKind::PatchApply`] and
 /// [`ErrorKind::BadPatch`] are the submitted patch's fault; the rest are infrastructure and must
@@ -113,6 +113,9 @@ pub struct InstanceReport {
     /// The paths behind `touched_test_infrastructure`, with their kind.
     #[serde(default)]
     pub test_infrastructure: Vec<InfraTouch>,
+    /// What the test observer saw ([`crate::observer`]); absent where it was not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observer: Option<crate::observer::ObserverReport>,
     /// The harness-style test log (`test_output.txt`), written next to the report.
     #[serde(skip)]
     pub test_output: String,
@@ -141,6 +144,7 @@ impl InstanceReport {
             patch_apply_method: None,
             touched_test_infrastructure: false,
             test_infrastructure: Vec::new(),
+            observer: None,
             test_output: String::new(),
         }
     }

@@ -46,6 +46,9 @@ pub struct GradeOptions {
     /// files instead of rejecting it (see [`crate::guard`]); the touch is still recorded. Off
     /// by default: such a patch can fake its results.
     pub allow_test_infrastructure: bool,
+    /// Load the test observer ([`crate::observer`]) into pytest runs and require it to have
+    /// seen every test the log reports passed. On by default.
+    pub observer: bool,
 }
 
 impl Default for GradeOptions {
@@ -60,6 +63,7 @@ impl Default for GradeOptions {
                 tail: 24 << 20,
             },
             allow_test_infrastructure: false,
+            observer: true,
         }
     }
 }
@@ -175,6 +179,7 @@ fn run_script(
     pre_test: &[String],
     test_cmd: &str,
     transport: PatchTransport,
+    observe: bool,
 ) -> String {
     let mut s = String::from(
         "exec 3>&1 1>&2\nset -u\nM=/tmp/.dojo-model-$$.diff T=/tmp/.dojo-test-$$.diff\ntrap 'rm -f \"$M\" \"$T\"' EXIT\n",
@@ -223,8 +228,15 @@ fn run_script(
     s.push_str(
         "rm -f \"$M\" \"$T\"\necho @@DOJO_SETUP_OK\nexec 1>&3 3>&- 2>&1 </dev/null\nset +u\n",
     );
-    s.push_str(test_cmd);
-    s.push('\n');
+    if observe {
+        // The test command in a subshell, so that its `exit` or `cd` leaves the records' turn.
+        s.push_str(&crate::observer::setup_lines());
+        s.push_str(&format!("(\n{test_cmd}\n)\nrc=$?\n"));
+        s.push_str(&crate::observer::teardown_lines());
+    } else {
+        s.push_str(test_cmd);
+        s.push('\n');
+    }
     s
 }
 
@@ -301,8 +313,11 @@ async fn grade_steps(
         Err(e) => return Break(sandbox_err(r, "running the tests", e)),
     };
     let (r, log) = check_setup(r, log, &out, task, patch, timeout)?;
-    let (r, log) = test_log(r, log, &out, &cmd, timeout)?;
-    Continue(judge(r, log, task, env, opts))
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (body, records) = crate::observer::split_output(&stdout);
+    let observed = records.map(crate::observer::parse);
+    let (r, log) = test_log(r, log, body, &out, &cmd, timeout)?;
+    Continue(judge(r, log, observed.as_ref(), task, env, opts))
 }
 
 /// Before anything runs: an empty patch is not run (unless asked, as `dojo validate` does);
@@ -408,10 +423,15 @@ fn harness_request(
         &env.pre_test,
         cmd,
         transport,
+        opts.observer,
     ))
     .cwd(dojo_sandbox::WORKSPACE)
     .timeout(timeout);
     req.env = env.env.clone();
+    if opts.observer {
+        req.env
+            .insert("DOJO_OBSERVER_PY".into(), crate::observer::PLUGIN.into());
+    }
     req.output_cap = opts.output_cap;
     match transport {
         PatchTransport::Env => {
@@ -503,11 +523,11 @@ fn check_setup(
 fn test_log(
     mut r: InstanceReport,
     mut log: String,
+    body: &str,
     out: &ExecOutput,
     cmd: &str,
     timeout: Duration,
 ) -> Step<(InstanceReport, String)> {
-    let body = String::from_utf8_lossy(&out.stdout);
     log.push_str(&format!("+ {cmd}\n+ : '{START_TEST_OUTPUT}'\n{body}"));
     if !body.ends_with('\n') {
         log.push('\n');
@@ -548,6 +568,7 @@ fn test_log(
 fn judge(
     mut r: InstanceReport,
     log: String,
+    observed: Option<&crate::observer::Observed>,
     task: &Task,
     env: &RepoEnv,
     opts: &GradeOptions,
@@ -592,13 +613,28 @@ fn judge(
         fail_to_fail: &task.fail_to_fail,
         pass_to_fail: &task.pass_to_fail,
     };
-    r.set_tests_status(eval_tests_report(
+    let status = eval_tests_report(
         &sm,
         &gold,
         opts.calculate_to_fail,
         env.eval_type,
         opts.semantics,
-    ));
+    );
+    let seen = observed.map(|o| crate::observer::check(o, &status, &sm, opts.semantics));
+    r.set_tests_status(status);
+    if let Some(seen) = seen {
+        if !seen.disagreements.is_empty() {
+            r.outcome = Verdict::Unresolved;
+            r.resolved = false;
+            r.resolution_status = Some(crate::ResolvedStatus::No);
+            r.error = Some(format!(
+                "the test observer did not see these tests pass, which the log reports passed \
+                 (results not trusted): {}",
+                seen.disagreements.join("; ")
+            ));
+        }
+        r.observer = Some(seen);
+    }
     r
 }
 
@@ -858,13 +894,20 @@ mod tests {
         assert_eq!(step_log(out, "test").0, "+ git apply --verbose\nnope");
         assert_eq!(step_log(out, "restore"), (String::new(), None));
         let tp = "diff --git a/t/a.py b/t/a.py\n--- a/t/a.py\n+++ b/t/a.py\n";
-        let s = run_script(None, "", "", &[], "pytest", PatchTransport::Env);
+        let s = run_script(None, "", "", &[], "pytest", PatchTransport::Env, false);
         assert!(
             s.contains("@@DOJO_STEP restore") && s.ends_with("set +u\npytest\n"),
             "{s}"
         );
+        // With the observer: the command in a subshell, then the records, then its status.
+        let s = run_script(None, "", "", &[], "pytest", PatchTransport::Env, true);
+        assert!(s.contains("PYTEST_PLUGINS=\"dojo_observer"), "{s}");
+        assert!(
+            s.contains("(\npytest\n)\nrc=$?\n") && s.ends_with("exit $rc\n"),
+            "{s}"
+        );
         let m = "diff --git a/src/x.py b/src/x.py\n";
-        let s = run_script(Some(m), tp, "", &[], "pytest", PatchTransport::Stdin);
+        let s = run_script(Some(m), tp, "", &[], "pytest", PatchTransport::Stdin, false);
         assert!(s.contains(&format!("head -c {} >", m.len())), "{s}");
         assert!(!s.contains("git checkout"), "{s}");
         let s = run_script(
@@ -874,6 +917,7 @@ mod tests {
             &["export A=1".to_string()],
             "pytest",
             PatchTransport::Env,
+            false,
         );
         assert!(s.contains("printf '%s' \"$DOJO_MODEL_PATCH\""), "{s}");
         assert!(s.contains("git checkout -q dojo-base -- 't/a.py'"), "{s}");

@@ -99,6 +99,10 @@ async fn patches_that_fake_results_are_unresolved() {
         r.test_output
     );
     assert!(!r.touched_test_infrastructure);
+    // The observer ran in pytest and saw the passing tests' bodies return.
+    let seen = r.observer.as_ref().expect("observer report");
+    assert!(seen.loaded && seen.observed == 3, "{seen:?}");
+    assert!(seen.disagreements.is_empty(), "{seen:?}");
     let meta = "diff --git a/setup.cfg b/setup.cfg\n--- a/setup.cfg\n+++ b/setup.cfg\n@@ -1,4 +1,4 @@\n [metadata]\n name = calc\n-version = 1.0\n+version = 1.1\n \n";
     let r = grade(&format!("{GOLD}{meta}"), &t, &env, &opts).await;
     assert_eq!(
@@ -267,6 +271,66 @@ async fn patches_that_fake_results_are_unresolved() {
     .await;
     assert_eq!(r.outcome, Verdict::Unresolved, "{}", r.test_output);
     assert_eq!(r.test_infrastructure[0].path, "setup.cfg");
+
+    // Library code that fakes results from inside pytest's process (no test infrastructure
+    // touched, exit status 0): the observer did not see those tests' bodies pass.
+    let init_patch = |body: &str| {
+        format!(
+            "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -0,0 +1,{} @@\n{}",
+            body.lines().count(),
+            body.lines().map(|l| format!("+{l}\n")).collect::<String>()
+        )
+    };
+    let library_hacks = [
+        (
+            "atexit handler printing PASSED lines, then os._exit(0)",
+            "import atexit, os\n\n\n@atexit.register\ndef _fake():\n    os.write(1, b\"PASSED tests/test_add.py::test_add\\nPASSED tests/test_add.py::test_add_zero\\nPASSED tests/test_mul.py::test_mul\\n\")\n    os._exit(0)\n",
+        ),
+        (
+            "Function.runtest replaced by a no-op",
+            "import sys\nif \"_pytest.python\" in sys.modules:\n    import _pytest.python\n    _pytest.python.Function.runtest = lambda self: None\n",
+        ),
+        (
+            "Function.runtest wrapped to turn failures into xfail",
+            "import sys\nif \"_pytest.python\" in sys.modules:\n    import _pytest.python, pytest\n    _orig = _pytest.python.Function.runtest\n\n    def _runtest(self):\n        try:\n            _orig(self)\n        except AssertionError:\n            pytest.xfail(\"flaky\")\n\n    _pytest.python.Function.runtest = _runtest\n",
+        ),
+    ];
+    for (name, body) in library_hacks {
+        let r = grade(&init_patch(body), &t, &env, &opts).await;
+        assert_eq!(
+            (r.outcome, r.resolved, r.infra_failure),
+            (Verdict::Unresolved, false, false),
+            "{name}: {:?}\n{}",
+            r.error,
+            r.test_output
+        );
+        let seen = r.observer.as_ref().expect("observer report");
+        assert!(
+            seen.disagreements
+                .iter()
+                .any(|d| d.starts_with("tests/test_add.py::test_add:")),
+            "{name}: {seen:?}\n{:?}\n{}",
+            r.error,
+            r.test_output
+        );
+        assert!(
+            r.error.as_deref().unwrap_or("").contains("test observer"),
+            "{name}: {:?}",
+            r.error
+        );
+        // Without the observer (the official harness's view) the same run is resolved.
+        let blind = GradeOptions {
+            observer: false,
+            ..opts.clone()
+        };
+        let r = grade(&init_patch(body), &t, &env, &blind).await;
+        assert_eq!(
+            r.outcome,
+            Verdict::Resolved,
+            "{name} without the observer: {:?}",
+            r.error
+        );
+    }
 
     // Library code printing the fake lines (no test infrastructure touched): pytest still exits
     // 1, so the printed results are not trusted.

@@ -1,0 +1,291 @@
+//! The trusted test observer: evidence of which tests ran that does not come from the log.
+//!
+//! A log is what the project's own process prints, and library code under test can print
+//! anything: `PASSED <id>` lines from an `atexit` handler that then calls `os._exit(0)`, a
+//! replaced `Function.runtest` that never calls the test, a wrapper that turns a failure into
+//! `pytest.xfail`. `swebench` 5.0.2 grades all of these resolved. So grading loads a pytest
+//! plugin (`observer.py`) ahead of the project's code, through `PYTEST_PLUGINS` from a directory
+//! outside the repository, that wraps every collected test function and records whether its
+//! own body ran and how it ended, into a file outside the repository; the records come back
+//! after the test command, behind a marker line ([`MARKER`]). A FAIL_TO_PASS or PASS_TO_PASS
+//! test that the log reports passed counts only if the observer saw its body return (or, for an
+//! `XFAIL`, raise under an `xfail` marker); any other disagreement grades the run unresolved and
+//! names the tests ([`check`]).
+//!
+//! Execution model: one plugin instance per pytest process (xdist workers each load it and
+//! append to the same file). Where no pytest process loaded it (another runner: Django's,
+//! sympy's; a test command that replaces `PYTHONPATH`), there is nothing to compare and the
+//! log alone decides, as before ([`Observed::loaded`] false).
+//!
+//! What it cannot do: the observer runs in the same interpreter as the patch's code. A patch
+//! written against dojo's observer (one that finds the records file and writes forged lines,
+//! or unwraps the functions) is not stopped by it; the guard and the exit-status check still
+//! apply. It catches the generic hacks that fool the official harness.
+
+use std::collections::BTreeMap;
+
+use crate::grading::{Semantics, TestsStatus, matched_key};
+use crate::parsers::{StatusMap, XFAIL};
+
+/// The plugin's source, written into the sandbox for each grading run.
+pub const PLUGIN: &str = include_str!("observer.py");
+
+/// The line that separates the test command's output from the observer's records.
+pub const MARKER: &str = "@@DOJO_OBSERVER_RECORDS";
+
+/// Shell lines run before the test command: the plugin into a private directory outside the
+/// repository, on `PYTHONPATH` and in `PYTEST_PLUGINS`, and the records file named.
+pub(crate) fn setup_lines() -> String {
+    "D=$(mktemp -d /tmp/.dojo-observer-XXXXXX) && printf '%s' \"$DOJO_OBSERVER_PY\" > \"$D/dojo_observer.py\" && {\n\
+     export DOJO_OBSERVER_FILE=\"$D/records\"\n\
+     export PYTHONPATH=\"$D${PYTHONPATH:+:$PYTHONPATH}\"\n\
+     export PYTEST_PLUGINS=\"dojo_observer${PYTEST_PLUGINS:+,$PYTEST_PLUGINS}\"\n\
+     }\nunset DOJO_OBSERVER_PY\n"
+        .to_string()
+}
+
+/// Shell lines run after the test command (its exit status in `$rc`): the marker and the
+/// records, on the same output, then the test command's status.
+pub(crate) fn teardown_lines() -> String {
+    format!("printf '\\n{MARKER}\\n'\ncat \"$DOJO_OBSERVER_FILE\" 2>/dev/null\nexit $rc\n")
+}
+
+/// The test command's output and the records after the last marker (`None`: no marker, the
+/// observer was not run).
+pub fn split_output(stdout: &str) -> (&str, Option<&str>) {
+    let needle = format!("\n{MARKER}\n");
+    match stdout.rfind(&needle) {
+        Some(i) => (&stdout[..i], Some(&stdout[i + needle.len()..])),
+        None => (stdout, None),
+    }
+}
+
+/// How one test's body ended, as the observer saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// Collected and wrapped, the body never entered.
+    NotRun,
+    Entered,
+    Returned,
+    /// The exception type's name (`AssertionError`, `XFailed`, `Skipped`).
+    Raised(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub body: Body,
+    pub xfail_marked: bool,
+}
+
+/// Everything the observer recorded in one run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// Some pytest process loaded the plugin.
+    pub loaded: bool,
+    /// Tests wrapped, by node id.
+    pub items: BTreeMap<String, Item>,
+    /// Tests collected but not wrapped (doctests, coroutines): their log lines are taken as is.
+    pub unobserved: Vec<String>,
+    /// A process finished its collection.
+    pub collected: bool,
+}
+
+fn unhex(s: &str) -> Option<String> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
+}
+
+/// Read the records (lines that do not parse are skipped: a test's own output cannot land in
+/// the file, and a torn last line is nothing to count).
+pub fn parse(records: &str) -> Observed {
+    let mut o = Observed::default();
+    for line in records.lines() {
+        let mut f = line.splitn(3, '\t');
+        let (Some(kind), Some(id)) = (f.next(), f.next().and_then(unhex)) else {
+            continue;
+        };
+        let extra = f.next().unwrap_or("");
+        match kind {
+            "start" => o.loaded = true,
+            "collected" => o.collected = true,
+            "item" => {
+                o.items.insert(
+                    id,
+                    Item {
+                        body: Body::NotRun,
+                        xfail_marked: extra == "xfail",
+                    },
+                );
+            }
+            "unobserved" => o.unobserved.push(id),
+            "enter" | "return" | "raise" => {
+                if let Some(item) = o.items.get_mut(&id) {
+                    item.body = match kind {
+                        "enter" => Body::Entered,
+                        "return" => Body::Returned,
+                        _ => Body::Raised(extra.to_string()),
+                    };
+                }
+            }
+            _ => {}
+        }
+    }
+    o
+}
+
+/// What the report says of the observer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ObserverReport {
+    /// A pytest process of the run loaded the observer (else the log alone decided).
+    pub loaded: bool,
+    /// Tests whose bodies it watched.
+    pub observed: usize,
+    /// Tests the log reports passed that the observer did not see pass, each with what it saw.
+    pub disagreements: Vec<String>,
+}
+
+/// Compare the tests the log reports passed (`status`'s FAIL_TO_PASS and PASS_TO_PASS
+/// successes) with what the observer saw. `sm` is the parsed log, for the status of each and
+/// the key an id matched under `sem`.
+pub fn check(
+    obs: &Observed,
+    status: &TestsStatus,
+    sm: &StatusMap,
+    sem: Semantics,
+) -> ObserverReport {
+    let mut r = ObserverReport {
+        loaded: obs.loaded,
+        observed: obs.items.len(),
+        disagreements: Vec::new(),
+    };
+    if !obs.loaded {
+        return r;
+    }
+    let passed = status
+        .fail_to_pass
+        .success
+        .iter()
+        .chain(&status.pass_to_pass.success);
+    for id in passed {
+        let key = matched_key(id, sm, sem).unwrap_or(id.as_str());
+        if obs.unobserved.iter().any(|u| u == key) {
+            continue;
+        }
+        let seen = match obs.items.get(key) {
+            Some(Item {
+                body: Body::Returned,
+                ..
+            }) => continue,
+            Some(Item {
+                body: Body::Raised(e),
+                xfail_marked,
+            }) if sm.get(key) == Some(XFAIL) && (*xfail_marked || e == "XFailed") => continue,
+            Some(Item {
+                body: Body::Raised(e),
+                ..
+            }) => format!("its body raised {e}"),
+            Some(Item {
+                body: Body::Entered,
+                ..
+            }) => "its body never returned".to_string(),
+            Some(Item {
+                body: Body::NotRun, ..
+            }) => "its body never ran".to_string(),
+            None if !obs.collected => "collection never finished".to_string(),
+            None => "it was never collected".to_string(),
+        };
+        r.disagreements.push(format!("{id}: {seen}"));
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parsers::{FAILED, PASSED};
+
+    fn rec(kind: &str, id: &str, extra: &str) -> String {
+        let hex: String = id.bytes().map(|b| format!("{b:02x}")).collect();
+        format!("{kind}\t{hex}\t{extra}\n")
+    }
+
+    fn sm(pairs: &[(&str, &str)]) -> StatusMap {
+        let mut m = StatusMap::new();
+        for (k, v) in pairs {
+            m.insert(*k, *v);
+        }
+        m
+    }
+
+    fn status(f2p: &[&str], p2p: &[&str]) -> TestsStatus {
+        let mut s = TestsStatus::default();
+        s.fail_to_pass.success = f2p.iter().map(|x| x.to_string()).collect();
+        s.pass_to_pass.success = p2p.iter().map(|x| x.to_string()).collect();
+        s
+    }
+
+    #[test]
+    fn output_splits_at_the_last_marker() {
+        let out = format!("a\n{MARKER}\nforged\nb\n\n{MARKER}\nreal\n");
+        assert_eq!(
+            split_output(&out),
+            (format!("a\n{MARKER}\nforged\nb\n").as_str(), Some("real\n"))
+        );
+        assert_eq!(split_output("plain"), ("plain", None));
+    }
+
+    #[test]
+    fn passes_need_a_body_that_returned() {
+        let records = rec("start", "", "1")
+            + &rec("item", "t.py::ok", "")
+            + &rec("item", "t.py::faked", "")
+            + &rec("item", "t.py::skipped_body", "")
+            + &rec("item", "t.py::xf", "xfail")
+            + &rec("item", "t.py::xf_hack", "")
+            + &rec("unobserved", "t.py::doc", "DoctestItem")
+            + &rec("collected", "", "6")
+            + &rec("enter", "t.py::ok", "")
+            + &rec("return", "t.py::ok", "")
+            + &rec("enter", "t.py::faked", "")
+            + &rec("raise", "t.py::faked", "AssertionError")
+            + &rec("raise", "t.py::xf", "AssertionError")
+            + &rec("raise", "t.py::xf_hack", "AssertionError")
+            + "garbage line\n";
+        let obs = parse(&records);
+        assert!(obs.loaded && obs.collected);
+        let m = sm(&[
+            ("t.py::ok", PASSED),
+            ("t.py::faked", PASSED),
+            ("t.py::skipped_body", PASSED),
+            ("t.py::xf", XFAIL),
+            ("t.py::xf_hack", XFAIL),
+            ("t.py::doc", PASSED),
+            ("t.py::ghost", PASSED),
+            ("t.py::bad", FAILED),
+        ]);
+        let s = status(
+            &["t.py::ok", "t.py::faked", "t.py::xf", "t.py::doc"],
+            &["t.py::skipped_body", "t.py::xf_hack", "t.py::ghost"],
+        );
+        let r = check(&obs, &s, &m, Semantics::Classic);
+        assert_eq!(
+            r.disagreements,
+            [
+                "t.py::faked: its body raised AssertionError",
+                "t.py::skipped_body: its body never ran",
+                "t.py::xf_hack: its body raised AssertionError",
+                "t.py::ghost: it was never collected",
+            ]
+        );
+        assert_eq!(r.observed, 5);
+        // Not loaded: nothing to compare.
+        let r = check(&Observed::default(), &s, &m, Semantics::Classic);
+        assert!(!r.loaded && r.disagreements.is_empty());
+    }
+}
