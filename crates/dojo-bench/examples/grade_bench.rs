@@ -45,6 +45,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut bare = Vec::new();
     let mut verdict = Vec::new();
+    let mut blind = Vec::new();
+    let no_observer = GradeOptions {
+        observer: false,
+        ..GradeOptions::default()
+    };
     let mut whole = Vec::new();
     let mut previous = Vec::new();
     let out_dir = tempfile::tempdir()?;
@@ -72,6 +77,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), &sopts).await?;
         let r = grade_in_sandbox(&sb, &task, &env, Some(&task.patch), &gopts).await;
         verdict.push(t0.elapsed().as_secs_f64());
+        assert_eq!(r.outcome, Verdict::Resolved, "{:?}", r.error);
+        assert!(
+            r.observer.as_ref().is_some_and(|o| o.loaded),
+            "observer not loaded"
+        );
+        sb.teardown().await?;
+
+        // The same without the test observer: its cost is the difference.
+        let t0 = Instant::now();
+        let sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), &sopts).await?;
+        let r = grade_in_sandbox(&sb, &task, &env, Some(&task.patch), &no_observer).await;
+        blind.push(t0.elapsed().as_secs_f64());
         assert_eq!(r.outcome, Verdict::Resolved, "{:?}", r.error);
         sb.teardown().await?;
 
@@ -116,6 +133,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (what, xs) in [
         ("bare test command", &bare),
         ("grading, until the verdict", &verdict),
+        ("the same without the test observer", &blind),
         ("whole `dojo eval` of the instance", &whole),
         ("previous flow (5 processes, inline teardown)", &previous),
     ] {
@@ -131,7 +149,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     println!(
-        "\nraw bare: {bare:.3?}\nraw verdict: {verdict:.3?}\nraw whole: {whole:.3?}\nraw previous: {previous:.3?}\n"
+        "\nraw bare: {bare:.3?}\nraw verdict: {verdict:.3?}\nraw without observer: {blind:.3?}\nraw whole: {whole:.3?}\nraw previous: {previous:.3?}\n"
     );
 
     let subset: Vec<Task> = tasks.into_iter().take(limit).collect();
@@ -181,7 +199,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         force: true,
         ..Default::default()
     };
-    let (mut sums, mut evals) = (Vec::new(), Vec::new());
+    let one_worker_blind = BatchOptions {
+        grade: no_observer.clone(),
+        ..one_worker.clone()
+    };
+    let (mut sums, mut evals, mut blind_evals) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..batch_reps {
         let mut sum = 0.0;
         for t in &subset {
@@ -216,6 +238,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         evals.push(t0.elapsed().as_secs_f64());
         let resolved = rs.iter().filter(|r| r.outcome == Verdict::Resolved).count();
         assert_eq!(resolved, subset.len(), "not all gold patches resolved");
+        let t0 = Instant::now();
+        let rs = batch::eval_jobs(
+            subset.iter().map(gold_job).collect(),
+            out_dir.path(),
+            &preparer,
+            &one_worker_blind,
+        )
+        .await;
+        blind_evals.push(t0.elapsed().as_secs_f64());
+        assert!(rs.iter().all(|r| r.outcome == Verdict::Resolved));
     }
     let (sb_, ev) = (median(sums.clone()), median(evals.clone()));
     println!(
@@ -223,7 +255,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         subset.len(),
         ev / sb_
     );
-    println!("raw sums: {sums:.2?}\nraw evals: {evals:.2?}\n");
+    let bl = median(blind_evals.clone());
+    println!(
+        "`dojo eval` (1 worker) without the test observer {bl:.2} s, ratio {:.2}x; the observer's cost {:.2}x",
+        bl / sb_,
+        ev / bl
+    );
+    println!(
+        "raw sums: {sums:.2?}\nraw evals: {evals:.2?}\nraw evals without observer: {blind_evals:.2?}\n"
+    );
 
     println!("| workers | tasks | wall (s) | tasks/min |");
     println!("|---|---|---|---|");

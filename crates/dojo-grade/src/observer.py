@@ -32,9 +32,21 @@ def _emit(kind, nodeid, extra=""):
         pass
 
 
-def _wrap(nodeid, fn):
+# The node id of the test being run (set at its setup), for wrappers shared by several tests.
+_current = [None]
+
+
+def _wrap(nodeids, fn):
+    """`fn` recording its calls for the tests `nodeids` (a set: a method on a class serves every
+    parametrization of it; the running one is `_current`)."""
+
     @functools.wraps(fn)
     def dojo_observed(*args, **kwargs):
+        nodeid = _current[0]
+        if nodeid not in nodeids:
+            nodeid = next(iter(nodeids)) if len(nodeids) == 1 else None
+        if nodeid is None:
+            return fn(*args, **kwargs)
         _emit("enter", nodeid)
         try:
             result = fn(*args, **kwargs)
@@ -44,7 +56,23 @@ def _wrap(nodeid, fn):
         _emit("return", nodeid)
         return result
 
+    dojo_observed._dojo_nodeids = nodeids
     return dojo_observed
+
+
+def _wrap_method(item, cls, name, fn):
+    """A test method: wrapped on its class (old pytest and unittest fetch it from a fresh
+    instance at setup), and bound to the same instance where the item has cached it."""
+    current = cls.__dict__.get(name)
+    if current is not None and hasattr(current, "_dojo_nodeids"):
+        current._dojo_nodeids.add(item.nodeid)
+        wrapped = current
+    else:
+        wrapped = _wrap(set([item.nodeid]), getattr(fn, "__func__", fn))
+        setattr(cls, name, wrapped)
+    cached = getattr(item, "__dict__", {}).get("_obj")
+    if isinstance(cached, types.MethodType):
+        item._obj = types.MethodType(wrapped, cached.__self__)
 
 
 def _wrappable(fn):
@@ -64,29 +92,25 @@ def _xfail_marked(item):
 def _observe(item):
     nodeid = item.nodeid
     kind = type(item).__name__
-    if kind == "TestCaseFunction":
-        # unittest-style: TestCase.run calls the method by name on its class.
-        cls = getattr(item, "cls", None)
-        fn = getattr(cls, item.name, None) if cls is not None else None
+    if kind not in ("Function", "TestCaseFunction"):
+        # Doctests and other plugins' items: their log lines cannot be checked here.
+        return _emit("unobserved", nodeid, kind)
+    cls = getattr(item, "cls", None)
+    name = getattr(item, "originalname", None) or item.name
+    if cls is not None:
+        fn = getattr(cls, name, None)
         if fn is None or not _wrappable(fn):
             return _emit("unobserved", nodeid, kind)
-        setattr(cls, item.name, _wrap(nodeid, fn))
-    elif kind == "Function":
+        _wrap_method(item, cls, name, fn)
+    else:
         fn = item.obj
         if not _wrappable(fn):
             return _emit("unobserved", nodeid, kind)
-        if isinstance(fn, types.MethodType):
-            # A test method: the wrapper stays bound to the same instance (`request.instance`).
-            wrapped = types.MethodType(_wrap(nodeid, fn.__func__), fn.__self__)
-        else:
-            wrapped = _wrap(nodeid, fn)
+        wrapped = _wrap(set([nodeid]), fn)
         try:
             item.obj = wrapped
         except AttributeError:
             item._obj = wrapped
-    else:
-        # Doctests and other plugins' items: their log lines cannot be checked here.
-        return _emit("unobserved", nodeid, kind)
     _emit("item", nodeid, "xfail" if _xfail_marked(item) else "")
 
 
@@ -100,6 +124,10 @@ def pytest_collection_modifyitems(session, config, items):
         except Exception as e:
             _emit("unobserved", item.nodeid, type(e).__name__)
     _emit("collected", "", str(len(items)))
+
+
+def pytest_runtest_setup(item):
+    _current[0] = item.nodeid
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -295,6 +295,10 @@ async fn patches_that_fake_results_are_unresolved() {
             "import sys\nif \"_pytest.python\" in sys.modules:\n    import _pytest.python, pytest\n    _orig = _pytest.python.Function.runtest\n\n    def _runtest(self):\n        try:\n            _orig(self)\n        except AssertionError:\n            pytest.xfail(\"flaky\")\n\n    _pytest.python.Function.runtest = _runtest\n",
         ),
     ];
+    let blind_opts = GradeOptions {
+        observer: false,
+        ..opts.clone()
+    };
     for (name, body) in library_hacks {
         let r = grade(&init_patch(body), &t, &env, &opts).await;
         assert_eq!(
@@ -319,11 +323,7 @@ async fn patches_that_fake_results_are_unresolved() {
             r.error
         );
         // Without the observer (the official harness's view) the same run is resolved.
-        let blind = GradeOptions {
-            observer: false,
-            ..opts.clone()
-        };
-        let r = grade(&init_patch(body), &t, &env, &blind).await;
+        let r = grade(&init_patch(body), &t, &env, &blind_opts).await;
         assert_eq!(
             r.outcome,
             Verdict::Resolved,
@@ -331,6 +331,51 @@ async fn patches_that_fake_results_are_unresolved() {
             r.error
         );
     }
+
+    // unittest-style tests: a patched `unittest.TestCase.run` that reports success without
+    // calling the test method.
+    let unit_test_patch = "diff --git a/tests/test_add_unit.py b/tests/test_add_unit.py\nnew file mode 100644\n--- /dev/null\n+++ b/tests/test_add_unit.py\n@@ -0,0 +1,7 @@\n+import unittest\n+\n+from calc.core import add\n+\n+class AddTest(unittest.TestCase):\n+    def test_add(self):\n+        self.assertEqual(add(2, 3), 5)\n";
+    let tu = common::task(json!({
+        "instance_id": "local__calc-4", "repo": "local/calc", "base_commit": "x", "patch": GOLD,
+        "test_patch": unit_test_patch, "version": "1.0",
+        "FAIL_TO_PASS": ["tests/test_add_unit.py::AddTest::test_add"],
+        "PASS_TO_PASS": ["tests/test_mul.py::test_mul"],
+        "env": {"python": "3.11", "requirements": ["pytest==8.3.3"], "editable": false,
+                "test_cmd": CMD, "test_directives": "none", "timeout_s": 120,
+                "env": {"PYTHONPATH": "/testbed"}}}));
+    let r = grade(GOLD, &tu, &env, &opts).await;
+    assert_eq!(
+        r.outcome,
+        Verdict::Resolved,
+        "{:?}\n{}",
+        r.error,
+        r.test_output
+    );
+    let run_hack = init_patch(
+        "import unittest\n\n\ndef _run(self, result=None):\n    result.startTest(self)\n    result.addSuccess(self)\n    result.stopTest(self)\n\n\nunittest.TestCase.run = _run\n",
+    );
+    let r = grade(&run_hack, &tu, &env, &blind_opts).await;
+    assert_eq!(
+        r.outcome,
+        Verdict::Resolved,
+        "the hack works without the observer: {:?}\n{}",
+        r.error,
+        r.test_output
+    );
+    let r = grade(&run_hack, &tu, &env, &opts).await;
+    assert_eq!(
+        r.outcome,
+        Verdict::Unresolved,
+        "{:?}\n{}",
+        r.error,
+        r.test_output
+    );
+    assert!(
+        r.observer.as_ref().unwrap().disagreements[0]
+            .starts_with("tests/test_add_unit.py::AddTest::test_add:"),
+        "{:?}",
+        r.observer
+    );
 
     // Library code printing the fake lines (no test infrastructure touched): pytest still exits
     // 1, so the printed results are not trusted.
