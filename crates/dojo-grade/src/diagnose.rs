@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::grading::Semantics;
+use crate::parsers::{ERROR, FAILED, SKIPPED, StatusMap};
 use crate::run::Validation;
 
 /// How many ids a summary names before it counts the rest.
@@ -22,6 +24,31 @@ pub fn ids_summary(ids: &[String]) -> String {
         shown.push(&more);
     }
     format!("{} ({})", ids.len(), shown.join(", "))
+}
+
+/// Ids the gold run did not pass, grouped by what its log says of them: `failed 1 (a); skipped
+/// 2 (b, c); not run 1 (d)` (a skipped or absent test is not a broken one, and the fix differs:
+/// a missing optional dependency, a collection error).
+pub fn ids_by_status(ids: &[String], sm: &StatusMap, sem: Semantics) -> String {
+    let mut groups: Vec<(&str, Vec<String>)> = Vec::new();
+    for id in ids {
+        let label = match crate::grading::matched_key(id, sm, sem).and_then(|k| sm.get(k)) {
+            None => "not run",
+            Some(FAILED) => "failed",
+            Some(ERROR) => "errored",
+            Some(SKIPPED) => "skipped",
+            Some(_) => "other",
+        };
+        match groups.iter_mut().find(|(l, _)| *l == label) {
+            Some((_, v)) => v.push(id.clone()),
+            None => groups.push((label, vec![id.clone()])),
+        }
+    }
+    let parts: Vec<String> = groups
+        .iter()
+        .map(|(l, v)| format!("{l} {}", ids_summary(v)))
+        .collect();
+    parts.join("; ")
 }
 
 /// The first line of `text`, at most [`PROBLEM_CHARS`] characters; whether it was cut.
@@ -143,6 +170,22 @@ mod tests {
             "7 (t.py::test_1, t.py::test_2, t.py::test_3, +4 more)"
         );
         assert_eq!(ids_summary(&ids[..2]), "2 (t.py::test_1, t.py::test_2)");
+    }
+
+    #[test]
+    fn failures_are_grouped_by_what_the_log_says() {
+        let mut sm = StatusMap::new();
+        sm.insert("t.py::a", FAILED);
+        sm.insert("t.py::b", SKIPPED);
+        sm.insert("t.py::c[x y]", SKIPPED);
+        let ids: Vec<String> = ["t.py::a", "t.py::b", "t.py::c[x", "t.py::d"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            ids_by_status(&ids, &sm, Semantics::Classic),
+            "failed 1 (t.py::a); skipped 2 (t.py::b, t.py::c[x); not run 1 (t.py::d)"
+        );
     }
 
     #[test]

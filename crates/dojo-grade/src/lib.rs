@@ -20,8 +20,11 @@
 //!   [`dojo_sandbox::Sandbox`]. Infrastructure failures (environment, test patch, timeout,
 //!   runner) are [`ErrorKind`]s with `infra_failure = true`, never "unresolved".
 //! - [`guard`]: which paths of a model patch are test infrastructure ([`InfraKind`]): the
-//!   task's test files are restored, conftest / pytest configuration / interpreter startup
-//!   files make the patch unresolved, so a patch cannot fake its test results.
+//!   task's test files are restored; conftest / pytest configuration / interpreter startup
+//!   files, runner shadows and package metadata make the patch unresolved.
+//! - [`observer`]: the test observer, a pytest plugin loaded ahead of the project's code that
+//!   records which test bodies ran and how they ended; a test the log reports passed counts
+//!   only if the observer saw it pass (where a pytest process loaded it).
 //! - [`diagnose`]: `dojo validate`'s one-line rows and id-list summaries (full text to files).
 //! - [`batch`]: `dojo eval` / `dojo validate` over many instances (resumable, concurrent,
 //!   progress bar, sandboxes torn down in the background).

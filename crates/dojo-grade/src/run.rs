@@ -727,6 +727,7 @@ pub async fn validate_in_sandbox(
             &f2p,
             &before,
             &gold,
+            &sm_gold,
         ));
         v.derived_fail_to_pass = f2p;
         v.derived_pass_to_pass = p2p;
@@ -749,6 +750,7 @@ fn list_problems(
     derived_f2p: &[String],
     before: &InstanceReport,
     gold: &InstanceReport,
+    gold_sm: &StatusMap,
 ) -> Vec<String> {
     let mut problems = Vec::new();
     if new_task {
@@ -773,16 +775,16 @@ fn list_problems(
     if let Some(ts) = &gold.tests_status {
         if !ts.fail_to_pass.failure.is_empty() {
             problems.push(format!(
-                "FAIL_TO_PASS not passing with the gold patch: {} of {}",
-                ids_summary(&ts.fail_to_pass.failure),
-                n_f2p
+                "FAIL_TO_PASS not passing with the gold patch: {} of {n_f2p}: {}",
+                ts.fail_to_pass.failure.len(),
+                crate::diagnose::ids_by_status(&ts.fail_to_pass.failure, gold_sm, gold.semantics)
             ));
         }
         if !ts.pass_to_pass.failure.is_empty() {
             problems.push(format!(
-                "PASS_TO_PASS broken with the gold patch: {} of {}",
-                ids_summary(&ts.pass_to_pass.failure),
-                n_p2p
+                "PASS_TO_PASS broken with the gold patch: {} of {n_p2p}: {}",
+                ts.pass_to_pass.failure.len(),
+                crate::diagnose::ids_by_status(&ts.pass_to_pass.failure, gold_sm, gold.semantics)
             ));
         }
     }
@@ -829,13 +831,13 @@ mod tests {
             r
         };
         let (before, gold) = (report(false), report(true));
-        assert!(list_problems((1, 0), false, &[], &before, &gold).is_empty());
+        assert!(list_problems((1, 0), false, &[], &before, &gold, &StatusMap::new()).is_empty());
         assert_eq!(
-            list_problems((0, 0), true, &[], &before, &gold),
+            list_problems((0, 0), true, &[], &before, &gold, &StatusMap::new()),
             ["no test fails before the gold patch and passes after it"]
         );
         // The lists still decide against it: passing alone, or failing with gold.
-        let p = list_problems((1, 0), false, &[], &gold, &before);
+        let p = list_problems((1, 0), false, &[], &gold, &before, &StatusMap::new());
         assert_eq!(p.len(), 3, "{p:?}");
         assert!(p[0].starts_with("FAIL_TO_PASS already passing"), "{p:?}");
         assert!(
@@ -854,7 +856,7 @@ mod tests {
         gold.error = Some("the test command exited 4 but no test failed in its output".into());
         let before = InstanceReport::new("t", Semantics::Classic, "pytest");
         assert_eq!(
-            list_problems((1, 0), false, &[], &before, &gold),
+            list_problems((1, 0), false, &[], &before, &gold, &StatusMap::new()),
             [
                 "the gold patch does not resolve: the test command exited 4 but no test failed in its output"
             ]
