@@ -38,14 +38,12 @@ _current = [None]
 
 def _wrap(nodeids, fn):
     """`fn` recording its calls for the tests `nodeids` (a set: a method on a class serves every
-    parametrization of it; the running one is `_current`)."""
+    parametrization of it; the running one is `_current`, set at each test's setup)."""
 
     @functools.wraps(fn)
     def dojo_observed(*args, **kwargs):
         nodeid = _current[0]
         if nodeid not in nodeids:
-            nodeid = next(iter(nodeids)) if len(nodeids) == 1 else None
-        if nodeid is None:
             return fn(*args, **kwargs)
         _emit("enter", nodeid)
         try:
@@ -60,19 +58,40 @@ def _wrap(nodeids, fn):
     return dojo_observed
 
 
-def _wrap_method(item, cls, name, fn):
-    """A test method: wrapped on its class (old pytest and unittest fetch it from a fresh
-    instance at setup), and bound to the same instance where the item has cached it."""
-    current = cls.__dict__.get(name)
-    if current is not None and hasattr(current, "_dojo_nodeids"):
-        current._dojo_nodeids.add(item.nodeid)
-        wrapped = current
+def _wrap_method(item, cls, name):
+    """A test method: wrapped on its class, keeping what it is (a function, a staticmethod, a
+    classmethod: old pytest and unittest fetch it from a fresh instance at setup), and in the
+    item's cached `obj` where pytest has one (pytest 8). False where it cannot be wrapped."""
+    raw, owner = None, None
+    for klass in getattr(cls, "__mro__", (cls,)):
+        if name in vars(klass):
+            raw, owner = vars(klass)[name], klass
+            break
+    if isinstance(raw, staticmethod):
+        rewrap, func = staticmethod, raw.__func__
+    elif isinstance(raw, classmethod):
+        rewrap, func = classmethod, raw.__func__
+    elif isinstance(raw, types.FunctionType):
+        rewrap, func = (lambda f: f), raw
     else:
-        wrapped = _wrap(set([item.nodeid]), getattr(fn, "__func__", fn))
-        setattr(cls, name, wrapped)
+        return False
+    if not _wrappable(func):
+        return False
+    if hasattr(func, "_dojo_nodeids") and owner is cls:
+        func._dojo_nodeids.add(item.nodeid)
+        wrapped = func
+    else:
+        # A base class's method, possibly wrapped for the base's own tests: wrap the original.
+        if hasattr(func, "_dojo_nodeids"):
+            func = func.__wrapped__
+        wrapped = _wrap(set([item.nodeid]), func)
+        setattr(cls, name, rewrap(wrapped))
     cached = getattr(item, "__dict__", {}).get("_obj")
     if isinstance(cached, types.MethodType):
         item._obj = types.MethodType(wrapped, cached.__self__)
+    elif cached is not None:
+        item._obj = wrapped
+    return True
 
 
 def _wrappable(fn):
@@ -98,10 +117,8 @@ def _observe(item):
     cls = getattr(item, "cls", None)
     name = getattr(item, "originalname", None) or item.name
     if cls is not None:
-        fn = getattr(cls, name, None)
-        if fn is None or not _wrappable(fn):
+        if not _wrap_method(item, cls, name):
             return _emit("unobserved", nodeid, kind)
-        _wrap_method(item, cls, name, fn)
     else:
         fn = item.obj
         if not _wrappable(fn):
@@ -117,7 +134,19 @@ def _observe(item):
 _emit("start", "", str(os.getpid()))
 
 
+# The run's own pytest session. Tests of pytest plugins start inner sessions in the same
+# process (pytester); their items are not the run's tests and are left alone.
+_config = [None]
+
+
+def pytest_configure(config):
+    if _config[0] is None:
+        _config[0] = config
+
+
 def pytest_collection_modifyitems(session, config, items):
+    if config is not _config[0]:
+        return
     for item in items:
         try:
             _observe(item)
@@ -127,7 +156,8 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_runtest_setup(item):
-    _current[0] = item.nodeid
+    if item.config is _config[0]:
+        _current[0] = item.nodeid
 
 
 def pytest_sessionfinish(session, exitstatus):

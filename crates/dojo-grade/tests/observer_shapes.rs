@@ -1,0 +1,121 @@
+//! The test observer on the shapes real suites use (found on SWE-bench's astroid and
+//! marshmallow): test methods that are static, class methods, inherited, parametrized on a
+//! class, unittest-style, xfail-marked, reading `request.instance`, with ids cut at a space.
+//! Graded with the observer, every honest test still passes, the observer saw every body, and
+//! nothing disagrees. Real pytest in a real sandbox.
+//!
+//! Needs the sandbox's kernel features, uv and PyPI access (for pytest); otherwise SKIPPED
+//! (under `CI=true` a missing feature fails instead).
+
+use std::time::Duration;
+
+mod common;
+use common::{ci, sandbox_for, setup_home, skip};
+
+use dojo_grade::{GradeOptions, Verdict};
+use dojo_task::EnvRegistry;
+use serde_json::json;
+
+const SHAPES: &str = r#"import unittest
+import pytest
+
+
+@pytest.fixture
+def tagged(request):
+    if request.instance is not None:
+        request.instance.tag = 5
+    return request.function.__name__
+
+
+class TestShapes:
+    def test_instance(self, tagged):
+        assert self.tag == 5 and tagged == "test_instance"
+
+    @staticmethod
+    def test_static():
+        assert True
+
+    @classmethod
+    def test_cls(cls):
+        assert cls is TestShapes
+
+    @pytest.mark.parametrize("msg", ["Missing data.", "May not be null."])
+    def test_param(self, msg):
+        assert msg.endswith(".")
+
+    @pytest.mark.xfail(reason="known")
+    def test_known(self):
+        assert False
+
+
+class UBase(unittest.TestCase):
+    def setUp(self):
+        self.v = 3
+
+    def test_base(self):
+        self.assertEqual(self.v, 3)
+
+    @staticmethod
+    def test_ustatic():
+        assert True
+
+
+class UChild(UBase):
+    def test_child(self):
+        self.assertEqual(self.v, 3)
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn honest_tests_of_every_shape_pass_under_the_observer() {
+    setup_home();
+    if !dojo_sandbox::doctor::namespaces_usable() && !ci() {
+        return skip("namespaces/overlayfs unavailable".into());
+    }
+    let src = common::project(&[
+        ("calc/__init__.py", ""),
+        ("tests/__init__.py", ""),
+        ("tests/test_shapes.py", SHAPES),
+    ]);
+    let passing = [
+        "tests/test_shapes.py::TestShapes::test_instance",
+        "tests/test_shapes.py::TestShapes::test_static",
+        "tests/test_shapes.py::TestShapes::test_cls",
+        "tests/test_shapes.py::TestShapes::test_param[Missing",
+        "tests/test_shapes.py::TestShapes::test_param[May",
+        "tests/test_shapes.py::TestShapes::test_known",
+        "tests/test_shapes.py::UBase::test_base",
+        "tests/test_shapes.py::UBase::test_ustatic",
+        "tests/test_shapes.py::UChild::test_base",
+        "tests/test_shapes.py::UChild::test_ustatic",
+        "tests/test_shapes.py::UChild::test_child",
+    ];
+    let t = common::task(json!({
+        "instance_id": "local__shapes-1", "repo": "local/shapes", "base_commit": "x",
+        "patch": "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -0,0 +1 @@\n+X = 1\n",
+        "test_patch": "", "version": "1.0",
+        "FAIL_TO_PASS": passing, "PASS_TO_PASS": [],
+        "env": {"python": "3.11", "requirements": ["pytest==8.3.3"], "editable": false,
+                "test_cmd": "python -m pytest -rA -p no:cacheprovider tests",
+                "test_directives": "none", "timeout_s": 120, "env": {"PYTHONPATH": "/testbed"}}}));
+    let env = EnvRegistry::default().resolve(&t).unwrap();
+    let (pristine, venv) = match sandbox_for(src, &env).await {
+        Ok(x) => x,
+        Err(e) => return skip(format!("cannot build the pristine tree or venv: {e}")),
+    };
+    let opts = GradeOptions {
+        timeout: Some(Duration::from_secs(60)),
+        ..Default::default()
+    };
+    let r = common::grade_fresh(&pristine, &venv, &t, &env, &t.patch, &opts).await;
+    assert_eq!(
+        r.outcome,
+        Verdict::Resolved,
+        "{:?}\n{}",
+        r.error,
+        r.test_output
+    );
+    let seen = r.observer.as_ref().expect("observer report");
+    assert!(seen.loaded && seen.disagreements.is_empty(), "{seen:?}");
+    // Every collected test's body was watched.
+    assert_eq!(seen.observed, passing.len(), "{seen:?}");
+}
