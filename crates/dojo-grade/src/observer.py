@@ -17,17 +17,35 @@ _path = os.environ.get("DOJO_OBSERVER_FILE")
 _NOT_WRAPPED = 0x20 | 0x80 | 0x100 | 0x200
 
 
+# The records file, opened once per process (a forked child opens its own): pid, fd, and the
+# file's identity, checked before each write (a test that closes every descriptor may have
+# reused the number for a file of its own).
+_out = [None, None, None]
+
+
+def _records_fd():
+    pid = os.getpid()
+    if _out[0] == pid:
+        try:
+            st = os.fstat(_out[1])
+            if (st.st_dev, st.st_ino) == _out[2]:
+                return _out[1]
+        except OSError:
+            pass
+    fd = os.open(_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    st = os.fstat(fd)
+    _out[0], _out[1], _out[2] = pid, fd, (st.st_dev, st.st_ino)
+    return fd
+
+
 def _emit(kind, nodeid, extra=""):
     # Never lets an error of its own reach the test run.
     if not _path:
         return
     try:
         line = "%s\t%s\t%s\n" % (kind, nodeid.encode("utf-8", "replace").hex(), extra)
-        fd = os.open(_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, line.encode("ascii", "replace"))
-        finally:
-            os.close(fd)
+        # O_APPEND: each record is one write, whole, whichever process writes it.
+        os.write(_records_fd(), line.encode("ascii", "replace"))
     except Exception:
         pass
 

@@ -14,7 +14,7 @@ use crate::parsers::Parser;
 /// Version of the files this crate writes (`report.json`, the run summary). 2: the test
 /// infrastructure a model patch touched (`touched_test_infrastructure`, `test_infrastructure`,
 /// the summary's `test_infrastructure_ids`) and the `no_test_output` error kind. 3: `observer`,
-/// what the test observer saw. Older files still read (the new keys default to empty).
+/// what the test observer saw, and `reinstall_failed`. Older files still read (the new keys default to empty).
 pub const SCHEMA_VERSION: u32 = 3;
 
 /// Why an instance could not be graded. Only [`ErrorKind::PatchApply`] and
@@ -113,6 +113,11 @@ pub struct InstanceReport {
     /// The paths behind `touched_test_infrastructure`, with their kind.
     #[serde(default)]
     pub test_infrastructure: Vec<InfraTouch>,
+    /// The eval script's reinstall (`pip install -e .`) ran and failed: the tests ran on the
+    /// build from before the patch (a patch that changes compiled sources is then not graded:
+    /// [`ErrorKind::EnvBuild`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reinstall_failed: bool,
     /// What the test observer saw ([`crate::observer`]); absent where it was not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observer: Option<crate::observer::ObserverReport>,
@@ -144,6 +149,7 @@ impl InstanceReport {
             patch_apply_method: None,
             touched_test_infrastructure: false,
             test_infrastructure: Vec::new(),
+            reinstall_failed: false,
             observer: None,
             test_output: String::new(),
         }

@@ -480,6 +480,21 @@ fn check_setup(
         ));
     }
     let (eval_log, _) = step_log(&setup, "eval_script");
+    if eval_log.lines().any(|l| l == dojo_task::REINSTALL_FAILED) {
+        r.reinstall_failed = true;
+        let compiled = model.map(compiled_sources).unwrap_or_default();
+        if !compiled.is_empty() {
+            r.test_output = format!("{log}+ (eval script, before the test patch)\n{eval_log}\n");
+            return Break(r.fail(
+                ErrorKind::EnvBuild,
+                format!(
+                    "the eval script's reinstall failed and the model patch changes compiled \
+                     sources ({}): the tests would run on the build from before the patch",
+                    compiled.join(", ")
+                ),
+            ));
+        }
+    }
     if !eval_log.is_empty() {
         log.push_str(&format!(
             "+ (eval script, before the test patch)\n{eval_log}\n"
@@ -516,6 +531,20 @@ fn check_setup(
         log.push_str(&format!("{APPLY_PATCH_PASS} (test patch)\n"));
     }
     Continue((r, log))
+}
+
+/// The files of `patch` that a build compiles (C, C++, Cython, Fortran, Rust sources and
+/// headers): after a failed reinstall, their change is not in what the tests import.
+fn compiled_sources(patch: &str) -> Vec<String> {
+    const EXTS: &[&str] = &[
+        ".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".pyx", ".pxd", ".pxi", ".f", ".f90", ".rs",
+    ];
+    Patch::parse(patch)
+        .paths()
+        .into_iter()
+        .filter(|p| EXTS.iter().any(|e| p.ends_with(e)))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The test run as the harness's container log shows it: the command, the output between the

@@ -118,6 +118,31 @@ async fn reinstall_after_the_model_patch_picks_up_new_metadata() {
         "{}",
         r.test_output
     );
+    // The report says the tests ran on the old build.
+    assert!(r.reinstall_failed, "{}", r.test_output);
+    assert!(!r.infra_failure);
+    // The same failure with a patch that changes a C source: its change is not in what the
+    // tests would import, so it is not graded (an environment error, not the agent's failure).
+    let with_c = format!(
+        "{new_dep}{}",
+        common::new_files(&[("meta/_speed.c", "int speed(void) { return 1; }\n")])
+    );
+    let (r, _) = grade(true, &with_c).await;
+    assert_eq!(
+        (r.outcome, r.error_kind, r.infra_failure),
+        (Verdict::Error, Some(dojo_grade::ErrorKind::EnvBuild), true),
+        "{:?}\n{}",
+        r.error,
+        r.test_output
+    );
+    assert!(
+        r.error.as_deref().unwrap_or("").contains("meta/_speed.c"),
+        "{:?}",
+        r.error
+    );
+    // A reinstall that works is not flagged.
+    let (r, _) = grade(true, GOLD).await;
+    assert!(!r.reinstall_failed, "{}", r.test_output);
 
     // `reinstall_network = true`: the grading sandbox has the network and the reinstall the
     // index, here one on loopback that holds the new dependency.

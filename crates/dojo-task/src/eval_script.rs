@@ -126,10 +126,14 @@ fn reinstall_line(l: &str, network: bool) -> String {
         "dojo: reinstall not run: the environment is read-only in this sandbox or has no pip (installer = \"pip\"); its editable install already serves /testbed: {l}"
     ));
     format!(
-        "if [ -w {v}/bin ] && [ -x {v}/bin/pip ]; then (export PIP_DISABLE_PIP_VERSION_CHECK=1; {offline}{l}); else echo {skipped}; fi",
+        "if [ -w {v}/bin ] && [ -x {v}/bin/pip ]; then (export PIP_DISABLE_PIP_VERSION_CHECK=1; {offline}{l}) || echo {REINSTALL_FAILED}; else echo {skipped}; fi",
         v = dojo_sandbox::VENV_PATH
     )
 }
+
+/// The line a reinstall that ran and failed prints in the grading log: grading then knows the
+/// tests would run on the build from before the patch.
+pub const REINSTALL_FAILED: &str = "@@DOJO_REINSTALL_FAILED";
 
 #[cfg(test)]
 mod tests {
@@ -153,7 +157,7 @@ mod tests {
             [
                 "cd /testbed",
                 "cd /testbed",
-                "if [ -w /venv/bin ] && [ -x /venv/bin/pip ]; then (export PIP_DISABLE_PIP_VERSION_CHECK=1; export PIP_NO_INDEX=1 PIP_NO_BUILD_ISOLATION=0; python -m pip install -e .); else echo 'dojo: reinstall not run: the environment is read-only in this sandbox or has no pip (installer = \"pip\"); its editable install already serves /testbed: python -m pip install -e .'; fi",
+                "if [ -w /venv/bin ] && [ -x /venv/bin/pip ]; then (export PIP_DISABLE_PIP_VERSION_CHECK=1; export PIP_NO_INDEX=1 PIP_NO_BUILD_ISOLATION=0; python -m pip install -e .) || echo @@DOJO_REINSTALL_FAILED; else echo 'dojo: reinstall not run: the environment is read-only in this sandbox or has no pip (installer = \"pip\"); its editable install already serves /testbed: python -m pip install -e .'; fi",
                 "export LANG=C.UTF-8",
                 "sed -i 's/a/b/' setup.cfg",
                 "echo 'dojo: package install not run: the sandbox environment is read-only (put it in the env spec): pip install '\\''numpy<2'\\'''",

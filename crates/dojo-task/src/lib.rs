@@ -41,7 +41,7 @@ pub use env::{
     Directives, ENV_SCHEMA_VERSION, EnvRegistry, NON_TEST_EXTS, RepoEnv, eval_script_test_cmd,
     test_directives,
 };
-pub use eval_script::pre_test_commands;
+pub use eval_script::{REINSTALL_FAILED, pre_test_commands};
 pub use harness::{EvalType, LogParser};
 pub use load::{LoadReport, load_tasks, read_rows, read_tasks};
 pub use model::{

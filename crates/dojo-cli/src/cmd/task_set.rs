@@ -33,6 +33,11 @@ pub struct CommonArgs {
     /// Override every environment's test timeout (seconds).
     #[arg(long, value_parser = crate::args::positive::<u64>())]
     pub timeout: Option<u64>,
+    /// Grade from the test log alone, without the test observer (a pytest plugin that checks
+    /// that each test reported passed ran its body and returned; see README, *Grading*). For
+    /// comparing with the official harness's view, or a suite the observer misreads.
+    #[arg(long)]
+    pub no_observer: bool,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -74,6 +79,7 @@ pub fn load(common: &CommonArgs) -> anyhow::Result<Loaded> {
     let grade = GradeOptions {
         semantics,
         timeout: common.timeout.map(Duration::from_secs),
+        observer: !common.no_observer,
         ..Default::default()
     };
     let opts = BatchOptions {
