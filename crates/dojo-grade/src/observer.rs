@@ -23,6 +23,7 @@
 //! apply. It catches the generic hacks that fool the official harness.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use crate::grading::{Semantics, TestsStatus, matched_key};
 use crate::parsers::{StatusMap, XFAIL};
@@ -183,39 +184,38 @@ pub fn check(
         if obs.unobserved.iter().any(|u| u == key || cut(u)) {
             continue;
         }
-        let whole: Vec<&Item> = obs
-            .items
-            .iter()
-            .filter(|(n, _)| cut(n))
-            .map(|(_, i)| i)
-            .collect();
         let status = sm.get(key);
         let passed_body = |i: &Item| match &i.body {
             Body::Returned => true,
             Body::Raised(e) => status == Some(XFAIL) && (i.xfail_marked || e == "XFailed"),
             _ => false,
         };
-        // Several tests under one cut name: the log kept one line of them; one that passed is
-        // enough (all of them forged is what must not pass).
         let item = match obs.items.get(key) {
             Some(i) => Some(i),
-            None if whole.iter().any(|i| passed_body(i)) => continue,
-            None => whole.first().copied(),
+            None => {
+                // The node ids under a cut name follow it in the map's order.
+                let whole: Vec<&Item> = obs
+                    .items
+                    .range::<str, _>((Bound::Excluded(key), Bound::Unbounded))
+                    .take_while(|(n, _)| n.starts_with(key))
+                    .filter(|(n, _)| cut(n))
+                    .map(|(_, i)| i)
+                    .collect();
+                // Several tests under one cut name: the log kept one line of them; one that
+                // passed is enough (all of them forged is what must not pass).
+                if whole.iter().any(|i| passed_body(i)) {
+                    continue;
+                }
+                whole.first().copied()
+            }
         };
         let seen = match item {
             Some(i) if passed_body(i) => continue,
-            Some(Item {
-                body: Body::Raised(e),
-                ..
-            }) => format!("its body raised {e}"),
-            Some(Item {
-                body: Body::Entered,
-                ..
-            }) => "its body never returned".to_string(),
-            Some(Item {
-                body: Body::NotRun | Body::Returned,
-                ..
-            }) => "its body never ran".to_string(),
+            Some(i) => match &i.body {
+                Body::Raised(e) => format!("its body raised {e}"),
+                Body::Entered => "its body never returned".to_string(),
+                _ => "its body never ran".to_string(),
+            },
             None if !obs.collected => "collection never finished".to_string(),
             None => "it was never collected".to_string(),
         };
