@@ -256,18 +256,18 @@ fn config_changed(f: &FileDiff, path: &str, pristine: Option<&str>) -> bool {
 /// test files ([`task_test_files`]); `pristine(path)` gives a file's content before the patch
 /// (asked only for `setup.cfg`, `tox.ini`, `pyproject.toml` and `setup.py`).
 pub fn classify(
-    model_patch: &str,
+    model_patch: &Patch,
     test_files: &[String],
     pristine: impl Fn(&str) -> Option<String>,
 ) -> Vec<InfraTouch> {
     let mut out = BTreeSet::new();
-    for f in Patch::parse(model_patch).files {
+    for f in &model_patch.files {
         for p in &f.named {
             let kind = if test_files.iter().any(|t| t == p) {
                 Some(InfraKind::TaskTestFile)
             } else if let Some(k) = kind_by_name(p) {
                 Some(k)
-            } else if is_shared_config(p) && config_changed(&f, p, pristine(p).as_deref()) {
+            } else if is_shared_config(p) && config_changed(f, p, pristine(p).as_deref()) {
                 Some(InfraKind::PytestConfig)
             } else {
                 None
@@ -284,12 +284,13 @@ pub fn classify(
 }
 
 /// The paths of `model_patch` that [`classify`] needs the pristine content of.
-pub fn config_paths(model_patch: &str) -> Vec<String> {
-    let mut v: Vec<String> = Patch::parse(model_patch)
+pub fn config_paths(model_patch: &Patch) -> Vec<String> {
+    let mut v: Vec<String> = model_patch
         .files
-        .into_iter()
-        .flat_map(|f| f.named)
+        .iter()
+        .flat_map(|f| &f.named)
         .filter(|p| is_shared_config(p))
+        .cloned()
         .collect();
     v.sort();
     v.dedup();
@@ -328,10 +329,12 @@ mod tests {
 
     fn kinds(patch: &str, tests: &[&str], pristine: Option<&str>) -> Vec<(String, InfraKind)> {
         let tests: Vec<String> = tests.iter().map(|s| s.to_string()).collect();
-        classify(patch, &tests, |_| pristine.map(str::to_string))
-            .into_iter()
-            .map(|t| (t.path, t.kind))
-            .collect()
+        classify(&Patch::parse(patch), &tests, |_| {
+            pristine.map(str::to_string)
+        })
+        .into_iter()
+        .map(|t| (t.path, t.kind))
+        .collect()
     }
 
     #[test]
@@ -492,7 +495,7 @@ mod tests {
         #[test]
         fn arbitrary_patches(body in "[-+ @a-z0-9,\\n\\[\\]]{0,300}") {
             let p = format!("diff --git a/src/m.py b/src/m.py\n--- a/src/m.py\n+++ b/src/m.py\n{body}");
-            proptest::prop_assert!(classify(&p, &[], |_| None).is_empty());
+            proptest::prop_assert!(classify(&Patch::parse(&p), &[], |_| None).is_empty());
         }
     }
 }

@@ -375,13 +375,14 @@ async fn guard_test_infrastructure(
     let Some(patch) = model else {
         return Continue(r);
     };
+    let patch = Patch::parse(patch);
     let mut pristine = std::collections::BTreeMap::new();
-    for path in guard::config_paths(patch) {
+    for path in guard::config_paths(&patch) {
         if let Ok(bytes) = sb.read_file(&path).await {
             pristine.insert(path, String::from_utf8_lossy(&bytes).into_owned());
         }
     }
-    let touches = guard::classify(patch, &guard::task_test_files(task), |p| {
+    let touches = guard::classify(&patch, &guard::task_test_files(task), |p| {
         pristine.get(p).cloned()
     });
     r.touched_test_infrastructure = !touches.is_empty();
@@ -480,11 +481,16 @@ fn check_setup(
         ));
     }
     let (eval_log, _) = step_log(&setup, "eval_script");
+    if !eval_log.is_empty() {
+        log.push_str(&format!(
+            "+ (eval script, before the test patch)\n{eval_log}\n"
+        ));
+    }
     if eval_log.lines().any(|l| l == dojo_task::REINSTALL_FAILED) {
         r.reinstall_failed = true;
         let compiled = model.map(compiled_sources).unwrap_or_default();
         if !compiled.is_empty() {
-            r.test_output = format!("{log}+ (eval script, before the test patch)\n{eval_log}\n");
+            r.test_output = log;
             return Break(r.fail(
                 ErrorKind::EnvBuild,
                 format!(
@@ -494,11 +500,6 @@ fn check_setup(
                 ),
             ));
         }
-    }
-    if !eval_log.is_empty() {
-        log.push_str(&format!(
-            "+ (eval script, before the test patch)\n{eval_log}\n"
-        ));
     }
     if !setup_ok {
         return Break(match (out.timed_out, out.exit_code) {

@@ -18,7 +18,11 @@ fn no_gold_patch_is_rejected_as_test_infrastructure() {
     let mut checked = 0;
     for f in files.iter().filter(|f| f.exists()) {
         for t in dojo_task::load_tasks(f).unwrap() {
-            let touches = guard::classify(&t.patch, &guard::task_test_files(&t), |_| None);
+            let touches = guard::classify(
+                &dojo_patch::Patch::parse(&t.patch),
+                &guard::task_test_files(&t),
+                |_| None,
+            );
             assert_eq!(
                 guard::rejection_reason(&touches),
                 None,
