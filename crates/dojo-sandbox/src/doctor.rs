@@ -167,6 +167,17 @@ pub fn report() -> Report {
             "not available".into()
         },
     });
+    let slirp = crate::usernet::slirp4netns();
+    features.push(Feature {
+        name: "slirp4netns (network = true)".into(),
+        ok: slirp.is_some(),
+        detail: match slirp {
+            Some(p) => p.display().to_string(),
+            None => "not found: environments with `network = true` cannot start \
+                     (apt-get install slirp4netns, or DOJO_SLIRP4NETNS)"
+                .into(),
+        },
+    });
     let cg = cgroup::detect();
     let visible = crate::visible::visible(None);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")

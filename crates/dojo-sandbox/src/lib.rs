@@ -115,6 +115,7 @@ pub mod registry;
 mod sys;
 pub mod trash;
 mod types;
+pub mod usernet;
 pub mod uv;
 pub mod visible;
 

@@ -130,8 +130,8 @@ pub(crate) struct NsSandbox {
     pub holder: Option<tokio::process::Child>,
     pub userns: OwnedFd,
     pub mntns: OwnedFd,
-    /// `None` with `network = true` (the holder stayed in the caller's network namespace).
-    pub netns: Option<OwnedFd>,
+    /// The sandbox's own network namespace (with `network = true`, slirp4netns routes it).
+    pub netns: OwnedFd,
     pub lower: PathBuf,
     pub venv: Option<PathBuf>,
     pub runtime: EnvRuntime,
@@ -207,7 +207,7 @@ struct Holder {
     child: tokio::process::Child,
     userns: OwnedFd,
     mntns: OwnedFd,
-    netns: Option<OwnedFd>,
+    netns: OwnedFd,
     launcher: Option<launcher::Client>,
 }
 
@@ -308,7 +308,6 @@ async fn start_holder_once(
         prewarm: launcher::prewarm(),
         launcher_env: exe.and_then(|_| launcher::loader_env()),
         scrub: sys::cmdline_areas(),
-        network: rt.network,
         cpus: rt.cpus.map(cpu_mask),
         venv_writable: venv_writable && venv.is_some(),
     };
@@ -359,12 +358,20 @@ async fn start_holder_once(
         ));
     };
     let open = |k| open_ns(pid, k).inspect_err(|_| kill());
+    let (userns, mntns, netns) = (open("user")?, open("mnt")?, open("net")?);
+    if rt.network {
+        let host_loopback = rt.host_loopback || crate::usernet::host_loopback_from_env();
+        tokio::task::spawn_blocking(move || crate::usernet::attach(pid, host_loopback))
+            .await
+            .unwrap_or_else(|e| Err(setup_err(format!("attaching slirp4netns: {e}"))))
+            .inspect_err(|_| kill())?;
+    }
     Ok(Holder {
         pid,
         child,
-        userns: open("user")?,
-        mntns: open("mnt")?,
-        netns: if rt.network { None } else { Some(open("net")?) },
+        userns,
+        mntns,
+        netns,
         launcher: client,
     })
 }
@@ -447,11 +454,7 @@ impl NsSandbox {
             holder: None,
             userns: open_ns(pid, "user")?,
             mntns: open_ns(pid, "mnt")?,
-            netns: if st.runtime.network {
-                None
-            } else {
-                Some(open_ns(pid, "net")?)
-            },
+            netns: open_ns(pid, "net")?,
             lower: st.lower.clone(),
             venv: st.venv.clone(),
             runtime: st.runtime.clone(),
@@ -523,7 +526,7 @@ impl NsSandbox {
             Mode::Namespaces {
                 userns: self.userns.as_raw_fd(),
                 mntns: self.mntns.as_raw_fd(),
-                netns: self.netns.as_ref().map(|f| f.as_raw_fd()),
+                netns: Some(self.netns.as_raw_fd()),
                 host_root: is_root(),
                 cpus: self.runtime.cpus.map(cpu_mask),
             },

@@ -48,8 +48,10 @@ pub struct EnvSpec {
     /// What installs the requirements and the editable project.
     #[serde(default, skip_serializing_if = "Installer::is_uv")]
     pub installer: Installer,
-    /// Commands of sandboxes over this environment reach the network (the host's network
-    /// namespace). Off by default; builds always have the network.
+    /// Commands of sandboxes over this environment reach the network: user-mode networking
+    /// (slirp4netns) from the sandbox's own network namespace, never the host's, so the host's
+    /// loopback and abstract sockets stay out of reach ([`crate::usernet`]). Off by default;
+    /// builds always have the network.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub network: bool,
     /// CPUs the tests see: the sandbox's commands run on an affinity mask of this many CPUs
@@ -101,6 +103,11 @@ pub struct EnvRuntime {
     pub tree: Option<PathBuf>,
     #[serde(default)]
     pub network: bool,
+    /// With `network`: the host's loopback is reachable at 10.0.2.2 (a package mirror there).
+    /// Never from a spec, which is task data: set by the embedding program, or for every
+    /// sandbox by the operator's `DOJO_SANDBOX_HOST_LOOPBACK=1` ([`crate::usernet`]).
+    #[serde(default)]
+    pub host_loopback: bool,
     #[serde(default)]
     pub cpus: Option<u32>,
 }
@@ -441,6 +448,7 @@ impl PythonEnv {
             runtime: EnvRuntime {
                 tree: tree.is_dir().then_some(tree),
                 network: spec.network,
+                host_loopback: false,
                 cpus: spec.cpus,
             },
         })

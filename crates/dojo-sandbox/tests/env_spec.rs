@@ -100,9 +100,12 @@ fn CI_OFF() -> bool {
     std::env::var("CI").as_deref() != Ok("true")
 }
 
-/// `network = true` shares the host's network (a loopback listener of the test is reachable),
-/// the default does not; `cpus = 1` is what `nproc` says, through the launcher and through a
-/// command joining from outside (`spawn`).
+/// `network = true` is user-mode networking from the sandbox's own network namespace
+/// (slirp4netns): a `tap0` with a default route, while the host's loopback (at 127.0.0.1 and
+/// at the gateway 10.0.2.2) and the host's abstract unix sockets stay out of reach; only
+/// `host_loopback` (the operator's `DOJO_SANDBOX_HOST_LOOPBACK`) opens the host's loopback at
+/// 10.0.2.2. The default has `lo` alone. `cpus = 1` is what `nproc` says, through the launcher
+/// and through a command joining from outside (`spawn`).
 #[tokio::test]
 async fn network_and_cpus_of_the_tests() {
     skip_unless_ns!();
@@ -110,20 +113,59 @@ async fn network_and_cpus_of_the_tests() {
         eprintln!("SKIPPED: uv not found (DOJO_UV / DOJO_PYTOOLS / PATH)");
         return;
     };
+    if dojo_sandbox::usernet::slirp4netns().is_none() {
+        assert!(
+            CI_OFF(),
+            "slirp4netns is missing (.ci/run installs it): network = true cannot be tested"
+        );
+        eprintln!("SKIPPED: slirp4netns not found (apt-get install slirp4netns)");
+        return;
+    }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
+    let abstract_name = format!("dojo-test-{}", std::process::id());
+    let abstract_listener = {
+        use std::os::linux::net::SocketAddrExt;
+        let addr =
+            std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap();
+        std::os::unix::net::UnixListener::bind_addr(&addr).unwrap()
+    };
     let probe = format!(
-        "python -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=5); print(\"connected\")' 2>/dev/null || echo refused; nproc"
+        r#"python - <<'PY'
+import socket
+def tcp(host):
+    try:
+        socket.create_connection((host, {port}), timeout=3)
+        return "open"
+    except OSError:
+        return "closed"
+def abstract():
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect("\0{abstract_name}")
+        return "open"
+    except OSError:
+        return "closed"
+routes = open("/proc/net/route").read().splitlines()[1:]
+default = any(l.split()[1:2] == ["00000000"] for l in routes)
+devs = sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:])
+print(",".join(devs), "default" if default else "no-default", tcp("127.0.0.1"), tcp("10.0.2.2"), abstract())
+PY
+nproc"#
     );
     let p = common::small_pristine();
     let mut open = bare.clone();
     open.runtime.network = true;
     open.runtime.cpus = Some(1);
-    let sb = Sandbox::create(&p, Some(&open), &SandboxOptions::default())
+    let mut sb = Sandbox::create(&p, Some(&open), &SandboxOptions::default())
         .await
         .unwrap();
     let out = common::sh(&sb, &probe).await;
-    assert_eq!(out.stdout_lossy().trim(), "connected\n1", "{out:?}");
+    assert_eq!(
+        out.stdout_lossy().trim(),
+        "lo,tap0 default closed closed closed\n1",
+        "{out:?}"
+    );
     let mut proc = sb.spawn(&ExecRequest::shell("nproc")).await.unwrap();
     let mut s = String::new();
     use tokio::io::AsyncReadExt;
@@ -136,6 +178,26 @@ async fn network_and_cpus_of_the_tests() {
         .unwrap();
     assert_eq!(s.trim(), "1", "a joining command gets the same CPUs");
     let _ = proc.child.wait().await;
+    // A reset starts a new holder, and a new slirp4netns with it.
+    sb.reset().await.unwrap();
+    let out = common::sh(&sb, &probe).await;
+    assert!(
+        out.stdout_lossy().starts_with("lo,tap0 default closed"),
+        "after reset: {out:?}"
+    );
+    sb.teardown().await.unwrap();
+
+    let mut mirror = open.clone();
+    mirror.runtime.host_loopback = true;
+    let sb = Sandbox::create(&p, Some(&mirror), &SandboxOptions::default())
+        .await
+        .unwrap();
+    let out = common::sh(&sb, &probe).await;
+    assert_eq!(
+        out.stdout_lossy().trim(),
+        "lo,tap0 default closed open closed\n1",
+        "host_loopback opens the host's loopback at the gateway only: {out:?}"
+    );
     sb.teardown().await.unwrap();
 
     let sb = Sandbox::create(&p, Some(&bare), &SandboxOptions::default())
@@ -144,9 +206,14 @@ async fn network_and_cpus_of_the_tests() {
     let out = common::sh(&sb, &probe).await;
     let text = out.stdout_lossy();
     let mut lines = text.lines();
-    assert_eq!(lines.next(), Some("refused"), "{out:?}");
+    assert_eq!(
+        lines.next(),
+        Some("lo no-default closed closed closed"),
+        "{out:?}"
+    );
     let all = std::thread::available_parallelism().unwrap().get();
     assert_eq!(lines.next(), Some(all.to_string().as_str()), "{out:?}");
     sb.teardown().await.unwrap();
     drop(listener);
+    drop(abstract_listener);
 }

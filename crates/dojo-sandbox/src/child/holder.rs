@@ -45,8 +45,6 @@ pub(crate) struct HolderPlan {
     pub launcher_env: Option<CString>,
     /// /venv is an overlay with a private upper (in the layer) instead of a read-only bind.
     pub venv_writable: bool,
-    /// Stay in the caller's network namespace (an environment with `network = true`).
-    pub network: bool,
     /// The CPU affinity mask every process of the sandbox inherits (`cpus = N`).
     pub cpus: Option<libc::cpu_set_t>,
 }
@@ -121,8 +119,10 @@ pub(crate) unsafe fn run_holder(plan: &HolderPlan) -> std::io::Error {
     {
         sys::fail(status, Step::Affinity);
     }
-    let net = if plan.network { 0 } else { libc::CLONE_NEWNET };
-    if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | net | libc::CLONE_NEWPID) != 0 {
+    if libc::unshare(
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWPID,
+    ) != 0
+    {
         sys::fail(status, Step::Unshare);
     }
     if !sys::write_file(c"/proc/self/setgroups", b"deny")
@@ -391,7 +391,7 @@ unsafe fn holder_init(
     ) {
         fail(Step::Readonly);
     }
-    if !plan.network && !sys::loopback_up() {
+    if !sys::loopback_up() {
         fail(Step::LoopbackUp);
     }
     sys::send(status, sys::TAG_OK, 0, 0);
