@@ -75,7 +75,7 @@ def in_process(dojo, policy, out, workers, samples):
 
 def start_service(dojo, out, max_episodes):
     p = subprocess.Popen([dojo, "env", "serve", "--port", "0", "--max-episodes", str(max_episodes),
-                          "--queue", "1000", "--out", out], stdout=subprocess.PIPE,
+                          "--queue", "1000", "--out", out, "--tasks", TASKS], stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True)
     addr = p.stdout.readline().strip().rsplit("http://", 1)[1]
     while True:

@@ -22,7 +22,7 @@ source scripts/setup-tools.sh
 cargo build -p dojo-cli --no-default-features --locked
 dojo=target/debug/dojo
 "$dojo" tasks export --tasks tasksets/mini/tasks.jsonl --format verl --out "$work/train.parquet"
-"$dojo" env serve --port 0 --out "$work/episodes" --max-episodes 8 >"$work/serve.out" 2>"$work/serve.log" &
+"$dojo" env serve --port 0 --out "$work/episodes" --max-episodes 8 --tasks tasksets/mini/tasks.jsonl >"$work/serve.out" 2>"$work/serve.log" &
 serve_pid=$!
 until grep -q "listening on" "$work/serve.out"; do sleep 0.2; done
 export DOJO_ENV_URL="$(awk '/listening on/ {print $NF}' "$work/serve.out")"

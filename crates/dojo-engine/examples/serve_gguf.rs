@@ -34,7 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let stop = async {
             let _ = tokio::signal::ctrl_c().await;
         };
-        dojo_engine::server::serve_listener(engine, listener, stop).await
+        dojo_engine::server::serve_listener(engine, listener, None, stop).await
     })?;
     Ok(())
 }

@@ -173,13 +173,18 @@ pub fn router(engine: Engine) -> Router {
 }
 
 /// Serve on an already bound listener until `shutdown` resolves, then finish in-flight
-/// requests and return.
+/// requests and return. With `key`, every route but `/health` needs it
+/// ([`dojo_llm::access`]); without one, a listener beyond loopback is refused
+/// (`PermissionDenied`).
 pub async fn serve_listener(
     engine: Engine,
     listener: tokio::net::TcpListener,
+    key: Option<dojo_llm::access::ApiKey>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(engine))
+    dojo_llm::access::check_exposure(listener.local_addr()?, key.as_ref())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))?;
+    axum::serve(listener, dojo_llm::access::protect(router(engine), key))
         .with_graceful_shutdown(shutdown)
         .await
 }

@@ -15,6 +15,10 @@ struct Server {
 }
 
 async fn start() -> Server {
+    start_with(None).await
+}
+
+async fn start_with(key: Option<dojo_llm::access::ApiKey>) -> Server {
     let engine = tiny_engine(EngineOptions {
         context_length: Some(256),
         ..Default::default()
@@ -25,6 +29,7 @@ async fn start() -> Server {
     let handle = tokio::spawn(dojo_engine::server::serve_listener(
         engine,
         listener,
+        key,
         async {
             let _ = rx.await;
         },
@@ -242,4 +247,51 @@ async fn client_disconnect_mid_generation_does_not_hurt_the_server() {
     .await;
     assert_eq!(status, 200, "{body}");
     s.stop().await;
+}
+
+/// With an API key, every route but `/health` answers 401 (OpenAI's error shape) without it or
+/// with another, and the real client with the key (`api_key`) is served. Without a key, a
+/// listener beyond loopback is refused before serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_key_guards_every_route_but_health() {
+    let key = "k3y-0123456789abcdef";
+    let s = start_with(dojo_llm::access::ApiKey::new(Some(key)).unwrap()).await;
+    let http = reqwest::Client::new();
+    let health = http.get(format!("{}/health", s.base)).send().await.unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+    for auth in [None, Some("Bearer wrong-key-0123456789"), Some(key)] {
+        let mut r = http.get(format!("{}/v1/models", s.base));
+        if let Some(a) = auth {
+            r = r.header("authorization", a);
+        }
+        let r = r.send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 401, "{auth:?}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "invalid_api_key", "{body}");
+    }
+    let mut cfg = ClientConfig::new(vec![EndpointConfig {
+        api_key: Some(key.into()),
+        ..EndpointConfig::new(format!("{}/v1", s.base))
+    }]);
+    cfg.max_retries = 0;
+    let c = OpenAiClient::new(cfg).unwrap();
+    let r = c
+        .chat(ChatRequest {
+            model: "tiny".into(),
+            messages: vec![ChatMessage::user("hi")],
+            max_tokens: Some(2),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.model, "tiny");
+    s.stop().await;
+
+    let engine = tiny_engine(EngineOptions::default());
+    let all = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let e = dojo_engine::server::serve_listener(engine, all, None, async {})
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+    assert!(e.to_string().contains("DOJO_API_KEY"), "{e}");
 }

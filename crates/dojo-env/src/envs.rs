@@ -338,7 +338,7 @@ pub(crate) async fn create(State(s): State<AppState>, body: Bytes) -> Response {
         Ok(r) => r,
         Err(e) => return s.bad(e),
     };
-    let (task, agent) = match (req.task(&s), req.agent()) {
+    let (task, agent) = match (req.task(&s).and_then(|t| s.admit_task(t)), req.agent()) {
         (Ok(t), Ok(a)) => (t, a),
         (Err(e), _) | (_, Err(e)) => return s.bad(e),
     };

@@ -49,8 +49,13 @@ pub struct ServeOptions {
     /// Environment specs overriding the embedded ones.
     pub envs_dir: Option<PathBuf>,
     pub prepare: PrepareOptions,
-    /// Tasks a step-wise env may name by id (`task_id`), from `--tasks`.
+    /// Tasks a step-wise env may name by id (`task_id`), from `--tasks`. A row sent inline
+    /// whose `instance_id` is here runs as the file has it (see `Shared::admit_task`).
     pub tasks_file: Option<PathBuf>,
+    /// URL prefixes (each ending in `/`) that inline rows' sdist sources may be fetched from.
+    pub allow_sources: Vec<String>,
+    /// Every route but `/health` needs this key; without one, only loopback is served.
+    pub api_key: Option<dojo_llm::access::ApiKey>,
 }
 
 /// Failures that stop the service from starting or serving.
@@ -62,6 +67,10 @@ pub enum ServeError {
     Envs(String),
     #[error("tasks: {0}")]
     Tasks(String),
+    #[error("--allow-source {0:?}: {1}")]
+    AllowSource(String, &'static str),
+    #[error(transparent)]
+    Access(#[from] dojo_llm::access::AccessError),
     #[error("serving: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -111,6 +120,52 @@ pub(crate) fn error(
 }
 
 impl Shared {
+    /// Whether the service prepares the task of an inline row, and as what. Preparing runs
+    /// on the host with its network: an sdist source is fetched from its URL, and a row's
+    /// `env` overrides (requirements, install commands) run in the environment build, which
+    /// has the network. So a caller chooses neither. A row whose `instance_id` is in
+    /// `--tasks` runs as the file has it (the caller's copy is not used); any other row is
+    /// taken only without `env` overrides, and with an sdist source only from an
+    /// `--allow-source` prefix. Git-based rows read their repository from `--repos` alone.
+    pub(crate) fn admit_task(&self, row: dojo_task::Task) -> Result<dojo_task::Task, BadRequest> {
+        if let Some(t) = self.tasks.get(&row.instance_id) {
+            return Ok(t.clone());
+        }
+        let listed = || match &self.opts.tasks_file {
+            Some(f) => format!("{} is not in {}", row.instance_id, f.display()),
+            None => "the server has no --tasks file".to_string(),
+        };
+        if row.env.is_some() {
+            return Err(BadRequest::new(
+                "task.env",
+                format!(
+                    "per-task environment overrides run in the environment build, which has the \
+                     host's network, so the server takes them only from its --tasks file ({})",
+                    listed()
+                ),
+            ));
+        }
+        if let Some(sd) = row.sdist()
+            && !self
+                .opts
+                .allow_sources
+                .iter()
+                .any(|p| sd.url.starts_with(p))
+        {
+            return Err(BadRequest::new(
+                "task.source.url",
+                format!(
+                    "{} is not under an allowed source ({}; the server's --allow-source \
+                     prefixes: {:?})",
+                    sd.url,
+                    listed(),
+                    self.opts.allow_sources
+                ),
+            ));
+        }
+        Ok(row)
+    }
+
     pub(crate) fn bad(&self, e: BadRequest) -> Response {
         if let Ok(mut m) = self.metrics.lock() {
             m.bad_requests += 1;
@@ -218,7 +273,7 @@ async fn post_episode(State(s): State<AppState>, body: Bytes) -> Response {
     if let Some(rec) = s.stored(&req.episode_id) {
         return axum::Json(rec).into_response();
     }
-    let (task, policy) = match (req.task(), req.policy()) {
+    let (task, policy) = match (req.task().and_then(|t| s.admit_task(t)), req.policy()) {
         (Ok(t), Ok(p)) => (t, p),
         (Err(e), _) | (_, Err(e)) => return s.bad(e),
     };
@@ -481,12 +536,41 @@ async fn metrics(State(s): State<AppState>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 
-/// The service's routes over its state (opened from `opts`).
+/// The service's routes over its state (opened from `opts`), behind its API key if any.
 pub fn router(opts: ServeOptions) -> Result<Router, ServeError> {
-    Ok(build(opts)?.0)
+    let key = opts.api_key.clone();
+    Ok(dojo_llm::access::protect(build(opts)?.0, key))
+}
+
+/// An `--allow-source` prefix must name a scheme, a host and end in `/`, so that it cannot
+/// be extended into another host (`https://files.pythonhosted.org` would admit
+/// `https://files.pythonhosted.org.example.com/`).
+fn check_allow_source(p: &str) -> Result<(), ServeError> {
+    let bad = |why| Err(ServeError::AllowSource(p.to_string(), why));
+    let Some(rest) = ["https://", "http://", "file:///"]
+        .iter()
+        .find_map(|s| p.strip_prefix(s))
+    else {
+        return bad("expected an http(s):// or file:/// URL prefix");
+    };
+    if !p.ends_with('/') {
+        return bad("must end in '/' (a directory or host, never a partial name)");
+    }
+    if !p.starts_with("file:")
+        && (rest.starts_with('/') || rest.split('/').next().is_none_or(str::is_empty))
+    {
+        return bad("names no host");
+    }
+    if p.contains("/../") || p.contains("/./") || p.contains('@') {
+        return bad("must not contain '.', '..' segments or user information");
+    }
+    Ok(())
 }
 
 fn build(opts: ServeOptions) -> Result<(Router, AppState), ServeError> {
+    for p in &opts.allow_sources {
+        check_allow_source(p)?;
+    }
     let store = Store::<EpisodeRecord>::open(&opts.out.join("episodes.jsonl"))?;
     let registry = EnvRegistry::with_dir(opts.envs_dir.as_deref())
         .map_err(|e| ServeError::Envs(e.to_string()))?;
@@ -532,7 +616,10 @@ pub async fn serve(
     opts: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let key = opts.api_key.clone();
+    dojo_llm::access::check_exposure(listener.local_addr()?, key.as_ref())?;
     let (router, state) = build(opts)?;
+    let router = dojo_llm::access::protect(router, key);
     // Leases of step-wise envs: checked every second.
     let sweeper = {
         let state = state.clone();

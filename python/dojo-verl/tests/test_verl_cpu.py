@@ -91,7 +91,8 @@ def env_serve():
         pytest.skip("DOJO_BIN does not name the dojo binary (scripts/test-verl.sh sets it)")
     out = tempfile.TemporaryDirectory(prefix="dojo-verl-")
     p = subprocess.Popen(
-        [DOJO_BIN, "env", "serve", "--port", "0", "--out", out.name, "--max-episodes", "4"],
+        [DOJO_BIN, "env", "serve", "--port", "0", "--out", out.name, "--max-episodes", "4",
+         "--tasks", str(TASKS)],
         stdout=subprocess.PIPE,
         stderr=open(os.path.join(out.name, "serve.log"), "w"),
         text=True,

@@ -16,9 +16,12 @@ pub enum EnvCmd {
 
 #[derive(clap::Args)]
 pub struct EnvServeArgs {
-    /// Address to bind.
+    /// Address to bind. Beyond loopback an API key is required.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
+    /// Every request but `/health` must send `Authorization: Bearer KEY` (16+ characters).
+    #[arg(long, env = "DOJO_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
     /// Port to listen on; 0 picks a free one (the address is printed on stdout).
     #[arg(long, default_value_t = 8700)]
     port: u16,
@@ -40,9 +43,16 @@ pub struct EnvServeArgs {
     /// Local clones of the repositories of git-based tasks (`owner__name`).
     #[arg(long)]
     repos: Option<PathBuf>,
-    /// A task file whose tasks step-wise envs (`POST /v1/envs`) may name by `task_id`.
+    /// A task file whose tasks requests may name by `task_id`; an inline row with one of its
+    /// instance ids runs as the file has it. Other inline rows are taken without `env`
+    /// overrides, and with an sdist source only under `--allow-source`.
     #[arg(long)]
     tasks: Option<PathBuf>,
+    /// A URL prefix ending in `/` (e.g. `https://files.pythonhosted.org/`) that inline rows'
+    /// sdist sources may come from; repeatable. None by default: the server fetches no URL a
+    /// caller chose.
+    #[arg(long = "allow-source", value_name = "PREFIX")]
+    allow_sources: Vec<String>,
 }
 
 pub fn run(cmd: EnvCmd) -> anyhow::Result<i32> {
@@ -61,6 +71,8 @@ pub fn run(cmd: EnvCmd) -> anyhow::Result<i32> {
             repos_dir: args.repos,
         },
         tasks_file: args.tasks,
+        allow_sources: args.allow_sources,
+        api_key: dojo_llm::access::ApiKey::new(args.api_key.as_deref()).context("--api-key")?,
     };
     super::rollout::runtime()?.block_on(async move {
         let addr = format!("{}:{}", args.host, args.port);

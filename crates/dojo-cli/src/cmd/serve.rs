@@ -12,9 +12,12 @@ pub struct ServeArgs {
     /// Port to listen on; 0 picks a free one (the address is printed on stdout).
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// Address to bind.
+    /// Address to bind. Beyond loopback an API key is required.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
+    /// Every request but `/health` must send `Authorization: Bearer KEY` (16+ characters).
+    #[arg(long, env = "DOJO_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
     /// Model name reported by /v1/models (default: the file name).
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -43,6 +46,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
     })?;
     let device =
         dojo_engine::device(&args.device).with_context(|| format!("--device {}", args.device))?;
+    let key = dojo_llm::access::ApiKey::new(args.api_key.as_deref()).context("--api-key")?;
     let opts = EngineOptions {
         model_id: args.served_model_name.clone(),
         prefix_cache_entries: args.prefix_cache,
@@ -78,11 +82,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             .await
             .with_context(|| format!("binding {addr}"))?;
         let local = listener.local_addr()?;
+        dojo_llm::access::check_exposure(local, key.as_ref())?;
         println!(
             "dojo serve: model {} listening on http://{local}",
             engine.model_id()
         );
-        dojo_engine::server::serve_listener(engine, listener, super::shutdown_signal())
+        dojo_engine::server::serve_listener(engine, listener, key, super::shutdown_signal())
             .await
             .context("serving")?;
         eprintln!("dojo serve: shut down");
@@ -96,6 +101,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         &args.model,
         args.port,
         &args.host,
+        &args.api_key,
         &args.served_model_name,
         args.prefix_cache,
         &args.weights,

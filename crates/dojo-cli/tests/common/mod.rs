@@ -94,14 +94,29 @@ pub fn bundled_ready(ids: &[&str]) -> Result<(), String> {
 
 /// One HTTP/1.1 exchange over a fresh connection: (status, body).
 pub fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    http_with(addr, method, path, body, &[])
+}
+
+/// [`http`] with extra request headers.
+pub fn http_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
     use std::io::{Read, Write};
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     let mut s =
         std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     s.set_read_timeout(Some(Duration::from_secs(900))).unwrap();
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+         {extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();

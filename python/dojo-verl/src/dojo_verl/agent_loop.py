@@ -71,6 +71,9 @@ class DojoAgentLoop(AgentLoopBase):
         super().__init__(*args, **kwargs)
         urls = os.environ.get("DOJO_ENV_URL") or dojo_url or "http://127.0.0.1:8700"
         self.dojo_urls = [u.strip().rstrip("/") for u in str(urls).split(",") if u.strip()]
+        # `dojo env serve --api-key` (required beyond loopback): the same key on every node.
+        key = os.environ.get("DOJO_API_KEY", "").strip()
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.agent = _plain(agent) or {}
         self.budgets = _plain(budgets) or {}
         self.shaping = _plain(shaping) or {}
@@ -105,7 +108,7 @@ class DojoAgentLoop(AgentLoopBase):
         url = self._dojo_url(body["episode_id"]) + "/v1/episodes"
         timeout = aiohttp.ClientTimeout(total=self.request_timeout_s)
         delay = 1.0
-        async with aiohttp.ClientSession(timeout=timeout) as s:
+        async with aiohttp.ClientSession(timeout=timeout, headers=self.headers) as s:
             while True:
                 async with s.post(url, json=body) as r:
                     text = await r.text()
