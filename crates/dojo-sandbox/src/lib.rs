@@ -471,25 +471,12 @@ impl Sandbox {
     /// the agent's doing) having held at most the cap in memory.
     pub async fn diff(&self) -> Result<String> {
         let limit = self.caps.patch_bytes;
-        let base = self.base.as_deref().unwrap_or(pristine::BASE_TAG);
-        let cap = (limit + 1).to_string();
-        let base_git = match &self.inner {
-            Inner::Ns(_) => patch::BASE_GIT_DIR.to_string(),
-            Inner::Fallback(f) => f.lower.join(".git").display().to_string(),
-        };
         let out = self
             .exec(
-                &ExecRequest::new([
-                    "bash",
-                    "-c",
-                    patch::DIFF_SCRIPT,
-                    "diff",
-                    &cap,
-                    base,
-                    &base_git,
-                ])
-                .output_cap(limit + 1, 0)
-                .timeout(Duration::from_secs(600)),
+                &self
+                    .diff_request(limit + 1)
+                    .output_cap(limit + 1, 0)
+                    .timeout(Duration::from_secs(600)),
             )
             .await?;
         // Over the cap whatever git made of the broken pipe.
@@ -500,16 +487,73 @@ impl Sandbox {
             });
         }
         if !out.success() {
-            return Err(SandboxError::Other(format!(
-                "git diff in sandbox {} failed ({:?}): {}",
-                self.id,
-                out.exit_code,
-                out.stderr_lossy().trim()
-            )));
+            return Err(self.diff_failed(out.exit_code, &out.stderr_lossy()));
         }
         String::from_utf8(out.stdout).map_err(|e| {
             SandboxError::Other(format!("diff of sandbox {} is not UTF-8: {e}", self.id))
         })
+    }
+
+    /// The same diff as [`Sandbox::diff`], streamed into `out` whatever its size, holding a
+    /// pipe buffer's worth at a time (`dojo sandbox diff` of a workspace the agent filled with
+    /// gigabytes). Returns the bytes written. No time limit: the caller decides when to stop
+    /// (dropping the future kills the diff).
+    pub async fn diff_to<W>(&self, out: &mut W) -> Result<u64>
+    where
+        W: tokio::io::AsyncWrite + Unpin,
+    {
+        use tokio::io::AsyncReadExt;
+        let mut p = self.spawn(&self.diff_request(i64::MAX as usize)).await?;
+        drop(p.child.stdin.take());
+        let (Some(mut stdout), Some(stderr)) = (p.child.stdout.take(), p.child.stderr.take())
+        else {
+            return Err(SandboxError::Other("diff process without pipes".into()));
+        };
+        // git's stderr is a few lines; keep at most 64 KiB of it.
+        let err = tokio::spawn(async move {
+            let mut e = Vec::new();
+            let _ = stderr.take(64 << 10).read_to_end(&mut e).await;
+            e
+        });
+        // 1 MiB reads: fewer wakeups than `copy`'s 8 KiB for a diff of gigabytes.
+        let mut stdout = tokio::io::BufReader::with_capacity(1 << 20, &mut stdout);
+        let n = tokio::io::copy_buf(&mut stdout, out)
+            .await
+            .map_err(|e| SandboxError::Other(format!("streaming the diff of {}: {e}", self.id)))?;
+        let status = p.child.wait().await.map_err(|e| {
+            SandboxError::Other(format!("waiting for the diff of {}: {e}", self.id))
+        })?;
+        if !status.success() {
+            let e = err.await.unwrap_or_default();
+            return Err(self.diff_failed(status.code(), &String::from_utf8_lossy(&e)));
+        }
+        Ok(n)
+    }
+
+    /// The diff script with its arguments, stopping after `cap` bytes.
+    fn diff_request(&self, cap: usize) -> ExecRequest {
+        let base = self.base.as_deref().unwrap_or(pristine::BASE_TAG);
+        let base_git = match &self.inner {
+            Inner::Ns(_) => patch::BASE_GIT_DIR.to_string(),
+            Inner::Fallback(f) => f.lower.join(".git").display().to_string(),
+        };
+        ExecRequest::new([
+            "bash",
+            "-c",
+            patch::DIFF_SCRIPT,
+            "diff",
+            &cap.to_string(),
+            base,
+            &base_git,
+        ])
+    }
+
+    fn diff_failed(&self, code: Option<i32>, stderr: &str) -> SandboxError {
+        SandboxError::Other(format!(
+            "git diff in sandbox {} failed ({code:?}): {}",
+            self.id,
+            stderr.trim()
+        ))
     }
 
     /// Apply a patch with the harness's fallback chain; refuses paths that leave the repository.

@@ -258,6 +258,16 @@ async fn a_patch_over_the_cap_is_refused_as_the_agents_doing() {
         }
         other => panic!("expected TooLarge, got {:?}", other.map(|d| d.len())),
     }
+    // `dojo sandbox diff` streams the same diff whole, whatever the cap: here into a file.
+    let path = std::env::temp_dir().join(format!("dojo-diff-stream-{}", std::process::id()));
+    let mut f = tokio::fs::File::create(&path).await.unwrap();
+    let n = sb.diff_to(&mut f).await.unwrap();
+    drop(f);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(n as usize, text.len());
+    assert!(n > 1 << 20, "{n}");
+    assert!(text.contains("+small") && text.contains("\n+1000000\n"));
     sb.teardown().await.unwrap();
 }
 

@@ -34,7 +34,7 @@ pub enum SandboxCmd {
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
-    /// Print a kept sandbox's workspace diff (a binary-safe git patch).
+    /// Print a kept sandbox's workspace diff (a binary-safe git patch), streamed: any size.
     Diff { id: String },
     /// Tear down a kept sandbox.
     Rm { id: String },
@@ -87,8 +87,10 @@ async fn run_async(cmd: SandboxCmd) -> anyhow::Result<i32> {
             let sb = Sandbox::attach(&id)
                 .await
                 .with_context(|| format!("opening sandbox {id}"))?;
-            let d = sb.diff().await?;
-            print!("{d}");
+            // Streamed: a workspace of gigabytes costs the host a pipe buffer, not its size.
+            let mut out = tokio::io::stdout();
+            sb.diff_to(&mut out).await?;
+            tokio::io::AsyncWriteExt::flush(&mut out).await?;
             sb.detach();
             Ok(0)
         }
