@@ -17,7 +17,9 @@
 //!   or reported, and no gold patch of the SWE-bench sets touches them).
 //!
 //! Paths are read as git reads them ([`dojo_patch::Patch`]: C-quoted names included), and
-//! `pyproject.toml` by a TOML parser (quoted keys and escapes read as pytest reads them).
+//! configuration as its readers read it: `pyproject.toml` by a TOML parser (quoted keys and
+//! escapes read as pytest reads them), `setup.cfg` / `tox.ini` by iniconfig's and
+//! configparser's rules ([`crate::ini`]); the settings before and after the patch are compared.
 //!
 //! Either way the report records the touched paths ([`crate::InstanceReport`]'s
 //! `touched_test_infrastructure` and `test_infrastructure`).
@@ -41,10 +43,11 @@ pub enum InfraKind {
     TaskTestFile,
     /// `conftest.py` (any directory): pytest loads it as a plugin.
     Conftest,
-    /// pytest's configuration: `pytest.ini` / `.pytest.ini`, a `[pytest]`, `[tool:pytest]` or
-    /// `[tool.pytest…]` section of `setup.cfg` / `tox.ini` / `pyproject.toml`, or a line
-    /// naming `addopts`, `pytest_plugins` or a `pytest11` plugin entry point there or in
-    /// `setup.py`.
+    /// pytest's configuration: `pytest.ini` / `.pytest.ini`; a change of what pytest reads in
+    /// `setup.cfg` / `tox.ini` / `pyproject.toml` (their pytest sections and `pytest11` plugin
+    /// entry points, parsed before and after the patch); in `setup.py`, or where a side does
+    /// not parse, a line naming `addopts`, `pytest_plugins` or `pytest11`, or any line of a
+    /// pytest section.
     PytestConfig,
     /// `sitecustomize.py`, `usercustomize.py` or a `.pth` file: code Python runs at startup.
     InterpreterStartup,
@@ -240,16 +243,26 @@ fn changes_pytest_config(hunks: &[Hunk], pristine: Option<&str>) -> bool {
     false
 }
 
+/// Does the patch change what `setup.cfg` / `tox.ini` tell pytest, as iniconfig and
+/// setuptools read them ([`crate::ini`])? `None` as for [`pyproject_changes_pytest`].
+fn ini_changes_pytest(f: &FileDiff, name: &str, pristine: Option<&str>) -> Option<bool> {
+    let before = pristine.unwrap_or("");
+    let after = f.apply(before)?;
+    Some(crate::ini::pytest_settings(name, before)? != crate::ini::pytest_settings(name, &after)?)
+}
+
 /// Whether `f`, a diff of the shared configuration file `path`, changes pytest's settings:
-/// semantically for `pyproject.toml` where both sides parse, else by the sections and words
-/// of its hunks.
+/// semantically (the settings pytest and setuptools would read, before and after) for
+/// `pyproject.toml`, `setup.cfg` and `tox.ini` where both sides parse, else by the sections
+/// and words of its hunks (and always so for `setup.py`, which is code).
 fn config_changed(f: &FileDiff, path: &str, pristine: Option<&str>) -> bool {
-    if file_name(path) == "pyproject.toml"
-        && let Some(changed) = pyproject_changes_pytest(f, pristine)
-    {
-        return changed;
-    }
-    changes_pytest_config(&f.hunks, pristine)
+    let name = file_name(path);
+    let semantic = match name {
+        "pyproject.toml" => pyproject_changes_pytest(f, pristine),
+        "setup.cfg" | "tox.ini" => ini_changes_pytest(f, name, pristine),
+        _ => None,
+    };
+    semantic.unwrap_or_else(|| changes_pytest_config(&f.hunks, pristine))
 }
 
 /// The test infrastructure `model_patch` touches, sorted by path. `test_files` are the task's
@@ -399,6 +412,15 @@ mod tests {
         );
         assert_eq!(kinds(&tox, &[], None).len(), 1);
         assert!(kinds(&add_file("tox.ini", "[tox]\nenvlist = py3"), &[], None).is_empty());
+        // Read as pytest reads it: a comment in [tool:pytest] changes nothing; a plugin entry
+        // point in [options.entry_points] (a reinstall loads it) does.
+        let comment = "diff --git a/setup.cfg b/setup.cfg\n--- a/setup.cfg\n+++ b/setup.cfg\n@@ -6,2 +6,3 @@\n markers =\n     slow\n+# addopts = -p plug\n";
+        assert!(kinds(comment, &[], Some(cfg)).is_empty());
+        let entry = "diff --git a/setup.cfg b/setup.cfg\n--- a/setup.cfg\n+++ b/setup.cfg\n@@ -1,3 +1,5 @@\n [metadata]\n name = calc\n version = 1\n+[options.entry_points]\n+PyTest11 = p = plug\n";
+        assert_eq!(
+            kinds(entry, &[], Some(cfg)),
+            [("setup.cfg".into(), InfraKind::PytestConfig)]
+        );
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod batch;
 pub mod diagnose;
 pub mod grading;
 pub mod guard;
+mod ini;
 pub mod observer;
 pub mod parsers;
 pub mod predictions;
