@@ -167,12 +167,19 @@ fn is_shared_config(path: &str) -> bool {
     )
 }
 
-/// `[pytest]`, `[tool:pytest]`, `[tool.pytest.ini_options]` (and any `[tool.pytest…]`).
+/// `[pytest]`, `[tool:pytest]`, `[tool.pytest.ini_options]` (and any `[tool.pytest…]`), read
+/// loosely, for files a parser could not read: quotes and blanks inside the name are dropped
+/// (`[tool."pytest" . ini_options]` is pytest's table to TOML).
 fn section_of(line: &str) -> Option<String> {
     let t = line.trim();
     let inner = t.strip_prefix('[')?.trim_start_matches('[');
     let (name, _) = inner.split_once(']')?;
-    Some(name.trim().trim_matches('"').to_ascii_lowercase())
+    Some(
+        name.chars()
+            .filter(|c| !matches!(c, '"' | '\'' | ' ' | '\t'))
+            .collect::<String>()
+            .to_ascii_lowercase(),
+    )
 }
 
 fn is_pytest_section(name: &str) -> bool {
@@ -488,6 +495,14 @@ mod tests {
         let ep = "diff --git a/pyproject.toml b/pyproject.toml\n--- a/pyproject.toml\n+++ b/pyproject.toml\n@@ -2 +2,2 @@\n name = \"x\"\n+entry-points.\"pytest11\" = {p = \"plug\"}\n";
         assert_eq!(kinds(ep, &[], Some(cfg)).len(), 1);
         // Another tool's table, even with pytest's words in a comment: not pytest's settings.
+        // Where the file does not parse after the patch (a duplicate table), the hunks are read
+        // with quotes dropped from section names.
+        let pristine = "[tool.pytest.ini_options]\nmarkers = []\n";
+        let dup = "diff --git a/pyproject.toml b/pyproject.toml\n--- a/pyproject.toml\n+++ b/pyproject.toml\n@@ -2 +2,3 @@\n markers = []\n+[tool.\"pytest\" . ini_options]\n+\"add\\u006fpts\" = \"-p plug\"\n";
+        assert_eq!(
+            kinds(dup, &[], Some(pristine)),
+            [("pyproject.toml".into(), InfraKind::PytestConfig)]
+        );
         let other = "diff --git a/pyproject.toml b/pyproject.toml\n--- a/pyproject.toml\n+++ b/pyproject.toml\n@@ -5 +5,2 @@\n branch = true\n+omit = [\"x\"]  # not addopts\n";
         assert!(kinds(other, &[], Some(cfg)).is_empty());
     }
