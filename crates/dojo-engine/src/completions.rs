@@ -478,4 +478,8 @@ impl ChatBackend for Engine {
     fn describe(&self) -> String {
         format!("embedded:{}", self.model_id())
     }
+
+    fn context_tokens(&self) -> Option<usize> {
+        Some(self.context_length())
+    }
 }

@@ -56,6 +56,13 @@ pub trait ChatBackend: Send + Sync {
     fn describe(&self) -> String {
         "chat-backend".to_string()
     }
+
+    /// The model's context window in tokens (prompt and reply together), where the backend
+    /// knows it: the embedded engine does; a remote server does not say (`None`). Callers that
+    /// build long prompts (the world models) size them to it. Wrappers forward it.
+    fn context_tokens(&self) -> Option<usize> {
+        None
+    }
 }
 
 impl<T: ChatBackend + ?Sized> ChatBackend for std::sync::Arc<T> {
@@ -64,6 +71,9 @@ impl<T: ChatBackend + ?Sized> ChatBackend for std::sync::Arc<T> {
     }
     fn describe(&self) -> String {
         (**self).describe()
+    }
+    fn context_tokens(&self) -> Option<usize> {
+        (**self).context_tokens()
     }
 }
 

@@ -182,6 +182,9 @@ impl ChatBackend for WithSampling {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+    fn context_tokens(&self) -> Option<usize> {
+        self.inner.context_tokens()
+    }
 }
 
 impl ModelBackends {

@@ -297,6 +297,9 @@ impl ChatBackend for LimitedBackend {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+    fn context_tokens(&self) -> Option<usize> {
+        self.inner.context_tokens()
+    }
 }
 
 #[cfg(test)]

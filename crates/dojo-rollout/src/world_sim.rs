@@ -169,6 +169,36 @@ fn world_client(policy: &WorldPolicy, embedded: &EmbeddedWorld) -> Result<WorldC
         Some(m) => cfg.swr_model = m.clone(),
         None => cfg.swr_max_tokens = Some(EMBEDDED_MAX_TOKENS),
     }
+    // Prompts fit the window of every role's model that states one (the embedded engine's
+    // 8K for SmolLM2: SWE-World's caps add up to about 77K tokens).
+    let roles = [
+        (Role::Swt, &swt.backend, cfg.swt_max_tokens),
+        (Role::Swr, &swr.backend, cfg.swr_max_tokens),
+    ];
+    for (role, backend, reply) in roles {
+        let Some(window) = backend.context_tokens() else {
+            continue;
+        };
+        let reply = reply.unwrap_or(EMBEDDED_MAX_TOKENS) as usize;
+        if let Some(fitted) = cfg
+            .caps
+            .fit(window, reply)
+            .map_err(|e| format!("{role} ({}): {e}", backend.describe()))?
+        {
+            tracing::warn!(
+                "{role} ({}): a {window}-token context: world-model prompt caps scaled to {:.1}% \
+                 (problem {} characters, executed code {}, agent patch {}, at most {} files); \
+                 cuts are marked in each prompt and counted in world.jsonl",
+                backend.describe(),
+                100.0 * fitted.max_prompt_chars() as f64 / cfg.caps.max_prompt_chars() as f64,
+                fitted.problem,
+                fitted.executed_code,
+                fitted.agent_patch,
+                fitted.max_files
+            );
+            cfg.caps = fitted;
+        }
+    }
     Ok(WorldClient::new(swt.backend, swr.backend, cfg))
 }
 
@@ -408,8 +438,8 @@ mod tests {
         assert!(e.contains("dream"), "{e}");
     }
 
-    /// An engine stand-in: never called, it only says which model it is.
-    struct Engine(&'static str);
+    /// An engine stand-in: never called, it only says which model it is and its window.
+    struct Engine(&'static str, usize);
     impl ChatBackend for Engine {
         fn complete(
             &self,
@@ -425,12 +455,19 @@ mod tests {
         fn describe(&self) -> String {
             format!("embedded:{}", self.0)
         }
+        fn context_tokens(&self) -> Option<usize> {
+            Some(self.1)
+        }
     }
 
     fn engines(models: &[&'static str]) -> EmbeddedWorld {
+        engines_with(models, 8_192)
+    }
+
+    fn engines_with(models: &[&'static str], window: usize) -> EmbeddedWorld {
         let mut e = EmbeddedWorld::default();
         for m in models {
-            e.insert(m.to_string(), Arc::new(Engine(m)));
+            e.insert(m.to_string(), Arc::new(Engine(m, window)));
         }
         e
     }
@@ -450,6 +487,9 @@ mod tests {
         assert!(!c.swt_json_mode);
         assert_eq!(c.swr_samples, 3);
         assert_eq!(client.describe_roles(), "world client (embedded:default)");
+        // Its prompts fit its 8K window with the reply.
+        assert!(c.caps.max_prompt_chars() * 2 / 5 + EMBEDDED_MAX_TOKENS as usize <= 8_192);
+        assert!(c.caps.problem < dojo_world::Caps::swe_world().problem);
     }
 
     #[test]
@@ -466,7 +506,8 @@ mod tests {
             .world
             .unwrap();
         assert_eq!(w.embedded_models(), ["/ckpt"]);
-        let client = world_client(&w, &engines(&["/ckpt"])).unwrap();
+        // A checkpoint whose window holds SWE-World's caps.
+        let client = world_client(&w, &engines_with(&["/ckpt"], 1 << 20)).unwrap();
         let c = client.config();
         // Named keys change; the others keep SWE-World's caps.
         assert_eq!(c.caps.executed_code, 2000);

@@ -76,6 +76,63 @@ impl Default for Caps {
     }
 }
 
+/// Characters per token assumed when fitting caps into a context window ([`Caps::fit`]),
+/// times two: 2.5, below what BPE tokenizers average on code, so that a fitted prompt holds.
+const FIT_HALF_CHARS_PER_TOKEN: usize = 5;
+
+/// Characters of a rendered prompt outside its capped sections, at most: the longer system
+/// prompt, the section headings and instructions, a truncation marker per section.
+fn fixed_chars() -> usize {
+    SWT_SYSTEM_PROMPT.len().max(SWR_SYSTEM_PROMPT.len()) + 2_000
+}
+
+impl Caps {
+    fn sections_mut(&mut self) -> [&mut usize; 9] {
+        [
+            &mut self.analysis,
+            &mut self.problem,
+            &mut self.command,
+            &mut self.executed_code,
+            &mut self.original_files,
+            &mut self.agent_patch,
+            &mut self.gold_patch,
+            &mut self.fail_to_pass,
+            &mut self.pass_to_pass,
+        ]
+    }
+
+    /// The most characters a prompt rendered with these caps can have.
+    pub fn max_prompt_chars(&self) -> usize {
+        let mut c = self.clone();
+        c.sections_mut().into_iter().map(|v| *v).sum::<usize>() + fixed_chars()
+    }
+
+    /// These caps scaled down, section by section in proportion, so that any prompt rendered
+    /// with them leaves `reply_tokens` of a `context_tokens` window free (at 2.5 characters
+    /// per token); `None` when they fit already. A model trained with SWE-World's caps loses
+    /// the most text where its window is small: every cut is still marked in the prompt and
+    /// counted in [`Rendered::truncations`]. Files shown drop to at most 5 with the budget.
+    pub fn fit(&self, context_tokens: usize, reply_tokens: usize) -> Result<Option<Caps>, String> {
+        let room = context_tokens.saturating_sub(reply_tokens) * FIT_HALF_CHARS_PER_TOKEN / 2;
+        if self.max_prompt_chars() <= room {
+            return Ok(None);
+        }
+        let budget = room.checked_sub(fixed_chars()).filter(|b| *b >= 2_000).ok_or_else(|| {
+            format!(
+                "a {context_tokens}-token context leaves no room for a world-model prompt after a \
+                 {reply_tokens}-token reply"
+            )
+        })?;
+        let mut c = self.clone();
+        let total: usize = c.sections_mut().into_iter().map(|v| *v).sum();
+        for v in c.sections_mut() {
+            *v = (*v as u128 * budget as u128 / total as u128) as usize;
+        }
+        c.max_files = c.max_files.min(5);
+        Ok(Some(c))
+    }
+}
+
 /// One section that was cut to its cap.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Truncation {
@@ -421,6 +478,30 @@ mod tests {
         let r = swr_messages(&swr_ctx(), &Caps::default());
         assert!(!r.is_truncated());
         insta::assert_snapshot!("swr_prompt", show(&r));
+    }
+
+    /// Fitted caps keep the rendered prompt inside the window, whatever the sections hold.
+    #[test]
+    fn fitted_caps_fit_the_window() {
+        let caps = Caps::swe_world();
+        assert_eq!(caps.fit(200_000, 4_096), Ok(None));
+        let fitted = caps.fit(8_192, 1_024).unwrap().unwrap();
+        assert!(
+            fitted.problem < caps.problem && fitted.problem > 1_000,
+            "{fitted:?}"
+        );
+        assert_eq!(fitted.max_files, 5);
+        assert!(fitted.max_prompt_chars() * 2 / 5 + 1_024 <= 8_192);
+        let huge = "x".repeat(1 << 20);
+        let mut ctx = swt_ctx();
+        ctx.problem_statement = huge.clone();
+        ctx.command = huge.clone();
+        ctx.agent_patch = huge.clone();
+        let r = swt_messages(&ctx, &fitted);
+        let chars: usize = r.messages.iter().map(|m| m.text().chars().count()).sum();
+        assert!(chars <= fitted.max_prompt_chars(), "{chars}");
+        assert!(r.truncations.len() >= 3);
+        assert!(caps.fit(2_048, 1_024).is_err());
     }
 
     /// Over-cap sections keep their head and a marker, and are counted; extra files are dropped
