@@ -1,7 +1,6 @@
 //! The target model for rendering: `dojo-tokenizer`'s [`ChatFormat`] (template + tokenizer, the very
 //! code the embedded engine builds prompts with) behind [`ChatModel`].
 
-use std::path::Path;
 
 use dojo_tokenizer::{ChatFormat, RenderOptions};
 use serde_json::Value;
@@ -110,26 +109,12 @@ impl ChatModel for FormatModel {
     }
 }
 
-/// Loads the target model: `default` (the bundled SmolLM2, fetched on first use), a GGUF file,
-/// or a Hugging Face model directory (`tokenizer.json` + `tokenizer_config.json`).
+/// Loads the target model named by a `--model` value ([`dojo_tokenizer::ModelSpec`]: `default`,
+/// a GGUF file, a Hugging Face directory or a hub name in the local cache).
 pub fn load(spec: &str) -> Result<Box<dyn ChatModel>, String> {
-    let (format, name) = if spec == "default" {
-        let f = ChatFormat::default_model().map_err(|e| e.to_string())?;
-        (f, dojo_tokenizer::default_model::MODEL_ID.to_string())
-    } else {
-        let p = Path::new(spec);
-        let f = if p.is_dir() {
-            ChatFormat::from_hf_dir(p)
-        } else {
-            ChatFormat::from_gguf(p)
-        }
-        .map_err(|e| e.to_string())?;
-        let name = p
-            .file_name()
-            .map_or_else(|| spec.to_string(), |n| n.to_string_lossy().into_owned());
-        (f, name)
-    };
-    Ok(Box::new(FormatModel::new(format, &name)))
+    let spec = dojo_tokenizer::ModelSpec::resolve(spec).map_err(|e| e.to_string())?;
+    let format = spec.chat_format().map_err(|e| e.to_string())?;
+    Ok(Box::new(FormatModel::new(format, &spec.name())))
 }
 
 /// The Hugging Face mask: 1 for every token whose byte range overlaps a span

@@ -272,14 +272,27 @@ impl Engine {
 
     /// The default model (SmolLM2-135M-Instruct Q4_1), downloaded on first use.
     pub fn load_default() -> Result<Engine, EngineError> {
-        let path = dojo_tokenizer::default_model_path()?;
-        Engine::load(
-            &path,
-            EngineOptions {
-                model_id: Some(dojo_tokenizer::default_model::MODEL_ID.into()),
-                ..Default::default()
-            },
+        Engine::load_spec(
+            &dojo_tokenizer::ModelSpec::Default,
+            EngineOptions::default(),
         )
+    }
+
+    /// Load the model a `--model` value names ([`dojo_tokenizer::ModelSpec`]); the bundled
+    /// model is fetched on first use and reported under its id unless `opts.model_id` says
+    /// otherwise.
+    pub fn load_spec(
+        spec: &dojo_tokenizer::ModelSpec,
+        opts: EngineOptions,
+    ) -> Result<Engine, EngineError> {
+        let opts = match spec {
+            dojo_tokenizer::ModelSpec::Default => EngineOptions {
+                model_id: opts.model_id.clone().or_else(|| Some(spec.name())),
+                ..opts
+            },
+            _ => opts,
+        };
+        Engine::load(&spec.path()?, opts)
     }
 
     /// An engine over an already built model (tests use random tiny models).

@@ -12,10 +12,13 @@
 //!   have no tool support), prompts, training samples with assistant masks, and Hermes
 //!   `<tool_call>` parsing of generated text.
 //! - [`default_model`]: the default SmolLM2-135M-Instruct Q4_1 GGUF, fetched on first use.
+//! - [`ModelSpec`]: what a `--model` value (`default`, a GGUF, an HF directory, a hub name)
+//!   means, decided once for every command.
 
 pub mod default_model;
 pub mod gguf;
 pub mod messages;
+pub mod model_spec;
 pub mod template;
 pub mod tokenizer;
 
@@ -27,6 +30,7 @@ use serde_json::Value as Json;
 pub use default_model::default_model_path;
 pub use gguf::{GgufMetadata, GgufValue, read_metadata};
 pub use messages::{ParsedAssistant, normalize_messages, parse_tool_calls};
+pub use model_spec::{ModelSpec, ModelSpecError};
 pub use template::ChatTemplate;
 pub use tokenizer::Tokenizer;
 

@@ -1,11 +1,8 @@
 //! Where the base model comes from, and the tokenizer files a checkpoint carries with it.
 //!
-//! `--model` is `default` (the bundled SmolLM2-135M-Instruct GGUF, fetched into the dojo cache
-//! on first use), a `.gguf` file, a Hugging Face directory (`config.json`, `*.safetensors`,
-//! `tokenizer.json`, `tokenizer_config.json`), or a hub name (`HuggingFaceTB/SmolLM2-135M`)
-//! already in the local Hugging Face cache (`$HF_HUB_CACHE`, `$HF_HOME/hub` or
-//! `~/.cache/huggingface/hub`, as `huggingface-cli download` leaves it). Nothing is downloaded
-//! from the hub: runs stay offline and reproducible.
+//! `--model` means what [`dojo_tokenizer::ModelSpec`] says (`default`, a `.gguf` file, a Hugging
+//! Face directory, or a hub name already in the local Hugging Face cache; nothing is downloaded
+//! from the hub).
 
 use std::path::{Path, PathBuf};
 
@@ -34,61 +31,17 @@ pub enum ModelSource {
     HfDir(PathBuf),
 }
 
-fn hub_cache() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("HF_HUB_CACHE") {
-        return Some(PathBuf::from(p));
-    }
-    if let Some(p) = std::env::var_os("HF_HOME") {
-        return Some(PathBuf::from(p).join("hub"));
-    }
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/huggingface/hub"))
-}
-
-/// The snapshot directory of `name` (`org/model[@revision]`) in a hub cache, if present.
-pub fn hub_snapshot(cache: &Path, name: &str) -> Option<PathBuf> {
-    let (repo, rev) = name.split_once('@').unwrap_or((name, "main"));
-    let dir = cache.join(format!("models--{}", repo.replace('/', "--")));
-    let commit = std::fs::read_to_string(dir.join("refs").join(rev))
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| rev.to_string());
-    let snap = dir.join("snapshots").join(commit);
-    snap.join("config.json").is_file().then_some(snap)
-}
-
 impl ModelSource {
-    /// Resolve a `--model` value (see the module docs).
+    /// Resolve a `--model` value ([`dojo_tokenizer::ModelSpec`], the one place that decides
+    /// what `default`, a file, a directory or a hub name mean); the bundled model's file is
+    /// fetched on first use.
     pub fn resolve(spec: &str) -> Result<ModelSource, TrainError> {
-        if spec == "default" {
-            return Ok(ModelSource::Gguf(dojo_tokenizer::default_model_path()?));
+        use dojo_tokenizer::ModelSpec;
+        match ModelSpec::resolve(spec).map_err(|e| TrainError::Config(e.to_string()))? {
+            ModelSpec::Default => Ok(ModelSource::Gguf(dojo_tokenizer::default_model_path()?)),
+            ModelSpec::Gguf(p) => Ok(ModelSource::Gguf(p)),
+            ModelSpec::HfDir(p) => Ok(ModelSource::HfDir(p)),
         }
-        let p = Path::new(spec);
-        if p.is_file() {
-            return Ok(ModelSource::Gguf(p.to_path_buf()));
-        }
-        if p.is_dir() {
-            if !p.join("config.json").is_file() {
-                return Err(TrainError::file(
-                    p,
-                    "not a Hugging Face model directory (no config.json)",
-                ));
-            }
-            return Ok(ModelSource::HfDir(p.to_path_buf()));
-        }
-        if spec.contains('/') && !spec.starts_with('/') && !spec.starts_with('.') {
-            let cache = hub_cache();
-            if let Some(snap) = cache.as_deref().and_then(|c| hub_snapshot(c, spec)) {
-                return Ok(ModelSource::HfDir(snap));
-            }
-            return Err(TrainError::Config(format!(
-                "--model {spec}: not a file or directory, and not in the Hugging Face cache \
-                 ({}); download it first (`huggingface-cli download {spec}`) or pass its \
-                 directory",
-                cache.map_or("no cache directory".into(), |c| c.display().to_string())
-            )));
-        }
-        Err(TrainError::Config(format!(
-            "--model {spec}: no such file or directory"
-        )))
     }
 
     pub fn path(&self) -> &Path {
@@ -180,28 +133,4 @@ pub fn tokenizer_sha(fmt: &ChatFormat) -> String {
 pub(crate) fn write_json(path: &Path, v: &Json) -> Result<(), TrainError> {
     let s = serde_json::to_string_pretty(v).map_err(|e| TrainError::file(path, e))?;
     std::fs::write(path, s + "\n").map_err(|e| TrainError::file(path, e))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hub_names_resolve_through_the_cache_layout() {
-        let tmp = tempfile::tempdir().unwrap();
-        let repo = tmp.path().join("models--org--tiny");
-        let snap = repo.join("snapshots/abc123");
-        std::fs::create_dir_all(&snap).unwrap();
-        std::fs::create_dir_all(repo.join("refs")).unwrap();
-        std::fs::write(repo.join("refs/main"), "abc123\n").unwrap();
-        assert_eq!(
-            hub_snapshot(tmp.path(), "org/tiny"),
-            None,
-            "no config.json yet"
-        );
-        std::fs::write(snap.join("config.json"), "{}").unwrap();
-        assert_eq!(hub_snapshot(tmp.path(), "org/tiny"), Some(snap.clone()));
-        assert_eq!(hub_snapshot(tmp.path(), "org/tiny@abc123"), Some(snap));
-        assert_eq!(hub_snapshot(tmp.path(), "org/other"), None);
-    }
 }

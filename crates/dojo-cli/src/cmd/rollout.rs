@@ -138,15 +138,9 @@ impl WorldArgs {
 /// The in-process engine as a chat backend (only with the `engine` feature).
 #[cfg(feature = "engine")]
 pub(crate) fn embedded_backend(model: &str) -> anyhow::Result<Option<Arc<dyn ChatBackend>>> {
-    let engine = if model == "default" {
-        dojo_engine::Engine::load_default()
-    } else {
-        dojo_engine::Engine::load(
-            std::path::Path::new(model),
-            dojo_engine::EngineOptions::default(),
-        )
-    }
-    .with_context(|| format!("loading the embedded model {model}"))?;
+    let spec = dojo_tokenizer::ModelSpec::resolve(model)?;
+    let engine = dojo_engine::Engine::load_spec(&spec, dojo_engine::EngineOptions::default())
+        .with_context(|| format!("loading the embedded model {model}"))?;
     Ok(Some(Arc::new(engine)))
 }
 

@@ -6,7 +6,8 @@
 #[derive(clap::Args)]
 pub struct ServeArgs {
     /// A `.gguf` file, a Hugging Face model directory (config.json + *.safetensors +
-    /// tokenizer.json), or `default` (SmolLM2-135M-Instruct Q4_1, downloaded on first use).
+    /// tokenizer.json), a hub name in the local Hugging Face cache, or `default`
+    /// (SmolLM2-135M-Instruct Q4_1, downloaded on first use).
     #[arg(long, default_value = "default")]
     pub model: String,
     /// Port to listen on; 0 picks a free one (the address is printed on stdout).
@@ -54,23 +55,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         device,
         ..Default::default()
     };
-    let engine = if args.model == "default" {
-        let path = dojo_tokenizer::default_model_path().context("fetching the default model")?;
-        Engine::load(
-            &path,
-            EngineOptions {
-                model_id: Some(
-                    args.served_model_name
-                        .clone()
-                        .unwrap_or_else(|| dojo_tokenizer::default_model::MODEL_ID.to_string()),
-                ),
-                ..opts
-            },
-        )
-    } else {
-        Engine::load(std::path::Path::new(&args.model), opts)
-    }
-    .with_context(|| format!("loading model {}", args.model))?;
+    let spec = dojo_tokenizer::ModelSpec::resolve(&args.model)?;
+    let engine =
+        Engine::load_spec(&spec, opts).with_context(|| format!("loading model {}", args.model))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -251,8 +251,8 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
         return Ok(0);
     };
     let trained = s.merged_dir.clone().unwrap_or_else(|| final_dir.clone());
-    let base = if a.model == "default" {
-        "default".to_string()
+    let base = if dojo_tokenizer::ModelSpec::resolve(&a.model).is_ok_and(|s| s.is_default()) {
+        dojo_tokenizer::model_spec::DEFAULT.to_string()
     } else {
         src.path().display().to_string()
     };
