@@ -1,7 +1,6 @@
 //! The target model for rendering: `dojo-tokenizer`'s [`ChatFormat`] (template + tokenizer, the very
 //! code the embedded engine builds prompts with) behind [`ChatModel`].
 
-
 use dojo_tokenizer::{ChatFormat, RenderOptions};
 use serde_json::Value;
 use sha2::{Digest, Sha256};

@@ -13,6 +13,7 @@
 //! cost over the bare test command is git's own work (milliseconds), not five more sandbox
 //! entries.
 
+use dojo_patch::shell_quote;
 use std::ops::ControlFlow::{self, Break, Continue};
 use std::time::Duration;
 
@@ -66,10 +67,6 @@ impl Default for GradeOptions {
             observer: true,
         }
     }
-}
-
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// The files a test patch touches as the harness lists them (its `diff --git a/.* b/(.*)`

@@ -6,6 +6,13 @@
 //! of a diff's paths must undo this, or a patch can name one file to the reader and write
 //! another through `git apply`.
 
+/// `s` as one word of a POSIX shell command line: between single quotes, each `'` written as
+/// `'\''`. Paths and test ids that go into the scripts dojo runs in sandboxes (eval scripts,
+/// checkouts, test commands) pass through here, so no name can end the word early.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
 /// Undo git's quoting of the quoted name at the start of `s` (which starts with `"`). Returns
 /// the name's bytes and the text after the closing quote; `None` when `s` is not a complete,
 /// well-formed quoted name (git then reads the name as unquoted).

@@ -11,6 +11,7 @@
 //! `file_editor`/`execute_bash{cmd}`/`finish`, SWE-Master's `str_replace_editor`/`execute_bash
 //! {command}`/`submit`, ...), so the script works with any configured tool set.
 
+use dojo_patch::shell_quote;
 use serde_json::{Value, json};
 
 use dojo_llm::{ChatMessage, ToolSpec};
@@ -266,10 +267,6 @@ pub fn plan_actions(
     }
     actions.push(Action::Submit);
     Ok(actions)
-}
-
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// The concrete tool names and argument keys of the tool set the agent offers.

@@ -17,6 +17,7 @@
 //! Infrastructure failures (a sandbox that cannot be created, a patch the sandbox refuses) are
 //! not the candidate's: the run is left out of the score (`None`) and counted in the notes.
 
+use dojo_patch::shell_quote;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -323,10 +324,6 @@ async fn run_candidate(
         });
     }
     out
-}
-
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 #[cfg(test)]

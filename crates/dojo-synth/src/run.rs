@@ -144,13 +144,14 @@ fn says_disk_full(text: &str) -> bool {
     text.contains("No space left on device") || text.contains("[Errno 28]")
 }
 
+/// Plain words stay bare (readable commands); anything else is quoted.
 fn shell_quote(s: &str) -> String {
     if s.bytes()
         .all(|b| b.is_ascii_alphanumeric() || b"/._-:".contains(&b))
     {
         s.to_string()
     } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
+        dojo_patch::shell_quote(s)
     }
 }
 

@@ -24,6 +24,7 @@
 //!   `git checkout <base_commit> …` names dojo's pristine tag instead of the upstream commit
 //!   (the sandbox's repository has one commit, tagged [`dojo_sandbox::pristine::BASE_TAG`]).
 
+use dojo_patch::shell_quote;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -55,10 +56,6 @@ fn is_plumbing(line: &str) -> bool {
         || l == "git show"
         || l.starts_with("git -c core.fileMode=false diff")
         || l.starts_with("git diff")
-}
-
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// The shell lines to run, in order, for the commands `script` runs before its test command
