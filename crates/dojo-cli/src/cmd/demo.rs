@@ -11,7 +11,8 @@ use dojo_rollout::report::{PolicyRun, render_html};
 use dojo_rollout::run_dir::RolloutOptions;
 use dojo_task::PrepareOptions;
 
-use super::rollout::{print_run, run_policy, runtime};
+use super::rollout::{print_run, run_policy};
+use super::runtime;
 
 #[derive(clap::Args)]
 pub struct DemoArgs {

@@ -74,7 +74,7 @@ pub fn run(cmd: EnvCmd) -> anyhow::Result<i32> {
         allow_sources: args.allow_sources,
         api_key: dojo_llm::access::ApiKey::new(args.api_key.as_deref()).context("--api-key")?,
     };
-    super::rollout::runtime()?.block_on(async move {
+    super::runtime()?.block_on(async move {
         let addr = format!("{}:{}", args.host, args.port);
         let listener = tokio::net::TcpListener::bind(&addr)
             .await

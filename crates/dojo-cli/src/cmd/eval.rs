@@ -9,7 +9,8 @@ use dojo_grade::batch::{self, EvalJob};
 use dojo_grade::{Prediction, RunSummary};
 use dojo_task::Preparer;
 
-use super::task_set::{CommonArgs, load, runtime};
+use super::runtime;
+use super::task_set::{CommonArgs, load};
 
 #[derive(clap::Args)]
 pub struct EvalArgs {

@@ -17,6 +17,15 @@ pub mod tasks;
 pub mod train;
 pub mod validate;
 
+/// The one async runtime every command runs on (multi-threaded, I/O and timers on).
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
 /// Resolves on Ctrl-C or SIGTERM: the services (`dojo serve`, `dojo env serve`) then stop
 /// accepting requests and finish the ones in flight.
 pub(crate) async fn shutdown_signal() {

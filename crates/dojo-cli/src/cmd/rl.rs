@@ -380,7 +380,7 @@ mod imp {
         };
         let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
         let mut env = AgentEnv {
-            rt: super::super::rollout::runtime()?,
+            rt: crate::cmd::runtime()?,
             format,
             tasks_file: a.tasks.clone(),
             eval_tasks: a.eval_tasks.clone(),

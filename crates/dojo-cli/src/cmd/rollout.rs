@@ -179,13 +179,6 @@ pub(crate) async fn policy_backends(
     Ok(dojo_rollout::run_dir::model_backends(policy, embedded)?)
 }
 
-pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")
-}
-
 pub async fn run_policy(opts: &RolloutOptions) -> anyhow::Result<RolloutOutput> {
     let embedded = match &opts.policy.kind {
         PolicyKind::Embedded { model } => {
@@ -260,7 +253,7 @@ pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
         },
         progress: true,
     };
-    let out = runtime()?.block_on(run_policy(&opts))?;
+    let out = super::runtime()?.block_on(run_policy(&opts))?;
     print_run(&out);
     println!(
         "{}",

@@ -64,10 +64,7 @@ pub struct RunArgs {
 }
 
 pub fn run(cmd: SandboxCmd) -> anyhow::Result<i32> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let rt = super::runtime()?;
     rt.block_on(run_async(cmd))
 }
 

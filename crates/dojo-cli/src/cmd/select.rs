@@ -121,15 +121,14 @@ fn load_candidates(a: &SelectArgs, ctx: Option<&TaskContext>) -> anyhow::Result<
     };
     let graded = a.out.join("graded");
     let started = std::time::Instant::now();
-    let set =
-        crate::cmd::rollout::runtime()?.block_on(dojo_select::candidates::load_predictions(
-            &a.predictions,
-            &ctx.tasks,
-            &ctx.registry,
-            &ctx.preparer,
-            &opts,
-            &graded,
-        ))?;
+    let set = crate::cmd::runtime()?.block_on(dojo_select::candidates::load_predictions(
+        &a.predictions,
+        &ctx.tasks,
+        &ctx.registry,
+        &ctx.preparer,
+        &opts,
+        &graded,
+    ))?;
     eprintln!(
         "graded {} predictions file(s) into {} in {:.1} s",
         a.predictions.len(),
@@ -337,14 +336,13 @@ fn run_tests(
                 (t.instance_id.clone(), (t.clone(), env))
             })
             .collect();
-    let (sel, stats) =
-        crate::cmd::rollout::runtime()?.block_on(dojo_select::agent_tests::run_agent_tests(
-            set,
-            k,
-            &tasks,
-            &ctx.preparer,
-            &dojo_sandbox::SandboxOptions::default(),
-        ));
+    let (sel, stats) = crate::cmd::runtime()?.block_on(dojo_select::agent_tests::run_agent_tests(
+        set,
+        k,
+        &tasks,
+        &ctx.preparer,
+        &dojo_sandbox::SandboxOptions::default(),
+    ));
     let mut n = format!(
         "tests: {} agent-written test(s) in {} of {} tasks, {} runs ({} passed), {} infrastructure failure(s); {:.1} s ({:.2} s per task)",
         stats.tests,
@@ -441,7 +439,7 @@ fn swr(
             (t.instance_id.clone(), task)
         })
         .collect();
-    let rt = crate::cmd::rollout::runtime()?;
+    let rt = crate::cmd::runtime()?;
     let started = std::time::Instant::now();
     let (sel, stats) = rt.block_on(async {
         let model = crate::cmd::rollout::policy_backends(&policy).await?;
@@ -476,7 +474,7 @@ fn verifier(
     concurrency: usize,
 ) -> anyhow::Result<(SharedSelector, String)> {
     let policy = PolicyConfig::parse(spec).with_context(|| format!("--verifier {spec}"))?;
-    let rt = crate::cmd::rollout::runtime()?;
+    let rt = crate::cmd::runtime()?;
     let started = std::time::Instant::now();
     let judgements = rt.block_on(async {
         let model = crate::cmd::rollout::policy_backends(&policy).await?;

@@ -58,11 +58,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
     let spec = dojo_tokenizer::ModelSpec::resolve(&args.model)?;
     let engine =
         Engine::load_spec(&spec, opts).with_context(|| format!("loading model {}", args.model))?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let rt = super::runtime()?;
     rt.block_on(async move {
         let addr = format!("{}:{}", args.host, args.port);
         let listener = tokio::net::TcpListener::bind(&addr)

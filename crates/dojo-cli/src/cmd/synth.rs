@@ -182,9 +182,7 @@ pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
     if let Some(spec) = &args.llm_policy {
         opts.llm = Some(llm_source(spec, args.llm_rewrites)?);
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let rt = super::runtime()?;
     let summary = rt.block_on(dojo_synth::synthesize(&opts))?;
     print!("{}", summary.table());
     for u in &summary.unparseable_files {

@@ -127,10 +127,3 @@ fn check_repos(tasks: &[Task], repos: Option<&std::path::Path>) -> anyhow::Resul
     }
     Ok(())
 }
-
-/// The async runtime the batch runs on.
-pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
-}

@@ -249,7 +249,7 @@ fn analyze(a: AnalyzeArgs) -> anyhow::Result<i32> {
         .cache
         .clone()
         .unwrap_or_else(dojo_world::analysis::default_cache_root);
-    let rt = crate::cmd::rollout::runtime()?;
+    let rt = crate::cmd::runtime()?;
     let (key, results) = rt.block_on(async {
         let m = crate::cmd::rollout::policy_backends(&policy).await?;
         let backend = m.client.clone();

@@ -326,7 +326,7 @@ fn evaluate(
     use dojo_rollout::run_dir::RolloutOptions;
     use serde_json::json;
 
-    let rt = super::rollout::runtime()?;
+    let rt = super::runtime()?;
     let eval_dir = out.join("eval");
     let n_tasks = dojo_rollout::run_dir::load_tasks(&e.tasks, &e.instances)?.len();
     let mut models = Vec::new();

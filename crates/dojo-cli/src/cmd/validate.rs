@@ -8,7 +8,8 @@ use anyhow::{Context, bail};
 use dojo_grade::{batch, diagnose};
 use dojo_task::{Preparer, Task};
 
-use super::task_set::{CommonArgs, load, runtime};
+use super::runtime;
+use super::task_set::{CommonArgs, load};
 
 #[derive(clap::Args)]
 pub struct ValidateArgs {
