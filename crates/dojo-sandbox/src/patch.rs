@@ -62,6 +62,15 @@ else
 fi
 export GIT_INDEX_FILE="$T/index"
 G="git -c core.checkStat=minimal -c core.trustctime=false"
+# Tracked files the environment's pre_install edited are the environment's (pyenv::keep_tree):
+# the diff base is the base commit with those edits.
+# (The venv is /venv in namespaces, its host path in the fallback backend.)
+D="${VIRTUAL_ENV:-/venv}/.dojo-tree-base.diff"
+if [ -s "$D" ]; then
+  GIT_INDEX_FILE="$T/base-index" git read-tree "$base"
+  GIT_INDEX_FILE="$T/base-index" git apply --cached "$D"
+  base="$(GIT_INDEX_FILE="$T/base-index" git write-tree)"
+fi
 $G add -A . >/dev/null
 $G diff --cached --binary --no-color --no-ext-diff --no-textconv --no-renames "$base" -- | head -c "$1" || {
   rc=$?

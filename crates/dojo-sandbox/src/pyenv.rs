@@ -363,7 +363,15 @@ fi
 mkdir -p /venv/etc/git && printf '[safe]\n\tdirectory = *\n' > /venv/etc/git/config
 export XDG_CONFIG_HOME=/venv/etc
 export VIRTUAL_ENV=/venv PATH="/venv/bin:$PATH"
-if [ -n "${DOJO_PRE_INSTALL:-}" ]; then (cd /testbed && bash -euo pipefail -c "$DOJO_PRE_INSTALL"); fi
+if [ -n "${DOJO_PRE_INSTALL:-}" ]; then
+  (cd /testbed && bash -euo pipefail -c "$DOJO_PRE_INSTALL")
+  # The harness's pre_install edits tracked files too (sphinx: `sed -i 's/pytest/pytest -rA/'
+  # tox.ini`) and its image keeps the edits: note which files, so that the environment keeps
+  # them (pyenv::keep_tree) and sandbox diffs start from them.
+  if git -C /testbed rev-parse -q --verify HEAD >/dev/null 2>&1; then
+    git -C /testbed --no-optional-locks diff --name-only -z > /tmp/dojo-pre-install-files
+  fi
+fi
 inst() {
   if [ "$INSTALLER" = pip ]; then /venv/bin/python -m pip install -q "$@";
   else "$UV" pip install -q --python /venv/bin/python "$@"; fi
@@ -396,6 +404,52 @@ if [ "$EDITABLE" = 1 ]; then
   fi
 fi
 if [ -n "${DOJO_INSTALL:-}" ]; then cd /testbed && bash -euo pipefail -c "$DOJO_INSTALL"; fi
+if [ -s /tmp/dojo-pre-install-files ]; then
+  # Their final content, as a patch over the base: the diff base of sandboxes (patch.rs).
+  cp /tmp/dojo-pre-install-files /venv/.dojo-tree-changed
+  xargs -0 git -C /testbed --no-optional-locks diff --binary --no-color --no-ext-diff \
+    --no-renames -- < /tmp/dojo-pre-install-files > /venv/.dojo-tree-base.diff
+fi
+# The harness's interpreter is a conda environment: a whole installation, whose prefix Python
+# finds from the binary's resolved path, so a symlink to it elsewhere (tox-current-env's
+# .tox/py39/bin/python -> sys.executable) still imports the environment's packages. A venv is
+# found only through the pyvenv.cfg next to the path the interpreter was started as, so through
+# such a link its site-packages were gone. Give the venv the same property: bin/python is a copy
+# of the interpreter (resolving a link to it ends here), pyvenv.cfg's home is .dojo-base/bin, an
+# installation made of links to the base's standard library whose site-packages is the venv's
+# (Python < 3.11 takes the prefix from the home of the pyvenv.cfg beside the resolved binary),
+# and lib/pythonX.Y links the standard library too (3.11+ look for it beside the resolved
+# binary). Started as /venv/bin/python, it is the same venv as before (sys.prefix = /venv).
+real="$(readlink -f /venv/bin/python)"
+if [ "$real" != /venv/bin/python ]; then
+  std="$(/venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')"
+  inc="$(/venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("include"))')"
+  ver="${std##*/}"
+  base=/venv/.dojo-base
+  mkdir -p "$base/bin" "$base/lib/$ver" "/venv/lib/$ver"
+  for e in "$std"/*; do
+    n="${e##*/}"
+    case "$n" in site-packages|dist-packages|EXTERNALLY-MANAGED) continue ;; esac
+    ln -s "$e" "$base/lib/$ver/$n"
+    [ -e "/venv/lib/$ver/$n" ] || [ -L "/venv/lib/$ver/$n" ] || ln -s "$e" "/venv/lib/$ver/$n"
+  done
+  ln -s "/venv/lib/$ver/site-packages" "$base/lib/$ver/site-packages"
+  # Debian's Python outside a venv reads <prefix>/lib/python3/dist-packages instead.
+  if [ -d "${std%/*}/python3/dist-packages" ] && [ ! -e /venv/lib/python3 ]; then
+    mkdir -p /venv/lib/python3 && ln -s "/venv/lib/$ver/site-packages" /venv/lib/python3/dist-packages
+  fi
+  if [ -d "$inc" ]; then mkdir -p "$base/include" && ln -s "$inc" "$base/include/${inc##*/}"; fi
+  ln -s "$real" "$base/bin/${real##*/}"
+  # A relocatable interpreter (uv's) finds libpython at $ORIGIN/../lib.
+  for l in "${real%/bin/*}"/lib/libpython*; do
+    if [ -e "$l" ] && [ ! -e "/venv/lib/${l##*/}" ]; then ln -s "$l" /venv/lib/; fi
+  done
+  rm /venv/bin/python && cp "$real" /venv/bin/python
+  # The installation itself stays named (Python ignores the key): sandboxes show it (visible.rs).
+  home="$(sed -n 's/^home = //p' /venv/pyvenv.cfg)"
+  sed -i "s|^home = .*|home = $base/bin|" /venv/pyvenv.cfg
+  printf 'dojo-interpreter-home = %s\n' "$home" >> /venv/pyvenv.cfg
+fi
 chmod -R a+rX /venv
 "#;
 
@@ -423,9 +477,10 @@ impl PythonEnv {
         };
         // v2: the files the build writes into the project tree are kept (`tree/`); v3: only
         // the files it creates (v2 also kept its changes to project files); v4: the pip
-        // installer's editables are a path entry (`editable_mode=compat`).
+        // installer's editables are a path entry (`editable_mode=compat`); v5: pre_install's
+        // edits of tracked files are kept, and the venv survives symlinks to its interpreter.
         let identity = serde_json::json!({
-            "v": 4,
+            "v": 5,
             "spec": built,
             "python": python,
             "pristine": if spec.editable || !spec.install.is_empty() {
@@ -612,14 +667,33 @@ fn build_into(
 /// project tree (they are the environment's, not the agent's), one git exclude pattern a line.
 pub(crate) const TREE_EXCLUDE: &str = ".dojo-tree-exclude";
 
+/// The tracked files of the project that the build's `pre_install` changed (paths relative to
+/// `/testbed`, NUL-separated), written by the build script: kept by [`keep_tree`]. Beside it,
+/// `.dojo-tree-base.diff` has their changes as a binary git patch over the base commit: sandbox
+/// diffs are taken against the base with it applied (`patch::DIFF_SCRIPT`), so the
+/// environment's edits never show in an agent's patch.
+pub(crate) const TREE_CHANGED: &str = ".dojo-tree-changed";
+
+/// The paths of [`TREE_CHANGED`] in `venv` (none when it is missing).
+fn pre_install_changed(venv: &Path) -> std::collections::HashSet<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let list = std::fs::read(venv.join(TREE_CHANGED)).unwrap_or_default();
+    list.split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| PathBuf::from(std::ffi::OsStr::from_bytes(p)))
+        .collect()
+}
+
 /// Copy what the build wrote into the project tree (the overlay's `upper`) to `dest`, which
 /// sandboxes stack over the pristine tree: without it setuptools-scm's `_version.py` and the
 /// editable install's metadata would be missing from every sandbox. `.git` and `__pycache__`
 /// are left out, and so are whiteouts (a build deleting project files is not kept) and changes
 /// to files the pristine tree already has: the pristine tree is every sandbox's diff base, so a
 /// kept change (an sdist's `version.py` or `PKG-INFO` that the install regenerates) would show
-/// in every agent's patch and break its grading. The new files are listed in the venv's
-/// [`TREE_EXCLUDE`] for diffs.
+/// in every agent's patch and break its grading. The exception is the files `pre_install`
+/// edited ([`TREE_CHANGED`]): the harness's image has them edited (sphinx's `tox.ini` gets
+/// `pytest -rA`), and the venv's `.dojo-tree-base.diff` makes them part of the diff base. The new
+/// files are listed in the venv's [`TREE_EXCLUDE`] for diffs.
 fn keep_tree(
     upper: &Path,
     pristine: &Path,
@@ -639,6 +713,7 @@ fn keep_tree(
     std::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o755))
         .map_err(|x| fail(dest, &x))?;
     own(dest)?;
+    let changed = pre_install_changed(venv);
     let mut exclude = String::new();
     let mut any = false;
     let walk = walkdir::WalkDir::new(upper)
@@ -655,7 +730,8 @@ fn keep_tree(
         let to = dest.join(rel);
         let ft = e.file_type();
         let in_pristine = std::fs::symlink_metadata(pristine.join(rel)).is_ok();
-        if in_pristine && !ft.is_dir() {
+        let edited = in_pristine && changed.contains(rel);
+        if in_pristine && !ft.is_dir() && !edited {
             continue;
         }
         if ft.is_dir() {
@@ -682,6 +758,10 @@ fn keep_tree(
         }
         own(&to)?;
         any = true;
+        if edited {
+            // Tracked: the diff base has it (.dojo-tree-base.diff); an exclude would not apply.
+            continue;
+        }
         exclude.push('/');
         for c in rel.to_string_lossy().chars() {
             if matches!(c, '*' | '?' | '[' | '\\' | '!' | '#' | ' ') {

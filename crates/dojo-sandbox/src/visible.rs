@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `/usr`, `/bin`, `/sbin`, `/lib`, `/lib32`, `/lib64`, `/libx32` (those that exist; symlinks copied as symlinks) | the shell, coreutils, git, patch, the system Python and the dynamic loader and libraries every program needs |
 //! | a few entries of `/etc` ([`ETC_ENTRIES`]: users and groups, the loader cache, alternatives, TLS roots, time zone, locale aliases, shell profiles, git/pip/python config), as one read-only snapshot of their world-readable contents (taken when the process starts; one mount rather than one per entry) | what those programs read at start; no credentials, nothing of other services |
-//! | the interpreter installation of the venv (from `pyvenv.cfg`'s `home`), when it is not under `/usr` | a uv- or pyenv-managed Python under a home directory or `/opt` (one under a home the sandbox uid cannot enter, `/root` at 0700, is staged by the holder before it drops to that uid: only the installation itself is shown, at its own path) |
+//! | the interpreter installation of the venv (from `pyvenv.cfg`'s `dojo-interpreter-home`, else `home`), when it is not under `/usr` | a uv- or pyenv-managed Python under a home directory or `/opt` (one under a home the sandbox uid cannot enter, `/root` at 0700, is staged by the holder before it drops to that uid: only the installation itself is shown, at its own path) |
 //! | the language-server tools directory ([`tools_dir`]: `$DOJO_TOOLS`, else `/var/lib/dojo/tools` as root, else `~/.local/share/dojo/tools`), when it exists | the LSP servers agents query run inside the sandbox |
 //! | `$DOJO_NODE`'s installation, when set and outside `/usr` | the Node.js that runs the pyright family |
 //!
@@ -262,13 +262,17 @@ fn add_extra(v: &mut Vec<Visible>, dir: &Path, why: &'static str) {
 }
 
 /// The interpreter installation a venv's `python` comes from: `pyvenv.cfg`'s `home` (its `bin`
-/// directory), one level up.
+/// directory), one level up. A venv built by dojo names it `dojo-interpreter-home`: its `home`
+/// is the venv's own `.dojo-base/bin`, links into that installation (`pyenv::BUILD_SCRIPT`).
 fn interpreter_root(venv: &Path) -> Option<PathBuf> {
     let cfg = std::fs::read_to_string(venv.join("pyvenv.cfg")).ok()?;
-    let home = cfg.lines().find_map(|l| {
-        let (k, v) = l.split_once('=')?;
-        (k.trim() == "home").then(|| PathBuf::from(v.trim()))
-    })?;
+    let key = |name: &str| {
+        cfg.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == name).then(|| PathBuf::from(v.trim()))
+        })
+    };
+    let home = key("dojo-interpreter-home").or_else(|| key("home"))?;
     let home = std::fs::canonicalize(home).ok()?;
     Some(crate::pyenv::installation_root(&home))
 }
