@@ -371,7 +371,8 @@ async fn setsid_double_forked_daemon_does_not_survive() {
         )))
         .await
         .unwrap();
-    for _ in 0..200 {
+    // Polled for up to 30 s: on a loaded machine the daemon can take seconds to appear.
+    for _ in 0..3000 {
         if host_procs(&format!("sleep {t2}")).len() >= 2 {
             break;
         }
