@@ -5,9 +5,7 @@
 mod common;
 
 use dojo_sandbox::pyenv::Installer;
-use dojo_sandbox::{
-    EnvSpec, ExecRequest, PristineStore, PythonEnv, Sandbox, SandboxOptions, Source,
-};
+use dojo_sandbox::{EnvSpec, ExecRequest, Sandbox, SandboxOptions};
 
 /// A pip-installed editable project whose build writes a module into the tree (as
 /// setuptools-scm writes `src/_pytest/_version.py`): every sandbox imports it, a fresh sandbox's
@@ -21,7 +19,7 @@ use dojo_sandbox::{
 async fn pip_build_with_pre_install_keeps_the_files_it_wrote_into_the_tree() {
     skip_unless_ns!();
     skip_unless_uv!();
-    let src = common::tree(&[
+    let p = common::pristine_of(&[
         (
             "setup.py",
             "from setuptools import setup\nsetup(name='scmpkg', version='0.1', packages=['scmpkg'], package_dir={'': 'src'})\n",
@@ -30,10 +28,6 @@ async fn pip_build_with_pre_install_keeps_the_files_it_wrote_into_the_tree() {
         ("src/scmpkg/version.py", "VERSION = '0.1'\n"),
         ("tox.ini", "[testenv]\ncommands =\n    pytest {posargs}\n"),
     ]);
-    let p = PristineStore::open()
-        .unwrap()
-        .build(&Source::Dir { path: src })
-        .unwrap();
     let spec = EnvSpec {
         python: "3.11".into(),
         editable: true,
@@ -46,13 +40,8 @@ async fn pip_build_with_pre_install_keeps_the_files_it_wrote_into_the_tree() {
         install: vec!["printf 'VERSION = \"0.0.dev1\"\\n' > src/scmpkg/version.py".into()],
         ..Default::default()
     };
-    let env = match PythonEnv::build_async(&spec, Some(&p)).await {
-        Ok(e) => e,
-        Err(e) if CI_OFF() && e.to_string().contains("setuptools") => {
-            eprintln!("SKIPPED: no package index reachable: {e}");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some(env) = common::build_env_or_skip(&spec, &p).await else {
+        return;
     };
     let tree = env
         .runtime
@@ -128,30 +117,21 @@ async fn pip_build_with_pre_install_keeps_the_files_it_wrote_into_the_tree() {
 async fn a_symlink_to_the_venv_interpreter_still_imports_its_packages() {
     skip_unless_ns!();
     skip_unless_uv!();
-    let src = common::tree(&[
+    let p = common::pristine_of(&[
         (
             "setup.py",
             "from setuptools import setup\nsetup(name='linkpkg', version='0.1', py_modules=['linkpkg'])\n",
         ),
         ("linkpkg.py", "V = 1\n"),
     ]);
-    let p = PristineStore::open()
-        .unwrap()
-        .build(&Source::Dir { path: src })
-        .unwrap();
     let spec = EnvSpec {
         python: "3.11".into(),
         editable: true,
         installer: Installer::Pip,
         ..Default::default()
     };
-    let env = match PythonEnv::build_async(&spec, Some(&p)).await {
-        Ok(e) => e,
-        Err(e) if CI_OFF() && e.to_string().contains("setuptools") => {
-            eprintln!("SKIPPED: no package index reachable: {e}");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some(env) = common::build_env_or_skip(&spec, &p).await else {
+        return;
     };
     let sb = Sandbox::create(&p, Some(&env), &SandboxOptions::default())
         .await

@@ -67,6 +67,35 @@ pub fn tree(files: &[(&str, &str)]) -> PathBuf {
     d
 }
 
+/// The pristine tree of a directory with the given files.
+#[allow(dead_code)]
+pub fn pristine_of(files: &[(&str, &str)]) -> Pristine {
+    PristineStore::open()
+        .unwrap()
+        .build(&Source::Dir { path: tree(files) })
+        .unwrap()
+}
+
+/// The environment of `spec` over `p`; `None` (SKIPPED printed) when no package index can be
+/// reached for its build dependencies outside CI.
+#[allow(dead_code)]
+pub async fn build_env_or_skip(
+    spec: &dojo_sandbox::EnvSpec,
+    p: &Pristine,
+) -> Option<dojo_sandbox::PythonEnv> {
+    match dojo_sandbox::PythonEnv::build_async(spec, Some(p)).await {
+        Ok(e) => Some(e),
+        Err(e)
+            if std::env::var("CI").as_deref() != Ok("true")
+                && e.to_string().contains("setuptools") =>
+        {
+            eprintln!("SKIPPED: no package index reachable: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
 pub fn small_pristine() -> Pristine {
     static P: OnceLock<Pristine> = OnceLock::new();
     P.get_or_init(|| {
