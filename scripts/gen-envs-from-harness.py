@@ -13,7 +13,8 @@ What the transcription does, per harness key (envs/README.md describes the targe
 - `python` -> `python`.
 - `packages`: `"requirements.txt"` -> `requirements_file` (the first path of
   MAP_REPO_TO_REQS_PATHS that exists at the versions the harness uses it for, see REQS_PATH);
-  `"environment.yml"` -> nothing (conda; said in the file's header, see CONDA); any other
+  `"environment.yml"` -> nothing (conda; said in the file's header), except for xarray,
+  whose environment.yml packages with PyPI wheels are a conda list (CONDA_ENV_PIP); any other
   value is a conda package list, installed here from PyPI before `pip_packages`, which override
   it by name (as the harness's pip step runs after `conda create`).
 - `pip_packages` -> `requirements`.
@@ -25,6 +26,8 @@ What the transcription does, per harness key (envs/README.md describes the targe
 - `eval_commands` -> `env` for its `export`s (other commands are system changes: header).
 - `nano_cpus` -> `cpus`.
 - `test_cmd` -> `test_cmd`; the log parser is the harness's MAP_REPO_TO_PARSER (log_parsers).
+- no harness key -> `exclude_newer` in [default] for the repositories of EXCLUDE_NEWER (the
+  day their images' unpinned packages are taken from); such a file says schema_version = 4.
 
 Installer rule (`installer = "pip"` vs uv's default): pip wherever the harness's pip semantics
 matter, i.e. when any of these holds, else uv:
@@ -87,6 +90,41 @@ def reqs_path(repo, version, paths):
 
 TIMEOUT_S = 1800
 
+# Resolution day (`exclude_newer`, schema 4) per repository, where the packages the harness
+# leaves unpinned resolve differently today than in its images: sphinx < 4 imports
+# `pkg_resources`, which today's setuptools no longer has. The day is after the harness's
+# newest pin for the repository (sphinx: tox==4.16.0, 2024-07-02), so every pin resolves.
+EXCLUDE_NEWER = {
+    "sphinx-doc/sphinx": "2024-08-01",
+    # xarray's conda environment.yml (CONDA_ENV_PIP) is unpinned: as of a day before numpy 2.0
+    # (2024-06-16) and after the harness's newest xarray pin (scipy==1.11.1, 2023-06-29).
+    "pydata/xarray": "2024-06-01",
+}
+
+# The harness's `"packages": "environment.yml"` (conda) for xarray is the repository's
+# ci/requirements/environment.yml at the instance's environment_setup_commit, applied before
+# `pip_packages`. dojo has no conda: its packages that have PyPI wheels are installed from
+# PyPI instead, as a conda list (before `pip_packages`, which override it by name), under
+# PyPI's names. One list for every version: the union of the files at the Verified versions'
+# setup commits (0.12: 1c198a19, 2022.03: d7931f90, 2022.06: 50ea159b, 2022.09: 087ebbb7);
+# their differences (flox, fsspec, typing_extensions, pytest-timeout from 2022.03/2022.09,
+# numpy<1.24 in 2022.09) are moot under the harness's numpy==1.23.0 pin or add an
+# unused package. Left out (named in the file's header): cdms2 (conda only), cfgrib (needs
+# the ecCodes C library), hdf5 (inside h5py's and netCDF4's wheels), pip, pre-commit (not
+# used by the tests). Without them most optional-dependency tests are skipped (`requires
+# bottleneck`, `requires sparse`), and PASS_TO_PASS lists those as passing.
+CONDA_ENV_PIP = {
+    "pydata/xarray": [
+        "aiobotocore", "boto3", "bottleneck", "cartopy", "cftime", "dask", "distributed",
+        "flox", "fsspec!=2021.7.0", "h5netcdf", "h5py", "hypothesis", "scitools-iris", "lxml",
+        "matplotlib", "nc-time-axis", "netcdf4", "numba", "numbagg", "numexpr", "numpy",
+        "packaging", "pandas", "pint", "pooch", "pseudonetcdf", "pydap", "pytest",
+        "pytest-cov", "pytest-env", "pytest-xdist", "pytest-timeout", "rasterio", "scipy",
+        "seaborn", "setuptools", "sparse", "toolz", "typing-extensions", "zarr",
+    ],
+}
+CONDA_ENV_LEFT_OUT = "cdms2 (conda only), cfgrib (ecCodes C library), pre-commit"
+
 # Built-in defaults of the format (envs/README.md): keys equal to these are not written.
 BUILTIN = {
     "pre_install": [],
@@ -100,8 +138,8 @@ BUILTIN = {
 
 KEY_ORDER = [
     "python", "pre_install", "requirements_file", "requirements", "editable", "install",
-    "installer", "network", "cpus", "env", "test_cmd", "log_parser", "timeout_s",
-    "test_directives",
+    "installer", "network", "cpus", "env", "exclude_newer", "test_cmd", "log_parser",
+    "timeout_s", "test_directives",
 ]
 
 SYSTEM_CMD = re.compile(r"apt-get|locale-gen|/etc/")
@@ -150,6 +188,12 @@ def transcribe(repo, version, spec, reqs_paths):
     conda = []
     if pkgs == "requirements.txt":
         t["requirements_file"] = reqs_path(repo, version, reqs_paths[repo])
+    elif pkgs == "environment.yml" and repo in CONDA_ENV_PIP:
+        conda = list(CONDA_ENV_PIP[repo])
+        notes.append(
+            "conda environment.yml (packages = environment.yml): installed from PyPI "
+            f"(CONDA_ENV_PIP in the generator) except {CONDA_ENV_LEFT_OUT}"
+        )
     elif pkgs == "environment.yml":
         notes.append("conda environment.yml (packages = environment.yml): not installed")
     elif pkgs:
@@ -240,6 +284,8 @@ def render(repo, specs, reqs_paths):
         best = max(vals, key=vals.count)
         default[k] = next(tables[v][k] for v in versions if repr(tables[v].get(k)) == best)
     default = {k: x for k, x in default.items() if BUILTIN.get(k, object()) != x}
+    if repo in EXCLUDE_NEWER:
+        default["exclude_newer"] = EXCLUDE_NEWER[repo]
     default["log_parser"] = PARSERS[repo]
     default["timeout_s"] = TIMEOUT_S
     if repo == "django/django":
@@ -249,7 +295,8 @@ def render(repo, specs, reqs_paths):
         v: {k: x for k, x in tables[v].items() if inherited(k) != x} for v in versions
     }
     out = [header(repo, versions, tables, notes)]
-    out.append("schema_version = 3\n")
+    schema = schema_version(default)
+    out.append(f"schema_version = {schema}\n")
     out.append(f'repo = "{repo}"\n\n[default]\n')
     out.append(table_text(default))
     for v in versions:
@@ -258,8 +305,13 @@ def render(repo, specs, reqs_paths):
             out.append(f"# not expressible: {n}\n")
         out.append(table_text(per_version[v]))
     text = "".join(out)
-    check_roundtrip(repo, text, default, per_version)
+    check_roundtrip(repo, text, schema, default, per_version)
     return text, tables, notes
+
+
+def schema_version(default):
+    """The lowest schema the file needs: 4 for `exclude_newer`, else 3 (`pre_install` etc.)."""
+    return 4 if "exclude_newer" in default else 3
 
 
 def header(repo, versions, tables, notes):
@@ -294,10 +346,10 @@ def header(repo, versions, tables, notes):
     return "\n".join(lines) + "\n"
 
 
-def check_roundtrip(repo, text, default, per_version):
+def check_roundtrip(repo, text, schema, default, per_version):
     """The file must parse back to what was meant (the hand-written emitter is checked here)."""
     doc = tomllib.loads(text)
-    assert doc["repo"] == repo and doc["schema_version"] == 3, repo
+    assert doc["repo"] == repo and doc["schema_version"] == schema, repo
     assert doc["default"] == default, (repo, doc["default"], default)
     for v, t in per_version.items():
         assert doc["versions"][v] == t, (repo, v, doc["versions"][v], t)
