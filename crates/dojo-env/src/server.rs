@@ -556,9 +556,7 @@ fn check_allow_source(p: &str) -> Result<(), ServeError> {
     if !p.ends_with('/') {
         return bad("must end in '/' (a directory or host, never a partial name)");
     }
-    if !p.starts_with("file:")
-        && (rest.starts_with('/') || rest.split('/').next().is_none_or(str::is_empty))
-    {
+    if !p.starts_with("file:") && (rest.is_empty() || rest.starts_with('/')) {
         return bad("names no host");
     }
     if p.contains("/../") || p.contains("/./") || p.contains('@') {

@@ -148,10 +148,7 @@ async fn reinstall_after_the_model_patch_picks_up_new_metadata() {
     // index, here one on the host's loopback that holds the new dependency, reached through
     // slirp4netns's gateway with `host_loopback` (an operator's local mirror).
     if dojo_sandbox::usernet::slirp4netns().is_none() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "slirp4netns is missing (.ci/run installs it)"
-        );
+        assert!(!ci(), "slirp4netns is missing (.ci/run installs it)");
         eprintln!("SKIPPED (reinstall_network): slirp4netns not found");
         return;
     }

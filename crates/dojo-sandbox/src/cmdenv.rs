@@ -51,6 +51,15 @@ pub(crate) fn base_env(
     env
 }
 
+/// A host program (`uv`, `slirp4netns`) on the host's own `PATH`, which dojo runs outside any
+/// sandbox; the first that is a file.
+pub(crate) fn on_host_path(name: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
 /// argv[0] resolved against PATH (candidates tried in order by the child).
 pub(crate) fn exe_candidates(argv0: &str, env: &BTreeMap<String, String>) -> Vec<CString> {
     if argv0.contains('/') {

@@ -526,7 +526,7 @@ impl NsSandbox {
             Mode::Namespaces {
                 userns: self.userns.as_raw_fd(),
                 mntns: self.mntns.as_raw_fd(),
-                netns: Some(self.netns.as_raw_fd()),
+                netns: self.netns.as_raw_fd(),
                 host_root: is_root(),
                 cpus: self.runtime.cpus.map(cpu_mask),
             },

@@ -53,10 +53,7 @@ pub fn slirp4netns() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("DOJO_SLIRP4NETNS") {
         return Some(PathBuf::from(p));
     }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join("slirp4netns"))
-        .find(|p| p.is_file())
+    crate::cmdenv::on_host_path("slirp4netns")
 }
 
 fn missing() -> crate::SandboxError {

@@ -37,11 +37,7 @@ pub fn find_uv() -> Option<PathBuf> {
             return Some(p);
         }
     }
-    std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|d| d.join("uv"))
-            .find(|p| p.is_file())
-    })
+    crate::cmdenv::on_host_path("uv")
 }
 
 /// [`find_uv`], else the pinned `uv` from PyPI, fetched and unpacked once into the cache.

@@ -87,6 +87,20 @@ fn fixed_chars() -> usize {
 }
 
 impl Caps {
+    fn sections(&self) -> [usize; 9] {
+        [
+            self.analysis,
+            self.problem,
+            self.command,
+            self.executed_code,
+            self.original_files,
+            self.agent_patch,
+            self.gold_patch,
+            self.fail_to_pass,
+            self.pass_to_pass,
+        ]
+    }
+
     fn sections_mut(&mut self) -> [&mut usize; 9] {
         [
             &mut self.analysis,
@@ -103,8 +117,7 @@ impl Caps {
 
     /// The most characters a prompt rendered with these caps can have.
     pub fn max_prompt_chars(&self) -> usize {
-        let mut c = self.clone();
-        c.sections_mut().into_iter().map(|v| *v).sum::<usize>() + fixed_chars()
+        self.sections().iter().sum::<usize>() + fixed_chars()
     }
 
     /// These caps scaled down, section by section in proportion, so that any prompt rendered
@@ -123,8 +136,8 @@ impl Caps {
                  {reply_tokens}-token reply"
             )
         })?;
+        let total: usize = self.sections().iter().sum();
         let mut c = self.clone();
-        let total: usize = c.sections_mut().into_iter().map(|v| *v).sum();
         for v in c.sections_mut() {
             *v = (*v as u128 * budget as u128 / total as u128) as usize;
         }

@@ -34,7 +34,7 @@ pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
         } => (
             push(&mut fds, &mut n, userns),
             push(&mut fds, &mut n, mntns),
-            netns.map_or(usize::MAX, |f| push(&mut fds, &mut n, f)),
+            push(&mut fds, &mut n, netns),
         ),
         Mode::Fallback | Mode::Launched => (usize::MAX, usize::MAX, usize::MAX),
     };

@@ -26,8 +26,8 @@ pub(crate) enum Mode {
     Namespaces {
         userns: Fd,
         mntns: Fd,
-        /// `None`: the sandbox shares the caller's network (`network = true`).
-        netns: Option<Fd>,
+        /// Every sandbox has its own (`network = true` is routed by slirp4netns, outside).
+        netns: Fd,
         /// Host root: drop supplementary groups before joining.
         host_root: bool,
         /// The sandbox's CPU affinity mask (the holder's descendants inherit it; a command
