@@ -87,7 +87,8 @@ fn spawn_delete(p: PathBuf) {
 }
 
 /// `rm -rf`, making directories writable first when needed (overlay work dirs are mode 000).
-pub(crate) fn remove_all(p: &Path) {
+/// Best effort and synchronous: what cannot be removed is left.
+pub fn remove_all(p: &Path) {
     if std::fs::remove_dir_all(p).is_ok() || !p.exists() {
         return;
     }

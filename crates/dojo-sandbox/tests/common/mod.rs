@@ -14,13 +14,29 @@ pub fn home() -> &'static Path {
         // A helper process a test starts (tests/sweep.rs) shares its parent's home.
         let h = match std::env::var_os("DOJO_TEST_SHARED_HOME") {
             Some(p) => std::path::PathBuf::from(p),
-            None => std::env::temp_dir().join(format!("dojo-sbx-test-{}", std::process::id())),
+            None => {
+                // Environments and pristine trees come to ~100 MB a binary: removed when the
+                // test binary exits (not by a helper process that shares it).
+                // SAFETY: registers a plain function; it runs once, at normal process exit.
+                unsafe { libc::atexit(remove_scratch) };
+                scratch().join("home")
+            }
         };
         std::fs::create_dir_all(&h).unwrap();
         // SAFETY: set once, before any sandbox is created, by the first test to get here.
         unsafe { std::env::set_var("DOJO_HOME", &h) };
         h
     })
+}
+
+/// This process's scratch root: `home/` (`$DOJO_HOME`) and the source trees of [`tree`].
+fn scratch() -> PathBuf {
+    std::env::temp_dir().join(format!("dojo-sbx-test-{}", std::process::id()))
+}
+
+extern "C" fn remove_scratch() {
+    dojo_sandbox::trash::flush();
+    dojo_sandbox::trash::remove_all(&scratch());
 }
 
 /// `Some(reason)` when the namespace backend cannot run here.
@@ -58,7 +74,14 @@ macro_rules! skip_unless_uv {
 
 /// A directory with the given files (relative path, contents).
 pub fn tree(files: &[(&str, &str)]) -> PathBuf {
-    let d = tempfile::tempdir().unwrap().keep();
+    let d = tempfile::Builder::new()
+        .prefix("src-")
+        .tempdir_in({
+            home();
+            scratch()
+        })
+        .unwrap()
+        .keep();
     for (p, c) in files {
         let f = d.join(p);
         std::fs::create_dir_all(f.parent().unwrap()).unwrap();
