@@ -10,8 +10,8 @@
 //!   removes; readers never see a partial entry.
 //! - [`Cache::fetch`]: a download checked against its sha256 before it is published.
 //! - [`archive`]: unpacking the sdists and wheels those entries are built from.
-//! - [`write_atomic`]: the same publish-by-rename for one file (reports, summaries, manifests,
-//!   rewritten task files), with the data and the directory entry made durable.
+//!
+//! One file published atomically (reports, summaries, manifests) is `dojo_rundir::write_atomic`.
 //!
 //! Layout: `$DOJO_HOME/<bucket>/<key>` (default `$DOJO_HOME` = `~/.cache/dojo`).
 
@@ -197,33 +197,6 @@ impl Cache {
     }
 }
 
-/// Write `bytes` to `path` so that a reader (or a crash) sees the old file or the new one,
-/// never half of one: the bytes go to a temporary sibling (named after `path` and this process,
-/// so concurrent writers do not share it), are flushed to disk, and the sibling is renamed over
-/// `path`; then the directory is synced so the rename itself survives a power loss. On error the
-/// temporary file is removed and `path` is untouched.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let written = File::create(&tmp)
-        .and_then(|mut f| {
-            f.write_all(bytes)?;
-            f.sync_all()
-        })
-        .and_then(|()| fs::rename(&tmp, path));
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(e);
-    }
-    // The rename is durable only once the directory is: fsync it (a directory opens read-only).
-    File::open(dir)?.sync_all()
-}
-
 /// The CA bundle the host trusts, as pip, git and curl use it: `SSL_CERT_FILE`, else Debian's
 /// bundle. Hosts behind a TLS-inspecting proxy add its CA there, and Mozilla's built-in roots
 /// alone would then reject every download.
@@ -295,24 +268,6 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-
-    #[test]
-    fn write_atomic_replaces_and_leaves_no_temporary() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("report.json");
-        write_atomic(&p, b"old").unwrap();
-        write_atomic(&p, b"new").unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"new");
-        let names: Vec<_> = fs::read_dir(d.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, ["report.json"]);
-        // A failed write leaves the old file and no temporary behind.
-        let missing = d.path().join("no-such-dir").join("x");
-        assert!(write_atomic(&missing, b"x").is_err());
-        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
-    }
 
     #[test]
     fn builds_once_under_contention() {

@@ -259,7 +259,7 @@ fn a_real_run_steps_checkpoints_and_resumes() {
     let o = rl(&out, BUNDLED, &a);
     let e = stderr(&o);
     assert!(
-        e.contains("a different configuration (advantage.estimator: \"loo\" -> \"grpo\")"),
+        e.contains("another configuration (config.advantage.estimator: \"loo\" -> \"grpo\")"),
         "{e}"
     );
 }

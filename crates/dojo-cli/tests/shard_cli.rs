@@ -154,7 +154,11 @@ fn shards_run_apart_and_merge_into_one_run() {
     // A shard directory resumed as another shard.
     let e = run_shard(&tasks, "2/2", &shard_dir(1));
     assert_ne!(e.status.code(), Some(0));
-    assert!(stderr(&e).contains("shard 1/2 vs 2/2"), "{}", stderr(&e));
+    assert!(
+        stderr(&e).contains(r#"shard: "1/2" -> "2/2""#),
+        "{}",
+        stderr(&e)
+    );
     // Bad flag values name the flag.
     let e = run_shard(&tasks, "3/2", &out);
     assert!(stderr(&e).contains("--shard"), "{}", stderr(&e));

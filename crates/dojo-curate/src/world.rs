@@ -18,7 +18,6 @@
 //! rendering are counted per section in [`WorldStats`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use dojo_world::record::{WORLD_FILE, WORLD_SCHEMA_VERSION, WorldBody, WorldRecord};
@@ -174,50 +173,39 @@ fn problem(file: &Path, line: usize, kind: &str, reason: String) -> Problem {
 }
 
 fn read_file(path: &Path, input: &mut WorldInput) {
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
+    let mut lines = match dojo_rundir::JsonlLines::open(path) {
+        Ok(l) => l,
         Err(e) => {
             input.problems.push(problem(path, 0, "io", e.to_string()));
             return;
         }
     };
-    let mut reader = std::io::BufReader::new(file);
-    let mut buf = Vec::new();
-    let mut line = 0;
-    loop {
-        buf.clear();
-        match reader.read_until(b'\n', &mut buf) {
-            Ok(0) => break,
-            Ok(n) => input.bytes += n as u64,
+    for item in lines.by_ref() {
+        let line = match item {
+            Ok(l) => l,
             Err(e) => {
-                input
-                    .problems
-                    .push(problem(path, line, "io", e.to_string()));
+                input.problems.push(problem(path, 0, "io", e.to_string()));
                 break;
             }
-        }
-        line += 1;
-        if buf.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
+        };
         input.lines += 1;
-        let complete = buf.ends_with(b"\n");
-        match serde_json::from_slice::<Value>(&buf) {
-            Err(e) if !complete => input.problems.push(problem(
+        let n = line.number;
+        match serde_json::from_str::<Value>(&line.text) {
+            Err(e) if line.torn || e.is_eof() => input.problems.push(problem(
                 path,
-                line,
+                n,
                 "truncated_last_line",
                 format!("torn last line (an interrupted run): {e}"),
             )),
             Err(e) => input
                 .problems
-                .push(problem(path, line, "invalid_json", e.to_string())),
+                .push(problem(path, n, "invalid_json", e.to_string())),
             Ok(v) => {
                 let version = v.get("schema_version").and_then(Value::as_u64);
                 if version != Some(u64::from(WORLD_SCHEMA_VERSION)) {
                     input.problems.push(problem(
                         path,
-                        line,
+                        n,
                         "unknown_schema_version",
                         format!("world record schema_version {version:?}, this dojo reads {WORLD_SCHEMA_VERSION}"),
                     ));
@@ -228,18 +216,19 @@ fn read_file(path: &Path, input: &mut WorldInput) {
                         r,
                         Origin {
                             file: path.display().to_string(),
-                            line,
+                            line: n,
                         },
                     )),
                     Err(e) => {
                         input
                             .problems
-                            .push(problem(path, line, "invalid_record", e.to_string()))
+                            .push(problem(path, n, "invalid_record", e.to_string()))
                     }
                 }
             }
         }
     }
+    input.bytes += lines.bytes_read();
 }
 
 /// Whether an SWT command executes anything SWT can be shown: a file, or inline code.

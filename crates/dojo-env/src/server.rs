@@ -29,7 +29,7 @@ use axum::routing::{delete, get, post};
 use dojo_rollout::agent_runner::{AgentRunner, DojoAgent};
 use dojo_rollout::run_dir::make_backends;
 use dojo_rollout::scheduler::{Job, Runner};
-use dojo_rollout::store::{Key, Store, StoreError};
+use dojo_rollout::store::{Key, Store};
 use dojo_task::{EnvRegistry, PrepareOptions, Preparer};
 use serde_json::json;
 
@@ -62,7 +62,7 @@ pub struct ServeOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] dojo_rundir::RunDirError),
     #[error("environment specs: {0}")]
     Envs(String),
     #[error("tasks: {0}")]

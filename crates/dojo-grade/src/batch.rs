@@ -53,7 +53,7 @@ pub fn write_instance(
     std::fs::write(dir.join("test_output.txt"), &report.test_output)?;
     let json = serde_json::to_vec_pretty(&report.to_json()).map_err(std::io::Error::other)?;
     // The report goes last: its presence marks the instance as graded (resume).
-    dojo_cache::write_atomic(&dir.join("report.json"), &json)
+    dojo_rundir::write_atomic(&dir.join("report.json"), &json)
 }
 
 /// A previous report worth keeping (graded, or the agent's own patch failure). Infrastructure

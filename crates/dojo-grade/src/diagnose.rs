@@ -136,7 +136,7 @@ pub fn write_validation(dir: &Path, v: &Validation) -> std::io::Result<PathBuf> 
     });
     // Written last, whole or not at all: a directory with it holds every file above (a run
     // killed halfway leaves the tasks it finished complete).
-    dojo_cache::write_atomic(
+    dojo_rundir::write_atomic(
         &dir.join("validation.json"),
         format!("{summary:#}\n").as_bytes(),
     )?;

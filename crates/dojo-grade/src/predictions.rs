@@ -45,7 +45,7 @@ pub fn write_predictions(path: &Path, predictions: &[Prediction]) -> std::io::Re
         serde_json::to_writer(&mut buf, p).map_err(std::io::Error::other)?;
         buf.push(b'\n');
     }
-    dojo_cache::write_atomic(path, &buf)
+    dojo_rundir::write_atomic(path, &buf)
 }
 
 /// The items of a predictions file with their line (or item) numbers. JSONL is read line by

@@ -76,11 +76,8 @@ pub enum RlError {
         path: std::path::PathBuf,
         reason: String,
     },
-    #[error("{dir} holds an RL run of {what}; use another --out or remove it")]
-    Mismatch {
-        dir: std::path::PathBuf,
-        what: String,
-    },
+    #[error(transparent)]
+    RunDir(#[from] dojo_rundir::RunDirError),
     #[error("shape mismatch: {0}")]
     Shape(String),
     #[error("sample {index}: {reason}")]

@@ -281,7 +281,7 @@ pub fn render(out: &Path) -> Result<String, RlError> {
 pub fn write(out: &Path) -> Result<PathBuf, RlError> {
     let html = render(out)?;
     let p = out.join(REPORT_FILE);
-    dojo_cache::write_atomic(&p, html.as_bytes()).map_err(io(&p))?;
+    dojo_rundir::write_atomic(&p, html.as_bytes()).map_err(io(&p))?;
     Ok(p)
 }
 

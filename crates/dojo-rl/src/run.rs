@@ -24,7 +24,6 @@
 //! number, so a resumed run reaches the same weights as an uninterrupted one.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -174,15 +173,6 @@ pub(crate) fn io(path: &Path) -> impl Fn(std::io::Error) -> RlError + '_ {
     }
 }
 
-fn write_json(path: &Path, v: &impl Serialize) -> Result<(), RlError> {
-    let text = serde_json::to_string_pretty(v).map_err(|e| RlError::Io {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    // A kill leaves the old file or the new one, never half of it.
-    dojo_cache::write_atomic(path, (text + "\n").as_bytes()).map_err(io(path))
-}
-
 /// The tasks of step `step`: `n` of `tasks`, shuffled by (seed, step).
 pub fn tasks_for_step(tasks: &[String], n: usize, seed: u64, step: u64) -> Vec<String> {
     let mut rng = StdRng::seed_from_u64(seed ^ step.wrapping_mul(0x9e37_79b9_7f4a_7c15));
@@ -194,93 +184,25 @@ pub fn tasks_for_step(tasks: &[String], n: usize, seed: u64, step: u64) -> Vec<S
 
 /// Complete checkpoints by step, oldest first.
 fn checkpoints(out: &Path) -> Vec<(u64, PathBuf)> {
-    checkpoint::list_with_state(out, STATE_FILE)
+    dojo_rundir::checkpoint::list(out, STATE_FILE)
 }
 
-/// Refuse a run directory made with another configuration or model; write the manifest of a
-/// new one.
+/// Refuse a run directory made with another configuration, model, task set or environment;
+/// write the manifest of a new one. What may change on resume: the step count and how often
+/// to checkpoint and evaluate.
 fn open_run_dir(out: &Path, m: &RunManifest) -> Result<(), RlError> {
-    std::fs::create_dir_all(out).map_err(io(out))?;
-    let path = out.join(RUN_FILE);
-    if path.exists() {
-        let text = std::fs::read_to_string(&path).map_err(io(&path))?;
-        let old: RunManifest = serde_json::from_str(&text).map_err(|e| RlError::Io {
-            path: path.clone(),
-            reason: format!("invalid: {e}"),
-        })?;
-        if old.schema_version != RL_SCHEMA_VERSION {
-            return Err(RlError::Mismatch {
-                dir: out.to_path_buf(),
-                what: format!(
-                    "schema version {} (this dojo writes {RL_SCHEMA_VERSION})",
-                    old.schema_version
-                ),
-            });
-        }
-        if old.config_hash != m.config_hash {
-            let a = old.config.hashed_json();
-            let b = m.config.hashed_json();
-            return Err(RlError::Mismatch {
-                dir: out.to_path_buf(),
-                what: format!("a different configuration ({})", json_diff(&a, &b, "")),
-            });
-        }
-        if old.model_fingerprint != m.model_fingerprint || old.model != m.model {
-            return Err(RlError::Mismatch {
-                dir: out.to_path_buf(),
-                what: format!(
-                    "another model ({} {} vs {} {})",
-                    old.model, old.model_fingerprint, m.model, m.model_fingerprint
-                ),
-            });
-        }
-        if old.tasks != m.tasks {
-            return Err(RlError::Mismatch {
-                dir: out.to_path_buf(),
-                what: "another task set".into(),
-            });
-        }
-        if old.environment != m.environment {
-            let (a, b) = (&old.environment, &m.environment);
-            let diff = match (a, b) {
-                (Json::Object(_), Json::Object(_)) => json_diff(a, b, ""),
-                _ => String::new(),
-            };
-            let diff = if diff.is_empty() {
-                format!("{a} -> {b}")
-            } else {
-                diff
-            };
-            return Err(RlError::Mismatch {
-                dir: out.to_path_buf(),
-                what: format!("other environment settings ({diff})"),
-            });
-        }
-        return Ok(());
-    }
-    write_json(&path, m)
-}
-
-/// The first differing fields of two JSON objects, `a.b: old -> new`.
-fn json_diff(a: &Json, b: &Json, prefix: &str) -> String {
-    match (a, b) {
-        (Json::Object(x), Json::Object(y)) => {
-            let mut out = Vec::new();
-            for (k, va) in x {
-                let vb = y.get(k).unwrap_or(&Json::Null);
-                if va != vb {
-                    let p = if prefix.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{prefix}.{k}")
-                    };
-                    out.push(json_diff(va, vb, &p));
-                }
-            }
-            out.join(", ")
-        }
-        _ => format!("{prefix}: {a} -> {b}"),
-    }
+    dojo_rundir::Manifest::new(
+        out,
+        RUN_FILE,
+        dojo_rundir::Compare::AllBut(&[
+            "config_hash",
+            "config.steps",
+            "config.checkpoint_every",
+            "config.eval_every",
+        ]),
+    )
+    .open(m)?;
+    Ok(())
 }
 
 /// `model_id` is the base model the adapters of a LoRA run apply to (written into
@@ -292,7 +214,7 @@ fn save_checkpoint(
     model_id: &str,
     opt: &AdamW,
 ) -> Result<PathBuf, RlError> {
-    let dir = checkpoint::write_atomic(out, &checkpoint::checkpoint_name(step), |d| {
+    let dir = dojo_rundir::checkpoint::publish(out, &checkpoint::checkpoint_name(step), |d| {
         match model.lora() {
             Some(l) => l.save(d, model_id)?,
             None => {
@@ -316,7 +238,7 @@ fn save_checkpoint(
             .map_err(|e| dojo_train::TrainError::file(&p, e))
     })?;
     // Older checkpoints are superseded.
-    checkpoint::prune_with_state(out, STATE_FILE, 1)?;
+    dojo_rundir::checkpoint::prune(out, STATE_FILE, 1)?;
     Ok(dir)
 }
 
@@ -345,41 +267,23 @@ fn load_checkpoint(
     Ok((st, opt))
 }
 
-/// Keep the lines of `file` whose `step` is at most `step` (later steps run again).
-fn truncate_jsonl(file: &Path, step: u64) -> Result<(), RlError> {
-    if !file.exists() {
-        return Ok(());
+/// Open the log `file` for appending, keeping the records whose `step` is at most `step` (the
+/// later steps run again after a resume from that checkpoint).
+fn open_log(file: &Path, step: u64) -> Result<dojo_rundir::JsonlLog, RlError> {
+    let opened = dojo_rundir::JsonlLog::open::<Json>(file)?;
+    if opened.truncated_bytes > 0 {
+        tracing::warn!(
+            "{}: dropped a torn last line ({} bytes) left by an interrupted run",
+            file.display(),
+            opened.truncated_bytes
+        );
     }
-    let text = std::fs::read_to_string(file).map_err(io(file))?;
-    let kept: Vec<&str> = text
-        .lines()
-        .filter(|l| {
-            serde_json::from_str::<Json>(l)
-                .ok()
-                .and_then(|v| v.get("step").and_then(Json::as_u64))
-                .is_some_and(|s| s <= step)
-        })
-        .collect();
-    let mut body = kept.join("\n");
-    if !body.is_empty() {
-        body.push('\n');
-    }
-    // Atomically: a kill during the truncation of a resume must not lose the kept lines.
-    dojo_cache::write_atomic(file, body.as_bytes()).map_err(io(file))
-}
-
-fn append_jsonl(file: &Path, v: &impl Serialize) -> Result<(), RlError> {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(file)
-        .map_err(io(file))?;
-    let line = serde_json::to_string(v).map_err(|e| RlError::Io {
-        path: file.to_path_buf(),
-        reason: e.to_string(),
+    let kept = opened.log.retain(|v: &Json| {
+        v.get("step")
+            .and_then(Json::as_u64)
+            .is_some_and(|s| s <= step)
     })?;
-    writeln!(f, "{line}").map_err(io(file))?;
-    f.sync_data().map_err(io(file))
+    Ok(kept.log)
 }
 
 /// Run (or resume) `cfg.steps` steps of RL on `tasks` into `out`. `model` holds the base
@@ -420,7 +324,7 @@ pub fn run(
         environment: env.settings(),
     };
     open_run_dir(out, &manifest)?;
-    checkpoint::clean_temp(out)?;
+    dojo_rundir::checkpoint::clean(out, &[])?;
     let (start, mut opt, resumed_from) = match checkpoints(out).pop() {
         Some((_, dir)) => {
             let (st, opt) = load_checkpoint(&dir, model, cfg)?;
@@ -428,23 +332,19 @@ pub fn run(
         }
         None => (0, AdamW::new(cfg.optim.adamw()), None),
     };
-    let metrics_path = out.join(METRICS_FILE);
-    truncate_jsonl(&metrics_path, start)?;
-    truncate_jsonl(&out.join(EVAL_FILE), start)?;
+    let metrics = open_log(&out.join(METRICS_FILE), start)?;
+    let evals = open_log(&out.join(EVAL_FILE), start)?;
     let mut last = None;
     for step in start + 1..=cfg.steps {
         let m = one_step(step, cfg, model, reference, tasks, env, &mut opt)?;
-        append_jsonl(&metrics_path, &m)?;
+        metrics.append(&m)?;
         last = Some(m);
         // Evaluated before the checkpoint (it does not change the weights): a crash in between
         // leaves an eval line past the last checkpoint, which resume truncates and redoes,
         // instead of a checkpointed step whose eval line is lost.
         let eval_now = (cfg.eval_every > 0 && step % cfg.eval_every == 0) || step == cfg.steps;
         if eval_now && let Some(e) = env.evaluate(step, model)? {
-            append_jsonl(
-                &out.join(EVAL_FILE),
-                &json!({"schema_version": RL_SCHEMA_VERSION, "step": step, "eval": e}),
-            )?;
+            evals.append(&json!({"schema_version": RL_SCHEMA_VERSION, "step": step, "eval": e}))?;
         }
         if step % cfg.checkpoint_every == 0 || step == cfg.steps {
             save_checkpoint(out, step, model, model_id, &opt)?;
@@ -562,18 +462,11 @@ mod tests {
     }
 
     #[test]
-    fn diff_names_the_field() {
-        let a = json!({"group": 8, "loss": {"clip_high": 0.28, "clip_low": 0.2}});
-        let b = json!({"group": 8, "loss": {"clip_high": 0.3, "clip_low": 0.2}});
-        assert_eq!(json_diff(&a, &b, ""), "loss.clip_high: 0.28 -> 0.3");
-    }
-
-    #[test]
     fn truncation_keeps_earlier_steps() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("m.jsonl");
         std::fs::write(&f, "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n").unwrap();
-        truncate_jsonl(&f, 2).unwrap();
+        drop(open_log(&f, 2).unwrap());
         assert_eq!(
             std::fs::read_to_string(&f).unwrap(),
             "{\"step\":1}\n{\"step\":2}\n"

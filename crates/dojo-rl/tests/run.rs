@@ -392,7 +392,7 @@ fn bad_input_fails_before_the_first_update() {
     )
     .unwrap_err()
     .to_string();
-    assert!(e.contains("another model"), "{e}");
+    assert!(e.contains("another configuration (model"), "{e}");
     // ... or other environment settings (a world model where the run had none).
     let mut env = Bandit::new(3);
     env.settings = serde_json::json!({"mode": "sim", "model": "embedded"});
@@ -408,7 +408,7 @@ fn bad_input_fails_before_the_first_update() {
     .unwrap_err()
     .to_string();
     assert!(
-        e.contains("other environment settings") && e.contains("\"sim\""),
+        e.contains("environment: null -> ") && e.contains("\"sim\""),
         "{e}"
     );
     // KL without a reference.

@@ -37,5 +37,5 @@ pub mod world_capture;
 pub mod world_sim;
 
 pub use scheduler::{Job, RolloutRecord, RunStats, Runner, SchedulerConfig, plan, run_jobs};
-pub use store::{Key, Keyed, Recovery, Store, StoreError};
+pub use store::{Key, Keyed, Recovery, Store};
 pub use summary::{Prediction, SampleOutcome, Summary, export_predictions, render_table};

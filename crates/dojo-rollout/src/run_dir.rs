@@ -34,11 +34,9 @@ pub enum RolloutError {
     #[error("policy: {0}")]
     Policy(String),
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    RunDir(#[from] dojo_rundir::RunDirError),
     #[error("{path}: {reason}")]
     Io { path: PathBuf, reason: String },
-    #[error("{dir} holds a run of another configuration ({what}); use another --out or remove it")]
-    Mismatch { dir: PathBuf, what: String },
     #[error("merging shards: {0}")]
     Merge(String),
 }
@@ -211,38 +209,27 @@ pub fn load_tasks(file: &Path, instances: &[String]) -> Result<Vec<Task>, Rollou
         .collect())
 }
 
-/// Read `dir/run.json`.
-pub(crate) fn read_manifest(dir: &Path) -> Result<RunManifest, RolloutError> {
-    let path = dir.join("run.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| RolloutError::Io {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
-    serde_json::from_str(&text).map_err(|e| RolloutError::Io {
-        path,
-        reason: e.to_string(),
+/// `dir/run.json`. Resuming needs the same policy and shard; the task file may have moved
+/// (shards run from copies on other machines) and `-n` may change.
+pub fn manifest(dir: &Path) -> dojo_rundir::Manifest<'_> {
+    dojo_rundir::Manifest::new(
+        dir,
+        "run.json",
+        dojo_rundir::Compare::Only(&["policy", "shard"]),
+    )
+}
+
+/// The manifest of the rollout directory `dir`.
+pub fn read_manifest(dir: &Path) -> Result<RunManifest, RolloutError> {
+    manifest(dir).read()?.ok_or_else(|| RolloutError::Io {
+        path: dir.join("run.json"),
+        reason: "missing: not a `dojo rollout` run directory".into(),
     })
 }
 
 fn check_manifest(dir: &Path, m: &RunManifest) -> Result<(), RolloutError> {
-    if dir.join("run.json").exists() {
-        let old = read_manifest(dir)?;
-        if old.policy != m.policy {
-            return Err(RolloutError::Mismatch {
-                dir: dir.to_path_buf(),
-                what: format!("policy {} vs {}", old.policy, m.policy),
-            });
-        }
-        if old.shard != m.shard {
-            return Err(RolloutError::Mismatch {
-                dir: dir.to_path_buf(),
-                what: format!(
-                    "shard {} vs {}",
-                    old.shard.as_deref().unwrap_or("none"),
-                    m.shard.as_deref().unwrap_or("none")
-                ),
-            });
-        }
+    let file = manifest(dir);
+    if let dojo_rundir::Opened::Resumed(old) = file.open(m)? {
         if old.samples > m.samples {
             tracing::warn!(
                 "{}: run had -n {}, now -n {}",
@@ -251,20 +238,9 @@ fn check_manifest(dir: &Path, m: &RunManifest) -> Result<(), RolloutError> {
                 m.samples
             );
         }
+        file.write(m)?;
     }
-    write_manifest(dir, m)
-}
-
-/// Write `dir/run.json` atomically (creating `dir`).
-pub(crate) fn write_manifest(dir: &Path, m: &RunManifest) -> Result<(), RolloutError> {
-    let path = dir.join("run.json");
-    let ioerr = |e: std::io::Error| RolloutError::Io {
-        path: path.clone(),
-        reason: e.to_string(),
-    };
-    std::fs::create_dir_all(dir).map_err(ioerr)?;
-    let text = serde_json::to_string_pretty(m).unwrap_or_default();
-    dojo_cache::write_atomic(&path, text.as_bytes()).map_err(ioerr)
+    Ok(())
 }
 
 /// Run (or resume) a rollout with the given agent loop and backends.
@@ -440,7 +416,7 @@ pub(crate) fn write_run_outputs(
     if let Some(d) = &drift {
         let dp = out.join(DRIFT_FILE);
         let text = serde_json::to_string_pretty(d).unwrap_or_default();
-        dojo_cache::write_atomic(&dp, text.as_bytes()).map_err(ioerr(dp.clone()))?;
+        dojo_rundir::write_atomic(&dp, text.as_bytes()).map_err(ioerr(dp.clone()))?;
     }
     let predictions = if with_predictions {
         export_predictions(out, label, &outcomes, samples).map_err(ioerr(out.to_path_buf()))?

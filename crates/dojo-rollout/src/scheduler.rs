@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::store::{Key, Keyed, Store, StoreError};
+use crate::store::{Key, Keyed, Store};
 use crate::summary::SampleOutcome;
+use dojo_rundir::RunDirError;
 
 /// One unit of work: sample `sample_index` of task `task_id`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,7 +105,7 @@ pub async fn run_jobs<R: Runner>(
     task_ids: &[String],
     store: Arc<Store<R::Rec>>,
     cfg: &SchedulerConfig,
-) -> Result<RunStats, StoreError> {
+) -> Result<RunStats, RunDirError> {
     let all = plan(task_ids, cfg.samples);
     let planned = all.len();
     let todo: Vec<Job> = all

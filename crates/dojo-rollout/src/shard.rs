@@ -274,7 +274,7 @@ pub fn merge(
         tasks_file: tasks_file.display().to_string(),
         ..first.clone()
     };
-    crate::run_dir::write_manifest(out, &manifest)?;
+    crate::run_dir::manifest(out).write(&manifest)?;
     let store = Store::<Trajectory>::open(&out.join("trajectories.jsonl"))?;
     for t in records.values() {
         store.append(t)?;

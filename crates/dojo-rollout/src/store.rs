@@ -1,24 +1,23 @@
-//! The crash-safe trajectory store: one append-only JSONL file, one fsync per record.
+//! The crash-safe trajectory store: the run-directory kit's append-only JSONL log
+//! ([`dojo_rundir::log`]), keyed by (task, sample) so that a retried job never writes a
+//! trajectory twice.
 //!
 //! Why JSONL + fsync rather than SQLite in WAL mode: the file *is* the interchange format every
 //! later stage reads (curation, SFT export, `dojo-trajectory`'s reader), so there is no export
 //! step that could drift; it adds no C build (rusqlite's bundled SQLite costs minutes on 2 cores);
 //! and one `fdatasync` per finished rollout is negligible next to a rollout's seconds-to-minutes.
 //!
-//! Crash semantics. A record is written as one `write_all` of `json + "\n"` under a mutex, then
-//! `sync_data`; only then is the key reported done. After `kill -9` (or power loss) the file holds
-//! every fsynced record intact followed by at most one torn line. [`Store::open`] detects the torn
-//! tail (no final newline, or a last line that is not valid JSON), truncates it away with a warning
-//! and resumes; that sample simply runs again. A damaged line *before* the last one cannot come from
-//! a crash of this writer, so it is reported as corruption with its line number instead of being
-//! silently dropped. A duplicated key (two writers on one directory) keeps the first record and warns.
+//! Crash semantics are the log's: after `kill -9` (or power loss) the file holds every synced
+//! record intact followed by at most one torn line, which [`Store::open`] truncates away
+//! ([`Recovery::truncated_bytes`]); that sample simply runs again. Damage before the last line
+//! is refused with its line number. A key found twice on disk (two writers on one directory)
+//! keeps the first record and is reported in [`Recovery::duplicates`].
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
+use dojo_rundir::{JsonlLog, RunDirError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -40,30 +39,6 @@ pub trait Keyed: Serialize + DeserializeOwned {
     fn key(&self) -> Key;
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("trajectory store {path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(
-        "trajectory store {path} line {line}: corrupted record ({reason}); not a torn tail, refusing to guess"
-    )]
-    Corrupt {
-        path: PathBuf,
-        line: usize,
-        reason: String,
-    },
-    #[error("trajectory store {path}: cannot serialise record {key}: {reason}")]
-    Serialise {
-        path: PathBuf,
-        key: String,
-        reason: String,
-    },
-}
-
 /// What [`Store::open`] found and repaired; the caller prints it.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Recovery {
@@ -75,113 +50,39 @@ pub struct Recovery {
 
 /// An open store: the records already on disk plus an append handle.
 pub struct Store<T> {
-    path: PathBuf,
-    file: Mutex<File>,
+    log: JsonlLog,
     records: Mutex<BTreeMap<Key, T>>,
     recovery: Recovery,
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 impl<T: Keyed + Clone> Store<T> {
     /// Open (creating if needed) `path`, load every complete record, drop a torn tail.
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io(dir))?;
-        }
-        let existed = path.exists();
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(path)
-            .map_err(io(path))?;
-        if !existed {
-            // Make the new directory entry itself durable.
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                File::open(dir)
-                    .and_then(|d| d.sync_all())
-                    .map_err(io(dir))?;
+    pub fn open(path: &Path) -> Result<Self, RunDirError> {
+        let opened = JsonlLog::open::<T>(path)?;
+        let mut records = BTreeMap::new();
+        let mut recovery = Recovery {
+            truncated_bytes: opened.truncated_bytes,
+            duplicates: Vec::new(),
+        };
+        for (_, rec) in opened.records {
+            match records.entry(rec.key()) {
+                std::collections::btree_map::Entry::Occupied(e) => {
+                    recovery.duplicates.push(e.key().clone())
+                }
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(rec);
+                }
             }
         }
-        let (records, good_len, recovery) = Self::scan(path, &mut file)?;
-        let total = file.metadata().map_err(io(path))?.len();
-        if good_len < total {
-            file.set_len(good_len).map_err(io(path))?;
-            file.sync_all().map_err(io(path))?;
-        }
-        file.seek(SeekFrom::End(0)).map_err(io(path))?;
         Ok(Store {
-            path: path.to_path_buf(),
-            file: Mutex::new(file),
+            log: opened.log,
             records: Mutex::new(records),
             recovery,
         })
     }
 
-    fn scan(path: &Path, file: &mut File) -> Result<(BTreeMap<Key, T>, u64, Recovery), StoreError> {
-        file.seek(SeekFrom::Start(0)).map_err(io(path))?;
-        let mut reader = BufReader::new(&*file);
-        let mut records = BTreeMap::new();
-        let mut recovery = Recovery::default();
-        let mut offset = 0u64;
-        let mut line_no = 0usize;
-        let mut buf = Vec::new();
-        // A bad line is only forgivable if it is the last one: remember it and fail if more follow.
-        let mut pending_bad: Option<(usize, String)> = None;
-        loop {
-            buf.clear();
-            let n = reader.read_until(b'\n', &mut buf).map_err(io(path))?;
-            if n == 0 {
-                break;
-            }
-            line_no += 1;
-            if let Some((line, reason)) = pending_bad.take() {
-                return Err(StoreError::Corrupt {
-                    path: path.to_path_buf(),
-                    line,
-                    reason,
-                });
-            }
-            let complete = buf.last() == Some(&b'\n');
-            let body = if complete { &buf[..n - 1] } else { &buf[..] };
-            if !complete {
-                recovery.truncated_bytes = n as u64;
-                break;
-            }
-            if body.iter().all(u8::is_ascii_whitespace) {
-                offset += n as u64;
-                continue;
-            }
-            match serde_json::from_slice::<T>(body) {
-                Ok(rec) => {
-                    let key = rec.key();
-                    match records.entry(key) {
-                        std::collections::btree_map::Entry::Occupied(e) => {
-                            recovery.duplicates.push(e.key().clone())
-                        }
-                        std::collections::btree_map::Entry::Vacant(e) => {
-                            e.insert(rec);
-                        }
-                    }
-                    offset += n as u64;
-                }
-                Err(e) => {
-                    recovery.truncated_bytes = n as u64;
-                    pending_bad = Some((line_no, e.to_string()));
-                }
-            }
-        }
-        Ok((records, offset, recovery))
-    }
-
     pub fn path(&self) -> &Path {
-        &self.path
+        self.log.path()
     }
 
     /// What opening had to repair.
@@ -216,27 +117,14 @@ impl<T: Keyed + Clone> Store<T> {
 
     /// Append one record durably. Returns `false` (and writes nothing) when the key is already
     /// stored, so a retried job can never duplicate a trajectory.
-    pub fn append(&self, rec: &T) -> Result<bool, StoreError> {
+    pub fn append(&self, rec: &T) -> Result<bool, RunDirError> {
         let key = rec.key();
-        let mut line = serde_json::to_vec(rec).map_err(|e| StoreError::Serialise {
-            path: self.path.clone(),
-            key: key.to_string(),
-            reason: e.to_string(),
-        })?;
-        line.push(b'\n');
-        let mut records = self.records.lock().map_err(|_| StoreError::Io {
-            path: self.path.clone(),
-            source: std::io::Error::other("store mutex poisoned"),
-        })?;
+        // Held across the write: two appends of one key cannot both pass the check.
+        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         if records.contains_key(&key) {
             return Ok(false);
         }
-        let mut file = self.file.lock().map_err(|_| StoreError::Io {
-            path: self.path.clone(),
-            source: std::io::Error::other("store mutex poisoned"),
-        })?;
-        file.write_all(&line).map_err(io(&self.path))?;
-        file.sync_data().map_err(io(&self.path))?;
+        self.log.append(rec)?;
         records.insert(key, rec.clone());
         Ok(true)
     }
@@ -245,6 +133,8 @@ impl<T: Keyed + Clone> Store<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::OpenOptions;
+    use std::io::Write;
 
     #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
     struct R {
@@ -326,7 +216,7 @@ mod tests {
         let good = serde_json::to_string(&r("a", 0)).unwrap();
         std::fs::write(&p, format!("{good}\nnot json\n{good}\n")).unwrap();
         let err = Store::<R>::open(&p).err().unwrap();
-        assert!(matches!(err, StoreError::Corrupt { line: 2, .. }), "{err}");
+        assert!(matches!(err, RunDirError::Corrupt { line: 2, .. }), "{err}");
         assert!(err.to_string().contains("line 2"));
     }
 

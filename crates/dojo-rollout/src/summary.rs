@@ -143,7 +143,7 @@ impl Summary {
 
     pub fn write_json(&self, path: &Path) -> std::io::Result<()> {
         let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        dojo_cache::write_atomic(path, text.as_bytes())
+        dojo_rundir::write_atomic(path, text.as_bytes())
     }
 }
 

@@ -121,12 +121,6 @@ pub struct LoadOptions {
     pub allow_partial: bool,
 }
 
-/// The part of `run.json` selection needs.
-#[derive(Deserialize)]
-struct RunManifest {
-    tasks_file: String,
-}
-
 /// Reads the candidates of every run directory in `dirs`.
 pub fn load_runs(dirs: &[PathBuf], opts: LoadOptions) -> Result<CandidateSet, SelectError> {
     if dirs.is_empty() {
@@ -349,16 +343,21 @@ pub fn tasks_file_of(dir: &Path) -> Result<String, SelectError> {
     read_manifest(dir).map(|m| m.tasks_file)
 }
 
+/// The part of a rollout directory's `run.json` selection needs.
+#[derive(Deserialize)]
+struct RunManifest {
+    tasks_file: String,
+}
+
 fn read_manifest(dir: &Path) -> Result<RunManifest, SelectError> {
-    let path = dir.join("run.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| SelectError::Input {
-        path: path.clone(),
-        reason: format!("{e}: not a `dojo rollout` run directory?"),
-    })?;
-    serde_json::from_str(&text).map_err(|e| SelectError::Input {
-        path,
-        reason: format!("not a run manifest: {e}"),
-    })
+    let file = dojo_rundir::Manifest::new(dir, "run.json", dojo_rundir::Compare::AllBut(&[]));
+    let input = |reason: String| SelectError::Input {
+        path: file.path(),
+        reason,
+    };
+    file.read()
+        .map_err(|e| input(format!("{e}: not a `dojo rollout` run manifest?")))?
+        .ok_or_else(|| input("missing: not a `dojo rollout` run directory?".into()))
 }
 
 fn is_complete(dir: &Path, store: &Path) -> bool {

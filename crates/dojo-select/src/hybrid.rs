@@ -89,7 +89,7 @@ impl HybridWeights {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-        dojo_cache::write_atomic(path, &json).map_err(|e| SelectError::Io {
+        dojo_rundir::write_atomic(path, &json).map_err(|e| SelectError::Io {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })

@@ -357,13 +357,13 @@ fn write_outputs(
     out.files.push("report.html".into());
     let report = crate::report::render(out);
     let path = dir.join("report.html");
-    dojo_cache::write_atomic(&path, report.as_bytes()).map_err(io(&path))?;
+    dojo_rundir::write_atomic(&path, report.as_bytes()).map_err(io(&path))?;
     let path = dir.join("selection.json");
     let json = serde_json::to_vec_pretty(out).map_err(|e| SelectError::Io {
         path: path.clone(),
         reason: e.to_string(),
     })?;
-    dojo_cache::write_atomic(&path, &json).map_err(io(&path))?;
+    dojo_rundir::write_atomic(&path, &json).map_err(io(&path))?;
     Ok(())
 }
 

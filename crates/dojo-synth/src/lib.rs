@@ -63,4 +63,6 @@ pub enum SynthError {
     },
     #[error(transparent)]
     Task(#[from] dojo_task::TaskError),
+    #[error(transparent)]
+    RunDir(#[from] dojo_rundir::RunDirError),
 }

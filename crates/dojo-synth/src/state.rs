@@ -4,16 +4,16 @@
 //! - The progress record starts with a header (schema version, project, sdist pin, seed and the
 //!   options that change results); a resumed run must match it. Then the baseline, then one
 //!   line per mutant tried: accepted, or dropped with the reason.
-//! - A task line is appended to the task file (one `write`, then `fsync`) before its progress
-//!   line; each line is complete or absent. On open, a torn last line (a kill mid-write) is cut
-//!   off both files, so no partial task is ever seen. A task in the task file without its
-//!   progress line (killed between the two writes) counts as accepted: the task file is the
-//!   truth for accepted tasks.
+//! - Both files are the run-directory kit's append-only logs ([`dojo_rundir::log`]): a task
+//!   line is appended (one `write`, then `fdatasync`) before its progress line; each line is
+//!   complete or absent. On open, a torn last line (a kill mid-write) is cut off both files, so
+//!   no partial task is ever seen. A task in the task file without its progress line (killed
+//!   between the two writes) counts as accepted: the task file is the truth for accepted tasks.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use dojo_rundir::JsonlLog;
 
 use serde_json::Value;
 
@@ -76,8 +76,8 @@ pub struct LlmRecord {
 
 /// The open state of a run.
 pub struct State {
-    progress_path: PathBuf,
-    out_path: PathBuf,
+    progress: JsonlLog,
+    task_file: JsonlLog,
     pub baseline: Option<BaselineRecord>,
     pub mutants: BTreeMap<String, MutantRecord>,
     /// Model rewrites by site.
@@ -86,51 +86,19 @@ pub struct State {
     pub tasks: Vec<serde_json::Map<String, Value>>,
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SynthError + '_ {
-    move |e| SynthError::Io {
-        path: path.display().to_string(),
-        source: e,
-    }
-}
-
-/// Read the complete lines of `path`, cutting off a torn last line on disk.
-fn complete_lines(path: &Path) -> Result<Vec<String>, SynthError> {
-    let text = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io(path)(e)),
-    };
-    let keep = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    if keep < text.len() {
+/// Open a log, saying what a torn tail cost.
+fn open_log<T: serde::de::DeserializeOwned>(
+    path: &Path,
+) -> Result<(JsonlLog, Vec<(usize, T)>), SynthError> {
+    let opened = JsonlLog::open::<T>(path)?;
+    if opened.truncated_bytes > 0 {
         tracing::warn!(
             "{}: dropping a torn last line ({} bytes) left by an interrupted run",
             path.display(),
-            text.len() - keep
+            opened.truncated_bytes
         );
-        let f = OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(io(path))?;
-        f.set_len(keep as u64).map_err(io(path))?;
-        f.sync_all().map_err(io(path))?;
     }
-    Ok(String::from_utf8_lossy(&text[..keep])
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(str::to_string)
-        .collect())
-}
-
-fn append(path: &Path, line: &str) -> Result<(), SynthError> {
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(io(path))?;
-    let mut buf = line.to_string();
-    buf.push('\n');
-    f.write_all(buf.as_bytes()).map_err(io(path))?;
-    f.sync_data().map_err(io(path))
+    Ok((opened.log, opened.records))
 }
 
 /// `<out>.progress.jsonl`.
@@ -144,34 +112,36 @@ impl State {
     /// Open (or start) the run writing to `out`, checking a resumed run against `header`.
     pub fn open(out: &Path, header: &Header) -> Result<State, SynthError> {
         let progress_path = progress_path(out);
-        let lines = complete_lines(&progress_path)?;
-        let task_lines = complete_lines(out)?;
-        if lines.is_empty() {
-            if !task_lines.is_empty() {
-                return Err(SynthError::Input(format!(
-                    "{} already holds tasks but has no progress record ({}): choose another --out or remove it",
-                    out.display(),
-                    progress_path.display()
-                )));
-            }
-            if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(io(dir))?;
-            }
-            File::create(out).map_err(io(out))?;
-            let h = serde_json::to_string(header).map_err(|e| SynthError::Input(e.to_string()))?;
-            append(&progress_path, &h)?;
-            return Ok(State {
-                progress_path,
-                out_path: out.to_path_buf(),
-                baseline: None,
-                mutants: BTreeMap::new(),
-                llm: BTreeMap::new(),
-                tasks: Vec::new(),
-            });
+        // Checked before anything is opened (opening repairs a torn tail): a file that is not
+        // ours is left as it is.
+        let has_progress = std::fs::metadata(&progress_path).is_ok_and(|m| m.len() > 0);
+        let has_tasks =
+            std::fs::read(out).is_ok_and(|b| b.iter().any(|c| !c.is_ascii_whitespace()));
+        if !has_progress && has_tasks {
+            return Err(SynthError::Input(format!(
+                "{} already holds tasks but has no progress record ({}): choose another --out or remove it",
+                out.display(),
+                progress_path.display()
+            )));
         }
+        let (task_file, tasks) = open_log::<serde_json::Map<String, Value>>(out)?;
+        let (progress, lines) = open_log::<Value>(&progress_path)?;
+        let mut st = State {
+            progress,
+            task_file,
+            baseline: None,
+            mutants: BTreeMap::new(),
+            llm: BTreeMap::new(),
+            tasks: tasks.into_iter().map(|(_, row)| row).collect(),
+        };
+        let Some((_, first)) = lines.first() else {
+            st.progress.append(header)?;
+            return Ok(st);
+        };
         let shown = progress_path.display().to_string();
         let bad = |n: usize, why: String| SynthError::Input(format!("{shown} line {n}: {why}"));
-        let first: Header = serde_json::from_str(&lines[0]).map_err(|e| bad(1, e.to_string()))?;
+        let first: Header =
+            serde_json::from_value(first.clone()).map_err(|e| bad(1, e.to_string()))?;
         if first.schema_version != PROGRESS_SCHEMA_VERSION {
             return Err(bad(
                 1,
@@ -187,39 +157,24 @@ impl State {
                 shown, first.project, first.version, first.seed, first.sdist_sha256, first.config
             )));
         }
-        let mut st = State {
-            progress_path,
-            out_path: out.to_path_buf(),
-            baseline: None,
-            mutants: BTreeMap::new(),
-            llm: BTreeMap::new(),
-            tasks: Vec::new(),
-        };
-        for (i, l) in lines.iter().enumerate().skip(1) {
-            let v: Value = serde_json::from_str(l).map_err(|e| bad(i + 1, e.to_string()))?;
+        for (n, v) in lines.into_iter().skip(1) {
             match v.get("kind").and_then(Value::as_str) {
                 Some("baseline") => {
-                    st.baseline = Some(
-                        serde_json::from_value(v.clone()).map_err(|e| bad(i + 1, e.to_string()))?,
-                    )
+                    st.baseline =
+                        Some(serde_json::from_value(v).map_err(|e| bad(n, e.to_string()))?)
                 }
                 Some("mutant") => {
                     let m: MutantRecord =
-                        serde_json::from_value(v).map_err(|e| bad(i + 1, e.to_string()))?;
+                        serde_json::from_value(v).map_err(|e| bad(n, e.to_string()))?;
                     st.mutants.insert(m.id.clone(), m);
                 }
                 Some("llm") => {
                     let r: LlmRecord =
-                        serde_json::from_value(v).map_err(|e| bad(i + 1, e.to_string()))?;
+                        serde_json::from_value(v).map_err(|e| bad(n, e.to_string()))?;
                     st.llm.insert(r.site.clone(), r);
                 }
-                other => return Err(bad(i + 1, format!("unknown record kind {other:?}"))),
+                other => return Err(bad(n, format!("unknown record kind {other:?}"))),
             }
-        }
-        for (i, l) in task_lines.iter().enumerate() {
-            let row: serde_json::Map<String, Value> = serde_json::from_str(l)
-                .map_err(|e| SynthError::Input(format!("{} line {}: {e}", out.display(), i + 1)))?;
-            st.tasks.push(row);
         }
         Ok(st)
     }
@@ -229,7 +184,7 @@ impl State {
         if let Value::Object(m) = &mut v {
             m.insert("kind".into(), "baseline".into());
         }
-        append(&self.progress_path, &v.to_string())?;
+        self.progress.append(&v)?;
         self.baseline = Some(b.clone());
         Ok(())
     }
@@ -239,7 +194,7 @@ impl State {
         if let Value::Object(o) = &mut v {
             o.insert("kind".into(), "mutant".into());
         }
-        append(&self.progress_path, &v.to_string())?;
+        self.progress.append(&v)?;
         self.mutants.insert(m.id.clone(), m.clone());
         Ok(())
     }
@@ -249,15 +204,14 @@ impl State {
         if let Value::Object(o) = &mut v {
             o.insert("kind".into(), "llm".into());
         }
-        append(&self.progress_path, &v.to_string())?;
+        self.progress.append(&v)?;
         self.llm.insert(r.site.clone(), r.clone());
         Ok(())
     }
 
     /// Append a task line (complete, synced) to the task file.
     pub fn write_task(&mut self, row: serde_json::Map<String, Value>) -> Result<(), SynthError> {
-        let line = serde_json::to_string(&row).map_err(|e| SynthError::Input(e.to_string()))?;
-        append(&self.out_path, &line)?;
+        self.task_file.append(&row)?;
         self.tasks.push(row);
         Ok(())
     }
@@ -319,9 +273,8 @@ mod tests {
         })
         .unwrap();
         // A kill mid-write: half a task line and half a progress line.
-        append(&out, "{\"instance_id\": \"half").unwrap();
         let text = std::fs::read_to_string(&out).unwrap();
-        std::fs::write(&out, text.trim_end_matches('\n')).unwrap();
+        std::fs::write(&out, format!("{text}{{\"instance_id\": \"half")).unwrap();
         let p = progress_path(&out);
         let text = std::fs::read_to_string(&p).unwrap();
         std::fs::write(&p, format!("{text}{{\"kind\": \"mut")).unwrap();

@@ -119,7 +119,7 @@ fn download_at(ep: &str, hf_id: &str, split: &str, dir: &Path) -> Result<Vec<Pat
         ));
         if !f.is_file() {
             let bytes = dojo_cache::http_get(url, "*/*").map_err(|e| offline(e.to_string()))?;
-            dojo_cache::write_atomic(&f, &bytes).map_err(|e| format!("{}: {e}", f.display()))?;
+            dojo_rundir::write_atomic(&f, &bytes).map_err(|e| format!("{}: {e}", f.display()))?;
         }
         files.push(f);
     }
@@ -165,7 +165,7 @@ pub fn normalise(inputs: &[PathBuf], out: &Path) -> Result<FetchReport, String> 
             rep.written += 1;
         }
     }
-    dojo_cache::write_atomic(out, &w).map_err(|e| format!("{}: {e}", out.display()))?;
+    dojo_rundir::write_atomic(out, &w).map_err(|e| format!("{}: {e}", out.display()))?;
     Ok(rep)
 }
 

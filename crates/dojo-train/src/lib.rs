@@ -83,6 +83,8 @@ pub enum TrainError {
     Engine(#[from] dojo_engine::EngineError),
     #[error(transparent)]
     Chat(#[from] dojo_tokenizer::ChatError),
+    #[error(transparent)]
+    RunDir(#[from] dojo_rundir::RunDirError),
 }
 
 impl TrainError {

@@ -202,7 +202,7 @@ pub fn render(out: &Path) -> Result<String, TrainError> {
 pub fn write(out: &Path) -> Result<PathBuf, TrainError> {
     let html = render(out)?;
     let p = out.join(REPORT_FILE);
-    dojo_cache::write_atomic(&p, html.as_bytes()).map_err(|e| TrainError::file(&p, e))?;
+    dojo_rundir::write_atomic(&p, html.as_bytes()).map_err(|e| TrainError::file(&p, e))?;
     Ok(p)
 }
 

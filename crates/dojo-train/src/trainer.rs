@@ -14,7 +14,6 @@
 //! model, data and settings.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -82,7 +81,18 @@ impl Default for SftConfig {
 }
 
 /// Settings that may change when a run is resumed (to extend it or save differently).
-const RESUMABLE_CHANGES: &[&str] = &["epochs", "max_steps", "save_every", "keep_checkpoints"];
+/// What `run.json` may change on resume: where the model and data were read from (their
+/// fingerprints are compared), what the data report says, and how long to run and how often to
+/// save.
+const RESUMABLE_CHANGES: &[&str] = &[
+    "source",
+    "data.path",
+    "data.report",
+    "config.epochs",
+    "config.max_steps",
+    "config.save_every",
+    "config.keep_checkpoints",
+];
 
 /// How to run (not part of the run's identity).
 #[derive(Debug, Clone, Default)]
@@ -175,25 +185,6 @@ impl Stream<'_> {
     }
 }
 
-fn config_diff(saved: &Json, now: &Json) -> Vec<String> {
-    let (Some(a), Some(b)) = (saved.as_object(), now.as_object()) else {
-        return vec!["config".into()];
-    };
-    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
-    keys.sort();
-    keys.dedup();
-    keys.into_iter()
-        .filter(|k| !RESUMABLE_CHANGES.contains(&k.as_str()) && a.get(*k) != b.get(*k))
-        .map(|k| {
-            format!(
-                "{k}: {} then, {} now",
-                a.get(k).unwrap_or(&Json::Null),
-                b.get(k).unwrap_or(&Json::Null)
-            )
-        })
-        .collect()
-}
-
 /// Write the weights with `config.json` and tokenizer files into `dir` (a Hugging Face model
 /// directory; `bos`/`eos` go into a config made from scratch for a GGUF source).
 pub fn write_model_dir(
@@ -280,60 +271,25 @@ pub fn run_sft(
     let data_sha = sha256_file(&dataset.report.path)?;
     let fingerprint = model.fingerprint();
     let cfg_json = serde_json::to_value(cfg).map_err(|e| TrainError::Config(e.to_string()))?;
-    let run_path = out.join("run.json");
-
-    // A new run, or the same run resumed.
-    if run_path.is_file() {
-        let s = std::fs::read_to_string(&run_path).map_err(|e| TrainError::file(&run_path, e))?;
-        let saved: Json = serde_json::from_str(&s)
-            .map_err(|e| TrainError::file(&run_path, format!("invalid JSON: {e}")))?;
-        if saved.get("model") != Some(&fingerprint) {
-            return Err(TrainError::file(
-                out,
-                format!(
-                    "holds a run of another model ({}); this one is {}: pick another --out",
-                    saved.get("model").unwrap_or(&Json::Null),
-                    fingerprint
-                ),
-            ));
-        }
-        if saved.pointer("/data/sha256").and_then(Json::as_str) != Some(data_sha.as_str()) {
-            return Err(TrainError::file(
-                out,
-                "holds a run on different data (sha256 differs): pick another --out",
-            ));
-        }
-        let diff = config_diff(saved.get("config").unwrap_or(&Json::Null), &cfg_json);
-        if !diff.is_empty() {
-            return Err(TrainError::file(
-                out,
-                format!("holds a run with other settings: {}", diff.join("; ")),
-            ));
-        }
-    } else if out.exists()
-        && std::fs::read_dir(out)
-            .map_err(|e| TrainError::file(out, e))?
-            .next()
-            .is_some()
-    {
-        return Err(TrainError::file(
+    // A new run, or the same run resumed: same model, same data, same settings but for how
+    // long it runs and how often it saves.
+    dojo_rundir::Manifest {
+        require_empty: true,
+        ..dojo_rundir::Manifest::new(
             out,
-            "exists, is not empty and holds no dojo training run (no run.json): pick another --out",
-        ));
+            "run.json",
+            dojo_rundir::Compare::AllBut(RESUMABLE_CHANGES),
+        )
     }
-    std::fs::create_dir_all(out).map_err(|e| TrainError::file(out, e))?;
-    write_json(
-        &run_path,
-        &json!({
-            "schema_version": TRAIN_SCHEMA_VERSION,
-            "kind": "sft",
-            "model": fingerprint,
-            "source": src.path(),
-            "data": {"path": dataset.report.path, "sha256": data_sha, "report": dataset.report},
-            "config": cfg_json,
-        }),
-    )?;
-    checkpoint::clean_temp(out)?;
+    .open(&json!({
+        "schema_version": TRAIN_SCHEMA_VERSION,
+        "kind": "sft",
+        "model": fingerprint,
+        "source": src.path(),
+        "data": {"path": dataset.report.path, "sha256": data_sha, "report": dataset.report},
+        "config": cfg_json,
+    }))?;
+    dojo_rundir::checkpoint::clean(out, &["final", "merged"])?;
 
     let samples: Vec<Sample> = dataset.samples;
     let batcher = Batcher::new(
@@ -367,7 +323,7 @@ pub fn run_sft(
     };
     let mut opt = AdamW::new(cfg.adamw);
     let mut resumed_from = None;
-    if let Some((step, dir)) = checkpoint::list(out).pop() {
+    if let Some((step, dir)) = dojo_rundir::checkpoint::list(out, checkpoint::STATE_FILE).pop() {
         let st = checkpoint::read_state(&dir)?;
         match model.lora() {
             Some(l) => l.load_weights(&dir)?,
@@ -384,13 +340,16 @@ pub fn run_sft(
         resumed_from = Some(step);
         tracing::info!(step, dir = %dir.display(), "resuming");
     }
-    let metrics_path = out.join("metrics.jsonl");
-    keep_metrics_up_to(&metrics_path, state.step)?;
-    let mut metrics = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&metrics_path)
-        .map_err(|e| TrainError::file(&metrics_path, e))?;
+    // Metrics lines past the checkpoint resumed from are written again.
+    let step = state.step;
+    let metrics = dojo_rundir::JsonlLog::open::<Json>(&out.join("metrics.jsonl"))?
+        .log
+        .retain(|v: &Json| {
+            v.get("step")
+                .and_then(Json::as_u64)
+                .is_some_and(|s| s <= step)
+        })?
+        .log;
 
     let base_cfg = src.base_config()?;
     let base_name = src.path().display().to_string();
@@ -467,15 +426,13 @@ pub fn run_sft(
             "step_s": dt,
             "elapsed_s": state.elapsed_s,
         });
-        writeln!(metrics, "{line}")
-            .and_then(|_| metrics.flush())
-            .map_err(|e| TrainError::file(&metrics_path, e))?;
+        metrics.append(&line)?;
         bar.set_position(state.step);
         bar.set_message(format!("loss {loss:.4} lr {lr:.2e} {tps:.0} tok/s"));
         let save_now = state.step == total_steps
             || (cfg.save_every > 0 && state.step.is_multiple_of(cfg.save_every));
         if save_now {
-            checkpoint::write_atomic(out, &checkpoint::checkpoint_name(state.step), |d| {
+            dojo_rundir::checkpoint::publish(out, &checkpoint::checkpoint_name(state.step), |d| {
                 match model.lora() {
                     // The frozen base is the source's: the adapter is all there is to save.
                     Some(l) => l.save(d, &base_name)?,
@@ -486,7 +443,7 @@ pub fn run_sft(
                     serde_json::to_value(&state).map_err(|e| TrainError::Config(e.to_string()))?;
                 write_json(&d.join(checkpoint::STATE_FILE), &s)
             })?;
-            checkpoint::prune(out, cfg.keep_checkpoints)?;
+            dojo_rundir::checkpoint::prune(out, checkpoint::STATE_FILE, cfg.keep_checkpoints)?;
             crate::report::write(out)?;
         }
     }
@@ -497,7 +454,7 @@ pub fn run_sft(
     if state.step >= total_steps {
         let done = out.join("final");
         if !checkpoint::is_complete(&done) || steps_this_run > 0 {
-            checkpoint::write_atomic(out, "final", |d| match model.lora() {
+            dojo_rundir::checkpoint::publish(out, "final", |d| match model.lora() {
                 Some(l) => {
                     l.save(d, &base_name)?;
                     src.write_tokenizer_files(d)
@@ -510,7 +467,7 @@ pub fn run_sft(
             let merged = out.join("merged");
             if !checkpoint::is_complete(&merged) || steps_this_run > 0 {
                 model.merge_lora()?;
-                checkpoint::write_atomic(out, "merged", |d| {
+                dojo_rundir::checkpoint::publish(out, "merged", |d| {
                     write_model_dir(d, &model, src, base_cfg.as_ref(), bos, eos)
                 })?;
             }
@@ -570,7 +527,7 @@ pub fn merge_adapter(
         .to_string_lossy()
         .into_owned();
     std::fs::create_dir_all(&parent).map_err(|e| TrainError::file(&parent, e))?;
-    checkpoint::write_atomic(&parent, &name, |d| {
+    dojo_rundir::checkpoint::publish(&parent, &name, |d| {
         write_model_dir(
             d,
             &model,
@@ -588,24 +545,6 @@ fn micro_index(batcher: &Batcher, cursor: Cursor) -> usize {
         .map(|e| batcher.epoch_plan(e).len())
         .sum::<usize>()
         + cursor.index
-}
-
-/// Drop metrics lines past `step` (written after the checkpoint a run resumes from).
-fn keep_metrics_up_to(path: &Path, step: u64) -> Result<(), TrainError> {
-    let Ok(s) = std::fs::read_to_string(path) else {
-        return Ok(());
-    };
-    let kept: String = s
-        .lines()
-        .filter(|l| {
-            serde_json::from_str::<Json>(l)
-                .ok()
-                .and_then(|v| v.get("step")?.as_u64())
-                .is_some_and(|s| s <= step)
-        })
-        .map(|l| format!("{l}\n"))
-        .collect();
-    std::fs::write(path, kept).map_err(|e| TrainError::file(path, e))
 }
 
 fn progress_bar(show: bool, total: u64, pos: u64) -> indicatif::ProgressBar {

@@ -347,7 +347,10 @@ fn bad_input_fails_before_training_with_a_clear_error() {
     )
     .unwrap();
     let e = err(&fixture("qwen2"), &data, &out, &cfg);
-    assert!(e.contains("run of another model"), "{e}");
+    assert!(
+        e.contains("holds a run of another configuration (model."),
+        "{e}"
+    );
     let e = err(
         &fixture("llama"),
         &data,
@@ -357,9 +360,9 @@ fn bad_input_fails_before_training_with_a_clear_error() {
             ..cfg.clone()
         },
     );
-    assert!(e.contains("other settings") && e.contains("lr"), "{e}");
+    assert!(e.contains("config.lr: ") && e.contains("-> 0.005"), "{e}");
     let e = err(&fixture("llama"), &data, fixture("qwen2").path(), &cfg);
-    assert!(e.contains("holds no dojo training run"), "{e}");
+    assert!(e.contains("holds no run of this kind (no run.json)"), "{e}");
 
     // Over-long rows: dropped and counted with `drop`.
     let long: Vec<Row> = rows(6, 0);

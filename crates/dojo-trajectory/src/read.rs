@@ -2,8 +2,6 @@
 //! leaves a truncated last line, and a disk or a hand edit can corrupt one in the middle. Each bad
 //! line becomes a [`LineProblem`] naming file and line; reading goes on with the next line.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use crate::{SCHEMA_VERSION, Trajectory};
@@ -95,67 +93,61 @@ impl std::fmt::Display for LineProblem {
 }
 
 /// Streams records from a JSONL file; yields `Err(LineProblem)` for bad lines and continues
-/// (after an I/O error it stops: the rest of the file cannot be trusted to be read).
+/// (after an I/O error it stops: the rest of the file cannot be trusted to be read). The lines
+/// come from the run-directory kit's tolerant reader ([`dojo_rundir::JsonlLines`]).
 ///
 /// Blank lines are skipped. [`JsonlReader::line`] says which line the last item came from, and
 /// [`JsonlReader::bytes_read`] / [`JsonlReader::records_seen`] count what was read, for callers
 /// that report throughput or check that every line was accounted for.
 pub struct JsonlReader {
-    file: PathBuf,
-    reader: BufReader<File>,
-    buf: Vec<u8>,
-    line: usize,
-    bytes: u64,
-    records: usize,
-    done: bool,
+    lines: dojo_rundir::JsonlLines,
 }
 
 impl JsonlReader {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TrajectoryError> {
-        let path = path.as_ref().to_path_buf();
-        let f = File::open(&path).map_err(|source| TrajectoryError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        Ok(JsonlReader {
-            file: path,
-            // Trajectory lines run to megabytes: a large buffer keeps reads few.
-            reader: BufReader::with_capacity(1 << 20, f),
-            buf: Vec::new(),
-            line: 0,
-            bytes: 0,
-            records: 0,
-            done: false,
-        })
+        let path = path.as_ref();
+        let lines = dojo_rundir::JsonlLines::open(path).map_err(|e| io_error(path, e))?;
+        Ok(JsonlReader { lines })
     }
 
     /// The file being read.
     pub fn path(&self) -> &Path {
-        &self.file
+        self.lines.path()
     }
 
     /// The 1-based line number of the item last returned (0 before the first).
     pub fn line(&self) -> usize {
-        self.line
+        self.lines.line()
     }
 
     /// Bytes read so far, newlines and blank lines included.
     pub fn bytes_read(&self) -> u64 {
-        self.bytes
+        self.lines.bytes_read()
     }
 
     /// Non-blank lines seen so far: each became a record or a problem.
     pub fn records_seen(&self) -> usize {
-        self.records
+        self.lines.records_seen()
     }
 
     fn problem(&self, kind: ProblemKind, error: TrajectoryError) -> LineProblem {
         LineProblem {
-            file: self.file.clone(),
-            line: self.line,
+            file: self.path().to_path_buf(),
+            line: self.line(),
             kind,
             error,
         }
+    }
+}
+
+/// The line reader fails only with I/O errors.
+fn io_error(path: &Path, e: dojo_rundir::RunDirError) -> TrajectoryError {
+    match e {
+        dojo_rundir::RunDirError::Io { path, source } => TrajectoryError::Io { path, source },
+        other => TrajectoryError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(other.to_string()),
+        },
     }
 }
 
@@ -163,46 +155,21 @@ impl Iterator for JsonlReader {
     type Item = Result<Trajectory, LineProblem>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        while !self.done {
-            self.buf.clear();
-            let n = match self.reader.read_until(b'\n', &mut self.buf) {
-                Ok(n) => n,
-                Err(source) => {
-                    self.done = true;
-                    self.line += 1;
-                    let error = TrajectoryError::Io {
-                        path: self.file.clone(),
-                        source,
-                    };
-                    return Some(Err(self.problem(ProblemKind::Io, error)));
-                }
+        let line = match self.lines.next()? {
+            Ok(l) => l,
+            Err(e) => {
+                let error = io_error(self.path(), e);
+                return Some(Err(self.problem(ProblemKind::Io, error)));
+            }
+        };
+        Some(parse_record(&line.text).map_err(|error| {
+            let kind = match &error {
+                TrajectoryError::UnsupportedSchema { .. } => ProblemKind::UnsupportedSchema,
+                TrajectoryError::Json(e) if line.torn || e.is_eof() => ProblemKind::Truncated,
+                _ => ProblemKind::Corrupt,
             };
-            if n == 0 {
-                self.done = true;
-                break;
-            }
-            self.line += 1;
-            self.bytes += n as u64;
-            // A last line without its newline is a write that did not finish.
-            let torn = self.buf.last() != Some(&b'\n');
-            let text = String::from_utf8_lossy(&self.buf);
-            // Without its newline: inside a torn string a newline reads as a control character,
-            // not as the end of the input.
-            let text = text.trim();
-            if text.is_empty() {
-                continue;
-            }
-            self.records += 1;
-            return Some(parse_record(text).map_err(|error| {
-                let kind = match &error {
-                    TrajectoryError::UnsupportedSchema { .. } => ProblemKind::UnsupportedSchema,
-                    TrajectoryError::Json(e) if torn || e.is_eof() => ProblemKind::Truncated,
-                    _ => ProblemKind::Corrupt,
-                };
-                self.problem(kind, error)
-            }));
-        }
-        None
+            self.problem(kind, error)
+        }))
     }
 }
 
@@ -230,6 +197,7 @@ pub fn read_jsonl(path: impl AsRef<Path>) -> Result<ReadReport, TrajectoryError>
 mod tests {
     use super::*;
     use crate::tests::sample;
+    use std::fs::File;
     use std::io::Write;
 
     #[test]

@@ -197,7 +197,7 @@ pub async fn cached_analysis(
     let dir = path.parent().unwrap_or(root);
     std::fs::create_dir_all(dir).map_err(|e| setup(format!("{}: {e}", dir.display())))?;
     let bytes = serde_json::to_vec_pretty(&record).map_err(|e| setup(e.to_string()))?;
-    dojo_cache::write_atomic(&path, &bytes)
+    dojo_rundir::write_atomic(&path, &bytes)
         .map_err(|e| setup(format!("{}: {e}", path.display())))?;
     Ok(analysis)
 }

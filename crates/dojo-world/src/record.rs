@@ -17,8 +17,6 @@
 //! records are kept per rollout (the first ones).
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -197,12 +195,9 @@ pub enum RecordError {
         #[source]
         source: std::io::Error,
     },
-    #[error("world records {path} line {line}: corrupted record ({reason}); not a torn tail")]
-    Corrupt {
-        path: PathBuf,
-        line: usize,
-        reason: String,
-    },
+    /// The log itself: damage before the last line, a failed append.
+    #[error("world records {0}")]
+    Log(#[from] dojo_rundir::RunDirError),
 }
 
 /// What one [`WorldWriter::write_rollout`] did.
@@ -219,7 +214,7 @@ pub struct WriteStats {
 }
 
 struct State {
-    file: File,
+    log: dojo_rundir::JsonlLog,
     hashes: HashSet<String>,
     rollouts: HashSet<(String, u32)>,
     pending: HashMap<(String, u32), Vec<WorldRecord>>,
@@ -235,24 +230,13 @@ pub struct WorldWriter {
 impl WorldWriter {
     /// Opens (or creates) `path`, truncating a torn last line left by a crash.
     pub fn open(path: &Path, limits: CaptureLimits) -> Result<WorldWriter, RecordError> {
-        let io = |source| RecordError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let (records, valid_len) = read_prefix(path)?;
-        let file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(path)
-            .map_err(io)?;
-        if file.metadata().map_err(io)?.len() > valid_len {
+        let opened = dojo_rundir::JsonlLog::open::<WorldRecord>(path)?;
+        if opened.truncated_bytes > 0 {
             tracing::warn!(path = %path.display(), "dropping a torn last world record");
-            file.set_len(valid_len).map_err(io)?;
         }
         let mut hashes = HashSet::new();
         let mut rollouts = HashSet::new();
-        for r in records {
+        for (_, r) in opened.records {
             hashes.insert(r.hash);
             rollouts.insert((r.task_id, r.sample_index));
         }
@@ -260,7 +244,7 @@ impl WorldWriter {
             path: path.to_path_buf(),
             limits,
             state: Mutex::new(State {
-                file,
+                log: opened.log,
                 hashes,
                 rollouts,
                 pending: HashMap::new(),
@@ -316,7 +300,7 @@ impl WorldWriter {
             stats.already_written = true;
             return Ok(stats);
         }
-        let mut batch = String::new();
+        let mut batch = Vec::new();
         let mut new_hashes = Vec::new();
         let mut swt_kept = 0;
         for rec in pending.into_iter().chain(swr) {
@@ -329,10 +313,6 @@ impl WorldWriter {
                 stats.duplicates += 1;
                 continue;
             }
-            let line = serde_json::to_string(&rec)
-                .map_err(|e| io(std::io::Error::other(e.to_string())))?;
-            batch.push_str(&line);
-            batch.push('\n');
             new_hashes.push(rec.hash.clone());
             if is_swt {
                 swt_kept += 1;
@@ -340,11 +320,9 @@ impl WorldWriter {
             } else {
                 stats.swr += 1;
             }
+            batch.push(rec);
         }
-        if !batch.is_empty() {
-            s.file.write_all(batch.as_bytes()).map_err(io)?;
-            s.file.sync_data().map_err(io)?;
-        }
+        s.log.append_all(&batch)?;
         s.hashes.extend(new_hashes);
         // A rollout with nothing new is not marked: it left no line to find on resume either.
         if stats.swt + stats.swr > 0 {
@@ -357,63 +335,16 @@ impl WorldWriter {
 /// Every record of a `world.jsonl`; a torn last line (crash) is ignored, a damaged earlier line
 /// is an error naming the line.
 pub fn read_world_records(path: &Path) -> Result<Vec<WorldRecord>, RecordError> {
-    Ok(read_prefix(path)?.0)
-}
-
-/// The records of the valid prefix and its length in bytes.
-fn read_prefix(path: &Path) -> Result<(Vec<WorldRecord>, u64), RecordError> {
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
-        Err(source) => {
-            return Err(RecordError::Io {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
-    };
-    let mut reader = BufReader::new(file);
-    let mut records = Vec::new();
-    let mut valid = 0u64;
-    let mut line_no = 0;
-    let mut buf = Vec::new();
-    let mut torn: Option<(usize, String)> = None;
-    loop {
-        buf.clear();
-        let n = reader
-            .read_until(b'\n', &mut buf)
-            .map_err(|source| RecordError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        if n == 0 {
-            break;
-        }
-        line_no += 1;
-        if let Some((line, reason)) = torn.take() {
-            // A bad line followed by more lines is not a torn tail.
-            return Err(RecordError::Corrupt {
-                path: path.to_path_buf(),
-                line,
-                reason,
-            });
-        }
-        let complete = buf.ends_with(b"\n");
-        match serde_json::from_slice::<WorldRecord>(&buf) {
-            Ok(r) if complete => {
-                records.push(r);
-                valid += n as u64;
-            }
-            Ok(_) => torn = Some((line_no, "no final newline".into())),
-            Err(e) => torn = Some((line_no, e.to_string())),
-        }
-    }
-    Ok((records, valid))
+    Ok(dojo_rundir::log::read(path)?
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn python_and_test_commands_are_recognised() {

@@ -62,7 +62,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         Some(t) => t.clone(),
         None => {
             let p = out.join("tasks.jsonl");
-            dojo_cache::write_atomic(&p, MINI_TASKS.as_bytes())
+            dojo_rundir::write_atomic(&p, MINI_TASKS.as_bytes())
                 .with_context(|| format!("writing {}", p.display()))?;
             p
         }
@@ -169,7 +169,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
     ));
     let html = render_html("dojo demo: the bundled benchmark", &notes, &runs);
     let report = out.join("report.html");
-    dojo_cache::write_atomic(&report, html.as_bytes())
+    dojo_rundir::write_atomic(&report, html.as_bytes())
         .with_context(|| format!("writing {}", report.display()))?;
     let shown = std::fs::canonicalize(&report).unwrap_or_else(|_| report.clone());
     println!("report: {}", shown.display());

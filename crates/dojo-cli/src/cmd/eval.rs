@@ -99,7 +99,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<i32> {
     );
     summary.malformed_prediction_lines = malformed;
     let path = args.out.join("report.json");
-    dojo_cache::write_atomic(&path, &serde_json::to_vec_pretty(&summary.to_json())?)
+    dojo_rundir::write_atomic(&path, &serde_json::to_vec_pretty(&summary.to_json())?)
         .with_context(|| format!("writing {}", path.display()))?;
     println!(
         "instances: {} submitted, {} resolved, {} unresolved, {} empty patch, {} error ({} infrastructure), {} malformed prediction line(s)",

@@ -418,7 +418,7 @@ fn evaluate(
     });
     let p = out.join(dojo_train::report::EVAL_FILE);
     let text = serde_json::to_string_pretty(&eval)?;
-    dojo_cache::write_atomic(&p, text.as_bytes())
+    dojo_rundir::write_atomic(&p, text.as_bytes())
         .with_context(|| format!("writing {}", p.display()))?;
     Ok(eval)
 }

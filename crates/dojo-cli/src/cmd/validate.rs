@@ -187,7 +187,7 @@ fn write_lists(
         out.push('\n');
         n += 1;
     }
-    dojo_cache::write_atomic(path, out.as_bytes())
+    dojo_rundir::write_atomic(path, out.as_bytes())
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(n)
 }

@@ -96,7 +96,7 @@ fn load(path: &Path, root: &Path) -> Option<DirIndex> {
     (ix.schema_version == SCHEMA_VERSION && ix.root == root).then_some(ix)
 }
 
-/// Write the index with [`dojo_cache::write_atomic`]; concurrent writers each publish a complete
+/// Write the index with [`dojo_rundir::write_atomic`]; concurrent writers each publish a complete
 /// file and the last one wins. Best effort: without an index the next scan reads all.
 fn store(path: &Path, ix: &DirIndex) {
     let Some(dir) = path.parent() else { return };
@@ -104,7 +104,7 @@ fn store(path: &Path, ix: &DirIndex) {
         return;
     }
     if let Ok(bytes) = serde_json::to_vec(ix) {
-        let _ = dojo_cache::write_atomic(path, &bytes);
+        let _ = dojo_rundir::write_atomic(path, &bytes);
     }
 }
 

@@ -29,7 +29,8 @@ pub fn home() -> &'static Path {
     })
 }
 
-/// This process's scratch root: `home/` (`$DOJO_HOME`) and the source trees of [`tree`].
+/// This process's scratch root: `home/` (`$DOJO_HOME`) and the source trees of [`tree`] (a
+/// helper process that shares its parent's home puts its trees beside it too).
 fn scratch() -> PathBuf {
     std::env::temp_dir().join(format!("dojo-sbx-test-{}", std::process::id()))
 }
@@ -76,10 +77,8 @@ macro_rules! skip_unless_uv {
 pub fn tree(files: &[(&str, &str)]) -> PathBuf {
     let d = tempfile::Builder::new()
         .prefix("src-")
-        .tempdir_in({
-            home();
-            scratch()
-        })
+        // Beside `$DOJO_HOME`: the scratch root of the process that owns it.
+        .tempdir_in(home().parent().unwrap())
         .unwrap()
         .keep();
     for (p, c) in files {

@@ -1,0 +1,76 @@
+//! The one run-directory kit. Every stage that writes a resumable run (rollout, rl, train,
+//! synth, world records, curate) keeps it in a directory made of the same four parts:
+//!
+//! - a **manifest** ([`manifest`]): what the directory is a run of. Opening decides once
+//!   whether the run is fresh, resumed, or refused because a compared field differs (the error
+//!   names the fields and both values);
+//! - an **append-only JSONL log** ([`log`]): one `write` and one `fdatasync` per record, a torn
+//!   last line (a kill mid-write) cut off on open, damage before the last line refused;
+//! - the **tolerant reader** ([`lines`]) of such files for the stages downstream, which report
+//!   every bad line by file and line and go on;
+//! - **atomic publication** ([`atomic`] for one file, [`checkpoint`] for a directory of files
+//!   with a completion marker, keep-N pruning and leftover cleanup).
+//!
+//! It sits at the bottom of the crate graph (serde and the standard library only), so that the
+//! crash semantics are stated and tested once.
+
+pub mod atomic;
+pub mod checkpoint;
+pub mod lines;
+pub mod log;
+pub mod manifest;
+
+use std::path::{Path, PathBuf};
+
+pub use atomic::write_atomic;
+pub use lines::{JsonlLines, Line};
+pub use log::JsonlLog;
+pub use manifest::{Compare, Manifest, Opened};
+
+/// What went wrong with a run directory. `Io` is the host's (disk, permissions) and may succeed
+/// when retried; the others are the caller's input and will not.
+#[derive(Debug, thiserror::Error)]
+pub enum RunDirError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A damaged line that is not the last one: not something a crash of the writer leaves.
+    #[error("{path} line {line}: corrupted record ({reason}); not a torn tail, refusing to guess")]
+    Corrupt {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+    #[error("{path}: cannot serialise a record: {reason}")]
+    Serialise { path: PathBuf, reason: String },
+    /// A manifest or state file that exists but cannot be read as one.
+    #[error("{path}: invalid: {reason}")]
+    Invalid { path: PathBuf, reason: String },
+    #[error(
+        "{dir} holds a run of another configuration ({}); resume with the same settings or use another --out",
+        .differences.join("; ")
+    )]
+    Mismatch {
+        dir: PathBuf,
+        /// `field: old -> new`, first differing fields first.
+        differences: Vec<String>,
+    },
+    #[error(
+        "{dir} exists, is not empty and holds no run of this kind (no {file}): use another --out"
+    )]
+    NotARun { dir: PathBuf, file: String },
+}
+
+impl RunDirError {
+    pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunDirError + '_ {
+        move |source| RunDirError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+pub type Result<T, E = RunDirError> = std::result::Result<T, E>;
