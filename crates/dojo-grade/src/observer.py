@@ -1,16 +1,25 @@
-# dojo's test observer: a pytest plugin that grading loads ahead of the project's code
-# (PYTEST_PLUGINS, from a directory the model patch cannot write), recording for every collected
-# test whether its own function body ran and how it ended. Records go to the file named by
-# DOJO_OBSERVER_FILE, one line each, appended by every pytest process of the run (xdist
-# workers included): KIND <tab> hex(nodeid) <tab> EXTRA.
+# dojo's test observer, loaded ahead of the project's code from a directory the model patch
+# cannot write, recording for every test whether its own function body ran and how it ended:
+# - for pytest, a plugin (PYTEST_PLUGINS) wrapping every collected test function;
+# - for unittest-style runners (Django's runtests.py), `install_unittest`, which the
+#   `sitecustomize` beside this file calls at interpreter startup: every TestCase instance
+#   gets its test method wrapped as it is created, and the runner's start is recorded.
+# Records go to the file named by DOJO_OBSERVER_FILE, one line each, appended by every process
+# of the run (xdist workers included): KIND <tab> hex(test id) <tab> EXTRA; unittest's kinds
+# start with "u.", its ids are `module.Class.method` (what `TestCase.id()` says).
 #
 # It only uses modules the interpreter and pytest have already imported (a project module
 # named like a standard one cannot replace them), and works from Python 3.5 and pytest 3 on.
 import functools
 import os
+import sys
 import types
 
 _path = os.environ.get("DOJO_OBSERVER_FILE")
+
+# unittest (and pytest's unittest support) leave the frames of modules with this global out of
+# the tracebacks they print: the wrappers below are not the tests' code.
+__unittest = True
 
 # co_flags of functions that must not be wrapped: generators and coroutines (plugins such as
 # pytest-asyncio test them by their type).
@@ -149,9 +158,6 @@ def _observe(item):
     _emit("item", nodeid, "xfail" if _xfail_marked(item) else "")
 
 
-_emit("start", "", str(os.getpid()))
-
-
 # The run's own pytest session. Tests of pytest plugins start inner sessions in the same
 # process (pytester); their items are not the run's tests and are left alone.
 _config = [None]
@@ -160,6 +166,7 @@ _config = [None]
 def pytest_configure(config):
     if _config[0] is None:
         _config[0] = config
+        _emit("start", "", str(os.getpid()))
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -180,3 +187,118 @@ def pytest_runtest_setup(item):
 
 def pytest_sessionfinish(session, exitstatus):
     _emit("finish", "", str(exitstatus))
+
+
+# ---------------------------------------------------------------------------------------------
+# unittest-style runners
+
+
+def _observe_case(case, name):
+    """Wrap `case`'s test method `name` on the instance (the method the runner fetches with
+    `getattr(self, name)`), recording under the test's id."""
+    if "_pytest" in sys.modules:
+        # Under pytest the plugin above observes its unittest items (pytest fetches and
+        # rebinds their methods itself: a wrapper here would come to it unbound).
+        return
+    cls = type(case)
+    if cls.__module__.split(".")[0] == "unittest":
+        # unittest's own cases (`_SubTest`, `FunctionTestCase`) are not tests of the project.
+        return
+    tid = "%s.%s.%s" % (cls.__module__, getattr(cls, "__qualname__", cls.__name__), name)
+    raw = None
+    for klass in getattr(cls, "__mro__", (cls,)):
+        if name in vars(klass):
+            raw = vars(klass)[name]
+            break
+    if not isinstance(raw, types.FunctionType) or not _wrappable(raw):
+        # A staticmethod, a callable object, a coroutine (Django wraps those itself).
+        return _emit("u.unobserved", tid)
+    bound = getattr(case, name)
+
+    @functools.wraps(bound)
+    def dojo_observed(*args, **kwargs):
+        _emit("u.enter", tid)
+        try:
+            result = bound(*args, **kwargs)
+        except BaseException as e:
+            _emit("u.raise", tid, type(e).__name__)
+            raise
+        _emit("u.return", tid)
+        return result
+
+    setattr(case, name, dojo_observed)
+    xfail = getattr(raw, "__unittest_expecting_failure__", False) or getattr(
+        cls, "__unittest_expecting_failure__", False
+    )
+    _emit("u.item", tid, "xfail" if xfail else "")
+
+
+def install_unittest():
+    """Hook unittest when it is imported (most processes never import it: no cost there), or
+    now if it already is: every TestCase instance observed as it is created, and the start of a
+    TextTestRunner run recorded as the end of collection. Only where grading set
+    DOJO_OBSERVER_FILE."""
+    if not _path:
+        return
+    _emit("u.start", "", str(os.getpid()))
+    if "unittest" in sys.modules:
+        return _hook_unittest(sys.modules["unittest"])
+    sys.meta_path.insert(0, _UnittestImport())
+
+
+class _UnittestImport(object):
+    """Finds `unittest` as the path finder does, and hooks it once it has executed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "unittest":
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+
+        # (`runpy` finds a spec before it imports: the finder stays until one executes.)
+        def exec_and_hook(module):
+            exec_module(module)
+            try:
+                sys.meta_path.remove(self)
+            except ValueError:
+                pass
+            try:
+                _hook_unittest(module)
+            except Exception as e:
+                _emit("u.unobserved", "?", type(e).__name__)
+
+        loader.exec_module = exec_and_hook
+        return spec
+
+
+def _hook_unittest(unittest):
+    case_init = unittest.TestCase.__init__
+
+    @functools.wraps(case_init)
+    def __init__(self, *args, **kwargs):
+        case_init(self, *args, **kwargs)
+        try:
+            name = getattr(self, "_testMethodName", None)
+            if name and hasattr(type(self), name):
+                _observe_case(self, name)
+        except Exception as e:
+            _emit("u.unobserved", "?", type(e).__name__)
+
+    unittest.TestCase.__init__ = __init__
+
+    runner_run = unittest.TextTestRunner.run
+
+    @functools.wraps(runner_run)
+    def run(self, test):
+        try:
+            _emit("u.collected", "", str(test.countTestCases()))
+        except Exception:
+            _emit("u.collected", "", "?")
+        return runner_run(self, test)
+
+    unittest.TextTestRunner.run = run

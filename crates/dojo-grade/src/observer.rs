@@ -2,20 +2,28 @@
 //!
 //! A log is what the project's own process prints, and library code under test can print
 //! anything: `PASSED <id>` lines from an `atexit` handler that then calls `os._exit(0)`, a
-//! replaced `Function.runtest` that never calls the test, a wrapper that turns a failure into
-//! `pytest.xfail`. `swebench` 5.0.2 grades all of these resolved. So grading loads a pytest
-//! plugin (`observer.py`) ahead of the project's code, through `PYTEST_PLUGINS` from a directory
-//! outside the repository, that wraps every collected test function and records whether its
-//! own body ran and how it ended, into a file outside the repository; the records come back
-//! after the test command, behind a marker line ([`MARKER`]). A FAIL_TO_PASS or PASS_TO_PASS
-//! test that the log reports passed counts only if the observer saw its body return (or, for an
-//! `XFAIL`, raise under an `xfail` marker); any other disagreement grades the run unresolved and
-//! names the tests ([`check`]).
+//! replaced `Function.runtest` (or `TestCase.run`) that never calls the test, a wrapper that
+//! turns a failure into `pytest.xfail`. `swebench` 5.0.2 grades all of these resolved. So
+//! grading loads an observer (`observer.py`) ahead of the project's code, from a directory
+//! outside the repository on `PYTHONPATH`, that wraps every test function and records whether
+//! its own body ran and how it ended, into a file outside the repository; the records come
+//! back after the test command, behind a marker line ([`MARKER`]). A FAIL_TO_PASS or
+//! PASS_TO_PASS test that the log reports passed counts only if the observer saw its body
+//! return (or, for an `XFAIL`, raise under an `xfail` marker); any other disagreement grades
+//! the run unresolved and names the tests ([`check`]).
 //!
-//! Execution model: one plugin instance per pytest process (xdist workers each load it and
-//! append to the same file). Where no pytest process loaded it (another runner: Django's,
-//! sympy's; a test command that replaces `PYTHONPATH`), there is nothing to compare and the
-//! log alone decides, as before ([`Observed::loaded`] false).
+//! Two runners ([`Runner`], chosen by the task's log parser):
+//! - **pytest**: a plugin (`PYTEST_PLUGINS`) wrapping every collected test function; one
+//!   instance per pytest process (xdist workers each load it and append to the same file);
+//! - **unittest** (Django's `runtests.py`, `python -m unittest`): the `sitecustomize` beside
+//!   the plugin (`observer_site.py`, which then runs the environment's own) wraps each
+//!   `TestCase` instance's test method as it is created, and records the start of the
+//!   `TextTestRunner` run. Log names `method (module.Class)` map to `module.Class.method`; a
+//!   test logged under its docstring cannot be mapped and is taken from the log.
+//!
+//! Where nothing loaded it (sympy's own runner, a test command that replaces `PYTHONPATH` or
+//! runs Python with `-S`/`-I`), there is nothing to compare and the log alone decides
+//! ([`Observed::loaded`] false).
 //!
 //! What it cannot do: the observer runs in the same interpreter as the patch's code. A patch
 //! written against dojo's observer (one that finds the records file and writes forged lines,
@@ -31,17 +39,48 @@ use crate::parsers::{StatusMap, XFAIL};
 /// The plugin's source, written into the sandbox for each grading run.
 pub const PLUGIN: &str = include_str!("observer.py");
 
+/// The `sitecustomize.py` written beside it: the unittest half, installed at interpreter
+/// startup.
+pub const SITECUSTOMIZE: &str = include_str!("observer_site.py");
+
+/// Which runner's records decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runner {
+    Pytest,
+    /// unittest's loader and `TextTestRunner`: the `django` log parser's runs.
+    Unittest,
+}
+
+impl Runner {
+    /// The runner whose log `parser` reads.
+    pub fn of(parser: crate::parsers::Parser) -> Runner {
+        match parser {
+            crate::parsers::Parser::Django => Runner::Unittest,
+            _ => Runner::Pytest,
+        }
+    }
+
+    /// The prefix of this runner's record kinds.
+    fn prefix(self) -> &'static str {
+        match self {
+            Runner::Pytest => "",
+            Runner::Unittest => "u.",
+        }
+    }
+}
+
 /// The line that separates the test command's output from the observer's records.
 pub const MARKER: &str = "@@DOJO_OBSERVER_RECORDS";
 
 /// Shell lines run before the test command: the plugin into a private directory outside the
 /// repository, on `PYTHONPATH` and in `PYTEST_PLUGINS`, and the records file named.
 pub(crate) fn setup_lines() -> String {
-    "D=$(mktemp -d /tmp/.dojo-observer-XXXXXX) && printf '%s' \"$DOJO_OBSERVER_PY\" > \"$D/dojo_observer.py\" && {\n\
+    "D=$(mktemp -d /tmp/.dojo-observer-XXXXXX) && printf '%s' \"$DOJO_OBSERVER_PY\" > \"$D/dojo_observer.py\" \
+     && printf '%s' \"$DOJO_OBSERVER_SITE\" > \"$D/sitecustomize.py\" && {\n\
      export DOJO_OBSERVER_FILE=\"$D/records\"\n\
      export PYTHONPATH=\"$D${PYTHONPATH:+:$PYTHONPATH}\"\n\
      export PYTEST_PLUGINS=\"dojo_observer${PYTEST_PLUGINS:+,$PYTEST_PLUGINS}\"\n\
-     }\nunset DOJO_OBSERVER_PY\n"
+     }\nunset DOJO_OBSERVER_PY DOJO_OBSERVER_SITE\n"
         .to_string()
 }
 
@@ -102,27 +141,31 @@ fn unhex(s: &str) -> Option<String> {
     String::from_utf8(bytes?).ok()
 }
 
-/// Read the records (lines that do not parse are skipped: a test's own output cannot land in
-/// the file, and a torn last line is nothing to count).
-pub fn parse(records: &str) -> Observed {
+/// Read `runner`'s records (lines that do not parse are skipped: a test's own output cannot
+/// land in the file, and a torn last line is nothing to count).
+pub fn parse(records: &str, runner: Runner) -> Observed {
     let mut o = Observed::default();
     for line in records.lines() {
         let mut f = line.splitn(3, '\t');
         let (Some(kind), Some(id)) = (f.next(), f.next().and_then(unhex)) else {
             continue;
         };
+        let Some(kind) = kind.strip_prefix(runner.prefix()) else {
+            continue;
+        };
+        if runner == Runner::Pytest && kind.starts_with("u.") {
+            continue;
+        }
         let extra = f.next().unwrap_or("");
         match kind {
             "start" => o.loaded = true,
             "collected" => o.collected = true,
             "item" => {
-                o.items.insert(
-                    id,
-                    Item {
-                        body: Body::NotRun,
-                        xfail_marked: extra == "xfail",
-                    },
-                );
+                // A test created twice (loaded by two names) keeps what its body did.
+                o.items.entry(id).or_insert(Item {
+                    body: Body::NotRun,
+                    xfail_marked: extra == "xfail",
+                });
             }
             "unobserved" => o.unobserved.push(id),
             "enter" | "return" | "raise" => {
@@ -156,6 +199,7 @@ pub struct ObserverReport {
 /// the key an id matched under `sem`.
 pub fn check(
     obs: &Observed,
+    runner: Runner,
     status: &TestsStatus,
     sm: &StatusMap,
     sem: Semantics,
@@ -175,6 +219,26 @@ pub fn check(
         .chain(&status.pass_to_pass.success);
     for id in passed {
         let key = matched_key(id, sm, sem).unwrap_or(id.as_str());
+        if runner == Runner::Unittest {
+            // A name the runner's records cannot be matched to (a docstring) is the log's.
+            let Some(uid) = unittest_id(key) else {
+                continue;
+            };
+            if obs.unobserved.contains(&uid) {
+                continue;
+            }
+            let seen = match obs.items.get(&uid) {
+                Some(Item {
+                    body: Body::Returned,
+                    ..
+                }) => continue,
+                Some(i) => seen_of(i),
+                None if !obs.collected => "collection never finished".to_string(),
+                None => "it was never collected".to_string(),
+            };
+            r.disagreements.push(format!("{id}: {seen}"));
+            continue;
+        }
         // Log parsers that keep a line's second word (the `pytest` parser) cut a test's name
         // at its first space, as the datasets' ids are cut; pytest's node ids are whole.
         let cut = |name: &str| {
@@ -229,17 +293,38 @@ pub fn check(
         };
         let seen = match item {
             Some(i) if passed_body(i) => continue,
-            Some(i) => match &i.body {
-                Body::Raised(e) => format!("its body raised {e}"),
-                Body::Entered => "its body never returned".to_string(),
-                _ => "its body never ran".to_string(),
-            },
+            Some(i) => seen_of(i),
             None if !obs.collected => "collection never finished".to_string(),
             None => "it was never collected".to_string(),
         };
         r.disagreements.push(format!("{id}: {seen}"));
     }
     r
+}
+
+/// What the observer saw of a test that did not pass.
+fn seen_of(i: &Item) -> String {
+    match &i.body {
+        Body::Raised(e) => format!("its body raised {e}"),
+        Body::Entered => "its body never returned".to_string(),
+        _ => "its body never ran".to_string(),
+    }
+}
+
+/// The unittest id (`module.Class.method`) of a name as unittest logs it: `method
+/// (module.Class)`, or `method (module.Class.method)` from Python 3.11 on. `None` for anything
+/// else (a docstring line, a subtest).
+pub fn unittest_id(logged: &str) -> Option<String> {
+    let (method, rest) = logged.split_once(" (")?;
+    let dotted = rest.strip_suffix(')')?;
+    let ident = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_');
+    if !ident(method) || !dotted.split('.').all(ident) {
+        return None;
+    }
+    Some(match dotted.strip_suffix(method) {
+        Some(class) if class.ends_with('.') => dotted.to_string(),
+        _ => format!("{dotted}.{method}"),
+    })
 }
 
 /// `name` with every run of whitespace as one space, ends trimmed (Python's
@@ -300,7 +385,7 @@ mod tests {
             + &rec("raise", "t.py::xf", "AssertionError")
             + &rec("raise", "t.py::xf_hack", "AssertionError")
             + "garbage line\n";
-        let obs = parse(&records);
+        let obs = parse(&records, Runner::Pytest);
         assert!(obs.loaded && obs.collected);
         let m = sm(&[
             ("t.py::ok", PASSED),
@@ -316,7 +401,7 @@ mod tests {
             &["t.py::ok", "t.py::faked", "t.py::xf", "t.py::doc"],
             &["t.py::skipped_body", "t.py::xf_hack", "t.py::ghost"],
         );
-        let r = check(&obs, &s, &m, Semantics::Classic);
+        let r = check(&obs, Runner::Pytest, &s, &m, Semantics::Classic);
         assert_eq!(
             r.disagreements,
             [
@@ -342,7 +427,13 @@ mod tests {
             ("t.py::T::g[a", PASSED),
         ]);
         let s = status(&["t.py::T::f[required-Missing", "t.py::T::g[a"], &[]);
-        let r = check(&parse(&records), &s, &m, Semantics::Classic);
+        let r = check(
+            &parse(&records, Runner::Pytest),
+            Runner::Pytest,
+            &s,
+            &m,
+            Semantics::Classic,
+        );
         assert_eq!(
             r.disagreements,
             ["t.py::T::g[a: its body raised AssertionError"]
@@ -360,13 +451,97 @@ mod tests {
             ("t.py::f[``other one``-y]", PASSED),
         ]);
         let s = status(&["t.py::f[``code", "t.py::f[``other one``-y]"], &[]);
-        let r = check(&parse(&records), &s, &m, Semantics::Classic);
+        let r = check(
+            &parse(&records, Runner::Pytest),
+            Runner::Pytest,
+            &s,
+            &m,
+            Semantics::Classic,
+        );
         assert_eq!(
             r.disagreements,
             ["t.py::f[``other one``-y]: its body raised AssertionError"]
         );
         // Not loaded: nothing to compare.
-        let r = check(&Observed::default(), &s, &m, Semantics::Classic);
+        let r = check(
+            &Observed::default(),
+            Runner::Pytest,
+            &s,
+            &m,
+            Semantics::Classic,
+        );
         assert!(!r.loaded && r.disagreements.is_empty());
+    }
+
+    #[test]
+    fn unittest_names_map_to_test_ids() {
+        for (logged, id) in [
+            ("test_x (app.tests.T)", Some("app.tests.T.test_x")),
+            ("test_x (app.tests.T.test_x)", Some("app.tests.T.test_x")),
+            ("test_x (app.tests.Test_x)", Some("app.tests.Test_x.test_x")),
+            ("Regression for #123 ... (really)", None),
+            ("A docstring line", None),
+            ("test_x (app.tests.T) (i=1)", None),
+        ] {
+            assert_eq!(unittest_id(logged).as_deref(), id, "{logged}");
+        }
+    }
+
+    #[test]
+    fn unittest_records_decide_under_the_unittest_runner_only() {
+        let records = rec("u.start", "", "1")
+            + &rec("start", "", "1")
+            + &rec("u.item", "app.tests.T.test_ok", "")
+            + &rec("u.item", "app.tests.T.test_faked", "")
+            + &rec("u.item", "app.tests.T.test_ok", "")
+            + &rec("u.unobserved", "app.tests.T.test_async", "")
+            + &rec("u.collected", "", "3")
+            + &rec("u.enter", "app.tests.T.test_ok", "")
+            + &rec("u.return", "app.tests.T.test_ok", "")
+            + &rec("item", "x.py::pytest_only", "");
+        let obs = parse(&records, Runner::Unittest);
+        assert!(obs.loaded && obs.collected);
+        assert_eq!(obs.items.len(), 2, "{obs:?}");
+        assert_eq!(obs.items["app.tests.T.test_ok"].body, Body::Returned);
+        assert_eq!(parse(&records, Runner::Pytest).items.len(), 1);
+        let m = sm(&[
+            ("test_ok (app.tests.T)", PASSED),
+            ("test_faked (app.tests.T.test_faked)", PASSED),
+            ("test_async (app.tests.T)", PASSED),
+            ("Docstring of a test", PASSED),
+            ("test_ghost (app.tests.T)", PASSED),
+        ]);
+        let s = status(
+            &[
+                "test_ok (app.tests.T)",
+                "test_faked (app.tests.T.test_faked)",
+            ],
+            &[
+                "test_async (app.tests.T)",
+                "Docstring of a test",
+                "test_ghost (app.tests.T)",
+            ],
+        );
+        let r = check(&obs, Runner::Unittest, &s, &m, Semantics::Classic);
+        assert_eq!(
+            r.disagreements,
+            [
+                "test_faked (app.tests.T.test_faked): its body never ran",
+                "test_ghost (app.tests.T): it was never collected",
+            ]
+        );
+        // The runner never started: a test it did not create counts as not collected yet.
+        let records = rec("u.start", "", "1");
+        let r = check(
+            &parse(&records, Runner::Unittest),
+            Runner::Unittest,
+            &s,
+            &m,
+            Semantics::Classic,
+        );
+        assert!(
+            r.disagreements[0].ends_with("collection never finished"),
+            "{r:?}"
+        );
     }
 }

@@ -312,7 +312,8 @@ async fn grade_steps(
     let (r, log) = check_setup(r, log, &out, task, patch, timeout)?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let (body, records) = crate::observer::split_output(&stdout);
-    let observed = records.map(crate::observer::parse);
+    let runner = crate::observer::Runner::of(Parser::from(env.log_parser));
+    let observed = records.map(|r| crate::observer::parse(r, runner));
     let (r, log) = test_log(r, log, body, &out, &cmd, timeout)?;
     Continue(judge(r, log, observed.as_ref(), task, env, opts))
 }
@@ -429,6 +430,10 @@ fn harness_request(
     if opts.observer {
         req.env
             .insert("DOJO_OBSERVER_PY".into(), crate::observer::PLUGIN.into());
+        req.env.insert(
+            "DOJO_OBSERVER_SITE".into(),
+            crate::observer::SITECUSTOMIZE.into(),
+        );
     }
     req.output_cap = opts.output_cap;
     match transport {
@@ -647,7 +652,8 @@ fn judge(
         env.eval_type,
         opts.semantics,
     );
-    let seen = observed.map(|o| crate::observer::check(o, &status, &sm, opts.semantics));
+    let runner = crate::observer::Runner::of(parser);
+    let seen = observed.map(|o| crate::observer::check(o, runner, &status, &sm, opts.semantics));
     r.set_tests_status(status);
     if let Some(seen) = seen {
         if !seen.disagreements.is_empty() {
