@@ -41,6 +41,7 @@ pub mod parsers;
 pub mod predictions;
 pub mod report;
 pub mod run;
+mod script;
 
 pub use grading::{
     EvalType, GoldLists, ResolvedStatus, Semantics, SuccessFailure, TestsStatus, derive_lists,
