@@ -65,22 +65,37 @@ _current = [None]
 
 def _wrap(nodeids, fn):
     """`fn` recording its calls for the tests `nodeids` (a set: a method on a class serves every
-    parametrization of it; the running one is `_current`, set at each test's setup)."""
+    parametrization of it; the running one is `_current`, set at each test's setup).
 
-    @functools.wraps(fn)
+    The wrapper runs with `fn`'s module globals: pytest evaluates string conditions
+    (`skipif("not HAS_BS4")`) in the test function's `__globals__`. So it names nothing of this
+    module's but through its closure (`emit`, `current`), and builtins."""
+    emit, current = _emit, _current
+
     def dojo_observed(*args, **kwargs):
-        nodeid = _current[0]
+        __tracebackhide__ = True  # pytest leaves this frame out of failure reports
+        nodeid = current[0]
         if nodeid not in nodeids:
             return fn(*args, **kwargs)
-        _emit("enter", nodeid)
+        emit("enter", nodeid)
         try:
             result = fn(*args, **kwargs)
         except BaseException as e:
-            _emit("raise", nodeid, type(e).__name__)
+            emit("raise", nodeid, type(e).__name__)
             raise
-        _emit("return", nodeid)
+        emit("return", nodeid)
         return result
 
+    g = getattr(fn, "__globals__", None)
+    if isinstance(g, dict):
+        dojo_observed = types.FunctionType(
+            dojo_observed.__code__,
+            g,
+            dojo_observed.__name__,
+            dojo_observed.__defaults__,
+            dojo_observed.__closure__,
+        )
+    functools.update_wrapper(dojo_observed, fn)
     dojo_observed._dojo_nodeids = nodeids
     return dojo_observed
 

@@ -1,6 +1,8 @@
 //! The test observer on the shapes real suites use (found on SWE-bench's astroid and
 //! marshmallow): test methods that are static, class methods, inherited, parametrized on a
-//! class, unittest-style, xfail-marked, reading `request.instance`, with ids cut at a space.
+//! class, unittest-style, xfail-marked, reading `request.instance`, with ids cut at a space,
+//! and string `skipif` / `xfail` conditions that name the test module's globals (astropy's
+//! `skipif("not HAS_BS4")`, which pytest evaluates in the test function's `__globals__`).
 //! Graded with the observer, every honest test still passes, the observer saw every body, and
 //! nothing disagrees. Real pytest in a real sandbox.
 //!
@@ -18,6 +20,9 @@ use serde_json::json;
 
 const SHAPES: &str = r#"import unittest
 import pytest
+
+HAS_THING = True
+MISSING = False
 
 
 @pytest.fixture
@@ -46,6 +51,19 @@ class TestShapes:
     @pytest.mark.xfail(reason="known")
     def test_known(self):
         assert False
+
+    @pytest.mark.skipif("not HAS_THING")
+    def test_string_skipif(self):
+        assert HAS_THING
+
+    @pytest.mark.xfail("MISSING", reason="only where MISSING")
+    def test_string_xfail(self):
+        assert True
+
+
+@pytest.mark.skipif("not HAS_THING")
+def test_module_string_skipif():
+    assert HAS_THING
 
 
 class UBase(unittest.TestCase):
@@ -83,6 +101,9 @@ async fn honest_tests_of_every_shape_pass_under_the_observer() {
         "tests/test_shapes.py::TestShapes::test_param[Missing",
         "tests/test_shapes.py::TestShapes::test_param[May",
         "tests/test_shapes.py::TestShapes::test_known",
+        "tests/test_shapes.py::TestShapes::test_string_skipif",
+        "tests/test_shapes.py::TestShapes::test_string_xfail",
+        "tests/test_shapes.py::test_module_string_skipif",
         "tests/test_shapes.py::UBase::test_base",
         "tests/test_shapes.py::UBase::test_ustatic",
         "tests/test_shapes.py::UChild::test_base",
