@@ -272,23 +272,26 @@ pub fn run_sft(
     let fingerprint = model.fingerprint();
     let cfg_json = serde_json::to_value(cfg).map_err(|e| TrainError::Config(e.to_string()))?;
     // A new run, or the same run resumed: same model, same data, same settings but for how
-    // long it runs and how often it saves.
-    dojo_rundir::Manifest {
+    // long it runs and how often it saves (rewritten then: the report shows the current ones).
+    let manifest = dojo_rundir::Manifest {
         require_empty: true,
         ..dojo_rundir::Manifest::new(
             out,
             "run.json",
             dojo_rundir::Compare::AllBut(RESUMABLE_CHANGES),
         )
-    }
-    .open(&json!({
+    };
+    let current = json!({
         "schema_version": TRAIN_SCHEMA_VERSION,
         "kind": "sft",
         "model": fingerprint,
         "source": src.path(),
         "data": {"path": dataset.report.path, "sha256": data_sha, "report": dataset.report},
         "config": cfg_json,
-    }))?;
+    });
+    if let dojo_rundir::Opened::Resumed(_) = manifest.open(&current)? {
+        manifest.write(&current)?;
+    }
     dojo_rundir::checkpoint::clean(out, &["final", "merged"])?;
 
     let samples: Vec<Sample> = dataset.samples;

@@ -33,9 +33,10 @@ pub struct CommonArgs {
     /// Override every environment's test timeout (seconds).
     #[arg(long, value_parser = crate::args::positive::<u64>())]
     pub timeout: Option<u64>,
-    /// Grade from the test log alone, without the test observer (a pytest plugin that checks
-    /// that each test reported passed ran its body and returned; see README, *Grading*). For
-    /// comparing with the official harness's view, or a suite the observer misreads.
+    /// Grade from the test log alone, without the test observer (loaded into pytest and
+    /// unittest runs, it checks that each test reported passed ran its body and returned; see
+    /// README, *Grading*). For comparing with the official harness's view, or a suite the
+    /// observer misreads.
     #[arg(long)]
     pub no_observer: bool,
     /// No progress bar.
