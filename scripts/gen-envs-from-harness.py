@@ -27,7 +27,11 @@ What the transcription does, per harness key (envs/README.md describes the targe
 - `nano_cpus` -> `cpus`.
 - `test_cmd` -> `test_cmd`; the log parser is the harness's MAP_REPO_TO_PARSER (log_parsers).
 - no harness key -> `exclude_newer` in [default] for the repositories of EXCLUDE_NEWER (the
-  day their images' unpinned packages are taken from); such a file says schema_version = 4.
+  day their images' unpinned packages are taken from), in the version tables of
+  EXCLUDE_NEWER_VERSIONS; such a file says schema_version = 4.
+- a conda list's setuptools pin is also installed on its own first (`pre_install`), as
+  `conda create` has it in place before pip's step builds `pip_packages`; astropy < 4's
+  astropy_helpers submodule and the harness's pip are `pre_install` steps too (AH_HELPERS).
 
 Installer rule (`installer = "pip"` vs uv's default): pip wherever the harness's pip semantics
 matter, i.e. when any of these holds, else uv:
@@ -101,6 +105,55 @@ EXCLUDE_NEWER = {
     "pydata/xarray": "2024-06-01",
 }
 
+# astropy < 4 has no pyproject.toml: `setup.py` imports ah_bootstrap, which takes astropy_helpers
+# from the git submodule of that name. The harness's image cloned without submodules; at install
+# time ah_bootstrap ran `git submodule update` (GitHub), and the harness's pip (2023-24) installed
+# the project with `setup.py develop` in the venv (its setuptools and numpy, pip importable).
+# Here (pre_install steps, in this order):
+# - TEST_EXTRAS: the `[test]` extra's unpinned packages (3.1's setup.cfg), installed by pip 26 as
+#   of EXCLUDE_NEWER_VERSIONS' day, so that the project's install (pip 23, no date) finds them
+#   satisfied. Today's (matplotlib 3.9 with pyparsing 3.3, whose `enablePackrat` deprecation
+#   warning astropy's `filterwarnings = error` turns into an error) broke astropy-8872's tests.
+# - HARNESS_PIP: for Python >= 3.9 (3.x), pip 23.3.2 (the newest as of that day) with the
+#   version's setuptools pin: it still runs `setup.py develop` for a project without
+#   pyproject.toml (the install reads no pip.conf, see transcribe). pip 26 builds through PEP 660
+#   in an isolated environment with the newest setuptools, which has no `pkg_resources`
+#   (ah_bootstrap imports it) and no pip (ah_bootstrap and `setup_requires` fetch with
+#   `python -m pip`). Python 3.6's newest pip (21.3, astropy < 3) runs `setup.py develop` anyway.
+# - AH_HELPERS: the astropy-helpers release nearest the instances' submodule commits, its sdist
+#   unpacked where the submodule would be (no GitHub needed; its metadata is built with the
+#   setuptools pin, which has pkg_resources). 1.3: 3.0.2 (submodules 071fd45 = v3.0rc2 ..
+#   7f11678, Jan-Jul 2018); 3.1: 3.2.1 (32b440b = v3.2rc2, ba37342; setup.py imports
+#   `setup_helpers.setup`, new in 3.2). Versions without a Verified or Lite instance (0.1-1.2,
+#   3.0, 3.2) get no helpers: not measured.
+AH_HELPERS = {"astropy/astropy": {"1.3": "3.0.2", "3.1": "3.2.1"}}
+HARNESS_PIP = {"astropy/astropy": {v: "23.3.2" for v in ("3.0", "3.1", "3.2")}}
+TEST_EXTRAS = {"astropy/astropy": {"3.1": "pytest-mpl objgraph ipython coverage skyfield"}}
+EXCLUDE_NEWER_VERSIONS = {"astropy/astropy": {v: "2024-01-01" for v in ("3.0", "3.1", "3.2")}}
+
+
+def helpers_steps(repo, version, reqs):
+    """The pre_install steps of astropy < 4 (above), in their order."""
+    steps = []
+    extras = TEST_EXTRAS.get(repo, {}).get(version)
+    if extras:
+        steps.append(f"python -m pip install {extras}")
+    if version in HARNESS_PIP.get(repo, {}):
+        pins = [r for r in reqs if req_name(r) == "setuptools" and "==" in r]
+        steps.append(
+            " ".join(["python -m pip install", f"pip=={HARNESS_PIP[repo][version]}", *pins])
+        )
+    h = AH_HELPERS.get(repo, {}).get(version)
+    if h:
+        steps.append(
+            "python -m pip download --no-deps --no-binary :all: --no-build-isolation "
+            f"-d /tmp/ah astropy-helpers=={h} && mkdir -p astropy_helpers && "
+            f"tar -xzf /tmp/ah/astropy-helpers-{h}.tar.gz "
+            "-C astropy_helpers --strip-components=1 --no-same-owner"
+        )
+    return steps
+
+
 # The harness's `"packages": "environment.yml"` (conda) for xarray is the repository's
 # ci/requirements/environment.yml at the instance's environment_setup_commit, applied before
 # `pip_packages`. dojo has no conda: its packages that have PyPI wheels are installed from
@@ -142,6 +195,8 @@ KEY_ORDER = [
     "timeout_s", "test_directives",
 ]
 
+# The pre_install steps the generator adds (not the harness's own): see render().
+GENERATED_PRE = set()
 SYSTEM_CMD = re.compile(r"apt-get|locale-gen|/etc/")
 
 
@@ -198,8 +253,22 @@ def transcribe(repo, version, spec, reqs_paths):
         notes.append("conda environment.yml (packages = environment.yml): not installed")
     elif pkgs:
         conda = shlex.split(pkgs)
+    # `conda create` installs a setuptools pin before pip's step, and pip_packages' sdists build
+    # against it (astropy < 3: setuptools==38.2.4; MarkupSafe 1.0's setup.py imports
+    # `setuptools.Feature`, gone since setuptools 46). The requirements are one pip run, so the
+    # pin gets its own step first, in the venv, before them.
+    first = [r for r in conda if req_name(r) == "setuptools" and "==" in r]
+    gen = [f"python -m pip install {shlex.quote(r)}" for r in first]
     t["requirements"] = merge(conda, spec.get("pip_packages", []))
+    gen += helpers_steps(repo, version, t["requirements"])
+    GENERATED_PRE.update(gen)
+    t["pre_install"] = gen + pre
     install = spec.get("install", "")
+    if version in HARNESS_PIP.get(repo, {}):
+        # dojo writes `config-settings = editable_mode=compat` into the venv's pip.conf, and a
+        # config setting makes pip < 25.3 build through PEP 517 (isolated, newest setuptools)
+        # instead of the harness pip's `setup.py develop`: this install reads no config file.
+        install = f"PIP_CONFIG_FILE=/dev/null {install}"
     if install.strip() == "python -m pip install -e .":
         t["editable"], t["install"] = True, []
     else:
@@ -227,6 +296,8 @@ def transcribe(repo, version, spec, reqs_paths):
     if spec.get("no_use_env"):
         notes.append("no_use_env (conda: environment.yml applied to the base env)")
     t["test_cmd"] = spec["test_cmd"]
+    if version in EXCLUDE_NEWER_VERSIONS.get(repo, {}):
+        t["exclude_newer"] = EXCLUDE_NEWER_VERSIONS[repo][version]
     return t, notes
 
 
@@ -282,6 +353,13 @@ def render(repo, specs, reqs_paths):
         if k in ("requirements_file", "cpus") and len(set(vals)) > 1:
             continue
         best = max(vals, key=vals.count)
+        if k == "pre_install" and any(
+            c in GENERATED_PRE for v in versions for c in tables[v][k]
+        ):
+            # The install steps the generator adds (astropy < 4) stay in their versions' tables:
+            # [default] keeps the harness's default, none.
+            default[k] = []
+            continue
         default[k] = next(tables[v][k] for v in versions if repr(tables[v].get(k)) == best)
     default = {k: x for k, x in default.items() if BUILTIN.get(k, object()) != x}
     if repo in EXCLUDE_NEWER:
@@ -295,7 +373,7 @@ def render(repo, specs, reqs_paths):
         v: {k: x for k, x in tables[v].items() if inherited(k) != x} for v in versions
     }
     out = [header(repo, versions, tables, notes)]
-    schema = schema_version(default)
+    schema = schema_version(default, per_version)
     out.append(f"schema_version = {schema}\n")
     out.append(f'repo = "{repo}"\n\n[default]\n')
     out.append(table_text(default))
@@ -309,9 +387,10 @@ def render(repo, specs, reqs_paths):
     return text, tables, notes
 
 
-def schema_version(default):
+def schema_version(default, per_version):
     """The lowest schema the file needs: 4 for `exclude_newer`, else 3 (`pre_install` etc.)."""
-    return 4 if "exclude_newer" in default else 3
+    tables = [default, *per_version.values()]
+    return 4 if any("exclude_newer" in t for t in tables) else 3
 
 
 def header(repo, versions, tables, notes):
