@@ -267,25 +267,6 @@ fn load_checkpoint(
     Ok((st, opt))
 }
 
-/// Open the log `file` for appending, keeping the records whose `step` is at most `step` (the
-/// later steps run again after a resume from that checkpoint).
-fn open_log(file: &Path, step: u64) -> Result<dojo_rundir::JsonlLog, RlError> {
-    let opened = dojo_rundir::JsonlLog::open::<Json>(file)?;
-    if opened.truncated_bytes > 0 {
-        tracing::warn!(
-            "{}: dropped a torn last line ({} bytes) left by an interrupted run",
-            file.display(),
-            opened.truncated_bytes
-        );
-    }
-    let kept = opened.log.retain(|v: &Json| {
-        v.get("step")
-            .and_then(Json::as_u64)
-            .is_some_and(|s| s <= step)
-    })?;
-    Ok(kept.log)
-}
-
 /// Run (or resume) `cfg.steps` steps of RL on `tasks` into `out`. `model` holds the base
 /// weights (with LoRA enabled when `cfg.lora_rank` is set); `model_id` names where they came
 /// from; `reference` is the frozen reference policy, needed when `loss.kl_coef > 0`.
@@ -332,8 +313,8 @@ pub fn run(
         }
         None => (0, AdamW::new(cfg.optim.adamw()), None),
     };
-    let metrics = open_log(&out.join(METRICS_FILE), start)?;
-    let evals = open_log(&out.join(EVAL_FILE), start)?;
+    let metrics = checkpoint::open_step_log(&out.join(METRICS_FILE), start)?;
+    let evals = checkpoint::open_step_log(&out.join(EVAL_FILE), start)?;
     let mut last = None;
     for step in start + 1..=cfg.steps {
         let m = one_step(step, cfg, model, reference, tasks, env, &mut opt)?;
@@ -459,17 +440,5 @@ mod tests {
         assert_eq!(tasks_for_step(&t, 3, 1, 5), tasks_for_step(&t, 3, 1, 5));
         assert_eq!(tasks_for_step(&t, 3, 1, 5).len(), 3);
         assert_eq!(tasks_for_step(&t, 30, 1, 5).len(), 10);
-    }
-
-    #[test]
-    fn truncation_keeps_earlier_steps() {
-        let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("m.jsonl");
-        std::fs::write(&f, "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n").unwrap();
-        drop(open_log(&f, 2).unwrap());
-        assert_eq!(
-            std::fs::read_to_string(&f).unwrap(),
-            "{\"step\":1}\n{\"step\":2}\n"
-        );
     }
 }

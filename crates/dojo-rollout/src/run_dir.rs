@@ -284,14 +284,8 @@ pub async fn run_rollout_with_world<A: AgentLoop>(
     check_manifest(&opts.out, &manifest)?;
     let store_path = opts.out.join("trajectories.jsonl");
     let store = Arc::new(Store::<Trajectory>::open(&store_path)?);
+    // (A torn last record was cut, with a warning, by the log itself: that sample runs again.)
     let recovery = store.recovery().clone();
-    if recovery.truncated_bytes > 0 {
-        eprintln!(
-            "warning: {}: dropped a torn last record ({} bytes) left by an interrupted run; that sample runs again",
-            store_path.display(),
-            recovery.truncated_bytes
-        );
-    }
     for k in &recovery.duplicates {
         eprintln!(
             "warning: {}: duplicate record {k} ignored (first kept)",

@@ -4,8 +4,8 @@
 //! `fdatasync`; only then does [`JsonlLog::append`] return. After `kill -9` (or a power loss)
 //! the file holds every synced record intact followed by at most one torn line. [`JsonlLog::open`]
 //! detects the torn tail (no final newline, or a last line that does not parse as a record),
-//! truncates it away and reports how many bytes went ([`Opened::truncated_bytes`]); the caller
-//! warns and does that piece of work again. A damaged line *before* the last one cannot come
+//! truncates it away, warns (the one warning every stage's log gives) and reports how many bytes
+//! went ([`Opened::truncated_bytes`]); the caller does that piece of work again. A damaged line *before* the last one cannot come
 //! from a crash of this writer, so it is refused as [`RunDirError::Corrupt`] with its line
 //! number instead of being dropped. Blank lines are skipped.
 //!
@@ -62,6 +62,11 @@ impl JsonlLog {
         let (records, good_len) = scan(path, &file)?;
         let total = file.metadata().map_err(io(path))?.len();
         if good_len < total {
+            tracing::warn!(
+                "{}: cut a torn last line ({} bytes) left by an interrupted run; what it recorded runs again",
+                path.display(),
+                total - good_len
+            );
             file.set_len(good_len).map_err(io(path))?;
             file.sync_all().map_err(io(path))?;
         }
@@ -116,33 +121,26 @@ impl JsonlLog {
             .map_err(RunDirError::io(&self.path))?;
         file.sync_data().map_err(RunDirError::io(&self.path))
     }
+}
 
-    /// Keep only the records for which `keep` holds, rewriting the file atomically (a kill
-    /// during the rewrite leaves the old file whole). Used on resume to drop the records of
-    /// work that runs again (an RL step after the last checkpoint).
-    pub fn retain<T: Serialize + DeserializeOwned>(
-        self,
-        mut keep: impl FnMut(&T) -> bool,
-    ) -> Result<Opened<T>> {
-        let path = self.path.clone();
-        drop(self);
-        let opened = JsonlLog::open::<T>(&path)?;
-        let n = opened.records.len();
-        let kept: Vec<(usize, T)> = opened
+impl<T: Serialize> Opened<T> {
+    /// Keep only the records for which `keep` holds, rewriting the file atomically when any
+    /// goes (a kill during the rewrite leaves the old file whole), from the records already
+    /// read. Used on resume to drop the records of work that runs again (an RL step after the
+    /// last checkpoint).
+    pub fn retain(self, mut keep: impl FnMut(&T) -> bool) -> Result<Opened<T>> {
+        if self.records.iter().all(|(_, r)| keep(r)) {
+            return Ok(self);
+        }
+        let kept: Vec<T> = self
             .records
             .into_iter()
-            .filter(|(_, r)| keep(r))
+            .map(|(_, r)| r)
+            .filter(|r| keep(r))
             .collect();
-        if kept.len() == n {
-            return Ok(Opened {
-                records: kept,
-                ..opened
-            });
-        }
-        let truncated_bytes = opened.truncated_bytes;
-        drop(opened.log);
+        let path = self.log.path;
         let mut body = Vec::new();
-        for (_, r) in &kept {
+        for r in &kept {
             serde_json::to_writer(&mut body, r).map_err(|e| RunDirError::Serialise {
                 path: path.clone(),
                 reason: e.to_string(),
@@ -150,10 +148,22 @@ impl JsonlLog {
             body.push(b'\n');
         }
         crate::atomic::write_atomic(&path, &body).map_err(RunDirError::io(&path))?;
-        let reopened = JsonlLog::open::<T>(&path)?;
+        // An append handle on the file now at `path` (the rewrite replaced the old one).
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(RunDirError::io(&path))?;
         Ok(Opened {
-            truncated_bytes,
-            ..reopened
+            log: JsonlLog {
+                path,
+                file: Mutex::new(file),
+            },
+            records: kept
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| (i + 1, r))
+                .collect(),
+            truncated_bytes: self.truncated_bytes,
         })
     }
 }
@@ -300,10 +310,7 @@ mod tests {
         let p = d.path().join("m.jsonl");
         write(&p, "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n{\"st");
         let o = JsonlLog::open::<Value>(&p).unwrap();
-        let o = o
-            .log
-            .retain(|v: &Value| v["step"].as_u64() <= Some(2))
-            .unwrap();
+        let o = o.retain(|v: &Value| v["step"].as_u64() <= Some(2)).unwrap();
         assert_eq!(o.records.len(), 2);
         o.log.append(&json!({"step": 3})).unwrap();
         assert_eq!(

@@ -47,7 +47,8 @@ pub struct Manifest<'a> {
 }
 
 impl<'a> Manifest<'a> {
-    /// `dir/file`, comparing every field but `ignore`, in a directory that may hold other files.
+    /// `dir/file`, comparing the fields `compare` names, in a directory that may hold other
+    /// files.
     pub fn new(dir: &'a Path, file: &'a str, compare: Compare<'a>) -> Self {
         Manifest {
             dir,

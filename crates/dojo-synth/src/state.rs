@@ -86,21 +86,6 @@ pub struct State {
     pub tasks: Vec<serde_json::Map<String, Value>>,
 }
 
-/// Open a log, saying what a torn tail cost.
-fn open_log<T: serde::de::DeserializeOwned>(
-    path: &Path,
-) -> Result<(JsonlLog, Vec<(usize, T)>), SynthError> {
-    let opened = JsonlLog::open::<T>(path)?;
-    if opened.truncated_bytes > 0 {
-        tracing::warn!(
-            "{}: dropping a torn last line ({} bytes) left by an interrupted run",
-            path.display(),
-            opened.truncated_bytes
-        );
-    }
-    Ok((opened.log, opened.records))
-}
-
 /// `<out>.progress.jsonl`.
 pub fn progress_path(out: &Path) -> PathBuf {
     let mut name = out.file_name().unwrap_or_default().to_os_string();
@@ -124,15 +109,16 @@ impl State {
                 progress_path.display()
             )));
         }
-        let (task_file, tasks) = open_log::<serde_json::Map<String, Value>>(out)?;
-        let (progress, lines) = open_log::<Value>(&progress_path)?;
+        let tasks = JsonlLog::open::<serde_json::Map<String, Value>>(out)?;
+        let progress = JsonlLog::open::<Value>(&progress_path)?;
+        let lines = progress.records;
         let mut st = State {
-            progress,
-            task_file,
+            progress: progress.log,
+            task_file: tasks.log,
             baseline: None,
             mutants: BTreeMap::new(),
             llm: BTreeMap::new(),
-            tasks: tasks.into_iter().map(|(_, row)| row).collect(),
+            tasks: tasks.records.into_iter().map(|(_, row)| row).collect(),
         };
         let Some((_, first)) = lines.first() else {
             st.progress.append(header)?;

@@ -15,6 +15,17 @@ use crate::data::Cursor;
 
 pub use dojo_rundir::checkpoint::{checkpoint_name, is_complete};
 
+/// Open a per-step log (`metrics.jsonl`, RL's `eval.jsonl`) for appending after a resume from
+/// the checkpoint of `step`: the records of later steps go, since those steps run again.
+pub fn open_step_log(path: &Path, step: u64) -> Result<dojo_rundir::JsonlLog, TrainError> {
+    let kept = dojo_rundir::JsonlLog::open::<Json>(path)?.retain(|v: &Json| {
+        v.get("step")
+            .and_then(Json::as_u64)
+            .is_some_and(|s| s <= step)
+    })?;
+    Ok(kept.log)
+}
+
 pub const STATE_FILE: &str = "trainer_state.json";
 pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 pub const WEIGHTS_FILE: &str = "model.safetensors";
@@ -130,6 +141,18 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("schema version 99")
+        );
+    }
+
+    #[test]
+    fn a_step_log_keeps_the_steps_up_to_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("m.jsonl");
+        std::fs::write(&f, "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n").unwrap();
+        drop(open_step_log(&f, 2).unwrap());
+        assert_eq!(
+            std::fs::read_to_string(&f).unwrap(),
+            "{\"step\":1}\n{\"step\":2}\n"
         );
     }
 }

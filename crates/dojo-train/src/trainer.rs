@@ -344,15 +344,7 @@ pub fn run_sft(
         tracing::info!(step, dir = %dir.display(), "resuming");
     }
     // Metrics lines past the checkpoint resumed from are written again.
-    let step = state.step;
-    let metrics = dojo_rundir::JsonlLog::open::<Json>(&out.join("metrics.jsonl"))?
-        .log
-        .retain(|v: &Json| {
-            v.get("step")
-                .and_then(Json::as_u64)
-                .is_some_and(|s| s <= step)
-        })?
-        .log;
+    let metrics = checkpoint::open_step_log(&out.join("metrics.jsonl"), state.step)?;
 
     let base_cfg = src.base_config()?;
     let base_name = src.path().display().to_string();

@@ -231,9 +231,6 @@ impl WorldWriter {
     /// Opens (or creates) `path`, truncating a torn last line left by a crash.
     pub fn open(path: &Path, limits: CaptureLimits) -> Result<WorldWriter, RecordError> {
         let opened = dojo_rundir::JsonlLog::open::<WorldRecord>(path)?;
-        if opened.truncated_bytes > 0 {
-            tracing::warn!(path = %path.display(), "dropping a torn last world record");
-        }
         let mut hashes = HashSet::new();
         let mut rollouts = HashSet::new();
         for (_, r) in opened.records {
