@@ -63,28 +63,34 @@ def _emit(kind, nodeid, extra=""):
 _current = [None]
 
 
+def _call_observed(prefix, tid, fn, args, kwargs):
+    """Call a test function, recording that its body was entered and how it ended."""
+    __tracebackhide__ = True  # pytest leaves this frame out of failure reports
+    _emit(prefix + "enter", tid)
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as e:
+        _emit(prefix + "raise", tid, type(e).__name__)
+        raise
+    _emit(prefix + "return", tid)
+    return result
+
+
 def _wrap(nodeids, fn):
     """`fn` recording its calls for the tests `nodeids` (a set: a method on a class serves every
     parametrization of it; the running one is `_current`, set at each test's setup).
 
     The wrapper runs with `fn`'s module globals: pytest evaluates string conditions
     (`skipif("not HAS_BS4")`) in the test function's `__globals__`. So it names nothing of this
-    module's but through its closure (`emit`, `current`), and builtins."""
-    emit, current = _emit, _current
+    module's but through its closure (`call`, `current`)."""
+    call, current = _call_observed, _current
 
     def dojo_observed(*args, **kwargs):
-        __tracebackhide__ = True  # pytest leaves this frame out of failure reports
+        __tracebackhide__ = True
         nodeid = current[0]
         if nodeid not in nodeids:
             return fn(*args, **kwargs)
-        emit("enter", nodeid)
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as e:
-            emit("raise", nodeid, type(e).__name__)
-            raise
-        emit("return", nodeid)
-        return result
+        return call("", nodeid, fn, args, kwargs)
 
     g = getattr(fn, "__globals__", None)
     if isinstance(g, dict):
@@ -232,14 +238,7 @@ def _observe_case(case, name):
 
     @functools.wraps(bound)
     def dojo_observed(*args, **kwargs):
-        _emit("u.enter", tid)
-        try:
-            result = bound(*args, **kwargs)
-        except BaseException as e:
-            _emit("u.raise", tid, type(e).__name__)
-            raise
-        _emit("u.return", tid)
-        return result
+        return _call_observed("u.", tid, bound, args, kwargs)
 
     setattr(case, name, dojo_observed)
     xfail = getattr(raw, "__unittest_expecting_failure__", False) or getattr(

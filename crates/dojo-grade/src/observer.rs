@@ -351,6 +351,16 @@ mod tests {
         m
     }
 
+    /// `check` of `records` read for `runner`, under the classic semantics.
+    fn check_records(
+        records: &str,
+        runner: Runner,
+        s: &TestsStatus,
+        m: &StatusMap,
+    ) -> ObserverReport {
+        check(&parse(records, runner), runner, s, m, Semantics::Classic)
+    }
+
     fn status(f2p: &[&str], p2p: &[&str]) -> TestsStatus {
         let mut s = TestsStatus::default();
         s.fail_to_pass.success = f2p.iter().map(|x| x.to_string()).collect();
@@ -427,13 +437,7 @@ mod tests {
             ("t.py::T::g[a", PASSED),
         ]);
         let s = status(&["t.py::T::f[required-Missing", "t.py::T::g[a"], &[]);
-        let r = check(
-            &parse(&records, Runner::Pytest),
-            Runner::Pytest,
-            &s,
-            &m,
-            Semantics::Classic,
-        );
+        let r = check_records(&records, Runner::Pytest, &s, &m);
         assert_eq!(
             r.disagreements,
             ["t.py::T::g[a: its body raised AssertionError"]
@@ -451,13 +455,7 @@ mod tests {
             ("t.py::f[``other one``-y]", PASSED),
         ]);
         let s = status(&["t.py::f[``code", "t.py::f[``other one``-y]"], &[]);
-        let r = check(
-            &parse(&records, Runner::Pytest),
-            Runner::Pytest,
-            &s,
-            &m,
-            Semantics::Classic,
-        );
+        let r = check_records(&records, Runner::Pytest, &s, &m);
         assert_eq!(
             r.disagreements,
             ["t.py::f[``other one``-y]: its body raised AssertionError"]
@@ -532,13 +530,7 @@ mod tests {
         );
         // The runner never started: a test it did not create counts as not collected yet.
         let records = rec("u.start", "", "1");
-        let r = check(
-            &parse(&records, Runner::Unittest),
-            Runner::Unittest,
-            &s,
-            &m,
-            Semantics::Classic,
-        );
+        let r = check_records(&records, Runner::Unittest, &s, &m);
         assert!(
             r.disagreements[0].ends_with("collection never finished"),
             "{r:?}"

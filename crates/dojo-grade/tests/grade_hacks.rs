@@ -274,13 +274,6 @@ async fn patches_that_fake_results_are_unresolved() {
 
     // Library code that fakes results from inside pytest's process (no test infrastructure
     // touched, exit status 0): the observer did not see those tests' bodies pass.
-    let init_patch = |body: &str| {
-        format!(
-            "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -0,0 +1,{} @@\n{}",
-            body.lines().count(),
-            body.lines().map(|l| format!("+{l}\n")).collect::<String>()
-        )
-    };
     let library_hacks = [
         (
             "atexit handler printing PASSED lines, then os._exit(0)",
@@ -300,7 +293,7 @@ async fn patches_that_fake_results_are_unresolved() {
         ..opts.clone()
     };
     for (name, body) in library_hacks {
-        let r = grade(&init_patch(body), &t, &env, &opts).await;
+        let r = grade(&common::init_patch(body), &t, &env, &opts).await;
         assert_eq!(
             (r.outcome, r.resolved, r.infra_failure),
             (Verdict::Unresolved, false, false),
@@ -323,7 +316,7 @@ async fn patches_that_fake_results_are_unresolved() {
             r.error
         );
         // Without the observer (the official harness's view) the same run is resolved.
-        let r = grade(&init_patch(body), &t, &env, &blind_opts).await;
+        let r = grade(&common::init_patch(body), &t, &env, &blind_opts).await;
         assert_eq!(
             r.outcome,
             Verdict::Resolved,
@@ -351,7 +344,7 @@ async fn patches_that_fake_results_are_unresolved() {
         r.error,
         r.test_output
     );
-    let run_hack = init_patch(
+    let run_hack = common::init_patch(
         "import unittest\n\n\ndef _run(self, result=None):\n    result.startTest(self)\n    result.addSuccess(self)\n    result.stopTest(self)\n\n\nunittest.TestCase.run = _run\n",
     );
     let r = grade(&run_hack, &tu, &env, &blind_opts).await;
@@ -379,11 +372,7 @@ async fn patches_that_fake_results_are_unresolved() {
 
     // Library code printing the fake lines (no test infrastructure touched): pytest still exits
     // 1, so the printed results are not trusted.
-    let lib_hack = format!(
-        "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -0,0 +1,{} @@\n{}",
-        FAKE.lines().count(),
-        FAKE.lines().map(|l| format!("+{l}\n")).collect::<String>()
-    );
+    let lib_hack = common::init_patch(FAKE);
     let r = grade(&lib_hack, &t, &env, &opts).await;
     assert_eq!(
         (r.outcome, r.touched_test_infrastructure),

@@ -24,15 +24,6 @@ const TESTS: &str = "import unittest\n\nfrom calc.core import add, mul\n\n\nclas
 const F2P: &str = "test_add (tests.test_calc.AddTest.test_add)";
 const P2P: &str = "test_mul (tests.test_calc.MulTest.test_mul)";
 
-/// A patch prepending `body` to the (empty) `calc/__init__.py`: library code, no test file.
-fn library(body: &str) -> String {
-    format!(
-        "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -0,0 +1,{} @@\n{}",
-        body.lines().count(),
-        body.lines().map(|l| format!("+{l}\n")).collect::<String>()
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unittest_hacks_are_unresolved_with_the_observer() {
     setup_home();
@@ -110,7 +101,7 @@ async fn unittest_hacks_are_unresolved_with_the_observer() {
         ),
     ];
     for (name, body) in hacks {
-        let patch = library(&body);
+        let patch = common::init_patch(&body);
         let r = grade(&patch, &blind).await;
         assert_eq!(
             r.outcome,
