@@ -226,7 +226,7 @@ fn harness_request(
 ) -> ExecRequest {
     let transport = PatchTransport::choose(model, &task.test_patch);
     let restore = if touches.iter().any(|t| t.kind == InfraKind::TaskTestFile) {
-        restore_test_files_lines(&restorable_test_files(task))
+        restore_test_files_lines(&restorable_test_files(task, opts.semantics))
     } else {
         String::new()
     };

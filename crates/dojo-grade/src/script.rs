@@ -7,6 +7,7 @@
 use dojo_patch::{Change, Patch, shell_quote};
 use dojo_task::Task;
 
+use crate::grading::Semantics;
 use crate::guard;
 
 /// The files a test patch touches as the harness lists them (its `diff --git a/.* b/(.*)`
@@ -25,10 +26,16 @@ pub(crate) fn test_patch_files(test_patch: &str) -> Vec<(String, bool)> {
         .collect()
 }
 
-/// The task's test files, each with whether the test patch creates it: the test patch's files,
-/// then the other files its FAIL_TO_PASS / PASS_TO_PASS ids name ([`guard::task_test_files`]).
-pub(crate) fn restorable_test_files(task: &Task) -> Vec<(String, bool)> {
+/// The files grading restores, each with whether the test patch creates it: the test patch's
+/// files, then (`classic`, or a task without a test patch) the other files its FAIL_TO_PASS /
+/// PASS_TO_PASS ids name that are test files ([`guard::task_test_files`]). `swebench5` restores
+/// what the harness's eval script checks out, the test patch's files alone, so a model edit of
+/// another test file is graded as the harness grades it (the report still names the touch).
+pub(crate) fn restorable_test_files(task: &Task, semantics: Semantics) -> Vec<(String, bool)> {
     let mut files = test_patch_files(&task.test_patch);
+    if semantics == Semantics::Swebench5 && !files.is_empty() {
+        return files;
+    }
     for f in guard::task_test_files(task) {
         if !files.iter().any(|(p, _)| *p == f) {
             files.push((f, false));
@@ -218,6 +225,45 @@ mod tests {
         );
         assert!(s.contains("rm -f -- 't/new.py' ||"), "{s}");
         assert!(restore_test_files_lines(&[]).is_empty());
+    }
+
+    #[test]
+    fn swebench5_restores_the_test_patch_files_alone() {
+        let loc = dojo_task::Location {
+            file: "x".into(),
+            unit: "line",
+            index: 1,
+        };
+        let row = serde_json::json!({
+            "instance_id": "o__r-1", "repo": "o/r", "base_commit": "x", "patch": "diff --git a/x b/x\n",
+            "test_patch": "diff --git a/tests/test_a.py b/tests/test_a.py\n--- a/tests/test_a.py\n+++ b/tests/test_a.py\n@@ -1 +1 @@\n-a\n+b\n",
+            "FAIL_TO_PASS": ["tests/test_a.py::test_a"],
+            "PASS_TO_PASS": ["tests/test_b.py::test_b", "pkg/mod.py::pkg.mod.f"],
+        });
+        let task = Task::from_row(row.as_object().cloned().unwrap(), &loc).unwrap();
+        let names = |s| -> Vec<String> {
+            restorable_test_files(&task, s)
+                .into_iter()
+                .map(|(f, _)| f)
+                .collect()
+        };
+        assert_eq!(names(Semantics::Swebench5), ["tests/test_a.py"]);
+        assert_eq!(
+            names(Semantics::Classic),
+            ["tests/test_a.py", "tests/test_b.py"]
+        );
+        // Without a test patch both restore the ids' test files (never the doctest's module).
+        let bare = Task {
+            test_patch: String::new(),
+            ..task.clone()
+        };
+        for s in [Semantics::Swebench5, Semantics::Classic] {
+            let got: Vec<String> = restorable_test_files(&bare, s)
+                .into_iter()
+                .map(|(f, _)| f)
+                .collect();
+            assert_eq!(got, ["tests/test_a.py", "tests/test_b.py"]);
+        }
     }
 
     #[test]

@@ -411,6 +411,21 @@ async fn patches_that_fake_results_are_unresolved() {
         ),
         (true, "tests/test_mul.py", InfraKind::TaskTestFile)
     );
+    // `swebench5` restores what the harness's eval script checks out, the test patch's files
+    // alone: the edit stands and the hack passes there, as under the official harness; the
+    // report names the touch all the same.
+    let harness = GradeOptions {
+        semantics: Semantics::Swebench5,
+        ..opts.clone()
+    };
+    let h = grade(p2p_hack, &t, &env, &harness).await;
+    assert_eq!(
+        (h.outcome, h.test_infrastructure.clone()),
+        (Verdict::Resolved, r.test_infrastructure.clone()),
+        "{:?}\n{}",
+        h.error,
+        h.test_output
+    );
     // The same edit under git's C-quoted names: `git apply` writes tests/test_mul.py, and the
     // guard reads the name as git does, so the file is restored all the same.
     let quoted = p2p_hack.replace(

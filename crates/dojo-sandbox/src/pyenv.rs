@@ -77,7 +77,7 @@ pub enum Installer {
     /// `python -m pip install` in a venv seeded with pip, as the SWE-bench harness installs,
     /// with the editables of the harness's pip (2023): a path entry instead of setuptools'
     /// import-hook finder (`editable_mode=compat`, set in the venv's `pip.conf` so that an eval
-    /// script's reinstall gets it too), and, where the project's isolated build backend has no
+    /// script's reinstall gets it too, where the venv's pip would use PEP 660), and, where the project's isolated build backend has no
     /// `build_editable` (pinned below setuptools 64, where old pip ran `setup.py develop`), a
     /// build with the venv's own setuptools.
     Pip,
@@ -342,6 +342,12 @@ pub use crate::uv::find_uv;
 /// `pre_install` commands, requirements, the editable project, the `install` commands.
 const BUILD_SCRIPT: &str = r#"
 set -euo pipefail
+# Whether the venv's pip builds /testbed's editable install through PEP 660 (see pip.conf below).
+NEEDS_COMPAT='import os, re, sys, pip
+v = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", pip.__version__).groups())
+pep660 = v >= (25, 3) or (v >= (22, 1) and os.path.exists("/testbed/pyproject.toml"))
+sys.exit(0 if pep660 else 1)'
+
 UV="$1"; PY="$2"; EDITABLE="$3"; INSTALLER="$4"; shift 4
 trap 'rm -rf /venv/.dojo-uv' EXIT
 export UV_LINK_MODE=copy UV_NO_PROGRESS=1
@@ -376,12 +382,14 @@ inst() {
   if [ "$INSTALLER" = pip ]; then /venv/bin/python -m pip install -q "$@";
   else "$UV" pip install -q --python /venv/bin/python "$@"; fi
 }
-if [ "$INSTALLER" = pip ]; then
+if [ "$INSTALLER" = pip ] && /venv/bin/python -c "$NEEDS_COMPAT"; then
   # The harness's pip (2023) installed editables with `setup.py develop`: a path entry for
-  # /testbed. pip 26 always asks the backend's build_editable, and setuptools then installs an
-  # import-hook finder for flat layouts, through which astroid cannot map /testbed files to
+  # /testbed. pip >= 25.3 always asks the backend's build_editable, and setuptools then installs
+  # an import-hook finder for flat layouts, through which astroid cannot map /testbed files to
   # modules. Its compat mode writes the path entry again; in the venv's own pip.conf, so the eval
-  # script's reinstall in grading sandboxes gets it too.
+  # script's reinstall in grading sandboxes gets it too. Only where pip would use PEP 660: pip
+  # 22.1-25.2 still runs `setup.py develop` for a project without pyproject.toml, unless given a
+  # config setting, which switches it to an isolated PEP 517 build with today's setuptools.
   printf '[install]\nconfig-settings = editable_mode=compat\n' > /venv/pip.conf
 fi
 if [ "$#" -gt 0 ]; then inst "$@"; fi
@@ -478,9 +486,10 @@ impl PythonEnv {
         // v2: the files the build writes into the project tree are kept (`tree/`); v3: only
         // the files it creates (v2 also kept its changes to project files); v4: the pip
         // installer's editables are a path entry (`editable_mode=compat`); v5: pre_install's
-        // edits of tracked files are kept, and the venv survives symlinks to its interpreter.
+        // edits of tracked files are kept, and the venv survives symlinks to its interpreter; v6:
+        // `editable_mode=compat` only where pip would build the editable through PEP 660.
         let identity = serde_json::json!({
-            "v": 5,
+            "v": 6,
             "spec": built,
             "python": python,
             "pristine": if spec.editable || !spec.install.is_empty() {

@@ -133,6 +133,70 @@ async fn pip_editables_are_a_path_entry_as_the_harness_had() {
     }
 }
 
+/// pip 22.1-25.2 (the newest for Python 3.7 and 3.8) still runs `setup.py develop` for a
+/// project without `pyproject.toml`, as the harness's pip did, unless a config setting is
+/// given: then it builds in an isolated PEP 517 environment with today's setuptools (astropy
+/// 3.x's `ah_bootstrap.py` needs `pkg_resources`, gone there). So the venv gets no
+/// `editable_mode=compat` setting, and the install is `setup.py develop`'s `.egg-link`.
+#[tokio::test]
+async fn old_pip_keeps_setup_py_develop_for_a_project_without_pyproject() {
+    skip_unless_ns!();
+    skip_unless_uv!();
+    let spec = EnvSpec {
+        python: "3.8".into(),
+        installer: dojo_sandbox::pyenv::Installer::Pip,
+        ..EnvSpec::from_toml_str("python = \"3.8\"\n").unwrap()
+    };
+    if let Err(e) = spec.interpreter() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{e}");
+        eprintln!("SKIPPED: {e}");
+        return;
+    }
+    let src = common::tree(&[
+        (
+            "setup.py",
+            "from setuptools import setup\nsetup(name='legacypkg', version='0.1', packages=['legacypkg'])\n",
+        ),
+        ("legacypkg/__init__.py", "VALUE = 1\n"),
+    ]);
+    let p = PristineStore::open()
+        .unwrap()
+        .build(&Source::Dir { path: src })
+        .unwrap();
+    let env = match PythonEnv::build_async(&spec, Some(&p)).await {
+        Ok(e) => e,
+        Err(e) if e.to_string().contains("network") => {
+            eprintln!("SKIPPED: no package index reachable: {e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let site = env.path.join("lib/python3.8/site-packages");
+    assert!(
+        site.join("legacypkg.egg-link").exists(),
+        "not installed by setup.py develop: {:?}",
+        std::fs::read_dir(&site)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect::<Vec<_>>()
+    );
+    assert!(!env.path.join("pip.conf").exists());
+    let sb = Sandbox::create(&p, Some(&env), &SandboxOptions::default())
+        .await
+        .unwrap();
+    let out = common::sh(
+        &sb,
+        "cd /tmp && python -c 'import legacypkg; print(legacypkg.__file__)'",
+    )
+    .await;
+    assert_eq!(
+        out.stdout_lossy().trim(),
+        "/testbed/legacypkg/__init__.py",
+        "{out:?}"
+    );
+    sb.teardown().await.unwrap();
+}
+
 fn walk_text(dir: &std::path::Path) -> String {
     let mut s = String::new();
     for e in walkdir::WalkDir::new(dir).into_iter().flatten() {
