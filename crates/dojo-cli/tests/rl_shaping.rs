@@ -6,7 +6,7 @@
 
 mod common;
 use common::{BUNDLED, bundled_ready, dojo, scratch};
-use dojo_rl::{RewardConfig, shape_trajectory};
+use dojo_reward::{RewardConfig, shape_trajectory};
 use dojo_trajectory::{StopReason, Trajectory};
 
 fn rollout(out: &std::path::Path, max_steps: Option<&str>) -> Trajectory {

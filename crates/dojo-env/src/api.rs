@@ -3,7 +3,7 @@
 //! mean the same thing (`prompt_ids`, `response_ids`, `response_mask`, `response_logprobs`,
 //! `num_turns`), so the Python side maps them one to one.
 
-use dojo_rl::shaping::RewardConfig;
+use dojo_reward::shaping::RewardConfig;
 use dojo_rollout::policy::PolicyConfig;
 use dojo_rollout::store::{Key, Keyed};
 use dojo_trajectory::{StopReason, Trajectory};
@@ -60,8 +60,8 @@ pub struct TokenStream {
     pub response_logprobs: Vec<f32>,
 }
 
-impl From<&dojo_rl::episode::Sample> for TokenStream {
-    fn from(s: &dojo_rl::episode::Sample) -> Self {
+impl From<&dojo_reward::episode::Sample> for TokenStream {
+    fn from(s: &dojo_reward::episode::Sample) -> Self {
         let first = s
             .loss_mask
             .iter()

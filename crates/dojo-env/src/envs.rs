@@ -8,7 +8,7 @@
 //!   or a `call` that the server renders in it) and answers with the observation exactly as
 //!   dojo's agent shows it, and `done` once the agent submitted or a budget ran out;
 //! - `POST /v1/envs/{id}/evaluate` grades the workspace through the grading path of `dojo
-//!   rollout` and answers with the episode record (reward shaped by [`dojo_rl::shaping`], raw
+//!   rollout` and answers with the episode record (reward shaped by [`dojo_reward::shaping`], raw
 //!   reward, stop reason, masked flag, patch); an env still running submits first (the tool
 //!   set's submit call, recorded as its last step);
 //! - `DELETE /v1/envs/{id}` cancels it and removes its sandbox.
@@ -36,7 +36,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use dojo_agent::action::{Call, render};
 use dojo_llm::{BoxFuture, ChatBackend, ChatMessage, ChatRequest, ChatResponse, LlmError, Role};
-use dojo_rl::shaping::RewardConfig;
+use dojo_reward::shaping::RewardConfig;
 use dojo_rollout::agent_runner::{AgentLoop, AgentRunner, BackendFactory, DojoAgent, Prepared};
 use dojo_rollout::gold::{Action, ToolNames};
 use dojo_rollout::scheduler::{Job, Runner};

@@ -5,7 +5,7 @@
 //! one machine is not enough, dojo does not grow a cluster of its own: each CPU node runs
 //! `dojo env serve`, and the trainer's agent loop posts one request per episode. dojo keeps what
 //! it owns on one machine too — the agent loop, the sandboxes, grading, the stop reasons, the
-//! reward shaping (the same [`dojo_rl::shaping`] as `dojo rl`, so both paths give one rollout
+//! reward shaping (the same [`dojo_reward::shaping`] as `dojo rl`, so both paths give one rollout
 //! the same reward) and the record — and answers with the token streams the policy saw and
 //! sampled, so the trainer never re-templates dojo's messages.
 //!

@@ -382,20 +382,20 @@ async fn post_episode(State(s): State<AppState>, body: Bytes) -> Response {
 pub(crate) fn record(
     id: &str,
     group_id: Option<String>,
-    shaping: &dojo_rl::shaping::RewardConfig,
+    shaping: &dojo_reward::shaping::RewardConfig,
     traj: dojo_trajectory::Trajectory,
     wall_s: f64,
 ) -> EpisodeRecord {
-    let shaped = dojo_rl::shape_trajectory(&traj, shaping).unwrap_or_else(|e| {
+    let shaped = dojo_reward::shape_trajectory(&traj, shaping).unwrap_or_else(|e| {
         // Not graded where it had to be: nothing to score, so no loss (never a silent 0).
         tracing::warn!("episode {id}: {e}; masked");
-        dojo_rl::Shaped {
+        dojo_reward::Shaped {
             reward: 0.0,
             raw_reward: None,
             masked: true,
         }
     });
-    let (streams, token_error) = match dojo_rl::episode::samples_of(&traj) {
+    let (streams, token_error) = match dojo_reward::episode::samples_of(&traj) {
         Ok(samples) => (samples.iter().map(Into::into).collect(), None),
         Err(e) => (Vec::new(), Some(e.to_string())),
     };

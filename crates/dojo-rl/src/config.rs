@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::RlError;
-use crate::advantage::AdvantageConfig;
 use crate::loss::LossConfig;
-use crate::shaping::RewardConfig;
+use dojo_reward::advantage::AdvantageConfig;
+use dojo_reward::shaping::RewardConfig;
 
 /// Optimizer settings (`[optim]`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -162,6 +162,18 @@ impl RlConfig {
             .map_err(|e| RlError::config(&path.display().to_string(), e.to_string().trim_end()))
     }
 
+    /// The run's settings: `file` (`rl.toml`) or the defaults, the command line's values over
+    /// them, validated.
+    pub fn resolve(file: Option<&Path>, flags: &RlOverrides) -> Result<RlConfig, RlError> {
+        let mut cfg = match file {
+            Some(p) => RlConfig::from_toml_file(p)?,
+            None => RlConfig::default(),
+        };
+        flags.apply(&mut cfg)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
     /// All range checks; the first failure names its field.
     pub fn validate(&self) -> Result<(), RlError> {
         if self.group < 2 {
@@ -216,15 +228,91 @@ impl RlConfig {
     }
 }
 
+/// The command line's settings over `rl.toml`; `None` keeps the file's (or the default).
+#[derive(Debug, Clone, Default)]
+pub struct RlOverrides {
+    pub group: Option<usize>,
+    pub steps: Option<u64>,
+    pub tasks_per_step: Option<usize>,
+    /// An estimator's name (`loo`, `grpo`, `drgrpo`), checked here.
+    pub advantage: Option<String>,
+    pub lora_rank: Option<usize>,
+    pub lr: Option<f64>,
+    pub max_steps: Option<u32>,
+    pub max_new_tokens: Option<u32>,
+}
+
+impl RlOverrides {
+    fn apply(&self, cfg: &mut RlConfig) -> Result<(), RlError> {
+        fn set<T: Clone>(to: &mut T, from: &Option<T>) {
+            if let Some(v) = from {
+                *to = v.clone();
+            }
+        }
+        set(&mut cfg.group, &self.group);
+        set(&mut cfg.steps, &self.steps);
+        set(&mut cfg.tasks_per_step, &self.tasks_per_step);
+        if let Some(e) = &self.advantage {
+            cfg.advantage.estimator = dojo_reward::Estimator::parse(e).ok_or_else(|| {
+                RlError::config(
+                    "--advantage",
+                    format!("{e:?}: expected loo, grpo or drgrpo"),
+                )
+            })?;
+        }
+        if self.lora_rank.is_some() {
+            cfg.lora_rank = self.lora_rank;
+        }
+        set(&mut cfg.optim.lr, &self.lr);
+        set(&mut cfg.rollout.max_steps, &self.max_steps);
+        set(&mut cfg.rollout.max_new_tokens, &self.max_new_tokens);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn flags_override_the_file_and_are_validated() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("rl.toml");
+        std::fs::write(&file, "group = 4\nsteps = 7\n[optim]\nlr = 0.5\n").unwrap();
+        let flags = RlOverrides {
+            steps: Some(2),
+            advantage: Some("grpo".into()),
+            max_steps: Some(9),
+            ..Default::default()
+        };
+        let c = RlConfig::resolve(Some(&file), &flags).unwrap();
+        assert_eq!((c.group, c.steps, c.optim.lr), (4, 2, 0.5));
+        assert_eq!(c.advantage.estimator, dojo_reward::Estimator::Grpo);
+        assert_eq!(c.rollout.max_steps, 9);
+        let bad = RlOverrides {
+            advantage: Some("ppo".into()),
+            ..Default::default()
+        };
+        let e = RlConfig::resolve(None, &bad).unwrap_err().to_string();
+        assert!(
+            e.contains("--advantage") && e.contains("expected loo, grpo or drgrpo"),
+            "{e}"
+        );
+        let one = RlOverrides {
+            group: Some(1),
+            ..Default::default()
+        };
+        let e = RlConfig::resolve(Some(&file), &one)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("group: must be at least 2"), "{e}");
+    }
+
     use super::*;
 
     #[test]
     fn defaults_are_swe_master() {
         let c = RlConfig::default();
         c.validate().unwrap();
-        assert_eq!(c.advantage.estimator, crate::Estimator::Loo);
+        assert_eq!(c.advantage.estimator, dojo_reward::Estimator::Loo);
         assert_eq!((c.loss.clip_low, c.loss.clip_high), (0.2, 0.28));
         assert_eq!(c.loss.kl_coef, 0.0);
         assert_eq!(c.loss.entropy_coef, 0.0);
@@ -248,7 +336,7 @@ mod tests {
         .unwrap();
         let c = RlConfig::from_toml_file(&p).unwrap();
         assert_eq!(c.group, 4);
-        assert_eq!(c.advantage.estimator, crate::Estimator::Grpo);
+        assert_eq!(c.advantage.estimator, dojo_reward::Estimator::Grpo);
         assert_eq!(c.loss.aggregation, crate::Aggregation::SeqMeanTokenSumNorm);
         std::fs::write(&p, "[loss]\nclip_hi = 0.3\n").unwrap();
         let e = RlConfig::from_toml_file(&p).unwrap_err().to_string();

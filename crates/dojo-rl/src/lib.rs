@@ -10,51 +10,31 @@
 //! infrastructure failures masked); SWE-World's (α = 0) and DeepSWE's (GRPO, `masked = drop`)
 //! are options.
 //!
-//! - [`shaping`]: reward by stop reason, a pure function a verl reward function can call too.
-//! - [`advantage`]: RLOO, GRPO and Dr. GRPO over a group's unmasked members.
+//! Reward shaping, advantages and token streams are dojo-reward's (shared with `dojo env
+//! serve`, which needs no ML stack); this crate is the part that trains:
+//!
 //! - [`loss`]: PPO-clip with clip-higher, truncated importance correction, optional KL and
 //!   entropy terms, three aggregation modes; pinned against PyTorch on fixtures.
 //! - [`update`]: one policy update on dojo-train's trainable model (full or LoRA): forward,
 //!   token logprobs of the sampled tokens, loss, backward, clipping, AdamW.
-//! - [`episode`]: a recorded rollout as token streams (the ids the policy saw and sampled, with
-//!   their logprobs); a rollout without them is an error.
-//! - [`group`]: from graded groups of rollouts to training samples and the step's reward
-//!   statistics.
 //! - [`run`]: the loop (tasks → rollouts → shaping → advantages → updates → metrics →
 //!   checkpoints), its run directory and resume; rollouts come from an [`run::Environment`].
-//! - [`config`]: the `rl.toml` settings, their validation and the hash that ties a run
-//!   directory to them.
-//!
-//! Feature `train` (default): [`loss`], [`update`], [`run`] and [`config`], which need candle
-//! and dojo-train. Without it the crate is shaping, advantages and token streams only, which is
-//! what `dojo env serve` (dojo-env) shares with the loop, without the ML stack.
-//!
-//! The environment that runs the agent in sandboxes with the embedded engine belongs in
-//! dojo-cli (`dojo rl`), which owns the sandboxes, the engine and the rollout path.
+//! - [`agent_env`]: the environment of `dojo rl`: the agent in sandboxes (or a simulated world)
+//!   through `dojo rollout`'s path, sampling from the trainer's current weights in the embedded
+//!   engine.
+//! - [`config`]: the `rl.toml` settings, the flags over them, their validation and the hash that
+//!   ties a run directory to them.
+//! - [`report`]: the run's HTML page.
 
-pub mod advantage;
-#[cfg(feature = "train")]
+pub mod agent_env;
 pub mod config;
-pub mod episode;
-pub mod group;
-#[cfg(feature = "train")]
 pub mod loss;
-#[cfg(feature = "train")]
 pub mod report;
-#[cfg(feature = "train")]
 pub mod run;
-pub mod shaping;
-#[cfg(feature = "train")]
 pub mod update;
 
-pub use advantage::{AdvantageConfig, Estimator};
-#[cfg(feature = "train")]
 pub use config::RlConfig;
-#[cfg(feature = "train")]
 pub use loss::{Aggregation, LossConfig};
-pub use shaping::{MaskedPolicy, RewardConfig, Shaped, shape, shape_trajectory};
-
-use dojo_trajectory::StopReason;
 
 /// Version of the files this crate writes (`rl_config.json`, metrics lines, rollout groups).
 /// Bump on any field change.
@@ -65,10 +45,11 @@ pub const RL_SCHEMA_VERSION: u32 = 1;
 pub enum RlError {
     #[error("{field}: {reason}")]
     Config { field: String, reason: String },
-    #[error(
-        "a rollout that stopped with `{0}` was not graded: its reward depends on the grader's verdict"
-    )]
-    Ungraded(StopReason),
+    /// Shaping, advantages or token streams refused a rollout or a setting.
+    #[error(transparent)]
+    Reward(#[from] dojo_reward::RewardError),
+    /// An episode could not be had: rollouts failed as a whole (infrastructure), a group came
+    /// back short.
     #[error("{0}")]
     Episode(String),
     #[error("{path}: {reason}")]
@@ -80,12 +61,8 @@ pub enum RlError {
     RunDir(#[from] dojo_rundir::RunDirError),
     #[error("shape mismatch: {0}")]
     Shape(String),
-    #[error("sample {index}: {reason}")]
-    Sample { index: usize, reason: String },
-    #[cfg(feature = "train")]
     #[error(transparent)]
     Train(#[from] dojo_train::TrainError),
-    #[cfg(feature = "train")]
     #[error("model: {0}")]
     Candle(#[from] candle_core::Error),
 }

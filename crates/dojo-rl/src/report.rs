@@ -289,8 +289,8 @@ pub fn write(out: &Path) -> Result<PathBuf, RlError> {
 mod tests {
     use super::*;
     use crate::config::RlConfig;
-    use crate::group::BatchStats;
     use crate::run::RolloutTime;
+    use dojo_reward::group::BatchStats;
 
     fn step(step: u64, reward: f64) -> StepMetrics {
         StepMetrics {

@@ -37,10 +37,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json, json};
 
 use crate::config::RlConfig;
-use crate::episode::samples_of;
-use crate::group::{BatchStats, Episode, assemble};
 use crate::update::{Sample, UpdateReport, policy_update, token_logprobs};
 use crate::{RL_SCHEMA_VERSION, RlError};
+use dojo_reward::episode::samples_of;
+use dojo_reward::group::{BatchStats, Episode, assemble};
 
 pub const RUN_FILE: &str = "rl_run.json";
 pub const METRICS_FILE: &str = "metrics.jsonl";
@@ -372,7 +372,7 @@ fn one_step(
             let samples = match samples_of(t) {
                 Ok(s) => s,
                 Err(_) if infrastructure => Vec::new(),
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             };
             let resolved = t.is_graded().then(|| t.is_resolved());
             g.push(Episode {

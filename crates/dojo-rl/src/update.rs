@@ -21,7 +21,7 @@ use crate::RlError;
 use crate::config::OptimConfig;
 use crate::loss::{LossConfig, LossInputs, LossMetrics, LossSummary, ppo_loss};
 
-pub use crate::episode::Sample;
+pub use dojo_reward::episode::Sample;
 
 /// What one optimizer step did.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]

@@ -11,11 +11,11 @@
 use std::path::PathBuf;
 
 use candle_core::{D, Device, Tensor};
+use dojo_reward::group::{Episode, assemble};
+use dojo_reward::{AdvantageConfig, Estimator, RewardConfig};
 use dojo_rl::config::OptimConfig;
-use dojo_rl::group::{Episode, assemble};
 use dojo_rl::loss::LossConfig;
 use dojo_rl::update::{Sample, policy_grads, policy_update, token_logprobs};
-use dojo_rl::{AdvantageConfig, Estimator, RewardConfig};
 use dojo_train::{AdamW, LoraConfig, TrainModel};
 use dojo_trajectory::StopReason;
 use rand::rngs::StdRng;

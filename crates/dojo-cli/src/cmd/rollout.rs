@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context;
 use dojo_llm::ChatBackend;
 use dojo_rollout::agent_runner::DojoAgent;
 use dojo_rollout::policy::{PolicyConfig, PolicyKind};
@@ -140,7 +139,7 @@ impl WorldArgs {
 pub(crate) fn embedded_backend(model: &str) -> anyhow::Result<Option<Arc<dyn ChatBackend>>> {
     let spec = dojo_tokenizer::ModelSpec::resolve(model)?;
     let engine = dojo_engine::Engine::load_spec(&spec, dojo_engine::EngineOptions::default())
-        .with_context(|| format!("loading the embedded model {model}"))?;
+        .map_err(|e| anyhow::anyhow!("loading the embedded model {model}: {e}"))?;
     Ok(Some(Arc::new(engine)))
 }
 

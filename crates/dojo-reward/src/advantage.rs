@@ -16,7 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::RlError;
+use crate::RewardError;
 
 /// The advantage estimator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -70,9 +70,9 @@ impl Default for AdvantageConfig {
 }
 
 impl AdvantageConfig {
-    pub fn validate(&self) -> Result<(), RlError> {
+    pub fn validate(&self) -> Result<(), RewardError> {
         if !(self.eps.is_finite() && self.eps >= 0.0) {
-            return Err(RlError::config(
+            return Err(RewardError::config(
                 "advantage.eps",
                 format!("must be a finite number >= 0, got {}", self.eps),
             ));

@@ -20,7 +20,7 @@
 use dojo_trajectory::{StopReason, Trajectory};
 use serde::{Deserialize, Serialize};
 
-use crate::RlError;
+use crate::RewardError;
 
 /// What happens to masked (infrastructure) rollouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -56,15 +56,15 @@ impl Default for RewardConfig {
 
 impl RewardConfig {
     /// Range checks; errors name the field.
-    pub fn validate(&self) -> Result<(), RlError> {
+    pub fn validate(&self) -> Result<(), RewardError> {
         if !(0.0..=1.0).contains(&self.budget_alpha) {
-            return Err(RlError::config(
+            return Err(RewardError::config(
                 "reward.budget_alpha",
                 format!("must be in [0, 1], got {}", self.budget_alpha),
             ));
         }
         if !self.format_error_reward.is_finite() {
-            return Err(RlError::config(
+            return Err(RewardError::config(
                 "reward.format_error_reward",
                 "must be a finite number",
             ));
@@ -95,7 +95,7 @@ pub fn shape(
     infrastructure: bool,
     resolved: Option<bool>,
     cfg: &RewardConfig,
-) -> Result<Shaped, RlError> {
+) -> Result<Shaped, RewardError> {
     if infrastructure || stop.is_infrastructure() {
         return Ok(Shaped {
             reward: 0.0,
@@ -103,7 +103,11 @@ pub fn shape(
             masked: true,
         });
     }
-    let verdict = || resolved.map(verdict_value).ok_or(RlError::Ungraded(stop));
+    let verdict = || {
+        resolved
+            .map(verdict_value)
+            .ok_or(RewardError::Ungraded(stop))
+    };
     let (reward, raw) = match stop {
         StopReason::Submitted => {
             let v = verdict()?;
@@ -130,7 +134,7 @@ fn verdict_value(resolved: bool) -> f64 {
 
 /// [`shape`] applied to a recorded trajectory (its stop reason, infrastructure flag and
 /// `resolved`).
-pub fn shape_trajectory(t: &Trajectory, cfg: &RewardConfig) -> Result<Shaped, RlError> {
+pub fn shape_trajectory(t: &Trajectory, cfg: &RewardConfig) -> Result<Shaped, RewardError> {
     let resolved = t
         .resolved
         .or_else(|| t.reward.map(|r| r >= 1.0))
@@ -202,7 +206,7 @@ mod tests {
         assert!(e.to_string().contains("submitted"), "{e}");
         assert!(matches!(
             shape(StopReason::MaxSteps, false, None, &RewardConfig::default()),
-            Err(RlError::Ungraded(StopReason::MaxSteps))
+            Err(RewardError::Ungraded(StopReason::MaxSteps))
         ));
     }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use dojo_trajectory::StopReason;
 use serde::{Deserialize, Serialize};
 
-use crate::RlError;
+use crate::RewardError;
 use crate::advantage::{AdvantageConfig, AdvantageStats, batch_advantages};
 use crate::episode::Sample;
 use crate::shaping::{MaskedPolicy, RewardConfig, shape};
@@ -47,7 +47,7 @@ pub fn assemble(
     groups: Vec<Vec<Episode>>,
     reward: &RewardConfig,
     adv: &AdvantageConfig,
-) -> Result<(Vec<Sample>, BatchStats), RlError> {
+) -> Result<(Vec<Sample>, BatchStats), RewardError> {
     let mut stats = BatchStats::default();
     let mut shaped_groups = Vec::new();
     let mut members = Vec::new();
@@ -174,6 +174,6 @@ mod tests {
             &AdvantageConfig::default(),
         )
         .unwrap_err();
-        assert!(matches!(e, RlError::Ungraded(StopReason::Submitted)));
+        assert!(matches!(e, RewardError::Ungraded(StopReason::Submitted)));
     }
 }

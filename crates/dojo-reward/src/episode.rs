@@ -20,7 +20,7 @@ use dojo_trajectory::Trajectory;
 
 use serde::{Deserialize, Serialize};
 
-use crate::RlError;
+use crate::RewardError;
 
 /// One rollout's training sample.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -46,10 +46,9 @@ impl Sample {
         self.loss_mask.iter().skip(1).filter(|&&m| m == 1).count()
     }
 
-    #[cfg(feature = "train")]
-    pub(crate) fn check(&self, index: usize) -> Result<(), RlError> {
+    pub fn check(&self, index: usize) -> Result<(), RewardError> {
         let n = self.input_ids.len();
-        let bad = |reason: String| RlError::Sample { index, reason };
+        let bad = |reason: String| RewardError::Sample { index, reason };
         if self.loss_mask.len() != n || self.sampling_logprobs.len() != n {
             return Err(bad(format!(
                 "{n} ids, {} mask values, {} logprobs",
@@ -89,15 +88,15 @@ impl Sample {
     }
 }
 
-fn missing(t: &Trajectory, step: u32, what: &str) -> RlError {
-    RlError::Episode(format!(
+fn missing(t: &Trajectory, step: u32, what: &str) -> RewardError {
+    RewardError::Episode(format!(
         "task {} sample {} step {step}: no {what}; RL needs a policy that records the token ids and logprobs it samples (the embedded engine, or a server returning `prompt_token_ids`, `token_ids` and `logprobs`)",
         t.task_id, t.sample_index
     ))
 }
 
 /// The token streams of a rollout (empty for a rollout with no model turn).
-pub fn samples_of(t: &Trajectory) -> Result<Vec<Sample>, RlError> {
+pub fn samples_of(t: &Trajectory) -> Result<Vec<Sample>, RewardError> {
     let mut out: Vec<Sample> = Vec::new();
     let mut cur: Option<Sample> = None;
     for step in &t.steps {
@@ -115,7 +114,7 @@ pub fn samples_of(t: &Trajectory) -> Result<Vec<Sample>, RlError> {
             .and_then(|l| l.content.as_ref())
             .ok_or_else(|| missing(t, step.index, "logprobs"))?;
         if logprobs.len() != completion.len() {
-            return Err(RlError::Episode(format!(
+            return Err(RewardError::Episode(format!(
                 "task {} sample {} step {}: {} sampled tokens but {} logprobs",
                 t.task_id,
                 t.sample_index,

@@ -1,0 +1,358 @@
+//! The environment of `dojo rl`: each step, the trainer's current weights become an embedded
+//! engine in memory (no round trip through disk), the agent rolls out G samples of each task
+//! through `dojo rollout`'s path (sandboxes, tools, grading, the crash-safe store under
+//! `OUT/rollouts/step-NNNNNNNN`), and the graded trajectories go back to the loop.
+//!
+//! With a simulated world (`--env-mode sim`, SWE-World) tasks need only `repo` +
+//! `base_commit`: Python and tests are answered by the world model and the reward is its reward
+//! model's verdict; a world model that fails is an infrastructure failure, masked like any
+//! other.
+//!
+//! Execution model: [`run::Environment`]'s calls come one at a time from the loop's thread;
+//! each blocks on this environment's own tokio runtime while a step's episodes run concurrently
+//! (`workers` sandboxes, their model calls batched by the engine). Nothing is retried here: a
+//! step whose rollouts fail as a whole is an [`RlError::Episode`], and the loop resumes from its
+//! last checkpoint when run again.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use dojo_llm::ChatBackend;
+use dojo_rollout::agent_runner::DojoAgent;
+use dojo_rollout::policy::{PolicyConfig, PolicyKind};
+use dojo_rollout::run_dir::{RolloutOptions, load_tasks, make_backends};
+use dojo_rollout::world_sim::EmbeddedWorld;
+use dojo_train::TrainModel;
+use dojo_trajectory::Trajectory;
+use dojo_world::route::WorldPolicy;
+use serde_json::json;
+
+use crate::RlError;
+use crate::config::RlConfig;
+use crate::run::Environment;
+
+/// Where an [`AgentEnv`] takes its tasks and writes its rollouts.
+#[derive(Debug, Clone)]
+pub struct AgentEnvOptions {
+    /// The training tasks (SWE-bench JSON/JSONL/Parquet).
+    pub tasks_file: PathBuf,
+    /// Only these instance ids of `tasks_file` (all when empty).
+    pub instances: Vec<String>,
+    /// Held-out tasks evaluated greedily, one sample each.
+    pub eval_tasks: Option<PathBuf>,
+    /// Environment specs overriding the embedded `envs/`.
+    pub envs: Option<PathBuf>,
+    /// Concurrent episodes; `None`: every episode of a step at once, at most the engine's batch.
+    pub workers: Option<usize>,
+    /// The run directory (`rollouts/`, `eval/` go under it).
+    pub out: PathBuf,
+    /// The simulated environment of every rollout (`None`: real sandboxes).
+    pub world: Option<WorldPolicy>,
+}
+
+/// Rollouts through `dojo rollout`'s path with the trainer's current weights.
+pub struct AgentEnv {
+    rt: tokio::runtime::Runtime,
+    format: dojo_tokenizer::ChatFormat,
+    opts: AgentEnvOptions,
+    workers: usize,
+    cfg: RlConfig,
+    /// The embedded world models, loaded once (`--world-model embedded`).
+    world_embedded: EmbeddedWorld,
+    /// What the last `rollouts` call measured ([`Environment::rollout_report`]).
+    last_report: Option<serde_json::Value>,
+}
+
+impl AgentEnv {
+    /// Checks everything the run needs before the first rollout (the task files load, the
+    /// instances exist, every task has an environment unless the world simulates it) and
+    /// returns the environment with the training tasks' ids.
+    pub fn new(
+        opts: AgentEnvOptions,
+        cfg: &RlConfig,
+        format: dojo_tokenizer::ChatFormat,
+        world_embedded: EmbeddedWorld,
+    ) -> Result<(AgentEnv, Vec<String>), RlError> {
+        // In sim (and hybrid) mode a task needs no environment: `repo` + `base_commit` do.
+        let needs_env = opts
+            .world
+            .as_ref()
+            .is_none_or(|w| w.mode.needs_environment());
+        let registry = dojo_task::EnvRegistry::with_dir(opts.envs.as_deref())
+            .map_err(|e| RlError::config("envs", e))?;
+        let check = |flag: &str, file: &Path, instances: &[String]| {
+            let tasks = load_tasks(file, instances)
+                .map_err(|e| RlError::config(flag, format!("{}: {e}", file.display())))?;
+            for t in tasks.iter().filter(|_| needs_env) {
+                registry.resolve(t).map_err(|e| {
+                    RlError::config(
+                        flag,
+                        format!(
+                            "{}: task {} has no environment (add an env spec with --envs, or train in --env-mode sim): {e}",
+                            file.display(),
+                            t.instance_id
+                        ),
+                    )
+                })?;
+            }
+            Ok::<_, RlError>(tasks)
+        };
+        let tasks = check("--tasks", &opts.tasks_file, &opts.instances)?;
+        if let Some(e) = &opts.eval_tasks {
+            check("--eval-tasks", e, &[])?;
+        }
+        let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
+        let workers = workers(cfg, ids.len(), opts.workers);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| RlError::Episode(format!("starting the async runtime: {e}")))?;
+        let env = AgentEnv {
+            rt,
+            format,
+            opts,
+            workers,
+            cfg: cfg.clone(),
+            world_embedded,
+            last_report: None,
+        };
+        Ok((env, ids))
+    }
+
+    /// The policy of step `step`'s rollouts (see [`step_policy`]).
+    pub fn policy(&self, step: u64, greedy: bool) -> PolicyConfig {
+        step_policy(
+            &self.cfg,
+            self.workers,
+            self.opts.world.as_ref(),
+            step,
+            greedy,
+        )
+    }
+
+    fn roll(
+        &self,
+        model: &TrainModel,
+        policy: PolicyConfig,
+        tasks_file: &Path,
+        instances: &[String],
+        samples: u32,
+        dir: &Path,
+    ) -> Result<(Vec<Trajectory>, serde_json::Value), RlError> {
+        let infra = |e: String| RlError::Episode(format!("rollouts in {}: {e}", dir.display()));
+        // LoRA runs sample from the adapters folded into copies of the weights. The step's
+        // engine (and its copy of the weights) goes with this call; only its counters are kept.
+        let engine = dojo_engine::Engine::from_parts(
+            model.to_engine_merged()?,
+            self.format.clone(),
+            dojo_engine::EngineOptions::default(),
+        );
+        let backend: Arc<dyn ChatBackend> = Arc::new(engine.clone());
+        // A directory left by an interrupted run was sampled from other weights.
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).map_err(|e| infra(e.to_string()))?;
+        }
+        let agent = DojoAgent::from_policy(&policy).map_err(infra)?;
+        let backends = make_backends(&policy, Some(backend)).map_err(|e| infra(e.to_string()))?;
+        let opts = RolloutOptions {
+            shard: None,
+            tasks_file: tasks_file.to_path_buf(),
+            instances: instances.to_vec(),
+            label: policy.label(),
+            policy,
+            samples,
+            out: dir.to_path_buf(),
+            workers: self.workers,
+            export_predictions: false,
+            envs_dir: self.opts.envs.clone(),
+            prepare: dojo_task::PrepareOptions::default(),
+            progress: false,
+        };
+        let o = self
+            .rt
+            .block_on(dojo_rollout::run_dir::run_rollout_with_world(
+                &opts,
+                agent,
+                backends,
+                &self.world_embedded,
+            ))
+            .map_err(|e| infra(e.to_string()))?;
+        let store = dojo_rollout::Store::<Trajectory>::open(&o.store_path)
+            .map_err(|e| infra(e.to_string()))?;
+        Ok((store.records().to_vec(), engine.stats().to_json()))
+    }
+}
+
+/// Concurrent episodes: `asked`, or every episode of a step at once (G × tasks per step), at
+/// most the engine's batch; at least 1.
+fn workers(cfg: &RlConfig, tasks: usize, asked: Option<usize>) -> usize {
+    asked
+        .unwrap_or(
+            (cfg.group * cfg.tasks_per_step.min(tasks))
+                .min(dojo_engine::EngineOptions::default().max_active),
+        )
+        .max(1)
+}
+
+/// The policy of step `step`'s rollouts: the embedded engine named after the step, the recipe
+/// `dojo demo` runs the embedded model with, the logprob of every sampled token; greedy for
+/// evaluation.
+pub fn step_policy(
+    cfg: &RlConfig,
+    workers: usize,
+    world: Option<&WorldPolicy>,
+    step: u64,
+    greedy: bool,
+) -> PolicyConfig {
+    let mut policy = PolicyConfig::new(PolicyKind::Embedded {
+        model: format!("rl-step-{step}"),
+    });
+    policy.name = Some(format!("embedded:rl-step-{step}"));
+    policy.sampling.temperature = Some(if greedy { 0.0 } else { cfg.rollout.temperature });
+    policy.sampling.max_tokens = Some(cfg.rollout.max_new_tokens);
+    policy.sampling.seed = Some(dojo_llm::derive_seed(cfg.seed, step));
+    // Every running episode may have a request in the engine: it decodes them as one batch and
+    // prefills a prompt prefix they share (system prompt, a group's task) once.
+    policy.llm_concurrency = Some(workers);
+    let agent = &mut policy.agent;
+    agent.insert("max_steps".into(), cfg.rollout.max_steps.into());
+    // As `dojo demo` runs the embedded model: the engine renders the tool schemas and parses
+    // Hermes-style calls back into `tool_calls`.
+    agent.insert("action_format".into(), "native".into());
+    agent.insert("tool_set".into(), "r2e".into());
+    // The loss needs the logprob of every sampled token.
+    agent.insert("sampling".into(), json!({"logprobs": true}));
+    policy.world = world.cloned();
+    policy
+}
+
+/// Groups `all` by task, in `tasks`' order, each group by sample index.
+fn groups(tasks: &[String], all: &[Trajectory]) -> Vec<Vec<Trajectory>> {
+    tasks
+        .iter()
+        .map(|t| {
+            let mut g: Vec<Trajectory> = all.iter().filter(|x| &x.task_id == t).cloned().collect();
+            g.sort_by_key(|x| x.sample_index);
+            g
+        })
+        .collect()
+}
+
+impl Environment for AgentEnv {
+    fn rollouts(
+        &mut self,
+        step: u64,
+        model: &TrainModel,
+        tasks: &[String],
+        group: usize,
+    ) -> Result<Vec<Vec<Trajectory>>, RlError> {
+        let dir = self.opts.out.join(format!("rollouts/step-{step:08}"));
+        let file = self.opts.tasks_file.clone();
+        let policy = self.policy(step, false);
+        let (all, counters) = self.roll(model, policy, &file, tasks, group as u32, &dir)?;
+        self.last_report = Some(json!({"workers": self.workers, "engine": counters}));
+        Ok(groups(tasks, &all))
+    }
+
+    fn evaluate(
+        &mut self,
+        step: u64,
+        model: &TrainModel,
+    ) -> Result<Option<serde_json::Value>, RlError> {
+        let Some(file) = self.opts.eval_tasks.clone() else {
+            return Ok(None);
+        };
+        let dir = self.opts.out.join(format!("eval/step-{step:08}"));
+        let (all, _) = self.roll(model, self.policy(step, true), &file, &[], 1, &dir)?;
+        let resolved = all.iter().filter(|t| t.is_resolved()).count();
+        let infra = all.iter().filter(|t| t.is_infrastructure_failure()).count();
+        Ok(Some(json!({
+            "tasks": all.len(),
+            "resolved": resolved,
+            "infrastructure_failures": infra,
+        })))
+    }
+
+    /// The step's concurrency and the engine's counters ([`dojo_engine::Stats::to_json`]):
+    /// requests, prompt tokens prefilled or taken from a cached or shared prefix, generated
+    /// tokens, batched decode steps and the largest batch.
+    fn rollout_report(&mut self) -> serde_json::Value {
+        self.last_report.take().unwrap_or_default()
+    }
+
+    /// The world model's settings (mode, model, SWR samples and seed, analysis model), not
+    /// where it is served or cached: a run resumed with another world model is refused.
+    fn settings(&self) -> serde_json::Value {
+        let Some(w) = &self.opts.world else {
+            return serde_json::Value::Null;
+        };
+        let w = WorldPolicy {
+            base_url: None,
+            api_key_env: None,
+            analysis_cache: None,
+            ..w.clone()
+        };
+        serde_json::to_value(w).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_follow_the_task_order_and_sample_index() {
+        let all = [
+            Trajectory::new("b", 1),
+            Trajectory::new("a", 1),
+            Trajectory::new("b", 0),
+            Trajectory::new("a", 0),
+        ];
+        let g = groups(&["a".into(), "b".into(), "c".into()], &all);
+        let ids: Vec<Vec<(&str, u32)>> = g
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .map(|t| (t.task_id.as_str(), t.sample_index))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            [vec![("a", 0), ("a", 1)], vec![("b", 0), ("b", 1)], vec![]]
+        );
+    }
+
+    #[test]
+    fn the_step_policy_samples_with_logprobs_within_the_budget() {
+        let cfg = RlConfig::default();
+        let p = step_policy(&cfg, 4, None, 3, false);
+        assert_eq!(p.label(), "embedded:rl-step-3");
+        assert_eq!(p.agent["sampling"], json!({"logprobs": true}));
+        assert_eq!(p.agent["max_steps"], json!(cfg.rollout.max_steps));
+        assert_eq!(p.sampling.temperature, Some(cfg.rollout.temperature));
+        assert_eq!(p.llm_concurrency, Some(4));
+        assert_eq!(
+            step_policy(&cfg, 4, None, 3, true).sampling.temperature,
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn workers_default_to_a_whole_step_within_the_engine_batch() {
+        let cfg = RlConfig {
+            group: 4,
+            tasks_per_step: 2,
+            ..RlConfig::default()
+        };
+        assert_eq!(workers(&cfg, 10, None), 8);
+        assert_eq!(workers(&cfg, 1, None), 4);
+        assert_eq!(workers(&cfg, 0, None), 1, "never zero");
+        assert_eq!(workers(&cfg, 10, Some(3)), 3);
+        let big = RlConfig { group: 64, ..cfg };
+        assert_eq!(
+            workers(&big, 10, None),
+            dojo_engine::EngineOptions::default().max_active
+        );
+    }
+}
