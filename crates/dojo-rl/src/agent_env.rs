@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use dojo_llm::ChatBackend;
 use dojo_rollout::agent_runner::DojoAgent;
-use dojo_rollout::policy::{PolicyConfig, PolicyKind};
+use dojo_rollout::policy::PolicyConfig;
 use dojo_rollout::run_dir::{RolloutOptions, load_tasks, make_backends};
 use dojo_rollout::world_sim::EmbeddedWorld;
 use dojo_train::TrainModel;
@@ -71,8 +71,15 @@ impl AgentEnv {
         opts: AgentEnvOptions,
         cfg: &RlConfig,
         format: dojo_tokenizer::ChatFormat,
-        world_embedded: EmbeddedWorld,
     ) -> Result<(AgentEnv, Vec<String>), RlError> {
+        // The world model is usable (named, its endpoints configured, an embedded one loaded)
+        // before the first step.
+        let world_embedded = dojo_rollout::embedded::embedded_world(opts.world.as_ref())
+            .map_err(|e| RlError::config("--world-model", e))?;
+        if let Some(w) = &opts.world {
+            dojo_rollout::world_sim::world_model(w, &world_embedded)
+                .map_err(|e| RlError::config(&format!("--env-mode {}", w.mode), e))?;
+        }
         // In sim (and hybrid) mode a task needs no environment: `repo` + `base_commit` do.
         let needs_env = opts
             .world
@@ -204,24 +211,20 @@ pub fn step_policy(
     step: u64,
     greedy: bool,
 ) -> PolicyConfig {
-    let mut policy = PolicyConfig::new(PolicyKind::Embedded {
-        model: format!("rl-step-{step}"),
-    });
-    policy.name = Some(format!("embedded:rl-step-{step}"));
-    policy.sampling.temperature = Some(if greedy { 0.0 } else { cfg.rollout.temperature });
-    policy.sampling.max_tokens = Some(cfg.rollout.max_new_tokens);
+    let name = format!("rl-step-{step}");
+    let (steps, tokens) = (cfg.rollout.max_steps, cfg.rollout.max_new_tokens);
+    let mut policy = PolicyConfig::embedded_agent(&name, &name, steps, tokens);
+    if !greedy {
+        policy.sampling.temperature = Some(cfg.rollout.temperature);
+    }
     policy.sampling.seed = Some(dojo_llm::derive_seed(cfg.seed, step));
     // Every running episode may have a request in the engine: it decodes them as one batch and
     // prefills a prompt prefix they share (system prompt, a group's task) once.
     policy.llm_concurrency = Some(workers);
-    let agent = &mut policy.agent;
-    agent.insert("max_steps".into(), cfg.rollout.max_steps.into());
-    // As `dojo demo` runs the embedded model: the engine renders the tool schemas and parses
-    // Hermes-style calls back into `tool_calls`.
-    agent.insert("action_format".into(), "native".into());
-    agent.insert("tool_set".into(), "r2e".into());
     // The loss needs the logprob of every sampled token.
-    agent.insert("sampling".into(), json!({"logprobs": true}));
+    policy
+        .agent
+        .insert("sampling".into(), json!({"logprobs": true}));
     policy.world = world.cloned();
     policy
 }

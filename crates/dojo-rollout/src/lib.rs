@@ -25,6 +25,7 @@
 
 pub mod agent_runner;
 pub mod backends;
+pub mod embedded;
 pub mod gold;
 pub mod policy;
 pub mod report;

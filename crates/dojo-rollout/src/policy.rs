@@ -119,6 +119,29 @@ impl PolicyConfig {
         }
     }
 
+    /// The embedded model as an agent, as `dojo demo`, `dojo train sft --eval-tasks` and `dojo
+    /// rl` run it: the engine renders the tool schemas into the chat template and parses
+    /// Hermes-style calls back into `tool_calls` (`action_format = "native"`, the R2E tool set);
+    /// greedy, one request at a time, `max_steps` agent turns of `max_tokens` each.
+    pub fn embedded_agent(
+        model: &str,
+        name: &str,
+        max_steps: u32,
+        max_tokens: u32,
+    ) -> PolicyConfig {
+        let mut policy = PolicyConfig::new(PolicyKind::Embedded {
+            model: model.to_string(),
+        });
+        policy.name = Some(format!("embedded:{name}"));
+        policy.sampling.max_tokens = Some(max_tokens);
+        policy.sampling.temperature = Some(0.0);
+        policy.llm_concurrency = Some(1);
+        policy.agent.insert("max_steps".into(), max_steps.into());
+        policy.agent.insert("action_format".into(), "native".into());
+        policy.agent.insert("tool_set".into(), "r2e".into());
+        policy
+    }
+
     /// A shorthand or a path to a `.toml` / `.json` policy file.
     pub fn parse(spec: &str) -> Result<PolicyConfig, PolicyError> {
         let path = Path::new(spec);

@@ -27,10 +27,9 @@
 //!   optimizer step, gradient accumulation, clipping, schedule, progress bar, metrics JSONL,
 //!   periodic checkpoints and resume.
 //!
-//! The evaluation hook after training (`dojo train sft --eval-tasks`) lives in dojo-cli: it
-//! rolls out the base and the trained model through `dojo rollout`'s path (the embedded
-//! engine, sandboxes, grading), which this crate does not depend on; it writes `eval.json`,
-//! which [`report`] renders.
+//! - [`eval`]: base vs trained after training (`dojo train sft --eval-tasks`): both rolled out
+//!   through `dojo rollout`'s path (the embedded engine, sandboxes, grading) into `eval.json`,
+//!   which [`report`] renders.
 //!
 //! Not implemented: bf16 training (candle's CPU bf16 matmul is slow and its reductions would
 //! lose the parity with PyTorch the tests check); LoRA on the embeddings or the LM head, on
@@ -46,6 +45,7 @@
 
 pub mod checkpoint;
 pub mod data;
+pub mod eval;
 pub mod lora;
 pub mod model;
 pub mod optim;

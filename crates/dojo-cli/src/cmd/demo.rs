@@ -11,8 +11,9 @@ use dojo_rollout::report::{PolicyRun, render_html};
 use dojo_rollout::run_dir::RolloutOptions;
 use dojo_task::PrepareOptions;
 
-use super::rollout::{print_run, run_policy};
+use super::rollout::print_run;
 use super::runtime;
+use dojo_rollout::embedded::run_policy;
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
@@ -101,18 +102,12 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         tasks_file.display()
     )];
     if !args.no_model {
-        let mut policy = PolicyConfig::parse("embedded")?;
-        policy.name = Some("embedded:smollm2-135m".into());
-        policy.sampling.max_tokens = Some(args.model_max_tokens);
-        policy.sampling.temperature = Some(0.0);
-        policy.llm_concurrency = Some(1);
-        policy
-            .agent
-            .insert("max_steps".into(), args.model_steps.into());
-        // The engine renders the tool schemas into the model's chat template and parses its
-        // Hermes-style output back into `tool_calls`.
-        policy.agent.insert("action_format".into(), "native".into());
-        policy.agent.insert("tool_set".into(), "r2e".into());
+        let policy = PolicyConfig::embedded_agent(
+            dojo_tokenizer::model_spec::DEFAULT,
+            "smollm2-135m",
+            args.model_steps,
+            args.model_max_tokens,
+        );
         let ids: Vec<String> = if args.model_tasks == 0 {
             vec![]
         } else {
@@ -138,7 +133,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
                 eprintln!("skipping the embedded model: {e:#}");
                 notes.push("The embedded model was skipped: this dojo was built without the `engine` feature.".into());
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
     }
 

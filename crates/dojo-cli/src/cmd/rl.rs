@@ -110,12 +110,6 @@ mod imp {
         };
         let cfg = RlConfig::resolve(a.config.as_deref(), &flags)?;
         let world = a.world()?;
-        // The world model is usable (named, its endpoints configured) before the first step.
-        let world_embedded = super::super::rollout::embedded_world_backend(world.as_ref())?;
-        if let Some(w) = &world {
-            dojo_rollout::world_sim::world_model(w, &world_embedded)
-                .map_err(|e| anyhow::anyhow!("--env-mode {}: {e}", w.mode))?;
-        }
         let device =
             dojo_engine::device(&a.device).with_context(|| format!("--device {}", a.device))?;
         let src = dojo_train::ModelSource::resolve(&a.model)?;
@@ -128,8 +122,8 @@ mod imp {
             out: a.out.clone(),
             world,
         };
-        // Every task must be runnable before the model loads.
-        let (mut env, ids) = AgentEnv::new(opts, &cfg, src.chat_format()?, world_embedded)?;
+        // The world model and every task must be usable before the model loads.
+        let (mut env, ids) = AgentEnv::new(opts, &cfg, src.chat_format()?)?;
         let mut model = src.load(&device)?;
         if let Some(r) = cfg.lora_rank {
             // Alpha 2r (scale 2), no dropout: the sampling policy must be the trained one.

@@ -1,15 +1,12 @@
 //! `dojo rollout` (dojo-rollout): one policy over a task file, K samples each, into a resumable
-//! run directory. `dojo demo` runs its policies through [`run_policy`] too. `--shard I/N` runs
+//! run directory, through [`dojo_rollout::embedded::run_policy`]. `--shard I/N` runs
 //! one deterministic part of the task set (one machine of many); `--merge DIR...` puts the
 //! shards' directories back into one run, checking that nothing is missing or duplicated.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use dojo_llm::ChatBackend;
-use dojo_rollout::agent_runner::DojoAgent;
-use dojo_rollout::policy::{PolicyConfig, PolicyKind};
-use dojo_rollout::run_dir::{RolloutOptions, RolloutOutput, make_backends};
+use dojo_rollout::policy::PolicyConfig;
+use dojo_rollout::run_dir::{RolloutOptions, RolloutOutput};
 use dojo_task::PrepareOptions;
 
 #[derive(clap::Args)]
@@ -134,69 +131,6 @@ impl WorldArgs {
     }
 }
 
-/// The in-process engine as a chat backend (only with the `engine` feature).
-#[cfg(feature = "engine")]
-pub(crate) fn embedded_backend(model: &str) -> anyhow::Result<Option<Arc<dyn ChatBackend>>> {
-    let spec = dojo_tokenizer::ModelSpec::resolve(model)?;
-    let engine = dojo_engine::Engine::load_spec(&spec, dojo_engine::EngineOptions::default())
-        .map_err(|e| anyhow::anyhow!("loading the embedded model {model}: {e}"))?;
-    Ok(Some(Arc::new(engine)))
-}
-
-#[cfg(not(feature = "engine"))]
-pub(crate) fn embedded_backend(_model: &str) -> anyhow::Result<Option<Arc<dyn ChatBackend>>> {
-    Ok(None)
-}
-
-/// The embedded engines of the world models, when a simulated mode names them (`[world] model`,
-/// `swt_model` or `swr_model` = `"embedded"` or `"embedded:DIR"`): each distinct model loaded
-/// once per run and shared by every rollout; empty otherwise.
-pub(crate) fn embedded_world_backend(
-    world: Option<&dojo_world::route::WorldPolicy>,
-) -> anyhow::Result<dojo_rollout::world_sim::EmbeddedWorld> {
-    let mut engines = dojo_rollout::world_sim::EmbeddedWorld::default();
-    for model in world.map(|w| w.embedded_models()).unwrap_or_default() {
-        if let Some(backend) = embedded_backend(&model)? {
-            engines.insert(model, backend);
-        }
-    }
-    Ok(engines)
-}
-
-/// The backends of model policy `policy` (`openai:MODEL`, `embedded[:MODEL]`, a policy file of
-/// those kinds), loading the embedded engine on a blocking thread when it names it.
-pub(crate) async fn policy_backends(
-    policy: &PolicyConfig,
-) -> anyhow::Result<dojo_rollout::backends::ModelBackends> {
-    let embedded = match &policy.kind {
-        dojo_rollout::policy::PolicyKind::Embedded { model } => {
-            let m = model.clone();
-            tokio::task::spawn_blocking(move || embedded_backend(&m)).await??
-        }
-        _ => None,
-    };
-    Ok(dojo_rollout::run_dir::model_backends(policy, embedded)?)
-}
-
-pub async fn run_policy(opts: &RolloutOptions) -> anyhow::Result<RolloutOutput> {
-    let embedded = match &opts.policy.kind {
-        PolicyKind::Embedded { model } => {
-            let m = model.clone();
-            tokio::task::spawn_blocking(move || embedded_backend(&m)).await??
-        }
-        _ => None,
-    };
-    let world = opts.policy.world.clone();
-    let world_embedded =
-        tokio::task::spawn_blocking(move || embedded_world_backend(world.as_ref())).await??;
-    let agent = DojoAgent::from_policy(&opts.policy).map_err(anyhow::Error::msg)?;
-    let backends = make_backends(&opts.policy, embedded)?;
-    Ok(
-        dojo_rollout::run_dir::run_rollout_with_world(opts, agent, backends, &world_embedded)
-            .await?,
-    )
-}
-
 pub fn print_run(out: &RolloutOutput) {
     let s = &out.stats;
     eprintln!(
@@ -252,7 +186,7 @@ pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
         },
         progress: true,
     };
-    let out = super::runtime()?.block_on(run_policy(&opts))?;
+    let out = super::runtime()?.block_on(dojo_rollout::embedded::run_policy(&opts))?;
     print_run(&out);
     println!(
         "{}",

@@ -442,7 +442,7 @@ fn swr(
     let rt = crate::cmd::runtime()?;
     let started = std::time::Instant::now();
     let (sel, stats) = rt.block_on(async {
-        let model = crate::cmd::rollout::policy_backends(&policy).await?;
+        let model = dojo_rollout::embedded::policy_backends(&policy).await?;
         let backend = model.for_sample(0);
         let client = Arc::new(dojo_world::WorldClient::new(
             backend.clone(),
@@ -477,7 +477,7 @@ fn verifier(
     let rt = crate::cmd::runtime()?;
     let started = std::time::Instant::now();
     let judgements = rt.block_on(async {
-        let model = crate::cmd::rollout::policy_backends(&policy).await?;
+        let model = dojo_rollout::embedded::policy_backends(&policy).await?;
         anyhow::Ok(
             judge_all(
                 model.for_sample(0),

@@ -92,7 +92,7 @@ pub struct SynthArgs {
 fn llm_source(spec: &str, rewrites: usize) -> anyhow::Result<LlmSource> {
     let policy = PolicyConfig::parse(spec)?;
     let embedded = match &policy.kind {
-        PolicyKind::Embedded { model } => super::rollout::embedded_backend(model)?,
+        PolicyKind::Embedded { model } => dojo_rollout::embedded::embedded_backend(model)?,
         _ => None,
     };
     let model = dojo_rollout::run_dir::model_backends(&policy, embedded)

@@ -251,7 +251,7 @@ fn analyze(a: AnalyzeArgs) -> anyhow::Result<i32> {
         .unwrap_or_else(dojo_world::analysis::default_cache_root);
     let rt = crate::cmd::runtime()?;
     let (key, results) = rt.block_on(async {
-        let m = crate::cmd::rollout::policy_backends(&policy).await?;
+        let m = dojo_rollout::embedded::policy_backends(&policy).await?;
         let backend = m.client.clone();
         let key = m.model.clone();
         let results: Vec<_> = stream::iter(inputs.iter())

@@ -1,11 +1,10 @@
 //! `dojo train` (dojo-train): fine-tune a model on `dojo curate`'s token export, merge LoRA
 //! adapters, and evaluate the result.
 //!
-//! The evaluation hook (`--eval-tasks`) rolls out the base model and the trained one on a
-//! held-out task file through `dojo rollout`'s own path ([`super::rollout::run_policy`]: the
-//! embedded engine, the agent, sandboxes, grading), into `OUT/eval/base` and
-//! `OUT/eval/trained` (resumable rollout directories), then writes `OUT/eval.json` and adds
-//! the table to `OUT/report.html`.
+//! The evaluation hook (`--eval-tasks`, [`dojo_train::eval`]) rolls out the base model and the
+//! trained one on a held-out task file through `dojo rollout`'s own path into `OUT/eval/base`
+//! and `OUT/eval/trained`, then writes `OUT/eval.json` and adds the table to
+//! `OUT/report.html`.
 //!
 //! Needs the candle stack, so it is built with the `engine` feature (the default) like
 //! `dojo serve`; without it the command says how to get it.
@@ -256,7 +255,7 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
     } else {
         src.path().display().to_string()
     };
-    let settings = EvalSettings {
+    let settings = dojo_train::eval::EvalSettings {
         tasks: tasks.clone(),
         instances: a.eval_instances.clone(),
         max_steps: a.eval_max_steps,
@@ -267,21 +266,28 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
     };
     // Weights trained in this invocation make an earlier evaluation of OUT/final stale.
     let retrained = s.steps > s.resumed_from.unwrap_or(0);
-    let eval = evaluate(&a.out, &base, &trained, retrained, &settings)?;
+    let eval =
+        dojo_train::eval::evaluate(&a.out, &base, &trained, retrained, &settings, |p| match p {
+            dojo_train::eval::EvalProgress::Start {
+                label,
+                model,
+                tasks,
+            } => eprintln!("evaluating the {label} model ({model}) on {tasks} tasks"),
+            dojo_train::eval::EvalProgress::Done(o) => super::rollout::print_run(o),
+        })?;
     dojo_train::report::write(&a.out)?;
-    let models = eval["models"].as_array().cloned().unwrap_or_default();
-    for m in &models {
+    for m in &eval.models {
         println!(
             "eval {}: resolved {}/{} ({:.1}%, 95% CI {:.1}–{:.1}%), valid tool calls {}/{} turns, {} infrastructure errors",
-            m["label"].as_str().unwrap_or("-"),
-            m["resolved"],
-            m["n"],
-            100.0 * m["resolve_rate"].as_f64().unwrap_or(0.0),
-            100.0 * m["ci95_low"].as_f64().unwrap_or(0.0),
-            100.0 * m["ci95_high"].as_f64().unwrap_or(0.0),
-            m["valid_tool_calls"],
-            m["turns"],
-            m["infra_errors"],
+            m.label,
+            m.resolved,
+            m.n,
+            100.0 * m.resolve_rate,
+            100.0 * m.ci95_low,
+            100.0 * m.ci95_high,
+            m.valid_tool_calls,
+            m.turns,
+            m.infra_errors,
         );
     }
     println!(
@@ -289,138 +295,7 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
         a.out.join(dojo_train::report::REPORT_FILE).display()
     );
     // Infrastructure failures make the evaluation incomplete: say so in the exit code.
-    let infra = models
-        .iter()
-        .any(|m| m["infra_errors"].as_u64().unwrap_or(0) > 0);
-    Ok(if infra { 2 } else { 0 })
-}
-
-/// What `--eval-*` asked for.
-#[cfg(feature = "engine")]
-struct EvalSettings {
-    tasks: PathBuf,
-    instances: Vec<String>,
-    max_steps: u32,
-    max_tokens: u32,
-    workers: usize,
-    envs: Option<PathBuf>,
-    progress: bool,
-}
-
-/// Version of `eval.json`.
-#[cfg(feature = "engine")]
-const EVAL_SCHEMA_VERSION: u32 = 1;
-
-/// Roll out `base` and `trained` (model paths for the embedded engine, or `default`) on the
-/// held-out tasks through `dojo rollout`'s path, and write `OUT/eval.json`.
-#[cfg(feature = "engine")]
-fn evaluate(
-    out: &std::path::Path,
-    base: &str,
-    trained: &std::path::Path,
-    retrained: bool,
-    e: &EvalSettings,
-) -> anyhow::Result<serde_json::Value> {
-    use anyhow::Context;
-    use dojo_rollout::policy::{PolicyConfig, PolicyKind};
-    use dojo_rollout::run_dir::RolloutOptions;
-    use serde_json::json;
-
-    let rt = super::runtime()?;
-    let eval_dir = out.join("eval");
-    let n_tasks = dojo_rollout::run_dir::load_tasks(&e.tasks, &e.instances)?.len();
-    let mut models = Vec::new();
-    for (label, model) in [
-        ("base", base.to_string()),
-        ("trained", trained.display().to_string()),
-    ] {
-        let dir = eval_dir.join(label);
-        if label == "trained" && retrained && dir.exists() {
-            std::fs::remove_dir_all(&dir)
-                .with_context(|| format!("removing the stale evaluation {}", dir.display()))?;
-        }
-        let mut policy = PolicyConfig::new(PolicyKind::Embedded {
-            model: model.clone(),
-        });
-        policy.name = Some(format!("embedded:{label}"));
-        policy.sampling.max_tokens = Some(e.max_tokens);
-        policy.sampling.temperature = Some(0.0);
-        policy.llm_concurrency = Some(1);
-        policy.agent.insert("max_steps".into(), e.max_steps.into());
-        // As `dojo demo` runs the embedded model: the engine renders the tool schemas into
-        // the chat template and parses Hermes-style calls back into `tool_calls`.
-        policy.agent.insert("action_format".into(), "native".into());
-        policy.agent.insert("tool_set".into(), "r2e".into());
-        let opts = RolloutOptions {
-            shard: None,
-            tasks_file: e.tasks.clone(),
-            instances: e.instances.clone(),
-            label: policy.label(),
-            policy,
-            samples: 1,
-            out: dir.clone(),
-            workers: e.workers,
-            export_predictions: false,
-            envs_dir: e.envs.clone(),
-            prepare: dojo_task::PrepareOptions::default(),
-            progress: e.progress,
-        };
-        eprintln!("evaluating the {label} model ({model}) on {n_tasks} tasks");
-        let o = rt
-            .block_on(super::rollout::run_policy(&opts))
-            .with_context(|| format!("evaluating the {label} model"))?;
-        super::rollout::print_run(&o);
-        let store = dojo_rollout::Store::<dojo_trajectory::Trajectory>::open(&o.store_path)?;
-        let ids: Vec<&str> = o.outcomes.iter().map(|x| x.task_id.as_str()).collect();
-        let (mut turns, mut valid) = (0usize, 0usize);
-        for t in store
-            .records()
-            .iter()
-            .filter(|t| t.sample_index == 0 && ids.contains(&t.task_id.as_str()))
-        {
-            turns += t.steps.len();
-            valid += t
-                .steps
-                .iter()
-                .filter(|s| s.action.is_some() && s.format_error.is_none())
-                .count();
-        }
-        let sm = &o.summary;
-        let graded = sm.trajectories - sm.infra_errors;
-        let rate = dojo_report::stats::wilson(sm.resolved as u64, graded as u64);
-        let (lo, hi) = (rate.low, rate.high);
-        models.push(json!({
-            "label": label,
-            "model": model,
-            "run_dir": dir,
-            "resolved": sm.resolved,
-            "n": graded,
-            "trajectories": sm.trajectories,
-            "infra_errors": sm.infra_errors,
-            "resolve_rate": sm.resolve_rate,
-            "ci95_low": lo,
-            "ci95_high": hi,
-            "turns": turns,
-            "valid_tool_calls": valid,
-            "valid_tool_call_share": if turns == 0 { 0.0 } else { valid as f64 / turns as f64 },
-            "mean_steps": sm.mean_steps,
-            "stop_reasons": sm.stop_reasons,
-        }));
-    }
-    let eval = json!({
-        "schema_version": EVAL_SCHEMA_VERSION,
-        "tasks": e.tasks,
-        "instances": e.instances,
-        "n_tasks": n_tasks,
-        "max_steps": e.max_steps,
-        "max_tokens": e.max_tokens,
-        "models": models,
-    });
-    let p = out.join(dojo_train::report::EVAL_FILE);
-    let text = serde_json::to_string_pretty(&eval)?;
-    dojo_rundir::write_atomic(&p, text.as_bytes())
-        .with_context(|| format!("writing {}", p.display()))?;
-    Ok(eval)
+    Ok(if eval.incomplete() { 2 } else { 0 })
 }
 
 #[cfg(feature = "engine")]
