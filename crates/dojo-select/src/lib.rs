@@ -20,6 +20,8 @@
 //! - [`agent_tests`]: the tests the agents wrote, run on every candidate in sandboxes.
 //! - [`hybrid`]: a logistic combination of the others' scores, fitted on a labelled run.
 //! - [`sequential`]: the resolved rate by turn budget.
+//! - [`plan`]: what `dojo select` does before selecting: the candidates loaded (or graded) and
+//!   the selectors built, model- and sandbox-scored ones computed and timed.
 //! - [`run`]: selection over a candidate set: the choice per task with every candidate's score,
 //!   best@k for k = 1…K, `predictions.jsonl`, `selection.json` and the HTML report.
 //!
@@ -32,6 +34,7 @@ pub mod candidates;
 pub mod hybrid;
 pub mod passk;
 pub mod patch;
+pub mod plan;
 pub mod report;
 pub mod run;
 pub mod selector;
@@ -64,4 +67,7 @@ pub enum SelectError {
     UnknownSelector(String),
     #[error("no candidates: {0}")]
     Empty(String),
+    /// A setting the caller gave (a flag of `dojo select`) is missing or does not work.
+    #[error("{flag}: {reason}")]
+    Settings { flag: String, reason: String },
 }
