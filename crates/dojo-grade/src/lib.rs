@@ -25,6 +25,8 @@
 //! - [`observer`]: the test observer, a pytest plugin loaded ahead of the project's code that
 //!   records which test bodies ran and how they ended; a test the log reports passed counts
 //!   only if the observer saw it pass (where a pytest process loaded it).
+//! - [`task_check`]: `dojo tasks check`'s findings on a task file (invalid rows, missing grading
+//!   fields and environments, ids no parser can match).
 //! - [`diagnose`]: `dojo validate`'s one-line rows and id-list summaries (full text to files).
 //! - [`batch`]: `dojo eval` / `dojo validate` over many instances (resumable, concurrent,
 //!   progress bar, sandboxes torn down in the background).
@@ -42,6 +44,7 @@ pub mod predictions;
 pub mod report;
 pub mod run;
 mod script;
+pub mod task_check;
 
 pub use grading::{
     EvalType, GoldLists, ResolvedStatus, Semantics, SuccessFailure, TestsStatus, derive_lists,

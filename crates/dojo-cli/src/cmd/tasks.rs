@@ -7,10 +7,9 @@
 //! once per task and model at temperature 0 and cached (`dojo_world::analysis`), where
 //! `dojo rollout` (`[world] analysis_model`) and `dojo curate --world-analysis-model` read it.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use dojo_task::{EnvRegistry, GRADING_FIELDS};
+use dojo_task::EnvRegistry;
 
 #[derive(clap::Subcommand)]
 pub enum TasksCmd {
@@ -287,127 +286,9 @@ fn analyze(a: AnalyzeArgs) -> anyhow::Result<i32> {
 }
 
 fn check(file: &Path, envs: Option<&Path>) -> anyhow::Result<i32> {
-    let rep = dojo_task::read_tasks(file)?;
+    let load = dojo_task::read_tasks(file)?;
     let registry = EnvRegistry::with_dir(envs)?;
-    println!(
-        "{}: {} rows, {} valid, {} invalid",
-        file.display(),
-        rep.rows,
-        rep.tasks.len(),
-        rep.errors.len()
-    );
-    let mut per_repo: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-    let mut missing: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    let mut no_env = Vec::new();
-    let mut bad_env = Vec::new();
-    // (task, id, what the parser makes of it, parser name) for ids no log can match.
-    let mut unmatchable: Vec<(&str, &str, Option<String>, &str)> = Vec::new();
-    for t in &rep.tasks {
-        let e = per_repo.entry(t.repo.as_str()).or_default();
-        e.0 += 1;
-        if t.sdist().is_some() {
-            e.1 += 1;
-        }
-        for f in GRADING_FIELDS {
-            let absent = match *f {
-                "test_patch" => t.test_patch.trim().is_empty(),
-                "FAIL_TO_PASS" => t.fail_to_pass.as_ref().is_none_or(Vec::is_empty),
-                "PASS_TO_PASS" => t.pass_to_pass.is_none(),
-                _ => false,
-            };
-            if absent {
-                missing.entry(*f).or_default().push(t.instance_id.as_str());
-            }
-        }
-        // Log parser and eval type are typed: a misspelt one failed when the row was read.
-        match registry.resolve(t) {
-            Ok(env) => {
-                let parser = dojo_grade::Parser::from(env.log_parser);
-                for id in t.f2p().iter().chain(t.p2p()) {
-                    if !parser.can_produce(id) {
-                        unmatchable.push((
-                            t.instance_id.as_str(),
-                            id.as_str(),
-                            parser.logged_as(id),
-                            env.log_parser.name(),
-                        ));
-                    }
-                }
-            }
-            Err(dojo_task::TaskError::NoEnv { .. }) => no_env.push(t.instance_id.as_str()),
-            Err(e) => bad_env.push(e.to_string()),
-        }
-    }
-    println!("\n{:<40} {:>6} {:>6}", "repo", "tasks", "sdist");
-    for (repo, (n, s)) in &per_repo {
-        println!("{repo:<40} {n:>6} {s:>6}");
-    }
-    let mut problems = rep.errors.len() + rep.duplicates.len() + bad_env.len();
-    for e in &rep.errors {
-        println!("invalid: {e}");
-    }
-    for (id, locs) in &rep.duplicates {
-        println!("duplicate: {id} at {}", locs.join(", "));
-    }
-    for (field, ids) in &missing {
-        println!("missing {field}: {} task(s): {}", ids.len(), preview(ids));
-    }
-    if !no_env.is_empty() {
-        println!(
-            "no environment spec: {} task(s): {}",
-            no_env.len(),
-            preview(&no_env)
-        );
-        problems += no_env.len();
-    }
-    for b in &bad_env {
-        println!("environment: {b}");
-    }
-    print_unmatchable(&unmatchable);
-    println!(
-        "\n{}",
-        if problems == 0 {
-            "OK"
-        } else {
-            "PROBLEMS FOUND"
-        }
-    );
-    Ok(if problems == 0 { 0 } else { 1 })
-}
-
-/// Test ids the task's log parser can never report (the pytest parser cuts ids at the first
-/// whitespace; `pytest_options` shortens path parametrizations): such a test is never found
-/// passing, so validation says "not passing with the gold patch" of a test that passed. A
-/// warning (the official harness cannot match them either), not a problem.
-fn print_unmatchable(rows: &[(&str, &str, Option<String>, &str)]) {
-    if rows.is_empty() {
-        return;
-    }
-    let tasks: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.0).collect();
-    println!(
-        "warning: {} test id(s) in {} task(s) can never match: their log parser reports them under another name",
-        rows.len(),
-        tasks.len()
-    );
-    // One line per task: how many, and the first as an example.
-    for task in tasks.iter().take(5) {
-        let mine: Vec<_> = rows.iter().filter(|r| r.0 == *task).collect();
-        let (_, id, logged, parser) = mine[0];
-        let how = match logged {
-            Some(k) => format!("reported by {parser} as {k:?}"),
-            None => format!("never reported by {parser}"),
-        };
-        println!("  {task}: {} id(s), e.g. {id:?} is {how}", mine.len());
-    }
-    if tasks.len() > 5 {
-        println!("  … (+{} task(s))", tasks.len() - 5);
-    }
-}
-
-fn preview(ids: &[&str]) -> String {
-    let mut s = ids.iter().take(5).copied().collect::<Vec<_>>().join(", ");
-    if ids.len() > 5 {
-        s.push_str(&format!(", … (+{})", ids.len() - 5));
-    }
-    s
+    let c = dojo_grade::task_check::TaskFileCheck::of(&file.display().to_string(), load, &registry);
+    println!("{c}");
+    Ok(i32::from(c.problems() > 0))
 }
