@@ -191,22 +191,7 @@ fn openai_client_config(kind: &PolicyKind) -> Result<dojo_llm::ClientConfig, Rol
 
 /// Load the tasks of a run (all, or the listed instances, in file order).
 pub fn load_tasks(file: &Path, instances: &[String]) -> Result<Vec<Task>, RolloutError> {
-    let tasks = dojo_task::load_tasks(file).map_err(|e| RolloutError::Tasks(e.to_string()))?;
-    if instances.is_empty() {
-        return Ok(tasks);
-    }
-    for id in instances {
-        if !tasks.iter().any(|t| &t.instance_id == id) {
-            return Err(RolloutError::Tasks(format!(
-                "{}: no instance {id}",
-                file.display()
-            )));
-        }
-    }
-    Ok(tasks
-        .into_iter()
-        .filter(|t| instances.contains(&t.instance_id))
-        .collect())
+    dojo_task::load_selected(file, instances).map_err(|e| RolloutError::Tasks(e.to_string()))
 }
 
 /// `dir/run.json`. Resuming needs the same policy and shard; the task file may have moved

@@ -43,7 +43,9 @@ pub use env::{
 };
 pub use eval_script::{REINSTALL_FAILED, pre_test_commands};
 pub use harness::{EvalType, LogParser};
-pub use load::{LoadReport, load_tasks, read_rows, read_tasks};
+pub use load::{
+    LoadReport, check_repos, load_selected, load_tasks, read_rows, read_tasks, select_instances,
+};
 pub use model::{
     EnvOverride, GRADING_FIELDS, Location, REQUIRED_FIELDS, SdistSource, Task, TaskSource,
     instance_id_problem,
@@ -52,7 +54,7 @@ pub use prepare::{
     PrepareOptions, PreparedTask, Preparer, apply_in_dir, find_repo, prepare, resolved_spec,
     sdist_tree, task_source,
 };
-pub use splice::splice_lists;
+pub use splice::{NewLists, fill_lists, splice_lists};
 
 /// Errors of task loading and environment resolution. Each names where the problem is.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +67,11 @@ pub enum TaskError {
     },
     #[error("{path}: no tasks (the file holds no instance)")]
     Empty { path: String },
+    #[error("--instance {instance_id}: no such instance in {path}")]
+    NoInstance { path: String, instance_id: String },
+    /// The repositories of git-based tasks are not where `--repos` says.
+    #[error("{0}")]
+    Repos(String),
     #[error("{location}: {reason}")]
     Parse { location: String, reason: String },
     #[error("{location}: instance {instance_id}: field {field}: {reason}")]

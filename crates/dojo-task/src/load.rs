@@ -66,6 +66,64 @@ pub fn load_tasks(path: &Path) -> Result<Vec<Task>, TaskError> {
     Ok(rep.tasks)
 }
 
+/// The tasks of `path` strictly loaded ([`load_tasks`]), only `instances` when some are named
+/// ([`select_instances`]).
+pub fn load_selected(path: &Path, instances: &[String]) -> Result<Vec<Task>, TaskError> {
+    select_instances(load_tasks(path)?, instances, path)
+}
+
+/// `tasks` (loaded from `path`), only `instances` in file order when some are named; an
+/// instance the file lacks is an error naming it and the file.
+pub fn select_instances(
+    tasks: Vec<Task>,
+    instances: &[String],
+    path: &Path,
+) -> Result<Vec<Task>, TaskError> {
+    if let Some(id) = instances
+        .iter()
+        .find(|id| !tasks.iter().any(|t| &t.instance_id == *id))
+    {
+        return Err(TaskError::NoInstance {
+            path: path.display().to_string(),
+            instance_id: id.clone(),
+        });
+    }
+    if instances.is_empty() {
+        return Ok(tasks);
+    }
+    Ok(tasks
+        .into_iter()
+        .filter(|t| instances.contains(&t.instance_id))
+        .collect())
+}
+
+/// Git-based tasks (no `source`) need their repositories under `repos` (`--repos`): checked
+/// before any work, naming the option and the repositories, rather than failing every task's
+/// preparation.
+pub fn check_repos(tasks: &[Task], repos: Option<&Path>) -> Result<(), TaskError> {
+    let git: Vec<&Task> = tasks.iter().filter(|t| t.sdist().is_none()).collect();
+    let needed: std::collections::BTreeSet<&str> = git.iter().map(|t| t.repo.as_str()).collect();
+    if needed.is_empty() {
+        return Ok(());
+    }
+    let Some(dir) = repos else {
+        let names: Vec<String> = needed.iter().map(|r| r.replace('/', "__")).collect();
+        return Err(TaskError::Repos(format!(
+            "{} selected task(s) are git-based (no `source`): pass --repos DIR holding a clone or mirror of each repository as owner__name or name ({})",
+            git.len(),
+            names.join(", ")
+        )));
+    };
+    let missing: Vec<String> = needed
+        .iter()
+        .filter_map(|r| crate::find_repo(dir, r).err())
+        .collect();
+    if !missing.is_empty() {
+        return Err(TaskError::Repos(missing.join("\n")));
+    }
+    Ok(())
+}
+
 type Row = (Location, Result<Map<String, Value>, TaskError>);
 
 fn not_object(loc: &Location, v: &Value) -> TaskError {
@@ -183,6 +241,38 @@ pub fn read_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn selected_instances_keep_file_order_and_an_unknown_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.jsonl");
+        let row = |id: &str| {
+            format!(
+                r#"{{"instance_id":"{id}","repo":"o/r","base_commit":"x","patch":"diff --git a/x b/x\n"}}"#
+            )
+        };
+        std::fs::write(
+            &p,
+            format!("{}\n{}\n{}\n", row("o__r-1"), row("o__r-2"), row("o__r-3")),
+        )
+        .unwrap();
+        let ids = |ts: Vec<Task>| ts.into_iter().map(|t| t.instance_id).collect::<Vec<_>>();
+        let picked = load_selected(&p, &["o__r-3".into(), "o__r-1".into()]).unwrap();
+        assert_eq!(ids(picked), ["o__r-1", "o__r-3"]);
+        assert_eq!(load_selected(&p, &[]).unwrap().len(), 3);
+        let e = load_selected(&p, &["o__r-9".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--instance o__r-9") && e.contains("t.jsonl"),
+            "{e}"
+        );
+        // Git-based tasks need --repos, and the message names the repositories.
+        let tasks = load_tasks(&p).unwrap();
+        let e = check_repos(&tasks, None).unwrap_err().to_string();
+        assert!(e.contains("--repos") && e.contains("o__r"), "{e}");
+        assert!(check_repos(&tasks, Some(dir.path())).is_err());
+    }
 
     #[test]
     fn jsonl_collects_every_bad_line_and_duplicates() {

@@ -3,7 +3,87 @@
 //! escapes), so a task file that tools like Python's `json.dumps` wrote keeps its style and a
 //! re-derivation shows up in `git diff` as exactly the lists that changed.
 
+use std::collections::BTreeMap;
+use std::path::Path;
+
 use serde_json::Value;
+
+use crate::{Task, TaskError};
+
+/// New FAIL_TO_PASS / PASS_TO_PASS lists, by instance id.
+pub type NewLists<'a> = BTreeMap<&'a str, (&'a [String], &'a [String])>;
+
+/// Rewrites the JSONL task file `path`, whose tasks are `tasks`, with the lists of `fill`
+/// (`dojo validate --write`: the derived lists of new tasks that validated); every other line
+/// is kept byte for byte, in its place, and a filled line keeps every byte but the two values
+/// ([`splice_lists`]). Lists a row lacks are written in the file's own style: JSON arrays,
+/// unless its other rows store them as JSON strings (as SWE-bench's datasets do). The new file
+/// is written beside the old one and renamed over it, so a crash leaves one or the other.
+/// Returns how many tasks were filled.
+pub fn fill_lists(path: &Path, tasks: &[Task], mut fill: NewLists<'_>) -> Result<usize, TaskError> {
+    let io = |source: std::io::Error| TaskError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    if path.extension().is_none_or(|e| e != "jsonl") {
+        return Err(TaskError::Parse {
+            location: path.display().to_string(),
+            reason: "writing the lists needs a .jsonl task file".into(),
+        });
+    }
+    if fill.is_empty() {
+        return Ok(0);
+    }
+    let text = std::fs::read_to_string(path).map_err(io)?;
+    let rows: Vec<Option<serde_json::Map<String, Value>>> = text
+        .split_inclusive('\n')
+        .map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let (arrays, strings) =
+        rows.iter()
+            .flatten()
+            .fold((0, 0), |(a, s), r| match r.get("FAIL_TO_PASS") {
+                Some(Value::Array(_)) => (a + 1, s),
+                Some(Value::String(_)) => (a, s + 1),
+                _ => (a, s),
+            });
+    let default_array = arrays >= strings;
+    let mut out = String::with_capacity(text.len());
+    let mut n = 0;
+    for (line, row) in text.split_inclusive('\n').zip(&rows) {
+        let id = row
+            .as_ref()
+            .and_then(|r| r.get("instance_id"))
+            .and_then(|x| x.as_str());
+        let found = id.and_then(|id| {
+            Some((
+                fill.remove(id)?,
+                tasks.iter().find(|t| t.instance_id == id)?,
+            ))
+        });
+        let Some(((f2p, p2p), t)) = found else {
+            out.push_str(line);
+            continue;
+        };
+        let body = line.strip_suffix('\n').unwrap_or(line);
+        // A line the splicer does not understand is re-serialised instead (same fields and
+        // order, our JSON style).
+        let new = match splice_lists(
+            body,
+            &[("FAIL_TO_PASS", f2p), ("PASS_TO_PASS", p2p)],
+            default_array,
+        ) {
+            Some(s) => s,
+            None => serde_json::to_string(&t.row_with_lists(f2p, p2p, default_array))
+                .map_err(|e| io(std::io::Error::other(e)))?,
+        };
+        out.push_str(&new);
+        out.push('\n');
+        n += 1;
+    }
+    dojo_rundir::write_atomic(path, out.as_bytes()).map_err(io)?;
+    Ok(n)
+}
 
 /// Byte spans of one top-level `"key": value` pair.
 struct Field {
@@ -218,6 +298,30 @@ mod tests {
 
     fn v(xs: &[&str]) -> Vec<String> {
         xs.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn fill_lists_rewrites_only_the_filled_rows_lists() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let a = r#"{"instance_id": "o__r-1", "repo": "o/r", "base_commit": "x", "patch": "diff --git a/x b/x\n", "FAIL_TO_PASS": "[]", "PASS_TO_PASS": "[]"}"#;
+        let b = r#"{"instance_id":"o__r-2","repo":"o/r","base_commit":"x","patch":"diff --git a/x b/x\n"}"#;
+        std::fs::write(&path, format!("{a}\n{b}\n")).unwrap();
+        let tasks = crate::load_tasks(&path).unwrap();
+        let (f2p, p2p) = (v(&["t::a"]), v(&["t::b"]));
+        let mut fill = NewLists::new();
+        fill.insert("o__r-2", (&f2p[..], &p2p[..]));
+        assert_eq!(fill_lists(&path, &tasks, fill).unwrap(), 1);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], a, "an unfilled row is kept byte for byte");
+        // The file stores its lists as JSON strings: the new row's lists follow it.
+        let row: Value = serde_json::from_str(lines[1]).unwrap();
+        assert_eq!(row["FAIL_TO_PASS"], "[\"t::a\"]");
+        assert_eq!(row["PASS_TO_PASS"], "[\"t::b\"]");
+        let json = dir.path().join("t.json");
+        std::fs::write(&json, "[]").unwrap();
+        assert!(fill_lists(&json, &tasks, NewLists::new()).is_err());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use dojo_grade::batch::BatchOptions;
 use dojo_grade::{GradeOptions, Semantics};
 use dojo_task::{EnvRegistry, PrepareOptions, Task};
@@ -56,20 +56,10 @@ pub struct Loaded {
 
 /// Load the task file (strictly), select `--instance`s, and build the grading options.
 pub fn load(common: &CommonArgs) -> anyhow::Result<Loaded> {
-    let mut tasks = dojo_task::load_tasks(&common.tasks)?;
+    let tasks = dojo_task::load_tasks(&common.tasks)?;
     let all_ids = tasks.iter().map(|t| t.instance_id.clone()).collect();
-    if !common.instances.is_empty() {
-        for id in &common.instances {
-            if !tasks.iter().any(|t| &t.instance_id == id) {
-                bail!(
-                    "--instance {id}: no such instance in {}",
-                    common.tasks.display()
-                );
-            }
-        }
-        tasks.retain(|t| common.instances.contains(&t.instance_id));
-    }
-    check_repos(&tasks, common.repos.as_deref())?;
+    let tasks = dojo_task::select_instances(tasks, &common.instances, &common.tasks)?;
+    dojo_task::check_repos(&tasks, common.repos.as_deref())?;
     let registry = EnvRegistry::with_dir(common.envs.as_deref())?;
     let semantics = Semantics::by_name(&common.semantics).with_context(|| {
         format!(
@@ -98,33 +88,4 @@ pub fn load(common: &CommonArgs) -> anyhow::Result<Loaded> {
             repos_dir: common.repos.clone(),
         },
     })
-}
-
-/// Git-based tasks (no `source`) need their repositories under `--repos`: say so before any
-/// work, naming the option and the repositories, rather than failing every task's preparation.
-fn check_repos(tasks: &[Task], repos: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let needed: std::collections::BTreeSet<&str> = tasks
-        .iter()
-        .filter(|t| t.sdist().is_none())
-        .map(|t| t.repo.as_str())
-        .collect();
-    if needed.is_empty() {
-        return Ok(());
-    }
-    let Some(dir) = repos else {
-        let names: Vec<String> = needed.iter().map(|r| r.replace('/', "__")).collect();
-        bail!(
-            "{} selected task(s) are git-based (no `source`): pass --repos DIR holding a clone or mirror of each repository as owner__name or name ({})",
-            tasks.iter().filter(|t| t.sdist().is_none()).count(),
-            names.join(", ")
-        );
-    };
-    let missing: Vec<String> = needed
-        .iter()
-        .filter_map(|r| dojo_task::find_repo(dir, r).err())
-        .collect();
-    if !missing.is_empty() {
-        bail!("{}", missing.join("\n"));
-    }
-    Ok(())
 }

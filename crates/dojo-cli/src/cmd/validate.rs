@@ -1,12 +1,11 @@
 //! `dojo validate` (dojo-grade): is each task runnable (its test patch alone fails
 //! FAIL_TO_PASS, the gold patch makes it pass)? With `--write`, fills in the lists of new tasks.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use dojo_grade::{batch, diagnose};
-use dojo_task::{Preparer, Task};
+use dojo_task::Preparer;
 
 use super::runtime;
 use super::task_set::{CommonArgs, load};
@@ -101,7 +100,15 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<i32> {
         l.opts.workers
     );
     if args.write {
-        let n = write_lists(&args.common.tasks, &l.tasks, &results)?;
+        let fill: dojo_task::NewLists = results
+            .iter()
+            .filter(|(_, v)| v.ok && v.new_task)
+            .map(|(_, v)| {
+                let lists = (&v.derived_fail_to_pass[..], &v.derived_pass_to_pass[..]);
+                (v.instance_id.as_str(), lists)
+            })
+            .collect();
+        let n = dojo_task::fill_lists(&args.common.tasks, &l.tasks, fill)?;
         println!(
             "wrote FAIL_TO_PASS / PASS_TO_PASS of {n} task(s) into {}",
             args.common.tasks.display()
@@ -119,75 +126,4 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<i32> {
         }
     }
     Ok(if ok == results.len() { 0 } else { 1 })
-}
-
-/// Rewrite a JSONL task file, filling in the derived lists of new tasks (no FAIL_TO_PASS yet)
-/// that validated cleanly; every other line is kept byte for byte, in its place. Tasks that
-/// are not runnable are left as they are (the table above says why). The new file is written
-/// beside the old one and renamed over it, so a crash leaves one or the other, never half.
-fn write_lists(
-    path: &Path,
-    tasks: &[Task],
-    results: &[(usize, dojo_grade::Validation)],
-) -> anyhow::Result<usize> {
-    if path.extension().is_none_or(|e| e != "jsonl") {
-        bail!("--write needs a .jsonl task file, not {}", path.display());
-    }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let rows: Vec<Option<serde_json::Map<String, serde_json::Value>>> = text
-        .split_inclusive('\n')
-        .map(|line| serde_json::from_str(line).ok())
-        .collect();
-    // Lists a row lacks are written in the file's own style: JSON arrays, unless the file's
-    // other rows store them as JSON strings (as SWE-bench's datasets do).
-    let (arrays, strings) =
-        rows.iter()
-            .flatten()
-            .fold((0, 0), |(a, s), r| match r.get("FAIL_TO_PASS") {
-                Some(serde_json::Value::Array(_)) => (a + 1, s),
-                Some(serde_json::Value::String(_)) => (a, s + 1),
-                _ => (a, s),
-            });
-    let default_array = arrays >= strings;
-    let mut fill: BTreeMap<&str, (&Task, &dojo_grade::Validation)> = BTreeMap::new();
-    for (i, v) in results {
-        let t = &tasks[*i];
-        if v.ok && v.new_task {
-            fill.insert(t.instance_id.as_str(), (t, v));
-        }
-    }
-    if fill.is_empty() {
-        return Ok(0);
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut n = 0;
-    for (line, row) in text.split_inclusive('\n').zip(&rows) {
-        let id = row
-            .as_ref()
-            .and_then(|r| r.get("instance_id"))
-            .and_then(|x| x.as_str());
-        let Some((t, v)) = id.and_then(|id| fill.remove(id)) else {
-            out.push_str(line);
-            continue;
-        };
-        let (f2p, p2p) = (&v.derived_fail_to_pass, &v.derived_pass_to_pass);
-        let body = line.strip_suffix('\n').unwrap_or(line);
-        // The lists replaced in place, every other byte kept; a line the splicer does not
-        // understand is re-serialised instead (same fields and order, our JSON style).
-        let new = match dojo_task::splice_lists(
-            body,
-            &[("FAIL_TO_PASS", f2p), ("PASS_TO_PASS", p2p)],
-            default_array,
-        ) {
-            Some(s) => s,
-            None => serde_json::to_string(&t.row_with_lists(f2p, p2p, default_array))?,
-        };
-        out.push_str(&new);
-        out.push('\n');
-        n += 1;
-    }
-    dojo_rundir::write_atomic(path, out.as_bytes())
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(n)
 }
