@@ -41,6 +41,53 @@ pub struct Report {
     pub etc_snapshot: Option<std::path::PathBuf>,
 }
 
+/// `dojo sandbox doctor`'s text: the kernel features, cgroups, backend, and what of the host a
+/// sandbox sees.
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let who = if self.running_as_root {
+            "root"
+        } else {
+            "non-root"
+        };
+        writeln!(f, "kernel {}; running as {who}", self.kernel)?;
+        writeln!(f, "sandbox uid: {}", self.sandbox_uid)?;
+        for x in &self.features {
+            let mark = if x.ok { "ok" } else { "--" };
+            writeln!(f, "  [{mark}] {:<45} {}", x.name, x.detail)?;
+        }
+        match &self.cgroup_version {
+            Some(v) => writeln!(
+                f,
+                "  [ok] cgroup {v} controllers: {}",
+                self.cgroup_controllers.join(", ")
+            )?,
+            None => writeln!(f, "  [--] cgroups: not managed here (rlimits only)")?,
+        }
+        writeln!(f, "backend: {:?}", self.backend)?;
+        write!(
+            f,
+            "visible inside a sandbox (read-only; plus its own /testbed, /venv, /tmp, /dev, /proc, /sys):"
+        )?;
+        for v in &self.visible {
+            let what = match v.kind {
+                crate::visible::Kind::Symlink => format!("-> {}", v.source.display()),
+                crate::visible::Kind::Parent => String::new(),
+                _ if v.source != v.path => format!("(from {})", v.source.display()),
+                _ => String::new(),
+            };
+            write!(f, "\n  {:<28} {:<24} {}", v.path.display(), what, v.why)?;
+        }
+        for h in &self.hidden {
+            write!(f, "\n  {:<28} covered: it is $DOJO_HOME", h.display())?;
+        }
+        if let Some(s) = &self.etc_snapshot {
+            write!(f, "\n  /etc entries above are copies: {}", s.display())?;
+        }
+        Ok(())
+    }
+}
+
 /// Try `unshare(flags)` (plus an overlay mount with `userxattr` when `overlay`) in a forked child
 /// running as the sandbox uid.
 fn probe(flags: libc::c_int, overlay: bool) -> Result<(), String> {

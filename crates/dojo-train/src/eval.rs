@@ -99,8 +99,9 @@ impl SftEval {
 /// Roll out `base` and `trained` (what the embedded engine loads: `default`, a model
 /// directory) on the held-out tasks and write `OUT/eval.json`. `retrained`: weights trained in
 /// this invocation make an earlier rollout of the trained model stale, so it is removed first.
-/// `progress` hears when each model starts and where its rollouts went.
-pub fn evaluate(
+/// `progress` hears when each model starts and where its rollouts went. Runs on the caller's
+/// runtime.
+pub async fn evaluate(
     out: &Path,
     base: &str,
     trained: &Path,
@@ -109,10 +110,6 @@ pub fn evaluate(
     mut progress: impl FnMut(EvalProgress<'_>),
 ) -> Result<SftEval, TrainError> {
     let rollout = |what: &str, err: String| TrainError::Config(format!("{what}: {err}"));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|err| rollout("starting the async runtime", err.to_string()))?;
     let tasks = load_tasks(&e.tasks, &e.instances).map_err(|err| {
         rollout(
             &format!("--eval-tasks {}", e.tasks.display()),
@@ -149,8 +146,8 @@ pub fn evaluate(
             model: &model,
             tasks: n_tasks,
         });
-        let o = rt
-            .block_on(dojo_rollout::embedded::run_policy(&opts))
+        let o = dojo_rollout::embedded::run_policy(&opts)
+            .await
             .map_err(|err| rollout(&format!("evaluating the {label} model"), err.to_string()))?;
         progress(EvalProgress::Done(&o));
         let store = dojo_rollout::Store::<Trajectory>::open(&o.store_path)

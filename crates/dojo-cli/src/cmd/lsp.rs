@@ -61,7 +61,7 @@ pub fn run(args: LspArgs) -> anyhow::Result<i32> {
     if let Some(q) = &args.query {
         call.insert("query".into(), q.clone().into());
     }
-    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let rt = super::runtime()?;
     rt.block_on(async {
         let tool = match LspTool::host(&args.source, kind).await {
             Ok(t) => t,

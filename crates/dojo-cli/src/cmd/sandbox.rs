@@ -141,50 +141,7 @@ fn doctor(json: bool, clean: bool) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
-    println!(
-        "kernel {}; running as {}",
-        r.kernel,
-        if r.running_as_root {
-            "root"
-        } else {
-            "non-root"
-        }
-    );
-    println!("sandbox uid: {}", r.sandbox_uid);
-    for f in &r.features {
-        println!(
-            "  [{}] {:<45} {}",
-            if f.ok { "ok" } else { "--" },
-            f.name,
-            f.detail
-        );
-    }
-    match &r.cgroup_version {
-        Some(v) => println!(
-            "  [ok] cgroup {v} controllers: {}",
-            r.cgroup_controllers.join(", ")
-        ),
-        None => println!("  [--] cgroups: not managed here (rlimits only)"),
-    }
-    println!("backend: {:?}", r.backend);
-    println!(
-        "visible inside a sandbox (read-only; plus its own /testbed, /venv, /tmp, /dev, /proc, /sys):"
-    );
-    for v in &r.visible {
-        let what = match v.kind {
-            dojo_sandbox::visible::Kind::Symlink => format!("-> {}", v.source.display()),
-            dojo_sandbox::visible::Kind::Parent => String::new(),
-            _ if v.source != v.path => format!("(from {})", v.source.display()),
-            _ => String::new(),
-        };
-        println!("  {:<28} {:<24} {}", v.path.display(), what, v.why);
-    }
-    for h in &r.hidden {
-        println!("  {:<28} covered: it is $DOJO_HOME", h.display());
-    }
-    if let Some(s) = &r.etc_snapshot {
-        println!("  /etc entries above are copies: {}", s.display());
-    }
+    println!("{r}");
     if let Some(s) = swept {
         println!(
             "cleaned: {} sandbox director{} and {} cgroup{} of dead processes",

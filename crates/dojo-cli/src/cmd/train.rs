@@ -266,15 +266,17 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
     };
     // Weights trained in this invocation make an earlier evaluation of OUT/final stale.
     let retrained = s.steps > s.resumed_from.unwrap_or(0);
-    let eval =
-        dojo_train::eval::evaluate(&a.out, &base, &trained, retrained, &settings, |p| match p {
-            dojo_train::eval::EvalProgress::Start {
-                label,
-                model,
-                tasks,
-            } => eprintln!("evaluating the {label} model ({model}) on {tasks} tasks"),
-            dojo_train::eval::EvalProgress::Done(o) => super::rollout::print_run(o),
-        })?;
+    let progress = |p: dojo_train::eval::EvalProgress<'_>| match p {
+        dojo_train::eval::EvalProgress::Start {
+            label,
+            model,
+            tasks,
+        } => eprintln!("evaluating the {label} model ({model}) on {tasks} tasks"),
+        dojo_train::eval::EvalProgress::Done(o) => super::rollout::print_run(o),
+    };
+    let eval = super::runtime()?.block_on(dojo_train::eval::evaluate(
+        &a.out, &base, &trained, retrained, &settings, progress,
+    ))?;
     dojo_train::report::write(&a.out)?;
     for m in &eval.models {
         println!(
