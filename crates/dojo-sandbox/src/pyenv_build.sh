@@ -1,0 +1,120 @@
+# The environment build (BUILD_SCRIPT in pyenv.rs), run inside the build sandbox as
+# `bash -c SCRIPT dojo-env-build UV PYTHON EDITABLE(0|1) INSTALLER(uv|pip) REQUIREMENT...`.
+set -euo pipefail
+# Whether the venv's pip builds /testbed's editable install through PEP 660 (see pip.conf below).
+NEEDS_COMPAT='import os, re, sys, pip
+v = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", pip.__version__).groups())
+pep660 = v >= (25, 3) or (v >= (22, 1) and os.path.exists("/testbed/pyproject.toml"))
+sys.exit(0 if pep660 else 1)'
+
+UV="$1"; PY="$2"; EDITABLE="$3"; INSTALLER="$4"; shift 4
+trap 'rm -rf /venv/.dojo-uv' EXIT
+export UV_LINK_MODE=copy UV_NO_PROGRESS=1
+if [ "$INSTALLER" = pip ]; then SEED=--seed; else SEED=; fi
+"$UV" venv -q --allow-existing $SEED --python "$PY" /venv
+if [ -n "${DOJO_EXCLUDE_NEWER:-}" ]; then
+  # After seeding: the newest pip is the one with --uploaded-prior-to (pip >= 26).
+  export UV_EXCLUDE_NEWER="$DOJO_EXCLUDE_NEWER" PIP_UPLOADED_PRIOR_TO="$DOJO_EXCLUDE_NEWER"
+  if [ "$INSTALLER" = pip ]; then
+    if ! /venv/bin/python -m pip install --help | grep -q -- --uploaded-prior-to; then
+      echo "exclude_newer needs pip >= 26 (--uploaded-prior-to), which needs Python >= 3.9; this venv has $(/venv/bin/python -m pip --version)" >&2
+      exit 1
+    fi
+    /venv/bin/python -m pip install -q --force-reinstall setuptools wheel
+  fi
+fi
+# Build backends such as setuptools-scm run git at /testbed, whose .git belongs to another uid,
+# and they strip GIT_* variables first: a global config through XDG_CONFIG_HOME survives that.
+mkdir -p /venv/etc/git && printf '[safe]\n\tdirectory = *\n' > /venv/etc/git/config
+export XDG_CONFIG_HOME=/venv/etc
+export VIRTUAL_ENV=/venv PATH="/venv/bin:$PATH"
+if [ -n "${DOJO_PRE_INSTALL:-}" ]; then
+  (cd /testbed && bash -euo pipefail -c "$DOJO_PRE_INSTALL")
+  # The harness's pre_install edits tracked files too (sphinx: `sed -i 's/pytest/pytest -rA/'
+  # tox.ini`) and its image keeps the edits: note which files, so that the environment keeps
+  # them (pyenv::keep_tree) and sandbox diffs start from them.
+  if git -C /testbed rev-parse -q --verify HEAD >/dev/null 2>&1; then
+    git -C /testbed --no-optional-locks diff --name-only -z > /tmp/dojo-pre-install-files
+  fi
+fi
+inst() {
+  if [ "$INSTALLER" = pip ]; then /venv/bin/python -m pip install -q "$@";
+  else "$UV" pip install -q --python /venv/bin/python "$@"; fi
+}
+if [ "$INSTALLER" = pip ] && /venv/bin/python -c "$NEEDS_COMPAT"; then
+  # The harness's pip (2023) installed editables with `setup.py develop`: a path entry for
+  # /testbed. pip >= 25.3 always asks the backend's build_editable, and setuptools then installs
+  # an import-hook finder for flat layouts, through which astroid cannot map /testbed files to
+  # modules. Its compat mode writes the path entry again; in the venv's own pip.conf, so the eval
+  # script's reinstall in grading sandboxes gets it too. Only where pip would use PEP 660: pip
+  # 22.1-25.2 still runs `setup.py develop` for a project without pyproject.toml, unless given a
+  # config setting, which switches it to an isolated PEP 517 build with today's setuptools.
+  printf '[install]\nconfig-settings = editable_mode=compat\n' > /venv/pip.conf
+fi
+if [ "$#" -gt 0 ]; then inst "$@"; fi
+if [ "$EDITABLE" = 1 ]; then
+  if [ "$INSTALLER" = pip ]; then
+    # A build backend pinned below setuptools 64 has no build_editable; old pip then ran
+    # `setup.py develop` with the venv's setuptools, which is what building without isolation
+    # does now.
+    if ! log=$(/venv/bin/python -m pip install -q -e /testbed 2>&1); then
+      if grep -q build_editable <<<"$log"; then
+        echo "dojo: the project's build backend has no build_editable; installing it editable with the venv's setuptools (no build isolation), as the harness's pip fell back to setup.py develop" >&2
+        /venv/bin/python -m pip install -q --no-build-isolation -e /testbed
+      else
+        printf '%s\n' "$log" >&2
+        exit 1
+      fi
+    fi
+  else
+    inst -e /testbed
+  fi
+fi
+if [ -n "${DOJO_INSTALL:-}" ]; then cd /testbed && bash -euo pipefail -c "$DOJO_INSTALL"; fi
+if [ -s /tmp/dojo-pre-install-files ]; then
+  # Their final content, as a patch over the base: the diff base of sandboxes (patch.rs).
+  cp /tmp/dojo-pre-install-files /venv/.dojo-tree-changed
+  xargs -0 git -C /testbed --no-optional-locks diff --binary --no-color --no-ext-diff \
+    --no-renames -- < /tmp/dojo-pre-install-files > /venv/.dojo-tree-base.diff
+fi
+# The harness's interpreter is a conda environment: a whole installation, whose prefix Python
+# finds from the binary's resolved path, so a symlink to it elsewhere (tox-current-env's
+# .tox/py39/bin/python -> sys.executable) still imports the environment's packages. A venv is
+# found only through the pyvenv.cfg next to the path the interpreter was started as, so through
+# such a link its site-packages were gone. Give the venv the same property: bin/python is a copy
+# of the interpreter (resolving a link to it ends here), pyvenv.cfg's home is .dojo-base/bin, an
+# installation made of links to the base's standard library whose site-packages is the venv's
+# (Python < 3.11 takes the prefix from the home of the pyvenv.cfg beside the resolved binary),
+# and lib/pythonX.Y links the standard library too (3.11+ look for it beside the resolved
+# binary). Started as /venv/bin/python, it is the same venv as before (sys.prefix = /venv).
+real="$(readlink -f /venv/bin/python)"
+if [ "$real" != /venv/bin/python ]; then
+  std="$(/venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')"
+  inc="$(/venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("include"))')"
+  ver="${std##*/}"
+  base=/venv/.dojo-base
+  mkdir -p "$base/bin" "$base/lib/$ver" "/venv/lib/$ver"
+  for e in "$std"/*; do
+    n="${e##*/}"
+    case "$n" in site-packages|dist-packages|EXTERNALLY-MANAGED) continue ;; esac
+    ln -s "$e" "$base/lib/$ver/$n"
+    [ -e "/venv/lib/$ver/$n" ] || [ -L "/venv/lib/$ver/$n" ] || ln -s "$e" "/venv/lib/$ver/$n"
+  done
+  ln -s "/venv/lib/$ver/site-packages" "$base/lib/$ver/site-packages"
+  # Debian's Python outside a venv reads <prefix>/lib/python3/dist-packages instead.
+  if [ -d "${std%/*}/python3/dist-packages" ] && [ ! -e /venv/lib/python3 ]; then
+    mkdir -p /venv/lib/python3 && ln -s "/venv/lib/$ver/site-packages" /venv/lib/python3/dist-packages
+  fi
+  if [ -d "$inc" ]; then mkdir -p "$base/include" && ln -s "$inc" "$base/include/${inc##*/}"; fi
+  ln -s "$real" "$base/bin/${real##*/}"
+  # A relocatable interpreter (uv's) finds libpython at $ORIGIN/../lib.
+  for l in "${real%/bin/*}"/lib/libpython*; do
+    if [ -e "$l" ] && [ ! -e "/venv/lib/${l##*/}" ]; then ln -s "$l" /venv/lib/; fi
+  done
+  rm /venv/bin/python && cp "$real" /venv/bin/python
+  # The installation itself stays named (Python ignores the key): sandboxes show it (visible.rs).
+  home="$(sed -n 's/^home = //p' /venv/pyvenv.cfg)"
+  sed -i "s|^home = .*|home = $base/bin|" /venv/pyvenv.cfg
+  printf 'dojo-interpreter-home = %s\n' "$home" >> /venv/pyvenv.cfg
+fi
+chmod -R a+rX /venv
