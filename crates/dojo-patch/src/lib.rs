@@ -21,5 +21,5 @@ mod test_files;
 pub use harness::harness_targets;
 pub use parse::{Change, FileDiff, Hunk, Line, LineKind, Patch, Problem};
 pub use path::{Refusal, check_path, check_symlink};
-pub use quote::{quote_c, shell_quote, unquote_c};
+pub use quote::{quote_c, shell_quote, shell_word, unquote_c};
 pub use test_files::{id_file, is_pytest_module, is_test_file};

@@ -13,6 +13,20 @@ pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// `s` as one shell word that stays readable: bare when it holds only letters, digits and
+/// `/._-:` (paths and most test ids), else [`shell_quote`]d. For commands people read back
+/// (a synthesized task's test command).
+pub fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-:".contains(&b))
+    {
+        s.to_string()
+    } else {
+        shell_quote(s)
+    }
+}
+
 /// Undo git's quoting of the quoted name at the start of `s` (which starts with `"`). Returns
 /// the name's bytes and the text after the closing quote; `None` when `s` is not a complete,
 /// well-formed quoted name (git then reads the name as unquoted).
@@ -101,6 +115,17 @@ pub fn quote_c(path: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn shell_words_stay_bare_when_safe() {
+        assert_eq!(
+            super::shell_word("tests/test_a.py::T::t_1"),
+            "tests/test_a.py::T::t_1"
+        );
+        assert_eq!(super::shell_word("a b"), "'a b'");
+        assert_eq!(super::shell_word("it's"), r"'it'\''s'");
+        assert_eq!(super::shell_word(""), "''");
+    }
+
     use super::*;
 
     #[test]

@@ -25,12 +25,14 @@
 //! - [`state`]: the append-only progress record that makes a run resumable.
 //! - [`summary`]: counts per operator and the table printed at the end.
 
+mod clean;
 pub mod diff;
 pub mod llm;
 pub mod operators;
 pub mod project;
 pub mod python;
 pub mod run;
+mod runner;
 pub mod sample;
 pub mod state;
 pub mod statement;

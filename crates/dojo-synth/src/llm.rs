@@ -14,12 +14,17 @@
 //! nothing, change its docstring, or point at the bug in a comment. Functions are chosen by a keyed hash of the seed,
 //! like the procedural try order, so the same seed asks about the same functions.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dojo_llm::{ChatBackend, ChatMessage, ChatRequest};
+use futures::StreamExt;
 
+use crate::SynthError;
 use crate::operators::{Mutation, Operator};
 use crate::python;
+use crate::run::SynthOptions;
+use crate::state::{LlmRecord, State};
 
 /// Functions longer than this are not offered to the model: the reply has to repeat the whole
 /// function, and small models lose the thread on long ones.
@@ -373,6 +378,75 @@ pub async fn rewrite(llm: &LlmSource, src: &str, site: &FunctionSite) -> Result<
         .unwrap_or_default();
     let code = code_block(&text).ok_or(Reject::NoCode)?;
     splice(src, site, &code, &llm.label)
+}
+
+/// The model's rewrites of the functions the seed picks (asking only about those the progress
+/// record does not hold yet), appended to `all`; returns (functions asked, mutants kept).
+pub(crate) async fn llm_mutants(
+    l: &LlmSource,
+    state: &mut State,
+    sources: &BTreeMap<String, String>,
+    parsed_files: &[String],
+    opts: &SynthOptions,
+    all: &mut Vec<Mutation>,
+) -> Result<(usize, usize), SynthError> {
+    let sites: Vec<FunctionSite> = parsed_files
+        .iter()
+        .filter_map(|f| Some(functions_in(f, sources.get(f)?)))
+        .flatten()
+        .filter(|s| {
+            opts.functions.is_empty()
+                || opts
+                    .functions
+                    .iter()
+                    .any(|f| s.function.contains(f.as_str()))
+        })
+        .collect();
+    let chosen = choose(sites, opts.seed, l.rewrites);
+    let todo: Vec<FunctionSite> = chosen
+        .iter()
+        .filter(|s| !state.llm.contains_key(&s.key()))
+        .cloned()
+        .collect();
+    if opts.progress && !todo.is_empty() {
+        eprintln!(
+            "asking {} to rewrite {} function(s) with a bug",
+            l.label,
+            todo.len()
+        );
+    }
+    let mut stream = futures::stream::iter(todo)
+        .map(|site| async move {
+            let r = match sources.get(&site.file) {
+                Some(src) => rewrite(l, src, &site).await,
+                None => Err(Reject::ModelError),
+            };
+            (site, r)
+        })
+        .buffered(opts.workers.max(1));
+    while let Some((site, r)) = stream.next().await {
+        let rec = match r {
+            Ok(m) => LlmRecord {
+                site: site.key(),
+                outcome: "ok".into(),
+                mutation: Some(m),
+            },
+            Err(why) => LlmRecord {
+                site: site.key(),
+                outcome: why.reason().into(),
+                mutation: None,
+            },
+        };
+        state.record_llm(&rec)?;
+    }
+    let mut ok = 0;
+    for site in &chosen {
+        if let Some(m) = state.llm.get(&site.key()).and_then(|r| r.mutation.clone()) {
+            ok += 1;
+            all.push(m);
+        }
+    }
+    Ok((chosen.len(), ok))
 }
 
 #[cfg(test)]

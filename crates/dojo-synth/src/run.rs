@@ -24,30 +24,31 @@
 //! the same for the same seed; up to `workers` mutants are in flight.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dojo_grade::parsers::{PASSED, StatusMap};
-use dojo_grade::{
-    ErrorKind, GradeOptions, Parser, derive_lists, grade_in_sandbox, status_map_of,
-    validate_in_sandbox,
-};
+use dojo_grade::{GradeOptions, Parser, derive_lists, validate_in_sandbox};
 use dojo_sandbox::{Pristine, PythonEnv, Sandbox, SandboxOptions};
 use dojo_task::{EnvRegistry, RepoEnv, Task, TaskError};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value, json};
 
+use crate::clean::{
+    baseline, clean_task, default_env_spec, default_repo, env_override, mentioning, source_files,
+};
 use crate::diff::{changed_lines, unified_diff};
-use crate::llm::{self, LlmSource};
+use crate::llm::LlmSource;
+use crate::llm::llm_mutants;
 use crate::operators::{Mutation, Operator, mutations_seeded};
 use crate::project::{Input, Project, normalize};
-use crate::state::{
-    BaselineRecord, Header, LlmRecord, MutantRecord, PROGRESS_SCHEMA_VERSION, State,
-};
+use crate::runner::{RunError, run_tests, test_file};
+use crate::state::{Header, MutantRecord, PROGRESS_SCHEMA_VERSION, State};
 use crate::statement::problem_statement;
 use crate::summary::Summary;
+use crate::summary::summary_from;
 use crate::{SynthError, sample};
 
 /// Version of the `synth` provenance object in each task line.
@@ -119,96 +120,6 @@ impl SynthOptions {
             llm: None,
         }
     }
-}
-
-/// A test run's parsed result.
-struct Run {
-    sm: StatusMap,
-    log: String,
-    duration_s: f64,
-}
-
-enum RunError {
-    Timeout,
-    Infra(String),
-    /// The sandbox's writable space ran out (`ENOSPC`). The sandbox caps it
-    /// ([`dojo_sandbox::Limits::workspace_bytes`]), so a mutant that makes the suite write
-    /// without bound fills its own tmpfs, never the host's disk; its failing tests say nothing
-    /// about the bug, so it never becomes a task.
-    DiskFull(String),
-}
-
-/// Whether a test log or an error says the sandbox's disk is full (`ENOSPC` as Python, the
-/// shell, git and the sandbox report it).
-fn says_disk_full(text: &str) -> bool {
-    text.contains("No space left on device") || text.contains("[Errno 28]")
-}
-
-/// Plain words stay bare (readable commands); anything else is quoted.
-fn shell_quote(s: &str) -> String {
-    if s.bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"/._-:".contains(&b))
-    {
-        s.to_string()
-    } else {
-        dojo_patch::shell_quote(s)
-    }
-}
-
-/// The file a test id names ([`dojo_patch::id_file`]); the id itself for other styles.
-fn test_file(id: &str) -> &str {
-    dojo_patch::id_file(id).unwrap_or(id)
-}
-
-/// Run the tests (`files`, or the whole suite) with `patch` applied, through the grader.
-async fn run_tests(
-    sb: &Sandbox,
-    task: &Task,
-    env: &RepoEnv,
-    files: &[String],
-    patch: Option<&str>,
-    timeout: Duration,
-) -> Result<Run, RunError> {
-    let mut env = env.clone();
-    if !files.is_empty() {
-        let args: Vec<String> = files.iter().map(|f| shell_quote(f)).collect();
-        env.test_cmd = format!("{} {}", env.test_cmd, args.join(" "));
-    }
-    let opts = GradeOptions {
-        timeout: Some(timeout),
-        run_empty_patch: true,
-        ..Default::default()
-    };
-    let r = grade_in_sandbox(sb, task, &env, patch, &opts).await;
-    if r.outcome == dojo_grade::Verdict::Error {
-        let error = r.error.as_deref().unwrap_or("");
-        return Err(match r.error_kind {
-            Some(ErrorKind::Timeout) => RunError::Timeout,
-            _ if says_disk_full(error) || says_disk_full(&r.test_output) => {
-                RunError::DiskFull(error.to_string())
-            }
-            k => RunError::Infra(format!("{}: {error}", k.map_or("error", |k| k.as_str()))),
-        });
-    }
-    if says_disk_full(&r.test_output) {
-        let line = r
-            .test_output
-            .lines()
-            .find(|l| says_disk_full(l))
-            .unwrap_or_default();
-        return Err(RunError::DiskFull(line.trim().to_string()));
-    }
-    let parser = Parser::from(env.log_parser);
-    Ok(Run {
-        sm: status_map_of(&r, parser),
-        duration_s: r.test_duration_s.unwrap_or(0.0),
-        log: r.test_output,
-    })
-}
-
-fn tail(log: &str, n: usize) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// Everything the mutant jobs share.
@@ -514,287 +425,6 @@ impl Ctx {
             Err(v.problems.join("; "))
         }
     }
-}
-
-/// The `repo` of the tasks.
-fn default_repo(registry: &EnvRegistry, input: &Input) -> String {
-    let name = normalize(input.name());
-    if let Some(r) = registry
-        .repos()
-        .find(|r| r.rsplit('/').next().is_some_and(|n| normalize(n) == name))
-    {
-        return r.to_string();
-    }
-    match input {
-        Input::Pypi { .. } => format!("pypi/{name}"),
-        Input::Dir { .. } => format!("local/{name}"),
-    }
-}
-
-/// The spec `dojo synth` writes for a project that has none: pytest, pinned as the bundled
-/// benchmark pins it, the project installed editable.
-pub fn default_env_spec(repo: &str, project: &str, version: &str) -> String {
-    format!(
-        r#"# Environment spec written by `dojo synth` for {project} {version}: no spec was found.
-# Edit it (the packages the tests need, the test command) and pass its directory with --envs.
-repo = "{repo}"
-
-[default]
-python = "3.11"
-requirements = ["pytest==8.3.3", "pluggy==1.5.0", "iniconfig==2.0.0", "packaging==24.1"]
-install = []
-editable = true
-test_cmd = "python -m pytest -rA -p no:cacheprovider"
-log_parser = "pytest"
-timeout_s = 300
-"#
-    )
-}
-
-fn env_override(env: &RepoEnv) -> Value {
-    json!({
-        "python": env.spec.python,
-        "requirements": env.spec.requirements,
-        "install": env.spec.install,
-        "editable": env.spec.editable,
-        "test_cmd": env.test_cmd,
-        "log_parser": env.log_parser,
-        "timeout_s": env.timeout_s,
-        "test_directives": serde_json::to_value(env.directives).unwrap_or(Value::Null),
-        "eval_type": env.eval_type,
-        "env": env.env,
-    })
-}
-
-fn clean_task(repo: &str, p: &Project) -> Result<Task, SynthError> {
-    let row = json!({
-        "instance_id": format!("{}.{}.baseline", repo.replace('/', "__"), p.version),
-        "repo": repo,
-        "patch": "-",
-        "test_patch": "",
-        "version": p.version,
-        "source": {"kind": "sdist", "url": p.sdist.url, "sha256": p.sdist.sha256,
-                   "filename": p.sdist.filename, "bug_patch": ""},
-    });
-    let loc = dojo_task::Location {
-        file: "(dojo synth)".into(),
-        unit: "task",
-        index: 1,
-    };
-    Ok(Task::from_row(
-        row.as_object().cloned().unwrap_or_default(),
-        &loc,
-    )?)
-}
-
-/// Directories whose Python files are never mutated.
-const SKIP_DIRS: &[&str] = &[
-    ".git",
-    "tests",
-    "test",
-    "testing",
-    "docs",
-    "doc",
-    "documentation",
-    "examples",
-    "example",
-    "benchmarks",
-    "bench",
-    "scripts",
-    "tools",
-    "build",
-    ".tox",
-    ".nox",
-    "__pycache__",
-];
-
-/// Library source files under `root` (relative paths, sorted).
-fn source_files(root: &Path, test_files: &BTreeSet<String>, filters: &[String]) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(root.join(&rel)) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let p = rel.join(&name);
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                if !SKIP_DIRS.contains(&name.as_str()) && !name.ends_with(".egg-info") {
-                    stack.push(p);
-                }
-            } else if ft.is_file() && name.ends_with(".py") {
-                let s = p.to_string_lossy().replace('\\', "/");
-                let top_level_script = !s.contains('/')
-                    && matches!(name.as_str(), "setup.py" | "noxfile.py" | "fabfile.py");
-                let version_file =
-                    matches!(name.as_str(), "_version.py" | "version.py" | "__main__.py");
-                if dojo_patch::is_test_file(&s)
-                    || top_level_script
-                    || version_file
-                    || test_files.contains(&s)
-                {
-                    continue;
-                }
-                if filters.is_empty() || filters.iter().any(|f| s.contains(f.as_str())) {
-                    out.push(s);
-                }
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-/// The test files that mention `file`'s module by name (as a whole word).
-fn mentioning(file: &str, tests: &BTreeMap<String, String>) -> Vec<String> {
-    let p = Path::new(file);
-    let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-    let stem = if stem == "__init__" {
-        p.parent()
-            .and_then(|d| d.file_name())
-            .and_then(|s| s.to_str())
-            .unwrap_or("")
-    } else {
-        stem
-    };
-    if stem.is_empty() {
-        return Vec::new();
-    }
-    let word = |text: &str| {
-        text.match_indices(stem).any(|(i, _)| {
-            let before = text[..i].chars().next_back();
-            let after = text[i + stem.len()..].chars().next();
-            let ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
-            !ident(before) && !ident(after)
-        })
-    };
-    tests
-        .iter()
-        .filter(|(_, text)| word(text))
-        .map(|(f, _)| f.clone())
-        .collect()
-}
-
-async fn baseline(
-    ctx_clean: &Task,
-    env: &RepoEnv,
-    pristine: &Pristine,
-    venv: &PythonEnv,
-    sb_opts: &SandboxOptions,
-    project: &str,
-) -> Result<BaselineRecord, SynthError> {
-    let timeout = Duration::from_secs(env.timeout_s);
-    let mut runs = Vec::new();
-    for i in 0..2 {
-        let fail = |reason: String, log: &str| SynthError::Baseline {
-            project: project.to_string(),
-            reason,
-            log_tail: tail(log, 40),
-        };
-        let sb = Sandbox::create(pristine, Some(venv), sb_opts)
-            .await
-            .map_err(|e| fail(format!("creating a sandbox: {e}"), ""))?;
-        let r = run_tests(&sb, ctx_clean, env, &[], None, timeout).await;
-        let _ = sb.teardown().await;
-        let r = match r {
-            Ok(r) => r,
-            Err(RunError::Timeout) => {
-                return Err(fail(
-                    format!(
-                        "run {} of the test suite timed out after {timeout:?}",
-                        i + 1
-                    ),
-                    "",
-                ));
-            }
-            Err(RunError::Infra(e)) => return Err(fail(format!("run {}: {e}", i + 1), "")),
-            Err(RunError::DiskFull(e)) => {
-                return Err(fail(
-                    format!(
-                        "run {} of the test suite filled the sandbox's disk ({e}); raise the sandbox's workspace limit",
-                        i + 1
-                    ),
-                    "",
-                ));
-            }
-        };
-        if r.sm.is_empty() {
-            return Err(fail(
-                "the test suite reported no test results (no tests, a collection error, or tests that need the network?)".into(),
-                &r.log,
-            ));
-        }
-        runs.push(r);
-    }
-    let (_, stable) = derive_lists(&runs[0].sm, &runs[1].sm);
-    if stable.is_empty() {
-        return Err(SynthError::Baseline {
-            project: project.to_string(),
-            reason: "no test passes at baseline".into(),
-            log_tail: tail(&runs[0].log, 40),
-        });
-    }
-    let stable_set: BTreeSet<&str> = stable.iter().map(String::as_str).collect();
-    let mut excluded: BTreeSet<String> = BTreeSet::new();
-    for r in &runs {
-        for (k, _) in r.sm.iter() {
-            if !stable_set.contains(k) {
-                excluded.insert(k.to_string());
-            }
-        }
-    }
-    Ok(BaselineRecord {
-        passing: stable,
-        excluded: excluded.into_iter().collect(),
-        duration_s: runs.iter().map(|r| r.duration_s).fold(0.0, f64::max),
-    })
-}
-
-fn summary_from(state: &State, fm: &BTreeMap<Operator, (usize, usize)>, project: &str) -> Summary {
-    let mut s = Summary {
-        project: project.to_string(),
-        tasks: state.tasks.len(),
-        ..Default::default()
-    };
-    for (op, (cands, parsed)) in fm {
-        let c = s.per_operator.entry(*op).or_default();
-        c.candidates = *cands;
-        c.parsed = *parsed;
-    }
-    let mut task_ids: BTreeSet<String> = BTreeSet::new();
-    for t in &state.tasks {
-        let syn = t.get("synth");
-        let id = syn
-            .and_then(|s| s.get("mutation_id"))
-            .and_then(Value::as_str);
-        let op = syn
-            .and_then(|s| s.get("operator"))
-            .and_then(Value::as_str)
-            .and_then(Operator::by_name);
-        if let (Some(id), Some(op)) = (id, op) {
-            task_ids.insert(id.to_string());
-            let c = s.per_operator.entry(op).or_default();
-            c.tried += 1;
-            c.survived += 1;
-            c.validated += 1;
-        }
-    }
-    for m in state.mutants.values() {
-        if task_ids.contains(&m.id) {
-            continue;
-        }
-        let c = s.per_operator.entry(m.operator).or_default();
-        c.tried += 1;
-        if m.survived {
-            c.survived += 1;
-        }
-        if m.outcome != "accepted" {
-            *s.dropped.entry(m.outcome.clone()).or_default() += 1;
-        }
-    }
-    s
 }
 
 /// Run (or resume) a synthesis: the tasks go to `opts.out`; returns the summary.
@@ -1118,75 +748,6 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
     Ok(s)
 }
 
-/// The model's rewrites of the functions the seed picks (asking only about those the progress
-/// record does not hold yet), appended to `all`; returns (functions asked, mutants kept).
-async fn llm_mutants(
-    l: &LlmSource,
-    state: &mut State,
-    sources: &BTreeMap<String, String>,
-    parsed_files: &[String],
-    opts: &SynthOptions,
-    all: &mut Vec<Mutation>,
-) -> Result<(usize, usize), SynthError> {
-    let sites: Vec<llm::FunctionSite> = parsed_files
-        .iter()
-        .filter_map(|f| Some(llm::functions_in(f, sources.get(f)?)))
-        .flatten()
-        .filter(|s| {
-            opts.functions.is_empty()
-                || opts
-                    .functions
-                    .iter()
-                    .any(|f| s.function.contains(f.as_str()))
-        })
-        .collect();
-    let chosen = llm::choose(sites, opts.seed, l.rewrites);
-    let todo: Vec<llm::FunctionSite> = chosen
-        .iter()
-        .filter(|s| !state.llm.contains_key(&s.key()))
-        .cloned()
-        .collect();
-    if opts.progress && !todo.is_empty() {
-        eprintln!(
-            "asking {} to rewrite {} function(s) with a bug",
-            l.label,
-            todo.len()
-        );
-    }
-    let mut stream = futures::stream::iter(todo)
-        .map(|site| async move {
-            let r = match sources.get(&site.file) {
-                Some(src) => llm::rewrite(l, src, &site).await,
-                None => Err(llm::Reject::ModelError),
-            };
-            (site, r)
-        })
-        .buffered(opts.workers.max(1));
-    while let Some((site, r)) = stream.next().await {
-        let rec = match r {
-            Ok(m) => LlmRecord {
-                site: site.key(),
-                outcome: "ok".into(),
-                mutation: Some(m),
-            },
-            Err(why) => LlmRecord {
-                site: site.key(),
-                outcome: why.reason().into(),
-                mutation: None,
-            },
-        };
-        state.record_llm(&rec)?;
-    }
-    let mut ok = 0;
-    for site in &chosen {
-        if let Some(m) = state.llm.get(&site.key()).and_then(|r| r.mutation.clone()) {
-            ok += 1;
-            all.push(m);
-        }
-    }
-    Ok((chosen.len(), ok))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1241,7 +802,5 @@ mod tests {
         reg.add_text("t", &default_env_spec("pypi/x", "x", "1.0"))
             .unwrap();
         assert!(reg.has_repo("pypi/x"));
-        assert_eq!(shell_quote("tests/test_a.py"), "tests/test_a.py");
-        assert_eq!(shell_quote("a b"), "'a b'");
     }
 }

@@ -3,11 +3,14 @@
 //! candidates), tasks validated and written, and the yield (validated / tried). Computed from
 //! the progress record, so a resumed run reports the whole run, not only its last session.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
+use serde_json::Value;
+
 use crate::operators::Operator;
+use crate::state::State;
 
 /// Counts of one operator.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -105,6 +108,55 @@ impl Summary {
         ));
         s
     }
+}
+
+pub(crate) fn summary_from(
+    state: &State,
+    fm: &BTreeMap<Operator, (usize, usize)>,
+    project: &str,
+) -> Summary {
+    let mut s = Summary {
+        project: project.to_string(),
+        tasks: state.tasks.len(),
+        ..Default::default()
+    };
+    for (op, (cands, parsed)) in fm {
+        let c = s.per_operator.entry(*op).or_default();
+        c.candidates = *cands;
+        c.parsed = *parsed;
+    }
+    let mut task_ids: BTreeSet<String> = BTreeSet::new();
+    for t in &state.tasks {
+        let syn = t.get("synth");
+        let id = syn
+            .and_then(|s| s.get("mutation_id"))
+            .and_then(Value::as_str);
+        let op = syn
+            .and_then(|s| s.get("operator"))
+            .and_then(Value::as_str)
+            .and_then(Operator::by_name);
+        if let (Some(id), Some(op)) = (id, op) {
+            task_ids.insert(id.to_string());
+            let c = s.per_operator.entry(op).or_default();
+            c.tried += 1;
+            c.survived += 1;
+            c.validated += 1;
+        }
+    }
+    for m in state.mutants.values() {
+        if task_ids.contains(&m.id) {
+            continue;
+        }
+        let c = s.per_operator.entry(m.operator).or_default();
+        c.tried += 1;
+        if m.survived {
+            c.survived += 1;
+        }
+        if m.outcome != "accepted" {
+            *s.dropped.entry(m.outcome.clone()).or_default() += 1;
+        }
+    }
+    s
 }
 
 #[cfg(test)]
