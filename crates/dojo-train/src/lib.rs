@@ -12,6 +12,8 @@
 //!   loaders (GGUF dequantized to f32, safetensors), so both read the same files the same way;
 //!   the forward pass is separate because the engine's uses fused kernels without a backward
 //!   pass and an in-place KV cache (details there). A test checks both give the same logits.
+//! - [`ops`]: the differentiable operations of that forward pass (RMSNorm, softmax, RoPE from
+//!   primitives; causal attention as one op that recomputes in its backward pass; the NLL).
 //! - [`data`]: `tokens.parquet` reading, checks, `--max-len` policy, length-bucketed batches in
 //!   a resumable order.
 //! - [`lora`]: LoRA adapters on a frozen base (peft's initialisation, scale and file layout,
@@ -48,6 +50,7 @@ pub mod data;
 pub mod eval;
 pub mod lora;
 pub mod model;
+pub mod ops;
 pub mod optim;
 pub mod report;
 pub mod source;

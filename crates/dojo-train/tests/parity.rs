@@ -9,7 +9,8 @@ use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
 use dojo_train::TrainModel;
-use dojo_train::model::{DeviceBatch, nll_sum};
+use dojo_train::model::DeviceBatch;
+use dojo_train::ops::nll_sum;
 use dojo_train::optim::{AdamW, AdamWConfig, clip_grad_norm};
 use dojo_train::trainer::step_grads;
 use serde_json::Value;
