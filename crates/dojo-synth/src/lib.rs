@@ -29,6 +29,7 @@ mod clean;
 pub mod diff;
 pub mod llm;
 pub mod operators;
+mod options;
 pub mod project;
 pub mod python;
 pub mod run;
@@ -40,8 +41,9 @@ pub mod summary;
 
 pub use llm::LlmSource;
 pub use operators::{Mutation, Operator, mutations_in, mutations_seeded};
+pub use options::SynthOptions;
 pub use project::{Input, Project};
-pub use run::{SynthOptions, synthesize};
+pub use run::synthesize;
 pub use summary::Summary;
 
 /// Errors that stop a run. Per-mutant problems never do: they are counted and the run goes on.

@@ -22,8 +22,8 @@ use futures::StreamExt;
 
 use crate::SynthError;
 use crate::operators::{Mutation, Operator};
+use crate::options::SynthOptions;
 use crate::python;
-use crate::run::SynthOptions;
 use crate::state::{LlmRecord, State};
 
 /// Functions longer than this are not offered to the model: the reply has to repeat the whole
