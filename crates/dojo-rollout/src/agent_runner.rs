@@ -283,7 +283,9 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
             .get(job.task_index)
             .ok_or_else(|| format!("no task at index {}", job.task_index))?;
         if let Some(setup) = &self.sim {
-            let p = crate::world_sim::prepare(setup, task, &self.registry, &self.preparer).await?;
+            let p = crate::world_sim::prepare(setup, task, &self.registry, &self.preparer)
+                .await
+                .map_err(|e| e.to_string())?;
             return Ok(Prepared {
                 task: task.clone(),
                 pristine: p.pristine,
@@ -405,7 +407,7 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
             if let Some(run) = sim.filter(|r| r.simulated_grading()) {
                 // No environment to grade in: the reward model's verdict is the grade.
                 if let Err(e) = crate::world_sim::grade_simulated(run, &sb, &mut traj).await {
-                    grading_failed(&mut traj, e);
+                    grading_failed(&mut traj, e.to_string());
                 }
             } else {
                 // Shadow: the reward model judges the same final state, before the reset.

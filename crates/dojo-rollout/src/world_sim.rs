@@ -57,6 +57,23 @@ impl SimRun {
 /// or a test report, and a bound on a reply that never ends.
 pub const EMBEDDED_MAX_TOKENS: u32 = 1024;
 
+/// Why a simulated environment could not be had, by whose fault: the `[world]` settings (a
+/// role without a model, a model not loaded, a bad endpoint), the task (what the simulation
+/// needs of it), the machine (the pristine tree could not be built), or the world model itself
+/// (a failed call: an infrastructure failure the rollout records as such). None is retried
+/// here.
+#[derive(Debug, thiserror::Error)]
+pub enum WorldSimError {
+    #[error("{0}")]
+    Settings(String),
+    #[error("{0}")]
+    Task(String),
+    #[error("{0}")]
+    Prepare(String),
+    #[error("{0}")]
+    Model(String),
+}
+
 /// The embedded engines of a run's world models, one per distinct model the policy's roles name
 /// ([`WorldPolicy::embedded_models`]): loaded once per run (only the CLI can build them) and
 /// shared by every rollout, so one checkpoint playing both roles is loaded once.
@@ -91,7 +108,7 @@ fn role_backend(
     role: Role,
     embedded: &EmbeddedWorld,
     timeout: std::time::Duration,
-) -> Result<RoleBackend, String> {
+) -> Result<RoleBackend, WorldSimError> {
     let key = match role {
         Role::Swt => "swt_model",
         _ => "swr_model",
@@ -99,22 +116,24 @@ fn role_backend(
     let spec: WorldModelSpec = policy
         .role_model(role)
         .ok_or_else(|| {
-            format!(
+            WorldSimError::Settings(format!(
                 "env mode {} needs a world model for {role} ([world] model or {key} = \"openai:MODEL\" or \"embedded\", or --world-model / --{})",
                 policy.mode,
                 key.replace('_', "-")
-            )
+            ))
         })?
         .parse()
-        .map_err(|e: dojo_world::route::ParseModeError| format!("{role}: {e}"))?;
+        .map_err(|e: dojo_world::route::ParseModeError| {
+            WorldSimError::Settings(format!("{role}: {e}"))
+        })?;
     match spec {
         WorldModelSpec::Embedded(_) => {
             // Always `Some` for an embedded spec.
             let m = spec.engine_model().unwrap_or_default();
             let backend = embedded.get(&m).ok_or_else(|| {
-                format!(
+                WorldSimError::Settings(format!(
                     "{role}: the embedded world model {m} is not loaded (dojo-cli loads the models a policy names when built with the `engine` feature)"
-                )
+                ))
             })?;
             Ok(RoleBackend {
                 backend,
@@ -123,16 +142,16 @@ fn role_backend(
         }
         WorldModelSpec::Openai(model) => {
             let mut endpoints = dojo_llm::ClientConfig::from_env()
-                .map_err(|e| format!("{role}: {e}"))?
+                .map_err(|e| WorldSimError::Settings(format!("{role}: {e}")))?
                 .endpoints;
             if let Some(url) = policy.role_base_url(role) {
                 let key = dojo_llm::api_key_from_env(policy.api_key_env.as_deref());
                 endpoints =
                     dojo_llm::EndpointConfig::list(&format!("{role} base URL"), url, key, None)
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| WorldSimError::Settings(e.to_string()))?;
             }
             let backend = dojo_world::client::role_backend(role, endpoints, timeout)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| WorldSimError::Settings(e.to_string()))?;
             Ok(RoleBackend {
                 backend,
                 remote_model: Some(model),
@@ -150,11 +169,14 @@ fn role_backend(
 pub fn world_model(
     policy: &WorldPolicy,
     embedded: &EmbeddedWorld,
-) -> Result<Arc<dyn WorldModel>, String> {
+) -> Result<Arc<dyn WorldModel>, WorldSimError> {
     Ok(Arc::new(world_client(policy, embedded)?))
 }
 
-fn world_client(policy: &WorldPolicy, embedded: &EmbeddedWorld) -> Result<WorldClient, String> {
+fn world_client(
+    policy: &WorldPolicy,
+    embedded: &EmbeddedWorld,
+) -> Result<WorldClient, WorldSimError> {
     let mut cfg = swr_sampling(policy);
     let swt = role_backend(policy, Role::Swt, embedded, cfg.swt_timeout)?;
     let swr = role_backend(policy, Role::Swr, embedded, cfg.swr_timeout)?;
@@ -183,7 +205,7 @@ fn world_client(policy: &WorldPolicy, embedded: &EmbeddedWorld) -> Result<WorldC
         if let Some(fitted) = cfg
             .caps
             .fit(window, reply)
-            .map_err(|e| format!("{role} ({}): {e}", backend.describe()))?
+            .map_err(|e| WorldSimError::Settings(format!("{role} ({}): {e}", backend.describe())))?
         {
             tracing::warn!(
                 "{role} ({}): a {window}-token context: world-model prompt caps scaled to {:.1}% \
@@ -216,12 +238,12 @@ fn swr_sampling(policy: &WorldPolicy) -> WorldClientConfig {
 
 /// What the initial analysis of `task` is written from ([`dojo_world::analysis`]). A task
 /// without a gold patch has none to analyse: an error naming the task and the field.
-pub fn analysis_input(task: &Task) -> Result<AnalysisInput, String> {
+pub fn analysis_input(task: &Task) -> Result<AnalysisInput, WorldSimError> {
     if task.patch.trim().is_empty() {
-        return Err(format!(
+        return Err(WorldSimError::Task(format!(
             "task {}: field `patch` is empty; the initial analysis is written from the gold patch",
             task.instance_id
-        ));
+        )));
     }
     Ok(AnalysisInput {
         task_id: task.instance_id.clone(),
@@ -245,32 +267,35 @@ pub struct SimPrepared {
 
 /// The task's environment spec, or, for a task no spec covers, the defaults (`pytest -rA`,
 /// the pytest parser): a simulated run needs only the test command and parser from it.
-pub fn repo_env_or_default(registry: &EnvRegistry, task: &Task) -> Result<RepoEnv, String> {
+pub fn repo_env_or_default(registry: &EnvRegistry, task: &Task) -> Result<RepoEnv, WorldSimError> {
     match registry.resolve(task) {
         Ok(e) => Ok(e),
         Err(TaskError::NoEnv { .. }) => {
             let mut t = task.clone();
             t.env = Some(EnvOverride::default());
-            let mut e = registry.resolve(&t).map_err(|e| e.to_string())?;
+            let mut e = registry
+                .resolve(&t)
+                .map_err(|e| WorldSimError::Task(e.to_string()))?;
             e.origin = "(no environment spec: defaults for simulation)".into();
             Ok(e)
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(WorldSimError::Task(e.to_string())),
     }
 }
 
 /// The pristine tree alone (no Python environment), built on a blocking thread.
-async fn pristine_only(task: &Task, preparer: &Preparer) -> Result<Pristine, String> {
+async fn pristine_only(task: &Task, preparer: &Preparer) -> Result<Pristine, WorldSimError> {
     let (t, opts) = (task.clone(), preparer.options().clone());
     tokio::task::spawn_blocking(move || {
-        let source = task_source(&t, &opts).map_err(|e| e.to_string())?;
-        let store = PristineStore::open().map_err(|e| format!("pristine store: {e}"))?;
+        let prep = WorldSimError::Prepare;
+        let source = task_source(&t, &opts).map_err(|e| prep(e.to_string()))?;
+        let store = PristineStore::open().map_err(|e| prep(format!("pristine store: {e}")))?;
         store
             .build(&source)
-            .map_err(|e| format!("instance {}: pristine tree: {e}", t.instance_id))
+            .map_err(|e| prep(format!("instance {}: pristine tree: {e}", t.instance_id)))
     })
     .await
-    .map_err(|e| format!("the preparing thread failed: {e}"))?
+    .map_err(|e| WorldSimError::Prepare(format!("the preparing thread failed: {e}")))?
 }
 
 /// Prepare `task` for `setup.mode` (see the module documentation).
@@ -279,9 +304,11 @@ pub async fn prepare(
     task: &Task,
     registry: &EnvRegistry,
     preparer: &Preparer,
-) -> Result<SimPrepared, String> {
+) -> Result<SimPrepared, WorldSimError> {
     let repo_env = match setup.mode {
-        EnvMode::Real | EnvMode::Shadow => registry.resolve(task).map_err(|e| e.to_string())?,
+        EnvMode::Real | EnvMode::Shadow => registry
+            .resolve(task)
+            .map_err(|e| WorldSimError::Task(e.to_string()))?,
         EnvMode::Sim | EnvMode::Hybrid => repo_env_or_default(registry, task)?,
     };
     let (pristine, env) = match setup.mode {
@@ -290,7 +317,7 @@ pub async fn prepare(
             let tree = preparer
                 .prepare(task, &repo_env)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| WorldSimError::Prepare(e.to_string()))?;
             (tree.pristine.clone(), Some(tree.env.clone()))
         }
         EnvMode::Hybrid => match registry.resolve(task) {
@@ -370,7 +397,7 @@ pub async fn grade_simulated(
     run: &SimRun,
     sb: &Sandbox,
     traj: &mut Trajectory,
-) -> Result<(), String> {
+) -> Result<(), WorldSimError> {
     let patch = traj.patch.clone().unwrap_or_default();
     let t0 = Instant::now();
     let (verdict, ms) = predict_reward(run, sb, &patch).await;
@@ -392,7 +419,7 @@ pub async fn grade_simulated(
             }));
             Ok(())
         }
-        Err(e) => Err(format!("simulated grading: {e}")),
+        Err(e) => Err(WorldSimError::Model(format!("simulated grading: {e}"))),
     }
 }
 
@@ -589,6 +616,8 @@ mod tests {
             ..Default::default()
         };
         let e = world_client(&w, &engines(&["/swt"])).err().unwrap();
+        assert!(matches!(e, WorldSimError::Settings(_)), "{e}");
+        let e = e.to_string();
         assert!(e.contains("for SWR") && e.contains("swr_model"), "{e}");
     }
 
@@ -602,14 +631,20 @@ mod tests {
             ..Default::default()
         };
         let none = EmbeddedWorld::default();
-        let e = world_model(&p(None), &none).err().unwrap();
+        let e = world_model(&p(None), &none).err().unwrap().to_string();
         assert!(e.contains("needs a world model for SWT"), "{e}");
-        let e = world_model(&p(Some("gpt")), &none).err().unwrap();
+        let e = world_model(&p(Some("gpt")), &none)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(
             e.contains("not one of embedded, embedded:MODEL, openai:MODEL"),
             "{e}"
         );
-        let e = world_model(&p(Some("embedded")), &none).err().unwrap();
+        let e = world_model(&p(Some("embedded")), &none)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("engine"), "{e}");
         assert!(world_model(&p(Some("openai:swt")), &none).is_ok());
     }
