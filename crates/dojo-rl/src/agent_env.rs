@@ -29,7 +29,7 @@ use serde_json::json;
 
 use crate::RlError;
 use crate::config::RlConfig;
-use crate::run::Environment;
+use crate::run::{Environment, StepMetrics};
 
 /// Where an [`AgentEnv`] takes its tasks and writes its rollouts.
 #[derive(Debug, Clone)]
@@ -48,6 +48,8 @@ pub struct AgentEnvOptions {
     pub out: PathBuf,
     /// The simulated environment of every rollout (`None`: real sandboxes).
     pub world: Option<WorldPolicy>,
+    /// Progress on the terminal: a bar per step's episodes, a line per finished step.
+    pub progress: bool,
 }
 
 /// Rollouts through `dojo rollout`'s path with the trainer's current weights.
@@ -61,6 +63,8 @@ pub struct AgentEnv {
     world_embedded: EmbeddedWorld,
     /// What the last `rollouts` call measured ([`Environment::rollout_report`]).
     last_report: Option<serde_json::Value>,
+    /// Steps finished in this invocation (for the time estimate).
+    steps_run: u64,
 }
 
 impl AgentEnv {
@@ -122,6 +126,7 @@ impl AgentEnv {
             cfg: cfg.clone(),
             world_embedded,
             last_report: None,
+            steps_run: 0,
         };
         Ok((env, ids))
     }
@@ -173,7 +178,7 @@ impl AgentEnv {
             export_predictions: false,
             envs_dir: self.opts.envs.clone(),
             prepare: dojo_task::PrepareOptions::default(),
-            progress: false,
+            progress: self.opts.progress,
         };
         let o = self
             .rt
@@ -229,6 +234,30 @@ pub fn step_policy(
     policy
 }
 
+/// `step 2: reward 0.250, resolved 0.250 (masked share 0.00); 212 s (generation 190 s,
+/// training 20 s); 2 step(s) left, about 424 s`.
+fn step_line(m: &StepMetrics, elapsed_s: f64, steps_left: u64, steps_run: u64) -> String {
+    let b = &m.batch;
+    let mut line = format!(
+        "step {}: reward {:.3}, resolved {:.3} (masked share {:.2}); {:.0} s (generation {:.0} s, training {:.0} s)",
+        m.step,
+        b.reward_mean,
+        b.resolved_rate,
+        b.masked_share,
+        m.generation_s + m.shaping_s + m.training_s,
+        m.generation_s,
+        m.training_s
+    );
+    if steps_left > 0 {
+        let per_step = elapsed_s / steps_run.max(1) as f64;
+        line.push_str(&format!(
+            "; {steps_left} step(s) left, about {:.0} s",
+            per_step * steps_left as f64
+        ));
+    }
+    line
+}
+
 /// Groups `all` by task, in `tasks`' order, each group by sample index.
 fn groups(tasks: &[String], all: &[Trajectory]) -> Vec<Vec<Trajectory>> {
     tasks
@@ -281,6 +310,18 @@ impl Environment for AgentEnv {
     /// tokens, batched decode steps and the largest batch.
     fn rollout_report(&mut self) -> serde_json::Value {
         self.last_report.take().unwrap_or_default()
+    }
+
+    /// A line per finished step: reward, resolved share, its time, and an estimate of the rest
+    /// from the mean step time so far.
+    fn step_done(&mut self, m: &StepMetrics, elapsed_s: f64, steps_left: u64) {
+        if self.opts.progress {
+            eprintln!(
+                "{}",
+                step_line(m, elapsed_s, steps_left, self.steps_run + 1)
+            );
+        }
+        self.steps_run += 1;
     }
 
     /// The world model's settings (mode, model, SWR samples and seed, analysis model), not
@@ -339,6 +380,33 @@ mod tests {
             step_policy(&cfg, 4, None, 3, true).sampling.temperature,
             Some(0.0)
         );
+    }
+
+    #[test]
+    fn a_step_line_says_the_time_and_what_is_left() {
+        let m = StepMetrics {
+            schema_version: 1,
+            step: 2,
+            tasks: vec!["a".into()],
+            batch: dojo_reward::group::BatchStats {
+                episodes: 4,
+                reward_mean: 0.25,
+                resolved_rate: 0.25,
+                ..Default::default()
+            },
+            updates: vec![],
+            generation_s: 190.0,
+            shaping_s: 2.0,
+            training_s: 20.0,
+            rollout_time: Default::default(),
+            rollout_report: serde_json::Value::Null,
+        };
+        let line = step_line(&m, 424.0, 2, 2);
+        assert_eq!(
+            line,
+            "step 2: reward 0.250, resolved 0.250 (masked share 0.00); 212 s (generation 190 s, training 20 s); 2 step(s) left, about 424 s"
+        );
+        assert!(!step_line(&m, 424.0, 0, 2).contains("left"));
     }
 
     #[test]

@@ -87,6 +87,11 @@ impl OptimConfig {
     }
 }
 
+/// Agent turns per episode of [`RlConfig::cpu`].
+pub const CPU_MAX_STEPS: u32 = 10;
+/// New tokens per model turn of [`RlConfig::cpu`].
+pub const CPU_MAX_NEW_TOKENS: u32 = 256;
+
 /// Rollout budgets of the sampling agent (`[rollout]`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -162,12 +167,31 @@ impl RlConfig {
             .map_err(|e| RlError::config(&path.display().to_string(), e.to_string().trim_end()))
     }
 
-    /// The run's settings: `file` (`rl.toml`) or the defaults, the command line's values over
-    /// them, validated.
-    pub fn resolve(file: Option<&Path>, flags: &RlOverrides) -> Result<RlConfig, RlError> {
+    /// SWE-Master's recipe with rollout budgets the embedded 135M model finishes on a CPU:
+    /// 10 agent turns of at most 256 new tokens each ([`CPU_MAX_STEPS`], [`CPU_MAX_NEW_TOKENS`]),
+    /// instead of 150 turns of 4,096 (an hour or more per episode there).
+    /// `examples/rl/swe-master.toml` holds the GPU budgets.
+    pub fn cpu() -> RlConfig {
+        RlConfig {
+            rollout: RolloutConfig {
+                max_steps: CPU_MAX_STEPS,
+                max_new_tokens: CPU_MAX_NEW_TOKENS,
+                ..RolloutConfig::default()
+            },
+            ..RlConfig::default()
+        }
+    }
+
+    /// The run's settings: `file` (`rl.toml`), else `base` ([`RlConfig::default`] or
+    /// [`RlConfig::cpu`]), the command line's values over them, validated.
+    pub fn resolve(
+        file: Option<&Path>,
+        base: RlConfig,
+        flags: &RlOverrides,
+    ) -> Result<RlConfig, RlError> {
         let mut cfg = match file {
             Some(p) => RlConfig::from_toml_file(p)?,
-            None => RlConfig::default(),
+            None => base,
         };
         flags.apply(&mut cfg)?;
         cfg.validate()?;
@@ -273,6 +297,28 @@ impl RlOverrides {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn the_gpu_example_is_swe_masters_recipe_and_the_cpu_preset_differs_in_budgets_only() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/rl/swe-master.toml");
+        assert_eq!(
+            RlConfig::from_toml_file(&path).unwrap(),
+            RlConfig::default()
+        );
+        let cpu = RlConfig::cpu();
+        assert_eq!(
+            (cpu.rollout.max_steps, cpu.rollout.max_new_tokens),
+            (10, 256)
+        );
+        assert_eq!(
+            RlConfig {
+                rollout: RlConfig::default().rollout,
+                ..cpu
+            },
+            RlConfig::default()
+        );
+    }
+
+    #[test]
     fn flags_override_the_file_and_are_validated() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("rl.toml");
@@ -283,7 +329,7 @@ mod tests {
             max_steps: Some(9),
             ..Default::default()
         };
-        let c = RlConfig::resolve(Some(&file), &flags).unwrap();
+        let c = RlConfig::resolve(Some(&file), RlConfig::default(), &flags).unwrap();
         assert_eq!((c.group, c.steps, c.optim.lr), (4, 2, 0.5));
         assert_eq!(c.advantage.estimator, dojo_reward::Estimator::Grpo);
         assert_eq!(c.rollout.max_steps, 9);
@@ -291,7 +337,9 @@ mod tests {
             advantage: Some("ppo".into()),
             ..Default::default()
         };
-        let e = RlConfig::resolve(None, &bad).unwrap_err().to_string();
+        let e = RlConfig::resolve(None, RlConfig::default(), &bad)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("--advantage") && e.contains("expected loo, grpo or drgrpo"),
             "{e}"
@@ -300,7 +348,7 @@ mod tests {
             group: Some(1),
             ..Default::default()
         };
-        let e = RlConfig::resolve(Some(&file), &one)
+        let e = RlConfig::resolve(Some(&file), RlConfig::default(), &one)
             .unwrap_err()
             .to_string();
         assert!(e.contains("group: must be at least 2"), "{e}");

@@ -77,6 +77,10 @@ pub trait Environment {
     fn rollout_report(&mut self) -> Json {
         Json::Null
     }
+
+    /// Step `m.step` is done (metrics written), `elapsed_s` after this invocation's first step
+    /// began, with `steps_left` to go: a progress line's moment. Default: nothing.
+    fn step_done(&mut self, _m: &StepMetrics, _elapsed_s: f64, _steps_left: u64) {}
 }
 
 /// `rl_run.json`.
@@ -316,9 +320,11 @@ pub fn run(
     let metrics = checkpoint::open_step_log(&out.join(METRICS_FILE), start)?;
     let evals = checkpoint::open_step_log(&out.join(EVAL_FILE), start)?;
     let mut last = None;
+    let started = Instant::now();
     for step in start + 1..=cfg.steps {
         let m = one_step(step, cfg, model, reference, tasks, env, &mut opt)?;
         metrics.append(&m)?;
+        env.step_done(&m, started.elapsed().as_secs_f64(), cfg.steps - step);
         last = Some(m);
         // Evaluated before the checkpoint (it does not change the weights): a crash in between
         // leaves an eval line past the last checkpoint, which resume truncates and redoes,

@@ -18,7 +18,10 @@ pub struct RlArgs {
     /// Run directory (created; an existing one is resumed).
     #[arg(long)]
     out: PathBuf,
-    /// Settings file (`rl.toml`); flags override it.
+    /// Settings file (`rl.toml`); flags override it. Without it: SWE-Master's recipe
+    /// (`examples/rl/swe-master.toml`: G = 4, 32 tasks per step, 150 agent turns of 4,096 new
+    /// tokens), with rollout budgets the embedded model finishes on `--device cpu`: 10 turns of
+    /// 256 tokens.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Rollouts per task (G).
@@ -61,6 +64,9 @@ pub struct RlArgs {
     /// Device: cpu, cuda, cuda:N.
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// No progress (bars per step's episodes, a line per step; only on a terminal).
+    #[arg(long)]
+    quiet: bool,
     /// Simulated environments (`--env-mode sim` needs no environments: SWT answers Python and
     /// tests, SWR gives the reward), as in `dojo rollout`.
     #[command(flatten)]
@@ -91,6 +97,8 @@ impl RlArgs {
 
 #[cfg(feature = "engine")]
 mod imp {
+    use std::io::IsTerminal;
+
     use anyhow::Context;
     use dojo_rl::agent_env::{AgentEnv, AgentEnvOptions};
     use dojo_rl::config::{RlConfig, RlOverrides};
@@ -108,7 +116,13 @@ mod imp {
             max_steps: a.max_steps,
             max_new_tokens: a.max_new_tokens,
         };
-        let cfg = RlConfig::resolve(a.config.as_deref(), &flags)?;
+        // On a CPU the embedded model gets budgets it finishes ([`RlConfig::cpu`]).
+        let base = if a.device == "cpu" {
+            RlConfig::cpu()
+        } else {
+            RlConfig::default()
+        };
+        let cfg = RlConfig::resolve(a.config.as_deref(), base, &flags)?;
         let world = a.world()?;
         let device =
             dojo_engine::device(&a.device).with_context(|| format!("--device {}", a.device))?;
@@ -121,6 +135,7 @@ mod imp {
             workers: a.workers,
             out: a.out.clone(),
             world,
+            progress: !a.quiet && std::io::stderr().is_terminal(),
         };
         // The world model and every task must be usable before the model loads.
         let (mut env, ids) = AgentEnv::new(opts, &cfg, src.chat_format()?)?;
