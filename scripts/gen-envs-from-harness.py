@@ -131,6 +131,13 @@ HARNESS_PIP = {"astropy/astropy": {v: "23.3.2" for v in ("3.0", "3.1", "3.2")}}
 TEST_EXTRAS = {"astropy/astropy": {"3.1": "pytest-mpl objgraph ipython coverage skyfield"}}
 EXCLUDE_NEWER_VERSIONS = {"astropy/astropy": {v: "2024-01-01" for v in ("3.0", "3.1", "3.2")}}
 
+# The harness's `conda create` puts setuptools (with `pkg_resources`, before setuptools 81) in
+# every environment; dojo's uv venvs have none. Where a version's tests need it and its spec
+# pins none, the harness's own pin of other versions of the repository is added (measured on
+# SWE-bench Lite: pytest 8.0's `test_resources_provider_for_loader` skipped and
+# `test_cmdline_python_namespace_package` failed without it, pytest-11143 / -11148).
+CONDA_SETUPTOOLS = {"pytest-dev/pytest": {"8.0": "setuptools==68.0.0"}}
+
 
 def helpers_steps(repo, version, reqs):
     """The pre_install steps of astropy < 4 (above), in their order."""
@@ -260,6 +267,8 @@ def transcribe(repo, version, spec, reqs_paths):
     first = [r for r in conda if req_name(r) == "setuptools" and "==" in r]
     gen = [f"python -m pip install {shlex.quote(r)}" for r in first]
     t["requirements"] = merge(conda, spec.get("pip_packages", []))
+    if version in CONDA_SETUPTOOLS.get(repo, {}):
+        t["requirements"] = merge(t["requirements"], [CONDA_SETUPTOOLS[repo][version]])
     gen += helpers_steps(repo, version, t["requirements"])
     GENERATED_PRE.update(gen)
     t["pre_install"] = gen + pre

@@ -368,9 +368,10 @@ impl PythonEnv {
         // the files it creates (v2 also kept its changes to project files); v4: the pip
         // installer's editables are a path entry (`editable_mode=compat`); v5: pre_install's
         // edits of tracked files are kept, and the venv survives symlinks to its interpreter; v6:
-        // `editable_mode=compat` only where pip would build the editable through PEP 660.
+        // `editable_mode=compat` only where pip would build the editable through PEP 660; v7:
+        // uv byte-compiles at install, as pip does.
         let identity = serde_json::json!({
-            "v": 6,
+            "v": 7,
             "spec": built,
             "python": python,
             "pristine": if spec.editable || !spec.install.is_empty() {

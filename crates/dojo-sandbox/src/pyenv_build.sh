@@ -9,7 +9,10 @@ sys.exit(0 if pep660 else 1)'
 
 UV="$1"; PY="$2"; EDITABLE="$3"; INSTALLER="$4"; shift 4
 trap 'rm -rf /venv/.dojo-uv' EXIT
-export UV_LINK_MODE=copy UV_NO_PROGRESS=1
+# Byte-compiled at install, as pip (the harness's installer) does: a module compiled later, at
+# import under a test suite's `filterwarnings = error`, turns its SyntaxWarnings into errors
+# (flask 2.0's blinker 1.4: `invalid escape sequence`), where the harness's image had a .pyc.
+export UV_LINK_MODE=copy UV_NO_PROGRESS=1 UV_COMPILE_BYTECODE=1
 if [ "$INSTALLER" = pip ]; then SEED=--seed; else SEED=; fi
 "$UV" venv -q --allow-existing $SEED --python "$PY" /venv
 if [ -n "${DOJO_EXCLUDE_NEWER:-}" ]; then

@@ -348,7 +348,8 @@ async fn pyenv_interpreter_under_a_private_home_runs_in_sandboxes() {
     sb.teardown().await.unwrap();
 }
 
-/// `exclude_newer`: every install of the build resolves as of that day, with either installer;
+/// `exclude_newer`: every install of the build resolves as of that day, with either installer
+/// (and is byte-compiled, as pip compiles);
 /// with pip the venv's seeded setuptools is taken back to that day too (the SWE-bench images
 /// were built when setuptools still had `pkg_resources`).
 #[tokio::test]
@@ -384,6 +385,11 @@ async fn exclude_newer_resolves_as_of_that_day() {
         assert!(
             names.iter().any(|n| n == "iniconfig-1.1.1.dist-info"),
             "{installer:?}: {names:?}"
+        );
+        // Byte-compiled at install by either installer, as the harness's pip does.
+        assert!(
+            site.join("iniconfig/__pycache__").is_dir(),
+            "{installer:?}: iniconfig was not byte-compiled"
         );
         if installer == dojo_sandbox::pyenv::Installer::Pip {
             let st = names
