@@ -556,8 +556,15 @@ pub async fn validate_in_sandbox(
         return v;
     }
     let gold = grade_in_sandbox(sb, task, env, Some(&task.patch), opts).await;
+    // The test patch alone may crash the test runner itself (pytest-7168: the bug makes
+    // pytest's own reporting raise, INTERNALERROR, no result printed). When the gold run has
+    // results, the environment works and the crash is the bug's: every test counts as not
+    // passing, as the harness counts tests absent from its log.
+    let crashed_by_the_bug = before.outcome == Verdict::Error
+        && before.error_kind == Some(ErrorKind::NoTestOutput)
+        && gold.outcome != Verdict::Error;
     for (name, r) in [("test patch only", &before), ("gold patch", &gold)] {
-        if r.outcome == Verdict::Error {
+        if r.outcome == Verdict::Error && !(crashed_by_the_bug && name == "test patch only") {
             v.problems.push(format!(
                 "{name}: {} ({})",
                 r.error.as_deref().unwrap_or("error"),
