@@ -11,6 +11,14 @@ CONSTANTS_PY is the fork's swebench/harness/constants.py at SRC_COMMIT (not in t
 repository: get it from a clone of SWE-Gym/SWE-Bench-Fork). Needs Python >= 3.11 (tomllib)."""
 import importlib.util, re, shlex, sys, tomllib, os
 
+# The TOML writing and the key order are the harness generator's (one writer for envs/).
+_spec = importlib.util.spec_from_file_location(
+    "gen_envs_from_harness", os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen-envs-from-harness.py"))
+_harness = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_harness)
+KEY_ORDER, toml_value, table_text, version_key = (
+    _harness.KEY_ORDER, _harness.toml_value, _harness.table_text, _harness.version_key)
+
 SRC_REPO = "SWE-Gym/SWE-Bench-Fork"
 SRC_PATH = "swebench/harness/constants.py"
 SRC_COMMIT = "242429c188fcfd06aad13fce9a54d450470bf0ac"  # HEAD (2025-01-28); the file is unchanged since e79f44cf (Init, 2024-12-08)
@@ -60,10 +68,6 @@ SYSTEM_CMD = re.compile(r"apt-get|locale-gen|/etc/|pipx|npm install --location=g
 
 BUILTIN = {"pre_install": [], "requirements": [], "install": [], "editable": True,
            "installer": "uv", "network": False, "env": {}}
-KEY_ORDER = ["python", "pre_install", "requirements_file", "requirements", "editable", "install",
-             "installer", "network", "cpus", "env", "exclude_newer", "test_cmd", "log_parser",
-             "timeout_s", "test_directives"]
-
 
 def expand_export(val):
     """The harness's `export X=...` is shell; dojo's env values are literal. At /testbed with X
@@ -126,38 +130,6 @@ def transcribe(key, version, spec):
                      "install", "eval_commands", "test_cmd"):
             raise ValueError(f"{key} {version}: unhandled key {k}")
     return t, notes
-
-
-def toml_value(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, str):
-        return toml_str(v)
-    if isinstance(v, list):
-        if not v:
-            return "[]"
-        if len(v) <= 3 and sum(len(x) for x in v) < 60:
-            return "[" + ", ".join(toml_value(x) for x in v) + "]"
-        return "[\n" + "".join(f"    {toml_value(x)},\n" for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(v)
-
-
-def toml_str(s):
-    if "'" not in s and "\n" not in s:
-        return f"'{s}'" if '"' in s or "\\" in s else f'"{s}"'
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def table_text(t):
-    return "".join(f"{k} = {toml_value(t[k])}\n" for k in sorted(t, key=KEY_ORDER.index))
-
-
-def version_key(v):
-    return [int(x) if x.isdigit() else x for x in v.split(".")]
 
 
 HEADER_EXTRA = {
