@@ -48,6 +48,14 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Anything that answers chat completions: the HTTP client, the in-process engine, a scripted
 /// test policy.
+///
+/// Execution model: `complete` takes `&self` and is called concurrently, one call per agent turn
+/// of every running episode; the implementation bounds its own concurrency (the HTTP client's
+/// per-endpoint limit, the engine's batch of active sequences, where extra requests wait).
+/// Retrying is the implementation's: the HTTP client retries what [`LlmError::is_retryable`] says
+/// is infrastructure, with backoff, before returning it; callers do not retry. Dropping the
+/// future cancels the request (the engine frees its sequence at the next step; the HTTP client
+/// drops the connection).
 pub trait ChatBackend: Send + Sync {
     /// Answer one request. `n > 1` asks for several choices of the same prompt.
     fn complete(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatResponse, LlmError>>;

@@ -8,7 +8,7 @@
 //! model's verdict; a world model that fails is an infrastructure failure, masked like any
 //! other.
 //!
-//! Execution model: [`run::Environment`]'s calls come one at a time from the loop's thread;
+//! Execution model: [`crate::run::Environment`]'s calls come one at a time from the loop's thread;
 //! each blocks on this environment's own tokio runtime while a step's episodes run concurrently
 //! (`workers` sandboxes, their model calls batched by the engine). Nothing is retried here: a
 //! step whose rollouts fail as a whole is an [`RlError::Episode`], and the loop resumes from its

@@ -2,7 +2,7 @@
 //!
 //! Each step: pick the step's tasks (a pure function of the seed and the step number, so a
 //! resumed run picks the same ones) → the [`Environment`] rolls out G episodes per task with
-//! the current weights and grades them → shaping, advantages ([`crate::group`]) → one
+//! the current weights and grades them → shaping, advantages ([`dojo_reward::group`]) → one
 //! optimizer step per mini-batch ([`crate::update`]) → one metrics line → a checkpoint every
 //! `checkpoint_every` steps and after the last. `dojo rl` supplies an environment that runs
 //! the agent with the embedded engine in sandboxes; tests supply small real ones.
@@ -47,7 +47,15 @@ pub const METRICS_FILE: &str = "metrics.jsonl";
 pub const EVAL_FILE: &str = "eval.jsonl";
 pub const STATE_FILE: &str = "rl_state.json";
 
-/// Where rollouts come from: the agent in sandboxes for `dojo rl`, a small environment in tests.
+/// Where rollouts come from: the agent in sandboxes for `dojo rl`
+/// ([`crate::agent_env::AgentEnv`]), a small environment in tests.
+///
+/// Execution model: the loop calls the methods one at a time from its own thread, in step
+/// order; an implementation runs a step's episodes concurrently inside `rollouts` and returns
+/// when all are graded. Episodes that fail for infrastructure reasons come back marked and are
+/// masked by the loop; an `Err` aborts the run without a checkpoint for that step, and running
+/// it again resumes from the last checkpoint (the step's rollouts are redone with the restored
+/// weights). Nothing is retried at this level.
 pub trait Environment {
     /// Roll out `group` episodes of each task with the model's current weights and grade them;
     /// one inner vector per task, in the order given. `step` is 1-based.

@@ -71,6 +71,14 @@ pub struct Prepared {
 
 /// What the agent loop must provide: one rollout in `sandbox` against `backend`, returning the
 /// record (messages, steps, stop reason, forced flag, patch). [`DojoAgent`] is the real one.
+///
+/// Execution model: the scheduler calls `run` concurrently, one call per episode (up to the
+/// run's workers), each with its own sandbox, which the call may change freely and the caller
+/// tears down. `run` never fails: every failure (a model error, a tool crash, a budget) ends the
+/// episode with its stop reason in the record, and infrastructure failures are marked so that
+/// they are never scored as the agent's. It does not retry model calls (the backend does) and
+/// does not grade (the caller does, after `run`). A cancelled future leaves no record: the
+/// episode is run again on resume.
 pub trait AgentLoop: Send + Sync + 'static {
     fn run<'a>(
         &'a self,
@@ -212,6 +220,12 @@ impl AgentLoop for DojoAgent {
 }
 
 /// Makes the per-rollout backend of a policy (scripted ones need the task and its tree).
+///
+/// Execution model: `backend` is called once per episode, concurrently from the scheduler's
+/// tasks, before the episode starts; a model policy returns clones of one shared client (its
+/// concurrency limit then spans the run), a scripted one builds a fresh script per episode. An
+/// `Err` is an infrastructure failure of that episode (recorded, never scored); it is not
+/// retried here.
 pub trait BackendFactory: Send + Sync + 'static {
     fn backend(
         &self,

@@ -12,6 +12,11 @@ use crate::SelectError;
 use crate::candidates::TaskCandidates;
 
 /// Scores candidates; higher is better. Ties are broken by the caller.
+///
+/// Execution model: `scores` is pure and cheap, called many times per task (once per k-subset
+/// the best@k curves draw) from one thread; whatever needs a model or a sandbox (the verifier,
+/// SWR, the agents' tests) is computed before selection ([`crate::plan`]) and only looked up
+/// here, so nothing is retried or cancelled at this level.
 pub trait Selector {
     /// The name used on the command line and in reports.
     fn name(&self) -> &'static str;
