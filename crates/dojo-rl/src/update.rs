@@ -37,12 +37,15 @@ pub struct UpdateReport {
 /// Right-padded `(b, t − 1)` tensors aligned with the predicted tokens (positions 1..t).
 struct Batch {
     ids: Tensor,
-    targets: Tensor,
     mask: Tensor,
     sampling: Tensor,
     trainer_old: Option<Tensor>,
     reference: Option<Tensor>,
     advantages: Tensor,
+    /// The loss positions: their rows of the flattened hidden states (`bi * t + p - 1`), the
+    /// same positions in the flattened `(b, t - 1)` outputs (`bi * (t - 1) + p - 1`), and their
+    /// targets; `None` when no position carries loss.
+    loss_rows: Option<(Tensor, Tensor, Tensor)>,
 }
 
 fn batch(samples: &[&Sample], device: &Device) -> Result<Batch, RlError> {
@@ -54,18 +57,22 @@ fn batch(samples: &[&Sample], device: &Device) -> Result<Batch, RlError> {
         .max(2);
     let b = samples.len();
     let mut ids = vec![0u32; b * t];
-    let mut targets = vec![0u32; b * (t - 1)];
     let mut mask = vec![0f32; b * (t - 1)];
     let mut sampling = vec![0f32; b * (t - 1)];
     let mut old = vec![0f32; b * (t - 1)];
     let mut reference = vec![0f32; b * (t - 1)];
+    let (mut hidden_rows, mut out_rows, mut row_targets) = (Vec::new(), Vec::new(), Vec::new());
     for (i, s) in samples.iter().enumerate() {
         let n = s.input_ids.len();
         ids[i * t..i * t + n].copy_from_slice(&s.input_ids);
         for p in 1..n {
             let k = i * (t - 1) + p - 1;
-            targets[k] = s.input_ids[p];
             mask[k] = f32::from(s.loss_mask[p]);
+            if s.loss_mask[p] == 1 {
+                hidden_rows.push((i * t + p - 1) as u32);
+                out_rows.push(k as u32);
+                row_targets.push(s.input_ids[p]);
+            }
             sampling[k] = s.sampling_logprobs[p];
             if let Some(o) = &s.trainer_old_logprobs {
                 old[k] = o[p];
@@ -79,7 +86,6 @@ fn batch(samples: &[&Sample], device: &Device) -> Result<Batch, RlError> {
     let all = |f: fn(&Sample) -> bool| samples.iter().all(|s| f(s));
     Ok(Batch {
         ids: Tensor::from_vec(ids, (b, t), device)?,
-        targets: Tensor::from_vec(targets, shape, device)?,
         mask: Tensor::from_vec(mask, shape, device)?,
         sampling: Tensor::from_vec(sampling, shape, device)?,
         trainer_old: if all(|s| s.trainer_old_logprobs.is_some()) {
@@ -97,11 +103,21 @@ fn batch(samples: &[&Sample], device: &Device) -> Result<Batch, RlError> {
             b,
             device,
         )?,
+        loss_rows: if hidden_rows.is_empty() {
+            None
+        } else {
+            let n = hidden_rows.len();
+            Some((
+                Tensor::from_vec(hidden_rows, n, device)?,
+                Tensor::from_vec(out_rows, n, device)?,
+                Tensor::from_vec(row_targets, n, device)?,
+            ))
+        },
     })
 }
 
-/// Log-softmax of `(b, t, vocab)` logits over the vocabulary, the logprobs of `targets`
-/// `(b, t)`, and (when asked) the entropy of each position's distribution.
+/// Log-softmax of `(n, vocab)` logits over the vocabulary, the logprobs of `targets` `(n,)`,
+/// and (when asked) the entropy of each row's distribution.
 fn token_logprobs_and_entropy(
     logits: &Tensor,
     targets: &Tensor,
@@ -112,8 +128,8 @@ fn token_logprobs_and_entropy(
     let lse = z.exp()?.sum_keepdim(D::Minus1)?.log()?;
     let logp = z.broadcast_sub(&lse)?;
     let picked = logp
-        .gather(&targets.unsqueeze(2)?.contiguous()?, 2)?
-        .squeeze(2)?;
+        .gather(&targets.unsqueeze(1)?.contiguous()?, 1)?
+        .squeeze(1)?;
     let h = if entropy {
         Some((logp.exp()? * &logp)?.sum(D::Minus1)?.neg()?)
     } else {
@@ -122,14 +138,29 @@ fn token_logprobs_and_entropy(
     Ok((picked, h))
 }
 
+/// Token logprobs (and entropies) `(b, t - 1)` at the loss positions, 0 elsewhere: the LM head
+/// runs on those positions only ([`TrainModel::logits_at`]), since every other position is
+/// masked out of the loss, and a `(b, t, vocab)` f32 tensor with its log-softmax intermediates
+/// for a 3.5K-token episode and SmolLM2's 49K vocabulary ran a 24 GB machine out of memory.
 fn forward(
     model: &TrainModel,
     b: &Batch,
     entropy: bool,
 ) -> candle_core::Result<(Tensor, Option<Tensor>)> {
-    let (_, t) = b.ids.dims2()?;
-    let logits = model.logits(&b.ids)?.narrow(1, 0, t - 1)?;
-    token_logprobs_and_entropy(&logits, &b.targets, entropy)
+    let (bs, t) = b.ids.dims2()?;
+    let zeros = || Tensor::zeros(bs * (t - 1), DType::F32, b.ids.device());
+    let Some((hidden_rows, out_rows, targets)) = &b.loss_rows else {
+        let z = zeros()?.reshape((bs, t - 1))?;
+        return Ok((z.clone(), entropy.then_some(z)));
+    };
+    let logits = model.logits_at(&b.ids, hidden_rows)?;
+    let (picked, h) = token_logprobs_and_entropy(&logits, targets, entropy)?;
+    let spread = |x: &Tensor| zeros()?.index_add(out_rows, x, 0)?.reshape((bs, t - 1));
+    let h = match h {
+        Some(h) => Some(spread(&h)?),
+        None => None,
+    };
+    Ok((spread(&picked)?, h))
 }
 
 /// The current model's logprob of every token of each sample (position 0 gets 0), without

@@ -157,6 +157,42 @@ fn trainer_logprobs_match_the_sampling_distribution() {
     assert!((lp[0][PROMPT.len()] - probs[20].ln()).abs() < 1e-5);
 }
 
+/// The update runs the LM head at the loss positions only: the logprobs there are the full
+/// forward's, in a padded micro-batch of two samples, and every other position reads 0.
+#[test]
+fn logprobs_at_loss_positions_match_the_full_logits() {
+    let model = tiny();
+    let long: Vec<u32> = vec![1, 10, 11, 12, 13, 14, 15, 16];
+    let short: Vec<u32> = vec![1, 20, 21, 22];
+    let sample = |ids: &[u32], trained: &[usize]| Sample {
+        input_ids: ids.to_vec(),
+        loss_mask: (0..ids.len())
+            .map(|p| u8::from(trained.contains(&p)))
+            .collect(),
+        sampling_logprobs: vec![0.0; ids.len()],
+        advantage: 0.0,
+        trainer_old_logprobs: None,
+        ref_logprobs: None,
+    };
+    let samples = [sample(&long, &[2, 3, 6]), sample(&short, &[3])];
+    let lp = token_logprobs(&model, &samples, 4).unwrap();
+    for (s, lp) in samples.iter().zip(&lp) {
+        for p in 1..s.input_ids.len() {
+            if s.loss_mask[p] == 0 {
+                assert_eq!(lp[p], 0.0, "position {p}");
+                continue;
+            }
+            let probs = next_token_probs(&model, &s.input_ids[..p]);
+            let want = probs[s.input_ids[p] as usize].ln();
+            assert!(
+                (lp[p] - want).abs() < 1e-4,
+                "position {p}: {} vs {want}",
+                lp[p]
+            );
+        }
+    }
+}
+
 #[test]
 fn lora_updates_only_the_adapters() {
     let mut model = tiny();

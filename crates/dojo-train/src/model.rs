@@ -458,6 +458,15 @@ impl TrainModel {
         self.head(&x)?.reshape((b, t, ()))
     }
 
+    /// Logits `(n, vocab)` of the flattened positions `rows` (`bi * t + p`, u32) only: the LM
+    /// head and its `vocab`-wide outputs for the positions a loss reads, not for every
+    /// position of every sequence (RL's episodes are mostly prompt and observations).
+    pub fn logits_at(&self, ids: &Tensor, rows: &Tensor) -> candle_core::Result<Tensor> {
+        let h = self.hidden(ids)?.index_select(rows, 0)?;
+        let x = rms_norm(&h, self.p("model.norm.weight")?, self.config.rms_eps)?;
+        self.head(&x)
+    }
+
     /// Summed next-token cross-entropy over the batch's trained tokens (a scalar), in training
     /// mode (LoRA dropout on). The final norm and the LM head run on those rows only: the head
     /// is the largest matmul of a small model, and untrained rows would only be multiplied by
