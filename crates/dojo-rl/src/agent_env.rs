@@ -63,8 +63,6 @@ pub struct AgentEnv {
     world_embedded: EmbeddedWorld,
     /// What the last `rollouts` call measured ([`Environment::rollout_report`]).
     last_report: Option<serde_json::Value>,
-    /// Steps finished in this invocation (for the time estimate).
-    steps_run: u64,
 }
 
 impl AgentEnv {
@@ -126,7 +124,6 @@ impl AgentEnv {
             cfg: cfg.clone(),
             world_embedded,
             last_report: None,
-            steps_run: 0,
         };
         Ok((env, ids))
     }
@@ -191,7 +188,7 @@ impl AgentEnv {
             .map_err(|e| infra(e.to_string()))?;
         let store = dojo_rollout::Store::<Trajectory>::open(&o.store_path)
             .map_err(|e| infra(e.to_string()))?;
-        Ok((store.records().to_vec(), engine.stats().to_json()))
+        Ok((store.records(), engine.stats().to_json()))
     }
 }
 
@@ -236,7 +233,7 @@ pub fn step_policy(
 
 /// `step 2: reward 0.250, resolved 0.250 (masked share 0.00); 212 s (generation 190 s,
 /// training 20 s); 2 step(s) left, about 424 s`.
-fn step_line(m: &StepMetrics, elapsed_s: f64, steps_left: u64, steps_run: u64) -> String {
+fn step_line(m: &StepMetrics, steps_left: u64, left_s: f64) -> String {
     let b = &m.batch;
     let mut line = format!(
         "step {}: reward {:.3}, resolved {:.3} (masked share {:.2}); {:.0} s (generation {:.0} s, training {:.0} s)",
@@ -249,25 +246,24 @@ fn step_line(m: &StepMetrics, elapsed_s: f64, steps_left: u64, steps_run: u64) -
         m.training_s
     );
     if steps_left > 0 {
-        let per_step = elapsed_s / steps_run.max(1) as f64;
-        line.push_str(&format!(
-            "; {steps_left} step(s) left, about {:.0} s",
-            per_step * steps_left as f64
-        ));
+        line.push_str(&format!("; {steps_left} step(s) left, about {left_s:.0} s"));
     }
     line
 }
 
-/// Groups `all` by task, in `tasks`' order, each group by sample index.
-fn groups(tasks: &[String], all: &[Trajectory]) -> Vec<Vec<Trajectory>> {
-    tasks
-        .iter()
-        .map(|t| {
-            let mut g: Vec<Trajectory> = all.iter().filter(|x| &x.task_id == t).cloned().collect();
-            g.sort_by_key(|x| x.sample_index);
-            g
-        })
-        .collect()
+/// Groups `all` by task, in `tasks`' order, each group by sample index (trajectories of other
+/// tasks are left out).
+fn groups(tasks: &[String], all: Vec<Trajectory>) -> Vec<Vec<Trajectory>> {
+    let mut out: Vec<Vec<Trajectory>> = vec![Vec::new(); tasks.len()];
+    for t in all {
+        if let Some(i) = tasks.iter().position(|x| *x == t.task_id) {
+            out[i].push(t);
+        }
+    }
+    for g in &mut out {
+        g.sort_by_key(|x| x.sample_index);
+    }
+    out
 }
 
 impl Environment for AgentEnv {
@@ -283,7 +279,7 @@ impl Environment for AgentEnv {
         let policy = self.policy(step, false);
         let (all, counters) = self.roll(model, policy, &file, tasks, group as u32, &dir)?;
         self.last_report = Some(json!({"workers": self.workers, "engine": counters}));
-        Ok(groups(tasks, &all))
+        Ok(groups(tasks, all))
     }
 
     fn evaluate(
@@ -312,16 +308,12 @@ impl Environment for AgentEnv {
         self.last_report.take().unwrap_or_default()
     }
 
-    /// A line per finished step: reward, resolved share, its time, and an estimate of the rest
-    /// from the mean step time so far.
-    fn step_done(&mut self, m: &StepMetrics, elapsed_s: f64, steps_left: u64) {
+    /// A line per finished step: reward, resolved share, its time, and the loop's estimate of
+    /// the rest.
+    fn step_done(&mut self, m: &StepMetrics, steps_left: u64, left_s: f64) {
         if self.opts.progress {
-            eprintln!(
-                "{}",
-                step_line(m, elapsed_s, steps_left, self.steps_run + 1)
-            );
+            eprintln!("{}", step_line(m, steps_left, left_s));
         }
-        self.steps_run += 1;
     }
 
     /// The world model's settings (mode, model, SWR samples and seed, analysis model), not
@@ -346,13 +338,13 @@ mod tests {
 
     #[test]
     fn groups_follow_the_task_order_and_sample_index() {
-        let all = [
+        let all = vec![
             Trajectory::new("b", 1),
             Trajectory::new("a", 1),
             Trajectory::new("b", 0),
             Trajectory::new("a", 0),
         ];
-        let g = groups(&["a".into(), "b".into(), "c".into()], &all);
+        let g = groups(&["a".into(), "b".into(), "c".into()], all);
         let ids: Vec<Vec<(&str, u32)>> = g
             .iter()
             .map(|g| {
@@ -401,12 +393,12 @@ mod tests {
             rollout_time: Default::default(),
             rollout_report: serde_json::Value::Null,
         };
-        let line = step_line(&m, 424.0, 2, 2);
+        let line = step_line(&m, 2, 424.0);
         assert_eq!(
             line,
             "step 2: reward 0.250, resolved 0.250 (masked share 0.00); 212 s (generation 190 s, training 20 s); 2 step(s) left, about 424 s"
         );
-        assert!(!step_line(&m, 424.0, 0, 2).contains("left"));
+        assert!(!step_line(&m, 0, 0.0).contains("left"));
     }
 
     #[test]

@@ -86,9 +86,10 @@ pub trait Environment {
         Json::Null
     }
 
-    /// Step `m.step` is done (metrics written), `elapsed_s` after this invocation's first step
-    /// began, with `steps_left` to go: a progress line's moment. Default: nothing.
-    fn step_done(&mut self, _m: &StepMetrics, _elapsed_s: f64, _steps_left: u64) {}
+    /// Step `m.step` is done (metrics written), with `steps_left` to go, estimated at `left_s`
+    /// seconds from this invocation's mean step time: a progress line's moment. Default:
+    /// nothing.
+    fn step_done(&mut self, _m: &StepMetrics, _steps_left: u64, _left_s: f64) {}
 }
 
 /// `rl_run.json`.
@@ -332,7 +333,9 @@ pub fn run(
     for step in start + 1..=cfg.steps {
         let m = one_step(step, cfg, model, reference, tasks, env, &mut opt)?;
         metrics.append(&m)?;
-        env.step_done(&m, started.elapsed().as_secs_f64(), cfg.steps - step);
+        let per_step = started.elapsed().as_secs_f64() / (step - start) as f64;
+        let steps_left = cfg.steps - step;
+        env.step_done(&m, steps_left, per_step * steps_left as f64);
         last = Some(m);
         // Evaluated before the checkpoint (it does not change the weights): a crash in between
         // leaves an eval line past the last checkpoint, which resume truncates and redoes,

@@ -101,8 +101,9 @@ impl BackendFactory for Box<dyn BackendFactory> {
     }
 }
 
-/// The backends of a policy. `embedded` is the in-process engine, which only the CLI can build
-/// (it lives behind dojo-cli's `engine` feature); pass it in for `kind = "embedded"`.
+/// The backends of a policy. `embedded` is the in-process engine ([`crate::embedded`], behind
+/// the `engine` feature, or the trainer's current weights in `dojo rl`); pass it in for
+/// `kind = "embedded"`.
 pub fn make_backends(
     policy: &PolicyConfig,
     embedded: Option<Arc<dyn ChatBackend>>,
@@ -238,7 +239,7 @@ pub async fn run_rollout<A: AgentLoop>(
 }
 
 /// [`run_rollout`], with the in-process engines for a policy whose `[world]` models are
-/// `embedded[:DIR]` (only the CLI can build them).
+/// `embedded[:DIR]` ([`crate::embedded::embedded_world`]).
 pub async fn run_rollout_with_world<A: AgentLoop>(
     opts: &RolloutOptions,
     agent: A,

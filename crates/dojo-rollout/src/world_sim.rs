@@ -75,7 +75,7 @@ pub enum WorldSimError {
 }
 
 /// The embedded engines of a run's world models, one per distinct model the policy's roles name
-/// ([`WorldPolicy::embedded_models`]): loaded once per run (only the CLI can build them) and
+/// ([`WorldPolicy::embedded_models`]): loaded once per run ([`crate::embedded::embedded_world`], feature `engine`) and
 /// shared by every rollout, so one checkpoint playing both roles is loaded once.
 #[derive(Clone, Default)]
 pub struct EmbeddedWorld {
@@ -132,7 +132,7 @@ fn role_backend(
             let m = spec.engine_model().unwrap_or_default();
             let backend = embedded.get(&m).ok_or_else(|| {
                 WorldSimError::Settings(format!(
-                    "{role}: the embedded world model {m} is not loaded (dojo-cli loads the models a policy names when built with the `engine` feature)"
+                    "{role}: the embedded world model {m} is not loaded (the models a policy names are loaded by builds with the `engine` feature)"
                 ))
             })?;
             Ok(RoleBackend {

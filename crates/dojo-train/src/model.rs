@@ -462,7 +462,13 @@ impl TrainModel {
     /// head and its `vocab`-wide outputs for the positions a loss reads, not for every
     /// position of every sequence (RL's episodes are mostly prompt and observations).
     pub fn logits_at(&self, ids: &Tensor, rows: &Tensor) -> candle_core::Result<Tensor> {
-        let h = self.hidden(ids)?.index_select(rows, 0)?;
+        self.logits_rows(ids, rows, false)
+    }
+
+    /// Final norm and LM head at the flattened rows `rows` of the hidden states; `train` turns
+    /// LoRA dropout on.
+    fn logits_rows(&self, ids: &Tensor, rows: &Tensor, train: bool) -> candle_core::Result<Tensor> {
+        let h = self.hidden_mode(ids, train)?.index_select(rows, 0)?;
         let x = rms_norm(&h, self.p("model.norm.weight")?, self.config.rms_eps)?;
         self.head(&x)
     }
@@ -472,11 +478,10 @@ impl TrainModel {
     /// is the largest matmul of a small model, and untrained rows would only be multiplied by
     /// zero.
     pub fn loss_sum(&self, batch: &DeviceBatch) -> candle_core::Result<Tensor> {
-        let h = self
-            .hidden_mode(&batch.ids, true)?
-            .index_select(&batch.rows, 0)?;
-        let h = rms_norm(&h, self.p("model.norm.weight")?, self.config.rms_eps)?;
-        nll_sum(&self.head(&h)?, &batch.targets)
+        nll_sum(
+            &self.logits_rows(&batch.ids, &batch.rows, true)?,
+            &batch.targets,
+        )
     }
 
     /// The weights as an engine model (dense f32, rotate-half RoPE), sharing the tensors:

@@ -225,17 +225,7 @@ fn analyze(a: AnalyzeArgs) -> anyhow::Result<i32> {
     use anyhow::Context;
     use futures::stream::{self, StreamExt};
 
-    let mut loaded = dojo_task::load_tasks(&a.tasks)?;
-    if !a.instances.is_empty() {
-        if let Some(missing) = a
-            .instances
-            .iter()
-            .find(|id| !loaded.iter().any(|t| &t.instance_id == *id))
-        {
-            anyhow::bail!("{}: no task {missing:?}", a.tasks.display());
-        }
-        loaded.retain(|t| a.instances.contains(&t.instance_id));
-    }
+    let loaded = dojo_task::load_selected(&a.tasks, &a.instances)?;
     // A task without a gold patch is bad input: said before any request is made.
     let inputs = loaded
         .iter()
