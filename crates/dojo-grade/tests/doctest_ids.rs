@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 mod common;
-use common::{ci, sandbox_for, setup_home, skip};
+use common::{sandbox_for, skip};
 
 use dojo_grade::{GradeOptions, InfraKind, Verdict};
 use dojo_task::EnvRegistry;
@@ -21,9 +21,8 @@ const GOLD: &str = "diff --git a/calc/core.py b/calc/core.py\n--- a/calc/core.py
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_doctest_id_does_not_restore_the_module_the_fix_edits() {
-    setup_home();
-    if !dojo_sandbox::doctor::namespaces_usable() && !ci() {
-        return skip("namespaces/overlayfs unavailable".into());
+    if !common::sandboxes_or_skip() {
+        return;
     }
     let src = common::project(&[
         ("calc/__init__.py", ""),

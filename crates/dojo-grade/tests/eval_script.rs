@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 mod common;
-use common::{ci, sandbox_for, setup_home, skip};
+use common::{sandbox_for, skip};
 
 use dojo_grade::{GradeOptions, Verdict};
 use dojo_task::EnvRegistry;
@@ -29,9 +29,8 @@ fn eval_script() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eval_script_commands_run_after_the_model_patch() {
-    setup_home();
-    if !dojo_sandbox::doctor::namespaces_usable() && !ci() {
-        return skip("namespaces/overlayfs unavailable".into());
+    if !common::sandboxes_or_skip() {
+        return;
     }
     let t = common::task(json!({"instance_id": "local__calc-3", "repo": "local/calc",
         "base_commit": BASE, "patch": GOLD, "test_patch": TEST_PATCH, "version": "1.0",

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod common;
-use common::{ci, new_files, sandbox_for, setup_home, skip};
+use common::{new_files, sandbox_for, skip};
 
 use dojo_grade::{
     ErrorKind, GradeOptions, InfraKind, InstanceReport, RunSummary, Semantics, Verdict,
@@ -70,9 +70,8 @@ fn append_setup_cfg(lines: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn patches_that_fake_results_are_unresolved() {
-    setup_home();
-    if !dojo_sandbox::doctor::namespaces_usable() && !ci() {
-        return skip("namespaces/overlayfs unavailable".into());
+    if !common::sandboxes_or_skip() {
+        return;
     }
     let t = task(CMD);
     let env = EnvRegistry::default().resolve(&t).unwrap();

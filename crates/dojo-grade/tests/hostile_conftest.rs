@@ -11,19 +11,13 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod common;
+use common::skip;
+
 use dojo_grade::{GradeOptions, Verdict, grade_in_sandbox};
 use dojo_sandbox::{PristineStore, PythonEnv, Sandbox, SandboxOptions, Source};
 use dojo_task::{EnvRegistry, Task};
 use serde_json::json;
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-fn skip(reason: String) {
-    assert!(!ci(), "CI=true: {reason}");
-    println!("SKIPPED: {reason}");
-}
 
 const CALC: &str = "def add(a, b):\n    return a - b\n";
 const GOLD: &str = "diff --git a/calc/core.py b/calc/core.py\n--- a/calc/core.py\n+++ b/calc/core.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n";
@@ -98,8 +92,8 @@ async fn a_conftest_cannot_reach_a_host_unix_socket_during_grading() {
         // SAFETY: the only test of this binary; set before any other thread reads it.
         unsafe { std::env::set_var("DOJO_PYTOOLS", tools) };
     }
-    if !dojo_sandbox::doctor::namespaces_usable() && !ci() {
-        return skip("namespaces/overlayfs unavailable".into());
+    if !common::sandboxes_or_skip() {
+        return;
     }
     // A host service on a 0666 socket outside /tmp (every sandbox has its own /tmp), handing
     // its secret to whoever connects.

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 mod common;
-use common::{ci, sandbox_for, setup_home, skip};
+use common::{sandbox_for, skip};
 
 use dojo_grade::{GradeOptions, Verdict};
 use dojo_task::EnvRegistry;
@@ -85,9 +85,8 @@ class UChild(UBase):
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn honest_tests_of_every_shape_pass_under_the_observer() {
-    setup_home();
-    if !dojo_sandbox::doctor::namespaces_usable() && !ci() {
-        return skip("namespaces/overlayfs unavailable".into());
+    if !common::sandboxes_or_skip() {
+        return;
     }
     let src = common::project(&[
         ("calc/__init__.py", ""),

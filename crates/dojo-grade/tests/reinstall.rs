@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 mod common;
-use common::{ci, sandbox_for, setup_home, skip};
+use common::{ci, sandbox_for, skip};
 
 use dojo_grade::{GradeOptions, Verdict, grade_in_sandbox};
 use dojo_sandbox::{Sandbox, SandboxOptions};
@@ -33,9 +33,8 @@ fn eval_script() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reinstall_after_the_model_patch_picks_up_new_metadata() {
-    setup_home();
-    if !dojo_sandbox::doctor::namespaces_usable() && !ci() {
-        return skip("namespaces/overlayfs unavailable".into());
+    if !common::sandboxes_or_skip() {
+        return;
     }
     let mut reg = EnvRegistry::default();
     reg.add_text(

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 mod common;
-use common::{ci, sandbox_for, setup_home, skip};
+use common::{sandbox_for, skip};
 
 use dojo_grade::{ErrorKind, GradeOptions, Verdict, validate_in_sandbox};
 use dojo_sandbox::{Sandbox, SandboxOptions};
@@ -23,9 +23,8 @@ const CRASHING_TEST: &str = "import os\n\nfrom calc.core import add\n\nif add(2,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_crash_caused_by_the_bug_validates_the_task() {
-    setup_home();
-    if !dojo_sandbox::doctor::namespaces_usable() && !ci() {
-        return skip("namespaces/overlayfs unavailable".into());
+    if !common::sandboxes_or_skip() {
+        return;
     }
     let src = common::project(&[
         ("calc/__init__.py", ""),

@@ -9,6 +9,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod common;
+use common::{setup_home, skip};
+
 use dojo_grade::{
     ErrorKind, GradeOptions, Parser, ResolvedStatus, Semantics, Verdict, eval_report_from_log,
     grade_in_sandbox, validate_in_sandbox,
@@ -16,26 +19,6 @@ use dojo_grade::{
 use dojo_sandbox::{PristineStore, PythonEnv, Sandbox, SandboxOptions, Source};
 use dojo_task::{EnvRegistry, RepoEnv, Task};
 use serde_json::json;
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-fn skip(reason: String) {
-    assert!(!ci(), "CI=true: {reason}");
-    println!("SKIPPED: {reason}");
-}
-
-fn setup_home() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if std::env::var_os("DOJO_PYTOOLS").is_none() {
-            let tools = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/pytools"));
-            // SAFETY: set once before any thread of this test binary reads the environment.
-            unsafe { std::env::set_var("DOJO_PYTOOLS", tools) };
-        }
-    });
-}
 
 const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n";
 const GOLD: &str = "diff --git a/calc/core.py b/calc/core.py\n--- a/calc/core.py\n+++ b/calc/core.py\n@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n \n \n def mul(a, b):\n";
@@ -93,9 +76,8 @@ async fn sandbox_for(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grading_flow_and_bad_input_in_a_real_sandbox() {
-    setup_home();
-    if !dojo_sandbox::doctor::namespaces_usable() && !ci() {
-        return skip("namespaces/overlayfs unavailable".into());
+    if !common::sandboxes_or_skip() {
+        return;
     }
     let t = task(&["tests/test_add.py::test_add"]);
     let env = EnvRegistry::default().resolve(&t).unwrap();
@@ -296,8 +278,8 @@ async fn bundled_benchmark_task_validates() {
     if !path.exists() {
         return skip(format!("{} not present", path.display()));
     }
-    if !dojo_sandbox::doctor::namespaces_usable() && !ci() {
-        return skip("namespaces/overlayfs unavailable".into());
+    if !common::sandboxes_or_skip() {
+        return;
     }
     let tasks = dojo_task::load_tasks(&path).unwrap();
     let t = tasks

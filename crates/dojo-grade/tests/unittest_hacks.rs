@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 mod common;
-use common::{ci, sandbox_for, setup_home, skip};
+use common::{sandbox_for, skip};
 
 use dojo_grade::{GradeOptions, Verdict};
 use dojo_task::EnvRegistry;
@@ -26,9 +26,8 @@ const P2P: &str = "test_mul (tests.test_calc.MulTest.test_mul)";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unittest_hacks_are_unresolved_with_the_observer() {
-    setup_home();
-    if !dojo_sandbox::doctor::namespaces_usable() && !ci() {
-        return skip("namespaces/overlayfs unavailable".into());
+    if !common::sandboxes_or_skip() {
+        return;
     }
     let test_patch = common::new_files(&[("tests/test_calc.py", TESTS)]);
     let t = common::task(json!({

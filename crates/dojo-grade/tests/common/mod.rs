@@ -30,6 +30,17 @@ pub fn setup_home() {
     });
 }
 
+/// [`setup_home`], then whether namespace sandboxes work here; when they do not, the test is
+/// SKIPPED (a failure under `CI=true`) and this returns false.
+pub fn sandboxes_or_skip() -> bool {
+    setup_home();
+    if !dojo_sandbox::doctor::namespaces_usable() && !ci() {
+        skip("namespaces/overlayfs unavailable".into());
+        return false;
+    }
+    true
+}
+
 /// A fresh directory holding `files` (path, contents), kept for the pristine store to read.
 pub fn project(files: &[(&str, &str)]) -> PathBuf {
     let d = tempfile::tempdir().unwrap().keep();
