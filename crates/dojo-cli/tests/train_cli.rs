@@ -116,6 +116,52 @@ fn absurd_lora_rank_is_refused_before_allocation() {
     assert!(err.contains("--lora-rank"), "{err}");
 }
 
+/// The memory plan runs before training: a budget the step cannot fit in is refused with the
+/// figures and the settings to lower, nothing written; one that fits is reported.
+#[test]
+fn memory_plan_refuses_a_step_over_the_budget_and_reports_one_within() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("tokens.parquet");
+    write_tokens(&data, 2);
+    let out = tmp.path().join("run");
+    let args = |mem: &'static str| {
+        vec![
+            "train".to_string(),
+            "sft".into(),
+            "--data".into(),
+            p(&data).into(),
+            "--model".into(),
+            p(&fixture()).into(),
+            "--out".into(),
+            p(&out).into(),
+            "--max-steps".into(),
+            "1".into(),
+            "--max-len".into(),
+            "32".into(),
+            "--max-memory".into(),
+            mem.into(),
+            "--quiet".into(),
+        ]
+    };
+    let refuse = args("100M");
+    let o = dojo(&refuse.iter().map(String::as_str).collect::<Vec<_>>());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("not enough memory"), "{err}");
+    assert!(err.contains("budget of 0.1 GiB (--max-memory)"), "{err}");
+    assert!(!out.join("metrics.jsonl").exists(), "nothing trained");
+    let bad = args("lots");
+    let o = dojo(&bad.iter().map(String::as_str).collect::<Vec<_>>());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--max-memory \"lots\""), "{err}");
+    let fits = args("8G");
+    let stdout = ok(&fits.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        stdout.contains("memory plan: about 0.5 GiB a step of a 8.0 GiB budget\n"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn lora_run_merges_reports_and_merge_command_agrees() {
     let tmp = tempfile::tempdir().unwrap();

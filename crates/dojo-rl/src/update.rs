@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 
 use candle_core::{D, DType, Device, Tensor};
+use dojo_train::LossRows;
 use dojo_train::{AdamW, TrainModel};
 use serde::{Deserialize, Serialize};
 
@@ -147,14 +148,27 @@ fn forward(
     b: &Batch,
     entropy: bool,
 ) -> candle_core::Result<(Tensor, Option<Tensor>)> {
-    let (bs, t) = b.ids.dims2()?;
-    let zeros = || Tensor::zeros(bs * (t - 1), DType::F32, b.ids.device());
-    let Some((hidden_rows, out_rows, targets)) = &b.loss_rows else {
-        let z = zeros()?.reshape((bs, t - 1))?;
+    let Some((hidden_rows, _, _)) = &b.loss_rows else {
+        let (bs, t) = b.ids.dims2()?;
+        let z = Tensor::zeros((bs, t - 1), DType::F32, b.ids.device())?;
         return Ok((z.clone(), entropy.then_some(z)));
     };
-    let logits = model.logits_at(&b.ids, hidden_rows)?;
-    let (picked, h) = token_logprobs_and_entropy(&logits, targets, entropy)?;
+    logprobs_at(b, &model.logits_at(&b.ids, hidden_rows)?, entropy)
+}
+
+/// [`forward`]'s second half: token logprobs (and entropies) `(b, t - 1)` from the logits at
+/// the batch's loss rows (which it must have).
+fn logprobs_at(
+    b: &Batch,
+    logits: &Tensor,
+    entropy: bool,
+) -> candle_core::Result<(Tensor, Option<Tensor>)> {
+    let (bs, t) = b.ids.dims2()?;
+    let zeros = || Tensor::zeros(bs * (t - 1), DType::F32, b.ids.device());
+    let Some((_, out_rows, targets)) = &b.loss_rows else {
+        return Err(candle_core::Error::Msg("a batch without loss rows".into()));
+    };
+    let (picked, h) = token_logprobs_and_entropy(logits, targets, entropy)?;
     let spread = |x: &Tensor| zeros()?.index_add(out_rows, x, 0)?.reshape((bs, t - 1));
     let h = match h {
         Some(h) => Some(spread(&h)?),
@@ -214,29 +228,65 @@ pub fn policy_grads(
     let live: Vec<&Sample> = samples.iter().filter(|s| s.n_response() > 0).collect();
     for chunk in live.chunks(micro_batch_size.max(1)) {
         let b = batch(chunk, model.device())?;
-        let (lp, h) = forward(model, &b, true)?;
-        let h = match &h {
-            // The entropy enters the loss only with a coefficient; otherwise it is a metric.
-            Some(h) if loss_cfg.entropy_coef > 0.0 => Some(h.clone()),
-            Some(h) => Some(h.detach()),
-            None => None,
+        let Some((hidden_rows, _, _)) = &b.loss_rows else {
+            continue;
         };
-        let (l, m) = ppo_loss(
-            &LossInputs {
-                logprobs: &lp,
-                sampling_logprobs: &b.sampling,
-                advantages: &b.advantages,
-                mask: &b.mask,
-                trainer_old_logprobs: b.trainer_old.as_ref(),
-                ref_logprobs: b.reference.as_ref(),
-                entropy: h.as_ref(),
+        let mut chunk_metrics = None;
+        let mut loss_err = None;
+        // Through `loss_grads`, so that the model's activation checkpointing (the memory
+        // plan's choice for long episodes) applies.
+        let l = model.loss_grads(
+            &b.ids,
+            hidden_rows,
+            true,
+            // The loss is normalised over the whole batch.
+            LossRows::Whole,
+            |logits, _| {
+                let (lp, h) = logprobs_at(&b, logits, true)?;
+                let h = match &h {
+                    // The entropy enters the loss only with a coefficient; otherwise it is a
+                    // metric.
+                    Some(h) if loss_cfg.entropy_coef > 0.0 => Some(h.clone()),
+                    Some(h) => Some(h.detach()),
+                    None => None,
+                };
+                let r = ppo_loss(
+                    &LossInputs {
+                        logprobs: &lp,
+                        sampling_logprobs: &b.sampling,
+                        advantages: &b.advantages,
+                        mask: &b.mask,
+                        trainer_old_logprobs: b.trainer_old.as_ref(),
+                        ref_logprobs: b.reference.as_ref(),
+                        entropy: h.as_ref(),
+                    },
+                    loss_cfg,
+                    denom,
+                );
+                match r {
+                    Ok((l, m)) => {
+                        chunk_metrics = Some(m);
+                        Ok(l)
+                    }
+                    Err(e) => {
+                        let msg = e.to_string();
+                        loss_err = Some(e);
+                        Err(candle_core::Error::Msg(msg))
+                    }
+                }
             },
-            loss_cfg,
-            denom,
-        )?;
+            &mut grads,
+        );
+        // The loss's own error, not its candle-shaped copy.
+        let l = match (l, loss_err) {
+            (Ok(l), _) => l,
+            (Err(_), Some(e)) => return Err(e),
+            (Err(e), None) => return Err(e.into()),
+        };
         loss += l.to_dtype(DType::F64)?.to_scalar::<f64>()?;
-        metrics.merge(&m);
-        model.accumulate_grads(&l.backward()?, &mut grads)?;
+        if let Some(m) = &chunk_metrics {
+            metrics.merge(m);
+        }
     }
     if !loss.is_finite() {
         return Err(dojo_train::TrainError::NonFinite(format!("RL loss is {loss}")).into());

@@ -113,6 +113,50 @@ fn masked_samples_add_exactly_nothing() {
 }
 
 #[test]
+fn checkpointed_updates_have_the_same_loss_metrics_and_gradients() {
+    // The memory plan turns activation checkpointing on for long episodes: the update must
+    // not change by it (entropy in the loss, so its gradient path is covered too).
+    let mut model = tiny();
+    let probs = next_token_probs(&model, &PROMPT);
+    let mut a = sample_for(&PROMPT, 20, probs[20].ln());
+    a.advantage = 1.0;
+    let mut b = sample_for(&PROMPT[..4], 7, probs[7].ln());
+    b.advantage = -0.5;
+    let cfg = LossConfig {
+        entropy_coef: 0.01,
+        ..LossConfig::default()
+    };
+    let samples = [a, b];
+    let (l0, m0, g0) = policy_grads(&model, &samples, &cfg, 2).unwrap();
+    model.set_checkpointing(dojo_train::Checkpointing::On);
+    let (l1, m1, g1) = policy_grads(&model, &samples, &cfg, 2).unwrap();
+    // Auto with no room for activations decides for checkpointing on every micro-batch.
+    model.set_checkpointing(dojo_train::Checkpointing::Auto {
+        activation_budget: 0,
+    });
+    let (l2, _, g2) = policy_grads(&model, &samples, &cfg, 2).unwrap();
+    assert!(
+        (l0 - l1).abs() < 1e-6 && (l0 - l2).abs() < 1e-6,
+        "{l0} {l1} {l2}"
+    );
+    assert_eq!(m0.tokens, m1.tokens);
+    assert_eq!(g0.len(), g1.len());
+    for (name, t) in &g0 {
+        let x: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+        for g in [&g1, &g2] {
+            let y: Vec<f32> = g[name].flatten_all().unwrap().to_vec1().unwrap();
+            let scale = x.iter().fold(1e-12f32, |m, v| m.max(v.abs()));
+            let d = x
+                .iter()
+                .zip(&y)
+                .fold(0f32, |m, (p, q)| m.max((p - q).abs()))
+                / scale;
+            assert!(d < 1e-5, "{name}: {d}");
+        }
+    }
+}
+
+#[test]
 fn a_failed_step_leaves_the_weights_alone() {
     let model = tiny();
     let before = weights(&model);

@@ -3,7 +3,9 @@
 //! Hugging Face directory this writes, so both train the same weights).
 //!
 //! `cargo run --release -p dojo-train --example train_bench -- [--model default|PATH]
-//!  [--seq 1024] [--batch 1] [--iters 3] [--write-hf DIR] [--lora-rank R]`
+//!  [--seq 1024] [--batch 1] [--iters 3] [--write-hf DIR] [--lora-rank R] [--checkpointing]`
+//!
+//! `--checkpointing` turns activation checkpointing on (`TrainModel::set_checkpointing`).
 //!
 //! `--lora-rank R` trains LoRA adapters (alpha 2R, no dropout, all seven projections, as
 //! `benchmarks/train_torch.py --lora-rank R` sets up peft) on the frozen base instead.
@@ -34,6 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut seq, mut batch, mut iters) = (1024usize, 1usize, 3usize);
     let mut write_hf = None;
     let mut lora_rank: Option<usize> = None;
+    let mut checkpointing = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut v = || args.next().ok_or(format!("{a} needs a value"));
@@ -44,6 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--iters" => iters = v()?.parse()?,
             "--write-hf" => write_hf = Some(std::path::PathBuf::from(v()?)),
             "--lora-rank" => lora_rank = Some(v()?.parse()?),
+            "--checkpointing" => checkpointing = true,
             _ => return Err(format!("unknown argument {a}").into()),
         }
     }
@@ -64,6 +68,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(r) = lora_rank {
         let all = ["q", "k", "v", "o", "gate", "up", "down"];
         m.enable_lora(LoraConfig::new(r, 2.0 * r as f64, 0.0, &all)?, 0)?;
+    }
+    if checkpointing {
+        m.set_checkpointing(dojo_train::Checkpointing::On);
     }
     let vocab = m.config.vocab_size as u32;
     let rows: Vec<(Vec<u32>, Vec<i32>)> = (0..batch)
@@ -88,8 +95,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let dt = t.elapsed().as_secs_f64();
         drop(grads);
         eprintln!("iter {it}: {dt:.2}s loss {loss:.4}");
-        if it > 0 {
-            times.push(dt); // iteration 0 warms up allocations
+        // Iteration 0 warms up allocations; with --iters 0 it is the only one (memory runs).
+        if it > 0 || iters == 0 {
+            times.push(dt);
         }
     }
     times.sort_by(f64::total_cmp);
@@ -102,6 +110,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "params": m.num_params(),
             "trainable": m.num_trainable(),
             "lora_rank": lora_rank,
+            "checkpointing": checkpointing,
             "seq": seq,
             "batch": batch,
             "threads": candle_core::utils::get_num_threads(),

@@ -12,6 +12,11 @@
 //!   loaders (GGUF dequantized to f32, safetensors), so both read the same files the same way;
 //!   the forward pass is separate because the engine's uses fused kernels without a backward
 //!   pass and an in-place KV cache (details there). A test checks both give the same logits.
+//! - [`backward`]: gradients of a loss at chosen positions, with the loss over the vocabulary
+//!   in chunks of rows and optional activation checkpointing (the same values, less memory).
+//! - [`memory`]: the memory plan: a step's peak estimated from the model's dimensions and the
+//!   largest micro-batch before anything large is allocated; checkpointing on when needed, a
+//!   refusal naming the setting to lower when even that does not fit.
 //! - [`ops`]: the differentiable operations of that forward pass (RMSNorm, softmax, RoPE from
 //!   primitives; causal attention as one op that recomputes in its backward pass; the NLL).
 //! - [`data`]: `tokens.parquet` reading, checks, `--max-len` policy, length-bucketed batches in
@@ -45,10 +50,12 @@
 //! `transformers` + `torch.optim.AdamW` (fixtures from `tests/fixtures/make_fixtures.py`);
 //! `tests/lora.rs` pins LoRA logits, adapter gradients and merges against `peft`.
 
+pub mod backward;
 pub mod checkpoint;
 pub mod data;
 pub mod eval;
 pub mod lora;
+pub mod memory;
 pub mod model;
 pub mod ops;
 pub mod optim;
@@ -58,6 +65,7 @@ pub mod trainer;
 
 use std::path::{Path, PathBuf};
 
+pub use backward::{Checkpointing, LossRows};
 pub use data::{Cursor, DataReport, Overlong};
 pub use lora::LoraConfig;
 pub use model::TrainModel;
@@ -80,6 +88,9 @@ pub enum TrainError {
     Model(String),
     #[error("{0}")]
     Config(String),
+    /// The memory plan's refusal: the step would not fit in the budget.
+    #[error("not enough memory: {0}")]
+    Memory(String),
     #[error("training diverged: {0}")]
     NonFinite(String),
     #[error(transparent)]

@@ -211,6 +211,9 @@ pub struct Adapter {
     pub b: Var,
 }
 
+/// A module path and the `(out, in)` shape of the weight an adapter is added to.
+pub type ModuleShape = (String, (usize, usize));
+
 /// The adapters of a model and their dropout generator.
 pub struct Lora {
     pub config: LoraConfig,
@@ -233,7 +236,7 @@ impl Lora {
     /// Fresh adapters for `modules`, whose base weights have the given `(out, in)` shapes.
     pub fn init(
         config: LoraConfig,
-        shapes: &[(String, (usize, usize))],
+        shapes: &[ModuleShape],
         seed: u64,
         device: &Device,
     ) -> Result<Lora, TrainError> {
@@ -269,6 +272,23 @@ impl Lora {
             .wrapping_add(step.wrapping_mul(0xD1B5_4A32_D192_ED03));
         if let Ok(mut g) = self.rng.lock() {
             *g = StdRng::seed_from_u64(s);
+        }
+    }
+
+    /// The dropout generator's state, to draw the same masks again
+    /// (the recomputation of activation checkpointing in [`crate::TrainModel::loss_grads`]).
+    pub(crate) fn dropout_state(&self) -> StdRng {
+        match self.rng.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Put back a state [`Lora::dropout_state`] returned.
+    pub(crate) fn set_dropout_state(&self, state: StdRng) {
+        match self.rng.lock() {
+            Ok(mut g) => *g = state,
+            Err(p) => *p.into_inner() = state,
         }
     }
 

@@ -26,6 +26,7 @@ use dojo_engine::{Arch, Config, Model as EngineModel};
 use serde_json::{Value as Json, json};
 
 use crate::TrainError;
+use crate::backward::Checkpointing;
 use crate::lora::{Lora, LoraConfig};
 use crate::ops::{causal_attention, frozen_matmul, linear, nll_sum, rms_norm, rope};
 
@@ -39,10 +40,15 @@ pub struct TrainModel {
     /// the same storage, so that autograd computes no gradient for frozen weights.
     weights: BTreeMap<String, Tensor>,
     /// LoRA adapters, when the base weights are frozen.
-    lora: Option<Lora>,
+    pub(crate) lora: Option<Lora>,
+    /// Whether [`TrainModel::loss_grads`] recomputes blocks instead of keeping their
+    /// activations.
+    pub(crate) checkpointing: Checkpointing,
+    /// Rows of logits a separable loss computes at once ([`LossRows::Separable`]).
+    pub(crate) logit_chunk_rows: usize,
     cos: Tensor,
     sin: Tensor,
-    device: Device,
+    pub(crate) device: Device,
 }
 
 fn qmatmul_tensor(w: &QMatMul, device: &Device) -> candle_core::Result<Tensor> {
@@ -85,6 +91,15 @@ fn layer_names(arch: Arch, i: usize) -> Vec<String> {
         v.push(format!("{p}.mlp.{n}_proj.weight"));
     }
     v
+}
+
+/// What every block of one batch shares: its shape, RoPE tables and the causal mask.
+pub(crate) struct BlockInputs {
+    b: usize,
+    t: usize,
+    cos: Tensor,
+    sin: Tensor,
+    mask: Tensor,
 }
 
 /// One micro-batch on the device: right-padded ids and the rows that carry loss.
@@ -218,11 +233,13 @@ impl TrainModel {
             .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
             .collect();
         Ok(TrainModel {
+            logit_chunk_rows: crate::memory::head_chunk_rows(&config),
             config,
             tied,
             params,
             weights,
             lora: None,
+            checkpointing: Checkpointing::Off,
             cos,
             sin,
             device: device.clone(),
@@ -294,6 +311,20 @@ impl TrainModel {
         if self.lora.is_some() {
             return Err(TrainError::Config("LoRA is already enabled".into()));
         }
+        let shapes = self.lora_shapes(&config)?;
+        self.lora = Some(Lora::init(config, &shapes, seed, &self.device)?);
+        for t in self.weights.values_mut() {
+            *t = t.detach();
+        }
+        Ok(())
+    }
+
+    /// The `(out, in)` shapes of the weights `config` adapts, after checking its rank against
+    /// them (nothing allocated).
+    pub fn lora_shapes(
+        &self,
+        config: &LoraConfig,
+    ) -> Result<Vec<crate::lora::ModuleShape>, TrainError> {
         let mut shapes = Vec::new();
         for m in config.modules(self.config.num_layers) {
             let w = self.p(&format!("{m}.weight"))?;
@@ -311,11 +342,7 @@ impl TrainModel {
                 (*o).min(*i)
             )));
         }
-        self.lora = Some(Lora::init(config, &shapes, seed, &self.device)?);
-        for t in self.weights.values_mut() {
-            *t = t.detach();
-        }
-        Ok(())
+        Ok(shapes)
     }
 
     /// Fold the adapters into the base weights (`W + scale · B A`, as peft's
@@ -387,6 +414,22 @@ impl TrainModel {
 
     /// [`TrainModel::hidden`]; `train` turns LoRA dropout on.
     fn hidden_mode(&self, ids: &Tensor, train: bool) -> candle_core::Result<Tensor> {
+        let ctx = self.block_inputs(ids)?;
+        let mut x = self.embed(ids)?;
+        for i in 0..self.config.num_layers {
+            x = self.block(i, &x, &ctx, train)?;
+        }
+        Ok(x)
+    }
+
+    /// Token embeddings of `ids` `(b, t)`: `(b * t, hidden)`.
+    pub(crate) fn embed(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        self.p("model.embed_tokens.weight")?
+            .index_select(&ids.flatten_all()?, 0)
+    }
+
+    /// What every block of a batch of shape `ids` shares: RoPE tables and the causal mask.
+    pub(crate) fn block_inputs(&self, ids: &Tensor) -> candle_core::Result<BlockInputs> {
         let cfg = &self.config;
         let (b, t) = ids.dims2()?;
         if t > cfg.max_position {
@@ -395,14 +438,7 @@ impl TrainModel {
                 cfg.max_position
             )));
         }
-        let (nh, nkv, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
-        let rep = nh / nkv;
-        let eps = cfg.rms_eps;
-        let mut x = self
-            .p("model.embed_tokens.weight")?
-            .index_select(&ids.flatten_all()?, 0)?; // (b*t, h)
-        let cos = self.cos.narrow(0, 0, t)?;
-        let sin = self.sin.narrow(0, 0, t)?;
+        let rep = cfg.num_heads / cfg.num_kv_heads;
         // Queries are grouped per kv head as (rep * t) rows; row r is position r % t.
         let mut m = vec![0f32; rep * t * t];
         for r in 0..rep * t {
@@ -410,39 +446,57 @@ impl TrainModel {
                 m[r * t + j] = f32::NEG_INFINITY;
             }
         }
-        let mask = Tensor::from_vec(m, (rep * t, t), &self.device)?;
+        Ok(BlockInputs {
+            b,
+            t,
+            cos: self.cos.narrow(0, 0, t)?,
+            sin: self.sin.narrow(0, 0, t)?,
+            mask: Tensor::from_vec(m, (rep * t, t), &self.device)?,
+        })
+    }
+
+    /// Transformer block `i` on the hidden states `x` `(b * t, hidden)`.
+    pub(crate) fn block(
+        &self,
+        i: usize,
+        x: &Tensor,
+        ctx: &BlockInputs,
+        train: bool,
+    ) -> candle_core::Result<Tensor> {
+        let cfg = &self.config;
+        let (b, t) = (ctx.b, ctx.t);
+        let (nh, nkv, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+        let rep = nh / nkv;
+        let eps = cfg.rms_eps;
         let scale = 1.0 / (hd as f64).sqrt();
-        for i in 0..cfg.num_layers {
-            let p = format!("model.layers.{i}");
-            let w = |n: &str| self.p(&format!("{p}.{n}"));
-            let h = rms_norm(&x, w("input_layernorm.weight")?, eps)?;
-            let proj = |n: &str, heads: usize| -> candle_core::Result<Tensor> {
-                let y = self.proj(&h, &format!("{p}.self_attn.{n}_proj"), train)?;
-                let y = y.reshape((b, t, heads, hd))?;
-                let y = match self.weights.get(&format!("{p}.self_attn.{n}_norm.weight")) {
-                    Some(nw) => rms_norm(&y, nw, eps)?,
-                    None => y,
-                };
-                y.transpose(1, 2)?.contiguous() // (b, heads, t, hd)
+        let p = format!("model.layers.{i}");
+        let w = |n: &str| self.p(&format!("{p}.{n}"));
+        let h = rms_norm(x, w("input_layernorm.weight")?, eps)?;
+        let proj = |n: &str, heads: usize| -> candle_core::Result<Tensor> {
+            let y = self.proj(&h, &format!("{p}.self_attn.{n}_proj"), train)?;
+            let y = y.reshape((b, t, heads, hd))?;
+            let y = match self.weights.get(&format!("{p}.self_attn.{n}_norm.weight")) {
+                Some(nw) => rms_norm(&y, nw, eps)?,
+                None => y,
             };
-            let q = rope(&proj("q", nh)?, &cos, &sin)?;
-            let k = rope(&proj("k", nkv)?, &cos, &sin)?;
-            let v = proj("v", nkv)?;
-            let q = q.reshape((b, nkv, rep * t, hd))?;
-            let out = causal_attention(&q, &k, &v, &mask, scale)? // (b, nkv, rep*t, hd)
-                .reshape((b, nh, t, hd))?
-                .transpose(1, 2)?
-                .contiguous()?
-                .reshape((b * t, nh * hd))?;
-            x = (x + self.proj(&out, &format!("{p}.self_attn.o_proj"), train)?)?;
-            let h = rms_norm(&x, w("post_attention_layernorm.weight")?, eps)?;
-            let g = self
-                .proj(&h, &format!("{p}.mlp.gate_proj"), train)?
-                .silu()?;
-            let u = self.proj(&h, &format!("{p}.mlp.up_proj"), train)?;
-            x = (x + self.proj(&(g * u)?, &format!("{p}.mlp.down_proj"), train)?)?;
-        }
-        Ok(x)
+            y.transpose(1, 2)?.contiguous() // (b, heads, t, hd)
+        };
+        let q = rope(&proj("q", nh)?, &ctx.cos, &ctx.sin)?;
+        let k = rope(&proj("k", nkv)?, &ctx.cos, &ctx.sin)?;
+        let v = proj("v", nkv)?;
+        let q = q.reshape((b, nkv, rep * t, hd))?;
+        let out = causal_attention(&q, &k, &v, &ctx.mask, scale)? // (b, nkv, rep*t, hd)
+            .reshape((b, nh, t, hd))?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape((b * t, nh * hd))?;
+        let x = (x + self.proj(&out, &format!("{p}.self_attn.o_proj"), train)?)?;
+        let h = rms_norm(&x, w("post_attention_layernorm.weight")?, eps)?;
+        let g = self
+            .proj(&h, &format!("{p}.mlp.gate_proj"), train)?
+            .silu()?;
+        let u = self.proj(&h, &format!("{p}.mlp.up_proj"), train)?;
+        x + self.proj(&(g * u)?, &format!("{p}.mlp.down_proj"), train)?
     }
 
     /// Logits for every position: `(b, t, vocab)`.
@@ -468,8 +522,16 @@ impl TrainModel {
     /// Final norm and LM head at the flattened rows `rows` of the hidden states; `train` turns
     /// LoRA dropout on.
     fn logits_rows(&self, ids: &Tensor, rows: &Tensor, train: bool) -> candle_core::Result<Tensor> {
-        let h = self.hidden_mode(ids, train)?.index_select(rows, 0)?;
-        let x = rms_norm(&h, self.p("model.norm.weight")?, self.config.rms_eps)?;
+        self.head_rows(&self.hidden_mode(ids, train)?, rows)
+    }
+
+    /// Final norm and LM head at the rows `rows` of the hidden states `h` `(b * t, hidden)`.
+    pub(crate) fn head_rows(&self, h: &Tensor, rows: &Tensor) -> candle_core::Result<Tensor> {
+        let x = rms_norm(
+            &h.index_select(rows, 0)?,
+            self.p("model.norm.weight")?,
+            self.config.rms_eps,
+        )?;
         self.head(&x)
     }
 

@@ -20,10 +20,13 @@ use std::time::Instant;
 use candle_core::{Device, Tensor};
 use serde_json::{Value as Json, json};
 
+use crate::LossRows;
 use crate::checkpoint::{self, TrainerState};
 use crate::data::{self, Batcher, Cursor, DataReport, Overlong, Sample};
 use crate::lora::LoraConfig;
+use crate::memory;
 use crate::model::DeviceBatch;
+use crate::ops::nll_sum;
 use crate::optim::{self, AdamW, AdamWConfig};
 use crate::source::{self, ModelSource, write_json};
 use crate::{TRAIN_SCHEMA_VERSION, TrainError, TrainModel};
@@ -104,6 +107,9 @@ pub struct RunOptions {
     pub stop_after: Option<u64>,
     /// With LoRA: also write `OUT/merged`, the adapters folded into full weights.
     pub merge: bool,
+    /// Memory budget in bytes for the memory plan ([`crate::memory`]); by default the memory
+    /// available when the run starts.
+    pub max_memory: Option<u64>,
 }
 
 /// What a run did.
@@ -124,6 +130,8 @@ pub struct SftSummary {
     pub elapsed_s: f64,
     pub tokens_per_s: f64,
     pub data: DataReport,
+    /// What the memory plan estimated and chose.
+    pub memory: memory::Plan,
 }
 
 /// Loss and summed gradients of one optimizer step over `batches`, normalised by
@@ -140,14 +148,89 @@ pub fn step_grads(
         if b.n_trained == 0 {
             continue;
         }
-        let l = (model.loss_sum(b)? * scale)?;
+        let l = model.loss_grads(
+            &b.ids,
+            &b.rows,
+            true,
+            LossRows::Separable,
+            |logits, r| nll_sum(logits, &b.targets.narrow(0, r.start, r.len())?)? * scale,
+            &mut grads,
+        )?;
         loss += l.to_scalar::<f32>()? as f64;
-        model.accumulate_grads(&l.backward()?, &mut grads)?;
     }
     if !loss.is_finite() {
         return Err(TrainError::NonFinite(format!("loss is {loss}")));
     }
     Ok((loss, grads))
+}
+
+/// The memory plan of a run ([`crate::memory`]): its largest micro-batch (over the epochs'
+/// plans, by estimated peak) against `max_memory` or the memory available now.
+fn memory_plan(
+    model: &TrainModel,
+    cfg: &SftConfig,
+    samples: &[Sample],
+    batcher: &Batcher,
+    max_memory: Option<u64>,
+) -> Result<memory::Plan, TrainError> {
+    let params = model.num_params() as u64;
+    let trainable = match &cfg.lora {
+        Some(l) => model
+            .lora_shapes(l)?
+            .iter()
+            .map(|(_, (out, inp))| (l.rank * (out + inp)) as u64)
+            .sum(),
+        None => params,
+    };
+    let lora = cfg.lora.is_some();
+    // No /proc/meminfo: nothing to plan against.
+    let budget = max_memory
+        .or_else(memory::default_budget)
+        .unwrap_or(u64::MAX);
+    let epochs = cfg.epochs.clamp(1, 4);
+    let mut worst: Option<(u64, memory::BatchShape)> = None;
+    for e in 0..epochs {
+        for b in batcher.epoch_plan(e) {
+            let shape = memory::BatchShape {
+                rows: b.len(),
+                len: b
+                    .iter()
+                    .map(|&i| samples[i].input_ids.len())
+                    .max()
+                    .unwrap_or(0),
+                // The loss is computed in chunks of rows.
+                logit_rows: b
+                    .iter()
+                    .map(|&i| samples[i].n_trained())
+                    .sum::<usize>()
+                    .min(memory::head_chunk_rows(&model.config)),
+            };
+            let peak =
+                memory::estimate(&model.config, params, trainable, lora, shape, false).total();
+            if worst.is_none_or(|(w, _)| peak > w) {
+                worst = Some((peak, shape));
+            }
+        }
+    }
+    let Some((_, shape)) = worst else {
+        return Ok(memory::Plan {
+            budget,
+            checkpointing: false,
+            estimate: memory::estimate(
+                &model.config,
+                params,
+                trainable,
+                lora,
+                memory::BatchShape {
+                    rows: 0,
+                    len: 0,
+                    logit_rows: 0,
+                },
+                false,
+            ),
+        });
+    };
+    memory::plan(&model.config, params, trainable, lora, shape, budget)
 }
 
 fn sha256_file(path: &Path) -> Result<String, TrainError> {
@@ -236,7 +319,7 @@ pub fn run_sft(
     // Everything that can be wrong with the inputs is checked before the first step.
     let mut model = src.load(device)?;
     if let Some(l) = &cfg.lora {
-        model.enable_lora(l.clone(), cfg.seed)?;
+        model.lora_shapes(l)?;
     }
     let fmt = src.chat_format()?;
     let dataset = data::load_tokens(
@@ -268,6 +351,20 @@ pub fn run_sft(
             });
         }
     }
+    let batcher = Batcher::new(
+        dataset.samples.iter().map(|s| s.input_ids.len()).collect(),
+        cfg.batch_size,
+        cfg.max_batch_tokens,
+        cfg.seed,
+    );
+    // The memory plan, before the adapters and the optimizer state are allocated.
+    let memory = memory_plan(&model, cfg, &dataset.samples, &batcher, opts.max_memory)?;
+    if memory.checkpointing {
+        model.set_checkpointing(crate::Checkpointing::On);
+    }
+    if let Some(l) = &cfg.lora {
+        model.enable_lora(l.clone(), cfg.seed)?;
+    }
     let data_sha = sha256_file(&dataset.report.path)?;
     let fingerprint = model.fingerprint();
     let cfg_json = serde_json::to_value(cfg).map_err(|e| TrainError::Config(e.to_string()))?;
@@ -295,12 +392,6 @@ pub fn run_sft(
     dojo_rundir::checkpoint::clean(out, &["final", "merged"])?;
 
     let samples: Vec<Sample> = dataset.samples;
-    let batcher = Batcher::new(
-        samples.iter().map(|s| s.input_ids.len()).collect(),
-        cfg.batch_size,
-        cfg.max_batch_tokens,
-        cfg.seed,
-    );
     let total_steps = match cfg.max_steps {
         Some(n) => n,
         None => {
@@ -485,6 +576,7 @@ pub fn run_sft(
         // This invocation's throughput.
         tokens_per_s: tokens_this_run as f64 / run_s.max(1e-9),
         data: dataset.report,
+        memory,
     })
 }
 

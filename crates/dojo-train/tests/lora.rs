@@ -68,8 +68,19 @@ fn batch_of(expected: &HashMap<String, Tensor>) -> DeviceBatch {
 
 #[test]
 fn peft_adapters_give_peft_logits_and_gradients() {
-    for arch in ["llama", "qwen2"] {
-        let (model, expected) = load(arch);
+    for (arch, checkpointing) in [
+        ("llama", false),
+        ("qwen2", false),
+        ("llama", true),
+        ("qwen2", true),
+    ] {
+        let (mut model, expected) = load(arch);
+        model.set_checkpointing(if checkpointing {
+            dojo_train::Checkpointing::On
+        } else {
+            dojo_train::Checkpointing::Off
+        });
+        let arch = format!("{arch} (checkpointing {checkpointing})");
         let ids = expected["input_ids"].to_dtype(DType::U32).unwrap();
         let d = rel_diff(&model.logits(&ids).unwrap(), &expected["logits"]);
         assert!(d < 1e-5, "{arch}: logits differ by {d}");
@@ -255,4 +266,48 @@ fn saved_adapters_load_back_and_use_peft_names() {
         .unwrap_err()
         .to_string();
     assert!(e.contains(ADAPTER_CONFIG_FILE) && e.contains("r=4"), "{e}");
+}
+
+#[test]
+fn checkpointing_draws_the_same_dropout_masks() {
+    // With dropout on, the recomputed blocks must see the masks of the first pass, or the
+    // gradients would belong to another function than the loss.
+    let dir = fixture_dir("llama");
+    let mut model = TrainModel::load_hf_dir(&dir, &Device::Cpu).unwrap();
+    let targets = ["q", "k", "v", "o", "gate", "up", "down"];
+    model
+        .enable_lora(LoraConfig::new(4, 8.0, 0.3, &targets).unwrap(), 7)
+        .unwrap();
+    // B starts at 0, which would give A no gradient: one plain step moves it.
+    let (_, expected) = load("llama");
+    let b = batch_of(&expected);
+    let n = b.n_trained;
+    let mut opt = AdamW::new(AdamWConfig::default());
+    let (_, g) = step_grads(&model, std::slice::from_ref(&b), n).unwrap();
+    opt.step(model.trainable(), &g, 1e-2).unwrap();
+    let mut runs = Vec::new();
+    for checkpointing in [false, true] {
+        model.set_checkpointing(if checkpointing {
+            dojo_train::Checkpointing::On
+        } else {
+            dojo_train::Checkpointing::Off
+        });
+        model.lora().unwrap().reseed(7, 1);
+        runs.push(step_grads(&model, std::slice::from_ref(&b), n).unwrap());
+    }
+    let ((l0, g0), (l1, g1)) = (&runs[0], &runs[1]);
+    assert!((l0 - l1).abs() < 1e-6 * l0.abs(), "{l0} vs {l1}");
+    assert_eq!(g0.len(), g1.len());
+    for (name, g) in g0 {
+        let d = rel_diff(&g1[name], g);
+        assert!(d < 1e-5, "{name}: {d}");
+    }
+    // And the draws differ from a different seed's (dropout is really on).
+    model.set_checkpointing(dojo_train::Checkpointing::Off);
+    model.lora().unwrap().reseed(8, 1);
+    let (l2, _) = step_grads(&model, std::slice::from_ref(&b), n).unwrap();
+    assert!(
+        (l0 - l2).abs() > 1e-6,
+        "dropout had no effect: {l0} vs {l2}"
+    );
 }

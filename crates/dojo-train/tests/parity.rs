@@ -99,8 +99,20 @@ fn adamw_config(meta: &Value) -> AdamWConfig {
 
 #[test]
 fn logits_loss_and_gradients_equal_transformers() {
-    for arch in ARCHS {
-        let f = load(arch);
+    // Activation checkpointing (the memory plan's choice for long rows) must not change a
+    // value: the same tolerances, with and without.
+    // Nor the loss in chunks of 3 rows (the default chunk holds every row of this batch).
+    for (arch, checkpointing) in ARCHS.iter().flat_map(|a| [(a, false), (a, true)]) {
+        let mut f = load(arch);
+        if checkpointing {
+            f.model.set_logit_chunk_rows(3);
+        }
+        f.model.set_checkpointing(if checkpointing {
+            dojo_train::Checkpointing::On
+        } else {
+            dojo_train::Checkpointing::Off
+        });
+        let arch = format!("{arch} (checkpointing {checkpointing})");
         // The padded batch as torch saw it (pads are id 0 after each row).
         let ids = f.expected["input_ids"].to_dtype(DType::U32).unwrap();
         let logits = f.model.logits(&ids).unwrap();

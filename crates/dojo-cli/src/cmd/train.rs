@@ -122,6 +122,13 @@ pub struct SftArgs {
     /// `cpu`, or `cuda` / `cuda:N` in a build with the `cuda` feature.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Memory budget (e.g. `16G`) for the memory plan, which estimates a step's peak from the
+    /// model's dimensions and the largest micro-batch before training starts: it turns
+    /// activation checkpointing on when activations would not fit, and refuses the run, naming
+    /// the setting to lower, when even that does not fit. Default: the memory available now,
+    /// less 10%.
+    #[arg(long, value_name = "SIZE")]
+    pub max_memory: Option<String>,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -210,6 +217,10 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
         stop_after: None,
         // The engine evaluates merged weights.
         merge: a.merge || (a.lora_rank.is_some() && a.eval_tasks.is_some()),
+        max_memory: match &a.max_memory {
+            Some(m) => Some(dojo_train::memory::parse_size(m)?),
+            None => None,
+        },
     };
     let s = dojo_train::run_sft(&src, &a.data, &a.out, &cfg, &opts, &device)
         .with_context(|| format!("dojo train sft --out {}", a.out.display()))?;
@@ -217,6 +228,16 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
     if let Some(from) = s.resumed_from {
         println!("resumed from step {from}");
     }
+    println!(
+        "memory plan: about {} a step of a {} budget{}",
+        dojo_train::memory::gib(s.memory.estimate.total()),
+        dojo_train::memory::gib(s.memory.budget),
+        if s.memory.checkpointing {
+            ", activation checkpointing on"
+        } else {
+            ""
+        }
+    );
     println!(
         "data: {} rows, {} used ({} tokens, {} trained); longer than {}: {} truncated, {} \
          dropped; {} without trained tokens dropped",
