@@ -278,9 +278,9 @@ impl EnvRegistry {
             reason: e.to_string(),
         })?;
         let check = |t: &Table, where_: &str| -> Result<(), TaskError> {
-            check_table(t).map_err(|reason| TaskError::Env {
+            check_table(t).map_err(|problem| TaskError::Env {
                 origin: origin.to_string(),
-                reason: format!("{where_}: {reason}"),
+                reason: format!("{where_}: {problem}"),
             })
         };
         match f.schema_version {
@@ -346,11 +346,11 @@ impl EnvRegistry {
         }
         if let Some(o) = &task.env {
             let t = Table::from(o);
-            check_table(&t).map_err(|reason| TaskError::Invalid {
+            check_table(&t).map_err(|problem| TaskError::Invalid {
                 location: "(task)".into(),
                 instance_id: task.instance_id.clone(),
                 field: "env".into(),
-                reason,
+                reason: problem.to_string(),
             })?;
             layers.push(t);
             origin.push_str(" + task env");
@@ -442,33 +442,44 @@ impl EnvRegistry {
     }
 }
 
-fn check_table(t: &Table) -> Result<(), String> {
+/// What is wrong with one table of an environment spec (the caller names the table).
+#[derive(Debug, thiserror::Error)]
+enum TableProblem {
+    #[error("test_directives = {0:?} (expected \"files\", \"django\" or \"none\")")]
+    TestDirectives(String),
+    #[error("python = {0:?} is not a version like \"3.11\"")]
+    Python(String),
+    #[error("timeout_s must be positive")]
+    ZeroTimeout,
+    #[error("cpus must be positive")]
+    ZeroCpus,
+    #[error("exclude_newer = {0:?} is not a day like \"2024-01-31\"")]
+    ExcludeNewer(String),
+}
+
+fn check_table(t: &Table) -> Result<(), TableProblem> {
     if let Some(d) = &t.test_directives
         && Directives::parse(d).is_none()
     {
-        return Err(format!(
-            "test_directives = {d:?} (expected \"files\", \"django\" or \"none\")"
-        ));
+        return Err(TableProblem::TestDirectives(d.clone()));
     }
     if let Some(p) = &t.python
         && !p
             .split('.')
             .all(|x| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()))
     {
-        return Err(format!("python = {p:?} is not a version like \"3.11\""));
+        return Err(TableProblem::Python(p.clone()));
     }
     if t.timeout_s == Some(0) {
-        return Err("timeout_s must be positive".into());
+        return Err(TableProblem::ZeroTimeout);
     }
     if t.cpus == Some(0) {
-        return Err("cpus must be positive".into());
+        return Err(TableProblem::ZeroCpus);
     }
     if let Some(d) = &t.exclude_newer
         && !is_day(d)
     {
-        return Err(format!(
-            "exclude_newer = {d:?} is not a day like \"2024-01-31\""
-        ));
+        return Err(TableProblem::ExcludeNewer(d.clone()));
     }
     Ok(())
 }

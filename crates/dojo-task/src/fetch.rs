@@ -9,6 +9,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use crate::TaskError;
 use crate::load::read_tasks;
 
 /// A public dataset dojo knows by a short name.
@@ -55,7 +56,7 @@ pub const DATASETS: &[Dataset] = &[
 ];
 
 /// `(hub id, default split)` of a short name or an `owner/name` hub id.
-pub fn dataset(name: &str) -> Result<(String, String), String> {
+pub fn dataset(name: &str) -> Result<(String, String), TaskError> {
     let key = name.to_ascii_lowercase().replace('_', "-");
     if let Some(d) = DATASETS
         .iter()
@@ -67,14 +68,14 @@ pub fn dataset(name: &str) -> Result<(String, String), String> {
         Some((o, n)) if !o.is_empty() && !n.is_empty() && !n.contains('/') => {
             Ok((name.to_string(), "test".to_string()))
         }
-        _ => Err(format!(
-            "unknown dataset {name:?}: use one of {} or a Hugging Face id (owner/name)",
-            DATASETS
+        _ => Err(TaskError::UnknownDataset {
+            name: name.to_string(),
+            known: DATASETS
                 .iter()
                 .map(|d| d.name)
                 .collect::<Vec<_>>()
-                .join(", ")
-        )),
+                .join(", "),
+        }),
     }
 }
 
@@ -90,15 +91,20 @@ pub fn hub_endpoint() -> String {
 
 /// Download the Parquet shards of `hf_id`'s `split` (the hub's converted Parquet, config
 /// `default`) into `dir`; the error says how to do without the hub.
-pub fn download_from_hub(hf_id: &str, split: &str, dir: &Path) -> Result<Vec<PathBuf>, String> {
+pub fn download_from_hub(hf_id: &str, split: &str, dir: &Path) -> Result<Vec<PathBuf>, TaskError> {
     download_at(&hub_endpoint(), hf_id, split, dir)
 }
 
-fn download_at(ep: &str, hf_id: &str, split: &str, dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let offline = |e: String| {
-        format!(
-            "cannot fetch {hf_id} ({split}) from the Hugging Face hub at {ep}: {e}; without the hub, download the dataset's Parquet or JSONL elsewhere and pass it with --from FILE (HF_ENDPOINT names a mirror)"
-        )
+fn download_at(ep: &str, hf_id: &str, split: &str, dir: &Path) -> Result<Vec<PathBuf>, TaskError> {
+    let offline = |reason: String| TaskError::Hub {
+        hf_id: hf_id.to_string(),
+        split: split.to_string(),
+        endpoint: ep.to_string(),
+        reason,
+    };
+    let io_at = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| TaskError::Io { path, source }
     };
     let api = format!("{ep}/api/datasets/{hf_id}/parquet/default/{split}");
     let body =
@@ -108,7 +114,7 @@ fn download_at(ep: &str, hf_id: &str, split: &str, dir: &Path) -> Result<Vec<Pat
     if urls.is_empty() {
         return Err(offline(format!("{api} lists no Parquet file")));
     }
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(io_at(dir))?;
     let mut files = Vec::new();
     for (i, url) in urls.iter().enumerate() {
         // Named after the URL: a shard already here (written whole, atomically) is not
@@ -119,7 +125,7 @@ fn download_at(ep: &str, hf_id: &str, split: &str, dir: &Path) -> Result<Vec<Pat
         ));
         if !f.is_file() {
             let bytes = dojo_cache::http_get(url, "*/*").map_err(|e| offline(e.to_string()))?;
-            dojo_rundir::write_atomic(&f, &bytes).map_err(|e| format!("{}: {e}", f.display()))?;
+            dojo_rundir::write_atomic(&f, &bytes).map_err(io_at(&f))?;
         }
         files.push(f);
     }
@@ -138,14 +144,18 @@ pub struct FetchReport {
 /// Read every task of `inputs` (JSONL, JSON or Parquet) and write the valid ones to `out` as
 /// dojo's task JSONL: one row per line, every field kept, `FAIL_TO_PASS` / `PASS_TO_PASS` as
 /// JSON arrays, the first of duplicated `instance_id`s kept.
-pub fn normalise(inputs: &[PathBuf], out: &Path) -> Result<FetchReport, String> {
+pub fn normalise(inputs: &[PathBuf], out: &Path) -> Result<FetchReport, TaskError> {
     let mut rep = FetchReport::default();
     let mut seen = std::collections::HashSet::new();
     // The tasks are in memory already (read_tasks loads whole files): the output is built there
     // too and written once, atomically, so a failure leaves `out` as it was.
     let mut w = Vec::new();
+    let out_err = |source| TaskError::Io {
+        path: out.display().to_string(),
+        source,
+    };
     for f in inputs {
-        let loaded = read_tasks(f).map_err(|e| e.to_string())?;
+        let loaded = read_tasks(f)?;
         rep.invalid
             .extend(loaded.errors.iter().map(ToString::to_string));
         for t in loaded.tasks {
@@ -160,12 +170,12 @@ pub fn normalise(inputs: &[PathBuf], out: &Path) -> Result<FetchReport, String> 
                     row.insert(field.to_string(), Value::Array(arr));
                 }
             }
-            serde_json::to_writer(&mut w, &row).map_err(|e| e.to_string())?;
-            w.write_all(b"\n").map_err(|e| e.to_string())?;
+            serde_json::to_writer(&mut w, &row).map_err(|e| out_err(e.into()))?;
+            w.write_all(b"\n").map_err(out_err)?;
             rep.written += 1;
         }
     }
-    dojo_rundir::write_atomic(out, &w).map_err(|e| format!("{}: {e}", out.display()))?;
+    dojo_rundir::write_atomic(out, &w).map_err(out_err)?;
     Ok(rep)
 }
 
@@ -189,12 +199,20 @@ impl RepoSource {
         }
     }
 
-    fn locate(&self, repo: &str) -> Result<String, String> {
+    fn locate(&self, repo: &str) -> Result<String, TaskError> {
         match self {
             RepoSource::Url(base) => Ok(format!("{base}/{repo}.git")),
             RepoSource::Dir(d) => crate::find_repo(d, repo)
                 .map(|p| p.display().to_string())
-                .map_err(|e| format!("{e} (--from)")),
+                .map_err(|e| match e {
+                    TaskError::NoRepo { repo, at, or, .. } => TaskError::NoRepo {
+                        repo,
+                        at,
+                        or,
+                        via: " (--from)",
+                    },
+                    e => e,
+                }),
         }
     }
 }
@@ -205,7 +223,7 @@ pub struct RepoSync {
     pub repo: String,
     pub mirror: PathBuf,
     /// "cloned" or "fetched", or the error.
-    pub result: Result<&'static str, String>,
+    pub result: Result<&'static str, TaskError>,
     /// Commits the tasks need (base and environment setup) that the mirror lacks.
     pub missing_commits: Vec<String>,
 }
@@ -257,7 +275,7 @@ fn git(dir: &Path) -> Command {
     c
 }
 
-fn sync_one(repo: &str, dest: &Path, from: &RepoSource) -> Result<&'static str, String> {
+fn sync_one(repo: &str, dest: &Path, from: &RepoSource) -> Result<&'static str, TaskError> {
     use crate::prepare::run;
     if dest.join("HEAD").is_file() || dest.join(".git").exists() {
         run(
@@ -268,7 +286,10 @@ fn sync_one(repo: &str, dest: &Path, from: &RepoSource) -> Result<&'static str, 
     }
     let src = from.locate(repo)?;
     if let Some(parent) = dest.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(|source| TaskError::Io {
+            path: parent.display().to_string(),
+            source,
+        })?;
     }
     run(
         Command::new("git")
@@ -286,7 +307,7 @@ mod tests {
 
     #[test]
     fn dataset_names() {
-        let e = dataset("swe-bench-verifed").unwrap_err();
+        let e = dataset("swe-bench-verifed").unwrap_err().to_string();
         assert!(
             e.contains("swe-bench-verified") && e.contains("owner/name"),
             "{e}"
@@ -318,8 +339,9 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let e =
-            download_at(&format!("http://127.0.0.1:{port}"), "a/b", "test", d.path()).unwrap_err();
+        let e = download_at(&format!("http://127.0.0.1:{port}"), "a/b", "test", d.path())
+            .unwrap_err()
+            .to_string();
         for want in ["a/b", "127.0.0.1", "--from"] {
             assert!(e.contains(want), "{want:?} missing: {e}");
         }
@@ -404,13 +426,13 @@ mod tests {
         let from = RepoSource::parse(Some(src.to_str().unwrap()));
         let r = sync_repos(&tasks, &mirror, &from);
         let by: std::collections::BTreeMap<_, _> = r.iter().map(|s| (s.repo.as_str(), s)).collect();
-        assert_eq!(by["o/one"].result, Ok("cloned"));
+        assert_eq!(by["o/one"].result.as_ref().ok(), Some(&"cloned"));
         assert!(by["o/one"].missing_commits.is_empty());
         assert_eq!(
             by["o/two"].missing_commits,
             ["0000000000000000000000000000000000000000"]
         );
-        let e = by["x/three"].result.as_ref().unwrap_err();
+        let e = by["x/three"].result.as_ref().unwrap_err().to_string();
         assert!(e.contains("x/three") && e.contains("--from"), "{e}");
         // The mirror is what --repos takes.
         assert_eq!(
@@ -423,7 +445,7 @@ mod tests {
         sh(&one, &["commit", "-qam", "two"]);
         let new = sh(&one, &["rev-parse", "HEAD"]);
         let r = sync_repos(&tasks, &mirror, &from);
-        assert_eq!(r[0].result, Ok("fetched"));
+        assert_eq!(r[0].result.as_ref().ok(), Some(&"fetched"));
         sh(
             &mirror.join("o__one"),
             &["cat-file", "-e", &format!("{new}^{{commit}}")],

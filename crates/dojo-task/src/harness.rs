@@ -4,6 +4,7 @@
 //! `dojo tasks check` naming the file, the task and the field, instead of failing each grading
 //! run later. The parsers themselves live in `dojo-grade` (one per [`LogParser`] kind).
 
+use crate::TaskError;
 use std::fmt;
 
 /// A log parser name: `swebench`'s `PARSER_REGISTRY` Python entries, written with or without
@@ -107,13 +108,11 @@ impl fmt::Display for LogParser {
 }
 
 impl std::str::FromStr for LogParser {
-    type Err = String;
-    fn from_str(s: &str) -> Result<LogParser, String> {
-        LogParser::by_name(s).ok_or_else(|| {
-            format!(
-                "unknown log parser {s:?} (known: {}, with or without the parse_log_ prefix)",
-                LogParser::known()
-            )
+    type Err = TaskError;
+    fn from_str(s: &str) -> Result<LogParser, TaskError> {
+        LogParser::by_name(s).ok_or_else(|| TaskError::UnknownLogParser {
+            name: s.to_string(),
+            known: LogParser::known(),
         })
     }
 }
@@ -166,9 +165,9 @@ impl fmt::Display for EvalType {
 }
 
 impl std::str::FromStr for EvalType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<EvalType, String> {
-        EvalType::by_name(s).ok_or_else(|| format!("{s:?} is not pass_and_fail or fail_only"))
+    type Err = TaskError;
+    fn from_str(s: &str) -> Result<EvalType, TaskError> {
+        EvalType::by_name(s).ok_or_else(|| TaskError::UnknownEvalType(s.to_string()))
     }
 }
 

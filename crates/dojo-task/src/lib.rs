@@ -98,4 +98,56 @@ pub enum TaskError {
         step: String,
         reason: String,
     },
+    /// No clone of `repo` under a repositories directory; `via` names the option when it is
+    /// not `--repos` (e.g. " (--from)").
+    #[error(
+        "no repository for {repo} at {} or {} (--repos DIR must hold a clone or mirror of each repository){via}",
+        .at.display(), .or.display()
+    )]
+    NoRepo {
+        repo: String,
+        at: std::path::PathBuf,
+        or: std::path::PathBuf,
+        via: &'static str,
+    },
+    /// A command (git, tar) that could not be started; `what` names it and where it ran.
+    #[error("{what}: cannot start: {source}")]
+    Spawn {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A command that ran and failed, with its output.
+    #[error("{what} failed ({status}): {stdout}{stderr}")]
+    Command {
+        what: String,
+        status: std::process::ExitStatus,
+        stdout: String,
+        stderr: String,
+    },
+    #[error("commit {commit} is not in {}", .repo.display())]
+    NoCommit {
+        commit: String,
+        repo: std::path::PathBuf,
+    },
+    #[error(transparent)]
+    Archive(#[from] dojo_cache::archive::ArchiveError),
+    #[error("bug_patch does not apply to the sdist: {0}")]
+    BugPatch(#[source] Box<TaskError>),
+    #[error("unknown log parser {name:?} (known: {known}, with or without the parse_log_ prefix)")]
+    UnknownLogParser { name: String, known: String },
+    #[error("{0:?} is not pass_and_fail or fail_only")]
+    UnknownEvalType(String),
+    #[error("unknown dataset {name:?}: use one of {known} or a Hugging Face id (owner/name)")]
+    UnknownDataset { name: String, known: String },
+    /// The Hugging Face hub did not give the dataset's Parquet files.
+    #[error(
+        "cannot fetch {hf_id} ({split}) from the Hugging Face hub at {endpoint}: {reason}; without the hub, download the dataset's Parquet or JSONL elsewhere and pass it with --from FILE (HF_ENDPOINT names a mirror)"
+    )]
+    Hub {
+        hf_id: String,
+        split: String,
+        endpoint: String,
+        reason: String,
+    },
 }

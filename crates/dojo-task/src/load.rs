@@ -116,7 +116,7 @@ pub fn check_repos(tasks: &[Task], repos: Option<&Path>) -> Result<(), TaskError
     };
     let missing: Vec<String> = needed
         .iter()
-        .filter_map(|r| crate::find_repo(dir, r).err())
+        .filter_map(|r| crate::find_repo(dir, r).err().map(|e| e.to_string()))
         .collect();
     if !missing.is_empty() {
         return Err(TaskError::Repos(missing.join("\n")));

@@ -296,7 +296,7 @@ fn rebench_override(ctx: &Ctx, row: &Map<String, Value>) -> Result<Option<EnvOve
         log_parser: s("log_parser")
             .map(|p| p.parse())
             .transpose()
-            .map_err(|e| ctx.err("install_config.log_parser", e))?,
+            .map_err(|e: TaskError| ctx.err("install_config.log_parser", e.to_string()))?,
         ..Default::default()
     }))
 }
@@ -338,16 +338,19 @@ impl Task {
         let eval_type = opt_str(&ctx, &row, "eval_type")?
             .map(|t| t.parse::<EvalType>())
             .transpose()
-            .map_err(|e| ctx.err("eval_type", e))?;
+            .map_err(|e| ctx.err("eval_type", e.to_string()))?;
         let log_parser = match opt_str(&ctx, &row, "log_parser")? {
-            Some(p) => Some(p.parse().map_err(|e| ctx.err("log_parser", e))?),
+            Some(p) => Some(
+                p.parse()
+                    .map_err(|e: TaskError| ctx.err("log_parser", e.to_string()))?,
+            ),
             None => row
                 .get("install_config")
                 .and_then(|c| c.get("log_parser"))
                 .and_then(Value::as_str)
                 .map(|p| p.parse())
                 .transpose()
-                .map_err(|e| ctx.err("install_config.log_parser", e))?,
+                .map_err(|e: TaskError| ctx.err("install_config.log_parser", e.to_string()))?,
         };
         Ok(Task {
             repo,

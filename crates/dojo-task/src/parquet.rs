@@ -48,7 +48,7 @@ pub(crate) fn read_parquet_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
                     Ok(v) => {
                         row.insert(field.name().clone(), v);
                     }
-                    Err(reason) => {
+                    Err(e) => {
                         bad = Some(TaskError::Invalid {
                             location: loc.to_string(),
                             instance_id: row
@@ -57,7 +57,7 @@ pub(crate) fn read_parquet_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
                                 .unwrap_or("?")
                                 .to_string(),
                             field: field.name().clone(),
-                            reason,
+                            reason: e.to_string(),
                         });
                         break;
                     }
@@ -73,8 +73,17 @@ fn num<T: Into<f64>>(x: T) -> Value {
     Number::from_f64(x.into()).map_or(Value::Null, Value::Number)
 }
 
+/// A column arrow cannot render as text (the caller names the row and field).
+#[derive(Debug, thiserror::Error)]
+#[error("unsupported column type {data_type}: {source}")]
+struct UnsupportedColumn {
+    data_type: DataType,
+    #[source]
+    source: arrow::error::ArrowError,
+}
+
 /// One cell as JSON. Nested lists and structs recurse; other types are rendered as text.
-fn cell(col: &ArrayRef, r: usize) -> Result<Value, String> {
+fn cell(col: &ArrayRef, r: usize) -> Result<Value, UnsupportedColumn> {
     if col.is_null(r) {
         return Ok(Value::Null);
     }
@@ -107,13 +116,16 @@ fn cell(col: &ArrayRef, r: usize) -> Result<Value, String> {
         _ => {
             let fmt =
                 arrow::util::display::ArrayFormatter::try_new(col.as_ref(), &Default::default())
-                    .map_err(|e| format!("unsupported column type {}: {e}", col.data_type()))?;
+                    .map_err(|source| UnsupportedColumn {
+                        data_type: col.data_type().clone(),
+                        source,
+                    })?;
             Value::String(fmt.value(r).to_string())
         }
     })
 }
 
-fn list(items: &ArrayRef) -> Result<Value, String> {
+fn list(items: &ArrayRef) -> Result<Value, UnsupportedColumn> {
     (0..items.len())
         .map(|i| cell(items, i))
         .collect::<Result<Vec<_>, _>>()

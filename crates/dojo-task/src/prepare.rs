@@ -154,14 +154,14 @@ pub fn resolved_spec(
     let fail = |reason: String| err(task, "requirements_file", reason);
     let read: Box<ReadFile> = match (task.sdist(), &opts.repos_dir) {
         (None, Some(root)) => {
-            let repo = find_repo(root, &task.repo).map_err(fail)?;
+            let repo = find_repo(root, &task.repo).map_err(|e| fail(e.to_string()))?;
             let commit = if task.environment_setup_commit.is_empty() {
                 task.base_commit.clone()
             } else {
                 task.environment_setup_commit.clone()
             };
             // The commit must exist: a missing file is then a plain "not found".
-            requirements::git_file(&repo, &commit, file).map_err(fail)?;
+            requirements::git_file(&repo, &commit, file).map_err(|e| fail(e.to_string()))?;
             Box::new(move |p: &str| requirements::git_file(&repo, &commit, p).ok().flatten())
         }
         _ => {
@@ -170,7 +170,8 @@ pub fn resolved_spec(
         }
     };
     let text = read(file).ok_or_else(|| fail(format!("{file} not found in the repository")))?;
-    let lines = requirements::parse_requirements(file, &text, &*read).map_err(fail)?;
+    let lines =
+        requirements::parse_requirements(file, &text, &*read).map_err(|e| fail(e.to_string()))?;
     let mut spec = env.spec.clone();
     spec.requirements = requirements::merge_pinned(lines, &env.spec.requirements);
     Ok(spec)
@@ -202,7 +203,7 @@ pub fn task_source(task: &Task, opts: &PrepareOptions) -> Result<Source, TaskErr
             ),
         ));
     };
-    let repo = find_repo(root, &task.repo).map_err(|e| err(task, "source", e))?;
+    let repo = find_repo(root, &task.repo).map_err(|e| err(task, "source", e.to_string()))?;
     Ok(Source::Git {
         repo: repo.clone(),
         commit: task.base_commit.clone(),
@@ -211,20 +212,21 @@ pub fn task_source(task: &Task, opts: &PrepareOptions) -> Result<Source, TaskErr
 
 /// The local repository of `repo` (`owner/name`) under a `--repos` directory: `owner__name`,
 /// else `name`. The error names both places looked at and the option.
-pub fn find_repo(root: &Path, repo: &str) -> Result<PathBuf, String> {
+pub fn find_repo(root: &Path, repo: &str) -> Result<PathBuf, TaskError> {
     let name = repo.rsplit('/').next().unwrap_or(repo);
-    let candidates = [root.join(repo.replace('/', "__")), root.join(name)];
-    candidates
-        .iter()
-        .find(|p| p.exists())
-        .cloned()
-        .ok_or_else(|| {
-            format!(
-                "no repository for {repo} at {} or {} (--repos DIR must hold a clone or mirror of each repository)",
-                candidates[0].display(),
-                candidates[1].display()
-            )
+    let [at, or] = [root.join(repo.replace('/', "__")), root.join(name)];
+    if at.exists() {
+        Ok(at)
+    } else if or.exists() {
+        Ok(or)
+    } else {
+        Err(TaskError::NoRepo {
+            repo: repo.to_string(),
+            at,
+            or,
+            via: "",
         })
+    }
 }
 
 /// Download the sdist, unpack it, strip its top directory and apply the bug patch, once per
@@ -242,48 +244,58 @@ pub fn sdist_tree(cache: &Cache, task: &Task, s: &SdistSource) -> Result<PathBuf
 }
 
 /// Run a command to completion; the error names `what` and carries its output.
-pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
-    let out = cmd
-        .output()
-        .map_err(|e| format!("{what}: cannot start: {e}"))?;
+pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<(), TaskError> {
+    let out = cmd.output().map_err(|source| TaskError::Spawn {
+        what: what.to_string(),
+        source,
+    })?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "{what} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
+        Err(TaskError::Command {
+            what: what.to_string(),
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
     }
 }
 
-fn build_tree(archive: &Path, bug_patch: &str, dest: &Path) -> Result<(), String> {
+fn io_at(path: &Path) -> impl Fn(std::io::Error) -> TaskError + '_ {
+    move |source| TaskError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn build_tree(archive: &Path, bug_patch: &str, dest: &Path) -> Result<(), TaskError> {
     // The cache stores a download under its own file name, so the extension tells the format.
     let unpack = dest.join(".dojo-unpack");
-    let top = dojo_cache::archive::unpack(archive, &unpack).map_err(|e| e.to_string())?;
-    for e in std::fs::read_dir(&top).map_err(|e| e.to_string())? {
-        let p = e.map_err(|e| e.to_string())?.path();
+    let top = dojo_cache::archive::unpack(archive, &unpack)?;
+    for e in std::fs::read_dir(&top).map_err(io_at(&top))? {
+        let p = e.map_err(io_at(&top))?.path();
         let Some(name) = p.file_name() else { continue };
-        std::fs::rename(&p, dest.join(name)).map_err(|e| format!("moving {}: {e}", p.display()))?;
+        std::fs::rename(&p, dest.join(name)).map_err(|source| TaskError::Io {
+            path: format!("moving {}", p.display()),
+            source,
+        })?;
     }
-    std::fs::remove_dir_all(&unpack).map_err(|e| e.to_string())?;
+    std::fs::remove_dir_all(&unpack).map_err(io_at(&unpack))?;
     if !bug_patch.trim().is_empty() {
-        apply_in_dir(dest, bug_patch)
-            .map_err(|e| format!("bug_patch does not apply to the sdist: {e}"))?;
+        apply_in_dir(dest, bug_patch).map_err(|e| TaskError::BugPatch(Box::new(e)))?;
     }
     Ok(())
 }
 
 /// Apply a unified diff to a plain directory with `git apply` (strict, like the harness's first
 /// attempt), inside a throwaway repository so an enclosing repository is never touched.
-pub fn apply_in_dir(dir: &Path, patch: &str) -> Result<(), String> {
+pub fn apply_in_dir(dir: &Path, patch: &str) -> Result<(), TaskError> {
     let patch_file = dir.join(".dojo-patch.diff");
     let mut text = patch.to_string();
     if !text.ends_with('\n') {
         text.push('\n');
     }
-    std::fs::write(&patch_file, text).map_err(|e| e.to_string())?;
+    std::fs::write(&patch_file, text).map_err(io_at(&patch_file))?;
     let had_git = dir.join(".git").exists();
     let res = (|| {
         if !had_git {
@@ -344,7 +356,7 @@ mod tests {
         std::fs::create_dir_all(&dest2).unwrap();
         let bad = bug.replace("return x + 1", "return x + 9");
         let e = build_tree(&tgz, &bad, &dest2).unwrap_err();
-        assert!(e.contains("git apply"), "{e}");
+        assert!(e.to_string().contains("git apply"), "{e}");
     }
 
     /// Concurrent callers for one task share one preparation, its failure included.

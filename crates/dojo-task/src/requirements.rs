@@ -8,6 +8,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use crate::TaskError;
+
 /// How deep `-r` includes are followed (the harness follows one level; real files nest two).
 const MAX_DEPTH: usize = 4;
 
@@ -36,7 +38,7 @@ pub fn parse_requirements(
     path: &str,
     text: &str,
     read: &dyn Fn(&str) -> Option<String>,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, TaskError> {
     let mut out = Vec::new();
     collect(path, text, read, 0, &mut out)?;
     Ok(out)
@@ -48,7 +50,7 @@ fn collect(
     read: &dyn Fn(&str) -> Option<String>,
     depth: usize,
     out: &mut Vec<String>,
-) -> Result<(), String> {
+) -> Result<(), TaskError> {
     let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
     for raw in text.lines() {
         // An inline comment starts at ` #` (pip's rule).
@@ -62,17 +64,20 @@ fn collect(
             .map(|s| s.trim_start_matches('=').trim());
         if let Some(file) = include {
             if depth >= MAX_DEPTH {
-                return Err(format!(
-                    "{path}: -r includes nested deeper than {MAX_DEPTH}"
-                ));
+                return Err(TaskError::Parse {
+                    location: path.to_string(),
+                    reason: format!("-r includes nested deeper than {MAX_DEPTH}"),
+                });
             }
             let inc = if dir.is_empty() {
                 file.to_string()
             } else {
                 format!("{dir}/{file}")
             };
-            let body =
-                read(&inc).ok_or_else(|| format!("{path}: included file {inc} not found"))?;
+            let body = read(&inc).ok_or_else(|| TaskError::Parse {
+                location: path.to_string(),
+                reason: format!("included file {inc} not found"),
+            })?;
             collect(&inc, &body, read, depth + 1, out)?;
             continue;
         }
@@ -99,13 +104,16 @@ pub fn merge_pinned(from_file: Vec<String>, pinned: &[String]) -> Vec<String> {
 }
 
 /// A file of a git repository at `commit` (`git show commit:path`); `None` when absent.
-pub fn git_file(repo: &Path, commit: &str, path: &str) -> Result<Option<String>, String> {
+pub fn git_file(repo: &Path, commit: &str, path: &str) -> Result<Option<String>, TaskError> {
     let out = Command::new("git")
         .arg("-C")
         .arg(repo)
         .args(["show", &format!("{commit}:{path}")])
         .output()
-        .map_err(|e| format!("git show in {}: cannot start: {e}", repo.display()))?;
+        .map_err(|source| TaskError::Spawn {
+            what: format!("git show in {}", repo.display()),
+            source,
+        })?;
     if out.status.success() {
         return Ok(Some(String::from_utf8_lossy(&out.stdout).into_owned()));
     }
@@ -115,11 +123,17 @@ pub fn git_file(repo: &Path, commit: &str, path: &str) -> Result<Option<String>,
         .arg(repo)
         .args(["cat-file", "-e", &format!("{commit}^{{commit}}")])
         .status()
-        .map_err(|e| format!("git cat-file in {}: {e}", repo.display()))?;
+        .map_err(|source| TaskError::Spawn {
+            what: format!("git cat-file in {}", repo.display()),
+            source,
+        })?;
     if exists.success() {
         Ok(None)
     } else {
-        Err(format!("commit {commit} is not in {}", repo.display()))
+        Err(TaskError::NoCommit {
+            commit: commit.to_string(),
+            repo: repo.to_path_buf(),
+        })
     }
 }
 
@@ -150,7 +164,9 @@ mod tests {
             merge_pinned(reqs, &["PyTest==7.4.0".into()]),
             ["numpy>=1.20", "appdirs", "PyTest==7.4.0"]
         );
-        let e = parse_requirements("r.txt", "-r missing.txt\n", &files).unwrap_err();
+        let e = parse_requirements("r.txt", "-r missing.txt\n", &files)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("r.txt") && e.contains("missing.txt"), "{e}");
         let looped = |_: &str| Some("-r r.txt\n".to_string());
         assert!(parse_requirements("r.txt", "-r r.txt\n", &looped).is_err());
