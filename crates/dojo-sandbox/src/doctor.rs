@@ -88,9 +88,18 @@ impl std::fmt::Display for Report {
     }
 }
 
+/// Why a probe failed: the system call's error, as the report shows it.
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("probe exited with {0}")]
+    Exit(std::process::ExitStatus),
+}
+
 /// Try `unshare(flags)` (plus an overlay mount with `userxattr` when `overlay`) in a forked child
 /// running as the sandbox uid.
-fn probe(flags: libc::c_int, overlay: bool) -> Result<(), String> {
+fn probe(flags: libc::c_int, overlay: bool) -> Result<(), ProbeError> {
     // Unique per call: probes may run concurrently in one process (parallel tests), and a
     // shared scratch directory made them fail each other, so callers wrongly saw "unusable".
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -98,7 +107,7 @@ fn probe(flags: libc::c_int, overlay: bool) -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("dojo-probe-{}-{flags}-{seq}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     for d in ["l", "u", "w", "m"] {
-        std::fs::create_dir_all(dir.join(d)).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(dir.join(d))?;
         let _ = chown_to_sandbox(&dir.join(d));
     }
     let _ = chown_to_sandbox(&dir);
@@ -149,8 +158,8 @@ fn probe(flags: libc::c_int, overlay: bool) -> Result<(), String> {
     }
     let r = match cmd.status() {
         Ok(s) if s.success() => Ok(()),
-        Ok(s) => Err(format!("probe exited with {s}")),
-        Err(e) => Err(e.to_string()),
+        Ok(s) => Err(ProbeError::Exit(s)),
+        Err(e) => Err(ProbeError::Io(e)),
     };
     let _ = std::fs::remove_dir_all(&dir);
     r
@@ -170,11 +179,11 @@ pub fn namespaces_usable() -> bool {
     })
 }
 
-fn feature(name: &str, r: Result<(), String>) -> Feature {
+fn feature(name: &str, r: Result<(), ProbeError>) -> Feature {
     Feature {
         name: name.into(),
         ok: r.is_ok(),
-        detail: r.err().unwrap_or_else(|| "works".into()),
+        detail: r.map_or_else(|e| e.to_string(), |()| "works".into()),
     }
 }
 

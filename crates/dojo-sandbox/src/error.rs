@@ -1,6 +1,7 @@
 //! Errors of the sandbox layer, and the helpers that build them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 
 /// Errors of the sandbox layer. Every variant but [`SandboxError::TooLarge`] is an
 /// *infrastructure* failure: callers must never score those as the agent's failure.
@@ -28,6 +29,120 @@ pub enum SandboxError {
     TooLarge { what: &'static str, limit: usize },
     #[error("{0}")]
     Other(String),
+}
+
+/// What went wrong building what sandboxes use (a pristine tree, a Python environment, the uv
+/// binary) or finding an interpreter; each names the file, command or version. Reported inside
+/// [`SandboxError::Pristine`] and [`SandboxError::Env`], which name the source or spec.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A file operation, or a command that ran but could not be waited for; `what` names the
+    /// path (and the step, where it helps).
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Walking a directory tree; `what` names the step.
+    #[error("{what}: {source}")]
+    Walk {
+        what: String,
+        #[source]
+        source: walkdir::Error,
+    },
+    /// A command that could not be started.
+    #[error("{what}: cannot run: {source}")]
+    Spawn {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A command that failed; `output` is its stderr (or the end of its log), trimmed.
+    #[error("{what} failed ({status}): {output}")]
+    Failed {
+        what: String,
+        status: ExitStatus,
+        output: String,
+    },
+    /// A step of a pipeline that failed; `output` is its stderr, trimmed.
+    #[error("{what} failed: {output}")]
+    Step { what: String, output: String },
+    #[error(transparent)]
+    Archive(#[from] dojo_cache::archive::ArchiveError),
+    #[error(transparent)]
+    Cache(#[from] dojo_cache::CacheError),
+    #[error(transparent)]
+    Sandbox(#[from] Box<SandboxError>),
+    #[error("{} is not a directory", .0.display())]
+    NotADir(PathBuf),
+    #[error("{} is not under {}", .path.display(), .root.display())]
+    Outside { path: PathBuf, root: PathBuf },
+    #[error("repository {} does not exist", .0.display())]
+    NoRepo(PathBuf),
+    #[error("commit {commit} does not exist in {}", .repo.display())]
+    NoCommit { commit: String, repo: PathBuf },
+    #[error("{what}: no stdout")]
+    NoStdout { what: &'static str },
+    #[error("{path}: the index holds a symlink digest that is not hex: {source}")]
+    Digest {
+        path: String,
+        #[source]
+        source: hex::FromHexError,
+    },
+    #[error(
+        "{} is not executable by other users ({} has mode {mode:o}); the sandbox uid could not run it",
+        .python.display(), .dir.display()
+    )]
+    NotRunnable {
+        python: PathBuf,
+        dir: PathBuf,
+        mode: u32,
+    },
+    #[error(
+        "uv not found and dojo has no pinned uv wheel for {arch}: set DOJO_UV, run scripts/setup-tools.sh (DOJO_PYTOOLS), or put uv on PATH"
+    )]
+    NoUvWheel { arch: &'static str },
+    #[error(
+        "uv not found, and installing uv {} from PyPI failed: {source}; set DOJO_UV, run scripts/setup-tools.sh (DOJO_PYTOOLS), or put uv on PATH",
+        crate::uv::UV_VERSION
+    )]
+    UvInstall {
+        #[source]
+        source: dojo_cache::CacheError,
+    },
+    #[error("{} --version printed {printed:?}, expected uv {}", .bin.display(), crate::uv::UV_VERSION)]
+    UvVersion { bin: PathBuf, printed: String },
+    #[error(
+        "Python {version} is not on the host and uv is unavailable ({source}); install python{version} on the host, or let dojo fetch a managed CPython {version} (needs the python-build-standalone downloads: network, or a mirror in DOJO_PYTHON_MIRROR / UV_PYTHON_INSTALL_MIRROR)"
+    )]
+    NoUv {
+        version: String,
+        #[source]
+        source: Box<BuildError>,
+    },
+    #[error(
+        "Python {version} is not on the host, and `uv python install {version}` into {} failed: {log_tail}; install python{version} on the host, or let dojo fetch a managed CPython {version} (needs the python-build-standalone downloads: network, or a mirror in DOJO_PYTHON_MIRROR / UV_PYTHON_INSTALL_MIRROR)",
+        .dir.display()
+    )]
+    PythonInstall {
+        version: String,
+        dir: PathBuf,
+        log_tail: String,
+    },
+    #[error(
+        "uv installed Python {version} into {} but `uv python find` does not see it; install python{version} on the host, or let dojo fetch a managed CPython {version} (needs the python-build-standalone downloads: network, or a mirror in DOJO_PYTHON_MIRROR / UV_PYTHON_INSTALL_MIRROR)",
+        .dir.display()
+    )]
+    PythonNotFound { version: String, dir: PathBuf },
+}
+
+impl BuildError {
+    /// A [`BuildError::Io`] naming `what` (a path, or a step and its path).
+    pub(crate) fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> BuildError {
+        let what = what.to_string();
+        move |source| BuildError::Io { what, source }
+    }
 }
 
 pub type Result<T, E = SandboxError> = std::result::Result<T, E>;

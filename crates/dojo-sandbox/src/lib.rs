@@ -124,7 +124,7 @@ use std::time::Duration;
 
 pub use cmdenv::VENV_PATH;
 pub use doctor::auto_backend;
-pub use error::{Result, SandboxError};
+pub use error::{BuildError, Result, SandboxError};
 #[doc(hidden)]
 pub use launcher::client::set_prewarm;
 pub use pristine::{Pristine, PristineStore, Source};

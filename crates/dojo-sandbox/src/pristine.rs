@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::{Result, SandboxError};
+use crate::{BuildError, Result, SandboxError};
 
 mod index;
 
@@ -125,7 +125,10 @@ impl PristineStore {
         };
         let identity = match source {
             Source::Git { repo, commit } => {
-                format!("git\0{}", resolve_commit(repo, commit).map_err(err)?)
+                format!(
+                    "git\0{}",
+                    resolve_commit(repo, commit).map_err(|e| err(e.to_string()))?
+                )
             }
             Source::Archive { path } => format!(
                 "archive\0{}",
@@ -134,7 +137,7 @@ impl PristineStore {
             Source::Dir { path } => format!(
                 "dir\0{}",
                 index::scan(path, Some(&self.root.join(DIR_INDEX)))
-                    .map_err(err)?
+                    .map_err(|e| err(e.to_string()))?
                     .identity
             ),
         };
@@ -170,17 +173,20 @@ fn split_root(root: &Path) -> (PathBuf, String) {
 }
 
 /// Run a command; on failure return its stderr as the reason.
-pub(crate) fn run(cmd: &mut Command, what: &str) -> std::result::Result<Vec<u8>, String> {
+pub(crate) fn run(cmd: &mut Command, what: &str) -> std::result::Result<Vec<u8>, BuildError> {
     let out = cmd
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("{what}: cannot run: {e}"))?;
+        .map_err(|source| BuildError::Spawn {
+            what: what.to_string(),
+            source,
+        })?;
     if !out.status.success() {
-        return Err(format!(
-            "{what} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        return Err(BuildError::Failed {
+            what: what.to_string(),
+            status: out.status,
+            output: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(out.stdout)
 }
@@ -193,9 +199,9 @@ fn git() -> Command {
     c
 }
 
-fn resolve_commit(repo: &Path, commit: &str) -> std::result::Result<String, String> {
+fn resolve_commit(repo: &Path, commit: &str) -> std::result::Result<String, BuildError> {
     if !repo.exists() {
-        return Err(format!("repository {} does not exist", repo.display()));
+        return Err(BuildError::NoRepo(repo.to_path_buf()));
     }
     let out = run(
         git()
@@ -205,18 +211,21 @@ fn resolve_commit(repo: &Path, commit: &str) -> std::result::Result<String, Stri
             .arg(format!("{commit}^{{commit}}")),
         &format!("resolving commit {commit}"),
     )
-    .map_err(|_| format!("commit {commit} does not exist in {}", repo.display()))?;
+    .map_err(|_| BuildError::NoCommit {
+        commit: commit.to_string(),
+        repo: repo.to_path_buf(),
+    })?;
     Ok(String::from_utf8_lossy(&out).trim().to_string())
 }
 
-fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), String> {
+fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), BuildError> {
     let tree = tmp.join("tree");
     let mut release_tag = None;
     match source {
         Source::Git { repo, commit } => {
             let sha = resolve_commit(repo, commit)?;
             release_tag = nearest_release_tag(repo, &sha);
-            std::fs::create_dir_all(&tree).map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(&tree).map_err(BuildError::io(tree.display()))?;
             let mut archive = git()
                 .arg("-C")
                 .arg(repo)
@@ -224,39 +233,47 @@ fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), String> {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
-                .map_err(|e| format!("git archive: {e}"))?;
-            let stdout = archive.stdout.take().ok_or("git archive: no stdout")?;
+                .map_err(BuildError::io("git archive"))?;
+            let stdout = archive.stdout.take().ok_or(BuildError::NoStdout {
+                what: "git archive",
+            })?;
             let tar = Command::new("tar")
                 .args(["-x", "--no-same-owner", "-C"])
                 .arg(&tree)
                 .stdin(stdout)
                 .output()
-                .map_err(|e| format!("tar: {e}"))?;
-            let g = archive.wait_with_output().map_err(|e| e.to_string())?;
+                .map_err(BuildError::io("tar"))?;
+            let g = archive
+                .wait_with_output()
+                .map_err(BuildError::io(format!("git archive {sha}")))?;
             if !g.status.success() {
-                return Err(format!(
-                    "git archive {sha} failed: {}",
-                    String::from_utf8_lossy(&g.stderr).trim()
-                ));
+                return Err(BuildError::Step {
+                    what: format!("git archive {sha}"),
+                    output: String::from_utf8_lossy(&g.stderr).trim().to_string(),
+                });
             }
             if !tar.status.success() {
-                return Err(format!(
-                    "extracting git archive failed: {}",
-                    String::from_utf8_lossy(&tar.stderr).trim()
-                ));
+                return Err(BuildError::Step {
+                    what: "extracting git archive".into(),
+                    output: String::from_utf8_lossy(&tar.stderr).trim().to_string(),
+                });
             }
         }
         Source::Archive { path } => {
             let x = tmp.join("x");
-            let top = dojo_cache::archive::unpack(path, &x).map_err(|e| e.to_string())?;
-            std::fs::rename(&top, &tree).map_err(|e| e.to_string())?;
+            let top = dojo_cache::archive::unpack(path, &x)?;
+            std::fs::rename(&top, &tree).map_err(BuildError::io(format!(
+                "moving {} to {}",
+                top.display(),
+                tree.display()
+            )))?;
             let _ = std::fs::remove_dir_all(&x);
         }
         Source::Dir { path } => {
             if !path.is_dir() {
-                return Err(format!("{} is not a directory", path.display()));
+                return Err(BuildError::NotADir(path.clone()));
             }
-            std::fs::create_dir_all(&tree).map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(&tree).map_err(BuildError::io(tree.display()))?;
             let mut src = path.as_os_str().to_owned();
             src.push("/.");
             run(
@@ -294,7 +311,8 @@ fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), String> {
         "source": source,
         "base_tag": BASE_TAG,
     });
-    std::fs::write(tmp.join("meta.json"), meta.to_string()).map_err(|e| e.to_string())?;
+    let meta_path = tmp.join("meta.json");
+    std::fs::write(&meta_path, meta.to_string()).map_err(BuildError::io(meta_path.display()))?;
     Ok(())
 }
 
@@ -364,7 +382,7 @@ fn nearest_release_tag(repo: &Path, sha: &str) -> Option<String> {
 /// untagged `0.1.dev1`, which tools check (pytest's `tox.ini` `minversion`). The one known
 /// difference from a full clone: the distance from that tag is 0 (`5.2.0`, not
 /// `5.2.1.dev26+g…`).
-fn init_repo(tree: &Path, release_tag: Option<&str>) -> std::result::Result<(), String> {
+fn init_repo(tree: &Path, release_tag: Option<&str>) -> std::result::Result<(), BuildError> {
     let g = |args: &[&str]| {
         let mut c = git();
         // No `git gc --auto` / maintenance in the background: after the commit of a large tree
@@ -381,8 +399,9 @@ fn init_repo(tree: &Path, release_tag: Option<&str>) -> std::result::Result<(), 
     };
     run(&mut g(&["init", "-q", "-b", "main"]), "git init")?;
     let info = tree.join(".git/info");
-    std::fs::create_dir_all(&info).map_err(|e| e.to_string())?;
-    std::fs::write(info.join("exclude"), EXCLUDES).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&info).map_err(BuildError::io(info.display()))?;
+    let exclude = info.join("exclude");
+    std::fs::write(&exclude, EXCLUDES).map_err(BuildError::io(exclude.display()))?;
     // -f: the base commit holds every file of the source, even ones its .gitignore matches.
     run(&mut g(&["add", "-A", "-f"]), "git add")?;
     run(

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use crate::child::{self, EnvBuildPlan, Layers, UV_CACHE_PATH};
 use crate::cmdenv::{GIT_SAFE_DIRECTORY_ENV, VENV_PATH};
-use crate::error::{Result, SandboxError, io_err};
+use crate::error::{BuildError, Result, SandboxError, io_err};
 use crate::exec;
 use crate::ids::{is_root, sandbox_gid, sandbox_uid};
 use crate::pristine::Pristine;
@@ -161,7 +161,7 @@ impl EnvSpec {
             v if v.starts_with('/') => PathBuf::from(v),
             v => match host_python(v) {
                 Some(p) => p,
-                None => managed_python(v).map_err(err)?,
+                None => managed_python(v).map_err(|e| err(e.to_string()))?,
             },
         };
         if !p.exists() {
@@ -170,7 +170,7 @@ impl EnvSpec {
                 p.display()
             )));
         }
-        runnable_in_sandbox(&p).map_err(err)?;
+        runnable_in_sandbox(&p).map_err(|e| err(e.to_string()))?;
         Ok(p)
     }
 }
@@ -180,15 +180,15 @@ impl EnvSpec {
 /// own path, under parent directories of mode 0755 made for the purpose: so only the
 /// installation and the path below it to the binary need the execute bit for others, not the
 /// host's directories above it (a pyenv installation under `/root`, mode 0700, runs).
-fn runnable_in_sandbox(python: &Path) -> std::result::Result<(), String> {
-    let real = std::fs::canonicalize(python).map_err(|e| format!("{}: {e}", python.display()))?;
+fn runnable_in_sandbox(python: &Path) -> std::result::Result<(), BuildError> {
+    let real = std::fs::canonicalize(python).map_err(BuildError::io(python.display()))?;
     let root = installation_root(real.parent().unwrap_or(&real));
     match crate::ids::closed_to_others(real.ancestors().take_while(|a| a.starts_with(&root))) {
-        Some((a, mode)) => Err(format!(
-            "{} is not executable by other users ({} has mode {mode:o}); the sandbox uid could not run it",
-            python.display(),
-            a.display(),
-        )),
+        Some((a, mode)) => Err(BuildError::NotRunnable {
+            python: python.to_path_buf(),
+            dir: a.to_path_buf(),
+            mode,
+        }),
         None => Ok(()),
     }
 }
@@ -257,13 +257,11 @@ pub fn pythons_dir() -> PathBuf {
 /// installed there with `uv python install` (network; `DOJO_PYTHON_MIRROR` or
 /// `UV_PYTHON_INSTALL_MIRROR` names a mirror of the release downloads), made world-readable.
 /// The error says what was tried and what to do.
-pub fn managed_python(version: &str) -> std::result::Result<PathBuf, String> {
+pub fn managed_python(version: &str) -> std::result::Result<PathBuf, BuildError> {
     let dir = pythons_dir();
-    let hint = format!(
-        "install python{version} on the host, or let dojo fetch a managed CPython {version} (needs the python-build-standalone downloads: network, or a mirror in DOJO_PYTHON_MIRROR / UV_PYTHON_INSTALL_MIRROR)"
-    );
-    let uv = crate::uv::ensure_uv().map_err(|e| {
-        format!("Python {version} is not on the host and uv is unavailable ({e}); {hint}")
+    let uv = crate::uv::ensure_uv().map_err(|e| BuildError::NoUv {
+        version: version.to_string(),
+        source: Box::new(e),
     })?;
     let uv_cmd = |args: &[&str]| {
         let mut c = std::process::Command::new(&uv);
@@ -293,7 +291,7 @@ pub fn managed_python(version: &str) -> std::result::Result<PathBuf, String> {
     if let Some(p) = find() {
         return Ok(p);
     }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(BuildError::io(dir.display()))?;
     let out = uv_cmd(&[
         "python",
         "install",
@@ -303,26 +301,24 @@ pub fn managed_python(version: &str) -> std::result::Result<PathBuf, String> {
         version,
     ])
     .output()
-    .map_err(|e| format!("running {}: {e}", uv.display()))?;
+    .map_err(BuildError::io(format_args!("running {}", uv.display())))?;
     if !out.status.success() {
         let log = String::from_utf8_lossy(&out.stderr);
         let tail: Vec<&str> = log.lines().rev().take(6).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
-        return Err(format!(
-            "Python {version} is not on the host, and `uv python install {version}` into {} failed: {}; {hint}",
-            dir.display(),
-            tail.join(" | ")
-        ));
+        return Err(BuildError::PythonInstall {
+            version: version.to_string(),
+            dir,
+            log_tail: tail.join(" | "),
+        });
     }
     let _ = std::process::Command::new("chmod")
         .args(["-R", "a+rX"])
         .arg(&dir)
         .status();
-    find().ok_or_else(|| {
-        format!(
-            "uv installed Python {version} into {} but `uv python find` does not see it; {hint}",
-            dir.display()
-        )
+    find().ok_or_else(|| BuildError::PythonNotFound {
+        version: version.to_string(),
+        dir: dir.clone(),
     })
 }
 
@@ -357,7 +353,7 @@ impl PythonEnv {
             ));
         }
         let python = spec.interpreter()?;
-        let uv = crate::uv::ensure_uv().map_err(err)?;
+        let uv = crate::uv::ensure_uv().map_err(|e| err(e.to_string()))?;
         // What the tests may do (network, CPUs) does not change what is built.
         let built = EnvSpec {
             network: false,
@@ -415,16 +411,16 @@ fn build_into(
     python: &Path,
     uv: &Path,
     tmp: &Path,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), BuildError> {
     let venv = tmp.join("venv");
     let layer = tmp.join(".layer");
     let upper = layer.join("upper");
     let work = layer.join("work");
     for d in [&venv, &upper, &work] {
-        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        std::fs::create_dir_all(d).map_err(BuildError::io(d.display()))?;
     }
     std::fs::set_permissions(&venv, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| e.to_string())?;
+        .map_err(BuildError::io(venv.display()))?;
     // What the build sees of the host: the sandbox's minimal root (its own interpreter
     // included), never homes, the checkout, task files or the rest of `$DOJO_HOME`.
     let crate::ns::RootPlan {
@@ -434,7 +430,8 @@ fn build_into(
         extra,
     } = crate::ns::root_entries(&crate::visible::env_build(python));
     let cache = uv_cache_dir();
-    let (status_r, status_w) = exec::pipe().map_err(|e| e.to_string())?;
+    let (status_r, status_w) =
+        exec::pipe().map_err(BuildError::io("the environment build's status pipe"))?;
     // SAFETY: no preconditions.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let pc = |p: &Path| cstr(p.as_os_str().as_encoded_bytes());
@@ -471,11 +468,13 @@ fn build_into(
     // The build namespace has a private /tmp, and uv may live there on the host (a checkout's
     // target/pytools under /tmp): stage it inside the venv being built; the script removes it.
     let staged = venv.join(".dojo-uv");
-    std::fs::create_dir_all(&staged).map_err(|e| format!("{}: {e}", staged.display()))?;
+    std::fs::create_dir_all(&staged).map_err(BuildError::io(staged.display()))?;
     let staged_uv = staged.join("uv");
     if std::fs::hard_link(uv, &staged_uv).is_err() {
-        std::fs::copy(uv, &staged_uv)
-            .map_err(|e| format!("staging {} for the build: {e}", uv.display()))?;
+        std::fs::copy(uv, &staged_uv).map_err(BuildError::io(format_args!(
+            "staging {} for the build",
+            uv.display()
+        )))?;
     }
     let mut cmd = std::process::Command::new("/bin/bash");
     cmd.arg("-c")
@@ -519,9 +518,9 @@ fn build_into(
     crate::trash::remove_all(&layer);
     kept?;
     if let Some(e) = exec::status_error("preparing the environment build", &msgs) {
-        return Err(e.to_string());
+        return Err(BuildError::Sandbox(Box::new(e)));
     }
-    let out = out.map_err(|e| format!("starting the environment build: {e}"))?;
+    let out = out.map_err(BuildError::io("starting the environment build"))?;
     if !out.status.success() {
         let mut log = String::from_utf8_lossy(&out.stderr).into_owned();
         if log.len() > 8000 {
@@ -531,16 +530,24 @@ fn build_into(
             }
             log = log[start..].to_string();
         }
-        return Err(format!("uv failed ({}): {}", out.status, log.trim()));
+        return Err(BuildError::Failed {
+            what: "uv".into(),
+            status: out.status,
+            output: log.trim().to_string(),
+        });
     }
     // Owned like the pristine tree (as root: the sandbox uid, root inside), so a sandbox's
     // private copy-on-write view of it (`SandboxOptions::writable_venv`) can copy files up;
     // sandboxes still see it read-only otherwise.
     if let Some((u, g)) = crate::ids::owner() {
         for e in walkdir::WalkDir::new(&venv) {
-            let e = e.map_err(|e| format!("chown of the venv: {e}"))?;
-            std::os::unix::fs::lchown(e.path(), Some(u), Some(g))
-                .map_err(|x| format!("chown of {}: {x}", e.path().display()))?;
+            let e = e.map_err(|source| BuildError::Walk {
+                what: "chown of the venv".into(),
+                source,
+            })?;
+            std::os::unix::fs::lchown(e.path(), Some(u), Some(g)).map_err(BuildError::io(
+                format_args!("chown of {}", e.path().display()),
+            ))?;
         }
     }
     let meta = serde_json::json!({
@@ -550,7 +557,8 @@ fn build_into(
         "pristine": pristine.map(|p| p.id.clone()),
         "mount_path": VENV_PATH,
     });
-    std::fs::write(tmp.join("meta.json"), meta.to_string()).map_err(|e| e.to_string())?;
+    let meta_path = tmp.join("meta.json");
+    std::fs::write(&meta_path, meta.to_string()).map_err(BuildError::io(meta_path.display()))?;
     Ok(())
 }
 
@@ -590,19 +598,20 @@ fn keep_tree(
     pristine: &Path,
     dest: &Path,
     venv: &Path,
-) -> std::result::Result<(), String> {
-    let fail = |p: &Path, e: &dyn std::fmt::Display| {
-        format!("keeping the build's file {}: {e}", p.display())
+) -> std::result::Result<(), BuildError> {
+    let fail = |p: &Path, source: std::io::Error| BuildError::Io {
+        what: format!("keeping the build's file {}", p.display()),
+        source,
     };
     // Owned like the pristine tree: an overlay copy-up of a directory whose owner is not
     // mapped in the sandbox fails (EOVERFLOW).
     let own = |p: &Path| match crate::ids::owner() {
-        Some((u, g)) => std::os::unix::fs::lchown(p, Some(u), Some(g)).map_err(|x| fail(p, &x)),
+        Some((u, g)) => std::os::unix::fs::lchown(p, Some(u), Some(g)).map_err(|x| fail(p, x)),
         None => Ok(()),
     };
-    std::fs::create_dir_all(dest).map_err(|x| fail(dest, &x))?;
+    std::fs::create_dir_all(dest).map_err(|x| fail(dest, x))?;
     std::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o755))
-        .map_err(|x| fail(dest, &x))?;
+        .map_err(|x| fail(dest, x))?;
     own(dest)?;
     let changed = pre_install_changed(venv);
     let mut exclude = String::new();
@@ -616,8 +625,17 @@ fn keep_tree(
             !(n == "__pycache__" || (e.depth() == 1 && n == ".git"))
         });
     for e in walk {
-        let e = e.map_err(|e| format!("reading the build's tree: {e}"))?;
-        let rel = e.path().strip_prefix(upper).map_err(|e| e.to_string())?;
+        let e = e.map_err(|source| BuildError::Walk {
+            what: "reading the build's tree".into(),
+            source,
+        })?;
+        let rel = e
+            .path()
+            .strip_prefix(upper)
+            .map_err(|_| BuildError::Outside {
+                path: e.path().to_path_buf(),
+                root: upper.to_path_buf(),
+            })?;
         let to = dest.join(rel);
         let ft = e.file_type();
         let in_pristine = std::fs::symlink_metadata(pristine.join(rel)).is_ok();
@@ -626,24 +644,24 @@ fn keep_tree(
             continue;
         }
         if ft.is_dir() {
-            std::fs::create_dir_all(&to).map_err(|x| fail(&to, &x))?;
+            std::fs::create_dir_all(&to).map_err(|x| fail(&to, x))?;
             std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))
-                .map_err(|x| fail(&to, &x))?;
+                .map_err(|x| fail(&to, x))?;
             own(&to)?;
             continue;
         }
         if ft.is_symlink() {
-            let target = std::fs::read_link(e.path()).map_err(|x| fail(e.path(), &x))?;
-            std::os::unix::fs::symlink(target, &to).map_err(|x| fail(&to, &x))?;
+            let target = std::fs::read_link(e.path()).map_err(|x| fail(e.path(), x))?;
+            std::os::unix::fs::symlink(target, &to).map_err(|x| fail(&to, x))?;
         } else if ft.is_file() {
-            std::fs::copy(e.path(), &to).map_err(|x| fail(&to, &x))?;
+            std::fs::copy(e.path(), &to).map_err(|x| fail(&to, x))?;
             let mode = e
                 .metadata()
                 .map(|m| m.permissions().mode())
                 .unwrap_or(0o644);
             let mode = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
             std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode))
-                .map_err(|x| fail(&to, &x))?;
+                .map_err(|x| fail(&to, x))?;
         } else {
             continue;
         }
@@ -667,9 +685,9 @@ fn keep_tree(
         return Ok(());
     }
     let list = venv.join(TREE_EXCLUDE);
-    std::fs::write(&list, exclude).map_err(|x| fail(&list, &x))?;
+    std::fs::write(&list, exclude).map_err(|x| fail(&list, x))?;
     std::fs::set_permissions(&list, std::fs::Permissions::from_mode(0o644))
-        .map_err(|x| fail(&list, &x))
+        .map_err(|x| fail(&list, x))
 }
 
 /// The uv cache environment builds share, where uv would put it on the host (`UV_CACHE_DIR`,

@@ -7,6 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::BuildError;
+
 /// The `uv` version dojo installs when none is found (the same pin as `scripts/setup-tools.sh`).
 pub const UV_VERSION: &str = "0.13.9";
 
@@ -42,50 +44,41 @@ pub fn find_uv() -> Option<PathBuf> {
 
 /// [`find_uv`], else the pinned `uv` from PyPI, fetched and unpacked once into the cache.
 /// The error says what was tried and how to provide `uv` by hand.
-pub fn ensure_uv() -> Result<PathBuf, String> {
+pub fn ensure_uv() -> Result<PathBuf, BuildError> {
     if let Some(p) = find_uv() {
         return Ok(p);
     }
-    let hint = "set DOJO_UV, run scripts/setup-tools.sh (DOJO_PYTOOLS), or put uv on PATH";
     let arch = std::env::consts::ARCH;
     let Some(&(_, file, url, sha256)) = WHEELS.iter().find(|w| w.0 == arch) else {
-        return Err(format!(
-            "uv not found and dojo has no pinned uv wheel for {arch}: {hint}"
-        ));
+        return Err(BuildError::NoUvWheel { arch });
     };
-    let fail = |e: String| {
-        format!("uv not found, and installing uv {UV_VERSION} from PyPI failed: {e}; {hint}")
-    };
-    let cache = dojo_cache::Cache::open().map_err(|e| fail(e.to_string()))?;
-    let wheel = cache
-        .fetch(url, sha256, file)
-        .map_err(|e| fail(e.to_string()))?;
+    let fail = |source| BuildError::UvInstall { source };
+    let cache = dojo_cache::Cache::open().map_err(fail)?;
+    let wheel = cache.fetch(url, sha256, file).map_err(fail)?;
     let entry = cache
         .get_or_build("tools", &format!("uv-{UV_VERSION}-{arch}"), |tmp| {
             unpack_binary(&wheel, tmp)
         })
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(fail)?;
     Ok(entry.join("uv"))
 }
 
 /// Unpack `uv` from the wheel (a zip) into `dir/uv`, world-executable (sandboxed builds run it
 /// as an unprivileged uid).
-fn unpack_binary(wheel: &Path, dir: &Path) -> Result<(), String> {
+fn unpack_binary(wheel: &Path, dir: &Path) -> Result<(), BuildError> {
     let member = format!("uv-{UV_VERSION}.data/scripts/uv");
     let bin = dir.join("uv");
-    dojo_cache::archive::extract_zip_member(wheel, &member, &bin, 0o755)
-        .map_err(|e| e.to_string())?;
+    dojo_cache::archive::extract_zip_member(wheel, &member, &bin, 0o755)?;
     let v = Command::new(&bin)
         .arg("--version")
         .output()
-        .map_err(|e| format!("running {}: {e}", bin.display()))?;
+        .map_err(BuildError::io(format_args!("running {}", bin.display())))?;
     let text = String::from_utf8_lossy(&v.stdout);
     if !v.status.success() || !text.contains(UV_VERSION) {
-        return Err(format!(
-            "{} --version printed {:?}, expected uv {UV_VERSION}",
-            bin.display(),
-            text.trim()
-        ));
+        return Err(BuildError::UvVersion {
+            bin: bin.clone(),
+            printed: text.trim().to_string(),
+        });
     }
     Ok(())
 }
@@ -126,7 +119,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let bogus = dir.path().join("bogus.whl");
         std::fs::write(&bogus, b"not a zip").unwrap();
-        let e = unpack_binary(&bogus, dir.path()).unwrap_err();
+        let e = unpack_binary(&bogus, dir.path()).unwrap_err().to_string();
         assert!(e.contains("bogus.whl"), "{e}");
     }
 }

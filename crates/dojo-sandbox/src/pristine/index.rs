@@ -25,6 +25,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sha2::Digest;
 
+use crate::BuildError;
+
 /// Version of the index file format; a file with another version is ignored.
 const SCHEMA_VERSION: u32 = 1;
 
@@ -161,12 +163,12 @@ fn excluded(e: &walkdir::DirEntry) -> bool {
 /// Content identity of the directory `root`. With `index_dir`, stat data remembered from the
 /// previous scan of the same directory lets unchanged files go unread, and the index is updated
 /// for the next scan; without it every file is read.
-pub(crate) fn scan(root: &Path, index_dir: Option<&Path>) -> Result<DirScan, String> {
+pub(crate) fn scan(root: &Path, index_dir: Option<&Path>) -> Result<DirScan, BuildError> {
     use std::os::unix::fs::PermissionsExt;
     if !root.is_dir() {
-        return Err(format!("{} is not a directory", root.display()));
+        return Err(BuildError::NotADir(root.to_path_buf()));
     }
-    let root = std::fs::canonicalize(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    let root = std::fs::canonicalize(root).map_err(BuildError::io(root.display()))?;
     let ix_path = index_dir.map(|d| index_path(d, &root));
     let head = git_head(&root);
     let old = ix_path
@@ -191,7 +193,10 @@ pub(crate) fn scan(root: &Path, index_dir: Option<&Path>) -> Result<DirScan, Str
         .into_iter()
         .filter_entry(|e| !excluded(e));
     for e in walk {
-        let e = e.map_err(|e| e.to_string())?;
+        let e = e.map_err(|source| BuildError::Walk {
+            what: format!("scanning {}", root.display()),
+            source,
+        })?;
         let rel = e.path().strip_prefix(&root).unwrap_or(e.path());
         h.update(rel.as_os_str().as_encoded_bytes());
         h.update([0]);
@@ -201,9 +206,10 @@ pub(crate) fn scan(root: &Path, index_dir: Option<&Path>) -> Result<DirScan, Str
             h.update([0]);
             continue;
         }
-        let md = e
-            .metadata()
-            .map_err(|x| format!("{}: {x}", e.path().display()))?;
+        let md = e.metadata().map_err(|source| BuildError::Walk {
+            what: e.path().display().to_string(),
+            source,
+        })?;
         let stat = FileStat::of(&md);
         let rel_str = rel.to_str();
         indexable &= rel_str.is_some();
@@ -216,17 +222,21 @@ pub(crate) fn scan(root: &Path, index_dir: Option<&Path>) -> Result<DirScan, Str
             None => {
                 files_read += 1;
                 if ft.is_symlink() {
-                    let t = std::fs::read_link(e.path()).map_err(|x| x.to_string())?;
+                    let t =
+                        std::fs::read_link(e.path()).map_err(BuildError::io(e.path().display()))?;
                     hex::encode(t.as_os_str().as_encoded_bytes())
                 } else {
-                    dojo_cache::sha256_file(e.path()).map_err(|x| x.to_string())?
+                    dojo_cache::sha256_file(e.path())?
                 }
             }
         };
         if ft.is_symlink() {
             // The target itself, as the content hash always had it.
             h.update(b"l");
-            h.update(hex::decode(&digest).map_err(|x| x.to_string())?);
+            h.update(hex::decode(&digest).map_err(|source| BuildError::Digest {
+                path: e.path().display().to_string(),
+                source,
+            })?);
         } else {
             h.update(if md.permissions().mode() & 0o111 != 0 {
                 b"x"
