@@ -185,7 +185,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or(3);
     let gold_job = |t: &Task| EvalJob {
         task: t.clone(),
-        env: reg.resolve(t).map_err(|e| e.to_string()),
+        env: reg.resolve(t).map_err(std::sync::Arc::new),
         prediction: Prediction {
             instance_id: t.instance_id.clone(),
             model_name_or_path: "gold".into(),

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dojo_sandbox::{Sandbox, SandboxOptions};
-use dojo_task::{Preparer, RepoEnv, Task};
+use dojo_task::{Preparer, RepoEnv, Task, TaskError};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -162,7 +162,7 @@ async fn with_sandbox<T>(
 pub struct EvalJob {
     pub task: Task,
     /// `Err` when the task's environment could not be resolved (graded as an env_build error).
-    pub env: Result<RepoEnv, String>,
+    pub env: Result<RepoEnv, Arc<TaskError>>,
     pub prediction: Prediction,
 }
 
@@ -231,7 +231,7 @@ async fn eval_one(
     }
     let env = match &job.env {
         Ok(e) => e,
-        Err(msg) => return base.fail(ErrorKind::EnvBuild, msg.clone()),
+        Err(e) => return base.fail(ErrorKind::EnvBuild, e.to_string()),
     };
     let graded = with_sandbox(
         preparer,
@@ -250,8 +250,10 @@ async fn eval_one(
 
 /// Validate tasks, `workers` at a time; each result carries its task's index. `on_done` sees
 /// each validation as soon as it is finished (so a caller can keep it before the others end).
-pub async fn validate_tasks(
-    tasks: Vec<(usize, Task, Result<RepoEnv, String>)>,
+/// A task whose environment could not be resolved comes with the error (usually a
+/// [`TaskError`]) instead, and fails validation with it.
+pub async fn validate_tasks<E: std::fmt::Display + Send>(
+    tasks: Vec<(usize, Task, Result<RepoEnv, E>)>,
     preparer: &Preparer,
     opts: &BatchOptions,
     on_done: &(dyn Fn(&Validation) + Sync),
@@ -284,7 +286,7 @@ pub async fn validate_tasks(
 
 async fn validate_one(
     task: &Task,
-    env: Result<RepoEnv, String>,
+    env: Result<RepoEnv, impl std::fmt::Display>,
     preparer: &Preparer,
     opts: &BatchOptions,
     pipeline: &Pipeline,

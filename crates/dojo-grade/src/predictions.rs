@@ -48,10 +48,19 @@ pub fn write_predictions(path: &Path, predictions: &[Prediction]) -> std::io::Re
     dojo_rundir::write_atomic(path, &buf)
 }
 
+/// Why one line of a predictions file could not be read (the caller adds its line number).
+#[derive(Debug, thiserror::Error)]
+enum BadLine {
+    #[error("encoding error: not valid UTF-8 (invalid byte at column {column})")]
+    Encoding { column: usize },
+    #[error("not JSON: {0}")]
+    Json(#[source] serde_json::Error),
+}
+
 /// The items of a predictions file with their line (or item) numbers. JSONL is read line by
 /// line, so one line that is not UTF-8 costs that line only; a whole-file JSON list or
 /// `{id: prediction}` object also works.
-fn items(bytes: &[u8]) -> Vec<(usize, Result<Value, String>)> {
+fn items(bytes: &[u8]) -> Vec<(usize, Result<Value, BadLine>)> {
     let mut items = Vec::new();
     let whole = std::str::from_utf8(bytes).ok().and_then(|text| {
         let trimmed = text.trim_start();
@@ -74,10 +83,9 @@ fn items(bytes: &[u8]) -> Vec<(usize, Result<Value, String>)> {
                     Err(e) => {
                         items.push((
                             i + 1,
-                            Err(format!(
-                                "encoding error: not valid UTF-8 (invalid byte at column {})",
-                                e.valid_up_to() + 1
-                            )),
+                            Err(BadLine::Encoding {
+                                column: e.valid_up_to() + 1,
+                            }),
                         ));
                         continue;
                     }
@@ -87,7 +95,7 @@ fn items(bytes: &[u8]) -> Vec<(usize, Result<Value, String>)> {
                 }
                 items.push((
                     i + 1,
-                    serde_json::from_str::<Value>(line).map_err(|e| format!("not JSON: {e}")),
+                    serde_json::from_str::<Value>(line).map_err(BadLine::Json),
                 ));
             }
         }
@@ -108,8 +116,8 @@ pub fn read_predictions(
         let mut malformed = |reason: String| bad.push(MalformedLine { line, reason });
         let v = match v {
             Ok(v) => v,
-            Err(reason) => {
-                malformed(reason);
+            Err(e) => {
+                malformed(e.to_string());
                 continue;
             }
         };

@@ -253,7 +253,7 @@ pub async fn load_predictions(
             match tasks.iter().find(|t| t.instance_id == p.instance_id) {
                 Some(t) => jobs.push(dojo_grade::batch::EvalJob {
                     task: t.clone(),
-                    env: registry.resolve(t).map_err(|e| e.to_string()),
+                    env: registry.resolve(t).map_err(std::sync::Arc::new),
                     prediction: p,
                 }),
                 None => set.problems.push(format!(

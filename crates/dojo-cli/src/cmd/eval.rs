@@ -66,7 +66,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<i32> {
             let p = by_id.get(t.instance_id.as_str())?;
             Some(EvalJob {
                 task: t.clone(),
-                env: l.registry.resolve(t).map_err(|e| e.to_string()),
+                env: l.registry.resolve(t).map_err(std::sync::Arc::new),
                 prediction: (*p).clone(),
             })
         })

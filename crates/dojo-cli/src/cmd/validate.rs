@@ -33,7 +33,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<i32> {
         .cloned()
         .enumerate()
         .map(|(i, t)| {
-            let env = l.registry.resolve(&t).map_err(|e| e.to_string());
+            let env = l.registry.resolve(&t);
             (i, t, env)
         })
         .collect();
