@@ -26,6 +26,7 @@ use dojo_sandbox::{ExecRequest, Sandbox, SandboxOptions};
 use dojo_task::{Preparer, RepoEnv, Task};
 use serde::Serialize;
 
+use crate::SelectError;
 use crate::candidates::{CandidateSet, TaskCandidates};
 use crate::selector::Selector;
 
@@ -196,7 +197,7 @@ pub const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 pub async fn run_agent_tests(
     set: &CandidateSet,
     k: usize,
-    tasks: &HashMap<String, (Task, Result<RepoEnv, String>)>,
+    tasks: &HashMap<String, (Task, Result<RepoEnv, SelectError>)>,
     preparer: &Preparer,
     sandbox: &SandboxOptions,
 ) -> (TestsSelector, TestsRunStats) {
@@ -260,14 +261,14 @@ async fn run_task(
     env: &RepoEnv,
     preparer: &Preparer,
     opts: &SandboxOptions,
-) -> Result<HashMap<String, Vec<Option<bool>>>, String> {
+) -> Result<HashMap<String, Vec<Option<bool>>>, SelectError> {
     let prepared = preparer
         .prepare(task, env)
         .await
-        .map_err(|e| format!("preparing the task: {e}"))?;
+        .map_err(SelectError::Prepare)?;
     let mut sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), opts)
         .await
-        .map_err(|e| format!("creating the sandbox: {e}"))?;
+        .map_err(SelectError::Sandbox)?;
     let mut results = HashMap::new();
     for c in &t.candidates {
         let r = run_candidate(&mut sb, &c.patch, tests, env).await;

@@ -225,15 +225,13 @@ impl Hybrid {
     pub fn with_weights(
         components: Vec<SharedSelector>,
         weights: HybridWeights,
-    ) -> Result<Hybrid, String> {
+    ) -> Result<Hybrid, SelectError> {
         let names: Vec<String> = components.iter().map(|c| c.name().to_string()).collect();
         if names != weights.features {
-            return Err(format!(
-                "the weights are for the selectors [{}], but this run has [{}]: select with the \
-                 same selectors (and --verifier if it was used) or refit",
-                weights.features.join(", "),
-                names.join(", ")
-            ));
+            return Err(SelectError::WeightsMismatch {
+                weights: weights.features.join(", "),
+                selectors: names.join(", "),
+            });
         }
         Ok(Hybrid {
             components,
@@ -398,7 +396,8 @@ mod tests {
         let other: Vec<SharedSelector> = vec![Arc::new(Majority), Arc::new(Random)];
         let err = Hybrid::with_weights(other, h.weights().clone())
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(
             err.contains("good, bad") && err.contains("majority, random"),
             "{err}"

@@ -70,4 +70,19 @@ pub enum SelectError {
     /// A setting the caller gave (a flag of `dojo select`) is missing or does not work.
     #[error("{flag}: {reason}")]
     Settings { flag: String, reason: String },
+    /// Saved hybrid weights for other selectors than this run's.
+    #[error(
+        "the weights are for the selectors [{weights}], but this run has [{selectors}]: select with the same selectors (and --verifier if it was used) or refit"
+    )]
+    WeightsMismatch { weights: String, selectors: String },
+    /// A task the `tests` selector cannot run: it has no real environment.
+    #[error("the tests selector needs the task's real environment: {0}")]
+    NeedsRealEnv(#[source] dojo_task::TaskError),
+    #[error("preparing the task: {0}")]
+    Prepare(#[source] dojo_task::TaskError),
+    #[error("creating the sandbox: {0}")]
+    Sandbox(#[source] dojo_sandbox::SandboxError),
+    /// A task whose environment does not resolve (SWR needs its test command).
+    #[error("environment: {0}")]
+    Environment(#[source] dojo_rollout::world_sim::WorldSimError),
 }

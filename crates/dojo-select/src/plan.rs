@@ -254,18 +254,16 @@ async fn load_candidates(
 
 /// Runs the agents' tests on every candidate; the selector and a line on how it went.
 async fn run_tests(ctx: &TaskContext, set: &CandidateSet, k: usize) -> (SharedSelector, String) {
-    let tasks: HashMap<String, (Task, Result<dojo_task::RepoEnv, String>)> =
-        ctx.tasks
-            .iter()
-            .map(|t| {
-                // Agent-written tests run in the task's real environment; a task with none (a
-                // simulated-only task) is a failure that says so.
-                let env = ctx.registry.resolve(t).map_err(|e| {
-                    format!("the tests selector needs the task's real environment: {e}")
-                });
-                (t.instance_id.clone(), (t.clone(), env))
-            })
-            .collect();
+    let tasks: HashMap<String, (Task, Result<dojo_task::RepoEnv, SelectError>)> = ctx
+        .tasks
+        .iter()
+        .map(|t| {
+            // Agent-written tests run in the task's real environment; a task with none (a
+            // simulated-only task) is a failure that says so.
+            let env = ctx.registry.resolve(t).map_err(SelectError::NeedsRealEnv);
+            (t.instance_id.clone(), (t.clone(), env))
+        })
+        .collect();
     let (sel, stats) = crate::agent_tests::run_agent_tests(
         set,
         k,
@@ -370,7 +368,7 @@ async fn swr(
     // SWR needs only the test command: a task without an environment spec (a simulated-only
     // task) gets the simulation's defaults, as in `dojo rollout --env-mode sim`; a spec that
     // fails to resolve keeps the reason.
-    let tasks: HashMap<String, Result<crate::swr::SwrTask, String>> = ctx
+    let tasks: HashMap<String, Result<crate::swr::SwrTask, SelectError>> = ctx
         .tasks
         .iter()
         .map(|t| {
@@ -381,7 +379,7 @@ async fn swr(
                     fail_to_pass: t.f2p().to_vec(),
                     pass_to_pass: t.p2p().to_vec(),
                 })
-                .map_err(|e| format!("environment: {e}"));
+                .map_err(SelectError::Environment);
             (t.instance_id.clone(), task)
         })
         .collect();

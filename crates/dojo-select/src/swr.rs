@@ -17,6 +17,7 @@ use std::sync::Arc;
 use dojo_world::{SwrContext, WorldClient};
 use futures::stream::{self, StreamExt};
 
+use crate::SelectError;
 use crate::candidates::CandidateSet;
 use crate::verifier::{CandidateKey, Precomputed};
 
@@ -40,24 +41,33 @@ pub struct SwrStats {
     pub first_failure: Option<String>,
 }
 
+/// Why a candidate has no context to score (the caller names the task).
+#[derive(Debug, thiserror::Error)]
+enum NoContext<'a> {
+    #[error("not in the task file")]
+    NotInTaskFile,
+    #[error("{0}")]
+    Task(&'a SelectError),
+}
+
 /// Scores every candidate of `set` with SWR's mean reward over `samples` samples, `concurrency`
 /// candidates at a time. Tasks missing from `tasks`, or whose entry is the reason no context
 /// can be built (an environment that does not resolve), are failures with that reason.
 pub async fn score_all(
     client: Arc<WorldClient>,
     set: &CandidateSet,
-    tasks: &HashMap<String, Result<SwrTask, String>>,
+    tasks: &HashMap<String, Result<SwrTask, SelectError>>,
     samples: u32,
     concurrency: usize,
 ) -> (Precomputed, SwrStats) {
-    let jobs: Vec<(CandidateKey, Result<SwrContext, String>)> = set
+    let jobs: Vec<(CandidateKey, Result<SwrContext, NoContext>)> = set
         .tasks
         .iter()
         .flat_map(|t| {
             t.candidates.iter().map(|c| {
                 let ctx = match tasks.get(&t.task_id) {
-                    None => Err("not in the task file".to_string()),
-                    Some(Err(e)) => Err(e.clone()),
+                    None => Err(NoContext::NotInTaskFile),
+                    Some(Err(e)) => Err(NoContext::Task(e)),
                     Some(Ok(task)) => Ok(task),
                 }
                 .map(|task| SwrContext {
