@@ -154,12 +154,10 @@ impl ClientConfig {
         let endpoints = EndpointConfig::list("OPENAI_BASE_URL", &base, key, model)?;
         let mut cfg = Self::new(endpoints);
         if let Some(t) = get(TIMEOUT_VAR).filter(|t| !t.trim().is_empty()) {
-            cfg.request_timeout = t
-                .trim()
-                .parse::<f64>()
-                .map_err(|e| e.to_string())
-                .and_then(timeout_secs)
-                .map_err(|e| LlmError::Config(format!("{TIMEOUT_VAR}={t:?}: {e}")))?;
+            let bad =
+                |e: &dyn std::fmt::Display| LlmError::Config(format!("{TIMEOUT_VAR}={t:?}: {e}"));
+            let secs = t.trim().parse::<f64>().map_err(|e| bad(&e))?;
+            cfg.request_timeout = timeout_secs(secs).map_err(|e| bad(&e))?;
         }
         Ok(cfg)
     }
@@ -170,13 +168,25 @@ pub const TIMEOUT_VAR: &str = "DOJO_LLM_TIMEOUT";
 
 /// A request timeout from seconds (a policy file's `request_timeout_s`, [`TIMEOUT_VAR`]): a
 /// positive, finite number.
-pub fn timeout_secs(secs: f64) -> Result<Duration, String> {
+pub fn timeout_secs(secs: f64) -> Result<Duration, TimeoutError> {
     if secs.is_nan() || secs <= 0.0 {
-        return Err(format!(
-            "a request timeout must be positive seconds, not {secs}"
-        ));
+        return Err(TimeoutError::NotPositive(secs));
     }
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("{secs} s: {e}"))
+    Duration::try_from_secs_f64(secs).map_err(|source| TimeoutError::OutOfRange { secs, source })
+}
+
+/// A request timeout that is not a positive, finite number of seconds (the caller names the
+/// setting).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TimeoutError {
+    #[error("a request timeout must be positive seconds, not {0}")]
+    NotPositive(f64),
+    #[error("{secs} s: {source}")]
+    OutOfRange {
+        secs: f64,
+        #[source]
+        source: std::time::TryFromFloatSecsError,
+    },
 }
 
 /// Request counters of one endpoint.

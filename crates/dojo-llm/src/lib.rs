@@ -19,7 +19,7 @@ mod wire;
 
 pub use client::{
     ClientConfig, EndpointConfig, EndpointStats, OpenAiClient, SharedClient, TIMEOUT_VAR,
-    api_key_from_env, timeout_secs,
+    TimeoutError, api_key_from_env, timeout_secs,
 };
 pub use error::{FailureClass, LlmError};
 pub use wire::*;

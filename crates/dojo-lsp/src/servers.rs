@@ -195,11 +195,24 @@ fn check_launch(kind: ServerKind, launch: &Launch, key: &str) -> Result<(), LspE
     Ok(())
 }
 
+/// Why a server's wheel could not be unpacked (the caller names the server).
+#[derive(Debug, thiserror::Error)]
+enum UnzipError {
+    #[error(transparent)]
+    Archive(#[from] dojo_cache::archive::ArchiveError),
+    #[error("{}: {source}", .path.display())]
+    Chmod {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Unpack a server's wheel. Wheels install their entry points from `*.data/scripts/`, which
 /// maturin does not always mark executable inside the zip, so those are made executable here.
-fn unzip(whl: &Path, dest: &Path) -> Result<(), String> {
+fn unzip(whl: &Path, dest: &Path) -> Result<(), UnzipError> {
     use std::os::unix::fs::PermissionsExt;
-    dojo_cache::archive::extract_zip(whl, dest).map_err(|e| e.to_string())?;
+    dojo_cache::archive::extract_zip(whl, dest)?;
     for entry in walkdir::WalkDir::new(dest)
         .into_iter()
         .filter_map(Result::ok)
@@ -208,7 +221,10 @@ fn unzip(whl: &Path, dest: &Path) -> Result<(), String> {
         let rel = entry.path().strip_prefix(dest).unwrap_or(entry.path());
         if rel.components().any(|c| c.as_os_str() == "scripts") {
             std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o755))
-                .map_err(|e| format!("{}: {e}", entry.path().display()))?;
+                .map_err(|source| UnzipError::Chmod {
+                    path: entry.path().to_path_buf(),
+                    source,
+                })?;
         }
     }
     Ok(())

@@ -113,7 +113,7 @@ impl Tokenizer {
             .map_err(|e| tk_err(&name, e))?;
         let mut inner = tokenizers::Tokenizer::new(bpe);
 
-        let (normalizer, pre_tok, decoder) = pipeline_for_pre(pre).map_err(|e| tk_err(&name, e))?;
+        let (normalizer, pre_tok, decoder) = pipeline_for_pre(&name, pre)?;
         if normalizer {
             inner
                 .with_normalizer(Some(NFC))
@@ -235,15 +235,16 @@ impl Tokenizer {
 type Pipeline = (bool, PreTokenizerWrapper, ByteLevelDecoder);
 
 /// The checked mapping from `tokenizer.ggml.pre` to the Hugging Face pipeline of the model's
-/// `tokenizer.json` (normaliser NFC?, pre-tokenizer, decoder).
-fn pipeline_for_pre(pre: &str) -> Result<Pipeline, String> {
-    let split = |re: &str| -> Result<PreTokenizerWrapper, String> {
+/// `tokenizer.json` (normaliser NFC?, pre-tokenizer, decoder). Errors name the tokenizer
+/// (`name`).
+fn pipeline_for_pre(name: &str, pre: &str) -> Result<Pipeline, ChatError> {
+    let split = |re: &str| -> Result<PreTokenizerWrapper, ChatError> {
         Ok(Split::new(
             SplitPattern::Regex(re.to_string()),
             SplitDelimiterBehavior::Isolated,
             false,
         )
-        .map_err(|e| e.to_string())?
+        .map_err(|e| tk_err(name, e))?
         .into())
     };
     let decoder = ByteLevelDecoder::new(false, true, true);
@@ -282,9 +283,12 @@ fn pipeline_for_pre(pre: &str) -> Result<Pipeline, String> {
         // GPT-2 itself.
         "gpt2" => (false, ByteLevel::new(false, true, true).into(), decoder),
         other => {
-            return Err(format!(
-                "pre-tokenizer `{other}` has no checked mapping (supported: {})",
-                SUPPORTED_GGUF_PRE.join(", ")
+            return Err(tk_err(
+                name,
+                format_args!(
+                    "pre-tokenizer `{other}` has no checked mapping (supported: {})",
+                    SUPPORTED_GGUF_PRE.join(", ")
+                ),
             ));
         }
     })

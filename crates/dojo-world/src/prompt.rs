@@ -125,17 +125,18 @@ impl Caps {
     /// per token); `None` when they fit already. A model trained with SWE-World's caps loses
     /// the most text where its window is small: every cut is still marked in the prompt and
     /// counted in [`Rendered::truncations`]. Files shown drop to at most 5 with the budget.
-    pub fn fit(&self, context_tokens: usize, reply_tokens: usize) -> Result<Option<Caps>, String> {
+    pub fn fit(&self, context_tokens: usize, reply_tokens: usize) -> Result<Option<Caps>, NoRoom> {
         let room = context_tokens.saturating_sub(reply_tokens) * FIT_HALF_CHARS_PER_TOKEN / 2;
         if self.max_prompt_chars() <= room {
             return Ok(None);
         }
-        let budget = room.checked_sub(fixed_chars()).filter(|b| *b >= 2_000).ok_or_else(|| {
-            format!(
-                "a {context_tokens}-token context leaves no room for a world-model prompt after a \
-                 {reply_tokens}-token reply"
-            )
-        })?;
+        let budget = room
+            .checked_sub(fixed_chars())
+            .filter(|b| *b >= 2_000)
+            .ok_or(NoRoom {
+                context_tokens,
+                reply_tokens,
+            })?;
         let total: usize = self.sections().iter().sum();
         let mut c = self.clone();
         for v in c.sections_mut() {
@@ -144,6 +145,16 @@ impl Caps {
         c.max_files = c.max_files.min(5);
         Ok(Some(c))
     }
+}
+
+/// A context window too small for any world-model prompt ([`Caps::fit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a {context_tokens}-token context leaves no room for a world-model prompt after a {reply_tokens}-token reply"
+)]
+pub struct NoRoom {
+    pub context_tokens: usize,
+    pub reply_tokens: usize,
 }
 
 /// One section that was cut to its cap.
