@@ -143,9 +143,9 @@ impl EditorTool {
         path: &str,
         a: &Args<'_>,
     ) -> Result<ToolOutput, Fail> {
-        let range = a.int_list("view_range").map_err(Fail::Agent)?;
+        let range = a.int_list("view_range").map_err(Fail::agent)?;
         let concise = if self.cfg.concise_param {
-            a.bool("concise").map_err(Fail::Agent)?
+            a.bool("concise").map_err(Fail::agent)?
         } else {
             None
         };
@@ -196,7 +196,7 @@ impl EditorTool {
                 let lines = split_lines(&text);
                 let n = lines.len();
                 let body = if let Some(r) = range {
-                    let (start, end) = check_range(&r, n).map_err(Fail::Agent)?;
+                    let (start, end) = check_range(&r, n).map_err(Fail::agent)?;
                     format!(
                         "Here's the result of running `cat -n` on the file: {path}:\n{}",
                         numbered(&lines[start - 1..end], start)
@@ -233,7 +233,7 @@ impl EditorTool {
         path: &str,
         a: &Args<'_>,
     ) -> Result<ToolOutput, Fail> {
-        let Some(text) = a.str("file_text").map_err(Fail::Agent)? else {
+        let Some(text) = a.str("file_text").map_err(Fail::agent)? else {
             return Err(Fail::Agent(
                 "Parameter `file_text` is required for command: create.".into(),
             ));
@@ -268,12 +268,12 @@ impl EditorTool {
         path: &str,
         a: &Args<'_>,
     ) -> Result<ToolOutput, Fail> {
-        let Some(old) = a.str("old_str").map_err(Fail::Agent)? else {
+        let Some(old) = a.str("old_str").map_err(Fail::agent)? else {
             return Err(Fail::Agent(
                 "Parameter `old_str` is required for command: str_replace.".into(),
             ));
         };
-        let new = a.str("new_str").map_err(Fail::Agent)?.unwrap_or_default();
+        let new = a.str("new_str").map_err(Fail::agent)?.unwrap_or_default();
         let bytes = read_existing(ctx, path).await?;
         let text = String::from_utf8_lossy(&bytes).into_owned();
         if old.is_empty() {
@@ -327,12 +327,12 @@ impl EditorTool {
         path: &str,
         a: &Args<'_>,
     ) -> Result<ToolOutput, Fail> {
-        let Some(line) = a.int("insert_line").map_err(Fail::Agent)? else {
+        let Some(line) = a.int("insert_line").map_err(Fail::agent)? else {
             return Err(Fail::Agent(
                 "Parameter `insert_line` is required for command: insert.".into(),
             ));
         };
-        let Some(new) = a.str("new_str").map_err(Fail::Agent)? else {
+        let Some(new) = a.str("new_str").map_err(Fail::agent)? else {
             return Err(Fail::Agent(
                 "Parameter `new_str` is required for command: insert.".into(),
             ));
@@ -428,6 +428,13 @@ enum Fail {
     Env(SandboxError),
 }
 
+impl Fail {
+    /// The agent's mistake, told to it as `e` reads.
+    fn agent(e: impl std::fmt::Display) -> Fail {
+        Fail::Agent(e.to_string())
+    }
+}
+
 enum Kind {
     Missing,
     Dir,
@@ -509,23 +516,41 @@ fn snippet(lines: &[&str], first: usize, last: usize) -> String {
     numbered(&lines[start - 1..end], start)
 }
 
-fn check_range(r: &[i64], n: usize) -> Result<(usize, usize), String> {
+/// A `view_range` that does not fit the file (`lines` long); the text is what the model sees.
+#[derive(Debug, thiserror::Error)]
+enum RangeError {
+    #[error("view_range must be a list of two integers, got {0:?}.")]
+    Shape(Vec<i64>),
+    #[error("Invalid view_range {range:?}: the first element must be within [1, {lines}].")]
+    Start { range: Vec<i64>, lines: usize },
+    #[error(
+        "Invalid view_range {range:?}: the second element must be -1 or within [{start}, {lines}]."
+    )]
+    End {
+        range: Vec<i64>,
+        start: i64,
+        lines: usize,
+    },
+}
+
+fn check_range(r: &[i64], n: usize) -> Result<(usize, usize), RangeError> {
     let [start, end] = r else {
-        return Err(format!(
-            "view_range must be a list of two integers, got {r:?}."
-        ));
+        return Err(RangeError::Shape(r.to_vec()));
     };
     let (start, end) = (*start, *end);
     if start < 1 || start as usize > n.max(1) {
-        return Err(format!(
-            "Invalid view_range {r:?}: the first element must be within [1, {n}]."
-        ));
+        return Err(RangeError::Start {
+            range: r.to_vec(),
+            lines: n,
+        });
     }
     let end = if end == -1 { n as i64 } else { end };
     if end < start || end as usize > n {
-        return Err(format!(
-            "Invalid view_range {r:?}: the second element must be -1 or within [{start}, {n}]."
-        ));
+        return Err(RangeError::End {
+            range: r.to_vec(),
+            start,
+            lines: n,
+        });
     }
     Ok((start as usize, (end as usize).max(start as usize).min(n)))
 }

@@ -19,25 +19,37 @@ use super::{Tool, ToolContext, ToolError, ToolOutput, wrap};
 /// The suffix of a tool-set name that adds the `lsp_tool`.
 const LSP_SUFFIX: &str = "+lsp";
 
+/// A tool-set name whose `+lsp` part is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolSetError {
+    #[error("tool set {set:?}: unknown language server {name:?}; use one of: {known}")]
+    UnknownServer {
+        set: String,
+        name: String,
+        known: String,
+    },
+    #[error("tool set {set:?}: expected `+lsp` or `+lsp:SERVER`")]
+    Malformed { set: String },
+}
+
 /// Split `BASE+lsp` / `BASE+lsp:SERVER` into the base tool set and the server (`ty` unless
 /// named). `Ok(None)` when the name asks for no LSP; `Err` for an unknown server.
-pub fn split_tool_set(set: &str) -> Result<Option<(&str, ServerKind)>, String> {
+pub fn split_tool_set(set: &str) -> Result<Option<(&str, ServerKind)>, ToolSetError> {
     let Some(i) = set.find(LSP_SUFFIX) else {
         return Ok(None);
     };
     let (base, rest) = (&set[..i], &set[i + LSP_SUFFIX.len()..]);
     let kind = match rest.strip_prefix(':') {
         None if rest.is_empty() => ServerKind::default(),
-        Some(name) => ServerKind::parse(name).ok_or_else(|| {
-            format!(
-                "tool set {set:?}: unknown language server {name:?}; use one of: {}",
-                ServerKind::ALL.map(|k| k.name()).join(", ")
-            )
+        Some(name) => ServerKind::parse(name).ok_or_else(|| ToolSetError::UnknownServer {
+            set: set.to_string(),
+            name: name.to_string(),
+            known: ServerKind::ALL.map(|k| k.name()).join(", "),
         })?,
         None => {
-            return Err(format!(
-                "tool set {set:?}: expected `+lsp` or `+lsp:SERVER`"
-            ));
+            return Err(ToolSetError::Malformed {
+                set: set.to_string(),
+            });
         }
     };
     Ok(Some((base, kind)))
@@ -57,7 +69,7 @@ pub struct LspToolAdapter {
 /// The rollout's server, kept in its [`ToolContext`]; an install failure is kept too so it is
 /// reported once per call, not retried (downloaded) on every call.
 #[derive(Default)]
-struct RolloutLsp(Option<Result<Arc<dojo_lsp::LspTool>, String>>);
+struct RolloutLsp(Option<Result<Arc<dojo_lsp::LspTool>, Arc<dojo_lsp::LspError>>>);
 
 impl LspToolAdapter {
     pub fn new(inner: dojo_lsp::LspTool) -> Self {
@@ -116,17 +128,17 @@ impl Tool for LspToolAdapter {
                             let t = dojo_lsp::LspTool::for_lent_sandbox(*kind)
                                 .await
                                 .map(Arc::new)
-                                .map_err(|e| e.to_string());
+                                .map_err(Arc::new);
                             slot.0 = Some(t.clone());
                             t
                         }
                     };
                     match tool {
                         Ok(t) => t.call_in(sandbox, &args).await,
-                        // Kept as text: the install error is reported again, not retried.
+                        // Kept: the install error is reported again, not retried.
                         Err(e) => dojo_lsp::Observation::from_error(
                             *kind,
-                            dojo_lsp::LspError::ServerMissing(e),
+                            dojo_lsp::LspError::ServerMissing(e.to_string()),
                         ),
                     }
                 }
@@ -168,7 +180,7 @@ mod tests {
             split_tool_set("r2e+lsp:BasedPyright"),
             Ok(Some(("r2e", ServerKind::Basedpyright)))
         );
-        let e = split_tool_set("r2e+lsp:jedi").unwrap_err();
+        let e = split_tool_set("r2e+lsp:jedi").unwrap_err().to_string();
         assert!(e.contains("unknown language server \"jedi\""), "{e}");
         assert!(split_tool_set("r2e+lspx").is_err());
     }

@@ -16,7 +16,7 @@ mod submit;
 pub use bash::{BashConfig, BashTool};
 pub use editor::{EditorConfig, EditorTool};
 #[cfg(feature = "lsp")]
-pub use lsp::{LspToolAdapter, split_tool_set};
+pub use lsp::{LspToolAdapter, ToolSetError, split_tool_set};
 pub use search::SearchTool;
 pub use submit::SubmitTool;
 
@@ -239,7 +239,26 @@ impl ToolRegistry {
     }
 }
 
-fn check_args(schema: &Value, args: &Map<String, Value>) -> Result<(), String> {
+/// Tool-call arguments that do not fit the tool's schema, or one argument of the wrong type;
+/// the text is what the model is told.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ArgError {
+    #[error("unknown parameter(s) {unknown}; expected some of {expected}")]
+    Unknown { unknown: String, expected: String },
+    #[error("missing required parameter(s) {0}")]
+    MissingRequired(String),
+    #[error("parameter `{key}` is required")]
+    Required { key: String },
+    /// `got` is the value or its JSON type, as the model should see it.
+    #[error("parameter `{key}` must be {expected}, got {got}")]
+    Type {
+        key: String,
+        expected: &'static str,
+        got: String,
+    },
+}
+
+fn check_args(schema: &Value, args: &Map<String, Value>) -> Result<(), ArgError> {
     let params = &schema["function"]["parameters"];
     if let Some(props) = params.get("properties").and_then(Value::as_object) {
         let unknown: Vec<&str> = args
@@ -248,11 +267,10 @@ fn check_args(schema: &Value, args: &Map<String, Value>) -> Result<(), String> {
             .map(String::as_str)
             .collect();
         if !unknown.is_empty() {
-            return Err(format!(
-                "unknown parameter(s) {}; expected some of {}",
-                unknown.join(", "),
-                props.keys().cloned().collect::<Vec<_>>().join(", ")
-            ));
+            return Err(ArgError::Unknown {
+                unknown: unknown.join(", "),
+                expected: props.keys().cloned().collect::<Vec<_>>().join(", "),
+            });
         }
     }
     if let Some(req) = params.get("required").and_then(Value::as_array) {
@@ -262,10 +280,7 @@ fn check_args(schema: &Value, args: &Map<String, Value>) -> Result<(), String> {
             .filter(|k| !args.contains_key(*k))
             .collect();
         if !missing.is_empty() {
-            return Err(format!(
-                "missing required parameter(s) {}",
-                missing.join(", ")
-            ));
+            return Err(ArgError::MissingRequired(missing.join(", ")));
         }
     }
     Ok(())
@@ -275,45 +290,42 @@ fn check_args(schema: &Value, args: &Map<String, Value>) -> Result<(), String> {
 pub(crate) struct Args<'a>(pub &'a Map<String, Value>);
 
 impl Args<'_> {
-    pub fn str(&self, key: &str) -> Result<Option<String>, String> {
+    fn bad(key: &str, expected: &'static str, got: impl std::fmt::Display) -> ArgError {
+        ArgError::Type {
+            key: key.to_string(),
+            expected,
+            got: got.to_string(),
+        }
+    }
+    pub fn str(&self, key: &str) -> Result<Option<String>, ArgError> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
             Some(v @ (Value::Number(_) | Value::Bool(_))) => Ok(Some(v.to_string())),
-            Some(other) => Err(format!(
-                "parameter `{key}` must be a string, got {}",
-                type_name(other)
-            )),
+            Some(other) => Err(Self::bad(key, "a string", type_name(other))),
         }
     }
-    pub fn required_str(&self, key: &str) -> Result<String, String> {
-        self.str(key)?
-            .ok_or_else(|| format!("parameter `{key}` is required"))
+    pub fn required_str(&self, key: &str) -> Result<String, ArgError> {
+        self.str(key)?.ok_or_else(|| ArgError::Required {
+            key: key.to_string(),
+        })
     }
-    pub fn int(&self, key: &str) -> Result<Option<i64>, String> {
+    pub fn int(&self, key: &str) -> Result<Option<i64>, ArgError> {
+        let bad = |got: &dyn std::fmt::Display| Self::bad(key, "an integer", got);
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) => n
-                .as_i64()
+            Some(Value::Number(n)) => n.as_i64().map(Some).ok_or_else(|| bad(n)),
+            Some(Value::String(s)) => s
+                .trim()
+                .parse::<i64>()
                 .map(Some)
-                .ok_or_else(|| format!("parameter `{key}` must be an integer, got {n}")),
-            Some(Value::String(s)) => s.trim().parse::<i64>().map(Some).map_err(|_| {
-                format!(
-                    "parameter `{key}` must be an integer, got {:?}",
-                    clip_chars(s, 80)
-                )
-            }),
-            Some(other) => Err(format!(
-                "parameter `{key}` must be an integer, got {}",
-                type_name(other)
-            )),
+                .map_err(|_| bad(&format_args!("{:?}", clip_chars(s, 80)))),
+            Some(other) => Err(bad(&type_name(other))),
         }
     }
     /// A list of integers: a JSON array, or text such as `[1, 20]` or `1,20`.
-    pub fn int_list(&self, key: &str) -> Result<Option<Vec<i64>>, String> {
-        let bad = |v: &dyn std::fmt::Display| {
-            format!("parameter `{key}` must be a list of integers, got {v}")
-        };
+    pub fn int_list(&self, key: &str) -> Result<Option<Vec<i64>>, ArgError> {
+        let bad = |v: &dyn std::fmt::Display| Self::bad(key, "a list of integers", v);
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Array(items)) => items
@@ -336,22 +348,20 @@ impl Args<'_> {
             Some(other) => Err(bad(other)),
         }
     }
-    pub fn bool(&self, key: &str) -> Result<Option<bool>, String> {
+    pub fn bool(&self, key: &str) -> Result<Option<bool>, ArgError> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(*b)),
             Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
                 "true" | "1" | "yes" => Ok(Some(true)),
                 "false" | "0" | "no" => Ok(Some(false)),
-                _ => Err(format!(
-                    "parameter `{key}` must be true or false, got {:?}",
-                    clip_chars(s, 80)
+                _ => Err(Self::bad(
+                    key,
+                    "true or false",
+                    format_args!("{:?}", clip_chars(s, 80)),
                 )),
             },
-            Some(other) => Err(format!(
-                "parameter `{key}` must be a boolean, got {}",
-                type_name(other)
-            )),
+            Some(other) => Err(Self::bad(key, "a boolean", type_name(other))),
         }
     }
 }
@@ -422,7 +432,7 @@ mod tests {
         assert_eq!(a.int_list("b").unwrap(), Some(vec![1, -1]));
         assert_eq!(a.int_list("c").unwrap(), Some(vec![3, 4]));
         assert_eq!(a.bool("d").unwrap(), Some(false));
-        assert!(a.str("e").unwrap_err().contains("an object"));
+        assert!(a.str("e").unwrap_err().to_string().contains("an object"));
         assert!(a.int("e").is_err());
         assert_eq!(a.int("zz").unwrap(), None);
     }
@@ -459,11 +469,13 @@ mod tests {
         assert!(
             check_args(&schema, &args(json!({})))
                 .unwrap_err()
+                .to_string()
                 .contains("missing")
         );
         assert!(
             check_args(&schema, &args(json!({"a": "x", "b": 1})))
                 .unwrap_err()
+                .to_string()
                 .contains("unknown parameter(s) b")
         );
     }
