@@ -69,4 +69,9 @@ pub enum SynthError {
     Task(#[from] dojo_task::TaskError),
     #[error(transparent)]
     RunDir(#[from] dojo_rundir::RunDirError),
+    #[error("creating a sandbox: {0}")]
+    Sandbox(#[source] dojo_sandbox::SandboxError),
+    /// The finished task failed `dojo validate`: its problems.
+    #[error("{}", .0.join("; "))]
+    Invalid(Vec<String>),
 }

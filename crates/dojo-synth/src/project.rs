@@ -111,14 +111,30 @@ pub fn resolve(input: &Input) -> Result<Project, SynthError> {
     }
 }
 
+/// What is wrong with a PEP 691 index page (the caller names the project and the URL).
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("index is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("index has no `files` list")]
+    NoFiles,
+    #[error("{0} is yanked")]
+    Yanked(String),
+    #[error("{0}: file without url")]
+    NoUrl(String),
+    #[error("{0}: file without a sha256")]
+    NoSha256(String),
+    #[error("no sdist {0}.tar.gz (or .zip) in the index")]
+    NoSdist(String),
+}
+
 /// The sdist of `name==version` in a PEP 691 index page.
-pub fn pick_sdist(index_json: &[u8], name: &str, version: &str) -> Result<SdistSource, String> {
-    let v: serde_json::Value =
-        serde_json::from_slice(index_json).map_err(|e| format!("index is not JSON: {e}"))?;
+pub fn pick_sdist(index_json: &[u8], name: &str, version: &str) -> Result<SdistSource, IndexError> {
+    let v: serde_json::Value = serde_json::from_slice(index_json).map_err(IndexError::NotJson)?;
     let files = v
         .get("files")
         .and_then(|f| f.as_array())
-        .ok_or("index has no `files` list")?;
+        .ok_or(IndexError::NoFiles)?;
     let want = format!("{}-{}", normalize(name), version);
     for f in files {
         let Some(filename) = f.get("filename").and_then(|x| x.as_str()) else {
@@ -139,17 +155,17 @@ pub fn pick_sdist(index_json: &[u8], name: &str, version: &str) -> Result<SdistS
             .get("yanked")
             .is_some_and(|y| y.as_bool() == Some(true) || y.is_string());
         if yanked {
-            return Err(format!("{filename} is yanked"));
+            return Err(IndexError::Yanked(filename.to_string()));
         }
         let url = f
             .get("url")
             .and_then(|x| x.as_str())
-            .ok_or("file without url")?;
+            .ok_or_else(|| IndexError::NoUrl(filename.to_string()))?;
         let sha = f
             .get("hashes")
             .and_then(|h| h.get("sha256"))
             .and_then(|x| x.as_str())
-            .ok_or("file without a sha256")?;
+            .ok_or_else(|| IndexError::NoSha256(filename.to_string()))?;
         return Ok(SdistSource {
             url: url.to_string(),
             sha256: sha.to_ascii_lowercase(),
@@ -157,7 +173,7 @@ pub fn pick_sdist(index_json: &[u8], name: &str, version: &str) -> Result<SdistS
             bug_patch: String::new(),
         });
     }
-    Err(format!("no sdist {want}.tar.gz (or .zip) in the index"))
+    Err(IndexError::NoSdist(want))
 }
 
 /// Write the tree of commit `rev` of the git repository at `repo` into `dest` (an empty
@@ -305,7 +321,9 @@ mod tests {
         ]});
         let s = pick_sdist(idx.to_string().as_bytes(), "python-slugify", "9.2.0").unwrap();
         assert_eq!((s.url.as_str(), s.sha256.as_str()), ("https://x/new", "cc"));
-        let e = pick_sdist(idx.to_string().as_bytes(), "python-slugify", "1.0").unwrap_err();
+        let e = pick_sdist(idx.to_string().as_bytes(), "python-slugify", "1.0")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("python-slugify-1.0"), "{e}");
         assert!(Input::parse_requirement("toolz").is_err());
         assert_eq!(

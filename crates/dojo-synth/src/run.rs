@@ -159,7 +159,7 @@ impl Ctx {
         if self.final_validate
             && let Err(problems) = self.validate_task(&row).await
         {
-            return dropped("final_validation", problems, true);
+            return dropped("final_validation", problems.to_string(), true);
         }
         Verdict::Validated(Box::new(row), key)
     }
@@ -332,21 +332,18 @@ impl Ctx {
 
     /// `dojo validate` of the finished task: its own tree (bug committed) and venv, the suite
     /// before and after the gold patch, the lists checked.
-    async fn validate_task(&self, row: &Map<String, Value>) -> Result<(), String> {
+    async fn validate_task(&self, row: &Map<String, Value>) -> Result<(), SynthError> {
         let loc = dojo_task::Location {
             file: "(synthesized)".into(),
             unit: "task",
             index: 1,
         };
-        let task = Task::from_row(row.clone(), &loc).map_err(|e| e.to_string())?;
-        let env = self.registry.resolve(&task).map_err(|e| e.to_string())?;
-        let prepared = dojo_task::Preparer::default()
-            .prepare(&task, &env)
-            .await
-            .map_err(|e| e.to_string())?;
+        let task = Task::from_row(row.clone(), &loc)?;
+        let env = self.registry.resolve(&task)?;
+        let prepared = dojo_task::Preparer::default().prepare(&task, &env).await?;
         let mut sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), &self.sandbox)
             .await
-            .map_err(|e| format!("creating a sandbox: {e}"))?;
+            .map_err(SynthError::Sandbox)?;
         let v = validate_in_sandbox(&mut sb, &task, &env, &GradeOptions::default()).await;
         if let Err(e) = sb.teardown().await {
             tracing::warn!("sandbox teardown: {e}");
@@ -354,7 +351,7 @@ impl Ctx {
         if v.ok {
             Ok(())
         } else {
-            Err(v.problems.join("; "))
+            Err(SynthError::Invalid(v.problems))
         }
     }
 }
