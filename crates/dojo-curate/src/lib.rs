@@ -27,4 +27,4 @@ pub mod view;
 pub mod world;
 
 pub use pipeline::{Config, CurateError, CurationSummary, FilterSet, Formats, run};
-pub use render::{ChatModel, Masking, MessagesStyle};
+pub use render::{ChatModel, Masking, MessagesStyle, RenderError};

@@ -11,6 +11,7 @@
 
 use serde_json::Value;
 
+use crate::CurateError;
 use crate::view::{Traj, role};
 use dojo_trajectory::PromptPart;
 
@@ -32,16 +33,48 @@ pub struct Sample {
     pub spans: Vec<Span>,
 }
 
+/// Why a trajectory could not be cut into windows, or a conversation rendered and tokenized
+/// for the target model (the pipeline records it as a problem naming the task).
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error(transparent)]
+    Chat(#[from] dojo_tokenizer::ChatError),
+    /// The tokenizer library's own error, as it reads.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("tokenizer is not deterministic on the rendered text")]
+    NotDeterministic,
+    #[error("no step {0}")]
+    NoStep(usize),
+    #[error("step {step} refers to message {index}, past the {len} messages")]
+    NoMessage {
+        step: usize,
+        index: usize,
+        len: usize,
+    },
+    #[error("step {step} generated message {index}, past the end")]
+    PastEnd { step: usize, index: usize },
+    #[error("step {step} refers to compression summary {index}, which is missing")]
+    NoSummary { step: usize, index: usize },
+    #[error("step {step} spans messages {start}..{end} of {len}: out of order")]
+    OutOfOrder {
+        step: usize,
+        start: usize,
+        end: usize,
+        len: usize,
+    },
+}
+
 /// A chat template plus the tokenizer of the target model.
 pub trait ChatModel: Send + Sync {
     /// Renders and tokenizes OpenAI-shaped messages (no generation prompt), with the spans of
     /// the assistant messages.
-    fn sample(&self, messages: &[Value], tools: &[Value]) -> Result<Sample, String>;
+    fn sample(&self, messages: &[Value], tools: &[Value]) -> Result<Sample, RenderError>;
     /// Number of tokens of the rendered conversation.
-    fn count(&self, messages: &[Value], tools: &[Value]) -> Result<usize, String>;
+    fn count(&self, messages: &[Value], tools: &[Value]) -> Result<usize, RenderError>;
     /// Token ids of the prompt for the next assistant turn (generation prompt added), to check
     /// against the ids a policy server recorded.
-    fn prompt_ids(&self, messages: &[Value], tools: &[Value]) -> Result<Vec<u32>, String>;
+    fn prompt_ids(&self, messages: &[Value], tools: &[Value]) -> Result<Vec<u32>, RenderError>;
     /// sha256 of the tokenizer (vocabulary, merges, special tokens, pipeline).
     fn tokenizer_fingerprint(&self) -> String;
     /// sha256 of the template source.
@@ -59,11 +92,9 @@ pub trait ChatModel: Send + Sync {
 /// Tools, calls and results written into the messages' text, Hermes style (`dojo-tokenizer`'s
 /// normalisation for templates without tool support, so exactly the token export's text for
 /// such a template; Qwen2.5's own template renders the OpenAI shape to the same text).
-pub fn hermes_inline(messages: &[Value], tools: &[Value]) -> Result<Vec<Value>, String> {
+pub fn hermes_inline(messages: &[Value], tools: &[Value]) -> Result<Vec<Value>, RenderError> {
     let tools = (!tools.is_empty()).then_some(tools);
-    dojo_tokenizer::normalize_messages(messages, tools, false)
-        .map(|n| n.messages)
-        .map_err(|e| e.to_string())
+    Ok(dojo_tokenizer::normalize_messages(messages, tools, false)?.messages)
 }
 
 /// How the messages exports write tool calls.
@@ -82,15 +113,13 @@ pub enum MessagesStyle {
 }
 
 impl std::str::FromStr for MessagesStyle {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = CurateError;
+    fn from_str(s: &str) -> Result<Self, CurateError> {
         match s {
             "auto" => Ok(MessagesStyle::Auto),
             "native" => Ok(MessagesStyle::Native),
             "inline" => Ok(MessagesStyle::Inline),
-            other => Err(format!(
-                "unknown messages style {other:?} (auto, native, inline)"
-            )),
+            other => Err(CurateError::UnknownMessagesStyle(other.to_string())),
         }
     }
 }
@@ -106,14 +135,12 @@ pub enum Masking {
 }
 
 impl std::str::FromStr for Masking {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = CurateError;
+    fn from_str(s: &str) -> Result<Self, CurateError> {
         match s {
             "all-assistant" | "all_assistant" | "all" => Ok(Masking::AllAssistant),
             "last-turn" | "last_turn" | "last" => Ok(Masking::LastTurn),
-            other => Err(format!(
-                "unknown masking strategy {other:?} (all-assistant | last-turn)"
-            )),
+            other => Err(CurateError::UnknownMasking(other.to_string())),
         }
     }
 }
@@ -129,39 +156,37 @@ pub struct Window {
 }
 
 /// The messages step `k` (0-based position in `t.steps`) was sent.
-pub fn prompt_of(t: &Traj, k: usize) -> Result<Vec<Value>, String> {
-    let step = t.steps.get(k).ok_or_else(|| format!("no step {}", k + 1))?;
+pub fn prompt_of(t: &Traj, k: usize) -> Result<Vec<Value>, RenderError> {
+    let step = t.steps.get(k).ok_or(RenderError::NoStep(k + 1))?;
     let msg = |i: usize| {
-        t.messages.get(i).cloned().ok_or_else(|| {
-            format!(
-                "step {} refers to message {i}, past the {} messages",
-                k + 1,
-                t.messages.len()
-            )
-        })
+        t.messages
+            .get(i)
+            .cloned()
+            .ok_or_else(|| RenderError::NoMessage {
+                step: k + 1,
+                index: i,
+                len: t.messages.len(),
+            })
     };
     match &step.prompt {
         None => t
             .messages
             .get(..step.assistant_message)
             .map(<[Value]>::to_vec)
-            .ok_or_else(|| {
-                format!(
-                    "step {} generated message {}, past the end",
-                    k + 1,
-                    step.assistant_message
-                )
+            .ok_or(RenderError::PastEnd {
+                step: k + 1,
+                index: step.assistant_message,
             }),
         Some(parts) => parts
             .iter()
             .map(|p| match *p {
                 PromptPart::Message(i) => msg(i),
-                PromptPart::Summary(i) => t.summaries.get(i).cloned().ok_or_else(|| {
-                    format!(
-                        "step {} refers to compression summary {i}, which is missing",
-                        k + 1
-                    )
-                }),
+                PromptPart::Summary(i) => {
+                    t.summaries.get(i).cloned().ok_or(RenderError::NoSummary {
+                        step: k + 1,
+                        index: i,
+                    })
+                }
             })
             .collect(),
     }
@@ -171,7 +196,7 @@ pub fn prompt_of(t: &Traj, k: usize) -> Result<Vec<Value>, String> {
 /// sent to the policy (compressed history after a context-manager compression) plus the turns
 /// generated from it, up to the next step whose prompt is not a continuation of it. Without
 /// compression that is one window, the whole conversation.
-pub fn windows(t: &Traj) -> Result<Vec<Window>, String> {
+pub fn windows(t: &Traj) -> Result<Vec<Window>, RenderError> {
     if t.steps.is_empty() {
         return Ok(vec![Window {
             part: 0,
@@ -188,11 +213,12 @@ pub fn windows(t: &Traj) -> Result<Vec<Window>, String> {
             .get(k + 1)
             .map_or(t.messages.len(), |n| n.assistant_message);
         if a >= end || end > t.messages.len() {
-            return Err(format!(
-                "step {} spans messages {a}..{end} of {}: out of order",
-                k + 1,
-                t.messages.len()
-            ));
+            return Err(RenderError::OutOfOrder {
+                step: k + 1,
+                start: a,
+                end,
+                len: t.messages.len(),
+            });
         }
         let prompt = prompt_of(t, k)?;
         let turn = &t.messages[a..end];
@@ -222,7 +248,7 @@ pub fn render_window(
     w: &Window,
     tools: &[Value],
     masking: Masking,
-) -> Result<Sample, String> {
+) -> Result<Sample, RenderError> {
     let mut s = model.sample(&w.messages, tools)?;
     let mut trained: Vec<usize> = s
         .spans
@@ -289,7 +315,7 @@ pub(crate) mod tests {
     }
 
     impl ChatModel for CharChatml {
-        fn sample(&self, messages: &[Value], _tools: &[Value]) -> Result<Sample, String> {
+        fn sample(&self, messages: &[Value], _tools: &[Value]) -> Result<Sample, RenderError> {
             let text = chatml(messages, false);
             let input_ids: Vec<u32> = text.chars().map(|c| c as u32).collect();
             let mut assistant_masks = vec![0u8; input_ids.len()];
@@ -313,10 +339,14 @@ pub(crate) mod tests {
                 spans,
             })
         }
-        fn count(&self, messages: &[Value], _tools: &[Value]) -> Result<usize, String> {
+        fn count(&self, messages: &[Value], _tools: &[Value]) -> Result<usize, RenderError> {
             Ok(chatml(messages, false).chars().count())
         }
-        fn prompt_ids(&self, messages: &[Value], _tools: &[Value]) -> Result<Vec<u32>, String> {
+        fn prompt_ids(
+            &self,
+            messages: &[Value],
+            _tools: &[Value],
+        ) -> Result<Vec<u32>, RenderError> {
             Ok(chatml(messages, true).chars().map(|c| c as u32).collect())
         }
         fn tokenizer_fingerprint(&self) -> String {
@@ -397,9 +427,14 @@ pub(crate) mod tests {
             assistant_message: 99,
             prompt: None,
         });
-        assert!(windows(&t).unwrap_err().contains("out of order"));
+        assert!(
+            windows(&t)
+                .unwrap_err()
+                .to_string()
+                .contains("out of order")
+        );
         let mut t = traj("a", 0, 1.0, 1);
         t.steps[1].prompt = Some(vec![dojo_trajectory::PromptPart::Summary(4)]);
-        assert!(windows(&t).unwrap_err().contains("summary 4"));
+        assert!(windows(&t).unwrap_err().to_string().contains("summary 4"));
     }
 }

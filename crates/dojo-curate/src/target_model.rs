@@ -5,7 +5,7 @@ use dojo_tokenizer::{ChatFormat, RenderOptions};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::render::{ChatModel, Sample, Span};
+use crate::render::{ChatModel, RenderError, Sample, Span};
 
 /// A [`ChatFormat`] with its fingerprints computed once.
 pub struct FormatModel {
@@ -39,22 +39,17 @@ impl ChatModel for FormatModel {
         self.format.template.supports_tools()
     }
 
-    fn sample(&self, messages: &[Value], tools: &[Value]) -> Result<Sample, String> {
-        let s = self
-            .format
-            .training_sample(messages, tools_opt(tools), &RenderOptions::default())
-            .map_err(|e| e.to_string())?;
+    fn sample(&self, messages: &[Value], tools: &[Value]) -> Result<Sample, RenderError> {
+        let s =
+            self.format
+                .training_sample(messages, tools_opt(tools), &RenderOptions::default())?;
         // dojo-tokenizer trains a token when it *starts* inside a span; Hugging Face (and so TRL's
         // `assistant_masks`) trains every token that *overlaps* one, which differs when a token
         // straddles the span start (e.g. content beginning with "\n" merges with the header's
         // "\n"). The byte spans are dojo-tokenizer's; the token mask follows Hugging Face.
-        let (ids, offsets) = self
-            .format
-            .tokenizer
-            .encode_with_offsets(&s.text)
-            .map_err(|e| e.to_string())?;
+        let (ids, offsets) = self.format.tokenizer.encode_with_offsets(&s.text)?;
         if ids != s.input_ids {
-            return Err("tokenizer is not deterministic on the rendered text".into());
+            return Err(RenderError::NotDeterministic);
         }
         let byte_spans: Vec<(usize, usize)> = s.spans.iter().map(|sp| (sp.start, sp.end)).collect();
         let (assistant_masks, token_ranges) = mask_from_spans(&offsets, &byte_spans);
@@ -74,25 +69,24 @@ impl ChatModel for FormatModel {
         })
     }
 
-    fn count(&self, messages: &[Value], tools: &[Value]) -> Result<usize, String> {
+    fn count(&self, messages: &[Value], tools: &[Value]) -> Result<usize, RenderError> {
         let text = self
             .format
-            .render(messages, tools_opt(tools), &RenderOptions::default())
-            .map_err(|e| e.to_string())?;
+            .render(messages, tools_opt(tools), &RenderOptions::default())?;
         let enc = self
             .format
             .tokenizer
             .hf()
             .encode_fast(text.as_str(), false)
-            .map_err(|e| format!("tokenizer: {e}"))?;
+            .map_err(|e| RenderError::Tokenizer(e.to_string()))?;
         Ok(enc.len())
     }
 
-    fn prompt_ids(&self, messages: &[Value], tools: &[Value]) -> Result<Vec<u32>, String> {
-        self.format
-            .prompt(messages, tools_opt(tools), &RenderOptions::default())
-            .map(|p| p.ids)
-            .map_err(|e| e.to_string())
+    fn prompt_ids(&self, messages: &[Value], tools: &[Value]) -> Result<Vec<u32>, RenderError> {
+        Ok(self
+            .format
+            .prompt(messages, tools_opt(tools), &RenderOptions::default())?
+            .ids)
     }
 
     fn tokenizer_fingerprint(&self) -> String {
@@ -108,11 +102,20 @@ impl ChatModel for FormatModel {
     }
 }
 
+/// Why the target model could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Spec(#[from] dojo_tokenizer::ModelSpecError),
+    #[error(transparent)]
+    Chat(#[from] dojo_tokenizer::ChatError),
+}
+
 /// Loads the target model named by a `--model` value ([`dojo_tokenizer::ModelSpec`]: `default`,
 /// a GGUF file, a Hugging Face directory or a hub name in the local cache).
-pub fn load(spec: &str) -> Result<Box<dyn ChatModel>, String> {
-    let spec = dojo_tokenizer::ModelSpec::resolve(spec).map_err(|e| e.to_string())?;
-    let format = spec.chat_format().map_err(|e| e.to_string())?;
+pub fn load(spec: &str) -> Result<Box<dyn ChatModel>, LoadError> {
+    let spec = dojo_tokenizer::ModelSpec::resolve(spec)?;
+    let format = spec.chat_format()?;
     Ok(Box::new(FormatModel::new(format, &spec.name())))
 }
 

@@ -41,12 +41,12 @@ pub enum WorldKind {
 }
 
 impl std::str::FromStr for WorldKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::CurateError;
+    fn from_str(s: &str) -> Result<Self, crate::CurateError> {
         match s {
             "swt" => Ok(WorldKind::Swt),
             "swr" => Ok(WorldKind::Swr),
-            other => Err(format!("unknown --world {other:?} (swt, swr)")),
+            other => Err(crate::CurateError::UnknownWorld(other.to_string())),
         }
     }
 }

@@ -8,6 +8,23 @@ use serde_json::{Value, json};
 use super::{ExportError, MessagesRow, meta_json, through_last_assistant, write_lines};
 use crate::view::{Traj, content_text, role};
 
+/// A conversation LLaMA-Factory's sharegpt layout cannot hold (the caller names the row).
+#[derive(Debug, thiserror::Error)]
+pub enum SharegptError {
+    #[error("message {index} has role {role:?}, which sharegpt cannot hold")]
+    Role { index: usize, role: String },
+    #[error(
+        "message {index} ({from}) breaks sharegpt's human/gpt alternation at position {position}"
+    )]
+    Alternation {
+        index: usize,
+        from: &'static str,
+        position: usize,
+    },
+    #[error("conversation does not end with an assistant turn")]
+    NoFinalTurn,
+}
+
 /// Converts portable messages to LLaMA-Factory's sharegpt layout. Errors when the conversation
 /// cannot alternate as LLaMA-Factory requires (human/observation at odd positions,
 /// gpt/function_call at even ones).
@@ -16,7 +33,7 @@ use crate::view::{Traj, content_text, role};
 /// `<think>…</think>` in front of the call JSON, which LLaMA-Factory's function formatter strips
 /// into the template's thought slot; trailing messages after the last assistant turn (the
 /// submit's observation) are dropped: nothing after it is trained.
-pub fn to_sharegpt(messages: &[Value], tools: &[Value]) -> Result<Value, String> {
+pub fn to_sharegpt(messages: &[Value], tools: &[Value]) -> Result<Value, SharegptError> {
     let mut system = Vec::new();
     let mut conv: Vec<Value> = Vec::new();
     for (i, m) in through_last_assistant(messages).iter().enumerate() {
@@ -55,9 +72,10 @@ pub fn to_sharegpt(messages: &[Value], tools: &[Value]) -> Result<Value, String>
                 }
             }
             other => {
-                return Err(format!(
-                    "message {i} has role {other:?}, which sharegpt cannot hold"
-                ));
+                return Err(SharegptError::Role {
+                    index: i,
+                    role: other.to_string(),
+                });
             }
         };
         // Parallel calls produce several observations: LLaMA-Factory wants one.
@@ -76,15 +94,16 @@ pub fn to_sharegpt(messages: &[Value], tools: &[Value]) -> Result<Value, String>
             matches!(from, "human" | "observation")
         };
         if !ok {
-            return Err(format!(
-                "message {i} ({from}) breaks sharegpt's human/gpt alternation at position {}",
-                conv.len()
-            ));
+            return Err(SharegptError::Alternation {
+                index: i,
+                from,
+                position: conv.len(),
+            });
         }
         conv.push(json!({"from": from, "value": value}));
     }
     if conv.is_empty() || conv.len() % 2 == 1 {
-        return Err("conversation does not end with an assistant turn".into());
+        return Err(SharegptError::NoFinalTurn);
     }
     Ok(json!({
         "conversations": conv,
@@ -107,7 +126,7 @@ pub fn write_sharegpt(
                 out.push(Value::Object(o));
             }
             Ok(_) => {}
-            Err(e) => bad.push((i, e)),
+            Err(e) => bad.push((i, e.to_string())),
         }
     }
     write_lines(path, out.into_iter())?;
@@ -163,6 +182,11 @@ mod tests {
             json!({"role": "user", "content": "b"}),
             json!({"role": "assistant", "content": "c"}),
         ];
-        assert!(to_sharegpt(&msgs, &[]).unwrap_err().contains("alternation"));
+        assert!(
+            to_sharegpt(&msgs, &[])
+                .unwrap_err()
+                .to_string()
+                .contains("alternation")
+        );
     }
 }

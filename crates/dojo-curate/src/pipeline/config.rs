@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::CurateError;
 use crate::filters::{DifficultyConfig, FormatConfig};
 use crate::render::{Masking, MessagesStyle};
 
@@ -35,7 +36,7 @@ impl Default for FilterSet {
 impl FilterSet {
     /// Parses `format,difficulty,cap,dedup,lsp` (`none` for no filter). `lsp` takes its minimum
     /// from `lsp_min` (default 2, SWE-Master's `limit_lsp`).
-    pub fn parse(list: &str, lsp_min: usize) -> Result<FilterSet, String> {
+    pub fn parse(list: &str, lsp_min: usize) -> Result<FilterSet, CurateError> {
         let mut f = FilterSet {
             dedup: false,
             difficulty: false,
@@ -52,9 +53,7 @@ impl FilterSet {
                 "lsp" => f.lsp_min = Some(lsp_min),
                 "none" => {}
                 other => {
-                    return Err(format!(
-                        "unknown filter {other:?} (known: dedup, difficulty, format, lsp, cap, none)"
-                    ));
+                    return Err(CurateError::UnknownFilter(other.to_string()));
                 }
             }
         }
@@ -140,6 +139,7 @@ mod tests {
         assert!(
             FilterSet::parse("format,fancy", 2)
                 .unwrap_err()
+                .to_string()
                 .contains("fancy")
         );
     }

@@ -34,6 +34,14 @@ pub enum CurateError {
     },
     #[error("{0}")]
     Config(String),
+    #[error("unknown filter {0:?} (known: dedup, difficulty, format, lsp, cap, none)")]
+    UnknownFilter(String),
+    #[error("unknown messages style {0:?} (auto, native, inline)")]
+    UnknownMessagesStyle(String),
+    #[error("unknown masking strategy {0:?} (all-assistant | last-turn)")]
+    UnknownMasking(String),
+    #[error("unknown --world {0:?} (swt, swr)")]
+    UnknownWorld(String),
 }
 
 /// What a curation run did: how much it read, what each stage kept and dropped, every problem

@@ -209,10 +209,10 @@ fn count_tokens(
 ) -> Result<usize, (&'static str, String)> {
     let p = portable(t);
     if check_ids && let Some((k, ids)) = &t.recorded_prompt {
-        let prompt = render::prompt_of(&p, *k).map_err(|e| ("invalid_record", e))?;
+        let prompt = render::prompt_of(&p, *k).map_err(|e| ("invalid_record", e.to_string()))?;
         let ours = model
             .prompt_ids(&prompt, &p.tools)
-            .map_err(|e| ("unrenderable", e))?;
+            .map_err(|e| ("unrenderable", e.to_string()))?;
         if &ours != ids {
             let at = ours
                 .iter()
@@ -233,11 +233,11 @@ fn count_tokens(
         }
     }
     let mut max = 0;
-    for w in render::windows(&p).map_err(|e| ("invalid_record", e))? {
+    for w in render::windows(&p).map_err(|e| ("invalid_record", e.to_string()))? {
         max = max.max(
             model
                 .count(&w.messages, &p.tools)
-                .map_err(|e| ("unrenderable", e))?,
+                .map_err(|e| ("unrenderable", e.to_string()))?,
         );
     }
     Ok(max)
