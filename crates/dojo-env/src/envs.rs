@@ -37,7 +37,9 @@ use axum::response::{IntoResponse, Response};
 use dojo_agent::action::{Call, render};
 use dojo_llm::{BoxFuture, ChatBackend, ChatMessage, ChatRequest, ChatResponse, LlmError, Role};
 use dojo_reward::shaping::RewardConfig;
-use dojo_rollout::agent_runner::{AgentLoop, AgentRunner, BackendFactory, DojoAgent, Prepared};
+use dojo_rollout::agent_runner::{
+    AgentLoop, AgentRunner, BackendError, BackendFactory, DojoAgent, Prepared,
+};
 use dojo_rollout::gold::{Action, ToolNames};
 use dojo_rollout::scheduler::{Job, Runner};
 use dojo_sandbox::Sandbox;
@@ -151,7 +153,7 @@ impl EnvRequest {
         for (k, v) in &self.budgets {
             map.insert(k.clone(), v.clone());
         }
-        DojoAgent::from_settings(map).map_err(|e| BadRequest::new("agent", e))
+        DojoAgent::from_settings(map).map_err(|e| BadRequest::new("agent", e.to_string()))
     }
 }
 
@@ -187,14 +189,19 @@ impl ChatBackend for StepBackend {
 /// Hands the env's one [`StepBackend`] to the runner.
 struct StepBackends(Mutex<Option<Arc<StepBackend>>>);
 
+/// A second episode asked a step-wise env for its one policy.
+#[derive(Debug, thiserror::Error)]
+#[error("the env's policy was already taken")]
+struct PolicyTaken;
+
 impl BackendFactory for StepBackends {
-    fn backend(&self, _: &Prepared, _: u32) -> Result<Arc<dyn ChatBackend>, String> {
+    fn backend(&self, _: &Prepared, _: u32) -> Result<Arc<dyn ChatBackend>, BackendError> {
         self.0
             .lock()
             .ok()
             .and_then(|mut b| b.take())
             .map(|b| b as Arc<dyn ChatBackend>)
-            .ok_or_else(|| "the env's policy was already taken".to_string())
+            .ok_or_else(|| BackendError::Other(Box::new(PolicyTaken)))
     }
     fn policy_info(&self) -> PolicyInfo {
         PolicyInfo {

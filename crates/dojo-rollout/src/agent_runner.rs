@@ -98,7 +98,8 @@ pub struct DojoAgent {
 
 impl DojoAgent {
     /// From a policy's `agent` table. Scripted policies emit native tool calls, so they default to
-    /// the native action format; everything else keeps dojo-agent's defaults.
+    /// the native action format; everything else keeps dojo-agent's defaults. (The error is
+    /// [`AgentSettingsError`]'s text: `dojo rl` takes it as a `String`.)
     pub fn from_policy(policy: &PolicyConfig) -> Result<DojoAgent, String> {
         let mut map = policy.agent.clone();
         if matches!(
@@ -108,24 +109,53 @@ impl DojoAgent {
             map.entry("action_format")
                 .or_insert_with(|| "native".into());
         }
-        Self::from_settings(map)
+        Self::from_settings(map).map_err(|e| e.to_string())
     }
 
     /// From agent settings alone (a policy's `agent` table; `dojo env serve`'s step-wise envs,
     /// whose turns come from the client).
     pub fn from_settings(
         map: serde_json::Map<String, serde_json::Value>,
-    ) -> Result<DojoAgent, String> {
+    ) -> Result<DojoAgent, AgentSettingsError> {
         let config: AgentConfig = serde_json::from_value(serde_json::Value::Object(map))
-            .map_err(|e| format!("[agent] settings: {e}"))?;
+            .map_err(AgentSettingsError::Invalid)?;
         if ToolRegistry::named(&config.tool_set).is_none() {
-            return Err(format!(
-                "[agent] tool_set {:?} is not a known tool set",
-                config.tool_set
-            ));
+            return Err(AgentSettingsError::UnknownToolSet(config.tool_set));
         }
         Ok(DojoAgent { config })
     }
+}
+
+/// A policy's `[agent]` table that does not make an agent.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentSettingsError {
+    #[error("[agent] settings: {0}")]
+    Invalid(#[source] serde_json::Error),
+    #[error("[agent] tool_set {0:?} is not a known tool set")]
+    UnknownToolSet(String),
+}
+
+/// Why a policy gave an episode no backend: an infrastructure failure of that episode.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error(transparent)]
+    Gold(#[from] crate::gold::GoldError),
+    #[error("no recorded trajectory for {key} in {source_file}")]
+    NoRecording { key: String, source_file: String },
+    /// Another factory's own reason (`dojo env serve`'s step-wise envs).
+    #[error(transparent)]
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Why a task could not be prepared for an episode.
+#[derive(Debug, thiserror::Error)]
+enum PrepareError {
+    #[error("no task at index {0}")]
+    NoTask(usize),
+    #[error(transparent)]
+    Sim(#[from] crate::world_sim::WorldSimError),
+    #[error(transparent)]
+    Task(#[from] dojo_task::TaskError),
 }
 
 /// Template variables of a task for the agent's prompts.
@@ -231,7 +261,7 @@ pub trait BackendFactory: Send + Sync + 'static {
         &self,
         prepared: &Prepared,
         sample_index: u32,
-    ) -> Result<Arc<dyn ChatBackend>, String>;
+    ) -> Result<Arc<dyn ChatBackend>, BackendError>;
     /// Recorded in every trajectory.
     fn policy_info(&self) -> dojo_trajectory::PolicyInfo;
 }
@@ -291,15 +321,13 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
         }
     }
 
-    async fn prepared(&self, job: &Job) -> Result<Prepared, String> {
+    async fn prepared(&self, job: &Job) -> Result<Prepared, PrepareError> {
         let task = self
             .tasks
             .get(job.task_index)
-            .ok_or_else(|| format!("no task at index {}", job.task_index))?;
+            .ok_or(PrepareError::NoTask(job.task_index))?;
         if let Some(setup) = &self.sim {
-            let p = crate::world_sim::prepare(setup, task, &self.registry, &self.preparer)
-                .await
-                .map_err(|e| e.to_string())?;
+            let p = crate::world_sim::prepare(setup, task, &self.registry, &self.preparer).await?;
             return Ok(Prepared {
                 task: task.clone(),
                 pristine: p.pristine,
@@ -309,12 +337,8 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
                 sim: Some(p.run),
             });
         }
-        let repo_env = self.registry.resolve(task).map_err(|e| e.to_string())?;
-        let tree = self
-            .preparer
-            .prepare(task, &repo_env)
-            .await
-            .map_err(|e| e.to_string())?;
+        let repo_env = self.registry.resolve(task)?;
+        let tree = self.preparer.prepare(task, &repo_env).await?;
         Ok(Prepared {
             task: task.clone(),
             pristine: tree.pristine.clone(),

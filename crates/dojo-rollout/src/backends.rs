@@ -9,9 +9,10 @@ use dojo_llm::{BoxFuture, ChatBackend, ChatMessage, ChatRequest, ChatResponse, L
 use dojo_sandbox::WORKSPACE;
 use dojo_trajectory::PolicyInfo;
 
-use crate::agent_runner::{BackendFactory, Prepared};
+use crate::agent_runner::{BackendError, BackendFactory, Prepared};
 use crate::gold::plan_actions;
 use crate::policy::{PolicyConfig, Sampling, ScriptedBackend};
+use crate::run_dir::RolloutError;
 use crate::store::Key;
 
 /// The test command gold-replay runs before submitting: the environment's test command over the
@@ -49,7 +50,7 @@ pub struct GoldBackends {
 }
 
 impl BackendFactory for GoldBackends {
-    fn backend(&self, p: &Prepared, _sample: u32) -> Result<Arc<dyn ChatBackend>, String> {
+    fn backend(&self, p: &Prepared, _sample: u32) -> Result<Arc<dyn ChatBackend>, BackendError> {
         let cmd = if self.run_tests {
             visible_test_command(p)
         } else {
@@ -61,9 +62,8 @@ impl BackendFactory for GoldBackends {
             &p.task.patch,
             WORKSPACE,
             cmd.as_deref(),
-            |rel| std::fs::read_to_string(root.join(rel)).map_err(|e| e.to_string()),
-        )
-        .map_err(|e| e.to_string())?;
+            |rel| std::fs::read_to_string(root.join(rel)),
+        )?;
         Ok(Arc::new(ScriptedBackend::gold(
             &p.task.instance_id,
             actions,
@@ -87,8 +87,9 @@ pub struct ReplayBackends {
 }
 
 impl ReplayBackends {
-    pub fn load(config: PolicyConfig, file: &Path) -> Result<ReplayBackends, String> {
-        let report = dojo_trajectory::read_jsonl(file).map_err(|e| e.to_string())?;
+    pub fn load(config: PolicyConfig, file: &Path) -> Result<ReplayBackends, RolloutError> {
+        let report =
+            dojo_trajectory::read_jsonl(file).map_err(|e| RolloutError::Policy(e.to_string()))?;
         for p in &report.problems {
             tracing::warn!("replay source {}: {p:?}", file.display());
         }
@@ -117,7 +118,7 @@ impl ReplayBackends {
 }
 
 impl BackendFactory for ReplayBackends {
-    fn backend(&self, p: &Prepared, sample: u32) -> Result<Arc<dyn ChatBackend>, String> {
+    fn backend(&self, p: &Prepared, sample: u32) -> Result<Arc<dyn ChatBackend>, BackendError> {
         let key = Key {
             task_id: p.task.instance_id.clone(),
             sample_index: sample,
@@ -125,7 +126,10 @@ impl BackendFactory for ReplayBackends {
         let msgs = self
             .turns
             .get(&key)
-            .ok_or_else(|| format!("no recorded trajectory for {key} in {}", self.source))?;
+            .ok_or_else(|| BackendError::NoRecording {
+                key: key.to_string(),
+                source_file: self.source.clone(),
+            })?;
         Ok(Arc::new(ScriptedBackend::replay(
             format!("replay:{}", self.source),
             msgs.clone(),
@@ -208,7 +212,7 @@ impl ModelBackends {
 }
 
 impl BackendFactory for ModelBackends {
-    fn backend(&self, _p: &Prepared, sample: u32) -> Result<Arc<dyn ChatBackend>, String> {
+    fn backend(&self, _p: &Prepared, sample: u32) -> Result<Arc<dyn ChatBackend>, BackendError> {
         Ok(self.for_sample(sample))
     }
     fn policy_info(&self) -> PolicyInfo {

@@ -196,12 +196,12 @@ fn locate(content: &str, h: &Hunk, offset: isize) -> Option<usize> {
 
 /// The whole gold script for a task. `read` gives a file's pristine contents (repo-relative path);
 /// `test_command` is what to run before submitting (None: skip).
-pub fn plan_actions(
+pub fn plan_actions<E: std::fmt::Display>(
     task: &str,
     patch: &str,
     workspace: &str,
     test_command: Option<&str>,
-    read: impl Fn(&str) -> Result<String, String>,
+    read: impl Fn(&str) -> Result<String, E>,
 ) -> Result<Vec<Action>, GoldError> {
     let files = parse_patch(task, patch)?;
     let abs = |p: &str| format!("{}/{}", workspace.trim_end_matches('/'), p);
@@ -222,10 +222,10 @@ pub fn plan_actions(
             });
             continue;
         }
-        let mut content = read(&path).map_err(|reason| GoldError::Read {
+        let mut content = read(&path).map_err(|e| GoldError::Read {
             task: task.into(),
             path: path.clone(),
-            reason,
+            reason: e.to_string(),
         })?;
         if let Some(h) = f.hunks.first() {
             actions.push(Action::Search {
@@ -411,8 +411,10 @@ mod tests {
 
     #[test]
     fn plan_replays_to_the_gold_result() {
-        let actions =
-            plan_actions("t", PATCH, "/testbed", Some("pytest tests"), |_| Ok(file())).unwrap();
+        let actions = plan_actions("t", PATCH, "/testbed", Some("pytest tests"), |_| {
+            Ok::<_, String>(file())
+        })
+        .unwrap();
         let mut content = file();
         let mut replaces = 0;
         for a in &actions {
@@ -445,7 +447,10 @@ mod tests {
         // The hunk's old side (`x = 1`) occurs twice: widen with file lines until unique.
         let content = "a()\nx = 1\nb()\nx = 1\nc()\n";
         let patch = "--- a/m.py\n+++ b/m.py\n@@ -4,1 +4,1 @@\n-x = 1\n+x = 2\n";
-        let actions = plan_actions("t", patch, "/testbed", None, |_| Ok(content.into())).unwrap();
+        let actions = plan_actions("t", patch, "/testbed", None, |_| {
+            Ok::<_, String>(content.into())
+        })
+        .unwrap();
         let Some(Action::Replace { old, new, .. }) =
             actions.iter().find(|a| matches!(a, Action::Replace { .. }))
         else {
@@ -499,7 +504,10 @@ mod tests {
             parse_patch("t", "hello"),
             Err(GoldError::Empty { .. })
         ));
-        let e = plan_actions("t", PATCH, "/testbed", None, |_| Ok("other".into())).unwrap_err();
+        let e = plan_actions("t", PATCH, "/testbed", None, |_| {
+            Ok::<_, String>("other".into())
+        })
+        .unwrap_err();
         assert!(e.to_string().contains("pkg/mod.py"), "{e}");
     }
 }

@@ -93,7 +93,11 @@ pub struct RolloutOutput {
 }
 
 impl BackendFactory for Box<dyn BackendFactory> {
-    fn backend(&self, p: &Prepared, sample: u32) -> Result<Arc<dyn ChatBackend>, String> {
+    fn backend(
+        &self,
+        p: &Prepared,
+        sample: u32,
+    ) -> Result<Arc<dyn ChatBackend>, crate::agent_runner::BackendError> {
         (**self).backend(p, sample)
     }
     fn policy_info(&self) -> dojo_trajectory::PolicyInfo {
@@ -114,9 +118,7 @@ pub fn make_backends(
             config,
             run_tests: *run_tests,
         }),
-        PolicyKind::Replay { file } => {
-            Box::new(ReplayBackends::load(config, file).map_err(RolloutError::Policy)?)
-        }
+        PolicyKind::Replay { file } => Box::new(ReplayBackends::load(config, file)?),
         PolicyKind::Openai { .. } | PolicyKind::Embedded { .. } => {
             Box::new(model_backends(policy, embedded)?)
         }
