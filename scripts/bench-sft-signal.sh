@@ -45,6 +45,6 @@ done
 "$dojo" train sft --data sft --model "$out/smollm2-hf" --out lora --lora-rank 16 --lora-alpha 32 \
   --lora-dropout 0 --lr 1e-3 --warmup-steps 0 --max-len 2304 --batch-size 1 --grad-accum 2 \
   --max-steps "$steps" --save-every 2 --merge --quiet \
-  --eval-tasks "$root/tasksets/mini/tasks.jsonl" --eval-max-steps "$eval_steps" --eval-max-tokens 128 \
+  --eval-tasks "$root/tasksets/mini/tasks.jsonl" --eval-max-turns "$eval_steps" --eval-max-tokens 128 \
   --eval-workers 1
 cat lora/eval.json

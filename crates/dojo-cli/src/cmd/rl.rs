@@ -24,8 +24,9 @@ pub struct RlArgs {
     /// 256 tokens.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Rollouts per task (G).
-    #[arg(long)]
+    /// Rollouts per task (the group size G), as `dojo rollout --samples`. `--group` is the old
+    /// spelling, kept as an alias for a release.
+    #[arg(long = "samples", visible_alias = "group")]
     group: Option<usize>,
     /// Steps to run.
     #[arg(long, value_parser = crate::args::positive::<u64>())]
@@ -42,8 +43,9 @@ pub struct RlArgs {
     /// Learning rate.
     #[arg(long)]
     lr: Option<f64>,
-    /// Agent step budget per rollout.
-    #[arg(long, value_parser = crate::args::positive::<u32>())]
+    /// Agent turns per rollout, as `dojo rollout --max-turns` (`--max-steps`, the old spelling,
+    /// is kept as an alias for a release; `dojo train --max-steps` counts optimizer steps).
+    #[arg(long = "max-turns", visible_alias = "max-steps", value_parser = crate::args::positive::<u32>())]
     max_steps: Option<u32>,
     /// Tokens generated per model turn.
     #[arg(long)]

@@ -48,8 +48,9 @@ pub struct RolloutArgs {
     /// Local clones of the repositories of git-based tasks (`owner__name`).
     #[arg(long)]
     repos: Option<PathBuf>,
-    /// Agent step budget (overrides the policy file's `[agent] max_steps`).
-    #[arg(long, value_parser = crate::args::positive::<u32>())]
+    /// Agent turns per rollout (overrides the policy file's `[agent] max_steps`).
+    /// `--max-steps` is the old spelling, kept as an alias for a release.
+    #[arg(long = "max-turns", visible_alias = "max-steps", value_parser = crate::args::positive::<u32>())]
     max_steps: Option<u32>,
     #[command(flatten)]
     world: WorldArgs,

@@ -54,8 +54,9 @@ pub struct SelectArgs {
     /// Verifier (and SWR) requests in flight at once.
     #[arg(long, default_value_t = 4)]
     pub verifier_concurrency: usize,
-    /// Candidates per task to select among (default: the most any task has).
-    #[arg(short, long, value_parser = crate::args::positive::<usize>())]
+    /// Candidates per task to select among (default: the most any task has), as `dojo rollout
+    /// --samples` made them. `--k` is the old spelling, kept as an alias for a release.
+    #[arg(short, long = "samples", visible_alias = "k", value_parser = crate::args::positive::<usize>())]
     pub k: Option<usize>,
     /// Seed of tie-breaks and bootstrap intervals.
     #[arg(long, default_value_t = 0)]

@@ -141,8 +141,9 @@ pub struct SftArgs {
     /// Only these instance ids of --eval-tasks (repeatable).
     #[arg(long = "eval-instance")]
     pub eval_instances: Vec<String>,
-    /// Agent step budget per evaluation rollout.
-    #[arg(long, default_value_t = 10, value_parser = crate::args::positive::<u32>())]
+    /// Agent turns per evaluation rollout (`--eval-max-steps`, the old spelling, is kept as an
+    /// alias for a release).
+    #[arg(long = "eval-max-turns", visible_alias = "eval-max-steps", default_value_t = 10, value_parser = crate::args::positive::<u32>())]
     pub eval_max_steps: u32,
     /// Tokens per model turn during evaluation.
     #[arg(long, default_value_t = 256)]
