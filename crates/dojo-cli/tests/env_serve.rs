@@ -184,7 +184,7 @@ fn episodes_over_http_graded_shaped_and_kept() {
     ] {
         let (code, e) = post(&s, &body);
         assert_eq!(code, 400, "{e}");
-        assert_eq!(e["error"]["field"], field, "{e}");
+        assert_eq!(e["error"]["param"], field, "{e}");
     }
     let (code, text) = http(&s.addr, "POST", "/v1/episodes", "{not json");
     assert_eq!(code, 400, "{text}");
@@ -516,7 +516,7 @@ fn step_wise_envs_graded_and_leased() {
     ] {
         let (code, e) = env_post(&s, path, &body);
         assert_eq!(code, want, "{path} {body}: {e}");
-        assert_eq!(e["error"]["field"], field, "{path} {body}: {e}");
+        assert_eq!(e["error"]["param"], field, "{path} {body}: {e}");
         assert!(
             e["error"]["message"]
                 .as_str()

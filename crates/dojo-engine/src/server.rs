@@ -17,53 +17,33 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use dojo_llm::{ChatRequest, ErrorBody, ErrorDetail};
+use dojo_llm::{ChatRequest, ErrorBody};
 use serde_json::json;
 
 use crate::{Engine, EngineError};
 
-fn error(status: StatusCode, kind: &str, message: String) -> Response {
-    error_with_code(status, kind, message, json!(status.as_u16()))
+/// An error response in the one body format of dojo's servers ([`ErrorBody::new`]).
+fn respond(status: StatusCode, body: ErrorBody) -> Response {
+    (status, axum::Json(body)).into_response()
 }
 
-fn error_with_code(
-    status: StatusCode,
-    kind: &str,
-    message: String,
-    code: serde_json::Value,
-) -> Response {
-    let body = ErrorBody {
-        error: ErrorDetail {
-            message,
-            kind: Some(kind.to_string()),
-            param: None,
-            code: Some(code),
-        },
-    };
-    (status, axum::Json(body)).into_response()
+fn error(status: StatusCode, message: String) -> Response {
+    respond(status, ErrorBody::new(status.as_u16(), message, None))
 }
 
 fn engine_error(e: EngineError) -> Response {
     match e {
         // OpenAI's code for this case, so clients can tell it from other 400s.
-        EngineError::ContextLength { .. } => error_with_code(
+        EngineError::ContextLength { .. } => respond(
             StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            e.to_string(),
-            json!("context_length_exceeded"),
+            ErrorBody::new(400, e.to_string(), None).with_code("context_length_exceeded"),
         ),
-        EngineError::Request(_) | EngineError::Chat(_) => error(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            e.to_string(),
-        ),
+        EngineError::Request(_) | EngineError::Chat(_) => {
+            error(StatusCode::BAD_REQUEST, e.to_string())
+        }
         other => {
             tracing::error!(error = %other, "engine failure");
-            error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                other.to_string(),
-            )
+            error(StatusCode::INTERNAL_SERVER_ERROR, other.to_string())
         }
     }
 }
@@ -72,7 +52,6 @@ fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Box<Res
     serde_json::from_slice(body).map_err(|e| {
         Box::new(error(
             StatusCode::BAD_REQUEST,
-            "invalid_request_error",
             format!("invalid request body: {e}"),
         ))
     })
@@ -83,20 +62,16 @@ fn check_model(engine: &Engine, requested: &str) -> Result<(), Box<Response>> {
     if requested.is_empty() || requested == engine.model_id() {
         return Ok(());
     }
-    let body = ErrorBody {
-        error: ErrorDetail {
-            message: format!(
-                "The model `{requested}` does not exist. This server serves `{}` (GET /v1/models).",
-                engine.model_id()
-            ),
-            kind: Some("invalid_request_error".into()),
-            param: Some("model".into()),
-            code: Some(json!("model_not_found")),
-        },
-    };
-    Err(Box::new(
-        (StatusCode::NOT_FOUND, axum::Json(body)).into_response(),
-    ))
+    let body = ErrorBody::new(
+        404,
+        format!(
+            "The model `{requested}` does not exist. This server serves `{}` (GET /v1/models).",
+            engine.model_id()
+        ),
+        Some("model"),
+    )
+    .with_code("model_not_found");
+    Err(Box::new(respond(StatusCode::NOT_FOUND, body)))
 }
 
 /// Liveness plus the engine's counters (operators watch `cancelled` and prefix reuse; tests use
@@ -155,7 +130,6 @@ async fn completions(State(engine): State<Engine>, body: Bytes) -> Response {
 async fn not_found() -> Response {
     error(
         StatusCode::NOT_FOUND,
-        "invalid_request_error",
         "no such route; dojo serve has /health, /v1/models, /v1/chat/completions, /v1/completions"
             .into(),
     )

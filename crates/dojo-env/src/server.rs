@@ -111,10 +111,10 @@ pub(crate) fn error(
     field: Option<&str>,
     message: impl Into<String>,
 ) -> Response {
-    let message = message.into();
+    // The body `dojo serve` answers with too (OpenAI's), the field at fault as `param`.
     (
         status,
-        axum::Json(json!({"error": {"message": message, "field": field}})),
+        axum::Json(dojo_llm::ErrorBody::new(status.as_u16(), message, field)),
     )
         .into_response()
 }

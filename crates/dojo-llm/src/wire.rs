@@ -351,6 +351,34 @@ pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
+impl ErrorBody {
+    /// The body both of dojo's servers (`dojo serve`, `dojo env serve`) answer an error with,
+    /// for HTTP status `status`: OpenAI's `type` for the status (`invalid_request_error` for
+    /// 4xx, `rate_limit_error` for 429, `server_error` for 5xx), `code` the status unless a
+    /// more specific one is given, and `param` the request field at fault, if one is.
+    pub fn new(status: u16, message: impl Into<String>, param: Option<&str>) -> ErrorBody {
+        let kind = match status {
+            429 => "rate_limit_error",
+            400..=499 => "invalid_request_error",
+            _ => "server_error",
+        };
+        ErrorBody {
+            error: ErrorDetail {
+                message: message.into(),
+                kind: Some(kind.into()),
+                param: param.map(str::to_string),
+                code: Some(Value::from(status)),
+            },
+        }
+    }
+
+    /// [`ErrorBody::new`] with a specific `code` (`context_length_exceeded`, `model_not_found`).
+    pub fn with_code(mut self, code: impl Into<Value>) -> ErrorBody {
+        self.error.code = Some(code.into());
+        self
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorDetail {
     pub message: String,
