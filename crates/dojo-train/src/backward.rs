@@ -11,28 +11,7 @@ use candle_core::{DType, Tensor, Var};
 
 use crate::TrainError;
 use crate::lora::Lora;
-use crate::model::TrainModel;
-
-/// Activation checkpointing in [`TrainModel::loss_grads`] (the memory plan's choice).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Checkpointing {
-    Off,
-    On,
-    /// Per call: on when the batch's activations, attention and logits would take more than
-    /// this many bytes ([`crate::memory::needs_checkpointing`]), for batches whose shapes vary.
-    Auto {
-        activation_budget: u64,
-    },
-}
-
-/// How [`TrainModel::loss_grads`] may call its loss.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LossRows {
-    /// A sum over rows: called on chunks of rows, the results summed.
-    Separable,
-    /// Called once on every row.
-    Whole,
-}
+use crate::model::{Checkpointing, LossRows, TrainModel};
 
 impl TrainModel {
     /// Activation checkpointing for [`TrainModel::loss_grads`] (off by default): the memory

@@ -65,10 +65,9 @@ pub mod trainer;
 
 use std::path::{Path, PathBuf};
 
-pub use backward::{Checkpointing, LossRows};
 pub use data::{Cursor, DataReport, Overlong};
 pub use lora::LoraConfig;
-pub use model::TrainModel;
+pub use model::{Checkpointing, LossRows, TrainModel};
 pub use optim::{AdamW, AdamWConfig};
 pub use source::ModelSource;
 pub use trainer::{RunOptions, SftConfig, SftSummary, run_sft};

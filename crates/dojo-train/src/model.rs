@@ -26,7 +26,6 @@ use dojo_engine::{Arch, Config, Model as EngineModel};
 use serde_json::{Value as Json, json};
 
 use crate::TrainError;
-use crate::backward::Checkpointing;
 use crate::lora::{Lora, LoraConfig};
 use crate::ops::{causal_attention, frozen_matmul, linear, nll_sum, rms_norm, rope};
 
@@ -91,6 +90,27 @@ fn layer_names(arch: Arch, i: usize) -> Vec<String> {
         v.push(format!("{p}.mlp.{n}_proj.weight"));
     }
     v
+}
+
+/// Activation checkpointing in [`TrainModel::loss_grads`] (the memory plan's choice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checkpointing {
+    Off,
+    On,
+    /// Per call: on when the batch's activations, attention and logits would take more than
+    /// this many bytes ([`crate::memory::needs_checkpointing`]), for batches whose shapes vary.
+    Auto {
+        activation_budget: u64,
+    },
+}
+
+/// How [`TrainModel::loss_grads`] may call its loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossRows {
+    /// A sum over rows: called on chunks of rows, the results summed.
+    Separable,
+    /// Called once on every row.
+    Whole,
 }
 
 /// What every block of one batch shares: its shape, RoPE tables and the causal mask.
