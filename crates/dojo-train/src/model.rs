@@ -426,10 +426,18 @@ impl TrainModel {
         }
     }
 
-    /// Hidden states after the last block, before the final norm: `(b * t, hidden)`.
-    /// Sequences are right-padded; causal attention keeps padding from reaching real tokens.
+    /// Hidden states after the last block, before the final norm: `(b * t, hidden)`, without
+    /// gradients. Sequences are right-padded; causal attention keeps padding from reaching real
+    /// tokens. Each block's output is detached: through the weights (variables) autograd would
+    /// otherwise keep every block's intermediates alive for as long as the result lives (for
+    /// RL's old-policy logprobs of four 3.5K-token episodes, tens of GB).
     pub fn hidden(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
-        self.hidden_mode(ids, false)
+        let ctx = self.block_inputs(ids)?;
+        let mut x = self.embed(ids)?.detach();
+        for i in 0..self.config.num_layers {
+            x = self.block(i, &x, &ctx, false)?.detach();
+        }
+        Ok(x)
     }
 
     /// [`TrainModel::hidden`]; `train` turns LoRA dropout on.
@@ -519,8 +527,9 @@ impl TrainModel {
         x + self.proj(&(g * u)?, &format!("{p}.mlp.down_proj"), train)?
     }
 
-    /// Logits for every position: `(b, t, vocab)`.
+    /// Logits for every position: `(b, t, vocab)`, without gradients.
     pub fn logits(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        // Without gradients, as `hidden`.
         let (b, t) = ids.dims2()?;
         let x = rms_norm(
             &self.hidden(ids)?,
@@ -529,14 +538,15 @@ impl TrainModel {
         )?;
         // Through `head`: with LoRA the frozen head gets no weight gradient (for SmolLM2 a
         // vocab × hidden matrix per backward pass), as in `loss_sum`.
-        self.head(&x)?.reshape((b, t, ()))
+        Ok(self.head(&x)?.reshape((b, t, ()))?.detach())
     }
 
     /// Logits `(n, vocab)` of the flattened positions `rows` (`bi * t + p`, u32) only: the LM
     /// head and its `vocab`-wide outputs for the positions a loss reads, not for every
-    /// position of every sequence (RL's episodes are mostly prompt and observations).
+    /// position of every sequence (RL's episodes are mostly prompt and observations). Without
+    /// gradients, as [`TrainModel::hidden`].
     pub fn logits_at(&self, ids: &Tensor, rows: &Tensor) -> candle_core::Result<Tensor> {
-        self.logits_rows(ids, rows, false)
+        Ok(self.head_rows(&self.hidden(ids)?, rows)?.detach())
     }
 
     /// Final norm and LM head at the flattened rows `rows` of the hidden states; `train` turns
