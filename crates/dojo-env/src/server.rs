@@ -279,7 +279,7 @@ async fn post_episode(State(s): State<AppState>, body: Bytes) -> Response {
     };
     let agent = match DojoAgent::from_policy(&policy) {
         Ok(a) => a,
-        Err(e) => return s.bad(BadRequest::new("policy", e)),
+        Err(e) => return s.bad(BadRequest::new("policy", e.to_string())),
     };
     let backends = match make_backends(&policy, None) {
         Ok(b) => b,

@@ -161,7 +161,7 @@ impl AgentEnv {
         if dir.exists() {
             std::fs::remove_dir_all(dir).map_err(|e| infra(e.to_string()))?;
         }
-        let agent = DojoAgent::from_policy(&policy).map_err(infra)?;
+        let agent = DojoAgent::from_policy(&policy).map_err(|e| infra(e.to_string()))?;
         let backends = make_backends(&policy, Some(backend)).map_err(|e| infra(e.to_string()))?;
         let opts = RolloutOptions {
             shard: None,

@@ -98,9 +98,8 @@ pub struct DojoAgent {
 
 impl DojoAgent {
     /// From a policy's `agent` table. Scripted policies emit native tool calls, so they default to
-    /// the native action format; everything else keeps dojo-agent's defaults. (The error is
-    /// [`AgentSettingsError`]'s text: `dojo rl` takes it as a `String`.)
-    pub fn from_policy(policy: &PolicyConfig) -> Result<DojoAgent, String> {
+    /// the native action format; everything else keeps dojo-agent's defaults.
+    pub fn from_policy(policy: &PolicyConfig) -> Result<DojoAgent, AgentSettingsError> {
         let mut map = policy.agent.clone();
         if matches!(
             policy.kind,
@@ -109,7 +108,7 @@ impl DojoAgent {
             map.entry("action_format")
                 .or_insert_with(|| "native".into());
         }
-        Self::from_settings(map).map_err(|e| e.to_string())
+        Self::from_settings(map)
     }
 
     /// From agent settings alone (a policy's `agent` table; `dojo env serve`'s step-wise envs,

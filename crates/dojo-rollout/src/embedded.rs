@@ -81,7 +81,8 @@ pub async fn run_policy(opts: &RolloutOptions) -> Result<RolloutOutput, RolloutE
     let world_embedded = tokio::task::spawn_blocking(move || embedded_world(world.as_ref()))
         .await
         .map_err(|e| RolloutError::Policy(format!("loading the world models: {e}")))??;
-    let agent = DojoAgent::from_policy(&opts.policy).map_err(RolloutError::Policy)?;
+    let agent =
+        DojoAgent::from_policy(&opts.policy).map_err(|e| RolloutError::Policy(e.to_string()))?;
     let backends = make_backends(&opts.policy, embedded)?;
     run_rollout_with_world(opts, agent, backends, &world_embedded).await
 }
