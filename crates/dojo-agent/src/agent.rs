@@ -100,10 +100,10 @@ pub struct TaskInput {
 
 /// A configured agent; cheap to share, one [`Agent::run`] per rollout.
 pub struct Agent {
-    pub(crate) cfg: AgentConfig,
+    cfg: AgentConfig,
     tools: ToolRegistry,
-    pub(crate) backend: Arc<dyn ChatBackend>,
-    pub(crate) prompts: Prompts,
+    backend: Arc<dyn ChatBackend>,
+    prompts: Prompts,
     policy: PolicyInfo,
 }
 
@@ -114,7 +114,7 @@ fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-pub(crate) fn ms(d: Duration) -> u64 {
+fn ms(d: Duration) -> u64 {
     d.as_millis() as u64
 }
 
@@ -208,7 +208,7 @@ impl Agent {
 
     /// The request for LLM call `call` of a rollout; a configured seed becomes that call's own
     /// seed ([`dojo_llm::derive_seed`]), so turns do not replay one random stream.
-    pub(crate) fn request(&self, messages: Vec<ChatMessage>, call: u64) -> ChatRequest {
+    fn request(&self, messages: Vec<ChatMessage>, call: u64) -> ChatRequest {
         let s = &self.cfg.sampling;
         ChatRequest {
             model: self.cfg.model.clone(),
@@ -234,14 +234,14 @@ impl Agent {
 }
 
 /// The mutable state of one rollout.
-pub(crate) struct Run<'a> {
-    pub(crate) agent: &'a Agent,
-    pub(crate) t: Trajectory,
+struct Run<'a> {
+    agent: &'a Agent,
+    t: Trajectory,
     start: Instant,
     /// Message index ranges `[start, end)` of each completed turn.
-    pub(crate) turns: Vec<(usize, usize)>,
+    turns: Vec<(usize, usize)>,
     /// Turns already folded into a compression summary.
-    pub(crate) compressed_turns: u32,
+    compressed_turns: u32,
     consecutive_format_errors: u32,
 }
 
@@ -276,13 +276,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    pub(crate) fn event(
-        &mut self,
-        step: u32,
-        kind: &str,
-        blame: Blame,
-        message: impl Into<String>,
-    ) {
+    fn event(&mut self, step: u32, kind: &str, blame: Blame, message: impl Into<String>) {
         self.t.events.push(Event {
             step,
             kind: kind.into(),
@@ -291,8 +285,81 @@ impl<'a> Run<'a> {
         });
     }
 
-    pub(crate) fn remaining_wall(&self) -> Duration {
+    fn remaining_wall(&self) -> Duration {
         Duration::from_secs_f64(self.agent.cfg.max_wall_secs).saturating_sub(self.start.elapsed())
+    }
+
+    /// Compresses the next window of turns if [`context::due_window`] says one is due: the
+    /// summarizer (the policy itself, with the `summary` prompt) reads the window's transcript and
+    /// its answer replaces those turns in later prompts. A failed compression is recorded as an
+    /// infrastructure event and the rollout goes on uncompressed.
+    async fn maybe_compress(&mut self, step: u32, task: &TaskInput) {
+        let Some(cc) = self.agent.cfg.context.clone() else {
+            return;
+        };
+        let Some(window) = context::due_window(
+            &cc,
+            &self.t.messages,
+            &self.turns,
+            self.compressed_turns,
+            &task.vars,
+        ) else {
+            return;
+        };
+        let prompt = match self.agent.prompts.render("summary", &window.vars) {
+            Ok(p) => p,
+            Err(e) => {
+                self.event(
+                    step,
+                    "compression_failed",
+                    Blame::Infrastructure,
+                    e.to_string(),
+                );
+                return;
+            }
+        };
+        // Its own seed stream, apart from the turns' (steps are numbered from 1, below 2^32).
+        let mut req = self
+            .agent
+            .request(vec![ChatMessage::user(prompt)], (1 << 32) | u64::from(step));
+        req.tools = None;
+        req.temperature = Some(cc.temperature);
+        req.max_tokens = cc.max_summary_tokens;
+        let started = Instant::now();
+        let resp =
+            tokio::time::timeout(self.remaining_wall(), self.agent.backend.complete(req)).await;
+        let llm_ms = ms(started.elapsed());
+        match resp {
+            Ok(Ok(resp)) => {
+                self.t.llm_calls += 1;
+                let usage = resp.usage.unwrap_or_default();
+                self.t.usage.add(&usage);
+                let summary = resp
+                    .choices
+                    .first()
+                    .map(|c| c.message.text())
+                    .unwrap_or_default();
+                self.t
+                    .compressions
+                    .push(window.event(step, &summary, usage, llm_ms));
+                self.compressed_turns = window.last;
+            }
+            Ok(Err(e)) => {
+                self.t.llm_calls += 1;
+                self.event(
+                    step,
+                    "compression_failed",
+                    Blame::Infrastructure,
+                    e.to_string(),
+                );
+            }
+            Err(_) => self.event(
+                step,
+                "compression_failed",
+                Blame::Infrastructure,
+                "wall-time budget ran out",
+            ),
+        }
     }
 
     async fn drive(

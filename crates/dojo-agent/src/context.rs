@@ -5,16 +5,14 @@
 //! every message: [`prompt`] rebuilds what each request holds from the messages and the
 //! compressions, and the record says so per step ([`PromptPart`]).
 //!
-//! The agent loop calls [`Run::maybe_compress`] before each step and sends [`prompt`]'s messages.
+//! Before each step the agent loop asks [`due_window`] whether a window is due, has the policy
+//! summarize it and records [`Window::event`], then sends [`prompt`]'s messages. This module
+//! decides and shapes; the loop owns the rollout's state and the policy call.
 
-use std::time::Instant;
-
-use dojo_llm::{ChatMessage, Role};
-use dojo_trajectory::{Blame, CompressionEvent, PromptPart, Trajectory};
+use dojo_llm::{ChatMessage, Role, Usage};
+use dojo_trajectory::{CompressionEvent, PromptPart, Trajectory};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
-
-use crate::agent::{Run, TaskInput, ms};
+use serde_json::{Map, Value, json};
 
 /// When and how much to compress.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -123,91 +121,59 @@ fn summary_message(first: u32, last: u32, summary: &str) -> ChatMessage {
     ))
 }
 
-impl Run<'_> {
-    /// Compresses the next window of turns if [`ContextConfig::due`] says so: the summarizer
-    /// (the policy itself, with the `summary` prompt) reads the window's transcript and its answer
-    /// replaces those turns in later prompts. A failed compression is recorded as an
-    /// infrastructure event and the rollout goes on uncompressed.
-    pub(crate) async fn maybe_compress(&mut self, step: u32, task: &TaskInput) {
-        let Some(cc) = self.agent.cfg.context.clone() else {
-            return;
-        };
-        let done = self.turns.len() as u32;
-        let Some((first, last)) = cc.due(done, self.compressed_turns) else {
-            return;
-        };
-        let (msg_start, msg_end) = (
-            self.turns[first as usize - 1].0,
-            self.turns[last as usize - 1].1,
-        );
-        let transcript = transcript(
-            &self.t.messages,
-            &self.turns[first as usize - 1..last as usize],
-            first,
-            cc.max_observation_chars,
-        );
-        let vars = json!({
-            "first": first, "last": last, "transcript": transcript,
-            "problem_statement": task.vars.get("problem_statement").cloned().unwrap_or(json!("")),
-        });
-        let prompt = match self.agent.prompts.render("summary", &vars) {
-            Ok(p) => p,
-            Err(e) => {
-                self.event(
-                    step,
-                    "compression_failed",
-                    Blame::Infrastructure,
-                    e.to_string(),
-                );
-                return;
-            }
-        };
-        // Its own seed stream, apart from the turns' (steps are numbered from 1, below 2^32).
-        let mut req = self
-            .agent
-            .request(vec![ChatMessage::user(prompt)], (1 << 32) | u64::from(step));
-        req.tools = None;
-        req.temperature = Some(cc.temperature);
-        req.max_tokens = cc.max_summary_tokens;
-        let started = Instant::now();
-        let resp =
-            tokio::time::timeout(self.remaining_wall(), self.agent.backend.complete(req)).await;
-        let llm_ms = ms(started.elapsed());
-        match resp {
-            Ok(Ok(resp)) => {
-                self.t.llm_calls += 1;
-                let usage = resp.usage.unwrap_or_default();
-                self.t.usage.add(&usage);
-                let summary = resp
-                    .choices
-                    .first()
-                    .map(|c| c.message.text())
-                    .unwrap_or_default();
-                self.t.compressions.push(CompressionEvent {
-                    at_step: step,
-                    turns: (first, last),
-                    messages: (msg_start, msg_end),
-                    summary: summary_message(first, last, &summary),
-                    usage,
-                    llm_ms,
-                });
-                self.compressed_turns = last;
-            }
-            Ok(Err(e)) => {
-                self.t.llm_calls += 1;
-                self.event(
-                    step,
-                    "compression_failed",
-                    Blame::Infrastructure,
-                    e.to_string(),
-                );
-            }
-            Err(_) => self.event(
-                step,
-                "compression_failed",
-                Blame::Infrastructure,
-                "wall-time budget ran out",
-            ),
+/// One compression that is due now: the turns it folds, their messages, and what the summarizer
+/// is asked.
+pub(crate) struct Window {
+    /// First and last turn (1-based, inclusive).
+    pub(crate) first: u32,
+    pub(crate) last: u32,
+    /// Message index range `[start, end)` the turns cover.
+    pub(crate) messages: (usize, usize),
+    /// Variables of the `summary` prompt.
+    pub(crate) vars: Value,
+}
+
+/// The window to compress now, if [`ContextConfig::due`] says so. `turns` are the message ranges
+/// of the completed turns, `compressed` the turns already summarized, `task_vars` the task's
+/// template variables (the summarizer sees its `problem_statement`).
+pub(crate) fn due_window(
+    cc: &ContextConfig,
+    messages: &[ChatMessage],
+    turns: &[(usize, usize)],
+    compressed: u32,
+    task_vars: &Map<String, Value>,
+) -> Option<Window> {
+    let (first, last) = cc.due(turns.len() as u32, compressed)?;
+    let window = &turns[first as usize - 1..last as usize];
+    let transcript = transcript(messages, window, first, cc.max_observation_chars);
+    let vars = json!({
+        "first": first, "last": last, "transcript": transcript,
+        "problem_statement": task_vars.get("problem_statement").cloned().unwrap_or(json!("")),
+    });
+    Some(Window {
+        first,
+        last,
+        messages: (window[0].0, window[window.len() - 1].1),
+        vars,
+    })
+}
+
+impl Window {
+    /// The trajectory's record of this window compressed into `summary` at `step`.
+    pub(crate) fn event(
+        &self,
+        step: u32,
+        summary: &str,
+        usage: Usage,
+        llm_ms: u64,
+    ) -> CompressionEvent {
+        CompressionEvent {
+            at_step: step,
+            turns: (self.first, self.last),
+            messages: self.messages,
+            summary: summary_message(self.first, self.last, summary),
+            usage,
+            llm_ms,
         }
     }
 }
