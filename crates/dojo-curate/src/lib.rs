@@ -13,6 +13,7 @@
 //! same formats. Every stage reports how many
 //! trajectories it dropped and why; every unreadable line is reported with file, line and reason.
 
+pub mod error;
 pub mod export;
 pub mod filters;
 #[cfg(any(test, feature = "fixtures"))]
@@ -21,10 +22,13 @@ pub mod input;
 pub mod pipeline;
 pub mod render;
 pub mod report;
+pub mod summary;
 pub mod target_model;
 pub mod verifier;
 pub mod view;
 pub mod world;
 
-pub use pipeline::{Config, CurateError, CurationSummary, FilterSet, Formats, run};
+pub use error::CurateError;
+pub use pipeline::{Config, FilterSet, Formats, run};
 pub use render::{ChatModel, Masking, MessagesStyle, RenderError};
+pub use summary::CurationSummary;

@@ -11,7 +11,7 @@
 
 use serde_json::Value;
 
-use crate::CurateError;
+use crate::error::CurateError;
 use crate::view::{Traj, role};
 use dojo_trajectory::PromptPart;
 

@@ -7,12 +7,13 @@
 
 use std::fmt::Write as _;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use dojo_report::{BarChart, Page, Table, escape};
 
+use crate::error::{CurateError, write_file};
 use crate::filters::StageReport;
-use crate::pipeline::{Config, CurateError, CurationSummary, output};
+use crate::summary::{CurationSummary, KeptRecord};
 
 /// The stage table as fixed-width text (for the terminal).
 pub fn stage_table(stages: &[StageReport]) -> String {
@@ -39,14 +40,6 @@ pub fn stage_table(stages: &[StageReport]) -> String {
 
 /// At most this many problems are listed in the report; all of them are in `manifest.json`.
 const MAX_LISTED_PROBLEMS: usize = 500;
-
-/// A kept trajectory, for the report's per-task links.
-#[derive(Debug, Clone)]
-pub struct KeptRecord {
-    pub task_id: String,
-    pub resolved: bool,
-    pub origin: crate::view::Origin,
-}
 
 /// At most this many trajectory pages are written (the report says when more were kept).
 const MAX_PAGES: usize = 2_000;
@@ -198,9 +191,9 @@ fn html_with_links(
     page.finish()
 }
 
-/// Writes `report.html` and one standalone `.svg` per chart into the output directory; returns
-/// the files written.
-pub fn write(cfg: &Config, out: &CurationSummary) -> Result<Vec<PathBuf>, CurateError> {
+/// Writes `report.html` and one standalone `.svg` per chart into the output directory `dir`;
+/// returns the files written.
+pub fn write(dir: &Path, out: &CurationSummary) -> Result<Vec<PathBuf>, CurateError> {
     let mut charts = Vec::new();
     if let Some(d) = &out.difficulty {
         charts.push((
@@ -263,7 +256,7 @@ pub fn write(cfg: &Config, out: &CurationSummary) -> Result<Vec<PathBuf>, Curate
         summary.push((format!("problems: {k}"), v.to_string()));
     }
     let hists: Vec<BarChart> = charts.iter().map(|c| c.1.clone()).collect();
-    let (pages, missed) = write_pages(&cfg.out, &out.kept_records);
+    let (pages, missed) = write_pages(dir, &out.kept_records);
     let html = html_with_links(
         "dojo curate",
         &out.stages,
@@ -274,12 +267,12 @@ pub fn write(cfg: &Config, out: &CurationSummary) -> Result<Vec<PathBuf>, Curate
         missed,
     );
     let mut files = Vec::new();
-    let p = cfg.out.join("report.html");
-    output::write(&p, &html)?;
+    let p = dir.join("report.html");
+    write_file(&p, &html)?;
     files.push(p);
     for (name, c) in &charts {
-        let p = cfg.out.join(format!("{name}.svg"));
-        output::write(&p, &c.svg().standalone())?;
+        let p = dir.join(format!("{name}.svg"));
+        write_file(&p, &c.svg().standalone())?;
         files.push(p);
     }
     Ok(files)

@@ -25,6 +25,7 @@ use dojo_world::{Caps, Rendered, swr_messages, swt_messages, tail_chars};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::error::CurateError;
 use crate::filters::{Cand, StageReport};
 use crate::input::Problem;
 use crate::view::{Origin, StopKind, Traj};
@@ -41,12 +42,12 @@ pub enum WorldKind {
 }
 
 impl std::str::FromStr for WorldKind {
-    type Err = crate::CurateError;
-    fn from_str(s: &str) -> Result<Self, crate::CurateError> {
+    type Err = CurateError;
+    fn from_str(s: &str) -> Result<Self, CurateError> {
         match s {
             "swt" => Ok(WorldKind::Swt),
             "swr" => Ok(WorldKind::Swr),
-            other => Err(crate::CurateError::UnknownWorld(other.to_string())),
+            other => Err(CurateError::UnknownWorld(other.to_string())),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::CurateError;
+use crate::error::CurateError;
 use crate::filters::{DifficultyConfig, FormatConfig};
 use crate::render::{Masking, MessagesStyle};
 

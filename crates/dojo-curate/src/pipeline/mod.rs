@@ -1,91 +1,22 @@
 //! One curation run, stage by stage: read → dedup → difficulty → format → tokenize → lsp → cap
 //! → render → export → report. [`run`] only sequences the stages; each is a function of
 //! [`stages`] that takes the surviving candidates and records what it dropped and why in the
-//! [`CurationSummary`]. The settings are in [`config`], the files written in [`output`], the
-//! human-readable report in [`crate::report`].
+//! [`CurationSummary`] (its own module, [`crate::summary`], since the report reads it too). The
+//! settings are in [`config`], the files written in [`output`], the human-readable report in
+//! [`crate::report`].
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Instant;
 
-use serde::Serialize;
-
-use crate::export::ExportError;
-use crate::filters::{DifficultyStats, StageReport};
-use crate::input::Problem;
+use crate::error::CurateError;
 use crate::render::{ChatModel, MessagesStyle};
+use crate::report;
+use crate::summary::{CurationSummary, KeptRecord};
 
 mod config;
 pub(crate) mod output;
 mod stages;
 
 pub use config::{Config, FilterSet, Formats};
-
-/// Errors that stop a run (bad input lines never do: they are [`Problem`]s).
-#[derive(Debug, thiserror::Error)]
-pub enum CurateError {
-    #[error(transparent)]
-    Export(#[from] ExportError),
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{0}")]
-    Config(String),
-    #[error("unknown filter {0:?} (known: dedup, difficulty, format, lsp, cap, none)")]
-    UnknownFilter(String),
-    #[error("unknown messages style {0:?} (auto, native, inline)")]
-    UnknownMessagesStyle(String),
-    #[error("unknown masking strategy {0:?} (all-assistant | last-turn)")]
-    UnknownMasking(String),
-    #[error("unknown --world {0:?} (swt, swr)")]
-    UnknownWorld(String),
-}
-
-/// What a curation run did: how much it read, what each stage kept and dropped, every problem
-/// met, what it wrote and how long each phase took. The CLI prints it, `manifest.json` and
-/// `report.html` are made from it.
-#[derive(Debug, Default, Serialize)]
-pub struct CurationSummary {
-    pub files_read: usize,
-    pub bytes_read: u64,
-    pub lines: usize,
-    pub trajectories: usize,
-    pub stages: Vec<StageReport>,
-    pub difficulty: Option<DifficultyStats>,
-    pub problems: Vec<String>,
-    /// Problem kind → count.
-    pub problem_counts: BTreeMap<String, usize>,
-    pub kept_trajectories: usize,
-    pub samples: usize,
-    pub trained_tokens: usize,
-    pub sample_tokens: Vec<usize>,
-    pub kept_turns: Vec<usize>,
-    /// Where each kept trajectory came from, for the report's links to their pages.
-    #[serde(skip)]
-    pub kept_records: Vec<crate::report::KeptRecord>,
-    pub written: Vec<PathBuf>,
-    pub seconds: BTreeMap<String, f64>,
-    /// How the messages exports wrote tool calls: `native` or `inline`.
-    pub messages_style: &'static str,
-    /// With `--world`: what the prompt caps cut.
-    pub world: Option<crate::world::WorldStats>,
-}
-
-impl CurationSummary {
-    /// Counts a problem by kind and keeps its text for the report and the manifest.
-    pub(crate) fn record_problem(&mut self, p: Problem) {
-        *self.problem_counts.entry(p.kind.clone()).or_default() += 1;
-        self.problems.push(p.to_string());
-    }
-
-    fn time(&mut self, phase: &str, since: Instant) {
-        self.seconds
-            .insert(phase.into(), since.elapsed().as_secs_f64());
-    }
-}
 
 /// Refuses settings that cannot work before anything is read.
 fn check(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<(), CurateError> {
@@ -126,7 +57,7 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<CurationSummar
     out.kept_turns = cands.iter().map(|c| c.traj.num_turns()).collect();
     out.kept_records = cands
         .iter()
-        .map(|c| crate::report::KeptRecord {
+        .map(|c| KeptRecord {
             task_id: c.traj.task_id.clone(),
             resolved: c.traj.resolved,
             origin: c.traj.origin.clone(),
@@ -164,7 +95,7 @@ pub fn run(cfg: &Config, model: Option<&dyn ChatModel>) -> Result<CurationSummar
     let mut files = output::write_exports(cfg, model, &rows.messages, rendered.as_ref(), &mut out)?;
     out.time("write", t3);
     if cfg.report {
-        files.extend(crate::report::write(cfg, &out)?);
+        files.extend(report::write(&cfg.out, &out)?);
     }
     out.written = files;
     let manifest = cfg.out.join("manifest.json");
@@ -183,6 +114,7 @@ mod tests {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     use serde_json::Value;
     use serde_json::json;
+    use std::collections::BTreeMap;
     use std::io::Write;
 
     use crate::fixtures::record;

@@ -9,7 +9,10 @@ use crate::export::{self, EXPORT_SCHEMA_VERSION, Fingerprints, MessagesRow, Toke
 use crate::input::Problem;
 use crate::render::{self, ChatModel, MessagesStyle};
 
-use super::{Config, CurateError, CurationSummary};
+use crate::error::{CurateError, write_file};
+use crate::summary::CurationSummary;
+
+use super::Config;
 
 /// Writes the exports `cfg.formats` asks for; `tokens` is the rendered token rows with the
 /// model's fingerprints, when there is a token export. Returns the files written.
@@ -79,13 +82,6 @@ fn inline_rows(rows: &[MessagesRow]) -> Result<Vec<MessagesRow>, CurateError> {
 }
 
 /// Writes one text file, naming it in the error.
-pub(crate) fn write(p: &Path, s: &str) -> Result<(), CurateError> {
-    std::fs::write(p, s).map_err(|source| CurateError::Io {
-        path: p.to_path_buf(),
-        source,
-    })
-}
-
 pub(super) fn write_manifest(
     p: &Path,
     cfg: &Config,
@@ -126,5 +122,5 @@ pub(super) fn write_manifest(
         "problems": out.problems,
     });
     let text = serde_json::to_string_pretty(&m).unwrap_or_default();
-    write(p, &text)
+    write_file(p, &text)
 }

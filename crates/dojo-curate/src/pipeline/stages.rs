@@ -9,7 +9,9 @@ use crate::input::{self, Problem};
 use crate::render::{self, ChatModel, Masking, Window};
 use crate::view::{Origin, Traj};
 
-use super::{Config, CurationSummary};
+use crate::summary::CurationSummary;
+
+use super::Config;
 
 /// Worker threads: `n`, or the available parallelism when 0.
 pub(super) fn threads(n: usize) -> usize {

@@ -1,0 +1,37 @@
+//! The errors that stop a curation run ([`CurateError`]), and writing a file with its path in the
+//! error. Bad input lines never stop a run: they are [`crate::input::Problem`]s.
+
+use std::path::{Path, PathBuf};
+
+use crate::export::ExportError;
+
+/// Errors that stop a run (bad input lines never do: they are [`crate::input::Problem`]s).
+#[derive(Debug, thiserror::Error)]
+pub enum CurateError {
+    #[error(transparent)]
+    Export(#[from] ExportError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Config(String),
+    #[error("unknown filter {0:?} (known: dedup, difficulty, format, lsp, cap, none)")]
+    UnknownFilter(String),
+    #[error("unknown messages style {0:?} (auto, native, inline)")]
+    UnknownMessagesStyle(String),
+    #[error("unknown masking strategy {0:?} (all-assistant | last-turn)")]
+    UnknownMasking(String),
+    #[error("unknown --world {0:?} (swt, swr)")]
+    UnknownWorld(String),
+}
+
+/// Writes `s` to `p`; a failure says which file.
+pub(crate) fn write_file(p: &Path, s: &str) -> Result<(), CurateError> {
+    std::fs::write(p, s).map_err(|source| CurateError::Io {
+        path: p.to_path_buf(),
+        source,
+    })
+}
