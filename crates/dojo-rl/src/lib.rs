@@ -19,6 +19,8 @@
 //!   token logprobs of the sampled tokens, loss, backward, clipping, AdamW.
 //! - [`run`]: the loop (tasks → rollouts → shaping → advantages → updates → metrics →
 //!   checkpoints), its run directory and resume; rollouts come from an [`run::Environment`].
+//! - [`metrics`]: the run directory's file names and what they hold (manifest, metrics lines,
+//!   checkpoint state), written by the loop and read by the report.
 //! - [`agent_env`]: the environment of `dojo rl`: the agent in sandboxes (or a simulated world)
 //!   through `dojo rollout`'s path, sampling from the trainer's current weights in the embedded
 //!   engine.
@@ -29,6 +31,7 @@
 pub mod agent_env;
 pub mod config;
 pub mod loss;
+pub mod metrics;
 pub mod report;
 pub mod run;
 pub mod update;
@@ -72,6 +75,14 @@ impl RlError {
         RlError::Config {
             field: field.to_string(),
             reason: reason.to_string(),
+        }
+    }
+
+    /// Maps an I/O error on `path` to [`RlError::Io`] (for `map_err`).
+    pub(crate) fn io(path: &std::path::Path) -> impl Fn(std::io::Error) -> RlError + '_ {
+        move |e| RlError::Io {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
         }
     }
 }

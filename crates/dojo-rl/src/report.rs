@@ -13,7 +13,7 @@ use dojo_report::{LineChart, PALETTE, Page, StackedRow, Table, number, stacked_b
 use serde_json::Value as Json;
 
 use crate::RlError;
-use crate::run::{EVAL_FILE, METRICS_FILE, RUN_FILE, RunManifest, StepMetrics, io};
+use crate::metrics::{EVAL_FILE, METRICS_FILE, RUN_FILE, RunManifest, StepMetrics};
 
 /// The report's file name inside `OUT`.
 pub const REPORT_FILE: &str = "report.html";
@@ -26,7 +26,7 @@ fn lines(path: &Path) -> Result<Vec<Json>, RlError> {
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(io(path)(e)),
+        Err(e) => Err(RlError::io(path)(e)),
     }
 }
 
@@ -41,7 +41,7 @@ pub fn render(out: &Path) -> Result<String, RlError> {
     let manifest: Option<RunManifest> = match std::fs::read_to_string(&run_path) {
         Ok(s) => serde_json::from_str(&s).ok(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(io(&run_path)(e)),
+        Err(e) => return Err(RlError::io(&run_path)(e)),
     };
     let metrics: Vec<StepMetrics> = lines(&out.join(METRICS_FILE))?
         .into_iter()
@@ -281,7 +281,7 @@ pub fn render(out: &Path) -> Result<String, RlError> {
 pub fn write(out: &Path) -> Result<PathBuf, RlError> {
     let html = render(out)?;
     let p = out.join(REPORT_FILE);
-    dojo_rundir::write_atomic(&p, html.as_bytes()).map_err(io(&p))?;
+    dojo_rundir::write_atomic(&p, html.as_bytes()).map_err(RlError::io(&p))?;
     Ok(p)
 }
 
@@ -289,7 +289,7 @@ pub fn write(out: &Path) -> Result<PathBuf, RlError> {
 mod tests {
     use super::*;
     use crate::config::RlConfig;
-    use crate::run::RolloutTime;
+    use crate::metrics::RolloutTime;
     use dojo_reward::group::BatchStats;
 
     fn step(step: u64, reward: f64) -> StepMetrics {

@@ -33,19 +33,21 @@ use dojo_trajectory::Trajectory;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Value as Json, json};
 
 use crate::config::RlConfig;
-use crate::update::{Sample, UpdateReport, policy_update, token_logprobs};
+use crate::metrics::{
+    EVAL_FILE, METRICS_FILE, RUN_FILE, RolloutTime, RunManifest, RunState, STATE_FILE,
+};
+use crate::update::{Sample, policy_update, token_logprobs};
 use crate::{RL_SCHEMA_VERSION, RlError};
-use dojo_reward::episode::samples_of;
-use dojo_reward::group::{BatchStats, Episode, assemble};
 
-pub const RUN_FILE: &str = "rl_run.json";
-pub const METRICS_FILE: &str = "metrics.jsonl";
-pub const EVAL_FILE: &str = "eval.jsonl";
-pub const STATE_FILE: &str = "rl_state.json";
+use dojo_reward::episode::samples_of;
+use dojo_reward::group::{Episode, assemble};
+
+/// An environment's [`Environment::step_done`] is handed the step's metrics line.
+pub use crate::metrics::StepMetrics;
 
 /// Where rollouts come from: the agent in sandboxes for `dojo rl`
 /// ([`crate::agent_env::AgentEnv`]), a small environment in tests.
@@ -92,84 +94,6 @@ pub trait Environment {
     fn step_done(&mut self, _m: &StepMetrics, _steps_left: u64, _left_s: f64) {}
 }
 
-/// `rl_run.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunManifest {
-    pub schema_version: u32,
-    pub config_hash: String,
-    pub config: RlConfig,
-    /// Where the base model came from (`default`, a directory).
-    pub model: String,
-    pub model_fingerprint: Json,
-    pub tasks: Vec<String>,
-    /// [`Environment::settings`]; absent (null) in run directories written before it existed.
-    #[serde(default, skip_serializing_if = "Json::is_null")]
-    pub environment: Json,
-}
-
-/// `rl_state.json` of a checkpoint.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunState {
-    pub schema_version: u32,
-    /// Steps done.
-    pub step: u64,
-    pub optimizer_steps: u64,
-}
-
-/// One line of `metrics.jsonl`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepMetrics {
-    pub schema_version: u32,
-    pub step: u64,
-    pub tasks: Vec<String>,
-    #[serde(flatten)]
-    pub batch: BatchStats,
-    /// One report per mini-batch update (empty when nothing was trainable).
-    pub updates: Vec<UpdateReport>,
-    pub generation_s: f64,
-    pub shaping_s: f64,
-    pub training_s: f64,
-    /// Where the episodes' time went, summed over episodes (they run concurrently, so the
-    /// sums can exceed `generation_s`); absent in lines written before it existed.
-    #[serde(default)]
-    pub rollout_time: RolloutTime,
-    /// [`Environment::rollout_report`] for this step.
-    #[serde(default, skip_serializing_if = "Json::is_null")]
-    pub rollout_report: Json,
-}
-
-/// Episode time of one step, split by what the episode was waiting on, in seconds summed over
-/// the step's episodes. `grading_tests_s` is the test command of the graders only; sandbox
-/// setup, patch extraction and the rest of grading are the remainder of `episodes_s`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct RolloutTime {
-    pub episodes_s: f64,
-    pub llm_s: f64,
-    pub tools_s: f64,
-    pub grading_tests_s: f64,
-}
-
-impl RolloutTime {
-    pub fn of<'a>(trajectories: impl IntoIterator<Item = &'a Trajectory>) -> RolloutTime {
-        let mut t = RolloutTime::default();
-        for x in trajectories {
-            t.episodes_s += x.wall_ms as f64 / 1e3;
-            for s in &x.steps {
-                t.llm_s += s.llm_ms as f64 / 1e3;
-                t.tools_s += s.tool_ms as f64 / 1e3;
-            }
-            // The grading report is keyed by instance id (the harness's shape).
-            let tests = x
-                .grading
-                .as_ref()
-                .and_then(|g| g.get(&x.task_id).unwrap_or(g).get("test_duration_s"))
-                .and_then(Json::as_f64);
-            t.grading_tests_s += tests.unwrap_or(0.0);
-        }
-        t
-    }
-}
-
 /// What a finished (or resumed and finished) run did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunSummary {
@@ -177,13 +101,6 @@ pub struct RunSummary {
     pub resumed_from: Option<u64>,
     pub steps: u64,
     pub last: Option<StepMetrics>,
-}
-
-pub(crate) fn io(path: &Path) -> impl Fn(std::io::Error) -> RlError + '_ {
-    move |e| RlError::Io {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    }
 }
 
 /// The tasks of step `step`: `n` of `tasks`, shuffled by (seed, step).
@@ -261,7 +178,7 @@ fn load_checkpoint(
     cfg: &RlConfig,
 ) -> Result<(RunState, AdamW), RlError> {
     let p = dir.join(STATE_FILE);
-    let text = std::fs::read_to_string(&p).map_err(io(&p))?;
+    let text = std::fs::read_to_string(&p).map_err(RlError::io(&p))?;
     let st: RunState = serde_json::from_str(&text).map_err(|e| RlError::Io {
         path: p.clone(),
         reason: format!("invalid: {e}"),

@@ -184,7 +184,7 @@ mod imp {
                 m.batch.reward_mean,
                 m.batch.resolved_rate,
                 m.batch.masked_share,
-                a.out.join(dojo_rl::run::METRICS_FILE).display()
+                a.out.join(dojo_rl::metrics::METRICS_FILE).display()
             );
         }
         Ok(0)
