@@ -24,6 +24,8 @@
 //!   the selectors built, model- and sandbox-scored ones computed and timed.
 //! - [`run`]: selection over a candidate set: the choice per task with every candidate's score,
 //!   best@k for k = 1…K, `predictions.jsonl`, `selection.json` and the HTML report.
+//! - [`output`]: what a selection produces ([`SelectOutput`], `selection.json`), which the run
+//!   writes and the report renders.
 //!
 //! Ties are broken by a seeded random choice for the prediction written; the best@k curves use
 //! the exact expectation over that choice (the share of resolved candidates among the tied
@@ -32,6 +34,7 @@
 pub mod agent_tests;
 pub mod candidates;
 pub mod hybrid;
+pub mod output;
 pub mod passk;
 pub mod patch;
 pub mod plan;
@@ -43,7 +46,8 @@ pub mod swr;
 pub mod verifier;
 
 pub use candidates::{Candidate, CandidateSet, LoadOptions, TaskCandidates};
-pub use run::{SelectOptions, SelectOutput, select};
+pub use output::SelectOutput;
+pub use run::{SelectOptions, select};
 pub use selector::{Selector, SelectorKind};
 
 /// Schema of `selection.json`.

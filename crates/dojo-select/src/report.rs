@@ -3,7 +3,7 @@
 
 use dojo_report::{LineChart, Page, Table, escape, number};
 
-use crate::run::{CurvePoint, SelectOutput};
+use crate::output::{CurvePoint, SelectOutput};
 
 fn pct(v: f64) -> String {
     format!("{:.1}%", 100.0 * v)

@@ -116,7 +116,7 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
             out.k
         );
     }
-    let at = |c: &[dojo_select::run::CurvePoint]| {
+    let at = |c: &[dojo_select::output::CurvePoint]| {
         c.last().map_or(String::new(), |p| {
             format!(
                 "{:.1}% [{:.1}, {:.1}]",
