@@ -39,9 +39,8 @@ pub mod state;
 pub mod statement;
 pub mod summary;
 
-pub use llm::LlmSource;
 pub use operators::{Mutation, Operator, mutations_in, mutations_seeded};
-pub use options::SynthOptions;
+pub use options::{LlmSource, SynthOptions};
 pub use project::{Input, Project};
 pub use run::synthesize;
 pub use summary::Summary;

@@ -15,47 +15,19 @@
 //! like the procedural try order, so the same seed asks about the same functions.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use dojo_llm::{ChatBackend, ChatMessage, ChatRequest};
 use futures::StreamExt;
 
 use crate::SynthError;
 use crate::operators::{Mutation, Operator};
-use crate::options::SynthOptions;
+use crate::options::{LlmSource, SynthOptions};
 use crate::python;
 use crate::state::{LlmRecord, State};
 
 /// Functions longer than this are not offered to the model: the reply has to repeat the whole
 /// function, and small models lose the thread on long ones.
 pub const MAX_FUNCTION_LINES: usize = 60;
-
-/// The model and how to ask it.
-#[derive(Clone)]
-pub struct LlmSource {
-    pub backend: Arc<dyn ChatBackend>,
-    /// `model` of each request (the policy's model; the embedded engine takes `default`).
-    pub model: String,
-    /// What the provenance records (`openai:gpt-4o`, `embedded:default`).
-    pub label: String,
-    /// Functions to ask about (each one request).
-    pub rewrites: usize,
-    pub temperature: Option<f64>,
-    pub max_tokens: Option<u32>,
-    /// Sampling seed sent with each request (reproducible where the server honours it).
-    pub seed: Option<u64>,
-}
-
-impl std::fmt::Debug for LlmSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LlmSource")
-            .field("backend", &self.backend.describe())
-            .field("model", &self.model)
-            .field("label", &self.label)
-            .field("rewrites", &self.rewrites)
-            .finish()
-    }
-}
 
 /// A function the model may rewrite.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,12 +1,13 @@
-//! What a synthesis run is asked to do ([`SynthOptions`]), shared by the run and the model-driven
-//! mutants.
+//! What a synthesis run is asked to do ([`SynthOptions`]), with the model that writes mutants, if
+//! any ([`LlmSource`]); shared by the run and the model-driven mutants.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
+use dojo_llm::ChatBackend;
 use dojo_sandbox::SandboxOptions;
 
-use crate::llm::LlmSource;
 use crate::operators::Operator;
 use crate::project::Input;
 
@@ -75,5 +76,32 @@ impl SynthOptions {
             sandbox: SandboxOptions::default(),
             llm: None,
         }
+    }
+}
+
+/// The model and how to ask it.
+#[derive(Clone)]
+pub struct LlmSource {
+    pub backend: Arc<dyn ChatBackend>,
+    /// `model` of each request (the policy's model; the embedded engine takes `default`).
+    pub model: String,
+    /// What the provenance records (`openai:gpt-4o`, `embedded:default`).
+    pub label: String,
+    /// Functions to ask about (each one request).
+    pub rewrites: usize,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u32>,
+    /// Sampling seed sent with each request (reproducible where the server honours it).
+    pub seed: Option<u64>,
+}
+
+impl std::fmt::Debug for LlmSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmSource")
+            .field("backend", &self.backend.describe())
+            .field("model", &self.model)
+            .field("label", &self.label)
+            .field("rewrites", &self.rewrites)
+            .finish()
     }
 }
