@@ -37,10 +37,9 @@ use axum::response::{IntoResponse, Response};
 use dojo_agent::action::{Call, render};
 use dojo_llm::{BoxFuture, ChatBackend, ChatMessage, ChatRequest, ChatResponse, LlmError, Role};
 use dojo_reward::shaping::RewardConfig;
-use dojo_rollout::agent_runner::{
-    AgentLoop, AgentRunner, BackendError, BackendFactory, DojoAgent, Prepared,
-};
+use dojo_rollout::agent_runner::{AgentLoop, AgentRunner, BackendError, BackendFactory, DojoAgent};
 use dojo_rollout::gold::{Action, ToolNames};
+use dojo_rollout::prepared::Prepared;
 use dojo_rollout::scheduler::{Job, Runner};
 use dojo_sandbox::Sandbox;
 use dojo_trajectory::{EnvironmentFingerprint, PolicyInfo, Trajectory};

@@ -16,12 +16,13 @@ use std::time::Instant;
 use dojo_agent::{Agent, AgentConfig, TaskInput, ToolRegistry};
 use dojo_grade::{GradeOptions, grade_in_sandbox};
 use dojo_llm::{BoxFuture, ChatBackend};
-use dojo_sandbox::{Pristine, PythonEnv, Sandbox, SandboxOptions};
-use dojo_task::{EnvRegistry, Preparer, RepoEnv, Task};
+use dojo_sandbox::{Sandbox, SandboxOptions};
+use dojo_task::{EnvRegistry, Preparer, Task};
 use dojo_trajectory::{Blame, EnvironmentFingerprint, Event, PolicyInfo, StopReason, Trajectory};
 use dojo_world::record::WorldWriter;
 
 use crate::policy::{PolicyConfig, PolicyKind};
+use crate::prepared::Prepared;
 use crate::world_capture::{CapturingWorkspace, SwtCapture, swr_record};
 
 use crate::scheduler::{Job, RolloutRecord, Runner};
@@ -55,18 +56,6 @@ impl RolloutRecord for Trajectory {
             patch: self.patch.clone().unwrap_or_default(),
         }
     }
-}
-
-/// A task ready to run: its pristine tree, environment and test settings.
-pub struct Prepared {
-    pub task: Task,
-    pub pristine: Pristine,
-    pub env: Option<PythonEnv>,
-    pub repo_env: RepoEnv,
-    /// Where world-model records of this run go (`None`: not captured).
-    pub world: Option<Arc<WorldWriter>>,
-    /// The simulated environment of this task (`None`: real execution).
-    pub sim: Option<crate::world_sim::SimRun>,
 }
 
 /// What the agent loop must provide: one rollout in `sandbox` against `backend`, returning the

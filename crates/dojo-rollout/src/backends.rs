@@ -9,9 +9,10 @@ use dojo_llm::{BoxFuture, ChatBackend, ChatMessage, ChatRequest, ChatResponse, L
 use dojo_sandbox::WORKSPACE;
 use dojo_trajectory::PolicyInfo;
 
-use crate::agent_runner::{BackendError, BackendFactory, Prepared};
+use crate::agent_runner::{BackendError, BackendFactory};
 use crate::gold::plan_actions;
 use crate::policy::{PolicyConfig, Sampling, ScriptedBackend};
+use crate::prepared::Prepared;
 use crate::run_dir::RolloutError;
 use crate::store::Key;
 

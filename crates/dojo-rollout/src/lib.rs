@@ -18,6 +18,8 @@
 //! - [`backends`]: the per-rollout backend of each policy kind.
 //! - [`agent_runner`]: the real runner: prepare → sandbox → agent ⇄ policy → diff → grade →
 //!   record.
+//! - [`prepared`]: a task made ready to run, as the runner hands it to the agent loop, the
+//!   backends and the capture.
 //! - [`world_capture`]: SWT/SWR training records for world models (`world.jsonl`) from the
 //!   real commands and grades of each rollout.
 //! - [`world_sim`]: rollouts in a simulated environment (`--env-mode sim|hybrid|shadow`):
@@ -28,6 +30,7 @@ pub mod backends;
 pub mod embedded;
 pub mod gold;
 pub mod policy;
+pub mod prepared;
 pub mod report;
 pub mod run_dir;
 pub mod scheduler;

@@ -17,9 +17,10 @@ use dojo_llm::ChatBackend;
 use dojo_task::{EnvRegistry, PrepareOptions, Task};
 use dojo_trajectory::Trajectory;
 
-use crate::agent_runner::{AgentLoop, AgentRunner, BackendFactory, Prepared};
+use crate::agent_runner::{AgentLoop, AgentRunner, BackendFactory};
 use crate::backends::{GoldBackends, ModelBackends, ReplayBackends};
 use crate::policy::{PolicyConfig, PolicyKind};
+use crate::prepared::Prepared;
 use crate::scheduler::{RolloutRecord, RunStats, SchedulerConfig, run_jobs};
 use crate::shard::Shard;
 use crate::store::{Recovery, Store};

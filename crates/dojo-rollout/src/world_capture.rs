@@ -24,7 +24,7 @@ use dojo_llm::BoxFuture;
 use dojo_sandbox::{ExecOutput, ExecRequest, Sandbox, SandboxError, WORKSPACE};
 use dojo_task::Task;
 
-use crate::agent_runner::Prepared;
+use crate::prepared::Prepared;
 use dojo_world::classify::CommandClass;
 use dojo_world::observe::{self, ReadLimits, Snapshot};
 use dojo_world::record::{WorldBody, WorldRecord, WorldWriter, clip_chars, test_report_section};
