@@ -17,8 +17,9 @@
 //! - [`memory`]: the memory plan: a step's peak estimated from the model's dimensions and the
 //!   largest micro-batch before anything large is allocated; checkpointing on when needed, a
 //!   refusal naming the setting to lower when even that does not fit.
-//! - [`ops`]: the differentiable operations of that forward pass (RMSNorm, softmax, RoPE from
-//!   primitives; causal attention as one op that recomputes in its backward pass; the NLL).
+//! - [`ops`]: the differentiable operations of that forward pass besides dojo-kernels' fused
+//!   RMSNorm, RoPE and SiLU gate (causal attention as one op that recomputes in its backward
+//!   pass, the frozen matmul of LoRA's base weights, the NLL).
 //! - [`data`]: `tokens.parquet` reading, checks, `--max-len` policy, length-bucketed batches in
 //!   a resumable order.
 //! - [`lora`]: LoRA adapters on a frozen base (peft's initialisation, scale and file layout,

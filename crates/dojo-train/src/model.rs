@@ -6,9 +6,10 @@
 //! engine's cannot be differentiated: it uses candle's fused `rms_norm`, `softmax_last_dim` and
 //! `rope` kernels, which have no backward pass in candle 0.11, and writes keys and values into
 //! a preallocated KV cache in place (`slice_set`), which autograd does not track. The forward
-//! here is written from differentiable primitives (and batched, right-padded, no cache), except
-//! causal attention, one op with its own backward pass that recomputes the probabilities instead
-//! of keeping them (`CausalAttention`); a test checks that both give the same logits on the
+//! here (batched, right-padded, no cache) uses dojo-kernels' fused RMSNorm, RoPE and SiLU gate,
+//! which have backward passes, causal attention as one op with its own backward pass that
+//! recomputes the probabilities instead of keeping them (`CausalAttention`), and candle's
+//! differentiable primitives for the rest; a test checks that both give the same logits on the
 //! same weights, and the parity tests pin every gradient against PyTorch.
 //!
 //! Parameters are named as in Hugging Face checkpoints (`model.layers.0.self_attn.q_proj.weight`),
@@ -27,7 +28,8 @@ use serde_json::{Value as Json, json};
 
 use crate::TrainError;
 use crate::lora::{Lora, LoraConfig};
-use crate::ops::{causal_attention, frozen_matmul, linear, nll_sum, rms_norm, rope};
+use crate::ops::{causal_attention, frozen_matmul, linear, nll_sum};
+use dojo_kernels::{rms_norm, rope, silu_mul};
 
 /// A model whose weights are trainable variables.
 pub struct TrainModel {
@@ -520,11 +522,9 @@ impl TrainModel {
             .reshape((b * t, nh * hd))?;
         let x = (x + self.proj(&out, &format!("{p}.self_attn.o_proj"), train)?)?;
         let h = rms_norm(&x, w("post_attention_layernorm.weight")?, eps)?;
-        let g = self
-            .proj(&h, &format!("{p}.mlp.gate_proj"), train)?
-            .silu()?;
+        let g = self.proj(&h, &format!("{p}.mlp.gate_proj"), train)?;
         let u = self.proj(&h, &format!("{p}.mlp.up_proj"), train)?;
-        x + self.proj(&(g * u)?, &format!("{p}.mlp.down_proj"), train)?
+        x + self.proj(&silu_mul(&g, &u)?, &format!("{p}.mlp.down_proj"), train)?
     }
 
     /// Logits for every position: `(b, t, vocab)`, without gradients.

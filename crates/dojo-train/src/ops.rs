@@ -1,32 +1,16 @@
-//! The differentiable operations of the trainable forward pass ([`crate::model`]): RMSNorm,
-//! softmax and RoPE from primitives candle can differentiate (its fused kernels have no backward
-//! pass in candle 0.11), linear layers, a frozen matmul whose weights take no gradient, causal
+//! The differentiable operations of the trainable forward pass ([`crate::model`]) that are not
+//! dojo-kernels' fused ones (RMSNorm, RoPE, the SiLU gate): softmax from primitives, linear
+//! layers, a frozen matmul whose weights take no gradient, causal
 //! attention as one op whose backward pass recomputes the probabilities instead of keeping
 //! them, and the summed negative log-likelihood.
 
 use candle_core::{D, DType, Device, Tensor};
-
-/// RMSNorm from differentiable primitives (candle's fused kernel has no backward).
-pub(crate) fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
-    let var = x.sqr()?.mean_keepdim(D::Minus1)?;
-    x.broadcast_div(&(var + eps)?.sqrt()?)?.broadcast_mul(w)
-}
 
 /// Softmax over the last dimension; the max is a constant for autograd (it cancels out).
 pub(crate) fn softmax(x: &Tensor) -> candle_core::Result<Tensor> {
     let m = x.max_keepdim(D::Minus1)?.detach();
     let e = x.broadcast_sub(&m)?.exp()?;
     e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
-}
-
-/// Rotate-half RoPE on `(b, heads, t, hd)` with `(t, hd/2)` tables.
-pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
-    let half = x.dim(D::Minus1)? / 2;
-    let x1 = x.narrow(D::Minus1, 0, half)?;
-    let x2 = x.narrow(D::Minus1, half, half)?;
-    let a = (x1.broadcast_mul(cos)? - x2.broadcast_mul(sin)?)?;
-    let b = (x2.broadcast_mul(cos)? + x1.broadcast_mul(sin)?)?;
-    Tensor::cat(&[a, b], D::Minus1)
 }
 
 /// `x @ w^T (+ b)` on `(n, in)` rows.

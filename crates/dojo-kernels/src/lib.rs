@@ -1,0 +1,448 @@
+//! # dojo-kernels: fused CPU kernels with backward passes
+//!
+//! Pipeline position: under **train** (and, for inference, the engine's forward pass).
+//! candle 0.11's CPU element-wise ops and reductions run on one core, and its fused `rms_norm`
+//! and `rope` have no backward pass, so a trainer built from its primitives pays several full
+//! passes over memory per normalisation or rotation, one thread each, and keeps every
+//! intermediate for autograd. The ops here are each one candle op (`CustomOp1`/`CustomOp2`)
+//! with a hand-written backward pass, split over rows on rayon's pool (`RAYON_NUM_THREADS`,
+//! the pool candle's matmuls use too):
+//!
+//! - [`rms_norm`]: `x / sqrt(mean(x²) + eps) · w` over the last dimension; gradients for `x`
+//!   and `w` (the per-row scale is recomputed in the backward pass, nothing kept).
+//! - [`silu_mul`]: `silu(gate) · up`, the gated MLP's middle; gradients for both inputs.
+//! - [`rope`]: rotate-half rotary embedding of `(b, heads, t, d)` with `(t, d/2)` tables;
+//!   the gradient is the inverse rotation.
+//!
+//! Execution model: f32, contiguous CPU tensors take the fused path (inputs are made
+//! contiguous first); any other device or dtype runs the same maths op by op through candle's
+//! primitives, so results agree everywhere and only speed differs. The parity tests compare
+//! values and gradients of both paths on random inputs; dojo-train's tests pin the whole model
+//! against PyTorch.
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, D, DType, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
+
+/// Rows a rayon task takes at least: below this the split costs more than it saves.
+const MIN_ROWS: usize = 16;
+
+/// `x / sqrt(mean(x²) + eps) · w` over the last dimension of `x`; `w` has that dimension's size.
+pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    if fused(x) && fused(w) {
+        x.contiguous()?.apply_op2(&w.contiguous()?, RmsNorm { eps })
+    } else {
+        let var = x.sqr()?.mean_keepdim(D::Minus1)?;
+        x.broadcast_div(&(var + eps)?.sqrt()?)?.broadcast_mul(w)
+    }
+}
+
+/// `silu(gate) · up`, element-wise; both of the same shape.
+pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    if fused(gate) && fused(up) && gate.shape() == up.shape() {
+        gate.contiguous()?.apply_op2(&up.contiguous()?, SiluMul)
+    } else {
+        gate.silu()? * up
+    }
+}
+
+/// Rotate-half RoPE of `x` `(b, heads, t, d)` with `cos` and `sin` tables `(t, d/2)`.
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    if fused(x) && fused(cos) && fused(sin) {
+        let op = Rope {
+            cos: f32_vec(cos)?,
+            sin: f32_vec(sin)?,
+        };
+        x.contiguous()?.apply_op1(op)
+    } else {
+        let half = x.dim(D::Minus1)? / 2;
+        let x1 = x.narrow(D::Minus1, 0, half)?;
+        let x2 = x.narrow(D::Minus1, half, half)?;
+        let a = (x1.broadcast_mul(cos)? - x2.broadcast_mul(sin)?)?;
+        let b = (x2.broadcast_mul(cos)? + x1.broadcast_mul(sin)?)?;
+        Tensor::cat(&[a, b], D::Minus1)
+    }
+}
+
+fn fused(t: &Tensor) -> bool {
+    t.device().is_cpu() && t.dtype() == DType::F32
+}
+
+/// A CPU f32 tensor's values in row-major order (a copy).
+fn f32_vec(t: &Tensor) -> Result<Vec<f32>> {
+    t.flatten_all()?.to_vec1::<f32>()
+}
+
+/// The contiguous f32 slice of a custom op's input.
+fn slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&s.as_slice::<f32>()?[a..b]),
+        None => Err(candle_core::Error::Msg(format!(
+            "{op}: non-contiguous input"
+        ))),
+    }
+}
+
+/// A tensor's f32 values (contiguous copy when needed) for a backward pass.
+fn values(t: &Tensor) -> Result<Vec<f32>> {
+    f32_vec(&t.contiguous()?)
+}
+
+struct RmsNorm {
+    eps: f64,
+}
+
+impl RmsNorm {
+    fn inv_rms(&self, row: &[f32]) -> f32 {
+        let ms = row.iter().map(|v| v * v).sum::<f32>() / row.len() as f32;
+        1.0 / (ms + self.eps as f32).sqrt()
+    }
+}
+
+impl CustomOp2 for RmsNorm {
+    fn name(&self) -> &'static str {
+        "dojo-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (x, w) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?);
+        let h = w.len();
+        if h == 0 || x.len() % h != 0 || l1.dims().last() != Some(&h) {
+            return Err(candle_core::Error::Msg(format!(
+                "rms_norm: weight of {h} for input {:?}",
+                l1.dims()
+            )));
+        }
+        let mut y = vec![0f32; x.len()];
+        y.par_chunks_mut(h)
+            .with_min_len(MIN_ROWS)
+            .zip(x.par_chunks(h))
+            .for_each(|(out, row)| {
+                let inv = self.inv_rms(row);
+                for ((o, v), g) in out.iter_mut().zip(row).zip(w) {
+                    *o = v * inv * g;
+                }
+            });
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let (xv, wv, gv) = (values(x)?, values(w)?, values(grad)?);
+        let h = wv.len();
+        let mut dx = vec![0f32; xv.len()];
+        // dx = inv · (g·w − x̂ · mean(g·w·x̂)); dw = Σ_rows g · x̂ (partial sums per task).
+        let dw = dx
+            .par_chunks_mut(h)
+            .with_min_len(MIN_ROWS)
+            .zip(xv.par_chunks(h).zip(gv.par_chunks(h)))
+            .fold(
+                || vec![0f32; h],
+                |mut dw, (dxr, (xr, gr))| {
+                    let inv = self.inv_rms(xr);
+                    let mut dot = 0f32;
+                    for j in 0..h {
+                        let xh = xr[j] * inv;
+                        dot += gr[j] * wv[j] * xh;
+                        dw[j] += gr[j] * xh;
+                    }
+                    let mean = dot / h as f32;
+                    for j in 0..h {
+                        dxr[j] = inv * (gr[j] * wv[j] - xr[j] * inv * mean);
+                    }
+                    dw
+                },
+            )
+            .reduce(
+                || vec![0f32; h],
+                |mut a, b| {
+                    a.iter_mut().zip(b).for_each(|(p, q)| *p += q);
+                    a
+                },
+            );
+        Ok((
+            Some(Tensor::from_vec(dx, x.shape(), x.device())?),
+            Some(Tensor::from_vec(dw, w.shape(), w.device())?),
+        ))
+    }
+}
+
+struct SiluMul;
+
+fn sigmoid(v: f32) -> f32 {
+    1.0 / (1.0 + (-v).exp())
+}
+
+impl CustomOp2 for SiluMul {
+    fn name(&self) -> &'static str {
+        "dojo-silu-mul"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (g, u) = (slice(s1, l1, self.name())?, slice(s2, l2, self.name())?);
+        let mut y = vec![0f32; g.len()];
+        y.par_chunks_mut(4096)
+            .zip(g.par_chunks(4096).zip(u.par_chunks(4096)))
+            .for_each(|(o, (g, u))| {
+                for ((o, g), u) in o.iter_mut().zip(g).zip(u) {
+                    *o = g * sigmoid(*g) * u;
+                }
+            });
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        gate: &Tensor,
+        up: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let (g, u, d) = (values(gate)?, values(up)?, values(grad)?);
+        let mut dg = vec![0f32; g.len()];
+        let mut du = vec![0f32; g.len()];
+        dg.par_chunks_mut(4096)
+            .zip(du.par_chunks_mut(4096))
+            .zip(
+                g.par_chunks(4096)
+                    .zip(u.par_chunks(4096))
+                    .zip(d.par_chunks(4096)),
+            )
+            .for_each(|((dg, du), ((g, u), d))| {
+                for j in 0..g.len() {
+                    let s = sigmoid(g[j]);
+                    // silu'(g) = s · (1 + g · (1 − s))
+                    dg[j] = d[j] * u[j] * s * (1.0 + g[j] * (1.0 - s));
+                    du[j] = d[j] * g[j] * s;
+                }
+            });
+        Ok((
+            Some(Tensor::from_vec(dg, gate.shape(), gate.device())?),
+            Some(Tensor::from_vec(du, up.shape(), up.device())?),
+        ))
+    }
+}
+
+/// RoPE with its tables copied in (constants: no gradient).
+struct Rope {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl Rope {
+    /// Rotate every row `(…, t, d)` of `x` by position; `sign` −1 rotates back (the gradient).
+    fn apply(&self, x: &[f32], dims: &[usize], sign: f32) -> Result<Vec<f32>> {
+        let (t, d) = match dims {
+            [.., t, d] => (*t, *d),
+            _ => {
+                return Err(candle_core::Error::Msg(format!(
+                    "rope: input {dims:?} is not (…, t, d)"
+                )));
+            }
+        };
+        let half = d / 2;
+        if d % 2 != 0 || self.cos.len() < t * half || self.sin.len() < t * half {
+            return Err(candle_core::Error::Msg(format!(
+                "rope: tables of {} for input {dims:?}",
+                self.cos.len()
+            )));
+        }
+        let mut y = vec![0f32; x.len()];
+        y.par_chunks_mut(t * d)
+            .zip(x.par_chunks(t * d))
+            .for_each(|(out, seq)| {
+                for p in 0..t {
+                    let (c, s) = (
+                        &self.cos[p * half..(p + 1) * half],
+                        &self.sin[p * half..(p + 1) * half],
+                    );
+                    let row = &seq[p * d..(p + 1) * d];
+                    let o = &mut out[p * d..(p + 1) * d];
+                    for j in 0..half {
+                        let (x1, x2) = (row[j], row[j + half]);
+                        let sj = sign * s[j];
+                        o[j] = x1 * c[j] - x2 * sj;
+                        o[j + half] = x2 * c[j] + x1 * sj;
+                    }
+                }
+            });
+        Ok(y)
+    }
+}
+
+impl CustomOp1 for Rope {
+    fn name(&self) -> &'static str {
+        "dojo-rope"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = slice(s, l, self.name())?;
+        Ok((
+            CpuStorage::F32(self.apply(x, l.dims(), 1.0)?),
+            l.shape().clone(),
+        ))
+    }
+
+    fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        // The rotation is orthogonal: its gradient is the rotation by −θ.
+        let g = values(grad)?;
+        let dx = self.apply(&g, grad.dims(), -1.0)?;
+        Ok(Some(Tensor::from_vec(dx, x.shape(), x.device())?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    fn rand(shape: &[usize], seed: u64) -> Tensor {
+        // A fixed pseudo-random fill (no rand dependency): values in about [-2, 2].
+        let n: usize = shape.iter().product();
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let v: Vec<f32> = (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 33) as f32 / (1u64 << 31) as f32) * 4.0 - 2.0
+            })
+            .collect();
+        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+    }
+
+    fn max_rel(a: &Tensor, b: &Tensor) -> f32 {
+        let a = a.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let b = b.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let scale = b.iter().fold(1e-12f32, |m, v| m.max(v.abs()));
+        a.iter()
+            .zip(&b)
+            .fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+            / scale
+    }
+
+    /// Values and gradients (through a random linear functional) of `fused` and `reference`
+    /// on the same variables agree.
+    fn check(
+        vars: &[Var],
+        fused: impl Fn(&[&Tensor]) -> Tensor,
+        reference: impl Fn(&[&Tensor]) -> Tensor,
+    ) {
+        let ts: Vec<&Tensor> = vars.iter().map(|v| v.as_tensor()).collect();
+        let (yf, yr) = (fused(&ts), reference(&ts));
+        assert!(
+            max_rel(&yf, &yr) < 1e-5,
+            "values differ by {}",
+            max_rel(&yf, &yr)
+        );
+        let probe = rand(yf.dims(), 99);
+        let gf = (yf * &probe)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let gr = (yr * &probe)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        for (i, v) in vars.iter().enumerate() {
+            let (a, b) = (
+                gf.get(v.as_tensor()).unwrap(),
+                gr.get(v.as_tensor()).unwrap(),
+            );
+            let d = max_rel(a, b);
+            assert!(d < 1e-4, "gradient of input {i} differs by {d}");
+        }
+    }
+
+    #[test]
+    fn rms_norm_matches_the_primitive_graph() {
+        for shape in [vec![3usize, 7], vec![2, 40, 64], vec![1, 1]] {
+            let h = *shape.last().unwrap();
+            let x = Var::from_tensor(&rand(&shape, 1)).unwrap();
+            let w = Var::from_tensor(&rand(&[h], 2)).unwrap();
+            check(
+                &[x, w],
+                |t| rms_norm(t[0], t[1], 1e-5).unwrap(),
+                |t| {
+                    let var = t[0].sqr().unwrap().mean_keepdim(D::Minus1).unwrap();
+                    t[0].broadcast_div(&(var + 1e-5).unwrap().sqrt().unwrap())
+                        .unwrap()
+                        .broadcast_mul(t[1])
+                        .unwrap()
+                },
+            );
+        }
+    }
+
+    #[test]
+    fn silu_mul_matches_the_primitive_graph() {
+        for shape in [vec![5usize, 9], vec![3, 5000]] {
+            let g = Var::from_tensor(&rand(&shape, 3)).unwrap();
+            let u = Var::from_tensor(&rand(&shape, 4)).unwrap();
+            check(
+                &[g, u],
+                |t| silu_mul(t[0], t[1]).unwrap(),
+                |t| (t[0].silu().unwrap() * t[1]).unwrap(),
+            );
+        }
+    }
+
+    #[test]
+    fn rope_matches_the_primitive_graph() {
+        let (b, heads, t, d) = (2, 3, 5, 8);
+        let x = Var::from_tensor(&rand(&[b, heads, t, d], 5)).unwrap();
+        let cos = rand(&[t, d / 2], 6);
+        let sin = rand(&[t, d / 2], 7);
+        check(
+            &[x],
+            |ts| rope(ts[0], &cos, &sin).unwrap(),
+            |ts| {
+                let half = d / 2;
+                let x1 = ts[0].narrow(D::Minus1, 0, half).unwrap();
+                let x2 = ts[0].narrow(D::Minus1, half, half).unwrap();
+                let a =
+                    (x1.broadcast_mul(&cos).unwrap() - x2.broadcast_mul(&sin).unwrap()).unwrap();
+                let b =
+                    (x2.broadcast_mul(&cos).unwrap() + x1.broadcast_mul(&sin).unwrap()).unwrap();
+                Tensor::cat(&[a, b], D::Minus1).unwrap()
+            },
+        );
+    }
+
+    #[test]
+    fn a_non_contiguous_input_takes_the_fused_path_after_a_copy() {
+        let x = rand(&[4, 6], 8).t().unwrap(); // (6, 4), strided
+        let w = rand(&[4], 9);
+        let y = rms_norm(&x, &w, 1e-6).unwrap();
+        let r = {
+            let var = x.sqr().unwrap().mean_keepdim(D::Minus1).unwrap();
+            x.broadcast_div(&(var + 1e-6).unwrap().sqrt().unwrap())
+                .unwrap()
+                .broadcast_mul(&w)
+                .unwrap()
+        };
+        assert!(max_rel(&y, &r) < 1e-5);
+    }
+}
