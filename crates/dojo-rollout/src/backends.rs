@@ -10,10 +10,10 @@ use dojo_sandbox::WORKSPACE;
 use dojo_trajectory::PolicyInfo;
 
 use crate::agent_runner::{BackendError, BackendFactory};
+use crate::error::RolloutError;
 use crate::gold::plan_actions;
 use crate::policy::{PolicyConfig, Sampling, ScriptedBackend};
 use crate::prepared::Prepared;
-use crate::run_dir::RolloutError;
 use crate::store::Key;
 
 /// The test command gold-replay runs before submitting: the environment's test command over the

@@ -12,10 +12,10 @@ use dojo_llm::ChatBackend;
 
 use crate::agent_runner::DojoAgent;
 use crate::backends::ModelBackends;
+use crate::error::RolloutError;
 use crate::policy::{PolicyConfig, PolicyKind};
 use crate::run_dir::{
-    RolloutError, RolloutOptions, RolloutOutput, make_backends, model_backends,
-    run_rollout_with_world,
+    RolloutOptions, RolloutOutput, make_backends, model_backends, run_rollout_with_world,
 };
 use crate::world_sim::EmbeddedWorld;
 

@@ -13,8 +13,9 @@
 //! - [`report`]: the self-contained HTML report of `dojo demo`.
 //! - [`run_dir`]: one `dojo rollout` as a library call: its run directory (manifest, store,
 //!   summary, predictions).
-//! - [`shard`]: `--shard I/N` (a deterministic split of the task set across machines) and the
-//!   merge of the shards' directories, refusing anything missing or duplicated.
+//! - [`error`]: the error of a rollout run.
+//! - [`shard`]: `--shard I/N`, a deterministic split of the task set across machines.
+//! - [`merge`]: the merge of the shards' directories, refusing anything missing or duplicated.
 //! - [`backends`]: the per-rollout backend of each policy kind.
 //! - [`agent_runner`]: the real runner: prepare → sandbox → agent ⇄ policy → diff → grade →
 //!   record.
@@ -28,7 +29,9 @@
 pub mod agent_runner;
 pub mod backends;
 pub mod embedded;
+pub mod error;
 pub mod gold;
+pub mod merge;
 pub mod policy;
 pub mod prepared;
 pub mod report;

@@ -19,6 +19,7 @@ use dojo_trajectory::Trajectory;
 
 use crate::agent_runner::{AgentLoop, AgentRunner, BackendFactory};
 use crate::backends::{GoldBackends, ModelBackends, ReplayBackends};
+use crate::error::RolloutError;
 use crate::policy::{PolicyConfig, PolicyKind};
 use crate::prepared::Prepared;
 use crate::scheduler::{RolloutRecord, RunStats, SchedulerConfig, run_jobs};
@@ -27,20 +28,6 @@ use crate::store::{Recovery, Store};
 use crate::summary::{SampleOutcome, Summary, export_predictions};
 
 pub const RUN_SCHEMA_VERSION: u32 = 1;
-
-#[derive(Debug, thiserror::Error)]
-pub enum RolloutError {
-    #[error("tasks: {0}")]
-    Tasks(String),
-    #[error("policy: {0}")]
-    Policy(String),
-    #[error(transparent)]
-    RunDir(#[from] dojo_rundir::RunDirError),
-    #[error("{path}: {reason}")]
-    Io { path: PathBuf, reason: String },
-    #[error("merging shards: {0}")]
-    Merge(String),
-}
 
 /// `run.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

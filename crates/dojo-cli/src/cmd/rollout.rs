@@ -146,7 +146,7 @@ pub fn print_run(out: &RolloutOutput) {
 
 pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
     if !args.merge.is_empty() {
-        let r = dojo_rollout::shard::merge(&args.merge, args.tasks.as_deref(), &args.out)?;
+        let r = dojo_rollout::merge::merge(&args.merge, args.tasks.as_deref(), &args.out)?;
         eprintln!(
             "merged {} shards: {} tasks, {} trajectories → {}",
             r.shards,
