@@ -131,7 +131,7 @@ pub use pristine::{Pristine, PristineStore, Source};
 pub use pyenv::{EnvSpec, PythonEnv};
 pub use registry::sandboxes_dir;
 pub use types::{
-    ApplyMethod, ApplyOutcome, BackendKind, ExecOutput, ExecRequest, Limits, OutputCap,
+    ApplyMethod, ApplyOutcome, BackendKind, EnvRuntime, ExecOutput, ExecRequest, Limits, OutputCap,
     SandboxOptions, TransferCaps, WORKSPACE,
 };
 

@@ -11,14 +11,10 @@ use crate::child::{self, EXTRA_SLOTS, ExecPlan, HolderPlan, Layers, Mode, Reques
 use crate::cmdenv::{VENV_PATH, base_env, exe_candidates};
 use crate::error::{Result, SandboxError, io_err, setup_err};
 use crate::exec::{self, LiveSet};
-use crate::ids::{chown_to_sandbox, sandbox_gid};
-use crate::pyenv::EnvRuntime;
+use crate::ids::{chown_to_sandbox, is_root, sandbox_gid, sandbox_uid};
 use crate::sys::cstr;
-use crate::types::{ExecRequest, Limits, WORKSPACE};
+use crate::types::{EnvRuntime, ExecRequest, Limits, WORKSPACE};
 use crate::{cgroup, confine, launcher, sys, visible};
-
-// Pristine-tree builds chown to the sandbox uid through these names.
-pub(crate) use crate::ids::{is_root, sandbox_uid};
 
 /// At most half the memory limit (at least 16 MiB): tmpfs pages are charged to the sandbox's
 /// memory cgroup, so a bigger tmpfs would end in the OOM killer rather than `ENOSPC`.

@@ -141,7 +141,7 @@ impl PristineStore {
                     .identity
             ),
         };
-        let uid = crate::ns::sandbox_uid();
+        let uid = crate::ids::sandbox_uid();
         let key = dojo_cache::sha256_hex(format!("{LAYOUT_VERSION}\0{uid}\0{identity}"));
         let (parent, bucket) = split_root(&self.root);
         let cache = dojo_cache::Cache::at(parent).map_err(|e| err(e.to_string()))?;
@@ -296,8 +296,8 @@ fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), BuildError
             .stderr(Stdio::null())
             .status();
     }
-    if crate::ns::is_root() {
-        let uid = crate::ns::sandbox_uid();
+    if crate::ids::is_root() {
+        let uid = crate::ids::sandbox_uid();
         run(
             Command::new("chown")
                 .arg("-R")

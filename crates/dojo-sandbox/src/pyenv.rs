@@ -24,6 +24,7 @@ use crate::exec;
 use crate::ids::{is_root, sandbox_gid, sandbox_uid};
 use crate::pristine::Pristine;
 use crate::sys::cstr;
+use crate::types::EnvRuntime;
 
 /// How to build a Python environment. The project under test is installed editable against
 /// [`crate::WORKSPACE`], never against the pristine path (that hides edits in src layouts).
@@ -91,25 +92,6 @@ impl Installer {
 
 fn yes() -> bool {
     true
-}
-
-/// How sandboxes over a built environment run: what the spec says of the tests' world, and the
-/// files the build wrote into the project tree.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct EnvRuntime {
-    /// Files the build created or changed under `/testbed` (e.g. setuptools-scm's
-    /// `_version.py`, `*.egg-info`), stacked over the pristine tree in every sandbox.
-    #[serde(default)]
-    pub tree: Option<PathBuf>,
-    #[serde(default)]
-    pub network: bool,
-    /// With `network`: the host's loopback is reachable at 10.0.2.2 (a package mirror there).
-    /// Never from a spec, which is task data: set by the embedding program, or for every
-    /// sandbox by the operator's `DOJO_SANDBOX_HOST_LOOPBACK=1` ([`crate::usernet`]).
-    #[serde(default)]
-    pub host_loopback: bool,
-    #[serde(default)]
-    pub cpus: Option<u32>,
 }
 
 impl EnvSpec {
@@ -182,7 +164,7 @@ impl EnvSpec {
 /// host's directories above it (a pyenv installation under `/root`, mode 0700, runs).
 fn runnable_in_sandbox(python: &Path) -> std::result::Result<(), BuildError> {
     let real = std::fs::canonicalize(python).map_err(BuildError::io(python.display()))?;
-    let root = installation_root(real.parent().unwrap_or(&real));
+    let root = crate::visible::installation_root(real.parent().unwrap_or(&real));
     match crate::ids::closed_to_others(real.ancestors().take_while(|a| a.starts_with(&root))) {
         Some((a, mode)) => Err(BuildError::NotRunnable {
             python: python.to_path_buf(),
@@ -190,16 +172,6 @@ fn runnable_in_sandbox(python: &Path) -> std::result::Result<(), BuildError> {
             mode,
         }),
         None => Ok(()),
-    }
-}
-
-/// The installation an interpreter belongs to, from the directory holding its binary: the
-/// directory above a `bin/`, else that directory itself. The one rule for what sandboxes and
-/// builds show of an interpreter (`visible`) and for what must be executable here.
-pub fn installation_root(bin_dir: &Path) -> PathBuf {
-    match bin_dir.parent() {
-        Some(up) if bin_dir.ends_with("bin") => up.to_path_buf(),
-        _ => bin_dir.to_path_buf(),
     }
 }
 

@@ -31,9 +31,9 @@ pub struct State {
     /// The base commit diffs are taken against (see [`crate::Sandbox::diff`]).
     #[serde(default)]
     pub base: Option<String>,
-    /// The environment's tree layer, network and CPUs (see [`crate::pyenv::EnvRuntime`]).
+    /// The environment's tree layer, network and CPUs (see [`crate::EnvRuntime`]).
     #[serde(default)]
-    pub runtime: crate::pyenv::EnvRuntime,
+    pub runtime: crate::types::EnvRuntime,
     #[serde(default)]
     pub venv_writable: bool,
 }

@@ -1,8 +1,10 @@
 //! The plain data of the public contract: what a sandbox is created with ([`SandboxOptions`],
 //! [`Limits`], [`BackendKind`]), what a command is ([`ExecRequest`]) and what it did
-//! ([`ExecOutput`]), how a patch was applied ([`ApplyOutcome`]). No behaviour lives here.
+//! ([`ExecOutput`]), how a patch was applied ([`ApplyOutcome`]), how sandboxes over a built
+//! environment run ([`EnvRuntime`]). No behaviour lives here.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Where the workspace is mounted inside every sandbox. Editable installs point here, so each
@@ -254,4 +256,23 @@ impl ApplyOutcome {
     pub fn applied(&self) -> bool {
         self.method.is_some()
     }
+}
+
+/// How sandboxes over a built environment run: what the spec says of the tests' world, and the
+/// files the build wrote into the project tree.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EnvRuntime {
+    /// Files the build created or changed under `/testbed` (e.g. setuptools-scm's
+    /// `_version.py`, `*.egg-info`), stacked over the pristine tree in every sandbox.
+    #[serde(default)]
+    pub tree: Option<PathBuf>,
+    #[serde(default)]
+    pub network: bool,
+    /// With `network`: the host's loopback is reachable at 10.0.2.2 (a package mirror there).
+    /// Never from a spec, which is task data: set by the embedding program, or for every
+    /// sandbox by the operator's `DOJO_SANDBOX_HOST_LOOPBACK=1` ([`crate::usernet`]).
+    #[serde(default)]
+    pub host_loopback: bool,
+    #[serde(default)]
+    pub cpus: Option<u32>,
 }

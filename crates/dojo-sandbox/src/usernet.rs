@@ -7,7 +7,7 @@
 //! through its routes, and nothing of the host's own namespace:
 //! - the host's loopback is refused (`--disable-host-loopback`: 10.0.2.2 does not forward to
 //!   127.0.0.1), unless the operator sets `DOJO_SANDBOX_HOST_LOOPBACK=1` for a package mirror
-//!   on the host's loopback ([`crate::pyenv::EnvRuntime::host_loopback`]);
+//!   on the host's loopback ([`crate::EnvRuntime::host_loopback`]);
 //! - abstract unix sockets belong to a network namespace, so the host's are out of reach in
 //!   every mode (path sockets are Landlock's and the minimal root's concern);
 //! - services the host binds on its other addresses are reachable, as from any other machine

@@ -261,6 +261,16 @@ fn add_extra(v: &mut Vec<Visible>, dir: &Path, why: &'static str) {
     });
 }
 
+/// The installation an interpreter belongs to, from the directory holding its binary: the
+/// directory above a `bin/`, else that directory itself. The one rule for what sandboxes and
+/// builds show of an interpreter (`visible`) and for what must be executable here.
+pub fn installation_root(bin_dir: &Path) -> PathBuf {
+    match bin_dir.parent() {
+        Some(up) if bin_dir.ends_with("bin") => up.to_path_buf(),
+        _ => bin_dir.to_path_buf(),
+    }
+}
+
 /// The interpreter installation a venv's `python` comes from: `pyvenv.cfg`'s `home` (its `bin`
 /// directory), one level up. A venv built by dojo names it `dojo-interpreter-home`: its `home`
 /// is the venv's own `.dojo-base/bin`, links into that installation (`pyenv::BUILD_SCRIPT`).
@@ -274,7 +284,7 @@ fn interpreter_root(venv: &Path) -> Option<PathBuf> {
     };
     let home = key("dojo-interpreter-home").or_else(|| key("home"))?;
     let home = std::fs::canonicalize(home).ok()?;
-    Some(crate::pyenv::installation_root(&home))
+    Some(installation_root(&home))
 }
 
 /// Everything of the host a sandbox with this venv sees, in mount order (parents first).
@@ -308,7 +318,7 @@ pub fn env_build(python: &Path) -> Vec<Visible> {
     if let Ok(real) = std::fs::canonicalize(python)
         && let Some(bin) = real.parent()
     {
-        let root = crate::pyenv::installation_root(bin);
+        let root = installation_root(bin);
         add_extra(&mut v, &root, "the build's Python installation");
     }
     v

@@ -339,7 +339,7 @@ async fn pyenv_interpreter_under_a_private_home_runs_in_sandboxes() {
     assert_eq!(lines[1], version, "{out:?}");
     // The standard library is the installation's (sys.base_prefix is the venv's
     // `.dojo-base`, links into it).
-    let root = dojo_sandbox::pyenv::installation_root(python.parent().unwrap());
+    let root = dojo_sandbox::visible::installation_root(python.parent().unwrap());
     assert!(std::path::Path::new(lines[2]).starts_with(&root), "{out:?}");
     // Only this installation of pyenv's is shown, not its siblings or shims.
     if root.starts_with("/root/.pyenv/versions") {
