@@ -2,6 +2,8 @@
 //! line stored per finished episode). Field names follow verl's `AgentLoopOutput` where they
 //! mean the same thing (`prompt_ids`, `response_ids`, `response_mask`, `response_logprobs`,
 //! `num_turns`), so the Python side maps them one to one.
+//!
+//! [`record`] makes the record of a finished episode (both routes, episodes and envs, use it).
 
 use dojo_reward::shaping::RewardConfig;
 use dojo_rollout::policy::PolicyConfig;
@@ -209,5 +211,45 @@ impl EpisodeRequest {
             p.agent.insert(k.clone(), v.clone());
         }
         Ok(p)
+    }
+}
+
+/// The record of a finished episode: shaped reward, token streams, the trajectory.
+pub(crate) fn record(
+    id: &str,
+    group_id: Option<String>,
+    shaping: &dojo_reward::shaping::RewardConfig,
+    traj: dojo_trajectory::Trajectory,
+    wall_s: f64,
+) -> EpisodeRecord {
+    let shaped = dojo_reward::shape_trajectory(&traj, shaping).unwrap_or_else(|e| {
+        // Not graded where it had to be: nothing to score, so no loss (never a silent 0).
+        tracing::warn!("episode {id}: {e}; masked");
+        dojo_reward::Shaped {
+            reward: 0.0,
+            raw_reward: None,
+            masked: true,
+        }
+    });
+    let (streams, token_error) = match dojo_reward::episode::samples_of(&traj) {
+        Ok(samples) => (samples.iter().map(Into::into).collect(), None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    EpisodeRecord {
+        schema_version: EPISODE_SCHEMA_VERSION,
+        episode_id: id.to_string(),
+        group_id,
+        task_id: traj.task_id.clone(),
+        reward: shaped.reward,
+        raw_reward: shaped.raw_reward,
+        masked: shaped.masked,
+        stop_reason: traj.stop_reason,
+        forced_submission: traj.forced_submission,
+        num_turns: traj.steps.len() as u32,
+        patch: traj.patch.clone().unwrap_or_default(),
+        streams,
+        token_error,
+        wall_s,
+        trajectory: traj,
     }
 }

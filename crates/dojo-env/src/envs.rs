@@ -15,7 +15,8 @@
 //!
 //! No second agent: each env runs dojo's own agent loop inside `dojo rollout`'s runner
 //! ([`AgentRunner`]: preparation, sandbox, tool dispatch, budgets, diff, grading, teardown), with
-//! a policy backend whose turns are the client's steps ([`StepBackend`]). So tool semantics,
+//! a policy backend whose turns are the client's steps ([`StepBackend`], in [`crate::step_env`]
+//! with the rest of a live env). So tool semantics,
 //! observation text, step counters, format errors, budget stops and grading are those of a
 //! rollout by construction, and the evaluated env is stored in `episodes.jsonl` like an
 //! episode.
@@ -24,10 +25,7 @@
 //! gone. Its lease is an idle timeout: an env no client touched for `lease_s` (and with no step
 //! running) is cancelled and its sandbox removed.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -35,20 +33,18 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use dojo_agent::action::{Call, render};
-use dojo_llm::{BoxFuture, ChatBackend, ChatMessage, ChatRequest, ChatResponse, LlmError, Role};
+use dojo_llm::{ChatMessage, Role};
 use dojo_reward::shaping::RewardConfig;
-use dojo_rollout::agent_runner::{AgentLoop, AgentRunner, BackendError, BackendFactory, DojoAgent};
+use dojo_rollout::agent_runner::{AgentRunner, DojoAgent};
 use dojo_rollout::gold::{Action, ToolNames};
-use dojo_rollout::prepared::Prepared;
 use dojo_rollout::scheduler::{Job, Runner};
-use dojo_sandbox::Sandbox;
-use dojo_trajectory::{EnvironmentFingerprint, PolicyInfo, Trajectory};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 
-use crate::api::{BadRequest, EpisodeRecord, check_lease_and_shaping, task_of_row};
-use crate::server::{AppState, Shared, error, record};
+use crate::api::{BadRequest, check_lease_and_shaping, record, task_of_row};
+use crate::state::{AppState, Shared, error};
+use crate::step_env::{Env, EnvIo, Seen, StepAgent, StepBackend, StepBackends, uuidish};
 
 /// `POST /v1/envs`.
 #[derive(Debug, Clone, Deserialize)]
@@ -153,162 +149,6 @@ impl EnvRequest {
             map.insert(k.clone(), v.clone());
         }
         DojoAgent::from_settings(map).map_err(|e| BadRequest::new("agent", e.to_string()))
-    }
-}
-
-/// The policy of a step-wise env: each request's turn is the client's next step. The agent
-/// loop's request (the messages so far, ending with the observation) goes to the step waiting
-/// for it; a closed env answers as an unreachable policy would (infrastructure).
-pub struct StepBackend {
-    prompts: mpsc::Sender<Vec<ChatMessage>>,
-    turns: tokio::sync::Mutex<mpsc::Receiver<ChatMessage>>,
-}
-
-impl ChatBackend for StepBackend {
-    fn complete(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatResponse, LlmError>> {
-        Box::pin(async move {
-            let gone = || LlmError::Connection {
-                endpoint: "env client".into(),
-                detail: "the env was closed".into(),
-            };
-            self.prompts.send(req.messages).await.map_err(|_| gone())?;
-            let turn = self.turns.lock().await.recv().await.ok_or_else(gone)?;
-            let resp = json!({"id": "", "choices": [{"index": 0, "message": turn, "finish_reason": "stop"}]});
-            serde_json::from_value(resp).map_err(|e| LlmError::Backend {
-                endpoint: "env client".into(),
-                detail: e.to_string(),
-            })
-        })
-    }
-    fn describe(&self) -> String {
-        "env client (dojo env serve /v1/envs)".into()
-    }
-}
-
-/// Hands the env's one [`StepBackend`] to the runner.
-struct StepBackends(Mutex<Option<Arc<StepBackend>>>);
-
-/// A second episode asked a step-wise env for its one policy.
-#[derive(Debug, thiserror::Error)]
-#[error("the env's policy was already taken")]
-struct PolicyTaken;
-
-impl BackendFactory for StepBackends {
-    fn backend(&self, _: &Prepared, _: u32) -> Result<Arc<dyn ChatBackend>, BackendError> {
-        self.0
-            .lock()
-            .ok()
-            .and_then(|mut b| b.take())
-            .map(|b| b as Arc<dyn ChatBackend>)
-            .ok_or_else(|| BackendError::Other(Box::new(PolicyTaken)))
-    }
-    fn policy_info(&self) -> PolicyInfo {
-        PolicyInfo {
-            kind: "env-client".into(),
-            endpoint: Some("dojo env serve /v1/envs".into()),
-            ..Default::default()
-        }
-    }
-}
-
-/// dojo's agent, telling the env where its sandbox lives (so a client can see it go).
-struct StepAgent {
-    inner: DojoAgent,
-    sandbox: Arc<Mutex<Option<PathBuf>>>,
-}
-
-impl AgentLoop for StepAgent {
-    fn run<'a>(
-        &'a self,
-        sandbox: &'a Sandbox,
-        prepared: &'a Prepared,
-        backend: Arc<dyn ChatBackend>,
-        policy: PolicyInfo,
-        job: &'a Job,
-        environment: EnvironmentFingerprint,
-    ) -> BoxFuture<'a, Trajectory> {
-        if let Ok(mut s) = self.sandbox.lock() {
-            *s = Some(sandbox.host_dir().to_path_buf());
-        }
-        self.inner
-            .run(sandbox, prepared, backend, policy, job, environment)
-    }
-}
-
-/// The client's side of an env, used by one request at a time.
-struct EnvIo {
-    turns: mpsc::Sender<ChatMessage>,
-    prompts: mpsc::Receiver<Vec<ChatMessage>>,
-    /// The evaluated record, once the agent loop ended.
-    done: watch::Receiver<Option<EpisodeRecord>>,
-    tools: Vec<dojo_llm::ToolSpec>,
-    format: dojo_agent::ActionFormat,
-}
-
-/// A live env.
-pub(crate) struct Env {
-    io: tokio::sync::Mutex<EnvIo>,
-    touched: Mutex<Instant>,
-    lease: Duration,
-    run: tokio::task::AbortHandle,
-}
-
-impl Env {
-    fn touch(&self) {
-        if let Ok(mut t) = self.touched.lock() {
-            *t = Instant::now();
-        }
-    }
-    /// Idle past its lease, and no request is using it.
-    pub(crate) fn expired(&self, now: Instant) -> bool {
-        self.io.try_lock().is_ok()
-            && self
-                .touched
-                .lock()
-                .is_ok_and(|t| now.duration_since(*t) > self.lease)
-    }
-    /// Cancel its agent loop: the runner's future is dropped, and the sandbox with it (killed,
-    /// its directory removed).
-    pub(crate) fn cancel(&self) {
-        self.run.abort();
-    }
-    pub(crate) fn finished(&self) -> bool {
-        self.run.is_finished()
-    }
-}
-
-/// What a step (or creation) saw: the messages after the last assistant turn, or the end.
-enum Seen {
-    Prompt(Vec<ChatMessage>),
-    Done(Box<EpisodeRecord>),
-    Cancelled,
-}
-
-impl EnvIo {
-    async fn next(&mut self) -> Seen {
-        if let Some(rec) = self.done.borrow().clone() {
-            return Seen::Done(Box::new(rec));
-        }
-        tokio::select! {
-            p = self.prompts.recv() => match p {
-                Some(m) => Seen::Prompt(m),
-                None => self.wait_done().await,
-            },
-            _ = self.done.changed() => match self.done.borrow().clone() {
-                Some(rec) => Seen::Done(Box::new(rec)),
-                None => Seen::Cancelled,
-            },
-        }
-    }
-    async fn wait_done(&mut self) -> Seen {
-        loop {
-            if let Some(rec) = self.done.borrow().clone() {
-                return Seen::Done(Box::new(rec));
-            }
-            if self.done.changed().await.is_err() {
-                return Seen::Cancelled;
-            }
-        }
     }
 }
 
@@ -607,23 +447,6 @@ pub(crate) async fn delete(State(s): State<AppState>, UrlPath(id): UrlPath<Strin
     }
     axum::Json(json!({"env_id": id, "deleted": true, "cancelled": was_running})).into_response()
 }
-
-/// A short unique suffix for call and env ids: time, process and a counter.
-pub(crate) fn uuidish() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros());
-    format!(
-        "{t:x}-{:x}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// Live envs, by id (shared with the lease sweeper and shutdown).
-pub(crate) type Envs = Mutex<HashMap<String, Arc<Env>>>;
 
 #[cfg(test)]
 mod tests {

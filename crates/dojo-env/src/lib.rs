@@ -19,6 +19,8 @@
 //! - [`envs`]: the step-wise API (`POST /v1/envs`, `…/step`, `…/evaluate`, `DELETE`) for
 //!   Python-side loops that keep their own agent: dojo's own agent loop and grading, with the
 //!   client's steps as its policy; leases as idle timeouts, slots shared with episodes.
+//! - [`step_env`]: a live step-wise env: the agent loop whose policy is the client's steps.
+//! - `state`: what every route shares (settings, store, slots, live envs, counters).
 //!
 //! The Python side (a verl agent loop calling this service, and the token bridge from an
 //! episode to verl's inference servers) is `python/dojo-verl/`.
@@ -26,6 +28,9 @@
 pub mod api;
 pub mod envs;
 pub mod server;
+mod state;
+pub mod step_env;
 
 pub use api::{EPISODE_SCHEMA_VERSION, EpisodeRecord, EpisodeRequest, TokenStream};
-pub use server::{ServeOptions, router, serve};
+pub use server::{router, serve};
+pub use state::ServeOptions;

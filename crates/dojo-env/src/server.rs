@@ -13,9 +13,8 @@
 //! fsync per record; a restart after `kill -9` keeps every finished episode). Shutdown (the
 //! future given to [`serve`]) stops accepting requests and waits for the running episodes.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,34 +28,13 @@ use axum::routing::{delete, get, post};
 use dojo_rollout::agent_runner::{AgentRunner, DojoAgent};
 use dojo_rollout::run_dir::make_backends;
 use dojo_rollout::scheduler::{Job, Runner};
-use dojo_rollout::store::{Key, Store};
-use dojo_task::{EnvRegistry, PrepareOptions, Preparer};
+use dojo_rollout::store::Store;
+use dojo_task::{EnvRegistry, Preparer};
 use serde_json::json;
 
-use crate::api::{BadRequest, EPISODE_SCHEMA_VERSION, EpisodeRecord, EpisodeRequest};
-
-/// How the service runs.
-#[derive(Debug, Clone)]
-pub struct ServeOptions {
-    /// Episodes running at once (= sandboxes).
-    pub max_episodes: usize,
-    /// Requests that may wait for a slot; more get 429.
-    pub queue: usize,
-    /// The longest an episode may hold its sandbox.
-    pub lease: Duration,
-    /// Where `episodes.jsonl` is kept.
-    pub out: PathBuf,
-    /// Environment specs overriding the embedded ones.
-    pub envs_dir: Option<PathBuf>,
-    pub prepare: PrepareOptions,
-    /// Tasks a step-wise env may name by id (`task_id`), from `--tasks`. A row sent inline
-    /// whose `instance_id` is here runs as the file has it (see `Shared::admit_task`).
-    pub tasks_file: Option<PathBuf>,
-    /// URL prefixes (each ending in `/`) that inline rows' sdist sources may be fetched from.
-    pub allow_sources: Vec<String>,
-    /// Every route but `/health` needs this key; without one, only loopback is served.
-    pub api_key: Option<dojo_llm::access::ApiKey>,
-}
+use crate::api::{BadRequest, EPISODE_SCHEMA_VERSION, EpisodeRecord, EpisodeRequest, record};
+use crate::envs;
+use crate::state::{AppState, Metrics, ServeOptions, Shared, error};
 
 /// Failures that stop the service from starting or serving.
 #[derive(Debug, thiserror::Error)]
@@ -73,185 +51,6 @@ pub enum ServeError {
     Access(#[from] dojo_llm::access::AccessError),
     #[error("serving: {0}")]
     Io(#[from] std::io::Error),
-}
-
-#[derive(Default)]
-pub(crate) struct Metrics {
-    finished: u64,
-    pub(crate) envs_created: u64,
-    pub(crate) envs_deleted: u64,
-    envs_lease_expired: u64,
-    masked: u64,
-    lease_expired: u64,
-    refused_busy: u64,
-    bad_requests: u64,
-    by_stop: BTreeMap<String, u64>,
-    wall_s: f64,
-}
-
-pub(crate) struct Shared {
-    pub(crate) opts: ServeOptions,
-    pub(crate) store: Store<EpisodeRecord>,
-    slots: Arc<tokio::sync::Semaphore>,
-    waiting: AtomicUsize,
-    in_flight: Mutex<HashSet<String>>,
-    pub(crate) registry: EnvRegistry,
-    pub(crate) preparer: Arc<Preparer>,
-    pub(crate) metrics: Mutex<Metrics>,
-    /// Step-wise envs, live or evaluated, until deleted or their lease expires.
-    pub(crate) envs: crate::envs::Envs,
-    /// `--tasks`, by instance id.
-    pub(crate) tasks: HashMap<String, dojo_task::Task>,
-}
-
-pub(crate) type AppState = Arc<Shared>;
-
-pub(crate) fn error(
-    status: StatusCode,
-    field: Option<&str>,
-    message: impl Into<String>,
-) -> Response {
-    // The body `dojo serve` answers with too (OpenAI's), the field at fault as `param`.
-    (
-        status,
-        axum::Json(dojo_llm::ErrorBody::new(status.as_u16(), message, field)),
-    )
-        .into_response()
-}
-
-impl Shared {
-    /// Whether the service prepares the task of an inline row, and as what. Preparing runs
-    /// on the host with its network: an sdist source is fetched from its URL, and a row's
-    /// `env` overrides (requirements, install commands) run in the environment build, which
-    /// has the network. So a caller chooses neither. A row whose `instance_id` is in
-    /// `--tasks` runs as the file has it (the caller's copy is not used); any other row is
-    /// taken only without `env` overrides, and with an sdist source only from an
-    /// `--allow-source` prefix. Git-based rows read their repository from `--repos` alone.
-    pub(crate) fn admit_task(&self, row: dojo_task::Task) -> Result<dojo_task::Task, BadRequest> {
-        if let Some(t) = self.tasks.get(&row.instance_id) {
-            return Ok(t.clone());
-        }
-        let listed = || match &self.opts.tasks_file {
-            Some(f) => format!("{} is not in {}", row.instance_id, f.display()),
-            None => "the server has no --tasks file".to_string(),
-        };
-        if row.env.is_some() {
-            return Err(BadRequest::new(
-                "task.env",
-                format!(
-                    "per-task environment overrides run in the environment build, which has the \
-                     host's network, so the server takes them only from its --tasks file ({})",
-                    listed()
-                ),
-            ));
-        }
-        if let Some(sd) = row.sdist()
-            && !self
-                .opts
-                .allow_sources
-                .iter()
-                .any(|p| sd.url.starts_with(p))
-        {
-            return Err(BadRequest::new(
-                "task.source.url",
-                format!(
-                    "{} is not under an allowed source ({}; the server's --allow-source \
-                     prefixes: {:?})",
-                    sd.url,
-                    listed(),
-                    self.opts.allow_sources
-                ),
-            ));
-        }
-        Ok(row)
-    }
-
-    pub(crate) fn bad(&self, e: BadRequest) -> Response {
-        if let Ok(mut m) = self.metrics.lock() {
-            m.bad_requests += 1;
-        }
-        error(StatusCode::BAD_REQUEST, Some(&e.field), e.to_string())
-    }
-
-    pub(crate) fn stored(&self, id: &str) -> Option<EpisodeRecord> {
-        self.store.get(&Key {
-            task_id: id.to_string(),
-            sample_index: 0,
-        })
-    }
-
-    pub(crate) fn new_env_id(&self) -> String {
-        format!("env-{}", crate::envs::uuidish())
-    }
-
-    /// A running slot (episodes and envs share them): now, after waiting in the queue, or a
-    /// 429 when the queue is full.
-    pub(crate) async fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Response> {
-        if let Ok(p) = self.slots.clone().try_acquire_owned() {
-            return Ok(p);
-        }
-        if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.opts.queue {
-            self.waiting.fetch_sub(1, Ordering::SeqCst);
-            if let Ok(mut m) = self.metrics.lock() {
-                m.refused_busy += 1;
-            }
-            return Err(error(
-                StatusCode::TOO_MANY_REQUESTS,
-                None,
-                format!(
-                    "{} episodes or envs running and {} waiting (--max-episodes {}, --queue {}); retry later",
-                    self.opts.max_episodes,
-                    self.opts.queue,
-                    self.opts.max_episodes,
-                    self.opts.queue
-                ),
-            ));
-        }
-        let p = self.slots.clone().acquire_owned().await;
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
-        p.map_err(|_| error(StatusCode::SERVICE_UNAVAILABLE, None, "shutting down"))
-    }
-
-    pub(crate) fn count_finished(&self, rec: &EpisodeRecord) {
-        if let Ok(mut m) = self.metrics.lock() {
-            m.finished += 1;
-            m.masked += u64::from(rec.masked);
-            *m.by_stop.entry(rec.stop_reason.to_string()).or_default() += 1;
-            m.wall_s += rec.wall_s;
-        }
-    }
-
-    /// Tear down the envs idle past their lease (their sandboxes go with them).
-    pub(crate) fn sweep_envs(&self) {
-        let now = Instant::now();
-        let gone: Vec<_> = match self.envs.lock() {
-            Ok(mut envs) => {
-                let ids: Vec<String> = envs
-                    .iter()
-                    .filter(|(_, e)| e.expired(now))
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                ids.into_iter().filter_map(|k| envs.remove(&k)).collect()
-            }
-            Err(_) => return,
-        };
-        // Evaluated envs only drop their record here; the others lose their sandbox.
-        let live = gone.iter().filter(|e| !e.finished()).count();
-        for env in &gone {
-            env.cancel();
-        }
-        if live > 0
-            && let Ok(mut m) = self.metrics.lock()
-        {
-            m.envs_lease_expired += live as u64;
-        }
-    }
-
-    fn envs_live(&self) -> usize {
-        self.envs
-            .lock()
-            .map_or(0, |e| e.values().filter(|e| !e.finished()).count())
-    }
 }
 
 /// Removes an episode id from the in-flight set however its task ends.
@@ -375,46 +174,6 @@ async fn post_episode(State(s): State<AppState>, body: Bytes) -> Response {
             None,
             format!("the episode's task failed: {e}"),
         ),
-    }
-}
-
-/// The record of a finished episode: shaped reward, token streams, the trajectory.
-pub(crate) fn record(
-    id: &str,
-    group_id: Option<String>,
-    shaping: &dojo_reward::shaping::RewardConfig,
-    traj: dojo_trajectory::Trajectory,
-    wall_s: f64,
-) -> EpisodeRecord {
-    let shaped = dojo_reward::shape_trajectory(&traj, shaping).unwrap_or_else(|e| {
-        // Not graded where it had to be: nothing to score, so no loss (never a silent 0).
-        tracing::warn!("episode {id}: {e}; masked");
-        dojo_reward::Shaped {
-            reward: 0.0,
-            raw_reward: None,
-            masked: true,
-        }
-    });
-    let (streams, token_error) = match dojo_reward::episode::samples_of(&traj) {
-        Ok(samples) => (samples.iter().map(Into::into).collect(), None),
-        Err(e) => (Vec::new(), Some(e.to_string())),
-    };
-    EpisodeRecord {
-        schema_version: EPISODE_SCHEMA_VERSION,
-        episode_id: id.to_string(),
-        group_id,
-        task_id: traj.task_id.clone(),
-        reward: shaped.reward,
-        raw_reward: shaped.raw_reward,
-        masked: shaped.masked,
-        stop_reason: traj.stop_reason,
-        forced_submission: traj.forced_submission,
-        num_turns: traj.steps.len() as u32,
-        patch: traj.patch.clone().unwrap_or_default(),
-        streams,
-        token_error,
-        wall_s,
-        trajectory: traj,
     }
 }
 
@@ -600,10 +359,10 @@ fn build(opts: ServeOptions) -> Result<(Router, AppState), ServeError> {
         .route("/metrics", get(metrics))
         .route("/v1/episodes", post(post_episode))
         .route("/v1/episodes/{id}", get(get_episode))
-        .route("/v1/envs", post(crate::envs::create))
-        .route("/v1/envs/{id}/step", post(crate::envs::step))
-        .route("/v1/envs/{id}/evaluate", post(crate::envs::evaluate))
-        .route("/v1/envs/{id}", delete(crate::envs::delete))
+        .route("/v1/envs", post(envs::create))
+        .route("/v1/envs/{id}/step", post(envs::step))
+        .route("/v1/envs/{id}/evaluate", post(envs::evaluate))
+        .route("/v1/envs/{id}", delete(envs::delete))
         .with_state(state.clone());
     Ok((router, state))
 }
