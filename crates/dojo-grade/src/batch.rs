@@ -14,8 +14,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::Semantics;
 pub use crate::predictions::Prediction;
+use crate::report::Validation;
 use crate::report::{ErrorKind, InstanceReport, Verdict};
-use crate::run::{GradeOptions, Validation, grade_in_sandbox, validate_in_sandbox};
+pub use crate::report::{existing_report, write_instance};
+use crate::run::{GradeOptions, grade_in_sandbox, validate_in_sandbox};
 
 /// Options shared by eval and validate.
 #[derive(Debug, Clone)]
@@ -38,30 +40,6 @@ impl Default for BatchOptions {
             progress: true,
         }
     }
-}
-
-/// Persist one instance's files: `report.json`, `test_output.txt`, `patch.diff`.
-pub fn write_instance(
-    dir: &Path,
-    report: &InstanceReport,
-    patch: Option<&str>,
-) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    if let Some(p) = patch {
-        std::fs::write(dir.join("patch.diff"), p)?;
-    }
-    std::fs::write(dir.join("test_output.txt"), &report.test_output)?;
-    let json = serde_json::to_vec_pretty(&report.to_json()).map_err(std::io::Error::other)?;
-    // The report goes last: its presence marks the instance as graded (resume).
-    dojo_rundir::write_atomic(&dir.join("report.json"), &json)
-}
-
-/// A previous report worth keeping (graded, or the agent's own patch failure). Infrastructure
-/// failures are retried on resume.
-pub fn existing_report(dir: &Path) -> Option<InstanceReport> {
-    let text = std::fs::read_to_string(dir.join("report.json")).ok()?;
-    let r = InstanceReport::from_json(&serde_json::from_str(&text).ok()?)?;
-    (!r.infra_failure).then_some(r)
 }
 
 fn bar(len: usize, enabled: bool, what: &str) -> ProgressBar {

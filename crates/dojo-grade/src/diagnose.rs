@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::grading::Semantics;
 use crate::parsers::{ERROR, FAILED, SKIPPED, StatusMap};
-use crate::run::Validation;
+use crate::report::Validation;
 
 /// How many ids a summary names before it counts the rest.
 pub const FIRST_IDS: usize = 3;
@@ -117,7 +117,7 @@ pub fn write_validation(dir: &Path, v: &Validation) -> std::io::Result<PathBuf> 
     std::fs::write(dir.join("problems.txt"), problems)?;
     for (name, r) in [("test_patch_only", &v.before), ("gold", &v.gold)] {
         if let Some(r) = r {
-            crate::batch::write_instance(&dir.join(name), r, None)?;
+            crate::report::write_instance(&dir.join(name), r, None)?;
         }
     }
     // The verdict and its timing, machine-readable (the reports above have the test runs' own

@@ -55,7 +55,7 @@ pub use guard::{InfraKind, InfraTouch};
 pub use parsers::{Parser, StatusMap};
 pub use predictions::{Prediction, read_predictions, write_predictions};
 pub use report::{
-    ErrorKind, InstanceReport, MalformedLine, RunSummary, SCHEMA_VERSION, Verdict,
+    ErrorKind, InstanceReport, MalformedLine, RunSummary, SCHEMA_VERSION, Validation, Verdict,
     eval_report_from_log,
 };
-pub use run::{GradeOptions, Validation, grade_in_sandbox, status_map_of, validate_in_sandbox};
+pub use run::{GradeOptions, grade_in_sandbox, status_map_of, validate_in_sandbox};

@@ -1,6 +1,7 @@
 //! Per-instance `report.json` (the official keys, plus ours) and the run summary.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde_json::{Map, Value, json};
 
@@ -334,6 +335,58 @@ impl RunSummary {
     pub fn to_json(&self) -> Value {
         serde_json::to_value(self).unwrap_or_else(|e| json!({"error": e.to_string()}))
     }
+}
+
+/// What `dojo validate` learns about one task.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Validation {
+    pub instance_id: String,
+    /// Runnable: every FAIL_TO_PASS fails with the test patch alone, and the gold patch resolves.
+    /// For a new task (no FAIL_TO_PASS yet): both runs were clean and at least one test fails
+    /// before the gold patch and passes after it.
+    pub ok: bool,
+    /// The task had no FAIL_TO_PASS (absent or empty): its lists are derived, not checked, and
+    /// `dojo validate --write` may store them.
+    pub new_task: bool,
+    pub problems: Vec<String>,
+    /// Lists derived from the two runs (what `--write` stores).
+    pub derived_fail_to_pass: Vec<String>,
+    pub derived_pass_to_pass: Vec<String>,
+    /// Wall seconds of the whole validation: preparation (the pristine tree, the environment
+    /// build or the wait for it, the sandbox) and both runs. `None` where it was not timed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_s: Option<f64>,
+    /// Wall seconds of the two runs and the reset between them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs_s: Option<f64>,
+    #[serde(skip)]
+    pub before: Option<InstanceReport>,
+    #[serde(skip)]
+    pub gold: Option<InstanceReport>,
+}
+
+/// Persist one instance's files: `report.json`, `test_output.txt`, `patch.diff`.
+pub fn write_instance(
+    dir: &Path,
+    report: &InstanceReport,
+    patch: Option<&str>,
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    if let Some(p) = patch {
+        std::fs::write(dir.join("patch.diff"), p)?;
+    }
+    std::fs::write(dir.join("test_output.txt"), &report.test_output)?;
+    let json = serde_json::to_vec_pretty(&report.to_json()).map_err(std::io::Error::other)?;
+    // The report goes last: its presence marks the instance as graded (resume).
+    dojo_rundir::write_atomic(&dir.join("report.json"), &json)
+}
+
+/// A previous report worth keeping (graded, or the agent's own patch failure). Infrastructure
+/// failures are retried on resume.
+pub fn existing_report(dir: &Path) -> Option<InstanceReport> {
+    let text = std::fs::read_to_string(dir.join("report.json")).ok()?;
+    let r = InstanceReport::from_json(&serde_json::from_str(&text).ok()?)?;
+    (!r.infra_failure).then_some(r)
 }
 
 #[cfg(test)]

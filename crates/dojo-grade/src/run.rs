@@ -27,6 +27,7 @@ use crate::grading::{
 };
 use crate::guard::{self, InfraKind, InfraTouch};
 use crate::parsers::{ERROR, FAILED, Parser, StatusMap};
+use crate::report::Validation;
 use crate::report::{ErrorKind, InstanceReport, Verdict};
 use crate::script::{
     PatchTransport, restorable_test_files, restore_test_files_lines, run_script, step_log,
@@ -494,34 +495,6 @@ pub fn status_map_of(report: &InstanceReport, parser: Parser) -> StatusMap {
         report.semantics,
     )
     .0
-}
-
-/// What `dojo validate` learns about one task.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Validation {
-    pub instance_id: String,
-    /// Runnable: every FAIL_TO_PASS fails with the test patch alone, and the gold patch resolves.
-    /// For a new task (no FAIL_TO_PASS yet): both runs were clean and at least one test fails
-    /// before the gold patch and passes after it.
-    pub ok: bool,
-    /// The task had no FAIL_TO_PASS (absent or empty): its lists are derived, not checked, and
-    /// `dojo validate --write` may store them.
-    pub new_task: bool,
-    pub problems: Vec<String>,
-    /// Lists derived from the two runs (what `--write` stores).
-    pub derived_fail_to_pass: Vec<String>,
-    pub derived_pass_to_pass: Vec<String>,
-    /// Wall seconds of the whole validation: preparation (the pristine tree, the environment
-    /// build or the wait for it, the sandbox) and both runs. `None` where it was not timed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub total_s: Option<f64>,
-    /// Wall seconds of the two runs and the reset between them.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub runs_s: Option<f64>,
-    #[serde(skip)]
-    pub before: Option<InstanceReport>,
-    #[serde(skip)]
-    pub gold: Option<InstanceReport>,
 }
 
 /// Run the test patch alone, reset, run with the gold patch; check the task's lists (if it has
