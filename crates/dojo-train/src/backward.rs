@@ -24,6 +24,25 @@ impl TrainModel {
         self.checkpointing
     }
 
+    /// [`Checkpointing::Auto`] for a run whose batch shapes vary (RL episodes): the activation
+    /// budget is `budget` (by default the memory available now) less this model's
+    /// [`memory::fixed_bytes`](crate::memory::fixed_bytes) with `weight_copies` more copies
+    /// of the weights (RL's merged sampling copy, a reference model).
+    pub fn auto_checkpointing(&self, budget: Option<u64>, weight_copies: u64) -> Checkpointing {
+        let Some(budget) = budget.or_else(crate::memory::default_budget) else {
+            return Checkpointing::Off;
+        };
+        let fixed = crate::memory::fixed_bytes(
+            self.num_params() as u64,
+            self.num_trainable() as u64,
+            self.lora.is_some(),
+            weight_copies,
+        );
+        Checkpointing::Auto {
+            activation_budget: budget.saturating_sub(fixed),
+        }
+    }
+
     /// Rows of logits a separable loss computes at once (default
     /// [`crate::memory::head_chunk_rows`]; smaller saves memory, larger saves nothing).
     pub fn set_logit_chunk_rows(&mut self, rows: usize) {

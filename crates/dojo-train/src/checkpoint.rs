@@ -105,6 +105,12 @@ pub fn save_safetensors(
     Ok(())
 }
 
+/// `v` as pretty JSON with a final newline.
+pub(crate) fn write_json(path: &Path, v: &Json) -> Result<(), TrainError> {
+    let s = serde_json::to_string_pretty(v).map_err(|e| TrainError::file(path, e))?;
+    std::fs::write(path, s + "\n").map_err(|e| TrainError::file(path, e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,7 +131,7 @@ mod tests {
         let dir = dojo_rundir::checkpoint::publish(out, &checkpoint_name(2), |d| {
             std::fs::write(d.join(WEIGHTS_FILE), b"weights").unwrap();
             let s = serde_json::to_value(&state).unwrap();
-            crate::source::write_json(&d.join(STATE_FILE), &s)
+            write_json(&d.join(STATE_FILE), &s)
         })
         .unwrap();
         assert_eq!(

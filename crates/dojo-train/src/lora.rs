@@ -340,7 +340,7 @@ impl Lora {
 
     /// Save `adapter_config.json` + `adapter_model.safetensors` into `dir`.
     pub fn save(&self, dir: &Path, base_model: &str) -> Result<(), TrainError> {
-        crate::source::write_json(
+        crate::checkpoint::write_json(
             &dir.join(ADAPTER_CONFIG_FILE),
             &self.config.adapter_config(base_model),
         )?;

@@ -108,11 +108,11 @@ pub fn estimate(
     let attention = ATTENTION_COPIES * batch.rows as u64 * cfg.num_heads as u64 * t * t * F32
         + rep * t * t * F32;
     let head = HEAD_COPIES * batch.logit_rows as u64 * cfg.vocab_size as u64 * F32;
-    // Gradient, two moments, a clipped copy; LoRA's adapters are extra weights besides.
-    let per_trainable = if lora { 5 } else { 4 };
+    let fixed = fixed_bytes(params, trainable, lora, 0);
     Estimate {
         weights: params * F32,
-        trainer_state: per_trainable * trainable * F32,
+        // Gradient, two moments, a clipped copy; LoRA's adapters are extra weights besides.
+        trainer_state: fixed - params * F32 - PROCESS_BYTES,
         activations,
         attention,
         head,
@@ -186,29 +186,12 @@ pub fn needs_checkpointing(cfg: &Config, batch: BatchShape, activation_budget: u
     e.activations + e.attention + e.head > activation_budget
 }
 
-/// [`Checkpointing::Auto`] for a run whose batch shapes vary (RL episodes): the activation
-/// budget is `budget` (by default the memory available now) less the model's weights, the
-/// optimizer state of its trainable parameters, `weight_copies` more copies of the weights
-/// (RL's merged sampling copy, a reference model) and the process overhead.
-///
-/// [`Checkpointing::Auto`]: crate::Checkpointing::Auto
-pub fn auto_checkpointing(
-    model: &crate::TrainModel,
-    budget: Option<u64>,
-    weight_copies: u64,
-) -> crate::Checkpointing {
-    let Some(budget) = budget.or_else(default_budget) else {
-        return crate::Checkpointing::Off;
-    };
-    let weights = model.num_params() as u64 * F32;
-    let lora = model.lora().is_some();
+/// What a run keeps besides activations: the weights (`params`), `weight_copies` more copies
+/// of them (RL's merged sampling copy, a reference model), the optimizer state of the
+/// `trainable` parameters and the process overhead. An activation budget is a budget less this.
+pub fn fixed_bytes(params: u64, trainable: u64, lora: bool, weight_copies: u64) -> u64 {
     let per_trainable = if lora { 5 } else { 4 };
-    let fixed = weights * (1 + weight_copies)
-        + per_trainable * model.num_trainable() as u64 * F32
-        + PROCESS_BYTES;
-    crate::Checkpointing::Auto {
-        activation_budget: budget.saturating_sub(fixed),
-    }
+    params * F32 * (1 + weight_copies) + per_trainable * trainable * F32 + PROCESS_BYTES
 }
 
 /// `12.3 GiB`.

@@ -111,12 +111,12 @@ impl ModelSource {
                     "chat_template": fmt.template.source(),
                     "clean_up_tokenization_spaces": false,
                 });
-                write_json(&dir.join("tokenizer_config.json"), &cfg)?;
+                crate::checkpoint::write_json(&dir.join("tokenizer_config.json"), &cfg)?;
                 let gen_cfg = json!({
                     "bos_token_id": tok.bos_id(),
                     "eos_token_id": tok.eos_id(),
                 });
-                write_json(&dir.join("generation_config.json"), &gen_cfg)?;
+                crate::checkpoint::write_json(&dir.join("generation_config.json"), &gen_cfg)?;
             }
         }
         Ok(())
@@ -128,9 +128,4 @@ impl ModelSource {
 pub fn tokenizer_sha(fmt: &ChatFormat) -> String {
     let serialised = fmt.tokenizer.hf().to_string(false).unwrap_or_default();
     hex::encode(Sha256::digest(serialised.as_bytes()))
-}
-
-pub(crate) fn write_json(path: &Path, v: &Json) -> Result<(), TrainError> {
-    let s = serde_json::to_string_pretty(v).map_err(|e| TrainError::file(path, e))?;
-    std::fs::write(path, s + "\n").map_err(|e| TrainError::file(path, e))
 }

@@ -21,6 +21,7 @@ use candle_core::{Device, Tensor};
 use serde_json::{Value as Json, json};
 
 use crate::LossRows;
+use crate::checkpoint::write_json;
 use crate::checkpoint::{self, TrainerState};
 use crate::data::{self, Batcher, Cursor, DataReport, Overlong, Sample};
 use crate::lora::LoraConfig;
@@ -28,7 +29,7 @@ use crate::memory;
 use crate::model::DeviceBatch;
 use crate::ops::nll_sum;
 use crate::optim::{self, AdamW, AdamWConfig};
-use crate::source::{self, ModelSource, write_json};
+use crate::source::{self, ModelSource};
 use crate::{TRAIN_SCHEMA_VERSION, TrainError, TrainModel};
 
 /// Settings of a run (saved in `run.json`; a resumed run must match them).

@@ -159,11 +159,7 @@ mod imp {
         };
         // Episodes vary in length: each update decides whether its micro-batches need
         // activation checkpointing to fit (beside the sampling copy and a reference).
-        model.set_checkpointing(dojo_train::memory::auto_checkpointing(
-            &model,
-            None,
-            1 + u64::from(reference.is_some()),
-        ));
+        model.set_checkpointing(model.auto_checkpointing(None, 1 + u64::from(reference.is_some())));
         let s = dojo_rl::run::run(
             &a.out,
             &cfg,
