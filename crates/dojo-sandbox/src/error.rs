@@ -104,15 +104,20 @@ pub enum BuildError {
     )]
     NoUvWheel { arch: &'static str },
     #[error(
-        "uv not found, and installing uv {} from PyPI failed: {source}; set DOJO_UV, run scripts/setup-tools.sh (DOJO_PYTOOLS), or put uv on PATH",
-        crate::uv::UV_VERSION
+        "uv not found, and installing uv {version} from PyPI failed: {source}; set DOJO_UV, run scripts/setup-tools.sh (DOJO_PYTOOLS), or put uv on PATH"
     )]
     UvInstall {
+        /// The pinned version that was being installed.
+        version: &'static str,
         #[source]
         source: dojo_cache::CacheError,
     },
-    #[error("{} --version printed {printed:?}, expected uv {}", .bin.display(), crate::uv::UV_VERSION)]
-    UvVersion { bin: PathBuf, printed: String },
+    #[error("{} --version printed {printed:?}, expected uv {expected}", .bin.display())]
+    UvVersion {
+        bin: PathBuf,
+        printed: String,
+        expected: &'static str,
+    },
     #[error(
         "Python {version} is not on the host and uv is unavailable ({source}); install python{version} on the host, or let dojo fetch a managed CPython {version} (needs the python-build-standalone downloads: network, or a mirror in DOJO_PYTHON_MIRROR / UV_PYTHON_INSTALL_MIRROR)"
     )]

@@ -52,7 +52,10 @@ pub fn ensure_uv() -> Result<PathBuf, BuildError> {
     let Some(&(_, file, url, sha256)) = WHEELS.iter().find(|w| w.0 == arch) else {
         return Err(BuildError::NoUvWheel { arch });
     };
-    let fail = |source| BuildError::UvInstall { source };
+    let fail = |source| BuildError::UvInstall {
+        version: UV_VERSION,
+        source,
+    };
     let cache = dojo_cache::Cache::open().map_err(fail)?;
     let wheel = cache.fetch(url, sha256, file).map_err(fail)?;
     let entry = cache
@@ -78,6 +81,7 @@ fn unpack_binary(wheel: &Path, dir: &Path) -> Result<(), BuildError> {
         return Err(BuildError::UvVersion {
             bin: bin.clone(),
             printed: text.trim().to_string(),
+            expected: UV_VERSION,
         });
     }
     Ok(())
