@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-tools.sh
+python3 scripts/check-import-cycles.py
 cargo test --workspace --locked "$@"
 # Opt-in (DOJO_VERL_PYTHON): the verl agent loop under a real verl install.
 bash scripts/test-verl.sh
