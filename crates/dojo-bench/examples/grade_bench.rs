@@ -55,7 +55,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out_dir = tempfile::tempdir()?;
     let preparer = dojo_task::Preparer::default();
     let quiet = BatchOptions {
-        progress: false,
+        progress: Default::default(),
         force: true,
         ..Default::default()
     };
@@ -169,7 +169,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         &preparer,
         &BatchOptions {
             workers: 2,
-            progress: false,
+            progress: Default::default(),
             ..Default::default()
         },
         &|_| {},
@@ -195,7 +195,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let one_worker = BatchOptions {
         workers: 1,
-        progress: false,
+        progress: Default::default(),
         force: true,
         ..Default::default()
     };
@@ -274,7 +274,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             &preparer,
             &BatchOptions {
                 workers,
-                progress: false,
+                progress: Default::default(),
                 ..Default::default()
             },
             &|_| {},

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use dojo_sandbox::{Sandbox, SandboxOptions};
 use dojo_task::{Preparer, RepoEnv, Task, TaskError};
 use futures::StreamExt;
-use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::Semantics;
 pub use crate::predictions::Prediction;
@@ -27,7 +26,8 @@ pub struct BatchOptions {
     pub sandbox: SandboxOptions,
     /// Re-grade instances that already have a report.
     pub force: bool,
-    pub progress: bool,
+    /// Where progress goes: a count of finished instances (quiet by default).
+    pub progress: dojo_progress::Progress,
 }
 
 impl Default for BatchOptions {
@@ -37,22 +37,9 @@ impl Default for BatchOptions {
             grade: GradeOptions::default(),
             sandbox: SandboxOptions::default(),
             force: false,
-            progress: true,
+            progress: dojo_progress::Progress::quiet(),
         }
     }
-}
-
-fn bar(len: usize, enabled: bool, what: &str) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    let pb = ProgressBar::new(len as u64);
-    if let Ok(style) = ProgressStyle::with_template(&format!(
-        "{what} [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} {{msg}}"
-    )) {
-        pb.set_style(style);
-    }
-    pb
 }
 
 /// How a batch runs its sandboxes: `workers` of them do their work (the test runs) at a time,
@@ -152,12 +139,12 @@ pub async fn eval_jobs(
     preparer: &Preparer,
     opts: &BatchOptions,
 ) -> Vec<InstanceReport> {
-    let pb = Arc::new(bar(jobs.len(), opts.progress, "eval"));
+    let pb = &opts.progress;
+    pb.start("eval", jobs.len() as u64, 0);
     let pipeline = Pipeline::new(opts.workers);
     let pipeline = &pipeline;
     let results = futures::stream::iter(jobs)
         .map(|job| {
-            let pb = pb.clone();
             async move {
                 let dir = out.join(&job.prediction.instance_id);
                 let previous = (!opts.force).then(|| existing_report(&dir)).flatten();
@@ -177,8 +164,7 @@ pub async fn eval_jobs(
                         r
                     }
                 };
-                pb.inc(1);
-                pb.set_message(format!("{} {:?}", r.instance_id, r.outcome));
+                pb.advance(1, &format!("{} {:?}", r.instance_id, r.outcome));
                 r
             }
         })
@@ -186,7 +172,7 @@ pub async fn eval_jobs(
         .collect::<Vec<_>>()
         .await;
     pipeline.wait().await;
-    pb.finish_and_clear();
+    pb.finish("");
     results
 }
 
@@ -236,29 +222,25 @@ pub async fn validate_tasks<E: std::fmt::Display + Send>(
     opts: &BatchOptions,
     on_done: &(dyn Fn(&Validation) + Sync),
 ) -> Vec<(usize, Validation)> {
-    let pb = Arc::new(bar(tasks.len(), opts.progress, "validate"));
+    let pb = &opts.progress;
+    pb.start("validate", tasks.len() as u64, 0);
     let pipeline = Pipeline::new(opts.workers);
     let pipeline = &pipeline;
     let out = futures::stream::iter(tasks)
-        .map(|(i, task, env)| {
-            let pb = pb.clone();
-            async move {
-                let v = validate_one(&task, env, preparer, opts, pipeline).await;
-                on_done(&v);
-                pb.inc(1);
-                pb.set_message(format!(
-                    "{} {}",
-                    v.instance_id,
-                    if v.ok { "ok" } else { "FAILED" }
-                ));
-                (i, v)
-            }
+        .map(|(i, task, env)| async move {
+            let v = validate_one(&task, env, preparer, opts, pipeline).await;
+            on_done(&v);
+            pb.advance(
+                1,
+                &format!("{} {}", v.instance_id, if v.ok { "ok" } else { "FAILED" }),
+            );
+            (i, v)
         })
         .buffer_unordered(Pipeline::in_flight(opts.workers))
         .collect::<Vec<_>>()
         .await;
     pipeline.wait().await;
-    pb.finish_and_clear();
+    pb.finish("");
     out
 }
 

@@ -48,8 +48,9 @@ pub struct AgentEnvOptions {
     pub out: PathBuf,
     /// The simulated environment of every rollout (`None`: real sandboxes).
     pub world: Option<WorldPolicy>,
-    /// Progress on the terminal: a bar per step's episodes, a line per finished step.
-    pub progress: bool,
+    /// Where progress goes: each step's episodes (as `dojo rollout` shows them) and a line per
+    /// finished step.
+    pub progress: dojo_progress::Progress,
 }
 
 /// Rollouts through `dojo rollout`'s path with the trainer's current weights.
@@ -175,7 +176,7 @@ impl AgentEnv {
             export_predictions: false,
             envs_dir: self.opts.envs.clone(),
             prepare: dojo_task::PrepareOptions::default(),
-            progress: self.opts.progress,
+            progress: self.opts.progress.clone(),
         };
         let o = self
             .rt
@@ -311,9 +312,7 @@ impl Environment for AgentEnv {
     /// A line per finished step: reward, resolved share, its time, and the loop's estimate of
     /// the rest.
     fn step_done(&mut self, m: &StepMetrics, steps_left: u64, left_s: f64) {
-        if self.opts.progress {
-            eprintln!("{}", step_line(m, steps_left, left_s));
-        }
+        self.opts.progress.line(&step_line(m, steps_left, left_s));
     }
 
     /// The world model's settings (mode, model, SWR samples and seed, analysis model), not

@@ -61,7 +61,8 @@ pub struct RolloutOptions {
     /// Extra environment specs overriding the embedded `envs/`.
     pub envs_dir: Option<PathBuf>,
     pub prepare: PrepareOptions,
-    pub progress: bool,
+    /// Where the run's progress goes (quiet, or the binary's bar).
+    pub progress: dojo_progress::Progress,
     pub label: String,
     /// Run only this shard of the task set (see [`crate::shard`]).
     pub shard: Option<Shard>,
@@ -307,7 +308,7 @@ pub async fn run_rollout_with_world<A: AgentLoop>(
     let cfg = SchedulerConfig {
         samples: opts.samples,
         sandboxes: opts.workers.max(1),
-        progress: opts.progress,
+        progress: opts.progress.clone(),
         label: opts.label.clone(),
     };
     let stats = run_jobs(Arc::new(runner), &ids, store.clone(), &cfg).await?;

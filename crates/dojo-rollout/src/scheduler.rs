@@ -7,10 +7,9 @@
 //! [`crate::policy::LimitedBackend`]), writes each record durably the moment it finishes, and shows progress.
 
 use std::future::Future;
-use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::store::{Key, Keyed, Store};
 use crate::summary::SampleOutcome;
@@ -55,8 +54,9 @@ pub struct SchedulerConfig {
     pub samples: u32,
     /// Jobs (hence sandboxes) running at once.
     pub sandboxes: usize,
-    /// Draw a progress bar (only on a terminal; otherwise one log line per finished job).
-    pub progress: bool,
+    /// Where progress goes: the count of finished jobs with running / resolved / infrastructure
+    /// error counts, and one event line per finished job. Quiet by default.
+    pub progress: dojo_progress::Progress,
     /// Label shown on the progress line.
     pub label: String,
 }
@@ -66,7 +66,7 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             samples: 1,
             sandboxes: 2,
-            progress: true,
+            progress: dojo_progress::Progress::quiet(),
             label: "rollout".into(),
         }
     }
@@ -113,7 +113,7 @@ pub async fn run_jobs<R: Runner>(
         .filter(|j| !store.contains(&j.key()))
         .collect();
     let skipped = planned - todo.len();
-    let progress = Progress::new(cfg, planned as u64, skipped as u64, &store);
+    let progress = Counter::new(cfg, planned as u64, skipped as u64, &store);
 
     let sem = Arc::new(tokio::sync::Semaphore::new(cfg.sandboxes.max(1)));
     let mut set = tokio::task::JoinSet::new();
@@ -168,18 +168,18 @@ pub async fn run_jobs<R: Runner>(
     })
 }
 
-/// Progress: an indicatif bar on a terminal, otherwise one plain line per finished job.
+/// The counts behind the progress a run reports (running, resolved, infrastructure errors),
+/// shown through the caller's [`dojo_progress::Progress`]: the status beside the count, and
+/// one event line per finished job (printed where no bar is drawn).
 #[derive(Clone)]
-struct Progress {
-    bar: Option<indicatif::ProgressBar>,
-    inner: Arc<ProgressCounts>,
+struct Counter {
+    progress: dojo_progress::Progress,
+    inner: Arc<Counts>,
     label: String,
     total: u64,
-    /// Plain per-job lines (progress wanted but stderr is not a terminal).
-    lines: bool,
 }
 
-struct ProgressCounts {
+struct Counts {
     done: AtomicUsize,
     running: AtomicUsize,
     resolved: AtomicUsize,
@@ -187,7 +187,7 @@ struct ProgressCounts {
     start: Instant,
 }
 
-impl Progress {
+impl Counter {
     fn new<T: RolloutRecord>(
         cfg: &SchedulerConfig,
         total: u64,
@@ -197,22 +197,9 @@ impl Progress {
         let recs = store.records();
         let resolved = recs.iter().filter(|r| r.outcome().resolved).count();
         let infra = recs.iter().filter(|r| r.outcome().infra_error).count();
-        let tty = std::io::stderr().is_terminal();
-        let bar = (cfg.progress && tty).then(|| {
-            let bar = indicatif::ProgressBar::new(total);
-            let style = indicatif::ProgressStyle::with_template(
-                "{prefix:.bold} [{elapsed_precise}] {bar:30.cyan/blue} {pos}/{len} {msg} ETA {eta}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
-            bar.set_style(style);
-            bar.set_prefix(cfg.label.clone());
-            bar.set_position(done);
-            bar.enable_steady_tick(Duration::from_millis(250));
-            bar
-        });
-        let p = Progress {
-            bar,
-            inner: Arc::new(ProgressCounts {
+        let c = Counter {
+            progress: cfg.progress.clone(),
+            inner: Arc::new(Counts {
                 done: AtomicUsize::new(done as usize),
                 running: AtomicUsize::new(0),
                 resolved: AtomicUsize::new(resolved),
@@ -221,10 +208,10 @@ impl Progress {
             }),
             label: cfg.label.clone(),
             total,
-            lines: cfg.progress && !tty,
         };
-        p.refresh();
-        p
+        c.progress.start(&cfg.label, total, done);
+        c.progress.status(&c.message());
+        c
     }
 
     fn message(&self) -> String {
@@ -237,15 +224,9 @@ impl Progress {
         )
     }
 
-    fn refresh(&self) {
-        if let Some(bar) = &self.bar {
-            bar.set_message(self.message());
-        }
-    }
-
     fn started(&self) {
         self.inner.running.fetch_add(1, Ordering::Relaxed);
-        self.refresh();
+        self.progress.status(&self.message());
     }
 
     fn finished(&self, o: &SampleOutcome) {
@@ -258,38 +239,31 @@ impl Progress {
         if o.infra_error {
             c.infra.fetch_add(1, Ordering::Relaxed);
         }
-        match &self.bar {
-            Some(bar) => {
-                bar.inc(1);
-                bar.set_message(self.message());
-            }
-            None if self.lines => {
-                let verdict = if o.infra_error {
-                    "INFRA ERROR"
-                } else if o.resolved {
-                    "resolved"
-                } else {
-                    "unresolved"
-                };
-                eprintln!(
-                    "[{}] {done}/{} {}#{} {verdict} ({}, {} steps) · {} · {:.0}s",
-                    self.label,
-                    self.total,
-                    o.task_id,
-                    o.sample_index,
-                    o.stop_reason,
-                    o.steps,
-                    self.message(),
-                    c.start.elapsed().as_secs_f64()
-                );
-            }
-            None => {}
+        let message = self.message();
+        self.progress.advance(1, &message);
+        if self.progress.is_quiet() {
+            return;
         }
+        let verdict = if o.infra_error {
+            "INFRA ERROR"
+        } else if o.resolved {
+            "resolved"
+        } else {
+            "unresolved"
+        };
+        self.progress.event(&format!(
+            "[{}] {done}/{} {}#{} {verdict} ({}, {} steps) · {message} · {:.0}s",
+            self.label,
+            self.total,
+            o.task_id,
+            o.sample_index,
+            o.stop_reason,
+            o.steps,
+            c.start.elapsed().as_secs_f64()
+        ));
     }
 
     fn done(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_with_message(self.message());
-        }
+        self.progress.finish(&self.message());
     }
 }

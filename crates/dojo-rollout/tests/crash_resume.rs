@@ -103,7 +103,7 @@ fn crash_child_entry() {
         let cfg = SchedulerConfig {
             samples: SAMPLES,
             sandboxes: 3,
-            progress: false,
+            progress: Default::default(),
             label: "child".into(),
         };
         dojo_rollout::run_jobs(Arc::new(SleepyRunner { run }), &task_ids(), store, &cfg)

@@ -47,7 +47,7 @@ fn opts(out: PathBuf, instances: Vec<String>) -> RolloutOptions {
         export_predictions: true,
         envs_dir: None,
         prepare: Default::default(),
-        progress: true,
+        progress: Default::default(),
     }
 }
 

@@ -62,7 +62,7 @@ async fn a_suite_without_results_is_an_infrastructure_failure() {
         export_predictions: false,
         envs_dir: None,
         prepare: Default::default(),
-        progress: false,
+        progress: Default::default(),
     };
     let out = run_rollout(
         &o,

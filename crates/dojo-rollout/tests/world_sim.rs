@@ -149,7 +149,7 @@ fn opts(out: PathBuf, mode: EnvMode, base_url: String) -> RolloutOptions {
         export_predictions: false,
         envs_dir: None,
         prepare: Default::default(),
-        progress: false,
+        progress: Default::default(),
     }
 }
 

@@ -229,7 +229,6 @@ async fn load_candidates(
     let ctx = ctx.ok_or_else(|| flag("--predictions", "needs --tasks"))?;
     let opts = dojo_grade::batch::BatchOptions {
         workers: s.workers,
-        progress: false,
         ..Default::default()
     };
     let graded = s.out.join("graded");

@@ -380,12 +380,12 @@ pub(crate) async fn llm_mutants(
         .filter(|s| !state.llm.contains_key(&s.key()))
         .cloned()
         .collect();
-    if opts.progress && !todo.is_empty() {
-        eprintln!(
+    if !todo.is_empty() {
+        opts.progress.line(&format!(
             "asking {} to rewrite {} function(s) with a bug",
             l.label,
             todo.len()
-        );
+        ));
     }
     let mut stream = futures::stream::iter(todo)
         .map(|site| async move {

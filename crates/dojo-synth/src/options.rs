@@ -46,7 +46,8 @@ pub struct SynthOptions {
     pub final_validate: bool,
     /// Name the mutated module in `hints_text` (an easier curriculum step).
     pub hint_module: bool,
-    pub progress: bool,
+    /// Where progress goes (a count of tried mutants; quiet by default).
+    pub progress: dojo_progress::Progress,
     pub sandbox: SandboxOptions,
     /// A model that also rewrites functions with a subtle bug (`llm_rewrite`).
     pub llm: Option<LlmSource>,
@@ -72,7 +73,7 @@ impl SynthOptions {
             mutant_timeout: None,
             final_validate: true,
             hint_module: false,
-            progress: true,
+            progress: dojo_progress::Progress::quiet(),
             sandbox: SandboxOptions::default(),
             llm: None,
         }

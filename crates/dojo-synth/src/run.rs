@@ -33,7 +33,6 @@ use dojo_grade::{GradeOptions, Parser, derive_lists, validate_in_sandbox};
 use dojo_sandbox::{Pristine, PythonEnv, Sandbox, SandboxOptions};
 use dojo_task::{EnvRegistry, RepoEnv, Task, TaskError};
 use futures::StreamExt;
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value, json};
 
 use crate::clean::{
@@ -592,18 +591,11 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
         .filter(|m| !done.contains(&m.id()))
         .take(opts.max_tries.unwrap_or(usize::MAX))
         .collect();
-    let pb = if opts.progress && state.tasks.len() < opts.max_tasks {
-        let pb = ProgressBar::new(todo.len() as u64);
-        if let Ok(style) = ProgressStyle::with_template(
-            "synth [{elapsed_precise}] {bar:30} {pos}/{len} mutants {msg}",
-        ) {
-            pb.set_style(style);
-        }
-        pb
-    } else {
-        ProgressBar::hidden()
-    };
-    pb.set_message(format!("{}/{} tasks", state.tasks.len(), opts.max_tasks));
+    let pb = &opts.progress;
+    if state.tasks.len() < opts.max_tasks {
+        pb.start("synth", todo.len() as u64, 0);
+    }
+    pb.status(&format!("{}/{} tasks", state.tasks.len(), opts.max_tasks));
     let mut tried = 0;
     if state.tasks.len() < opts.max_tasks {
         let mut stream = futures::stream::iter(todo)
@@ -653,11 +645,13 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
                 }
             }
             state.record_mutant(&rec)?;
-            pb.inc(1);
-            pb.set_message(format!("{}/{} tasks", state.tasks.len(), opts.max_tasks));
+            pb.advance(
+                1,
+                &format!("{}/{} tasks", state.tasks.len(), opts.max_tasks),
+            );
         }
     }
-    pb.finish_and_clear();
+    pb.finish("");
     let mut s = summary_from(
         &state,
         &per_op,

@@ -174,7 +174,6 @@ fn options(src: &Path, envs: &Path, out: PathBuf, max: usize) -> SynthOptions {
     o.max_tasks = max;
     o.seed = 7;
     o.workers = 2;
-    o.progress = false;
     o
 }
 
@@ -443,7 +442,6 @@ async fn disk_full_mutants_are_counted_and_the_run_goes_on() {
     o.max_tasks = 20;
     o.seed = 3;
     o.workers = 2;
-    o.progress = false;
     o.sandbox.limits.workspace_bytes = Some(16 << 20);
     let Some(s) = synth_or_skip(&o).await else {
         return;

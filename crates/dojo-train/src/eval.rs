@@ -37,8 +37,8 @@ pub struct EvalSettings {
     pub workers: usize,
     /// Environment specs overriding the embedded `envs/`.
     pub envs: Option<PathBuf>,
-    /// Progress bars on the terminal.
-    pub progress: bool,
+    /// Where the evaluation rollouts' progress goes.
+    pub progress: dojo_progress::Progress,
 }
 
 /// One model's figures.
@@ -139,7 +139,7 @@ pub async fn evaluate(
             export_predictions: false,
             envs_dir: e.envs.clone(),
             prepare: dojo_task::PrepareOptions::default(),
-            progress: e.progress,
+            progress: e.progress.clone(),
         };
         progress(EvalProgress::Start {
             label,

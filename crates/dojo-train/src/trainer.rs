@@ -101,8 +101,8 @@ const RESUMABLE_CHANGES: &[&str] = &[
 /// How to run (not part of the run's identity).
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
-    /// Show a progress bar on stderr.
-    pub progress: bool,
+    /// Where progress goes: optimizer steps with the loss, learning rate and throughput.
+    pub progress: dojo_progress::Progress,
     /// Stop after this many optimizer steps of this invocation, without the final save, as
     /// if the process had been killed right after its last checkpoint (tests; time-boxed runs).
     pub stop_after: Option<u64>,
@@ -441,7 +441,8 @@ pub fn run_sft(
     let base_cfg = src.base_config()?;
     let base_name = src.path().display().to_string();
     let (bos, eos) = (fmt.tokenizer.bos_id(), fmt.tokenizer.eos_id());
-    let bar = progress_bar(opts.progress, total_steps, state.step);
+    let bar = &opts.progress;
+    bar.start("train", total_steps, state.step);
     let mut stream = Stream {
         batcher: &batcher,
         cursor: state.cursor,
@@ -514,8 +515,7 @@ pub fn run_sft(
             "elapsed_s": state.elapsed_s,
         });
         metrics.append(&line)?;
-        bar.set_position(state.step);
-        bar.set_message(format!("loss {loss:.4} lr {lr:.2e} {tps:.0} tok/s"));
+        bar.advance(1, &format!("loss {loss:.4} lr {lr:.2e} {tps:.0} tok/s"));
         let save_now = state.step == total_steps
             || (cfg.save_every > 0 && state.step.is_multiple_of(cfg.save_every));
         if save_now {
@@ -534,7 +534,7 @@ pub fn run_sft(
             crate::report::write(out)?;
         }
     }
-    bar.finish_and_clear();
+    bar.finish("");
     let mut final_dir = None;
     let mut merged_dir = None;
     let trainable_params = model.num_trainable();
@@ -633,18 +633,4 @@ fn micro_index(batcher: &Batcher, cursor: Cursor) -> usize {
         .map(|e| batcher.epoch_plan(e).len())
         .sum::<usize>()
         + cursor.index
-}
-
-fn progress_bar(show: bool, total: u64, pos: u64) -> indicatif::ProgressBar {
-    if !show {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(total);
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{bar:30} {pos}/{len} steps  {msg}  [{elapsed_precise} < {eta_precise}]",
-    ) {
-        bar.set_style(style);
-    }
-    bar.set_position(pos);
-    bar
 }

@@ -86,7 +86,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         export_predictions: true,
         envs_dir: None,
         prepare: PrepareOptions::default(),
-        progress: true,
+        progress: super::progress(false),
     };
     let rt = runtime()?;
 

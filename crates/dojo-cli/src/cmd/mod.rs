@@ -26,6 +26,16 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
+/// The one progress display every command passes to the libraries: a bar on a terminal
+/// (plain lines elsewhere), or nothing with `--quiet`.
+pub fn progress(quiet: bool) -> dojo_progress::Progress {
+    if quiet {
+        dojo_progress::Progress::quiet()
+    } else {
+        dojo_progress::Bar::stderr()
+    }
+}
+
 /// Resolves on Ctrl-C or SIGTERM: the services (`dojo serve`, `dojo env serve`) then stop
 /// accepting requests and finish the ones in flight.
 pub(crate) async fn shutdown_signal() {

@@ -99,7 +99,6 @@ impl RlArgs {
 
 #[cfg(feature = "engine")]
 mod imp {
-    use std::io::IsTerminal;
 
     use anyhow::Context;
     use dojo_rl::agent_env::{AgentEnv, AgentEnvOptions};
@@ -137,7 +136,7 @@ mod imp {
             workers: a.workers,
             out: a.out.clone(),
             world,
-            progress: !a.quiet && std::io::stderr().is_terminal(),
+            progress: crate::cmd::progress(a.quiet),
         };
         // The world model and every task must be usable before the model loads.
         let (mut env, ids) = AgentEnv::new(opts, &cfg, src.chat_format()?)?;

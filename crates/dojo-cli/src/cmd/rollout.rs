@@ -185,7 +185,7 @@ pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
         prepare: PrepareOptions {
             repos_dir: args.repos,
         },
-        progress: true,
+        progress: super::progress(false),
     };
     let out = super::runtime()?.block_on(dojo_rollout::embedded::run_policy(&opts))?;
     print_run(&out);

@@ -178,7 +178,7 @@ pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
     opts.mutant_timeout = args.mutant_timeout.map(Duration::from_secs);
     opts.final_validate = !args.no_final_validate;
     opts.hint_module = args.hint_module;
-    opts.progress = !args.quiet;
+    opts.progress = super::progress(args.quiet);
     if let Some(spec) = &args.llm_policy {
         opts.llm = Some(llm_source(spec, args.llm_rewrites)?);
     }

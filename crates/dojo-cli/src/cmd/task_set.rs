@@ -76,7 +76,7 @@ pub fn load(common: &CommonArgs) -> anyhow::Result<Loaded> {
     let opts = BatchOptions {
         workers: common.workers,
         grade,
-        progress: !common.quiet,
+        progress: super::progress(common.quiet),
         ..Default::default()
     };
     Ok(Loaded {

@@ -159,7 +159,6 @@ pub struct SftArgs {
 #[cfg(feature = "engine")]
 pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
     use anyhow::Context;
-    use std::io::IsTerminal;
 
     let a = match cmd {
         TrainCmd::Sft(a) => *a,
@@ -214,7 +213,7 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
     };
     let src = dojo_train::ModelSource::resolve(&a.model)?;
     let opts = dojo_train::RunOptions {
-        progress: !a.quiet && std::io::stderr().is_terminal(),
+        progress: super::progress(a.quiet),
         stop_after: None,
         // The engine evaluates merged weights.
         merge: a.merge || (a.lora_rank.is_some() && a.eval_tasks.is_some()),
@@ -284,7 +283,7 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
         max_tokens: a.eval_max_tokens,
         workers: a.eval_workers,
         envs: a.eval_envs.clone(),
-        progress: opts.progress,
+        progress: opts.progress.clone(),
     };
     // Weights trained in this invocation make an earlier evaluation of OUT/final stale.
     let retrained = s.steps > s.resumed_from.unwrap_or(0);
