@@ -128,6 +128,23 @@ pub struct Plan {
     pub estimate: Estimate,
 }
 
+impl std::fmt::Display for Plan {
+    /// `memory plan: about 7.1 GiB a step of a 20.7 GiB budget, activation checkpointing on`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "memory plan: about {} a step of a {} budget{}",
+            gib(self.estimate.total()),
+            gib(self.budget),
+            if self.checkpointing {
+                ", activation checkpointing on"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
 /// Fit a run whose largest micro-batch is `batch` into `budget` bytes: as it is, with
 /// activation checkpointing, or not at all ([`TrainError::Memory`], which says what to lower).
 pub fn plan(

@@ -363,6 +363,9 @@ pub fn run_sft(
     if memory.checkpointing {
         model.set_checkpointing(crate::Checkpointing::On);
     }
+    // Said before the first step: a run that later fails for memory shows what was planned.
+    opts.progress.line(&memory.to_string());
+    tracing::info!(%memory, "memory plan");
     if let Some(l) = &cfg.lora {
         model.enable_lora(l.clone(), cfg.seed)?;
     }

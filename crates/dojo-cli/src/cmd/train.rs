@@ -228,16 +228,7 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
     if let Some(from) = s.resumed_from {
         println!("resumed from step {from}");
     }
-    println!(
-        "memory plan: about {} a step of a {} budget{}",
-        dojo_train::memory::gib(s.memory.estimate.total()),
-        dojo_train::memory::gib(s.memory.budget),
-        if s.memory.checkpointing {
-            ", activation checkpointing on"
-        } else {
-            ""
-        }
-    );
+    println!("{}", s.memory);
     println!(
         "data: {} rows, {} used ({} tokens, {} trained); longer than {}: {} truncated, {} \
          dropped; {} without trained tokens dropped",
