@@ -13,9 +13,6 @@
 //! - [`silu_mul`]: `silu(gate) · up`, the gated MLP's middle; gradients for both inputs.
 //! - [`rope`]: rotate-half rotary embedding of `(b, heads, t, d)` with `(t, d/2)` tables;
 //!   the gradient is the inverse rotation.
-//! - [`causal_softmax_rows`] and [`softmax_backward_rows`]: the score-sized passes of causal
-//!   attention on plain slices, for an attention op that does its matmuls itself (dojo-train's
-//!   `CausalAttention`).
 //!
 //! Execution model: f32, contiguous CPU tensors take the fused path (inputs are made
 //! contiguous first); any other device or dtype runs the same maths op by op through candle's
@@ -64,49 +61,6 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
         let b = (x2.broadcast_mul(cos)? + x1.broadcast_mul(sin)?)?;
         Tensor::cat(&[a, b], D::Minus1)
     }
-}
-
-/// Causal softmax in place over the rows of a score matrix: `s` holds rows of `t` scores
-/// (`q kᵀ`, any number of `(…, t)` blocks, row `r` at position `r % t`); each becomes
-/// `softmax(s · scale)` over the columns `0..=r % t`, and 0 after them (the causal mask, without
-/// a mask tensor). One pass per row instead of candle's scale, mask, max, subtract, exp, sum and
-/// divide, each over the whole score tensor on one core.
-pub fn causal_softmax_rows(s: &mut [f32], t: usize, scale: f32) {
-    if t == 0 {
-        return;
-    }
-    s.par_chunks_mut(t)
-        .with_min_len(MIN_ROWS)
-        .enumerate()
-        .for_each(|(r, row)| {
-            let (live, masked) = row.split_at_mut(r % t + 1);
-            let m = live.iter().fold(f32::NEG_INFINITY, |m, v| m.max(v * scale));
-            let mut sum = 0f32;
-            for v in live.iter_mut() {
-                *v = (*v * scale - m).exp();
-                sum += *v;
-            }
-            let inv = 1.0 / sum;
-            live.iter_mut().for_each(|v| *v *= inv);
-            masked.iter_mut().for_each(|v| *v = 0.0);
-        });
-}
-
-/// The softmax backward pass in place: `dp` (the gradient of the probabilities `p`, rows of
-/// `t`) becomes the gradient of the scores before `scale`: `scale · p ⊙ (dp − Σⱼ dp ⊙ p)`.
-pub fn softmax_backward_rows(p: &[f32], dp: &mut [f32], t: usize, scale: f32) {
-    if t == 0 {
-        return;
-    }
-    dp.par_chunks_mut(t)
-        .with_min_len(MIN_ROWS)
-        .zip(p.par_chunks(t))
-        .for_each(|(d, p)| {
-            let dot: f32 = d.iter().zip(p).map(|(a, b)| a * b).sum();
-            for (d, p) in d.iter_mut().zip(p) {
-                *d = scale * p * (*d - dot);
-            }
-        });
 }
 
 fn fused(t: &Tensor) -> bool {
@@ -475,43 +429,6 @@ mod tests {
                 Tensor::cat(&[a, b], D::Minus1).unwrap()
             },
         );
-    }
-
-    #[test]
-    fn causal_softmax_and_its_backward_match_the_masked_graph() {
-        let (rows, t, scale) = (6, 3, 0.5f32); // two (…, 3) blocks
-        let s = Var::from_tensor(&rand(&[rows, t], 11)).unwrap();
-        let mut m = vec![0f32; rows * t];
-        for r in 0..rows {
-            for j in (r % t + 1)..t {
-                m[r * t + j] = f32::NEG_INFINITY;
-            }
-        }
-        let mask = Tensor::from_vec(m, (rows, t), &Device::Cpu).unwrap();
-        let z = ((s.as_tensor() * scale as f64).unwrap() + &mask).unwrap();
-        let mx = z.max_keepdim(D::Minus1).unwrap().detach();
-        let e = z.broadcast_sub(&mx).unwrap().exp().unwrap();
-        let p_ref = e.broadcast_div(&e.sum_keepdim(D::Minus1).unwrap()).unwrap();
-        let mut p = s
-            .as_tensor()
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap();
-        causal_softmax_rows(&mut p, t, scale);
-        let pt = Tensor::from_vec(p.clone(), (rows, t), &Device::Cpu).unwrap();
-        assert!(max_rel(&pt, &p_ref) < 1e-6);
-        let probe = rand(&[rows, t], 12);
-        let g_ref = (p_ref * &probe)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
-        let mut d = probe.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        softmax_backward_rows(&p, &mut d, t, scale);
-        let dt = Tensor::from_vec(d, (rows, t), &Device::Cpu).unwrap();
-        assert!(max_rel(&dt, g_ref.get(s.as_tensor()).unwrap()) < 1e-5);
     }
 
     #[test]

@@ -108,18 +108,9 @@ pub(crate) struct CausalAttention {
 }
 
 impl CausalAttention {
-    /// The attention probabilities. On the CPU one fused pass over the scores
-    /// ([`dojo_kernels::causal_softmax_rows`], whose mask by position is the one `mask` holds);
-    /// elsewhere op by op.
     fn probs(&self, q: &Tensor, k: &Tensor) -> candle_core::Result<Tensor> {
-        let s = q.matmul(&k.t()?)?;
-        if s.device().is_cpu() && s.dtype() == DType::F32 {
-            let t = s.dim(D::Minus1)?;
-            let mut v = s.flatten_all()?.to_vec1::<f32>()?;
-            dojo_kernels::causal_softmax_rows(&mut v, t, self.scale as f32);
-            return Tensor::from_vec(v, s.shape(), s.device());
-        }
-        softmax(&(s * self.scale)?.broadcast_add(&self.mask)?)
+        let s = (q.matmul(&k.t()?)? * self.scale)?.broadcast_add(&self.mask)?;
+        softmax(&s)
     }
 }
 
@@ -155,27 +146,9 @@ impl candle_core::CustomOp3 for CausalAttention {
         let p = self.probs(&q, &k)?;
         let dv = p.t()?.matmul(&g)?;
         let dp = g.matmul(&v.t()?)?;
-        // softmax backward: dS = P ⊙ (dP − Σ_j dP ⊙ P), then the scale of the scores; this op
-        // runs on the CPU only, so in one fused pass.
-        let t = dp.dim(D::Minus1)?;
-        let mut ds = dp.flatten_all()?.to_vec1::<f32>()?;
-        {
-            let p = p.contiguous()?;
-            let (st, layout) = p.storage_and_layout();
-            let (candle_core::Storage::Cpu(c), Some((a, b))) = (&*st, layout.contiguous_offsets())
-            else {
-                return Err(candle_core::Error::Msg(
-                    "causal-attention: probabilities not on the CPU".into(),
-                ));
-            };
-            dojo_kernels::softmax_backward_rows(
-                &c.as_slice::<f32>()?[a..b],
-                &mut ds,
-                t,
-                self.scale as f32,
-            );
-        }
-        let ds = Tensor::from_vec(ds, dp.shape(), dp.device())?;
+        // softmax backward: dS = P ⊙ (dP − Σ_j dP ⊙ P), then the scale of the scores.
+        let row = (&dp * &p)?.sum_keepdim(D::Minus1)?;
+        let ds = ((dp.broadcast_sub(&row)? * &p)? * self.scale)?;
         let dq = ds.matmul(&k)?;
         let dk = ds.t()?.matmul(&q)?;
         Ok((Some(dq), Some(dk), Some(dv)))
