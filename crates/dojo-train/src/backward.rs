@@ -168,9 +168,16 @@ impl TrainModel {
             let surrogate = (self.block(i, xv.as_tensor(), &ctx, train)? * &g)?.sum_all()?;
             let store = surrogate.backward()?;
             self.accumulate_grads(&store, grads)?;
-            match store.get(xv.as_tensor()) {
-                Some(dx) => g = dx.clone(),
-                None => break,
+            let dx = store.get(xv.as_tensor()).cloned();
+            match dx {
+                Some(dx) => g = dx,
+                None => {
+                    // Nothing flows further down: the embedding gets no gradient either.
+                    if let (Some(lora), Some(state)) = (&self.lora, rng_after) {
+                        lora.set_dropout_state(state);
+                    }
+                    return Ok(total);
+                }
             }
         }
         if let (Some(lora), Some(state)) = (&self.lora, rng_after) {

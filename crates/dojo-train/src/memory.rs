@@ -46,7 +46,7 @@ fn block_floats(cfg: &Config) -> u64 {
 }
 
 /// The shape of the largest micro-batch a run will see: rows, padded length, loss rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BatchShape {
     pub rows: usize,
     pub len: usize,

@@ -28,7 +28,7 @@ use serde_json::{Value as Json, json};
 
 use crate::TrainError;
 use crate::lora::{Lora, LoraConfig};
-use crate::ops::{causal_attention, frozen_matmul, linear, nll_sum};
+use crate::ops::{causal_attention, frozen_matmul, linear};
 use dojo_kernels::{rms_norm, rope, silu_mul};
 
 /// A model whose weights are trainable variables.
@@ -442,16 +442,6 @@ impl TrainModel {
         Ok(x)
     }
 
-    /// [`TrainModel::hidden`]; `train` turns LoRA dropout on.
-    fn hidden_mode(&self, ids: &Tensor, train: bool) -> candle_core::Result<Tensor> {
-        let ctx = self.block_inputs(ids)?;
-        let mut x = self.embed(ids)?;
-        for i in 0..self.config.num_layers {
-            x = self.block(i, &x, &ctx, train)?;
-        }
-        Ok(x)
-    }
-
     /// Token embeddings of `ids` `(b, t)`: `(b * t, hidden)`.
     pub(crate) fn embed(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
         self.p("model.embed_tokens.weight")?
@@ -537,7 +527,7 @@ impl TrainModel {
             self.config.rms_eps,
         )?;
         // Through `head`: with LoRA the frozen head gets no weight gradient (for SmolLM2 a
-        // vocab × hidden matrix per backward pass), as in `loss_sum`.
+        // vocab × hidden matrix per backward pass), as in `loss_grads`.
         Ok(self.head(&x)?.reshape((b, t, ()))?.detach())
     }
 
@@ -549,12 +539,6 @@ impl TrainModel {
         Ok(self.head_rows(&self.hidden(ids)?, rows)?.detach())
     }
 
-    /// Final norm and LM head at the flattened rows `rows` of the hidden states; `train` turns
-    /// LoRA dropout on.
-    fn logits_rows(&self, ids: &Tensor, rows: &Tensor, train: bool) -> candle_core::Result<Tensor> {
-        self.head_rows(&self.hidden_mode(ids, train)?, rows)
-    }
-
     /// Final norm and LM head at the rows `rows` of the hidden states `h` `(b * t, hidden)`.
     pub(crate) fn head_rows(&self, h: &Tensor, rows: &Tensor) -> candle_core::Result<Tensor> {
         let x = rms_norm(
@@ -563,17 +547,6 @@ impl TrainModel {
             self.config.rms_eps,
         )?;
         self.head(&x)
-    }
-
-    /// Summed next-token cross-entropy over the batch's trained tokens (a scalar), in training
-    /// mode (LoRA dropout on). The final norm and the LM head run on those rows only: the head
-    /// is the largest matmul of a small model, and untrained rows would only be multiplied by
-    /// zero.
-    pub fn loss_sum(&self, batch: &DeviceBatch) -> candle_core::Result<Tensor> {
-        nll_sum(
-            &self.logits_rows(&batch.ids, &batch.rows, true)?,
-            &batch.targets,
-        )
     }
 
     /// The weights as an engine model (dense f32, rotate-half RoPE), sharing the tensors:

@@ -214,21 +214,19 @@ fn memory_plan(
         }
     }
     let Some((_, shape)) = worst else {
+        // No batch at all (the data loader refuses an empty file first): nothing to plan.
+        let estimate = memory::estimate(
+            &model.config,
+            params,
+            trainable,
+            lora,
+            Default::default(),
+            false,
+        );
         return Ok(memory::Plan {
             budget,
             checkpointing: false,
-            estimate: memory::estimate(
-                &model.config,
-                params,
-                trainable,
-                lora,
-                memory::BatchShape {
-                    rows: 0,
-                    len: 0,
-                    logit_rows: 0,
-                },
-                false,
-            ),
+            estimate,
         });
     };
     memory::plan(&model.config, params, trainable, lora, shape, budget)
