@@ -335,8 +335,24 @@ fn host_procs(needle: &str) -> Vec<i32> {
     v
 }
 
+/// Host processes whose argv is exactly `argv`.
+fn exact_procs(argv: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want) {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+/// Waits up to 10 s for no host process to mention `needle`.
 async fn gone(needle: &str) -> bool {
-    for _ in 0..200 {
+    for _ in 0..1000 {
         if host_procs(needle).is_empty() {
             return true;
         }
@@ -363,26 +379,38 @@ async fn setsid_double_forked_daemon_does_not_survive() {
         gone(&format!("sleep {tag}")).await,
         "daemon survived its command"
     );
-    // A long-running process that daemonizes: killed at teardown.
+    // A long-running process that daemonizes: killed at teardown. Both sleeps `exec`, so each
+    // ends as a process whose argv is exactly `sleep N` and stays so until killed; counting
+    // that argv (not any command line containing it) keeps the shells that fork and exit on
+    // the way there, and a /proc scan racing them, out of the check.
     let t2 = tag + 1;
+    let t3 = tag + 2;
     let _p = sb
         .spawn(&ExecRequest::shell(format!(
-            "(setsid bash -c 'sleep {t2}' </dev/null >/dev/null 2>&1 &); sleep {t2}"
+            "(setsid bash -c 'exec sleep {t2}' </dev/null >/dev/null 2>&1 &); exec sleep {t3}"
         )))
         .await
         .unwrap();
     // Polled for up to 30 s: on a loaded machine the daemon can take seconds to appear.
+    let running = || {
+        !exact_procs(&["sleep", &t2.to_string()]).is_empty()
+            && !exact_procs(&["sleep", &t3.to_string()]).is_empty()
+    };
     for _ in 0..3000 {
-        if host_procs(&format!("sleep {t2}")).len() >= 2 {
+        if running() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(host_procs(&format!("sleep {t2}")).len() >= 2);
+    assert!(running(), "the daemon and its parent never both ran");
     sb.teardown().await.unwrap();
     assert!(
         gone(&format!("sleep {t2}")).await,
         "daemon survived teardown"
+    );
+    assert!(
+        gone(&format!("sleep {t3}")).await,
+        "command survived teardown"
     );
 }
 
