@@ -86,8 +86,9 @@ fn sim_rollout_through_the_binary_reports_drift() {
 }
 
 /// A task without an environment, end to end: rolled out in `sim` mode, then selected by SWR,
-/// which needs only the task and the candidates (the test command from the simulation's
-/// defaults).
+/// which needs the task, its sources and the candidates (the test command from the simulation's
+/// defaults). SWR is shown the test files as graded, as in its training records, and never the
+/// gold patch.
 #[test]
 fn envless_tasks_roll_out_in_sim_and_are_selected_by_swr() {
     if !dojo_sandbox::doctor::namespaces_usable() {
@@ -156,5 +157,20 @@ fn envless_tasks_roll_out_in_sim_and_are_selected_by_swr() {
     let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     // Both candidates scored by SWR, two samples each.
     assert!(all.contains("2 candidates scored (2 samples each"), "{all}");
-    assert_eq!(seen.lock().unwrap().len(), before + 4);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), before + 4);
+    let task: serde_json::Value = serde_json::from_str(&row).unwrap();
+    let test_file = task["test_patch"]
+        .as_str()
+        .and_then(|p| p.strip_prefix("diff --git a/"))
+        .and_then(|p| p.split(' ').next())
+        .unwrap()
+        .to_string();
+    for req in &seen[before..] {
+        let prompt = req["messages"].to_string();
+        assert!(prompt.contains(&test_file), "no {test_file} in {prompt}");
+        // The candidates replay the gold patch, so its text is there as the agent's; the
+        // reference section must be empty.
+        assert!(prompt.contains("No gold patch provided."), "{prompt}");
+    }
 }

@@ -74,6 +74,11 @@ pub struct WorldConfig {
     /// Attach the initial analysis cached for each task by this model (see
     /// [`dojo_world::analysis`]) to records captured without one: (cache root, model).
     pub analysis: Option<(PathBuf, String)>,
+    /// Leave the gold patch out of every context: data for a reward model that scores
+    /// candidates at test time (`dojo select --selector swr`), which is asked without it
+    /// ([`dojo_world::WorldTask::at_test_time`]). Off: SWE-World's training contexts, which
+    /// show it (the model then rewards RL rollouts, where it is known).
+    pub withhold_gold: bool,
 }
 
 impl WorldConfig {
@@ -84,6 +89,7 @@ impl WorldConfig {
             max_per_trajectory: 6,
             keep_incomplete: false,
             analysis: None,
+            withhold_gold: false,
         }
     }
 }
@@ -304,6 +310,12 @@ pub fn samples(records: Vec<(WorldRecord, Origin)>, cfg: &WorldConfig) -> (Vec<C
     let mut out = Vec::with_capacity(records.len());
     let mut analyses: HashMap<String, Option<String>> = HashMap::new();
     for (mut r, origin) in records {
+        if cfg.withhold_gold {
+            match &mut r.body {
+                WorldBody::Swt { context, .. } => context.gold_patch = None,
+                WorldBody::Swr { context, .. } => context.gold_patch = None,
+            }
+        }
         if let Some((root, model)) = &cfg.analysis {
             let slot = match &mut r.body {
                 WorldBody::Swt { context, .. } => &mut context.analysis,
@@ -595,6 +607,27 @@ mod tests {
         };
         assert!(user(0).contains("### 1. Initial Analysis of the Problem\n- the bug"));
         assert!(user(1).contains("No initial analysis provided."));
+    }
+
+    #[test]
+    fn the_gold_patch_is_withheld_on_request() {
+        let mut r = swr();
+        if let WorldBody::Swr { context, .. } = &mut r.body {
+            context.gold_patch = Some("+GOLDFIX\n".into());
+        }
+        let user = |cfg: &WorldConfig| {
+            let (cands, _) = samples(vec![(r.clone(), origin(1))], cfg);
+            cands[0].traj.messages[1]["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let mut cfg = WorldConfig::new(WorldKind::Swr);
+        assert!(user(&cfg).contains("GOLDFIX"));
+        cfg.withhold_gold = true;
+        let text = user(&cfg);
+        assert!(!text.contains("GOLDFIX"), "{text}");
+        assert!(text.contains("No gold patch provided."), "{text}");
     }
 
     #[test]

@@ -191,14 +191,10 @@ impl AgentLoop for DojoAgent {
                 Some(sim) => {
                     // The simulated environment reads the workspace once per command and hands
                     // that read to capture for the commands it runs for real.
-                    let capture = prepared.world.as_ref().map(|writer| {
-                        SwtCapture::new(
-                            writer,
-                            &prepared.task,
-                            job.sample_index,
-                            &prepared.pristine.path,
-                        )
-                    });
+                    let capture = prepared
+                        .world
+                        .as_ref()
+                        .map(|writer| SwtCapture::new(writer, prepared, job.sample_index));
                     let mut sim_ws = dojo_world::sim::SimWorkspace::new(
                         sandbox,
                         sim.mode,
@@ -218,13 +214,7 @@ impl AgentLoop for DojoAgent {
                 None => {
                     // Capture sits next to the sandbox, so it records only commands that ran.
                     let capture = prepared.world.as_ref().map(|writer| {
-                        CapturingWorkspace::new(
-                            sandbox,
-                            writer,
-                            &prepared.task,
-                            job.sample_index,
-                            &prepared.pristine.path,
-                        )
+                        CapturingWorkspace::new(sandbox, writer, prepared, job.sample_index)
                     });
                     let ws: &dyn dojo_agent::Workspace = match &capture {
                         Some(c) => c,

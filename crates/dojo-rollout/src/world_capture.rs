@@ -22,14 +22,14 @@ use dojo_grade::InstanceReport;
 use dojo_grade::grading::{END_TEST_OUTPUT, START_TEST_OUTPUT};
 use dojo_llm::BoxFuture;
 use dojo_sandbox::{ExecOutput, ExecRequest, Sandbox, SandboxError, WORKSPACE};
-use dojo_task::Task;
+use dojo_task::{RepoEnv, Task};
 
 use crate::prepared::Prepared;
 use dojo_world::classify::CommandClass;
 use dojo_world::observe::{self, ReadLimits, Snapshot};
 use dojo_world::record::{WorldBody, WorldRecord, WorldWriter, clip_chars, test_report_section};
 use dojo_world::sim::RealRunObserver;
-use dojo_world::{SwrContext, SwrTarget, SwtContext, SwtTarget};
+use dojo_world::{SwrTarget, SwtTarget, WorldTask};
 
 /// Set to `0`, `off` or `false` to turn capture off for a run (it is on by default).
 pub const WORLD_RECORDS_VAR: &str = "DOJO_WORLD_RECORDS";
@@ -48,7 +48,7 @@ pub fn capture_enabled() -> bool {
 /// model ([`RealRunObserver`]).
 pub struct SwtCapture<'a> {
     writer: &'a WorldWriter,
-    task: &'a Task,
+    task: WorldTask,
     sample_index: u32,
     /// The base commit's tree on the host (base versions of files).
     pristine: PathBuf,
@@ -56,17 +56,12 @@ pub struct SwtCapture<'a> {
 }
 
 impl<'a> SwtCapture<'a> {
-    pub fn new(
-        writer: &'a WorldWriter,
-        task: &'a Task,
-        sample_index: u32,
-        pristine: &Path,
-    ) -> Self {
+    pub fn new(writer: &'a WorldWriter, prepared: &Prepared, sample_index: u32) -> Self {
         SwtCapture {
             writer,
-            task,
+            task: world_task(&prepared.task, &prepared.repo_env),
             sample_index,
-            pristine: pristine.to_path_buf(),
+            pristine: prepared.pristine.path.clone(),
             seq: AtomicU32::new(0),
         }
     }
@@ -98,22 +93,16 @@ impl RealRunObserver for SwtCapture<'_> {
             || cut_err
             || (out.exit_code.is_none() && out.signal.is_none());
         let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let context = SwtContext {
-            task_id: self.task.instance_id.clone(),
-            problem_statement: self.task.problem_statement.clone(),
-            command: command.to_string(),
-            executed_files: before.files.clone(),
-            agent_patch: before.agent_patch.clone(),
-            gold_patch: gold(self.task),
-            analysis: None,
-        };
+        let context = self
+            .task
+            .swt_context(command, before.files.clone(), &before.agent_patch);
         let target = SwtTarget {
             stdout,
             stderr,
             exit_code,
         };
         self.writer.push_pending(WorldRecord::new(
-            &self.task.instance_id,
+            &self.task.task_id,
             self.sample_index,
             WorldBody::Swt {
                 seq,
@@ -135,13 +124,12 @@ impl<'a> CapturingWorkspace<'a> {
     pub fn new(
         inner: &'a Sandbox,
         writer: &'a WorldWriter,
-        task: &'a Task,
+        prepared: &Prepared,
         sample_index: u32,
-        pristine: &Path,
     ) -> Self {
         CapturingWorkspace {
             inner,
-            capture: SwtCapture::new(writer, task, sample_index, pristine),
+            capture: SwtCapture::new(writer, prepared, sample_index),
         }
     }
 }
@@ -154,8 +142,19 @@ fn shell_command(req: &ExecRequest) -> Option<&str> {
     }
 }
 
-fn gold(task: &Task) -> Option<String> {
-    (!task.patch.trim().is_empty()).then(|| task.patch.clone())
+/// What the world models are told about `task` (the one mapping from a dataset task; the
+/// simulated environment and the `swr` selector use it too). No initial analysis: records get
+/// theirs when `dojo curate world` renders them, the simulation from its cache.
+pub fn world_task(task: &Task, env: &RepoEnv) -> WorldTask {
+    WorldTask {
+        task_id: task.instance_id.clone(),
+        problem_statement: task.problem_statement.clone(),
+        test_command: env.test_command(task),
+        fail_to_pass: task.f2p().to_vec(),
+        pass_to_pass: task.p2p().to_vec(),
+        gold_patch: (!task.patch.trim().is_empty()).then(|| task.patch.clone()),
+        analysis: None,
+    }
 }
 
 impl Workspace for CapturingWorkspace<'_> {
@@ -177,7 +176,7 @@ impl Workspace for CapturingWorkspace<'_> {
             match before {
                 Ok(before) => c.observe(command, &before, &out),
                 Err(e) => tracing::warn!(
-                    task = %c.task.instance_id,
+                    task = %c.task.task_id,
                     "world capture: could not read the workspace before {command:?} ({e}); record skipped"
                 ),
             }
@@ -224,17 +223,7 @@ pub async fn swr_record(
     let paths = dojo_grade::guard::task_test_files(task);
     let test_files =
         observe::read_views(sb, &paths, Some(pristine), writer.limits().read_limits()).await;
-    let context = SwrContext {
-        task_id: task.instance_id.clone(),
-        problem_statement: task.problem_statement.clone(),
-        test_command: prepared.repo_env.test_command(task),
-        test_files,
-        agent_patch: patch.to_string(),
-        gold_patch: gold(task),
-        fail_to_pass: task.f2p().to_vec(),
-        pass_to_pass: task.p2p().to_vec(),
-        analysis: None,
-    };
+    let context = world_task(task, &prepared.repo_env).swr_context(patch, test_files);
     let target = SwrTarget {
         test_report,
         reward: u8::from(report.resolved),

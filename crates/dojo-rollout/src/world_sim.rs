@@ -298,6 +298,37 @@ async fn pristine_only(task: &Task, preparer: &Preparer) -> Result<Pristine, Wor
     .map_err(|e| WorldSimError::Prepare(format!("the preparing thread failed: {e}")))?
 }
 
+/// The task's test files as grading runs them (its test patch applied to the base commit),
+/// read as the SWR records of real grading read them: for a caller with no rollout sandbox, the
+/// `swr` selector, so SWR is asked with the files it was trained with. Grading restores test
+/// files before applying the test patch, so a candidate's own edits to them do not count and
+/// one read serves every candidate of the task.
+pub async fn graded_test_files(
+    task: &Task,
+    preparer: &Preparer,
+    opts: &dojo_sandbox::SandboxOptions,
+) -> Result<Vec<dojo_world::FileView>, WorldSimError> {
+    let paths = dojo_grade::guard::task_test_files(task);
+    if paths.is_empty() {
+        return Ok(Vec::new());
+    }
+    let pristine = pristine_only(task, preparer).await?;
+    let sb = Sandbox::create(&pristine, None, opts).await.map_err(|e| {
+        WorldSimError::Prepare(format!("instance {}: sandbox: {e}", task.instance_id))
+    })?;
+    let sim_task = SimTask {
+        test_patch: Some(task.test_patch.clone()),
+        test_files: paths,
+        pristine_dir: Some(pristine.path.clone()),
+        ..Default::default()
+    };
+    let files = test_files_after_patch(&sb, &sim_task).await;
+    if let Err(e) = sb.teardown().await {
+        tracing::warn!(task = %task.instance_id, "sandbox teardown: {e}");
+    }
+    Ok(files)
+}
+
 /// Prepare `task` for `setup.mode` (see the module documentation).
 pub async fn prepare(
     setup: &SimSetup,
@@ -331,24 +362,20 @@ pub async fn prepare(
             Err(_) => (pristine_only(task, preparer).await?, None),
         },
     };
+    let mut world = crate::world_capture::world_task(task, &repo_env);
+    world.analysis = setup.analysis.as_ref().and_then(|(root, model)| {
+        let a = lookup_analysis(root, &task.instance_id, model);
+        if a.is_none() {
+            tracing::warn!(
+                task = %task.instance_id,
+                "no initial analysis by {model} cached (run `dojo tasks analyze --model {model}`)"
+            );
+        }
+        a
+    });
     let sim_task = SimTask {
-        task_id: task.instance_id.clone(),
-        problem_statement: task.problem_statement.clone(),
-        gold_patch: (!task.patch.trim().is_empty()).then(|| task.patch.clone()),
+        world,
         test_patch: (!task.test_patch.trim().is_empty()).then(|| task.test_patch.clone()),
-        analysis: setup.analysis.as_ref().and_then(|(root, model)| {
-            let a = lookup_analysis(root, &task.instance_id, model);
-            if a.is_none() {
-                tracing::warn!(
-                    task = %task.instance_id,
-                    "no initial analysis by {model} cached (run `dojo tasks analyze --model {model}`)"
-                );
-            }
-            a
-        }),
-        test_command: repo_env.test_command(task),
-        fail_to_pass: task.fail_to_pass.clone().unwrap_or_default(),
-        pass_to_pass: task.pass_to_pass.clone().unwrap_or_default(),
         // The test files SWR records of real grading show (`world_capture::swr_record`).
         test_files: dojo_grade::guard::task_test_files(task),
         parser: Parser::from(repo_env.log_parser),

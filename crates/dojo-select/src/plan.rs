@@ -364,24 +364,34 @@ async fn swr(
     samples: u32,
     concurrency: usize,
 ) -> Result<(SharedSelector, String), SelectError> {
-    // SWR needs only the test command: a task without an environment spec (a simulated-only
-    // task) gets the simulation's defaults, as in `dojo rollout --env-mode sim`; a spec that
-    // fails to resolve keeps the reason.
-    let tasks: HashMap<String, Result<crate::swr::SwrTask, SelectError>> = ctx
+    // The context real grading's SWR records hold, less the gold patch: the test command (a
+    // task without an environment spec, a simulated-only task, gets the simulation's defaults,
+    // as in `dojo rollout --env-mode sim`) and the test files as graded, read once per task
+    // from its pristine tree. A task whose spec or tree fails keeps the reason.
+    let mut tasks: HashMap<String, Result<crate::swr::SwrTask, SelectError>> = HashMap::new();
+    let wanted: std::collections::HashSet<&str> =
+        set.tasks.iter().map(|t| t.task_id.as_str()).collect();
+    for t in ctx
         .tasks
         .iter()
-        .map(|t| {
-            let task = dojo_rollout::world_sim::repo_env_or_default(&ctx.registry, t)
-                .map(|env| crate::swr::SwrTask {
-                    problem_statement: t.problem_statement.clone(),
-                    test_command: env.test_command(t),
-                    fail_to_pass: t.f2p().to_vec(),
-                    pass_to_pass: t.p2p().to_vec(),
-                })
-                .map_err(SelectError::Environment);
-            (t.instance_id.clone(), task)
-        })
-        .collect();
+        .filter(|t| wanted.contains(t.instance_id.as_str()))
+    {
+        let task = match dojo_rollout::world_sim::repo_env_or_default(&ctx.registry, t) {
+            Ok(env) => dojo_rollout::world_sim::graded_test_files(
+                t,
+                &ctx.preparer,
+                &dojo_sandbox::SandboxOptions::default(),
+            )
+            .await
+            .map(|test_files| crate::swr::SwrTask {
+                world: dojo_rollout::world_capture::world_task(t, &env).at_test_time(),
+                test_files,
+            }),
+            Err(e) => Err(e),
+        }
+        .map_err(SelectError::Environment);
+        tasks.insert(t.instance_id.clone(), task);
+    }
     let started = Instant::now();
     let (policy, backend) = model("--swr", spec).await?;
     let client = Arc::new(dojo_world::WorldClient::new(

@@ -5,8 +5,9 @@
 //! candidate's patch, and answers with a simulated test report and a 0/1 reward
 //! ([`dojo_world::WorldClient::predict_reward`], the world stage's client and parser). The score
 //! is the mean reward over `samples` independent samples (SWE-World uses 3, at temperature 0.7).
-//! At selection time the gold patch is unknown, so it is never put in the context, and the test
-//! files are not shown (they would need the candidate's tree; SWR judges from the names).
+//! The context is built as real grading's SWR records are ([`dojo_world::WorldTask`], with the
+//! test files as grading runs them), except that the gold patch is never put in it: at
+//! selection time it is unknown ([`dojo_world::WorldTask::at_test_time`]).
 //! An empty patch is reward 0 without a call. A candidate whose every sample failed (model
 //! error, unparseable reply) is an infrastructure failure: it has no score (below every real
 //! one) and is counted in the notes.
@@ -14,20 +15,19 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use dojo_world::{SwrContext, WorldClient};
+use dojo_world::{FileView, SwrContext, WorldClient, WorldTask};
 use futures::stream::{self, StreamExt};
 
 use crate::SelectError;
 use crate::candidates::CandidateSet;
 use crate::verifier::{CandidateKey, Precomputed};
 
-/// What a task contributes to SWR's context.
+/// What a task contributes to SWR's context: the task as a test-time selector may see it, and
+/// its test files as grading runs them (one read serves every candidate).
 #[derive(Debug, Clone, Default)]
 pub struct SwrTask {
-    pub problem_statement: String,
-    pub test_command: String,
-    pub fail_to_pass: Vec<String>,
-    pub pass_to_pass: Vec<String>,
+    pub world: WorldTask,
+    pub test_files: Vec<FileView>,
 }
 
 /// How the scoring went.
@@ -70,17 +70,7 @@ pub async fn score_all(
                     Some(Err(e)) => Err(NoContext::Task(e)),
                     Some(Ok(task)) => Ok(task),
                 }
-                .map(|task| SwrContext {
-                    task_id: t.task_id.clone(),
-                    problem_statement: task.problem_statement.clone(),
-                    test_command: task.test_command.clone(),
-                    test_files: Vec::new(),
-                    agent_patch: c.patch.clone(),
-                    gold_patch: None,
-                    fail_to_pass: task.fail_to_pass.clone(),
-                    pass_to_pass: task.pass_to_pass.clone(),
-                    analysis: None,
-                });
+                .map(|task| task.world.swr_context(&c.patch, task.test_files.clone()));
                 ((t.task_id.clone(), c.label()), ctx)
             })
         })
@@ -139,8 +129,9 @@ mod tests {
     use dojo_llm::{ChatBackend, ChatRequest, ChatResponse, LlmError};
     use futures::future::BoxFuture;
 
-    /// SWR as a rule on the patch it is shown: reward 1 when the patch sets `x = 2`, else 0;
-    /// and a reply that does not parse for `x = 9`.
+    /// SWR as a rule on the patch it is shown: reward 1 when the patch sets `x = 2` and the
+    /// task's test file is shown, else 0; and a reply that does not parse for `x = 9`. A gold
+    /// patch in the prompt is a reply that does not parse either (it must never be shown).
     struct RuleSwr;
     impl ChatBackend for RuleSwr {
         fn complete(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatResponse, LlmError>> {
@@ -149,10 +140,11 @@ mod tests {
                 .iter()
                 .filter_map(|m| m.content.as_ref().map(|c| c.text()))
                 .collect();
-            let text = if prompt.contains("+x = 9") {
+            let text = if prompt.contains("+x = 9") || prompt.contains("GOLD") {
                 "no idea".to_string()
             } else {
-                let reward = u8::from(prompt.contains("+x = 2"));
+                let reward =
+                    u8::from(prompt.contains("+x = 2") && prompt.contains("assert m.x == 2"));
                 format!("{{\"test_report\": \"ok\", \"reward\": {reward}}}")
             };
             Box::pin(async move {
@@ -188,10 +180,20 @@ mod tests {
         let tasks = HashMap::from([(
             "t".to_string(),
             Ok(SwrTask {
-                problem_statement: "x must be 2".into(),
-                test_command: "pytest".into(),
-                fail_to_pass: vec!["test_x".into()],
-                pass_to_pass: Vec::new(),
+                world: WorldTask {
+                    task_id: "t".into(),
+                    problem_statement: "x must be 2".into(),
+                    test_command: "pytest".into(),
+                    fail_to_pass: vec!["test_x".into()],
+                    gold_patch: Some("GOLD".into()),
+                    ..WorldTask::default()
+                }
+                .at_test_time(),
+                test_files: vec![FileView {
+                    path: "test_m.py".into(),
+                    base: None,
+                    current: Some("import m\ndef test_x(): assert m.x == 2\n".into()),
+                }],
             }),
         )]);
         let backend: Arc<dyn ChatBackend> = Arc::new(RuleSwr);

@@ -90,6 +90,76 @@ pub struct SwrContext {
     pub analysis: Option<String>,
 }
 
+/// What the world models are told about a task, whichever stage asks: real runs' capture
+/// (training records, `dojo_rollout::world_capture`), the simulated environment
+/// ([`crate::sim`]) and the `swr` selector all build their [`SwtContext`] and [`SwrContext`]
+/// from one of these ([`WorldTask::swt_context`], [`WorldTask::swr_context`]), so a model
+/// trained on captured contexts is asked with the same fields filled the same way. Built from a
+/// dataset task by `dojo_rollout::world_capture::world_task`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct WorldTask {
+    pub task_id: String,
+    pub problem_statement: String,
+    /// The command grading runs (the model is told what it would have run).
+    pub test_command: String,
+    #[serde(default)]
+    pub fail_to_pass: Vec<String>,
+    #[serde(default)]
+    pub pass_to_pass: Vec<String>,
+    /// The reference fix, shown to the models as SWE-World does while training; `None` for
+    /// tasks without one and where it must not be known ([`WorldTask::at_test_time`]).
+    #[serde(default)]
+    pub gold_patch: Option<String>,
+    /// The per-task initial analysis ([`crate::analysis`]), when one was generated.
+    #[serde(default)]
+    pub analysis: Option<String>,
+}
+
+impl WorldTask {
+    /// The task as a test-time selector may see it: without the reference fix, which a
+    /// candidate chosen at test time cannot be compared with (SWE-World's TTS shows it; we do
+    /// not, so a selection figure is not inflated by the answer).
+    pub fn at_test_time(mut self) -> Self {
+        self.gold_patch = None;
+        self
+    }
+
+    /// SWT's input for one command: the files it executes and the agent's patch at that moment
+    /// (read by [`crate::observe`], in capture and simulation alike).
+    pub fn swt_context(
+        &self,
+        command: &str,
+        executed_files: Vec<FileView>,
+        agent_patch: &str,
+    ) -> SwtContext {
+        SwtContext {
+            task_id: self.task_id.clone(),
+            problem_statement: self.problem_statement.clone(),
+            command: command.to_string(),
+            executed_files,
+            agent_patch: agent_patch.to_string(),
+            gold_patch: self.gold_patch.clone(),
+            analysis: self.analysis.clone(),
+        }
+    }
+
+    /// SWR's input for one final patch, with the task's test files as grading runs them (test
+    /// patch applied; [`crate::sim::test_files_after_patch`] and the capture read them alike).
+    pub fn swr_context(&self, agent_patch: &str, test_files: Vec<FileView>) -> SwrContext {
+        SwrContext {
+            task_id: self.task_id.clone(),
+            problem_statement: self.problem_statement.clone(),
+            test_command: self.test_command.clone(),
+            test_files,
+            agent_patch: agent_patch.to_string(),
+            gold_patch: self.gold_patch.clone(),
+            fail_to_pass: self.fail_to_pass.clone(),
+            pass_to_pass: self.pass_to_pass.clone(),
+            analysis: self.analysis.clone(),
+        }
+    }
+}
+
 /// SWR's answer, and the training target built from a real grading: the test report section of
 /// the log and the reward (1 iff every FAIL_TO_PASS and PASS_TO_PASS test passes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

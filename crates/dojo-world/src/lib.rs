@@ -44,7 +44,7 @@ pub use analysis::{AnalysisInput, analysis_messages};
 pub use client::{
     Predicted, RewardEstimate, Verdict, WorldClient, WorldClientConfig, WorldError, rollout_seed,
 };
-pub use context::{FileView, SwrContext, SwrTarget, SwtContext, SwtTarget};
+pub use context::{FileView, SwrContext, SwrTarget, SwtContext, SwtTarget, WorldTask};
 pub use parse::{ParseError, parse_swr_reply, parse_swt_reply};
 pub use prompt::{Caps, NoRoom, Rendered, Truncation, swr_messages, swt_messages, tail_chars};
 pub use record::{WORLD_FILE, WORLD_SCHEMA_VERSION, WorldRecord, runs_python_or_tests};

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::classify::{CommandClass, PythonRun};
 use crate::client::{WorldClient, WorldError, rollout_seed};
-use crate::context::{FileView, SwrContext, SwtContext};
+use crate::context::{FileView, WorldTask};
 use crate::drift::{DriftSummary, Observed, TransitionDrift, compare_transition};
 use crate::observe::{self, ReadLimits, Snapshot};
 use crate::route::{EnvMode, Route, route};
@@ -43,16 +43,10 @@ const LOG_TEXT_CAP: usize = 4000;
 /// What the world models know of the task, fixed for a rollout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SimTask {
-    pub task_id: String,
-    pub problem_statement: String,
-    pub gold_patch: Option<String>,
+    /// What the models are told (flattened: the serialized layout is unchanged).
+    #[serde(flatten)]
+    pub world: WorldTask,
     pub test_patch: Option<String>,
-    /// The per-task initial analysis, when one was generated.
-    pub analysis: Option<String>,
-    /// The command grading runs (the reward model is told what it would have run).
-    pub test_command: String,
-    pub fail_to_pass: Vec<String>,
-    pub pass_to_pass: Vec<String>,
     /// The task's test files (`dojo_grade::guard::task_test_files`): what SWR is shown, as in
     /// the SWR records captured from real grading.
     #[serde(default)]
@@ -71,14 +65,8 @@ pub struct SimTask {
 impl Default for SimTask {
     fn default() -> Self {
         SimTask {
-            task_id: String::new(),
-            problem_statement: String::new(),
-            gold_patch: None,
+            world: WorldTask::default(),
             test_patch: None,
-            analysis: None,
-            test_command: String::new(),
-            fail_to_pass: Vec::new(),
-            pass_to_pass: Vec::new(),
             test_files: Vec::new(),
             parser: Parser::Pytest,
             has_environment: false,
@@ -583,15 +571,10 @@ impl WorldModel for WorldClient {
         q: &'a TransitionQuery<'a>,
     ) -> BoxFuture<'a, Result<Prediction, ModelFailure>> {
         Box::pin(async move {
-            let ctx = SwtContext {
-                task_id: q.task.task_id.clone(),
-                problem_statement: q.task.problem_statement.clone(),
-                command: q.command.to_string(),
-                executed_files: q.files.clone(),
-                agent_patch: q.agent_patch.clone(),
-                gold_patch: q.task.gold_patch.clone(),
-                analysis: q.task.analysis.clone(),
-            };
+            let ctx = q
+                .task
+                .world
+                .swt_context(q.command, q.files.clone(), &q.agent_patch);
             let p = self.predict_transition(&ctx).await.map_err(model_failure)?;
             Ok(Prediction {
                 stdout: p.value.stdout,
@@ -605,17 +588,10 @@ impl WorldModel for WorldClient {
         q: &'a RewardQuery<'a>,
     ) -> BoxFuture<'a, Result<RewardVerdict, ModelFailure>> {
         Box::pin(async move {
-            let ctx = SwrContext {
-                task_id: q.task.task_id.clone(),
-                problem_statement: q.task.problem_statement.clone(),
-                test_command: q.task.test_command.clone(),
-                test_files: q.test_files.clone(),
-                agent_patch: q.agent_patch.to_string(),
-                gold_patch: q.task.gold_patch.clone(),
-                fail_to_pass: q.task.fail_to_pass.clone(),
-                pass_to_pass: q.task.pass_to_pass.clone(),
-                analysis: q.task.analysis.clone(),
-            };
+            let ctx = q
+                .task
+                .world
+                .swr_context(q.agent_patch, q.test_files.clone());
             // The selector's call (`dojo select --selector swr`): k samples, their mean.
             let cfg = self.config();
             let est = self
@@ -764,7 +740,10 @@ mod tests {
 
     fn task(env: bool) -> Arc<SimTask> {
         Arc::new(SimTask {
-            task_id: "t".into(),
+            world: WorldTask {
+                task_id: "t".into(),
+                ..Default::default()
+            },
             has_environment: env,
             ..Default::default()
         })
@@ -995,6 +974,25 @@ mod tests {
         assert_eq!(observer.0.lock().unwrap().len(), 1);
         assert_eq!(world.calls.load(Ordering::SeqCst), calls);
         assert!(sim.into_log().commands.is_empty());
+    }
+
+    #[test]
+    fn the_task_serializes_flat() {
+        // `world` is flattened: files written before it existed read back the same.
+        let t = SimTask {
+            world: WorldTask {
+                task_id: "t".into(),
+                gold_patch: Some("g".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let v = serde_json::to_value(&t).unwrap();
+        assert_eq!(v["task_id"], "t");
+        assert_eq!(v["gold_patch"], "g");
+        assert!(v.get("world").is_none());
+        let back: SimTask = serde_json::from_value(v).unwrap();
+        assert_eq!(back, t);
     }
 
     #[tokio::test]

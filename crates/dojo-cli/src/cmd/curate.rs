@@ -97,6 +97,11 @@ pub struct CurateArgs {
     /// exactly what it is sent.
     #[arg(long, value_name = "POLICY")]
     pub world_policy: Option<std::path::PathBuf>,
+    /// With --world: leave the gold patch out of every prompt, for a reward model that will
+    /// score candidates at test time (`dojo select --selector swr` never shows it). By default
+    /// the prompts show it, as SWE-World's training data does for rewarding RL rollouts.
+    #[arg(long)]
+    pub world_withhold_gold: bool,
 }
 
 fn formats(list: &str) -> anyhow::Result<dojo_curate::Formats> {
@@ -154,6 +159,10 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
         });
     }
     anyhow::ensure!(
+        args.world.is_some() || !args.world_withhold_gold,
+        "--world-withhold-gold applies to world-model data: it needs --world swt|swr"
+    );
+    anyhow::ensure!(
         args.world.is_some() || args.world_policy.is_none(),
         "--world-policy sets the prompt caps of world-model data: it needs --world swt|swr"
     );
@@ -172,6 +181,7 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
             .world_analysis_model
             .clone()
             .map(|m| (dojo_curate::world::default_analysis_root(), m));
+        w.withhold_gold = args.world_withhold_gold;
         cfg.world = Some(w);
     }
     let model = if args.model == "none" {
