@@ -22,9 +22,9 @@ use dojo_grade::InstanceReport;
 use dojo_grade::grading::{END_TEST_OUTPUT, START_TEST_OUTPUT};
 use dojo_llm::BoxFuture;
 use dojo_sandbox::{ExecOutput, ExecRequest, Sandbox, SandboxError, WORKSPACE};
-use dojo_task::{RepoEnv, Task};
 
 use crate::prepared::Prepared;
+use crate::world_sim::world_task;
 use dojo_world::classify::CommandClass;
 use dojo_world::observe::{self, ReadLimits, Snapshot};
 use dojo_world::record::{WorldBody, WorldRecord, WorldWriter, clip_chars, test_report_section};
@@ -139,21 +139,6 @@ fn shell_command(req: &ExecRequest) -> Option<&str> {
     match req.argv.as_slice() {
         [bash, c, script] if bash == "bash" && c == "-c" => Some(script),
         _ => None,
-    }
-}
-
-/// What the world models are told about `task` (the one mapping from a dataset task; the
-/// simulated environment and the `swr` selector use it too). No initial analysis: records get
-/// theirs when `dojo curate world` renders them, the simulation from its cache.
-pub fn world_task(task: &Task, env: &RepoEnv) -> WorldTask {
-    WorldTask {
-        task_id: task.instance_id.clone(),
-        problem_statement: task.problem_statement.clone(),
-        test_command: env.test_command(task),
-        fail_to_pass: task.f2p().to_vec(),
-        pass_to_pass: task.p2p().to_vec(),
-        gold_patch: (!task.patch.trim().is_empty()).then(|| task.patch.clone()),
-        analysis: None,
     }
 }
 

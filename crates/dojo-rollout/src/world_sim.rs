@@ -27,7 +27,7 @@ use dojo_world::sim::{
     METADATA_KEY, ModelFailure, RewardVerdict, SimLog, SimTask, WorldModel, simulated_reward,
     test_files_after_patch,
 };
-use dojo_world::{AnalysisInput, WorldClient, WorldClientConfig};
+use dojo_world::{AnalysisInput, WorldClient, WorldClientConfig, WorldTask};
 
 /// The world model and mode of a run.
 #[derive(Clone)]
@@ -298,6 +298,21 @@ async fn pristine_only(task: &Task, preparer: &Preparer) -> Result<Pristine, Wor
     .map_err(|e| WorldSimError::Prepare(format!("the preparing thread failed: {e}")))?
 }
 
+/// What the world models are told about `task` (the one mapping from a dataset task; the
+/// real runs' capture (`world_capture`) and the `swr` selector use it too). No initial analysis: records get
+/// theirs when `dojo curate world` renders them, the simulation from its cache.
+pub fn world_task(task: &Task, env: &RepoEnv) -> WorldTask {
+    WorldTask {
+        task_id: task.instance_id.clone(),
+        problem_statement: task.problem_statement.clone(),
+        test_command: env.test_command(task),
+        fail_to_pass: task.f2p().to_vec(),
+        pass_to_pass: task.p2p().to_vec(),
+        gold_patch: (!task.patch.trim().is_empty()).then(|| task.patch.clone()),
+        analysis: None,
+    }
+}
+
 /// The task's test files as grading runs them (its test patch applied to the base commit),
 /// read as the SWR records of real grading read them: for a caller with no rollout sandbox, the
 /// `swr` selector, so SWR is asked with the files it was trained with. Grading restores test
@@ -362,7 +377,7 @@ pub async fn prepare(
             Err(_) => (pristine_only(task, preparer).await?, None),
         },
     };
-    let mut world = crate::world_capture::world_task(task, &repo_env);
+    let mut world = world_task(task, &repo_env);
     world.analysis = setup.analysis.as_ref().and_then(|(root, model)| {
         let a = lookup_analysis(root, &task.instance_id, model);
         if a.is_none() {

@@ -384,7 +384,7 @@ async fn swr(
             )
             .await
             .map(|test_files| crate::swr::SwrTask {
-                world: dojo_rollout::world_capture::world_task(t, &env).at_test_time(),
+                world: dojo_rollout::world_sim::world_task(t, &env).at_test_time(),
                 test_files,
             }),
             Err(e) => Err(e),

@@ -95,7 +95,7 @@ pub struct SwrContext {
 /// ([`crate::sim`]) and the `swr` selector all build their [`SwtContext`] and [`SwrContext`]
 /// from one of these ([`WorldTask::swt_context`], [`WorldTask::swr_context`]), so a model
 /// trained on captured contexts is asked with the same fields filled the same way. Built from a
-/// dataset task by `dojo_rollout::world_capture::world_task`.
+/// dataset task by `dojo_rollout::world_sim::world_task`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct WorldTask {
     pub task_id: String,
