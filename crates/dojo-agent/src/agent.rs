@@ -17,7 +17,7 @@ use crate::action::{self, ActionFormat, CONTINUE_MSG, FormatError};
 use crate::context::{self, ContextConfig};
 use crate::prompt::{PromptError, Prompts};
 use crate::tools::{ToolContext, ToolError, ToolRegistry};
-use crate::workspace::Workspace;
+use dojo_sandbox::workspace::Workspace;
 
 /// Which role carries observations back to the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

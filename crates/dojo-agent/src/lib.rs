@@ -16,11 +16,10 @@ mod agent;
 pub mod context;
 pub mod prompt;
 pub mod tools;
-mod workspace;
 
 pub use action::{ActionFormat, CONTINUE_MSG, Call, FormatError, ParsedTurn};
 pub use agent::{Agent, AgentConfig, AgentError, ObservationRole, TaskInput};
 pub use context::ContextConfig;
+pub use dojo_sandbox::{LocalWorkspace, Workspace};
 pub use prompt::Prompts;
 pub use tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
-pub use workspace::{LocalWorkspace, Workspace};

@@ -2,7 +2,7 @@
 //!
 //! Each graded, non-infrastructure rollout becomes one conversation: the judge prompt over its
 //! interaction log (exactly what `dojo select --selector verifier` sends, from
-//! [`dojo_select::verifier::judge_messages`], so a verifier trained on these samples sees at
+//! [`dojo_reward::judge::judge_messages`], so a verifier trained on these samples sees at
 //! selection time what it was trained on), answered by `<judgement>YES</judgement>` when the
 //! rollout resolved its task and `<judgement>NO</judgement>` when it did not. Only the answer is
 //! trained. As SWE-Gym built its data: at most `cap` successes and `cap` failures per task
@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 
 use dojo_llm::ChatMessage;
-use dojo_select::verifier::{JudgeLimits, judge_messages};
+use dojo_reward::judge::{JudgeLimits, judge_messages};
 use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};

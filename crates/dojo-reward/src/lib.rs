@@ -13,10 +13,13 @@
 //!   their logprobs); a rollout without them is an error.
 //! - [`group`]: from graded groups of rollouts to training samples and the step's reward
 //!   statistics.
+//! - [`judge`]: the verifier's protocol (SWE-Gym's outcome reward model): the judge prompt for
+//!   a candidate and p(YES) from the reply, for selection and for its training data alike.
 
 pub mod advantage;
 pub mod episode;
 pub mod group;
+pub mod judge;
 pub mod shaping;
 
 pub use advantage::{AdvantageConfig, Estimator};

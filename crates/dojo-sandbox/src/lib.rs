@@ -118,6 +118,7 @@ mod types;
 pub mod usernet;
 pub mod uv;
 pub mod visible;
+pub mod workspace;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -134,6 +135,7 @@ pub use types::{
     ApplyMethod, ApplyOutcome, BackendKind, EnvRuntime, ExecOutput, ExecRequest, Limits, OutputCap,
     SandboxOptions, TransferCaps, WORKSPACE,
 };
+pub use workspace::{LocalWorkspace, Workspace};
 
 use error::io_err;
 

@@ -18,7 +18,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use dojo_agent::Workspace;
+use dojo_sandbox::Workspace;
 use dojo_sandbox::{ExecRequest, SandboxError, WORKSPACE};
 
 use crate::classify::{CommandClass, PythonRun, classify_with};
@@ -239,7 +239,7 @@ fn clip(bytes: &[u8], max_chars: usize) -> String {
 pub(crate) mod tests {
     use super::*;
     use crate::classify::classify;
-    use dojo_agent::LocalWorkspace;
+    use dojo_sandbox::LocalWorkspace;
 
     /// A git checkout of `files` (path, contents), committed: the base commit.
     pub(crate) fn committed(files: &[(&str, &str)]) -> (tempfile::TempDir, LocalWorkspace) {

@@ -18,9 +18,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dojo_agent::Workspace;
 use dojo_grade::parsers::Parser;
 use dojo_llm::BoxFuture;
+use dojo_sandbox::Workspace;
 use dojo_sandbox::{ExecOutput, ExecRequest, Sandbox, SandboxError, WORKSPACE};
 use serde::{Deserialize, Serialize};
 
@@ -673,7 +673,7 @@ pub async fn simulated_reward(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dojo_agent::LocalWorkspace;
+    use dojo_sandbox::LocalWorkspace;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// A world model answering from a fixed script, counting its calls.

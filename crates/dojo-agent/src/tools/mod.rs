@@ -29,7 +29,7 @@ use dojo_llm::{BoxFuture, ToolSpec};
 use dojo_sandbox::SandboxError;
 use serde_json::{Map, Value};
 
-use crate::workspace::Workspace;
+use dojo_sandbox::workspace::Workspace;
 
 /// What a tool call produced.
 #[derive(Debug, Clone, Default, PartialEq)]

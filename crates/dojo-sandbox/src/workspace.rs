@@ -1,13 +1,17 @@
-//! The sandbox operations the tools need, as a trait. Production code passes a real
-//! [`dojo_sandbox::Sandbox`]; [`LocalWorkspace`] runs the same operations directly in a host
+//! The sandbox operations an agent's tools and the world models' readers need, as a trait. It
+//! lives beside [`Sandbox`] so that every stage that reads or drives a workspace (the agent, the
+//! simulated environment, capture) reaches it without depending on the agent. Production code
+//! passes a real [`Sandbox`]; [`LocalWorkspace`] runs the same operations directly in a host
 //! directory (no isolation) for unit tests of tool logic and for benchmarks against a bare spawn.
 
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use dojo_llm::BoxFuture;
-use dojo_sandbox::{ExecOutput, ExecRequest, Sandbox, SandboxError, WORKSPACE};
+use crate::{ExecOutput, ExecRequest, Sandbox, SandboxError, WORKSPACE};
+
+/// A boxed `Send` future (the same type as `dojo_llm::BoxFuture`).
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// What the agent's tools do to a workspace. Every error is an infrastructure failure.
 pub trait Workspace: Send + Sync {
