@@ -7,8 +7,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use dojo_llm::{ChatBackend, ChatMessage, ChatRequest, LlmError, Role};
 use dojo_sandbox::{SandboxError, WORKSPACE};
 use dojo_trajectory::{
-    ActionRecord, AgentInfo, Blame, EnvironmentFingerprint, Event, PolicyInfo, SamplingConfig,
-    Step, StopReason, ToolOutcome, Trajectory,
+    ActionRecord, AgentInfo, Blame, Event, HostFingerprint, PolicyInfo, SamplingConfig, Step,
+    StopReason, ToolOutcome, Trajectory,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -95,7 +95,7 @@ pub struct TaskInput {
     /// Template variables; `problem_statement` at least.
     pub vars: Map<String, Value>,
     /// Where the rollout runs, for the record.
-    pub environment: EnvironmentFingerprint,
+    pub environment: HostFingerprint,
 }
 
 /// A configured agent; cheap to share, one [`Agent::run`] per rollout.

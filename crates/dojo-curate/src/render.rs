@@ -26,7 +26,7 @@ pub struct Span {
 
 /// A rendered conversation with every assistant message trained.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
+pub struct RenderedSample {
     pub input_ids: Vec<u32>,
     /// 1 on the tokens of every assistant message (end-of-turn token included).
     pub assistant_masks: Vec<u8>,
@@ -69,7 +69,7 @@ pub enum RenderError {
 pub trait ChatModel: Send + Sync {
     /// Renders and tokenizes OpenAI-shaped messages (no generation prompt), with the spans of
     /// the assistant messages.
-    fn sample(&self, messages: &[Value], tools: &[Value]) -> Result<Sample, RenderError>;
+    fn sample(&self, messages: &[Value], tools: &[Value]) -> Result<RenderedSample, RenderError>;
     /// Number of tokens of the rendered conversation.
     fn count(&self, messages: &[Value], tools: &[Value]) -> Result<usize, RenderError>;
     /// Token ids of the prompt for the next assistant turn (generation prompt added), to check
@@ -248,7 +248,7 @@ pub fn render_window(
     w: &Window,
     tools: &[Value],
     masking: Masking,
-) -> Result<Sample, RenderError> {
+) -> Result<RenderedSample, RenderError> {
     let mut s = model.sample(&w.messages, tools)?;
     let mut trained: Vec<usize> = s
         .spans
@@ -273,7 +273,7 @@ pub fn render_window(
 }
 
 /// `input_ids` where trained, -100 elsewhere (the Hugging Face / TRL convention).
-pub fn labels(s: &Sample) -> Vec<i32> {
+pub fn labels(s: &RenderedSample) -> Vec<i32> {
     s.input_ids
         .iter()
         .zip(&s.assistant_masks)
@@ -315,7 +315,11 @@ pub(crate) mod tests {
     }
 
     impl ChatModel for CharChatml {
-        fn sample(&self, messages: &[Value], _tools: &[Value]) -> Result<Sample, RenderError> {
+        fn sample(
+            &self,
+            messages: &[Value],
+            _tools: &[Value],
+        ) -> Result<RenderedSample, RenderError> {
             let text = chatml(messages, false);
             let input_ids: Vec<u32> = text.chars().map(|c| c as u32).collect();
             let mut assistant_masks = vec![0u8; input_ids.len()];
@@ -333,7 +337,7 @@ pub(crate) mod tests {
                     token_end: end,
                 });
             }
-            Ok(Sample {
+            Ok(RenderedSample {
                 input_ids,
                 assistant_masks,
                 spans,
@@ -360,7 +364,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn trained_text(r: &Sample) -> String {
+    fn trained_text(r: &RenderedSample) -> String {
         r.input_ids
             .iter()
             .zip(&r.assistant_masks)

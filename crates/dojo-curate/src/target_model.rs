@@ -5,7 +5,7 @@ use dojo_tokenizer::{ChatFormat, RenderOptions};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::render::{ChatModel, RenderError, Sample, Span};
+use crate::render::{ChatModel, RenderError, RenderedSample, Span};
 
 /// A [`ChatFormat`] with its fingerprints computed once.
 pub struct FormatModel {
@@ -39,7 +39,7 @@ impl ChatModel for FormatModel {
         self.format.template.supports_tools()
     }
 
-    fn sample(&self, messages: &[Value], tools: &[Value]) -> Result<Sample, RenderError> {
+    fn sample(&self, messages: &[Value], tools: &[Value]) -> Result<RenderedSample, RenderError> {
         let s =
             self.format
                 .training_sample(messages, tools_opt(tools), &RenderOptions::default())?;
@@ -53,7 +53,7 @@ impl ChatModel for FormatModel {
         }
         let byte_spans: Vec<(usize, usize)> = s.spans.iter().map(|sp| (sp.start, sp.end)).collect();
         let (assistant_masks, token_ranges) = mask_from_spans(&offsets, &byte_spans);
-        Ok(Sample {
+        Ok(RenderedSample {
             input_ids: s.input_ids,
             assistant_masks,
             spans: s

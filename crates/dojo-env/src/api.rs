@@ -62,8 +62,8 @@ pub struct TokenStream {
     pub response_logprobs: Vec<f32>,
 }
 
-impl From<&dojo_reward::episode::Sample> for TokenStream {
-    fn from(s: &dojo_reward::episode::Sample) -> Self {
+impl From<&dojo_reward::episode::EpisodeSample> for TokenStream {
+    fn from(s: &dojo_reward::episode::EpisodeSample) -> Self {
         let first = s
             .loss_mask
             .iter()

@@ -14,7 +14,7 @@ use dojo_rollout::agent_runner::{AgentLoop, BackendError, BackendFactory, DojoAg
 use dojo_rollout::prepared::Prepared;
 use dojo_rollout::scheduler::Job;
 use dojo_sandbox::Sandbox;
-use dojo_trajectory::{EnvironmentFingerprint, PolicyInfo, Trajectory};
+use dojo_trajectory::{HostFingerprint, PolicyInfo, Trajectory};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
@@ -89,7 +89,7 @@ impl AgentLoop for StepAgent {
         backend: Arc<dyn ChatBackend>,
         policy: PolicyInfo,
         job: &'a Job,
-        environment: EnvironmentFingerprint,
+        environment: HostFingerprint,
     ) -> BoxFuture<'a, Trajectory> {
         if let Ok(mut s) = self.sandbox.lock() {
             *s = Some(sandbox.host_dir().to_path_buf());

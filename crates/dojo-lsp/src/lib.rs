@@ -35,7 +35,7 @@ pub use backend::SandboxBackend;
 pub use backend::{Backend, HostBackend, Launch, Lent};
 pub use servers::{ServerKind, install};
 pub use session::{LspSession, SessionOptions, SessionStats};
-pub use tool::{Command, InfraEvent, InfraKind, LspTool, Observation};
+pub use tool::{Command, InfraEvent, LspInfraKind, LspTool, Observation};
 
 use std::time::Duration;
 
@@ -61,13 +61,13 @@ pub enum LspError {
 
 impl LspError {
     /// The infrastructure class of this error, if it is the server's or the host's fault.
-    pub fn infra_kind(&self) -> Option<InfraKind> {
+    pub fn infra_kind(&self) -> Option<LspInfraKind> {
         match self {
-            LspError::ServerMissing(_) => Some(InfraKind::ServerMissing),
-            LspError::ServerCrashed(_) => Some(InfraKind::ServerCrashed),
-            LspError::Timeout { .. } => Some(InfraKind::ServerTimeout),
-            LspError::NotReady(_) => Some(InfraKind::NotReady),
-            LspError::Workspace(_) => Some(InfraKind::Workspace),
+            LspError::ServerMissing(_) => Some(LspInfraKind::ServerMissing),
+            LspError::ServerCrashed(_) => Some(LspInfraKind::ServerCrashed),
+            LspError::Timeout { .. } => Some(LspInfraKind::ServerTimeout),
+            LspError::NotReady(_) => Some(LspInfraKind::NotReady),
+            LspError::Workspace(_) => Some(LspInfraKind::Workspace),
             // A refused request (e.g. method not supported) is a plain answer to the agent.
             LspError::Rpc { .. } | LspError::NoSuchFile(_) => None,
         }

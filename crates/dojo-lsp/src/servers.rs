@@ -261,7 +261,7 @@ mod tests {
                 .contains("basedpyright needs Node.js, which is not at /nonexistent/node"),
             "{e}"
         );
-        assert_eq!(e.infra_kind(), Some(crate::InfraKind::ServerMissing));
+        assert_eq!(e.infra_kind(), Some(crate::LspInfraKind::ServerMissing));
         let e = check_launch(
             ServerKind::Pyright,
             &launch(&["/bin/sh", "/nonexistent/langserver.index.js", "--stdio"]),

@@ -85,7 +85,7 @@ impl Command {
 /// Why an observation is not the agent's fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum InfraKind {
+pub enum LspInfraKind {
     ServerMissing,
     ServerCrashed,
     ServerTimeout,
@@ -96,7 +96,7 @@ pub enum InfraKind {
 /// An infrastructure event to record in the trajectory (never scored as the agent's failure).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct InfraEvent {
-    pub kind: InfraKind,
+    pub kind: LspInfraKind,
     pub server: String,
     pub detail: String,
 }
@@ -160,7 +160,7 @@ pub struct LspTool {
 }
 
 /// An error message for the agent, possibly with an infrastructure event.
-pub(crate) struct Fail(pub(crate) String, pub(crate) Option<InfraKind>);
+pub(crate) struct Fail(pub(crate) String, pub(crate) Option<LspInfraKind>);
 
 impl From<LspError> for Fail {
     fn from(e: LspError) -> Self {

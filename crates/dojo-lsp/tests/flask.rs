@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dojo_lsp::{HostBackend, InfraKind, Launch, LspTool, ServerKind, SessionOptions};
+use dojo_lsp::{HostBackend, Launch, LspInfraKind, LspTool, ServerKind, SessionOptions};
 use serde_json::json;
 use support::{FLASK, call, tool, unpack};
 
@@ -227,20 +227,20 @@ async fn broken_servers_are_infrastructure_events() {
         (
             "missing",
             vec!["/nonexistent/ty", "server"],
-            InfraKind::ServerMissing,
+            LspInfraKind::ServerMissing,
             "language server unavailable: cannot start /nonexistent/ty: No such file or directory",
         ),
         (
             "crashes_at_start",
             vec!["sh", "-c", "echo 'ty: fatal: broken install' >&2; exit 3"],
-            InfraKind::ServerCrashed,
+            LspInfraKind::ServerCrashed,
             "language server crashed: server exited; stderr tail:\nty: fatal: broken install",
         ),
         // Reads its input and never answers: the readiness deadline classifies it.
         (
             "never_ready",
             vec!["sleep", "600"],
-            InfraKind::NotReady,
+            LspInfraKind::NotReady,
             "language server never became ready: ty did not answer initialize within 2s",
         ),
     ];

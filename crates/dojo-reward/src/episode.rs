@@ -24,7 +24,7 @@ use crate::RewardError;
 
 /// One rollout's training sample.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct Sample {
+pub struct EpisodeSample {
     pub input_ids: Vec<u32>,
     /// 1 on tokens the policy sampled (they carry loss), 0 elsewhere; same length as the ids.
     pub loss_mask: Vec<u8>,
@@ -39,7 +39,7 @@ pub struct Sample {
     pub ref_logprobs: Option<Vec<f32>>,
 }
 
-impl Sample {
+impl EpisodeSample {
     /// Tokens that carry loss.
     pub fn n_response(&self) -> usize {
         // Position 0 has no preceding context, so it can never be trained.
@@ -96,9 +96,9 @@ fn missing(t: &Trajectory, step: u32, what: &str) -> RewardError {
 }
 
 /// The token streams of a rollout (empty for a rollout with no model turn).
-pub fn samples_of(t: &Trajectory) -> Result<Vec<Sample>, RewardError> {
-    let mut out: Vec<Sample> = Vec::new();
-    let mut cur: Option<Sample> = None;
+pub fn samples_of(t: &Trajectory) -> Result<Vec<EpisodeSample>, RewardError> {
+    let mut out: Vec<EpisodeSample> = Vec::new();
+    let mut cur: Option<EpisodeSample> = None;
     for step in &t.steps {
         let prompt = step
             .prompt_token_ids
@@ -127,7 +127,7 @@ pub fn samples_of(t: &Trajectory) -> Result<Vec<Sample>, RewardError> {
             Some(s) if prompt.starts_with(&s.input_ids) => s,
             other => {
                 out.extend(other);
-                Sample::default()
+                EpisodeSample::default()
             }
         };
         let added = &prompt[s.input_ids.len()..];

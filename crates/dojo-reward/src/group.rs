@@ -9,14 +9,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::RewardError;
 use crate::advantage::{AdvantageConfig, AdvantageStats, batch_advantages};
-use crate::episode::Sample;
+use crate::episode::EpisodeSample;
 use crate::shaping::{MaskedPolicy, RewardConfig, shape};
 
 /// One graded rollout of a group, before shaping.
 #[derive(Debug, Clone)]
 pub struct Episode {
     /// Its token streams (see [`crate::episode`]; the advantage is filled in here).
-    pub samples: Vec<Sample>,
+    pub samples: Vec<EpisodeSample>,
     pub stop: StopReason,
     /// Flagged as an infrastructure failure whatever its stop reason.
     pub infrastructure: bool,
@@ -47,7 +47,7 @@ pub fn assemble(
     groups: Vec<Vec<Episode>>,
     reward: &RewardConfig,
     adv: &AdvantageConfig,
-) -> Result<(Vec<Sample>, BatchStats), RewardError> {
+) -> Result<(Vec<EpisodeSample>, BatchStats), RewardError> {
     let mut stats = BatchStats::default();
     let mut shaped_groups = Vec::new();
     let mut members = Vec::new();
@@ -91,7 +91,11 @@ pub fn assemble(
             continue;
         }
         for (a, samples) in g.advantages.into_iter().zip(eps) {
-            out.extend(samples.into_iter().map(|s| Sample { advantage: a, ..s }));
+            out.extend(
+                samples
+                    .into_iter()
+                    .map(|s| EpisodeSample { advantage: a, ..s }),
+            );
         }
     }
     let n = unmasked.max(1) as f64;
@@ -101,7 +105,7 @@ pub fn assemble(
     stats.advantage = astats;
     let trained: Vec<usize> = out
         .iter()
-        .map(Sample::n_response)
+        .map(EpisodeSample::n_response)
         .filter(|&n| n > 0)
         .collect();
     stats.response_len_mean = trained.iter().sum::<usize>() as f64 / trained.len().max(1) as f64;
@@ -114,11 +118,11 @@ mod tests {
 
     fn ep(stop: StopReason, resolved: Option<bool>) -> Episode {
         Episode {
-            samples: vec![Sample {
+            samples: vec![EpisodeSample {
                 input_ids: vec![1, 2, 3],
                 loss_mask: vec![0, 1, 1],
                 sampling_logprobs: vec![0.0, -1.0, -1.0],
-                ..Sample::default()
+                ..EpisodeSample::default()
             }],
             stop,
             infrastructure: false,

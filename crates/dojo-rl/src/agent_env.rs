@@ -8,7 +8,7 @@
 //! model's verdict; a world model that fails is an infrastructure failure, masked like any
 //! other.
 //!
-//! Execution model: [`crate::run::Environment`]'s calls come one at a time from the loop's thread;
+//! Execution model: [`crate::run::EpisodeSource`]'s calls come one at a time from the loop's thread;
 //! each blocks on this environment's own tokio runtime while a step's episodes run concurrently
 //! (`workers` sandboxes, their model calls batched by the engine). Nothing is retried here: a
 //! step whose rollouts fail as a whole is an [`RlError::Episode`], and the loop resumes from its
@@ -29,7 +29,7 @@ use serde_json::json;
 
 use crate::RlError;
 use crate::config::RlConfig;
-use crate::run::{Environment, StepMetrics};
+use crate::run::{EpisodeSource, StepMetrics};
 
 /// Where an [`AgentEnv`] takes its tasks and writes its rollouts.
 #[derive(Debug, Clone)]
@@ -267,7 +267,7 @@ fn groups(tasks: &[String], all: Vec<Trajectory>) -> Vec<Vec<Trajectory>> {
     out
 }
 
-impl Environment for AgentEnv {
+impl EpisodeSource for AgentEnv {
     fn rollouts(
         &mut self,
         step: u64,

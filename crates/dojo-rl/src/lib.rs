@@ -18,7 +18,7 @@
 //! - [`update`]: one policy update on dojo-train's trainable model (full or LoRA): forward,
 //!   token logprobs of the sampled tokens, loss, backward, clipping, AdamW.
 //! - [`run`]: the loop (tasks → rollouts → shaping → advantages → updates → metrics →
-//!   checkpoints), its run directory and resume; rollouts come from an [`run::Environment`].
+//!   checkpoints), its run directory and resume; rollouts come from an [`run::EpisodeSource`].
 //! - [`metrics`]: the run directory's file names and what they hold (manifest, metrics lines,
 //!   checkpoint state), written by the loop and read by the report.
 //! - [`agent_env`]: the environment of `dojo rl`: the agent in sandboxes (or a simulated world)

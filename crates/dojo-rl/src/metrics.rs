@@ -1,4 +1,4 @@
-//! The run directory's files and what they hold: `rl_run.json` ([`RunManifest`]), one
+//! The run directory's files and what they hold: `rl_run.json` ([`RlRunManifest`]), one
 //! `metrics.jsonl` line per step ([`StepMetrics`]), a checkpoint's `rl_state.json`
 //! ([`RunState`]). The loop ([`crate::run`]) writes them, the report ([`crate::report`]) reads
 //! them.
@@ -18,7 +18,7 @@ pub const STATE_FILE: &str = "rl_state.json";
 
 /// `rl_run.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunManifest {
+pub struct RlRunManifest {
     pub schema_version: u32,
     pub config_hash: String,
     pub config: RlConfig,
@@ -26,7 +26,7 @@ pub struct RunManifest {
     pub model: String,
     pub model_fingerprint: Json,
     pub tasks: Vec<String>,
-    /// [`crate::run::Environment::settings`]; absent (null) in run directories written before it
+    /// [`crate::run::EpisodeSource::settings`]; absent (null) in run directories written before it
     /// existed.
     #[serde(default, skip_serializing_if = "Json::is_null")]
     pub environment: Json,
@@ -58,7 +58,7 @@ pub struct StepMetrics {
     /// sums can exceed `generation_s`); absent in lines written before it existed.
     #[serde(default)]
     pub rollout_time: RolloutTime,
-    /// [`crate::run::Environment::rollout_report`] for this step.
+    /// [`crate::run::EpisodeSource::rollout_report`] for this step.
     #[serde(default, skip_serializing_if = "Json::is_null")]
     pub rollout_report: Json,
 }

@@ -13,7 +13,7 @@ use dojo_report::{LineChart, PALETTE, Page, StackedRow, Table, number, stacked_b
 use serde_json::Value as Json;
 
 use crate::RlError;
-use crate::metrics::{EVAL_FILE, METRICS_FILE, RUN_FILE, RunManifest, StepMetrics};
+use crate::metrics::{EVAL_FILE, METRICS_FILE, RUN_FILE, RlRunManifest, StepMetrics};
 
 /// The report's file name inside `OUT`.
 pub const REPORT_FILE: &str = "report.html";
@@ -38,7 +38,7 @@ fn update_mean(m: &StepMetrics, f: impl Fn(&crate::update::UpdateReport) -> f64)
 /// Render the report of the run in `out` (as HTML text).
 pub fn render(out: &Path) -> Result<String, RlError> {
     let run_path = out.join(RUN_FILE);
-    let manifest: Option<RunManifest> = match std::fs::read_to_string(&run_path) {
+    let manifest: Option<RlRunManifest> = match std::fs::read_to_string(&run_path) {
         Ok(s) => serde_json::from_str(&s).ok(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(RlError::io(&run_path)(e)),
@@ -319,7 +319,7 @@ mod tests {
     fn renders_what_the_run_directory_holds() {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path();
-        let manifest = RunManifest {
+        let manifest = RlRunManifest {
             schema_version: crate::RL_SCHEMA_VERSION,
             config_hash: "abc".into(),
             config: RlConfig::default(),

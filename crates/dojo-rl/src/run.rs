@@ -38,9 +38,9 @@ use serde_json::{Value as Json, json};
 
 use crate::config::RlConfig;
 use crate::metrics::{
-    EVAL_FILE, METRICS_FILE, RUN_FILE, RolloutTime, RunManifest, RunState, STATE_FILE,
+    EVAL_FILE, METRICS_FILE, RUN_FILE, RlRunManifest, RolloutTime, RunState, STATE_FILE,
 };
-use crate::update::{Sample, policy_update, token_logprobs};
+use crate::update::{EpisodeSample, policy_update, token_logprobs};
 use crate::{RL_SCHEMA_VERSION, RlError};
 
 use dojo_reward::episode::samples_of;
@@ -58,7 +58,7 @@ pub use crate::metrics::StepMetrics;
 /// masked by the loop; an `Err` aborts the run without a checkpoint for that step, and running
 /// it again resumes from the last checkpoint (the step's rollouts are redone with the restored
 /// weights). Nothing is retried at this level.
-pub trait Environment {
+pub trait EpisodeSource {
     /// Roll out `group` episodes of each task with the model's current weights and grade them;
     /// one inner vector per task, in the order given. `step` is 1-based.
     fn rollouts(
@@ -120,7 +120,7 @@ fn checkpoints(out: &Path) -> Vec<(u64, PathBuf)> {
 /// Refuse a run directory made with another configuration, model, task set or environment;
 /// write the manifest of a new one. What may change on resume: the step count and how often
 /// to checkpoint and evaluate.
-fn open_run_dir(out: &Path, m: &RunManifest) -> Result<(), RlError> {
+fn open_run_dir(out: &Path, m: &RlRunManifest) -> Result<(), RlError> {
     dojo_rundir::Manifest::new(
         out,
         RUN_FILE,
@@ -207,7 +207,7 @@ pub fn run(
     model_id: &str,
     reference: Option<&TrainModel>,
     tasks: &[String],
-    env: &mut dyn Environment,
+    env: &mut dyn EpisodeSource,
 ) -> Result<RunSummary, RlError> {
     cfg.validate()?;
     if tasks.is_empty() {
@@ -225,7 +225,7 @@ pub fn run(
             "the model's LoRA adapters do not match the configuration",
         ));
     }
-    let manifest = RunManifest {
+    let manifest = RlRunManifest {
         schema_version: RL_SCHEMA_VERSION,
         config_hash: cfg.hash(),
         config: cfg.clone(),
@@ -280,7 +280,7 @@ fn one_step(
     model: &TrainModel,
     reference: Option<&TrainModel>,
     tasks: &[String],
-    env: &mut dyn Environment,
+    env: &mut dyn EpisodeSource,
     opt: &mut AdamW,
 ) -> Result<StepMetrics, RlError> {
     let picked = tasks_for_step(tasks, cfg.tasks_per_step, cfg.seed, step);
@@ -334,7 +334,8 @@ fn one_step(
             s.ref_logprobs = Some(lp);
         }
     }
-    let trainable: Vec<Sample> = samples.into_iter().filter(|s| s.n_response() > 0).collect();
+    let trainable: Vec<EpisodeSample> =
+        samples.into_iter().filter(|s| s.n_response() > 0).collect();
     let mut updates = Vec::new();
     if !trainable.is_empty() {
         let n = cfg.optim.mini_batches.min(trainable.len());

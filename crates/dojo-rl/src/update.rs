@@ -22,7 +22,7 @@ use crate::RlError;
 use crate::config::OptimConfig;
 use crate::loss::{LossConfig, LossInputs, LossMetrics, LossSummary, ppo_loss};
 
-pub use dojo_reward::episode::Sample;
+pub use dojo_reward::episode::EpisodeSample;
 
 /// What one optimizer step did.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
@@ -49,7 +49,7 @@ struct Batch {
     loss_rows: Option<(Tensor, Tensor, Tensor)>,
 }
 
-fn batch(samples: &[&Sample], device: &Device) -> Result<Batch, RlError> {
+fn batch(samples: &[&EpisodeSample], device: &Device) -> Result<Batch, RlError> {
     let t = samples
         .iter()
         .map(|s| s.input_ids.len())
@@ -84,7 +84,7 @@ fn batch(samples: &[&Sample], device: &Device) -> Result<Batch, RlError> {
         }
     }
     let shape = (b, t - 1);
-    let all = |f: fn(&Sample) -> bool| samples.iter().all(|s| f(s));
+    let all = |f: fn(&EpisodeSample) -> bool| samples.iter().all(|s| f(s));
     Ok(Batch {
         ids: Tensor::from_vec(ids, (b, t), device)?,
         mask: Tensor::from_vec(mask, shape, device)?,
@@ -181,7 +181,7 @@ fn logprobs_at(
 /// gradients: old-policy logprobs for truncated importance correction, or a reference's.
 pub fn token_logprobs(
     model: &TrainModel,
-    samples: &[Sample],
+    samples: &[EpisodeSample],
     micro_batch_size: usize,
 ) -> Result<Vec<Vec<f32>>, RlError> {
     for (i, s) in samples.iter().enumerate() {
@@ -195,7 +195,7 @@ pub fn token_logprobs(
         .filter(|&i| samples[i].input_ids.len() >= 2)
         .collect();
     for chunk in idx.chunks(micro_batch_size.max(1)) {
-        let refs: Vec<&Sample> = chunk.iter().map(|&i| &samples[i]).collect();
+        let refs: Vec<&EpisodeSample> = chunk.iter().map(|&i| &samples[i]).collect();
         let b = batch(&refs, model.device())?;
         let (lp, _) = forward(model, &b, false)?;
         let lp = lp.detach().to_vec2::<f32>()?;
@@ -210,14 +210,14 @@ pub fn token_logprobs(
 /// Loss, metrics and accumulated gradients of one mini-batch, nothing applied.
 pub fn policy_grads(
     model: &TrainModel,
-    samples: &[Sample],
+    samples: &[EpisodeSample],
     loss_cfg: &LossConfig,
     micro_batch_size: usize,
 ) -> Result<(f64, LossMetrics, HashMap<String, Tensor>), RlError> {
     for (i, s) in samples.iter().enumerate() {
         s.check(i)?;
     }
-    let lens: Vec<usize> = samples.iter().map(Sample::n_response).collect();
+    let lens: Vec<usize> = samples.iter().map(EpisodeSample::n_response).collect();
     let denom = loss_cfg
         .aggregation
         .denominator(&lens, loss_cfg.norm_length);
@@ -225,7 +225,7 @@ pub fn policy_grads(
     let mut metrics = LossMetrics::default();
     let mut loss = 0f64;
     // Samples without loss tokens are skipped: they would add exact zeros.
-    let live: Vec<&Sample> = samples.iter().filter(|s| s.n_response() > 0).collect();
+    let live: Vec<&EpisodeSample> = samples.iter().filter(|s| s.n_response() > 0).collect();
     for chunk in live.chunks(micro_batch_size.max(1)) {
         let b = batch(chunk, model.device())?;
         let Some((hidden_rows, _, _)) = &b.loss_rows else {
@@ -298,7 +298,7 @@ pub fn policy_grads(
 pub fn policy_update(
     model: &TrainModel,
     opt: &mut AdamW,
-    samples: &[Sample],
+    samples: &[EpisodeSample],
     loss_cfg: &LossConfig,
     optim: &OptimConfig,
     lr: f64,

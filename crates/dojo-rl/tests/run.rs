@@ -12,7 +12,7 @@ use candle_core::{D, Device, Tensor};
 use dojo_llm::{ChoiceLogprobs, TokenLogprob};
 use dojo_rl::RlError;
 use dojo_rl::config::RlConfig;
-use dojo_rl::run::{Environment, StepMetrics, run};
+use dojo_rl::run::{EpisodeSource, StepMetrics, run};
 use dojo_train::TrainModel;
 use dojo_trajectory::{Step, StopReason, Trajectory};
 use rand::rngs::StdRng;
@@ -119,7 +119,7 @@ impl Bandit {
     }
 }
 
-impl Environment for Bandit {
+impl EpisodeSource for Bandit {
     fn rollouts(
         &mut self,
         step: u64,

@@ -15,7 +15,7 @@ use dojo_reward::group::{Episode, assemble};
 use dojo_reward::{AdvantageConfig, Estimator, RewardConfig};
 use dojo_rl::config::OptimConfig;
 use dojo_rl::loss::LossConfig;
-use dojo_rl::update::{Sample, policy_grads, policy_update, token_logprobs};
+use dojo_rl::update::{EpisodeSample, policy_grads, policy_update, token_logprobs};
 use dojo_train::{AdamW, LoraConfig, TrainModel};
 use dojo_trajectory::StopReason;
 use rand::rngs::StdRng;
@@ -46,14 +46,14 @@ fn next_token_probs(model: &TrainModel, prompt: &[u32]) -> Vec<f32> {
     .unwrap()
 }
 
-fn sample_for(prompt: &[u32], token: u32, logprob: f32) -> Sample {
+fn sample_for(prompt: &[u32], token: u32, logprob: f32) -> EpisodeSample {
     let mut ids = prompt.to_vec();
     ids.push(token);
     let mut mask = vec![0u8; prompt.len()];
     mask.push(1);
     let mut lps = vec![0f32; prompt.len()];
     lps.push(logprob);
-    Sample {
+    EpisodeSample {
         input_ids: ids,
         loss_mask: mask,
         sampling_logprobs: lps,
@@ -208,7 +208,7 @@ fn logprobs_at_loss_positions_match_the_full_logits() {
     let model = tiny();
     let long: Vec<u32> = vec![1, 10, 11, 12, 13, 14, 15, 16];
     let short: Vec<u32> = vec![1, 20, 21, 22];
-    let sample = |ids: &[u32], trained: &[usize]| Sample {
+    let sample = |ids: &[u32], trained: &[usize]| EpisodeSample {
         input_ids: ids.to_vec(),
         loss_mask: (0..ids.len())
             .map(|p| u8::from(trained.contains(&p)))

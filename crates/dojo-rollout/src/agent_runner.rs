@@ -18,7 +18,7 @@ use dojo_grade::{GradeOptions, grade_in_sandbox};
 use dojo_llm::{BoxFuture, ChatBackend};
 use dojo_sandbox::{Sandbox, SandboxOptions};
 use dojo_task::{EnvRegistry, Preparer, Task};
-use dojo_trajectory::{Blame, EnvironmentFingerprint, Event, PolicyInfo, StopReason, Trajectory};
+use dojo_trajectory::{Blame, Event, HostFingerprint, PolicyInfo, StopReason, Trajectory};
 use dojo_world::record::WorldWriter;
 
 use crate::policy::{PolicyConfig, PolicyKind};
@@ -76,7 +76,7 @@ pub trait AgentLoop: Send + Sync + 'static {
         backend: Arc<dyn ChatBackend>,
         policy: PolicyInfo,
         job: &'a Job,
-        environment: EnvironmentFingerprint,
+        environment: HostFingerprint,
     ) -> BoxFuture<'a, Trajectory>;
 }
 
@@ -167,7 +167,7 @@ impl AgentLoop for DojoAgent {
         backend: Arc<dyn ChatBackend>,
         policy: PolicyInfo,
         job: &'a Job,
-        environment: EnvironmentFingerprint,
+        environment: HostFingerprint,
     ) -> BoxFuture<'a, Trajectory> {
         Box::pin(async move {
             let tools = ToolRegistry::named(&self.config.tool_set).unwrap_or_default();
@@ -428,7 +428,7 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
             } else {
                 // Shadow: the reward model judges the same final state, before the reset.
                 let shadow = match sim {
-                    Some(run) if run.mode == dojo_world::route::EnvMode::Shadow => {
+                    Some(run) if run.mode == dojo_world::route::ExecutionMode::Shadow => {
                         Some(crate::world_sim::predict_reward(run, &sb, &patch).await)
                     }
                     _ => None,

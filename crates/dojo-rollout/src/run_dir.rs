@@ -278,7 +278,7 @@ pub async fn run_rollout_with_world<A: AgentLoop>(
         .policy
         .world
         .as_ref()
-        .filter(|w| w.mode != dojo_world::route::EnvMode::Real)
+        .filter(|w| w.mode != dojo_world::route::ExecutionMode::Real)
     {
         let model = crate::world_sim::world_model(w, world_embedded)
             .map_err(|e| RolloutError::Policy(format!("[world]: {e}")))?;

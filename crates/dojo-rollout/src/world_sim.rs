@@ -22,7 +22,7 @@ use dojo_task::{EnvOverride, EnvRegistry, Preparer, RepoEnv, Task, TaskError, ta
 use dojo_trajectory::Trajectory;
 use dojo_world::analysis::lookup_analysis;
 use dojo_world::client::Role;
-use dojo_world::route::{EnvMode, WorldModelSpec, WorldPolicy};
+use dojo_world::route::{ExecutionMode, WorldModelSpec, WorldPolicy};
 use dojo_world::sim::{
     METADATA_KEY, ModelFailure, RewardVerdict, SimLog, SimTask, WorldModel, simulated_reward,
     test_files_after_patch,
@@ -32,7 +32,7 @@ use dojo_world::{AnalysisInput, WorldClient, WorldClientConfig, WorldTask};
 /// The world model and mode of a run.
 #[derive(Clone)]
 pub struct SimSetup {
-    pub mode: EnvMode,
+    pub mode: ExecutionMode,
     pub model: Arc<dyn WorldModel>,
     /// Where the initial analyses are cached and the model whose analyses to show.
     pub analysis: Option<(std::path::PathBuf, String)>,
@@ -41,7 +41,7 @@ pub struct SimSetup {
 /// One task's simulated environment.
 #[derive(Clone)]
 pub struct SimRun {
-    pub mode: EnvMode,
+    pub mode: ExecutionMode,
     pub model: Arc<dyn WorldModel>,
     pub task: Arc<SimTask>,
 }
@@ -352,21 +352,21 @@ pub async fn prepare(
     preparer: &Preparer,
 ) -> Result<SimPrepared, WorldSimError> {
     let repo_env = match setup.mode {
-        EnvMode::Real | EnvMode::Shadow => registry
+        ExecutionMode::Real | ExecutionMode::Shadow => registry
             .resolve(task)
             .map_err(|e| WorldSimError::Task(e.to_string()))?,
-        EnvMode::Sim | EnvMode::Hybrid => repo_env_or_default(registry, task)?,
+        ExecutionMode::Sim | ExecutionMode::Hybrid => repo_env_or_default(registry, task)?,
     };
     let (pristine, env) = match setup.mode {
-        EnvMode::Sim => (pristine_only(task, preparer).await?, None),
-        EnvMode::Real | EnvMode::Shadow => {
+        ExecutionMode::Sim => (pristine_only(task, preparer).await?, None),
+        ExecutionMode::Real | ExecutionMode::Shadow => {
             let tree = preparer
                 .prepare(task, &repo_env)
                 .await
                 .map_err(|e| WorldSimError::Prepare(e.to_string()))?;
             (tree.pristine.clone(), Some(tree.env.clone()))
         }
-        EnvMode::Hybrid => match registry.resolve(task) {
+        ExecutionMode::Hybrid => match registry.resolve(task) {
             Ok(_) => match preparer.prepare(task, &repo_env).await {
                 Ok(tree) => (tree.pristine.clone(), Some(tree.env.clone())),
                 Err(e) => {
@@ -493,7 +493,7 @@ mod tests {
         .unwrap();
         let policy = crate::policy::PolicyConfig::load(&p).unwrap();
         let w = policy.world.clone().unwrap();
-        assert_eq!(w.mode, EnvMode::Shadow);
+        assert_eq!(w.mode, ExecutionMode::Shadow);
         assert_eq!(w.model.as_deref(), Some("openai:swt"));
         // Part of the recorded policy: a run directory never mixes modes on resume.
         assert!(policy.to_json().to_string().contains("\"shadow\""));
@@ -544,7 +544,7 @@ mod tests {
     #[test]
     fn the_embedded_world_model_has_a_reply_budget() {
         let policy = WorldPolicy {
-            mode: EnvMode::Sim,
+            mode: ExecutionMode::Sim,
             model: Some("embedded".into()),
             swr_samples: Some(3),
             ..Default::default()
@@ -593,9 +593,20 @@ mod tests {
             model: Some(m.into()),
             ..Default::default()
         };
-        assert_eq!(w(EnvMode::Sim, "embedded").embedded_models(), ["default"]);
-        assert!(w(EnvMode::Real, "embedded").embedded_models().is_empty());
-        assert!(w(EnvMode::Sim, "openai:m").embedded_models().is_empty());
+        assert_eq!(
+            w(ExecutionMode::Sim, "embedded").embedded_models(),
+            ["default"]
+        );
+        assert!(
+            w(ExecutionMode::Real, "embedded")
+                .embedded_models()
+                .is_empty()
+        );
+        assert!(
+            w(ExecutionMode::Sim, "openai:m")
+                .embedded_models()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -622,7 +633,7 @@ mod tests {
         );
         // A role's key overrides `model` for that role only; one checkpoint loads once.
         let w = WorldPolicy {
-            mode: EnvMode::Sim,
+            mode: ExecutionMode::Sim,
             model: Some("embedded:/both".into()),
             swr_model: Some("embedded:/both".into()),
             ..Default::default()
@@ -630,7 +641,7 @@ mod tests {
         assert_eq!(w.embedded_models(), ["/both"]);
         // Mixed: an embedded SWT and a served SWR, each configured for its kind.
         let w = WorldPolicy {
-            mode: EnvMode::Sim,
+            mode: ExecutionMode::Sim,
             model: Some("embedded".into()),
             swr_model: Some("openai:swr-32b".into()),
             swr_base_url: Some("http://127.0.0.1:9/v1".into()),
@@ -653,7 +664,7 @@ mod tests {
         );
         // The other role's engine missing is an error naming the role.
         let w = WorldPolicy {
-            mode: EnvMode::Sim,
+            mode: ExecutionMode::Sim,
             swt_model: Some("embedded:/swt".into()),
             ..Default::default()
         };
@@ -666,7 +677,7 @@ mod tests {
     #[test]
     fn a_world_policy_needs_a_usable_model() {
         let p = |m: Option<&str>| WorldPolicy {
-            mode: EnvMode::Sim,
+            mode: ExecutionMode::Sim,
             model: m.map(str::to_string),
             base_url: Some("http://127.0.0.1:9/v1".into()),
             api_key_env: None,

@@ -16,7 +16,7 @@ use dojo_rollout::agent_runner::DojoAgent;
 use dojo_rollout::policy::PolicyConfig;
 use dojo_rollout::run_dir::{DRIFT_FILE, RolloutOptions, make_backends, run_rollout};
 use dojo_trajectory::Trajectory;
-use dojo_world::route::{EnvMode, WorldPolicy};
+use dojo_world::route::{ExecutionMode, WorldPolicy};
 use dojo_world::sim::SimLog;
 
 const TASK: &str = "pytest-dev__iniconfig-1";
@@ -128,7 +128,7 @@ async fn world_server(script: Script) -> (String, Arc<AtomicUsize>, Arc<AtomicUs
     (format!("http://{addr}/v1"), swt, swr)
 }
 
-fn opts(out: PathBuf, mode: EnvMode, base_url: String) -> RolloutOptions {
+fn opts(out: PathBuf, mode: ExecutionMode, base_url: String) -> RolloutOptions {
     let mut policy = PolicyConfig::parse("gold-replay").unwrap();
     policy.world = Some(WorldPolicy {
         mode,
@@ -173,7 +173,7 @@ async fn sim_mode_completes_a_rollout_without_an_environment() {
     }
     let (url, swt, swr) = world_server(Script::Json).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut o = opts(dir.path().join("run"), EnvMode::Sim, url);
+    let mut o = opts(dir.path().join("run"), ExecutionMode::Sim, url);
     let w = o.policy.world.as_mut().unwrap();
     // SWR's verdict is the mean of three samples (`--swr-samples 3`).
     w.swr_samples = Some(3);
@@ -211,7 +211,7 @@ async fn sim_mode_completes_a_rollout_without_an_environment() {
         "every SWT/SWR request had the analysis"
     );
     let log = SimLog::from_metadata(&traj.metadata).expect("simulation log");
-    assert_eq!(log.mode, EnvMode::Sim);
+    assert_eq!(log.mode, ExecutionMode::Sim);
     let verdict = log.reward.as_ref().unwrap().predicted.as_ref().unwrap();
     assert_eq!((verdict.samples, verdict.tie_seed), (3, None));
     let sim: Vec<_> = log
@@ -250,7 +250,7 @@ async fn a_prose_reply_is_an_infrastructure_failure() {
     }
     let (url, swt, swr) = world_server(Script::Prose).await;
     let dir = tempfile::tempdir().unwrap();
-    let o = opts(dir.path().join("run"), EnvMode::Sim, url);
+    let o = opts(dir.path().join("run"), ExecutionMode::Sim, url);
     let (out, traj) = run(&o).await;
     assert!(traj.infra_failure);
     assert!(
@@ -283,7 +283,7 @@ async fn shadow_mode_records_drift_against_the_real_run() {
     }
     let (url, swt, swr) = world_server(Script::Json).await;
     let dir = tempfile::tempdir().unwrap();
-    let o = opts(dir.path().join("run"), EnvMode::Shadow, url);
+    let o = opts(dir.path().join("run"), ExecutionMode::Shadow, url);
     let (out, traj) = run(&o).await;
     assert!(!traj.infra_failure, "{:?}", traj.stop_detail);
     // Real grading decides; the gold patch resolves.
@@ -369,7 +369,7 @@ async fn a_task_without_an_environment_runs_in_sim_mode_only() {
     let (url, swt, swr) = world_server(Script::Json).await;
     let dir = tempfile::tempdir().unwrap();
     let tasks = envless_task(dir.path());
-    let mut o = opts(dir.path().join("sim"), EnvMode::Sim, url.clone());
+    let mut o = opts(dir.path().join("sim"), ExecutionMode::Sim, url.clone());
     o.tasks_file = tasks.clone();
     o.instances = Vec::new();
     o.prepare.repos_dir = Some(dir.path().join("repos"));
@@ -384,7 +384,7 @@ async fn a_task_without_an_environment_runs_in_sim_mode_only() {
     assert_eq!(swt.load(Ordering::SeqCst), 1);
     assert_eq!(swr.load(Ordering::SeqCst), 1);
     // The same task in real mode: no environment spec, an infrastructure failure that says so.
-    let mut o = opts(dir.path().join("real"), EnvMode::Real, url);
+    let mut o = opts(dir.path().join("real"), ExecutionMode::Real, url);
     o.tasks_file = tasks;
     o.instances = Vec::new();
     o.prepare.repos_dir = Some(dir.path().join("repos"));
@@ -423,7 +423,7 @@ async fn hybrid_runs_cheap_commands_for_real_and_simulates_the_rest() {
     let (url, swt, swr) = world_server(Script::Json).await;
     let dir = tempfile::tempdir().unwrap();
     // The gold replay alone: its one test command names the test file, cheap: real.
-    let o = opts(dir.path().join("gold"), EnvMode::Hybrid, url.clone());
+    let o = opts(dir.path().join("gold"), ExecutionMode::Hybrid, url.clone());
     let (_, gold) = run(&o).await;
     assert!(!gold.infra_failure, "{:?}", gold.stop_detail);
     assert_eq!(gold.resolved, Some(true));
@@ -459,7 +459,7 @@ async fn hybrid_runs_cheap_commands_for_real_and_simulates_the_rest() {
     messages.insert(first + 2, bash_turn(&bash, "suite", "python -m pytest -q"));
     let replay = dir.path().join("replay.jsonl");
     std::fs::write(&replay, format!("{t}\n")).unwrap();
-    let mut o = opts(dir.path().join("hybrid"), EnvMode::Hybrid, url);
+    let mut o = opts(dir.path().join("hybrid"), ExecutionMode::Hybrid, url);
     let world = o.policy.world.take();
     o.policy = PolicyConfig::parse(&format!("replay:{}", replay.display())).unwrap();
     o.policy.world = world;
@@ -490,7 +490,7 @@ async fn hybrid_runs_cheap_commands_for_real_and_simulates_the_rest() {
         "only the whole suite went to SWT"
     );
     let log = SimLog::from_metadata(&traj.metadata).expect("simulation log");
-    assert_eq!(log.mode, EnvMode::Hybrid);
+    assert_eq!(log.mode, ExecutionMode::Hybrid);
     let route = |cmd: &str| {
         log.commands
             .iter()

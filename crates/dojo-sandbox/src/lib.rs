@@ -9,7 +9,7 @@
 //! The three building blocks:
 //! - [`pristine`]: builds a read-only tree once per (source, commit), content-addressed under
 //!   `$DOJO_HOME` (default `~/.cache/dojo`).
-//! - [`pyenv`]: builds one shared, read-only Python virtual environment per [`pyenv::EnvSpec`] with `uv`.
+//! - [`pyenv`]: builds one shared, read-only Python virtual environment per [`pyenv::PythonEnvSpec`] with `uv`.
 //! - [`Sandbox`]: one per rollout: run commands, read/write files, diff, apply patches, reset.
 //!
 //! This file holds the public contract other crates code against; the isolation machinery lives in
@@ -129,7 +129,7 @@ pub use error::{BuildError, Result, SandboxError};
 #[doc(hidden)]
 pub use launcher::client::set_prewarm;
 pub use pristine::{Pristine, PristineStore, Source};
-pub use pyenv::{EnvSpec, PythonEnv};
+pub use pyenv::{PythonEnv, PythonEnvSpec};
 pub use registry::sandboxes_dir;
 pub use types::{
     ApplyMethod, ApplyOutcome, BackendKind, EnvRuntime, ExecOutput, ExecRequest, Limits, OutputCap,

@@ -1,4 +1,4 @@
-//! Shared, read-only Python environments built with `uv`, one per [`EnvSpec`] (and pristine tree,
+//! Shared, read-only Python environments built with `uv`, one per [`PythonEnvSpec`] (and pristine tree,
 //! when the project is installed editable).
 //!
 //! The venv is built *at the path sandboxes see it* (`/venv`) in a private mount namespace where
@@ -29,7 +29,7 @@ use crate::types::EnvRuntime;
 /// How to build a Python environment. The project under test is installed editable against
 /// [`crate::WORKSPACE`], never against the pristine path (that hides edits in src layouts).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct EnvSpec {
+pub struct PythonEnvSpec {
     /// e.g. "3.11" (resolved to `/usr/bin/python3.11`) or an absolute interpreter path.
     #[serde(default)]
     pub python: String,
@@ -94,17 +94,17 @@ fn yes() -> bool {
     true
 }
 
-impl EnvSpec {
-    /// Parse a TOML document with the `EnvSpec` fields.
-    pub fn from_toml_str(text: &str) -> Result<EnvSpec> {
+impl PythonEnvSpec {
+    /// Parse a TOML document with the `PythonEnvSpec` fields.
+    pub fn from_toml_str(text: &str) -> Result<PythonEnvSpec> {
         toml::from_str(text).map_err(|e| SandboxError::Env {
             spec: "<toml>".into(),
             reason: e.to_string(),
         })
     }
 
-    /// Read a TOML file with the `EnvSpec` fields.
-    pub fn from_toml_file(path: &Path) -> Result<EnvSpec> {
+    /// Read a TOML file with the `PythonEnvSpec` fields.
+    pub fn from_toml_file(path: &Path) -> Result<PythonEnvSpec> {
         let text = std::fs::read_to_string(path).map_err(io_err(path))?;
         toml::from_str(&text).map_err(|e| SandboxError::Env {
             spec: path.display().to_string(),
@@ -314,7 +314,7 @@ impl PythonEnv {
     /// Build (once) and return the environment for `spec`. When `spec.editable`, the project of
     /// `pristine` is installed editable at `/testbed` and the entry is keyed on the pristine id
     /// too. Blocking: use [`PythonEnv::build_async`] from async code.
-    pub fn build(spec: &EnvSpec, pristine: Option<&Pristine>) -> Result<PythonEnv> {
+    pub fn build(spec: &PythonEnvSpec, pristine: Option<&Pristine>) -> Result<PythonEnv> {
         let err = |reason: String| SandboxError::Env {
             spec: spec.describe(),
             reason,
@@ -327,7 +327,7 @@ impl PythonEnv {
         let python = spec.interpreter()?;
         let uv = crate::uv::ensure_uv().map_err(|e| err(e.to_string()))?;
         // What the tests may do (network, CPUs) does not change what is built.
-        let built = EnvSpec {
+        let built = PythonEnvSpec {
             network: false,
             cpus: None,
             ..spec.clone()
@@ -369,7 +369,10 @@ impl PythonEnv {
     }
 
     /// Async wrapper around [`PythonEnv::build`].
-    pub async fn build_async(spec: &EnvSpec, pristine: Option<&Pristine>) -> Result<PythonEnv> {
+    pub async fn build_async(
+        spec: &PythonEnvSpec,
+        pristine: Option<&Pristine>,
+    ) -> Result<PythonEnv> {
         let (s, p) = (spec.clone(), pristine.cloned());
         tokio::task::spawn_blocking(move || PythonEnv::build(&s, p.as_ref()))
             .await
@@ -378,7 +381,7 @@ impl PythonEnv {
 }
 
 fn build_into(
-    spec: &EnvSpec,
+    spec: &PythonEnvSpec,
     pristine: Option<&Pristine>,
     python: &Path,
     uv: &Path,

@@ -5,7 +5,7 @@
 mod common;
 
 use dojo_sandbox::pyenv::Installer;
-use dojo_sandbox::{EnvSpec, ExecRequest, Sandbox, SandboxOptions};
+use dojo_sandbox::{ExecRequest, PythonEnvSpec, Sandbox, SandboxOptions};
 
 /// A pip-installed editable project whose build writes a module into the tree (as
 /// setuptools-scm writes `src/_pytest/_version.py`): every sandbox imports it, a fresh sandbox's
@@ -28,7 +28,7 @@ async fn pip_build_with_pre_install_keeps_the_files_it_wrote_into_the_tree() {
         ("src/scmpkg/version.py", "VERSION = '0.1'\n"),
         ("tox.ini", "[testenv]\ncommands =\n    pytest {posargs}\n"),
     ]);
-    let spec = EnvSpec {
+    let spec = PythonEnvSpec {
         python: "3.11".into(),
         editable: true,
         installer: Installer::Pip,
@@ -124,7 +124,7 @@ async fn a_symlink_to_the_venv_interpreter_still_imports_its_packages() {
         ),
         ("linkpkg.py", "V = 1\n"),
     ]);
-    let spec = EnvSpec {
+    let spec = PythonEnvSpec {
         python: "3.11".into(),
         editable: true,
         installer: Installer::Pip,

@@ -5,13 +5,13 @@
 
 mod common;
 
-use dojo_sandbox::EnvSpec;
+use dojo_sandbox::PythonEnvSpec;
 
 #[test]
 fn host_interpreter_or_a_named_error_when_no_managed_one_is_reachable() {
     common::home();
     skip_unless_uv!();
-    let spec = |v: &str| EnvSpec {
+    let spec = |v: &str| PythonEnvSpec {
         python: v.into(),
         ..Default::default()
     };

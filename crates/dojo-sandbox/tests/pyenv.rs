@@ -4,7 +4,7 @@
 mod common;
 
 use dojo_sandbox::{
-    EnvSpec, PristineStore, PythonEnv, Sandbox, SandboxError, SandboxOptions, Source,
+    PristineStore, PythonEnv, PythonEnvSpec, Sandbox, SandboxError, SandboxOptions, Source,
 };
 
 #[tokio::test]
@@ -22,7 +22,7 @@ async fn editable_install_imports_each_rollouts_own_copy() {
         .unwrap()
         .build(&Source::Dir { path: src })
         .unwrap();
-    let spec = EnvSpec::from_toml_str("python = \"3.11\"\nrequirements = []\n").unwrap();
+    let spec = PythonEnvSpec::from_toml_str("python = \"3.11\"\nrequirements = []\n").unwrap();
     assert!(spec.editable, "editable is the default");
     let env = match PythonEnv::build_async(&spec, Some(&p)).await {
         Ok(e) => e,
@@ -95,10 +95,10 @@ async fn pip_editables_are_a_path_entry_as_the_harness_had() {
             .unwrap()
             .build(&Source::Dir { path: src })
             .unwrap();
-        let spec = EnvSpec {
+        let spec = PythonEnvSpec {
             python: "3.11".into(),
             installer: dojo_sandbox::pyenv::Installer::Pip,
-            ..EnvSpec::from_toml_str("python = \"3.11\"\n").unwrap()
+            ..PythonEnvSpec::from_toml_str("python = \"3.11\"\n").unwrap()
         };
         let env = match PythonEnv::build_async(&spec, Some(&p)).await {
             Ok(e) => e,
@@ -142,10 +142,10 @@ async fn pip_editables_are_a_path_entry_as_the_harness_had() {
 async fn old_pip_keeps_setup_py_develop_for_a_project_without_pyproject() {
     skip_unless_ns!();
     skip_unless_uv!();
-    let spec = EnvSpec {
+    let spec = PythonEnvSpec {
         python: "3.8".into(),
         installer: dojo_sandbox::pyenv::Installer::Pip,
-        ..EnvSpec::from_toml_str("python = \"3.8\"\n").unwrap()
+        ..PythonEnvSpec::from_toml_str("python = \"3.8\"\n").unwrap()
     };
     if let Err(e) = spec.interpreter() {
         assert!(std::env::var("CI").as_deref() != Ok("true"), "{e}");
@@ -211,7 +211,7 @@ fn walk_text(dir: &std::path::Path) -> String {
 #[tokio::test]
 async fn missing_python_and_uv_are_named_errors() {
     common::home();
-    let spec = EnvSpec {
+    let spec = PythonEnvSpec {
         python: "3.99".into(),
         editable: false,
         ..Default::default()
@@ -219,7 +219,7 @@ async fn missing_python_and_uv_are_named_errors() {
     let e = PythonEnv::build(&spec, None).unwrap_err();
     assert!(matches!(e, SandboxError::Env { .. }));
     assert!(e.to_string().contains("python3.99"), "{e}");
-    let e = EnvSpec::from_toml_str("python = 3\n").unwrap_err();
+    let e = PythonEnvSpec::from_toml_str("python = 3\n").unwrap_err();
     assert!(e.to_string().contains("python"), "{e}");
 }
 
@@ -265,7 +265,7 @@ async fn env_build_sees_only_the_minimal_root() {
         tasks.display(),
         scratch.path().display()
     ));
-    let spec = EnvSpec {
+    let spec = PythonEnvSpec {
         python: "3.11".into(),
         editable: false,
         install: vec![script],
@@ -309,7 +309,7 @@ async fn pyenv_interpreter_under_a_private_home_runs_in_sandboxes() {
         eprintln!("SKIPPED: no pyenv interpreter of a version the system lacks");
         return;
     };
-    let spec = EnvSpec {
+    let spec = PythonEnvSpec {
         python: version.into(),
         editable: false,
         ..Default::default()
@@ -360,7 +360,7 @@ async fn exclude_newer_resolves_as_of_that_day() {
         dojo_sandbox::pyenv::Installer::Uv,
         dojo_sandbox::pyenv::Installer::Pip,
     ] {
-        let spec = EnvSpec {
+        let spec = PythonEnvSpec {
             python: "3.11".into(),
             requirements: vec!["iniconfig".into()],
             editable: false,

@@ -17,8 +17,6 @@ use std::sync::Arc;
 
 use dojo_trajectory::Trajectory;
 
-use serde::Deserialize;
-
 use crate::SelectError;
 use crate::patch::normalized_key;
 
@@ -133,16 +131,16 @@ pub fn load_runs(dirs: &[PathBuf], opts: LoadOptions) -> Result<CandidateSet, Se
     let mut tasks_file: Option<(String, &Path)> = None;
     let mut by_task: BTreeMap<String, Vec<Candidate>> = BTreeMap::new();
     for (run, dir) in dirs.iter().enumerate() {
-        let manifest = read_manifest(dir)?;
+        let manifest_tasks = tasks_file_of(dir)?;
         match &tasks_file {
-            None => tasks_file = Some((manifest.tasks_file.clone(), dir)),
-            Some((first, first_dir)) if *first != manifest.tasks_file => {
+            None => tasks_file = Some((manifest_tasks.clone(), dir)),
+            Some((first, first_dir)) if *first != manifest_tasks => {
                 return Err(SelectError::Input {
                     path: dir.join("run.json"),
                     reason: format!(
                         "a run over tasks file {}, but {} is a run over {first}: \
                          candidates of different task sets are not pooled",
-                        manifest.tasks_file,
+                        manifest_tasks,
                         first_dir.display()
                     ),
                 });
@@ -338,26 +336,19 @@ pub async fn load_predictions(
     Ok(set)
 }
 
-/// The task file a `dojo rollout` run directory was run over, as its `run.json` names it.
+/// The task file a `dojo rollout` run directory was run over, as its `run.json` names it
+/// (read by the rollout stage's own reader).
 pub fn tasks_file_of(dir: &Path) -> Result<String, SelectError> {
-    read_manifest(dir).map(|m| m.tasks_file)
-}
-
-/// The part of a rollout directory's `run.json` selection needs.
-#[derive(Deserialize)]
-struct RunManifest {
-    tasks_file: String,
-}
-
-fn read_manifest(dir: &Path) -> Result<RunManifest, SelectError> {
-    let file = dojo_rundir::Manifest::new(dir, "run.json", dojo_rundir::Compare::AllBut(&[]));
-    let input = |reason: String| SelectError::Input {
-        path: file.path(),
-        reason,
-    };
-    file.read()
-        .map_err(|e| input(format!("{e}: not a `dojo rollout` run manifest?")))?
-        .ok_or_else(|| input("missing: not a `dojo rollout` run directory?".into()))
+    use dojo_rollout::error::RolloutError;
+    dojo_rollout::run_dir::read_manifest(dir)
+        .map(|m| m.tasks_file)
+        .map_err(|e| match e {
+            RolloutError::Io { path, reason } => SelectError::Input { path, reason },
+            e => SelectError::Input {
+                path: dir.join("run.json"),
+                reason: format!("{e}: not a `dojo rollout` run manifest?"),
+            },
+        })
 }
 
 fn is_complete(dir: &Path, store: &Path) -> bool {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use dojo_sandbox::EnvSpec;
+use dojo_sandbox::PythonEnvSpec;
 use dojo_sandbox::pyenv::Installer;
 
 use crate::TaskError;
@@ -148,7 +148,7 @@ pub struct RepoEnv {
     pub version: String,
     /// What `dojo_sandbox` builds the shared venv from (before the requirements file is read:
     /// [`crate::prepare`] adds its lines).
-    pub spec: EnvSpec,
+    pub spec: PythonEnvSpec,
     /// A requirements file of the repository, read at preparation (at the task's
     /// `environment_setup_commit`), its lines installed before `spec.requirements`, which
     /// override them by name.
@@ -359,7 +359,7 @@ impl EnvRegistry {
         let mut env = RepoEnv {
             repo: task.repo.clone(),
             version: task.version.clone(),
-            spec: EnvSpec {
+            spec: PythonEnvSpec {
                 python: pick(|t| t.python.clone()).unwrap_or_else(|| "3.11".into()),
                 requirements: layers
                     .iter()

@@ -10,7 +10,7 @@
 //!   every error names the file, the line/item/row, the instance_id and the field.
 //! - [`EnvRegistry`]: the `envs/**/*.toml` specs embedded at build time, overridable by a
 //!   directory and per task; [`EnvRegistry::resolve`] gives a task's [`RepoEnv`] (sandbox
-//!   [`dojo_sandbox::EnvSpec`], test command, log parser, timeout). Schema: `envs/README.md`.
+//!   [`dojo_sandbox::PythonEnvSpec`], test command, log parser, timeout). Schema: `envs/README.md`.
 //! - [`LogParser`] and [`EvalType`]: how a task's test log is read and judged, typed where
 //!   task files and specs are loaded so that a misspelt name fails `dojo tasks check`.
 //! - [`Preparer`]: a task → its [`dojo_sandbox::Pristine`] tree and [`dojo_sandbox::PythonEnv`],

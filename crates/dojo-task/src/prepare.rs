@@ -147,7 +147,7 @@ pub fn resolved_spec(
     env: &RepoEnv,
     opts: &PrepareOptions,
     pristine: &Pristine,
-) -> Result<dojo_sandbox::EnvSpec, TaskError> {
+) -> Result<dojo_sandbox::PythonEnvSpec, TaskError> {
     let Some(file) = &env.requirements_file else {
         return Ok(env.spec.clone());
     };

@@ -50,12 +50,12 @@ impl Overlong {
 
 /// One training row.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
+pub struct TrainRow {
     pub input_ids: Vec<u32>,
     pub labels: Vec<i32>,
 }
 
-impl Sample {
+impl TrainRow {
     /// Tokens that carry loss (a label at position 0 has no preceding token to predict it).
     pub fn n_trained(&self) -> usize {
         self.labels.iter().skip(1).filter(|&&l| l >= 0).count()
@@ -80,7 +80,7 @@ pub struct DataReport {
 
 /// The loaded rows plus what the file says about itself.
 pub struct Dataset {
-    pub samples: Vec<Sample>,
+    pub samples: Vec<TrainRow>,
     pub report: DataReport,
     /// `dojo.tokenizer_sha` from the Parquet key-value metadata.
     pub tokenizer_sha: Option<String>,
@@ -232,7 +232,7 @@ pub fn load_tokens(
                     ),
                 ));
             }
-            let mut s = Sample {
+            let mut s = TrainRow {
                 input_ids: ids.iter().map(|&i| i as u32).collect(),
                 labels: labels.iter().map(|&l| l as i32).collect(),
             };

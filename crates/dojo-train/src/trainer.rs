@@ -23,7 +23,7 @@ use serde_json::{Value as Json, json};
 use crate::LossRows;
 use crate::checkpoint::write_json;
 use crate::checkpoint::{self, TrainerState};
-use crate::data::{self, Batcher, Cursor, DataReport, Overlong, Sample};
+use crate::data::{self, Batcher, Cursor, DataReport, Overlong, TrainRow};
 use crate::lora::LoraConfig;
 use crate::memory;
 use crate::model::DeviceBatch;
@@ -170,7 +170,7 @@ pub fn step_grads(
 fn memory_plan(
     model: &TrainModel,
     cfg: &SftConfig,
-    samples: &[Sample],
+    samples: &[TrainRow],
     batcher: &Batcher,
     max_memory: Option<u64>,
 ) -> Result<memory::Plan, TrainError> {
@@ -393,7 +393,7 @@ pub fn run_sft(
     }
     dojo_rundir::checkpoint::clean(out, &["final", "merged"])?;
 
-    let samples: Vec<Sample> = dataset.samples;
+    let samples: Vec<TrainRow> = dataset.samples;
     let total_steps = match cfg.max_steps {
         Some(n) => n,
         None => {

@@ -126,7 +126,7 @@ pub struct AgentInfo {
 
 /// Where the rollout ran; enough to tell whether two records are comparable.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-pub struct EnvironmentFingerprint {
+pub struct HostFingerprint {
     /// Version of the dojo binary.
     pub dojo_version: String,
     /// Sandbox backend (`namespace`, `fallback`, …).
@@ -321,7 +321,7 @@ pub struct Trajectory {
     pub reward: Option<f64>,
     /// The sample failed for infrastructure reasons and must not be scored or trained on.
     pub infra_failure: bool,
-    pub environment: EnvironmentFingerprint,
+    pub environment: HostFingerprint,
     /// Free-form additions of the caller (weight version, group id, …).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
@@ -356,7 +356,7 @@ impl Trajectory {
             resolved: None,
             reward: None,
             infra_failure: false,
-            environment: EnvironmentFingerprint::default(),
+            environment: HostFingerprint::default(),
             metadata: Map::new(),
         }
     }

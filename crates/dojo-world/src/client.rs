@@ -193,7 +193,7 @@ pub struct RewardEstimate {
 
 /// A verdict drawn from a [`RewardEstimate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Verdict {
+pub struct SwrVerdict {
     pub resolved: bool,
     /// The seed of the coin that decided an exact tie (`None`: the mean decided).
     pub tie_seed: Option<u64>,
@@ -203,9 +203,9 @@ impl RewardEstimate {
     /// The binary verdict of the samples: resolved when their mean reward is above 0.5,
     /// unresolved below, and an exact tie (`k` even, half of them 1) decided by a coin seeded
     /// with `seed`, which the verdict records so the draw can be repeated.
-    pub fn verdict(&self, seed: u64) -> Verdict {
+    pub fn verdict(&self, seed: u64) -> SwrVerdict {
         if self.empty_patch || (self.mean - 0.5).abs() > f64::EPSILON {
-            return Verdict {
+            return SwrVerdict {
                 resolved: !self.empty_patch && self.mean > 0.5,
                 tie_seed: None,
             };
@@ -213,7 +213,7 @@ impl RewardEstimate {
         let mut h = Sha256::new();
         h.update(b"swr-tie");
         h.update(seed.to_le_bytes());
-        Verdict {
+        SwrVerdict {
             resolved: h.finalize()[0] & 1 == 1,
             tie_seed: Some(seed),
         }

@@ -42,7 +42,7 @@ pub mod sim;
 
 pub use analysis::{AnalysisInput, analysis_messages};
 pub use client::{
-    Predicted, RewardEstimate, Verdict, WorldClient, WorldClientConfig, WorldError, rollout_seed,
+    Predicted, RewardEstimate, SwrVerdict, WorldClient, WorldClientConfig, WorldError, rollout_seed,
 };
 pub use context::{FileView, SwrContext, SwrTarget, SwtContext, SwtTarget, WorldTask};
 pub use parse::{ParseError, parse_swr_reply, parse_swt_reply};

@@ -22,7 +22,7 @@ use crate::client::Role;
 /// How a rollout's environment answers commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum EnvMode {
+pub enum ExecutionMode {
     /// Everything runs in the real sandbox with the task's Python environment.
     #[default]
     Real,
@@ -35,34 +35,34 @@ pub enum EnvMode {
     Shadow,
 }
 
-impl EnvMode {
-    pub const ALL: [EnvMode; 4] = [
-        EnvMode::Real,
-        EnvMode::Sim,
-        EnvMode::Hybrid,
-        EnvMode::Shadow,
+impl ExecutionMode {
+    pub const ALL: [ExecutionMode; 4] = [
+        ExecutionMode::Real,
+        ExecutionMode::Sim,
+        ExecutionMode::Hybrid,
+        ExecutionMode::Shadow,
     ];
 
     pub fn as_str(self) -> &'static str {
         match self {
-            EnvMode::Real => "real",
-            EnvMode::Sim => "sim",
-            EnvMode::Hybrid => "hybrid",
-            EnvMode::Shadow => "shadow",
+            ExecutionMode::Real => "real",
+            ExecutionMode::Sim => "sim",
+            ExecutionMode::Hybrid => "hybrid",
+            ExecutionMode::Shadow => "shadow",
         }
     }
     /// Whether this mode needs the task's Python environment built (for real execution or
     /// real grading).
     pub fn needs_environment(self) -> bool {
-        matches!(self, EnvMode::Real | EnvMode::Shadow)
+        matches!(self, ExecutionMode::Real | ExecutionMode::Shadow)
     }
     /// Whether this mode consults the world models at all.
     pub fn uses_world_model(self) -> bool {
-        !matches!(self, EnvMode::Real)
+        !matches!(self, ExecutionMode::Real)
     }
 }
 
-impl fmt::Display for EnvMode {
+impl fmt::Display for ExecutionMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -77,10 +77,10 @@ pub struct ParseModeError {
     expected: &'static str,
 }
 
-impl FromStr for EnvMode {
+impl FromStr for ExecutionMode {
     type Err = ParseModeError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EnvMode::ALL
+        ExecutionMode::ALL
             .into_iter()
             .find(|m| m.as_str() == s)
             .ok_or_else(|| ParseModeError {
@@ -150,7 +150,7 @@ impl fmt::Display for WorldModelSpec {
 #[serde(deny_unknown_fields)]
 pub struct WorldPolicy {
     #[serde(default)]
-    pub mode: EnvMode,
+    pub mode: ExecutionMode,
     /// `embedded`, `embedded:DIR` or `openai:MODEL` ([`WorldModelSpec`]): the model of both
     /// roles, unless `swt_model` / `swr_model` name one; required unless `mode = "real"` or
     /// both of those are set.
@@ -222,7 +222,7 @@ impl WorldPolicy {
     /// bundled one, else the path `embedded:DIR` names); empty when no simulated mode asks for
     /// one.
     pub fn embedded_models(&self) -> Vec<String> {
-        if self.mode == EnvMode::Real {
+        if self.mode == ExecutionMode::Real {
             return Vec::new();
         }
         let mut models = Vec::new();
@@ -269,25 +269,25 @@ impl Route {
 
 /// The route of a command of class `class` in `mode`; `has_environment` says whether the task
 /// has a working Python environment in this sandbox.
-pub fn route(mode: EnvMode, class: &CommandClass, has_environment: bool) -> Route {
+pub fn route(mode: ExecutionMode, class: &CommandClass, has_environment: bool) -> Route {
     match (mode, class) {
-        (EnvMode::Real, _) => Route::Real,
-        (EnvMode::Shadow, CommandClass::Python(_)) => Route::Shadow,
-        (EnvMode::Shadow, _) => Route::Real,
-        (EnvMode::Sim | EnvMode::Hybrid, CommandClass::Blocked(reason)) => {
+        (ExecutionMode::Real, _) => Route::Real,
+        (ExecutionMode::Shadow, CommandClass::Python(_)) => Route::Shadow,
+        (ExecutionMode::Shadow, _) => Route::Real,
+        (ExecutionMode::Sim | ExecutionMode::Hybrid, CommandClass::Blocked(reason)) => {
             Route::Refuse(reason.clone())
         }
-        (EnvMode::Sim | EnvMode::Hybrid, CommandClass::Real) => Route::Real,
-        (EnvMode::Sim, CommandClass::Python(_)) => Route::Simulate,
-        (EnvMode::Sim, CommandClass::Install) => Route::Canned,
-        (EnvMode::Hybrid, CommandClass::Python(run)) => {
+        (ExecutionMode::Sim | ExecutionMode::Hybrid, CommandClass::Real) => Route::Real,
+        (ExecutionMode::Sim, CommandClass::Python(_)) => Route::Simulate,
+        (ExecutionMode::Sim, CommandClass::Install) => Route::Canned,
+        (ExecutionMode::Hybrid, CommandClass::Python(run)) => {
             if has_environment && !run.whole_suite {
                 Route::Real
             } else {
                 Route::Simulate
             }
         }
-        (EnvMode::Hybrid, CommandClass::Install) => {
+        (ExecutionMode::Hybrid, CommandClass::Install) => {
             if has_environment {
                 Route::Real
             } else {
@@ -306,24 +306,29 @@ mod tests {
     fn routing_table() {
         let cases = [
             // (mode, command, has env, route)
-            (EnvMode::Real, "python x.py", true, "real"),
-            (EnvMode::Real, "rm -rf /", true, "real"),
-            (EnvMode::Sim, "python x.py", true, "simulate"),
-            (EnvMode::Sim, "pytest", false, "simulate"),
-            (EnvMode::Sim, "pip install x", false, "canned"),
-            (EnvMode::Sim, "rm -rf /testbed", false, "refuse"),
-            (EnvMode::Sim, "ls", false, "real"),
-            (EnvMode::Hybrid, "python x.py", true, "real"),
-            (EnvMode::Hybrid, "python x.py", false, "simulate"),
-            (EnvMode::Hybrid, "pytest", true, "simulate"),
-            (EnvMode::Hybrid, "pytest tests/test_a.py", true, "real"),
-            (EnvMode::Hybrid, "tox", true, "simulate"),
-            (EnvMode::Hybrid, "pip install x", true, "real"),
-            (EnvMode::Hybrid, "pip install x", false, "canned"),
-            (EnvMode::Hybrid, "kill -9 1", true, "refuse"),
-            (EnvMode::Shadow, "pytest", true, "shadow"),
-            (EnvMode::Shadow, "cat a.py", true, "real"),
-            (EnvMode::Shadow, "pip install x", true, "real"),
+            (ExecutionMode::Real, "python x.py", true, "real"),
+            (ExecutionMode::Real, "rm -rf /", true, "real"),
+            (ExecutionMode::Sim, "python x.py", true, "simulate"),
+            (ExecutionMode::Sim, "pytest", false, "simulate"),
+            (ExecutionMode::Sim, "pip install x", false, "canned"),
+            (ExecutionMode::Sim, "rm -rf /testbed", false, "refuse"),
+            (ExecutionMode::Sim, "ls", false, "real"),
+            (ExecutionMode::Hybrid, "python x.py", true, "real"),
+            (ExecutionMode::Hybrid, "python x.py", false, "simulate"),
+            (ExecutionMode::Hybrid, "pytest", true, "simulate"),
+            (
+                ExecutionMode::Hybrid,
+                "pytest tests/test_a.py",
+                true,
+                "real",
+            ),
+            (ExecutionMode::Hybrid, "tox", true, "simulate"),
+            (ExecutionMode::Hybrid, "pip install x", true, "real"),
+            (ExecutionMode::Hybrid, "pip install x", false, "canned"),
+            (ExecutionMode::Hybrid, "kill -9 1", true, "refuse"),
+            (ExecutionMode::Shadow, "pytest", true, "shadow"),
+            (ExecutionMode::Shadow, "cat a.py", true, "real"),
+            (ExecutionMode::Shadow, "pip install x", true, "real"),
         ];
         for (mode, cmd, env, want) in cases {
             assert_eq!(
@@ -336,10 +341,10 @@ mod tests {
 
     #[test]
     fn names_parse_and_print() {
-        for m in EnvMode::ALL {
-            assert_eq!(m.as_str().parse::<EnvMode>(), Ok(m));
+        for m in ExecutionMode::ALL {
+            assert_eq!(m.as_str().parse::<ExecutionMode>(), Ok(m));
         }
-        let e = "simulated".parse::<EnvMode>().unwrap_err();
+        let e = "simulated".parse::<ExecutionMode>().unwrap_err();
         assert_eq!(
             e.to_string(),
             "env mode \"simulated\" is not one of real, sim, hybrid, shadow"
@@ -356,6 +361,8 @@ mod tests {
         assert_eq!(WorldModelSpec::Openai("m".into()).to_string(), "openai:m");
         assert!("openai:".parse::<WorldModelSpec>().is_err());
         assert!("gpt".parse::<WorldModelSpec>().is_err());
-        assert!(EnvMode::Shadow.needs_environment() && !EnvMode::Sim.needs_environment());
+        assert!(
+            ExecutionMode::Shadow.needs_environment() && !ExecutionMode::Sim.needs_environment()
+        );
     }
 }

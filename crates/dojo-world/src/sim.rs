@@ -29,7 +29,7 @@ use crate::client::{WorldClient, WorldError, rollout_seed};
 use crate::context::{FileView, WorldTask};
 use crate::drift::{DriftSummary, Observed, TransitionDrift, compare_transition};
 use crate::observe::{self, ReadLimits, Snapshot};
-use crate::route::{EnvMode, Route, route};
+use crate::route::{ExecutionMode, Route, route};
 
 /// Version of the [`SimLog`] layout.
 pub const SIM_LOG_SCHEMA_VERSION: u32 = 1;
@@ -95,7 +95,7 @@ pub struct RewardQuery<'a> {
 
 /// The transition model's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Prediction {
+pub struct PredictedOutput {
     pub stdout: String,
     pub stderr: String,
     pub exit_code: i32,
@@ -140,7 +140,7 @@ pub trait WorldModel: Send + Sync {
     fn transition<'a>(
         &'a self,
         query: &'a TransitionQuery<'a>,
-    ) -> BoxFuture<'a, Result<Prediction, ModelFailure>>;
+    ) -> BoxFuture<'a, Result<PredictedOutput, ModelFailure>>;
     /// Judge the final patch.
     fn reward<'a>(
         &'a self,
@@ -159,7 +159,7 @@ pub struct CommandRecord {
     /// `simulate`, `shadow`, `canned`, `refuse` or `real` (hybrid running Python for real).
     pub route: String,
     pub files: Vec<String>,
-    pub prediction: Option<Prediction>,
+    pub prediction: Option<PredictedOutput>,
     pub drift: Option<TransitionDrift>,
     /// The model failure, when there was one (infrastructure).
     pub error: Option<String>,
@@ -180,7 +180,7 @@ pub struct RewardRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SimLog {
     pub schema_version: u32,
-    pub mode: EnvMode,
+    pub mode: ExecutionMode,
     pub world_model: String,
     pub commands: Vec<CommandRecord>,
     pub reward: Option<RewardRecord>,
@@ -188,7 +188,7 @@ pub struct SimLog {
 }
 
 impl SimLog {
-    pub fn new(mode: EnvMode, world_model: String) -> SimLog {
+    pub fn new(mode: ExecutionMode, world_model: String) -> SimLog {
         SimLog {
             schema_version: SIM_LOG_SCHEMA_VERSION,
             mode,
@@ -249,7 +249,7 @@ pub trait RealRunObserver: Send + Sync {
 /// A workspace whose commands are routed between the real sandbox and the world model.
 pub struct SimWorkspace<'a> {
     inner: &'a dyn Workspace,
-    mode: EnvMode,
+    mode: ExecutionMode,
     world: Arc<dyn WorldModel>,
     task: Arc<SimTask>,
     observer: Option<&'a dyn RealRunObserver>,
@@ -259,7 +259,7 @@ pub struct SimWorkspace<'a> {
 impl<'a> SimWorkspace<'a> {
     pub fn new(
         inner: &'a dyn Workspace,
-        mode: EnvMode,
+        mode: ExecutionMode,
         world: Arc<dyn WorldModel>,
         task: Arc<SimTask>,
     ) -> SimWorkspace<'a> {
@@ -333,7 +333,7 @@ impl<'a> SimWorkspace<'a> {
         &self,
         script: &str,
         before: &Result<Snapshot, SandboxError>,
-    ) -> (Vec<String>, Result<Prediction, ModelFailure>, u64) {
+    ) -> (Vec<String>, Result<PredictedOutput, ModelFailure>, u64) {
         let snap = match before {
             Ok(s) => s,
             Err(e) => {
@@ -362,7 +362,7 @@ impl<'a> SimWorkspace<'a> {
         let Some(script) = shell_script(req) else {
             return self.inner.exec(req).await;
         };
-        if self.mode == EnvMode::Real && self.observer.is_none() {
+        if self.mode == ExecutionMode::Real && self.observer.is_none() {
             return self.inner.exec(req).await;
         }
         let cwd = req.cwd.as_deref().unwrap_or(WORKSPACE);
@@ -396,7 +396,7 @@ impl<'a> SimWorkspace<'a> {
                 let t0 = Instant::now();
                 let out = self.run_real(req, script, before.as_ref()).await;
                 rec.real_ms = Some(t0.elapsed().as_millis() as u64);
-                if self.mode != EnvMode::Real {
+                if self.mode != ExecutionMode::Real {
                     self.push(rec, None, false);
                 }
                 out
@@ -546,8 +546,8 @@ fn cap_chars(s: &str) -> String {
     }
 }
 
-fn cap_prediction(p: Prediction) -> Prediction {
-    Prediction {
+fn cap_prediction(p: PredictedOutput) -> PredictedOutput {
+    PredictedOutput {
         stdout: cap_chars(&p.stdout),
         stderr: cap_chars(&p.stderr),
         exit_code: p.exit_code,
@@ -569,14 +569,14 @@ impl WorldModel for WorldClient {
     fn transition<'a>(
         &'a self,
         q: &'a TransitionQuery<'a>,
-    ) -> BoxFuture<'a, Result<Prediction, ModelFailure>> {
+    ) -> BoxFuture<'a, Result<PredictedOutput, ModelFailure>> {
         Box::pin(async move {
             let ctx = q
                 .task
                 .world
                 .swt_context(q.command, q.files.clone(), &q.agent_patch);
             let p = self.predict_transition(&ctx).await.map_err(model_failure)?;
-            Ok(Prediction {
+            Ok(PredictedOutput {
                 stdout: p.value.stdout,
                 stderr: p.value.stderr,
                 exit_code: p.value.exit_code,
@@ -678,14 +678,14 @@ mod tests {
 
     /// A world model answering from a fixed script, counting its calls.
     struct Scripted {
-        transition: Result<Prediction, ModelFailure>,
+        transition: Result<PredictedOutput, ModelFailure>,
         reward: Result<RewardVerdict, ModelFailure>,
         calls: AtomicUsize,
         seen_files: Mutex<Vec<Vec<FileView>>>,
     }
 
     impl Scripted {
-        fn new(transition: Result<Prediction, ModelFailure>) -> Scripted {
+        fn new(transition: Result<PredictedOutput, ModelFailure>) -> Scripted {
             Scripted {
                 transition,
                 reward: Ok(RewardVerdict {
@@ -706,7 +706,7 @@ mod tests {
         fn transition<'a>(
             &'a self,
             q: &'a TransitionQuery<'a>,
-        ) -> BoxFuture<'a, Result<Prediction, ModelFailure>> {
+        ) -> BoxFuture<'a, Result<PredictedOutput, ModelFailure>> {
             self.calls.fetch_add(1, Ordering::SeqCst);
             self.seen_files.lock().unwrap().push(q.files.clone());
             Box::pin(async move { self.transition.clone() })
@@ -723,8 +723,8 @@ mod tests {
         }
     }
 
-    fn pred(stdout: &str, code: i32) -> Prediction {
-        Prediction {
+    fn pred(stdout: &str, code: i32) -> PredictedOutput {
+        PredictedOutput {
             stdout: stdout.into(),
             stderr: String::new(),
             exit_code: code,
@@ -753,7 +753,7 @@ mod tests {
     async fn sim_routes_per_command() {
         let (_d, ws) = workspace();
         let world = Arc::new(Scripted::new(Ok(pred("simulated\n", 3))));
-        let sim = SimWorkspace::new(&ws, EnvMode::Sim, world.clone(), task(false));
+        let sim = SimWorkspace::new(&ws, ExecutionMode::Sim, world.clone(), task(false));
 
         let out = sim
             .exec(&ExecRequest::shell("python repro.py"))
@@ -806,7 +806,7 @@ mod tests {
         let world = Arc::new(Scripted::new(Err(ModelFailure::Unparseable(
             "prose instead of JSON".into(),
         ))));
-        let sim = SimWorkspace::new(&ws, EnvMode::Sim, world, task(false));
+        let sim = SimWorkspace::new(&ws, ExecutionMode::Sim, world, task(false));
         let err = sim
             .exec(&ExecRequest::shell("python repro.py"))
             .await
@@ -823,7 +823,7 @@ mod tests {
     async fn shadow_answers_for_real_and_measures() {
         let (_d, ws) = workspace();
         let world = Arc::new(Scripted::new(Ok(pred("real\n", 1))));
-        let sim = SimWorkspace::new(&ws, EnvMode::Shadow, world, task(true));
+        let sim = SimWorkspace::new(&ws, ExecutionMode::Shadow, world, task(true));
         // `bash` runs the script for real (the host's python3 may be absent: use a shell stand-in).
         std::fs::write(ws.root().join("run.py"), "").unwrap();
         let out = sim
@@ -853,7 +853,7 @@ mod tests {
     async fn shadow_model_failure_is_counted_apart() {
         let (_d, ws) = workspace();
         let world = Arc::new(Scripted::new(Err(ModelFailure::Timeout("650 s".into()))));
-        let sim = SimWorkspace::new(&ws, EnvMode::Shadow, world, task(true));
+        let sim = SimWorkspace::new(&ws, ExecutionMode::Shadow, world, task(true));
         let out = sim
             .exec(&ExecRequest::shell("python3 -c 'print(1)' || echo 1"))
             .await
@@ -868,7 +868,7 @@ mod tests {
     async fn hybrid_runs_cheap_commands_for_real_when_there_is_an_environment() {
         let (_d, ws) = workspace();
         let world = Arc::new(Scripted::new(Ok(pred("sim\n", 0))));
-        let sim = SimWorkspace::new(&ws, EnvMode::Hybrid, world.clone(), task(true));
+        let sim = SimWorkspace::new(&ws, ExecutionMode::Hybrid, world.clone(), task(true));
         let _ = sim
             .exec(&ExecRequest::shell("python3 -c 'print(1)' || true"))
             .await
@@ -932,7 +932,7 @@ mod tests {
         };
         let observer = Observer::default();
         let world = Arc::new(Scripted::new(Ok(pred("x\n", 0))));
-        let sim = SimWorkspace::new(&counting, EnvMode::Shadow, world.clone(), task(true))
+        let sim = SimWorkspace::new(&counting, ExecutionMode::Shadow, world.clone(), task(true))
             .with_observer(&observer);
         // `repro.py` names the executed file; `|| true` keeps the run real without python.
         let cmd = "python3 repro.py 2>/dev/null || true";
@@ -950,7 +950,7 @@ mod tests {
 
         // Hybrid: a cheap command runs for real and is recorded; a simulated one is not.
         let observer = Observer::default();
-        let sim = SimWorkspace::new(&ws, EnvMode::Hybrid, world.clone(), task(true))
+        let sim = SimWorkspace::new(&ws, ExecutionMode::Hybrid, world.clone(), task(true))
             .with_observer(&observer);
         sim.exec(&ExecRequest::shell(cmd)).await.unwrap();
         sim.exec(&ExecRequest::shell("pytest")).await.unwrap();
@@ -968,7 +968,7 @@ mod tests {
         // Real mode with an observer: recorded, nothing logged, the model never asked.
         let observer = Observer::default();
         let calls = world.calls.load(Ordering::SeqCst);
-        let sim = SimWorkspace::new(&ws, EnvMode::Real, world.clone(), task(true))
+        let sim = SimWorkspace::new(&ws, ExecutionMode::Real, world.clone(), task(true))
             .with_observer(&observer);
         sim.exec(&ExecRequest::shell(cmd)).await.unwrap();
         assert_eq!(observer.0.lock().unwrap().len(), 1);
@@ -1035,7 +1035,7 @@ mod tests {
 
     #[test]
     fn reward_confusion_in_the_log() {
-        let mut log = SimLog::new(EnvMode::Shadow, "m".into());
+        let mut log = SimLog::new(ExecutionMode::Shadow, "m".into());
         let v = |r| RewardVerdict {
             resolved: r,
             reward: if r { 1.0 } else { 0.0 },

@@ -82,7 +82,7 @@ impl RlArgs {
         let mut world = None;
         self.world.apply(&mut world)?;
         match world {
-            Some(w) if w.mode == dojo_world::route::EnvMode::Real => {
+            Some(w) if w.mode == dojo_world::route::ExecutionMode::Real => {
                 anyhow::ensure!(
                     w.model.is_none()
                         && w.swt_model.is_none()

@@ -63,7 +63,7 @@ pub struct WorldArgs {
     /// reward model; no Python environment needed), `hybrid` or `shadow` (real, with the world
     /// model's drift measured). Overrides the policy file's `[world] mode`.
     #[arg(long)]
-    pub env_mode: Option<dojo_world::route::EnvMode>,
+    pub env_mode: Option<dojo_world::route::ExecutionMode>,
     /// World model for sim/hybrid/shadow: `embedded` (the bundled model), `embedded:DIR` (a
     /// checkpoint, e.g. trained on `dojo curate --world` data) or `openai:MODEL` (overrides
     /// `[world] model`).
@@ -210,7 +210,7 @@ mod tests {
     #[test]
     fn per_role_world_model_flags_reach_the_policy() {
         let args = WorldArgs {
-            env_mode: Some(dojo_world::route::EnvMode::Shadow),
+            env_mode: Some(dojo_world::route::ExecutionMode::Shadow),
             swt_model: Some("embedded:/swt".into()),
             swr_model: Some("openai:swr".into()),
             ..Default::default()

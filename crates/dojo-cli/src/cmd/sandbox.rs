@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use dojo_sandbox::{
-    BackendKind, EnvSpec, ExecRequest, PristineStore, PythonEnv, Sandbox, SandboxOptions, Source,
+    BackendKind, ExecRequest, PristineStore, PythonEnv, PythonEnvSpec, Sandbox, SandboxOptions,
+    Source,
 };
 use tokio::io::AsyncReadExt;
 
@@ -169,7 +170,7 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<i32> {
     let pristine = store.build_async(&source).await?;
     let env = match &a.env {
         Some(p) => {
-            let spec = EnvSpec::from_toml_file(p)?;
+            let spec = PythonEnvSpec::from_toml_file(p)?;
             Some(PythonEnv::build_async(&spec, Some(&pristine)).await?)
         }
         None => None,

@@ -17,7 +17,7 @@ use super::render::{
     MAX_WORKSPACE_FILES, MAX_WORKSPACE_SYMBOLS, call_line, calls_section, cap_chars, hover_text,
     kind_name, numbered, outline, plural,
 };
-use super::{Args, Command, Fail, InfraKind, Res, bad};
+use super::{Args, Command, Fail, LspInfraKind, Res, bad};
 use crate::LspError;
 use crate::backend::Backend;
 use crate::session::LspSession;
@@ -634,7 +634,7 @@ fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Res<T> {
     serde_json::from_value(v).map_err(|e| {
         Fail(
             format!("The language server sent an answer we cannot read: {e}"),
-            Some(InfraKind::ServerCrashed),
+            Some(LspInfraKind::ServerCrashed),
         )
     })
 }

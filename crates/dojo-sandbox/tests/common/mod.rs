@@ -102,7 +102,7 @@ pub fn pristine_of(files: &[(&str, &str)]) -> Pristine {
 /// reached for its build dependencies outside CI.
 #[allow(dead_code)]
 pub async fn build_env_or_skip(
-    spec: &dojo_sandbox::EnvSpec,
+    spec: &dojo_sandbox::PythonEnvSpec,
     p: &Pristine,
 ) -> Option<dojo_sandbox::PythonEnv> {
     match dojo_sandbox::PythonEnv::build_async(spec, Some(p)).await {
@@ -168,7 +168,7 @@ pub fn bare_env() -> Option<dojo_sandbox::PythonEnv> {
     if !ensure_uv() {
         return None;
     }
-    let spec = dojo_sandbox::EnvSpec {
+    let spec = dojo_sandbox::PythonEnvSpec {
         python: "3.11".into(),
         editable: false,
         ..Default::default()
