@@ -26,8 +26,9 @@ const F32: u64 = 4;
 /// Measured live activations per token and block over the count of floats `block_floats`
 /// gives (allocator slack, views that copy, gradients in flight).
 const ACTIVATION_SLACK: f64 = 1.2;
-/// Score-sized `(heads, t, t)` tensors alive at once in the attention op's backward pass
-/// (recomputed probabilities, their gradient, the softmax backward's product and difference).
+/// Score-sized tensors of one block of query rows alive at once in the attention op's backward
+/// pass (recomputed probabilities, their gradient, the softmax backward's product and
+/// difference); the op bounds each ([`crate::ops::attention_block_rows`]).
 const ATTENTION_COPIES: u64 = 4;
 /// Logit-sized `(rows, vocab)` tensors alive at once in the loss and its backward pass
 /// (logits, shifted, exponentials, log-probabilities, their gradient).
@@ -104,9 +105,10 @@ pub fn estimate(
     } else {
         layers * block
     };
-    let rep = (cfg.num_heads / cfg.num_kv_heads.max(1)) as u64;
-    let attention = ATTENTION_COPIES * batch.rows as u64 * cfg.num_heads as u64 * t * t * F32
-        + rep * t * t * F32;
+    let kv = cfg.num_kv_heads.max(1);
+    let rows = (cfg.num_heads / kv) * batch.len;
+    let block_rows = crate::ops::attention_block_rows(batch.rows, kv, rows, batch.len) as u64;
+    let attention = ATTENTION_COPIES * (batch.rows * kv) as u64 * block_rows * t * F32;
     let head = HEAD_COPIES * batch.logit_rows as u64 * cfg.vocab_size as u64 * F32;
     let fixed = fixed_bytes(params, trainable, lora, 0);
     Estimate {

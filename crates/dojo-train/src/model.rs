@@ -115,13 +115,13 @@ pub enum LossRows {
     Whole,
 }
 
-/// What every block of one batch shares: its shape, RoPE tables and the causal mask.
+/// What every block of one batch shares: its shape and RoPE tables (the attention op builds
+/// its causal mask block by block).
 pub(crate) struct BlockInputs {
     b: usize,
     t: usize,
     cos: Tensor,
     sin: Tensor,
-    mask: Tensor,
 }
 
 /// One micro-batch on the device: right-padded ids and the rows that carry loss.
@@ -448,7 +448,7 @@ impl TrainModel {
             .index_select(&ids.flatten_all()?, 0)
     }
 
-    /// What every block of a batch of shape `ids` shares: RoPE tables and the causal mask.
+    /// What every block of a batch of shape `ids` shares: its shape and RoPE tables.
     pub(crate) fn block_inputs(&self, ids: &Tensor) -> candle_core::Result<BlockInputs> {
         let cfg = &self.config;
         let (b, t) = ids.dims2()?;
@@ -458,20 +458,11 @@ impl TrainModel {
                 cfg.max_position
             )));
         }
-        let rep = cfg.num_heads / cfg.num_kv_heads;
-        // Queries are grouped per kv head as (rep * t) rows; row r is position r % t.
-        let mut m = vec![0f32; rep * t * t];
-        for r in 0..rep * t {
-            for j in (r % t + 1)..t {
-                m[r * t + j] = f32::NEG_INFINITY;
-            }
-        }
         Ok(BlockInputs {
             b,
             t,
             cos: self.cos.narrow(0, 0, t)?,
             sin: self.sin.narrow(0, 0, t)?,
-            mask: Tensor::from_vec(m, (rep * t, t), &self.device)?,
         })
     }
 
@@ -505,7 +496,8 @@ impl TrainModel {
         let k = rope(&proj("k", nkv)?, &ctx.cos, &ctx.sin)?;
         let v = proj("v", nkv)?;
         let q = q.reshape((b, nkv, rep * t, hd))?;
-        let out = causal_attention(&q, &k, &v, &ctx.mask, scale)? // (b, nkv, rep*t, hd)
+        // Queries are grouped per kv head as (rep * t) rows; row r is position r % t.
+        let out = causal_attention(&q, &k, &v, scale)? // (b, nkv, rep*t, hd)
             .reshape((b, nh, t, hd))?
             .transpose(1, 2)?
             .contiguous()?

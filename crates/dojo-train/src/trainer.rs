@@ -45,7 +45,9 @@ pub struct SftConfig {
     pub batch_size: usize,
     /// Padded tokens per micro-batch, at most (a longer single row still forms a batch).
     pub max_batch_tokens: usize,
-    pub max_len: usize,
+    /// Longest row trained on (longer ones: [`Overlong`]); `None`: the model's context length,
+    /// so that a default run trains on whole agent trajectories.
+    pub max_len: Option<usize>,
     pub overlong: Overlong,
     pub seed: u64,
     /// Passes over the data (used when `max_steps` is not set).
@@ -71,7 +73,7 @@ impl Default for SftConfig {
             grad_accum: 1,
             batch_size: 4,
             max_batch_tokens: 8192,
-            max_len: 2048,
+            max_len: None,
             overlong: Overlong::Truncate,
             seed: 0,
             epochs: 1,
@@ -321,18 +323,19 @@ pub fn run_sft(
         model.lora_shapes(l)?;
     }
     let fmt = src.chat_format()?;
-    let dataset = data::load_tokens(
-        data_path,
-        cfg.max_len,
-        cfg.overlong,
-        model.config.vocab_size,
-    )?;
-    if cfg.max_len > model.config.max_position {
+    let max_len = cfg.max_len.unwrap_or(model.config.max_position);
+    if max_len > model.config.max_position {
         return Err(TrainError::Config(format!(
-            "--max-len {} exceeds the model's {} positions",
-            cfg.max_len, model.config.max_position
+            "--max-len {max_len} exceeds the model's {} positions",
+            model.config.max_position
         )));
     }
+    // The manifest records the length used: a run resumed under another default is refused.
+    let cfg = &SftConfig {
+        max_len: Some(max_len),
+        ..cfg.clone()
+    };
+    let dataset = data::load_tokens(data_path, max_len, cfg.overlong, model.config.vocab_size)?;
     if cfg.check_tokenizer
         && let Some(data_sha) = &dataset.tokenizer_sha
     {

@@ -76,7 +76,7 @@ fn config(max_steps: u64) -> SftConfig {
         grad_accum: 2,
         batch_size: 3,
         max_batch_tokens: 64,
-        max_len: 24,
+        max_len: Some(24),
         max_steps: Some(max_steps),
         save_every: 2,
         ..SftConfig::default()

@@ -58,9 +58,10 @@ pub struct SftArgs {
     /// Optimizer steps to run, instead of --epochs.
     #[arg(long, value_parser = crate::args::positive::<u64>())]
     pub max_steps: Option<u64>,
-    /// Longest sequence trained on; longer rows are handled by --overlong.
-    #[arg(long, default_value_t = 2048)]
-    pub max_len: usize,
+    /// Longest sequence trained on; longer rows are handled by --overlong. Default: the
+    /// model's context length (8,192 for `default`), so whole agent trajectories are trained on.
+    #[arg(long)]
+    pub max_len: Option<usize>,
     /// Rows longer than --max-len: `truncate` (keep the first max-len tokens) or `drop`.
     /// Either way they are counted in the summary.
     #[arg(long, default_value = "truncate")]
