@@ -35,23 +35,3 @@ pub fn progress(quiet: bool) -> dojo_progress::Progress {
         dojo_progress::Bar::stderr()
     }
 }
-
-/// Resolves on Ctrl-C or SIGTERM: the services (`dojo serve`, `dojo env serve`) then stop
-/// accepting requests and finish the ones in flight.
-pub(crate) async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
-}

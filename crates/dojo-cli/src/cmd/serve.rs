@@ -70,9 +70,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             "dojo serve: model {} listening on http://{local}",
             engine.model_id()
         );
-        dojo_engine::server::serve_listener(engine, listener, key, super::shutdown_signal())
-            .await
-            .context("serving")?;
+        dojo_engine::server::serve_listener(
+            engine,
+            listener,
+            key,
+            dojo_llm::access::shutdown_signal(),
+        )
+        .await
+        .context("serving")?;
         eprintln!("dojo serve: shut down");
         anyhow::Ok(0)
     })
