@@ -28,6 +28,7 @@
 
 pub mod agent_runner;
 pub mod backends;
+pub mod demo;
 pub mod embedded;
 pub mod error;
 pub mod gold;

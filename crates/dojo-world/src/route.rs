@@ -238,6 +238,89 @@ impl WorldPolicy {
     }
 }
 
+/// Settings given on the command line (`dojo rollout`, `dojo rl`) over a policy's `[world]`
+/// table: each one given replaces the table's value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorldOverrides {
+    pub mode: Option<EnvMode>,
+    pub model: Option<String>,
+    pub swt_model: Option<String>,
+    pub swr_model: Option<String>,
+    pub base_url: Option<String>,
+    pub swr_samples: Option<u32>,
+    pub swr_seed: Option<u64>,
+}
+
+/// A command-line world setting that cannot be used as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct OverrideError(&'static str);
+
+impl WorldOverrides {
+    fn given(&self) -> bool {
+        self.mode.is_some()
+            || self.model.is_some()
+            || self.swt_model.is_some()
+            || self.swr_model.is_some()
+            || self.base_url.is_some()
+            || self.swr_samples.is_some()
+            || self.swr_seed.is_some()
+    }
+
+    /// Lay the settings given over `world` (a policy's `[world]` table, created when any is
+    /// given).
+    pub fn apply(&self, world: &mut Option<WorldPolicy>) -> Result<(), OverrideError> {
+        if !self.given() {
+            return Ok(());
+        }
+        if self.swr_samples == Some(0) {
+            return Err(OverrideError("--swr-samples must be at least 1"));
+        }
+        let w = world.get_or_insert_with(Default::default);
+        if let Some(m) = self.mode {
+            w.mode = m;
+        }
+        let set = |to: &mut Option<String>, from: &Option<String>| {
+            if from.is_some() {
+                to.clone_from(from);
+            }
+        };
+        set(&mut w.model, &self.model);
+        set(&mut w.swt_model, &self.swt_model);
+        set(&mut w.swr_model, &self.swr_model);
+        set(&mut w.base_url, &self.base_url);
+        if self.swr_samples.is_some() {
+            w.swr_samples = self.swr_samples;
+        }
+        if self.swr_seed.is_some() {
+            w.swr_seed = self.swr_seed;
+        }
+        Ok(())
+    }
+
+    /// The `[world]` table of every rollout of `dojo rl` (which has no policy file): `None` in
+    /// real mode, where a world-model setting is refused as a mistake.
+    pub fn rl_world(&self) -> Result<Option<WorldPolicy>, OverrideError> {
+        let mut world = None;
+        self.apply(&mut world)?;
+        match world {
+            Some(w) if w.mode == EnvMode::Real => {
+                if w.model.is_some()
+                    || w.swt_model.is_some()
+                    || w.swr_model.is_some()
+                    || w.swr_samples.is_some()
+                {
+                    return Err(OverrideError(
+                        "--world-model, --swt-model, --swr-model and --swr-samples need --env-mode sim, hybrid or shadow",
+                    ));
+                }
+                Ok(None)
+            }
+            w => Ok(w),
+        }
+    }
+}
+
 /// What to do with one command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -357,5 +440,54 @@ mod tests {
         assert!("openai:".parse::<WorldModelSpec>().is_err());
         assert!("gpt".parse::<WorldModelSpec>().is_err());
         assert!(EnvMode::Shadow.needs_environment() && !EnvMode::Sim.needs_environment());
+    }
+
+    #[test]
+    fn overrides_reach_the_policy() {
+        let o = WorldOverrides {
+            mode: Some(EnvMode::Shadow),
+            swt_model: Some("embedded:/swt".into()),
+            swr_model: Some("openai:swr".into()),
+            ..Default::default()
+        };
+        let mut world = None;
+        o.apply(&mut world).unwrap();
+        let w = world.unwrap();
+        assert_eq!(w.model, None);
+        assert_eq!(w.swt_model.as_deref(), Some("embedded:/swt"));
+        assert_eq!(w.swr_model.as_deref(), Some("openai:swr"));
+        assert_eq!(w.embedded_models(), ["/swt"]);
+
+        let mut none = None;
+        WorldOverrides::default().apply(&mut none).unwrap();
+        assert_eq!(none, None);
+        let zero = WorldOverrides {
+            swr_samples: Some(0),
+            ..Default::default()
+        };
+        assert!(zero.apply(&mut none).is_err());
+    }
+
+    #[test]
+    fn rl_world_refuses_world_models_in_real_mode() {
+        assert_eq!(WorldOverrides::default().rl_world(), Ok(None));
+        let real = WorldOverrides {
+            mode: Some(EnvMode::Real),
+            swr_seed: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(real.rl_world(), Ok(None));
+        let bad = WorldOverrides {
+            model: Some("embedded".into()),
+            ..Default::default()
+        };
+        let e = bad.rl_world().unwrap_err().to_string();
+        assert!(e.contains("need --env-mode sim"), "{e}");
+        let sim = WorldOverrides {
+            mode: Some(EnvMode::Sim),
+            model: Some("embedded".into()),
+            ..Default::default()
+        };
+        assert_eq!(sim.rl_world().unwrap().unwrap().mode, EnvMode::Sim);
     }
 }
