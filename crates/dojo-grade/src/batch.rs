@@ -174,6 +174,21 @@ impl TaskSet {
         let with_env = |(i, t): (usize, &Task)| (i, t.clone(), self.registry.resolve(t));
         self.tasks.iter().enumerate().map(with_env).collect()
     }
+
+    /// Validate every task ([`validate_tasks`]) with these options, `on_done` seeing each
+    /// validation as it finishes; returns them in the task file's order.
+    pub async fn validate(&self, on_done: &(dyn Fn(&Validation) + Sync)) -> Vec<Validation> {
+        let preparer = Preparer::new(self.preparer_opts.clone());
+        let mut out = validate_tasks(self.validation_jobs(), &preparer, &self.opts, on_done).await;
+        out.sort_by_key(|(i, _)| *i);
+        out.into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// Grade `jobs` into `out` ([`eval_jobs`]) with these options.
+    pub async fn eval(&self, jobs: Vec<EvalJob>, out: &Path) -> Vec<InstanceReport> {
+        let preparer = Preparer::new(self.preparer_opts.clone());
+        eval_jobs(jobs, out, &preparer, &self.opts).await
+    }
 }
 
 /// One job per task of `tasks` that has a prediction in `preds`, with its environment from

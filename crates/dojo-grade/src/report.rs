@@ -415,6 +415,12 @@ impl RunSummary {
         lines.join("\n")
     }
 
+    /// Write the run report (`report.json`, [`RunSummary::to_json`]) to `path`, atomically.
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        let json = serde_json::to_vec_pretty(&self.to_json()).map_err(std::io::Error::other)?;
+        dojo_rundir::write_atomic(path, &json)
+    }
+
     /// The error of a `dojo eval` that graded nothing: none of the `usable` predictions of
     /// `predictions` names a selected instance of `tasks` (an input error, not a result).
     pub fn nothing_graded(&self, usable: usize, predictions: &Path, tasks: &Path) -> String {
@@ -512,6 +518,12 @@ mod tests {
             s.nothing_graded(0, Path::new("p.jsonl"), Path::new("t.jsonl")),
             "error: nothing to grade: none of the 0 usable prediction(s) in p.jsonl names a selected instance of t.jsonl (1 malformed line(s))"
         );
+        let dir = tempfile::tempdir().unwrap();
+        s.write(&dir.path().join("report.json")).unwrap();
+        let back: RunSummary =
+            serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap())
+                .unwrap();
+        assert_eq!(back, s);
         insta::assert_snapshot!(s.report_lines(Path::new("/out/report.json")), @r"
         instances: 3 submitted, 1 resolved, 1 unresolved, 0 empty patch, 1 error (1 infrastructure), 1 malformed prediction line(s)
         error: b: timeout

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use anyhow::Context;
 use dojo_grade::RunSummary;
 use dojo_grade::batch;
-use dojo_task::Preparer;
 
 use super::runtime;
 use super::task_set::{CommonArgs, load};
@@ -53,8 +52,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<i32> {
     if let Some(line) = batch::resume_line(&jobs, &args.out).filter(|_| !args.force) {
         println!("{line}");
     }
-    let preparer = Preparer::new(l.preparer_opts.clone());
-    let reports = runtime()?.block_on(batch::eval_jobs(jobs, &args.out, &preparer, &l.opts));
+    let reports = runtime()?.block_on(l.eval(jobs, &args.out));
     let mut summary = RunSummary::build(
         l.tasks.iter().map(|t| t.instance_id.as_str()),
         preds.iter().map(|p| p.instance_id.as_str()),
@@ -63,7 +61,8 @@ pub fn run(args: EvalArgs) -> anyhow::Result<i32> {
     );
     summary.malformed_prediction_lines = malformed;
     let path = args.out.join("report.json");
-    dojo_rundir::write_atomic(&path, &serde_json::to_vec_pretty(&summary.to_json())?)
+    summary
+        .write(&path)
         .with_context(|| format!("writing {}", path.display()))?;
     println!("{}", summary.report_lines(&path));
     if reports.is_empty() {

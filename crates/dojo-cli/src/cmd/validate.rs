@@ -4,8 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use dojo_grade::{batch, diagnose};
-use dojo_task::Preparer;
+use dojo_grade::diagnose;
 
 use super::runtime;
 use super::task_set::{CommonArgs, load};
@@ -27,8 +26,6 @@ pub struct ValidateArgs {
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<i32> {
     let l = load(&args.common)?;
-    let jobs = l.validation_jobs();
-    let preparer = Preparer::new(l.preparer_opts.clone());
     let started = std::time::Instant::now();
     // With --out, each task's files are written as soon as it is validated: a run stopped
     // halfway (killed, out of time) keeps every task it finished. The table comes at the end.
@@ -39,14 +36,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<i32> {
             eprintln!("writing {}: {e} (retried at the end)", dir.display());
         }
     };
-    let mut results = runtime()?.block_on(batch::validate_tasks(
-        jobs,
-        &preparer,
-        &l.opts,
-        &written_early,
-    ));
-    results.sort_by_key(|(i, _)| *i);
-    let results: Vec<_> = results.into_iter().map(|(_, v)| v).collect();
+    let results = runtime()?.block_on(l.validate(&written_early));
     let elapsed = started.elapsed();
     let ok = results.iter().filter(|v| v.ok).count();
     println!("{}", diagnose::validate_header());
