@@ -153,6 +153,20 @@ pub enum EvalProgress<'a> {
     Done(&'a RolloutOutput),
 }
 
+impl std::fmt::Display for EvalProgress<'_> {
+    /// The progress line `dojo train sft --eval-tasks` prints on stderr.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EvalProgress::Start {
+                label,
+                model,
+                tasks,
+            } => write!(f, "evaluating the {label} model ({model}) on {tasks} tasks"),
+            EvalProgress::Done(o) => f.write_str(&o.progress_line()),
+        }
+    }
+}
+
 /// `eval.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SftEval {
@@ -295,6 +309,19 @@ fn model_eval(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn start_line() {
+        let p = EvalProgress::Start {
+            label: "base",
+            model: "default",
+            tasks: 3,
+        };
+        assert_eq!(
+            p.to_string(),
+            "evaluating the base model (default) on 3 tasks"
+        );
+    }
 
     #[test]
     fn missing_eval_tasks_are_named() {

@@ -225,14 +225,7 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
     let Some(settings) = &eval else {
         return Ok(0);
     };
-    let progress = |p: dojo_train::eval::EvalProgress<'_>| match p {
-        dojo_train::eval::EvalProgress::Start {
-            label,
-            model,
-            tasks,
-        } => eprintln!("evaluating the {label} model ({model}) on {tasks} tasks"),
-        dojo_train::eval::EvalProgress::Done(o) => eprintln!("{}", o.progress_line()),
-    };
+    let progress = |p: dojo_train::eval::EvalProgress<'_>| eprintln!("{p}");
     let eval = dojo_train::eval::evaluate_run(&a.out, &a.model, &src, &s, settings, progress);
     let Some(eval) = super::runtime()?.block_on(eval)? else {
         return Ok(0);
@@ -248,11 +241,7 @@ fn merge(m: MergeArgs) -> anyhow::Result<i32> {
 
     let device =
         dojo_engine::device(&m.device).with_context(|| format!("--device {}", m.device))?;
-    let spec = match &m.model {
-        Some(s) => s.clone(),
-        None => dojo_train::LoraConfig::base_model(&m.adapter)?,
-    };
-    let src = dojo_train::ModelSource::resolve(&spec)?;
+    let src = dojo_train::ModelSource::for_adapter(&m.adapter, m.model.as_deref())?;
     let dir = dojo_train::trainer::merge_adapter(&src, &m.adapter, &m.out, &device)
         .with_context(|| format!("dojo train merge --out {}", m.out.display()))?;
     println!("merged model: {}", dir.display());
