@@ -6,7 +6,7 @@
 //! The engine is behind the `engine` feature (candle): without it an embedded policy has no
 //! backend and [`crate::run_dir::make_backends`] refuses it, naming the feature.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use dojo_llm::ChatBackend;
@@ -85,21 +85,22 @@ pub fn policy_backends_blocking(policy: &PolicyConfig) -> Result<ModelBackends, 
 }
 
 /// `dojo tasks analyze`: the initial analysis of every task of `inputs` by the model of
-/// `policy` (its engine loaded when embedded), cached under `root`
-/// ([`dojo_world::analysis::AnalysisRun`]).
+/// `policy` (its engine loaded when embedded), cached under `cache` (default
+/// `$DOJO_HOME/world-analysis`) ([`dojo_world::analysis::AnalysisRun`]).
 pub async fn analyze_tasks(
     policy: &PolicyConfig,
     inputs: &[dojo_world::analysis::AnalysisInput],
-    root: &Path,
+    cache: Option<PathBuf>,
     timeout: std::time::Duration,
     concurrency: usize,
 ) -> Result<dojo_world::analysis::AnalysisRun, RolloutError> {
+    let root = cache.unwrap_or_else(dojo_world::analysis::default_cache_root);
     let m = policy_backends(policy).await?;
     let run = dojo_world::analysis::AnalysisRun::run(
         &*m.client,
         &m.model,
         inputs,
-        root,
+        &root,
         timeout,
         concurrency,
     );

@@ -236,6 +236,12 @@ fn swr_sampling(policy: &WorldPolicy) -> WorldClientConfig {
     }
 }
 
+/// [`analysis_input`] of every task: a task without a gold patch is bad input, said before
+/// any request is made.
+pub fn analysis_inputs(tasks: &[Task]) -> Result<Vec<AnalysisInput>, WorldSimError> {
+    tasks.iter().map(analysis_input).collect()
+}
+
 /// What the initial analysis of `task` is written from ([`dojo_world::analysis`]). A task
 /// without a gold patch has none to analyse: an error naming the task and the field.
 pub fn analysis_input(task: &Task) -> Result<AnalysisInput, WorldSimError> {

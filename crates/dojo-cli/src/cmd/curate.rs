@@ -102,16 +102,15 @@ pub struct CurateArgs {
 pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
     let mut cfg = dojo_curate::Config::new(args.rollouts.clone(), args.out.clone());
     cfg.check_paths()?;
-    cfg.filters =
-        dojo_curate::FilterSet::parse(&args.filters, args.lsp_min).map_err(anyhow::Error::msg)?;
+    cfg.filters = dojo_curate::FilterSet::parse(&args.filters, args.lsp_min)?;
     cfg.cap = args.cap;
     cfg.format.max_tokens = Some(args.max_tokens);
     cfg.format.max_turns = Some(args.max_turns);
     cfg.difficulty.low = args.difficulty_low;
     cfg.difficulty.high = args.difficulty_high;
     cfg.lsp_tool = args.lsp_tool.clone();
-    cfg.masking = args.masking.parse().map_err(anyhow::Error::msg)?;
-    cfg.messages_style = args.messages_style.parse().map_err(anyhow::Error::msg)?;
+    cfg.masking = args.masking.parse()?;
+    cfg.messages_style = args.messages_style.parse()?;
     cfg.formats = dojo_curate::Formats::parse(&args.format)?;
     cfg.threads = args.threads;
     cfg.report = !args.no_report;

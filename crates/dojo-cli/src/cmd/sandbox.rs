@@ -61,8 +61,7 @@ pub struct RunArgs {
 }
 
 pub fn run(cmd: SandboxCmd) -> anyhow::Result<i32> {
-    let rt = super::runtime()?;
-    rt.block_on(run_async(cmd))
+    super::runtime()?.block_on(run_async(cmd))
 }
 
 async fn run_async(cmd: SandboxCmd) -> anyhow::Result<i32> {

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use dojo_rollout::policy::PolicyConfig;
 use dojo_synth::{LlmSource, Operator, SynthOptions};
 
@@ -122,9 +122,6 @@ pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
     if let Some(list) = &args.operators {
         opts.operators = Operator::parse_list(list)?;
     }
-    if !(0.0..=1.0).contains(&args.max_break_share) {
-        bail!("--max-break-share must be between 0 and 1");
-    }
     opts.repo = args.repo.clone();
     opts.envs_dir = args.envs.clone();
     opts.max_tasks = args.max;
@@ -139,6 +136,7 @@ pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
     opts.final_validate = !args.no_final_validate;
     opts.hint_module = args.hint_module;
     opts.progress = super::progress(args.quiet);
+    opts.check()?;
     if let Some(spec) = &args.llm_policy {
         opts.llm = Some(llm_source(spec, args.llm_rewrites)?);
     }

@@ -163,20 +163,13 @@ fn analyze(a: AnalyzeArgs) -> anyhow::Result<i32> {
 
     let loaded = dojo_task::load_selected(&a.tasks, &a.instances)?;
     // A task without a gold patch is bad input: said before any request is made.
-    let inputs = loaded
-        .iter()
-        .map(dojo_rollout::world_sim::analysis_input)
-        .collect::<Result<Vec<_>, _>>()
+    let inputs = dojo_rollout::world_sim::analysis_inputs(&loaded)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.tasks.display()))?;
     let policy = dojo_rollout::policy::PolicyConfig::parse(&a.model)
         .with_context(|| format!("--model {}", a.model))?;
-    let root = a
-        .cache
-        .clone()
-        .unwrap_or_else(dojo_world::analysis::default_cache_root);
     let timeout = std::time::Duration::from_secs(a.timeout_s);
     let run =
-        dojo_rollout::embedded::analyze_tasks(&policy, &inputs, &root, timeout, a.concurrency);
+        dojo_rollout::embedded::analyze_tasks(&policy, &inputs, a.cache, timeout, a.concurrency);
     let run = crate::cmd::runtime()?.block_on(run)?;
     for f in run.failures() {
         eprintln!("{f}");
