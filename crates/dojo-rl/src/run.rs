@@ -124,7 +124,6 @@ impl RunSummary {
 /// `cfg.lora_rank` is set (alpha 2r, scale 2, all seven projections, no dropout: the sampling
 /// policy must be the trained one), a frozen reference copy when the loss has a KL term, and
 /// activation checkpointing where an update would not fit otherwise.
-#[allow(clippy::too_many_arguments)]
 pub fn run_from_source(
     out: &Path,
     cfg: &RlConfig,
