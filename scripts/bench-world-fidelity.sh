@@ -44,7 +44,7 @@ source scripts/setup-tools.sh >/dev/null
 read -r -a dojo <<< "${DOJO_BIN:-cargo run -q --release -p dojo-cli --}"
 
 args=(rollout --tasks "$tasks" --policy "$policy" --samples "$samples" --out "$out"
-      --env-mode shadow --world-model "$world_model" --swr-samples "$swr_samples")
+      --execution shadow --world-model "$world_model" --swr-samples "$swr_samples")
 [ -n "$world_url" ] && args+=(--world-base-url "$world_url")
 echo "\$ dojo ${args[*]}" >&2
 log="$(dirname "$out")/rollout.log"

@@ -80,7 +80,7 @@ policy mixed.toml replay "$out/mini-mixed.jsonl"
 shadow() { # NAME WORLD-MODEL FLAGS...
   local name=$1; shift
   /usr/bin/time -v "$dojo" rollout --tasks "$mini" --policy mixed.toml --samples 2 --workers 1 \
-    --out "shadow/$name" --env-mode shadow "$@" 2> "shadow-$name.time" | tee "shadow-$name.log"
+    --out "shadow/$name" --execution shadow "$@" 2> "shadow-$name.time" | tee "shadow-$name.log"
 }
 # One run, each checkpoint in its own role (SWT predicts the test runs, SWR judges the gradings).
 shadow trained --swt-model "embedded:$out/swt-lora/merged" --swr-model "embedded:$out/swr-lora/merged"

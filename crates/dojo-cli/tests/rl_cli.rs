@@ -73,15 +73,15 @@ fn bad_input_fails_before_the_first_step() {
         e.contains("nobody__nothing-1") && e.contains("has no environment"),
         "{e}"
     );
-    assert!(e.contains("--env-mode sim"), "{e}");
+    assert!(e.contains("--execution sim"), "{e}");
     // Simulated training needs a world model, and world options need a simulated mode.
-    let o = rl(&out, tasks.to_str().unwrap(), &["--env-mode", "sim"]);
+    let o = rl(&out, tasks.to_str().unwrap(), &["--execution", "sim"]);
     let e = stderr(&o);
     assert!(e.contains("needs a world model"), "{e}");
     let o = rl(&out, BUNDLED, &["--world-model", "openai:w"]);
     let e = stderr(&o);
-    assert!(e.contains("need --env-mode sim"), "{e}");
-    let o = rl(&out, BUNDLED, &["--env-mode", "dream"]);
+    assert!(e.contains("need --execution sim"), "{e}");
+    let o = rl(&out, BUNDLED, &["--execution", "dream"]);
     assert!(stderr(&o).contains("dream"), "{}", stderr(&o));
     assert!(!out.join("metrics.jsonl").exists());
 }
@@ -106,7 +106,7 @@ fn a_task_without_an_environment_trains_in_sim_mode() {
         &out,
         tasks.to_str().unwrap(),
         &[
-            "--env-mode",
+            "--execution",
             "sim",
             "--world-model",
             "openai:world",

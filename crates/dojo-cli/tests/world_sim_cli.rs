@@ -1,4 +1,4 @@
-//! `dojo rollout --env-mode ... --world-model ...` through the real binary: a bundled task in
+//! `dojo rollout --execution ... --world-model ...` through the real binary: a bundled task in
 //! `sim` mode against a scripted OpenAI-compatible world model on loopback completes, prints the
 //! drift section and writes `drift.json`; bad modes and a missing world model are clear errors.
 
@@ -20,7 +20,7 @@ fn bad_env_mode_and_missing_world_model_are_clear_errors() {
         "gold-replay",
         "--out",
         out_dir.to_str().unwrap(),
-        "--env-mode",
+        "--execution",
         "simulated",
     ]);
     assert!(!out.status.success());
@@ -36,7 +36,7 @@ fn bad_env_mode_and_missing_world_model_are_clear_errors() {
         "gold-replay",
         "--out",
         out_dir.to_str().unwrap(),
-        "--env-mode",
+        "--execution",
         "sim",
     ]);
     assert!(!out.status.success());
@@ -64,7 +64,7 @@ fn sim_rollout_through_the_binary_reports_drift() {
         "gold-replay",
         "--out",
         run.to_str().unwrap(),
-        "--env-mode",
+        "--execution",
         "sim",
         "--world-model",
         "openai:world",
@@ -123,7 +123,7 @@ fn envless_tasks_roll_out_in_sim_and_are_selected_by_swr() {
         "2",
         "--out",
         run.to_str().unwrap(),
-        "--env-mode",
+        "--env-mode", // the old spelling of --execution, kept as an alias
         "sim",
         "--world-model",
         "openai:world",

@@ -5,6 +5,7 @@
 //! offline, with no external asset; that is why there is no PNG: any browser renders the inline
 //! SVG.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use std::path::{Path, PathBuf};
@@ -36,6 +37,78 @@ pub fn stage_table(stages: &[StageReport]) -> String {
         );
     }
     s
+}
+
+impl CurationSummary {
+    /// What `dojo curate` prints on stdout after a run (`world`: its world-model settings, with
+    /// `--world`; every line ends in a newline):
+    /// what was read, the stage table, the task split, what the world prompt caps cut, what was
+    /// kept, and the files written.
+    pub fn report(&self, world: Option<&crate::world::WorldConfig>) -> String {
+        let what = if world.is_some() {
+            "world records"
+        } else {
+            "trajectories"
+        };
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "read {} {what} from {} files ({} bytes, {} unusable lines)",
+            self.trajectories,
+            self.files_read,
+            self.bytes_read,
+            self.problems.len()
+        );
+        s.push_str(&stage_table(&self.stages));
+        if let Some(d) = &self.difficulty {
+            let _ = writeln!(
+                s,
+                "tasks: {} always fail, {} always pass, {} mixed",
+                d.always_fail, d.always_pass, d.mixed
+            );
+        }
+        if let Some(w) = &self.world {
+            let counts = |m: &BTreeMap<String, usize>| {
+                m.iter()
+                    .map(|(k, n)| format!("{k} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let sections = if w.truncated_sections.is_empty() {
+                "no section".to_string()
+            } else {
+                counts(&w.truncated_sections)
+            };
+            let _ = writeln!(
+                s,
+                "prompt caps: {} samples cut ({sections}), {} files left out",
+                w.truncated_samples, w.dropped_files
+            );
+            if !w.truncated_targets.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "target caps: tails kept ({})",
+                    counts(&w.truncated_targets)
+                );
+            }
+            if world.is_some_and(|c| c.analysis.is_some()) {
+                let _ = writeln!(
+                    s,
+                    "initial analysis: {} samples given one, {} without (none cached for their task)",
+                    w.analysis_attached, w.analysis_missing
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
+            "kept {} {what} -> {} samples, {} trained tokens",
+            self.kept_trajectories, self.samples, self.trained_tokens
+        );
+        for f in &self.written {
+            let _ = writeln!(s, "wrote {}", f.display());
+        }
+        s
+    }
 }
 
 /// At most this many problems are listed in the report; all of them are in `manifest.json`.
@@ -302,5 +375,51 @@ mod tests {
         assert!(html.contains("not_resolved: 2"));
         assert!(html.contains("truncated_last_line: &lt;cut&gt;"));
         assert_eq!(html.matches("<svg").count(), 1);
+    }
+
+    #[test]
+    fn report_lines() {
+        let mut cfg = crate::Config::new(vec![], PathBuf::from("/out"));
+        let mut s = CurationSummary {
+            files_read: 2,
+            bytes_read: 300,
+            trajectories: 4,
+            problems: vec!["p1".into()],
+            kept_trajectories: 3,
+            samples: 3,
+            trained_tokens: 90,
+            written: vec![PathBuf::from("/out/tokens.parquet")],
+            ..Default::default()
+        };
+        let table = stage_table(&[]);
+        assert_eq!(
+            s.report(cfg.world.as_ref()),
+            format!(
+                "read 4 trajectories from 2 files (300 bytes, 1 unusable lines)\n{table}\
+                 kept 3 trajectories -> 3 samples, 90 trained tokens\nwrote /out/tokens.parquet\n"
+            )
+        );
+        let mut w = crate::world::WorldConfig::new(crate::world::WorldKind::Swt);
+        w.analysis = Some((PathBuf::from("/cache"), "m".into()));
+        cfg.world = Some(w);
+        s.written.clear();
+        s.world = Some(crate::world::WorldStats {
+            truncated_samples: 2,
+            truncated_sections: [("diff".to_string(), 2)].into(),
+            dropped_files: 1,
+            truncated_targets: [("stdout".to_string(), 1)].into(),
+            analysis_attached: 2,
+            analysis_missing: 1,
+        });
+        assert_eq!(
+            s.report(cfg.world.as_ref()),
+            format!(
+                "read 4 world records from 2 files (300 bytes, 1 unusable lines)\n{table}\
+                 prompt caps: 2 samples cut (diff 2), 1 files left out\n\
+                 target caps: tails kept (stdout 1)\n\
+                 initial analysis: 2 samples given one, 1 without (none cached for their task)\n\
+                 kept 3 world records -> 3 samples, 90 trained tokens\n"
+            )
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! prints it, and `manifest.json` and `report.html` are made from it.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -42,6 +42,30 @@ pub struct CurationSummary {
     pub world: Option<WorldStats>,
 }
 
+/// Problems `dojo curate` lists on stderr; the rest are counted, and all are in the manifest.
+const LISTED_PROBLEMS: usize = 50;
+
+impl CurationSummary {
+    /// The warnings `dojo curate` prints on stderr: the first problems met, then how many more
+    /// `manifest` lists.
+    pub fn warnings(&self, manifest: &Path) -> Vec<String> {
+        let mut w: Vec<String> = self
+            .problems
+            .iter()
+            .take(LISTED_PROBLEMS)
+            .map(|p| format!("warning: {p}"))
+            .collect();
+        if self.problems.len() > LISTED_PROBLEMS {
+            w.push(format!(
+                "warning: ... {} more problems in {}",
+                self.problems.len() - LISTED_PROBLEMS,
+                manifest.display()
+            ));
+        }
+        w
+    }
+}
+
 /// A kept trajectory, for the report's per-task links.
 #[derive(Debug, Clone)]
 pub struct KeptRecord {
@@ -61,5 +85,22 @@ impl CurationSummary {
     pub(crate) fn time(&mut self, phase: &str, since: Instant) {
         self.seconds
             .insert(phase.into(), since.elapsed().as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_list_fifty_problems() {
+        let s = CurationSummary {
+            problems: (0..52).map(|i| format!("p{i}")).collect(),
+            ..Default::default()
+        };
+        let w = s.warnings(Path::new("/out/manifest.json"));
+        assert_eq!(w.len(), 51);
+        assert_eq!(w[0], "warning: p0");
+        assert_eq!(w[50], "warning: ... 2 more problems in /out/manifest.json");
     }
 }

@@ -52,6 +52,9 @@ pub enum EngineError {
     Chat(#[from] dojo_tokenizer::ChatError),
     #[error("engine: {0}")]
     Internal(String),
+    /// The device asked for (`--device`) is unknown or unavailable in this build or machine.
+    #[error("--device {spec}: {reason}")]
+    Device { spec: String, reason: String },
 }
 
 impl From<candle_core::Error> for EngineError {
@@ -71,19 +74,22 @@ pub fn device(spec: &str) -> Result<candle_core::Device, EngineError> {
             .strip_prefix("cuda:")
             .and_then(|n| n.parse::<usize>().ok()),
     };
+    let fail = |reason: String| EngineError::Device {
+        spec: spec.to_string(),
+        reason,
+    };
     let Some(ordinal) = ordinal else {
-        return Err(EngineError::Request(format!(
-            "unknown device {spec:?}: expected cpu, cuda or cuda:N"
-        )));
+        return Err(fail("unknown device: expected cpu, cuda or cuda:N".into()));
     };
     if !cfg!(feature = "cuda") {
-        return Err(EngineError::Request(format!(
-            "device {spec:?}: this dojo was built without CUDA; rebuild with `--features cuda` \
-             (needs the CUDA toolkit's nvcc)"
-        )));
+        return Err(fail(
+            "this dojo was built without CUDA; rebuild with `--features cuda` (needs the CUDA \
+             toolkit's nvcc)"
+                .into(),
+        ));
     }
     candle_core::Device::new_cuda(ordinal)
-        .map_err(|e| EngineError::Model(format!("opening CUDA device {ordinal}: {e}")))
+        .map_err(|e| fail(format!("opening CUDA device {ordinal}: {e}")))
 }
 
 #[cfg(test)]

@@ -131,6 +131,108 @@ pub struct EvalJob {
     pub prediction: Prediction,
 }
 
+/// The selected tasks of a `dojo validate` or `dojo eval` run, with what grading them needs.
+pub struct TaskSet {
+    pub tasks: Vec<Task>,
+    /// Every instance id of the task file, selected or not.
+    pub all_ids: std::collections::BTreeSet<String>,
+    pub registry: dojo_task::EnvRegistry,
+    pub opts: BatchOptions,
+    pub preparer_opts: dojo_task::PrepareOptions,
+}
+
+impl TaskSet {
+    /// Load `file` strictly, select `instances` (all when empty), check that the git-based
+    /// tasks' repositories are under `repos`, and read the environment specs (`envs` over the
+    /// embedded ones). `opts` are the default options; the caller sets its own.
+    pub fn load(
+        file: &Path,
+        instances: &[String],
+        repos: Option<&Path>,
+        envs: Option<&Path>,
+    ) -> Result<TaskSet, TaskError> {
+        let tasks = dojo_task::load_tasks(file)?;
+        let all_ids = tasks.iter().map(|t| t.instance_id.clone()).collect();
+        let tasks = dojo_task::select_instances(tasks, instances, file)?;
+        dojo_task::check_repos(&tasks, repos)?;
+        Ok(TaskSet {
+            tasks,
+            all_ids,
+            registry: dojo_task::EnvRegistry::with_dir(envs)?,
+            opts: BatchOptions::default(),
+            preparer_opts: dojo_task::PrepareOptions {
+                repos_dir: repos.map(Path::to_path_buf),
+            },
+        })
+    }
+}
+
+impl TaskSet {
+    /// The `validate` jobs: each task with its index (the order of the table) and its
+    /// environment, or why it has none.
+    pub fn validation_jobs(&self) -> Vec<(usize, Task, Result<RepoEnv, TaskError>)> {
+        let with_env = |(i, t): (usize, &Task)| (i, t.clone(), self.registry.resolve(t));
+        self.tasks.iter().enumerate().map(with_env).collect()
+    }
+
+    /// Validate every task ([`validate_tasks`]) with these options, `on_done` seeing each
+    /// validation as it finishes; returns them in the task file's order.
+    pub async fn validate(&self, on_done: &(dyn Fn(&Validation) + Sync)) -> Vec<Validation> {
+        let preparer = Preparer::new(self.preparer_opts.clone());
+        let mut out = validate_tasks(self.validation_jobs(), &preparer, &self.opts, on_done).await;
+        out.sort_by_key(|(i, _)| *i);
+        out.into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// Grade `jobs` into `out` ([`eval_jobs`]) with these options.
+    pub async fn eval(&self, jobs: Vec<EvalJob>, out: &Path) -> Vec<InstanceReport> {
+        let preparer = Preparer::new(self.preparer_opts.clone());
+        eval_jobs(jobs, out, &preparer, &self.opts).await
+    }
+}
+
+/// One job per task of `tasks` that has a prediction in `preds`, with its environment from
+/// `registry` (an unresolvable one is graded as an env_build error).
+pub fn jobs_for(
+    tasks: &[Task],
+    registry: &dojo_task::EnvRegistry,
+    preds: &[Prediction],
+) -> Vec<EvalJob> {
+    let by_id: std::collections::BTreeMap<&str, &Prediction> =
+        preds.iter().map(|p| (p.instance_id.as_str(), p)).collect();
+    tasks
+        .iter()
+        .filter_map(|t| {
+            let p = by_id.get(t.instance_id.as_str())?;
+            Some(EvalJob {
+                task: t.clone(),
+                env: registry.resolve(t).map_err(Arc::new),
+                prediction: (*p).clone(),
+            })
+        })
+        .collect()
+}
+
+/// The line `dojo eval` prints when some of `jobs` already have a report under `out` (kept;
+/// `--force` regrades them); `None` when none has.
+pub fn resume_line(jobs: &[EvalJob], out: &Path) -> Option<String> {
+    let done = already_graded(jobs, out);
+    (done > 0).then(|| {
+        format!(
+            "resuming: {done} of {} instance(s) already graded in {} (kept; --force regrades them)",
+            jobs.len(),
+            out.display()
+        )
+    })
+}
+
+/// How many of `jobs` already have a report under `out` (kept when resuming).
+pub fn already_graded(jobs: &[EvalJob], out: &Path) -> usize {
+    jobs.iter()
+        .filter(|j| existing_report(&instance_dir(out, &j.prediction.instance_id)).is_some())
+        .count()
+}
+
 /// Grade every job into `out/<instance_id>/`, `workers` at a time; returns every report
 /// (previous ones included when resuming).
 pub async fn eval_jobs(
@@ -323,5 +425,48 @@ mod tests {
             existing_report(dir.path()).unwrap().error_kind,
             Some(ErrorKind::PatchApply)
         );
+    }
+
+    #[test]
+    fn resumed_jobs_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = InstanceReport::new("x", Semantics::Classic, "pytest")
+            .fail(ErrorKind::PatchApply, "bad");
+        write_instance(&instance_dir(dir.path(), "x"), &r, Some("p")).unwrap();
+        let job = |id: &str| EvalJob {
+            task: Task::from_row(
+                serde_json::json!({
+                    "instance_id": id,
+                    "repo": "o/n",
+                    "base_commit": "abc",
+                    "problem_statement": "p",
+                    "patch": "diff --git a/x.py b/x.py\n",
+                })
+                .as_object()
+                .cloned()
+                .unwrap(),
+                &dojo_task::Location {
+                    file: "x".into(),
+                    unit: "line",
+                    index: 1,
+                },
+            )
+            .unwrap(),
+            env: Err(Arc::new(TaskError::Repos("none".into()))),
+            prediction: Prediction {
+                instance_id: id.into(),
+                model_name_or_path: "m".into(),
+                model_patch: Some("p".into()),
+                line: 1,
+            },
+        };
+        let jobs = [job("x"), job("y")];
+        assert_eq!(already_graded(&jobs, dir.path()), 1);
+        let line = resume_line(&jobs, dir.path()).unwrap();
+        assert!(
+            line.starts_with("resuming: 1 of 2 instance(s) already graded in "),
+            "{line}"
+        );
+        assert_eq!(resume_line(&jobs[1..], dir.path()), None);
     }
 }

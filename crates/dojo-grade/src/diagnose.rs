@@ -143,6 +143,120 @@ pub fn write_validation(dir: &Path, v: &Validation) -> std::io::Result<PathBuf> 
     Ok(dir.to_path_buf())
 }
 
+/// Where `dojo validate` keeps each task's problems and logs ([`write_validation`]): with
+/// `out`, every task's, written as soon as it is validated (a run stopped halfway keeps every
+/// task it finished); without, only those of the tasks that do not validate, under a fresh
+/// temporary directory, when the table is printed.
+pub struct ValidationLogs {
+    out: bool,
+    root: PathBuf,
+    written: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl ValidationLogs {
+    /// Logs under `out`, else under a fresh temporary directory.
+    pub fn new(out: Option<&Path>) -> ValidationLogs {
+        let root = match out {
+            Some(d) => d.to_path_buf(),
+            None => std::env::temp_dir().join(format!(
+                "dojo-validate-{}-{}",
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+                std::process::id()
+            )),
+        };
+        ValidationLogs {
+            out: out.is_some(),
+            root,
+            written: Default::default(),
+        }
+    }
+
+    /// The directory of `v`'s files.
+    pub fn dir(&self, v: &Validation) -> PathBuf {
+        self.root.join(&v.instance_id)
+    }
+
+    /// As each task is validated: with `out`, write its files now (a failure is retried by
+    /// [`ValidationLogs::row`]).
+    pub fn write_early(&self, v: &Validation) -> std::io::Result<()> {
+        if self.out {
+            write_validation(&self.dir(v), v)?;
+            if let Ok(mut done) = self.written.lock() {
+                done.insert(v.instance_id.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// `v`'s table row, its files written first where they are due and not written yet.
+    pub fn row(&self, v: &Validation) -> std::io::Result<String> {
+        let dir = self.dir(v);
+        let early = self
+            .written
+            .lock()
+            .is_ok_and(|done| done.contains(&v.instance_id));
+        let written = if self.out && early {
+            Some(dir)
+        } else if self.out || !v.ok {
+            Some(write_validation(&dir, v)?)
+        } else {
+            None
+        };
+        Ok(validate_row(v, written.as_deref()))
+    }
+}
+
+/// The closing line of `dojo validate`: tasks runnable, time, pace, workers.
+pub fn runnable_line(
+    ok: usize,
+    total: usize,
+    elapsed: std::time::Duration,
+    workers: usize,
+) -> String {
+    format!(
+        "\nrunnable: {ok}/{total} ({:.1} s, {:.2} tasks/min, {workers} worker(s))",
+        elapsed.as_secs_f64(),
+        total as f64 / elapsed.as_secs_f64().max(1e-9) * 60.0,
+    )
+}
+
+/// `dojo validate --write`: fill FAIL_TO_PASS / PASS_TO_PASS of the new tasks that validated
+/// into the JSONL task file `file` (whose tasks are `tasks`); returns what to print (how many
+/// were written, and the new tasks left out because they do not validate).
+pub fn write_lists(
+    file: &Path,
+    tasks: &[dojo_task::Task],
+    results: &[Validation],
+) -> Result<String, dojo_task::TaskError> {
+    let fill: dojo_task::NewLists = results
+        .iter()
+        .filter(|v| v.ok && v.new_task)
+        .map(|v| {
+            let lists = (&v.derived_fail_to_pass[..], &v.derived_pass_to_pass[..]);
+            (v.instance_id.as_str(), lists)
+        })
+        .collect();
+    let n = dojo_task::fill_lists(file, tasks, fill)?;
+    let mut out = format!(
+        "wrote FAIL_TO_PASS / PASS_TO_PASS of {n} task(s) into {}",
+        file.display()
+    );
+    let skipped: Vec<&str> = results
+        .iter()
+        .filter(|v| v.new_task && !v.ok)
+        .map(|v| v.instance_id.as_str())
+        .collect();
+    if !skipped.is_empty() {
+        out.push_str(&format!(
+            "\nnot written (not runnable, see above): {}",
+            skipped.join(", ")
+        ));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,5 +342,31 @@ mod tests {
             assert!(r.chars().count() < 400, "{r}");
         }
         insta::assert_snapshot!("validate_rows", rows.join("\n"));
+    }
+
+    #[test]
+    fn runnable_line() {
+        assert_eq!(
+            super::runnable_line(2, 3, std::time::Duration::from_secs(6), 2),
+            "\nrunnable: 2/3 (6.0 s, 30.00 tasks/min, 2 worker(s))"
+        );
+    }
+
+    #[test]
+    fn logs_are_kept_for_every_task_with_out_else_for_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = ValidationLogs::new(Some(dir.path()));
+        let good = v("good", true, false, vec![]);
+        logs.write_early(&good).unwrap();
+        assert!(logs.dir(&good).join("validation.json").is_file());
+        assert_eq!(
+            logs.row(&good).unwrap(),
+            validate_row(&good, Some(&dir.path().join("good")))
+        );
+        let tmp = ValidationLogs::new(None);
+        assert!(tmp.dir(&good).starts_with(std::env::temp_dir()));
+        tmp.write_early(&good).unwrap();
+        assert!(!tmp.dir(&good).exists());
+        assert_eq!(tmp.row(&good).unwrap(), validate_row(&good, None));
     }
 }

@@ -44,6 +44,20 @@ pub enum Semantics {
     Swebench5,
 }
 
+/// A `--semantics` name that is neither `classic` nor `swebench5`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--semantics {0:?}: expected classic or swebench5")]
+pub struct UnknownSemantics(pub String);
+
+impl std::str::FromStr for Semantics {
+    type Err = UnknownSemantics;
+
+    /// [`Semantics::by_name`], or an error naming the flag and the choices.
+    fn from_str(s: &str) -> Result<Semantics, UnknownSemantics> {
+        Semantics::by_name(s).ok_or_else(|| UnknownSemantics(s.to_string()))
+    }
+}
+
 impl Semantics {
     pub fn by_name(s: &str) -> Option<Semantics> {
         match s {
@@ -372,6 +386,15 @@ pub fn is_truncated_id(key: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn semantics_names() {
+        assert_eq!("5.x".parse(), Ok(Semantics::Swebench5));
+        assert_eq!(
+            "x".parse::<Semantics>().unwrap_err().to_string(),
+            "--semantics \"x\": expected classic or swebench5"
+        );
+    }
 
     fn sm(pairs: &[(&str, &str)]) -> StatusMap {
         let mut m = StatusMap::new();

@@ -174,6 +174,34 @@ pub fn read_predictions(
     Ok((preds, bad))
 }
 
+/// What `dojo eval` says on stderr about a predictions `file`: each malformed line, and each
+/// prediction for an instance the task file (`tasks_file`, ids `known`) does not have (a wrong
+/// file or a wrong id: nothing of it gets graded).
+pub fn input_warnings(
+    file: &Path,
+    preds: &[Prediction],
+    malformed: &[MalformedLine],
+    known: &std::collections::BTreeSet<String>,
+    tasks_file: &Path,
+) -> Vec<String> {
+    let f = file.display();
+    let bad = malformed
+        .iter()
+        .map(|m| format!("{f}: line {}: {}", m.line, m.reason));
+    let unknown = preds
+        .iter()
+        .filter(|p| !known.contains(&p.instance_id))
+        .map(|p| {
+            format!(
+                "{f}: line {}: instance {} is not in the task file {}",
+                p.line,
+                p.instance_id,
+                tasks_file.display()
+            )
+        });
+    bad.chain(unknown).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,5 +286,33 @@ mod tests {
             v.into_iter().map(|p| Prediction { line: 0, ..p }).collect()
         };
         assert_eq!(strip(back), preds);
+    }
+
+    #[test]
+    fn warnings_name_bad_lines_and_unknown_ids() {
+        let p = |id: &str, line| Prediction {
+            instance_id: id.into(),
+            model_name_or_path: "m".into(),
+            model_patch: None,
+            line,
+        };
+        let bad = [MalformedLine {
+            line: 2,
+            reason: "not JSON".into(),
+        }];
+        let known = ["a".to_string()].into();
+        assert_eq!(
+            input_warnings(
+                Path::new("p.jsonl"),
+                &[p("a", 1), p("z", 3)],
+                &bad,
+                &known,
+                Path::new("t.jsonl")
+            ),
+            [
+                "p.jsonl: line 2: not JSON",
+                "p.jsonl: line 3: instance z is not in the task file t.jsonl"
+            ]
+        );
     }
 }

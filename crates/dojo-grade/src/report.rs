@@ -389,6 +389,50 @@ pub fn existing_report(dir: &Path) -> Option<InstanceReport> {
     (!r.infra_failure).then_some(r)
 }
 
+impl RunSummary {
+    /// What `dojo eval` prints after grading (report written to `path`): the counts, each
+    /// error's kind, the patches that touched test infrastructure, and the report.
+    pub fn report_lines(&self, path: &Path) -> String {
+        let mut lines = vec![format!(
+            "instances: {} submitted, {} resolved, {} unresolved, {} empty patch, {} error ({} infrastructure), {} malformed prediction line(s)",
+            self.submitted_instances,
+            self.resolved_instances,
+            self.unresolved_instances,
+            self.empty_patch_instances,
+            self.error_instances,
+            self.infra_failure_instances,
+            self.malformed_prediction_lines.len()
+        )];
+        for (id, kind) in &self.error_kinds {
+            lines.push(format!("error: {id}: {}", kind.as_str()));
+        }
+        for id in &self.test_infrastructure_ids {
+            lines.push(format!(
+                "test infrastructure touched by the model patch: {id} (see its report.json)"
+            ));
+        }
+        lines.push(format!("report: {}", path.display()));
+        lines.join("\n")
+    }
+
+    /// Write the run report (`report.json`, [`RunSummary::to_json`]) to `path`, atomically.
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        let json = serde_json::to_vec_pretty(&self.to_json()).map_err(std::io::Error::other)?;
+        dojo_rundir::write_atomic(path, &json)
+    }
+
+    /// The error of a `dojo eval` that graded nothing: none of the `usable` predictions of
+    /// `predictions` names a selected instance of `tasks` (an input error, not a result).
+    pub fn nothing_graded(&self, usable: usize, predictions: &Path, tasks: &Path) -> String {
+        format!(
+            "error: nothing to grade: none of the {usable} usable prediction(s) in {} names a selected instance of {} ({} malformed line(s))",
+            predictions.display(),
+            tasks.display(),
+            self.malformed_prediction_lines.len()
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,5 +496,39 @@ mod tests {
         assert_eq!(s.incomplete_ids, ["f"]);
         assert_eq!(s.unknown_prediction_ids, ["zz"]);
         assert_eq!(s.completed_instances, 2);
+    }
+
+    #[test]
+    fn run_summary_lines() {
+        let s = RunSummary {
+            submitted_instances: 3,
+            resolved_instances: 1,
+            unresolved_instances: 1,
+            error_instances: 1,
+            infra_failure_instances: 1,
+            error_kinds: [("b".to_string(), ErrorKind::Timeout)].into(),
+            test_infrastructure_ids: vec!["c".into()],
+            malformed_prediction_lines: vec![MalformedLine {
+                line: 4,
+                reason: "not JSON".into(),
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            s.nothing_graded(0, Path::new("p.jsonl"), Path::new("t.jsonl")),
+            "error: nothing to grade: none of the 0 usable prediction(s) in p.jsonl names a selected instance of t.jsonl (1 malformed line(s))"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        s.write(&dir.path().join("report.json")).unwrap();
+        let back: RunSummary =
+            serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap())
+                .unwrap();
+        assert_eq!(back, s);
+        insta::assert_snapshot!(s.report_lines(Path::new("/out/report.json")), @r"
+        instances: 3 submitted, 1 resolved, 1 unresolved, 0 empty patch, 1 error (1 infrastructure), 1 malformed prediction line(s)
+        error: b: timeout
+        test infrastructure touched by the model patch: c (see its report.json)
+        report: /out/report.json
+        ");
     }
 }

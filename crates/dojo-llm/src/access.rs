@@ -124,9 +124,35 @@ async fn require_key(State(key): State<ApiKey>, req: Request, next: Next) -> Res
     }
 }
 
+/// Resolves on Ctrl-C or SIGTERM: a service (`dojo serve`, `dojo env serve`) then stops
+/// accepting requests and finishes the ones in flight.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn shutdown_waits_for_a_signal() {
+        let wait = tokio::time::timeout(std::time::Duration::from_millis(20), shutdown_signal());
+        assert!(wait.await.is_err());
+    }
 
     #[test]
     fn keys_compare_exactly() {

@@ -230,6 +230,20 @@ fn unzip(whl: &Path, dest: &Path) -> Result<(), UnzipError> {
     Ok(())
 }
 
+/// A `--server` name that is none of the supported language servers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown --server {0:?}; use ty, pyrefly, pyright or basedpyright")]
+pub struct UnknownServer(pub String);
+
+impl std::str::FromStr for ServerKind {
+    type Err = UnknownServer;
+
+    /// A server by its name, in any case.
+    fn from_str(s: &str) -> Result<ServerKind, UnknownServer> {
+        ServerKind::parse(s).ok_or_else(|| UnknownServer(s.to_string()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,6 +256,10 @@ mod tests {
         }
         assert_eq!(ServerKind::parse("PyRight"), Some(ServerKind::Pyright));
         assert_eq!(ServerKind::parse("jedi"), None);
+        assert_eq!(
+            "jedi".parse::<ServerKind>().unwrap_err().to_string(),
+            "unknown --server \"jedi\"; use ty, pyrefly, pyright or basedpyright"
+        );
     }
 
     #[test]

@@ -82,6 +82,45 @@ impl Command {
     }
 }
 
+/// A name that is none of the tool's commands.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown command {0:?}; use one of: {names}", names = Command::ALL.map(Command::name).join(", "))]
+pub struct UnknownCommand(pub String);
+
+impl std::str::FromStr for Command {
+    type Err = UnknownCommand;
+
+    /// A command by its name (`get_definition`, ...).
+    fn from_str(s: &str) -> Result<Command, UnknownCommand> {
+        Command::parse(s).ok_or_else(|| UnknownCommand(s.to_string()))
+    }
+}
+
+impl Command {
+    /// The tool call's arguments as the agent would send them: the command and the fields
+    /// given (`dojo lsp` builds one from its flags).
+    pub fn call(
+        self,
+        file: Option<&str>,
+        symbol: Option<&str>,
+        line: Option<u64>,
+        query: Option<&str>,
+    ) -> serde_json::Value {
+        let mut call = serde_json::Map::new();
+        call.insert("command".into(), self.name().into());
+        let fields = [("file_path", file), ("symbol", symbol), ("query", query)];
+        for (k, v) in fields {
+            if let Some(v) = v {
+                call.insert(k.into(), v.into());
+            }
+        }
+        if let Some(l) = line {
+            call.insert("line".into(), l.into());
+        }
+        serde_json::Value::Object(call)
+    }
+}
+
 /// Why an observation is not the agent's fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -112,6 +151,18 @@ pub struct Observation {
 }
 
 impl Observation {
+    /// Whose problem the answer was, as `dojo lsp` exits: 0 success, 1 the tool answered with
+    /// an error message, 2 infrastructure failure.
+    pub fn exit_code(&self) -> i32 {
+        if self.infra.is_some() {
+            2
+        } else if self.success {
+            0
+        } else {
+            1
+        }
+    }
+
     fn ok(body: String) -> Self {
         Observation {
             text: format!("[status_code]: success\n[Result]:\n{}", body.trim_end()),
@@ -353,6 +404,31 @@ async fn install_for_sandboxes(kind: ServerKind) -> Result<crate::backend::Launc
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exit_codes_say_whose_problem() {
+        let ok = Observation::ok("x".into());
+        assert_eq!(ok.exit_code(), 0);
+        let refused = Observation {
+            success: false,
+            ..ok.clone()
+        };
+        assert_eq!(refused.exit_code(), 1);
+    }
+
+    #[test]
+    fn calls_are_built_from_the_fields_given() {
+        let c: Command = "get_hover".parse().unwrap();
+        assert_eq!(
+            c.call(Some("a.py"), Some("f"), Some(3), None),
+            serde_json::json!({"command": "get_hover", "file_path": "a.py", "symbol": "f", "line": 3})
+        );
+        let e = "get_x".parse::<Command>().unwrap_err().to_string();
+        assert!(
+            e.starts_with("unknown command \"get_x\"; use one of: get_definition, "),
+            "{e}"
+        );
+    }
 
     #[test]
     fn schema_lists_every_command() {

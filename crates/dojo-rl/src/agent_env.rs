@@ -3,7 +3,7 @@
 //! through `dojo rollout`'s path (sandboxes, tools, grading, the crash-safe store under
 //! `OUT/rollouts/step-NNNNNNNN`), and the graded trajectories go back to the loop.
 //!
-//! With a simulated world (`--env-mode sim`, SWE-World) tasks need only `repo` +
+//! With a simulated world (`--execution sim`, SWE-World) tasks need only `repo` +
 //! `base_commit`: Python and tests are answered by the world model and the reward is its reward
 //! model's verdict; a world model that fails is an infrastructure failure, masked like any
 //! other.
@@ -81,7 +81,7 @@ impl AgentEnv {
             .map_err(|e| RlError::config("--world-model", e))?;
         if let Some(w) = &opts.world {
             dojo_rollout::world_sim::world_model(w, &world_embedded)
-                .map_err(|e| RlError::config(&format!("--env-mode {}", w.mode), e))?;
+                .map_err(|e| RlError::config(&format!("--execution {}", w.mode), e))?;
         }
         // In sim (and hybrid) mode a task needs no environment: `repo` + `base_commit` do.
         let needs_env = opts
@@ -98,7 +98,7 @@ impl AgentEnv {
                     RlError::config(
                         flag,
                         format!(
-                            "{}: task {} has no environment (add an env spec with --envs, or train in --env-mode sim): {e}",
+                            "{}: task {} has no environment (add an env spec with --envs, or train in --execution sim): {e}",
                             file.display(),
                             t.instance_id
                         ),

@@ -182,6 +182,16 @@ impl RlConfig {
         }
     }
 
+    /// The defaults for `device` (`cpu`, `cuda`, `cuda:N`): on a CPU the embedded model gets
+    /// budgets it finishes ([`RlConfig::cpu`]), elsewhere SWE-Master's.
+    pub fn for_device(device: &str) -> RlConfig {
+        if device == "cpu" {
+            RlConfig::cpu()
+        } else {
+            RlConfig::default()
+        }
+    }
+
     /// The run's settings: `file` (`rl.toml`), else `base` ([`RlConfig::default`] or
     /// [`RlConfig::cpu`]), the command line's values over them, validated.
     pub fn resolve(
@@ -409,5 +419,14 @@ mod tests {
         let mut c = a.clone();
         c.loss.clip_high = 0.2;
         assert_ne!(a.hash(), c.hash());
+    }
+
+    #[test]
+    fn cpu_budgets_only_on_the_cpu() {
+        assert_eq!(RlConfig::for_device("cpu").rollout.max_steps, CPU_MAX_STEPS);
+        assert_eq!(
+            RlConfig::for_device("cuda:0").rollout.max_steps,
+            RlConfig::default().rollout.max_steps
+        );
     }
 }

@@ -103,6 +103,57 @@ pub struct RunSummary {
     pub last: Option<StepMetrics>,
 }
 
+impl RunSummary {
+    /// The closing line of `dojo rl`: the last step's reward, resolved and masked shares, and
+    /// where the metrics are; `None` when no step ran.
+    pub fn last_step_line(&self) -> Option<String> {
+        self.last.as_ref().map(|m| {
+            format!(
+                "step {}: reward {:.3}, resolved {:.3}, masked {:.3} → {}",
+                m.step,
+                m.batch.reward_mean,
+                m.batch.resolved_rate,
+                m.batch.masked_share,
+                self.out.join(crate::metrics::METRICS_FILE).display()
+            )
+        })
+    }
+}
+
+/// Load the weights of `src` on `device` and [`run`] RL with them: with LoRA when
+/// `cfg.lora_rank` is set (alpha 2r, scale 2, all seven projections, no dropout: the sampling
+/// policy must be the trained one), a frozen reference copy when the loss has a KL term, and
+/// activation checkpointing where an update would not fit otherwise.
+pub fn run_from_source(
+    out: &Path,
+    cfg: &RlConfig,
+    src: &dojo_train::ModelSource,
+    model_id: &str,
+    device: &candle_core::Device,
+    tasks: &[String],
+    env: &mut dyn EpisodeSource,
+) -> Result<RunSummary, RlError> {
+    let mut model = src.load(device)?;
+    if let Some(r) = cfg.lora_rank {
+        let lora = dojo_train::LoraConfig::new(
+            r,
+            2.0 * r as f64,
+            0.0,
+            &["q", "k", "v", "o", "gate", "up", "down"],
+        )?;
+        model.enable_lora(lora, cfg.seed)?;
+    }
+    let reference = if cfg.loss.kl_coef > 0.0 {
+        Some(src.load(device)?)
+    } else {
+        None
+    };
+    // Episodes vary in length: each update decides whether its micro-batches need activation
+    // checkpointing to fit (beside the sampling copy and a reference).
+    model.set_checkpointing(model.auto_checkpointing(None, 1 + u64::from(reference.is_some())));
+    run(out, cfg, &model, model_id, reference.as_ref(), tasks, env)
+}
+
 /// The tasks of step `step`: `n` of `tasks`, shuffled by (seed, step).
 pub fn tasks_for_step(tasks: &[String], n: usize, seed: u64, step: u64) -> Vec<String> {
     let mut rng = StdRng::seed_from_u64(seed ^ step.wrapping_mul(0x9e37_79b9_7f4a_7c15));
@@ -375,5 +426,37 @@ mod tests {
         assert_eq!(tasks_for_step(&t, 3, 1, 5), tasks_for_step(&t, 3, 1, 5));
         assert_eq!(tasks_for_step(&t, 3, 1, 5).len(), 3);
         assert_eq!(tasks_for_step(&t, 30, 1, 5).len(), 10);
+    }
+
+    #[test]
+    fn last_step_line() {
+        let mut s = RunSummary {
+            out: PathBuf::from("/rl"),
+            resumed_from: None,
+            steps: 2,
+            last: None,
+        };
+        assert_eq!(s.last_step_line(), None);
+        s.last = Some(StepMetrics {
+            schema_version: 1,
+            step: 2,
+            tasks: vec!["a".into()],
+            batch: dojo_reward::group::BatchStats {
+                reward_mean: 0.25,
+                resolved_rate: 0.5,
+                masked_share: 0.125,
+                ..Default::default()
+            },
+            updates: vec![],
+            generation_s: 1.0,
+            shaping_s: 0.0,
+            training_s: 0.0,
+            rollout_time: Default::default(),
+            rollout_report: Json::Null,
+        });
+        assert_eq!(
+            s.last_step_line().as_deref(),
+            Some("step 2: reward 0.250, resolved 0.500, masked 0.125 → /rl/metrics.jsonl")
+        );
     }
 }

@@ -271,7 +271,7 @@ pub struct AgentRunner<A, B> {
     pub run_id: String,
     /// World-model records (`world.jsonl`) of this run; `None`: not captured.
     pub world: Option<Arc<WorldWriter>>,
-    /// The simulated environment (`--env-mode`); `None`: real execution.
+    /// The simulated environment (`--execution`); `None`: real execution.
     pub sim: Option<crate::world_sim::SimSetup>,
 }
 

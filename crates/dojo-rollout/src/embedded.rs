@@ -6,6 +6,7 @@
 //! The engine is behind the `engine` feature (candle): without it an embedded policy has no
 //! backend and [`crate::run_dir::make_backends`] refuses it, naming the feature.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use dojo_llm::ChatBackend;
@@ -71,6 +72,39 @@ async fn policy_engine(
 pub async fn policy_backends(policy: &PolicyConfig) -> Result<ModelBackends, RolloutError> {
     let embedded = policy_engine(policy).await?;
     model_backends(policy, embedded)
+}
+
+/// [`policy_backends`] for a caller outside a runtime: the embedded engine is loaded on this
+/// thread.
+pub fn policy_backends_blocking(policy: &PolicyConfig) -> Result<ModelBackends, RolloutError> {
+    let embedded = match &policy.kind {
+        PolicyKind::Embedded { model } => embedded_backend(model)?,
+        _ => None,
+    };
+    model_backends(policy, embedded)
+}
+
+/// `dojo tasks analyze`: the initial analysis of every task of `inputs` by the model of
+/// `policy` (its engine loaded when embedded), cached under `cache` (default
+/// `$DOJO_HOME/world-analysis`) ([`dojo_world::analysis::AnalysisRun`]).
+pub async fn analyze_tasks(
+    policy: &PolicyConfig,
+    inputs: &[dojo_world::analysis::AnalysisInput],
+    cache: Option<PathBuf>,
+    timeout: std::time::Duration,
+    concurrency: usize,
+) -> Result<dojo_world::analysis::AnalysisRun, RolloutError> {
+    let root = cache.unwrap_or_else(dojo_world::analysis::default_cache_root);
+    let m = policy_backends(policy).await?;
+    let run = dojo_world::analysis::AnalysisRun::run(
+        &*m.client,
+        &m.model,
+        inputs,
+        &root,
+        timeout,
+        concurrency,
+    );
+    Ok(run.await)
 }
 
 /// `dojo rollout`'s path for any policy: its engines loaded (the agent's and the world

@@ -23,11 +23,12 @@
 //!   backends and the capture.
 //! - [`world_capture`]: SWT/SWR training records for world models (`world.jsonl`) from the
 //!   real commands and grades of each rollout.
-//! - [`world_sim`]: rollouts in a simulated environment (`--env-mode sim|hybrid|shadow`):
+//! - [`world_sim`]: rollouts in a simulated environment (`--execution sim|hybrid|shadow`):
 //!   preparation per mode, the routing workspace, the reward model's verdict, drift.
 
 pub mod agent_runner;
 pub mod backends;
+pub mod demo;
 pub mod embedded;
 pub mod error;
 pub mod gold;

@@ -29,6 +29,28 @@ pub struct MergeReport {
     pub predictions: Vec<PathBuf>,
 }
 
+impl MergeReport {
+    /// The progress line of a merge into `out` (stderr).
+    pub fn progress_line(&self, out: &Path) -> String {
+        format!(
+            "merged {} shards: {} tasks, {} trajectories → {}",
+            self.shards,
+            self.tasks,
+            self.trajectories,
+            out.display()
+        )
+    }
+
+    /// What `dojo rollout --merge` prints on stdout: the merged run's table and predictions.
+    pub fn report(&self) -> String {
+        let mut lines = vec![crate::summary::render_table(std::slice::from_ref(
+            &self.summary,
+        ))];
+        lines.extend(crate::run_dir::prediction_lines(&self.predictions));
+        lines.join("\n")
+    }
+}
+
 fn err(what: impl Into<String>) -> RolloutError {
     RolloutError::Merge(what.into())
 }

@@ -325,6 +325,21 @@ impl ChatBackend for LimitedBackend {
     }
 }
 
+impl PolicyConfig {
+    /// Lay the command line's settings over the policy: agent turns per rollout
+    /// (`[agent] max_steps`) and the `[world]` overrides.
+    pub fn override_with(
+        &mut self,
+        max_steps: Option<u32>,
+        world: &dojo_world::route::WorldOverrides,
+    ) -> Result<(), dojo_world::route::OverrideError> {
+        if let Some(n) = max_steps {
+            self.agent.insert("max_steps".into(), n.into());
+        }
+        world.apply(&mut self.world)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,5 +408,17 @@ mod tests {
         req.messages.push(r.choices[0].message.clone());
         let e = b.complete(req).await.unwrap_err();
         assert_eq!(e.class(), dojo_llm::FailureClass::Infrastructure);
+    }
+
+    #[test]
+    fn command_line_overrides_reach_the_policy() {
+        let mut p = PolicyConfig::parse("gold-replay").unwrap();
+        let world = dojo_world::route::WorldOverrides {
+            swr_seed: Some(7),
+            ..Default::default()
+        };
+        p.override_with(Some(3), &world).unwrap();
+        assert_eq!(p.agent["max_steps"], 3);
+        assert_eq!(p.world.unwrap().swr_seed, Some(7));
     }
 }

@@ -199,6 +199,43 @@ pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> Str
     page.finish()
 }
 
+/// Write `dojo demo`'s report into `out`: one page per trajectory under `DIR/pages` for each
+/// run (named by its directory `DIR` under `out`), and `report.html` with `notes` and every
+/// run's table; returns the report's path (canonical where it can be).
+pub fn write_demo_report(
+    out: &std::path::Path,
+    title: &str,
+    runs: &[(&crate::run_dir::RolloutOutput, &str)],
+    notes: &[String],
+) -> Result<std::path::PathBuf, crate::error::RolloutError> {
+    use crate::error::RolloutError;
+    let io = |path: &std::path::Path, e: &dyn std::fmt::Display| RolloutError::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    // One page per trajectory, linked from the report's per-task table.
+    for (o, dir) in runs {
+        let records =
+            dojo_trajectory::read_jsonl(&o.store_path).map_err(|e| io(&o.store_path, &e))?;
+        let pages = out.join(dir).join("pages");
+        dojo_report::trajectory::write_pages(&pages, &records.trajectories)
+            .map_err(|e| io(&pages, &e))?;
+    }
+    let parts: Vec<PolicyRun<'_>> = runs
+        .iter()
+        .map(|(o, dir)| PolicyRun {
+            summary: &o.summary,
+            outcomes: &o.outcomes,
+            trajectories: format!("{dir}/trajectories.jsonl"),
+            pages: Some(format!("{dir}/pages")),
+        })
+        .collect();
+    let html = render_html(title, notes, &parts);
+    let report = out.join("report.html");
+    dojo_rundir::write_atomic(&report, html.as_bytes()).map_err(|e| io(&report, &e))?;
+    Ok(std::fs::canonicalize(&report).unwrap_or(report))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,5 +304,26 @@ mod tests {
         // Gold samples link to their pages; the model's run has none.
         assert!(html.contains("<a href=\"gold/pages/c.0.html\">"));
         assert_eq!(html.matches("<a href=").count(), gold.len());
+    }
+
+    #[test]
+    fn demo_report_is_written_with_a_page_dir_per_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("gold").join("trajectories.jsonl");
+        std::fs::create_dir_all(store.parent().unwrap()).unwrap();
+        std::fs::write(&store, "").unwrap();
+        let o = crate::run_dir::RolloutOutput {
+            summary: Summary::new("gold-replay", &[]),
+            outcomes: vec![],
+            stats: Default::default(),
+            recovery: Default::default(),
+            store_path: store,
+            predictions: vec![],
+            drift: None,
+        };
+        let notes = ["a note".to_string()];
+        let report = write_demo_report(dir.path(), "t", &[(&o, "gold")], &notes).unwrap();
+        assert!(report.ends_with("report.html"));
+        assert!(std::fs::read_to_string(&report).unwrap().contains("a note"));
     }
 }

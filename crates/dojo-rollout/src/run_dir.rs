@@ -81,6 +81,40 @@ pub struct RolloutOutput {
     pub drift: Option<dojo_world::drift::DriftSummary>,
 }
 
+/// The `predictions: FILE` lines `dojo rollout` and `dojo rollout --merge` print.
+pub(crate) fn prediction_lines(predictions: &[PathBuf]) -> impl Iterator<Item = String> + '_ {
+    predictions
+        .iter()
+        .map(|p| format!("predictions: {}", p.display()))
+}
+
+impl RolloutOutput {
+    /// The progress line of a finished run (stderr): jobs planned, resumed from the store, run
+    /// now, and where the trajectories are.
+    pub fn progress_line(&self) -> String {
+        let s = &self.stats;
+        format!(
+            "{}: {} planned, {} resumed from the store, {} run now → {}",
+            self.summary.policy,
+            s.planned,
+            s.skipped,
+            s.ran,
+            self.store_path.display()
+        )
+    }
+
+    /// What `dojo rollout` prints on stdout after a run: the summary table, the simulation's
+    /// drift (when any), the predictions files.
+    pub fn report(&self) -> String {
+        let mut lines = vec![crate::summary::render_table(std::slice::from_ref(
+            &self.summary,
+        ))];
+        lines.extend(self.drift.as_ref().map(|d| d.to_markdown()));
+        lines.extend(prediction_lines(&self.predictions));
+        lines.join("\n")
+    }
+}
+
 impl BackendFactory for Box<dyn BackendFactory> {
     fn backend(
         &self,
@@ -446,5 +480,44 @@ mod tests {
         // Unset, the field stays out of the recorded policy (run.json of older runs resume).
         let short = PolicyConfig::parse("openai:m").unwrap();
         assert!(!short.to_json().to_string().contains("request_timeout_s"));
+    }
+
+    #[test]
+    fn run_and_merge_lines() {
+        let summary = Summary::new("gold-replay", &[]);
+        let out = RolloutOutput {
+            summary: summary.clone(),
+            outcomes: vec![],
+            stats: RunStats {
+                planned: 3,
+                skipped: 1,
+                ran: 2,
+            },
+            recovery: Recovery::default(),
+            store_path: PathBuf::from("/run/trajectories.jsonl"),
+            predictions: vec![PathBuf::from("/run/predictions.jsonl")],
+            drift: None,
+        };
+        assert_eq!(
+            out.progress_line(),
+            "gold-replay: 3 planned, 1 resumed from the store, 2 run now → /run/trajectories.jsonl"
+        );
+        let table = crate::summary::render_table(std::slice::from_ref(&summary));
+        assert_eq!(
+            out.report(),
+            format!("{table}\npredictions: /run/predictions.jsonl")
+        );
+        let merged = crate::merge::MergeReport {
+            shards: 2,
+            tasks: 3,
+            trajectories: 6,
+            summary,
+            predictions: vec![],
+        };
+        assert_eq!(
+            merged.progress_line(Path::new("/m")),
+            "merged 2 shards: 3 tasks, 6 trajectories → /m"
+        );
+        assert_eq!(merged.report(), table);
     }
 }

@@ -1,4 +1,4 @@
-//! Rollouts in a simulated environment (`--env-mode sim|hybrid|shadow`, the policy's `[world]`
+//! Rollouts in a simulated environment (`--execution sim|hybrid|shadow`, the policy's `[world]`
 //! table): how a task is prepared for each mode, the [`dojo_world::sim::SimWorkspace`] the agent's
 //! tools run through, and the final reward.
 //!
@@ -234,6 +234,12 @@ fn swr_sampling(policy: &WorldPolicy) -> WorldClientConfig {
         swr_seed: policy.swr_seed.unwrap_or(d.swr_seed),
         ..d
     }
+}
+
+/// [`analysis_input`] of every task: a task without a gold patch is bad input, said before
+/// any request is made.
+pub fn analysis_inputs(tasks: &[Task]) -> Result<Vec<AnalysisInput>, WorldSimError> {
+    tasks.iter().map(analysis_input).collect()
 }
 
 /// What the initial analysis of `task` is written from ([`dojo_world::analysis`]). A task

@@ -187,6 +187,47 @@ fn feature(name: &str, r: Result<(), ProbeError>) -> Feature {
     }
 }
 
+/// `dojo sandbox doctor [--clean]`: the host's report and, with `clean`, what the sweep of
+/// dead sandboxes removed.
+#[derive(Debug, Clone)]
+pub struct Checkup {
+    pub report: Report,
+    pub swept: Option<crate::leftovers::Swept>,
+}
+
+impl Checkup {
+    /// Take the report, after sweeping dead sandboxes' leftovers when `clean`.
+    pub fn run(clean: bool) -> Checkup {
+        let report = report();
+        let swept = clean.then(|| {
+            let s = crate::leftovers::sweep();
+            crate::trash::flush();
+            s
+        });
+        Checkup { report, swept }
+    }
+
+    /// The report as JSON, with the sweep under `swept`.
+    pub fn to_json(&self) -> serde_json::Result<serde_json::Value> {
+        let mut v = serde_json::to_value(&self.report)?;
+        if let Some(s) = &self.swept {
+            v["swept"] = serde_json::to_value(s)?;
+        }
+        Ok(v)
+    }
+}
+
+impl std::fmt::Display for Checkup {
+    /// The report, then the sweep's `cleaned:` line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.report)?;
+        if let Some(s) = &self.swept {
+            write!(f, "\n{s}")?;
+        }
+        Ok(())
+    }
+}
+
 /// Probe everything.
 pub fn report() -> Report {
     let u = libc::CLONE_NEWUSER;

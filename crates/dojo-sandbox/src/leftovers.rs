@@ -80,6 +80,20 @@ pub struct Swept {
     pub cgroups: Vec<String>,
 }
 
+impl std::fmt::Display for Swept {
+    /// The `cleaned:` line of `dojo sandbox doctor --clean`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cleaned: {} sandbox director{} and {} cgroup{} of dead processes",
+            self.dirs.len(),
+            if self.dirs.len() == 1 { "y" } else { "ies" },
+            self.cgroups.len(),
+            if self.cgroups.len() == 1 { "" } else { "s" }
+        )
+    }
+}
+
 /// Remove the directories and cgroups of sandboxes whose owner is dead (see the module docs).
 /// Directories go through the trash (deleted in the background: [`crate::trash::flush`] waits).
 pub fn sweep() -> Swept {
@@ -148,4 +162,25 @@ pub(crate) fn sweep_once() {
             );
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swept_line() {
+        let s = Swept {
+            dirs: vec!["a".into()],
+            cgroups: vec!["a".into(), "b".into()],
+        };
+        assert_eq!(
+            s.to_string(),
+            "cleaned: 1 sandbox directory and 2 cgroups of dead processes"
+        );
+        assert_eq!(
+            Swept::default().to_string(),
+            "cleaned: 0 sandbox directories and 0 cgroups of dead processes"
+        );
+    }
 }

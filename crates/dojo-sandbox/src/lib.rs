@@ -108,6 +108,7 @@ mod ids;
 mod launcher;
 pub mod leftovers;
 mod ns;
+pub mod passthrough;
 pub mod patch;
 pub mod pristine;
 pub mod pyenv;
@@ -128,12 +129,13 @@ pub use doctor::auto_backend;
 pub use error::{BuildError, Result, SandboxError};
 #[doc(hidden)]
 pub use launcher::client::set_prewarm;
+pub use passthrough::PassThrough;
 pub use pristine::{Pristine, PristineStore, Source};
 pub use pyenv::{PythonEnv, PythonEnvSpec};
 pub use registry::sandboxes_dir;
 pub use types::{
     ApplyMethod, ApplyOutcome, BackendKind, EnvRuntime, ExecOutput, ExecRequest, Limits, OutputCap,
-    SandboxOptions, TransferCaps, WORKSPACE,
+    SandboxOptions, TransferCaps, UnknownBackend, WORKSPACE,
 };
 pub use workspace::{LocalWorkspace, Workspace};
 

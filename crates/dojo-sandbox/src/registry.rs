@@ -38,6 +38,25 @@ pub struct State {
     pub venv_writable: bool,
 }
 
+impl State {
+    /// Whether the process holding the sandbox is still the one that recorded it.
+    pub fn alive(&self) -> bool {
+        self.holder_pid
+            .is_some_and(|p| start_time(p) == self.holder_start)
+    }
+
+    /// The `dojo sandbox ls` line: id, backend, running or gone, lower tree (tab-separated).
+    pub fn ls_line(&self) -> String {
+        format!(
+            "{}\t{:?}\t{}\t{}",
+            self.id,
+            self.backend,
+            if self.alive() { "running" } else { "gone" },
+            self.lower.display()
+        )
+    }
+}
+
 /// Start time (clock ticks since boot) of a process, from /proc/<pid>/stat.
 pub fn start_time(pid: i32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

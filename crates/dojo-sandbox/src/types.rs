@@ -24,6 +24,25 @@ pub enum BackendKind {
     Fallback,
 }
 
+/// A backend name that is none of `auto`, `namespace` (`ns`), `fallback`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown backend {0:?} (auto | namespace | fallback)")]
+pub struct UnknownBackend(pub String);
+
+impl std::str::FromStr for BackendKind {
+    type Err = UnknownBackend;
+
+    /// `auto`, `namespace` (or `ns`), `fallback`: what `dojo sandbox run --backend` takes.
+    fn from_str(s: &str) -> std::result::Result<BackendKind, UnknownBackend> {
+        match s {
+            "auto" => Ok(BackendKind::Auto),
+            "namespace" | "ns" => Ok(BackendKind::Namespace),
+            "fallback" => Ok(BackendKind::Fallback),
+            other => Err(UnknownBackend(other.to_string())),
+        }
+    }
+}
+
 /// Resource limits applied to every command in a sandbox.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
@@ -275,4 +294,19 @@ pub struct EnvRuntime {
     pub host_loopback: bool,
     #[serde(default)]
     pub cpus: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_names() {
+        assert_eq!("ns".parse(), Ok(BackendKind::Namespace));
+        assert_eq!("auto".parse(), Ok(BackendKind::Auto));
+        assert_eq!(
+            "vm".parse::<BackendKind>().unwrap_err().to_string(),
+            "unknown backend \"vm\" (auto | namespace | fallback)"
+        );
+    }
 }

@@ -366,7 +366,7 @@ async fn swr(
 ) -> Result<(SharedSelector, String), SelectError> {
     // The context real grading's SWR records hold, less the gold patch: the test command (a
     // task without an environment spec, a simulated-only task, gets the simulation's defaults,
-    // as in `dojo rollout --env-mode sim`) and the test files as graded, read once per task
+    // as in `dojo rollout --execution sim`) and the test files as graded, read once per task
     // from its pristine tree. A task whose spec or tree fails keeps the reason.
     let mut tasks: HashMap<String, Result<crate::swr::SwrTask, SelectError>> = HashMap::new();
     let wanted: std::collections::HashSet<&str> =

@@ -103,6 +103,24 @@ impl Operator {
         }
     }
 
+    /// A comma-separated list of operator names (`--operators`); an unknown name is an error
+    /// listing the known ones.
+    pub fn parse_list(list: &str) -> Result<Vec<Operator>, crate::SynthError> {
+        list.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                Operator::by_name(s).ok_or_else(|| {
+                    let known: Vec<&str> = Operator::ALL.iter().map(|o| o.name()).collect();
+                    crate::SynthError::Input(format!(
+                        "--operators: unknown operator {s:?} (known: {})",
+                        known.join(", ")
+                    ))
+                })
+            })
+            .collect()
+    }
+
     /// The procedural operator, or `llm_rewrite`, of this name.
     pub fn by_name(name: &str) -> Option<Operator> {
         Operator::ALL
@@ -599,5 +617,20 @@ class C:
         assert_eq!(m[0].function_line, 9);
         let e = mutations_in("bad.py", "def f(:\n    pass\n", Operator::ALL).unwrap_err();
         assert!(e.to_string().contains("bad.py"), "{e}");
+    }
+
+    #[test]
+    fn operator_lists_parse_and_name_the_unknown() {
+        assert_eq!(
+            Operator::parse_list(" swap_args,llm_rewrite,").unwrap(),
+            [Operator::SwapArgs, Operator::LlmRewrite]
+        );
+        let e = Operator::parse_list("swap_args,nope")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--operators: unknown operator \"nope\" (known: compare_flip, "),
+            "{e}"
+        );
     }
 }

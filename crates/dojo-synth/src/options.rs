@@ -78,6 +78,17 @@ impl SynthOptions {
             llm: None,
         }
     }
+
+    /// Refuse settings out of range (`max_break_share` is a share of the suite), before
+    /// anything is loaded or run.
+    pub fn check(&self) -> Result<(), crate::SynthError> {
+        if !(0.0..=1.0).contains(&self.max_break_share) {
+            return Err(crate::SynthError::Input(
+                "--max-break-share must be between 0 and 1".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The model and how to ask it.
@@ -104,5 +115,19 @@ impl std::fmt::Debug for LlmSource {
             .field("label", &self.label)
             .field("rewrites", &self.rewrites)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn break_share_is_a_share() {
+        let mut o = SynthOptions::new(Input::parse_requirement("a==1").unwrap(), "t".into());
+        assert!(o.check().is_ok());
+        o.max_break_share = 1.5;
+        let e = o.check().unwrap_err().to_string();
+        assert_eq!(e, "--max-break-share must be between 0 and 1");
     }
 }

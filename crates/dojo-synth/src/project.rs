@@ -214,6 +214,58 @@ pub fn export_commit(repo: &Path, rev: &str, dest: &Path) -> Result<String, Synt
     Ok(commit)
 }
 
+/// The input of `dojo synth`'s flags: a PyPI release `project` (`NAME==VERSION`), or the
+/// directory `source` (canonical) as [`source_input`] takes it; exactly one of them.
+pub fn input_from_flags(
+    project: Option<&str>,
+    source: Option<PathBuf>,
+    name: Option<String>,
+    commit: Option<&str>,
+    version: Option<String>,
+) -> Result<(Input, Option<CommitExport>), SynthError> {
+    match (project, source) {
+        (Some(p), None) => Ok((Input::parse_requirement(p)?, None)),
+        (None, Some(dir)) => source_input(dir, name, commit, version),
+        _ => Err(SynthError::Input(
+            "give either --project NAME==VERSION or --source DIR".into(),
+        )),
+    }
+}
+
+/// `--source DIR` (canonical) as an input: named `name` or after the directory, the tree of
+/// `commit` when given (its export lives as long as the returned [`CommitExport`]), else the
+/// directory itself at `version` (default `0.0.0`).
+pub fn source_input(
+    dir: PathBuf,
+    name: Option<String>,
+    commit: Option<&str>,
+    version: Option<String>,
+) -> Result<(Input, Option<CommitExport>), SynthError> {
+    let name = match name {
+        Some(n) => n,
+        None => dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| {
+                SynthError::Input("--source has no directory name; pass --name".into())
+            })?,
+    };
+    Ok(match commit {
+        Some(rev) => {
+            let e = commit_input(&dir, rev, &name, version)?;
+            (e.input.clone(), Some(e))
+        }
+        None => (
+            Input::Dir {
+                path: dir,
+                name,
+                version: version.unwrap_or_else(|| "0.0.0".into()),
+            },
+            None,
+        ),
+    })
+}
+
 /// A commit exported for a run: the input to synthesize from, and the temporary directory
 /// holding its tree (removed when this is dropped, after the run has packed it).
 pub struct CommitExport {
@@ -407,5 +459,28 @@ mod tests {
             "X = 1\n"
         );
         assert!(!top.join("pkg/__pycache__").exists());
+    }
+
+    #[test]
+    fn source_input_names_the_directory() {
+        let (input, export) = source_input(PathBuf::from("/src/proj"), None, None, None).unwrap();
+        assert!(export.is_none());
+        assert_eq!(
+            input,
+            Input::Dir {
+                path: PathBuf::from("/src/proj"),
+                name: "proj".into(),
+                version: "0.0.0".into()
+            }
+        );
+        let e = source_input(PathBuf::from("/"), None, None, None)
+            .err()
+            .unwrap();
+        assert_eq!(e.to_string(), "--source has no directory name; pass --name");
+        let (pypi, _) = input_from_flags(Some("a==1"), None, None, None, None).unwrap();
+        assert_eq!(pypi.name(), "a");
+        let both = input_from_flags(Some("a==1"), Some("/x".into()), None, None, None);
+        let e = both.err().unwrap().to_string();
+        assert!(e.starts_with("give either --project"), "{e}");
     }
 }

@@ -110,6 +110,36 @@ impl Summary {
     }
 }
 
+impl Summary {
+    /// What `dojo synth` prints after a run into `out` (every line ends in a newline): the
+    /// table, the skipped files, the tasks and the session's pace, and a hint when no mutant
+    /// made a task.
+    pub fn report(&self, out: &std::path::Path) -> String {
+        let mut s = self.table();
+        for u in &self.unparseable_files {
+            s.push_str(&format!("skipped: {u}\n"));
+        }
+        let mins = self.elapsed_s / 60.0;
+        let per_min = if mins > 0.0 {
+            self.tried_this_session as f64 / mins
+        } else {
+            0.0
+        };
+        s.push_str(&format!(
+            "{}: {} task(s) in {} ({} mutant(s) tried this session in {:.1} s: {per_min:.1} candidates/min)\n",
+            self.project,
+            self.tasks,
+            out.display(),
+            self.tried_this_session,
+            self.elapsed_s,
+        ));
+        if self.totals().tried > 0 && self.tasks == 0 {
+            s.push_str("no mutant made a valid task: see the dropped counts above\n");
+        }
+        s
+    }
+}
+
 pub(crate) fn summary_from(
     state: &State,
     fm: &BTreeMap<Operator, (usize, usize)>,
@@ -184,5 +214,30 @@ mod tests {
         assert!(t.contains("swap_args") && t.contains("total"), "{t}");
         assert!(t.contains("dropped: not_caught 2"), "{t}");
         assert_eq!(s.totals().validated, 2);
+    }
+
+    #[test]
+    fn report_ends_with_the_pace_and_a_hint() {
+        let mut s = Summary {
+            project: "demo".into(),
+            unparseable_files: vec!["bad.py: syntax".into()],
+            tried_this_session: 3,
+            elapsed_s: 30.0,
+            ..Default::default()
+        };
+        s.per_operator.insert(
+            Operator::CompareFlip,
+            OpCounts {
+                tried: 3,
+                ..Default::default()
+            },
+        );
+        let r = s.report(std::path::Path::new("/t.jsonl"));
+        let tail = r.strip_prefix(&s.table()).unwrap();
+        insta::assert_snapshot!(tail, @r"
+        skipped: bad.py: syntax
+        demo: 0 task(s) in /t.jsonl (3 mutant(s) tried this session in 30.0 s: 6.0 candidates/min)
+        no mutant made a valid task: see the dropped counts above
+        ");
     }
 }

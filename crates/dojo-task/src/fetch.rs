@@ -141,6 +141,47 @@ pub struct FetchReport {
     pub duplicates: usize,
 }
 
+/// `dojo tasks fetch NAME`: the dataset's tasks (from `from`, else from the hub, downloaded
+/// once under `$DOJO_HOME/datasets`) normalised into `out`. Returns the hub id, the split
+/// (`split`, else the dataset's usual one) and what was written.
+pub fn fetch_dataset(
+    name: &str,
+    out: &Path,
+    from: &[PathBuf],
+    split: Option<String>,
+) -> Result<(String, String, FetchReport), TaskError> {
+    let (hf_id, default_split) = dataset(name)?;
+    let split = split.unwrap_or(default_split);
+    let inputs = if from.is_empty() {
+        // Kept under $DOJO_HOME: a second fetch (another --out) needs no download.
+        let dir = dojo_cache::dojo_home()
+            .join("datasets")
+            .join(hf_id.replace('/', "__"))
+            .join(&split);
+        download_from_hub(&hf_id, &split, &dir)?
+    } else {
+        from.to_vec()
+    };
+    let rep = normalise(&inputs, out)?;
+    Ok((hf_id, split, rep))
+}
+
+impl FetchReport {
+    /// What `dojo tasks fetch` prints: the count written to `out` of `hf_id` (`split`), then the
+    /// first invalid rows.
+    pub fn summary(&self, out: &Path, hf_id: &str, split: &str) -> String {
+        let mut lines = vec![format!(
+            "{}: {} tasks of {hf_id} ({split}); {} invalid row(s), {} duplicate(s) left out",
+            out.display(),
+            self.written,
+            self.invalid.len(),
+            self.duplicates
+        )];
+        lines.extend(self.invalid.iter().take(5).map(|e| format!("  {e}")));
+        lines.join("\n")
+    }
+}
+
 /// Read every task of `inputs` (JSONL, JSON or Parquet) and write the valid ones to `out` as
 /// dojo's task JSONL: one row per line, every field kept, `FAIL_TO_PASS` / `PASS_TO_PASS` as
 /// JSON arrays, the first of duplicated `instance_id`s kept.
@@ -226,6 +267,40 @@ pub struct RepoSync {
     pub result: Result<&'static str, TaskError>,
     /// Commits the tasks need (base and environment setup) that the mirror lacks.
     pub missing_commits: Vec<String>,
+}
+
+impl RepoSync {
+    /// Synced, and holding every commit the tasks need.
+    pub fn ready(&self) -> bool {
+        self.result.is_ok() && self.missing_commits.is_empty()
+    }
+}
+
+impl std::fmt::Display for RepoSync {
+    /// The `dojo repos sync` line of one repository: what was done, or what is wrong.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.result, self.missing_commits.first()) {
+            (Ok(what), None) => write!(f, "{}: {what} → {}", self.repo, self.mirror.display()),
+            (Ok(what), Some(first)) => write!(
+                f,
+                "{}: {what} → {}, but {} commit(s) the tasks need are missing (first: {first})",
+                self.repo,
+                self.mirror.display(),
+                self.missing_commits.len(),
+            ),
+            (Err(e), _) => write!(f, "{}: FAILED: {e}", self.repo),
+        }
+    }
+}
+
+/// The last line of `dojo repos sync` into `mirror`: repositories, how many are ready.
+pub fn sync_summary(results: &[RepoSync], mirror: &Path) -> String {
+    format!(
+        "{} repositories, {} ready; use --repos {}",
+        results.len(),
+        results.iter().filter(|r| r.ready()).count(),
+        mirror.display()
+    )
 }
 
 /// Make (or update) a bare mirror `mirror/owner__name` of every repository of `tasks`, then
@@ -449,6 +524,41 @@ mod tests {
         sh(
             &mirror.join("o__one"),
             &["cat-file", "-e", &format!("{new}^{{commit}}")],
+        );
+    }
+
+    #[test]
+    fn sync_and_fetch_lines() {
+        let r = |result, missing: &[&str]| RepoSync {
+            repo: "o/n".into(),
+            mirror: PathBuf::from("/m/o__n"),
+            result,
+            missing_commits: missing.iter().map(|c| c.to_string()).collect(),
+        };
+        let rs = [
+            r(Ok("cloned"), &[]),
+            r(Ok("fetched"), &["abc", "def"]),
+            r(Err(TaskError::Repos("offline".into())), &[]),
+        ];
+        let lines: Vec<String> = rs.iter().map(|r| r.to_string()).collect();
+        assert_eq!(lines[0], "o/n: cloned → /m/o__n");
+        assert_eq!(
+            lines[1],
+            "o/n: fetched → /m/o__n, but 2 commit(s) the tasks need are missing (first: abc)"
+        );
+        assert!(lines[2].starts_with("o/n: FAILED: "), "{}", lines[2]);
+        assert_eq!(
+            sync_summary(&rs, Path::new("/m")),
+            "3 repositories, 1 ready; use --repos /m"
+        );
+        let rep = FetchReport {
+            written: 2,
+            invalid: vec!["row 3: no instance_id".into()],
+            duplicates: 1,
+        };
+        assert_eq!(
+            rep.summary(Path::new("t.jsonl"), "o/d", "test"),
+            "t.jsonl: 2 tasks of o/d (test); 1 invalid row(s), 1 duplicate(s) left out\n  row 3: no instance_id"
         );
     }
 }

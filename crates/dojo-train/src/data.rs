@@ -38,6 +38,17 @@ pub enum Overlong {
     Drop,
 }
 
+impl std::str::FromStr for Overlong {
+    type Err = TrainError;
+
+    /// `truncate` or `drop`, else an error naming the flag (`--overlong`).
+    fn from_str(s: &str) -> Result<Overlong, TrainError> {
+        Overlong::parse(s).ok_or_else(|| {
+            TrainError::Config(format!("--overlong {s:?}: expected truncate or drop"))
+        })
+    }
+}
+
 impl Overlong {
     pub fn parse(s: &str) -> Option<Overlong> {
         match s {
@@ -76,6 +87,26 @@ pub struct DataReport {
     pub dropped_untrained: usize,
     pub tokens: usize,
     pub trained_tokens: usize,
+}
+
+impl std::fmt::Display for DataReport {
+    /// The `data:` line of `dojo train sft`: rows used, tokens, and what the length limit and
+    /// the masking dropped.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "data: {} rows, {} used ({} tokens, {} trained); longer than {}: {} truncated, {} \
+             dropped; {} without trained tokens dropped",
+            self.rows,
+            self.used,
+            self.tokens,
+            self.trained_tokens,
+            self.max_len,
+            self.truncated,
+            self.dropped_overlong,
+            self.dropped_untrained
+        )
+    }
 }
 
 /// The loaded rows plus what the file says about itself.
@@ -357,5 +388,32 @@ mod tests {
         }
         assert_eq!(b.epoch_plan(1), b.epoch_plan(1));
         assert_ne!(b.epoch_plan(1), b.epoch_plan(2));
+    }
+
+    #[test]
+    fn overlong_names() {
+        assert_eq!("drop".parse::<Overlong>().unwrap(), Overlong::Drop);
+        let e = "cut".parse::<Overlong>().unwrap_err().to_string();
+        assert_eq!(e, "--overlong \"cut\": expected truncate or drop");
+    }
+
+    #[test]
+    fn data_report_line() {
+        let r = DataReport {
+            rows: 10,
+            used: 8,
+            max_len: 512,
+            truncated: 1,
+            dropped_overlong: 1,
+            dropped_untrained: 1,
+            tokens: 900,
+            trained_tokens: 300,
+            ..Default::default()
+        };
+        assert_eq!(
+            r.to_string(),
+            "data: 10 rows, 8 used (900 tokens, 300 trained); longer than 512: 1 truncated, 1 \
+             dropped; 1 without trained tokens dropped"
+        );
     }
 }

@@ -65,6 +65,82 @@ pub struct ModelEval {
     pub stop_reasons: BTreeMap<String, usize>,
 }
 
+impl EvalSettings {
+    /// Load the held-out tasks once, before training: a typo in the task file should not cost
+    /// a training run.
+    pub fn check_tasks(&self) -> Result<(), TrainError> {
+        load_tasks(&self.tasks, &self.instances).map_err(|err| {
+            TrainError::Config(format!("--eval-tasks {}: {err}", self.tasks.display()))
+        })?;
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for ModelEval {
+    /// The `eval LABEL:` line of `dojo train sft --eval-tasks`: resolve rate with its 95%
+    /// interval, valid tool calls, infrastructure errors.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "eval {}: resolved {}/{} ({:.1}%, 95% CI {:.1}–{:.1}%), valid tool calls {}/{} turns, {} infrastructure errors",
+            self.label,
+            self.resolved,
+            self.n,
+            100.0 * self.resolve_rate,
+            100.0 * self.ci95_low,
+            100.0 * self.ci95_high,
+            self.valid_tool_calls,
+            self.turns,
+            self.infra_errors,
+        )
+    }
+}
+
+/// The evaluation after a `dojo train sft` run `s` of the model `spec` (read from `src`) into
+/// `out`, when it finished: the base model against the trained one (the merged weights with
+/// LoRA), then `OUT/report.html` with the table. `None` when the run did not finish.
+pub async fn evaluate_run(
+    out: &Path,
+    spec: &str,
+    src: &crate::ModelSource,
+    s: &crate::SftSummary,
+    e: &EvalSettings,
+    progress: impl FnMut(EvalProgress<'_>),
+) -> Result<Option<SftEval>, TrainError> {
+    let Some(final_dir) = &s.final_dir else {
+        return Ok(None);
+    };
+    let trained = s.merged_dir.as_ref().unwrap_or(final_dir);
+    // Weights trained in this invocation make an earlier evaluation of OUT/final stale.
+    let retrained = s.steps > s.resumed_from.unwrap_or(0);
+    let eval = evaluate(out, &base_model(spec, src), trained, retrained, e, progress).await?;
+    crate::report::write(out)?;
+    Ok(Some(eval))
+}
+
+impl SftEval {
+    /// What `dojo train sft --eval-tasks` prints after the evaluation into `out`: one line per
+    /// model, then the report.
+    pub fn report_lines(&self, out: &Path) -> String {
+        let mut lines: Vec<String> = self.models.iter().map(ModelEval::to_string).collect();
+        lines.push(format!(
+            "report: {}",
+            out.join(crate::report::REPORT_FILE).display()
+        ));
+        lines.join("\n")
+    }
+}
+
+/// What the embedded engine loads as the base model of an evaluation: `default` when the
+/// `--model` spec is the bundled default (so both runs share its cache), else `src`'s path.
+pub fn base_model(spec: &str, src: &crate::ModelSource) -> String {
+    if dojo_tokenizer::ModelSpec::resolve(spec).is_ok_and(|s| s.is_default()) {
+        dojo_tokenizer::model_spec::DEFAULT.to_string()
+    } else {
+        src.path().display().to_string()
+    }
+}
+
 /// What [`evaluate`] is doing, for a progress line.
 pub enum EvalProgress<'a> {
     /// A model's rollouts start.
@@ -75,6 +151,20 @@ pub enum EvalProgress<'a> {
     },
     /// A model's rollouts are done (or were all in its store already).
     Done(&'a RolloutOutput),
+}
+
+impl std::fmt::Display for EvalProgress<'_> {
+    /// The progress line `dojo train sft --eval-tasks` prints on stderr.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EvalProgress::Start {
+                label,
+                model,
+                tasks,
+            } => write!(f, "evaluating the {label} model ({model}) on {tasks} tasks"),
+            EvalProgress::Done(o) => f.write_str(&o.progress_line()),
+        }
+    }
 }
 
 /// `eval.json`.
@@ -213,5 +303,66 @@ fn model_eval(
         },
         mean_steps: sm.mean_steps,
         stop_reasons: sm.stop_reasons.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_line() {
+        let p = EvalProgress::Start {
+            label: "base",
+            model: "default",
+            tasks: 3,
+        };
+        assert_eq!(
+            p.to_string(),
+            "evaluating the base model (default) on 3 tasks"
+        );
+    }
+
+    #[test]
+    fn missing_eval_tasks_are_named() {
+        let e = EvalSettings {
+            tasks: PathBuf::from("/nonexistent/tasks.jsonl"),
+            instances: vec![],
+            max_steps: 1,
+            max_tokens: 1,
+            workers: 1,
+            envs: None,
+            progress: dojo_progress::Progress::quiet(),
+        };
+        let err = e.check_tasks().unwrap_err().to_string();
+        assert!(
+            err.starts_with("--eval-tasks /nonexistent/tasks.jsonl: "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn model_eval_line() {
+        let m = ModelEval {
+            label: "trained".into(),
+            model: "default".into(),
+            run_dir: PathBuf::from("/out/eval/trained"),
+            resolved: 1,
+            n: 4,
+            trajectories: 5,
+            infra_errors: 1,
+            resolve_rate: 0.25,
+            ci95_low: 0.046,
+            ci95_high: 0.699,
+            turns: 20,
+            valid_tool_calls: 15,
+            valid_tool_call_share: 0.75,
+            mean_steps: 5.0,
+            stop_reasons: BTreeMap::new(),
+        };
+        assert_eq!(
+            m.to_string(),
+            "eval trained: resolved 1/4 (25.0%, 95% CI 4.6–69.9%), valid tool calls 15/20 turns, 1 infrastructure errors"
+        );
     }
 }

@@ -142,6 +142,43 @@ impl LoraConfig {
         })
     }
 
+    /// The LoRA settings of `dojo train sft`'s flags: adapters of `rank` on `targets`, or
+    /// none (full fine-tuning) without a rank; `merge` (write merged weights) needs a rank.
+    pub fn from_flags(
+        rank: Option<usize>,
+        alpha: f64,
+        dropout: f64,
+        targets: &[String],
+        merge: bool,
+    ) -> Result<Option<LoraConfig>, TrainError> {
+        let Some(rank) = rank else {
+            if merge {
+                return Err(TrainError::Config(
+                    "--merge merges LoRA adapters: it needs --lora-rank".into(),
+                ));
+            }
+            return Ok(None);
+        };
+        let targets: Vec<&str> = targets.iter().map(String::as_str).collect();
+        LoraConfig::new(rank, alpha, dropout, &targets).map(Some)
+    }
+
+    /// The base model an adapter names (`base_model_name_or_path`): what `dojo train merge`
+    /// merges into when no `--model` is given.
+    pub fn base_model(dir: &Path) -> Result<String, TrainError> {
+        let (_, raw) = LoraConfig::read(dir)?;
+        raw.get("base_model_name_or_path")
+            .and_then(Json::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .ok_or_else(|| {
+                TrainError::Config(format!(
+                    "{}: the adapter names no base model; pass --model",
+                    dir.display()
+                ))
+            })
+    }
+
     /// Read an `adapter_config.json` (peft's or ours).
     pub fn read(dir: &Path) -> Result<(LoraConfig, Json), TrainError> {
         let p = dir.join(ADAPTER_CONFIG_FILE);
@@ -467,5 +504,45 @@ mod tests {
         let again = Lora::init(c, &shapes, 7, &Device::Cpu).unwrap();
         let a2 = again.adapters["m"].a.as_tensor().flatten_all().unwrap();
         assert_eq!(a, a2.to_vec1::<f32>().unwrap());
+    }
+
+    #[test]
+    fn base_model_is_read_from_the_adapter() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = LoraConfig::new(4, 8.0, 0.0, &["q"]).unwrap();
+        let write = |base: &str| {
+            std::fs::write(
+                dir.path().join(ADAPTER_CONFIG_FILE),
+                c.adapter_config(base).to_string(),
+            )
+            .unwrap()
+        };
+        write("/models/base");
+        assert_eq!(LoraConfig::base_model(dir.path()).unwrap(), "/models/base");
+        write("");
+        let e = LoraConfig::base_model(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.ends_with(": the adapter names no base model; pass --model"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn flags_make_lora_or_refuse_merge_without_it() {
+        let t = vec!["q".to_string(), "v".to_string()];
+        assert!(
+            LoraConfig::from_flags(None, 16.0, 0.0, &t, false)
+                .unwrap()
+                .is_none()
+        );
+        let e = LoraConfig::from_flags(None, 16.0, 0.0, &t, true).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--merge merges LoRA adapters: it needs --lora-rank"
+        );
+        let c = LoraConfig::from_flags(Some(4), 8.0, 0.0, &t, true)
+            .unwrap()
+            .unwrap();
+        assert_eq!((c.rank, c.scale()), (4, 2.0));
     }
 }

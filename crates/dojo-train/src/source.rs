@@ -32,6 +32,15 @@ pub enum ModelSource {
 }
 
 impl ModelSource {
+    /// The base model an adapter is merged into (`dojo train merge`): `model` when given, else
+    /// the one the adapter names ([`crate::LoraConfig::base_model`]).
+    pub fn for_adapter(adapter: &Path, model: Option<&str>) -> Result<ModelSource, TrainError> {
+        match model {
+            Some(m) => ModelSource::resolve(m),
+            None => ModelSource::resolve(&crate::LoraConfig::base_model(adapter)?),
+        }
+    }
+
     /// Resolve a `--model` value ([`dojo_tokenizer::ModelSpec`], the one place that decides
     /// what `default`, a file, a directory or a hub name mean); the bundled model's file is
     /// fetched on first use.
@@ -128,4 +137,19 @@ impl ModelSource {
 pub fn tokenizer_sha(fmt: &ChatFormat) -> String {
     let serialised = fmt.tokenizer.hf().to_string(false).unwrap_or_default();
     hex::encode(Sha256::digest(serialised.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_adapter_without_a_base_model_needs_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = crate::LoraConfig::new(2, 4.0, 0.0, &["q"]).unwrap();
+        let cfg = dir.path().join(crate::lora::ADAPTER_CONFIG_FILE);
+        std::fs::write(cfg, c.adapter_config("").to_string()).unwrap();
+        let e = ModelSource::for_adapter(dir.path(), None).err().unwrap();
+        assert!(e.to_string().ends_with("pass --model"), "{e}");
+    }
 }

@@ -137,6 +137,37 @@ pub struct SftSummary {
     pub memory: memory::Plan,
 }
 
+impl SftSummary {
+    /// What `dojo train sft` prints about a run, one line each: resume point, memory plan,
+    /// data, steps and throughput, and where the model (an adapter when `lora`) went.
+    pub fn report(&self, lora: bool) -> String {
+        let mut lines = Vec::new();
+        if let Some(from) = self.resumed_from {
+            lines.push(format!("resumed from step {from}"));
+        }
+        lines.push(self.memory.to_string());
+        lines.push(self.data.to_string());
+        lines.push(format!(
+            "steps {}/{}, {} trainable parameters, last loss {}, {:.0} tokens/s, {:.1}s",
+            self.steps,
+            self.total_steps,
+            self.trainable_params,
+            self.last_loss.map_or("-".into(), |l| format!("{l:.4}")),
+            self.tokens_per_s,
+            self.elapsed_s
+        ));
+        lines.push(match &self.final_dir {
+            Some(f) if lora => format!("adapter: {}", f.display()),
+            Some(f) => format!("model: {}", f.display()),
+            None => "not finished; run the same command again to resume".into(),
+        });
+        if let Some(m) = &self.merged_dir {
+            lines.push(format!("merged model: {}", m.display()));
+        }
+        lines.join("\n")
+    }
+}
+
 /// Loss and summed gradients of one optimizer step over `batches`, normalised by
 /// `n_trained` (the trained tokens of all of them).
 pub fn step_grads(
@@ -637,4 +668,67 @@ fn micro_index(batcher: &Batcher, cursor: Cursor) -> usize {
         .map(|e| batcher.epoch_plan(e).len())
         .sum::<usize>()
         + cursor.index
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_report_lines() {
+        let gib = 1u64 << 30;
+        let s = SftSummary {
+            out: PathBuf::from("/out"),
+            final_dir: Some(PathBuf::from("/out/final")),
+            merged_dir: Some(PathBuf::from("/out/merged")),
+            trainable_params: 1000,
+            resumed_from: Some(3),
+            steps: 5,
+            total_steps: 5,
+            last_loss: Some(1.23456),
+            tokens_seen: 100,
+            elapsed_s: 2.04,
+            tokens_per_s: 49.6,
+            data: DataReport::default(),
+            memory: memory::Plan {
+                budget: 4 * gib,
+                checkpointing: false,
+                estimate: memory::Estimate {
+                    weights: gib,
+                    trainer_state: 0,
+                    activations: 0,
+                    attention: 0,
+                    head: 0,
+                    process: 0,
+                },
+            },
+        };
+        let r = s.report(true);
+        let lines: Vec<&str> = r.lines().collect();
+        assert_eq!(lines[0], "resumed from step 3");
+        assert!(lines[1].starts_with("memory plan: "), "{}", lines[1]);
+        assert!(lines[2].starts_with("data: 0 rows"), "{}", lines[2]);
+        assert_eq!(
+            &lines[3..],
+            [
+                "steps 5/5, 1000 trainable parameters, last loss 1.2346, 50 tokens/s, 2.0s",
+                "adapter: /out/final",
+                "merged model: /out/merged",
+            ]
+        );
+        let unfinished = SftSummary {
+            final_dir: None,
+            merged_dir: None,
+            last_loss: None,
+            resumed_from: None,
+            ..s
+        };
+        let r = unfinished.report(false);
+        assert!(r.starts_with("memory plan: "), "{r}");
+        assert!(r.contains("last loss -,"), "{r}");
+        assert!(
+            r.ends_with("\nnot finished; run the same command again to resume"),
+            "{r}"
+        );
+    }
 }

@@ -207,6 +207,62 @@ pub fn default_cache_root() -> PathBuf {
     dojo_cache::dojo_home().join(ANALYSIS_BUCKET)
 }
 
+/// What `dojo tasks analyze` did: each task's analysis or error, by one model, cached under
+/// one root.
+pub struct AnalysisRun {
+    pub model: String,
+    pub root: PathBuf,
+    /// (task id, its analysis or why there is none), in completion order.
+    pub results: Vec<(String, Result<String, WorldError>)>,
+}
+
+impl AnalysisRun {
+    /// The analysis of every task of `inputs` ([`cached_analysis`]), at most `concurrency`
+    /// requests in flight.
+    pub async fn run(
+        backend: &dyn ChatBackend,
+        model: &str,
+        inputs: &[AnalysisInput],
+        root: &Path,
+        timeout: Duration,
+        concurrency: usize,
+    ) -> AnalysisRun {
+        use futures::stream::{self, StreamExt};
+        let results = stream::iter(inputs)
+            .map(|input| async move {
+                let r = cached_analysis(backend, model, input, root, timeout).await;
+                (input.task_id.clone(), r)
+            })
+            .buffer_unordered(concurrency.max(1))
+            .collect()
+            .await;
+        AnalysisRun {
+            model: model.to_string(),
+            root: root.to_path_buf(),
+            results,
+        }
+    }
+
+    /// `TASK: ERROR` for each task without an analysis.
+    pub fn failures(&self) -> Vec<String> {
+        self.results
+            .iter()
+            .filter_map(|(task, r)| r.as_ref().err().map(|e| format!("{task}: {e}")))
+            .collect()
+    }
+
+    /// The closing line: tasks analysed and failed, the cache, and how to use the analyses.
+    pub fn summary(&self) -> String {
+        let failed = self.results.iter().filter(|(_, r)| r.is_err()).count();
+        let key = &self.model;
+        format!(
+            "{} tasks analysed by {key} ({failed} failed), cached under {}; use them with `[world] analysis_model = \"{key}\"` or `dojo curate --world-analysis-model {key}`",
+            self.results.len() - failed,
+            self.root.display()
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,5 +338,39 @@ mod tests {
             .await
             .unwrap();
         assert_eq!((b.as_str(), fresh.calls()), ("- new", 1));
+    }
+
+    #[tokio::test]
+    async fn a_run_analyses_every_task_and_counts_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut other = input();
+        other.task_id = "calc-2".into();
+        let backend = Scripted::new(vec![
+            Some(Ok("- one".into())),
+            Some(Err(LlmError::from_status("e", 500, "", None))),
+        ]);
+        let run = AnalysisRun::run(
+            &*backend,
+            "m",
+            &[input(), other],
+            dir.path(),
+            Duration::from_secs(5),
+            1,
+        )
+        .await;
+        assert_eq!(run.results.len(), 2);
+        assert_eq!(run.failures().len(), 1);
+        assert!(
+            run.failures()[0].starts_with("calc-2: "),
+            "{:?}",
+            run.failures()
+        );
+        let root = dir.path().display();
+        assert_eq!(
+            run.summary(),
+            format!(
+                "1 tasks analysed by m (1 failed), cached under {root}; use them with `[world] analysis_model = \"m\"` or `dojo curate --world-analysis-model m`"
+            )
+        );
     }
 }

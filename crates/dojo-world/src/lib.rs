@@ -23,7 +23,7 @@
 //! - [`record`]: SWT/SWR training records captured from real runs (`world.jsonl` beside the
 //!   trajectories) and the predicate that decides which commands are worth simulating.
 //! - [`classify`], [`route`], [`sim`], [`drift`]: the simulated environment itself: which shell
-//!   commands run Python or tests, where each runs per `--env-mode`, the workspace wrapper that
+//!   commands run Python or tests, where each runs per `--execution`, the workspace wrapper that
 //!   routes them ([`sim::SimWorkspace`]), and the drift measured against reality.
 
 pub mod analysis;

@@ -1,5 +1,5 @@
 //! Where each command of a rollout runs: for real in the sandbox, in the transition model, or
-//! both. The environment mode (`--env-mode`) and the command's class ([`crate::classify`]) decide:
+//! both. The environment mode (`--execution`) and the command's class ([`crate::classify`]) decide:
 //!
 //! | mode | Python / tests | install | blocked | other |
 //! |---|---|---|---|---|
@@ -144,7 +144,7 @@ impl fmt::Display for WorldModelSpec {
     }
 }
 
-/// The `[world]` table of a policy file (also set by `--env-mode` / `--world-model`). Part of
+/// The `[world]` table of a policy file (also set by `--execution` / `--world-model`). Part of
 /// the policy, so a run directory never mixes real and simulated trajectories on resume.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -235,6 +235,89 @@ impl WorldPolicy {
             }
         }
         models
+    }
+}
+
+/// Settings given on the command line (`dojo rollout`, `dojo rl`) over a policy's `[world]`
+/// table: each one given replaces the table's value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorldOverrides {
+    pub mode: Option<ExecutionMode>,
+    pub model: Option<String>,
+    pub swt_model: Option<String>,
+    pub swr_model: Option<String>,
+    pub base_url: Option<String>,
+    pub swr_samples: Option<u32>,
+    pub swr_seed: Option<u64>,
+}
+
+/// A command-line world setting that cannot be used as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct OverrideError(&'static str);
+
+impl WorldOverrides {
+    fn given(&self) -> bool {
+        self.mode.is_some()
+            || self.model.is_some()
+            || self.swt_model.is_some()
+            || self.swr_model.is_some()
+            || self.base_url.is_some()
+            || self.swr_samples.is_some()
+            || self.swr_seed.is_some()
+    }
+
+    /// Lay the settings given over `world` (a policy's `[world]` table, created when any is
+    /// given).
+    pub fn apply(&self, world: &mut Option<WorldPolicy>) -> Result<(), OverrideError> {
+        if !self.given() {
+            return Ok(());
+        }
+        if self.swr_samples == Some(0) {
+            return Err(OverrideError("--swr-samples must be at least 1"));
+        }
+        let w = world.get_or_insert_with(Default::default);
+        if let Some(m) = self.mode {
+            w.mode = m;
+        }
+        let set = |to: &mut Option<String>, from: &Option<String>| {
+            if from.is_some() {
+                to.clone_from(from);
+            }
+        };
+        set(&mut w.model, &self.model);
+        set(&mut w.swt_model, &self.swt_model);
+        set(&mut w.swr_model, &self.swr_model);
+        set(&mut w.base_url, &self.base_url);
+        if self.swr_samples.is_some() {
+            w.swr_samples = self.swr_samples;
+        }
+        if self.swr_seed.is_some() {
+            w.swr_seed = self.swr_seed;
+        }
+        Ok(())
+    }
+
+    /// The `[world]` table of every rollout of `dojo rl` (which has no policy file): `None` in
+    /// real mode, where a world-model setting is refused as a mistake.
+    pub fn rl_world(&self) -> Result<Option<WorldPolicy>, OverrideError> {
+        let mut world = None;
+        self.apply(&mut world)?;
+        match world {
+            Some(w) if w.mode == ExecutionMode::Real => {
+                if w.model.is_some()
+                    || w.swt_model.is_some()
+                    || w.swr_model.is_some()
+                    || w.swr_samples.is_some()
+                {
+                    return Err(OverrideError(
+                        "--world-model, --swt-model, --swr-model and --swr-samples need --execution sim, hybrid or shadow",
+                    ));
+                }
+                Ok(None)
+            }
+            w => Ok(w),
+        }
     }
 }
 
@@ -364,5 +447,54 @@ mod tests {
         assert!(
             ExecutionMode::Shadow.needs_environment() && !ExecutionMode::Sim.needs_environment()
         );
+    }
+
+    #[test]
+    fn overrides_reach_the_policy() {
+        let o = WorldOverrides {
+            mode: Some(ExecutionMode::Shadow),
+            swt_model: Some("embedded:/swt".into()),
+            swr_model: Some("openai:swr".into()),
+            ..Default::default()
+        };
+        let mut world = None;
+        o.apply(&mut world).unwrap();
+        let w = world.unwrap();
+        assert_eq!(w.model, None);
+        assert_eq!(w.swt_model.as_deref(), Some("embedded:/swt"));
+        assert_eq!(w.swr_model.as_deref(), Some("openai:swr"));
+        assert_eq!(w.embedded_models(), ["/swt"]);
+
+        let mut none = None;
+        WorldOverrides::default().apply(&mut none).unwrap();
+        assert_eq!(none, None);
+        let zero = WorldOverrides {
+            swr_samples: Some(0),
+            ..Default::default()
+        };
+        assert!(zero.apply(&mut none).is_err());
+    }
+
+    #[test]
+    fn rl_world_refuses_world_models_in_real_mode() {
+        assert_eq!(WorldOverrides::default().rl_world(), Ok(None));
+        let real = WorldOverrides {
+            mode: Some(ExecutionMode::Real),
+            swr_seed: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(real.rl_world(), Ok(None));
+        let bad = WorldOverrides {
+            model: Some("embedded".into()),
+            ..Default::default()
+        };
+        let e = bad.rl_world().unwrap_err().to_string();
+        assert!(e.contains("need --execution sim"), "{e}");
+        let sim = WorldOverrides {
+            mode: Some(ExecutionMode::Sim),
+            model: Some("embedded".into()),
+            ..Default::default()
+        };
+        assert_eq!(sim.rl_world().unwrap().unwrap().mode, ExecutionMode::Sim);
     }
 }

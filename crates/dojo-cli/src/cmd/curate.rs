@@ -104,50 +104,19 @@ pub struct CurateArgs {
     pub world_withhold_gold: bool,
 }
 
-fn formats(list: &str) -> anyhow::Result<dojo_curate::Formats> {
-    let mut f = dojo_curate::Formats {
-        tokens: false,
-        messages: false,
-        sharegpt: false,
-    };
-    for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        match name {
-            "parquet" | "tokens" => f.tokens = true,
-            "messages" => f.messages = true,
-            "sharegpt" => f.sharegpt = true,
-            other => anyhow::bail!("unknown --format {other:?} (parquet, messages, sharegpt)"),
-        }
-    }
-    Ok(f)
-}
-
 pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
-    for p in &args.rollouts {
-        anyhow::ensure!(
-            p.exists(),
-            "--rollouts {}: no such file or directory",
-            p.display()
-        );
-    }
-    for p in args.rollouts.iter().chain([&args.out]) {
-        anyhow::ensure!(
-            p.to_str().is_some(),
-            "{}: not a UTF-8 path (paths are recorded in the export's manifest)",
-            p.display()
-        );
-    }
     let mut cfg = dojo_curate::Config::new(args.rollouts.clone(), args.out.clone());
-    cfg.filters =
-        dojo_curate::FilterSet::parse(&args.filters, args.lsp_min).map_err(anyhow::Error::msg)?;
+    cfg.check_paths()?;
+    cfg.filters = dojo_curate::FilterSet::parse(&args.filters, args.lsp_min)?;
     cfg.cap = args.cap;
     cfg.format.max_tokens = Some(args.max_tokens);
     cfg.format.max_turns = Some(args.max_turns);
     cfg.difficulty.low = args.difficulty_low;
     cfg.difficulty.high = args.difficulty_high;
     cfg.lsp_tool = args.lsp_tool.clone();
-    cfg.masking = args.masking.parse().map_err(anyhow::Error::msg)?;
-    cfg.messages_style = args.messages_style.parse().map_err(anyhow::Error::msg)?;
-    cfg.formats = formats(&args.format)?;
+    cfg.masking = args.masking.parse()?;
+    cfg.messages_style = args.messages_style.parse()?;
+    cfg.formats = dojo_curate::Formats::parse(&args.format)?;
     cfg.threads = args.threads;
     cfg.report = !args.no_report;
     cfg.allow_tokenizer_mismatch = args.allow_tokenizer_mismatch;
@@ -198,80 +167,10 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
         )
     };
     let out = dojo_curate::run(&cfg, model.as_deref()).context("dojo curate")?;
-    for p in out.problems.iter().take(50) {
-        eprintln!("warning: {p}");
+    for w in out.warnings(&args.out.join("manifest.json")) {
+        eprintln!("{w}");
     }
-    if out.problems.len() > 50 {
-        eprintln!(
-            "warning: ... {} more problems in {}",
-            out.problems.len() - 50,
-            args.out.join("manifest.json").display()
-        );
-    }
-    println!(
-        "read {} {} from {} files ({} bytes, {} unusable lines)",
-        out.trajectories,
-        if args.world.is_some() {
-            "world records"
-        } else {
-            "trajectories"
-        },
-        out.files_read,
-        out.bytes_read,
-        out.problems.len()
-    );
-    print!("{}", dojo_curate::report::stage_table(&out.stages));
-    if let Some(d) = &out.difficulty {
-        println!(
-            "tasks: {} always fail, {} always pass, {} mixed",
-            d.always_fail, d.always_pass, d.mixed
-        );
-    }
-    if let Some(w) = &out.world {
-        let sections: Vec<String> = w
-            .truncated_sections
-            .iter()
-            .map(|(s, n)| format!("{s} {n}"))
-            .collect();
-        println!(
-            "prompt caps: {} samples cut ({}), {} files left out",
-            w.truncated_samples,
-            if sections.is_empty() {
-                "no section".to_string()
-            } else {
-                sections.join(", ")
-            },
-            w.dropped_files
-        );
-        if !w.truncated_targets.is_empty() {
-            let cut: Vec<String> = w
-                .truncated_targets
-                .iter()
-                .map(|(f, n)| format!("{f} {n}"))
-                .collect();
-            println!("target caps: tails kept ({})", cut.join(", "));
-        }
-        if args.world_analysis_model.is_some() {
-            println!(
-                "initial analysis: {} samples given one, {} without (none cached for their task)",
-                w.analysis_attached, w.analysis_missing
-            );
-        }
-    }
-    println!(
-        "kept {} {} -> {} samples, {} trained tokens",
-        out.kept_trajectories,
-        if args.world.is_some() {
-            "world records"
-        } else {
-            "trajectories"
-        },
-        out.samples,
-        out.trained_tokens
-    );
-    for f in &out.written {
-        println!("wrote {}", f.display());
-    }
+    print!("{}", out.report(cfg.world.as_ref()));
     Ok(if args.strict && !out.problems.is_empty() {
         3
     } else {

@@ -5,13 +5,8 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
-use dojo_rollout::policy::PolicyConfig;
-use dojo_rollout::report::{PolicyRun, render_html};
-use dojo_rollout::run_dir::RolloutOptions;
-use dojo_task::PrepareOptions;
+use dojo_rollout::demo;
 
-use super::rollout::print_run;
 use super::runtime;
 use dojo_rollout::embedded::run_policy;
 
@@ -45,9 +40,6 @@ pub struct DemoArgs {
     fresh: bool,
 }
 
-/// The bundled benchmark, embedded so `dojo demo` works from any directory.
-const MINI_TASKS: &str = include_str!("../../../../tasksets/mini/tasks.jsonl");
-
 pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
     let started = std::time::Instant::now();
     let out = args
@@ -55,83 +47,37 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         .clone()
         .unwrap_or_else(|| dojo_cache::dojo_home().join("demo"));
     eprintln!("dojo demo: writing into {}", out.display());
-    if args.fresh && out.exists() {
-        std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
-    }
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let tasks_file = match &args.tasks {
-        Some(t) => t.clone(),
-        None => {
-            let p = out.join("tasks.jsonl");
-            dojo_rundir::write_atomic(&p, MINI_TASKS.as_bytes())
-                .with_context(|| format!("writing {}", p.display()))?;
-            p
-        }
-    };
-    let all = dojo_rollout::run_dir::load_tasks(&tasks_file, &[])?;
+    let d = demo::Demo::prepare(out, args.fresh, args.tasks.as_deref(), args.workers)?;
     eprintln!(
         "dojo demo: {} tasks from {} (sources download once into the cache; the first run also builds the Python environments)",
-        all.len(),
-        tasks_file.display()
+        d.tasks.len(),
+        d.tasks_file.display()
     );
-    let base = |policy: PolicyConfig, dir: &str, instances: Vec<String>| RolloutOptions {
-        shard: None,
-        tasks_file: tasks_file.clone(),
-        instances,
-        label: policy.label(),
-        policy,
-        samples: 1,
-        out: out.join(dir),
-        workers: args.workers,
-        export_predictions: true,
-        envs_dir: None,
-        prepare: PrepareOptions::default(),
-        progress: super::progress(false),
-    };
     let rt = runtime()?;
 
-    let gold = base(PolicyConfig::parse("gold-replay")?, "gold-replay", vec![]);
     eprintln!("\n[1/2] gold-replay: the gold patch through the real tools, then graded");
-    let gold_out = rt.block_on(run_policy(&gold))?;
-    print_run(&gold_out);
+    let gold_out = rt.block_on(run_policy(&d.gold_run(super::progress(false))?))?;
+    eprintln!("{}", gold_out.progress_line());
 
     let mut outs = vec![(gold_out, "gold-replay")];
-    let mut notes = vec![format!(
-        "{} tasks of the bundled benchmark ({}). gold-replay applies each task's gold patch through the agent's real tools (search, view, str_replace, run tests, submit): it checks the pipeline, and every task should resolve.",
-        all.len(),
-        tasks_file.display()
-    )];
+    let mut notes = vec![d.gold_note()];
     if !args.no_model {
-        let policy = PolicyConfig::embedded_agent(
-            dojo_tokenizer::model_spec::DEFAULT,
-            "smollm2-135m",
-            args.model_steps,
-            args.model_max_tokens,
-        );
-        let ids: Vec<String> = if args.model_tasks == 0 {
-            vec![]
-        } else {
-            all.iter()
-                .take(args.model_tasks)
-                .map(|t| t.instance_id.clone())
-                .collect()
-        };
+        let (steps, tokens) = (args.model_steps, args.model_max_tokens);
+        let model = dojo_tokenizer::model_spec::DEFAULT;
+        let progress = super::progress(false);
+        let run = d.model_run(model, steps, tokens, args.model_tasks, progress);
         eprintln!(
-            "\n[2/2] embedded SmolLM2-135M-Instruct (CPU, {} steps max, {} tokens per turn): expect mostly unresolved",
-            args.model_steps, args.model_max_tokens
+            "\n[2/2] embedded SmolLM2-135M-Instruct (CPU, {steps} steps max, {tokens} tokens per turn): expect mostly unresolved"
         );
-        match rt.block_on(run_policy(&base(policy, "embedded", ids))) {
+        match rt.block_on(run_policy(&run)) {
             Ok(o) => {
-                print_run(&o);
+                eprintln!("{}", o.progress_line());
                 outs.push((o, "embedded"));
-                notes.push(format!(
-                    "embedded:smollm2-135m is the 135M-parameter default model running in-process on CPU with a budget of {} steps and {} tokens per turn; it is far too small to fix real bugs, so unresolved is the honest expectation. Its failures are counted as the model's only when the infrastructure worked.",
-                    args.model_steps, args.model_max_tokens
-                ));
+                notes.push(demo::model_note(steps, tokens));
             }
             Err(e) if cfg!(not(feature = "engine")) => {
                 eprintln!("skipping the embedded model: {e:#}");
-                notes.push("The embedded model was skipped: this dojo was built without the `engine` feature.".into());
+                notes.push(demo::SKIPPED_NOTE.into());
             }
             Err(e) => return Err(e.into()),
         }
@@ -139,37 +85,12 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
 
     let summaries: Vec<_> = outs.iter().map(|(o, _)| o.summary.clone()).collect();
     println!("\n{}", dojo_rollout::render_table(&summaries));
-    // One page per trajectory, linked from the report's per-task table.
-    for (o, dir) in &outs {
-        let records = dojo_trajectory::read_jsonl(&o.store_path)
-            .with_context(|| format!("reading {}", o.store_path.display()))?;
-        let pages = out.join(dir).join("pages");
-        dojo_report::trajectory::write_pages(&pages, &records.trajectories)
-            .with_context(|| format!("writing {}", pages.display()))?;
-    }
-    let runs: Vec<PolicyRun<'_>> = outs
-        .iter()
-        .zip(&summaries)
-        .map(|((o, dir), s)| PolicyRun {
-            summary: s,
-            outcomes: &o.outcomes,
-            trajectories: format!("{dir}/trajectories.jsonl"),
-            pages: Some(format!("{dir}/pages")),
-        })
-        .collect();
-    notes.push(format!(
-        "Generated by dojo {} in {:.0} s.",
-        env!("CARGO_PKG_VERSION"),
-        started.elapsed().as_secs_f64()
-    ));
-    let html = render_html("dojo demo: the bundled benchmark", &notes, &runs);
-    let report = out.join("report.html");
-    dojo_rundir::write_atomic(&report, html.as_bytes())
-        .with_context(|| format!("writing {}", report.display()))?;
-    let shown = std::fs::canonicalize(&report).unwrap_or_else(|_| report.clone());
+    let secs = started.elapsed().as_secs_f64();
+    notes.push(demo::generated_note(env!("CARGO_PKG_VERSION"), secs));
+    let runs: Vec<_> = outs.iter().map(|(o, dir)| (o, *dir)).collect();
+    let title = "dojo demo: the bundled benchmark";
+    let shown = dojo_rollout::report::write_demo_report(&d.out, title, &runs, &notes)?;
     println!("report: {}", shown.display());
     println!("open it: xdg-open {}", shown.display());
-    let infra: usize = summaries.iter().map(|s| s.infra_errors).sum();
-    let gold_ok = summaries[0].resolved == summaries[0].trajectories;
-    Ok(if infra > 0 || !gold_ok { 2 } else { 0 })
+    Ok(demo::exit_code(&summaries))
 }

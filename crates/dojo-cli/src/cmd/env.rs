@@ -83,7 +83,7 @@ pub fn run(cmd: EnvCmd) -> anyhow::Result<i32> {
             "dojo env serve: listening on http://{}",
             listener.local_addr()?
         );
-        dojo_env::serve(listener, opts, super::shutdown_signal()).await?;
+        dojo_env::serve(listener, opts, dojo_llm::access::shutdown_signal()).await?;
         eprintln!("dojo env serve: shut down (running episodes finished and stored)");
         anyhow::Ok(0)
     })

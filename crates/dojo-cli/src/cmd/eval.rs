@@ -1,13 +1,11 @@
 //! `dojo eval` (dojo-grade): grade SWE-bench predictions against a task file, resumably, and
 //! write the official per-instance and run reports.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use dojo_grade::batch::{self, EvalJob};
-use dojo_grade::{Prediction, RunSummary};
-use dojo_task::Preparer;
+use dojo_grade::RunSummary;
+use dojo_grade::batch;
 
 use super::runtime;
 use super::task_set::{CommonArgs, load};
@@ -38,59 +36,23 @@ pub fn run(args: EvalArgs) -> anyhow::Result<i32> {
     l.opts.grade.allow_test_infrastructure = args.allow_test_infrastructure;
     let (preds, malformed) = dojo_grade::read_predictions(&args.predictions)
         .with_context(|| format!("reading predictions {}", args.predictions.display()))?;
-    for m in &malformed {
-        eprintln!(
-            "{}: line {}: {}",
-            args.predictions.display(),
-            m.line,
-            m.reason
-        );
+    let warnings = dojo_grade::predictions::input_warnings(
+        &args.predictions,
+        &preds,
+        &malformed,
+        &l.all_ids,
+        &args.common.tasks,
+    );
+    for w in warnings {
+        eprintln!("{w}");
     }
-    // A prediction for an instance the task file does not have is named here, not only in
-    // report.json: it is a wrong file or a wrong id, and nothing of it gets graded.
-    for p in preds.iter().filter(|p| !l.all_ids.contains(&p.instance_id)) {
-        eprintln!(
-            "{}: line {}: instance {} is not in the task file {}",
-            args.predictions.display(),
-            p.line,
-            p.instance_id,
-            args.common.tasks.display()
-        );
-    }
-    let by_id: BTreeMap<&str, &Prediction> =
-        preds.iter().map(|p| (p.instance_id.as_str(), p)).collect();
-    let jobs: Vec<EvalJob> = l
-        .tasks
-        .iter()
-        .filter_map(|t| {
-            let p = by_id.get(t.instance_id.as_str())?;
-            Some(EvalJob {
-                task: t.clone(),
-                env: l.registry.resolve(t).map_err(std::sync::Arc::new),
-                prediction: (*p).clone(),
-            })
-        })
-        .collect();
+    let jobs = batch::jobs_for(&l.tasks, &l.registry, &preds);
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    if !args.force {
-        let done = jobs
-            .iter()
-            .filter(|j| {
-                batch::existing_report(&batch::instance_dir(&args.out, &j.prediction.instance_id))
-                    .is_some()
-            })
-            .count();
-        if done > 0 {
-            println!(
-                "resuming: {done} of {} instance(s) already graded in {} (kept; --force regrades them)",
-                jobs.len(),
-                args.out.display()
-            );
-        }
+    if let Some(line) = batch::resume_line(&jobs, &args.out).filter(|_| !args.force) {
+        println!("{line}");
     }
-    let preparer = Preparer::new(l.preparer_opts.clone());
-    let reports = runtime()?.block_on(batch::eval_jobs(jobs, &args.out, &preparer, &l.opts));
+    let reports = runtime()?.block_on(l.eval(jobs, &args.out));
     let mut summary = RunSummary::build(
         l.tasks.iter().map(|t| t.instance_id.as_str()),
         preds.iter().map(|p| p.instance_id.as_str()),
@@ -99,35 +61,15 @@ pub fn run(args: EvalArgs) -> anyhow::Result<i32> {
     );
     summary.malformed_prediction_lines = malformed;
     let path = args.out.join("report.json");
-    dojo_rundir::write_atomic(&path, &serde_json::to_vec_pretty(&summary.to_json())?)
+    summary
+        .write(&path)
         .with_context(|| format!("writing {}", path.display()))?;
-    println!(
-        "instances: {} submitted, {} resolved, {} unresolved, {} empty patch, {} error ({} infrastructure), {} malformed prediction line(s)",
-        summary.submitted_instances,
-        summary.resolved_instances,
-        summary.unresolved_instances,
-        summary.empty_patch_instances,
-        summary.error_instances,
-        summary.infra_failure_instances,
-        summary.malformed_prediction_lines.len()
-    );
-    for (id, kind) in &summary.error_kinds {
-        println!("error: {id}: {}", kind.as_str());
-    }
-    for id in &summary.test_infrastructure_ids {
-        println!("test infrastructure touched by the model patch: {id} (see its report.json)");
-    }
-    println!("report: {}", path.display());
+    println!("{}", summary.report_lines(&path));
     if reports.is_empty() {
         // Every prediction was malformed, unknown or not selected: a run that graded nothing
         // is an input error, not a result.
-        eprintln!(
-            "error: nothing to grade: none of the {} usable prediction(s) in {} names a selected instance of {} ({} malformed line(s))",
-            preds.len(),
-            args.predictions.display(),
-            args.common.tasks.display(),
-            summary.malformed_prediction_lines.len()
-        );
+        let (file, tasks) = (&args.predictions, &args.common.tasks);
+        eprintln!("{}", summary.nothing_graded(preds.len(), file, tasks));
         return Ok(1);
     }
     Ok(0)

@@ -33,34 +33,14 @@ pub struct LspArgs {
 
 /// Exit codes: 0 success, 1 the tool answered with an error message, 2 infrastructure failure.
 pub fn run(args: LspArgs) -> anyhow::Result<i32> {
-    let kind = ServerKind::parse(&args.server).with_context(|| {
-        format!(
-            "unknown --server {:?}; use ty, pyrefly, pyright or basedpyright",
-            args.server
-        )
-    })?;
-    if Command::parse(&args.command).is_none() {
-        let all: Vec<&str> = Command::ALL.iter().map(|c| c.name()).collect();
-        anyhow::bail!(
-            "unknown command {:?}; use one of: {}",
-            args.command,
-            all.join(", ")
-        );
-    }
-    let mut call = serde_json::Map::new();
-    call.insert("command".into(), args.command.clone().into());
-    if let Some(f) = &args.file {
-        call.insert("file_path".into(), f.clone().into());
-    }
-    if let Some(s) = &args.symbol {
-        call.insert("symbol".into(), s.clone().into());
-    }
-    if let Some(l) = args.line {
-        call.insert("line".into(), l.into());
-    }
-    if let Some(q) = &args.query {
-        call.insert("query".into(), q.clone().into());
-    }
+    let kind: ServerKind = args.server.parse()?;
+    let command: Command = args.command.parse()?;
+    let call = command.call(
+        args.file.as_deref(),
+        args.symbol.as_deref(),
+        args.line,
+        args.query.as_deref(),
+    );
     let rt = super::runtime()?;
     rt.block_on(async {
         let tool = match LspTool::host(&args.source, kind).await {
@@ -73,7 +53,7 @@ pub fn run(args: LspArgs) -> anyhow::Result<i32> {
                 });
             }
         };
-        let obs = tool.call_detailed(&serde_json::Value::Object(call)).await;
+        let obs = tool.call_detailed(&call).await;
         tool.session().shutdown().await;
         show(&obs)
     })
@@ -85,7 +65,6 @@ fn show(obs: &Observation) -> anyhow::Result<i32> {
     let _ = writeln!(std::io::stdout(), "{}", obs.text);
     if let Some(ev) = &obs.infra {
         eprintln!("infrastructure event: {}", serde_json::to_string(ev)?);
-        return Ok(2);
     }
-    Ok(if obs.success { 0 } else { 1 })
+    Ok(obs.exit_code())
 }

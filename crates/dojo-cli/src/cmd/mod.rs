@@ -17,6 +17,15 @@ pub mod tasks;
 pub mod train;
 pub mod validate;
 
+/// What a command that needs the candle stack says in a build without it.
+#[cfg(not(feature = "engine"))]
+pub fn needs_engine(command: &str) -> anyhow::Result<i32> {
+    anyhow::bail!(
+        "{command} needs the candle stack, but this dojo was built without it; rebuild with the \
+         `engine` feature (the default): cargo build -p dojo-cli --features engine"
+    )
+}
+
 /// The one async runtime every command runs on (multi-threaded, I/O and timers on).
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     use anyhow::Context;
@@ -33,25 +42,5 @@ pub fn progress(quiet: bool) -> dojo_progress::Progress {
         dojo_progress::Progress::quiet()
     } else {
         dojo_progress::Bar::stderr()
-    }
-}
-
-/// Resolves on Ctrl-C or SIGTERM: the services (`dojo serve`, `dojo env serve`) then stop
-/// accepting requests and finish the ones in flight.
-pub(crate) async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
     }
 }

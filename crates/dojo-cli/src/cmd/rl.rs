@@ -69,133 +69,57 @@ pub struct RlArgs {
     /// No progress (bars per step's episodes, a line per step; only on a terminal).
     #[arg(long)]
     quiet: bool,
-    /// Simulated environments (`--env-mode sim` needs no environments: SWT answers Python and
+    /// Simulated environments (`--execution sim` needs no environments: SWT answers Python and
     /// tests, SWR gives the reward), as in `dojo rollout`.
     #[command(flatten)]
     world: super::rollout::WorldArgs,
 }
 
 #[cfg(feature = "engine")]
-impl RlArgs {
-    /// The `[world]` table of every rollout's policy; `None` in real mode.
-    fn world(&self) -> anyhow::Result<Option<dojo_world::route::WorldPolicy>> {
-        let mut world = None;
-        self.world.apply(&mut world)?;
-        match world {
-            Some(w) if w.mode == dojo_world::route::ExecutionMode::Real => {
-                anyhow::ensure!(
-                    w.model.is_none()
-                        && w.swt_model.is_none()
-                        && w.swr_model.is_none()
-                        && w.swr_samples.is_none(),
-                    "--world-model, --swt-model, --swr-model and --swr-samples need --env-mode sim, hybrid or shadow"
-                );
-                Ok(None)
-            }
-            w => Ok(w),
-        }
-    }
-}
-
-#[cfg(feature = "engine")]
-mod imp {
-
+pub fn run(a: RlArgs) -> anyhow::Result<i32> {
     use anyhow::Context;
     use dojo_rl::agent_env::{AgentEnv, AgentEnvOptions};
     use dojo_rl::config::{RlConfig, RlOverrides};
 
-    use super::RlArgs;
-
-    pub fn run(a: RlArgs) -> anyhow::Result<i32> {
-        let flags = RlOverrides {
-            group: a.group,
-            steps: a.steps,
-            tasks_per_step: a.tasks_per_step,
-            advantage: a.advantage.clone(),
-            lora_rank: a.lora_rank,
-            lr: a.lr,
-            max_steps: a.max_steps,
-            max_new_tokens: a.max_new_tokens,
-        };
-        // On a CPU the embedded model gets budgets it finishes ([`RlConfig::cpu`]).
-        let base = if a.device == "cpu" {
-            RlConfig::cpu()
-        } else {
-            RlConfig::default()
-        };
-        let cfg = RlConfig::resolve(a.config.as_deref(), base, &flags)?;
-        let world = a.world()?;
-        let device =
-            dojo_engine::device(&a.device).with_context(|| format!("--device {}", a.device))?;
-        let src = dojo_train::ModelSource::resolve(&a.model)?;
-        let opts = AgentEnvOptions {
-            tasks_file: a.tasks.clone(),
-            instances: a.instances.clone(),
-            eval_tasks: a.eval_tasks.clone(),
-            envs: a.envs.clone(),
-            workers: a.workers,
-            out: a.out.clone(),
-            world,
-            progress: crate::cmd::progress(a.quiet),
-        };
-        // The world model and every task must be usable before the model loads.
-        let (mut env, ids) = AgentEnv::new(opts, &cfg, src.chat_format()?)?;
-        let mut model = src.load(&device)?;
-        if let Some(r) = cfg.lora_rank {
-            // Alpha 2r (scale 2), no dropout: the sampling policy must be the trained one.
-            let lora = dojo_train::LoraConfig::new(
-                r,
-                2.0 * r as f64,
-                0.0,
-                &["q", "k", "v", "o", "gate", "up", "down"],
-            )?;
-            model.enable_lora(lora, cfg.seed)?;
-        }
-        let reference = if cfg.loss.kl_coef > 0.0 {
-            Some(src.load(&device)?)
-        } else {
-            None
-        };
-        // Episodes vary in length: each update decides whether its micro-batches need
-        // activation checkpointing to fit (beside the sampling copy and a reference).
-        model.set_checkpointing(model.auto_checkpointing(None, 1 + u64::from(reference.is_some())));
-        let s = dojo_rl::run::run(
-            &a.out,
-            &cfg,
-            &model,
-            &a.model,
-            reference.as_ref(),
-            &ids,
-            &mut env,
-        )
+    let flags = RlOverrides {
+        group: a.group,
+        steps: a.steps,
+        tasks_per_step: a.tasks_per_step,
+        advantage: a.advantage.clone(),
+        lora_rank: a.lora_rank,
+        lr: a.lr,
+        max_steps: a.max_steps,
+        max_new_tokens: a.max_new_tokens,
+    };
+    let base = RlConfig::for_device(&a.device);
+    let cfg = RlConfig::resolve(a.config.as_deref(), base, &flags)?;
+    let world = a.world.overrides().rl_world()?;
+    let device = dojo_engine::device(&a.device)?;
+    let src = dojo_train::ModelSource::resolve(&a.model)?;
+    let opts = AgentEnvOptions {
+        tasks_file: a.tasks.clone(),
+        instances: a.instances.clone(),
+        eval_tasks: a.eval_tasks.clone(),
+        envs: a.envs.clone(),
+        workers: a.workers,
+        out: a.out.clone(),
+        world,
+        progress: crate::cmd::progress(a.quiet),
+    };
+    // The world model and every task must be usable before the model loads.
+    let (mut env, ids) = AgentEnv::new(opts, &cfg, src.chat_format()?)?;
+    let s = dojo_rl::run::run_from_source(&a.out, &cfg, &src, &a.model, &device, &ids, &mut env)
         .with_context(|| format!("dojo rl --out {}", a.out.display()))?;
-        if let Some(r) = s.resumed_from {
-            eprintln!("resumed from step {r}");
-        }
-        if let Some(m) = &s.last {
-            println!(
-                "step {}: reward {:.3}, resolved {:.3}, masked {:.3} → {}",
-                m.step,
-                m.batch.reward_mean,
-                m.batch.resolved_rate,
-                m.batch.masked_share,
-                a.out.join(dojo_rl::metrics::METRICS_FILE).display()
-            );
-        }
-        Ok(0)
+    if let Some(r) = s.resumed_from {
+        eprintln!("resumed from step {r}");
     }
-}
-
-#[cfg(feature = "engine")]
-pub fn run(a: RlArgs) -> anyhow::Result<i32> {
-    imp::run(a)
+    if let Some(line) = s.last_step_line() {
+        println!("{line}");
+    }
+    Ok(0)
 }
 
 #[cfg(not(feature = "engine"))]
-pub fn run(a: RlArgs) -> anyhow::Result<i32> {
-    let _ = a;
-    anyhow::bail!(
-        "dojo rl needs the candle stack, but this dojo was built without it; rebuild with \
-         the `engine` feature (the default): cargo build -p dojo-cli --features engine"
-    )
+pub fn run(_: RlArgs) -> anyhow::Result<i32> {
+    super::needs_engine("dojo rl")
 }

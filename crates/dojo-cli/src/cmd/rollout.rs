@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use dojo_rollout::policy::PolicyConfig;
-use dojo_rollout::run_dir::{RolloutOptions, RolloutOutput};
+use dojo_rollout::run_dir::RolloutOptions;
 use dojo_task::PrepareOptions;
 
 #[derive(clap::Args)]
@@ -59,11 +59,11 @@ pub struct RolloutArgs {
 /// The simulated-environment flags (`dojo rollout`, `dojo rl`): the policy's `[world]` table.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct WorldArgs {
-    /// Environment: `real`, `sim` (Python and tests answered by the world model, reward by its
-    /// reward model; no Python environment needed), `hybrid` or `shadow` (real, with the world
-    /// model's drift measured). Overrides the policy file's `[world] mode`.
-    #[arg(long)]
-    pub env_mode: Option<dojo_world::route::ExecutionMode>,
+    /// How commands execute: `real`, `sim` (Python and tests answered by the world model, reward
+    /// by its reward model; no Python environment needed), `hybrid` or `shadow` (real, with the
+    /// world model's drift measured). Overrides the policy file's `[world] mode`.
+    #[arg(long, visible_alias = "env-mode")]
+    pub execution: Option<dojo_world::route::ExecutionMode>,
     /// World model for sim/hybrid/shadow: `embedded` (the bundled model), `embedded:DIR` (a
     /// checkpoint, e.g. trained on `dojo curate --world` data) or `openai:MODEL` (overrides
     /// `[world] model`).
@@ -89,88 +89,32 @@ pub struct WorldArgs {
 }
 
 impl WorldArgs {
-    /// Lay the flags given over `world` (a policy's `[world]` table, created when a flag is
-    /// given).
-    pub fn apply(&self, world: &mut Option<dojo_world::route::WorldPolicy>) -> anyhow::Result<()> {
-        let given = self.env_mode.is_some()
-            || self.world_model.is_some()
-            || self.swt_model.is_some()
-            || self.swr_model.is_some()
-            || self.world_base_url.is_some()
-            || self.swr_samples.is_some()
-            || self.swr_seed.is_some();
-        if !given {
-            return Ok(());
+    /// The flags as the library's overrides of a policy's `[world]` table (one to one).
+    pub fn overrides(&self) -> dojo_world::route::WorldOverrides {
+        dojo_world::route::WorldOverrides {
+            mode: self.execution,
+            model: self.world_model.clone(),
+            swt_model: self.swt_model.clone(),
+            swr_model: self.swr_model.clone(),
+            base_url: self.world_base_url.clone(),
+            swr_samples: self.swr_samples,
+            swr_seed: self.swr_seed,
         }
-        anyhow::ensure!(
-            self.swr_samples != Some(0),
-            "--swr-samples must be at least 1"
-        );
-        let w = world.get_or_insert_with(Default::default);
-        if let Some(m) = self.env_mode {
-            w.mode = m;
-        }
-        if let Some(m) = &self.world_model {
-            w.model = Some(m.clone());
-        }
-        if let Some(m) = &self.swt_model {
-            w.swt_model = Some(m.clone());
-        }
-        if let Some(m) = &self.swr_model {
-            w.swr_model = Some(m.clone());
-        }
-        if let Some(u) = &self.world_base_url {
-            w.base_url = Some(u.clone());
-        }
-        if let Some(k) = self.swr_samples {
-            w.swr_samples = Some(k);
-        }
-        if let Some(s) = self.swr_seed {
-            w.swr_seed = Some(s);
-        }
-        Ok(())
     }
-}
-
-pub fn print_run(out: &RolloutOutput) {
-    let s = &out.stats;
-    eprintln!(
-        "{}: {} planned, {} resumed from the store, {} run now → {}",
-        out.summary.policy,
-        s.planned,
-        s.skipped,
-        s.ran,
-        out.store_path.display()
-    );
 }
 
 pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
     if !args.merge.is_empty() {
         let r = dojo_rollout::merge::merge(&args.merge, args.tasks.as_deref(), &args.out)?;
-        eprintln!(
-            "merged {} shards: {} tasks, {} trajectories → {}",
-            r.shards,
-            r.tasks,
-            r.trajectories,
-            args.out.display()
-        );
-        println!(
-            "{}",
-            dojo_rollout::render_table(std::slice::from_ref(&r.summary))
-        );
-        for p in &r.predictions {
-            println!("predictions: {}", p.display());
-        }
+        eprintln!("{}", r.progress_line(&args.out));
+        println!("{}", r.report());
         return Ok(0);
     }
     let (Some(tasks), Some(policy)) = (args.tasks, args.policy) else {
         anyhow::bail!("--tasks and --policy are required");
     };
     let mut policy = PolicyConfig::parse(&policy)?;
-    if let Some(n) = args.max_steps {
-        policy.agent.insert("max_steps".into(), n.into());
-    }
-    args.world.apply(&mut policy.world)?;
+    policy.override_with(args.max_steps, &args.world.overrides())?;
     let opts = RolloutOptions {
         tasks_file: tasks,
         shard: args.shard,
@@ -188,39 +132,8 @@ pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
         progress: super::progress(false),
     };
     let out = super::runtime()?.block_on(dojo_rollout::embedded::run_policy(&opts))?;
-    print_run(&out);
-    println!(
-        "{}",
-        dojo_rollout::render_table(std::slice::from_ref(&out.summary))
-    );
-    if let Some(d) = &out.drift {
-        println!("{}", d.to_markdown());
-    }
-    for p in &out.predictions {
-        println!("predictions: {}", p.display());
-    }
+    eprintln!("{}", out.progress_line());
+    println!("{}", out.report());
     // Infrastructure failures make the run incomplete: say so in the exit code.
     Ok(if out.summary.infra_errors > 0 { 2 } else { 0 })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn per_role_world_model_flags_reach_the_policy() {
-        let args = WorldArgs {
-            env_mode: Some(dojo_world::route::ExecutionMode::Shadow),
-            swt_model: Some("embedded:/swt".into()),
-            swr_model: Some("openai:swr".into()),
-            ..Default::default()
-        };
-        let mut world = None;
-        args.apply(&mut world).unwrap();
-        let w = world.unwrap();
-        assert_eq!(w.model, None);
-        assert_eq!(w.swt_model.as_deref(), Some("embedded:/swt"));
-        assert_eq!(w.swr_model.as_deref(), Some("openai:swr"));
-        assert_eq!(w.embedded_models(), ["/swt"]);
-    }
 }

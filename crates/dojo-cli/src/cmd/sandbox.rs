@@ -4,11 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use dojo_sandbox::{
-    BackendKind, ExecRequest, PristineStore, PythonEnv, PythonEnvSpec, Sandbox, SandboxOptions,
-    Source,
-};
-use tokio::io::AsyncReadExt;
+use dojo_sandbox::{Sandbox, SandboxOptions};
 
 #[derive(clap::Subcommand)]
 pub enum SandboxCmd {
@@ -65,8 +61,7 @@ pub struct RunArgs {
 }
 
 pub fn run(cmd: SandboxCmd) -> anyhow::Result<i32> {
-    let rt = super::runtime()?;
-    rt.block_on(run_async(cmd))
+    super::runtime()?.block_on(run_async(cmd))
 }
 
 async fn run_async(cmd: SandboxCmd) -> anyhow::Result<i32> {
@@ -74,17 +69,13 @@ async fn run_async(cmd: SandboxCmd) -> anyhow::Result<i32> {
         SandboxCmd::Doctor { json, clean } => doctor(json, clean),
         SandboxCmd::Run(a) => run_cmd(a).await,
         SandboxCmd::Exec { id, timeout, cmd } => {
-            let sb = Sandbox::attach(&id)
-                .await
-                .with_context(|| format!("opening sandbox {id}"))?;
+            let sb = attach(&id).await?;
             let code = pass_through(&sb, cmd, timeout).await?;
             sb.detach();
             Ok(code)
         }
         SandboxCmd::Diff { id } => {
-            let sb = Sandbox::attach(&id)
-                .await
-                .with_context(|| format!("opening sandbox {id}"))?;
+            let sb = attach(&id).await?;
             // Streamed: a workspace of gigabytes costs the host a pipe buffer, not its size.
             let mut out = tokio::io::stdout();
             sb.diff_to(&mut out).await?;
@@ -93,94 +84,41 @@ async fn run_async(cmd: SandboxCmd) -> anyhow::Result<i32> {
             Ok(0)
         }
         SandboxCmd::Rm { id } => {
-            match Sandbox::attach(&id).await {
-                Ok(sb) => sb.teardown().await?,
-                Err(dojo_sandbox::SandboxError::Gone(_)) => {
-                    let dir = dojo_sandbox::sandboxes_dir().join(&id);
-                    anyhow::ensure!(
-                        !id.is_empty() && !id.contains('/') && dir.exists(),
-                        "no sandbox {id}"
-                    );
-                    dojo_sandbox::trash::discard(&dir);
-                }
-                Err(e) => return Err(e.into()),
-            }
-            dojo_sandbox::trash::flush();
+            Sandbox::remove(&id).await?;
             eprintln!("removed sandbox {id}");
             Ok(0)
         }
         SandboxCmd::Ls => {
             for st in dojo_sandbox::registry::list() {
-                let alive = st
-                    .holder_pid
-                    .is_some_and(|p| dojo_sandbox::registry::start_time(p) == st.holder_start);
-                println!(
-                    "{}\t{:?}\t{}\t{}",
-                    st.id,
-                    st.backend,
-                    if alive { "running" } else { "gone" },
-                    st.lower.display()
-                );
+                println!("{}", st.ls_line());
             }
             Ok(0)
         }
     }
 }
 
+async fn attach(id: &str) -> anyhow::Result<Sandbox> {
+    let sb = Sandbox::attach(id).await;
+    sb.with_context(|| format!("opening sandbox {id}"))
+}
+
 fn doctor(json: bool, clean: bool) -> anyhow::Result<i32> {
-    let r = dojo_sandbox::doctor::report();
-    let swept = clean.then(|| {
-        let s = dojo_sandbox::leftovers::sweep();
-        dojo_sandbox::trash::flush();
-        s
-    });
+    let c = dojo_sandbox::doctor::Checkup::run(clean);
     if json {
-        let mut v = serde_json::to_value(&r)?;
-        if let Some(s) = &swept {
-            v["swept"] = serde_json::to_value(s)?;
-        }
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(0);
-    }
-    println!("{r}");
-    if let Some(s) = swept {
-        println!(
-            "cleaned: {} sandbox director{} and {} cgroup{} of dead processes",
-            s.dirs.len(),
-            if s.dirs.len() == 1 { "y" } else { "ies" },
-            s.cgroups.len(),
-            if s.cgroups.len() == 1 { "" } else { "s" }
-        );
+        println!("{}", serde_json::to_string_pretty(&c.to_json()?)?);
+    } else {
+        println!("{c}");
     }
     Ok(0)
 }
 
-fn backend(s: &str) -> anyhow::Result<BackendKind> {
-    Ok(match s {
-        "auto" => BackendKind::Auto,
-        "namespace" | "ns" => BackendKind::Namespace,
-        "fallback" => BackendKind::Fallback,
-        other => anyhow::bail!("unknown backend {other:?} (auto | namespace | fallback)"),
-    })
-}
-
 async fn run_cmd(a: RunArgs) -> anyhow::Result<i32> {
-    let source = Source::parse(&a.source)?;
-    let store = PristineStore::open()?;
-    let pristine = store.build_async(&source).await?;
-    let env = match &a.env {
-        Some(p) => {
-            let spec = PythonEnvSpec::from_toml_file(p)?;
-            Some(PythonEnv::build_async(&spec, Some(&pristine)).await?)
-        }
-        None => None,
-    };
     let opts = SandboxOptions {
-        backend: backend(&a.backend)?,
+        backend: a.backend.parse()?,
         keep: a.keep,
         ..Default::default()
     };
-    let sb = Sandbox::create(&pristine, env.as_ref(), &opts).await?;
+    let sb = Sandbox::over_source(&a.source, a.env.as_deref(), &opts).await?;
     let code = pass_through(&sb, a.cmd, a.timeout).await;
     if a.keep {
         eprintln!("sandbox kept: {}", sb.id());
@@ -195,56 +133,9 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<i32> {
 /// Run `cmd` with its output streamed to ours; returns its exit code (128+signal when killed,
 /// 124 on timeout, like `timeout(1)`).
 async fn pass_through(sb: &Sandbox, cmd: Vec<String>, timeout: u64) -> anyhow::Result<i32> {
-    let mut p = sb.spawn(&ExecRequest::new(cmd)).await?;
-    drop(p.child.stdin.take());
-    let mut out = p.child.stdout.take().context("no stdout")?;
-    let mut err = p.child.stderr.take().context("no stderr")?;
-    // tokio's io-std feature is not enabled workspace-wide: forward chunks with blocking
-    // writes to our own stdout/stderr (a CLI, nothing else shares them).
-    let o = tokio::spawn(async move { forward(&mut out, false).await });
-    let e = tokio::spawn(async move { forward(&mut err, true).await });
-    let mut timed_out = false;
-    let status = match tokio::time::timeout(Duration::from_secs(timeout), p.child.wait()).await {
-        Ok(s) => s?,
-        Err(_) => {
-            timed_out = true;
-            p.terminate();
-            match tokio::time::timeout(Duration::from_secs(2), p.child.wait()).await {
-                Ok(s) => s?,
-                Err(_) => {
-                    p.child.start_kill()?;
-                    p.child.wait().await?
-                }
-            }
-        }
-    };
-    let _ = o.await;
-    let _ = e.await;
-    if timed_out {
+    let r = sb.pass_through(cmd, Duration::from_secs(timeout)).await?;
+    if r == dojo_sandbox::PassThrough::TimedOut {
         eprintln!("dojo sandbox: command timed out after {timeout} s");
-        return Ok(124);
     }
-    use std::os::unix::process::ExitStatusExt;
-    Ok(status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
-}
-
-async fn forward(r: &mut (impl tokio::io::AsyncRead + Unpin), to_stderr: bool) {
-    use std::io::Write;
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let _ = if to_stderr {
-                    let mut w = std::io::stderr().lock();
-                    w.write_all(&buf[..n]).and_then(|_| w.flush())
-                } else {
-                    let mut w = std::io::stdout().lock();
-                    w.write_all(&buf[..n]).and_then(|_| w.flush())
-                };
-            }
-        }
-    }
+    Ok(r.code())
 }

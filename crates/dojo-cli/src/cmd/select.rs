@@ -93,70 +93,9 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
     let set = &plan.set;
     let out = dojo_select::select(set, &plan.options)
         .with_context(|| format!("selecting into {}", a.out.display()))?;
-    if out.partial {
-        eprintln!(
-            "warning: partial view: a run directory is still being written or was interrupted"
-        );
+    for w in out.warnings() {
+        eprintln!("{w}");
     }
-    for p in &out.problems {
-        eprintln!("warning: {p}");
-    }
-    println!(
-        "{} tasks, {} candidates (k = {}; {} infrastructure failures left out, {} ungraded)",
-        out.tasks,
-        set.candidates(),
-        out.k,
-        out.infra_left_out,
-        out.ungraded
-    );
-    if !out.tasks_short.is_empty() {
-        println!(
-            "{} task(s) have fewer than {} candidates (see selection.json: tasks_short)",
-            out.tasks_short.len(),
-            out.k
-        );
-    }
-    let at = |c: &[dojo_select::output::CurvePoint]| {
-        c.last().map_or(String::new(), |p| {
-            format!(
-                "{:.1}% [{:.1}, {:.1}]",
-                100.0 * p.estimate.mean,
-                100.0 * p.estimate.low,
-                100.0 * p.estimate.high
-            )
-        })
-    };
-    println!(
-        "{:<12} {:>24} {:>11} {:>14}",
-        "selector",
-        format!("resolved@{}", out.k),
-        "gap closed",
-        "s / task"
-    );
-    println!(
-        "{:<12} {:>24} {:>11} {:>14}",
-        "pass@k",
-        at(&out.pass_at_k),
-        "100%",
-        "–"
-    );
-    for s in &out.selectors {
-        println!(
-            "{:<12} {:>24} {:>11} {:>14}",
-            s.name,
-            at(&s.best_at_k),
-            s.gap_closed
-                .map_or("–".to_string(), |g| format!("{:.0}%", 100.0 * g)),
-            format!("{:.3}", s.precompute_seconds_per_task + s.seconds_per_task)
-        );
-    }
-    if let Some(last) = out.sequential.points.last() {
-        println!(
-            "by turn budget: pass@1 {:.1}% at {} steps (see report.html)",
-            100.0 * last.pass_at_1.mean,
-            last.budget
-        );
-    }
-    println!("wrote {} in {}", out.files.join(", "), a.out.display());
+    println!("{}", out.report(set.candidates(), &a.out));
     Ok(0)
 }

@@ -45,8 +45,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             args.weights
         )
     })?;
-    let device =
-        dojo_engine::device(&args.device).with_context(|| format!("--device {}", args.device))?;
+    let device = dojo_engine::device(&args.device)?;
     let key = dojo_llm::access::ApiKey::new(args.api_key.as_deref()).context("--api-key")?;
     let opts = EngineOptions {
         model_id: args.served_model_name.clone(),
@@ -70,27 +69,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             "dojo serve: model {} listening on http://{local}",
             engine.model_id()
         );
-        dojo_engine::server::serve_listener(engine, listener, key, super::shutdown_signal())
-            .await
-            .context("serving")?;
+        dojo_engine::server::serve_listener(
+            engine,
+            listener,
+            key,
+            dojo_llm::access::shutdown_signal(),
+        )
+        .await
+        .context("serving")?;
         eprintln!("dojo serve: shut down");
         anyhow::Ok(0)
     })
 }
 
 #[cfg(not(feature = "engine"))]
-pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
-    let _ = (
-        &args.model,
-        args.port,
-        &args.host,
-        &args.api_key,
-        &args.served_model_name,
-        args.prefix_cache,
-        &args.weights,
-    );
-    anyhow::bail!(
-        "dojo serve needs the embedded engine, but this dojo was built without it; rebuild with \
-         the `engine` feature (the default): cargo build -p dojo-cli --features engine"
-    )
+pub fn run(_: ServeArgs) -> anyhow::Result<i32> {
+    super::needs_engine("dojo serve")
 }

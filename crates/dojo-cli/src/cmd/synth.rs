@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use dojo_rollout::policy::{PolicyConfig, PolicyKind};
-use dojo_synth::{Input, LlmSource, Operator, SynthOptions};
+use anyhow::Context;
+use dojo_rollout::policy::PolicyConfig;
+use dojo_synth::{LlmSource, Operator, SynthOptions};
 
 #[derive(clap::Args)]
 pub struct SynthArgs {
@@ -91,16 +91,11 @@ pub struct SynthArgs {
 /// `dojo rollout` uses.
 fn llm_source(spec: &str, rewrites: usize) -> anyhow::Result<LlmSource> {
     let policy = PolicyConfig::parse(spec)?;
-    let embedded = match &policy.kind {
-        PolicyKind::Embedded { model } => dojo_rollout::embedded::embedded_backend(model)?,
-        _ => None,
-    };
-    let model = dojo_rollout::run_dir::model_backends(&policy, embedded)
+    let model = dojo_rollout::embedded::policy_backends_blocking(&policy)
         .with_context(|| format!("--llm-policy {spec}"))?;
-    let (backend, model) = (model.client.clone(), model.model.clone());
     Ok(LlmSource {
-        backend,
-        model,
+        backend: model.client.clone(),
+        model: model.model.clone(),
         label: policy.label(),
         rewrites,
         temperature: policy.sampling.temperature,
@@ -110,60 +105,22 @@ fn llm_source(spec: &str, rewrites: usize) -> anyhow::Result<LlmSource> {
 }
 
 pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
+    let source = args.source.as_ref().map(|dir| {
+        dir.canonicalize()
+            .with_context(|| format!("--source {}", dir.display()))
+    });
+    let (name, version) = (args.name.clone(), args.version.clone());
     // The exported tree of --commit lives until the run has packed it.
-    let mut _export = None;
-    let input = match (&args.project, &args.source) {
-        (Some(p), None) => Input::parse_requirement(p)?,
-        (None, Some(dir)) => {
-            let dir = dir
-                .canonicalize()
-                .with_context(|| format!("--source {}", dir.display()))?;
-            let name = match &args.name {
-                Some(n) => n.clone(),
-                None => dir
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .context("--source has no directory name; pass --name")?,
-            };
-            match &args.commit {
-                Some(rev) => {
-                    let e =
-                        dojo_synth::project::commit_input(&dir, rev, &name, args.version.clone())?;
-                    let input = e.input.clone();
-                    _export = Some(e);
-                    input
-                }
-                None => Input::Dir {
-                    path: dir,
-                    name,
-                    version: args.version.clone().unwrap_or_else(|| "0.0.0".into()),
-                },
-            }
-        }
-        _ => bail!("give either --project NAME==VERSION or --source DIR"),
-    };
+    let (input, _export) = dojo_synth::project::input_from_flags(
+        args.project.as_deref(),
+        source.transpose()?,
+        name,
+        args.commit.as_deref(),
+        version,
+    )?;
     let mut opts = SynthOptions::new(input, args.out.clone());
     if let Some(list) = &args.operators {
-        opts.operators = list
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                Operator::by_name(s).with_context(|| {
-                    format!(
-                        "--operators: unknown operator {s:?} (known: {})",
-                        Operator::ALL
-                            .iter()
-                            .map(|o| o.name())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                })
-            })
-            .collect::<anyhow::Result<_>>()?;
-    }
-    if !(0.0..=1.0).contains(&args.max_break_share) {
-        bail!("--max-break-share must be between 0 and 1");
+        opts.operators = Operator::parse_list(list)?;
     }
     opts.repo = args.repo.clone();
     opts.envs_dir = args.envs.clone();
@@ -179,32 +136,12 @@ pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
     opts.final_validate = !args.no_final_validate;
     opts.hint_module = args.hint_module;
     opts.progress = super::progress(args.quiet);
+    opts.check()?;
     if let Some(spec) = &args.llm_policy {
         opts.llm = Some(llm_source(spec, args.llm_rewrites)?);
     }
     let rt = super::runtime()?;
     let summary = rt.block_on(dojo_synth::synthesize(&opts))?;
-    print!("{}", summary.table());
-    for u in &summary.unparseable_files {
-        println!("skipped: {u}");
-    }
-    let t = summary.totals();
-    let mins = summary.elapsed_s / 60.0;
-    println!(
-        "{}: {} task(s) in {} ({} mutant(s) tried this session in {:.1} s: {:.1} candidates/min)",
-        summary.project,
-        summary.tasks,
-        args.out.display(),
-        summary.tried_this_session,
-        summary.elapsed_s,
-        if mins > 0.0 {
-            summary.tried_this_session as f64 / mins
-        } else {
-            0.0
-        }
-    );
-    if t.tried > 0 && summary.tasks == 0 {
-        println!("no mutant made a valid task: see the dropped counts above");
-    }
+    print!("{}", summary.report(&args.out));
     Ok(0)
 }

@@ -4,10 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
-use dojo_grade::batch::BatchOptions;
+use dojo_grade::batch::{BatchOptions, TaskSet};
 use dojo_grade::{GradeOptions, Semantics};
-use dojo_task::{EnvRegistry, PrepareOptions, Task};
 
 /// Options shared by validate and eval.
 #[derive(clap::Args, Clone)]
@@ -44,48 +42,22 @@ pub struct CommonArgs {
     pub quiet: bool,
 }
 
-/// The selected tasks of a `validate` or `eval` run, with what grading them needs.
-pub struct Loaded {
-    pub tasks: Vec<Task>,
-    /// Every instance id of the task file, selected by `--instance` or not.
-    pub all_ids: std::collections::BTreeSet<String>,
-    pub registry: EnvRegistry,
-    pub opts: BatchOptions,
-    pub preparer_opts: PrepareOptions,
-}
-
 /// Load the task file (strictly), select `--instance`s, and build the grading options.
-pub fn load(common: &CommonArgs) -> anyhow::Result<Loaded> {
-    let tasks = dojo_task::load_tasks(&common.tasks)?;
-    let all_ids = tasks.iter().map(|t| t.instance_id.clone()).collect();
-    let tasks = dojo_task::select_instances(tasks, &common.instances, &common.tasks)?;
-    dojo_task::check_repos(&tasks, common.repos.as_deref())?;
-    let registry = EnvRegistry::with_dir(common.envs.as_deref())?;
-    let semantics = Semantics::by_name(&common.semantics).with_context(|| {
-        format!(
-            "--semantics {:?}: expected classic or swebench5",
-            common.semantics
-        )
-    })?;
+pub fn load(common: &CommonArgs) -> anyhow::Result<TaskSet> {
+    let (repos, envs) = (common.repos.as_deref(), common.envs.as_deref());
+    let mut set = TaskSet::load(&common.tasks, &common.instances, repos, envs)?;
+    let semantics: Semantics = common.semantics.parse()?;
     let grade = GradeOptions {
         semantics,
         timeout: common.timeout.map(Duration::from_secs),
         observer: !common.no_observer,
         ..Default::default()
     };
-    let opts = BatchOptions {
+    set.opts = BatchOptions {
         workers: common.workers,
         grade,
         progress: super::progress(common.quiet),
         ..Default::default()
     };
-    Ok(Loaded {
-        tasks,
-        all_ids,
-        registry,
-        opts,
-        preparer_opts: PrepareOptions {
-            repos_dir: common.repos.clone(),
-        },
-    })
+    Ok(set)
 }

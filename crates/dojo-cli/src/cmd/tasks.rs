@@ -56,26 +56,30 @@ pub enum TasksCmd {
     /// Write each task's initial analysis (5-10 bullets: bug, symptoms, responsible code, the
     /// fix, what the tests check) with a model at temperature 0, cached per task and model;
     /// cached ones are not asked again.
-    Analyze {
-        /// Task file (SWE-bench JSON/JSONL/Parquet); every task needs a gold patch.
-        #[arg(long)]
-        tasks: PathBuf,
-        /// The model: `openai:MODEL` (OPENAI_BASE_URL), `embedded[:MODEL]` or a policy file.
-        #[arg(long)]
-        model: String,
-        /// Only these instance ids.
-        #[arg(long = "instance")]
-        instances: Vec<String>,
-        /// Cache directory (default `$DOJO_HOME/world-analysis`).
-        #[arg(long)]
-        cache: Option<PathBuf>,
-        /// Tasks in flight at once.
-        #[arg(long, default_value_t = 4, value_parser = crate::args::positive::<usize>())]
-        concurrency: usize,
-        /// Seconds one request may take.
-        #[arg(long, default_value_t = 600, value_parser = crate::args::positive::<u64>())]
-        timeout_s: u64,
-    },
+    Analyze(AnalyzeArgs),
+}
+
+// The flags of `dojo tasks analyze` (its help is the variant's doc comment above).
+#[derive(clap::Args)]
+pub struct AnalyzeArgs {
+    /// Task file (SWE-bench JSON/JSONL/Parquet); every task needs a gold patch.
+    #[arg(long)]
+    pub tasks: PathBuf,
+    /// The model: `openai:MODEL` (OPENAI_BASE_URL), `embedded[:MODEL]` or a policy file.
+    #[arg(long)]
+    pub model: String,
+    /// Only these instance ids.
+    #[arg(long = "instance")]
+    pub instances: Vec<String>,
+    /// Cache directory (default `$DOJO_HOME/world-analysis`).
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
+    /// Tasks in flight at once.
+    #[arg(long, default_value_t = 4, value_parser = crate::args::positive::<usize>())]
+    pub concurrency: usize,
+    /// Seconds one request may take.
+    #[arg(long, default_value_t = 600, value_parser = crate::args::positive::<u64>())]
+    pub timeout_s: u64,
 }
 
 #[derive(clap::Subcommand)]
@@ -104,61 +108,17 @@ pub fn run_repos(cmd: ReposCmd) -> anyhow::Result<i32> {
     let loaded = dojo_task::load_tasks(&tasks)?;
     let src = dojo_task::fetch::RepoSource::parse(from.as_deref());
     let results = dojo_task::fetch::sync_repos(&loaded, &mirror, &src);
-    let mut bad = 0;
     for r in &results {
-        match &r.result {
-            Ok(what) if r.missing_commits.is_empty() => {
-                println!("{}: {what} → {}", r.repo, r.mirror.display());
-            }
-            Ok(what) => {
-                bad += 1;
-                println!(
-                    "{}: {what} → {}, but {} commit(s) the tasks need are missing (first: {})",
-                    r.repo,
-                    r.mirror.display(),
-                    r.missing_commits.len(),
-                    r.missing_commits[0]
-                );
-            }
-            Err(e) => {
-                bad += 1;
-                println!("{}: FAILED: {e}", r.repo);
-            }
-        }
+        println!("{r}");
     }
-    println!(
-        "{} repositories, {} ready; use --repos {}",
-        results.len(),
-        results.len() - bad,
-        mirror.display()
-    );
-    Ok(if bad == 0 { 0 } else { 1 })
+    println!("{}", dojo_task::fetch::sync_summary(&results, &mirror));
+    Ok(i32::from(!results.iter().all(|r| r.ready())))
 }
 
 fn fetch(name: &str, out: &Path, from: &[PathBuf], split: Option<String>) -> anyhow::Result<i32> {
-    let (hf_id, default_split) = dojo_task::fetch::dataset(name).map_err(anyhow::Error::msg)?;
-    let split = split.unwrap_or(default_split);
-    let inputs = if from.is_empty() {
-        // Kept under $DOJO_HOME: a second fetch (another --out) needs no download.
-        let dir = dojo_cache::dojo_home()
-            .join("datasets")
-            .join(hf_id.replace('/', "__"))
-            .join(&split);
-        dojo_task::fetch::download_from_hub(&hf_id, &split, &dir).map_err(anyhow::Error::msg)?
-    } else {
-        from.to_vec()
-    };
-    let rep = dojo_task::fetch::normalise(&inputs, out).map_err(anyhow::Error::msg)?;
-    println!(
-        "{}: {} tasks of {hf_id} ({split}); {} invalid row(s), {} duplicate(s) left out",
-        out.display(),
-        rep.written,
-        rep.invalid.len(),
-        rep.duplicates
-    );
-    for e in rep.invalid.iter().take(5) {
-        println!("  {e}");
-    }
+    let (hf_id, split, rep) =
+        dojo_task::fetch::fetch_dataset(name, out, from, split).map_err(anyhow::Error::msg)?;
+    println!("{}", rep.summary(out, &hf_id, &split));
     Ok(if rep.written == 0 { 1 } else { 0 })
 }
 
@@ -194,85 +154,28 @@ pub fn run_tasks(cmd: TasksCmd) -> anyhow::Result<i32> {
             println!("{}: {} verl RL rows", out.display(), rows.len());
             Ok(0)
         }
-        TasksCmd::Analyze {
-            tasks,
-            model,
-            instances,
-            cache,
-            concurrency,
-            timeout_s,
-        } => analyze(AnalyzeArgs {
-            tasks,
-            model,
-            instances,
-            cache,
-            concurrency,
-            timeout: std::time::Duration::from_secs(timeout_s),
-        }),
+        TasksCmd::Analyze(a) => analyze(a),
     }
-}
-
-struct AnalyzeArgs {
-    tasks: PathBuf,
-    model: String,
-    instances: Vec<String>,
-    cache: Option<PathBuf>,
-    concurrency: usize,
-    timeout: std::time::Duration,
 }
 
 fn analyze(a: AnalyzeArgs) -> anyhow::Result<i32> {
     use anyhow::Context;
-    use futures::stream::{self, StreamExt};
 
     let loaded = dojo_task::load_selected(&a.tasks, &a.instances)?;
     // A task without a gold patch is bad input: said before any request is made.
-    let inputs = loaded
-        .iter()
-        .map(dojo_rollout::world_sim::analysis_input)
-        .collect::<Result<Vec<_>, _>>()
+    let inputs = dojo_rollout::world_sim::analysis_inputs(&loaded)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.tasks.display()))?;
     let policy = dojo_rollout::policy::PolicyConfig::parse(&a.model)
         .with_context(|| format!("--model {}", a.model))?;
-    let root = a
-        .cache
-        .clone()
-        .unwrap_or_else(dojo_world::analysis::default_cache_root);
-    let rt = crate::cmd::runtime()?;
-    let (key, results) = rt.block_on(async {
-        let m = dojo_rollout::embedded::policy_backends(&policy).await?;
-        let backend = m.client.clone();
-        let key = m.model.clone();
-        let results: Vec<_> = stream::iter(inputs.iter())
-            .map(|input| {
-                let (backend, key, root) = (backend.clone(), key.clone(), root.clone());
-                async move {
-                    let r = dojo_world::analysis::cached_analysis(
-                        &*backend, &key, input, &root, a.timeout,
-                    )
-                    .await;
-                    (input.task_id.clone(), r)
-                }
-            })
-            .buffer_unordered(a.concurrency)
-            .collect()
-            .await;
-        anyhow::Ok((key, results))
-    })?;
-    let mut failed = 0;
-    for (task, r) in &results {
-        if let Err(e) = r {
-            failed += 1;
-            eprintln!("{task}: {e}");
-        }
+    let timeout = std::time::Duration::from_secs(a.timeout_s);
+    let run =
+        dojo_rollout::embedded::analyze_tasks(&policy, &inputs, a.cache, timeout, a.concurrency);
+    let run = crate::cmd::runtime()?.block_on(run)?;
+    for f in run.failures() {
+        eprintln!("{f}");
     }
-    println!(
-        "{} tasks analysed by {key} ({} failed), cached under {}; use them with `[world] analysis_model = \"{key}\"` or `dojo curate --world-analysis-model {key}`",
-        results.len() - failed,
-        failed,
-        root.display()
-    );
-    Ok(i32::from(failed > 0))
+    println!("{}", run.summary());
+    Ok(i32::from(!run.failures().is_empty()))
 }
 
 fn check(file: &Path, envs: Option<&Path>) -> anyhow::Result<i32> {

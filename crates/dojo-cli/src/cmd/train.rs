@@ -165,30 +165,29 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
         TrainCmd::Sft(a) => *a,
         TrainCmd::Merge(m) => return merge(m),
     };
-    let overlong = dojo_train::Overlong::parse(&a.overlong)
-        .with_context(|| format!("--overlong {:?}: expected truncate or drop", a.overlong))?;
-    let device =
-        dojo_engine::device(&a.device).with_context(|| format!("--device {}", a.device))?;
-    if let Some(t) = &a.eval_tasks {
-        // A typo in the task file should not cost a training run.
-        dojo_rollout::run_dir::load_tasks(t, &a.eval_instances)
-            .with_context(|| format!("--eval-tasks {}", t.display()))?;
+    use dojo_train::memory::parse_size;
+
+    let overlong: dojo_train::Overlong = a.overlong.parse()?;
+    let device = dojo_engine::device(&a.device)?;
+    let progress = super::progress(a.quiet);
+    let eval = a
+        .eval_tasks
+        .as_ref()
+        .map(|tasks| dojo_train::eval::EvalSettings {
+            tasks: tasks.clone(),
+            instances: a.eval_instances.clone(),
+            max_steps: a.eval_max_steps,
+            max_tokens: a.eval_max_tokens,
+            workers: a.eval_workers,
+            envs: a.eval_envs.clone(),
+            progress: progress.clone(),
+        });
+    if let Some(e) = &eval {
+        e.check_tasks()?;
     }
-    if a.merge && a.lora_rank.is_none() {
-        anyhow::bail!("--merge merges LoRA adapters: it needs --lora-rank");
-    }
-    let lora = match a.lora_rank {
-        Some(r) => {
-            let targets: Vec<&str> = a.lora_targets.iter().map(String::as_str).collect();
-            Some(dojo_train::LoraConfig::new(
-                r,
-                a.lora_alpha,
-                a.lora_dropout,
-                &targets,
-            )?)
-        }
-        None => None,
-    };
+    let (rank, targets) = (a.lora_rank, &a.lora_targets);
+    let lora =
+        dojo_train::LoraConfig::from_flags(rank, a.lora_alpha, a.lora_dropout, targets, a.merge)?;
     let cfg = dojo_train::SftConfig {
         lr: a.lr,
         adamw: dojo_train::AdamWConfig {
@@ -214,101 +213,24 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
     };
     let src = dojo_train::ModelSource::resolve(&a.model)?;
     let opts = dojo_train::RunOptions {
-        progress: super::progress(a.quiet),
+        progress,
         stop_after: None,
         // The engine evaluates merged weights.
         merge: a.merge || (a.lora_rank.is_some() && a.eval_tasks.is_some()),
-        max_memory: match &a.max_memory {
-            Some(m) => Some(dojo_train::memory::parse_size(m)?),
-            None => None,
-        },
+        max_memory: a.max_memory.as_deref().map(parse_size).transpose()?,
     };
     let s = dojo_train::run_sft(&src, &a.data, &a.out, &cfg, &opts, &device)
         .with_context(|| format!("dojo train sft --out {}", a.out.display()))?;
-    let d = &s.data;
-    if let Some(from) = s.resumed_from {
-        println!("resumed from step {from}");
-    }
-    println!("{}", s.memory);
-    println!(
-        "data: {} rows, {} used ({} tokens, {} trained); longer than {}: {} truncated, {} \
-         dropped; {} without trained tokens dropped",
-        d.rows,
-        d.used,
-        d.tokens,
-        d.trained_tokens,
-        d.max_len,
-        d.truncated,
-        d.dropped_overlong,
-        d.dropped_untrained
-    );
-    println!(
-        "steps {}/{}, {} trainable parameters, last loss {}, {:.0} tokens/s, {:.1}s",
-        s.steps,
-        s.total_steps,
-        s.trainable_params,
-        s.last_loss.map_or("-".into(), |l| format!("{l:.4}")),
-        s.tokens_per_s,
-        s.elapsed_s
-    );
-    match &s.final_dir {
-        Some(f) if cfg.lora.is_some() => println!("adapter: {}", f.display()),
-        Some(f) => println!("model: {}", f.display()),
-        None => println!("not finished; run the same command again to resume"),
-    }
-    if let Some(m) = &s.merged_dir {
-        println!("merged model: {}", m.display());
-    }
-    let (Some(tasks), Some(final_dir)) = (&a.eval_tasks, &s.final_dir) else {
+    println!("{}", s.report(cfg.lora.is_some()));
+    let Some(settings) = &eval else {
         return Ok(0);
     };
-    let trained = s.merged_dir.clone().unwrap_or_else(|| final_dir.clone());
-    let base = if dojo_tokenizer::ModelSpec::resolve(&a.model).is_ok_and(|s| s.is_default()) {
-        dojo_tokenizer::model_spec::DEFAULT.to_string()
-    } else {
-        src.path().display().to_string()
+    let progress = |p: dojo_train::eval::EvalProgress<'_>| eprintln!("{p}");
+    let eval = dojo_train::eval::evaluate_run(&a.out, &a.model, &src, &s, settings, progress);
+    let Some(eval) = super::runtime()?.block_on(eval)? else {
+        return Ok(0);
     };
-    let settings = dojo_train::eval::EvalSettings {
-        tasks: tasks.clone(),
-        instances: a.eval_instances.clone(),
-        max_steps: a.eval_max_steps,
-        max_tokens: a.eval_max_tokens,
-        workers: a.eval_workers,
-        envs: a.eval_envs.clone(),
-        progress: opts.progress.clone(),
-    };
-    // Weights trained in this invocation make an earlier evaluation of OUT/final stale.
-    let retrained = s.steps > s.resumed_from.unwrap_or(0);
-    let progress = |p: dojo_train::eval::EvalProgress<'_>| match p {
-        dojo_train::eval::EvalProgress::Start {
-            label,
-            model,
-            tasks,
-        } => eprintln!("evaluating the {label} model ({model}) on {tasks} tasks"),
-        dojo_train::eval::EvalProgress::Done(o) => super::rollout::print_run(o),
-    };
-    let eval = super::runtime()?.block_on(dojo_train::eval::evaluate(
-        &a.out, &base, &trained, retrained, &settings, progress,
-    ))?;
-    dojo_train::report::write(&a.out)?;
-    for m in &eval.models {
-        println!(
-            "eval {}: resolved {}/{} ({:.1}%, 95% CI {:.1}–{:.1}%), valid tool calls {}/{} turns, {} infrastructure errors",
-            m.label,
-            m.resolved,
-            m.n,
-            100.0 * m.resolve_rate,
-            100.0 * m.ci95_low,
-            100.0 * m.ci95_high,
-            m.valid_tool_calls,
-            m.turns,
-            m.infra_errors,
-        );
-    }
-    println!(
-        "report: {}",
-        a.out.join(dojo_train::report::REPORT_FILE).display()
-    );
+    println!("{}", eval.report_lines(&a.out));
     // Infrastructure failures make the evaluation incomplete: say so in the exit code.
     Ok(if eval.incomplete() { 2 } else { 0 })
 }
@@ -317,25 +239,8 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
 fn merge(m: MergeArgs) -> anyhow::Result<i32> {
     use anyhow::Context;
 
-    let device =
-        dojo_engine::device(&m.device).with_context(|| format!("--device {}", m.device))?;
-    let spec = match &m.model {
-        Some(s) => s.clone(),
-        None => {
-            let (_, raw) = dojo_train::LoraConfig::read(&m.adapter)?;
-            raw.get("base_model_name_or_path")
-                .and_then(|v| v.as_str())
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .with_context(|| {
-                    format!(
-                        "{}: the adapter names no base model; pass --model",
-                        m.adapter.display()
-                    )
-                })?
-        }
-    };
-    let src = dojo_train::ModelSource::resolve(&spec)?;
+    let device = dojo_engine::device(&m.device)?;
+    let src = dojo_train::ModelSource::for_adapter(&m.adapter, m.model.as_deref())?;
     let dir = dojo_train::trainer::merge_adapter(&src, &m.adapter, &m.out, &device)
         .with_context(|| format!("dojo train merge --out {}", m.out.display()))?;
     println!("merged model: {}", dir.display());
@@ -343,10 +248,6 @@ fn merge(m: MergeArgs) -> anyhow::Result<i32> {
 }
 
 #[cfg(not(feature = "engine"))]
-pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
-    let _ = cmd;
-    anyhow::bail!(
-        "dojo train needs the candle stack, but this dojo was built without it; rebuild with \
-         the `engine` feature (the default): cargo build -p dojo-cli --features engine"
-    )
+pub fn run(_: TrainCmd) -> anyhow::Result<i32> {
+    super::needs_engine("dojo train")
 }

@@ -4,8 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use dojo_grade::{batch, diagnose};
-use dojo_task::Preparer;
+use dojo_grade::diagnose;
 
 use super::runtime;
 use super::task_set::{CommonArgs, load};
@@ -27,103 +26,32 @@ pub struct ValidateArgs {
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<i32> {
     let l = load(&args.common)?;
-    let jobs: Vec<_> = l
-        .tasks
-        .iter()
-        .cloned()
-        .enumerate()
-        .map(|(i, t)| {
-            let env = l.registry.resolve(&t);
-            (i, t, env)
-        })
-        .collect();
-    let preparer = Preparer::new(l.preparer_opts.clone());
     let started = std::time::Instant::now();
     // With --out, each task's files are written as soon as it is validated: a run stopped
     // halfway (killed, out of time) keeps every task it finished. The table comes at the end.
-    let early = std::sync::Mutex::new(std::collections::HashSet::new());
+    let logs = diagnose::ValidationLogs::new(args.out.as_deref());
     let written_early = |v: &dojo_grade::Validation| {
-        if let Some(out) = &args.out {
-            let dir = out.join(&v.instance_id);
-            match diagnose::write_validation(&dir, v) {
-                Ok(_) => {
-                    if let Ok(mut done) = early.lock() {
-                        done.insert(v.instance_id.clone());
-                    }
-                }
-                Err(e) => eprintln!("writing {}: {e} (retried at the end)", dir.display()),
-            }
+        if let Err(e) = logs.write_early(v) {
+            let dir = logs.dir(v);
+            eprintln!("writing {}: {e} (retried at the end)", dir.display());
         }
     };
-    let mut results = runtime()?.block_on(batch::validate_tasks(
-        jobs,
-        &preparer,
-        &l.opts,
-        &written_early,
-    ));
-    results.sort_by_key(|(i, _)| *i);
+    let results = runtime()?.block_on(l.validate(&written_early));
     let elapsed = started.elapsed();
-    let ok = results.iter().filter(|(_, v)| v.ok).count();
-    // Full problems and logs: under --out for every task (written above), else under a fresh
-    // temporary directory for the tasks that did not validate (the rows point there).
-    let log_root = match &args.out {
-        Some(d) => d.clone(),
-        None => std::env::temp_dir().join(format!(
-            "dojo-validate-{}-{}",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-            std::process::id()
-        )),
-    };
-    let early = early.into_inner().unwrap_or_default();
+    let ok = results.iter().filter(|v| v.ok).count();
     println!("{}", diagnose::validate_header());
-    for (_, v) in &results {
-        let dir = log_root.join(&v.instance_id);
-        let written = if args.out.is_some() && early.contains(&v.instance_id) {
-            Some(dir)
-        } else if args.out.is_some() || !v.ok {
-            Some(
-                diagnose::write_validation(&dir, v)
-                    .with_context(|| format!("writing {}", dir.display()))?,
-            )
-        } else {
-            None
-        };
-        println!("{}", diagnose::validate_row(v, written.as_deref()));
-    }
-    println!(
-        "\nrunnable: {ok}/{} ({:.1} s, {:.2} tasks/min, {} worker(s))",
-        results.len(),
-        elapsed.as_secs_f64(),
-        results.len() as f64 / elapsed.as_secs_f64().max(1e-9) * 60.0,
-        l.opts.workers
-    );
-    if args.write {
-        let fill: dojo_task::NewLists = results
-            .iter()
-            .filter(|(_, v)| v.ok && v.new_task)
-            .map(|(_, v)| {
-                let lists = (&v.derived_fail_to_pass[..], &v.derived_pass_to_pass[..]);
-                (v.instance_id.as_str(), lists)
-            })
-            .collect();
-        let n = dojo_task::fill_lists(&args.common.tasks, &l.tasks, fill)?;
+    for v in &results {
+        let row = logs.row(v);
         println!(
-            "wrote FAIL_TO_PASS / PASS_TO_PASS of {n} task(s) into {}",
-            args.common.tasks.display()
+            "{}",
+            row.with_context(|| format!("writing {}", logs.dir(v).display()))?
         );
-        let skipped: Vec<&str> = results
-            .iter()
-            .filter(|(_, v)| v.new_task && !v.ok)
-            .map(|(_, v)| v.instance_id.as_str())
-            .collect();
-        if !skipped.is_empty() {
-            println!(
-                "not written (not runnable, see above): {}",
-                skipped.join(", ")
-            );
-        }
+    }
+    let line = diagnose::runnable_line(ok, results.len(), elapsed, l.opts.workers);
+    println!("{line}");
+    if args.write {
+        let written = diagnose::write_lists(&args.common.tasks, &l.tasks, &results)?;
+        println!("{written}");
     }
     Ok(if ok == results.len() { 0 } else { 1 })
 }

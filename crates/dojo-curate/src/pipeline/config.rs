@@ -72,6 +72,30 @@ pub struct Formats {
     pub sharegpt: bool,
 }
 
+impl Formats {
+    /// Parses `parquet,messages,sharegpt` (`tokens` is `parquet`'s other name).
+    pub fn parse(list: &str) -> Result<Formats, CurateError> {
+        let mut f = Formats {
+            tokens: false,
+            messages: false,
+            sharegpt: false,
+        };
+        for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match name {
+                "parquet" | "tokens" => f.tokens = true,
+                "messages" => f.messages = true,
+                "sharegpt" => f.sharegpt = true,
+                other => {
+                    return Err(CurateError::Config(format!(
+                        "unknown --format {other:?} (parquet, messages, sharegpt)"
+                    )));
+                }
+            }
+        }
+        Ok(f)
+    }
+}
+
 /// A whole run's settings.
 #[derive(Debug, Clone, Serialize)]
 pub struct Config {
@@ -127,6 +151,31 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Refuses inputs that do not exist and paths that are not UTF-8 (paths are recorded in the
+    /// export's manifest), before any work.
+    pub fn check_paths(&self) -> Result<(), CurateError> {
+        if let Some(p) = self.inputs.iter().find(|p| !p.exists()) {
+            return Err(CurateError::Config(format!(
+                "--rollouts {}: no such file or directory",
+                p.display()
+            )));
+        }
+        if let Some(p) = self
+            .inputs
+            .iter()
+            .chain([&self.out])
+            .find(|p| p.to_str().is_none())
+        {
+            return Err(CurateError::Config(format!(
+                "{}: not a UTF-8 path (paths are recorded in the export's manifest)",
+                p.display()
+            )));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +190,26 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("fancy")
+        );
+    }
+
+    #[test]
+    fn format_list_parses_and_rejects_unknown_names() {
+        let f = Formats::parse("tokens, sharegpt").unwrap();
+        assert!(f.tokens && f.sharegpt && !f.messages);
+        let e = Formats::parse("parquet,csv").unwrap_err().to_string();
+        assert_eq!(e, "unknown --format \"csv\" (parquet, messages, sharegpt)");
+    }
+
+    #[test]
+    fn missing_inputs_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Config::new(vec![dir.path().to_path_buf()], dir.path().join("out"));
+        assert!(ok.check_paths().is_ok());
+        let missing = Config::new(vec![PathBuf::from("/nonexistent/r")], dir.path().into());
+        assert_eq!(
+            missing.check_paths().unwrap_err().to_string(),
+            "--rollouts /nonexistent/r: no such file or directory"
         );
     }
 }
