@@ -82,9 +82,14 @@ fn slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
     }
 }
 
-/// A tensor's f32 values (contiguous copy when needed) for a backward pass.
-fn values(t: &Tensor) -> Result<Vec<f32>> {
-    f32_vec(&t.contiguous()?)
+/// A backward pass's input, read where it lies: `contiguous` is a no-op (a shared handle) for
+/// the contiguous tensors autograd passes, and [`cpu_values`] borrows their storage, so the
+/// pass reads its inputs without copying them (copies cost what fusing saved).
+fn cpu_values<'a>(st: &'a candle_core::Storage, l: &Layout, op: &str) -> Result<&'a [f32]> {
+    match st {
+        candle_core::Storage::Cpu(c) => slice(c, l, op),
+        _ => Err(candle_core::Error::Msg(format!("{op}: not on the CPU"))),
+    }
 }
 
 struct RmsNorm {
@@ -138,7 +143,15 @@ impl CustomOp2 for RmsNorm {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let (xv, wv, gv) = (values(x)?, values(w)?, values(grad)?);
+        let (x, w, g) = (x.contiguous()?, w.contiguous()?, grad.contiguous()?);
+        let ((xs, xl), (ws, wl), (gs, gl)) = (
+            x.storage_and_layout(),
+            w.storage_and_layout(),
+            g.storage_and_layout(),
+        );
+        let xv = cpu_values(&xs, xl, "rms-norm")?;
+        let wv = cpu_values(&ws, wl, "rms-norm")?;
+        let gv = cpu_values(&gs, gl, "rms-norm")?;
         let h = wv.len();
         let mut dx = vec![0f32; xv.len()];
         // dx = inv · (g·w − x̂ · mean(g·w·x̂)); dw = Σ_rows g · x̂ (partial sums per task).
@@ -214,7 +227,15 @@ impl CustomOp2 for SiluMul {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let (g, u, d) = (values(gate)?, values(up)?, values(grad)?);
+        let (gt, ut, dt) = (gate.contiguous()?, up.contiguous()?, grad.contiguous()?);
+        let ((gs, gl), (us, ul), (ds, dl)) = (
+            gt.storage_and_layout(),
+            ut.storage_and_layout(),
+            dt.storage_and_layout(),
+        );
+        let g = cpu_values(&gs, gl, "silu-gate")?;
+        let u = cpu_values(&us, ul, "silu-gate")?;
+        let d = cpu_values(&ds, dl, "silu-gate")?;
         let mut dg = vec![0f32; g.len()];
         let mut du = vec![0f32; g.len()];
         dg.par_chunks_mut(4096)
@@ -301,8 +322,9 @@ impl CustomOp1 for Rope {
 
     fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
         // The rotation is orthogonal: its gradient is the rotation by −θ.
-        let g = values(grad)?;
-        let dx = self.apply(&g, grad.dims(), -1.0)?;
+        let gt = grad.contiguous()?;
+        let (gs, gl) = gt.storage_and_layout();
+        let dx = self.apply(cpu_values(&gs, gl, "rope")?, grad.dims(), -1.0)?;
         Ok(Some(Tensor::from_vec(dx, x.shape(), x.device())?))
     }
 }
