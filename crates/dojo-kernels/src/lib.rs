@@ -82,14 +82,27 @@ fn slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
     }
 }
 
-/// A backward pass's input, read where it lies: `contiguous` is a no-op (a shared handle) for
-/// the contiguous tensors autograd passes, and [`cpu_values`] borrows their storage, so the
-/// pass reads its inputs without copying them (copies cost what fusing saved).
-fn cpu_values<'a>(st: &'a candle_core::Storage, l: &Layout, op: &str) -> Result<&'a [f32]> {
-    match st {
-        candle_core::Storage::Cpu(c) => slice(c, l, op),
-        _ => Err(candle_core::Error::Msg(format!("{op}: not on the CPU"))),
+/// Runs `f` on the f32 values of a backward pass's inputs, read where they lie: `contiguous`
+/// is a no-op (a shared handle) for the contiguous tensors autograd passes, and the values are
+/// borrowed from their storage, so the pass reads its inputs without copying them.
+fn with_values<const N: usize, R>(
+    ts: [&Tensor; N],
+    op: &str,
+    f: impl FnOnce([&[f32]; N]) -> Result<R>,
+) -> Result<R> {
+    let owned = ts
+        .map(Tensor::contiguous)
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+    let guards: Vec<_> = owned.iter().map(Tensor::storage_and_layout).collect();
+    let mut values = Vec::with_capacity(N);
+    for (st, l) in &guards {
+        match &**st {
+            candle_core::Storage::Cpu(c) => values.push(slice(c, l, op)?),
+            _ => return Err(candle_core::Error::Msg(format!("{op}: not on the CPU"))),
+        }
     }
+    f(std::array::from_fn(|i| values[i]))
 }
 
 struct RmsNorm {
@@ -143,46 +156,40 @@ impl CustomOp2 for RmsNorm {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let (x, w, g) = (x.contiguous()?, w.contiguous()?, grad.contiguous()?);
-        let ((xs, xl), (ws, wl), (gs, gl)) = (
-            x.storage_and_layout(),
-            w.storage_and_layout(),
-            g.storage_and_layout(),
-        );
-        let xv = cpu_values(&xs, xl, "rms-norm")?;
-        let wv = cpu_values(&ws, wl, "rms-norm")?;
-        let gv = cpu_values(&gs, gl, "rms-norm")?;
-        let h = wv.len();
-        let mut dx = vec![0f32; xv.len()];
-        // dx = inv · (g·w − x̂ · mean(g·w·x̂)); dw = Σ_rows g · x̂ (partial sums per task).
-        let dw = dx
-            .par_chunks_mut(h)
-            .with_min_len(MIN_ROWS)
-            .zip(xv.par_chunks(h).zip(gv.par_chunks(h)))
-            .fold(
-                || vec![0f32; h],
-                |mut dw, (dxr, (xr, gr))| {
-                    let inv = self.inv_rms(xr);
-                    let mut dot = 0f32;
-                    for j in 0..h {
-                        let xh = xr[j] * inv;
-                        dot += gr[j] * wv[j] * xh;
-                        dw[j] += gr[j] * xh;
-                    }
-                    let mean = dot / h as f32;
-                    for j in 0..h {
-                        dxr[j] = inv * (gr[j] * wv[j] - xr[j] * inv * mean);
-                    }
-                    dw
-                },
-            )
-            .reduce(
-                || vec![0f32; h],
-                |mut a, b| {
-                    a.iter_mut().zip(b).for_each(|(p, q)| *p += q);
-                    a
-                },
-            );
+        let (dx, dw) = with_values([x, w, grad], "rms-norm", |[xv, wv, gv]| {
+            let h = wv.len();
+            let mut dx = vec![0f32; xv.len()];
+            // dx = inv · (g·w − x̂ · mean(g·w·x̂)); dw = Σ_rows g · x̂ (partial sums per task).
+            let dw = dx
+                .par_chunks_mut(h)
+                .with_min_len(MIN_ROWS)
+                .zip(xv.par_chunks(h).zip(gv.par_chunks(h)))
+                .fold(
+                    || vec![0f32; h],
+                    |mut dw, (dxr, (xr, gr))| {
+                        let inv = self.inv_rms(xr);
+                        let mut dot = 0f32;
+                        for j in 0..h {
+                            let xh = xr[j] * inv;
+                            dot += gr[j] * wv[j] * xh;
+                            dw[j] += gr[j] * xh;
+                        }
+                        let mean = dot / h as f32;
+                        for j in 0..h {
+                            dxr[j] = inv * (gr[j] * wv[j] - xr[j] * inv * mean);
+                        }
+                        dw
+                    },
+                )
+                .reduce(
+                    || vec![0f32; h],
+                    |mut a, b| {
+                        a.iter_mut().zip(b).for_each(|(p, q)| *p += q);
+                        a
+                    },
+                );
+            Ok((dx, dw))
+        })?;
         Ok((
             Some(Tensor::from_vec(dx, x.shape(), x.device())?),
             Some(Tensor::from_vec(dw, w.shape(), w.device())?),
@@ -227,32 +234,26 @@ impl CustomOp2 for SiluMul {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let (gt, ut, dt) = (gate.contiguous()?, up.contiguous()?, grad.contiguous()?);
-        let ((gs, gl), (us, ul), (ds, dl)) = (
-            gt.storage_and_layout(),
-            ut.storage_and_layout(),
-            dt.storage_and_layout(),
-        );
-        let g = cpu_values(&gs, gl, "silu-gate")?;
-        let u = cpu_values(&us, ul, "silu-gate")?;
-        let d = cpu_values(&ds, dl, "silu-gate")?;
-        let mut dg = vec![0f32; g.len()];
-        let mut du = vec![0f32; g.len()];
-        dg.par_chunks_mut(4096)
-            .zip(du.par_chunks_mut(4096))
-            .zip(
-                g.par_chunks(4096)
-                    .zip(u.par_chunks(4096))
-                    .zip(d.par_chunks(4096)),
-            )
-            .for_each(|((dg, du), ((g, u), d))| {
-                for j in 0..g.len() {
-                    let s = sigmoid(g[j]);
-                    // silu'(g) = s · (1 + g · (1 − s))
-                    dg[j] = d[j] * u[j] * s * (1.0 + g[j] * (1.0 - s));
-                    du[j] = d[j] * g[j] * s;
-                }
-            });
+        let (dg, du) = with_values([gate, up, grad], "silu-gate", |[g, u, d]| {
+            let mut dg = vec![0f32; g.len()];
+            let mut du = vec![0f32; g.len()];
+            dg.par_chunks_mut(4096)
+                .zip(du.par_chunks_mut(4096))
+                .zip(
+                    g.par_chunks(4096)
+                        .zip(u.par_chunks(4096))
+                        .zip(d.par_chunks(4096)),
+                )
+                .for_each(|((dg, du), ((g, u), d))| {
+                    for j in 0..g.len() {
+                        let s = sigmoid(g[j]);
+                        // silu'(g) = s · (1 + g · (1 − s))
+                        dg[j] = d[j] * u[j] * s * (1.0 + g[j] * (1.0 - s));
+                        du[j] = d[j] * g[j] * s;
+                    }
+                });
+            Ok((dg, du))
+        })?;
         Ok((
             Some(Tensor::from_vec(dg, gate.shape(), gate.device())?),
             Some(Tensor::from_vec(du, up.shape(), up.device())?),
@@ -322,9 +323,7 @@ impl CustomOp1 for Rope {
 
     fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
         // The rotation is orthogonal: its gradient is the rotation by −θ.
-        let gt = grad.contiguous()?;
-        let (gs, gl) = gt.storage_and_layout();
-        let dx = self.apply(cpu_values(&gs, gl, "rope")?, grad.dims(), -1.0)?;
+        let dx = with_values([grad], "rope", |[g]| self.apply(g, grad.dims(), -1.0))?;
         Ok(Some(Tensor::from_vec(dx, x.shape(), x.device())?))
     }
 }
