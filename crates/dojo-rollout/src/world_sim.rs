@@ -304,9 +304,10 @@ async fn pristine_only(task: &Task, preparer: &Preparer) -> Result<Pristine, Wor
     .map_err(|e| WorldSimError::Prepare(format!("the preparing thread failed: {e}")))?
 }
 
-/// What the world models are told about `task` (the one mapping from a dataset task; the
-/// real runs' capture (`world_capture`) and the `swr` selector use it too). No initial analysis: records get
-/// theirs when `dojo curate world` renders them, the simulation from its cache.
+/// What the world models are told about `task`: the one mapping from a dataset task, used by
+/// the simulation, real runs' capture (`world_capture`) and the `swr` selector. No initial
+/// analysis: records get theirs when `dojo curate --world` renders them, the simulation from
+/// its cache.
 pub fn world_task(task: &Task, env: &RepoEnv) -> WorldTask {
     WorldTask {
         task_id: task.instance_id.clone(),
@@ -337,13 +338,8 @@ pub async fn graded_test_files(
     let sb = Sandbox::create(&pristine, None, opts).await.map_err(|e| {
         WorldSimError::Prepare(format!("instance {}: sandbox: {e}", task.instance_id))
     })?;
-    let sim_task = SimTask {
-        test_patch: Some(task.test_patch.clone()),
-        test_files: paths,
-        pristine_dir: Some(pristine.path.clone()),
-        ..Default::default()
-    };
-    let files = test_files_after_patch(&sb, &sim_task).await;
+    let files =
+        test_files_after_patch(&sb, Some(&task.test_patch), &paths, Some(&pristine.path)).await;
     if let Err(e) = sb.teardown().await {
         tracing::warn!(task = %task.instance_id, "sandbox teardown: {e}");
     }
@@ -434,7 +430,14 @@ pub async fn predict_reward(
     let files = if patch.trim().is_empty() {
         Vec::new()
     } else {
-        test_files_after_patch(sb, &run.task).await
+        let t = &run.task;
+        test_files_after_patch(
+            sb,
+            t.test_patch.as_deref(),
+            &t.test_files,
+            t.pristine_dir.as_deref(),
+        )
+        .await
     };
     simulated_reward(&*run.model, &run.task, patch, files).await
 }

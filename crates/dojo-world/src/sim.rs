@@ -621,12 +621,18 @@ impl WorldModel for WorldClient {
     }
 }
 
-/// The task's test files ([`SimTask::test_files`]) with its test patch applied on top of the
-/// agent's workspace (the agent is done; graders reset the sandbox before real grading), read
-/// as the SWR records of real grading read them ([`observe::read_views`], base versions
-/// included). A patch that does not apply leaves the files as they are, which the model sees.
-pub async fn test_files_after_patch(ws: &dyn Workspace, task: &SimTask) -> Vec<FileView> {
-    let Some(test_patch) = task.test_patch.as_deref().filter(|p| !p.trim().is_empty()) else {
+/// A task's test files (`test_files`, [`SimTask::test_files`]) with its test patch applied on
+/// top of the workspace (in a rollout the agent is done; graders reset the sandbox before real
+/// grading), read as the SWR records of real grading read them ([`observe::read_views`], base
+/// versions from `base`, the pristine tree). A patch that does not apply leaves the files as
+/// they are, which the model sees.
+pub async fn test_files_after_patch(
+    ws: &dyn Workspace,
+    test_patch: Option<&str>,
+    test_files: &[String],
+    base: Option<&std::path::Path>,
+) -> Vec<FileView> {
+    let Some(test_patch) = test_patch.filter(|p| !p.trim().is_empty()) else {
         return Vec::new();
     };
     let req =
@@ -635,8 +641,7 @@ pub async fn test_files_after_patch(ws: &dyn Workspace, task: &SimTask) -> Vec<F
             .timeout(Duration::from_secs(60))
             .cwd(WORKSPACE);
     let _ = ws.exec(&req).await;
-    let base = task.pristine_dir.as_deref();
-    observe::read_views(ws, &task.test_files, base, ReadLimits::default()).await
+    observe::read_views(ws, test_files, base, ReadLimits::default()).await
 }
 
 /// The reward model's verdict on `agent_patch`: an empty patch is unresolved without a call
@@ -1005,7 +1010,13 @@ mod tests {
             test_files: vec!["tests/test_a.py".into()],
             ..Default::default()
         };
-        let files = test_files_after_patch(&ws, &t).await;
+        let files = test_files_after_patch(
+            &ws,
+            t.test_patch.as_deref(),
+            &t.test_files,
+            t.pristine_dir.as_deref(),
+        )
+        .await;
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].path, "tests/test_a.py");
         assert_eq!(
