@@ -18,8 +18,9 @@ use dojo_task::{EnvRegistry, PrepareOptions, Preparer, Task};
 
 use crate::hybrid::{DEFAULT_L2, Hybrid, HybridWeights};
 use crate::selector::SharedSelector;
-use crate::verifier::{JudgeLimits, Judgement, Precomputed, judge_all};
+use crate::verifier::{Judgement, Precomputed, judge_all};
 use crate::{CandidateSet, LoadOptions, SelectError, SelectOptions, SelectorKind};
+use dojo_reward::judge::JudgeLimits;
 
 /// What `dojo select` was asked (its flags).
 #[derive(Debug, Clone, Default)]
@@ -376,19 +377,16 @@ async fn swr(
         .iter()
         .filter(|t| wanted.contains(t.instance_id.as_str()))
     {
-        let task = match dojo_rollout::world_sim::repo_env_or_default(&ctx.registry, t) {
-            Ok(env) => dojo_rollout::world_sim::graded_test_files(
-                t,
-                &ctx.preparer,
-                &dojo_sandbox::SandboxOptions::default(),
-            )
-            .await
-            .map(|test_files| crate::swr::SwrTask {
-                world: dojo_rollout::world_sim::world_task(t, &env).at_test_time(),
-                test_files,
-            }),
-            Err(e) => Err(e),
+        let task = async {
+            use dojo_rollout::world_sim::{graded_test_files, repo_env_or_default, world_task};
+            let env = repo_env_or_default(&ctx.registry, t)?;
+            let opts = dojo_sandbox::SandboxOptions::default();
+            Ok(crate::swr::SwrTask {
+                test_files: graded_test_files(t, &ctx.preparer, &opts).await?,
+                world: world_task(t, &env).at_test_time(),
+            })
         }
+        .await
         .map_err(SelectError::Environment);
         tasks.insert(t.instance_id.clone(), task);
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use dojo_llm::{ChatBackend, ChatMessage, ChatRequest};
 use futures::stream::{self, StreamExt};
 
-pub use dojo_reward::judge::{
+use dojo_reward::judge::{
     JudgeLimits, TOP_LOGPROBS, VerifierError, judge_messages, yes_probability,
 };
 
