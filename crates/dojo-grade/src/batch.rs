@@ -248,7 +248,7 @@ pub async fn eval_jobs(
     let results = futures::stream::iter(jobs)
         .map(|job| {
             async move {
-                let dir = out.join(&job.prediction.instance_id);
+                let dir = instance_dir(out, &job.prediction.instance_id);
                 let previous = (!opts.force).then(|| existing_report(&dir)).flatten();
                 let r = match previous {
                     // Already graded: kept as it is on disk (not even rewritten).

@@ -92,7 +92,7 @@ pub struct PolicyConfig {
     /// Agent settings passed to the agent loop (budgets, tool set, action format).
     #[serde(default)]
     pub agent: Map<String, Value>,
-    /// The environment mode and world model (`[world]`); absent: real execution.
+    /// The execution mode and world model (`[world]`); absent: real execution.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<dojo_world::route::WorldPolicy>,
 }

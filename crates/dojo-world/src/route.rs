@@ -1,5 +1,5 @@
 //! Where each command of a rollout runs: for real in the sandbox, in the transition model, or
-//! both. The environment mode (`--execution`) and the command's class ([`crate::classify`]) decide:
+//! both. The execution mode (`--execution`) and the command's class ([`crate::classify`]) decide:
 //!
 //! | mode | Python / tests | install | blocked | other |
 //! |---|---|---|---|---|
