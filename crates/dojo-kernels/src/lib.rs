@@ -13,6 +13,9 @@
 //! - [`silu_mul`]: `silu(gate) · up`, the gated MLP's middle; gradients for both inputs.
 //! - [`rope`]: rotate-half rotary embedding of `(b, heads, t, d)` with `(t, d/2)` tables;
 //!   the gradient is the inverse rotation.
+//! - [`causal_softmax_`] and [`softmax_backward_`]: causal attention's score-sized passes, in
+//!   place on a score block, for an attention op that runs its own matmuls (dojo-train's
+//!   `CausalAttention`); no gradient of their own.
 //!
 //! Execution model: f32, contiguous CPU tensors take the fused path (inputs are made
 //! contiguous first); any other device or dtype runs the same maths op by op through candle's
@@ -23,8 +26,13 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, D, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
+mod softmax;
+pub use softmax::{
+    CausalRows, causal_softmax_, causal_softmax_rows, softmax_backward_, softmax_backward_rows,
+};
+
 /// Rows a rayon task takes at least: below this the split costs more than it saves.
-const MIN_ROWS: usize = 16;
+pub(crate) const MIN_ROWS: usize = 16;
 
 /// `x / sqrt(mean(x²) + eps) · w` over the last dimension of `x`; `w` has that dimension's size.
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
@@ -73,7 +81,7 @@ fn f32_vec(t: &Tensor) -> Result<Vec<f32>> {
 }
 
 /// The contiguous f32 slice of a custom op's input.
-fn slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
+pub(crate) fn slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
     match l.contiguous_offsets() {
         Some((a, b)) => Ok(&s.as_slice::<f32>()?[a..b]),
         None => Err(candle_core::Error::Msg(format!(

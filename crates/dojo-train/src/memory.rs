@@ -28,7 +28,7 @@ const F32: u64 = 4;
 const ACTIVATION_SLACK: f64 = 1.2;
 /// Score-sized tensors of one block of query rows alive at once in the attention op's backward
 /// pass (recomputed probabilities, their gradient, the softmax backward's product and
-/// difference); the op bounds each ([`crate::ops::attention_block_rows`]).
+/// difference); the op bounds each ([`crate::ops::attention_block_positions`]).
 const ATTENTION_COPIES: u64 = 4;
 /// Logit-sized `(rows, vocab)` tensors alive at once in the loss and its backward pass
 /// (logits, shifted, exponentials, log-probabilities, their gradient).
@@ -105,10 +105,9 @@ pub fn estimate(
     } else {
         layers * block
     };
-    let kv = cfg.num_kv_heads.max(1);
-    let rows = (cfg.num_heads / kv) * batch.len;
-    let block_rows = crate::ops::attention_block_rows(batch.rows, kv, rows, batch.len) as u64;
-    let attention = ATTENTION_COPIES * (batch.rows * kv) as u64 * block_rows * t * F32;
+    let heads = cfg.num_heads.max(1);
+    let block = crate::ops::attention_block_positions(batch.rows, heads, batch.len) as u64;
+    let attention = ATTENTION_COPIES * (batch.rows * heads) as u64 * block * t * F32;
     let head = HEAD_COPIES * batch.logit_rows as u64 * cfg.vocab_size as u64 * F32;
     let fixed = fixed_bytes(params, trainable, lora, 0);
     Estimate {

@@ -93,16 +93,19 @@ pub(crate) fn into_cpu_storage(
 }
 
 /// Bytes of one score-sized temporary of [`CausalAttention`] on the CPU: queries are processed
-/// in blocks of rows so that no `(heads, t, t)` tensor exists at once, and a sequence as long
-/// as the model's context trains in bounded memory (at 8,192 positions SmolLM2's full scores
-/// are 2.4 GB per temporary, and the backward pass holds four of them).
-pub const ATTENTION_BLOCK_BYTES: usize = 128 << 20;
+/// in blocks of positions so that no `(heads, t, t)` tensor exists at once (at 8,192 positions
+/// SmolLM2's full scores are 2.4 GB per temporary, and the backward pass holds three of them).
+/// Small enough that a block's temporaries are reused from the allocator's heap rather than
+/// mapped afresh (and faulted in page by page) for every block, and that the causal cut
+/// below saves most of the upper triangle; large enough that each block's matmuls stay
+/// efficient.
+pub const ATTENTION_BLOCK_BYTES: usize = 16 << 20;
 
-/// Query rows per block for queries `(b, kv_heads, rows, hd)` against `t` keys (at least one,
-/// at most `rows`).
-pub fn attention_block_rows(b: usize, kv_heads: usize, rows: usize, t: usize) -> usize {
-    let per_row = (b * kv_heads * t * 4).max(1);
-    (ATTENTION_BLOCK_BYTES / per_row).clamp(1, rows.max(1))
+/// Positions per block for `b` rows of `heads` query heads against `t` keys (at least one,
+/// at most `t`): a block's scores are at most `b · heads · block · t` floats.
+pub fn attention_block_positions(b: usize, heads: usize, t: usize) -> usize {
+    let per_position = (b * heads * t * 4).max(1);
+    (ATTENTION_BLOCK_BYTES / per_position).clamp(1, t.max(1))
 }
 
 /// Causal attention `softmax(q kᵀ · scale + mask) v` as one differentiable op that keeps no
@@ -112,15 +115,17 @@ pub fn attention_block_rows(b: usize, kv_heads: usize, rows: usize, t: usize) ->
 /// product, the scaled and the masked scores, the shifted scores, their exponentials and the
 /// probabilities): for SmolLM2 6.8 GB at 1,024 tokens and 27 GB at 2,048. Here only q, k, v and
 /// the output stay; the backward pass pays one more `q kᵀ` and softmax per layer (as
-/// FlashAttention does). Both passes run over blocks of query rows
-/// ([`attention_block_rows`]), each with its own slice of the causal mask, so their
-/// temporaries are `(b, kv_heads, block, t)`. Shapes: q `(b, kv_heads, rep · t, hd)` (the
-/// queries of a kv head's group stacked, row `r` at position `r % t`), k and v
+/// FlashAttention does). Both passes run over blocks of positions
+/// ([`attention_block_positions`]): the queries at positions `p0..p1` see the keys `0..p1`
+/// only, so the scores above the diagonal between blocks are never computed (about half the
+/// attention matmuls at long sequences), and the softmax with its causal mask is one fused
+/// pass in place ([`dojo_kernels::causal_softmax_`]). Shapes: q `(b, kv_heads, rep · t, hd)`
+/// (the queries of a kv head's group stacked, row `r` at position `r % t`), k and v
 /// `(b, kv_heads, t, hd)`. CPU only; other devices run the op-by-op graph ([`causal_mask`]).
 pub(crate) struct CausalAttention {
     t: usize,
     scale: f64,
-    block_rows: usize,
+    block: usize,
 }
 
 /// The causal mask of queries stacked per kv head: `(rows, t)`, row `r` (position `r % t`)
@@ -142,17 +147,34 @@ pub(crate) fn causal_mask(
 }
 
 impl CausalAttention {
-    fn probs(&self, q: &Tensor, k: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        let s = (q.matmul(&k.t()?)? * self.scale)?.broadcast_add(mask)?;
-        softmax(&s)
+    /// `(first position, positions)` of each block.
+    fn blocks(&self) -> impl Iterator<Item = (usize, usize)> + use<> {
+        let (t, step) = (self.t, self.block.max(1));
+        (0..t).step_by(step).map(move |p0| (p0, step.min(t - p0)))
     }
 
-    /// `(first row, rows)` of each block of the stacked query rows.
-    fn blocks(&self, rows: usize) -> impl Iterator<Item = (usize, usize)> + use<> {
-        let step = self.block_rows.max(1);
-        (0..rows)
-            .step_by(step)
-            .map(move |r0| (r0, step.min(rows - r0)))
+    /// The stacked rows of `x` `(b, kv, rep · t, hd)` at positions `p0..p0 + n`, as
+    /// `(b, kv, rep · n, hd)` (a copy of the block's rows).
+    fn rows(&self, x: &Tensor, p0: usize, n: usize) -> candle_core::Result<Tensor> {
+        let (b, kv, rows, hd) = x.dims4()?;
+        let rep = rows / self.t.max(1);
+        x.reshape((b, kv, rep, self.t, hd))?
+            .narrow(3, p0, n)?
+            .reshape((b, kv, rep * n, hd))
+    }
+
+    /// The attention probabilities of the queries `qb` at positions `p0..p0 + n` against the
+    /// keys `kb` at `0..p0 + n`: one matmul, then the fused causal softmax in place.
+    fn probs(&self, qb: &Tensor, kb: &Tensor, p0: usize, n: usize) -> candle_core::Result<Tensor> {
+        let s = qb.matmul(&kb.t()?)?;
+        let rows = dojo_kernels::CausalRows {
+            cols: p0 + n,
+            first: p0,
+            period: n,
+            scale: self.scale as f32,
+        };
+        dojo_kernels::causal_softmax_(&s, rows)?;
+        Ok(s)
     }
 }
 
@@ -173,13 +195,16 @@ impl candle_core::CustomOp3 for CausalAttention {
         let q = cpu_tensor(s1, l1, self.name())?;
         let k = cpu_tensor(s2, l2, self.name())?;
         let v = cpu_tensor(s3, l3, self.name())?;
-        let rows = q.dim(2)?;
+        let (b, kv, rows, hd) = q.dims4()?;
+        let rep = rows / self.t.max(1);
         let mut out = Vec::new();
-        for (r0, n) in self.blocks(rows) {
-            let mask = causal_mask(r0, n, self.t, &Device::Cpu)?;
-            out.push(self.probs(&q.narrow(2, r0, n)?, &k, &mask)?.matmul(&v)?);
+        for (p0, n) in self.blocks() {
+            let (kb, vb) = (k.narrow(2, 0, p0 + n)?, v.narrow(2, 0, p0 + n)?);
+            let p = self.probs(&self.rows(&q, p0, n)?, &kb, p0, n)?;
+            out.push(p.matmul(&vb)?.reshape((b, kv, rep, n, hd))?);
         }
-        into_cpu_storage(&Tensor::cat(&out, 2)?, self.name())
+        let out = Tensor::cat(&out, 3)?.reshape((b, kv, rows, hd))?;
+        into_cpu_storage(&out, self.name())
     }
 
     fn bwd(
@@ -190,22 +215,25 @@ impl candle_core::CustomOp3 for CausalAttention {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (q, k, v, g) = (q.detach(), k.detach(), v.detach(), grad.contiguous()?);
-        let rows = q.dim(2)?;
+        let (q, k, v) = (q.detach(), k.detach(), v.detach());
+        let (b, kv, rows, hd) = q.dims4()?;
+        let rep = rows / self.t.max(1);
         let (mut dq, mut dk, mut dv) = (Vec::new(), k.zeros_like()?, v.zeros_like()?);
-        for (r0, n) in self.blocks(rows) {
-            let (qb, gb) = (q.narrow(2, r0, n)?, g.narrow(2, r0, n)?);
-            let mask = causal_mask(r0, n, self.t, q.device())?;
-            let p = self.probs(&qb, &k, &mask)?;
-            dv = (dv + p.t()?.matmul(&gb)?)?;
-            let dp = gb.matmul(&v.t()?)?;
-            // softmax backward: dS = P ⊙ (dP − Σ_j dP ⊙ P), then the scale of the scores.
-            let row = (&dp * &p)?.sum_keepdim(D::Minus1)?;
-            let ds = ((dp.broadcast_sub(&row)? * &p)? * self.scale)?;
-            dq.push(ds.matmul(&k)?);
-            dk = (dk + ds.t()?.matmul(&qb)?)?;
+        for (p0, n) in self.blocks() {
+            let p1 = p0 + n;
+            let (qb, gb) = (self.rows(&q, p0, n)?, self.rows(grad, p0, n)?);
+            let (kb, vb) = (k.narrow(2, 0, p1)?, v.narrow(2, 0, p1)?);
+            let p = self.probs(&qb, &kb, p0, n)?;
+            let rest = self.t - p1;
+            dv = (dv + p.t()?.matmul(&gb)?.pad_with_zeros(2, 0, rest)?)?;
+            // The gradient of the probabilities, turned in place into that of the scores.
+            let ds = gb.matmul(&vb.t()?)?;
+            dojo_kernels::softmax_backward_(&ds, &p, self.scale as f32)?;
+            dq.push(ds.matmul(&kb)?.reshape((b, kv, rep, n, hd))?);
+            dk = (dk + ds.t()?.matmul(&qb)?.pad_with_zeros(2, 0, rest)?)?;
         }
-        Ok((Some(Tensor::cat(&dq, 2)?), Some(dk), Some(dv)))
+        let dq = Tensor::cat(&dq, 3)?.reshape((b, kv, rows, hd))?;
+        Ok((Some(dq), Some(dk), Some(dv)))
     }
 }
 
@@ -218,29 +246,27 @@ pub(crate) fn causal_attention(
 ) -> candle_core::Result<Tensor> {
     let (b, kv_heads, rows, _) = q.dims4()?;
     let t = k.dim(2)?;
-    causal_attention_blocked(q, k, v, scale, attention_block_rows(b, kv_heads, rows, t))
+    let heads = kv_heads * (rows / t.max(1));
+    causal_attention_blocked(q, k, v, scale, attention_block_positions(b, heads, t))
 }
 
-/// [`causal_attention`] with `block_rows` query rows per block.
+/// [`causal_attention`] with `block` positions per block.
 pub(crate) fn causal_attention_blocked(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     scale: f64,
-    block_rows: usize,
+    block: usize,
 ) -> candle_core::Result<Tensor> {
     let t = k.dim(2)?;
-    let op = CausalAttention {
-        t,
-        scale,
-        block_rows,
-    };
     if q.device().is_cpu() && q.dtype() == DType::F32 {
+        let op = CausalAttention { t, scale, block };
         q.contiguous()?
             .apply_op3(&k.contiguous()?, &v.contiguous()?, op)
     } else {
         let mask = causal_mask(0, q.dim(2)?, t, q.device())?.to_dtype(q.dtype())?;
-        op.probs(q, k, &mask)?.matmul(v)
+        let s = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?;
+        softmax(&s)?.matmul(v)
     }
 }
 
@@ -308,23 +334,26 @@ mod tests {
             let mask = causal_mask(0, q.dim(2)?, k.dim(2)?, q.device())?;
             softmax(&(q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?)?.matmul(v)
         });
-        // One block, one row per block, and blocks that straddle the stacked groups.
-        for rows in [21, 1, 5] {
-            let blocked = run(|q, k, v| causal_attention_blocked(q, k, v, scale, rows));
+        // One block, one position per block, and a last block shorter than the rest.
+        for block in [7, 1, 3] {
+            let blocked = run(|q, k, v| causal_attention_blocked(q, k, v, scale, block));
             for (a, b) in whole.iter().zip(&blocked) {
                 for (x, y) in a.iter().zip(b) {
-                    assert!((x - y).abs() < 1e-5, "block of {rows} rows: {x} vs {y}");
+                    assert!(
+                        (x - y).abs() < 1e-5,
+                        "block of {block} positions: {x} vs {y}"
+                    );
                 }
             }
         }
     }
 
     #[test]
-    fn block_rows_bound_the_score_temporaries() {
-        // SmolLM2 at its context: 3 kv heads × 3 stacked groups × 8,192 positions.
-        let rows = attention_block_rows(1, 3, 3 * 8192, 8192);
-        assert!(rows * 3 * 8192 * 4 <= ATTENTION_BLOCK_BYTES && rows > 1000);
-        assert_eq!(attention_block_rows(1, 3, 96, 32), 96);
-        assert_eq!(attention_block_rows(1 << 20, 64, 10, 1 << 20), 1);
+    fn block_positions_bound_the_score_temporaries() {
+        // SmolLM2 at its context: 9 query heads, 8,192 positions.
+        let n = attention_block_positions(1, 9, 8192);
+        assert!(n * 9 * 8192 * 4 <= ATTENTION_BLOCK_BYTES && n >= 32);
+        assert_eq!(attention_block_positions(1, 9, 32), 32);
+        assert_eq!(attention_block_positions(1 << 20, 64, 1 << 20), 1);
     }
 }
