@@ -26,6 +26,7 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, D, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
+mod simd;
 mod softmax;
 pub use softmax::{
     CausalRows, causal_softmax_, causal_softmax_rows, softmax_backward_, softmax_backward_rows,

@@ -8,7 +8,7 @@
 use candle_core::{CpuStorage, InplaceOp1, InplaceOp2, Layout, Result, Tensor};
 use rayon::prelude::*;
 
-use crate::MIN_ROWS;
+use crate::{MIN_ROWS, simd};
 
 /// Which columns each row of a score block sees: row `r` of `cols` scores belongs to position
 /// `first + r % period` and sees the keys `0..=first + r % period` (the rest are masked).
@@ -40,22 +40,13 @@ pub fn causal_softmax_rows(s: &mut [f32], rows: CausalRows) {
     if rows.cols == 0 {
         return;
     }
+    let avx2 = simd::avx2();
     s.par_chunks_mut(rows.cols)
         .with_min_len(MIN_ROWS)
         .enumerate()
         .for_each(|(r, row)| {
             let (live, masked) = row.split_at_mut(rows.live(r));
-            let scale = rows.scale;
-            let m = live
-                .iter()
-                .fold(f32::NEG_INFINITY, |m, &v| m.max(v * scale));
-            let mut sum = 0f32;
-            for v in live.iter_mut() {
-                *v = (*v * scale - m).exp();
-                sum += *v;
-            }
-            let inv = 1.0 / sum;
-            live.iter_mut().for_each(|v| *v *= inv);
+            softmax_row_best(avx2, live, rows.scale);
             masked.fill(0.0);
         });
 }
@@ -67,15 +58,94 @@ pub fn softmax_backward_rows(p: &[f32], dp: &mut [f32], cols: usize, scale: f32)
     if cols == 0 {
         return;
     }
+    let avx2 = simd::avx2();
     dp.par_chunks_mut(cols)
         .with_min_len(MIN_ROWS)
         .zip(p.par_chunks(cols))
-        .for_each(|(d, p)| {
-            let dot: f32 = d.iter().zip(p).map(|(a, b)| a * b).sum();
-            for (d, p) in d.iter_mut().zip(p) {
-                *d = scale * p * (*d - dot);
-            }
-        });
+        .for_each(|(d, p)| softmax_backward_row_best(avx2, p, d, scale));
+}
+
+/// [`softmax_row`] compiled for AVX2 + FMA where the CPU has them ([`simd::avx2`]).
+fn softmax_row_best(avx2: bool, x: &mut [f32], scale: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: `avx2` is `simd::avx2()`: this CPU has AVX2 and FMA.
+        return unsafe { softmax_row_avx2(x, scale) };
+    }
+    let _ = avx2;
+    softmax_row(x, scale)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn softmax_row_avx2(x: &mut [f32], scale: f32) {
+    softmax_row(x, scale)
+}
+
+/// [`softmax_backward_row`] compiled for AVX2 + FMA where the CPU has them.
+fn softmax_backward_row_best(avx2: bool, p: &[f32], d: &mut [f32], scale: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: `avx2` is `simd::avx2()`: this CPU has AVX2 and FMA.
+        return unsafe { softmax_backward_row_avx2(p, d, scale) };
+    }
+    let _ = avx2;
+    softmax_backward_row(p, d, scale)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn softmax_backward_row_avx2(p: &[f32], d: &mut [f32], scale: f32) {
+    softmax_backward_row(p, d, scale)
+}
+
+/// One row's softmax in place. Eight independent lanes for the max and the sum, so the
+/// compiler vectorises them (a single running sum is a serial chain it must not reorder), and
+/// [`simd::exp`] instead of libm's `expf`, which is a call per element.
+#[inline(always)]
+fn softmax_row(x: &mut [f32], scale: f32) {
+    let mut m = [f32::NEG_INFINITY; 8];
+    let mut chunks = x.chunks_exact(8);
+    for c in &mut chunks {
+        for i in 0..8 {
+            let v = c[i] * scale;
+            m[i] = if v > m[i] { v } else { m[i] };
+        }
+    }
+    let tail = chunks.remainder().iter().map(|v| v * scale);
+    let m = m.into_iter().chain(tail).fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = [0f32; 8];
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in &mut chunks {
+        for i in 0..8 {
+            c[i] = simd::exp(c[i] * scale - m);
+            sum[i] += c[i];
+        }
+    }
+    let mut total: f32 = sum.iter().sum();
+    for v in chunks.into_remainder() {
+        *v = simd::exp(*v * scale - m);
+        total += *v;
+    }
+    let inv = 1.0 / total;
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// One row of [`softmax_backward_rows`].
+#[inline(always)]
+fn softmax_backward_row(p: &[f32], d: &mut [f32], scale: f32) {
+    let mut acc = [0f32; 8];
+    let (pc, dc) = (p.chunks_exact(8), d.chunks_exact(8));
+    let (pr, dr) = (pc.remainder(), dc.remainder());
+    for (p, d) in pc.zip(dc) {
+        for i in 0..8 {
+            acc[i] += p[i] * d[i];
+        }
+    }
+    let dot = acc.iter().sum::<f32>() + pr.iter().zip(dr).map(|(a, b)| a * b).sum::<f32>();
+    for (d, p) in d.iter_mut().zip(p) {
+        *d = scale * p * (*d - dot);
+    }
 }
 
 /// [`causal_softmax_rows`] on a contiguous f32 CPU tensor of scores, in place. No gradient:
