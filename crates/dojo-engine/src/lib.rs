@@ -25,12 +25,12 @@ pub mod completions;
 pub mod engine;
 pub mod loader;
 pub mod model;
-pub mod q4_1;
 pub mod sampling;
 pub mod server;
 
 use std::path::PathBuf;
 
+pub use dojo_kernels::q4_1;
 pub use engine::{Engine, EngineOptions, FinishReason, GenerateRequest, Generation, Stats};
 pub use loader::WeightMode;
 pub use model::{Arch, Config, KvCache, Model};

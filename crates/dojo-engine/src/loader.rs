@@ -82,7 +82,7 @@ fn fast_quantized_kernel(dtype: GgmlDType) -> bool {
 /// keeps its bytes where dojo-engine's own kernel runs ([`crate::q4_1`]).
 fn needs_requant(dtype: GgmlDType) -> bool {
     match dtype {
-        GgmlDType::Q4_1 => !crate::q4_1::available(),
+        GgmlDType::Q4_1 => !dojo_kernels::q4_1::available(),
         dt => !fast_quantized_kernel(dt),
     }
 }

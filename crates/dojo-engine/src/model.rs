@@ -69,12 +69,12 @@ impl Linear {
             (QMatMul::QTensor(q), Some(_))
                 if q.dtype() == GgmlDType::Q4_1
                     && x.device().is_cpu()
-                    && crate::q4_1::available() =>
+                    && dojo_kernels::q4_1::available() =>
             {
                 let (n, k) = q.shape().dims2()?;
                 let mut out_dims = x.dims().to_vec();
                 let xs = x.flatten_all()?.to_vec1::<f32>()?;
-                let out = crate::q4_1::matmul(&xs, xs.len() / k, k, &q.data()?, n);
+                let out = dojo_kernels::q4_1::matmul(&xs, xs.len() / k, k, &q.data()?, n);
                 if let Some(last) = out_dims.last_mut() {
                     *last = n;
                 }

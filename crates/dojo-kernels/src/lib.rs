@@ -1,6 +1,8 @@
-//! # dojo-kernels: fused CPU kernels with backward passes
+//! # dojo-kernels: the CPU kernels of the trainer and the engine
 //!
-//! Pipeline position: under **train** (and, for inference, the engine's forward pass).
+//! Pipeline position: under **train** (its fused ops with backward passes) and the **engine**
+//! (the quantized matmul of decode). One crate, built optimised even in the dev profile (the
+//! workspace's `Cargo.toml`), so that hand-written loops are never measured unoptimised.
 //! candle 0.11's CPU element-wise ops and reductions run on one core, and its fused `rms_norm`
 //! and `rope` have no backward pass, so a trainer built from its primitives pays several full
 //! passes over memory per normalisation or rotation, one thread each, and keeps every
@@ -13,6 +15,12 @@
 //! - [`silu_mul`]: `silu(gate) · up`, the gated MLP's middle; gradients for both inputs.
 //! - [`rope`]: rotate-half rotary embedding of `(b, heads, t, d)` with `(t, d/2)` tables;
 //!   the gradient is the inverse rotation.
+//! - [`matmul`]: f32 products through `matrixmultiply` (2.2–2.4× candle's `gemm` here), strided
+//!   operands read in place, with a backward pass.
+//! - [`cross_entropy`]: `-log softmax(logits)[target]` per row, one read of each row forward
+//!   and one backward, nothing kept (the loss over a chunk of rows of the vocabulary).
+//! - [`q4_1`]: the engine's SIMD Q4_1 matmul for decode (llama.cpp's algorithm, AVX2), on
+//!   plain slices of GGUF blocks.
 //! - [`causal_softmax_`] and [`softmax_backward_`]: causal attention's score-sized passes, in
 //!   place on a score block, for an attention op that runs its own matmuls (dojo-train's
 //!   `CausalAttention`); no gradient of their own.
@@ -26,8 +34,13 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, D, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
+mod loss;
+mod matmul;
+pub mod q4_1;
 mod simd;
 mod softmax;
+pub use loss::cross_entropy;
+pub use matmul::{matmul, matmul_no_grad};
 pub use softmax::{
     CausalRows, causal_softmax_, causal_softmax_rows, softmax_backward_, softmax_backward_rows,
 };
@@ -94,7 +107,7 @@ pub(crate) fn slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [
 /// Runs `f` on the f32 values of a backward pass's inputs, read where they lie: `contiguous`
 /// is a no-op (a shared handle) for the contiguous tensors autograd passes, and the values are
 /// borrowed from their storage, so the pass reads its inputs without copying them.
-fn with_values<const N: usize, R>(
+pub(crate) fn with_values<const N: usize, R>(
     ts: [&Tensor; N],
     op: &str,
     f: impl FnOnce([&[f32]; N]) -> Result<R>,

@@ -357,8 +357,8 @@ impl Lora {
         };
         // Scaled on the rank-r side: one (n, r) tensor instead of another (n, out) one kept
         // for the backward pass.
-        let h = (x.matmul(&ad.a.as_tensor().t()?)? * self.config.scale())?;
-        h.matmul(&ad.b.as_tensor().t()?)
+        let h = (dojo_kernels::matmul(&x, &ad.a.as_tensor().t()?)? * self.config.scale())?;
+        dojo_kernels::matmul(&h, &ad.b.as_tensor().t()?)
     }
 
     /// `scale · B A` for a module: what merging adds to its weight.

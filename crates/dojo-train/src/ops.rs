@@ -5,6 +5,7 @@
 //! them, and the summed negative log-likelihood.
 
 use candle_core::{D, DType, Device, Tensor};
+use dojo_kernels::{matmul, matmul_no_grad};
 
 /// Softmax over the last dimension; the max is a constant for autograd (it cancels out).
 pub(crate) fn softmax(x: &Tensor) -> candle_core::Result<Tensor> {
@@ -15,7 +16,7 @@ pub(crate) fn softmax(x: &Tensor) -> candle_core::Result<Tensor> {
 
 /// `x @ w^T (+ b)` on `(n, in)` rows.
 pub(crate) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> candle_core::Result<Tensor> {
-    let y = x.matmul(&w.t()?)?;
+    let y = matmul(x, &w.t()?)?;
     match b {
         Some(b) => y.broadcast_add(b),
         None => Ok(y),
@@ -42,7 +43,7 @@ impl candle_core::CustomOp1 for FrozenLinear {
         layout: &candle_core::Layout,
     ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
         let x = cpu_tensor(storage, layout, self.name())?;
-        into_cpu_storage(&x.matmul(&self.0.t()?)?, self.name())
+        into_cpu_storage(&matmul_no_grad(&x, &self.0.t()?)?, self.name())
     }
 
     fn bwd(
@@ -51,7 +52,7 @@ impl candle_core::CustomOp1 for FrozenLinear {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(grad.matmul(&self.0)?))
+        Ok(Some(matmul(grad, &self.0)?))
     }
 }
 
@@ -166,7 +167,7 @@ impl CausalAttention {
     /// The attention probabilities of the queries `qb` at positions `p0..p0 + n` against the
     /// keys `kb` at `0..p0 + n`: one matmul, then the fused causal softmax in place.
     fn probs(&self, qb: &Tensor, kb: &Tensor, p0: usize, n: usize) -> candle_core::Result<Tensor> {
-        let s = qb.matmul(&kb.t()?)?;
+        let s = matmul_no_grad(qb, &kb.t()?)?;
         let rows = dojo_kernels::CausalRows {
             cols: p0 + n,
             first: p0,
@@ -201,7 +202,7 @@ impl candle_core::CustomOp3 for CausalAttention {
         for (p0, n) in self.blocks() {
             let (kb, vb) = (k.narrow(2, 0, p0 + n)?, v.narrow(2, 0, p0 + n)?);
             let p = self.probs(&self.rows(&q, p0, n)?, &kb, p0, n)?;
-            out.push(p.matmul(&vb)?.reshape((b, kv, rep, n, hd))?);
+            out.push(matmul_no_grad(&p, &vb)?.reshape((b, kv, rep, n, hd))?);
         }
         let out = Tensor::cat(&out, 3)?.reshape((b, kv, rows, hd))?;
         into_cpu_storage(&out, self.name())
@@ -225,12 +226,12 @@ impl candle_core::CustomOp3 for CausalAttention {
             let (kb, vb) = (k.narrow(2, 0, p1)?, v.narrow(2, 0, p1)?);
             let p = self.probs(&qb, &kb, p0, n)?;
             let rest = self.t - p1;
-            dv = (dv + p.t()?.matmul(&gb)?.pad_with_zeros(2, 0, rest)?)?;
+            dv = (dv + matmul_no_grad(&p.t()?, &gb)?.pad_with_zeros(2, 0, rest)?)?;
             // The gradient of the probabilities, turned in place into that of the scores.
-            let ds = gb.matmul(&vb.t()?)?;
+            let ds = matmul_no_grad(&gb, &vb.t()?)?;
             dojo_kernels::softmax_backward_(&ds, &p, self.scale as f32)?;
-            dq.push(ds.matmul(&kb)?.reshape((b, kv, rep, n, hd))?);
-            dk = (dk + ds.t()?.matmul(&qb)?.pad_with_zeros(2, 0, rest)?)?;
+            dq.push(matmul_no_grad(&ds, &kb)?.reshape((b, kv, rep, n, hd))?);
+            dk = (dk + matmul_no_grad(&ds.t()?, &qb)?.pad_with_zeros(2, 0, rest)?)?;
         }
         let dq = Tensor::cat(&dq, 3)?.reshape((b, kv, rows, hd))?;
         Ok((Some(dq), Some(dk), Some(dv)))
@@ -279,13 +280,10 @@ pub(crate) fn frozen_matmul(x: &Tensor, w: &Tensor) -> candle_core::Result<Tenso
     }
 }
 
-/// Sum over rows of `-log softmax(logits)[target]`; `logits` `(n, vocab)`, `targets` `(n,)` u32.
+/// Sum over rows of `-log softmax(logits)[target]`; `logits` `(n, vocab)`, `targets` `(n,)` u32
+/// ([`dojo_kernels::cross_entropy`]: one pass over the logits each way, nothing kept).
 pub fn nll_sum(logits: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
-    let m = logits.max_keepdim(D::Minus1)?.detach();
-    let z = logits.broadcast_sub(&m)?;
-    let lse = z.exp()?.sum_keepdim(D::Minus1)?.log()?;
-    let picked = z.gather(&targets.unsqueeze(1)?.contiguous()?, 1)?;
-    (lse - picked)?.sum_all()
+    dojo_kernels::cross_entropy(logits, targets)?.sum_all()
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! of 32 (scale `da`, sum `sa`), and a weight block (`d`, `m`, 32 four-bit values `q`) dots it
 //! as `d * da * Σ q·qa + m * sa`, with AVX2 `maddubs` doing 32 multiply-adds at once. Used for
 //! few-row calls (decode: one row per sequence of a batched decode step, the weights read once
-//! for all of them); prefill goes through the dense GEMM ([`crate::Model`]).
+//! for all of them); the engine's prefill goes through the dense GEMM (`dojo_engine::Model`).
 
 use rayon::prelude::*;
 
