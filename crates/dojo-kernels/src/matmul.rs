@@ -9,11 +9,13 @@
 //!
 //! Execution model: `matrixmultiply` reads any strides, so transposed and narrowed views
 //! (`w.t()`, a block of keys) are multiplied where they lie, with no copy; the output is a new
-//! contiguous tensor. Its threads are its own pool (`MATMUL_NUM_THREADS`, default the number of
-//! physical cores), not rayon's: a product runs alone, so the two pools never compete. Other
-//! devices and dtypes use candle's matmul.
+//! contiguous tensor. Threads: rayon's pool (`RAYON_NUM_THREADS`, as for the other kernels), each
+//! task one single-threaded `sgemm` on a slice of the output's rows or columns (the longer side);
+//! `matrixmultiply`'s own threading is capped at 4 threads and would be a second pool.
+//! Other devices and dtypes use candle's matmul.
 
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
 
 /// `a · b` over the last two dimensions, `(…, m, k) · (…, k, n) → (…, m, n)`, with equal
 /// leading (batch) dimensions; differentiable in both.
@@ -80,6 +82,70 @@ fn batch_offset(l: &Layout, batch: &[usize], mut i: usize) -> usize {
     off
 }
 
+/// A strided matrix inside a storage (bounds checked by the caller).
+struct Operand<'a> {
+    data: &'a [f32],
+    offset: usize,
+    rs: usize,
+    cs: usize,
+}
+
+/// Products smaller than this many multiply-adds run on one thread.
+const SPLIT_WORK: usize = 1 << 18;
+
+/// `out (m × n, row-major) = x (m × k) · y (k × n)`, split over rayon's threads along the
+/// longer of `m` and `n` (each task packs only its part of that side).
+fn product(x: &Operand, y: &Operand, m: usize, k: usize, n: usize, out: &mut [f32]) {
+    // One single-threaded sgemm on rows `r0..r0 + rows` and columns `c0..c0 + cols`, written
+    // at `dst` (row stride `n`).
+    let gemm = |r0: usize, rows: usize, c0: usize, cols: usize, dst: *mut f32| {
+        // SAFETY: the caller checked that both operands' strides stay within their storages
+        // for `m × k` and `k × n`; `dst` points at the task's own rows or columns of `out`.
+        unsafe {
+            matrixmultiply::sgemm(
+                rows,
+                k,
+                cols,
+                1.0,
+                x.data.as_ptr().add(x.offset + r0 * x.rs),
+                x.rs as isize,
+                x.cs as isize,
+                y.data.as_ptr().add(y.offset + c0 * y.cs),
+                y.rs as isize,
+                y.cs as isize,
+                0.0,
+                dst,
+                n as isize,
+                1,
+            )
+        }
+    };
+    let threads = rayon::current_num_threads();
+    if threads <= 1 || m * n * k < SPLIT_WORK {
+        gemm(0, m, 0, n, out.as_mut_ptr());
+    } else if m >= n {
+        let rows = m.div_ceil(threads).next_multiple_of(8);
+        out.par_chunks_mut(rows * n)
+            .enumerate()
+            .for_each(|(i, o)| gemm(i * rows, o.len() / n, 0, n, o.as_mut_ptr()));
+    } else {
+        let cols = n.div_ceil(threads).next_multiple_of(8);
+        // Tasks write disjoint column ranges of `out`: passed as an address, as raw pointers
+        // are not `Send`.
+        let base = out.as_mut_ptr() as usize;
+        (0..n.div_ceil(cols)).into_par_iter().for_each(|j| {
+            let c0 = j * cols;
+            gemm(
+                0,
+                m,
+                c0,
+                cols.min(n - c0),
+                (base as *mut f32).wrapping_add(c0),
+            );
+        });
+    }
+}
+
 impl CustomOp2 for MatMul {
     fn name(&self) -> &'static str {
         "dojo-matmul"
@@ -121,27 +187,19 @@ impl CustomOp2 for MatMul {
         }
         if d.m > 0 && d.n > 0 {
             for (i, out) in c.chunks_mut(d.m * d.n).enumerate() {
-                let (oa, ob) = (batch_offset(l1, &d.batch, i), batch_offset(l2, &d.batch, i));
-                // SAFETY: the offsets and strides stay within `a` and `b` (checked above);
-                // `out` is `m × n` written with row stride `n`.
-                unsafe {
-                    matrixmultiply::sgemm(
-                        d.m,
-                        d.k,
-                        d.n,
-                        1.0,
-                        a.as_ptr().add(oa),
-                        sa[r - 2] as isize,
-                        sa[r - 1] as isize,
-                        b.as_ptr().add(ob),
-                        sb[r - 2] as isize,
-                        sb[r - 1] as isize,
-                        0.0,
-                        out.as_mut_ptr(),
-                        d.n as isize,
-                        1,
-                    );
-                }
+                let x = Operand {
+                    data: a,
+                    offset: batch_offset(l1, &d.batch, i),
+                    rs: sa[r - 2],
+                    cs: sa[r - 1],
+                };
+                let y = Operand {
+                    data: b,
+                    offset: batch_offset(l2, &d.batch, i),
+                    rs: sb[r - 2],
+                    cs: sb[r - 1],
+                };
+                product(&x, &y, d.m, d.k, d.n, out);
             }
         }
         let mut shape = d.batch;
@@ -249,6 +307,31 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Products large enough to be split over threads, along rows (`m ≥ n`) and along columns,
+    /// with sizes that do not divide evenly, against candle's matmul.
+    #[test]
+    fn products_split_over_threads_match_candles_matmul() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            for (a, b) in [
+                (rand(&[70, 64], 1), rand(&[64, 91], 2)),
+                (rand(&[93, 64], 3), rand(&[67, 64], 4).t().unwrap()),
+                (rand(&[2, 83, 64], 5), rand(&[2, 64, 61], 6)),
+            ] {
+                let ours = matmul(&a, &b).unwrap();
+                let theirs = a
+                    .contiguous()
+                    .unwrap()
+                    .matmul(&b.contiguous().unwrap())
+                    .unwrap();
+                assert!(max_abs(&ours, &theirs) < 1e-4);
+            }
+        });
     }
 
     #[test]
