@@ -234,6 +234,18 @@ pub fn step_policy(
 
 /// `step 2: reward 0.250, resolved 0.250 (masked share 0.00); 212 s (generation 190 s,
 /// training 20 s); 2 step(s) left, about 424 s`.
+fn update_line(step: u64, done: usize, of: usize, tokens: usize, elapsed_s: f64) -> String {
+    if done == 0 {
+        return format!("step {step}: training on {tokens} response tokens in {of} update(s)");
+    }
+    let left = elapsed_s / done as f64 * of.saturating_sub(done) as f64;
+    let mut line = format!("step {step}: update {done}/{of} done, {elapsed_s:.0} s of training");
+    if done < of {
+        line.push_str(&format!(", about {left:.0} s left"));
+    }
+    line
+}
+
 fn step_line(m: &StepMetrics, steps_left: u64, left_s: f64) -> String {
     let b = &m.batch;
     let mut line = format!(
@@ -313,6 +325,21 @@ impl EpisodeSource for AgentEnv {
     /// the rest.
     fn step_done(&mut self, m: &StepMetrics, steps_left: u64, left_s: f64) {
         self.opts.progress.line(&step_line(m, steps_left, left_s));
+    }
+
+    /// A line when the step's update starts and after each optimizer update, with the time
+    /// spent and an estimate of the rest.
+    fn update_progress(
+        &mut self,
+        step: u64,
+        done: usize,
+        of: usize,
+        tokens: usize,
+        elapsed_s: f64,
+    ) {
+        self.opts
+            .progress
+            .line(&update_line(step, done, of, tokens, elapsed_s));
     }
 
     /// The world model's settings (mode, model, SWR samples and seed, analysis model), not
@@ -398,6 +425,22 @@ mod tests {
             "step 2: reward 0.250, resolved 0.250 (masked share 0.00); 212 s (generation 190 s, training 20 s); 2 step(s) left, about 424 s"
         );
         assert!(!step_line(&m, 0, 0.0).contains("left"));
+    }
+
+    #[test]
+    fn update_lines_say_what_is_left() {
+        assert_eq!(
+            update_line(1, 0, 4, 4043, 0.1),
+            "step 1: training on 4043 response tokens in 4 update(s)"
+        );
+        assert_eq!(
+            update_line(1, 1, 4, 4043, 150.0),
+            "step 1: update 1/4 done, 150 s of training, about 450 s left"
+        );
+        assert_eq!(
+            update_line(1, 4, 4, 4043, 600.0),
+            "step 1: update 4/4 done, 600 s of training"
+        );
     }
 
     #[test]

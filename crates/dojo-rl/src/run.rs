@@ -92,6 +92,20 @@ pub trait EpisodeSource {
     /// seconds from this invocation's mean step time: a progress line's moment. Default:
     /// nothing.
     fn step_done(&mut self, _m: &StepMetrics, _steps_left: u64, _left_s: f64) {}
+
+    /// Step `step`'s policy update has finished `done` of its `of` optimizer updates after
+    /// `elapsed_s` seconds of training (`done = 0`: the update starts, with `tokens` response
+    /// tokens to train on): a progress line's moment, since on a CPU one step's update can
+    /// take minutes. Default: nothing.
+    fn update_progress(
+        &mut self,
+        _step: u64,
+        _done: usize,
+        _of: usize,
+        _tokens: usize,
+        _elapsed_s: f64,
+    ) {
+    }
 }
 
 /// What a finished (or resumed and finished) run did.
@@ -391,7 +405,10 @@ fn one_step(
     if !trainable.is_empty() {
         let n = cfg.optim.mini_batches.min(trainable.len());
         let per = trainable.len().div_ceil(n);
-        for chunk in trainable.chunks(per) {
+        let of = trainable.len().div_ceil(per);
+        let tokens = trainable.iter().map(|s| s.n_response()).sum();
+        env.update_progress(step, 0, of, tokens, t2.elapsed().as_secs_f64());
+        for (i, chunk) in trainable.chunks(per).enumerate() {
             updates.push(policy_update(
                 model,
                 opt,
@@ -400,6 +417,7 @@ fn one_step(
                 &cfg.optim,
                 cfg.optim.lr,
             )?);
+            env.update_progress(step, i + 1, of, tokens, t2.elapsed().as_secs_f64());
         }
     }
     Ok(StepMetrics {

@@ -124,6 +124,10 @@ fn token_logprobs_and_entropy(
     targets: &Tensor,
     entropy: bool,
 ) -> candle_core::Result<(Tensor, Option<Tensor>)> {
+    if !entropy {
+        // One fused pass over the logits each way, nothing of vocabulary size kept.
+        return Ok((dojo_train::ops::token_logprobs(logits, targets)?, None));
+    }
     let m = logits.max_keepdim(D::Minus1)?.detach();
     let z = logits.broadcast_sub(&m)?;
     let lse = z.exp()?.sum_keepdim(D::Minus1)?.log()?;

@@ -286,6 +286,12 @@ pub fn nll_sum(logits: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor>
     dojo_kernels::cross_entropy(logits, targets)?.sum_all()
 }
 
+/// `log softmax(logits)[target]` per row, `(n,)`, differentiable in `logits` (the same fused op
+/// as [`nll_sum`], negated): the token logprobs of a policy-gradient loss.
+pub fn token_logprobs(logits: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
+    dojo_kernels::cross_entropy(logits, targets)?.neg()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
