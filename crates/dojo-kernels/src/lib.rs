@@ -39,6 +39,8 @@ mod matmul;
 pub mod q4_1;
 mod simd;
 mod softmax;
+#[cfg(test)]
+mod testing;
 pub use loss::cross_entropy;
 pub use matmul::{matmul, matmul_no_grad};
 pub use softmax::{
@@ -353,24 +355,8 @@ impl CustomOp1 for Rope {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{Device, Var};
-
-    fn rand(shape: &[usize], seed: u64) -> Tensor {
-        // A fixed pseudo-random fill (no rand dependency): values in about [-2, 2].
-        let n: usize = shape.iter().product();
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let v: Vec<f32> = (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 33) as f32 / (1u64 << 31) as f32) * 4.0 - 2.0
-            })
-            .collect();
-        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
-    }
+    use crate::testing::rand;
+    use candle_core::Var;
 
     fn max_rel(a: &Tensor, b: &Tensor) -> f32 {
         let a = a.flatten_all().unwrap().to_vec1::<f32>().unwrap();

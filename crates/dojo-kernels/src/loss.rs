@@ -176,6 +176,7 @@ impl CustomOp2 for CrossEntropy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::max_abs;
     use candle_core::{Device, Var};
 
     fn primitive(logits: &Tensor, targets: &Tensor) -> Tensor {
@@ -204,19 +205,7 @@ mod tests {
         let w = Tensor::new(&[1f32, -2.0, 0.5, 3.0, 0.25], &Device::Cpu).unwrap();
         let ours = cross_entropy(x.as_tensor(), &targets).unwrap();
         let theirs = primitive(x.as_tensor(), &targets);
-        let diff = |a: &Tensor, b: &Tensor| {
-            (a - b)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap()
-        };
-        assert!(diff(&ours, &theirs) < 1e-5);
+        assert!(max_abs(&ours, &theirs) < 1e-5);
         let g1 = (&ours * &w).unwrap().sum_all().unwrap().backward().unwrap();
         let g2 = (&theirs * &w)
             .unwrap()
@@ -228,7 +217,7 @@ mod tests {
             g1.get(x.as_tensor()).unwrap(),
             g2.get(x.as_tensor()).unwrap(),
         );
-        assert!(diff(g1, g2) < 1e-6);
+        assert!(max_abs(g1, g2) < 1e-6);
     }
 
     #[test]

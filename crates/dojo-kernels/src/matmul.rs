@@ -225,37 +225,8 @@ impl CustomOp2 for MatMul {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{Device, Var};
-
-    fn rand(shape: &[usize], seed: u64) -> Tensor {
-        let n: usize = shape.iter().product();
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let v: Vec<f32> = (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x % 2000) as f32 / 1000.0 - 1.0
-            })
-            .collect();
-        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
-    }
-
-    fn max_abs(a: &Tensor, b: &Tensor) -> f32 {
-        if a.elem_count() == 0 {
-            return 0.0;
-        }
-        (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap()
-    }
+    use crate::testing::{max_abs, rand};
+    use candle_core::Var;
 
     /// Values and both gradients against candle's matmul, on contiguous, transposed (`w.t()`)
     /// and narrowed-then-transposed batched operands (attention's block of keys).

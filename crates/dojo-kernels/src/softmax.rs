@@ -233,32 +233,8 @@ impl InplaceOp2 for SoftmaxBackward {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{max_abs, rand};
     use candle_core::{D, Device, Var};
-
-    fn rand(n: usize, seed: u64) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x % 2000) as f32 / 500.0 - 2.0
-            })
-            .collect()
-    }
-
-    fn max_abs(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap()
-    }
 
     /// Forward and backward against the masked primitive graph, for a block of 3 positions
     /// starting at 2 (keys 0..5), two stacked heads, two batch rows.
@@ -271,7 +247,7 @@ mod tests {
             scale: 0.5,
         };
         let n = 2 * 2 * 3; // batch × heads × positions
-        let s = Var::from_vec(rand(n * 5, 1), (2, 2 * 3, 5), &Device::Cpu).unwrap();
+        let s = Var::from_tensor(&rand(&[2, 2 * 3, 5], 1)).unwrap();
         let mut m = vec![0f32; n * 5];
         for r in 0..n {
             for j in (rows.first + r % 3 + 1)..5 {
@@ -288,7 +264,7 @@ mod tests {
         causal_softmax_(&p, rows).unwrap();
         assert!(max_abs(&p, &p_ref) < 1e-6);
 
-        let probe = Tensor::from_vec(rand(n * 5, 2), (2, 6, 5), &Device::Cpu).unwrap();
+        let probe = rand(&[2, 6, 5], 2);
         let grads = (&p_ref * &probe)
             .unwrap()
             .sum_all()
