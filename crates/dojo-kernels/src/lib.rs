@@ -87,7 +87,8 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     }
 }
 
-fn fused(t: &Tensor) -> bool {
+/// Whether a tensor takes the kernels' CPU path: f32 on the CPU.
+pub(crate) fn fused(t: &Tensor) -> bool {
     t.device().is_cpu() && t.dtype() == DType::F32
 }
 

@@ -24,7 +24,7 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
             logits.dims()
         )));
     }
-    if logits.device().is_cpu() && logits.dtype() == DType::F32 && targets.device().is_cpu() {
+    if crate::fused(logits) && targets.device().is_cpu() {
         logits
             .contiguous()?
             .apply_op2(&targets.contiguous()?, CrossEntropy)
@@ -51,20 +51,10 @@ struct CrossEntropy;
 /// `(max, Σ exp(x − max))` of a row, eight lanes at a time (see `softmax_row`).
 #[inline(always)]
 fn max_and_sum(x: &[f32]) -> (f32, f32) {
-    let mut m = [f32::NEG_INFINITY; 8];
-    let chunks = x.chunks_exact(8);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for i in 0..8 {
-            m[i] = if c[i] > m[i] { c[i] } else { m[i] };
-        }
-    }
-    let m = m
-        .into_iter()
-        .chain(tail.iter().copied())
-        .fold(f32::NEG_INFINITY, f32::max);
+    let m = simd::max_scaled(x, 1.0);
     let mut s = [0f32; 8];
     let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
     for c in chunks {
         for i in 0..8 {
             s[i] += simd::exp(c[i] - m);
@@ -85,37 +75,15 @@ fn grad_row(x: &[f32], target: usize, g: f32, out: &mut [f32]) {
     out[target] -= g;
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn max_and_sum_avx2(x: &[f32]) -> (f32, f32) {
-    max_and_sum(x)
-}
+simd::avx2_twin!(
+    /// [`max_and_sum`], vectorised for AVX2 + FMA where the CPU has them.
+    fn max_and_sum_best = max_and_sum(x: &[f32]) -> (f32, f32)
+);
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn grad_row_avx2(x: &[f32], target: usize, g: f32, out: &mut [f32]) {
-    grad_row(x, target, g, out)
-}
-
-fn max_and_sum_best(avx2: bool, x: &[f32]) -> (f32, f32) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: `avx2` is `simd::avx2()`: this CPU has AVX2 and FMA.
-        return unsafe { max_and_sum_avx2(x) };
-    }
-    let _ = avx2;
-    max_and_sum(x)
-}
-
-fn grad_row_best(avx2: bool, x: &[f32], target: usize, g: f32, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: `avx2` is `simd::avx2()`: this CPU has AVX2 and FMA.
-        return unsafe { grad_row_avx2(x, target, g, out) };
-    }
-    let _ = avx2;
-    grad_row(x, target, g, out)
-}
+simd::avx2_twin!(
+    /// [`grad_row`], vectorised for AVX2 + FMA where the CPU has them.
+    fn grad_row_best = grad_row(x: &[f32], target: usize, g: f32, out: &mut [f32])
+);
 
 impl CustomOp2 for CrossEntropy {
     fn name(&self) -> &'static str {
@@ -136,12 +104,11 @@ impl CustomOp2 for CrossEntropy {
                 "cross-entropy: target {t} outside the vocabulary of {vocab}"
             )));
         }
-        let avx2 = simd::avx2();
         let nll: Vec<f32> = x
             .par_chunks(vocab)
             .zip(t.par_iter())
             .map(|(row, &t)| {
-                let (m, sum) = max_and_sum_best(avx2, row);
+                let (m, sum) = max_and_sum_best(row);
                 m + sum.ln() - row[t as usize]
             })
             .collect();
@@ -157,13 +124,12 @@ impl CustomOp2 for CrossEntropy {
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let vocab = logits.dim(D::Minus1)?.max(1);
         let t = targets_t.to_vec1::<u32>()?;
-        let avx2 = simd::avx2();
         let dx = crate::with_values([logits, grad], self.name(), |[x, g]| {
             let mut dx = vec![0f32; x.len()];
             dx.par_chunks_mut(vocab)
                 .zip(x.par_chunks(vocab))
                 .zip(t.par_iter().zip(g.par_iter()))
-                .for_each(|((out, row), (&t, &g))| grad_row_best(avx2, row, t as usize, g, out));
+                .for_each(|((out, row), (&t, &g))| grad_row_best(row, t as usize, g, out));
             Ok(dx)
         })?;
         Ok((

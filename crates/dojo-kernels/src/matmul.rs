@@ -14,7 +14,9 @@
 //! `matrixmultiply`'s own threading is capped at 4 threads and would be a second pool.
 //! Other devices and dtypes use candle's matmul.
 
-use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
+
+use crate::fused;
 use rayon::prelude::*;
 
 /// `a · b` over the last two dimensions, `(…, m, k) · (…, k, n) → (…, m, n)`, with equal
@@ -34,10 +36,6 @@ pub fn matmul_no_grad(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     } else {
         a.matmul(b)
     }
-}
-
-fn fused(t: &Tensor) -> bool {
-    t.device().is_cpu() && t.dtype() == DType::F32
 }
 
 struct MatMul;
@@ -214,11 +212,20 @@ impl CustomOp2 for MatMul {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        // d(a b) = da b + a db: ∂a = g bᵀ, ∂b = aᵀ g (transposed views, no copies).
+        // d(a b) = da b + a db: ∂a = g bᵀ, ∂b = aᵀ g (transposed views, no copies). An operand
+        // that takes no gradient (a detached frozen weight, as LoRA's base) gets none: candle's
+        // matmul computes both and keeps both until the pass ends, a third of the backward
+        // work and a weight-sized tensor per projection for nothing.
         let r = a.rank();
-        let da = matmul(grad, &b.transpose(r - 2, r - 1)?)?;
-        let db = matmul(&a.transpose(r - 2, r - 1)?, grad)?;
-        Ok((Some(da), Some(db)))
+        let da = match a.track_op() {
+            true => Some(matmul(grad, &b.transpose(r - 2, r - 1)?)?),
+            false => None,
+        };
+        let db = match b.track_op() {
+            true => Some(matmul(&a.transpose(r - 2, r - 1)?, grad)?),
+            false => None,
+        };
+        Ok((da, db))
     }
 }
 
@@ -303,6 +310,32 @@ mod tests {
                 assert!(max_abs(&ours, &theirs) < 1e-4);
             }
         });
+    }
+
+    /// A detached operand (LoRA's frozen base) takes no gradient; the other's is unchanged.
+    #[test]
+    fn a_detached_operand_gets_no_gradient() {
+        let x = Var::from_tensor(&rand(&[6, 5], 1)).unwrap();
+        let w = rand(&[4, 5], 2);
+        let probe = rand(&[6, 4], 3);
+        let ours = (matmul(x.as_tensor(), &w.detach().t().unwrap()).unwrap() * &probe)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let theirs = (x.as_tensor().matmul(&w.t().unwrap()).unwrap() * &probe)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert!(ours.get(&w).is_none());
+        let (a, b) = (
+            ours.get(x.as_tensor()).unwrap(),
+            theirs.get(x.as_tensor()).unwrap(),
+        );
+        assert!(max_abs(a, b) < 1e-5);
     }
 
     #[test]

@@ -16,6 +16,46 @@ pub(crate) fn avx2() -> bool {
     false
 }
 
+/// Defines `$best`, which runs `$portable` compiled for AVX2 + FMA when this CPU has them
+/// ([`avx2`]) and as built otherwise: the portable body is `#[inline(always)]`, so the twin is
+/// the same code vectorised for the wider registers.
+macro_rules! avx2_twin {
+    ($(#[$meta:meta])* fn $best:ident = $portable:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?) => {
+        $(#[$meta])*
+        fn $best($($arg: $ty),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                fn twin($($arg: $ty),*) $(-> $ret)? {
+                    $portable($($arg),*)
+                }
+                if crate::simd::avx2() {
+                    // SAFETY: `simd::avx2()` checked that this CPU has AVX2 and FMA.
+                    return unsafe { twin($($arg),*) };
+                }
+            }
+            $portable($($arg),*)
+        }
+    };
+}
+pub(crate) use avx2_twin;
+
+/// `max(x · scale)` over a row, in eight independent lanes so that the compiler vectorises it
+/// (`f32::max`'s NaN rules and a single running value are serial).
+#[inline(always)]
+pub(crate) fn max_scaled(x: &[f32], scale: f32) -> f32 {
+    let mut m = [f32::NEG_INFINITY; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder().iter().map(|v| v * scale);
+    for c in chunks {
+        for i in 0..8 {
+            let v = c[i] * scale;
+            m[i] = if v > m[i] { v } else { m[i] };
+        }
+    }
+    m.into_iter().chain(tail).fold(f32::NEG_INFINITY, f32::max)
+}
+
 /// `e^x` for f32 in straight-line arithmetic (Cephes' `expf`: `x = k·ln 2 + r` with `k`
 /// rounded to nearest, `e^r` by a degree-6 polynomial on `|r| ≤ ln 2 / 2`, `2^k` built in the
 /// exponent bits), so a loop of it vectorises where libm's `expf` is a call per element.

@@ -40,13 +40,12 @@ pub fn causal_softmax_rows(s: &mut [f32], rows: CausalRows) {
     if rows.cols == 0 {
         return;
     }
-    let avx2 = simd::avx2();
     s.par_chunks_mut(rows.cols)
         .with_min_len(MIN_ROWS)
         .enumerate()
         .for_each(|(r, row)| {
             let (live, masked) = row.split_at_mut(rows.live(r));
-            softmax_row_best(avx2, live, rows.scale);
+            softmax_row_best(live, rows.scale);
             masked.fill(0.0);
         });
 }
@@ -58,62 +57,28 @@ pub fn softmax_backward_rows(p: &[f32], dp: &mut [f32], cols: usize, scale: f32)
     if cols == 0 {
         return;
     }
-    let avx2 = simd::avx2();
     dp.par_chunks_mut(cols)
         .with_min_len(MIN_ROWS)
         .zip(p.par_chunks(cols))
-        .for_each(|(d, p)| softmax_backward_row_best(avx2, p, d, scale));
+        .for_each(|(d, p)| softmax_backward_row_best(p, d, scale));
 }
 
-/// [`softmax_row`] compiled for AVX2 + FMA where the CPU has them ([`simd::avx2`]).
-fn softmax_row_best(avx2: bool, x: &mut [f32], scale: f32) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: `avx2` is `simd::avx2()`: this CPU has AVX2 and FMA.
-        return unsafe { softmax_row_avx2(x, scale) };
-    }
-    let _ = avx2;
-    softmax_row(x, scale)
-}
+simd::avx2_twin!(
+    /// [`softmax_row`], vectorised for AVX2 + FMA where the CPU has them.
+    fn softmax_row_best = softmax_row(x: &mut [f32], scale: f32)
+);
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn softmax_row_avx2(x: &mut [f32], scale: f32) {
-    softmax_row(x, scale)
-}
+simd::avx2_twin!(
+    /// [`softmax_backward_row`], vectorised for AVX2 + FMA where the CPU has them.
+    fn softmax_backward_row_best = softmax_backward_row(p: &[f32], d: &mut [f32], scale: f32)
+);
 
-/// [`softmax_backward_row`] compiled for AVX2 + FMA where the CPU has them.
-fn softmax_backward_row_best(avx2: bool, p: &[f32], d: &mut [f32], scale: f32) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: `avx2` is `simd::avx2()`: this CPU has AVX2 and FMA.
-        return unsafe { softmax_backward_row_avx2(p, d, scale) };
-    }
-    let _ = avx2;
-    softmax_backward_row(p, d, scale)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn softmax_backward_row_avx2(p: &[f32], d: &mut [f32], scale: f32) {
-    softmax_backward_row(p, d, scale)
-}
-
-/// One row's softmax in place. Eight independent lanes for the max and the sum, so the
-/// compiler vectorises them (a single running sum is a serial chain it must not reorder), and
-/// [`simd::exp`] instead of libm's `expf`, which is a call per element.
+/// One row's softmax in place. Eight independent lanes for the max ([`simd::max_scaled`]) and
+/// the sum, so the compiler vectorises them (a single running sum is a serial chain it must not
+/// reorder), and [`simd::exp`] instead of libm's `expf`, which is a call per element.
 #[inline(always)]
 fn softmax_row(x: &mut [f32], scale: f32) {
-    let mut m = [f32::NEG_INFINITY; 8];
-    let mut chunks = x.chunks_exact(8);
-    for c in &mut chunks {
-        for i in 0..8 {
-            let v = c[i] * scale;
-            m[i] = if v > m[i] { v } else { m[i] };
-        }
-    }
-    let tail = chunks.remainder().iter().map(|v| v * scale);
-    let m = m.into_iter().chain(tail).fold(f32::NEG_INFINITY, f32::max);
+    let m = simd::max_scaled(x, scale);
     let mut sum = [0f32; 8];
     let mut chunks = x.chunks_exact_mut(8);
     for c in &mut chunks {

@@ -23,39 +23,6 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> candle_core:
     }
 }
 
-/// `x W^T` for a frozen `W` (LoRA's base weights) with a backward pass for `x` only.
-///
-/// candle's matmul backward computes the gradient of both operands even when one of them needs
-/// none, and keeps it in the gradient store until the pass ends: for a frozen base that is a
-/// third of the backward matmul work and a weight-sized tensor per projection, for nothing.
-/// On the CPU this op runs the same matmul and differentiates `x` alone; other devices use the
-/// plain matmul (a custom op would need a kernel per backend).
-pub(crate) struct FrozenLinear(Tensor);
-
-impl candle_core::CustomOp1 for FrozenLinear {
-    fn name(&self) -> &'static str {
-        "frozen-linear"
-    }
-
-    fn cpu_fwd(
-        &self,
-        storage: &candle_core::CpuStorage,
-        layout: &candle_core::Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        let x = cpu_tensor(storage, layout, self.name())?;
-        into_cpu_storage(&matmul_no_grad(&x, &self.0.t()?)?, self.name())
-    }
-
-    fn bwd(
-        &self,
-        _arg: &Tensor,
-        _res: &Tensor,
-        grad: &Tensor,
-    ) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(matmul(grad, &self.0)?))
-    }
-}
-
 /// A contiguous f32 CPU storage as a tensor (a copy: custom ops get storages, not tensors).
 pub(crate) fn cpu_tensor(
     storage: &candle_core::CpuStorage,
@@ -271,13 +238,10 @@ pub(crate) fn causal_attention_blocked(
     }
 }
 
-/// `x W^T` where `W` gets no gradient (see [`FrozenLinear`]).
+/// `x W^T` where `W` gets no gradient (LoRA's base weights): `W` detached, so on the CPU
+/// [`dojo_kernels::matmul`]'s backward pass differentiates `x` alone.
 pub(crate) fn frozen_matmul(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
-    if x.device().is_cpu() && x.dtype() == DType::F32 && w.dtype() == DType::F32 {
-        x.contiguous()?.apply_op1(FrozenLinear(w.detach()))
-    } else {
-        x.matmul(&w.t()?)
-    }
+    matmul(x, &w.detach().t()?)
 }
 
 /// Sum over rows of `-log softmax(logits)[target]`; `logits` `(n, vocab)`, `targets` `(n,)` u32
