@@ -26,12 +26,16 @@ const F32: u64 = 4;
 /// Measured live activations per token and block over the count of floats `block_floats`
 /// gives (allocator slack, views that copy, gradients in flight).
 const ACTIVATION_SLACK: f64 = 1.2;
-/// Score-sized tensors of one block of query rows alive at once in the attention op's backward
-/// pass (recomputed probabilities, their gradient, the softmax backward's product and
-/// difference); the op bounds each ([`crate::ops::attention_block_positions`]).
+/// Score-sized tensors of one block of positions counted for the attention op's backward pass;
+/// the op bounds each ([`crate::ops::attention_block_positions`]). Since the softmax and its
+/// backward pass run in place, two are alive at once (the recomputed probabilities and their
+/// gradient); four were counted when candle's primitives kept a product and a difference too,
+/// and the estimate keeps that margin.
 const ATTENTION_COPIES: u64 = 4;
-/// Logit-sized `(rows, vocab)` tensors alive at once in the loss and its backward pass
-/// (logits, shifted, exponentials, log-probabilities, their gradient).
+/// Logit-sized `(rows, vocab)` tensors counted for the loss and its backward pass. With the
+/// fused cross-entropy two are alive (the logits, their gradient); five were counted for the
+/// primitives (shifted, exponentials, log-probabilities besides), and the estimate keeps that
+/// margin (the RL update's entropy, when asked, still builds them).
 const HEAD_COPIES: u64 = 5;
 /// Fixed overhead of the process beyond tensors (code, tokenizer, allocator pools).
 const PROCESS_BYTES: u64 = 512 << 20;
