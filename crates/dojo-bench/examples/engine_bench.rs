@@ -4,6 +4,8 @@
 //! tokens/s of the bare model (threads from `RAYON_NUM_THREADS`), printed as JSON.
 //! `... --example engine_bench -- agent [GGUF]`: wall time of a 20-turn agent conversation through
 //! the engine's chat API, with and without prefix KV reuse.
+//! `... --example engine_bench -- batch [GGUF]`: aggregate tokens/s of the bare model's batched
+//! decode step at 1, 8 and 16 sequences (`BATCH="1 8 16"`), no server in the way.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -133,6 +135,79 @@ fn agent(path: PathBuf) {
     }
 }
 
+/// Batched decode of the bare model: `B` sequences (B from `BATCH`, default "1 8 16"), each
+/// prefilled with its own 40-token slice of the prompt, then 64 (`STEPS`) steps of
+/// `forward_decode_batch`; prints aggregate decode tokens/s per batch size (best of 3).
+fn batch(path: PathBuf) {
+    let device = candle_core::Device::Cpu;
+    let model = dojo_engine::loader::load_gguf(&path, &device).expect("load");
+    let format = dojo_tokenizer::ChatFormat::from_gguf(&path).expect("format");
+    let ids = format.tokenizer.encode(PROMPT_TEXT).expect("encode");
+    let sizes = std::env::var("BATCH").unwrap_or_else(|_| "1 8 16".into());
+    let steps: usize = std::env::var("STEPS").map_or(DECODE_TOKENS, |s| s.parse().expect("STEPS"));
+    for b in sizes
+        .split_whitespace()
+        .map(|s| s.parse::<usize>().expect("BATCH"))
+    {
+        let mut best = f64::MAX;
+        for _ in 0..REPEATS {
+            let mut caches: Vec<KvCache> = (0..b).map(|_| KvCache::new()).collect();
+            let mut next: Vec<u32> = Vec::with_capacity(b);
+            for (i, c) in caches.iter_mut().enumerate() {
+                let start = (i * 7) % (ids.len() - 40);
+                let logits = model
+                    .forward_last(&ids[start..start + 40], c)
+                    .expect("prefill");
+                next.push(dojo_engine::model::argmax(&logits) as u32);
+            }
+            let t = Instant::now();
+            for _ in 0..steps {
+                let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
+                let logits = model
+                    .forward_decode_batch(&next, &mut refs)
+                    .expect("decode");
+                next = logits
+                    .iter()
+                    .map(|l| dojo_engine::model::argmax(l) as u32)
+                    .collect();
+            }
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        println!(
+            "{}",
+            json!({"batch": b, "decode_tokens": steps * b,
+                   "decode_tok_s": (steps * b) as f64 / best})
+        );
+    }
+}
+
+/// Where the dense-GEMM prefill pays off: a prompt chunk of `t` tokens through the quantized
+/// kernels vs dequantized weights and the GEMM (best of 3 each, ms).
+fn prefill_rows(path: PathBuf) {
+    let device = candle_core::Device::Cpu;
+    let mut model = dojo_engine::loader::load_gguf(&path, &device).expect("load");
+    let format = dojo_tokenizer::ChatFormat::from_gguf(&path).expect("format");
+    let ids = format.tokenizer.encode(PROMPT_TEXT).expect("encode");
+    for t in [8usize, 16, 32, 48, 64, 96, 128, 160] {
+        let mut ms = Vec::new();
+        for rows in [usize::MAX, 1] {
+            model.dense_prefill_rows = Some(rows);
+            let mut best = f64::MAX;
+            for _ in 0..3 {
+                let mut cache = KvCache::new();
+                let t0 = Instant::now();
+                model.forward_last(&ids[..t], &mut cache).expect("prefill");
+                best = best.min(t0.elapsed().as_secs_f64() * 1000.0);
+            }
+            ms.push(best);
+        }
+        println!(
+            "{}",
+            json!({"tokens": t, "quantized_ms": ms[0], "dense_ms": ms[1]})
+        );
+    }
+}
+
 /// Where decode time goes: one forward step vs its matmuls alone.
 fn probe(path: PathBuf) {
     use candle_core::{Module, Tensor};
@@ -175,6 +250,8 @@ fn main() {
         "agent" => agent(path),
         "path" => println!("{}", path.display()),
         "probe" => probe(path),
+        "batch" => batch(path),
+        "prefill-rows" => prefill_rows(path),
         other => panic!("unknown mode {other}; use speed or agent"),
     }
 }

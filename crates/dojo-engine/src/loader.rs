@@ -41,7 +41,11 @@ pub enum WeightMode {
 }
 
 /// Prompt chunks of at least this many tokens take the dense GEMM in [`WeightMode::Mixed`].
-pub const DENSE_PREFILL_ROWS: usize = 16;
+/// Measured on SmolLM2-135M Q4_1, 2 threads (`engine_bench prefill-rows`): dequantizing and
+/// packing every weight costs a chunk about 100 ms whatever its length, after which the GEMM
+/// costs 1.6 ms a token against the quantized kernel's 3.0; they cross near 100 tokens (a
+/// 48-token chunk: 147 ms quantized, 209 ms dense).
+pub const DENSE_PREFILL_ROWS: usize = 96;
 
 impl WeightMode {
     /// `auto`, `quantized` or `dense` (the `DOJO_ENGINE_WEIGHTS` variable, CLI flags).

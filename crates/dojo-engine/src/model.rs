@@ -7,7 +7,7 @@
 //! one set of weights. Weights are [`QMatMul`]s, which hold either GGUF quantized tensors or
 //! dense tensors (safetensors, random init), so the same forward pass serves both.
 
-use candle_core::quantized::{GgmlDType, QMatMul};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use crate::EngineError;
@@ -57,36 +57,62 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// `dense_rows`: from this many input rows on, a quantized weight is dequantized for the
-    /// call and multiplied with the dense GEMM (see [`Model::dense_prefill_rows`]).
+    /// `dense_rows`: see [`project`].
     fn forward(&self, x: &Tensor, dense_rows: Option<usize>) -> candle_core::Result<Tensor> {
-        let rows = x.dims().iter().rev().nth(1).copied().unwrap_or(1);
-        let y = match (&self.w, dense_rows) {
-            (QMatMul::QTensor(q), Some(min)) if rows >= min => {
-                dense(x, &q.dequantize(x.device())?)?
-            }
-            // Decode on Q4_1 weights: our SIMD kernel (candle has none for Q4_1).
-            (QMatMul::QTensor(q), Some(_))
-                if q.dtype() == GgmlDType::Q4_1
-                    && x.device().is_cpu()
-                    && dojo_kernels::q4_1::available() =>
-            {
-                let (n, k) = q.shape().dims2()?;
-                let mut out_dims = x.dims().to_vec();
-                let xs = x.flatten_all()?.to_vec1::<f32>()?;
-                let out = dojo_kernels::q4_1::matmul(&xs, xs.len() / k, k, &q.data()?, n);
-                if let Some(last) = out_dims.last_mut() {
-                    *last = n;
-                }
-                Tensor::from_vec(out, out_dims, x.device())?
-            }
-            (w, _) => w.forward(x)?,
-        };
+        let y = project(&self.w, x, dense_rows)?;
         match &self.b {
             Some(b) => y.broadcast_add(b),
             None => Ok(y),
         }
     }
+}
+
+/// `x @ W^T` on a weight as loaded. `dense_rows` (mixed weights, see
+/// [`Model::dense_prefill_rows`]): from this many input rows on, a quantized weight is
+/// dequantized for the call and multiplied with the dense GEMM; below it, Q4_1 and Q8_0
+/// weights take dojo-kernels' SIMD kernels (candle has none for Q4_1, and its Q8_0 product
+/// reads the weight once per row). `None` (quantized weights): candle's kernels throughout.
+fn project(w: &QMatMul, x: &Tensor, dense_rows: Option<usize>) -> candle_core::Result<Tensor> {
+    let rows = x.dims().iter().rev().nth(1).copied().unwrap_or(1);
+    type Kernel = fn(&[f32], usize, usize, &[u8], usize) -> Vec<f32>;
+    let kernel = |dtype| -> Option<Kernel> {
+        match dtype {
+            GgmlDType::Q4_1 if dojo_kernels::q4_1::available() => Some(dojo_kernels::q4_1::matmul),
+            GgmlDType::Q8_0 if dojo_kernels::q8_0::available() => Some(dojo_kernels::q8_0::matmul),
+            _ => None,
+        }
+    };
+    match (w, dense_rows) {
+        (QMatMul::QTensor(q), Some(min)) if rows >= min => dense(x, &dequantize(q, x.device())?),
+        (QMatMul::QTensor(q), Some(_)) if x.device().is_cpu() => match kernel(q.dtype()) {
+            Some(matmul) => {
+                let (n, k) = q.shape().dims2()?;
+                let mut out_dims = x.dims().to_vec();
+                let xs = x.flatten_all()?.to_vec1::<f32>()?;
+                let out = matmul(&xs, xs.len() / k, k, &q.data()?, n);
+                if let Some(last) = out_dims.last_mut() {
+                    *last = n;
+                }
+                Tensor::from_vec(out, out_dims, x.device())
+            }
+            None => w.forward(x),
+        },
+        (w, _) => w.forward(x),
+    }
+}
+
+/// A quantized weight as a dense f32 tensor: Q4_1 and Q8_0 through dojo-kernels (parallel;
+/// candle's is one thread), other formats through candle.
+fn dequantize(q: &QTensor, device: &Device) -> candle_core::Result<Tensor> {
+    let f = match q.dtype() {
+        GgmlDType::Q4_1 => dojo_kernels::q4_1::dequantize,
+        GgmlDType::Q8_0 => dojo_kernels::q8_0::dequantize,
+        _ => return q.dequantize(device),
+    };
+    if !device.is_cpu() {
+        return q.dequantize(device);
+    }
+    Tensor::from_vec(f(&q.data()?), q.shape(), device)
 }
 
 /// `x @ W^T` for a dense `W` on any leading dimensions of `x`, through dojo-kernels' matmul
@@ -129,7 +155,7 @@ pub struct Model {
     /// vec-dot per (row, column) pair, ~5x slower than its f32 GEMM on a 128-token batch, while
     /// dequantizing a weight costs about as much as one decode step reading it. Decode (few
     /// rows) stays on the quantized kernels, which read 4-8x fewer bytes; with this set, Q4_1
-    /// weights use [`crate::q4_1`].
+    /// weights use [`crate::q4_1`], Q8_0 weights [`dojo_kernels::q8_0`].
     pub dense_prefill_rows: Option<usize>,
     cos: Tensor,
     sin: Tensor,
@@ -335,12 +361,23 @@ impl Model {
     /// candle's kernels (norms, softmax, the Q4_1 kernel) start from a pool worker: with one
     /// thread they then run inline, instead of each handing its work to the global pool's
     /// worker and waiting (two context switches per op, hundreds of ops per token).
+    ///
+    /// One token is a decode step: it takes the batched decode step's path (a batch of one),
+    /// so that a sequence decodes the same alone as beside others.
     fn forward(
         &self,
         tokens: &[u32],
         cache: &mut KvCache,
         all: bool,
     ) -> Result<Tensor, EngineError> {
+        if let [_] = tokens {
+            let mut logits = self.forward_decode_batch(tokens, &mut [cache])?;
+            let row = logits
+                .pop()
+                .ok_or_else(|| EngineError::Internal("decode step returned no logits".into()))?;
+            let n = row.len();
+            return Ok(Tensor::from_vec(row, (1, n), &self.device)?);
+        }
         match compute_pool() {
             Some(pool) => pool.install(|| self.forward_inner(tokens, cache, all)),
             None => self.forward_inner(tokens, cache, all),
@@ -402,7 +439,6 @@ impl Model {
         let positions: Vec<u32> = caches.iter().map(|c| c.len as u32).collect();
         let pos_ids = Tensor::new(positions.as_slice(), &self.device)?;
         let (nh, nkv, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
-        let rep = nh / nkv;
         // RoPE tables of each sequence's own position: (b, 1, hd / 2).
         let cos = self
             .cos
@@ -452,23 +488,38 @@ impl Model {
             };
             let q = rope(&q.contiguous()?, &cos, &sin)?;
             let k = rope(&k.contiguous()?, &cos, &sin)?;
-            let mut outs = Vec::with_capacity(b);
+            // Each sequence's new key and value into its cache, then one attention kernel
+            // over all of them (each query against its own cache, grouped heads).
+            let (k, v) = (k.contiguous()?, v.contiguous()?);
             for (i, cache) in caches.iter_mut().enumerate() {
                 let pos = cache.len;
-                let (ck, cv) = cache.append(
+                cache.append(
                     li,
                     pos,
                     &k.narrow(0, i, 1)?,
                     &v.narrow(0, i, 1)?,
                     cfg.max_position,
                 )?;
-                // Grouped-query attention of one query position: (1, nkv, rep, hd).
-                let qi = q.narrow(0, i, 1)?.reshape((1, nkv, rep, hd))?;
-                let att = (qi.matmul(&ck.t()?)? * scale)?;
-                let att = candle_nn::ops::softmax_last_dim(&att)?;
-                outs.push(att.matmul(&cv)?.reshape((1, 1, nh * hd))?);
             }
-            let out = Tensor::cat(&outs, 1)?; // (1, b, nh * hd)
+            let views = caches
+                .iter()
+                .map(|c| match &c.layers[li] {
+                    Some((k, v)) => Ok(dojo_kernels::CacheView {
+                        k,
+                        v,
+                        len: c.len + 1,
+                    }),
+                    None => Err(EngineError::Internal("kv cache layer missing".into())),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let out = dojo_kernels::decode_attention(
+                &q.reshape((b, nh * hd))?,
+                &views,
+                nh,
+                nkv,
+                scale as f32,
+            )?
+            .unsqueeze(0)?; // (1, b, nh * hd)
             x = (x + layer.o.forward(&out, dr)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, cfg.rms_eps as f32)?;
             let g = candle_nn::ops::silu(&layer.gate.forward(&h, dr)?)?;
@@ -476,7 +527,9 @@ impl Model {
             x = (x + layer.down.forward(&(g * u)?, dr)?)?;
         }
         let x = candle_nn::ops::rms_norm(&x, &self.norm, cfg.rms_eps as f32)?;
-        let logits = self.lm_head.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?; // (b, vocab)
+        let logits = project(&self.lm_head, &x, dr)?
+            .squeeze(0)?
+            .to_dtype(DType::F32)?; // (b, vocab)
         let logits = logits.to_vec2::<f32>()?;
         // Only now: a pass that failed leaves every cache as it was.
         for c in caches.iter_mut() {
@@ -589,7 +642,7 @@ impl Model {
         cache.len = s;
         let x = if all { x } else { x.narrow(1, t - 1, 1)? };
         let x = candle_nn::ops::rms_norm(&x, &self.norm, cfg.rms_eps as f32)?;
-        let logits = self.lm_head.forward(&x)?.squeeze(0)?; // (t|1, vocab)
+        let logits = project(&self.lm_head, &x, dr)?.squeeze(0)?; // (t|1, vocab)
         Ok(logits.to_dtype(DType::F32)?)
     }
 }

@@ -19,8 +19,11 @@
 //!   operands read in place, with a backward pass.
 //! - [`cross_entropy`]: `-log softmax(logits)[target]` per row, one read of each row forward
 //!   and one backward, nothing kept (the loss over a chunk of rows of the vocabulary).
-//! - [`q4_1`]: the engine's SIMD Q4_1 matmul for decode (llama.cpp's algorithm, AVX2), on
-//!   plain slices of GGUF blocks.
+//! - [`q4_1`] and [`q8_0`]: the engine's SIMD matmuls for decode on GGUF-quantized weights
+//!   (llama.cpp's algorithm, AVX2), on plain slices of GGUF blocks; a batch of rows reads each
+//!   weight once.
+//! - [`decode_attention`]: one decode step's attention, each sequence's single query against
+//!   its own KV cache, for a batch of sequences in one parallel loop (the engine's decode).
 //! - [`causal_softmax_`] and [`softmax_backward_`]: causal attention's score-sized passes, in
 //!   place on a score block, for an attention op that runs its own matmuls (dojo-train's
 //!   `CausalAttention`); no gradient of their own.
@@ -34,13 +37,17 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, D, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
+mod decode;
 mod loss;
 mod matmul;
 pub mod q4_1;
+pub mod q8_0;
+mod quant;
 mod simd;
 mod softmax;
 #[cfg(test)]
 mod testing;
+pub use decode::{CacheView, decode_attention};
 pub use loss::cross_entropy;
 pub use matmul::{matmul, matmul_no_grad};
 pub use softmax::{
@@ -115,19 +122,29 @@ pub(crate) fn with_values<const N: usize, R>(
     op: &str,
     f: impl FnOnce([&[f32]; N]) -> Result<R>,
 ) -> Result<R> {
+    let owned: Vec<Tensor> = ts.into_iter().cloned().collect();
+    with_all_values(&owned, op, |values| f(std::array::from_fn(|i| values[i])))
+}
+
+/// [`with_values`] for any number of tensors.
+pub(crate) fn with_all_values<R>(
+    ts: &[Tensor],
+    op: &str,
+    f: impl FnOnce(&[&[f32]]) -> Result<R>,
+) -> Result<R> {
     let owned = ts
+        .iter()
         .map(Tensor::contiguous)
-        .into_iter()
         .collect::<Result<Vec<_>>>()?;
     let guards: Vec<_> = owned.iter().map(Tensor::storage_and_layout).collect();
-    let mut values = Vec::with_capacity(N);
+    let mut values = Vec::with_capacity(ts.len());
     for (st, l) in &guards {
         match &**st {
             candle_core::Storage::Cpu(c) => values.push(slice(c, l, op)?),
             _ => return Err(candle_core::Error::Msg(format!("{op}: not on the CPU"))),
         }
     }
-    f(std::array::from_fn(|i| values[i]))
+    f(&values)
 }
 
 struct RmsNorm {
