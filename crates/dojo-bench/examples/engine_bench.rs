@@ -6,6 +6,9 @@
 //! the engine's chat API, with and without prefix KV reuse.
 //! `... --example engine_bench -- batch [GGUF]`: aggregate tokens/s of the bare model's batched
 //! decode step at 1, 8 and 16 sequences (`BATCH="1 8 16"`), no server in the way.
+//! `... --example engine_bench -- prefill-rows [GGUF]`: one prompt chunk's time through the
+//! quantized kernels vs dequantized weights and the GEMM, by chunk length (where
+//! `DENSE_PREFILL_ROWS` comes from).
 
 use std::path::PathBuf;
 use std::time::Instant;
