@@ -110,7 +110,7 @@ pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
 /// namespace, `K` or EOF SIGKILL. When the command exits, everything it left behind is killed.
 pub(crate) unsafe fn run_inside(plan: &ExecPlan, ctl: Fd) -> ! {
     match prepare_inside() {
-        Ok(sfd) => run_prepared(plan, ctl, sfd),
+        Ok(sfd) => run_prepared(plan, ctl, sfd, &|| {}),
         Err((step, e)) => fail_with(ctl, step, e),
     }
 }
@@ -156,8 +156,11 @@ pub(crate) unsafe fn fail_with(ctl: Fd, step: Step, e: i32) -> ! {
 
 /// The request-dependent half of [`run_inside`], after [`prepare_inside`]: fork the command,
 /// supervise it.
-pub(crate) unsafe fn run_prepared(plan: &ExecPlan, ctl: Fd, sfd: Fd) -> ! {
+///
+/// `started` runs once the command has exec'd (the launcher's spare reports its hand-off there).
+pub(crate) unsafe fn run_prepared(plan: &ExecPlan, ctl: Fd, sfd: Fd, started: &dyn Fn()) -> ! {
     let l_pid = spawn_command(plan, ctl, sfd);
+    started();
     if l_pid < 0 {
         sys::fail(ctl, Step::Fork);
     }
@@ -188,17 +191,21 @@ unsafe fn spawn_command(plan: &ExecPlan, ctl: Fd, sfd: Fd) -> libc::pid_t {
         }
     }
     const STACK: usize = 256 * 1024;
-    let mut stack = vec![0u128; STACK / 16];
-    let top = stack.as_mut_ptr().add(stack.len()).cast::<libc::c_void>();
+    // Static: a heap stack this size is an mmap, and its munmap ran while the command waited
+    // to finish its exec on the same CPU. A supervisor starts exactly one command, and sleeps
+    // until that command has exec'd.
+    static mut STACK_MEM: [u128; STACK / 16] = [0; STACK / 16];
+    let top = std::ptr::addr_of_mut!(STACK_MEM)
+        .cast::<u128>()
+        .add(STACK / 16)
+        .cast::<libc::c_void>();
     let arg = Arg { plan, ctl, sfd };
-    let pid = libc::clone(
+    libc::clone(
         entry,
         top,
         libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
         (&arg as *const Arg).cast_mut().cast(),
-    );
-    drop(stack);
-    pid
+    )
 }
 
 /// `k_pid` meaning "we are pid 1 of the command's namespace ourselves" ([`run_inside`]).
