@@ -4,7 +4,7 @@
 //! loop), so decode either ran that loop or a Q8_0 copy of the weights that reads 1.7x the
 //! bytes. A weight block (`d`, `m`, 32 four-bit values `q`) dots an 8-bit activation block
 //! (`da`, `sa = da · Σ qa`) as `d * da * Σ q·qa + m * sa` (llama.cpp's algorithm; the driver
-//! is [`crate::quant`]). Used for few-row calls (decode: one row per sequence of a batched
+//! is `quant`). Used for few-row calls (decode: one row per sequence of a batched
 //! decode step, the weights read once for all of them); the engine's prefill goes through the
 //! dense GEMM (`dojo_engine::Model`).
 
@@ -13,25 +13,9 @@ use crate::quant::{self, BLOCK, Format, Q8Block, f16_to_f32};
 /// Bytes of one GGUF Q4_1 block: f16 scale, f16 min, 16 bytes of packed nibbles.
 pub const BLOCK_BYTES: usize = 20;
 
-/// Whether the SIMD kernel runs: AVX2, FMA and F16C on this CPU (checked at run time, once),
-/// unless `DOJO_ENGINE_Q4_1_KERNEL=0` (benchmarks compare with the Q8_0 fallback).
-pub fn available() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| quant::enabled("DOJO_ENGINE_Q4_1_KERNEL") && quant::cpu_has_avx2())
-}
-
-/// `x (m, k) @ W^T` for a Q4_1 weight `w` of `n` rows of `k` values (GGUF layout); returns
-/// `(m, n)` row-major. `k` must be a multiple of 32.
-pub fn matmul(x: &[f32], m: usize, k: usize, w: &[u8], n: usize) -> Vec<f32> {
-    quant::matmul_with::<Q4_1>(x, m, k, w, n, available())
-}
+quant::entry_points!(Q4_1, "DOJO_ENGINE_Q4_1_KERNEL");
 
 pub(crate) struct Q4_1;
-
-/// Every value of a Q4_1 weight as f32, row-major (see [`quant::dequantize`]).
-pub fn dequantize(w: &[u8]) -> Vec<f32> {
-    quant::dequantize::<Q4_1>(w)
-}
 
 impl Format for Q4_1 {
     const BLOCK_BYTES: usize = BLOCK_BYTES;
@@ -46,42 +30,70 @@ impl Format for Q4_1 {
         }
     }
 
-    fn dot(w: &[u8], a: &[Q8Block], simd: bool) -> f32 {
-        #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: `simd` is only true when the CPU has AVX2, FMA and F16C.
-            return unsafe { dot_avx2(w, a) };
+    /// Portable reference of one row dot (tests, and CPUs without AVX2).
+    fn dot_scalar(w: &[u8], a: &[Q8Block]) -> f32 {
+        let mut acc = 0f32;
+        for (blk, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
+            let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+            let m = f16_to_f32(u16::from_le_bytes([blk[2], blk[3]]));
+            let mut s = 0i32;
+            for j in 0..BLOCK / 2 {
+                let q = blk[4 + j];
+                s += (q & 0x0f) as i32 * ab.qs[j] as i32
+                    + (q >> 4) as i32 * ab.qs[j + BLOCK / 2] as i32;
+            }
+            acc += d * ab.d * s as f32 + m * ab.s;
         }
-        let _ = simd;
-        dot_scalar(w, a)
+        acc
     }
 
-    fn dot4(w: &[u8], a: [&[Q8Block]; 4], simd: bool) -> Option<[f32; 4]> {
-        #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: as in `dot`.
-            return Some(unsafe { dot4_avx2(w, a) });
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot_avx2(w: &[u8], a: &[Q8Block]) -> f32 {
+        use std::arch::x86_64::*;
+        let mut acc = _mm256_setzero_ps();
+        let mut acc_m = 0f32;
+        let ones = _mm256_set1_epi16(1);
+        for (blk, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
+            let (d, m, q) = unpack(blk);
+            // SAFETY: `ab.qs` holds 32 bytes; unaligned load.
+            let qa = unsafe { _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i) };
+            // u8 x i8 pairs summed to i16 (at most 2 * 15 * 128, no overflow), then to i32.
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qa), ones);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), _mm256_cvtepi32_ps(p), acc);
+            acc_m += m * ab.s;
         }
-        let _ = (w, a, simd);
-        None
+        quant::hsum(acc) + acc_m
     }
-}
 
-/// Portable reference of one row dot (tests, and CPUs without AVX2).
-fn dot_scalar(w: &[u8], a: &[Q8Block]) -> f32 {
-    let mut acc = 0f32;
-    for (blk, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
-        let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
-        let m = f16_to_f32(u16::from_le_bytes([blk[2], blk[3]]));
-        let mut s = 0i32;
-        for j in 0..BLOCK / 2 {
-            let q = blk[4 + j];
-            s +=
-                (q & 0x0f) as i32 * ab.qs[j] as i32 + (q >> 4) as i32 * ab.qs[j + BLOCK / 2] as i32;
+    /// [`Self::dot_avx2`] of one weight row with four activation rows: each weight block is loaded and
+    /// unpacked once for the four (batched decode is compute-bound on that). Every row's
+    /// accumulator sees exactly the operations [`Self::dot_avx2`] performs, so the results are
+    /// bit-identical to four separate calls.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot4_avx2(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4] {
+        use std::arch::x86_64::*;
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut acc_m = [0f32; 4];
+        let ones = _mm256_set1_epi16(1);
+        for (bi, blk) in w.chunks_exact(BLOCK_BYTES).enumerate() {
+            let (d, m, q) = unpack(blk);
+            for r in 0..4 {
+                let ab = &a[r][bi];
+                // SAFETY: `ab.qs` holds 32 bytes; unaligned load.
+                let qa = unsafe { _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i) };
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qa), ones);
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), _mm256_cvtepi32_ps(p), acc[r]);
+                acc_m[r] += m * ab.s;
+            }
         }
-        acc += d * ab.d * s as f32 + m * ab.s;
+        let mut out = [0f32; 4];
+        for r in 0..4 {
+            out[r] = quant::hsum(acc[r]) + acc_m[r];
+        }
+        out
     }
-    acc
 }
 
 /// A block's scale and min, and its 32 four-bit values as bytes (low nibbles, then high).
@@ -103,54 +115,6 @@ fn unpack(blk: &[u8]) -> (f32, f32, std::arch::x86_64::__m256i) {
         _mm_cvtss_f32(_mm_shuffle_ps(dm, dm, 1)),
         _mm256_set_m128i(hi, lo),
     )
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_avx2(w: &[u8], a: &[Q8Block]) -> f32 {
-    use std::arch::x86_64::*;
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_m = 0f32;
-    let ones = _mm256_set1_epi16(1);
-    for (blk, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
-        let (d, m, q) = unpack(blk);
-        // SAFETY: `ab.qs` holds 32 bytes; unaligned load.
-        let qa = unsafe { _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i) };
-        // u8 x i8 pairs summed to i16 (at most 2 * 15 * 128, no overflow), then to i32.
-        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qa), ones);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), _mm256_cvtepi32_ps(p), acc);
-        acc_m += m * ab.s;
-    }
-    quant::hsum(acc) + acc_m
-}
-
-/// [`dot_avx2`] of one weight row with four activation rows: each weight block is loaded and
-/// unpacked once for the four (batched decode is compute-bound on that). Every row's
-/// accumulator sees exactly the operations [`dot_avx2`] performs, so the results are
-/// bit-identical to four separate calls.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot4_avx2(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4] {
-    use std::arch::x86_64::*;
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut acc_m = [0f32; 4];
-    let ones = _mm256_set1_epi16(1);
-    for (bi, blk) in w.chunks_exact(BLOCK_BYTES).enumerate() {
-        let (d, m, q) = unpack(blk);
-        for r in 0..4 {
-            let ab = &a[r][bi];
-            // SAFETY: `ab.qs` holds 32 bytes; unaligned load.
-            let qa = unsafe { _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i) };
-            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qa), ones);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), _mm256_cvtepi32_ps(p), acc[r]);
-            acc_m[r] += m * ab.s;
-        }
-    }
-    let mut out = [0f32; 4];
-    for r in 0..4 {
-        out[r] = quant::hsum(acc[r]) + acc_m[r];
-    }
-    out
 }
 
 #[cfg(test)]

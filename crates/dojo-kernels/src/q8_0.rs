@@ -4,7 +4,7 @@
 //! Why not candle's: its Q8_0 product dots every activation row with every weight row on its
 //! own, so a batched decode step of `m` sequences reads the head `m` times, and it runs on
 //! candle's own thread pool beside the engine's (four threads on two cores). Here the
-//! [`crate::quant`] driver reads each weight row once for four activation rows. A block is an
+//! `quant` driver reads each weight row once for four activation rows. A block is an
 //! f16 scale and 32 signed bytes; its dot with an 8-bit activation block is
 //! `d · da · Σ q·qa` (AVX2: `maddubs` on |q| and qa carrying q's sign, as llama.cpp).
 
@@ -13,25 +13,9 @@ use crate::quant::{self, BLOCK, Format, Q8Block, f16_to_f32};
 /// Bytes of one GGUF Q8_0 block: f16 scale, 32 signed bytes.
 pub const BLOCK_BYTES: usize = 34;
 
-/// Whether the SIMD kernel runs: AVX2, FMA and F16C on this CPU (checked at run time, once),
-/// unless `DOJO_ENGINE_Q8_0_KERNEL=0` (benchmarks compare with candle's).
-pub fn available() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| quant::enabled("DOJO_ENGINE_Q8_0_KERNEL") && quant::cpu_has_avx2())
-}
-
-/// `x (m, k) @ W^T` for a Q8_0 weight `w` of `n` rows of `k` values (GGUF layout); returns
-/// `(m, n)` row-major. `k` must be a multiple of 32.
-pub fn matmul(x: &[f32], m: usize, k: usize, w: &[u8], n: usize) -> Vec<f32> {
-    quant::matmul_with::<Q8_0>(x, m, k, w, n, available())
-}
+quant::entry_points!(Q8_0, "DOJO_ENGINE_Q8_0_KERNEL");
 
 pub(crate) struct Q8_0;
-
-/// Every value of a Q8_0 weight as f32, row-major (see [`quant::dequantize`]).
-pub fn dequantize(w: &[u8]) -> Vec<f32> {
-    quant::dequantize::<Q8_0>(w)
-}
 
 impl Format for Q8_0 {
     const BLOCK_BYTES: usize = BLOCK_BYTES;
@@ -43,40 +27,49 @@ impl Format for Q8_0 {
         }
     }
 
-    fn dot(w: &[u8], a: &[Q8Block], simd: bool) -> f32 {
-        #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: `simd` is only true when the CPU has AVX2, FMA and F16C.
-            return unsafe { dot_avx2(w, a) };
+    /// Portable reference of one row dot (tests, and CPUs without AVX2).
+    fn dot_scalar(w: &[u8], a: &[Q8Block]) -> f32 {
+        let mut acc = 0f32;
+        for (blk, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
+            let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+            let s: i32 = blk[2..2 + BLOCK]
+                .iter()
+                .zip(&ab.qs)
+                .map(|(&q, &qa)| q as i8 as i32 * qa as i32)
+                .sum();
+            acc += d * ab.d * s as f32;
         }
-        let _ = simd;
-        dot_scalar(w, a)
+        acc
     }
 
-    fn dot4(w: &[u8], a: [&[Q8Block]; 4], simd: bool) -> Option<[f32; 4]> {
-        #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: as in `dot`.
-            return Some(unsafe { dot4_avx2(w, a) });
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot_avx2(w: &[u8], a: &[Q8Block]) -> f32 {
+        use std::arch::x86_64::*;
+        let mut acc = _mm256_setzero_ps();
+        for (blk, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
+            let (d, q) = load(blk);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), block_dot(q, ab), acc);
         }
-        let _ = (w, a, simd);
-        None
+        quant::hsum(acc)
     }
-}
 
-/// Portable reference of one row dot (tests, and CPUs without AVX2).
-fn dot_scalar(w: &[u8], a: &[Q8Block]) -> f32 {
-    let mut acc = 0f32;
-    for (blk, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
-        let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
-        let s: i32 = blk[2..2 + BLOCK]
-            .iter()
-            .zip(&ab.qs)
-            .map(|(&q, &qa)| q as i8 as i32 * qa as i32)
-            .sum();
-        acc += d * ab.d * s as f32;
+    /// [`Self::dot_avx2`] of one weight row with four activation rows, each block loaded once; each
+    /// row's accumulator sees exactly [`Self::dot_avx2`]'s operations (bit-identical results).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot4_avx2(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4] {
+        use std::arch::x86_64::*;
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (bi, blk) in w.chunks_exact(BLOCK_BYTES).enumerate() {
+            let (d, q) = load(blk);
+            for r in 0..4 {
+                let ab = &a[r][bi];
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), block_dot(q, ab), acc[r]);
+            }
+        }
+        acc.map(|v| quant::hsum(v))
     }
-    acc
 }
 
 /// A block's scale and its 32 signed values.
@@ -104,35 +97,6 @@ fn block_dot(q: std::arch::x86_64::__m256i, ab: &Q8Block) -> std::arch::x86_64::
     let qa = unsafe { _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i) };
     let p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(qa, q));
     _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)))
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_avx2(w: &[u8], a: &[Q8Block]) -> f32 {
-    use std::arch::x86_64::*;
-    let mut acc = _mm256_setzero_ps();
-    for (blk, ab) in w.chunks_exact(BLOCK_BYTES).zip(a) {
-        let (d, q) = load(blk);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), block_dot(q, ab), acc);
-    }
-    quant::hsum(acc)
-}
-
-/// [`dot_avx2`] of one weight row with four activation rows, each block loaded once; each
-/// row's accumulator sees exactly [`dot_avx2`]'s operations (bit-identical results).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot4_avx2(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4] {
-    use std::arch::x86_64::*;
-    let mut acc = [_mm256_setzero_ps(); 4];
-    for (bi, blk) in w.chunks_exact(BLOCK_BYTES).enumerate() {
-        let (d, q) = load(blk);
-        for r in 0..4 {
-            let ab = &a[r][bi];
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab.d), block_dot(q, ab), acc[r]);
-        }
-    }
-    acc.map(|v| quant::hsum(v))
 }
 
 #[cfg(test)]

@@ -23,16 +23,55 @@ pub(crate) struct Q8Block {
     pub(crate) s: f32,
 }
 
-/// A weight format: its block size in bytes and its row dots. `dot4` is `None` without SIMD;
-/// where present it must give each row exactly what `dot` gives it (batched decode relies on
-/// it: a sequence's tokens must not depend on who shares its step).
+/// A weight format: its block size in bytes, its dequantization and its row dots. The AVX2
+/// dots may only be called where [`cpu_has_avx2`] holds; `dot4_avx2` must give each row exactly
+/// what `dot_avx2` gives it (batched decode relies on it: a sequence's tokens must not depend
+/// on who shares its step).
 pub(crate) trait Format {
     const BLOCK_BYTES: usize;
     /// One block's 32 values as f32.
     fn dequantize_block(blk: &[u8], out: &mut [f32]);
-    fn dot(w: &[u8], a: &[Q8Block], simd: bool) -> f32;
-    fn dot4(w: &[u8], a: [&[Q8Block]; 4], simd: bool) -> Option<[f32; 4]>;
+    /// Portable reference of one row dot (tests, and CPUs without AVX2).
+    fn dot_scalar(w: &[u8], a: &[Q8Block]) -> f32;
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn dot_avx2(w: &[u8], a: &[Q8Block]) -> f32;
+    /// One weight row with four activation rows, the weight read once.
+    /// # Safety
+    /// As [`Format::dot_avx2`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn dot4_avx2(w: &[u8], a: [&[Q8Block]; 4]) -> [f32; 4];
 }
+
+/// A format module's public entry points: `available()` (the SIMD kernel runs: AVX2, FMA and
+/// F16C on this CPU, checked once, unless the environment variable `$var` is `0`, which
+/// benchmarks use to compare with the fallback), `matmul` and `dequantize`.
+macro_rules! entry_points {
+    ($format:ident, $var:literal) => {
+        /// Whether the SIMD kernel runs: AVX2, FMA and F16C on this CPU (checked at run time,
+        /// once), unless
+        #[doc = concat!("`", $var, "=0`")]
+        /// (benchmarks compare with the fallback).
+        pub fn available() -> bool {
+            static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+            *ON.get_or_init(|| $crate::quant::enabled($var) && $crate::quant::cpu_has_avx2())
+        }
+
+        /// `x (m, k) @ W^T` for a weight `w` of `n` rows of `k` values in this format (GGUF
+        /// layout); returns `(m, n)` row-major. `k` must be a multiple of 32.
+        pub fn matmul(x: &[f32], m: usize, k: usize, w: &[u8], n: usize) -> Vec<f32> {
+            $crate::quant::matmul_with::<$format>(x, m, k, w, n, available())
+        }
+
+        /// Every value of a weight in this format as f32, row-major, split over rayon's pool
+        /// (for a prefill chunk long enough for the dense GEMM; candle's is one thread).
+        pub fn dequantize(w: &[u8]) -> Vec<f32> {
+            $crate::quant::dequantize::<$format>(w)
+        }
+    };
+}
+pub(crate) use entry_points;
 
 /// Whether the CPU runs the AVX2 kernels (AVX2, FMA and F16C; checked at run time, once).
 pub(crate) fn cpu_has_avx2() -> bool {
@@ -106,18 +145,26 @@ pub(crate) fn hsum(acc: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(h)
 }
 
-/// One weight row dotted with every activation row, into `out` (one value per row).
+/// One weight row dotted with every activation row, into `out` (one value per row); `simd`
+/// only where [`cpu_has_avx2`] holds.
 fn dot_rows<F: Format>(w: &[u8], a: &[Vec<Q8Block>], out: &mut [f32], simd: bool) {
-    let mut r = 0;
-    while r + 4 <= a.len() {
-        let Some(v) = F::dot4(w, [&a[r], &a[r + 1], &a[r + 2], &a[r + 3]], simd) else {
-            break;
-        };
-        out[r..r + 4].copy_from_slice(&v);
-        r += 4;
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        let mut quads = out.chunks_exact_mut(4).zip(a.chunks_exact(4));
+        for (o, r) in quads.by_ref() {
+            // SAFETY: `simd` is only true where the CPU has AVX2, FMA and F16C.
+            o.copy_from_slice(&unsafe { F::dot4_avx2(w, [&r[0], &r[1], &r[2], &r[3]]) });
+        }
+        let done = a.len() / 4 * 4;
+        for (v, ar) in out[done..].iter_mut().zip(&a[done..]) {
+            // SAFETY: as above.
+            *v = unsafe { F::dot_avx2(w, ar) };
+        }
+        return;
     }
-    for (v, ar) in out[r..].iter_mut().zip(&a[r..]) {
-        *v = F::dot(w, ar, simd);
+    let _ = simd;
+    for (v, ar) in out.iter_mut().zip(a) {
+        *v = F::dot_scalar(w, ar);
     }
 }
 
