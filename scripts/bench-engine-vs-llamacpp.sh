@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Engine benchmark, side by side with llama.cpp on the same GGUF, 1 and 2 threads.
-# Needs llama-cpp-python (builds from source: pip install llama-cpp-python==0.3.36) in $PY.
+# Needs llama-cpp-python (builds from source: pip install llama-cpp-python==0.3.36) in $PY, or
+# its Python package (the sdist's llama_cpp/ directory, plus numpy) with LLAMA_CPP_LIB_PATH
+# pointing at a shared build of the llama.cpp it vendors:
+#   cmake -S vendor/llama.cpp -B build-shared -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON \
+#     -DLLAMA_CURL=OFF && cmake --build build-shared --target llama   (libs in build-shared/bin)
 # Usage: scripts/bench-engine-vs-llamacpp.sh [PYTHON_WITH_LLAMA_CPP]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
