@@ -8,10 +8,10 @@
 //! the layout the output projection takes. A task's result depends only on its own sequence,
 //! so a sequence decodes the same whoever shares its step.
 
-use candle_core::{Result, Tensor};
+use candle_core::{D, Result, Tensor};
 use rayon::prelude::*;
 
-use crate::simd;
+use crate::{fused, simd};
 
 /// One sequence's cache for a layer: keys and values `(1, kv_heads, capacity, head_dim)`
 /// (contiguous CPU f32), of which the first `len` positions are attended to.
@@ -50,6 +50,9 @@ pub fn decode_attention(
     }
     let hd = width / heads;
     let rep = heads / kv_heads;
+    if !(fused(q) && caches.iter().all(|c| fused(c.k) && fused(c.v))) {
+        return by_ops(q, caches, kv_heads, rep, hd, scale);
+    }
     let mut tensors = vec![q.clone()];
     for c in caches {
         let (one, h, cap, d) = c.k.dims4()?;
@@ -118,6 +121,29 @@ fn run(
         }
     }
     Ok(out)
+}
+
+/// [`decode_attention`] op by op through candle's primitives, one sequence at a time (other
+/// devices and dtypes; the same maths).
+fn by_ops(
+    q: &Tensor,
+    caches: &[CacheView],
+    kv_heads: usize,
+    rep: usize,
+    hd: usize,
+    scale: f32,
+) -> Result<Tensor> {
+    let mut outs = Vec::with_capacity(caches.len());
+    for (i, c) in caches.iter().enumerate() {
+        let qi = q.narrow(0, i, 1)?.reshape((1, kv_heads, rep, hd))?;
+        let k = c.k.narrow(2, 0, c.len)?;
+        let v = c.v.narrow(2, 0, c.len)?.contiguous()?;
+        let att = (qi.matmul(&k.t()?)? * scale as f64)?;
+        let att = att.broadcast_sub(&att.max_keepdim(D::Minus1)?)?.exp()?;
+        let att = att.broadcast_div(&att.sum_keepdim(D::Minus1)?)?;
+        outs.push(att.matmul(&v)?.reshape((1, kv_heads * rep * hd))?);
+    }
+    Tensor::cat(&outs, 0)
 }
 
 simd::avx2_twin!(
@@ -204,7 +230,6 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 mod tests {
     use super::*;
     use crate::testing::{max_abs, rand};
-    use candle_core::D;
 
     /// The kernel against candle's ops on each sequence alone (grouped heads, caches of
     /// different lengths and capacities, an empty one), in parallel and serially.
@@ -260,6 +285,19 @@ mod tests {
                     .unwrap();
             assert_eq!(max_abs(&got.narrow(0, 1, 1).unwrap(), &alone), 0.0);
         }
+        // Other dtypes (and devices) take the op-by-op path: the same values.
+        let (q, k, v) = (
+            rand(&[1, heads * hd], 5),
+            rand(&[1, kv, 9, hd], 6),
+            rand(&[1, kv, 9, hd], 7),
+        );
+        let f64s = |t: &Tensor| t.to_dtype(candle_core::DType::F64).unwrap();
+        let view = |k, v| [CacheView { k, v, len: 7 }];
+        let fast = decode_attention(&q, &view(&k, &v), heads, kv, 0.3).unwrap();
+        let (k64, v64) = (f64s(&k), f64s(&v));
+        let slow = decode_attention(&f64s(&q), &view(&k64, &v64), heads, kv, 0.3).unwrap();
+        let slow = slow.to_dtype(candle_core::DType::F32).unwrap();
+        assert!(max_abs(&fast, &slow) < 1e-5);
         let k = rand(&[1, kv, 4, hd], 3);
         let bad = [CacheView {
             k: &k,
