@@ -8,8 +8,11 @@
 //!
 //! - [`model`]: one transformer for Llama (SmolLM2) and Qwen2/2.5/3 with an external
 //!   preallocated [`KvCache`]; [`loader`]: GGUF (quantized), safetensors, random tiny models.
-//!   [`WeightMode`] picks how GGUF weights are multiplied (the file's kernels, Q8_0 decode with
-//!   dense prefill, or dense f32), by what is fast in this build.
+//!   [`WeightMode`] picks how GGUF weights are multiplied (the file's kernels, dojo-kernels'
+//!   Q4_1/Q8_0 decode kernels with a dense prefill from 96-token chunks, or dense f32), by what
+//!   is fast in this build. A decode step is one forward pass for every sequence in it (one
+//!   token alone is a batch of one), its attention one kernel over all their caches
+//!   (`dojo_kernels::decode_attention`).
 //! - [`Engine`]: a worker thread running requests with continuous batching (every active
 //!   sequence advances in one batched decode step; requests sharing a prompt prefill it once)
 //!   or round-robin, with sampling ([`SamplingParams`]), stop handling, token ids + logprobs,
