@@ -179,21 +179,30 @@ pub struct KvCache {
 const KV_MIN_CAPACITY: usize = 256;
 
 impl KvCache {
-    /// A deep copy (the buffers are written in place, so copies must not share them). A failed
-    /// copy is an error, never a cache with a layer missing.
-    pub fn try_clone(&self) -> candle_core::Result<KvCache> {
+    /// A copy of the first `len` positions (at most all of them), for another sequence that
+    /// shares them (a fork: the buffers are written in place, so copies must not share them).
+    /// Only those positions are copied, into buffers with [`KV_MIN_CAPACITY`] positions of
+    /// room to grow: the source's capacity (doubled as it grew) is not. A failed copy is an
+    /// error, never a cache with a layer missing.
+    pub fn fork(&self, len: usize) -> candle_core::Result<KvCache> {
+        let len = len.min(self.len);
+        let copy = |t: &Tensor| -> candle_core::Result<Tensor> {
+            let (b, h, _, d) = t.dims4()?;
+            let out = Tensor::zeros((b, h, len + KV_MIN_CAPACITY, d), t.dtype(), t.device())?;
+            if len > 0 {
+                out.slice_set(&t.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+            }
+            Ok(out)
+        };
         let layers = self
             .layers
             .iter()
             .map(|l| match l {
-                Some((k, v)) => Ok(Some((k.copy()?, v.copy()?))),
+                Some((k, v)) => Ok(Some((copy(k)?, copy(v)?))),
                 None => Ok(None),
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
-        Ok(KvCache {
-            layers,
-            len: self.len,
-        })
+        Ok(KvCache { layers, len })
     }
 }
 

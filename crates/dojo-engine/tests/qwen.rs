@@ -230,12 +230,20 @@ fn mixed_mode_decodes_with_simd_kernels_and_prefills_densely() {
     };
     assert_eq!(dtype(&mixed), Some(want));
     assert_eq!(quant.dense_prefill_rows, None);
-    let n = mixed.dense_prefill_rows.expect("mixed weights prefill densely");
+    let n = mixed
+        .dense_prefill_rows
+        .expect("mixed weights prefill densely");
     // An n-token prefill (dense GEMM), a shorter chunk and single tokens (SIMD kernels) track
     // candle's Q4_1.
     let toks: Vec<u32> = (0..n + 9).map(|i| (i * 31 % 250) as u32 + 3).collect();
     let (mut cq, mut cm) = (KvCache::new(), KvCache::new());
-    for (a, b) in [(0, n), (n, n + 5), (n + 5, n + 6), (n + 6, n + 7), (n + 7, n + 9)] {
+    for (a, b) in [
+        (0, n),
+        (n, n + 5),
+        (n + 5, n + 6),
+        (n + 6, n + 7),
+        (n + 7, n + 9),
+    ] {
         let lq = quant.forward_last(&toks[a..b], &mut cq).unwrap();
         let lm = mixed.forward_last(&toks[a..b], &mut cm).unwrap();
         assert_close(&lm, &lq, &format!("tokens {a}..{b}"));

@@ -46,7 +46,7 @@ fn chunked_prefill_and_truncated_cache_match_one_shot_forward() {
 }
 
 #[test]
-fn kv_cache_grows_in_place_and_clones_are_independent() {
+fn kv_cache_grows_in_place_and_forks_are_independent() {
     let model =
         dojo_engine::loader::random_model(tiny_config(Arch::Qwen3), 9, &Device::Cpu).unwrap();
     let tokens: Vec<u32> = (0..600).map(|i| (i * 53 % 250) as u32 + 3).collect();
@@ -58,7 +58,7 @@ fn kv_cache_grows_in_place_and_clones_are_independent() {
         model.forward_last(&[*t], &mut c).unwrap();
     }
     model.forward_last(&tokens[270..599], &mut c).unwrap();
-    let mut snapshot = c.try_clone().unwrap();
+    let mut snapshot = c.fork(c.len()).unwrap();
     let grown = model.forward_last(&tokens[599..], &mut c).unwrap();
     assert!(max_abs_diff(&one_shot, &grown) < 1e-4);
     // Rewriting the original's positions must not touch the clone's.
@@ -66,6 +66,15 @@ fn kv_cache_grows_in_place_and_clones_are_independent() {
     model.forward_last(&[7u32; 50], &mut c).unwrap();
     let from_clone = model.forward_last(&tokens[599..], &mut snapshot).unwrap();
     assert!(max_abs_diff(&one_shot, &from_clone) < 1e-4);
+    // A fork of a prefix holds only that prefix (plus room to grow), and continues from it
+    // as the original did.
+    let mut prefix = snapshot.fork(200).unwrap();
+    assert_eq!(prefix.len(), 200);
+    // (256 positions of room: the copy's capacity is its length plus that.)
+    assert_eq!(prefix.bytes() * (599 + 256), snapshot.bytes() * (200 + 256));
+    let from_prefix = model.forward_last(&tokens[200..], &mut prefix).unwrap();
+    assert!(max_abs_diff(&one_shot, &from_prefix) < 1e-4);
+    assert_eq!(snapshot.fork(10_000).unwrap().len(), snapshot.len());
 }
 
 #[test]

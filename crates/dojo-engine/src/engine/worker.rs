@@ -202,7 +202,7 @@ impl Worker {
                     .prompt_logits
                     .clone()
                     .filter(|_| shared == prompt_len && l.req.prompt.len() == prompt_len);
-                Some((l.cache.try_clone(), logits))
+                Some((l.cache.fork(shared), logits))
             });
             let seq = &mut active[i];
             match source {
