@@ -105,13 +105,10 @@ fn project(w: &QMatMul, x: &Tensor, dense_rows: Option<usize>) -> candle_core::R
 /// candle's is one thread), other formats through candle.
 fn dequantize(q: &QTensor, device: &Device) -> candle_core::Result<Tensor> {
     let f = match q.dtype() {
-        GgmlDType::Q4_1 => dojo_kernels::q4_1::dequantize,
-        GgmlDType::Q8_0 => dojo_kernels::q8_0::dequantize,
+        GgmlDType::Q4_1 if device.is_cpu() => dojo_kernels::q4_1::dequantize,
+        GgmlDType::Q8_0 if device.is_cpu() => dojo_kernels::q8_0::dequantize,
         _ => return q.dequantize(device),
     };
-    if !device.is_cpu() {
-        return q.dequantize(device);
-    }
     Tensor::from_vec(f(&q.data()?), q.shape(), device)
 }
 
@@ -356,8 +353,19 @@ impl Model {
         tokens: &[u32],
         cache: &mut KvCache,
     ) -> Result<Vec<f32>, EngineError> {
+        if let [token] = tokens {
+            return self.decode_one(*token, cache);
+        }
         let logits = self.forward(tokens, cache, false)?;
         Ok(logits.flatten_all()?.to_vec1::<f32>()?)
+    }
+
+    /// A decode step of one sequence: the batched decode step with one row, so that a
+    /// sequence decodes the same alone as beside others.
+    fn decode_one(&self, token: u32, cache: &mut KvCache) -> Result<Vec<f32>, EngineError> {
+        self.forward_decode_batch(&[token], &mut [cache])?
+            .pop()
+            .ok_or_else(|| EngineError::Internal("decode step returned no logits".into()))
     }
 
     /// Run `tokens` and return logits for every position, `(len, vocab)` (prompt logprobs,
@@ -371,19 +379,15 @@ impl Model {
     /// thread they then run inline, instead of each handing its work to the global pool's
     /// worker and waiting (two context switches per op, hundreds of ops per token).
     ///
-    /// One token is a decode step: it takes the batched decode step's path (a batch of one),
-    /// so that a sequence decodes the same alone as beside others.
+    /// One token is a decode step ([`Model::decode_one`]).
     fn forward(
         &self,
         tokens: &[u32],
         cache: &mut KvCache,
         all: bool,
     ) -> Result<Tensor, EngineError> {
-        if let [_] = tokens {
-            let mut logits = self.forward_decode_batch(tokens, &mut [cache])?;
-            let row = logits
-                .pop()
-                .ok_or_else(|| EngineError::Internal("decode step returned no logits".into()))?;
+        if let [token] = tokens {
+            let row = self.decode_one(*token, cache)?;
             let n = row.len();
             return Ok(Tensor::from_vec(row, (1, n), &self.device)?);
         }

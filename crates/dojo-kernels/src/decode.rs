@@ -70,27 +70,23 @@ pub fn decode_attention(
     }
     crate::with_all_values(&tensors, "decode_attention", |values| {
         let (qv, kvs) = values.split_first().expect("q is first");
-        run(qv, kvs, caches, b, width, kv_heads, rep, scale)
+        Ok(run(qv, kvs, caches, kv_heads, rep, hd, scale))
     })
     .and_then(|out| Tensor::from_vec(out, (b, width), q.device()))
 }
 
 /// [`decode_attention`] on the values: `qv` the queries, `kvs` each cache's keys then values.
-#[allow(clippy::too_many_arguments)]
 fn run(
     qv: &[f32],
     kvs: &[&[f32]],
     caches: &[CacheView],
-    b: usize,
-    width: usize,
     kv_heads: usize,
     rep: usize,
+    hd: usize,
     scale: f32,
-) -> Result<Vec<f32>> {
-    let hd = width / (rep * kv_heads);
-    let heads = rep * kv_heads;
-    let work: usize = caches.iter().map(|c| c.len).sum::<usize>() * heads * hd;
-    let mut out = vec![0f32; b * width];
+) -> Vec<f32> {
+    let work = caches.iter().map(|c| c.len).sum::<usize>() * rep * kv_heads * hd;
+    let mut out = vec![0f32; qv.len()];
     // One task per (sequence, key/value head): its `rep` query heads are `rep · hd`
     // consecutive values of the query and of the output.
     let task = |t: usize, o: &mut [f32], scores: &mut Vec<f32>| {
@@ -120,7 +116,7 @@ fn run(
             task(t, o, &mut scores);
         }
     }
-    Ok(out)
+    out
 }
 
 /// [`decode_attention`] op by op through candle's primitives, one sequence at a time (other
@@ -180,7 +176,7 @@ fn attend_portable(
     }
     for (j, kj) in k.chunks_exact(hd).enumerate() {
         for (r, qr) in q.chunks_exact(hd).enumerate() {
-            scores[r * len + j] = dot(qr, kj);
+            scores[r * len + j] = simd::dot(qr, kj);
         }
     }
     for (row, o) in scores
@@ -188,6 +184,10 @@ fn attend_portable(
         .zip(out.chunks_exact_mut(hd))
         .take(rep)
     {
+        // Not `softmax::softmax_row`: here the weights are normalised after the weighted sum
+        // (one multiply per output value, not per key) and summed in key order. The results
+        // differ in the last bits, enough that with `softmax_row` the default model's greedy
+        // tokens left llama.cpp's at a near tie (third token of the engine benchmark's prompt).
         let m = simd::max_scaled(row, scale);
         let mut sum = 0f32;
         for s in row.iter_mut() {
@@ -205,25 +205,6 @@ fn attend_portable(
             *od *= inv;
         }
     }
-}
-
-/// A dot product in eight independent lanes (vectorises; a single running sum is serial).
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]

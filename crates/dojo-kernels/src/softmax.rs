@@ -99,15 +99,7 @@ fn softmax_row(x: &mut [f32], scale: f32) {
 /// One row of [`softmax_backward_rows`].
 #[inline(always)]
 fn softmax_backward_row(p: &[f32], d: &mut [f32], scale: f32) {
-    let mut acc = [0f32; 8];
-    let (pc, dc) = (p.chunks_exact(8), d.chunks_exact(8));
-    let (pr, dr) = (pc.remainder(), dc.remainder());
-    for (p, d) in pc.zip(dc) {
-        for i in 0..8 {
-            acc[i] += p[i] * d[i];
-        }
-    }
-    let dot = acc.iter().sum::<f32>() + pr.iter().zip(dr).map(|(a, b)| a * b).sum::<f32>();
+    let dot = simd::dot(p, d);
     for (d, p) in d.iter_mut().zip(p) {
         *d = scale * p * (*d - dot);
     }
