@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where a sandboxed command's time goes: runs `true` N times through one sandbox's launcher
-# (the `exec_loop` example) under `perf record` of the scheduler's events, then splits each
+# (the `exec_cpu` example) under `perf record` of the scheduler's events, then splits each
 # command into phases (medians, µs): the caller preparing and sending the request, the request
 # to the end of the command's exec, the command running, its exit to the caller done. For
 # comparison, a bare `true`'s exec-to-exit under the same tracing. Needs root and `perf`.
@@ -9,11 +9,11 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 N="${1:-200}"
 cd "$ROOT"
-RUSTFLAGS="-C target-cpu=native" cargo build --release -q -p dojo-bench --no-default-features --example exec_loop
+RUSTFLAGS="-C target-cpu=native" cargo build --release -q -p dojo-bench --no-default-features --example exec_cpu
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 perf record -q -a -e sched:sched_switch,sched:sched_wakeup,sched:sched_process_exec,sched:sched_process_exit \
-  -o "$tmp/sb.data" -- target/release/examples/exec_loop "$N"
+  -o "$tmp/sb.data" -- target/release/examples/exec_cpu "$N"
 perf script -i "$tmp/sb.data" -F comm,pid,time,event,trace 2>/dev/null > "$tmp/sb.txt"
 perf record -q -a -e sched:sched_process_exec,sched:sched_process_exit -o "$tmp/bare.data" \
   -- bash -c "for i in \$(seq $N); do /usr/bin/true; done"
@@ -30,7 +30,7 @@ def events(path):
     return out
 
 ev = events(sys.argv[1])
-main = min(p for c, p, t, e, tr in ev if c.startswith("exec_loop"))
+main = min(p for c, p, t, e, tr in ev if c.startswith("exec_cpu"))
 phases, cur = [], None
 for c, p, t, e, tr in ev:
     if e == "sched_wakeup" and re.search(rf"pid={main} ", tr) and c == "swapper":

@@ -150,8 +150,7 @@ pub(crate) fn hsum(acc: std::arch::x86_64::__m256) -> f32 {
 fn dot_rows<F: Format>(w: &[u8], a: &[Vec<Q8Block>], out: &mut [f32], simd: bool) {
     #[cfg(target_arch = "x86_64")]
     if simd {
-        let mut quads = out.chunks_exact_mut(4).zip(a.chunks_exact(4));
-        for (o, r) in quads.by_ref() {
+        for (o, r) in out.chunks_exact_mut(4).zip(a.chunks_exact(4)) {
             // SAFETY: `simd` is only true where the CPU has AVX2, FMA and F16C.
             o.copy_from_slice(&unsafe { F::dot4_avx2(w, [&r[0], &r[1], &r[2], &r[3]]) });
         }
