@@ -6,6 +6,9 @@
 //! nothing but the CPU, the server our own tests talk to, and model code the in-process trainer
 //! can reuse.
 //!
+//! - [`block`]: the transformer block, one definition for the engine's prefill, its decode
+//!   step and dojo-train's differentiable pass, which differ only in how a projection reads
+//!   its weight and where attention finds earlier positions (a KV cache or the batch itself).
 //! - [`model`]: one transformer for Llama (SmolLM2) and Qwen2/2.5/3 with an external
 //!   preallocated [`KvCache`]; [`loader`]: GGUF (quantized), safetensors, random tiny models.
 //!   [`WeightMode`] picks how GGUF weights are multiplied (the file's kernels, dojo-kernels'
@@ -24,6 +27,7 @@
 //! Tokenization and chat templates come from `dojo-tokenizer`, shared with curate/train so the
 //! training data is token-exact.
 
+pub mod block;
 pub mod completions;
 pub mod engine;
 pub mod loader;

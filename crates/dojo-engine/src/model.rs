@@ -5,12 +5,17 @@
 //! with flags serves all of them. The KV cache is *outside* the model ([`KvCache`]): the engine
 //! keeps one per sequence, truncates it to a shared prefix, and runs several conversations on
 //! one set of weights. Weights are [`QMatMul`]s, which hold either GGUF quantized tensors or
-//! dense tensors (safetensors, random init), so the same forward pass serves both.
+//! dense tensors (safetensors, random init), so the same forward pass serves both. Each layer
+//! is [`crate::block`]'s transformer block, the one dojo-train differentiates: a prefill
+//! attends through the KV cache with the trainer's causal attention, a decode step through
+//! `dojo_kernels::decode_attention`.
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use crate::EngineError;
+use crate::block::{LayerWeights, Norm, Positions, Proj, block, causal_attention};
+use dojo_kernels::rms_norm;
 
 /// Architecture hyper-parameters.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,6 +142,38 @@ pub struct Layer {
     pub gate: Linear,
     pub up: Linear,
     pub down: Linear,
+}
+
+/// A layer as one pass reads it: `dense_rows` as in [`project`].
+struct LayerPass<'a> {
+    layer: &'a Layer,
+    dense_rows: Option<usize>,
+}
+
+impl LayerWeights for LayerPass<'_> {
+    fn project(&self, p: Proj, x: &Tensor) -> candle_core::Result<Tensor> {
+        let l = self.layer;
+        let lin = match p {
+            Proj::Q => &l.q,
+            Proj::K => &l.k,
+            Proj::V => &l.v,
+            Proj::O => &l.o,
+            Proj::Gate => &l.gate,
+            Proj::Up => &l.up,
+            Proj::Down => &l.down,
+        };
+        lin.forward(x, self.dense_rows)
+    }
+
+    fn norm(&self, n: Norm) -> Option<&Tensor> {
+        let l = self.layer;
+        match n {
+            Norm::Attn => Some(&l.attn_norm),
+            Norm::Ffn => Some(&l.ffn_norm),
+            Norm::QHead => l.q_norm.as_ref(),
+            Norm::KHead => l.k_norm.as_ref(),
+        }
+    }
 }
 
 /// Weights plus RoPE tables.
@@ -375,7 +412,7 @@ impl Model {
     }
 
     /// One forward pass, run inside [`compute_pool`] so that the many small parallel loops of
-    /// candle's kernels (norms, softmax, the Q4_1 kernel) start from a pool worker: with one
+    /// the kernels (norms, attention, the quantized matmuls) start from a pool worker: with one
     /// thread they then run inline, instead of each handing its work to the global pool's
     /// worker and waiting (two context switches per op, hundreds of ops per token).
     ///
@@ -462,87 +499,50 @@ impl Model {
             .index_select(&pos_ids, 0)?
             .reshape((b, 1, hd / 2))?;
         let ids = Tensor::new(tokens, &self.device)?;
-        // The sequences are the rows of one (1, b, hidden) activation.
-        let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?;
+        // The sequences are the rows of one (b, hidden) activation, each at its own position.
+        let mut x = self.embed.index_select(&ids, 0)?;
+        let at = Positions {
+            b,
+            t: 1,
+            cos: &cos,
+            sin: &sin,
+        };
         let scale = 1.0 / (hd as f64).sqrt();
         // Quantized weights keep their quantized kernel at any batch size (the dense
         // prefill threshold would dequantize every weight on every step).
-        let dr = self.dense_prefill_rows.map(|_| usize::MAX);
-        let rope = if cfg.rope_interleaved {
-            candle_nn::rotary_emb::rope_i
-        } else {
-            candle_nn::rotary_emb::rope
-        };
+        let dense_rows = self.dense_prefill_rows.map(|_| usize::MAX);
         for (li, layer) in self.layers.iter().enumerate() {
-            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, cfg.rms_eps as f32)?;
-            // (b, heads, 1, hd): one "batch" entry per sequence.
-            let q = layer
-                .q
-                .forward(&h, dr)?
-                .reshape((b, 1, nh, hd))?
-                .transpose(1, 2)?;
-            let k = layer
-                .k
-                .forward(&h, dr)?
-                .reshape((b, 1, nkv, hd))?
-                .transpose(1, 2)?;
-            let v = layer
-                .v
-                .forward(&h, dr)?
-                .reshape((b, 1, nkv, hd))?
-                .transpose(1, 2)?
-                .contiguous()?;
-            let (q, k) = match (&layer.q_norm, &layer.k_norm) {
-                (Some(qn), Some(kn)) => (
-                    candle_nn::ops::rms_norm(&q.contiguous()?, qn, cfg.rms_eps as f32)?,
-                    candle_nn::ops::rms_norm(&k.contiguous()?, kn, cfg.rms_eps as f32)?,
-                ),
-                _ => (q, k),
-            };
-            let q = rope(&q.contiguous()?, &cos, &sin)?;
-            let k = rope(&k.contiguous()?, &cos, &sin)?;
-            // Each sequence's new key and value into its cache, then one attention kernel
-            // over all of them (each query against its own cache, grouped heads).
-            let (k, v) = (k.contiguous()?, v.contiguous()?);
-            for (i, cache) in caches.iter_mut().enumerate() {
-                let pos = cache.len;
-                cache.append(
-                    li,
-                    pos,
-                    &k.narrow(0, i, 1)?,
-                    &v.narrow(0, i, 1)?,
-                    cfg.max_position,
-                )?;
-            }
-            let views = caches
-                .iter()
-                .map(|c| match &c.layers[li] {
-                    Some((k, v)) => Ok(dojo_kernels::CacheView {
-                        k,
-                        v,
-                        len: c.len + 1,
-                    }),
-                    None => Err(EngineError::Internal("kv cache layer missing".into())),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let out = dojo_kernels::decode_attention(
-                &q.reshape((b, nh * hd))?,
-                &views,
-                nh,
-                nkv,
-                scale as f32,
-            )?
-            .unsqueeze(0)?; // (1, b, nh * hd)
-            x = (x + layer.o.forward(&out, dr)?)?;
-            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, cfg.rms_eps as f32)?;
-            let g = candle_nn::ops::silu(&layer.gate.forward(&h, dr)?)?;
-            let u = layer.up.forward(&h, dr)?;
-            x = (x + layer.down.forward(&(g * u)?, dr)?)?;
+            let w = LayerPass { layer, dense_rows };
+            x = block(cfg, &w, &x, &at, |q, k, v| {
+                // Each sequence's new key and value into its cache, then one attention kernel
+                // over all of them (each query against its own cache, grouped heads).
+                for (i, cache) in caches.iter_mut().enumerate() {
+                    let pos = cache.len;
+                    let (k, v) = (k.narrow(0, i, 1)?, v.narrow(0, i, 1)?);
+                    cache.append(li, pos, &k, &v, cfg.max_position)?;
+                }
+                let views = caches
+                    .iter()
+                    .map(|c| match &c.layers[li] {
+                        Some((k, v)) => Ok(dojo_kernels::CacheView {
+                            k,
+                            v,
+                            len: c.len + 1,
+                        }),
+                        None => Err(candle_core::Error::Msg("kv cache layer missing".into())),
+                    })
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                dojo_kernels::decode_attention(
+                    &q.reshape((b, nh * hd))?,
+                    &views,
+                    nh,
+                    nkv,
+                    scale as f32,
+                )
+            })?;
         }
-        let x = candle_nn::ops::rms_norm(&x, &self.norm, cfg.rms_eps as f32)?;
-        let logits = project(&self.lm_head, &x, dr)?
-            .squeeze(0)?
-            .to_dtype(DType::F32)?; // (b, vocab)
+        let x = rms_norm(&x, &self.norm, cfg.rms_eps)?;
+        let logits = project(&self.lm_head, &x, dense_rows)?.to_dtype(DType::F32)?; // (b, vocab)
         let logits = logits.to_vec2::<f32>()?;
         // Only now: a pass that failed leaves every cache as it was.
         for c in caches.iter_mut() {
@@ -579,83 +579,28 @@ impl Model {
             cache.layers = vec![None; cfg.num_layers];
         }
         let ids = Tensor::new(tokens, &self.device)?;
-        let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?; // (1, t, h)
+        let mut x = self.embed.index_select(&ids, 0)?; // (t, hidden)
         let cos = self.cos.narrow(0, pos, t)?;
         let sin = self.sin.narrow(0, pos, t)?;
-        let (nh, nkv, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
-        let rep = nh / nkv;
-        let s = pos + t;
-        // Causal mask over (rep * t) query rows grouped per kv head; row r is position r % t.
-        let mask = if t > 1 {
-            let mut m = vec![0f32; rep * t * s];
-            for r in 0..rep * t {
-                let i = r % t;
-                for j in (pos + i + 1)..s {
-                    m[r * s + j] = f32::NEG_INFINITY;
-                }
-            }
-            Some(Tensor::from_vec(m, (rep * t, s), &self.device)?)
-        } else {
-            None
+        let at = Positions {
+            b: 1,
+            t,
+            cos: &cos,
+            sin: &sin,
         };
-        let scale = 1.0 / (hd as f64).sqrt();
-        let dr = self.dense_prefill_rows;
+        let dense_rows = self.dense_prefill_rows;
         for (li, layer) in self.layers.iter().enumerate() {
-            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, cfg.rms_eps as f32)?;
-            let q = layer
-                .q
-                .forward(&h, dr)?
-                .reshape((1, t, nh, hd))?
-                .transpose(1, 2)?;
-            let k = layer
-                .k
-                .forward(&h, dr)?
-                .reshape((1, t, nkv, hd))?
-                .transpose(1, 2)?;
-            let v = layer
-                .v
-                .forward(&h, dr)?
-                .reshape((1, t, nkv, hd))?
-                .transpose(1, 2)?;
-            let (q, k) = match (&layer.q_norm, &layer.k_norm) {
-                (Some(qn), Some(kn)) => (
-                    candle_nn::ops::rms_norm(&q.contiguous()?, qn, cfg.rms_eps as f32)?,
-                    candle_nn::ops::rms_norm(&k.contiguous()?, kn, cfg.rms_eps as f32)?,
-                ),
-                _ => (q, k),
-            };
-            let rope = if cfg.rope_interleaved {
-                candle_nn::rotary_emb::rope_i
-            } else {
-                candle_nn::rotary_emb::rope
-            };
-            let q = rope(&q.contiguous()?, &cos, &sin)?;
-            let k = rope(&k.contiguous()?, &cos, &sin)?;
-            let v = v.contiguous()?;
-            let (k, v) = cache.append(li, pos, &k, &v, cfg.max_position)?;
-            // Grouped-query attention without copying K/V: (1, nkv, rep*t, hd) queries.
-            let q = q.reshape((1, nkv, rep * t, hd))?;
-            let att = (dojo_kernels::matmul_no_grad(&q, &k.t()?)? * scale)?;
-            let att = match &mask {
-                Some(m) => att.broadcast_add(m)?,
-                None => att,
-            };
-            let att = candle_nn::ops::softmax_last_dim(&att)?;
-            let out = dojo_kernels::matmul_no_grad(&att, &v)?; // (1, nkv, rep*t, hd)
-            let out = out
-                .reshape((1, nh, t, hd))?
-                .transpose(1, 2)?
-                .reshape((1, t, nh * hd))?;
-            x = (x + layer.o.forward(&out, dr)?)?;
-            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, cfg.rms_eps as f32)?;
-            let g = candle_nn::ops::silu(&layer.gate.forward(&h, dr)?)?;
-            let u = layer.up.forward(&h, dr)?;
-            x = (x + layer.down.forward(&(g * u)?, dr)?)?;
+            let w = LayerPass { layer, dense_rows };
+            x = block(cfg, &w, &x, &at, |q, k, v| {
+                // The new keys and values into the cache; the queries attend to all of it.
+                let (k, v) = cache.append(li, pos, k, v, cfg.max_position)?;
+                causal_attention(q, &k, &v)
+            })?;
         }
-        cache.len = s;
-        let x = if all { x } else { x.narrow(1, t - 1, 1)? };
-        let x = candle_nn::ops::rms_norm(&x, &self.norm, cfg.rms_eps as f32)?;
-        let logits = project(&self.lm_head, &x, dr)?.squeeze(0)?; // (t|1, vocab)
+        cache.len = pos + t;
+        let x = if all { x } else { x.narrow(0, t - 1, 1)? };
+        let x = rms_norm(&x, &self.norm, cfg.rms_eps)?;
+        let logits = project(&self.lm_head, &x, dense_rows)?; // (t|1, vocab)
         Ok(logits.to_dtype(DType::F32)?)
     }
 }

@@ -1,7 +1,8 @@
 //! # dojo-kernels: the CPU kernels of the trainer and the engine
 //!
-//! Pipeline position: under **train** (its fused ops with backward passes) and the **engine**
-//! (the quantized matmul of decode). One crate, built optimised even in the dev profile (the
+//! Pipeline position: under **train** and the **engine**, which run one transformer block
+//! (`dojo_engine::block`) on these ops: the same kernels for inference and training, with
+//! backward passes where training needs them. One crate, built optimised even in the dev profile (the
 //! workspace's `Cargo.toml`), so that hand-written loops are never measured unoptimised.
 //! candle 0.11's CPU element-wise ops and reductions run on one core, and its fused `rms_norm`
 //! and `rope` have no backward pass, so a trainer built from its primitives pays several full
@@ -13,7 +14,8 @@
 //! - [`rms_norm`]: `x / sqrt(mean(x²) + eps) · w` over the last dimension; gradients for `x`
 //!   and `w` (the per-row scale is recomputed in the backward pass, nothing kept).
 //! - [`silu_mul`]: `silu(gate) · up`, the gated MLP's middle; gradients for both inputs.
-//! - [`rope`]: rotate-half rotary embedding of `(b, heads, t, d)` with `(t, d/2)` tables;
+//! - [`rope`]: rotary embedding of `(b, heads, t, d)` (rotate-half or interleaved pairs) with
+//!   `(t, d/2)` tables or one per sequence;
 //!   the gradient is the inverse rotation.
 //! - [`matmul`]: f32 products through `matrixmultiply` (2.2–2.4× candle's `gemm` here), strided
 //!   operands read in place, with a backward pass.
@@ -24,9 +26,11 @@
 //!   weight once.
 //! - [`decode_attention`]: one decode step's attention, each sequence's single query against
 //!   its own KV cache, for a batch of sequences in one parallel loop (the engine's decode).
+//! - [`causal_attention`]: queries at new positions against the keys up to each, over blocks
+//!   of positions, with a backward pass that recomputes the probabilities; the trainer's
+//!   attention and the engine's prefill (new positions after a KV cache's).
 //! - [`causal_softmax_`] and [`softmax_backward_`]: causal attention's score-sized passes, in
-//!   place on a score block, for an attention op that runs its own matmuls (dojo-train's
-//!   `CausalAttention`); no gradient of their own.
+//!   place on a score block; no gradient of their own.
 //!
 //! Execution model: f32, contiguous CPU tensors take the fused path (inputs are made
 //! contiguous first); any other device or dtype runs the same maths op by op through candle's
@@ -37,6 +41,7 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, D, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
+mod attention;
 mod decode;
 mod loss;
 mod matmul;
@@ -47,6 +52,9 @@ mod simd;
 mod softmax;
 #[cfg(test)]
 mod testing;
+pub use attention::{
+    ATTENTION_BLOCK_BYTES, attention_block_positions, causal_attention, causal_attention_blocked,
+};
 pub use decode::{CacheView, decode_attention};
 pub use loss::cross_entropy;
 pub use matmul::{matmul, matmul_no_grad};
@@ -76,21 +84,53 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     }
 }
 
-/// Rotate-half RoPE of `x` `(b, heads, t, d)` with `cos` and `sin` tables `(t, d/2)`.
-pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+/// How RoPE pairs a head's dimensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Dimension `j` with `j + d/2` (Hugging Face weights, every Qwen file).
+    RotateHalf,
+    /// Dimension `2j` with `2j + 1` (llama.cpp's Llama files, whose q/k rows are permuted).
+    Interleaved,
+}
+
+/// RoPE of `x` `(b, heads, t, d)`: every sequence with the same `(t, d/2)` cos / sin tables,
+/// or each with its own `(b, t, d/2)` (a decode step's sequences sit at different positions).
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, layout: RopeLayout) -> Result<Tensor> {
     if fused(x) && fused(cos) && fused(sin) {
         let op = Rope {
             cos: f32_vec(cos)?,
             sin: f32_vec(sin)?,
+            layout,
         };
-        x.contiguous()?.apply_op1(op)
+        return x.contiguous()?.apply_op1(op);
+    }
+    let (cos, sin) = if cos.rank() == 3 {
+        (cos.unsqueeze(1)?, sin.unsqueeze(1)?) // (b, 1, t, d/2): one table per sequence
     } else {
-        let half = x.dim(D::Minus1)? / 2;
-        let x1 = x.narrow(D::Minus1, 0, half)?;
-        let x2 = x.narrow(D::Minus1, half, half)?;
-        let a = (x1.broadcast_mul(cos)? - x2.broadcast_mul(sin)?)?;
-        let b = (x2.broadcast_mul(cos)? + x1.broadcast_mul(sin)?)?;
-        Tensor::cat(&[a, b], D::Minus1)
+        (cos.clone(), sin.clone())
+    };
+    let half = x.dim(D::Minus1)? / 2;
+    let (x1, x2) = match layout {
+        RopeLayout::RotateHalf => (
+            x.narrow(D::Minus1, 0, half)?,
+            x.narrow(D::Minus1, half, half)?,
+        ),
+        RopeLayout::Interleaved => {
+            let mut pairs = x.dims().to_vec();
+            pairs.pop();
+            pairs.extend([half, 2]);
+            let p = x.reshape(pairs)?;
+            (
+                p.narrow(D::Minus1, 0, 1)?.squeeze(D::Minus1)?,
+                p.narrow(D::Minus1, 1, 1)?.squeeze(D::Minus1)?,
+            )
+        }
+    };
+    let a = (x1.broadcast_mul(&cos)? - x2.broadcast_mul(&sin)?)?;
+    let b = (x2.broadcast_mul(&cos)? + x1.broadcast_mul(&sin)?)?;
+    match layout {
+        RopeLayout::RotateHalf => Tensor::cat(&[a, b], D::Minus1),
+        RopeLayout::Interleaved => Tensor::stack(&[a, b], D::Minus1)?.reshape(x.dims()),
     }
 }
 
@@ -307,6 +347,7 @@ impl CustomOp2 for SiluMul {
 struct Rope {
     cos: Vec<f32>,
     sin: Vec<f32>,
+    layout: RopeLayout,
 }
 
 impl Rope {
@@ -321,28 +362,44 @@ impl Rope {
             }
         };
         let half = d / 2;
-        if d % 2 != 0 || self.cos.len() < t * half || self.sin.len() < t * half {
+        let table = t * half;
+        // Shared tables cover `t` positions; per-sequence ones `b` times that.
+        let per_seq = match dims {
+            [b, heads, _, _] if *b > 1 && self.cos.len() == b * table => Some(*heads),
+            _ => None,
+        };
+        if d % 2 != 0
+            || table == 0
+            || (per_seq.is_none() && self.cos.len() != table)
+            || self.sin.len() != self.cos.len()
+        {
             return Err(candle_core::Error::Msg(format!(
                 "rope: tables of {} for input {dims:?}",
                 self.cos.len()
             )));
         }
+        let interleaved = self.layout == RopeLayout::Interleaved;
         let mut y = vec![0f32; x.len()];
         y.par_chunks_mut(t * d)
             .zip(x.par_chunks(t * d))
-            .for_each(|(out, seq)| {
+            .enumerate()
+            .for_each(|(chunk, (out, seq))| {
+                let base = per_seq.map_or(0, |heads| chunk / heads * table);
                 for p in 0..t {
-                    let (c, s) = (
-                        &self.cos[p * half..(p + 1) * half],
-                        &self.sin[p * half..(p + 1) * half],
-                    );
+                    let at = base + p * half;
+                    let (c, s) = (&self.cos[at..at + half], &self.sin[at..at + half]);
                     let row = &seq[p * d..(p + 1) * d];
                     let o = &mut out[p * d..(p + 1) * d];
                     for j in 0..half {
-                        let (x1, x2) = (row[j], row[j + half]);
+                        let (i1, i2) = if interleaved {
+                            (2 * j, 2 * j + 1)
+                        } else {
+                            (j, j + half)
+                        };
+                        let (x1, x2) = (row[i1], row[i2]);
                         let sj = sign * s[j];
-                        o[j] = x1 * c[j] - x2 * sj;
-                        o[j + half] = x2 * c[j] + x1 * sj;
+                        o[i1] = x1 * c[j] - x2 * sj;
+                        o[i2] = x2 * c[j] + x1 * sj;
                     }
                 }
             });
@@ -456,26 +513,57 @@ mod tests {
         }
     }
 
+    /// The fused op against the rotation written out: both layouts, shared and per-sequence
+    /// tables.
     #[test]
     fn rope_matches_the_primitive_graph() {
         let (b, heads, t, d) = (2, 3, 5, 8);
-        let x = Var::from_tensor(&rand(&[b, heads, t, d], 5)).unwrap();
-        let cos = rand(&[t, d / 2], 6);
-        let sin = rand(&[t, d / 2], 7);
-        check(
-            &[x],
-            |ts| rope(ts[0], &cos, &sin).unwrap(),
-            |ts| {
-                let half = d / 2;
-                let x1 = ts[0].narrow(D::Minus1, 0, half).unwrap();
-                let x2 = ts[0].narrow(D::Minus1, half, half).unwrap();
-                let a =
-                    (x1.broadcast_mul(&cos).unwrap() - x2.broadcast_mul(&sin).unwrap()).unwrap();
-                let b =
-                    (x2.broadcast_mul(&cos).unwrap() + x1.broadcast_mul(&sin).unwrap()).unwrap();
-                Tensor::cat(&[a, b], D::Minus1).unwrap()
-            },
-        );
+        let half = d / 2;
+        for layout in [RopeLayout::RotateHalf, RopeLayout::Interleaved] {
+            for tables in [vec![t, half], vec![b, t, half]] {
+                let x = Var::from_tensor(&rand(&[b, heads, t, d], 5)).unwrap();
+                let cos = rand(&tables, 6);
+                let sin = rand(&tables, 7);
+                let reference = |x: &Tensor| -> Tensor {
+                    let mut v = x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                    let (c, s) = (
+                        cos.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                        sin.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                    );
+                    for (chunk, row) in v.chunks_mut(d).enumerate() {
+                        let (seq, p) = (chunk / (heads * t), chunk % t);
+                        let at = if tables.len() == 3 { seq * t + p } else { p } * half;
+                        let r = row.to_vec();
+                        for j in 0..half {
+                            let (i1, i2) = match layout {
+                                RopeLayout::RotateHalf => (j, j + half),
+                                RopeLayout::Interleaved => (2 * j, 2 * j + 1),
+                            };
+                            row[i1] = r[i1] * c[at + j] - r[i2] * s[at + j];
+                            row[i2] = r[i2] * c[at + j] + r[i1] * s[at + j];
+                        }
+                    }
+                    Tensor::from_vec(v, x.shape(), x.device()).unwrap()
+                };
+                let fused = rope(x.as_tensor(), &cos, &sin, layout).unwrap();
+                assert!(max_rel(&fused, &reference(x.as_tensor())) < 1e-6);
+                // The op-by-op path (what non-CPU devices run), values and gradients.
+                check(
+                    &[x],
+                    |ts| rope(ts[0], &cos, &sin, layout).unwrap(),
+                    |ts| by_ops_rope(ts[0], &cos, &sin, layout),
+                );
+            }
+        }
+    }
+
+    /// [`rope`]'s op-by-op path on a CPU tensor (which would take the fused path).
+    fn by_ops_rope(x: &Tensor, cos: &Tensor, sin: &Tensor, layout: RopeLayout) -> Tensor {
+        let f64 = |t: &Tensor| t.to_dtype(DType::F64).unwrap();
+        rope(&f64(x), &f64(cos), &f64(sin), layout)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
     }
 
     #[test]

@@ -27,7 +27,7 @@ const F32: u64 = 4;
 /// gives (allocator slack, views that copy, gradients in flight).
 const ACTIVATION_SLACK: f64 = 1.2;
 /// Score-sized tensors of one block of positions counted for the attention op's backward pass;
-/// the op bounds each ([`crate::ops::attention_block_positions`]). Since the softmax and its
+/// the op bounds each ([`dojo_kernels::attention_block_positions`]). Since the softmax and its
 /// backward pass run in place, two are alive at once (the recomputed probabilities and their
 /// gradient); four were counted when candle's primitives kept a product and a difference too,
 /// and the estimate keeps that margin.
@@ -110,7 +110,7 @@ pub fn estimate(
         layers * block
     };
     let heads = cfg.num_heads.max(1);
-    let block = crate::ops::attention_block_positions(batch.rows, heads, batch.len) as u64;
+    let block = dojo_kernels::attention_block_positions(batch.rows, heads, batch.len) as u64;
     let attention = ATTENTION_COPIES * (batch.rows * heads) as u64 * block * t * F32;
     let head = HEAD_COPIES * batch.logit_rows as u64 * cfg.vocab_size as u64 * F32;
     let fixed = fixed_bytes(params, trainable, lora, 0);

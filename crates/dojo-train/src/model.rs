@@ -2,15 +2,13 @@
 //!
 //! Weights come from dojo-engine's loaders (GGUF dequantized to f32, Hugging Face safetensors)
 //! and keep the engine's [`Config`], so the same files, the same architecture flags and the
-//! same checks serve inference and training. The forward pass is this module's own because the
-//! engine's cannot be differentiated: it uses candle's fused `rms_norm`, `softmax_last_dim` and
-//! `rope` kernels, which have no backward pass in candle 0.11, and writes keys and values into
-//! a preallocated KV cache in place (`slice_set`), which autograd does not track. The forward
-//! here (batched, right-padded, no cache) uses dojo-kernels' fused RMSNorm, RoPE and SiLU gate,
-//! which have backward passes, causal attention as one op with its own backward pass that
-//! recomputes the probabilities instead of keeping them (`CausalAttention`), and candle's
-//! differentiable primitives for the rest; a test checks that both give the same logits on the
-//! same weights, and the parity tests pin every gradient against PyTorch.
+//! same checks serve inference and training. Each layer runs the engine's transformer block
+//! ([`dojo_engine::block`]), whose ops (dojo-kernels' RMSNorm, RoPE, SiLU gate and causal
+//! attention) all have backward passes; what differs from inference is only where attention
+//! finds its keys (the batch itself, right-padded, instead of a KV cache written in place,
+//! which autograd would not track) and how a projection reads its weight (f32 variables, with
+//! LoRA updates). A test checks that both give the same logits on the same weights, and the
+//! parity tests pin every gradient against PyTorch.
 //!
 //! Parameters are named as in Hugging Face checkpoints (`model.layers.0.self_attn.q_proj.weight`),
 //! which is also the layout checkpoints are saved in. llama.cpp stores Llama q/k weights
@@ -28,8 +26,45 @@ use serde_json::{Value as Json, json};
 
 use crate::TrainError;
 use crate::lora::{Lora, LoraConfig};
-use crate::ops::{causal_attention, frozen_matmul, linear};
-use dojo_kernels::{rms_norm, rope, silu_mul};
+use crate::ops::{frozen_matmul, linear};
+use dojo_engine::block::{LayerWeights, Norm, Positions, Proj, block, causal_attention};
+use dojo_kernels::rms_norm;
+
+/// Layer `prefix` of a [`TrainModel`] as the shared block reads it: the weights by Hugging
+/// Face name, projections with their LoRA updates.
+struct TrainLayer<'a> {
+    model: &'a TrainModel,
+    prefix: String,
+    train: bool,
+}
+
+impl LayerWeights for TrainLayer<'_> {
+    fn project(&self, p: Proj, x: &Tensor) -> candle_core::Result<Tensor> {
+        let module = match p {
+            Proj::Q => "self_attn.q_proj",
+            Proj::K => "self_attn.k_proj",
+            Proj::V => "self_attn.v_proj",
+            Proj::O => "self_attn.o_proj",
+            Proj::Gate => "mlp.gate_proj",
+            Proj::Up => "mlp.up_proj",
+            Proj::Down => "mlp.down_proj",
+        };
+        self.model
+            .proj(x, &format!("{}.{module}", self.prefix), self.train)
+    }
+
+    fn norm(&self, n: Norm) -> Option<&Tensor> {
+        let name = match n {
+            Norm::Attn => "input_layernorm",
+            Norm::Ffn => "post_attention_layernorm",
+            Norm::QHead => "self_attn.q_norm",
+            Norm::KHead => "self_attn.k_norm",
+        };
+        self.model
+            .weights
+            .get(&format!("{}.{name}.weight", self.prefix))
+    }
+}
 
 /// A model whose weights are trainable variables.
 pub struct TrainModel {
@@ -466,7 +501,8 @@ impl TrainModel {
         })
     }
 
-    /// Transformer block `i` on the hidden states `x` `(b * t, hidden)`.
+    /// Transformer block `i` on the hidden states `x` `(b * t, hidden)`: the engine's block
+    /// ([`dojo_engine::block`]) on these weights, attention over the batch's own positions.
     pub(crate) fn block(
         &self,
         i: usize,
@@ -474,39 +510,20 @@ impl TrainModel {
         ctx: &BlockInputs,
         train: bool,
     ) -> candle_core::Result<Tensor> {
-        let cfg = &self.config;
-        let (b, t) = (ctx.b, ctx.t);
-        let (nh, nkv, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
-        let rep = nh / nkv;
-        let eps = cfg.rms_eps;
-        let scale = 1.0 / (hd as f64).sqrt();
-        let p = format!("model.layers.{i}");
-        let w = |n: &str| self.p(&format!("{p}.{n}"));
-        let h = rms_norm(x, w("input_layernorm.weight")?, eps)?;
-        let proj = |n: &str, heads: usize| -> candle_core::Result<Tensor> {
-            let y = self.proj(&h, &format!("{p}.self_attn.{n}_proj"), train)?;
-            let y = y.reshape((b, t, heads, hd))?;
-            let y = match self.weights.get(&format!("{p}.self_attn.{n}_norm.weight")) {
-                Some(nw) => rms_norm(&y, nw, eps)?,
-                None => y,
-            };
-            y.transpose(1, 2)?.contiguous() // (b, heads, t, hd)
+        let w = TrainLayer {
+            model: self,
+            prefix: format!("model.layers.{i}"),
+            train,
         };
-        let q = rope(&proj("q", nh)?, &ctx.cos, &ctx.sin)?;
-        let k = rope(&proj("k", nkv)?, &ctx.cos, &ctx.sin)?;
-        let v = proj("v", nkv)?;
-        let q = q.reshape((b, nkv, rep * t, hd))?;
-        // Queries are grouped per kv head as (rep * t) rows; row r is position r % t.
-        let out = causal_attention(&q, &k, &v, scale)? // (b, nkv, rep*t, hd)
-            .reshape((b, nh, t, hd))?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape((b * t, nh * hd))?;
-        let x = (x + self.proj(&out, &format!("{p}.self_attn.o_proj"), train)?)?;
-        let h = rms_norm(&x, w("post_attention_layernorm.weight")?, eps)?;
-        let g = self.proj(&h, &format!("{p}.mlp.gate_proj"), train)?;
-        let u = self.proj(&h, &format!("{p}.mlp.up_proj"), train)?;
-        x + self.proj(&silu_mul(&g, &u)?, &format!("{p}.mlp.down_proj"), train)?
+        let at = Positions {
+            b: ctx.b,
+            t: ctx.t,
+            cos: &ctx.cos,
+            sin: &ctx.sin,
+        };
+        block(&self.config, &w, x, &at, |q, k, v| {
+            causal_attention(q, k, v)
+        })
     }
 
     /// Logits for every position: `(b, t, vocab)`, without gradients.

@@ -267,22 +267,37 @@ fn padding_and_batching_do_not_change_the_loss() {
     }
 }
 
+/// Training and inference run one transformer block (`dojo_engine::block`) and differ only
+/// in where attention finds earlier positions: the trainer's pass over the batch gives the
+/// logits of the engine's single prefill, of a prefill in two parts (the second attending to
+/// the first through the KV cache), and of a decode step for the last token.
 #[test]
 fn trainer_forward_equals_the_engine_forward() {
     for arch in ARCHS {
         let f = load(arch);
         let engine = f.model.to_engine().unwrap();
         let (ids, _) = &f.rows[0];
-        let mut cache = dojo_engine::KvCache::new();
-        let e = engine.forward_all(ids, &mut cache).unwrap();
+        let n = ids.len();
+        assert!(n >= 4, "{arch}: fixture row of {n} tokens");
         let t = f
             .model
-            .logits(&Tensor::from_vec(ids.to_vec(), (1, ids.len()), &Device::Cpu).unwrap())
+            .logits(&Tensor::from_vec(ids.to_vec(), (1, n), &Device::Cpu).unwrap())
             .unwrap()
             .squeeze(0)
             .unwrap();
-        let d = rel_diff(&t, &e);
-        assert!(d < 1e-5, "{arch}: {d}");
+        let whole = engine
+            .forward_all(ids, &mut dojo_engine::KvCache::new())
+            .unwrap();
+        let d = rel_diff(&t, &whole);
+        assert!(d < 1e-5, "{arch}, one prefill: {d}");
+        let mut cache = dojo_engine::KvCache::new();
+        let first = engine.forward_all(&ids[..n / 2], &mut cache).unwrap();
+        let second = engine.forward_all(&ids[n / 2..n - 1], &mut cache).unwrap();
+        let last = engine.forward_last(&ids[n - 1..], &mut cache).unwrap();
+        let last = Tensor::from_vec(last, (1, t.dim(1).unwrap()), &Device::Cpu).unwrap();
+        let cached = Tensor::cat(&[first, second, last], 0).unwrap();
+        let d = rel_diff(&t, &cached);
+        assert!(d < 1e-5, "{arch}, cached prefill and decode: {d}");
     }
 }
 
