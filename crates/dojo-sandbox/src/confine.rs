@@ -78,10 +78,38 @@ pub(crate) fn landlock_write_mask(abi: i32) -> u64 {
     m
 }
 
+/// The paths a sandbox's commands may write beneath (every write access), and those where they
+/// may only write existing files (device nodes): one list for the caller's requests
+/// (`ns::Sandbox::request`) and the launcher's pre-built ruleset.
+pub(crate) fn landlock_paths(venv_writable: bool) -> (Vec<&'static str>, Vec<&'static str>) {
+    let mut full = vec![crate::WORKSPACE, "/tmp", "/dev/shm"];
+    if venv_writable {
+        full.push(crate::VENV_PATH);
+    }
+    (full, vec!["/dev"])
+}
+
 /// Restrict the current process: writes only beneath `full` paths (all write accesses) and
 /// `files_only` paths (write/truncate existing files: device nodes). Reads and exec stay allowed.
 /// Requires no_new_privs. Returns false on failure.
 pub(crate) unsafe fn landlock_restrict(abi: i32, full: &[&CStr], files_only: &[&CStr]) -> bool {
+    landlock_enforce(landlock_ruleset(abi, full, files_only))
+}
+
+/// Enforce a ruleset of [`landlock_ruleset`] on the current process (and everything it starts)
+/// and close it; false on failure (`rs` < 0 included). Requires no_new_privs.
+pub(crate) unsafe fn landlock_enforce(rs: Fd) -> bool {
+    if rs < 0 {
+        return false;
+    }
+    let r = libc::syscall(libc::SYS_landlock_restrict_self, rs, 0u32);
+    libc::close(rs);
+    r == 0
+}
+
+/// The ruleset of [`landlock_restrict`], not yet enforced (a close-on-exec fd; -1 on failure):
+/// the launcher's spares build it before a request exists, so that a command only enforces it.
+pub(crate) unsafe fn landlock_ruleset(abi: i32, full: &[&CStr], files_only: &[&CStr]) -> Fd {
     let handled = landlock_write_mask(abi);
     let attr = RulesetAttr {
         handled_access_fs: handled,
@@ -102,7 +130,7 @@ pub(crate) unsafe fn landlock_restrict(abi: i32, full: &[&CStr], files_only: &[&
         0u32,
     ) as Fd;
     if rs < 0 {
-        return false;
+        return -1;
     }
     let add = |path: &CStr, access: u64| -> bool {
         let fd = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
@@ -127,18 +155,16 @@ pub(crate) unsafe fn landlock_restrict(abi: i32, full: &[&CStr], files_only: &[&
     for p in full {
         if !add(p, handled) {
             libc::close(rs);
-            return false;
+            return -1;
         }
     }
     for p in files_only {
         if !add(p, handled & (LL_WRITE_FILE | LL_TRUNCATE)) {
             libc::close(rs);
-            return false;
+            return -1;
         }
     }
-    let r = libc::syscall(libc::SYS_landlock_restrict_self, rs, 0u32);
-    libc::close(rs);
-    r == 0
+    rs
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -77,11 +77,14 @@ impl CapBuf {
 
 async fn drain(mut r: impl AsyncRead + Unpin, cap: OutputCap) -> CapBuf {
     let mut buf = CapBuf::new(cap);
-    let mut chunk = vec![0u8; 64 * 1024];
+    // Read into spare capacity (`read_buf`): nothing is zeroed or touched for a command that
+    // prints nothing.
+    let mut chunk = Vec::with_capacity(64 * 1024);
     loop {
-        match r.read(&mut chunk).await {
+        chunk.clear();
+        match r.read_buf(&mut chunk).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => buf.push(&chunk[..n]),
+            Ok(_) => buf.push(&chunk),
         }
     }
     buf
@@ -135,24 +138,16 @@ pub(crate) fn status_error(what: &str, msgs: &[(u32, i32, i32)]) -> Option<Sandb
         })
 }
 
-type Drains = (
-    tokio::task::JoinHandle<CapBuf>,
-    tokio::task::JoinHandle<CapBuf>,
-);
-
-/// The result of a command: (exit code, signal), once both output streams are drained.
-async fn finish(
+/// The result of a command: (exit code, signal) and its drained output streams.
+fn finish(
     (exit_code, signal): (Option<i32>, Option<i32>),
-    (out_task, err_task): Drains,
+    (out, err): (CapBuf, CapBuf),
     timed_out: bool,
     start: Instant,
-) -> Result<ExecOutput> {
-    let collect = async |t: tokio::task::JoinHandle<CapBuf>| {
-        t.await.map(CapBuf::finish).unwrap_or((Vec::new(), false))
-    };
-    let (stdout, stdout_truncated) = collect(out_task).await;
-    let (stderr, stderr_truncated) = collect(err_task).await;
-    Ok(ExecOutput {
+) -> ExecOutput {
+    let (stdout, stdout_truncated) = out.finish();
+    let (stderr, stderr_truncated) = err.finish();
+    ExecOutput {
         exit_code,
         signal,
         stdout,
@@ -161,7 +156,7 @@ async fn finish(
         stderr_truncated,
         timed_out,
         duration: start.elapsed(),
-    })
+    }
 }
 
 /// Spawn a prepared supervisor command and run it to completion.
@@ -238,13 +233,30 @@ pub(crate) async fn run(
     if let Some(e) = status_error("running the command", &msgs) {
         return Err(e);
     }
-    finish(
+    let collect =
+        async |t: tokio::task::JoinHandle<CapBuf>| t.await.unwrap_or_else(|_| CapBuf::new(cap));
+    let drained = (collect(out_task).await, collect(err_task).await);
+    Ok(finish(
         (status.code(), status.signal()),
-        (out_task, err_task),
+        drained,
         timed_out,
         start,
-    )
-    .await
+    ))
+}
+
+/// A command's stdin when it is given none: a copy of one process-wide `/dev/null` descriptor
+/// (the launcher receives its own copy of it with the request).
+fn dev_null() -> std::io::Result<OwnedFd> {
+    static NULL: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    match NULL.get() {
+        Some(f) => Ok(OwnedFd::from(f.try_clone()?)),
+        None => {
+            let f = std::fs::File::open("/dev/null")?;
+            let copy = OwnedFd::from(f.try_clone()?);
+            let _ = NULL.set(f);
+            Ok(copy)
+        }
+    }
 }
 
 /// Run one command through the sandbox's launcher (see the `launcher` module): the same draining,
@@ -264,14 +276,27 @@ pub(crate) async fn run_launched(
             let (r, w) = pipe().map_err(|e| setup("pipe", e))?;
             (r, Some(w))
         }
-        None => (
-            OwnedFd::from(
-                std::fs::File::open("/dev/null").map_err(|e| setup("opening /dev/null", e))?,
-            ),
-            None,
-        ),
+        None => (dev_null().map_err(|e| setup("opening /dev/null", e))?, None),
     };
     let (ctl, ctl_remote) = launcher::socketpair().map_err(|e| setup("socketpair", e))?;
+    // Everything is registered with the runtime before the request goes out, and the output,
+    // stdin and the control socket are driven by this task alone (no spawned tasks): after
+    // the request, this thread only closes the remote ends and sleeps, and one wake-up can
+    // find the command's output and its status together. (Setting up after the request, with
+    // a task per stream, kept the caller busy on the CPU the command was starting on.)
+    let recv = |fd: OwnedFd| {
+        tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(|e| setup("pipe", e))
+    };
+    let (out, err) = (recv(out_r)?, recv(err_r)?);
+    let stdin = match in_w {
+        Some(w) => {
+            Some(tokio::net::unix::pipe::Sender::from_owned_fd(w).map_err(|e| setup("pipe", e))?)
+        }
+        None => None,
+    };
+    let ctl = std::os::unix::net::UnixStream::from(ctl);
+    ctl.set_nonblocking(true).map_err(|e| setup("socket", e))?;
+    let mut ctl = tokio::net::UnixStream::from_std(ctl).map_err(|e| setup("socket", e))?;
     client
         .submit(
             request,
@@ -284,39 +309,32 @@ pub(crate) async fn run_launched(
         )
         .map_err(|e| SandboxError::Gone(format!("the sandbox launcher: {e}")))?;
     drop((in_r, out_w, err_w, ctl_remote));
-    let recv = |fd: OwnedFd| {
-        tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(|e| setup("pipe", e))
+    let feed = async {
+        if let (Some(mut w), Some(data)) = (stdin, req.stdin.as_deref()) {
+            // Ends when written, or with EPIPE once the command's processes are gone.
+            let _ = w.write_all(data).await;
+        }
     };
-    let (out, err) = (recv(out_r)?, recv(err_r)?);
-    let cap = req.output_cap;
-    let out_task = tokio::spawn(drain(out, cap));
-    let err_task = tokio::spawn(drain(err, cap));
-    if let (Some(w), Some(data)) = (in_w, req.stdin.clone()) {
-        let mut w =
-            tokio::net::unix::pipe::Sender::from_owned_fd(w).map_err(|e| setup("pipe", e))?;
-        tokio::spawn(async move {
-            let _ = w.write_all(&data).await;
-        });
-    }
-    let ctl = std::os::unix::net::UnixStream::from(ctl);
-    ctl.set_nonblocking(true).map_err(|e| setup("socket", e))?;
-    let mut ctl = tokio::net::UnixStream::from_std(ctl).map_err(|e| setup("socket", e))?;
     let mut reader = CtlReader::default();
-    let mut timed_out = false;
-    let status = match tokio::time::timeout(req.timeout, reader.exit(&mut ctl)).await {
-        Ok(s) => s,
-        Err(_) => {
-            timed_out = true;
-            let _ = ctl.write_all(b"T").await;
-            match tokio::time::timeout(req.grace, reader.exit(&mut ctl)).await {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctl.write_all(b"K").await;
-                    reader.exit(&mut ctl).await
-                }
+    let wait = async {
+        match tokio::time::timeout(req.timeout, reader.exit(&mut ctl)).await {
+            Ok(s) => (s, false),
+            Err(_) => {
+                let _ = ctl.write_all(b"T").await;
+                let s = match tokio::time::timeout(req.grace, reader.exit(&mut ctl)).await {
+                    Ok(s) => s,
+                    Err(_) => {
+                        let _ = ctl.write_all(b"K").await;
+                        reader.exit(&mut ctl).await
+                    }
+                };
+                (s, true)
             }
         }
     };
+    let cap = req.output_cap;
+    let (out, err, (), (status, timed_out)) =
+        tokio::join!(drain(out, cap), drain(err, cap), feed, wait);
     if let Some(e) = status_error("running the command", &reader.msgs) {
         return Err(e);
     }
@@ -326,7 +344,7 @@ pub(crate) async fn run_launched(
         libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
         libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
     );
-    finish(how, (out_task, err_task), timed_out, start).await
+    Ok(finish(how, (out, err), timed_out, start))
 }
 
 /// Status messages from a command's control socket, read in a cancel-safe way (the state lives

@@ -142,6 +142,7 @@ impl FbSandbox {
                 cstr("/dev/shm"),
             ],
             landlock_files: vec![cstr("/dev")],
+            landlock_ruleset: -1,
             seccomp: Some(seccomp_prog()),
             scrub: None,
         };

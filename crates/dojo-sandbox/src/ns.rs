@@ -485,6 +485,7 @@ impl NsSandbox {
             env.insert(k.clone(), v.clone());
         }
         env.insert("PWD".into(), Self::cwd(req));
+        let landlock = confine::landlock_paths(self.venv_writable);
         let exe_candidates = exe_candidates(&req.argv[0], &env)
             .into_iter()
             .map(|c| c.to_string_lossy().into_owned())
@@ -499,12 +500,8 @@ impl NsSandbox {
                 self.cgroup.as_ref().is_some_and(|c| c.limits_memory()),
             ),
             landlock_abi: confine::landlock_abi(),
-            landlock_full: [WORKSPACE, "/tmp", "/dev/shm"]
-                .into_iter()
-                .chain(self.venv_writable.then_some(VENV_PATH))
-                .map(String::from)
-                .collect(),
-            landlock_files: vec!["/dev".into()],
+            landlock_full: landlock.0.into_iter().map(String::from).collect(),
+            landlock_files: landlock.1.into_iter().map(String::from).collect(),
         })
     }
 

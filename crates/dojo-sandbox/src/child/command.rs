@@ -398,7 +398,11 @@ unsafe fn exec_command(plan: &ExecPlan, status: Fd, mount_proc: bool) -> ! {
     if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
         sys::fail(status, Step::Landlock);
     }
-    if plan.landlock_abi > 0 {
+    if plan.landlock_abi > 0 && plan.landlock_ruleset >= 0 {
+        if !confine::landlock_enforce(plan.landlock_ruleset) {
+            sys::fail(status, Step::Landlock);
+        }
+    } else if plan.landlock_abi > 0 {
         let mut full: [&std::ffi::CStr; 8] = [c"/"; 8];
         let mut files: [&std::ffi::CStr; 8] = [c"/"; 8];
         let nf = plan.landlock_full.len().min(8);

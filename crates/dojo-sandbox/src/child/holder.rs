@@ -11,7 +11,7 @@ use super::layers::{Layers, RootEntry, mount_dev, stage_layers};
 use crate::sys::{self, Fd, Step, fmt_u32};
 
 /// The environment variable that turns a re-executed binary into the in-sandbox launcher
-/// (`<sock>,<lifeline>,<prewarm 1|0>`; read by the launcher's hook).
+/// (`<sock>,<lifeline>,<prewarm 1|0>,<venv writable 1|0>`; read by the launcher's hook).
 pub(crate) const LAUNCHER_VAR: &std::ffi::CStr = c"DOJO_SANDBOX_LAUNCHER";
 
 /// Everything the holder needs, prepared before fork. Paths starting with `/tmp/root/` refer to
@@ -401,7 +401,7 @@ unsafe fn holder_init(
             .launcher_env
             .as_ref()
             .map_or(std::ptr::null(), |e| e.as_ptr());
-        exec_launcher(exe, sock, life.unwrap_or(-1), plan.prewarm, loader);
+        exec_launcher(exe, sock, life.unwrap_or(-1), plan, loader);
         // The exec failed: the caller sees EOF instead of the launcher's greeting and joins the
         // namespaces per command instead; we keep holding them.
         libc::close(sock);
@@ -436,10 +436,16 @@ unsafe fn holder_init(
 }
 
 /// Become the in-sandbox launcher: exec the calling binary (through an fd opened before the
-/// pivot) with only `DOJO_SANDBOX_LAUNCHER=<sock>,<lifeline>,<prewarm 1|0>` (and the caller's
+/// pivot) with only `DOJO_SANDBOX_LAUNCHER=<sock>,<lifeline>,<prewarm>,<venv writable>` (and the caller's
 /// `LD_LIBRARY_PATH`, `loader`, when it has one) in its environment; the library's
 /// `.init_array` hook (the `launcher` module) takes over before `main`. Returns only on failure.
-unsafe fn exec_launcher(exe: Fd, sock: Fd, life: Fd, prewarm: bool, loader: *const libc::c_char) {
+unsafe fn exec_launcher(
+    exe: Fd,
+    sock: Fd,
+    life: Fd,
+    plan: &HolderPlan,
+    loader: *const libc::c_char,
+) {
     let mut env = [0u8; 64];
     let mut n = 0;
     for &b in LAUNCHER_VAR.to_bytes().iter().chain(b"=") {
@@ -455,9 +461,11 @@ unsafe fn exec_launcher(exe: Fd, sock: Fd, life: Fd, prewarm: bool, loader: *con
         env[n] = b'-';
         n += 1;
     }
-    env[n] = b',';
-    env[n + 1] = if prewarm { b'1' } else { b'0' };
-    n += 2;
+    for flag in [plan.prewarm, plan.venv_writable] {
+        env[n] = b',';
+        env[n + 1] = if flag { b'1' } else { b'0' };
+        n += 2;
+    }
     env[n] = 0;
     for fd in [sock, life] {
         if fd >= 0 {

@@ -21,7 +21,7 @@
 //! guarantees with one process fewer and no fork of the caller:
 //! ```text
 //! launcher (pid 1 of the sandbox) ── I: pid 1 of a fresh pid ns (own mount ns and /proc, the
-//!                                       seccomp filter; forked ahead of the request, waits for
+//!                                       seccomp filter, the Landlock ruleset; forked ahead of the request, waits for
 //!                                       it, then supervises)
 //!                                    └── L: the command (pid 2; setsid, rlimits, Landlock,
 //!                                           execve; inherits the filter)

@@ -59,6 +59,9 @@ pub(crate) struct ExecPlan {
     pub landlock_abi: i32,
     pub landlock_full: Vec<CString>,
     pub landlock_files: Vec<CString>,
+    /// A ruleset of exactly these paths built ahead of the request (the launcher's spare),
+    /// enforced instead of building one; -1: none.
+    pub landlock_ruleset: Fd,
     pub seccomp: Option<&'static [libc::sock_filter]>,
     /// The caller's command-line and environment areas to scrub first (forked from the caller:
     /// see `sys::scrub_cmdline`); `None` when forked from the launcher, which has none to hide.
@@ -89,6 +92,7 @@ impl ExecPlan {
             landlock_abi: req.landlock_abi,
             landlock_full: strs(&req.landlock_full),
             landlock_files: strs(&req.landlock_files),
+            landlock_ruleset: -1,
             seccomp,
             scrub: None,
         }
