@@ -92,18 +92,11 @@ pub fn block(
         };
         y.transpose(1, 2)?.contiguous() // (b, n, t, hd)
     };
-    let q = rope(
-        &heads(Proj::Q, cfg.num_heads, Some(Norm::QHead))?,
-        at.cos,
-        at.sin,
-        layout,
-    )?;
-    let k = rope(
-        &heads(Proj::K, cfg.num_kv_heads, Some(Norm::KHead))?,
-        at.cos,
-        at.sin,
-        layout,
-    )?;
+    let rotated = |p: Proj, n: usize, head_norm: Norm| {
+        rope(&heads(p, n, Some(head_norm))?, at.cos, at.sin, layout)
+    };
+    let q = rotated(Proj::Q, cfg.num_heads, Norm::QHead)?;
+    let k = rotated(Proj::K, cfg.num_kv_heads, Norm::KHead)?;
     let v = heads(Proj::V, cfg.num_kv_heads, None)?;
     let out = attend(&q, &k, &v)?;
     let x = (x + w.project(Proj::O, &out)?)?;
