@@ -17,7 +17,7 @@
 use candle_core::{Result, Tensor};
 use dojo_kernels::{RopeLayout, rms_norm, rope, silu_mul};
 
-use crate::Config;
+use crate::config::Config;
 
 /// A layer's linear projections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -29,6 +29,7 @@
 
 pub mod block;
 pub mod completions;
+pub mod config;
 pub mod engine;
 pub mod loader;
 pub mod model;
@@ -37,10 +38,11 @@ pub mod server;
 
 use std::path::PathBuf;
 
+pub use config::{Arch, Config};
 pub use dojo_kernels::q4_1;
 pub use engine::{Engine, EngineOptions, FinishReason, GenerateRequest, Generation, Stats};
 pub use loader::WeightMode;
-pub use model::{Arch, Config, KvCache, Model};
+pub use model::{KvCache, Model};
 pub use sampling::SamplingParams;
 
 /// Engine failures. `Request` and `ContextLength` are the caller's (HTTP 400); the rest are

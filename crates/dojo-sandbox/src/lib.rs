@@ -39,7 +39,8 @@
 //! dies with it: at exit, timeout or teardown), with rlimits, Landlock (writes only in /testbed,
 //! /tmp, /dev/shm) and a seccomp filter. While idle the launcher keeps the next command's
 //! supervisor pre-warmed (already pid 1 of a fresh pid + mount namespace with its own `/proc`,
-//! the filter installed), which takes the namespace setup off the command's critical path; each
+//! the filter installed, the Landlock ruleset built), which takes the namespace setup off the
+//! command's critical path; each
 //! spare serves one command only. Reset starts a fresh holder over a new upper dir (new
 //! /tmp too) and kills the old one (its tmpfs goes with it).
 //!

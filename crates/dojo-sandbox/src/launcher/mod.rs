@@ -5,7 +5,7 @@
 //! page tables: measured here, a 500 MB caller made every sandboxed `true` cost 80–150 ms. So
 //! pid 1 of each sandbox, once its root is built, `exec`s the calling binary again (through an
 //! fd to `/proc/self/exe` opened before the pivot) with
-//! `DOJO_SANDBOX_LAUNCHER=<sock>,<life>,<prewarm>` in its environment; the `.init_array` hook of
+//! `DOJO_SANDBOX_LAUNCHER=<sock>,<life>,<prewarm>,<venv writable>` in its environment; the `.init_array` hook of
 //! [`server`] sees it before `main` runs and serves commands instead. That process is small and single-threaded, lives inside the sandbox's
 //! user/mount/net/pid namespaces and cgroup, and forks each command's supervisor (its own pid
 //! namespace, Landlock, seccomp, rlimits: `child::run_inside`) on request.
@@ -19,8 +19,9 @@
 //!
 //! Pre-warming: while idle, the launcher keeps one supervisor forked ahead of time, already pid 1
 //! of its own fresh pid namespace, in its own mount namespace with that namespace's `/proc`
-//! mounted and the seccomp filter installed (the same for every command; the command inherits
-//! it); it waits on the socket itself. The first fork into a new pid namespace is the expensive
+//! mounted, the seccomp filter installed (the same for every command; the command inherits
+//! it) and the sandbox's Landlock ruleset built, not enforced (the command enforces it; the
+//! launcher's start variable says whether `/venv` is writable); it waits on the socket itself. The first fork into a new pid namespace is the expensive
 //! one (the kernel sets up the namespace's internal proc mount then), and with the mount
 //! namespace, `/proc` and the filter it was most of the per-command setup; now it happens
 //! between commands. The spare reads the next request, tells the launcher over its hand-off pipe

@@ -439,3 +439,43 @@ unsafe fn install_stdio(fds: [RawFd; 4]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(abi: i32, full: &[&str], files: &[&str]) -> Request {
+        Request {
+            argv: vec!["true".into()],
+            env: Vec::new(),
+            cwd: "/testbed".into(),
+            exe_candidates: vec!["/usr/bin/true".into()],
+            rlimits: Vec::new(),
+            landlock_abi: abi,
+            landlock_full: full.iter().map(|s| s.to_string()).collect(),
+            landlock_files: files.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// The pre-built ruleset stands in only for a request asking for exactly its rules: any
+    /// other ABI or path list (or no ruleset at all) makes the command build its own.
+    #[test]
+    fn a_prebuilt_ruleset_serves_only_requests_with_the_same_rules() {
+        let (full, files) = confine::landlock_paths(false);
+        let pre = Prebuilt {
+            fd: 3,
+            abi: 4,
+            full: full.clone(),
+            files: files.clone(),
+        };
+        assert!(pre.matches(&request(4, &full, &files)));
+        assert!(!pre.matches(&request(0, &full, &files)));
+        assert!(!pre.matches(&request(3, &full, &files)));
+        let (with_venv, _) = confine::landlock_paths(true);
+        assert!(!pre.matches(&request(4, &with_venv, &files)));
+        assert!(!pre.matches(&request(4, &full[..1], &files)));
+        assert!(!pre.matches(&request(4, &full, &[])));
+        let none = Prebuilt { fd: -1, ..pre };
+        assert!(!none.matches(&request(4, &full, &files)));
+    }
+}
