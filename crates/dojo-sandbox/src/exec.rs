@@ -244,21 +244,6 @@ pub(crate) async fn run(
     ))
 }
 
-/// A command's stdin when it is given none: a copy of one process-wide `/dev/null` descriptor
-/// (the launcher receives its own copy of it with the request).
-fn dev_null() -> std::io::Result<OwnedFd> {
-    static NULL: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
-    match NULL.get() {
-        Some(f) => Ok(OwnedFd::from(f.try_clone()?)),
-        None => {
-            let f = std::fs::File::open("/dev/null")?;
-            let copy = OwnedFd::from(f.try_clone()?);
-            let _ = NULL.set(f);
-            Ok(copy)
-        }
-    }
-}
-
 /// Run one command through the sandbox's launcher (see the `launcher` module): the same draining,
 /// caps, stdin feeding and TERM → grace → KILL as [`run`], with the control socket in place of a
 /// child process.
@@ -276,11 +261,18 @@ pub(crate) async fn run_launched(
             let (r, w) = pipe().map_err(|e| setup("pipe", e))?;
             (r, Some(w))
         }
-        None => (dev_null().map_err(|e| setup("opening /dev/null", e))?, None),
+        // Opened per command: a shared open file would carry one command's locks and flags
+        // to the next, across sandboxes.
+        None => (
+            OwnedFd::from(
+                std::fs::File::open("/dev/null").map_err(|e| setup("opening /dev/null", e))?,
+            ),
+            None,
+        ),
     };
     let (ctl, ctl_remote) = launcher::socketpair().map_err(|e| setup("socketpair", e))?;
-    // Everything is registered with the runtime before the request goes out, and the output,
-    // stdin and the control socket are driven by this task alone (no spawned tasks): after
+    // Everything is registered with the runtime before the request goes out, and the output
+    // and the control socket are driven by this task alone (no spawned tasks): after
     // the request, this thread only closes the remote ends and sleeps, and one wake-up can
     // find the command's output and its status together. (Setting up after the request, with
     // a task per stream, kept the caller busy on the CPU the command was starting on.)
@@ -309,12 +301,14 @@ pub(crate) async fn run_launched(
         )
         .map_err(|e| SandboxError::Gone(format!("the sandbox launcher: {e}")))?;
     drop((in_r, out_w, err_w, ctl_remote));
-    let feed = async {
-        if let (Some(mut w), Some(data)) = (stdin, req.stdin.as_deref()) {
-            // Ends when written, or with EPIPE once the command's processes are gone.
-            let _ = w.write_all(data).await;
-        }
-    };
+    if let (Some(mut w), Some(data)) = (stdin, req.stdin.clone()) {
+        // Detached, as the result does not wait for it: it ends when written, or with EPIPE
+        // once every reader is gone (a reader passed to a process outside this command could
+        // otherwise hold the result past its timeout).
+        tokio::spawn(async move {
+            let _ = w.write_all(&data).await;
+        });
+    }
     let mut reader = CtlReader::default();
     let wait = async {
         match tokio::time::timeout(req.timeout, reader.exit(&mut ctl)).await {
@@ -333,8 +327,7 @@ pub(crate) async fn run_launched(
         }
     };
     let cap = req.output_cap;
-    let (out, err, (), (status, timed_out)) =
-        tokio::join!(drain(out, cap), drain(err, cap), feed, wait);
+    let (out, err, (status, timed_out)) = tokio::join!(drain(out, cap), drain(err, cap), wait);
     if let Some(e) = status_error("running the command", &reader.msgs) {
         return Err(e);
     }

@@ -409,7 +409,9 @@ pub(crate) async fn create(a: CreateArgs<'_>) -> Result<NsSandbox> {
         lower: a.lower.to_path_buf(),
         venv: a.venv.map(Path::to_path_buf),
         runtime: a.runtime.clone(),
-        venv_writable: a.venv_writable,
+        // As the holder sees it (no venv: nothing to write), so that the rules a request asks
+        // for are the ones the launcher's spares pre-build.
+        venv_writable: a.venv_writable && a.venv.is_some(),
         keep: a.keep,
         generation: 0,
         cgroup: cg,
