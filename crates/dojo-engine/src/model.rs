@@ -179,7 +179,7 @@ const KV_MIN_CAPACITY: usize = 256;
 impl KvCache {
     /// A copy of the first `len` positions (at most all of them), for another sequence that
     /// shares them (a fork: the buffers are written in place, so copies must not share them).
-    /// Only those positions are copied, into buffers with [`KV_MIN_CAPACITY`] positions of
+    /// Only those positions are copied, into buffers with `KV_MIN_CAPACITY` positions of
     /// room to grow: the source's capacity (doubled as it grew) is not. A failed copy is an
     /// error, never a cache with a layer missing.
     pub fn fork(&self, len: usize) -> candle_core::Result<KvCache> {

@@ -9,17 +9,18 @@
 //! load there as they are); this trainer makes the loop measurable on one machine.
 //!
 //! - [`model`]: the trainable transformer. Weights and configuration come from dojo-engine's
-//!   loaders (GGUF dequantized to f32, safetensors), so both read the same files the same way;
-//!   the forward pass is separate because the engine's uses fused kernels without a backward
-//!   pass and an in-place KV cache (details there). A test checks both give the same logits.
+//!   loaders (GGUF dequantized to f32, safetensors), so both read the same files the same way,
+//!   and each layer is the engine's transformer block (`dojo_engine::block`) on trainable
+//!   weights, attending over the batch instead of a KV cache. A test checks both give the same
+//!   logits (one prefill, a prefill through the cache, a decode step).
 //! - [`backward`]: gradients of a loss at chosen positions, with the loss over the vocabulary
 //!   in chunks of rows and optional activation checkpointing (the same values, less memory).
 //! - [`memory`]: the memory plan: a step's peak estimated from the model's dimensions and the
 //!   largest micro-batch before anything large is allocated; checkpointing on when needed, a
 //!   refusal naming the setting to lower when even that does not fit.
-//! - [`ops`]: the differentiable operations of that forward pass besides dojo-kernels' fused
-//!   RMSNorm, RoPE and SiLU gate (causal attention as one op that recomputes in its backward
-//!   pass, the frozen matmul of LoRA's base weights, the NLL).
+//! - [`ops`]: the trainer's differentiable operations besides dojo-kernels' (RMSNorm, RoPE,
+//!   SiLU gate, causal attention): linear layers, the frozen matmul of LoRA's base weights, the
+//!   NLL.
 //! - [`data`]: `tokens.parquet` reading, checks, `--max-len` policy, length-bucketed batches in
 //!   a resumable order.
 //! - [`lora`]: LoRA adapters on a frozen base (peft's initialisation, scale and file layout,
