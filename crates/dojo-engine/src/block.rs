@@ -65,7 +65,8 @@ pub struct Positions<'a> {
 /// Transformer block on the hidden states `x` `(b * t, hidden)`, row `bi * t + p` for
 /// position `p` of sequence `bi`. `attend(q, k, v)` gets the rotated queries `(b, heads, t,
 /// head_dim)` and this pass's keys and values `(b, kv_heads, t, head_dim)` and returns the
-/// attention output as rows `(b * t, heads * head_dim)` ([`heads_to_rows`]).
+/// attention output as rows `(b * t, heads * head_dim)` ([`causal_attention`] or
+/// [`decode_attention`]).
 pub fn block(
     cfg: &Config,
     w: &impl LayerWeights,
@@ -107,7 +108,7 @@ pub fn block(
 }
 
 /// Attention output per head `(b, heads, t, head_dim)` as rows `(b * t, heads * head_dim)`.
-pub fn heads_to_rows(out: &Tensor) -> Result<Tensor> {
+fn heads_to_rows(out: &Tensor) -> Result<Tensor> {
     let (b, nh, t, hd) = out.dims4()?;
     out.transpose(1, 2)?.contiguous()?.reshape((b * t, nh * hd))
 }
@@ -126,7 +127,23 @@ pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
     }
     // The queries of a kv head's group stacked: row r · t + p is head r, position p.
     let grouped = q.reshape((b, nkv, (nh / nkv) * t, hd))?;
-    let scale = 1.0 / (hd as f64).sqrt();
-    let out = dojo_kernels::causal_attention(&grouped, k, v, t, scale)?;
+    let out = dojo_kernels::causal_attention(&grouped, k, v, t, scale(hd))?;
     heads_to_rows(&out.reshape((b, nh, t, hd))?)
+}
+
+/// A decode step's attention: each sequence's rotated query `q` `(b, heads, 1, head_dim)`
+/// against its own KV cache (`caches[i]`, this step's key and value already appended), as rows
+/// `(b, heads * head_dim)` ([`dojo_kernels::decode_attention`]).
+pub fn decode_attention(q: &Tensor, caches: &[dojo_kernels::CacheView]) -> Result<Tensor> {
+    let (b, nh, _, hd) = q.dims4()?;
+    let nkv = match caches.first() {
+        Some(c) => c.k.dim(1)?,
+        None => 0,
+    };
+    dojo_kernels::decode_attention(&q.reshape((b, nh * hd))?, caches, nh, nkv, scale(hd) as f32)
+}
+
+/// Attention's score scale, `1 / √head_dim`.
+fn scale(head_dim: usize) -> f64 {
+    1.0 / (head_dim as f64).sqrt()
 }

@@ -14,7 +14,9 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use crate::EngineError;
-use crate::block::{LayerWeights, Norm, Positions, Proj, block, causal_attention};
+use crate::block::{
+    LayerWeights, Norm, Positions, Proj, block, causal_attention, decode_attention,
+};
 pub use crate::config::{Arch, Config};
 use dojo_kernels::rms_norm;
 
@@ -452,7 +454,7 @@ impl Model {
         }
         let positions: Vec<u32> = caches.iter().map(|c| c.len as u32).collect();
         let pos_ids = Tensor::new(positions.as_slice(), &self.device)?;
-        let (nh, nkv, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+        let hd = cfg.head_dim;
         // RoPE tables of each sequence's own position: (b, 1, hd / 2).
         let cos = self
             .cos
@@ -471,7 +473,6 @@ impl Model {
             cos: &cos,
             sin: &sin,
         };
-        let scale = 1.0 / (hd as f64).sqrt();
         // Quantized weights keep their quantized kernel at any batch size (the dense
         // prefill threshold would dequantize every weight on every step).
         let dense_rows = self.dense_prefill_rows.map(|_| usize::MAX);
@@ -496,13 +497,7 @@ impl Model {
                         None => Err(candle_core::Error::Msg("kv cache layer missing".into())),
                     })
                     .collect::<candle_core::Result<Vec<_>>>()?;
-                dojo_kernels::decode_attention(
-                    &q.reshape((b, nh * hd))?,
-                    &views,
-                    nh,
-                    nkv,
-                    scale as f32,
-                )
+                decode_attention(q, &views)
             })?;
         }
         let x = rms_norm(&x, &self.norm, cfg.rms_eps)?;
