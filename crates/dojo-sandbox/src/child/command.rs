@@ -398,22 +398,24 @@ unsafe fn exec_command(plan: &ExecPlan, status: Fd, mount_proc: bool) -> ! {
     if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
         sys::fail(status, Step::Landlock);
     }
-    if plan.landlock_abi > 0 && plan.landlock_ruleset >= 0 {
-        if !confine::landlock_enforce(plan.landlock_ruleset) {
-            sys::fail(status, Step::Landlock);
-        }
-    } else if plan.landlock_abi > 0 {
-        let mut full: [&std::ffi::CStr; 8] = [c"/"; 8];
-        let mut files: [&std::ffi::CStr; 8] = [c"/"; 8];
-        let nf = plan.landlock_full.len().min(8);
-        let nd = plan.landlock_files.len().min(8);
-        for (slot, p) in full.iter_mut().zip(&plan.landlock_full) {
-            *slot = p.as_c_str();
-        }
-        for (slot, p) in files.iter_mut().zip(&plan.landlock_files) {
-            *slot = p.as_c_str();
-        }
-        if !confine::landlock_restrict(plan.landlock_abi, &full[..nf], &files[..nd]) {
+    if plan.landlock_abi > 0 {
+        // The ruleset built ahead (a pre-warmed supervisor's), or this command's own.
+        let rs = if plan.landlock_ruleset >= 0 {
+            plan.landlock_ruleset
+        } else {
+            let mut full: [&std::ffi::CStr; 8] = [c"/"; 8];
+            let mut files: [&std::ffi::CStr; 8] = [c"/"; 8];
+            let nf = plan.landlock_full.len().min(8);
+            let nd = plan.landlock_files.len().min(8);
+            for (slot, p) in full.iter_mut().zip(&plan.landlock_full) {
+                *slot = p.as_c_str();
+            }
+            for (slot, p) in files.iter_mut().zip(&plan.landlock_files) {
+                *slot = p.as_c_str();
+            }
+            confine::landlock_ruleset(plan.landlock_abi, &full[..nf], &files[..nd])
+        };
+        if !confine::landlock_enforce(rs) {
             sys::fail(status, Step::Landlock);
         }
     }
