@@ -3,9 +3,11 @@
 //! namespaces), which a loaded machine inflates far less than wall time; and each command's
 //! wall time (median, 10th percentile). The process puts itself in a fresh cgroup v1 `cpuacct`
 //! group (inherited by the sandbox it creates) and reads its usage around N commands in one
-//! sandbox, 3 ms apart (each command finds its supervisor armed).
+//! sandbox, 3 ms apart (each command finds its supervisor armed). With `--bare`, the same loop
+//! runs `/usr/bin/true` on the host with tokio's `Command` instead (the baseline; the sandbox is
+//! still created, so both runs hold the same processes).
 //!
-//! `cargo run --release -p dojo-bench --no-default-features --example exec_cpu -- [N]` as root;
+//! `cargo run --release -p dojo-bench --no-default-features --example exec_cpu -- [N] [--bare]` as root;
 //! `scripts/etc-layout-cpu.sh` runs it alternately with the `/etc` snapshot and with one bind
 //! per `/etc` entry (`DOJO_SANDBOX_ETC=binds`); `scripts/sandbox-exec-trace.sh` runs it under
 //! `perf` to split each command into phases. Without cgroup v1 `cpuacct` only wall times are
@@ -18,10 +20,9 @@ use dojo_sandbox::{ExecRequest, PristineStore, Sandbox, SandboxOptions, Source};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let bare = args.iter().any(|a| a == "--bare");
+    let n: usize = args.iter().find_map(|s| s.parse().ok()).unwrap_or(300);
     let root = PathBuf::from("/sys/fs/cgroup/cpuacct");
     if !dojo_sandbox::doctor::namespaces_usable() {
         println!("SKIPPED: needs the namespace backend (as root)");
@@ -52,15 +53,23 @@ async fn main() {
     let sb = Sandbox::create(&p, None, &SandboxOptions::default())
         .await
         .expect("sandbox");
-    let req = ExecRequest::new(["true"]);
+    let req = ExecRequest::new(["/usr/bin/true"]);
     let _ = sb.exec(&req).await.expect("warm-up");
     let c0 = usage();
     let mut wall = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
-        let o = sb.exec(&req).await.expect("exec");
+        let ok = if bare {
+            let o = tokio::process::Command::new("/usr/bin/true")
+                .output()
+                .await
+                .expect("spawn");
+            o.status.success()
+        } else {
+            sb.exec(&req).await.expect("exec").success()
+        };
         wall.push(t.elapsed().as_secs_f64() * 1000.0);
-        assert!(o.success(), "{o:?}");
+        assert!(ok);
         tokio::time::sleep(Duration::from_millis(3)).await;
     }
     let cpu = match (c0, usage()) {
@@ -73,7 +82,8 @@ async fn main() {
     wall.sort_by(f64::total_cmp);
     let q = |f: f64| wall[((wall.len() - 1) as f64 * f) as usize];
     println!(
-        "exec true: {cpu} ({n} commands); wall p50 {:.3} ms, p10 {:.3} ms",
+        "{} true: {cpu} ({n} commands); wall p50 {:.3} ms, p10 {:.3} ms",
+        if bare { "bare" } else { "exec" },
         q(0.5),
         q(0.1)
     );

@@ -256,19 +256,14 @@ pub(crate) async fn run_launched(
     let setup = |what: &str, e: std::io::Error| SandboxError::Setup(format!("{what}: {e}"));
     let (out_r, out_w) = pipe().map_err(|e| setup("pipe", e))?;
     let (err_r, err_w) = pipe().map_err(|e| setup("pipe", e))?;
+    // Without stdin the command reads `/dev/null`, opened inside the sandbox for this command
+    // alone (a shared open file would carry one command's locks and flags to the next).
     let (in_r, in_w) = match req.stdin {
         Some(_) => {
             let (r, w) = pipe().map_err(|e| setup("pipe", e))?;
-            (r, Some(w))
+            (Some(r), Some(w))
         }
-        // Opened per command: a shared open file would carry one command's locks and flags
-        // to the next, across sandboxes.
-        None => (
-            OwnedFd::from(
-                std::fs::File::open("/dev/null").map_err(|e| setup("opening /dev/null", e))?,
-            ),
-            None,
-        ),
+        None => (None, None),
     };
     let (ctl, ctl_remote) = launcher::socketpair().map_err(|e| setup("socketpair", e))?;
     // Everything is registered with the runtime before the request goes out, and the output
@@ -289,17 +284,12 @@ pub(crate) async fn run_launched(
     let ctl = std::os::unix::net::UnixStream::from(ctl);
     ctl.set_nonblocking(true).map_err(|e| setup("socket", e))?;
     let mut ctl = tokio::net::UnixStream::from_std(ctl).map_err(|e| setup("socket", e))?;
-    client
-        .submit(
-            request,
-            [
-                in_r.as_raw_fd(),
-                out_w.as_raw_fd(),
-                err_w.as_raw_fd(),
-                ctl_remote.as_raw_fd(),
-            ],
-        )
-        .map_err(|e| SandboxError::Gone(format!("the sandbox launcher: {e}")))?;
+    let remote = [out_w.as_raw_fd(), err_w.as_raw_fd(), ctl_remote.as_raw_fd()];
+    match &in_r {
+        Some(r) => client.submit(request, &[r.as_raw_fd(), remote[0], remote[1], remote[2]]),
+        None => client.submit(request, &remote),
+    }
+    .map_err(|e| SandboxError::Gone(format!("the sandbox launcher: {e}")))?;
     drop((in_r, out_w, err_w, ctl_remote));
     if let (Some(mut w), Some(data)) = (stdin, req.stdin.clone()) {
         // Detached, as the result does not wait for it: it ends when written, or with EPIPE

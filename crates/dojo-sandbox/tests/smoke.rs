@@ -164,6 +164,36 @@ async fn each_command_gets_a_fresh_prewarmed_supervisor() {
     );
 }
 
+/// The request's edges, on the launcher's path: a request far larger than the launcher's first
+/// read (300 KB of arguments) arrives whole; a command without stdin reads `/dev/null` (EOF at
+/// once) and holds no fds but its stdio; a process left behind holding stdout does not keep
+/// the result waiting.
+#[tokio::test]
+async fn large_requests_no_stdin_and_leftovers_holding_stdout() {
+    skip_unless_ns!();
+    let sb = common::sandbox().await;
+    // (One argument may not exceed 128 KiB: `execve` refuses it.)
+    let part = "x".repeat(100_000);
+    let argv = [
+        "sh",
+        "-c",
+        "printf %s \"$@\" | wc -c",
+        "sh",
+        &part,
+        &part,
+        &part,
+    ];
+    let out = sb.exec(&ExecRequest::new(argv)).await.unwrap();
+    assert_eq!(out.stdout_lossy().trim(), "300000", "{out:?}");
+    let out = common::sh(&sb, "cat; echo eof; ls /proc/self/fd | wc -l").await;
+    assert_eq!(out.stdout_lossy(), "eof\n4\n", "{out:?}");
+    // Held until the timeout, the result would say so (the default timeout is 120 s).
+    let out = common::sh(&sb, "sleep 300 & echo left").await;
+    assert!(out.success() && out.stdout_lossy() == "left\n", "{out:?}");
+    assert!(!out.timed_out, "{out:?}");
+    sb.teardown().await.unwrap();
+}
+
 /// Many commands at once in one sandbox: each gets its own output and exit code.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_commands_in_one_sandbox_keep_their_own_results() {

@@ -21,14 +21,17 @@
 //! guarantees with one process fewer and no fork of the caller:
 //! ```text
 //! launcher (pid 1 of the sandbox) ── I: pid 1 of a fresh pid ns (own mount ns and /proc, the
-//!                                       seccomp filter, the Landlock ruleset; forked ahead of the request, waits for
-//!                                       it, then supervises)
-//!                                    └── L: the command (pid 2; setsid, rlimits, Landlock,
-//!                                           execve; inherits the filter)
+//!                                       seccomp filter, the Landlock ruleset; forked ahead of
+//!                                       the request, then supervises)
+//!                                    └── L: the command (pid 2; started ahead too, reads the
+//!                                           request itself; setsid, rlimits, Landlock, execve;
+//!                                           inherits the filter)
 //! ```
-//! (With pre-warming off, I is forked when the request arrives and L installs the filter.)
-//! The caller talks to I over its control socket (`T` → `kill(-1, TERM)`, `K`/EOF → KILL); when
-//! L exits I kills and reaps everything left, reports L's status and exits.
+//! (With pre-warming off, I is forked when the request arrives, reads it, starts L, and L
+//! installs the filter.) The caller talks to I over its control socket (`T` → `kill(-1, TERM)`,
+//! `K`/EOF → KILL); when L exits I kills and reaps everything left (nothing, when it has no
+//! child left), closes its copies of L's stdout and stderr, reports L's status, and exits once
+//! the caller has closed the control socket.
 
 mod command;
 mod env_build;
@@ -36,7 +39,10 @@ mod holder;
 mod layers;
 mod plan;
 
-pub(crate) use command::{fail_with, prepare_inside, run_command, run_inside, run_prepared};
+pub(crate) use command::{
+    exec_command, fail_with, prepare_inside, run_command, run_inside, run_prepared,
+    supervise_started,
+};
 pub(crate) use env_build::{EnvBuildPlan, UV_CACHE_PATH, run_env_build};
 pub(crate) use holder::{HolderPlan, LAUNCHER_VAR, run_holder};
 pub(crate) use layers::{EXTRA_SLOTS, Layers, RootEntry};

@@ -137,30 +137,45 @@ impl Client {
         })
     }
 
-    /// Send one request with its fds `[stdin, stdout, stderr, ctl]`.
-    pub(crate) fn submit(&self, req: &Request, fds: [RawFd; 4]) -> std::io::Result<()> {
+    /// Send one request with its fds: `[stdin, stdout, stderr, ctl]`, or `[stdout, stderr,
+    /// ctl]` for a command whose stdin is `/dev/null` (opened inside, per command).
+    pub(crate) fn submit(&self, req: &Request, fds: &[RawFd]) -> std::io::Result<()> {
+        debug_assert!(fds.len() == 3 || fds.len() == 4);
         let body = serde_json::to_vec(req).map_err(std::io::Error::other)?;
         let hdr = (body.len() as u32).to_le_bytes();
         let sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
         let fd = sock.as_raw_fd();
+        let fd_bytes = std::mem::size_of_val(fds) as u32;
         // SAFETY: the control buffer is sized and aligned for four fds; all pointers are valid
         // for the duration of the call.
         unsafe {
             let mut cbuf = [0u64; 8];
-            let mut iov = libc::iovec {
-                iov_base: hdr.as_ptr() as *mut libc::c_void,
-                iov_len: 4,
-            };
+            // Header and body in one message: the launcher reads both with one call (sent
+            // apart, the body was a second wake-up of the spare, the first one idle).
+            let mut iov = [
+                libc::iovec {
+                    iov_base: hdr.as_ptr() as *mut libc::c_void,
+                    iov_len: 4,
+                },
+                libc::iovec {
+                    iov_base: body.as_ptr() as *mut libc::c_void,
+                    iov_len: body.len(),
+                },
+            ];
             let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
+            msg.msg_iov = iov.as_mut_ptr();
+            msg.msg_iovlen = 2;
             msg.msg_control = cbuf.as_mut_ptr().cast();
-            msg.msg_controllen = libc::CMSG_SPACE(16) as usize;
+            msg.msg_controllen = libc::CMSG_SPACE(fd_bytes) as usize;
             let c = libc::CMSG_FIRSTHDR(&msg);
             (*c).cmsg_level = libc::SOL_SOCKET;
             (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(16) as usize;
-            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), 4);
+            (*c).cmsg_len = libc::CMSG_LEN(fd_bytes) as usize;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr(),
+                libc::CMSG_DATA(c).cast::<RawFd>(),
+                fds.len(),
+            );
             let n = loop {
                 let n = libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL);
                 if n < 0 && crate::sys::errno() == libc::EINTR {
@@ -171,8 +186,10 @@ impl Client {
             if n < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            let mut rest: &[u8] = &hdr[n as usize..];
-            let mut body_rest: &[u8] = &body;
+            // What did not fit in the socket's buffer (a large request) follows.
+            let sent = n as usize;
+            let mut rest: &[u8] = &hdr[sent.min(4)..];
+            let mut body_rest: &[u8] = &body[sent.saturating_sub(4)..];
             while !rest.is_empty() || !body_rest.is_empty() {
                 let buf = if rest.is_empty() {
                     &mut body_rest

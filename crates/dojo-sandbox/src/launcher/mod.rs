@@ -11,23 +11,32 @@
 //! namespace, Landlock, seccomp, rlimits: `child::run_inside`) on request.
 //!
 //! Protocol (a unix stream socketpair per sandbox; the caller keeps one end): the launcher greets
-//! with one byte `R`; a request is a 4-byte little-endian length with the fds
-//! `[stdin, stdout, stderr, ctl]` attached (SCM_RIGHTS), then that many bytes of JSON
-//! (`child::Request`). `ctl` is one end of a per-command socketpair: the supervisor writes setup
-//! errors and the command's wait status there; the caller writes `T` (SIGTERM to everything the
-//! command started), `K` (SIGKILL) or closes it (SIGKILL, no report).
+//! with one byte `R`; a request is a 4-byte little-endian length then that many bytes of JSON
+//! (`child::Request`), sent as one message (what does not fit the socket's buffer follows) with
+//! the fds `[stdin, stdout, stderr, ctl]` attached (SCM_RIGHTS), or `[stdout, stderr, ctl]` for
+//! a command whose stdin is `/dev/null` (opened inside, for that command alone). `ctl` is one
+//! end of a per-command socketpair: the supervisor writes setup errors and the command's wait
+//! status there, after closing its own copies of the command's stdout and stderr, so the caller
+//! finds output and status complete at once; the caller writes `T` (SIGTERM to everything the
+//! command started), `K` (SIGKILL) or closes it (SIGKILL, no report; after a status: the
+//! supervisor's cue to exit, which it defers so that tearing down its namespaces never runs
+//! ahead of the caller).
 //!
 //! Pre-warming: while idle, the launcher keeps one supervisor forked ahead of time, already pid 1
 //! of its own fresh pid namespace, in its own mount namespace with that namespace's `/proc`
 //! mounted, the seccomp filter installed (the same for every command; the command inherits
 //! it) and the sandbox's Landlock ruleset built, not enforced (the command enforces it; the
-//! launcher's start variable says whether `/venv` is writable); it waits on the socket itself. The first fork into a new pid namespace is the expensive
+//! launcher's start variable says whether `/venv` is writable). The first fork into a new pid
+//! namespace is the expensive
 //! one (the kernel sets up the namespace's internal proc mount then), and with the mount
 //! namespace, `/proc` and the filter it was most of the per-command setup; now it happens
-//! between commands. The spare reads the next request, tells the launcher over its hand-off pipe
-//! and only starts the command: stdio, argv, env, cwd, rlimits and Landlock still come from the
-//! request and are applied in the command's own process, and a spare serves exactly one command,
-//! so commands share nothing. The launcher arms the next spare as soon as one takes a request,
+//! between commands. The spare also starts the command's own process ahead, in its memory and
+//! with its fd table (like `posix_spawn`'s child, while the spare sleeps): that process reads the
+//! next request itself and goes straight to its `execve`, so neither a fork nor a hop through
+//! another process lies between the request and the command; the spare then tells the launcher
+//! over its hand-off pipe and supervises. Stdio, argv, env, cwd, rlimits and Landlock still come
+//! from the request and are applied in the command's own process, and a spare serves exactly one
+//! command, so commands share nothing. The launcher arms the next spare as soon as one takes a request,
 //! beside the running command, so that commands sent back to back also find a spare (waiting
 //! until the command was done left those at 1.8–3.5× a bare fork/exec instead of ~1.1×).
 //! Spares live in the sandbox's pid namespace and die with it. `DOJO_SANDBOX_PREWARM=0` turns
