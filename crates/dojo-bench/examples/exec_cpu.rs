@@ -7,7 +7,8 @@
 //! runs `/usr/bin/true` on the host with tokio's `Command` instead (the baseline; the sandbox is
 //! still created, so both runs hold the same processes).
 //!
-//! `cargo run --release -p dojo-bench --no-default-features --example exec_cpu -- [N] [--bare]` as root;
+//! `cargo run --release -p dojo-bench --no-default-features --example exec_cpu -- [N] [--bare]
+//! [--mt]` as root (`--mt`: a multi-threaded runtime, 2 workers on this machine);
 //! `scripts/etc-layout-cpu.sh` runs it alternately with the `/etc` snapshot and with one bind
 //! per `/etc` entry (`DOJO_SANDBOX_ETC=binds`); `scripts/sandbox-exec-trace.sh` runs it under
 //! `perf` to split each command into phases. Without cgroup v1 `cpuacct` only wall times are
@@ -18,8 +19,20 @@ use std::time::{Duration, Instant};
 
 use dojo_sandbox::{ExecRequest, PristineStore, Sandbox, SandboxOptions, Source};
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
+fn main() {
+    // `--mt`: a multi-threaded runtime (2 workers, like `sandbox_bench`) instead of one thread.
+    let mut rt = if std::env::args().any(|a| a == "--mt") {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    rt.enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(run());
+}
+
+async fn run() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let bare = args.iter().any(|a| a == "--bare");
     let n: usize = args.iter().find_map(|s| s.parse().ok()).unwrap_or(300);

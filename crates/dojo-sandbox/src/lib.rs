@@ -37,12 +37,12 @@
 //! single-threaded process that forks each command on request (stdio passed over a unix socket)
 //! into a fresh pid namespace of its own (so everything it started, `setsid` escapees included,
 //! dies with it: at exit, timeout or teardown), with rlimits, Landlock (writes only in /testbed,
-//! /tmp, /dev/shm) and a seccomp filter. While idle the launcher keeps the next command's
-//! supervisor pre-warmed (already pid 1 of a fresh pid + mount namespace with its own `/proc`,
-//! the filter installed, the Landlock ruleset built), which takes the namespace setup off the
-//! command's critical path; each
-//! spare serves one command only. Reset starts a fresh holder over a new upper dir (new
-//! /tmp too) and kills the old one (its tmpfs goes with it).
+//! /tmp, /dev/shm) and a seccomp filter. While idle the launcher keeps two supervisors
+//! pre-warmed (each already pid 1 of a fresh pid + mount namespace with its own `/proc`, the
+//! filter installed, the Landlock ruleset built, and the command's own process started, waiting
+//! for the request), which takes the namespace setup and the fork off the command's critical
+//! path; each spare serves one command only. Reset starts a fresh holder over a new upper dir
+//! (new /tmp too) and kills the old one (its tmpfs goes with it).
 //!
 //! Why a launcher inside the sandbox rather than joining the namespaces per command: joining
 //! means forking the caller, whose page tables grow with its memory: with a 512 MB caller (a

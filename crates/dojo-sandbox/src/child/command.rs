@@ -110,7 +110,7 @@ pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
 /// namespace, `K` or EOF SIGKILL. When the command exits, everything it left behind is killed.
 pub(crate) unsafe fn run_inside(plan: &ExecPlan, ctl: Fd) -> ! {
     match prepare_inside() {
-        Ok(sfd) => run_prepared(plan, ctl, sfd, &|| {}),
+        Ok(sfd) => run_prepared(plan, ctl, sfd),
         Err((step, e)) => fail_with(ctl, step, e),
     }
 }
@@ -156,11 +156,8 @@ pub(crate) unsafe fn fail_with(ctl: Fd, step: Step, e: i32) -> ! {
 
 /// The request-dependent half of [`run_inside`], after [`prepare_inside`]: fork the command,
 /// supervise it.
-///
-/// `started` runs once the command has exec'd (the launcher's spare reports its hand-off there).
-pub(crate) unsafe fn run_prepared(plan: &ExecPlan, ctl: Fd, sfd: Fd, started: &dyn Fn()) -> ! {
+pub(crate) unsafe fn run_prepared(plan: &ExecPlan, ctl: Fd, sfd: Fd) -> ! {
     let l_pid = spawn_command(plan, ctl, sfd);
-    started();
     if l_pid < 0 {
         sys::fail(ctl, Step::Fork);
     }
@@ -515,9 +512,12 @@ unsafe fn supervise(
                         libc::close(1);
                         libc::close(2);
                         sys::send(life, sys::TAG_EXIT, st, 0);
-                        // Then step aside (see `linger`); at nice 19 our wake-up when the caller
-                        // closes the socket does not take the CPU from it either.
-                        libc::setpriority(libc::PRIO_PROCESS, 0, 19);
+                        // Then step aside (see `linger`). As SCHED_BATCH, our wake-up when the
+                        // caller closes the socket does not take the CPU from it either; and
+                        // unlike a lower priority (nice 19), it still gets its fair share on a
+                        // loaded machine, where the launcher waits for our exit to arm a spare.
+                        let p = libc::sched_param { sched_priority: 0 };
+                        libc::sched_setscheduler(0, libc::SCHED_BATCH, &p);
                         linger(life);
                     }
                     sys::exit_like(st);

@@ -6,7 +6,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Mutex;
 
-use super::GREETING;
+use super::{BODY_IN_FD, GREETING, INLINE_MAX};
 use crate::child::Request;
 
 /// Pre-warming: unset (0), on (1), off (2).
@@ -138,28 +138,50 @@ impl Client {
     }
 
     /// Send one request with its fds: `[stdin, stdout, stderr, ctl]`, or `[stdout, stderr,
-    /// ctl]` for a command whose stdin is `/dev/null` (opened inside, per command).
+    /// ctl]` for a command whose stdin is `/dev/null` (opened inside, per command). One message,
+    /// all or nothing (see [`INLINE_MAX`]).
     pub(crate) fn submit(&self, req: &Request, fds: &[RawFd]) -> std::io::Result<()> {
         debug_assert!(fds.len() == 3 || fds.len() == 4);
         let body = serde_json::to_vec(req).map_err(std::io::Error::other)?;
-        let hdr = (body.len() as u32).to_le_bytes();
+        let len = u32::try_from(body.len())
+            .ok()
+            .filter(|&l| l < BODY_IN_FD)
+            .ok_or_else(|| std::io::Error::other("request too large"))?;
+        // A large body goes in a memfd, attached last.
+        let memfd = if body.len() > INLINE_MAX {
+            Some(body_memfd(&body)?)
+        } else {
+            None
+        };
+        let hdr = if memfd.is_some() {
+            len | BODY_IN_FD
+        } else {
+            len
+        }
+        .to_le_bytes();
+        let inline: &[u8] = if memfd.is_some() { &[] } else { &body };
+        let mut all = [-1 as RawFd; 5];
+        all[..fds.len()].copy_from_slice(fds);
+        let mut nfds = fds.len();
+        if let Some(m) = &memfd {
+            all[nfds] = m.as_raw_fd();
+            nfds += 1;
+        }
+        let fd_bytes = (nfds * std::mem::size_of::<RawFd>()) as u32;
         let sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
         let fd = sock.as_raw_fd();
-        let fd_bytes = std::mem::size_of_val(fds) as u32;
-        // SAFETY: the control buffer is sized and aligned for four fds; all pointers are valid
-        // for the duration of the call.
+        // SAFETY: the control buffer is sized and aligned for five fds; all pointers are valid
+        // for the duration of the calls.
         unsafe {
             let mut cbuf = [0u64; 8];
-            // Header and body in one message: the launcher reads both with one call (sent
-            // apart, the body was a second wake-up of the spare, the first one idle).
             let mut iov = [
                 libc::iovec {
                     iov_base: hdr.as_ptr() as *mut libc::c_void,
                     iov_len: 4,
                 },
                 libc::iovec {
-                    iov_base: body.as_ptr() as *mut libc::c_void,
-                    iov_len: body.len(),
+                    iov_base: inline.as_ptr() as *mut libc::c_void,
+                    iov_len: inline.len(),
                 },
             ];
             let mut msg: libc::msghdr = std::mem::zeroed();
@@ -171,41 +193,59 @@ impl Client {
             (*c).cmsg_level = libc::SOL_SOCKET;
             (*c).cmsg_type = libc::SCM_RIGHTS;
             (*c).cmsg_len = libc::CMSG_LEN(fd_bytes) as usize;
-            std::ptr::copy_nonoverlapping(
-                fds.as_ptr(),
-                libc::CMSG_DATA(c).cast::<RawFd>(),
-                fds.len(),
-            );
-            let n = loop {
-                let n = libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL);
-                if n < 0 && crate::sys::errno() == libc::EINTR {
-                    continue;
-                }
-                break n;
-            };
-            if n < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // What did not fit in the socket's buffer (a large request) follows.
-            let sent = n as usize;
-            let mut rest: &[u8] = &hdr[sent.min(4)..];
-            let mut body_rest: &[u8] = &body[sent.saturating_sub(4)..];
-            while !rest.is_empty() || !body_rest.is_empty() {
-                let buf = if rest.is_empty() {
-                    &mut body_rest
-                } else {
-                    &mut rest
-                };
-                let w = libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL);
-                if w < 0 {
-                    if crate::sys::errno() == libc::EINTR {
-                        continue;
+            std::ptr::copy_nonoverlapping(all.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), nfds);
+            // Non-blocking: a message this small is one buffer in the kernel, queued whole or
+            // not at all (EAGAIN when the socket is full: wait until it is writable, retry).
+            // A blocking send could be cut short by a signal, leaving a partial request.
+            loop {
+                let n = libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT);
+                if n >= 0 {
+                    if n as usize != 4 + inline.len() {
+                        return Err(std::io::Error::other("request sent in part"));
                     }
-                    return Err(std::io::Error::last_os_error());
+                    return Ok(());
                 }
-                *buf = &buf[w as usize..];
+                match crate::sys::errno() {
+                    libc::EINTR => continue,
+                    libc::EAGAIN => {
+                        let mut p = libc::pollfd {
+                            fd,
+                            events: libc::POLLOUT,
+                            revents: 0,
+                        };
+                        libc::poll(&mut p, 1, -1);
+                    }
+                    _ => return Err(std::io::Error::last_os_error()),
+                }
             }
         }
-        Ok(())
     }
+}
+
+/// A sealed memfd holding `body` (a request too large to send inline).
+fn body_memfd(body: &[u8]) -> std::io::Result<OwnedFd> {
+    // SAFETY: valid C string; the result is checked and owned.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"dojo-request".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptor, owned from here on.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut f = std::fs::File::from(fd);
+    std::io::Write::write_all(&mut f, body)?;
+    let fd = OwnedFd::from(f);
+    // SAFETY: a valid fd; sealing only restricts later writers.
+    unsafe {
+        libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL,
+        );
+    }
+    Ok(fd)
 }

@@ -11,10 +11,11 @@
 //! namespace, Landlock, seccomp, rlimits: `child::run_inside`) on request.
 //!
 //! Protocol (a unix stream socketpair per sandbox; the caller keeps one end): the launcher greets
-//! with one byte `R`; a request is a 4-byte little-endian length then that many bytes of JSON
-//! (`child::Request`), sent as one message (what does not fit the socket's buffer follows) with
-//! the fds `[stdin, stdout, stderr, ctl]` attached (SCM_RIGHTS), or `[stdout, stderr, ctl]` for
-//! a command whose stdin is `/dev/null` (opened inside, for that command alone). `ctl` is one
+//! with one byte `R`; a request is one message: a 4-byte little-endian length then that many
+//! bytes of JSON (`child::Request`), with the fds `[stdin, stdout, stderr, ctl]` attached
+//! (SCM_RIGHTS), or `[stdout, stderr, ctl]` for a command whose stdin is `/dev/null` (opened
+//! inside, for that command alone). A body over [`INLINE_MAX`] travels in a memfd attached
+//! last instead ([`BODY_IN_FD`] set in the length): never in a second message. `ctl` is one
 //! end of a per-command socketpair: the supervisor writes setup errors and the command's wait
 //! status there, after closing its own copies of the command's stdout and stderr, so the caller
 //! finds output and status complete at once; the caller writes `T` (SIGTERM to everything the
@@ -22,25 +23,28 @@
 //! supervisor's cue to exit, which it defers so that tearing down its namespaces never runs
 //! ahead of the caller).
 //!
-//! Pre-warming: while idle, the launcher keeps one supervisor forked ahead of time, already pid 1
-//! of its own fresh pid namespace, in its own mount namespace with that namespace's `/proc`
-//! mounted, the seccomp filter installed (the same for every command; the command inherits
-//! it) and the sandbox's Landlock ruleset built, not enforced (the command enforces it; the
-//! launcher's start variable says whether `/venv` is writable). The first fork into a new pid
-//! namespace is the expensive
-//! one (the kernel sets up the namespace's internal proc mount then), and with the mount
-//! namespace, `/proc` and the filter it was most of the per-command setup; now it happens
-//! between commands. The spare also starts the command's own process ahead, in its memory and
-//! with its fd table (like `posix_spawn`'s child, while the spare sleeps): that process reads the
-//! next request itself and goes straight to its `execve`, so neither a fork nor a hop through
-//! another process lies between the request and the command; the spare then tells the launcher
-//! over its hand-off pipe and supervises. Stdio, argv, env, cwd, rlimits and Landlock still come
-//! from the request and are applied in the command's own process, and a spare serves exactly one
-//! command, so commands share nothing. The launcher arms the next spare as soon as one takes a request,
-//! beside the running command, so that commands sent back to back also find a spare (waiting
-//! until the command was done left those at 1.8–3.5× a bare fork/exec instead of ~1.1×).
-//! Spares live in the sandbox's pid namespace and die with it. `DOJO_SANDBOX_PREWARM=0` turns
-//! this off.
+//! Pre-warming: while idle, the launcher keeps two supervisors forked ahead of time, each
+//! already pid 1 of its own fresh pid namespace, in its own mount namespace with that
+//! namespace's `/proc` mounted, the seccomp filter installed (the same for every command; the
+//! command inherits it) and the sandbox's Landlock ruleset built, not enforced (the command
+//! enforces it; the launcher's start variable says whether `/venv` is writable). The first fork
+//! into a new pid namespace is the expensive one (the kernel sets up the namespace's internal
+//! proc mount then), and with the mount namespace, `/proc` and the filter it was most of the
+//! per-command setup; now it happens between commands. Each spare also starts the command's own
+//! process ahead, in its memory and with its fd table (like `posix_spawn`'s child, while the
+//! spare sleeps): that process reads the next request itself (processes waiting on one socket
+//! get one request each) and goes straight to its `execve`, so neither a fork nor a hop through
+//! another process lies between the request and the command; the spare then supervises. Stdio,
+//! argv, env, cwd, rlimits and Landlock still come from the request and are applied in the
+//! command's own process, and a spare serves exactly one command, so commands share nothing.
+//! A spare records on a page shared with the launcher whether its command took a request, and
+//! the launcher arms its slot again once it has exited (after the caller has the result): no
+//! wake-up of the launcher, and no fork of a replacement, lands on a command's path, and a
+//! command sent right after another finds the second spare. (Arming a replacement as soon as a
+//! spare took its request, beside the running command, put that fork on the path of short
+//! commands; with one spare, waiting until the command was done left commands sent back to back
+//! at 1.8–3.5× a bare fork/exec instead of ~1.1×.) Spares live in the sandbox's pid namespace
+//! and die with it. `DOJO_SANDBOX_PREWARM=0` turns this off.
 //!
 //! When the greeting does not come, commands join the namespaces per command with `setns`, as
 //! kept sandboxes re-attached from another process always do, and the launcher stays off for
@@ -63,3 +67,12 @@ pub(crate) use client::{Client, disable, exe_fd, loader_env, prewarm, socketpair
 
 /// The greeting byte the launcher sends once it serves.
 pub(crate) const GREETING: u8 = b'R';
+
+/// The largest request body sent inline, after its header, in the request's one message;
+/// a larger one travels in a memfd passed last among the fds. The launcher's spares both read
+/// the socket, each taking one message: a request must never continue in a second one, which
+/// the other could read.
+pub(crate) const INLINE_MAX: usize = 16 << 10;
+
+/// Set in a request's header when its body is in the memfd passed last.
+pub(crate) const BODY_IN_FD: u32 = 1 << 31;

@@ -6,7 +6,7 @@
 
 use std::os::fd::RawFd;
 
-use super::GREETING;
+use super::{BODY_IN_FD, GREETING, INLINE_MAX};
 use crate::child::{self, ExecPlan, Mode, Request};
 use crate::confine;
 
@@ -66,56 +66,78 @@ unsafe fn serve(sock: RawFd, life: RawFd, prewarm: bool, venv_writable: bool) ->
         libc::close(sock);
         sock = -1;
     }
-    // The pre-warmed supervisor waiting on `sock`, as the read end of its hand-off pipe.
-    let mut spare: RawFd = -1;
+    // What each spare did with `sock`, one byte per slot in a page shared with the spares: they
+    // record it there rather than telling us, so that no wake-up of ours lands on a command's
+    // path; we read it when the spare has exited (its hand-off pipe reports EOF).
+    let board = libc::mmap(
+        std::ptr::null_mut(),
+        4096,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+        -1,
+        0,
+    );
+    let prewarm = prewarm && board != libc::MAP_FAILED;
+    let board = board.cast::<u8>();
+    // The pre-warmed supervisors waiting on `sock`, as the read ends of their hand-off pipes
+    // (-1: an empty slot). Two, so that a command sent right after another finds one while the
+    // first one's replacement is not armed yet (processes waiting on one socket get one
+    // request each). A slot is re-armed once its spare has exited: after its command, and after
+    // the caller has its result.
+    let mut spares: [RawFd; SPARES] = [-1; SPARES];
     // Spares that died without taking a request; past a few, serve requests directly.
     let mut spare_deaths = 0;
     loop {
-        if prewarm && sock >= 0 && spare < 0 && spare_deaths < 3 {
-            spare = fork_spare(sock, life, seccomp, venv_writable);
+        if prewarm && sock >= 0 && spare_deaths < 3 {
+            for (i, slot) in spares.iter_mut().enumerate() {
+                if *slot < 0 {
+                    board.add(i).write_volatile(SPARE_WAITING);
+                    *slot = fork_spare(sock, life, seccomp, venv_writable, board.add(i));
+                }
+            }
         }
-        // While a spare is waiting it alone reads `sock`; we only wait for its hand-off.
-        let fds = [spare, if spare < 0 { sock } else { -1 }, life];
-        let mut p = fds.map(|fd| libc::pollfd {
-            fd,
+        let live = spares.iter().any(|&fd| fd >= 0);
+        // While spares are waiting they alone read `sock`; we only wait for them to exit.
+        let mut p = [libc::pollfd {
+            fd: -1,
             events: libc::POLLIN,
             revents: 0,
-        });
-        if libc::poll(p.as_mut_ptr(), 3, -1) <= 0 {
+        }; SPARES + 2];
+        for (q, &fd) in p.iter_mut().zip(&spares) {
+            q.fd = fd;
+        }
+        p[SPARES].fd = if live { -1 } else { sock };
+        p[SPARES + 1].fd = life;
+        if libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, -1) <= 0 {
             continue;
         }
-        if p[2].revents != 0 {
+        if p[SPARES + 1].revents != 0 {
             // The process that created this (non-kept) sandbox is gone: so is the sandbox (and,
             // with us, pid 1 of its pid namespace, every spare and command in it).
             libc::_exit(0);
         }
-        if p[0].revents != 0 {
-            let mut b = [0u8; 1];
-            let n = libc::read(spare, b.as_mut_ptr().cast(), 1);
-            if n < 0 && crate::sys::errno() == libc::EINTR {
+        let mut exited = false;
+        for (i, (q, slot)) in p[..SPARES].iter().zip(spares.iter_mut()).enumerate() {
+            if q.revents == 0 || *slot < 0 {
                 continue;
             }
-            match (n, b[0]) {
-                // It took a request: arm the next one right away, so a command sent straight
-                // after this one finds a spare too (the arming runs beside the command).
-                (1, HANDOFF_TOOK) => {
-                    libc::close(spare);
-                }
+            // Nothing is ever written on it: readable means EOF, the spare has exited.
+            exited = true;
+            libc::close(*slot);
+            *slot = -1;
+            match board.add(i).read_volatile() {
+                SPARE_TOOK => {}
                 // It read EOF or a malformed request: stop serving, as below.
-                (1, _) => {
-                    libc::close(spare);
-                    libc::close(sock);
-                    sock = -1;
+                SPARE_SAW_EOF => {
+                    if sock >= 0 {
+                        libc::close(sock);
+                        sock = -1;
+                    }
                 }
-                _ => {
-                    libc::close(spare);
-                    spare_deaths += 1;
-                }
+                _ => spare_deaths += 1,
             }
-            spare = -1;
-            continue;
         }
-        if p[1].revents == 0 {
+        if exited || p[SPARES].revents == 0 {
             continue;
         }
         match recv_request(sock, -1) {
@@ -135,10 +157,15 @@ unsafe fn serve(sock: RawFd, life: RawFd, prewarm: bool, venv_writable: bool) ->
     }
 }
 
-/// What a spare writes on its hand-off pipe once it has read a whole request.
-const HANDOFF_TOOK: u8 = b'A';
-/// ... or when it read EOF or a malformed request instead.
-const HANDOFF_EOF: u8 = b'E';
+/// How many pre-warmed supervisors a sandbox keeps while idle.
+const SPARES: usize = 2;
+
+/// A spare's entry on the launcher's board: armed, no request read yet ...
+const SPARE_WAITING: u8 = 0;
+/// ... its command took a request ...
+const SPARE_TOOK: u8 = b'A';
+/// ... or it read EOF or a malformed request instead (the caller is gone).
+const SPARE_SAW_EOF: u8 = b'E';
 
 /// Set our children's pid namespace to a fresh one (the previous command's is still set: point
 /// back at our own first), so the next fork is pid 1 there.
@@ -154,14 +181,15 @@ unsafe fn fresh_pid_ns_for_children() -> bool {
 /// request decides (stdio, argv, env, cwd, rlimits, Landlock) is still applied after it
 /// arrives, in the command's own process, and each spare serves exactly one command: nothing
 /// carries over from one command to the next.
-/// Returns the read end of its hand-off pipe (one byte once its command has taken a request,
-/// then EOF when it exits; EOF alone if it died first), or -1 when it could not be started
-/// (requests are then served directly).
+/// Returns the read end of its hand-off pipe (EOF once it has exited; what it did with `sock`
+/// it records at `board`), or -1 when it could not be started (requests are then served
+/// directly).
 unsafe fn fork_spare(
     sock: RawFd,
     life: RawFd,
     seccomp: &'static [libc::sock_filter],
     venv_writable: bool,
+    board: *mut u8,
 ) -> RawFd {
     let mut hand = [-1 as RawFd; 2];
     if libc::pipe2(hand.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
@@ -175,7 +203,7 @@ unsafe fn fork_spare(
     let pid = libc::fork();
     if pid == 0 {
         libc::close(hand[0]);
-        spare_main(sock, life, hand[1], seccomp, venv_writable);
+        spare_main(sock, life, hand[1], seccomp, venv_writable, board);
     }
     libc::close(hand[1]);
     if pid < 0 {
@@ -192,7 +220,11 @@ unsafe fn spare_main(
     hand: RawFd,
     seccomp: &'static [libc::sock_filter],
     venv_writable: bool,
+    board: *mut u8,
 ) -> ! {
+    // `hand` stays open (close-on-exec: not in the command) until we exit: its EOF tells the
+    // launcher to read `board` and arm our slot again.
+    let _ = hand;
     if life >= 0 {
         // We die with the launcher (pid 1 of the sandbox's pid namespace), lifeline or not.
         libc::close(life);
@@ -216,8 +248,7 @@ unsafe fn spare_main(
         && let Some((l_pid, ctl)) = command_ahead(sock, devnull, &landlock)
     {
         // The command process took a request and exec'd (or failed and exited): supervise it.
-        let tag = if ctl >= 0 { HANDOFF_TOOK } else { HANDOFF_EOF };
-        libc::write(hand, [tag].as_ptr().cast(), 1);
+        board.write_volatile(if ctl >= 0 { SPARE_TOOK } else { SPARE_SAW_EOF });
         if ctl < 0 {
             libc::_exit(0);
         }
@@ -232,18 +263,12 @@ unsafe fn spare_main(
     rehearse(&landlock);
     let got = recv_request(sock, devnull);
     libc::close(sock);
-    let tag = if got.is_some() {
-        HANDOFF_TOOK
+    board.write_volatile(if got.is_some() {
+        SPARE_TOOK
     } else {
-        HANDOFF_EOF
-    };
-    // `hand` stays open (close-on-exec: not in the command) until we exit: the launcher arms the
-    // next spare when it reports EOF.
-    let report = || {
-        libc::write(hand, [tag].as_ptr().cast(), 1);
-    };
+        SPARE_SAW_EOF
+    });
     let Some((req, fds)) = got else {
-        report();
         libc::_exit(0)
     };
     // (Already installed above; a failure there is reported below.)
@@ -253,14 +278,8 @@ unsafe fn spare_main(
     }
     install_stdio(fds);
     match prepared {
-        // The hand-off is reported once the command has started: the launcher's arming of the
-        // next spare (~0.1 ms of CPU) then runs beside the command, not ahead of it (woken by
-        // our report, it took this CPU before the command was even forked).
-        Ok(sfd) => child::run_prepared(&plan, fds[3], sfd, &report),
-        Err((step, e)) => {
-            report();
-            child::fail_with(fds[3], step, e)
-        }
+        Ok(sfd) => child::run_prepared(&plan, fds[3], sfd),
+        Err((step, e)) => child::fail_with(fds[3], step, e),
     }
 }
 
@@ -356,7 +375,7 @@ unsafe fn rehearse(landlock: &Prebuilt) {
         return;
     };
     drop(made_up);
-    let mut body: Vec<u8> = Vec::with_capacity(16 << 10);
+    let mut body: Vec<u8> = Vec::with_capacity(INLINE_MAX);
     body.extend_from_slice(&json);
     drop(json);
     if let Ok(req) = serde_json::from_slice::<Request>(&body) {
@@ -411,14 +430,12 @@ impl Prebuilt {
     }
 }
 
-/// Read one request; `None` on EOF or a malformed message. Its fds: `[stdin, stdout, stderr,
-/// ctl]`; a request sent with three (no stdin) gets `devnull` as stdin, or `/dev/null` opened
-/// now when that is -1.
+/// Read one request (one message: see [`super::INLINE_MAX`]); `None` on EOF or a malformed
+/// message. Its fds: `[stdin, stdout, stderr, ctl]`; a request sent with three (no stdin) gets
+/// `devnull` as stdin, or `/dev/null` opened now when that is -1.
 unsafe fn recv_request(sock: RawFd, devnull: RawFd) -> Option<(Request, [RawFd; 4])> {
     let mut hdr = [0u8; 4];
-    // Header and body arrive in one message (`Client::submit`): read both with one call, the
-    // body into room that fits a usual request.
-    let mut body: Vec<u8> = Vec::with_capacity(16 << 10);
+    let mut body: Vec<u8> = Vec::with_capacity(INLINE_MAX);
     let mut cbuf = [0u64; 16];
     let mut iov = [
         libc::iovec {
@@ -442,7 +459,7 @@ unsafe fn recv_request(sock: RawFd, devnull: RawFd) -> Option<(Request, [RawFd; 
         }
         break n;
     };
-    let mut got_fds = [-1; 4];
+    let mut got = [-1; 5];
     let mut nfds = 0;
     let mut c = libc::CMSG_FIRSTHDR(&msg);
     while !c.is_null() {
@@ -451,8 +468,8 @@ unsafe fn recv_request(sock: RawFd, devnull: RawFd) -> Option<(Request, [RawFd; 
             let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
             for i in 0..count {
                 let fd = std::ptr::read_unaligned(data.add(i));
-                if nfds < 4 {
-                    got_fds[nfds] = fd;
+                if nfds < got.len() {
+                    got[nfds] = fd;
                     nfds += 1;
                 } else {
                     libc::close(fd);
@@ -461,64 +478,73 @@ unsafe fn recv_request(sock: RawFd, devnull: RawFd) -> Option<(Request, [RawFd; 
         }
         c = libc::CMSG_NXTHDR(&msg, c);
     }
-    let fail = |fds: [RawFd; 4]| {
-        for fd in fds {
+    let fail = |fds: &[RawFd]| {
+        for &fd in fds {
             if fd >= 0 {
                 libc::close(fd);
             }
         }
         None
     };
-    if n <= 0 || (msg.msg_flags & libc::MSG_CTRUNC) != 0 {
-        return fail(got_fds);
+    if n < 4 || (msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_TRUNC)) != 0 {
+        return fail(&got);
     }
-    let n = n as usize;
-    let mut got = n.min(4);
-    while got < 4 {
-        let r = libc::read(sock, hdr[got..].as_mut_ptr().cast(), 4 - got);
-        if r <= 0 {
-            return fail(got_fds);
+    let word = u32::from_le_bytes(hdr);
+    let len = (word & !BODY_IN_FD) as usize;
+    let in_body = n as usize - 4;
+    if word & BODY_IN_FD != 0 {
+        // The body is in the memfd passed last.
+        if in_body != 0 || nfds < 4 {
+            return fail(&got);
         }
-        got += r as usize;
-    }
-    let len = u32::from_le_bytes(hdr) as usize;
-    let in_body = n.saturating_sub(4);
-    if in_body > len {
-        return fail(got_fds);
-    }
-    // SAFETY: recvmsg wrote `in_body` bytes at the start of the body's capacity.
-    body.set_len(in_body);
-    body.resize(len, 0);
-    let mut got = in_body;
-    while got < len {
-        let r = libc::read(sock, body[got..].as_mut_ptr().cast(), len - got);
-        if r < 0 && crate::sys::errno() == libc::EINTR {
-            continue;
+        nfds -= 1;
+        let memfd = got[nfds];
+        got[nfds] = -1;
+        body.resize(len, 0);
+        let mut off = 0;
+        while off < len {
+            let r = libc::pread(
+                memfd,
+                body[off..].as_mut_ptr().cast(),
+                len - off,
+                off as libc::off_t,
+            );
+            if r < 0 && crate::sys::errno() == libc::EINTR {
+                continue;
+            }
+            if r <= 0 {
+                libc::close(memfd);
+                return fail(&got);
+            }
+            off += r as usize;
         }
-        if r <= 0 {
-            return fail(got_fds);
+        libc::close(memfd);
+    } else {
+        if in_body != len {
+            return fail(&got);
         }
-        got += r as usize;
+        // SAFETY: recvmsg wrote `in_body` bytes at the start of the body's capacity.
+        body.set_len(in_body);
     }
     let fds = match nfds {
-        4 => got_fds,
+        4 => [got[0], got[1], got[2], got[3]],
         3 => {
             let stdin = if devnull >= 0 {
                 devnull
             } else {
                 libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC)
             };
-            let fds = [stdin, got_fds[0], got_fds[1], got_fds[2]];
+            let fds = [stdin, got[0], got[1], got[2]];
             if stdin < 0 {
-                return fail(fds);
+                return fail(&fds);
             }
             fds
         }
-        _ => return fail(got_fds),
+        _ => return fail(&got),
     };
     match serde_json::from_slice(&body) {
         Ok(req) => Some((req, fds)),
-        Err(_) => fail(fds),
+        Err(_) => fail(&fds),
     }
 }
 
