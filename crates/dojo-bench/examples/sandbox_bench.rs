@@ -234,8 +234,8 @@ fn spare_memory(warm: &Sandbox, cold: &Sandbox) -> String {
     };
     let cg = match (warm.memory_usage(), cold.memory_usage()) {
         (Some(a), Some(b)) => format!(
-            "; cgroup-charged memory of the idle sandbox {:.0} KiB with the spare vs {:.0} KiB without \
-             (includes page cache; kernel objects of the extra pid + mount namespace and /proc are \
+            "; cgroup-charged memory of the idle sandbox {:.0} KiB with the spares vs {:.0} KiB without \
+             (includes page cache; kernel objects of the extra pid + mount namespaces and /proc are \
              counted only where kmem accounting is on)",
             a as f64 / 1024.0,
             b as f64 / 1024.0
@@ -243,9 +243,10 @@ fn spare_memory(warm: &Sandbox, cold: &Sandbox) -> String {
         _ => String::new(),
     };
     format!(
-        "Memory of the idle pre-warmed supervisor (one per sandbox; the launcher has {} child(ren) \
-         in the warm sandbox, {} in the cold one): {} KiB private (Private_Clean + Private_Dirty), \
-         {} KiB page tables, {} KiB PSS (its pages shared with the launcher counted half){cg}.\n\n",
+        "Memory of one idle pre-warmed supervisor, with the command process it started ahead \
+         (which shares its memory; the launcher has {} such child(ren) in the warm sandbox, {} in \
+         the cold one): {} KiB private (Private_Clean + Private_Dirty), {} KiB page tables, {} KiB \
+         PSS (its pages shared with the launcher counted half){cg}.\n\n",
         w.len(),
         c.len(),
         smaps_kb(spare, "Private_"),
