@@ -202,6 +202,37 @@ async fn large_requests_no_stdin_and_leftovers_holding_stdout() {
     sb.teardown().await.unwrap();
 }
 
+/// More commands at once than the launcher keeps spares: all of them run at the same time (each
+/// waits until all four have started; a cap would leave the later ones queued and the
+/// earlier ones timing out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_concurrent_commands_than_spares_all_run_at_once() {
+    skip_unless_ns!();
+    let sb = std::sync::Arc::new(common::sandbox().await);
+    let tasks: Vec<_> = (0..4)
+        .map(|i| {
+            let sb = sb.clone();
+            tokio::spawn(async move {
+                let script = format!(
+                    "touch /tmp/started-{i}; \
+                     while [ $(ls /tmp | grep -c '^started-') -lt 4 ]; do sleep 0.01; done; echo ok"
+                );
+                let req = ExecRequest::shell(script).timeout(std::time::Duration::from_secs(60));
+                sb.exec(&req).await.unwrap()
+            })
+        })
+        .collect();
+    for t in tasks {
+        let out = t.await.unwrap();
+        assert!(out.success() && !out.timed_out, "{out:?}");
+        assert_eq!(out.stdout_lossy(), "ok\n");
+    }
+    let Ok(sb) = std::sync::Arc::try_unwrap(sb) else {
+        panic!("sandbox still shared")
+    };
+    sb.teardown().await.unwrap();
+}
+
 /// Many commands at once in one sandbox: each gets its own output and exit code.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_commands_in_one_sandbox_keep_their_own_results() {

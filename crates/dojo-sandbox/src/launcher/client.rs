@@ -134,6 +134,33 @@ impl Client {
                 return None;
             }
         }
+        // Room for a whole request in one buffer of the kernel's: a stream socket cuts what is
+        // sent into pieces of at most half its send buffer, and a request must stay one piece
+        // (see `INLINE_MAX`). The default is ~208 KiB; a host configured lower gets 128 KiB.
+        // SAFETY: valid fd and option buffers.
+        unsafe {
+            let mut cur: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            let fd = sock.as_raw_fd();
+            if libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&mut cur as *mut libc::c_int).cast(),
+                &mut len,
+            ) == 0
+                && cur < 128 << 10
+            {
+                let want: libc::c_int = 64 << 10;
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_SNDBUF,
+                    (&want as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                );
+            }
+        }
         Some(Client {
             sock: Mutex::new(sock),
         })
@@ -203,6 +230,9 @@ impl Client {
                 let n = libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT);
                 if n >= 0 {
                     if n as usize != 4 + inline.len() {
+                        // Never expected (see `connect`): the rest could reach another reader,
+                        // so end the stream; the launcher stops serving, commands then fail.
+                        libc::shutdown(fd, libc::SHUT_RDWR);
                         return Err(std::io::Error::other("request sent in part"));
                     }
                     return Ok(());

@@ -66,38 +66,35 @@ unsafe fn serve(sock: RawFd, life: RawFd, prewarm: bool, venv_writable: bool) ->
         libc::close(sock);
         sock = -1;
     }
-    // What each spare did with `sock`, one byte per slot in a page shared with the spares: they
-    // record it there rather than telling us, so that no wake-up of ours lands on a command's
-    // path; we read it when the spare has exited (its hand-off pipe reports EOF).
-    let board = libc::mmap(
-        std::ptr::null_mut(),
-        4096,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-        -1,
-        0,
-    );
-    let prewarm = prewarm && board != libc::MAP_FAILED;
-    let board = board.cast::<u8>();
     // The pre-warmed supervisors waiting on `sock`, as the read ends of their hand-off pipes
     // (-1: an empty slot). Two, so that a command sent right after another finds one while the
     // first one's replacement is not armed yet (processes waiting on one socket get one
-    // request each). A slot is re-armed once its spare has exited: after its command, and after
-    // the caller has its result.
+    // request each).
     let mut spares: [RawFd; SPARES] = [-1; SPARES];
+    // When to arm the empty slots. A spare that took a request is replaced a little later, not
+    // at once, so that forking its replacement (~0.1–0.2 ms of CPU) does not land on a short
+    // command's exit or its result; with no spare left waiting, at once (a sandbox runs any
+    // number of commands at a time).
+    let mut arm_at: Option<i64> = None;
     // Spares that died without taking a request; past a few, serve requests directly.
     let mut spare_deaths = 0;
     loop {
-        if prewarm && sock >= 0 && spare_deaths < 3 {
-            for (i, slot) in spares.iter_mut().enumerate() {
-                if *slot < 0 {
-                    board.add(i).write_volatile(SPARE_WAITING);
-                    *slot = fork_spare(sock, life, seccomp, venv_writable, board.add(i));
-                }
+        let waiting = spares.iter().filter(|&&fd| fd >= 0).count();
+        let arming = prewarm && sock >= 0 && spare_deaths < 3;
+        let now = monotonic_ms();
+        if arming && waiting < SPARES && (waiting == 0 || arm_at.is_none_or(|t| now >= t)) {
+            for slot in spares.iter_mut().filter(|fd| **fd < 0) {
+                *slot = fork_spare(sock, life, seccomp, venv_writable);
             }
+            arm_at = None;
         }
-        let live = spares.iter().any(|&fd| fd >= 0);
-        // While spares are waiting they alone read `sock`; we only wait for them to exit.
+        let waiting = spares.iter().filter(|&&fd| fd >= 0).count();
+        // Wake up to arm the empty slots when that is due.
+        let timeout = match arm_at {
+            Some(t) if arming && waiting < SPARES => (t - now).clamp(0, 1000) as i32,
+            _ => -1,
+        };
+        // While spares are waiting they alone read `sock`; we only wait for their hand-offs.
         let mut p = [libc::pollfd {
             fd: -1,
             events: libc::POLLIN,
@@ -106,9 +103,9 @@ unsafe fn serve(sock: RawFd, life: RawFd, prewarm: bool, venv_writable: bool) ->
         for (q, &fd) in p.iter_mut().zip(&spares) {
             q.fd = fd;
         }
-        p[SPARES].fd = if live { -1 } else { sock };
+        p[SPARES].fd = if waiting == 0 { sock } else { -1 };
         p[SPARES + 1].fd = life;
-        if libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, -1) <= 0 {
+        if libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout) <= 0 {
             continue;
         }
         if p[SPARES + 1].revents != 0 {
@@ -116,19 +113,26 @@ unsafe fn serve(sock: RawFd, life: RawFd, prewarm: bool, venv_writable: bool) ->
             // with us, pid 1 of its pid namespace, every spare and command in it).
             libc::_exit(0);
         }
-        let mut exited = false;
-        for (i, (q, slot)) in p[..SPARES].iter().zip(spares.iter_mut()).enumerate() {
+        let mut handed = false;
+        for (q, slot) in p[..SPARES].iter().zip(spares.iter_mut()) {
             if q.revents == 0 || *slot < 0 {
                 continue;
             }
-            // Nothing is ever written on it: readable means EOF, the spare has exited.
-            exited = true;
+            let mut b = [0u8; 1];
+            let n = libc::read(*slot, b.as_mut_ptr().cast(), 1);
+            if n < 0 && crate::sys::errno() == libc::EINTR {
+                continue;
+            }
+            handed = true;
             libc::close(*slot);
             *slot = -1;
-            match board.add(i).read_volatile() {
-                SPARE_TOOK => {}
+            match (n, b[0]) {
+                // Its command took a request: replace it shortly (see `arm_at`).
+                (1, HANDOFF_TOOK) => {
+                    arm_at.get_or_insert(monotonic_ms() + ARM_DELAY_MS);
+                }
                 // It read EOF or a malformed request: stop serving, as below.
-                SPARE_SAW_EOF => {
+                (1, _) => {
                     if sock >= 0 {
                         libc::close(sock);
                         sock = -1;
@@ -137,10 +141,10 @@ unsafe fn serve(sock: RawFd, life: RawFd, prewarm: bool, venv_writable: bool) ->
                 _ => spare_deaths += 1,
             }
         }
-        if exited || p[SPARES].revents == 0 {
+        if handed || p[SPARES].revents == 0 {
             continue;
         }
-        match recv_request(sock, -1) {
+        match recv_request(sock, -1, &mut false) {
             Some((req, fds)) => {
                 spawn(&req, fds, sock, life, seccomp);
                 for fd in fds {
@@ -160,12 +164,22 @@ unsafe fn serve(sock: RawFd, life: RawFd, prewarm: bool, venv_writable: bool) ->
 /// How many pre-warmed supervisors a sandbox keeps while idle.
 const SPARES: usize = 2;
 
-/// A spare's entry on the launcher's board: armed, no request read yet ...
-const SPARE_WAITING: u8 = 0;
-/// ... its command took a request ...
-const SPARE_TOOK: u8 = b'A';
-/// ... or it read EOF or a malformed request instead (the caller is gone).
-const SPARE_SAW_EOF: u8 = b'E';
+/// How long after a spare's command took a request its slot is armed again, in milliseconds
+/// (while the other spare still waits).
+const ARM_DELAY_MS: i64 = 2;
+
+/// CLOCK_MONOTONIC in milliseconds.
+unsafe fn monotonic_ms() -> i64 {
+    let mut ts: libc::timespec = std::mem::zeroed();
+    libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
+}
+
+/// What a spare writes on its hand-off pipe once its command has taken a request ...
+const HANDOFF_TOOK: u8 = b'A';
+/// ... or once it read EOF or a malformed request instead (the caller is gone). A spare that
+/// exits without writing either died.
+const HANDOFF_EOF: u8 = b'E';
 
 /// Set our children's pid namespace to a fresh one (the previous command's is still set: point
 /// back at our own first), so the next fork is pid 1 there.
@@ -181,15 +195,14 @@ unsafe fn fresh_pid_ns_for_children() -> bool {
 /// request decides (stdio, argv, env, cwd, rlimits, Landlock) is still applied after it
 /// arrives, in the command's own process, and each spare serves exactly one command: nothing
 /// carries over from one command to the next.
-/// Returns the read end of its hand-off pipe (EOF once it has exited; what it did with `sock`
-/// it records at `board`), or -1 when it could not be started (requests are then served
-/// directly).
+/// Returns the read end of its hand-off pipe (a byte once its command has taken a request, or
+/// read EOF; EOF alone if it died first), or -1 when it could not be started (requests are then
+/// served directly).
 unsafe fn fork_spare(
     sock: RawFd,
     life: RawFd,
     seccomp: &'static [libc::sock_filter],
     venv_writable: bool,
-    board: *mut u8,
 ) -> RawFd {
     let mut hand = [-1 as RawFd; 2];
     if libc::pipe2(hand.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
@@ -203,7 +216,7 @@ unsafe fn fork_spare(
     let pid = libc::fork();
     if pid == 0 {
         libc::close(hand[0]);
-        spare_main(sock, life, hand[1], seccomp, venv_writable, board);
+        spare_main(sock, life, hand[1], seccomp, venv_writable);
     }
     libc::close(hand[1]);
     if pid < 0 {
@@ -220,11 +233,10 @@ unsafe fn spare_main(
     hand: RawFd,
     seccomp: &'static [libc::sock_filter],
     venv_writable: bool,
-    board: *mut u8,
 ) -> ! {
-    // `hand` stays open (close-on-exec: not in the command) until we exit: its EOF tells the
-    // launcher to read `board` and arm our slot again.
-    let _ = hand;
+    let tell = |tag: u8| {
+        libc::write(hand, [tag].as_ptr().cast(), 1);
+    };
     if life >= 0 {
         // We die with the launcher (pid 1 of the sandbox's pid namespace), lifeline or not.
         libc::close(life);
@@ -245,32 +257,37 @@ unsafe fn spare_main(
     // The command's stdin when the request brings none: opened for this one command.
     let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
     if let Ok(sfd) = prepared
-        && let Some((l_pid, ctl)) = command_ahead(sock, devnull, &landlock)
+        && let Some((l_pid, taken)) = command_ahead(sock, devnull, &landlock)
     {
-        // The command process took a request and exec'd (or failed and exited): supervise it.
-        board.write_volatile(if ctl >= 0 { SPARE_TOOK } else { SPARE_SAW_EOF });
-        if ctl < 0 {
-            libc::_exit(0);
-        }
+        let ctl = match taken {
+            // The command process took a request and exec'd (or failed and exited).
+            Taken::Request(ctl) => ctl,
+            Taken::Ended => {
+                tell(HANDOFF_EOF);
+                libc::_exit(0)
+            }
+            // It died before reading a request: the launcher counts a death.
+            Taken::Nothing => libc::_exit(0),
+        };
+        tell(HANDOFF_TOOK);
         libc::close(sock);
-        if landlock.fd >= 0 {
-            libc::close(landlock.fd);
-        }
+        // (The pre-built ruleset, if the command used it, was closed by its enforcement, in
+        // the fd table we shared; otherwise it stays open here until we exit.)
         child::supervise_started(sfd, ctl, l_pid);
     }
     // Without a command process forked ahead (or when the setup above failed, to be reported
     // on the request's control socket): read the request here and start the command after it.
     rehearse(&landlock);
-    let got = recv_request(sock, devnull);
+    let mut ended = false;
+    let got = recv_request(sock, devnull, &mut ended);
     libc::close(sock);
-    board.write_volatile(if got.is_some() {
-        SPARE_TOOK
-    } else {
-        SPARE_SAW_EOF
-    });
     let Some((req, fds)) = got else {
+        if ended {
+            tell(HANDOFF_EOF);
+        }
         libc::_exit(0)
     };
+    tell(HANDOFF_TOOK);
     // (Already installed above; a failure there is reported below.)
     let mut plan = ExecPlan::from_request(&req, Mode::Launched, fds[3], fds[3], Vec::new(), None);
     if landlock.matches(&req) {
@@ -288,8 +305,19 @@ struct Ahead<'a> {
     sock: RawFd,
     devnull: RawFd,
     landlock: &'a Prebuilt,
-    /// The request's control socket, once read (-1: none).
-    ctl: RawFd,
+    /// What it did with `sock`.
+    taken: Taken,
+}
+
+/// What the command process started ahead did with the launcher's socket.
+#[derive(Clone, Copy)]
+enum Taken {
+    /// Nothing: it died first.
+    Nothing,
+    /// It read a request, whose control socket this is.
+    Request(RawFd),
+    /// It read EOF or a malformed request (the caller is gone).
+    Ended,
 }
 
 /// Start the next command's own process before its request exists, and sleep until it has
@@ -300,27 +328,31 @@ struct Ahead<'a> {
 /// process with a copy of this address space took ~0.1 ms longer to exec, tearing it down). It
 /// also shares our fd table until its `execve`, which gives it a copy (and closes its
 /// close-on-exec fds there) and leaves ours holding what it received: its stdio at 0–2 and the
-/// control socket, whose number it leaves in `Ahead::ctl`.
-/// Returns its pid and that control socket (-1: it read EOF or a malformed request and
-/// exited), or `None` when it could not be started (the request is then read here).
+/// control socket, whose number it leaves in `Ahead::taken`.
+/// Returns its pid and what it did with `sock`, or `None` when it could not be started (the
+/// request is then read here).
 unsafe fn command_ahead(
     sock: RawFd,
     devnull: RawFd,
     landlock: &Prebuilt,
-) -> Option<(libc::pid_t, RawFd)> {
+) -> Option<(libc::pid_t, Taken)> {
     extern "C" fn entry(p: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `p` points at the `Ahead` below; the spare sleeps until we exec or exit, so
         // nothing else touches this memory meanwhile.
         unsafe {
             let a = &mut *(p as *mut Ahead);
             rehearse(a.landlock);
-            let Some((req, fds)) = recv_request(a.sock, a.devnull) else {
+            let mut ended = false;
+            let Some((req, fds)) = recv_request(a.sock, a.devnull, &mut ended) else {
+                if ended {
+                    a.taken = Taken::Ended;
+                }
                 libc::_exit(0)
             };
             if fds[0] != a.devnull && a.devnull >= 0 {
                 libc::close(a.devnull);
             }
-            a.ctl = fds[3];
+            a.taken = Taken::Request(fds[3]);
             let mut plan =
                 ExecPlan::from_request(&req, Mode::Launched, fds[3], fds[3], Vec::new(), None);
             if a.landlock.matches(&req) {
@@ -337,7 +369,7 @@ unsafe fn command_ahead(
         sock,
         devnull,
         landlock,
-        ctl: -1,
+        taken: Taken::Nothing,
     };
     let top = std::ptr::addr_of_mut!(STACK_MEM)
         .cast::<u128>()
@@ -350,8 +382,8 @@ unsafe fn command_ahead(
         std::ptr::addr_of_mut!(arg).cast(),
     );
     // (Written by the other process while we slept.)
-    let ctl = std::ptr::read_volatile(std::ptr::addr_of!(arg.ctl));
-    (pid > 0).then_some((pid, ctl))
+    let taken = std::ptr::read_volatile(std::ptr::addr_of!(arg.taken));
+    (pid > 0).then_some((pid, taken))
 }
 
 /// Walk a made-up request through what a real one goes through in this process (decoded from
@@ -431,9 +463,14 @@ impl Prebuilt {
 }
 
 /// Read one request (one message: see [`super::INLINE_MAX`]); `None` on EOF or a malformed
-/// message. Its fds: `[stdin, stdout, stderr, ctl]`; a request sent with three (no stdin) gets
-/// `devnull` as stdin, or `/dev/null` opened now when that is -1.
-unsafe fn recv_request(sock: RawFd, devnull: RawFd) -> Option<(Request, [RawFd; 4])> {
+/// message (then `ended` is set), or when reading failed (it is not). Its fds: `[stdin, stdout,
+/// stderr, ctl]`; a request sent with three (no stdin) gets `devnull` as stdin, or `/dev/null`
+/// opened now when that is -1.
+unsafe fn recv_request(
+    sock: RawFd,
+    devnull: RawFd,
+    ended: &mut bool,
+) -> Option<(Request, [RawFd; 4])> {
     let mut hdr = [0u8; 4];
     let mut body: Vec<u8> = Vec::with_capacity(INLINE_MAX);
     let mut cbuf = [0u64; 16];
@@ -486,6 +523,12 @@ unsafe fn recv_request(sock: RawFd, devnull: RawFd) -> Option<(Request, [RawFd; 
         }
         None
     };
+    if n < 0 {
+        // (Out of memory, say: not the caller's doing.)
+        return fail(&got);
+    }
+    // From here on, EOF or a message that breaks the protocol: the caller is gone or confused.
+    *ended = true;
     if n < 4 || (msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_TRUNC)) != 0 {
         return fail(&got);
     }
@@ -543,7 +586,10 @@ unsafe fn recv_request(sock: RawFd, devnull: RawFd) -> Option<(Request, [RawFd; 
         _ => return fail(&got),
     };
     match serde_json::from_slice(&body) {
-        Ok(req) => Some((req, fds)),
+        Ok(req) => {
+            *ended = false;
+            Some((req, fds))
+        }
         Err(_) => fail(&fds),
     }
 }
