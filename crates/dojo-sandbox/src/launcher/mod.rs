@@ -37,14 +37,15 @@
 //! another process lies between the request and the command; the spare then supervises. Stdio,
 //! argv, env, cwd, rlimits and Landlock still come from the request and are applied in the
 //! command's own process, and a spare serves exactly one command, so commands share nothing.
-//! A spare records on a page shared with the launcher whether its command took a request, and
-//! the launcher arms its slot again once it has exited (after the caller has the result): no
-//! wake-up of the launcher, and no fork of a replacement, lands on a command's path, and a
-//! command sent right after another finds the second spare. (Arming a replacement as soon as a
-//! spare took its request, beside the running command, put that fork on the path of short
-//! commands; with one spare, waiting until the command was done left commands sent back to back
-//! at 1.8–3.5× a bare fork/exec instead of ~1.1×.) Spares live in the sandbox's pid namespace
-//! and die with it. `DOJO_SANDBOX_PREWARM=0` turns this off.
+//! A spare tells the launcher over its hand-off pipe once its command has taken a request; the
+//! launcher arms that slot again 2 ms later while the other spare still waits (so the fork of
+//! the replacement does not land on a short command's exit or result: arming it at once, beside
+//! the running command, did), and at once when no spare waits (a sandbox runs any number of
+//! commands at a time). A command sent right after another finds the second spare. (With one
+//! spare, waiting until the command was done left commands sent back to back at 1.8–3.5× a
+//! bare fork/exec instead of ~1.1×.) An idle spare sleeps in `vfork`, which the kernel counts
+//! in the load average. Spares live in the sandbox's pid namespace and die with it.
+//! `DOJO_SANDBOX_PREWARM=0` turns this off.
 //!
 //! When the greeting does not come, commands join the namespaces per command with `setns`, as
 //! kept sandboxes re-attached from another process always do, and the launcher stays off for
