@@ -321,7 +321,7 @@ enum Taken {
 }
 
 /// Start the next command's own process before its request exists, and sleep until it has
-/// exec'd or exited (`CLONE_VFORK`). That process reads the request itself and goes straight to
+/// exec'd or exited (as a `vfork` parent does, waiting on `CLONE_CHILD_CLEARTID` instead). That process reads the request itself and goes straight to
 /// its `execve` ([`child::exec_command`]): neither a fork nor a hop through us lies between the
 /// request and the command. Like `posix_spawn`, it runs in our memory (`CLONE_VM`, on a stack of
 /// its own; we are asleep until its `execve`, which then drops nothing but a reference: a
@@ -375,15 +375,46 @@ unsafe fn command_ahead(
         .cast::<u128>()
         .add(STACK / 16)
         .cast::<libc::c_void>();
+    // Its pid, set by the kernel before `clone` returns here and zeroed, with a futex wake-up,
+    // when it execs or exits (the moment `CLONE_VFORK` would release us: but a `vfork` parent
+    // sleeps uninterruptibly, which the load average counts, +1 per idle spare).
+    let mut tid: libc::pid_t = 0;
+    let tid_at = std::ptr::addr_of_mut!(tid);
     let pid = libc::clone(
         entry,
         top,
-        libc::CLONE_VM | libc::CLONE_FILES | libc::CLONE_VFORK | libc::SIGCHLD,
+        libc::CLONE_VM
+            | libc::CLONE_FILES
+            | libc::CLONE_PARENT_SETTID
+            | libc::CLONE_CHILD_CLEARTID
+            | libc::SIGCHLD,
         std::ptr::addr_of_mut!(arg).cast(),
+        tid_at,
+        std::ptr::null_mut::<libc::c_void>(),
+        tid_at,
     );
-    // (Written by the other process while we slept.)
+    if pid <= 0 {
+        return None;
+    }
+    // Sleep until then. Only this wait runs beside it in our memory: no allocation, and a
+    // failing futex call (which sets the errno we share) means the value changed, i.e. it has
+    // already left this memory.
+    loop {
+        let v = std::ptr::read_volatile(tid_at);
+        if v == 0 {
+            break;
+        }
+        libc::syscall(
+            libc::SYS_futex,
+            tid_at,
+            libc::FUTEX_WAIT,
+            v,
+            std::ptr::null::<libc::timespec>(),
+        );
+    }
+    // (Written by the other process before it left.)
     let taken = std::ptr::read_volatile(std::ptr::addr_of!(arg.taken));
-    (pid > 0).then_some((pid, taken))
+    Some((pid, taken))
 }
 
 /// Walk a made-up request through what a real one goes through in this process (decoded from
