@@ -16,7 +16,7 @@ static PREWARM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0
 /// `DOJO_SANDBOX_PREWARM=0` in the environment turns it off). Turning it off costs ~0.3 ms per
 /// command (benchmarks/results/sandbox.md) and saves, per idle sandbox, two spares, each a
 /// process with the command process it started ahead in its memory (~60 KiB private memory,
-/// ~60 KiB page tables) and a pid and a mount namespace (~0.7 MiB charged to the sandbox's
+/// ~60 KiB page tables) and a pid and a mount namespace (~0.5–0.7 MiB charged to the sandbox's
 /// cgroup for both, page cache included).
 pub(crate) fn prewarm() -> bool {
     use std::sync::atomic::Ordering;

@@ -32,7 +32,7 @@
 //! proc mount then), and with the mount namespace, `/proc` and the filter it was most of the
 //! per-command setup; now it happens between commands. Each spare also starts the command's own
 //! process ahead, in its memory and with its fd table (like `posix_spawn`'s child, while the
-//! spare sleeps): that process reads the next request itself (processes waiting on one socket
+//! spare sleeps until its `execve`): that process reads the next request itself (processes waiting on one socket
 //! get one request each) and goes straight to its `execve`, so neither a fork nor a hop through
 //! another process lies between the request and the command; the spare then supervises. Stdio,
 //! argv, env, cwd, rlimits and Landlock still come from the request and are applied in the
@@ -43,8 +43,8 @@
 //! the running command, did), and at once when no spare waits (a sandbox runs any number of
 //! commands at a time). A command sent right after another finds the second spare. (With one
 //! spare, waiting until the command was done left commands sent back to back at 1.8–3.5× a
-//! bare fork/exec instead of ~1.1×.) An idle spare sleeps in `vfork`, which the kernel counts
-//! in the load average. Spares live in the sandbox's pid namespace and die with it.
+//! bare fork/exec instead of ~1.1×.) Spares live in the sandbox's pid namespace and die with
+//! it.
 //! `DOJO_SANDBOX_PREWARM=0` turns this off.
 //!
 //! When the greeting does not come, commands join the namespaces per command with `setns`, as

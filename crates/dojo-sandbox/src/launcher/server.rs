@@ -321,9 +321,10 @@ enum Taken {
 }
 
 /// Start the next command's own process before its request exists, and sleep until it has
-/// exec'd or exited (as a `vfork` parent does, waiting on `CLONE_CHILD_CLEARTID` instead). That process reads the request itself and goes straight to
-/// its `execve` ([`child::exec_command`]): neither a fork nor a hop through us lies between the
-/// request and the command. Like `posix_spawn`, it runs in our memory (`CLONE_VM`, on a stack of
+/// exec'd or exited (as a `vfork` parent does, waiting on `CLONE_CHILD_CLEARTID` instead). That
+/// process reads the request itself and goes straight to its `execve`
+/// ([`child::exec_command`]): neither a fork nor a hop through us lies between the request and
+/// the command. Like `posix_spawn`, it runs in our memory (`CLONE_VM`, on a stack of
 /// its own; we are asleep until its `execve`, which then drops nothing but a reference: a
 /// process with a copy of this address space took ~0.1 ms longer to exec, tearing it down). It
 /// also shares our fd table until its `execve`, which gives it a copy (and closes its
