@@ -202,60 +202,60 @@ async fn large_requests_no_stdin_and_leftovers_holding_stdout() {
     sb.teardown().await.unwrap();
 }
 
+/// Run `reqs` all at once in a fresh sandbox (a task each), tear it down, and return their
+/// outputs in order.
+async fn exec_at_once(reqs: Vec<ExecRequest>) -> Vec<dojo_sandbox::ExecOutput> {
+    let sb = std::sync::Arc::new(common::sandbox().await);
+    let tasks: Vec<_> = reqs
+        .into_iter()
+        .map(|req| {
+            let sb = sb.clone();
+            tokio::spawn(async move { sb.exec(&req).await.unwrap() })
+        })
+        .collect();
+    let mut outs = Vec::new();
+    for t in tasks {
+        outs.push(t.await.unwrap());
+    }
+    let Ok(sb) = std::sync::Arc::try_unwrap(sb) else {
+        panic!("sandbox still shared")
+    };
+    sb.teardown().await.unwrap();
+    outs
+}
+
 /// More commands at once than the launcher keeps spares: all of them run at the same time (each
 /// waits until all four have started; a cap would leave the later ones queued and the
 /// earlier ones timing out).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_concurrent_commands_than_spares_all_run_at_once() {
     skip_unless_ns!();
-    let sb = std::sync::Arc::new(common::sandbox().await);
-    let tasks: Vec<_> = (0..4)
+    let reqs = (0..4)
         .map(|i| {
-            let sb = sb.clone();
-            tokio::spawn(async move {
-                let script = format!(
-                    "touch /tmp/started-{i}; \
-                     while [ $(ls /tmp | grep -c '^started-') -lt 4 ]; do sleep 0.01; done; echo ok"
-                );
-                let req = ExecRequest::shell(script).timeout(std::time::Duration::from_secs(60));
-                sb.exec(&req).await.unwrap()
-            })
+            let script = format!(
+                "touch /tmp/started-{i}; \
+                 while [ $(ls /tmp | grep -c '^started-') -lt 4 ]; do sleep 0.01; done; echo ok"
+            );
+            ExecRequest::shell(script).timeout(std::time::Duration::from_secs(60))
         })
         .collect();
-    for t in tasks {
-        let out = t.await.unwrap();
+    for out in exec_at_once(reqs).await {
         assert!(out.success() && !out.timed_out, "{out:?}");
         assert_eq!(out.stdout_lossy(), "ok\n");
     }
-    let Ok(sb) = std::sync::Arc::try_unwrap(sb) else {
-        panic!("sandbox still shared")
-    };
-    sb.teardown().await.unwrap();
 }
 
 /// Many commands at once in one sandbox: each gets its own output and exit code.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_commands_in_one_sandbox_keep_their_own_results() {
     skip_unless_ns!();
-    let sb = std::sync::Arc::new(common::sandbox().await);
-    let tasks: Vec<_> = (0..16)
-        .map(|i| {
-            let sb = sb.clone();
-            tokio::spawn(async move {
-                let script = format!("sleep 0.0{}; echo out-{i}; exit {i}", i % 5);
-                (i, sb.exec(&ExecRequest::shell(script)).await.unwrap())
-            })
-        })
+    let reqs = (0..16)
+        .map(|i| ExecRequest::shell(format!("sleep 0.0{}; echo out-{i}; exit {i}", i % 5)))
         .collect();
-    for t in tasks {
-        let (i, out) = t.await.unwrap();
-        assert_eq!(out.exit_code, Some(i), "{out:?}");
+    for (i, out) in exec_at_once(reqs).await.into_iter().enumerate() {
+        assert_eq!(out.exit_code, Some(i as i32), "{out:?}");
         assert_eq!(out.stdout_lossy(), format!("out-{i}\n"));
     }
-    let Ok(sb) = std::sync::Arc::try_unwrap(sb) else {
-        panic!("sandbox still shared")
-    };
-    sb.teardown().await.unwrap();
 }
 
 /// Every command runs in a mount namespace of its own, a copy of the sandbox's (made and torn

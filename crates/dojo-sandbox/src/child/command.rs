@@ -192,22 +192,31 @@ unsafe fn spawn_command(plan: &ExecPlan, ctl: Fd, sfd: Fd) -> libc::pid_t {
             exec_command(a.plan, a.ctl, false)
         }
     }
-    const STACK: usize = 256 * 1024;
-    // Static: a heap stack this size is an mmap, and its munmap ran while the command waited
-    // to finish its exec on the same CPU. A supervisor starts exactly one command, and sleeps
-    // until that command has exec'd.
-    static mut STACK_MEM: [u128; STACK / 16] = [0; STACK / 16];
-    let top = std::ptr::addr_of_mut!(STACK_MEM)
-        .cast::<u128>()
-        .add(STACK / 16)
-        .cast::<libc::c_void>();
     let arg = Arg { plan, ctl, sfd };
     libc::clone(
         entry,
-        top,
+        command_stack(),
         libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
         (&arg as *const Arg).cast_mut().cast(),
     )
+}
+
+/// The top of the stack a command's process runs on until its `execve`, when it is started in
+/// our memory (`CLONE_VM`: here, and the launcher's spare starting one ahead of its request).
+/// Static: a heap stack this size is an mmap, and its munmap ran while the command waited to
+/// finish its exec on the same CPU. A process starts at most one command, and sleeps until
+/// that command has exec'd.
+pub(crate) fn command_stack() -> *mut libc::c_void {
+    const STACK: usize = 256 * 1024;
+    static mut STACK_MEM: [u128; STACK / 16] = [0; STACK / 16];
+    // SAFETY: one past the end of the static, the top of a downward-growing stack; nothing
+    // here reads or writes it.
+    unsafe {
+        std::ptr::addr_of_mut!(STACK_MEM)
+            .cast::<u128>()
+            .add(STACK / 16)
+            .cast()
+    }
 }
 
 /// `k_pid` meaning "we are pid 1 of the command's namespace ourselves" ([`run_inside`]).
@@ -515,7 +524,7 @@ unsafe fn supervise(
                         // Then step aside (see `linger`). As SCHED_BATCH, our wake-up when the
                         // caller closes the socket does not take the CPU from it either; and
                         // unlike a lower priority (nice 19), it still gets its fair share on a
-                        // loaded machine, where the launcher waits for our exit to arm a spare.
+                        // loaded machine, so our namespaces do not stay up long after.
                         let p = libc::sched_param { sched_priority: 0 };
                         libc::sched_setscheduler(0, libc::SCHED_BATCH, &p);
                         linger(life);

@@ -40,7 +40,7 @@ mod layers;
 mod plan;
 
 pub(crate) use command::{
-    exec_command, fail_with, prepare_inside, run_command, run_inside, run_prepared,
+    command_stack, exec_command, fail_with, prepare_inside, run_command, run_inside, run_prepared,
     supervise_started,
 };
 pub(crate) use env_build::{EnvBuildPlan, UV_CACHE_PATH, run_env_build};

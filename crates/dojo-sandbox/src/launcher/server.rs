@@ -288,11 +288,8 @@ unsafe fn spare_main(
         libc::_exit(0)
     };
     tell(HANDOFF_TOOK);
-    // (Already installed above; a failure there is reported below.)
-    let mut plan = ExecPlan::from_request(&req, Mode::Launched, fds[3], fds[3], Vec::new(), None);
-    if landlock.matches(&req) {
-        plan.landlock_ruleset = landlock.fd;
-    }
+    // (The seccomp filter was installed above; a failure there is reported below.)
+    let plan = landlock.plan(&req, fds[3]);
     install_stdio(fds);
     match prepared {
         Ok(sfd) => child::run_prepared(&plan, fds[3], sfd),
@@ -354,36 +351,26 @@ unsafe fn command_ahead(
                 libc::close(a.devnull);
             }
             a.taken = Taken::Request(fds[3]);
-            let mut plan =
-                ExecPlan::from_request(&req, Mode::Launched, fds[3], fds[3], Vec::new(), None);
-            if a.landlock.matches(&req) {
-                plan.landlock_ruleset = a.landlock.fd;
-            }
+            let plan = a.landlock.plan(&req, fds[3]);
             install_stdio(fds);
             child::exec_command(&plan, fds[3], false)
         }
     }
-    const STACK: usize = 256 * 1024;
-    // Its stack. Static: a spare starts exactly one such process.
-    static mut STACK_MEM: [u128; STACK / 16] = [0; STACK / 16];
     let mut arg = Ahead {
         sock,
         devnull,
         landlock,
         taken: Taken::Nothing,
     };
-    let top = std::ptr::addr_of_mut!(STACK_MEM)
-        .cast::<u128>()
-        .add(STACK / 16)
-        .cast::<libc::c_void>();
     // Its pid, set by the kernel before `clone` returns here and zeroed, with a futex wake-up,
     // when it execs or exits (the moment `CLONE_VFORK` would release us: but a `vfork` parent
     // sleeps uninterruptibly, which the load average counts, +1 per idle spare).
     let mut tid: libc::pid_t = 0;
     let tid_at = std::ptr::addr_of_mut!(tid);
+    // (The spare reaches its own start of a command only when this one could not be started.)
     let pid = libc::clone(
         entry,
-        top,
+        child::command_stack(),
         libc::CLONE_VM
             | libc::CLONE_FILES
             | libc::CLONE_PARENT_SETTID
@@ -443,8 +430,7 @@ unsafe fn rehearse(landlock: &Prebuilt) {
     body.extend_from_slice(&json);
     drop(json);
     if let Ok(req) = serde_json::from_slice::<Request>(&body) {
-        let plan = ExecPlan::from_request(&req, Mode::Launched, -1, -1, Vec::new(), None);
-        std::hint::black_box((landlock.matches(&req), &plan));
+        std::hint::black_box(landlock.plan(&req, -1));
     }
 }
 
@@ -484,6 +470,16 @@ impl Prebuilt {
             full,
             files,
         }
+    }
+
+    /// The plan of a request whose command runs under a spare (`ctl`: its control socket, where
+    /// setup failures go), enforcing this ruleset when the request asks for exactly its rules.
+    fn plan(&self, req: &Request, ctl: RawFd) -> ExecPlan {
+        let mut plan = ExecPlan::from_request(req, Mode::Launched, ctl, ctl, Vec::new(), None);
+        if self.matches(req) {
+            plan.landlock_ruleset = self.fd;
+        }
+        plan
     }
 
     fn matches(&self, req: &Request) -> bool {
