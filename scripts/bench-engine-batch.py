@@ -10,7 +10,7 @@ Prints one JSON line: wall time, completion tokens, aggregate tokens/s, and the 
 RSS (VmHWM of the server process and its children). Loopback only.
 
 Usage: bench-engine-batch.py --label NAME --conversations N [--max-tokens 128] [--port P]
-       -- SERVER COMMAND ... (the string {port} in it is replaced by the port)
+       [--context WORDS] [--same-prompt] -- SERVER COMMAND ... (the string {port} in it is replaced by the port)
 """
 
 import argparse
@@ -108,6 +108,9 @@ def main():
     ap.add_argument("--port", type=int, default=18471)
     ap.add_argument("--context", type=int, default=0,
                     help="words of shared filler in the system prompt (long-context decode)")
+    ap.add_argument("--same-prompt", action="store_true",
+                    help="every conversation sends the same prompt (samples of one task, as an "
+                         "RL group)")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     global CONTEXT_WORDS
@@ -124,7 +127,7 @@ def main():
 
         def run(i):
             try:
-                tokens[i] = complete(base, model, i, a.max_tokens)
+                tokens[i] = complete(base, model, 0 if a.same_prompt else i, a.max_tokens)
             except Exception as e:  # reported, never counted as throughput
                 errors.append(f"conversation {i}: {e}")
 
@@ -139,7 +142,7 @@ def main():
             sys.exit("; ".join(errors))
         print(json.dumps({
             "label": a.label, "conversations": a.conversations, "max_tokens": a.max_tokens,
-            "context_words": a.context,
+            "context_words": a.context, "same_prompt": a.same_prompt,
             "completion_tokens": sum(tokens), "wall_s": round(wall, 3),
             "tokens_per_s": round(sum(tokens) / wall, 1),
             "peak_rss_mib": round(peak_rss_kib(proc.pid) / 1024, 1),

@@ -13,7 +13,9 @@
 #     served one at a time behind a lock: it has no parallel slots).
 # Either may be omitted (or "-") to skip that engine. Env: REPEATS (3), COUNTS ("1 8 16"),
 # MAX_TOKENS (128), CONTEXT (0: words of shared filler in the system prompt, e.g. 800 for an
-# agent-sized prompt of ~2k tokens), THREADS (2), WEIGHTS ("mixed": the GGUF's Q4_1 on the quantized decode
+# agent-sized prompt of ~2k tokens), SAME_PROMPT (1: every conversation sends one prompt, as the
+# samples of an RL group), BASE_SERVE (a previous build's serve_gguf, run alternating with this
+# one under the label "dojo-base"), MODES ("1 0": continuous batching, round-robin), THREADS (2), WEIGHTS ("mixed": the GGUF's Q4_1 on the quantized decode
 # kernel, as `dojo serve --weights mixed`; add "dense" for the f32 weights that `auto` picks in
 # a portable build).
 set -euo pipefail
@@ -31,6 +33,7 @@ cargo build --release -p dojo-engine --example serve_gguf
 SERVE="$ROOT/target/release/examples/serve_gguf"
 GGUF="$(ls "${DOJO_HOME:-$HOME/.cache/dojo}"/models/smollm2-135m-instruct-q4_1-*/*.gguf | head -1)"
 BENCHCMD=(python3 "$ROOT/scripts/bench-engine-batch.py" --max-tokens "$MAX_TOKENS" --context "${CONTEXT:-0}")
+if [ "${SAME_PROMPT:-0}" = 1 ]; then BENCHCMD+=(--same-prompt); fi
 OUT="${OUT:-$(mktemp /tmp/bench-engine-batch.XXXXXX.jsonl)}"
 bench() { "${BENCHCMD[@]}" "$@" | tee -a "$OUT"; }
 export RAYON_NUM_THREADS="$THREADS"
@@ -40,9 +43,13 @@ for rep in $(seq "$REPEATS"); do
   for n in $COUNTS; do
     # Both dojo modes share one binary; DOJO_ENGINE_BATCH picks the scheduler.
     for w in $WEIGHTS; do
-      for batch in 1 0; do
+      for batch in ${MODES:-1 0}; do
         DOJO_ENGINE_BATCH=$batch bench --label "dojo $w batch=$batch" \
           --conversations "$n" -- "$SERVE" "$GGUF" '{port}' "$w"
+        if [ -n "${BASE_SERVE:-}" ]; then
+          DOJO_ENGINE_BATCH=$batch bench --label "dojo-base $w batch=$batch" \
+            --conversations "$n" -- "$BASE_SERVE" "$GGUF" '{port}' "$w"
+        fi
       done
     done
     if [ "$LLAMA_SERVER" != - ]; then

@@ -137,7 +137,7 @@ pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
 pub fn decode_attention(q: &Tensor, caches: &[dojo_kernels::CacheView]) -> Result<Tensor> {
     let (b, nh, _, hd) = q.dims4()?;
     let nkv = match caches.first() {
-        Some(c) => c.k.dim(1)?,
+        Some(c) => c.own.k.dim(1)?,
         None => 0,
     };
     dojo_kernels::decode_attention(&q.reshape((b, nh * hd))?, caches, nh, nkv, scale(hd) as f32)

@@ -20,7 +20,9 @@
 //! Shared prefill (batching only): a request whose prompt shares at least
 //! [`MIN_FORK_PREFIX`] tokens with a running sequence (the `n` choices of one request, the `G`
 //! samples of an RL group, agents with one system prompt) waits until that sequence's cache
-//! holds the shared part, then starts from a copy of it: the prefix is prefilled once. The same
+//! holds the shared part, then forks it: the prefix is prefilled once and held once (a
+//! copy-on-write [`KvCache::fork`]), and each decode step reads it once for all the
+//! sequences sharing it (`dojo_kernels::decode_attention`). The same
 //! prompt also takes the first sequence's prompt logits, so it samples exactly what a separate
 //! prefill gives; a different suffix is prefilled on its own, and with quantized decode
 //! kernels (`WeightMode::Mixed`) a short suffix takes them rather than the dense prefill GEMM,
@@ -73,7 +75,7 @@ pub struct EngineOptions {
 }
 
 /// Shortest shared prompt prefix worth waiting for another sequence's prefill (shorter ones
-/// prefill on their own; a copy of the cache is not free).
+/// prefill on their own: waiting for another's prefill is not free).
 pub const MIN_FORK_PREFIX: usize = 16;
 
 impl EngineOptions {

@@ -11,6 +11,8 @@
 //! `dojo_kernels::decode_attention`.
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use std::sync::Arc;
+
 use candle_core::{DType, Device, Module, Tensor};
 
 use crate::EngineError;
@@ -163,7 +165,13 @@ pub struct Model {
 }
 
 /// Per-sequence attention cache: for each layer, keys and values `(1, kv_heads, capacity,
-/// head_dim)` of which the first `len` positions are valid.
+/// head_dim)`.
+///
+/// Positions `0..shared_len` may lie in buffers shared with other sequences (`shared`): a
+/// fork's prefix. Shared buffers are frozen: nothing writes to them again (a fork cannot
+/// see another sequence's later writes, and a truncated sequence rewrites only its own
+/// buffers). Positions `shared_len..len` are the cache's own (`own`, at index `position -
+/// shared_len`), where every new position is written.
 ///
 /// Why preallocated: appending by concatenation copies the whole cache for every decoded
 /// token (~90 MB per token at 2,000 positions for SmolLM2-135M); here a token writes only its
@@ -171,40 +179,14 @@ pub struct Model {
 /// Truncating to a shared prefix only moves `len`.
 #[derive(Debug, Default)]
 pub struct KvCache {
-    layers: Vec<Option<(Tensor, Tensor)>>,
+    shared: Option<Arc<[(Tensor, Tensor)]>>,
+    shared_len: usize,
+    own: Vec<Option<(Tensor, Tensor)>>,
     len: usize,
 }
 
 /// First allocation, in positions (a short chat turn fits without growing).
 const KV_MIN_CAPACITY: usize = 256;
-
-impl KvCache {
-    /// A copy of the first `len` positions (at most all of them), for another sequence that
-    /// shares them (a fork: the buffers are written in place, so copies must not share them).
-    /// Only those positions are copied, into buffers with `KV_MIN_CAPACITY` positions of
-    /// room to grow: the source's capacity (doubled as it grew) is not. A failed copy is an
-    /// error, never a cache with a layer missing.
-    pub fn fork(&self, len: usize) -> candle_core::Result<KvCache> {
-        let len = len.min(self.len);
-        let copy = |t: &Tensor| -> candle_core::Result<Tensor> {
-            let (b, h, _, d) = t.dims4()?;
-            let out = Tensor::zeros((b, h, len + KV_MIN_CAPACITY, d), t.dtype(), t.device())?;
-            if len > 0 {
-                out.slice_set(&t.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
-            }
-            Ok(out)
-        };
-        let layers = self
-            .layers
-            .iter()
-            .map(|l| match l {
-                Some((k, v)) => Ok(Some((copy(k)?, copy(v)?))),
-                None => Ok(None),
-            })
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        Ok(KvCache { layers, len })
-    }
-}
 
 impl KvCache {
     pub fn new() -> KvCache {
@@ -220,6 +202,98 @@ impl KvCache {
         self.len == 0
     }
 
+    /// Positions held in buffers shared with other caches.
+    pub fn shared_len(&self) -> usize {
+        self.shared_len
+    }
+
+    /// A cache of the first `len` positions (at most all of them), for another sequence that
+    /// shares them: copy-on-write, without copying them.
+    ///
+    /// The positions become shared: if some of them are still this cache's own, its own
+    /// buffers are frozen as the shared prefix and this cache goes on with fresh buffers for
+    /// the positions after `len` (a copy of those only, usually none or a few decoded
+    /// tokens). Were part of the positions already shared with a shorter prefix, the two parts
+    /// are joined into one new shared buffer, a copy (once, not once per fork). A failed copy
+    /// is an error and leaves this cache as it was.
+    pub fn fork(&mut self, len: usize) -> candle_core::Result<KvCache> {
+        let len = len.min(self.len);
+        if len == 0 {
+            return Ok(KvCache::default());
+        }
+        if len > self.shared_len {
+            self.share_up_to(len)?;
+        }
+        Ok(KvCache {
+            shared: self.shared.clone(),
+            shared_len: len,
+            own: Vec::new(),
+            len,
+        })
+    }
+
+    /// Make positions `0..upto` (`shared_len < upto <= len`) shared; see [`KvCache::fork`].
+    ///
+    /// No buffer is freed here (a joined cache moves its own positions within its buffers):
+    /// a large free raises glibc's dynamic mmap threshold, and later caches' buffers then come
+    /// from its heap, zeroed up front, instead of fresh mappings faulted in as positions are
+    /// written.
+    fn share_up_to(&mut self, upto: usize) -> candle_core::Result<()> {
+        let from = self.shared_len;
+        let tail = self.len - upto;
+        let mut frozen = Vec::with_capacity(self.own.len());
+        let mut own = Vec::with_capacity(self.own.len());
+        for (li, layer) in self.own.iter().enumerate() {
+            let (k, v) = layer
+                .as_ref()
+                .ok_or_else(|| candle_core::Error::Msg("kv cache layer missing".into()))?;
+            match self.shared.as_ref().map(|s| &s[li]) {
+                // Own buffers hold positions from 0: they become the shared prefix, and this
+                // cache goes on in fresh buffers with its positions after `upto`.
+                None => {
+                    let rest = |t: &Tensor| -> candle_core::Result<Tensor> {
+                        let (b, h, _, d) = t.dims4()?;
+                        let out = Tensor::zeros(
+                            (b, h, tail + KV_MIN_CAPACITY, d),
+                            t.dtype(),
+                            t.device(),
+                        )?;
+                        if tail > 0 {
+                            out.slice_set(&t.narrow(2, upto, tail)?.contiguous()?, 2, 0)?;
+                        }
+                        Ok(out)
+                    };
+                    frozen.push((k.clone(), v.clone()));
+                    own.push((rest(k)?, rest(v)?));
+                }
+                // The shared part and the own positions up to `upto`, joined into one new
+                // buffer; the own positions after it move to the front of the own buffers
+                // (below, once nothing can fail).
+                Some((sk, sv)) => {
+                    let join = |s: &Tensor, t: &Tensor| {
+                        Tensor::cat(&[s.narrow(2, 0, from)?, t.narrow(2, 0, upto - from)?], 2)
+                    };
+                    frozen.push((join(sk, k)?, join(sv, v)?));
+                    let moved = |t: &Tensor| t.narrow(2, upto - from, tail)?.contiguous();
+                    own.push((moved(k)?, moved(v)?));
+                }
+            }
+        }
+        if self.shared.is_some() {
+            for (layer, (mk, mv)) in self.own.iter().zip(&own) {
+                if let (Some((k, v)), true) = (layer, tail > 0) {
+                    k.slice_set(mk, 2, 0)?;
+                    v.slice_set(mv, 2, 0)?;
+                }
+            }
+        } else {
+            self.own = own.into_iter().map(Some).collect();
+        }
+        self.shared = Some(frozen.into());
+        self.shared_len = upto;
+        Ok(())
+    }
+
     /// Keep only the first `len` positions (a shared prompt prefix).
     pub fn truncate(&mut self, len: usize) -> Result<(), EngineError> {
         if len >= self.len {
@@ -229,12 +303,15 @@ impl KvCache {
             *self = KvCache::default();
             return Ok(());
         }
+        // Shorter than the shared prefix: the own buffers now start at `len` (their contents
+        // are dead; the allocation is reused).
+        self.shared_len = self.shared_len.min(len);
         self.len = len;
         Ok(())
     }
 
-    /// Write layer `li`'s new keys/values `(1, kv_heads, t, head_dim)` at position `pos` and
-    /// return views of positions `0..pos + t`.
+    /// Write layer `li`'s new keys/values `(1, kv_heads, t, head_dim)` at position `pos`
+    /// (the cache's length: positions are written in order) into the cache's own buffers.
     fn append(
         &mut self,
         li: usize,
@@ -242,42 +319,109 @@ impl KvCache {
         k: &Tensor,
         v: &Tensor,
         max_positions: usize,
-    ) -> candle_core::Result<(Tensor, Tensor)> {
+    ) -> candle_core::Result<()> {
+        if pos < self.shared_len {
+            candle_core::bail!("kv cache: write at {pos} inside the shared prefix");
+        }
+        let at = pos - self.shared_len;
         let t = k.dim(2)?;
-        let need = pos + t;
-        let slot = &mut self.layers[li];
+        let need = at + t;
+        let slot = &mut self.own[li];
         let cap = slot.as_ref().map_or(0, |(ck, _)| ck.dim(2).unwrap_or(0));
         if cap < need {
             let new_cap = need
                 .max(cap * 2)
                 .max(KV_MIN_CAPACITY)
-                .min(max_positions.max(need));
+                .min(max_positions.saturating_sub(self.shared_len).max(need));
             let (b, h, _, d) = k.dims4()?;
             let nk = Tensor::zeros((b, h, new_cap, d), k.dtype(), k.device())?;
             let nv = Tensor::zeros((b, h, new_cap, d), v.dtype(), v.device())?;
             if let Some((ck, cv)) = slot.as_ref()
-                && pos > 0
+                && at > 0
             {
-                nk.slice_set(&ck.narrow(2, 0, pos)?.contiguous()?, 2, 0)?;
-                nv.slice_set(&cv.narrow(2, 0, pos)?.contiguous()?, 2, 0)?;
+                nk.slice_set(&ck.narrow(2, 0, at)?.contiguous()?, 2, 0)?;
+                nv.slice_set(&cv.narrow(2, 0, at)?.contiguous()?, 2, 0)?;
             }
             *slot = Some((nk, nv));
         }
         let (ck, cv) = slot
             .as_ref()
             .ok_or_else(|| candle_core::Error::Msg("kv cache slot missing".into()))?;
-        ck.slice_set(&k.contiguous()?, 2, pos)?;
-        cv.slice_set(&v.contiguous()?, 2, pos)?;
-        Ok((ck.narrow(2, 0, need)?, cv.narrow(2, 0, need)?))
+        ck.slice_set(&k.contiguous()?, 2, at)?;
+        cv.slice_set(&v.contiguous()?, 2, at)?;
+        Ok(())
     }
 
-    /// Bytes held (f32), capacity included.
+    /// Layer `li`'s positions `0..len` as the decode kernel reads them: the shared prefix,
+    /// then the cache's own positions.
+    fn view(&self, li: usize, len: usize) -> candle_core::Result<dojo_kernels::CacheView<'_>> {
+        let (k, v) = self.own[li]
+            .as_ref()
+            .ok_or_else(|| candle_core::Error::Msg("kv cache layer missing".into()))?;
+        let shared = match &self.shared {
+            Some(s) if self.shared_len > 0 => Some(dojo_kernels::KvSpan {
+                k: &s[li].0,
+                v: &s[li].1,
+                len: self.shared_len,
+            }),
+            _ => None,
+        };
+        Ok(dojo_kernels::CacheView {
+            shared,
+            own: dojo_kernels::KvSpan {
+                k,
+                v,
+                len: len - self.shared_len,
+            },
+        })
+    }
+
+    /// Layer `li`'s keys and values of positions `0..len` as tensors `(1, kv_heads, len,
+    /// head_dim)` (a prefill's: its causal attention reads them contiguous, a copy either
+    /// way).
+    fn keys_values(&self, li: usize, len: usize) -> candle_core::Result<(Tensor, Tensor)> {
+        let (k, v) = self.own[li]
+            .as_ref()
+            .ok_or_else(|| candle_core::Error::Msg("kv cache layer missing".into()))?;
+        let own = len - self.shared_len;
+        match &self.shared {
+            Some(s) if self.shared_len > 0 => {
+                let (sk, sv) = &s[li];
+                let n = self.shared_len;
+                Ok((
+                    Tensor::cat(&[sk.narrow(2, 0, n)?, k.narrow(2, 0, own)?], 2)?,
+                    Tensor::cat(&[sv.narrow(2, 0, n)?, v.narrow(2, 0, own)?], 2)?,
+                ))
+            }
+            _ => Ok((k.narrow(2, 0, own)?, v.narrow(2, 0, own)?)),
+        }
+    }
+
+    /// Bytes of this cache's own buffers (f32), capacity included; shared buffers are in
+    /// [`KvCache::shared_bytes`].
     pub fn bytes(&self) -> usize {
-        self.layers
+        self.own
             .iter()
             .flatten()
             .map(|(k, v)| (k.elem_count() + v.elem_count()) * 4)
             .sum()
+    }
+
+    /// Bytes of the shared buffers this cache reads (held once for all the caches sharing
+    /// them).
+    pub fn shared_bytes(&self) -> usize {
+        self.shared
+            .iter()
+            .flat_map(|s| s.iter())
+            .map(|(k, v)| (k.elem_count() + v.elem_count()) * 4)
+            .sum()
+    }
+
+    /// Own layers ready for a pass of `layers` layers.
+    fn prepare(&mut self, layers: usize) {
+        if self.own.len() != layers {
+            self.own = vec![None; layers];
+        }
     }
 }
 
@@ -442,9 +586,7 @@ impl Model {
                     limit: cfg.max_position,
                 });
             }
-            if c.layers.len() != cfg.num_layers {
-                c.layers = vec![None; cfg.num_layers];
-            }
+            c.prepare(cfg.num_layers);
         }
         if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= cfg.vocab_size) {
             return Err(EngineError::Request(format!(
@@ -488,14 +630,7 @@ impl Model {
                 }
                 let views = caches
                     .iter()
-                    .map(|c| match &c.layers[li] {
-                        Some((k, v)) => Ok(dojo_kernels::CacheView {
-                            k,
-                            v,
-                            len: c.len + 1,
-                        }),
-                        None => Err(candle_core::Error::Msg("kv cache layer missing".into())),
-                    })
+                    .map(|c| c.view(li, c.len + 1))
                     .collect::<candle_core::Result<Vec<_>>>()?;
                 decode_attention(q, &views)
             })?;
@@ -534,9 +669,7 @@ impl Model {
                 cfg.vocab_size
             )));
         }
-        if cache.layers.len() != cfg.num_layers {
-            cache.layers = vec![None; cfg.num_layers];
-        }
+        cache.prepare(cfg.num_layers);
         let ids = Tensor::new(tokens, &self.device)?;
         let mut x = self.embed.index_select(&ids, 0)?; // (t, hidden)
         let cos = self.cos.narrow(0, pos, t)?;
@@ -552,7 +685,8 @@ impl Model {
             let w = LayerPass { layer, dense_rows };
             x = block(cfg, &w, &x, &at, |q, k, v| {
                 // The new keys and values into the cache; the queries attend to all of it.
-                let (k, v) = cache.append(li, pos, k, v, cfg.max_position)?;
+                cache.append(li, pos, k, v, cfg.max_position)?;
+                let (k, v) = cache.keys_values(li, pos + t)?;
                 causal_attention(q, &k, &v)
             })?;
         }

@@ -131,6 +131,49 @@ fn batched_decode_step_matches_single_steps_for_every_architecture() {
     }
 }
 
+/// Sequences forked from one prompt decode in one step over the prefix they share (read once
+/// for all of them) and get bit for bit the logits of the same batch over caches of their own.
+#[test]
+fn forks_of_one_prompt_decode_exactly_as_separate_caches() {
+    for arch in [Arch::Llama, Arch::Qwen3] {
+        let model = dojo_engine::loader::random_model(tiny_config(arch), 11, &Device::Cpu).unwrap();
+        let prompt = &prompts(1)[0];
+        let mut leader = KvCache::new();
+        model.forward_last(prompt, &mut leader).unwrap();
+        // Four samples of the prompt (the leader among them) and one that extends it.
+        let mut shared: Vec<KvCache> = (0..4).map(|_| leader.fork(prompt.len()).unwrap()).collect();
+        shared.push(leader);
+        let mut separate: Vec<KvCache> = (0..5)
+            .map(|_| {
+                let mut c = KvCache::new();
+                model.forward_last(prompt, &mut c).unwrap();
+                c
+            })
+            .collect();
+        for (i, toks) in [[5u32, 6], [9, 10]].iter().enumerate() {
+            for (caches, what) in [(&mut shared, "shared"), (&mut separate, "separate")] {
+                model
+                    .forward_last(&toks[..], &mut caches[1 + i])
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
+        }
+        assert!(shared.iter().all(|c| c.shared_len() == prompt.len()));
+        assert!(
+            shared[..4]
+                .iter()
+                .all(|c| c.bytes() == 0 || c.len() > prompt.len())
+        );
+        for step in 0..4u32 {
+            let toks: Vec<u32> = (0..5u32).map(|i| 20 + i * 7 + step).collect();
+            let mut a: Vec<&mut KvCache> = shared.iter_mut().collect();
+            let got = model.forward_decode_batch(&toks, &mut a).unwrap();
+            let mut b: Vec<&mut KvCache> = separate.iter_mut().collect();
+            let want = model.forward_decode_batch(&toks, &mut b).unwrap();
+            assert_eq!(got, want, "{arch:?} step {step}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn greedy_batch_equals_the_same_requests_one_by_one() {
     for arch in [Arch::Llama, Arch::Qwen2, Arch::Qwen3] {

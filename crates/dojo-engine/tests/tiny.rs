@@ -46,7 +46,7 @@ fn chunked_prefill_and_truncated_cache_match_one_shot_forward() {
 }
 
 #[test]
-fn kv_cache_grows_in_place_and_forks_are_independent() {
+fn kv_cache_grows_in_place_and_forks_share_without_copying() {
     let model =
         dojo_engine::loader::random_model(tiny_config(Arch::Qwen3), 9, &Device::Cpu).unwrap();
     let tokens: Vec<u32> = (0..600).map(|i| (i * 53 % 250) as u32 + 3).collect();
@@ -58,23 +58,43 @@ fn kv_cache_grows_in_place_and_forks_are_independent() {
         model.forward_last(&[*t], &mut c).unwrap();
     }
     model.forward_last(&tokens[270..599], &mut c).unwrap();
+    let before = c.bytes();
     let mut snapshot = c.fork(c.len()).unwrap();
+    // Nothing copied: the original's buffers became the shared prefix of both, and the
+    // original goes on in fresh buffers (256 positions of room, nothing to carry over).
+    assert_eq!((snapshot.bytes(), snapshot.shared_len()), (0, 599));
+    assert_eq!(snapshot.shared_bytes(), before);
+    let cfg = &model.config;
+    let per_position = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4;
+    assert_eq!(c.bytes(), 256 * per_position);
     let grown = model.forward_last(&tokens[599..], &mut c).unwrap();
     assert!(max_abs_diff(&one_shot, &grown) < 1e-4);
-    // Rewriting the original's positions must not touch the clone's.
+    // Rewriting the original's positions must not touch the fork's.
     c.truncate(100).unwrap();
     model.forward_last(&[7u32; 50], &mut c).unwrap();
-    let from_clone = model.forward_last(&tokens[599..], &mut snapshot).unwrap();
-    assert!(max_abs_diff(&one_shot, &from_clone) < 1e-4);
-    // A fork of a prefix holds only that prefix (plus room to grow), and continues from it
-    // as the original did.
+    let from_fork = model.forward_last(&tokens[599..], &mut snapshot).unwrap();
+    assert!(max_abs_diff(&one_shot, &from_fork) < 1e-4);
+    // A fork of a shared prefix shares it too, and continues from it as the original did.
+    snapshot.truncate(599).unwrap();
     let mut prefix = snapshot.fork(200).unwrap();
-    assert_eq!(prefix.len(), 200);
-    // (256 positions of room: the copy's capacity is its length plus that.)
-    assert_eq!(prefix.bytes() * (599 + 256), snapshot.bytes() * (200 + 256));
+    assert_eq!((prefix.len(), prefix.bytes()), (200, 0));
     let from_prefix = model.forward_last(&tokens[200..], &mut prefix).unwrap();
     assert!(max_abs_diff(&one_shot, &from_prefix) < 1e-4);
     assert_eq!(snapshot.fork(10_000).unwrap().len(), snapshot.len());
+    // Past the shared part: the shared 200 and the own positions up to 400 are joined into
+    // one new shared buffer (once); the cache keeps its positions after 400 as its own.
+    prefix.truncate(450).unwrap();
+    let mut joined = prefix.fork(400).unwrap();
+    assert_eq!(
+        (prefix.shared_len(), joined.shared_len(), joined.bytes()),
+        (400, 400, 0)
+    );
+    for cache in [&mut joined, &mut prefix] {
+        cache.truncate(400).unwrap();
+        let again = model.forward_last(&tokens[400..], cache).unwrap();
+        assert!(max_abs_diff(&one_shot, &again) < 1e-4);
+    }
+    assert_eq!(KvCache::new().fork(5).unwrap().len(), 0);
 }
 
 #[test]

@@ -3,22 +3,59 @@
 //! Why a kernel: as candle ops this is four small ops per sequence and layer (a product with
 //! the transposed cache, which candle's GEMM packs first; the scale; the softmax; the product
 //! with the values), each a few microseconds of dispatch for a few thousand multiply-adds. Here
-//! one parallel loop over (sequence, key/value head) pairs reads each cached key and value
-//! once for the query heads that share it (grouped-query attention) and writes the output in
-//! the layout the output projection takes. A task's result depends only on its own sequence,
-//! so a sequence decodes the same whoever shares its step.
+//! one parallel loop over (group of sequences, key/value head) pairs reads each cached key and
+//! value once for all the query heads that share it (grouped-query attention), and writes the
+//! output in the layout the output projection takes.
+//!
+//! Sequences forked from one prompt share its cached positions ([`CacheView::shared`]): the
+//! kernel groups them and reads a shared key or value once for the whole group, not once per
+//! sequence (the cascade attention of Hydragen / FlashInfer, without its split softmax). Each row's
+//! arithmetic is the same whatever its group: the scores of a row, its softmax and its sum of
+//! values run in key order over the shared positions and then the sequence's own, exactly as
+//! over one contiguous cache, so a sequence decodes bit for bit the same whoever shares its step
+//! or its prefix.
 
 use candle_core::{D, Result, Tensor};
 use rayon::prelude::*;
 
 use crate::{fused, simd};
 
-/// One sequence's cache for a layer: keys and values `(1, kv_heads, capacity, head_dim)`
-/// (contiguous CPU f32), of which the first `len` positions are attended to.
-pub struct CacheView<'a> {
+/// A run of one layer's cached positions: keys and values `(1, kv_heads, capacity,
+/// head_dim)` (contiguous CPU f32 for the fused kernel), of which the first `len` are
+/// attended to.
+#[derive(Clone, Copy)]
+pub struct KvSpan<'a> {
     pub k: &'a Tensor,
     pub v: &'a Tensor,
     pub len: usize,
+}
+
+/// One sequence's cache for a layer: positions `0..shared.len` in buffers other sequences
+/// share (a fork's prefix; the same tensors and length for each of them, which is how the
+/// kernel finds the group), then its own `own.len` positions.
+#[derive(Clone, Copy)]
+pub struct CacheView<'a> {
+    pub shared: Option<KvSpan<'a>>,
+    pub own: KvSpan<'a>,
+}
+
+impl<'a> CacheView<'a> {
+    /// A cache of the sequence's own positions only.
+    pub fn own(k: &'a Tensor, v: &'a Tensor, len: usize) -> CacheView<'a> {
+        CacheView {
+            shared: None,
+            own: KvSpan { k, v, len },
+        }
+    }
+
+    /// Positions attended to.
+    pub fn len(&self) -> usize {
+        self.shared.map_or(0, |s| s.len) + self.own.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Below this many multiply-adds a step's attention runs on the calling thread (rayon's
@@ -50,73 +87,180 @@ pub fn decode_attention(
     }
     let hd = width / heads;
     let rep = heads / kv_heads;
-    if !(fused(q) && caches.iter().all(|c| fused(c.k) && fused(c.v))) {
-        return by_ops(q, caches, kv_heads, rep, hd, scale);
-    }
-    let mut tensors = vec![q.clone()];
-    for c in caches {
-        let (one, h, cap, d) = c.k.dims4()?;
-        if one != 1 || h != kv_heads || d != hd || c.v.dims4()? != (1, h, cap, d) || c.len > cap {
+    let spans = || caches.iter().flat_map(|c| c.shared.iter().chain([&c.own]));
+    for s in spans() {
+        let (one, h, cap, d) = s.k.dims4()?;
+        if one != 1 || h != kv_heads || d != hd || s.v.dims4()? != (1, h, cap, d) || s.len > cap {
             candle_core::bail!(
                 "decode_attention: cache {:?} / {:?} with {} positions does not fit \
                  {kv_heads} heads of {hd}",
-                c.k.dims(),
-                c.v.dims(),
-                c.len
+                s.k.dims(),
+                s.v.dims(),
+                s.len
             );
         }
-        tensors.push(c.k.clone());
-        tensors.push(c.v.clone());
     }
+    if !(fused(q) && spans().all(|s| fused(s.k) && fused(s.v))) {
+        return by_ops(q, caches, kv_heads, rep, hd, scale);
+    }
+    // The tensors to read, each once: the queries, each group's shared keys and values, each
+    // sequence's own.
+    let mut tensors = vec![q.clone()];
+    let mut groups: Vec<Group> = Vec::new();
+    let mut own_at = Vec::with_capacity(b);
+    for (i, c) in caches.iter().enumerate() {
+        let found = c.shared.and_then(|s| {
+            groups.iter_mut().find(|g| {
+                g.shared
+                    .is_some_and(|(at, len)| tensors[at].id() == s.k.id() && len == s.len)
+            })
+        });
+        match found {
+            Some(g) => g.members.push(i),
+            None => {
+                let shared = c.shared.map(|s| {
+                    tensors.push(s.k.clone());
+                    tensors.push(s.v.clone());
+                    (tensors.len() - 2, s.len)
+                });
+                groups.push(Group {
+                    shared,
+                    members: vec![i],
+                });
+            }
+        }
+        own_at.push(tensors.len());
+        tensors.push(c.own.k.clone());
+        tensors.push(c.own.v.clone());
+    }
+    let at = Layout {
+        caches,
+        own_at: &own_at,
+        kv_heads,
+        rep,
+        hd,
+        scale,
+    };
     crate::with_all_values(&tensors, "decode_attention", |values| {
-        let (qv, kvs) = values.split_first().expect("q is first");
-        Ok(run(qv, kvs, caches, kv_heads, rep, hd, scale))
+        Ok(run(values, groups, &at))
     })
     .and_then(|out| Tensor::from_vec(out, (b, width), q.device()))
 }
 
-/// [`decode_attention`] on the values: `qv` the queries, `kvs` each cache's keys then values.
-fn run(
-    qv: &[f32],
-    kvs: &[&[f32]],
-    caches: &[CacheView],
+/// Sequences attended to together: those sharing one prefix (`shared`: where its keys are
+/// among the values read, and its length), or a single sequence.
+struct Group {
+    shared: Option<(usize, usize)>,
+    members: Vec<usize>,
+}
+
+/// Where [`run`] finds things: sequence `i`'s own keys and values are values `own_at[i]` and
+/// `own_at[i] + 1`.
+struct Layout<'a, 'c> {
+    caches: &'a [CacheView<'c>],
+    own_at: &'a [usize],
     kv_heads: usize,
     rep: usize,
     hd: usize,
     scale: f32,
-) -> Vec<f32> {
-    let work = caches.iter().map(|c| c.len).sum::<usize>() * rep * kv_heads * hd;
-    let mut out = vec![0f32; qv.len()];
-    // One task per (sequence, key/value head): its `rep` query heads are `rep · hd`
-    // consecutive values of the query and of the output.
-    let task = |t: usize, o: &mut [f32], scores: &mut Vec<f32>| {
-        let (i, g) = (t / kv_heads, t % kv_heads);
-        let c = &caches[i];
-        let cap = kvs[2 * i].len() / (kv_heads * hd);
-        let span = g * cap * hd..(g * cap + c.len) * hd;
-        let qs = &qv[t * rep * hd..(t + 1) * rep * hd];
-        scores.resize(rep * c.len, 0.0);
-        attend(
-            qs,
-            &kvs[2 * i][span.clone()],
-            &kvs[2 * i + 1][span],
-            hd,
-            scale,
-            scores,
-            o,
-        );
+}
+
+/// [`decode_attention`] on the values: `values[0]` the queries, then the caches' keys and
+/// values as `groups` and `at` place them.
+fn run<'v>(values: &[&'v [f32]], mut groups: Vec<Group>, at: &Layout) -> Vec<f32> {
+    let (kv_heads, rep, hd) = (at.kv_heads, at.rep, at.hd);
+    let qv = values[0];
+    let work = at.caches.iter().map(CacheView::len).sum::<usize>() * rep * kv_heads * hd;
+    let parallel = work >= PARALLEL_WORK && rayon::current_num_threads() > 1;
+    if parallel {
+        // Enough tasks to keep every thread busy: halve the largest group while there are
+        // fewer than two per thread (each half still reads the shared prefix once).
+        while groups.len() * kv_heads < 2 * rayon::current_num_threads() {
+            let Some(big) = groups
+                .iter_mut()
+                .filter(|g| g.members.len() > 1)
+                .max_by_key(|g| g.members.len())
+            else {
+                break;
+            };
+            let half = big.members.split_off(big.members.len() / 2);
+            let shared = big.shared;
+            groups.push(Group {
+                shared,
+                members: half,
+            });
+        }
+    }
+    // One task per (group, key/value head): its members' `rep` query heads against that
+    // head's keys and values; the output of member `m` is `rep · hd` values at `m · rep · hd`.
+    let head = |t: &[f32], g: usize, len: usize| -> std::ops::Range<usize> {
+        let cap = t.len() / (kv_heads * hd);
+        g * cap * hd..(g * cap + len) * hd
     };
-    if work >= PARALLEL_WORK && rayon::current_num_threads() > 1 {
-        out.par_chunks_mut(rep * hd)
-            .enumerate()
-            .for_each_init(Vec::new, |scores, (t, o)| task(t, o, scores));
+    let task = |(gi, g): (usize, usize), scratch: &mut Scratch<'v>| -> Vec<f32> {
+        let group = &groups[gi];
+        let Scratch { rows, scores } = scratch;
+        (rows.shared_k, rows.shared_v) = match group.shared {
+            Some((at, len)) => {
+                let (k, v) = (values[at], values[at + 1]);
+                (&k[head(k, g, len)], &v[head(v, g, len)])
+            }
+            None => (&[][..], &[][..]),
+        };
+        rows.q.clear();
+        rows.k.clear();
+        rows.v.clear();
+        for &i in &group.members {
+            let t = i * kv_heads + g;
+            rows.q.push(&qv[t * rep * hd..(t + 1) * rep * hd]);
+            let (k, v) = (values[at.own_at[i]], values[at.own_at[i] + 1]);
+            let len = at.caches[i].own.len;
+            rows.k.push(&k[head(k, g, len)]);
+            rows.v.push(&v[head(v, g, len)]);
+        }
+        let mut out = vec![0f32; group.members.len() * rep * hd];
+        attend(rows, hd, at.scale, scores, &mut out);
+        out
+    };
+    let tasks: Vec<(usize, usize)> = (0..groups.len())
+        .flat_map(|gi| (0..kv_heads).map(move |g| (gi, g)))
+        .collect();
+    let outs: Vec<Vec<f32>> = if parallel {
+        tasks
+            .par_iter()
+            .map_init(Scratch::default, |s, &t| task(t, s))
+            .collect()
     } else {
-        let mut scores = Vec::new();
-        for (t, o) in out.chunks_mut(rep * hd).enumerate() {
-            task(t, o, &mut scores);
+        let mut s = Scratch::default();
+        tasks.iter().map(|&t| task(t, &mut s)).collect()
+    };
+    let mut out = vec![0f32; qv.len()];
+    for (&(gi, g), o) in tasks.iter().zip(&outs) {
+        for (&i, rows) in groups[gi].members.iter().zip(o.chunks_exact(rep * hd)) {
+            let t = i * kv_heads + g;
+            out[t * rep * hd..(t + 1) * rep * hd].copy_from_slice(rows);
         }
     }
     out
+}
+
+/// A task's reusable buffers.
+#[derive(Default)]
+struct Scratch<'v> {
+    rows: Rows<'v>,
+    scores: Vec<f32>,
+}
+
+/// What one task attends over (slices of the step's values): the members of a group, `rep`
+/// query heads each (`q[m]`, `rep · hd`), the keys and values they share (`shared_k`,
+/// `shared_v`: `p · hd`) and each one's own after them (`k[m]`, `v[m]`).
+#[derive(Default)]
+struct Rows<'v> {
+    q: Vec<&'v [f32]>,
+    shared_k: &'v [f32],
+    shared_v: &'v [f32],
+    k: Vec<&'v [f32]>,
+    v: Vec<&'v [f32]>,
 }
 
 /// [`decode_attention`] op by op through candle's primitives, one sequence at a time (other
@@ -132,8 +276,12 @@ fn by_ops(
     let mut outs = Vec::with_capacity(caches.len());
     for (i, c) in caches.iter().enumerate() {
         let qi = q.narrow(0, i, 1)?.reshape((1, kv_heads, rep, hd))?;
-        let k = c.k.narrow(2, 0, c.len)?;
-        let v = c.v.narrow(2, 0, c.len)?.contiguous()?;
+        let mut parts = Vec::new();
+        for s in c.shared.iter().chain([&c.own]) {
+            parts.push((s.k.narrow(2, 0, s.len)?, s.v.narrow(2, 0, s.len)?));
+        }
+        let (ks, vs): (Vec<Tensor>, Vec<Tensor>) = parts.into_iter().unzip();
+        let (k, v) = (Tensor::cat(&ks, 2)?, Tensor::cat(&vs, 2)?.contiguous()?);
         let att = (qi.matmul(&k.t()?)? * scale as f64)?;
         let att = att.broadcast_sub(&att.max_keepdim(D::Minus1)?)?.exp()?;
         let att = att.broadcast_div(&att.sum_keepdim(D::Minus1)?)?;
@@ -145,64 +293,103 @@ fn by_ops(
 simd::avx2_twin!(
     /// [`attend_portable`], vectorised for AVX2 + FMA where the CPU has them.
     fn attend = attend_portable(
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
+        rows: &Rows,
         hd: usize,
         scale: f32,
-        scores: &mut [f32],
+        scores: &mut Vec<f32>,
         out: &mut [f32]
     )
 );
 
-/// `rep` query heads (`q`, `rep · hd`) against `len` keys and values (`k`, `v`, `len · hd`)
-/// into `out` (`rep · hd`); `scores` holds `rep · len`. Each key is read once for all the
-/// query heads that share it.
+/// `rows` into `out` (member `m`'s rows at `m · rep · hd`). A shared key or value is read
+/// once for every row of the group; a row is computed as over one contiguous cache.
 #[inline(always)]
-fn attend_portable(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    hd: usize,
-    scale: f32,
-    scores: &mut [f32],
-    out: &mut [f32],
-) {
-    let len = k.len() / hd;
-    let rep = q.len() / hd;
-    if len == 0 {
-        out.fill(0.0);
-        return;
+fn attend_portable(rows: &Rows, hd: usize, scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
+    let Rows {
+        q,
+        shared_k,
+        shared_v,
+        k,
+        v,
+    } = rows;
+    let p = shared_k.len() / hd;
+    let rep = q.first().map_or(0, |x| x.len() / hd);
+    // Member m's rows: `len(m)` scores each, from `start[m]`.
+    let len = |m: usize| p + k[m].len() / hd;
+    let mut start = Vec::with_capacity(q.len() + 1);
+    start.push(0);
+    for m in 0..q.len() {
+        start.push(start[m] + rep * len(m));
     }
-    for (j, kj) in k.chunks_exact(hd).enumerate() {
-        for (r, qr) in q.chunks_exact(hd).enumerate() {
-            scores[r * len + j] = simd::dot(qr, kj);
-        }
-    }
-    for (row, o) in scores
-        .chunks_exact_mut(len)
-        .zip(out.chunks_exact_mut(hd))
-        .take(rep)
-    {
-        // Not `softmax::softmax_row`: here the weights are normalised after the weighted sum
-        // (one multiply per output value, not per key) and summed in key order. The results
-        // differ in the last bits, enough that with `softmax_row` the default model's greedy
-        // tokens left llama.cpp's at a near tie (third token of the engine benchmark's prompt).
-        let m = simd::max_scaled(row, scale);
-        let mut sum = 0f32;
-        for s in row.iter_mut() {
-            *s = simd::exp(*s * scale - m);
-            sum += *s;
-        }
-        o.fill(0.0);
-        for (p, vj) in row.iter().zip(v.chunks_exact(hd)) {
-            for (od, vd) in o.iter_mut().zip(vj) {
-                *od += p * vd;
+    scores.clear();
+    scores.resize(start[q.len()], 0.0);
+    for (j, kj) in shared_k.chunks_exact(hd).enumerate() {
+        for (m, qm) in q.iter().enumerate() {
+            let l = len(m);
+            for (r, qr) in qm.chunks_exact(hd).enumerate() {
+                scores[start[m] + r * l + j] = simd::dot(qr, kj);
             }
         }
-        let inv = 1.0 / sum;
-        for od in o.iter_mut() {
-            *od *= inv;
+    }
+    for (m, qm) in q.iter().enumerate() {
+        let l = len(m);
+        for (j, kj) in k[m].chunks_exact(hd).enumerate() {
+            for (r, qr) in qm.chunks_exact(hd).enumerate() {
+                scores[start[m] + r * l + p + j] = simd::dot(qr, kj);
+            }
+        }
+    }
+    // Not `softmax::softmax_row`: here the weights are normalised after the weighted sum (one
+    // multiply per output value, not per key) and summed in key order. The results differ in
+    // the last bits, enough that with `softmax_row` the default model's greedy tokens left
+    // llama.cpp's at a near tie (third token of the engine benchmark's prompt).
+    let mut sums = Vec::with_capacity(q.len() * rep);
+    for m in 0..q.len() {
+        let l = len(m);
+        if l == 0 {
+            sums.extend(std::iter::repeat_n(0.0, rep));
+            continue;
+        }
+        for row in scores[start[m]..start[m + 1]].chunks_exact_mut(l) {
+            let mx = simd::max_scaled(row, scale);
+            let mut sum = 0f32;
+            for s in row.iter_mut() {
+                *s = simd::exp(*s * scale - mx);
+                sum += *s;
+            }
+            sums.push(sum);
+        }
+    }
+    out.fill(0.0);
+    let mut add = |m: usize, j: usize, vj: &[f32]| {
+        let l = len(m);
+        for r in 0..rep {
+            let w = scores[start[m] + r * l + j];
+            let o = &mut out[(m * rep + r) * hd..(m * rep + r + 1) * hd];
+            for (od, vd) in o.iter_mut().zip(vj) {
+                *od += w * vd;
+            }
+        }
+    };
+    for (j, vj) in shared_v.chunks_exact(hd).enumerate() {
+        for m in 0..q.len() {
+            add(m, j, vj);
+        }
+    }
+    for (m, vm) in v.iter().enumerate() {
+        for (j, vj) in vm.chunks_exact(hd).enumerate() {
+            add(m, p + j, vj);
+        }
+    }
+    for (m, rows) in out.chunks_exact_mut(rep * hd).enumerate() {
+        if len(m) == 0 {
+            continue;
+        }
+        for (r, o) in rows.chunks_exact_mut(hd).enumerate() {
+            let inv = 1.0 / sums[m * rep + r];
+            for od in o.iter_mut() {
+                *od *= inv;
+            }
         }
     }
 }
@@ -228,11 +415,7 @@ mod tests {
                 .map(|i| rand(&[1, kv, lens[i] + 3, hd], 20 + i as u64))
                 .collect();
             let views: Vec<CacheView> = (0..b)
-                .map(|i| CacheView {
-                    k: &kc[i],
-                    v: &vc[i],
-                    len: lens[i],
-                })
+                .map(|i| CacheView::own(&kc[i], &vc[i], lens[i]))
                 .collect();
             let got = decode_attention(&q, &views, heads, kv, 0.25).unwrap();
             for i in 0..b {
@@ -273,18 +456,122 @@ mod tests {
             rand(&[1, kv, 9, hd], 7),
         );
         let f64s = |t: &Tensor| t.to_dtype(candle_core::DType::F64).unwrap();
-        let view = |k, v| [CacheView { k, v, len: 7 }];
+        let view = |k, v| [CacheView::own(k, v, 7)];
         let fast = decode_attention(&q, &view(&k, &v), heads, kv, 0.3).unwrap();
         let (k64, v64) = (f64s(&k), f64s(&v));
         let slow = decode_attention(&f64s(&q), &view(&k64, &v64), heads, kv, 0.3).unwrap();
         let slow = slow.to_dtype(candle_core::DType::F32).unwrap();
         assert!(max_abs(&fast, &slow) < 1e-5);
         let k = rand(&[1, kv, 4, hd], 3);
-        let bad = [CacheView {
-            k: &k,
-            v: &k,
-            len: 5,
-        }];
+        let bad = [CacheView::own(&k, &k, 5)];
         assert!(decode_attention(&rand(&[1, heads * hd], 4), &bad, heads, kv, 1.0).is_err());
+    }
+
+    /// Sequences sharing a prefix (two groups, one of them split across threads, and a
+    /// sequence alone) give exactly, bit for bit, what the same positions give as one
+    /// contiguous cache each, in parallel and serially; so does the op-by-op path, closely.
+    #[test]
+    fn shared_prefixes_give_exactly_the_contiguous_results() {
+        let (heads, kv, hd) = (6, 2, 16);
+        // Shared prefixes of 700 and 40 positions (capacity past them); own parts after.
+        let (pk1, pv1) = (rand(&[1, kv, 750, hd], 1), rand(&[1, kv, 750, hd], 2));
+        let (pk2, pv2) = (rand(&[1, kv, 40, hd], 3), rand(&[1, kv, 40, hd], 4));
+        let own = [9usize, 1, 30, 5, 2, 17];
+        let prefix = [Some(1), Some(1), Some(1), Some(2), None, Some(2)];
+        let b = own.len();
+        let ok: Vec<Tensor> = (0..b)
+            .map(|i| rand(&[1, kv, own[i] + 4, hd], 10 + i as u64))
+            .collect();
+        let ov: Vec<Tensor> = (0..b)
+            .map(|i| rand(&[1, kv, own[i] + 4, hd], 20 + i as u64))
+            .collect();
+        let q = rand(&[b, heads * hd], 5);
+        let span = |p: Option<u8>| match p {
+            Some(1) => Some(KvSpan {
+                k: &pk1,
+                v: &pv1,
+                len: 700,
+            }),
+            Some(_) => Some(KvSpan {
+                k: &pk2,
+                v: &pv2,
+                len: 40,
+            }),
+            None => None,
+        };
+        let views: Vec<CacheView> = (0..b)
+            .map(|i| CacheView {
+                shared: span(prefix[i]),
+                own: KvSpan {
+                    k: &ok[i],
+                    v: &ov[i],
+                    len: own[i],
+                },
+            })
+            .collect();
+        // The same positions copied into one cache per sequence.
+        let flat: Vec<(Tensor, Tensor)> = views
+            .iter()
+            .map(|c| {
+                let cat = |s: Option<&Tensor>, o: &Tensor, sl: usize, ol: usize| {
+                    let mut parts = Vec::new();
+                    if let Some(s) = s {
+                        parts.push(s.narrow(2, 0, sl).unwrap());
+                    }
+                    parts.push(o.narrow(2, 0, ol).unwrap());
+                    Tensor::cat(&parts, 2).unwrap()
+                };
+                let sl = c.shared.map_or(0, |s| s.len);
+                (
+                    cat(c.shared.map(|s| s.k), c.own.k, sl, c.own.len),
+                    cat(c.shared.map(|s| s.v), c.own.v, sl, c.own.len),
+                )
+            })
+            .collect();
+        let flat_views: Vec<CacheView> = flat
+            .iter()
+            .zip(&views)
+            .map(|((k, v), c)| CacheView::own(k, v, c.len()))
+            .collect();
+        let want = decode_attention(&q, &flat_views, heads, kv, 0.25).unwrap();
+        let got = decode_attention(&q, &views, heads, kv, 0.25).unwrap();
+        assert_eq!(max_abs(&got, &want), 0.0);
+        let serial = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let got1 = serial.install(|| decode_attention(&q, &views, heads, kv, 0.25).unwrap());
+        assert_eq!(max_abs(&got1, &want), 0.0);
+        let f64s = |t: &Tensor| t.to_dtype(candle_core::DType::F64).unwrap();
+        let (p64, o64) = (
+            [f64s(&pk1), f64s(&pv1), f64s(&pk2), f64s(&pv2)],
+            (0..b)
+                .map(|i| (f64s(&ok[i]), f64s(&ov[i])))
+                .collect::<Vec<_>>(),
+        );
+        let views64: Vec<CacheView> = (0..b)
+            .map(|i| CacheView {
+                shared: match prefix[i] {
+                    Some(1) => Some(KvSpan {
+                        k: &p64[0],
+                        v: &p64[1],
+                        len: 700,
+                    }),
+                    Some(_) => Some(KvSpan {
+                        k: &p64[2],
+                        v: &p64[3],
+                        len: 40,
+                    }),
+                    None => None,
+                },
+                own: KvSpan {
+                    k: &o64[i].0,
+                    v: &o64[i].1,
+                    len: own[i],
+                },
+            })
+            .collect();
+        let slow = decode_attention(&f64s(&q), &views64, heads, kv, 0.25).unwrap();
+        assert!(max_abs(&slow.to_dtype(candle_core::DType::F32).unwrap(), &want) < 1e-5);
     }
 }

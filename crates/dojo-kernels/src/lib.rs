@@ -55,7 +55,7 @@ mod testing;
 pub use attention::{
     ATTENTION_BLOCK_BYTES, attention_block_positions, causal_attention, causal_attention_blocked,
 };
-pub use decode::{CacheView, decode_attention};
+pub use decode::{CacheView, KvSpan, decode_attention};
 pub use loss::cross_entropy;
 pub use matmul::{matmul, matmul_no_grad};
 pub use softmax::{

@@ -286,8 +286,11 @@ pub(crate) async fn run_launched(
     let mut ctl = tokio::net::UnixStream::from_std(ctl).map_err(|e| setup("socket", e))?;
     let remote = [out_w.as_raw_fd(), err_w.as_raw_fd(), ctl_remote.as_raw_fd()];
     match &in_r {
-        Some(r) => client.submit(request, &[r.as_raw_fd(), remote[0], remote[1], remote[2]]),
-        None => client.submit(request, &remote),
+        Some(r) => {
+            let fds = [r.as_raw_fd(), remote[0], remote[1], remote[2]];
+            client.send(request, &fds).await
+        }
+        None => client.send(request, &remote).await,
     }
     .map_err(|e| SandboxError::Gone(format!("the sandbox launcher: {e}")))?;
     drop((in_r, out_w, err_w, ctl_remote));

@@ -8,7 +8,7 @@ use super::*;
 struct Seq {
     /// Engine-unique, for fork references.
     id: u64,
-    /// Waiting to copy the first `.1` positions of sequence `.0`'s cache (shared prefill).
+    /// Waiting to share the first `.1` positions of sequence `.0`'s cache (shared prefill).
     fork: Option<(u64, usize)>,
     /// The logits after the whole prompt (batching only): a request with the same prompt
     /// samples its first token from them, and so gets exactly what a separate prefill gives.
@@ -182,7 +182,8 @@ impl Worker {
         }
     }
 
-    /// Sequences waiting on another's prefill copy its cache once it holds the shared prefix.
+    /// Sequences waiting on another's prefill fork its cache (copy-on-write, see
+    /// [`KvCache::fork`]) once it holds the shared prefix.
     /// Same prompt: the whole prompt's cache and its logits, then the first token is sampled
     /// here. Otherwise the shared part (at most all but the last prompt token); the rest runs
     /// as usual.
@@ -194,7 +195,7 @@ impl Worker {
                 continue;
             };
             let prompt_len = active[i].req.prompt.len();
-            let source = active.iter().find(|s| s.id == leader).map(|l| {
+            let source = active.iter_mut().find(|s| s.id == leader).map(|l| {
                 if l.cache.len() < shared {
                     return None; // still prefilling the shared part
                 }
@@ -211,8 +212,8 @@ impl Worker {
                     continue;
                 }
                 Some(Some((Err(e), _))) => {
-                    // Prefill on our own (below) rather than decode from a damaged copy.
-                    tracing::warn!("copying a shared prompt cache failed: {e}");
+                    // Prefill on our own (below) rather than decode from a damaged cache.
+                    tracing::warn!("sharing a prompt cache failed: {e}");
                 }
                 Some(Some((Ok(mut cache), logits))) => {
                     let keep = if logits.is_some() {

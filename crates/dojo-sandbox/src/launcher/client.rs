@@ -118,6 +118,14 @@ pub(crate) struct Client {
 
 impl Client {
     /// Wait (blocking, up to 10 s) for the launcher's greeting; `None` when it does not come.
+    /// A client on a socket with no launcher greeting behind it (tests of the protocol).
+    #[cfg(test)]
+    pub(crate) fn from_socket(sock: OwnedFd) -> Client {
+        Client {
+            sock: Mutex::new(sock),
+        }
+    }
+
     pub(crate) fn connect(sock: OwnedFd) -> Option<Client> {
         let mut p = libc::pollfd {
             fd: sock.as_raw_fd(),
@@ -168,7 +176,8 @@ impl Client {
 
     /// Send one request with its fds: `[stdin, stdout, stderr, ctl]`, or `[stdout, stderr,
     /// ctl]` for a command whose stdin is `/dev/null` (opened inside, per command). One message,
-    /// all or nothing (see [`INLINE_MAX`]).
+    /// all or nothing (see [`INLINE_MAX`]); `WouldBlock` when the socket has no room for it,
+    /// nothing sent (retry later: [`Client::send`] does, without blocking its thread).
     pub(crate) fn submit(&self, req: &Request, fds: &[RawFd]) -> std::io::Result<()> {
         debug_assert!(fds.len() == 3 || fds.len() == 4);
         let body = serde_json::to_vec(req).map_err(std::io::Error::other)?;
@@ -224,8 +233,9 @@ impl Client {
             (*c).cmsg_len = libc::CMSG_LEN(fd_bytes) as usize;
             std::ptr::copy_nonoverlapping(all.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), nfds);
             // Non-blocking: a message this small is one buffer in the kernel, queued whole or
-            // not at all (EAGAIN when the socket is full: wait until it is writable, retry).
-            // A blocking send could be cut short by a signal, leaving a partial request.
+            // not at all. A blocking send could be cut short by a signal, leaving a partial
+            // request. When the socket is full (a stalled launcher) this returns `WouldBlock`
+            // at once, the lock released, and the caller waits without holding its thread.
             loop {
                 let n = libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT);
                 if n >= 0 {
@@ -239,16 +249,26 @@ impl Client {
                 }
                 match crate::sys::errno() {
                     libc::EINTR => continue,
-                    libc::EAGAIN => {
-                        let mut p = libc::pollfd {
-                            fd,
-                            events: libc::POLLOUT,
-                            revents: 0,
-                        };
-                        libc::poll(&mut p, 1, -1);
-                    }
                     _ => return Err(std::io::Error::last_os_error()),
                 }
+            }
+        }
+    }
+}
+
+impl Client {
+    /// [`Client::submit`], waiting (asynchronously, the lock not held) while the launcher's
+    /// socket is full: a stalled launcher delays its own sandbox's commands, never the
+    /// caller's runtime thread or the other sandboxes'.
+    pub(crate) async fn send(&self, req: &Request, fds: &[RawFd]) -> std::io::Result<()> {
+        let mut wait = std::time::Duration::from_micros(100);
+        loop {
+            match self.submit(req, fds) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(std::time::Duration::from_millis(20));
+                }
+                done => return done,
             }
         }
     }
@@ -280,4 +300,78 @@ fn body_memfd(body: &[u8]) -> std::io::Result<OwnedFd> {
         );
     }
     Ok(fd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> Request {
+        Request {
+            argv: vec!["true".into()],
+            env: Vec::new(),
+            cwd: "/".into(),
+            exe_candidates: Vec::new(),
+            rlimits: Vec::new(),
+            landlock_abi: 0,
+            landlock_full: Vec::new(),
+            landlock_files: Vec::new(),
+        }
+    }
+
+    /// A launcher that stops reading: `submit` says `WouldBlock` at once instead of blocking
+    /// its thread with the lock held, and `send` waits without holding the runtime's only
+    /// thread, then goes through once the launcher reads again.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_full_launcher_socket_blocks_neither_the_thread_nor_the_lock() {
+        let (ours, theirs) = socketpair().unwrap();
+        let client = Client::from_socket(ours);
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let fds = [null.as_raw_fd(); 3];
+        let mut sent = 0;
+        let full = loop {
+            match client.submit(&request(), &fds) {
+                Ok(()) => sent += 1,
+                Err(e) => break e,
+            }
+            assert!(sent < 100_000, "the socket never filled");
+        };
+        assert_eq!(full.kind(), std::io::ErrorKind::WouldBlock, "{full}");
+        assert!(client.sock.try_lock().is_ok(), "the lock is not held");
+        // The runtime's one thread keeps running other work while `send` waits.
+        let waited = tokio::time::timeout(
+            std::time::Duration::from_millis(30),
+            client.send(&request(), &fds),
+        )
+        .await;
+        assert!(waited.is_err(), "sent into a full socket");
+        // The launcher reads everything queued (closing the fds it receives); `send` then
+        // goes through.
+        let drain = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 16];
+            let mut cbuf = [0u64; 8];
+            for _ in 0..=sent {
+                // SAFETY: buffers valid for the call; received fds are closed below.
+                unsafe {
+                    let mut iov = libc::iovec {
+                        iov_base: buf.as_mut_ptr().cast(),
+                        iov_len: buf.len(),
+                    };
+                    let mut msg: libc::msghdr = std::mem::zeroed();
+                    msg.msg_iov = &mut iov;
+                    msg.msg_iovlen = 1;
+                    msg.msg_control = cbuf.as_mut_ptr().cast();
+                    msg.msg_controllen = std::mem::size_of_val(&cbuf);
+                    assert!(libc::recvmsg(theirs.as_raw_fd(), &mut msg, 0) > 0);
+                    let c = libc::CMSG_FIRSTHDR(&msg);
+                    let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                    for i in 0..3 {
+                        libc::close(std::ptr::read_unaligned(data.add(i)));
+                    }
+                }
+            }
+        });
+        client.send(&request(), &fds).await.unwrap();
+        drain.join().unwrap();
+    }
 }

@@ -144,19 +144,22 @@ unsafe fn serve(sock: RawFd, life: RawFd, prewarm: bool, venv_writable: bool) ->
         if handed || p[SPARES].revents == 0 {
             continue;
         }
-        match recv_request(sock, -1, &mut false) {
+        let mut ended = false;
+        match recv_request(sock, -1, &mut ended) {
             Some((req, fds)) => {
                 spawn(&req, fds, sock, life, seccomp);
                 for fd in fds {
                     libc::close(fd);
                 }
             }
-            None => {
-                // The caller closed its end (a kept sandbox whose creator detached, or a failed
-                // request): stop serving, keep holding the namespaces.
+            // The caller closed its end (a kept sandbox whose creator detached, or a failed
+            // request): stop serving, keep holding the namespaces.
+            None if ended => {
                 libc::close(sock);
                 sock = -1;
             }
+            // Our failure (out of memory or fds): that request is lost, the next is served.
+            None => {}
         }
     }
 }
@@ -555,6 +558,13 @@ unsafe fn recv_request(
         // (Out of memory, say: not the caller's doing.)
         return fail(&got);
     }
+    if n > 0 && msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        // Fds cut short although the buffer holds more than a request carries: the kernel
+        // could not install them here (this process at its fd limit). Not the caller's doing
+        // either: the request is lost (the kernel closed the fds it could not pass, so its
+        // caller sees the command fail), the stream is intact, serving goes on.
+        return fail(&got);
+    }
     // From here on, EOF or a message that breaks the protocol: the caller is gone or confused.
     *ended = true;
     if n < 4 || (msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_TRUNC)) != 0 {
@@ -696,6 +706,52 @@ unsafe fn install_stdio(fds: [RawFd; 4]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A request whose fds the kernel cannot all install (the reader at its fd limit) is the
+    /// reader's failure: not the caller's EOF, which would stop the sandbox serving. Run in a
+    /// child process of this test binary, whose fd limit it lowers.
+    #[test]
+    fn fds_cut_short_are_our_failure_not_the_callers_end() {
+        use std::os::fd::AsRawFd;
+        const CHILD: &str = "DOJO_TEST_CTRUNC_CHILD";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "launcher::server::tests::fds_cut_short_are_our_failure_not_the_callers_end",
+                    "--test-threads=1",
+                ])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success() && text.contains("1 passed"), "{text}");
+            return;
+        }
+        let (ours, theirs) = super::super::client::socketpair().unwrap();
+        let client = super::super::client::Client::from_socket(ours);
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let fds = [null.as_raw_fd(); 3];
+        client.submit(&request(0, &[], &[]), &fds).unwrap();
+        // SAFETY: plain syscalls on this (single-threaded) child's own fds and limits.
+        unsafe {
+            // Room for one more fd: the lowest free one.
+            let probe = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+            assert!(probe >= 0);
+            libc::close(probe);
+            let mut lim: libc::rlimit = std::mem::zeroed();
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+            lim.rlim_cur = probe as libc::rlim_t + 1;
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+            let mut ended = false;
+            assert!(recv_request(theirs.as_raw_fd(), -1, &mut ended).is_none());
+            assert!(!ended, "the cut-short request counted as the caller's end");
+            // The caller's real end still reads as one.
+            drop(client);
+            assert!(recv_request(theirs.as_raw_fd(), -1, &mut ended).is_none());
+            assert!(ended);
+        }
+    }
 
     fn request(abi: i32, full: &[&str], files: &[&str]) -> Request {
         Request {
