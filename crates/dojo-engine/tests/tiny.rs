@@ -60,13 +60,13 @@ fn kv_cache_grows_in_place_and_forks_share_without_copying() {
     model.forward_last(&tokens[270..599], &mut c).unwrap();
     let before = c.bytes();
     let mut snapshot = c.fork(c.len()).unwrap();
-    // Nothing copied: the original's buffers became the shared prefix of both, and the
-    // original goes on in fresh buffers (256 positions of room, nothing to carry over).
-    assert_eq!((snapshot.bytes(), snapshot.shared_len()), (0, 599));
-    assert_eq!(snapshot.shared_bytes(), before);
+    // Nothing copied: the original's buffers became the shared prefix of both, and each goes
+    // on in buffers of its own with 256 positions of room (nothing to carry over).
     let cfg = &model.config;
-    let per_position = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4;
-    assert_eq!(c.bytes(), 256 * per_position);
+    let room = 256 * 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4;
+    assert_eq!((snapshot.bytes(), snapshot.shared_len()), (room, 599));
+    assert_eq!(snapshot.shared_bytes(), before);
+    assert_eq!(c.bytes(), room);
     let grown = model.forward_last(&tokens[599..], &mut c).unwrap();
     assert!(max_abs_diff(&one_shot, &grown) < 1e-4);
     // Rewriting the original's positions must not touch the fork's.
@@ -77,7 +77,7 @@ fn kv_cache_grows_in_place_and_forks_share_without_copying() {
     // A fork of a shared prefix shares it too, and continues from it as the original did.
     snapshot.truncate(599).unwrap();
     let mut prefix = snapshot.fork(200).unwrap();
-    assert_eq!((prefix.len(), prefix.bytes()), (200, 0));
+    assert_eq!((prefix.len(), prefix.bytes()), (200, room));
     let from_prefix = model.forward_last(&tokens[200..], &mut prefix).unwrap();
     assert!(max_abs_diff(&one_shot, &from_prefix) < 1e-4);
     assert_eq!(snapshot.fork(10_000).unwrap().len(), snapshot.len());
@@ -87,7 +87,7 @@ fn kv_cache_grows_in_place_and_forks_share_without_copying() {
     let mut joined = prefix.fork(400).unwrap();
     assert_eq!(
         (prefix.shared_len(), joined.shared_len(), joined.bytes()),
-        (400, 400, 0)
+        (400, 400, room)
     );
     for cache in [&mut joined, &mut prefix] {
         cache.truncate(400).unwrap();
