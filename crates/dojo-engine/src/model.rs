@@ -10,9 +10,9 @@
 //! attends through the KV cache with the trainer's causal attention, a decode step through
 //! `dojo_kernels::decode_attention`.
 
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use std::sync::Arc;
 
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use crate::EngineError;
@@ -232,11 +232,7 @@ impl KvCache {
         let own = match &self.shared {
             Some(shared) => shared
                 .iter()
-                .map(|(k, _)| {
-                    let (b, h, _, d) = k.dims4()?;
-                    let zeros = || Tensor::zeros((b, h, KV_MIN_CAPACITY, d), k.dtype(), k.device());
-                    Ok(Some((zeros()?, zeros()?)))
-                })
+                .map(|(k, v)| Ok(Some((room(k, KV_MIN_CAPACITY)?, room(v, KV_MIN_CAPACITY)?))))
                 .collect::<candle_core::Result<Vec<_>>>()?,
             None => Vec::new(),
         };
@@ -268,12 +264,7 @@ impl KvCache {
                 // cache goes on in fresh buffers with its positions after `upto`.
                 None => {
                     let rest = |t: &Tensor| -> candle_core::Result<Tensor> {
-                        let (b, h, _, d) = t.dims4()?;
-                        let out = Tensor::zeros(
-                            (b, h, tail + KV_MIN_CAPACITY, d),
-                            t.dtype(),
-                            t.device(),
-                        )?;
+                        let out = room(t, tail + KV_MIN_CAPACITY)?;
                         if tail > 0 {
                             out.slice_set(&t.narrow(2, upto, tail)?.contiguous()?, 2, 0)?;
                         }
@@ -349,9 +340,7 @@ impl KvCache {
                 .max(cap * 2)
                 .max(KV_MIN_CAPACITY)
                 .min(max_positions.saturating_sub(self.shared_len).max(need));
-            let (b, h, _, d) = k.dims4()?;
-            let nk = Tensor::zeros((b, h, new_cap, d), k.dtype(), k.device())?;
-            let nv = Tensor::zeros((b, h, new_cap, d), v.dtype(), v.device())?;
+            let (nk, nv) = (room(k, new_cap)?, room(v, new_cap)?);
             if let Some((ck, cv)) = slot.as_ref()
                 && at > 0
             {
@@ -439,6 +428,13 @@ impl KvCache {
             self.own = vec![None; layers];
         }
     }
+}
+
+/// Zeroed buffers for `positions` positions of keys or values shaped like `t` `(1, kv_heads,
+/// _, head_dim)`.
+fn room(t: &Tensor, positions: usize) -> candle_core::Result<Tensor> {
+    let (b, h, _, d) = t.dims4()?;
+    Tensor::zeros((b, h, positions, d), t.dtype(), t.device())
 }
 
 /// The cos / sin tables of default RoPE for every position up to `max_position` (f32, as
