@@ -399,6 +399,17 @@ mod tests {
     use super::*;
     use crate::testing::{max_abs, rand};
 
+    /// Keys and values for caches of `lens` positions, `extra` positions of capacity past
+    /// them.
+    fn buffers(kv: usize, hd: usize, lens: &[usize], extra: usize) -> (Vec<Tensor>, Vec<Tensor>) {
+        let fill = |seed: u64| -> Vec<Tensor> {
+            (0..lens.len())
+                .map(|i| rand(&[1, kv, lens[i] + extra, hd], seed + i as u64))
+                .collect()
+        };
+        (fill(10), fill(20))
+    }
+
     /// The kernel against candle's ops on each sequence alone (grouped heads, caches of
     /// different lengths and capacities, an empty one), in parallel and serially.
     #[test]
@@ -408,12 +419,7 @@ mod tests {
         for lens in [vec![5usize, 1, 9], vec![700, 300]] {
             let b = lens.len();
             let q = rand(&[b, heads * hd], 1);
-            let kc: Vec<Tensor> = (0..b)
-                .map(|i| rand(&[1, kv, lens[i] + 3, hd], 10 + i as u64))
-                .collect();
-            let vc: Vec<Tensor> = (0..b)
-                .map(|i| rand(&[1, kv, lens[i] + 3, hd], 20 + i as u64))
-                .collect();
+            let (kc, vc) = buffers(kv, hd, &lens, 3);
             let views: Vec<CacheView> = (0..b)
                 .map(|i| CacheView::own(&kc[i], &vc[i], lens[i]))
                 .collect();
@@ -479,12 +485,7 @@ mod tests {
         let own = [9usize, 1, 30, 5, 2, 17];
         let prefix = [Some(1), Some(1), Some(1), Some(2), None, Some(2)];
         let b = own.len();
-        let ok: Vec<Tensor> = (0..b)
-            .map(|i| rand(&[1, kv, own[i] + 4, hd], 10 + i as u64))
-            .collect();
-        let ov: Vec<Tensor> = (0..b)
-            .map(|i| rand(&[1, kv, own[i] + 4, hd], 20 + i as u64))
-            .collect();
+        let (ok, ov) = buffers(kv, hd, &own, 4);
         let q = rand(&[b, heads * hd], 5);
         let span = |p: Option<u8>| match p {
             Some(1) => Some(KvSpan {
