@@ -176,7 +176,7 @@ pub struct Model {
 /// Why preallocated: appending by concatenation copies the whole cache for every decoded
 /// token (~90 MB per token at 2,000 positions for SmolLM2-135M); here a token writes only its
 /// own keys and values, and the buffers grow by doubling (amortised O(1) per token).
-/// Truncating to a shared prefix only moves `len`.
+/// Truncating only moves `len` (and `shared_len`, when shorter than the shared prefix).
 #[derive(Debug, Default)]
 pub struct KvCache {
     shared: Option<Arc<[(Tensor, Tensor)]>>,
@@ -245,56 +245,61 @@ impl KvCache {
     }
 
     /// Make positions `0..upto` (`shared_len < upto <= len`) shared; see [`KvCache::fork`].
+    /// Two ways:
     ///
-    /// No buffer is freed here (a joined cache moves its own positions within its buffers):
-    /// a large free raises glibc's dynamic mmap threshold, and later caches' buffers then come
-    /// from its heap, zeroed up front, instead of fresh mappings faulted in as positions are
-    /// written.
+    /// - Freeze (nothing shared yet, and no more positions past `upto` than before it): the
+    ///   own buffers, which hold positions from 0, become the shared prefix as they are, and
+    ///   this cache goes on in fresh buffers with its positions after `upto` (a copy of those).
+    /// - Join (otherwise): the shared part, if any, and the own positions up to `upto` are
+    ///   copied into one new buffer of exactly `upto` positions, and the own positions after
+    ///   it move to the front of the own buffers. Freezing there would keep a whole buffer,
+    ///   its long tail and room included, alive for as long as the forks live.
+    ///
+    /// No buffer is freed here: a large free raises glibc's dynamic mmap threshold, and later
+    /// caches' buffers then come from its heap, zeroed up front, instead of fresh mappings
+    /// faulted in as positions are written.
     fn share_up_to(&mut self, upto: usize) -> candle_core::Result<()> {
         let from = self.shared_len;
         let tail = self.len - upto;
+        let freeze = self.shared.is_none() && tail <= upto;
         let mut frozen = Vec::with_capacity(self.own.len());
         let mut own = Vec::with_capacity(self.own.len());
         for (li, layer) in self.own.iter().enumerate() {
             let (k, v) = layer
                 .as_ref()
                 .ok_or_else(|| candle_core::Error::Msg("kv cache layer missing".into()))?;
-            match self.shared.as_ref().map(|s| &s[li]) {
-                // Own buffers hold positions from 0: they become the shared prefix, and this
-                // cache goes on in fresh buffers with its positions after `upto`.
-                None => {
-                    let rest = |t: &Tensor| -> candle_core::Result<Tensor> {
-                        let out = room(t, tail + KV_MIN_CAPACITY)?;
-                        if tail > 0 {
-                            out.slice_set(&t.narrow(2, upto, tail)?.contiguous()?, 2, 0)?;
-                        }
-                        Ok(out)
-                    };
-                    frozen.push((k.clone(), v.clone()));
-                    own.push((rest(k)?, rest(v)?));
-                }
-                // The shared part and the own positions up to `upto`, joined into one new
-                // buffer; the own positions after it move to the front of the own buffers
-                // (below, once nothing can fail).
-                Some((sk, sv)) => {
-                    let join = |s: &Tensor, t: &Tensor| {
+            if freeze {
+                frozen.push((k.clone(), v.clone()));
+                let rest = |t: &Tensor| copied(t, upto, tail, tail + KV_MIN_CAPACITY);
+                own.push((rest(k)?, rest(v)?));
+            } else {
+                let shared = self.shared.as_ref().map(|s| &s[li]);
+                let join = |s: Option<&Tensor>, t: &Tensor| match s {
+                    Some(s) => {
                         Tensor::cat(&[s.narrow(2, 0, from)?, t.narrow(2, 0, upto - from)?], 2)
-                    };
-                    frozen.push((join(sk, k)?, join(sv, v)?));
-                    let moved = |t: &Tensor| t.narrow(2, upto - from, tail)?.contiguous();
-                    own.push((moved(k)?, moved(v)?));
-                }
+                    }
+                    None => copied(t, 0, upto, upto),
+                };
+                frozen.push((
+                    join(shared.map(|s| &s.0), k)?,
+                    join(shared.map(|s| &s.1), v)?,
+                ));
+                // Moved below, once nothing can fail.
+                own.push((
+                    copied(k, upto - from, tail, tail)?,
+                    copied(v, upto - from, tail, tail)?,
+                ));
             }
         }
-        if self.shared.is_some() {
+        if freeze {
+            self.own = own.into_iter().map(Some).collect();
+        } else if tail > 0 {
             for (layer, (mk, mv)) in self.own.iter().zip(&own) {
-                if let (Some((k, v)), true) = (layer, tail > 0) {
+                if let Some((k, v)) = layer {
                     k.slice_set(mk, 2, 0)?;
                     v.slice_set(mv, 2, 0)?;
                 }
             }
-        } else {
-            self.own = own.into_iter().map(Some).collect();
         }
         self.shared = Some(frozen.into());
         self.shared_len = upto;
@@ -435,6 +440,17 @@ impl KvCache {
 fn room(t: &Tensor, positions: usize) -> candle_core::Result<Tensor> {
     let (b, h, _, d) = t.dims4()?;
     Tensor::zeros((b, h, positions, d), t.dtype(), t.device())
+}
+
+/// Positions `start..start + n` of keys or values `t` copied into new buffers with room for
+/// `capacity` positions. (Always a copy: with one key/value head the narrowed view counts as
+/// contiguous, and `contiguous` would hand back the same storage.)
+fn copied(t: &Tensor, start: usize, n: usize, capacity: usize) -> candle_core::Result<Tensor> {
+    let out = room(t, capacity)?;
+    if n > 0 {
+        out.slice_set(&t.narrow(2, start, n)?.contiguous()?, 2, 0)?;
+    }
+    Ok(out)
 }
 
 /// The cos / sin tables of default RoPE for every position up to `max_position` (f32, as

@@ -253,7 +253,7 @@ async fn shared_prompts_are_prefilled_once_and_decode_like_separate_requests() {
     let reused = stats.reused_tokens.load(Ordering::Relaxed);
     assert_eq!(prompt_tokens, 4 * 60 + 2 * 63);
     assert_eq!(prefilled + reused, prompt_tokens);
-    // The 60 shared tokens ran once; every other request copied (at least) 59 of them.
+    // The 60 shared tokens ran once; every other request forked (at least) 59 of them.
     assert!(reused >= 5 * 59, "reused {reused}, prefilled {prefilled}");
     assert!(prefilled <= 60 + 3 + 2 * 4, "prefilled {prefilled}");
     assert!(batched.iter().skip(1).all(|g| g.cached_tokens >= 59));

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use candle_core::Device;
 use common::*;
-use dojo_engine::model::Arch;
+use dojo_engine::model::{Arch, Config};
 use dojo_engine::{EngineOptions, FinishReason, GenerateRequest, KvCache, SamplingParams};
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -47,10 +47,28 @@ fn chunked_prefill_and_truncated_cache_match_one_shot_forward() {
 
 #[test]
 fn kv_cache_grows_in_place_and_forks_share_without_copying() {
-    let model =
-        dojo_engine::loader::random_model(tiny_config(Arch::Qwen3), 9, &Device::Cpu).unwrap();
+    // Two key/value heads, and one (where a cache's narrowed view is contiguous).
+    for kv_heads in [2, 1] {
+        let cfg = Config {
+            num_kv_heads: kv_heads,
+            ..tiny_config(Arch::Qwen3)
+        };
+        let model = dojo_engine::loader::random_model(cfg, 9, &Device::Cpu).unwrap();
+        forks_share_without_copying(&model);
+    }
+}
+
+fn forks_share_without_copying(model: &dojo_engine::model::Model) {
     let tokens: Vec<u32> = (0..600).map(|i| (i * 53 % 250) as u32 + 3).collect();
     let one_shot = model.forward_last(&tokens, &mut KvCache::new()).unwrap();
+    let same = |what: &str, got: &[f32]| {
+        let diff = max_abs_diff(&one_shot, got);
+        assert!(
+            diff < 1e-4,
+            "{} kv heads, {what}: {diff}",
+            model.config.num_kv_heads
+        );
+    };
     // Past the first allocation (256 positions) twice, by prefill chunks and single tokens.
     let mut c = KvCache::new();
     model.forward_last(&tokens[..200], &mut c).unwrap();
@@ -63,37 +81,65 @@ fn kv_cache_grows_in_place_and_forks_share_without_copying() {
     // Nothing copied: the original's buffers became the shared prefix of both, and each goes
     // on in buffers of its own with 256 positions of room (nothing to carry over).
     let cfg = &model.config;
-    let room = 256 * 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4;
+    let per_position = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4;
+    let room = 256 * per_position;
     assert_eq!((snapshot.bytes(), snapshot.shared_len()), (room, 599));
     assert_eq!(snapshot.shared_bytes(), before);
     assert_eq!(c.bytes(), room);
-    let grown = model.forward_last(&tokens[599..], &mut c).unwrap();
-    assert!(max_abs_diff(&one_shot, &grown) < 1e-4);
+    same(
+        "grown",
+        &model.forward_last(&tokens[599..], &mut c).unwrap(),
+    );
     // Rewriting the original's positions must not touch the fork's.
     c.truncate(100).unwrap();
     model.forward_last(&[7u32; 50], &mut c).unwrap();
-    let from_fork = model.forward_last(&tokens[599..], &mut snapshot).unwrap();
-    assert!(max_abs_diff(&one_shot, &from_fork) < 1e-4);
+    same(
+        "fork",
+        &model.forward_last(&tokens[599..], &mut snapshot).unwrap(),
+    );
     // A fork of a shared prefix shares it too, and continues from it as the original did.
     snapshot.truncate(599).unwrap();
     let mut prefix = snapshot.fork(200).unwrap();
     assert_eq!((prefix.len(), prefix.bytes()), (200, room));
-    let from_prefix = model.forward_last(&tokens[200..], &mut prefix).unwrap();
-    assert!(max_abs_diff(&one_shot, &from_prefix) < 1e-4);
+    same(
+        "prefix",
+        &model.forward_last(&tokens[200..], &mut prefix).unwrap(),
+    );
     assert_eq!(snapshot.fork(10_000).unwrap().len(), snapshot.len());
     // Past the shared part: the shared 200 and the own positions up to 400 are joined into
-    // one new shared buffer (once); the cache keeps its positions after 400 as its own.
+    // one new shared buffer (once); the cache's positions 400..450 move to the front of its
+    // own buffers, and it goes on from them.
     prefix.truncate(450).unwrap();
     let mut joined = prefix.fork(400).unwrap();
     assert_eq!(
         (prefix.shared_len(), joined.shared_len(), joined.bytes()),
         (400, 400, room)
     );
-    for cache in [&mut joined, &mut prefix] {
-        cache.truncate(400).unwrap();
-        let again = model.forward_last(&tokens[400..], cache).unwrap();
-        assert!(max_abs_diff(&one_shot, &again) < 1e-4);
-    }
+    assert_eq!(joined.shared_bytes(), 400 * per_position);
+    same(
+        "joined",
+        &model.forward_last(&tokens[400..], &mut joined).unwrap(),
+    );
+    same(
+        "after a join",
+        &model.forward_last(&tokens[450..], &mut prefix).unwrap(),
+    );
+    // Little shared, much after it (an agent's system prompt): the fork gets a copy of just
+    // those positions, not the whole buffer; the source keeps its own.
+    let mut long = KvCache::new();
+    model.forward_last(&tokens[..500], &mut long).unwrap();
+    let own_before = long.bytes();
+    let mut short = long.fork(100).unwrap();
+    assert_eq!(short.shared_bytes(), 100 * per_position);
+    assert_eq!((long.bytes(), long.shared_len()), (own_before, 100));
+    same(
+        "short fork",
+        &model.forward_last(&tokens[100..], &mut short).unwrap(),
+    );
+    same(
+        "long source",
+        &model.forward_last(&tokens[500..], &mut long).unwrap(),
+    );
     assert_eq!(KvCache::new().fork(5).unwrap().len(), 0);
 }
 

@@ -111,8 +111,9 @@ pub fn decode_attention(
     for (i, c) in caches.iter().enumerate() {
         let found = c.shared.and_then(|s| {
             groups.iter_mut().find(|g| {
-                g.shared
-                    .is_some_and(|(at, len)| tensors[at].id() == s.k.id() && len == s.len)
+                g.shared.is_some_and(|(at, len)| {
+                    (tensors[at].id(), tensors[at + 1].id(), len) == (s.k.id(), s.v.id(), s.len)
+                })
             })
         });
         match found {

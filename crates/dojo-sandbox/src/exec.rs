@@ -2,7 +2,7 @@
 //! caps, stdin feeding, timeout with TERM → grace → KILL, and the setup status pipe.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -285,14 +285,25 @@ pub(crate) async fn run_launched(
     ctl.set_nonblocking(true).map_err(|e| setup("socket", e))?;
     let mut ctl = tokio::net::UnixStream::from_std(ctl).map_err(|e| setup("socket", e))?;
     let remote = [out_w.as_raw_fd(), err_w.as_raw_fd(), ctl_remote.as_raw_fd()];
-    match &in_r {
+    let with_stdin;
+    let fds: &[RawFd] = match &in_r {
         Some(r) => {
-            let fds = [r.as_raw_fd(), remote[0], remote[1], remote[2]];
-            client.send(request, &fds).await
+            with_stdin = [r.as_raw_fd(), remote[0], remote[1], remote[2]];
+            &with_stdin
         }
-        None => client.send(request, &remote).await,
+        None => &remote,
+    };
+    // A launcher that does not take the request within the command's own timeout is stalled:
+    // the sandbox's failure, not the command's.
+    match tokio::time::timeout(req.timeout, client.send(request, fds)).await {
+        Ok(sent) => sent.map_err(|e| SandboxError::Gone(format!("the sandbox launcher: {e}")))?,
+        Err(_) => {
+            return Err(SandboxError::Gone(format!(
+                "the sandbox launcher took no request for {:?} (its socket stayed full)",
+                req.timeout
+            )));
+        }
     }
-    .map_err(|e| SandboxError::Gone(format!("the sandbox launcher: {e}")))?;
     drop((in_r, out_w, err_w, ctl_remote));
     if let (Some(mut w), Some(data)) = (stdin, req.stdin.clone()) {
         // Detached, as the result does not wait for it: it ends when written, or with EPIPE

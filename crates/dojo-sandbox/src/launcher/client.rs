@@ -117,7 +117,6 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    /// Wait (blocking, up to 10 s) for the launcher's greeting; `None` when it does not come.
     /// A client on a socket with no launcher greeting behind it (tests of the protocol).
     #[cfg(test)]
     pub(crate) fn from_socket(sock: OwnedFd) -> Client {
@@ -126,6 +125,7 @@ impl Client {
         }
     }
 
+    /// Wait (blocking, up to 10 s) for the launcher's greeting; `None` when it does not come.
     pub(crate) fn connect(sock: OwnedFd) -> Option<Client> {
         let mut p = libc::pollfd {
             fd: sock.as_raw_fd(),

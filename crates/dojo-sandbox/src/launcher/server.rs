@@ -78,6 +78,9 @@ unsafe fn serve(sock: RawFd, life: RawFd, prewarm: bool, venv_writable: bool) ->
     let mut arm_at: Option<i64> = None;
     // Spares that died without taking a request; past a few, serve requests directly.
     let mut spare_deaths = 0;
+    // Requests in a row that we failed to read when serving directly; past a few, the failure
+    // is not passing (a broken socket would otherwise poll readable forever): stop serving.
+    let mut lost_in_a_row = 0;
     loop {
         let waiting = spares.iter().filter(|&&fd| fd >= 0).count();
         let arming = prewarm && sock >= 0 && spare_deaths < 3;
@@ -147,19 +150,21 @@ unsafe fn serve(sock: RawFd, life: RawFd, prewarm: bool, venv_writable: bool) ->
         let mut ended = false;
         match recv_request(sock, -1, &mut ended) {
             Some((req, fds)) => {
+                lost_in_a_row = 0;
                 spawn(&req, fds, sock, life, seccomp);
                 for fd in fds {
                     libc::close(fd);
                 }
             }
             // The caller closed its end (a kept sandbox whose creator detached, or a failed
-            // request): stop serving, keep holding the namespaces.
-            None if ended => {
+            // request), or our own failures do not pass: stop serving, keep holding the
+            // namespaces.
+            None if ended || lost_in_a_row >= 8 => {
                 libc::close(sock);
                 sock = -1;
             }
             // Our failure (out of memory or fds): that request is lost, the next is served.
-            None => {}
+            None => lost_in_a_row += 1,
         }
     }
 }
