@@ -211,12 +211,12 @@ impl KvCache {
     /// shares them: copy-on-write, without copying them. The fork gets buffers of its own
     /// with room for `KV_MIN_CAPACITY` positions after them.
     ///
-    /// The positions become shared: if some of them are still this cache's own, its own
-    /// buffers are frozen as the shared prefix and this cache goes on with fresh buffers for
-    /// the positions after `len` (a copy of those only, usually none or a few decoded
-    /// tokens). Were part of the positions already shared with a shorter prefix, the two parts
-    /// are joined into one new shared buffer, a copy (once, not once per fork). A failed copy
-    /// is an error and leaves this cache as it was.
+    /// The positions become shared in this cache too, once: usually its own buffers are
+    /// frozen as the shared prefix and it goes on in fresh ones with its positions after
+    /// `len` (none or a few decoded tokens); when part of them was already shared, or many
+    /// positions lie after `len`, they are copied into one new shared buffer of their exact
+    /// size instead (see `share_up_to`). Later forks of at most `len` positions copy
+    /// nothing. A failed copy is an error and leaves this cache as it was.
     pub fn fork(&mut self, len: usize) -> candle_core::Result<KvCache> {
         let len = len.min(self.len);
         if len == 0 {
