@@ -143,6 +143,101 @@ fn forks_share_without_copying(model: &dojo_engine::model::Model) {
     assert_eq!(KvCache::new().fork(5).unwrap().len(), 0);
 }
 
+/// Random runs of prefills, batched decode steps, truncations, forks (of forks) and drops over
+/// several caches: a cache's logits always match a fresh pass over exactly the tokens it
+/// holds, so no write ever reaches positions another cache reads.
+#[test]
+fn random_forks_truncations_and_steps_never_mix_caches() {
+    for (arch, seed) in [(Arch::Llama, 1u64), (Arch::Qwen3, 2)] {
+        let cfg = Config {
+            num_kv_heads: 1 + seed as usize % 2,
+            ..tiny_config(arch)
+        };
+        let model = dojo_engine::loader::random_model(cfg, seed, &Device::Cpu).unwrap();
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut next = |n: usize| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) as usize % n.max(1)
+        };
+        let check = |tokens: &[u32], got: &[f32], what: &str| {
+            let want = model.forward_last(tokens, &mut KvCache::new()).unwrap();
+            let diff = max_abs_diff(&want, got);
+            assert!(
+                diff < 1e-4,
+                "{arch:?}, {what} at {} tokens: {diff}",
+                tokens.len()
+            );
+        };
+        // (tokens held, cache)
+        let mut caches: Vec<(Vec<u32>, KvCache)> = vec![(Vec::new(), KvCache::new())];
+        let mut forks = 0;
+        for _ in 0..250 {
+            let i = next(caches.len());
+            match next(6) {
+                0 | 1 => {
+                    let most = if next(2) == 0 { 3 } else { 60 };
+                    let n = 1 + next(most);
+                    if caches[i].0.len() + n > 400 {
+                        continue;
+                    }
+                    let toks: Vec<u32> = (0..n).map(|_| 3 + next(250) as u32).collect();
+                    let (held, cache) = &mut caches[i];
+                    let got = model.forward_last(&toks, cache).unwrap();
+                    held.extend(&toks);
+                    check(held, &got, "prefill");
+                }
+                2 => {
+                    // A decode step for a random subset, as one batch.
+                    let pick: Vec<bool> = caches
+                        .iter()
+                        .map(|(held, _)| held.len() < 400 && next(2) == 0)
+                        .collect();
+                    let toks: Vec<u32> = pick
+                        .iter()
+                        .filter(|&&p| p)
+                        .map(|_| 3 + next(250) as u32)
+                        .collect();
+                    let mut refs: Vec<&mut KvCache> = caches
+                        .iter_mut()
+                        .zip(&pick)
+                        .filter(|(_, p)| **p)
+                        .map(|((_, c), _)| c)
+                        .collect();
+                    let got = model.forward_decode_batch(&toks, &mut refs).unwrap();
+                    let held = caches.iter_mut().zip(&pick).filter(|(_, p)| **p);
+                    for (((held, _), _), (t, logits)) in held.zip(toks.iter().zip(&got)) {
+                        held.push(*t);
+                        check(held, logits, "decode");
+                    }
+                }
+                3 => {
+                    let (held, cache) = &mut caches[i];
+                    let len = next(held.len() + 1);
+                    cache.truncate(len).unwrap();
+                    held.truncate(len);
+                    assert_eq!(cache.len(), len);
+                }
+                4 if caches.len() < 8 => {
+                    let (held, cache) = &mut caches[i];
+                    let len = next(held.len() + 1);
+                    let fork = cache.fork(len).unwrap();
+                    assert_eq!((fork.len(), cache.len()), (len, held.len()));
+                    let held = held[..len].to_vec();
+                    caches.push((held, fork));
+                    forks += 1;
+                }
+                _ if caches.len() > 1 => {
+                    caches.swap_remove(i);
+                }
+                _ => {}
+            }
+        }
+        assert!(forks > 10, "{forks} forks");
+    }
+}
+
 #[test]
 fn prompt_past_the_context_window_is_a_clear_error() {
     let engine = tiny_engine(EngineOptions {
