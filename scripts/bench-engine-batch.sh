@@ -15,9 +15,10 @@
 # MAX_TOKENS (128), CONTEXT (0: words of shared filler in the system prompt, e.g. 800 for an
 # agent-sized prompt of ~2k tokens), SAME_PROMPT (1: every conversation sends one prompt, as the
 # samples of an RL group), BASE_SERVE (a previous build's serve_gguf, run alternating with this
-# one under the label "dojo-base"), MODES ("1 0": continuous batching, round-robin), THREADS (2), WEIGHTS ("mixed": the GGUF's Q4_1 on the quantized decode
-# kernel, as `dojo serve --weights mixed`; add "dense" for the f32 weights that `auto` picks in
-# a portable build).
+# one under the label "dojo-base"), MODES ("1 0": continuous batching, round-robin),
+# THREADS (2), WEIGHTS ("mixed": the GGUF's Q4_1 on the quantized decode kernel, as
+# `dojo serve --weights mixed`; add "dense" for the f32 weights that `auto` picks in a portable
+# build).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
