@@ -261,29 +261,22 @@ impl KvCache {
     fn share_up_to(&mut self, upto: usize) -> candle_core::Result<()> {
         let from = self.shared_len;
         let tail = self.len - upto;
-        let freeze = self.shared.is_none() && tail <= upto;
+        let freeze = from == 0 && tail <= upto;
         let mut frozen = Vec::with_capacity(self.own.len());
         let mut own = Vec::with_capacity(self.own.len());
-        for (li, layer) in self.own.iter().enumerate() {
-            let (k, v) = layer
-                .as_ref()
-                .ok_or_else(|| candle_core::Error::Msg("kv cache layer missing".into()))?;
+        for li in 0..self.own.len() {
+            let (k, v) = self.own_layer(li)?;
             if freeze {
                 frozen.push((k.clone(), v.clone()));
                 let rest = |t: &Tensor| copied(t, upto, tail, tail + KV_MIN_CAPACITY);
                 own.push((rest(k)?, rest(v)?));
             } else {
-                let shared = self.shared.as_ref().map(|s| &s[li]);
-                let join = |s: Option<&Tensor>, t: &Tensor| match s {
-                    Some(s) => {
-                        Tensor::cat(&[s.narrow(2, 0, from)?, t.narrow(2, 0, upto - from)?], 2)
-                    }
-                    None => copied(t, 0, upto, upto),
-                };
-                frozen.push((
-                    join(shared.map(|s| &s.0), k)?,
-                    join(shared.map(|s| &s.1), v)?,
-                ));
+                // (`keys_values` joins the shared part and the own positions into new
+                // buffers; alone, the own positions are a view of the buffers kept below.)
+                frozen.push(match self.shared_layer(li) {
+                    Some(_) => self.keys_values(li, upto)?,
+                    None => (copied(k, 0, upto, upto)?, copied(v, 0, upto, upto)?),
+                });
                 // Moved below, once nothing can fail.
                 own.push((
                     copied(k, upto - from, tail, tail)?,
@@ -345,14 +338,10 @@ impl KvCache {
                 .max(cap * 2)
                 .max(KV_MIN_CAPACITY)
                 .min(max_positions.saturating_sub(self.shared_len).max(need));
-            let (nk, nv) = (room(k, new_cap)?, room(v, new_cap)?);
-            if let Some((ck, cv)) = slot.as_ref()
-                && at > 0
-            {
-                nk.slice_set(&ck.narrow(2, 0, at)?.contiguous()?, 2, 0)?;
-                nv.slice_set(&cv.narrow(2, 0, at)?.contiguous()?, 2, 0)?;
-            }
-            *slot = Some((nk, nv));
+            *slot = Some(match slot.as_ref() {
+                Some((ck, cv)) => (copied(ck, 0, at, new_cap)?, copied(cv, 0, at, new_cap)?),
+                None => (room(k, new_cap)?, room(v, new_cap)?),
+            });
         }
         let (ck, cv) = slot
             .as_ref()
@@ -365,19 +354,13 @@ impl KvCache {
     /// Layer `li`'s positions `0..len` as the decode kernel reads them: the shared prefix,
     /// then the cache's own positions.
     fn view(&self, li: usize, len: usize) -> candle_core::Result<dojo_kernels::CacheView<'_>> {
-        let (k, v) = self.own[li]
-            .as_ref()
-            .ok_or_else(|| candle_core::Error::Msg("kv cache layer missing".into()))?;
-        let shared = match &self.shared {
-            Some(s) if self.shared_len > 0 => Some(dojo_kernels::KvSpan {
-                k: &s[li].0,
-                v: &s[li].1,
+        let (k, v) = self.own_layer(li)?;
+        Ok(dojo_kernels::CacheView {
+            shared: self.shared_layer(li).map(|(k, v)| dojo_kernels::KvSpan {
+                k,
+                v,
                 len: self.shared_len,
             }),
-            _ => None,
-        };
-        Ok(dojo_kernels::CacheView {
-            shared,
             own: dojo_kernels::KvSpan {
                 k,
                 v,
@@ -390,21 +373,30 @@ impl KvCache {
     /// head_dim)` (a prefill's: its causal attention reads them contiguous, a copy either
     /// way).
     fn keys_values(&self, li: usize, len: usize) -> candle_core::Result<(Tensor, Tensor)> {
-        let (k, v) = self.own[li]
-            .as_ref()
-            .ok_or_else(|| candle_core::Error::Msg("kv cache layer missing".into()))?;
-        let own = len - self.shared_len;
-        match &self.shared {
-            Some(s) if self.shared_len > 0 => {
-                let (sk, sv) = &s[li];
-                let n = self.shared_len;
-                Ok((
-                    Tensor::cat(&[sk.narrow(2, 0, n)?, k.narrow(2, 0, own)?], 2)?,
-                    Tensor::cat(&[sv.narrow(2, 0, n)?, v.narrow(2, 0, own)?], 2)?,
-                ))
-            }
-            _ => Ok((k.narrow(2, 0, own)?, v.narrow(2, 0, own)?)),
+        let (k, v) = self.own_layer(li)?;
+        let (n, own) = (self.shared_len, len - self.shared_len);
+        match self.shared_layer(li) {
+            Some((sk, sv)) => Ok((
+                Tensor::cat(&[sk.narrow(2, 0, n)?, k.narrow(2, 0, own)?], 2)?,
+                Tensor::cat(&[sv.narrow(2, 0, n)?, v.narrow(2, 0, own)?], 2)?,
+            )),
+            None => Ok((k.narrow(2, 0, own)?, v.narrow(2, 0, own)?)),
         }
+    }
+
+    /// Layer `li`'s own buffers (every layer has them once a pass has written to the cache).
+    fn own_layer(&self, li: usize) -> candle_core::Result<&(Tensor, Tensor)> {
+        self.own[li]
+            .as_ref()
+            .ok_or_else(|| candle_core::Error::Msg("kv cache layer missing".into()))
+    }
+
+    /// Layer `li`'s shared buffers, when positions are shared.
+    fn shared_layer(&self, li: usize) -> Option<&(Tensor, Tensor)> {
+        self.shared
+            .as_ref()
+            .filter(|_| self.shared_len > 0)
+            .map(|s| &s[li])
     }
 
     /// Bytes of this cache's own buffers (f32), capacity included; shared buffers are in

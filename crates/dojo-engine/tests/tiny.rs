@@ -61,8 +61,11 @@ fn kv_cache_grows_in_place_and_forks_share_without_copying() {
 fn forks_share_without_copying(model: &dojo_engine::model::Model) {
     let tokens: Vec<u32> = (0..600).map(|i| (i * 53 % 250) as u32 + 3).collect();
     let one_shot = model.forward_last(&tokens, &mut KvCache::new()).unwrap();
-    let same = |what: &str, got: &[f32]| {
-        let diff = max_abs_diff(&one_shot, got);
+    // The cache, holding the first `cache.len()` tokens, goes on with the rest to the logits
+    // of the whole pass.
+    let goes_on = |what: &str, cache: &mut KvCache| {
+        let got = model.forward_last(&tokens[cache.len()..], cache).unwrap();
+        let diff = max_abs_diff(&one_shot, &got);
         assert!(
             diff < 1e-4,
             "{} kv heads, {what}: {diff}",
@@ -86,25 +89,16 @@ fn forks_share_without_copying(model: &dojo_engine::model::Model) {
     assert_eq!((snapshot.bytes(), snapshot.shared_len()), (room, 599));
     assert_eq!(snapshot.shared_bytes(), before);
     assert_eq!(c.bytes(), room);
-    same(
-        "grown",
-        &model.forward_last(&tokens[599..], &mut c).unwrap(),
-    );
+    goes_on("grown", &mut c);
     // Rewriting the original's positions must not touch the fork's.
     c.truncate(100).unwrap();
     model.forward_last(&[7u32; 50], &mut c).unwrap();
-    same(
-        "fork",
-        &model.forward_last(&tokens[599..], &mut snapshot).unwrap(),
-    );
+    goes_on("fork", &mut snapshot);
     // A fork of a shared prefix shares it too, and continues from it as the original did.
     snapshot.truncate(599).unwrap();
     let mut prefix = snapshot.fork(200).unwrap();
     assert_eq!((prefix.len(), prefix.bytes()), (200, room));
-    same(
-        "prefix",
-        &model.forward_last(&tokens[200..], &mut prefix).unwrap(),
-    );
+    goes_on("prefix", &mut prefix);
     assert_eq!(snapshot.fork(10_000).unwrap().len(), snapshot.len());
     // Past the shared part: the shared 200 and the own positions up to 400 are joined into
     // one new shared buffer (once); the cache's positions 400..450 move to the front of its
@@ -116,14 +110,8 @@ fn forks_share_without_copying(model: &dojo_engine::model::Model) {
         (400, 400, room)
     );
     assert_eq!(joined.shared_bytes(), 400 * per_position);
-    same(
-        "joined",
-        &model.forward_last(&tokens[400..], &mut joined).unwrap(),
-    );
-    same(
-        "after a join",
-        &model.forward_last(&tokens[450..], &mut prefix).unwrap(),
-    );
+    goes_on("joined", &mut joined);
+    goes_on("after a join", &mut prefix);
     // Little shared, much after it (an agent's system prompt): the fork gets a copy of just
     // those positions, not the whole buffer; the source keeps its own.
     let mut long = KvCache::new();
@@ -132,14 +120,8 @@ fn forks_share_without_copying(model: &dojo_engine::model::Model) {
     let mut short = long.fork(100).unwrap();
     assert_eq!(short.shared_bytes(), 100 * per_position);
     assert_eq!((long.bytes(), long.shared_len()), (own_before, 100));
-    same(
-        "short fork",
-        &model.forward_last(&tokens[100..], &mut short).unwrap(),
-    );
-    same(
-        "long source",
-        &model.forward_last(&tokens[500..], &mut long).unwrap(),
-    );
+    goes_on("short fork", &mut short);
+    goes_on("long source", &mut long);
     assert_eq!(KvCache::new().fork(5).unwrap().len(), 0);
 }
 
