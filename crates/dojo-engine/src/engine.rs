@@ -45,7 +45,7 @@ use dojo_tokenizer::ChatFormat;
 
 use crate::EngineError;
 use crate::loader::WeightMode;
-use crate::model::{Config, KvCache, Model};
+use crate::model::{Config, KvCache, KvCacheType, Model};
 use crate::sampling::{Sampled, Sampler, SamplingParams};
 
 mod worker;
@@ -67,6 +67,8 @@ pub struct EngineOptions {
     pub context_length: Option<usize>,
     /// Quantized or dequantized GGUF weights (see [`WeightMode`]).
     pub weights: WeightMode,
+    /// What the KV caches store (see [`KvCacheType`]).
+    pub kv_cache: KvCacheType,
     pub device: Device,
     /// Batch the decode steps of all active sequences and share prompt prefixes (default);
     /// `false` runs them round-robin, one per forward pass. `DOJO_ENGINE_BATCH=0` also turns
@@ -94,6 +96,7 @@ impl Default for EngineOptions {
             prefill_chunk: 256,
             context_length: None,
             weights: WeightMode::Auto,
+            kv_cache: KvCacheType::Auto,
             device: Device::Cpu,
             batch: true,
         }
@@ -301,7 +304,8 @@ impl Engine {
     }
 
     /// An engine over an already built model (tests use random tiny models).
-    pub fn from_parts(model: Model, format: ChatFormat, opts: EngineOptions) -> Engine {
+    pub fn from_parts(mut model: Model, format: ChatFormat, opts: EngineOptions) -> Engine {
+        model.kv_dtype = opts.kv_cache.dtype();
         let config = model.config.clone();
         let context_length = opts
             .context_length

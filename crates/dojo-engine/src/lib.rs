@@ -42,7 +42,7 @@ pub use config::{Arch, Config};
 pub use dojo_kernels::q4_1;
 pub use engine::{Engine, EngineOptions, FinishReason, GenerateRequest, Generation, Stats};
 pub use loader::WeightMode;
-pub use model::{KvCache, Model};
+pub use model::{KvCache, KvCacheType, Model};
 pub use sampling::SamplingParams;
 
 /// Engine failures. `Request` and `ContextLength` are the caller's (HTTP 400); the rest are

@@ -138,9 +138,12 @@ fn gguf_read_error(path: &Path, e: candle_core::Error) -> EngineError {
 }
 
 /// Load a GGUF model (any quantization candle supports: Q4_0/1, Q5_0/1, Q8_0, K-quants, F16,
-/// BF16, F32), with [`WeightMode::Auto`] (or the `DOJO_ENGINE_WEIGHTS` override).
+/// BF16, F32), with [`WeightMode::Auto`] (or the `DOJO_ENGINE_WEIGHTS` override) and
+/// [`crate::KvCacheType::Auto`] caches (or the `DOJO_ENGINE_KV` override).
 pub fn load_gguf(path: &Path, device: &Device) -> Result<Model, EngineError> {
-    load_gguf_with(path, device, WeightMode::Auto.or_env())
+    let mut model = load_gguf_with(path, device, WeightMode::Auto.or_env())?;
+    model.kv_dtype = crate::KvCacheType::Auto.dtype();
+    Ok(model)
 }
 
 /// [`load_gguf`] with an explicit [`WeightMode`].

@@ -159,6 +159,10 @@ pub struct Model {
     /// rows) stays on the quantized kernels, which read 4-8x fewer bytes; with this set, Q4_1
     /// weights use [`crate::q4_1`], Q8_0 weights [`dojo_kernels::q8_0`].
     pub dense_prefill_rows: Option<usize>,
+    /// What the KV caches store: f32 (default), or f16 (half the memory and half the bytes a
+    /// decode step reads, as llama.cpp's default cache; keys and values are rounded to f16 as
+    /// they are written and widened back to f32 as they are read). See [`KvCacheType`].
+    pub kv_dtype: DType,
     cos: Tensor,
     sin: Tensor,
     device: Device,
@@ -183,6 +187,48 @@ pub struct KvCache {
     shared_len: usize,
     own: Vec<Option<(Tensor, Tensor)>>,
     len: usize,
+}
+
+/// What the KV caches store (`dojo serve --kv-cache`, [`Model::kv_dtype`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvCacheType {
+    /// f32, unless the `DOJO_ENGINE_KV` variable says `f16` (benchmarks compare both in one
+    /// binary).
+    #[default]
+    Auto,
+    /// f32: a cached key or value is exactly what the forward pass computed.
+    F32,
+    /// f16, as llama.cpp's default cache: half the memory and half the bytes each decode step
+    /// reads; keys and values are rounded to f16 as they are written, so the logits move in
+    /// their last digits and greedy outputs can part at near ties.
+    F16,
+}
+
+impl KvCacheType {
+    /// `auto`, `f32` or `f16` (the `DOJO_ENGINE_KV` variable, CLI flags).
+    pub fn parse(s: &str) -> Option<KvCacheType> {
+        match s {
+            "auto" => Some(KvCacheType::Auto),
+            "f32" => Some(KvCacheType::F32),
+            "f16" => Some(KvCacheType::F16),
+            _ => None,
+        }
+    }
+
+    /// The dtype caches store: `Auto` reads `DOJO_ENGINE_KV`, else f32.
+    pub fn dtype(self) -> DType {
+        let resolved = match self {
+            KvCacheType::Auto => std::env::var("DOJO_ENGINE_KV")
+                .ok()
+                .and_then(|v| KvCacheType::parse(v.trim()))
+                .unwrap_or(KvCacheType::F32),
+            other => other,
+        };
+        match resolved {
+            KvCacheType::F16 => DType::F16,
+            _ => DType::F32,
+        }
+    }
 }
 
 /// First allocation, in positions (a short chat turn fits without growing).
@@ -316,18 +362,20 @@ impl KvCache {
     }
 
     /// Write layer `li`'s new keys/values `(1, kv_heads, t, head_dim)` at position `pos`
-    /// (the cache's length: positions are written in order) into the cache's own buffers.
+    /// (the cache's length: positions are written in order) into the cache's own buffers,
+    /// stored as `dtype` (a cache keeps the dtype of its first write).
     fn append(
         &mut self,
         li: usize,
         pos: usize,
-        k: &Tensor,
-        v: &Tensor,
+        (k, v): (&Tensor, &Tensor),
+        dtype: DType,
         max_positions: usize,
     ) -> candle_core::Result<()> {
         if pos < self.shared_len {
             candle_core::bail!("kv cache: write at {pos} inside the shared prefix");
         }
+        let (k, v) = (&k.to_dtype(dtype)?, &v.to_dtype(dtype)?);
         let at = pos - self.shared_len;
         let t = k.dim(2)?;
         let need = at + t;
@@ -369,9 +417,16 @@ impl KvCache {
         })
     }
 
-    /// Layer `li`'s keys and values of positions `0..len` as tensors `(1, kv_heads, len,
+    /// Layer `li`'s keys and values of positions `0..len` as f32 tensors `(1, kv_heads, len,
     /// head_dim)` (a prefill's: its causal attention reads them contiguous, a copy either
     /// way).
+    fn keys_values_f32(&self, li: usize, len: usize) -> candle_core::Result<(Tensor, Tensor)> {
+        let (k, v) = self.keys_values(li, len)?;
+        Ok((k.to_dtype(DType::F32)?, v.to_dtype(DType::F32)?))
+    }
+
+    /// Layer `li`'s keys and values of positions `0..len` as stored, `(1, kv_heads, len,
+    /// head_dim)`.
     fn keys_values(&self, li: usize, len: usize) -> candle_core::Result<(Tensor, Tensor)> {
         let (k, v) = self.own_layer(li)?;
         let (n, own) = (self.shared_len, len - self.shared_len);
@@ -399,14 +454,10 @@ impl KvCache {
             .map(|s| &s[li])
     }
 
-    /// Bytes of this cache's own buffers (f32), capacity included; shared buffers are in
+    /// Bytes of this cache's own buffers, capacity included; shared buffers are in
     /// [`KvCache::shared_bytes`].
     pub fn bytes(&self) -> usize {
-        self.own
-            .iter()
-            .flatten()
-            .map(|(k, v)| (k.elem_count() + v.elem_count()) * 4)
-            .sum()
+        self.own.iter().flatten().map(pair_bytes).sum()
     }
 
     /// Bytes of the shared buffers this cache reads (held once for all the caches sharing
@@ -415,7 +466,7 @@ impl KvCache {
         self.shared
             .iter()
             .flat_map(|s| s.iter())
-            .map(|(k, v)| (k.elem_count() + v.elem_count()) * 4)
+            .map(pair_bytes)
             .sum()
     }
 
@@ -425,6 +476,11 @@ impl KvCache {
             self.own = vec![None; layers];
         }
     }
+}
+
+/// Bytes of a layer's keys and values.
+fn pair_bytes((k, v): &(Tensor, Tensor)) -> usize {
+    (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes()
 }
 
 /// Zeroed buffers for `positions` positions of keys or values shaped like `t` `(1, kv_heads,
@@ -503,6 +559,7 @@ impl Model {
             norm,
             lm_head,
             dense_prefill_rows: None,
+            kv_dtype: DType::F32,
             cos,
             sin,
             device: device.clone(),
@@ -646,7 +703,7 @@ impl Model {
                 for (i, cache) in caches.iter_mut().enumerate() {
                     let pos = cache.len;
                     let (k, v) = (k.narrow(0, i, 1)?, v.narrow(0, i, 1)?);
-                    cache.append(li, pos, &k, &v, cfg.max_position)?;
+                    cache.append(li, pos, (&k, &v), self.kv_dtype, cfg.max_position)?;
                 }
                 let views = caches
                     .iter()
@@ -705,8 +762,8 @@ impl Model {
             let w = LayerPass { layer, dense_rows };
             x = block(cfg, &w, &x, &at, |q, k, v| {
                 // The new keys and values into the cache; the queries attend to all of it.
-                cache.append(li, pos, k, v, cfg.max_position)?;
-                let (k, v) = cache.keys_values(li, pos + t)?;
+                cache.append(li, pos, (k, v), self.kv_dtype, cfg.max_position)?;
+                let (k, v) = cache.keys_values_f32(li, pos + t)?;
                 causal_attention(q, &k, &v)
             })?;
         }

@@ -7,11 +7,12 @@ mod common;
 
 use std::sync::atomic::Ordering;
 
-use candle_core::Device;
+use candle_core::{DType, Device};
 use common::*;
 use dojo_engine::model::Arch;
 use dojo_engine::{
-    Engine, EngineOptions, FinishReason, GenerateRequest, Generation, KvCache, SamplingParams,
+    Engine, EngineOptions, FinishReason, GenerateRequest, Generation, KvCache, KvCacheType,
+    SamplingParams,
 };
 
 fn engine(arch: Arch, batch: bool, opts: EngineOptions) -> Engine {
@@ -135,8 +136,14 @@ fn batched_decode_step_matches_single_steps_for_every_architecture() {
 /// for all of them) and get bit for bit the logits of the same batch over caches of their own.
 #[test]
 fn forks_of_one_prompt_decode_exactly_as_separate_caches() {
-    for arch in [Arch::Llama, Arch::Qwen3] {
-        let model = dojo_engine::loader::random_model(tiny_config(arch), 11, &Device::Cpu).unwrap();
+    for (arch, kv) in [
+        (Arch::Llama, DType::F32),
+        (Arch::Qwen3, DType::F32),
+        (Arch::Qwen3, DType::F16),
+    ] {
+        let mut model =
+            dojo_engine::loader::random_model(tiny_config(arch), 11, &Device::Cpu).unwrap();
+        model.kv_dtype = kv;
         let prompt = &prompts(1)[0];
         let mut leader = KvCache::new();
         model.forward_last(prompt, &mut leader).unwrap();
@@ -167,7 +174,7 @@ fn forks_of_one_prompt_decode_exactly_as_separate_caches() {
             let got = model.forward_decode_batch(&toks, &mut a).unwrap();
             let mut b: Vec<&mut KvCache> = separate.iter_mut().collect();
             let want = model.forward_decode_batch(&toks, &mut b).unwrap();
-            assert_eq!(got, want, "{arch:?} step {step}");
+            assert_eq!(got, want, "{arch:?} {kv:?} step {step}");
         }
     }
 }
@@ -187,6 +194,15 @@ async fn greedy_batch_equals_the_same_requests_one_by_one() {
         let alone_engine = engine(arch, false, no_pool());
         let alone = tokio::task::block_in_place(|| run_alone(&alone_engine, reqs()));
         assert_same(&batched, &alone, &format!("{arch:?}"));
+        // The same with f16 caches.
+        let f16 = || EngineOptions {
+            kv_cache: KvCacheType::F16,
+            ..no_pool()
+        };
+        let half_batched = run_together(&engine(arch, true, f16()), reqs()).await;
+        let half_engine = engine(arch, false, f16());
+        let half_alone = tokio::task::block_in_place(|| run_alone(&half_engine, reqs()));
+        assert_same(&half_batched, &half_alone, &format!("{arch:?}, f16 caches"));
         let stats = batched_engine.stats();
         assert!(
             stats.max_decode_batch.load(Ordering::Relaxed) > 1,

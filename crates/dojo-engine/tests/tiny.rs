@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::atomic::Ordering;
 
-use candle_core::Device;
+use candle_core::{DType, Device};
 use common::*;
 use dojo_engine::model::{Arch, Config};
 use dojo_engine::{EngineOptions, FinishReason, GenerateRequest, KvCache, SamplingParams};
@@ -47,14 +47,53 @@ fn chunked_prefill_and_truncated_cache_match_one_shot_forward() {
 
 #[test]
 fn kv_cache_grows_in_place_and_forks_share_without_copying() {
-    // Two key/value heads, and one (where a cache's narrowed view is contiguous).
+    // Two key/value heads, and one (where a cache's narrowed view is contiguous); f32 and f16
+    // caches.
     for kv_heads in [2, 1] {
-        let cfg = Config {
-            num_kv_heads: kv_heads,
-            ..tiny_config(Arch::Qwen3)
+        for dtype in [DType::F32, DType::F16] {
+            let cfg = Config {
+                num_kv_heads: kv_heads,
+                ..tiny_config(Arch::Qwen3)
+            };
+            let mut model = dojo_engine::loader::random_model(cfg, 9, &Device::Cpu).unwrap();
+            model.kv_dtype = dtype;
+            forks_share_without_copying(&model);
+        }
+    }
+}
+
+/// f16 caches hold half the bytes of f32 ones, and a prefill, chunks and decode steps through
+/// them stay within f16's rounding of the f32 caches' logits.
+#[test]
+fn f16_kv_caches_halve_memory_and_stay_close_to_f32() {
+    for arch in [Arch::Llama, Arch::Qwen3] {
+        let mut model =
+            dojo_engine::loader::random_model(tiny_config(arch), 5, &Device::Cpu).unwrap();
+        let tokens: Vec<u32> = (0..300).map(|i| (i * 29 % 250) as u32 + 3).collect();
+        let mut run = |dtype| {
+            model.kv_dtype = dtype;
+            let mut c = KvCache::new();
+            let mut logits = vec![model.forward_last(&tokens[..200], &mut c).unwrap()];
+            for t in &tokens[200..230] {
+                logits.push(model.forward_last(&[*t], &mut c).unwrap());
+            }
+            logits.push(model.forward_last(&tokens[230..], &mut c).unwrap());
+            (logits, c.bytes())
         };
-        let model = dojo_engine::loader::random_model(cfg, 9, &Device::Cpu).unwrap();
-        forks_share_without_copying(&model);
+        let (wide, wide_bytes) = run(DType::F32);
+        let (half, half_bytes) = run(DType::F16);
+        assert_eq!(half_bytes * 2, wide_bytes);
+        let worst = wide
+            .iter()
+            .zip(&half)
+            .map(|(a, b)| max_abs_diff(a, b))
+            .fold(0.0, f32::max);
+        let scale = wide.iter().flatten().fold(0f32, |m, x| m.max(x.abs()));
+        assert!(worst > 0.0, "{arch:?}: f16 caches should round something");
+        assert!(
+            worst < 1e-2 * scale,
+            "{arch:?}: {worst} against logits up to {scale}"
+        );
     }
 }
 
@@ -84,7 +123,8 @@ fn forks_share_without_copying(model: &dojo_engine::model::Model) {
     // Nothing copied: the original's buffers became the shared prefix of both, and each goes
     // on in buffers of its own with 256 positions of room (nothing to carry over).
     let cfg = &model.config;
-    let per_position = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4;
+    let per_position =
+        2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * model.kv_dtype.size_in_bytes();
     let room = 256 * per_position;
     assert_eq!((snapshot.bytes(), snapshot.shared_len()), (room, 599));
     assert_eq!(snapshot.shared_bytes(), before);

@@ -14,15 +14,20 @@
 //! values run in key order over the shared positions and then the sequence's own, exactly as
 //! over one contiguous cache, so a sequence decodes bit for bit the same whoever shares its step
 //! or its prefix.
+//!
+//! Caches hold f32 or f16 keys and values (`KvElem`); an f16 row is widened to f32 as it is
+//! read, and everything after the read is the f32 arithmetic.
 
-use candle_core::{D, Result, Tensor};
+use candle_core::{D, DType, Result, Tensor};
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use crate::{fused, simd};
 
 /// A run of one layer's cached positions: keys and values `(1, kv_heads, capacity,
-/// head_dim)` (contiguous CPU f32 for the fused kernel), of which the first `len` are
-/// attended to.
+/// head_dim)` (contiguous CPU f32 or f16 for the fused kernel, one dtype for every span of a
+/// call), of which the first `len` are attended to.
 #[derive(Clone, Copy)]
 pub struct KvSpan<'a> {
     pub k: &'a Tensor,
@@ -64,7 +69,7 @@ const PARALLEL_WORK: usize = 1 << 16;
 
 /// `softmax(q·Kᵀ · scale) · V` for a batch of single queries: `q` is `(b, heads · head_dim)`,
 /// `caches[i]` sequence `i`'s cache; query head `h` reads key/value head `h / (heads /
-/// kv_heads)`. Returns `(b, heads · head_dim)`.
+/// kv_heads)`. Returns `(b, heads · head_dim)`, of `q`'s dtype.
 pub fn decode_attention(
     q: &Tensor,
     caches: &[CacheView],
@@ -100,12 +105,17 @@ pub fn decode_attention(
             );
         }
     }
-    if !(fused(q) && spans().all(|s| fused(s.k) && fused(s.v))) {
+    let kv_dtype = caches.first().map_or(DType::F32, |c| c.own.k.dtype());
+    let kv_fused = |t: &Tensor| t.device().is_cpu() && t.dtype() == kv_dtype;
+    if !(fused(q)
+        && matches!(kv_dtype, DType::F32 | DType::F16)
+        && spans().all(|s| kv_fused(s.k) && kv_fused(s.v)))
+    {
         return by_ops(q, caches, kv_heads, rep, hd, scale);
     }
-    // The tensors to read, each once: the queries, each group's shared keys and values, each
+    // The cache tensors to read, each once: each group's shared keys and values, each
     // sequence's own.
-    let mut tensors = vec![q.clone()];
+    let mut tensors: Vec<Tensor> = Vec::new();
     let mut groups: Vec<Group> = Vec::new();
     let mut own_at = Vec::with_capacity(b);
     for (i, c) in caches.iter().enumerate() {
@@ -142,21 +152,25 @@ pub fn decode_attention(
         hd,
         scale,
     };
-    crate::with_all_values(&tensors, "decode_attention", |values| {
-        Ok(run(values, groups, &at))
-    })
-    .and_then(|out| Tensor::from_vec(out, (b, width), q.device()))
+    let op = "decode_attention";
+    let out = crate::with_values([q], op, |[qv]| match kv_dtype {
+        DType::F16 => {
+            crate::with_all_values::<f16, _>(&tensors, op, |kv| Ok(run(qv, kv, groups, &at)))
+        }
+        _ => crate::with_all_values::<f32, _>(&tensors, op, |kv| Ok(run(qv, kv, groups, &at))),
+    })?;
+    Tensor::from_vec(out, (b, width), q.device())
 }
 
 /// Sequences attended to together: those sharing one prefix (`shared`: where its keys are
-/// among the values read, and its length), or a single sequence.
+/// among the cache values read, and its length), or a single sequence.
 struct Group {
     shared: Option<(usize, usize)>,
     members: Vec<usize>,
 }
 
-/// Where [`run`] finds things: sequence `i`'s own keys and values are values `own_at[i]` and
-/// `own_at[i] + 1`.
+/// Where [`run`] finds things: sequence `i`'s own keys and values are cache values `own_at[i]`
+/// and `own_at[i] + 1`.
 struct Layout<'a, 'c> {
     caches: &'a [CacheView<'c>],
     own_at: &'a [usize],
@@ -166,11 +180,15 @@ struct Layout<'a, 'c> {
     scale: f32,
 }
 
-/// [`decode_attention`] on the values: `values[0]` the queries, then the caches' keys and
-/// values as `groups` and `at` place them.
-fn run<'v>(values: &[&'v [f32]], mut groups: Vec<Group>, at: &Layout) -> Vec<f32> {
+/// [`decode_attention`] on the values: the queries `qv`, and the caches' keys and values
+/// `values` as `groups` and `at` place them.
+fn run<'v, E: KvElem>(
+    qv: &'v [f32],
+    values: &[&'v [E]],
+    mut groups: Vec<Group>,
+    at: &Layout,
+) -> Vec<f32> {
     let (kv_heads, rep, hd) = (at.kv_heads, at.rep, at.hd);
-    let qv = values[0];
     let work = at.caches.iter().map(CacheView::len).sum::<usize>() * rep * kv_heads * hd;
     let parallel = work >= PARALLEL_WORK && rayon::current_num_threads() > 1;
     if parallel {
@@ -194,11 +212,11 @@ fn run<'v>(values: &[&'v [f32]], mut groups: Vec<Group>, at: &Layout) -> Vec<f32
     }
     // One task per (group, key/value head): its members' `rep` query heads against that
     // head's keys and values; the output of member `m` is `rep · hd` values at `m · rep · hd`.
-    let head = |t: &[f32], g: usize, len: usize| -> std::ops::Range<usize> {
+    let head = |t: &[E], g: usize, len: usize| -> std::ops::Range<usize> {
         let cap = t.len() / (kv_heads * hd);
         g * cap * hd..(g * cap + len) * hd
     };
-    let task = |(gi, g): (usize, usize), scratch: &mut Scratch<'v>| -> Vec<f32> {
+    let task = |(gi, g): (usize, usize), scratch: &mut Scratch<'v, E>| -> Vec<f32> {
         let group = &groups[gi];
         let Scratch { rows, scores } = scratch;
         (rows.shared_k, rows.shared_v) = match group.shared {
@@ -220,7 +238,7 @@ fn run<'v>(values: &[&'v [f32]], mut groups: Vec<Group>, at: &Layout) -> Vec<f32
             rows.v.push(&v[head(v, g, len)]);
         }
         let mut out = vec![0f32; group.members.len() * rep * hd];
-        attend(rows, hd, at.scale, scores, &mut out);
+        E::attend(rows, hd, at.scale, scores, &mut out);
         out
     };
     let tasks: Vec<(usize, usize)> = (0..groups.len())
@@ -246,22 +264,72 @@ fn run<'v>(values: &[&'v [f32]], mut groups: Vec<Group>, at: &Layout) -> Vec<f32
 }
 
 /// A task's reusable buffers.
-#[derive(Default)]
-struct Scratch<'v> {
-    rows: Rows<'v>,
+struct Scratch<'v, E> {
+    rows: Rows<'v, E>,
     scores: Vec<f32>,
+}
+
+impl<E> Default for Scratch<'_, E> {
+    fn default() -> Self {
+        Scratch {
+            rows: Rows::default(),
+            scores: Vec::new(),
+        }
+    }
 }
 
 /// What one task attends over (slices of the step's values): the members of a group, `rep`
 /// query heads each (`q[m]`, `rep · hd`), the keys and values they share (`shared_k`,
 /// `shared_v`: `p · hd`) and each one's own after them (`k[m]`, `v[m]`).
-#[derive(Default)]
-struct Rows<'v> {
+struct Rows<'v, E> {
     q: Vec<&'v [f32]>,
-    shared_k: &'v [f32],
-    shared_v: &'v [f32],
-    k: Vec<&'v [f32]>,
-    v: Vec<&'v [f32]>,
+    shared_k: &'v [E],
+    shared_v: &'v [E],
+    k: Vec<&'v [E]>,
+    v: Vec<&'v [E]>,
+}
+
+impl<E> Default for Rows<'_, E> {
+    fn default() -> Self {
+        Rows {
+            q: Vec::new(),
+            shared_k: &[],
+            shared_v: &[],
+            k: Vec::new(),
+            v: Vec::new(),
+        }
+    }
+}
+
+/// How a cache stores a key or value: f32, or f16 (half the memory and the bytes read per
+/// step, as llama.cpp's default cache; each row is widened to f32 as it is read).
+trait KvElem: candle_core::WithDType {
+    /// `src` as f32 values: itself, or widened into `buf` (at least `src.len()` long).
+    fn widen<'a>(src: &'a [Self], buf: &'a mut [f32]) -> &'a [f32];
+    /// [`attend_portable`] for this element type, vectorised where the CPU allows.
+    fn attend(rows: &Rows<Self>, hd: usize, scale: f32, scores: &mut Vec<f32>, out: &mut [f32]);
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    fn widen<'a>(src: &'a [f32], _: &'a mut [f32]) -> &'a [f32] {
+        src
+    }
+    fn attend(rows: &Rows<f32>, hd: usize, scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
+        attend_f32(rows, hd, scale, scores, out)
+    }
+}
+
+impl KvElem for f16 {
+    #[inline(always)]
+    fn widen<'a>(src: &'a [f16], buf: &'a mut [f32]) -> &'a [f32] {
+        let buf = &mut buf[..src.len()];
+        src.convert_to_f32_slice(buf); // F16C where the CPU has it (checked at run time)
+        buf
+    }
+    fn attend(rows: &Rows<f16>, hd: usize, scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
+        attend_f16(rows, hd, scale, scores, out)
+    }
 }
 
 /// [`decode_attention`] op by op through candle's primitives, one sequence at a time (other
@@ -279,7 +347,8 @@ fn by_ops(
         let qi = q.narrow(0, i, 1)?.reshape((1, kv_heads, rep, hd))?;
         let mut parts = Vec::new();
         for s in c.shared.iter().chain([&c.own]) {
-            parts.push((s.k.narrow(2, 0, s.len)?, s.v.narrow(2, 0, s.len)?));
+            let read = |t: &Tensor| t.narrow(2, 0, s.len)?.to_dtype(q.dtype());
+            parts.push((read(s.k)?, read(s.v)?));
         }
         let (ks, vs): (Vec<Tensor>, Vec<Tensor>) = parts.into_iter().unzip();
         let (k, v) = (Tensor::cat(&ks, 2)?, Tensor::cat(&vs, 2)?.contiguous()?);
@@ -292,9 +361,9 @@ fn by_ops(
 }
 
 simd::avx2_twin!(
-    /// [`attend_portable`], vectorised for AVX2 + FMA where the CPU has them.
-    fn attend = attend_portable(
-        rows: &Rows,
+    /// [`attend_portable`] on f32 caches, vectorised for AVX2 + FMA where the CPU has them.
+    fn attend_f32 = attend_portable_f32(
+        rows: &Rows<f32>,
         hd: usize,
         scale: f32,
         scores: &mut Vec<f32>,
@@ -302,10 +371,37 @@ simd::avx2_twin!(
     )
 );
 
+simd::avx2_twin!(
+    /// [`attend_portable`] on f16 caches, vectorised for AVX2 + FMA where the CPU has them.
+    fn attend_f16 = attend_portable_f16(
+        rows: &Rows<f16>,
+        hd: usize,
+        scale: f32,
+        scores: &mut Vec<f32>,
+        out: &mut [f32]
+    )
+);
+
+#[inline(always)]
+fn attend_portable_f32(rows: &Rows<f32>, hd: usize, s: f32, sc: &mut Vec<f32>, o: &mut [f32]) {
+    attend_portable(rows, hd, s, sc, o)
+}
+
+#[inline(always)]
+fn attend_portable_f16(rows: &Rows<f16>, hd: usize, s: f32, sc: &mut Vec<f32>, o: &mut [f32]) {
+    attend_portable(rows, hd, s, sc, o)
+}
+
 /// `rows` into `out` (member `m`'s rows at `m · rep · hd`). A shared key or value is read
 /// once for every row of the group; a row is computed as over one contiguous cache.
 #[inline(always)]
-fn attend_portable(rows: &Rows, hd: usize, scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
+fn attend_portable<E: KvElem>(
+    rows: &Rows<E>,
+    hd: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
     let Rows {
         q,
         shared_k,
@@ -324,7 +420,10 @@ fn attend_portable(rows: &Rows, hd: usize, scale: f32, scores: &mut Vec<f32>, ou
     }
     scores.clear();
     scores.resize(start[q.len()], 0.0);
+    // A widened f16 row (unused for f32 caches).
+    let mut wide = vec![0f32; if size_of::<E>() == 4 { 0 } else { hd }];
     for (j, kj) in shared_k.chunks_exact(hd).enumerate() {
+        let kj = E::widen(kj, &mut wide);
         for (m, qm) in q.iter().enumerate() {
             let l = len(m);
             for (r, qr) in qm.chunks_exact(hd).enumerate() {
@@ -335,6 +434,7 @@ fn attend_portable(rows: &Rows, hd: usize, scale: f32, scores: &mut Vec<f32>, ou
     for (m, qm) in q.iter().enumerate() {
         let l = len(m);
         for (j, kj) in k[m].chunks_exact(hd).enumerate() {
+            let kj = E::widen(kj, &mut wide);
             for (r, qr) in qm.chunks_exact(hd).enumerate() {
                 scores[start[m] + r * l + p + j] = simd::dot(qr, kj);
             }
@@ -373,13 +473,14 @@ fn attend_portable(rows: &Rows, hd: usize, scale: f32, scores: &mut Vec<f32>, ou
         }
     };
     for (j, vj) in shared_v.chunks_exact(hd).enumerate() {
+        let vj = E::widen(vj, &mut wide);
         for m in 0..q.len() {
             add(m, j, vj);
         }
     }
     for (m, vm) in v.iter().enumerate() {
         for (j, vj) in vm.chunks_exact(hd).enumerate() {
-            add(m, p + j, vj);
+            add(m, p + j, E::widen(vj, &mut wide));
         }
     }
     for (m, rows) in out.chunks_exact_mut(rep * hd).enumerate() {
@@ -472,6 +573,56 @@ mod tests {
         let k = rand(&[1, kv, 4, hd], 3);
         let bad = [CacheView::own(&k, &k, 5)];
         assert!(decode_attention(&rand(&[1, heads * hd], 4), &bad, heads, kv, 1.0).is_err());
+    }
+
+    /// f16 caches (a shared prefix, a sequence alone) give bit for bit what f32 caches holding
+    /// the same values give, in parallel and serially; the op-by-op path agrees closely.
+    #[test]
+    fn f16_caches_read_as_their_f32_values() {
+        let (heads, kv, hd) = (6, 2, 16);
+        let half = |t: &Tensor| t.to_dtype(DType::F16).unwrap();
+        let wide = |t: &Tensor| half(t).to_dtype(DType::F32).unwrap();
+        let (pk, pv) = (rand(&[1, kv, 600, hd], 1), rand(&[1, kv, 600, hd], 2));
+        let own = [7usize, 300, 1];
+        let (ok, ov) = buffers(kv, hd, &own, 2);
+        let q = rand(&[own.len(), heads * hd], 3);
+        let views = |pk: &Tensor, pv: &Tensor, ok: &[Tensor], ov: &[Tensor]| -> Tensor {
+            let v: Vec<CacheView> = (0..own.len())
+                .map(|i| CacheView {
+                    shared: (i < 2).then_some(KvSpan {
+                        k: pk,
+                        v: pv,
+                        len: 550,
+                    }),
+                    own: KvSpan {
+                        k: &ok[i],
+                        v: &ov[i],
+                        len: own[i],
+                    },
+                })
+                .collect();
+            decode_attention(&q, &v, heads, kv, 0.25).unwrap()
+        };
+        let (hk, hv): (Vec<Tensor>, Vec<Tensor>) =
+            (ok.iter().map(half).collect(), ov.iter().map(half).collect());
+        let (wk, wv): (Vec<Tensor>, Vec<Tensor>) =
+            (ok.iter().map(wide).collect(), ov.iter().map(wide).collect());
+        let want = views(&wide(&pk), &wide(&pv), &wk, &wv);
+        let got = views(&half(&pk), &half(&pv), &hk, &hv);
+        assert_eq!(got.dtype(), DType::F32);
+        assert_eq!(max_abs(&got, &want), 0.0);
+        let serial = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let got1 = serial.install(|| views(&half(&pk), &half(&pv), &hk, &hv));
+        assert_eq!(max_abs(&got1, &want), 0.0);
+        // Against the unrounded f32 caches: f16's rounding, nothing more.
+        let exact = views(&pk, &pv, &ok, &ov);
+        assert!(max_abs(&got, &exact) < 1e-2);
+        // Spans of mixed dtypes go op by op, each read as the query's dtype.
+        let mixed = views(&half(&pk), &half(&pv), &wk, &wv);
+        assert!(max_abs(&mixed, &want) < 1e-5);
     }
 
     /// Sequences sharing a prefix (two groups, one of them split across threads, and a

@@ -146,8 +146,17 @@ fn f32_vec(t: &Tensor) -> Result<Vec<f32>> {
 
 /// The contiguous f32 slice of a custom op's input.
 pub(crate) fn slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
+    slice_of(s, l, op)
+}
+
+/// The contiguous slice of a tensor's storage, of its element type `T`.
+fn slice_of<'a, T: candle_core::WithDType>(
+    s: &'a CpuStorage,
+    l: &Layout,
+    op: &str,
+) -> Result<&'a [T]> {
     match l.contiguous_offsets() {
-        Some((a, b)) => Ok(&s.as_slice::<f32>()?[a..b]),
+        Some((a, b)) => Ok(&s.as_slice::<T>()?[a..b]),
         None => Err(candle_core::Error::Msg(format!(
             "{op}: non-contiguous input"
         ))),
@@ -166,11 +175,12 @@ pub(crate) fn with_values<const N: usize, R>(
     with_all_values(&owned, op, |values| f(std::array::from_fn(|i| values[i])))
 }
 
-/// [`with_values`] for any number of tensors.
-pub(crate) fn with_all_values<R>(
+/// [`with_values`] for any number of tensors, all of element type `T` (f32 for every kernel
+/// but the KV cache's f16 keys and values).
+pub(crate) fn with_all_values<T: candle_core::WithDType, R>(
     ts: &[Tensor],
     op: &str,
-    f: impl FnOnce(&[&[f32]]) -> Result<R>,
+    f: impl FnOnce(&[&[T]]) -> Result<R>,
 ) -> Result<R> {
     let owned = ts
         .iter()
@@ -180,7 +190,7 @@ pub(crate) fn with_all_values<R>(
     let mut values = Vec::with_capacity(ts.len());
     for (st, l) in &guards {
         match &**st {
-            candle_core::Storage::Cpu(c) => values.push(slice(c, l, op)?),
+            candle_core::Storage::Cpu(c) => values.push(slice_of(c, l, op)?),
             _ => return Err(candle_core::Error::Msg(format!("{op}: not on the CPU"))),
         }
     }

@@ -29,6 +29,10 @@ pub struct ServeArgs {
     /// dense prefill) or `dense` (f32). `auto` picks dense in portable builds, mixed in native.
     #[arg(long, default_value = "auto")]
     pub weights: String,
+    /// KV cache: `f32`, or `f16` (half the memory per cached token, as llama.cpp's default;
+    /// logits move in their last digits). `auto` is f32 unless `DOJO_ENGINE_KV` says otherwise.
+    #[arg(long, default_value = "auto")]
+    pub kv_cache: String,
     /// `cpu`, or `cuda` / `cuda:N` in a build with the `cuda` feature (needs nvcc).
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -45,12 +49,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             args.weights
         )
     })?;
+    let kv_cache = dojo_engine::KvCacheType::parse(&args.kv_cache)
+        .with_context(|| format!("--kv-cache {:?}: expected auto, f32 or f16", args.kv_cache))?;
     let device = dojo_engine::device(&args.device)?;
     let key = dojo_llm::access::ApiKey::new(args.api_key.as_deref()).context("--api-key")?;
     let opts = EngineOptions {
         model_id: args.served_model_name.clone(),
         prefix_cache_entries: args.prefix_cache,
         weights,
+        kv_cache,
         device,
         ..Default::default()
     };
