@@ -40,6 +40,25 @@ fn serve_on_cuda_without_the_feature_is_a_clear_error() {
     assert!(stderr.contains("--features cuda"), "stderr: {stderr}");
 }
 
+/// An unknown `--kv-cache` is refused by name before any model is loaded.
+#[test]
+fn serve_with_an_unknown_kv_cache_type_is_a_clear_error() {
+    if !cfg!(feature = "engine") {
+        println!("SKIPPED: needs a build with `engine`");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_dojo"))
+        .args(["serve", "--kv-cache", "q8", "--port", "0"])
+        .output()
+        .expect("running the dojo binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--kv-cache \"q8\": expected auto, f32 or f16"),
+        "stderr: {stderr}"
+    );
+}
+
 /// `dojo demo` writes under `$DOJO_HOME/demo` by default, says so first, and leaves nothing in
 /// the directory it was started from (here it stops early, at a task file that does not exist).
 #[test]

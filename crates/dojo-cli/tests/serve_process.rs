@@ -55,13 +55,17 @@ impl Serve {
     /// Start `dojo serve --model default --device $DOJO_TEST_DEVICE --port 0` and wait for
     /// `/health`.
     fn start(dir: &Path) -> Serve {
+        Serve::start_with(dir, &[])
+    }
+
+    /// [`Serve::start`] with more arguments.
+    fn start_with(dir: &Path, more: &[&str]) -> Serve {
         let device = std::env::var("DOJO_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
-        let mut s = Service::start(
-            &[
-                "serve", "--model", "default", "--port", "0", "--device", &device,
-            ],
-            dir.join("serve.log"),
-        );
+        let mut args = vec![
+            "serve", "--model", "default", "--port", "0", "--device", &device,
+        ];
+        args.extend(more);
+        let mut s = Service::start(&args, dir.join("serve.log"));
         s.wait_healthy("/health");
         Serve(s)
     }
@@ -334,6 +338,7 @@ async fn openai_client_against_a_real_dojo_serve_process() {
     let mut s = Serve::start(dir.path());
     let h = s.health();
     assert_eq!(h["status"], "ok");
+    assert_eq!(h["kv_cache"], "f32");
     let (code, models) = http(&s.addr, "GET", "/v1/models", "");
     assert_eq!(code, 200);
     let models = json_of(&models);
@@ -365,6 +370,22 @@ async fn openai_client_against_a_real_dojo_serve_process() {
         "{}",
         s.log_text()
     );
+}
+
+/// `--kv-cache f16`: the process says so on `/health` and answers as a model should (a greedy
+/// count, a stop string, token-id completions), through caches of half the size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dojo_serve_with_f16_kv_caches() {
+    if !can_serve() {
+        return;
+    }
+    let dir = scratch("serve-f16");
+    let mut s = Serve::start_with(dir.path(), &["--kv-cache", "f16"]);
+    assert_eq!(s.health()["kv_cache"], "f16");
+    let prompt = stop_sequences(&s.client()).await;
+    token_id_completion(&s.addr, &prompt);
+    let status = s.terminate();
+    assert_eq!(status.code(), Some(0), "log:\n{}", s.log_text());
 }
 
 /// uv builds the task environments: from `DOJO_UV`, `DOJO_PYTOOLS`, target/pytools or PATH.

@@ -214,6 +214,8 @@ struct Inner {
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
     format: ChatFormat,
     config: Config,
+    /// What the KV caches store (the model's [`Model::kv_dtype`]).
+    kv_dtype: candle_core::DType,
     context_length: usize,
     model_id: String,
     stats: Arc<Stats>,
@@ -306,6 +308,7 @@ impl Engine {
     /// An engine over an already built model (tests use random tiny models).
     pub fn from_parts(mut model: Model, format: ChatFormat, opts: EngineOptions) -> Engine {
         model.kv_dtype = opts.kv_cache.dtype();
+        let kv_dtype = model.kv_dtype;
         let config = model.config.clone();
         let context_length = opts
             .context_length
@@ -334,6 +337,7 @@ impl Engine {
                 worker: Mutex::new(handle),
                 format,
                 config,
+                kv_dtype,
                 context_length,
                 model_id: opts.model_id.unwrap_or_else(|| "model".into()),
                 stats,
@@ -356,6 +360,14 @@ impl Engine {
 
     pub fn context_length(&self) -> usize {
         self.inner.context_length
+    }
+
+    /// What the KV caches store: `f32` or `f16` (see [`KvCacheType`]).
+    pub fn kv_cache(&self) -> &'static str {
+        match self.inner.kv_dtype {
+            candle_core::DType::F16 => "f16",
+            _ => "f32",
+        }
     }
 
     pub fn stats(&self) -> &Stats {

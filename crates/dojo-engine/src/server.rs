@@ -80,6 +80,7 @@ async fn health(State(engine): State<Engine>) -> Response {
     axum::Json(json!({
         "status": "ok",
         "model": engine.model_id(),
+        "kv_cache": engine.kv_cache(),
         "stats": engine.stats().to_json(),
     }))
     .into_response()

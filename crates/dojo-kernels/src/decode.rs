@@ -304,31 +304,90 @@ impl<E> Default for Rows<'_, E> {
 /// How a cache stores a key or value: f32, or f16 (half the memory and the bytes read per
 /// step, as llama.cpp's default cache; each row is widened to f32 as it is read).
 trait KvElem: candle_core::WithDType {
-    /// `src` as f32 values: itself, or widened into `buf` (at least `src.len()` long).
-    fn widen<'a>(src: &'a [Self], buf: &'a mut [f32]) -> &'a [f32];
     /// [`attend_portable`] for this element type, vectorised where the CPU allows.
     fn attend(rows: &Rows<Self>, hd: usize, scale: f32, scores: &mut Vec<f32>, out: &mut [f32]);
 }
 
-impl KvElem for f32 {
+/// How [`attend_portable`] reads a row of `E` as f32.
+trait Widen<E> {
+    /// `src` as f32 values: itself, or widened into `buf` (at least `src.len()` long).
+    ///
+    /// # Safety
+    /// The CPU has the features the implementation names (none for [`Plain`]).
+    unsafe fn widen<'a>(src: &'a [E], buf: &'a mut [f32]) -> &'a [f32];
+}
+
+/// Rows read without special instructions.
+struct Plain;
+
+impl Widen<f32> for Plain {
     #[inline(always)]
-    fn widen<'a>(src: &'a [f32], _: &'a mut [f32]) -> &'a [f32] {
+    unsafe fn widen<'a>(src: &'a [f32], _: &'a mut [f32]) -> &'a [f32] {
         src
     }
+}
+
+impl Widen<f16> for Plain {
+    #[inline(always)]
+    unsafe fn widen<'a>(src: &'a [f16], buf: &'a mut [f32]) -> &'a [f32] {
+        let buf = &mut buf[..src.len()];
+        src.convert_to_f32_slice(buf);
+        buf
+    }
+}
+
+/// f16 rows widened by F16C, inline (`half`'s slice conversion is a call per row, which cost
+/// more than the bytes it saves at 64 values a row).
+#[cfg(target_arch = "x86_64")]
+struct F16c;
+
+#[cfg(target_arch = "x86_64")]
+impl Widen<f16> for F16c {
+    /// # Safety
+    /// The CPU has F16C and AVX.
+    #[inline(always)]
+    unsafe fn widen<'a>(src: &'a [f16], buf: &'a mut [f32]) -> &'a [f32] {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm256_cvtph_ps, _mm256_storeu_ps};
+        let buf = &mut buf[..src.len()];
+        let (eights, tail) = src.as_chunks::<8>();
+        for (h, f) in eights.iter().zip(buf.chunks_exact_mut(8)) {
+            // SAFETY: eight f16 (16 bytes) read, eight f32 written, unaligned accesses; the
+            // caller guarantees the features.
+            unsafe {
+                let wide = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast::<__m128i>()));
+                _mm256_storeu_ps(f.as_mut_ptr(), wide);
+            }
+        }
+        let done = eights.len() * 8;
+        for (f, h) in buf[done..].iter_mut().zip(tail) {
+            *f = h.to_f32();
+        }
+        buf
+    }
+}
+
+impl KvElem for f32 {
     fn attend(rows: &Rows<f32>, hd: usize, scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
         attend_f32(rows, hd, scale, scores, out)
     }
 }
 
 impl KvElem for f16 {
-    #[inline(always)]
-    fn widen<'a>(src: &'a [f16], buf: &'a mut [f32]) -> &'a [f32] {
-        let buf = &mut buf[..src.len()];
-        src.convert_to_f32_slice(buf); // F16C where the CPU has it (checked at run time)
-        buf
-    }
     fn attend(rows: &Rows<f16>, hd: usize, scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
-        attend_f16(rows, hd, scale, scores, out)
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            fn twin(rows: &Rows<f16>, hd: usize, s: f32, sc: &mut Vec<f32>, o: &mut [f32]) {
+                // SAFETY: this function only runs where the CPU has F16C (and AVX).
+                unsafe { attend_portable::<f16, F16c>(rows, hd, s, sc, o) }
+            }
+            if simd::avx2() && simd::f16c() {
+                // SAFETY: checked that this CPU has AVX2, FMA and F16C.
+                return unsafe { twin(rows, hd, scale, scores, out) };
+            }
+        }
+        // SAFETY: `Plain` needs no CPU feature.
+        unsafe { attend_portable::<f16, Plain>(rows, hd, scale, scores, out) }
     }
 }
 
@@ -371,31 +430,19 @@ simd::avx2_twin!(
     )
 );
 
-simd::avx2_twin!(
-    /// [`attend_portable`] on f16 caches, vectorised for AVX2 + FMA where the CPU has them.
-    fn attend_f16 = attend_portable_f16(
-        rows: &Rows<f16>,
-        hd: usize,
-        scale: f32,
-        scores: &mut Vec<f32>,
-        out: &mut [f32]
-    )
-);
-
 #[inline(always)]
 fn attend_portable_f32(rows: &Rows<f32>, hd: usize, s: f32, sc: &mut Vec<f32>, o: &mut [f32]) {
-    attend_portable(rows, hd, s, sc, o)
-}
-
-#[inline(always)]
-fn attend_portable_f16(rows: &Rows<f16>, hd: usize, s: f32, sc: &mut Vec<f32>, o: &mut [f32]) {
-    attend_portable(rows, hd, s, sc, o)
+    // SAFETY: `Plain` needs no CPU feature.
+    unsafe { attend_portable::<f32, Plain>(rows, hd, s, sc, o) }
 }
 
 /// `rows` into `out` (member `m`'s rows at `m · rep · hd`). A shared key or value is read
 /// once for every row of the group; a row is computed as over one contiguous cache.
+///
+/// # Safety
+/// The CPU has the features `W` needs to widen rows ([`Widen::widen`]).
 #[inline(always)]
-fn attend_portable<E: KvElem>(
+unsafe fn attend_portable<E: KvElem, W: Widen<E>>(
     rows: &Rows<E>,
     hd: usize,
     scale: f32,
@@ -423,7 +470,8 @@ fn attend_portable<E: KvElem>(
     // A widened f16 row (unused for f32 caches).
     let mut wide = vec![0f32; if size_of::<E>() == 4 { 0 } else { hd }];
     for (j, kj) in shared_k.chunks_exact(hd).enumerate() {
-        let kj = E::widen(kj, &mut wide);
+        // SAFETY (here and below): the caller guarantees `W`'s CPU features.
+        let kj = unsafe { W::widen(kj, &mut wide) };
         for (m, qm) in q.iter().enumerate() {
             let l = len(m);
             for (r, qr) in qm.chunks_exact(hd).enumerate() {
@@ -434,7 +482,7 @@ fn attend_portable<E: KvElem>(
     for (m, qm) in q.iter().enumerate() {
         let l = len(m);
         for (j, kj) in k[m].chunks_exact(hd).enumerate() {
-            let kj = E::widen(kj, &mut wide);
+            let kj = unsafe { W::widen(kj, &mut wide) };
             for (r, qr) in qm.chunks_exact(hd).enumerate() {
                 scores[start[m] + r * l + p + j] = simd::dot(qr, kj);
             }
@@ -473,14 +521,15 @@ fn attend_portable<E: KvElem>(
         }
     };
     for (j, vj) in shared_v.chunks_exact(hd).enumerate() {
-        let vj = E::widen(vj, &mut wide);
+        let vj = unsafe { W::widen(vj, &mut wide) };
         for m in 0..q.len() {
             add(m, j, vj);
         }
     }
     for (m, vm) in v.iter().enumerate() {
         for (j, vj) in vm.chunks_exact(hd).enumerate() {
-            add(m, p + j, E::widen(vj, &mut wide));
+            let vj = unsafe { W::widen(vj, &mut wide) };
+            add(m, p + j, vj);
         }
     }
     for (m, rows) in out.chunks_exact_mut(rep * hd).enumerate() {
@@ -573,6 +622,27 @@ mod tests {
         let k = rand(&[1, kv, 4, hd], 3);
         let bad = [CacheView::own(&k, &k, 5)];
         assert!(decode_attention(&rand(&[1, heads * hd], 4), &bad, heads, kv, 1.0).is_err());
+    }
+
+    /// F16C's widening (eight at a time, the tail one by one) is `half`'s, value for value.
+    #[test]
+    fn f16c_widens_as_half_does() {
+        let src: Vec<f16> = (0..67)
+            .map(|i| f16::from_f32((i as f32 - 30.0) * 0.37))
+            .chain([f16::INFINITY, f16::NAN, f16::MIN_POSITIVE_SUBNORMAL])
+            .collect();
+        let mut a = vec![0f32; src.len()];
+        // SAFETY: `Plain` needs no CPU feature.
+        let plain = unsafe { Plain::widen(&src, &mut a) }.to_vec();
+        #[cfg(target_arch = "x86_64")]
+        if simd::f16c() {
+            let mut b = vec![0f32; src.len()];
+            // SAFETY: checked that this CPU has F16C.
+            let fast = unsafe { F16c::widen(&src, &mut b) };
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(fast), bits(&plain));
+        }
+        assert_eq!(plain[0], f16::from_f32(-11.1).to_f32());
     }
 
     /// f16 caches (a shared prefix, a sequence alone) give bit for bit what f32 caches holding
