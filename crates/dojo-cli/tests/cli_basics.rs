@@ -31,13 +31,19 @@ fn serve_on_cuda_without_the_feature_is_a_clear_error() {
         println!("SKIPPED: needs a build with `engine` and without `cuda`");
         return;
     }
+    let stderr = fails(&["serve", "--device", "cuda", "--port", "0"]);
+    assert!(stderr.contains("--features cuda"), "stderr: {stderr}");
+}
+
+/// Run `dojo ARGS`, which must fail; its stderr.
+fn fails(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_dojo"))
-        .args(["serve", "--device", "cuda", "--port", "0"])
+        .args(args)
         .output()
         .expect("running the dojo binary");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(stderr.contains("--features cuda"), "stderr: {stderr}");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "dojo {args:?} succeeded: {stderr}");
+    stderr
 }
 
 /// An unknown `--kv-cache` is refused by name before any model is loaded.
@@ -47,12 +53,7 @@ fn serve_with_an_unknown_kv_cache_type_is_a_clear_error() {
         println!("SKIPPED: needs a build with `engine`");
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_dojo"))
-        .args(["serve", "--kv-cache", "q8", "--port", "0"])
-        .output()
-        .expect("running the dojo binary");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let stderr = fails(&["serve", "--kv-cache", "q8", "--port", "0"]);
     assert!(
         stderr.contains("--kv-cache \"q8\": expected auto, f32 or f16"),
         "stderr: {stderr}"
