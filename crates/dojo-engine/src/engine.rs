@@ -307,7 +307,14 @@ impl Engine {
 
     /// An engine over an already built model (tests use random tiny models).
     pub fn from_parts(mut model: Model, format: ChatFormat, opts: EngineOptions) -> Engine {
-        model.kv_dtype = opts.kv_cache.dtype();
+        model.kv_dtype = opts.kv_cache.resolve(model.kv_dtype);
+        if model.kv_dtype != candle_core::DType::F32 && !model.device().is_cpu() {
+            tracing::warn!(
+                "{:?} KV caches off the CPU save memory but are widened to f32 for every \
+                 decode step's attention (slower than f32 caches)",
+                model.kv_dtype
+            );
+        }
         let kv_dtype = model.kv_dtype;
         let config = model.config.clone();
         let context_length = opts

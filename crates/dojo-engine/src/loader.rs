@@ -142,7 +142,7 @@ fn gguf_read_error(path: &Path, e: candle_core::Error) -> EngineError {
 /// [`crate::KvCacheType::Auto`] caches (or the `DOJO_ENGINE_KV` override).
 pub fn load_gguf(path: &Path, device: &Device) -> Result<Model, EngineError> {
     let mut model = load_gguf_with(path, device, WeightMode::Auto.or_env())?;
-    model.kv_dtype = crate::KvCacheType::Auto.dtype();
+    model.kv_dtype = crate::KvCacheType::Auto.resolve(model.kv_dtype);
     Ok(model)
 }
 

@@ -159,9 +159,9 @@ pub struct Model {
     /// rows) stays on the quantized kernels, which read 4-8x fewer bytes; with this set, Q4_1
     /// weights use [`crate::q4_1`], Q8_0 weights [`dojo_kernels::q8_0`].
     pub dense_prefill_rows: Option<usize>,
-    /// What the KV caches store: f32 (default), or f16 (half the memory and half the bytes a
-    /// decode step reads, as llama.cpp's default cache; keys and values are rounded to f16 as
-    /// they are written and widened back to f32 as they are read). See [`KvCacheType`].
+    /// What the KV caches store: f32 (default), or f16 (half the memory, as llama.cpp's
+    /// default cache; keys and values are rounded to f16 as they are written and widened back
+    /// to f32 as they are read). See [`KvCacheType::F16`]. Other dtypes work, op by op.
     pub kv_dtype: DType,
     cos: Tensor,
     sin: Tensor,
@@ -192,15 +192,17 @@ pub struct KvCache {
 /// What the KV caches store (`dojo serve --kv-cache`, [`Model::kv_dtype`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KvCacheType {
-    /// f32, unless the `DOJO_ENGINE_KV` variable says `f16` (benchmarks compare both in one
-    /// binary).
+    /// What the `DOJO_ENGINE_KV` variable says (benchmarks compare both in one binary), else
+    /// the model's own setting (f32 unless the caller set [`Model::kv_dtype`]).
     #[default]
     Auto,
     /// f32: a cached key or value is exactly what the forward pass computed.
     F32,
-    /// f16, as llama.cpp's default cache: half the memory and half the bytes each decode step
-    /// reads; keys and values are rounded to f16 as they are written, so the logits move in
-    /// their last digits and greedy outputs can part at near ties.
+    /// f16, as llama.cpp's default cache: half the memory; keys and values are rounded to f16
+    /// as they are written, so the logits move in their last digits and greedy outputs can part
+    /// at near ties. On the CPU a decode step also reads half the bytes (rows are widened as
+    /// they are read); on other devices the cache is converted to f32 for each step's attention,
+    /// which saves the memory but costs time.
     F16,
 }
 
@@ -215,18 +217,23 @@ impl KvCacheType {
         }
     }
 
-    /// The dtype caches store: `Auto` reads `DOJO_ENGINE_KV`, else f32.
-    pub fn dtype(self) -> DType {
-        let resolved = match self {
-            KvCacheType::Auto => std::env::var("DOJO_ENGINE_KV")
-                .ok()
-                .and_then(|v| KvCacheType::parse(v.trim()))
-                .unwrap_or(KvCacheType::F32),
+    /// The dtype caches store: `F32` or `F16`; `Auto` reads `DOJO_ENGINE_KV` (a value other
+    /// than `auto`, `f32` or `f16` is ignored with a warning), else `default`.
+    pub fn resolve(self, default: DType) -> DType {
+        let chosen = match self {
+            KvCacheType::Auto => match std::env::var("DOJO_ENGINE_KV") {
+                Ok(v) => KvCacheType::parse(v.trim()).unwrap_or_else(|| {
+                    tracing::warn!(value = %v, "DOJO_ENGINE_KV: expected auto, f32 or f16; ignored");
+                    KvCacheType::Auto
+                }),
+                Err(_) => KvCacheType::Auto,
+            },
             other => other,
         };
-        match resolved {
+        match chosen {
+            KvCacheType::Auto => default,
+            KvCacheType::F32 => DType::F32,
             KvCacheType::F16 => DType::F16,
-            _ => DType::F32,
         }
     }
 }
@@ -363,7 +370,8 @@ impl KvCache {
 
     /// Write layer `li`'s new keys/values `(1, kv_heads, t, head_dim)` at position `pos`
     /// (the cache's length: positions are written in order) into the cache's own buffers,
-    /// stored as `dtype` (a cache keeps the dtype of its first write).
+    /// stored as `dtype`; a cache whose buffers hold another dtype (written by a model with
+    /// another [`Model::kv_dtype`]) is refused.
     fn append(
         &mut self,
         li: usize,
@@ -374,6 +382,18 @@ impl KvCache {
     ) -> candle_core::Result<()> {
         if pos < self.shared_len {
             candle_core::bail!("kv cache: write at {pos} inside the shared prefix");
+        }
+        let held = self
+            .own
+            .iter()
+            .flatten()
+            .next()
+            .or_else(|| self.shared_layer(0));
+        if let Some((hk, _)) = held.filter(|(hk, _)| hk.dtype() != dtype) {
+            candle_core::bail!(
+                "kv cache holds {:?} keys and values; this model writes {dtype:?}",
+                hk.dtype()
+            );
         }
         let (k, v) = (&k.to_dtype(dtype)?, &v.to_dtype(dtype)?);
         let at = pos - self.shared_len;

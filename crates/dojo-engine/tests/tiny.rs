@@ -94,6 +94,14 @@ fn f16_kv_caches_halve_memory_and_stay_close_to_f32() {
             worst < 1e-2 * scale,
             "{arch:?}: {worst} against logits up to {scale}"
         );
+        // A cache written as f16 is refused by a model that writes f32, by name.
+        let mut c = KvCache::new();
+        model.kv_dtype = DType::F16;
+        model.forward_last(&tokens[..20], &mut c).unwrap();
+        model.kv_dtype = DType::F32;
+        let err = model.forward_last(&tokens[20..22], &mut c).unwrap_err();
+        assert!(err.to_string().contains("kv cache holds F16"), "{err}");
+        assert_eq!(c.len(), 20);
     }
 }
 
@@ -170,12 +178,17 @@ fn forks_share_without_copying(model: &dojo_engine::model::Model) {
 /// holds, so no write ever reaches positions another cache reads.
 #[test]
 fn random_forks_truncations_and_steps_never_mix_caches() {
-    for (arch, seed) in [(Arch::Llama, 1u64), (Arch::Qwen3, 2)] {
+    for (arch, seed, kv) in [
+        (Arch::Llama, 1u64, DType::F32),
+        (Arch::Qwen3, 2, DType::F32),
+        (Arch::Qwen3, 3, DType::F16),
+    ] {
         let cfg = Config {
             num_kv_heads: 1 + seed as usize % 2,
             ..tiny_config(arch)
         };
-        let model = dojo_engine::loader::random_model(cfg, seed, &Device::Cpu).unwrap();
+        let mut model = dojo_engine::loader::random_model(cfg, seed, &Device::Cpu).unwrap();
+        model.kv_dtype = kv;
         let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let mut next = |n: usize| {
             state = state

@@ -26,8 +26,9 @@ use rayon::prelude::*;
 use crate::{fused, simd};
 
 /// A run of one layer's cached positions: keys and values `(1, kv_heads, capacity,
-/// head_dim)` (contiguous CPU f32 or f16 for the fused kernel, one dtype for every span of a
-/// call), of which the first `len` are attended to.
+/// head_dim)`, of which the first `len` are attended to. The fused kernel takes CPU f32 or f16
+/// spans, one dtype for every span of a call; anything else runs op by op, each span read in
+/// the query's dtype.
 #[derive(Clone, Copy)]
 pub struct KvSpan<'a> {
     pub k: &'a Tensor,
@@ -624,7 +625,20 @@ mod tests {
         assert!(decode_attention(&rand(&[1, heads * hd], 4), &bad, heads, kv, 1.0).is_err());
     }
 
-    /// F16C's widening (eight at a time, the tail one by one) is `half`'s, value for value.
+    /// An f16's value from its bits, written out (sign, exponent, subnormals, inf/NaN).
+    fn f16_by_hand(bits: u16) -> f32 {
+        let sign = if bits >> 15 == 1 { -1.0 } else { 1.0 };
+        let (e, m) = (((bits >> 10) & 0x1f) as i32, (bits & 0x3ff) as f32);
+        sign * match e {
+            0 => m * 2f32.powi(-24),
+            31 if m == 0.0 => f32::INFINITY,
+            31 => f32::NAN,
+            _ => (1.0 + m / 1024.0) * 2f32.powi(e - 15),
+        }
+    }
+
+    /// Both widenings (F16C eight at a time with the tail one by one, and `half`'s) give each
+    /// f16's value as written out by hand.
     #[test]
     fn f16c_widens_as_half_does() {
         let src: Vec<f16> = (0..67)
@@ -634,6 +648,13 @@ mod tests {
         let mut a = vec![0f32; src.len()];
         // SAFETY: `Plain` needs no CPU feature.
         let plain = unsafe { Plain::widen(&src, &mut a) }.to_vec();
+        for (h, p) in src.iter().zip(&plain) {
+            let want = f16_by_hand(h.to_bits());
+            assert!(
+                *p == want || (p.is_nan() && want.is_nan()),
+                "{h:?}: {p} vs {want}"
+            );
+        }
         #[cfg(target_arch = "x86_64")]
         if simd::f16c() {
             let mut b = vec![0f32; src.len()];
@@ -645,11 +666,57 @@ mod tests {
         assert_eq!(plain[0], f16::from_f32(-11.1).to_f32());
     }
 
+    /// The f16 attention without F16C (other CPUs: `half`'s widening, no AVX2 twin) gives the
+    /// bits the F16C twin gives.
+    #[test]
+    fn f16_attention_without_f16c_gives_the_same_bits() {
+        let (hd, rep) = (20, 3);
+        let halves = |n: usize, seed: u64| -> Vec<f16> {
+            let t = rand(&[n * hd], seed);
+            t.to_vec1::<f32>()
+                .unwrap()
+                .into_iter()
+                .map(f16::from_f32)
+                .collect()
+        };
+        let qs: Vec<Vec<f32>> = (0..2)
+            .map(|m| rand(&[rep * hd], 40 + m).to_vec1::<f32>().unwrap())
+            .collect();
+        let (sk, sv) = (halves(33, 1), halves(33, 2));
+        let own: Vec<(Vec<f16>, Vec<f16>)> = [5, 1]
+            .iter()
+            .enumerate()
+            .map(|(m, &n)| (halves(n, 10 + m as u64), halves(n, 20 + m as u64)))
+            .collect();
+        let rows = Rows {
+            q: qs.iter().map(Vec::as_slice).collect(),
+            shared_k: &sk,
+            shared_v: &sv,
+            k: own.iter().map(|(k, _)| k.as_slice()).collect(),
+            v: own.iter().map(|(_, v)| v.as_slice()).collect(),
+        };
+        let mut fast = vec![0f32; 2 * rep * hd];
+        f16::attend(&rows, hd, 0.3, &mut Vec::new(), &mut fast);
+        let mut plain = vec![0f32; 2 * rep * hd];
+        // SAFETY: `Plain` needs no CPU feature.
+        unsafe { attend_portable::<f16, Plain>(&rows, hd, 0.3, &mut Vec::new(), &mut plain) };
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&fast), bits(&plain));
+        assert!(fast.iter().all(|x| x.is_finite()) && fast.iter().any(|x| *x != 0.0));
+    }
+
     /// f16 caches (a shared prefix, a sequence alone) give bit for bit what f32 caches holding
     /// the same values give, in parallel and serially; the op-by-op path agrees closely.
     #[test]
     fn f16_caches_read_as_their_f32_values() {
-        let (heads, kv, hd) = (6, 2, 16);
+        // A head width of 20: F16C widens 16 of each row, the tail the rest.
+        for hd in [16, 20] {
+            f16_caches_read_as_f32(hd);
+        }
+    }
+
+    fn f16_caches_read_as_f32(hd: usize) {
+        let (heads, kv) = (6, 2);
         let half = |t: &Tensor| t.to_dtype(DType::F16).unwrap();
         let wide = |t: &Tensor| half(t).to_dtype(DType::F32).unwrap();
         let (pk, pv) = (rand(&[1, kv, 600, hd], 1), rand(&[1, kv, 600, hd], 2));
