@@ -382,7 +382,7 @@ impl KvElem for f16 {
                 // SAFETY: this function only runs where the CPU has F16C (and AVX).
                 unsafe { attend_portable::<f16, F16c>(rows, hd, s, sc, o) }
             }
-            if simd::avx2() && simd::f16c() {
+            if crate::quant::cpu_has_avx2() {
                 // SAFETY: checked that this CPU has AVX2, FMA and F16C.
                 return unsafe { twin(rows, hd, scale, scores, out) };
             }
@@ -625,20 +625,8 @@ mod tests {
         assert!(decode_attention(&rand(&[1, heads * hd], 4), &bad, heads, kv, 1.0).is_err());
     }
 
-    /// An f16's value from its bits, written out (sign, exponent, subnormals, inf/NaN).
-    fn f16_by_hand(bits: u16) -> f32 {
-        let sign = if bits >> 15 == 1 { -1.0 } else { 1.0 };
-        let (e, m) = (((bits >> 10) & 0x1f) as i32, (bits & 0x3ff) as f32);
-        sign * match e {
-            0 => m * 2f32.powi(-24),
-            31 if m == 0.0 => f32::INFINITY,
-            31 => f32::NAN,
-            _ => (1.0 + m / 1024.0) * 2f32.powi(e - 15),
-        }
-    }
-
     /// Both widenings (F16C eight at a time with the tail one by one, and `half`'s) give each
-    /// f16's value as written out by hand.
+    /// f16's value as the GGUF scales' software decode reads it.
     #[test]
     fn f16c_widens_as_half_does() {
         let src: Vec<f16> = (0..67)
@@ -649,16 +637,16 @@ mod tests {
         // SAFETY: `Plain` needs no CPU feature.
         let plain = unsafe { Plain::widen(&src, &mut a) }.to_vec();
         for (h, p) in src.iter().zip(&plain) {
-            let want = f16_by_hand(h.to_bits());
+            let want = crate::quant::f16_to_f32(h.to_bits());
             assert!(
                 *p == want || (p.is_nan() && want.is_nan()),
                 "{h:?}: {p} vs {want}"
             );
         }
         #[cfg(target_arch = "x86_64")]
-        if simd::f16c() {
+        if crate::quant::cpu_has_avx2() {
             let mut b = vec![0f32; src.len()];
-            // SAFETY: checked that this CPU has F16C.
+            // SAFETY: checked that this CPU has F16C (and AVX2, FMA).
             let fast = unsafe { F16c::widen(&src, &mut b) };
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(fast), bits(&plain));

@@ -16,17 +16,6 @@ pub(crate) fn avx2() -> bool {
     false
 }
 
-/// Whether this CPU has F16C (half-precision conversions; checked once; false off x86-64).
-pub(crate) fn f16c() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static F16C: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *F16C.get_or_init(|| std::arch::is_x86_feature_detected!("f16c"))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
 /// Defines `$best`, which runs `$portable` compiled for AVX2 + FMA when this CPU has them
 /// ([`avx2`]) and as built otherwise: the portable body is `#[inline(always)]`, so the twin is
 /// the same code vectorised for the wider registers.

@@ -348,26 +348,17 @@ mod tests {
         // The launcher reads everything queued (closing the fds it receives); `send` then
         // goes through.
         let drain = std::thread::spawn(move || {
-            let mut buf = vec![0u8; 1 << 16];
-            let mut cbuf = [0u64; 8];
             for _ in 0..=sent {
-                // SAFETY: buffers valid for the call; received fds are closed below.
-                unsafe {
-                    let mut iov = libc::iovec {
-                        iov_base: buf.as_mut_ptr().cast(),
-                        iov_len: buf.len(),
-                    };
-                    let mut msg: libc::msghdr = std::mem::zeroed();
-                    msg.msg_iov = &mut iov;
-                    msg.msg_iovlen = 1;
-                    msg.msg_control = cbuf.as_mut_ptr().cast();
-                    msg.msg_controllen = std::mem::size_of_val(&cbuf);
-                    assert!(libc::recvmsg(theirs.as_raw_fd(), &mut msg, 0) > 0);
-                    let c = libc::CMSG_FIRSTHDR(&msg);
-                    let data = libc::CMSG_DATA(c).cast::<RawFd>();
-                    for i in 0..3 {
-                        libc::close(std::ptr::read_unaligned(data.add(i)));
-                    }
+                let mut ended = false;
+                // SAFETY: a socket we own; the received fds are closed here.
+                let got = unsafe {
+                    super::super::server::recv_request(theirs.as_raw_fd(), -1, &mut ended)
+                };
+                let (req, fds) = got.unwrap_or_else(|| panic!("no request (ended: {ended})"));
+                assert_eq!(req.argv, ["true"]);
+                for fd in fds {
+                    // SAFETY: ours to close.
+                    unsafe { libc::close(fd) };
                 }
             }
         });

@@ -502,7 +502,7 @@ impl Prebuilt {
 /// message (then `ended` is set), or when reading failed (it is not). Its fds: `[stdin, stdout,
 /// stderr, ctl]`; a request sent with three (no stdin) gets `devnull` as stdin, or `/dev/null`
 /// opened now when that is -1.
-unsafe fn recv_request(
+pub(super) unsafe fn recv_request(
     sock: RawFd,
     devnull: RawFd,
     ended: &mut bool,
