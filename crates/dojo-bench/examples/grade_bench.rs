@@ -74,8 +74,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         sb.teardown().await?;
 
         let t0 = Instant::now();
-        let sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), &sopts).await?;
-        let r = grade_in_sandbox(&sb, &task, &env, Some(&task.patch), &gopts).await;
+        let mut sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), &sopts).await?;
+        let r = grade_in_sandbox(&mut sb, &task, &env, Some(&task.patch), &gopts).await;
         verdict.push(t0.elapsed().as_secs_f64());
         assert_eq!(r.outcome, Verdict::Resolved, "{:?}", r.error);
         assert!(
@@ -86,8 +86,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
         // The same without the test observer: its cost is the difference.
         let t0 = Instant::now();
-        let sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), &sopts).await?;
-        let r = grade_in_sandbox(&sb, &task, &env, Some(&task.patch), &no_observer).await;
+        let mut sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), &sopts).await?;
+        let r = grade_in_sandbox(&mut sb, &task, &env, Some(&task.patch), &no_observer).await;
         blind.push(t0.elapsed().as_secs_f64());
         assert_eq!(r.outcome, Verdict::Resolved, "{:?}", r.error);
         sb.teardown().await?;

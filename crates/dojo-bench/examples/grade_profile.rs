@@ -125,9 +125,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         time!("6 teardown", t0);
 
         let t0 = Instant::now();
-        let sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), &sopts).await?;
+        let mut sb = Sandbox::create(&prepared.pristine, Some(&prepared.env), &sopts).await?;
         let t1 = Instant::now();
-        let r = grade_in_sandbox(&sb, &task, &env, Some(&task.patch), &gopts).await;
+        let r = grade_in_sandbox(&mut sb, &task, &env, Some(&task.patch), &gopts).await;
         let test_s = r.test_duration_s.unwrap_or(0.0);
         steps
             .entry("7 grade_in_sandbox outside its sandbox process")

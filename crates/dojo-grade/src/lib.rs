@@ -58,4 +58,4 @@ pub use report::{
     ErrorKind, InstanceReport, MalformedLine, RunSummary, SCHEMA_VERSION, Validation, Verdict,
     eval_report_from_log,
 };
-pub use run::{GradeOptions, grade_in_sandbox, status_map_of, validate_in_sandbox};
+pub use run::{GradeOptions, grade_in_sandbox, grade_once, status_map_of, validate_in_sandbox};

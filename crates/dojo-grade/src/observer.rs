@@ -4,44 +4,173 @@
 //! anything: `PASSED <id>` lines from an `atexit` handler that then calls `os._exit(0)`, a
 //! replaced `Function.runtest` (or `TestCase.run`) that never calls the test, a wrapper that
 //! turns a failure into `pytest.xfail`. `swebench` 5.0.2 grades all of these resolved. So
-//! grading loads an observer (`observer.py`) ahead of the project's code, from a directory
-//! outside the repository on `PYTHONPATH`, that wraps every test function and records whether
-//! its own body ran and how it ended, into a file outside the repository; the records come
-//! back after the test command, behind a marker line ([`MARKER`]). A FAIL_TO_PASS or
-//! PASS_TO_PASS test that the log reports passed counts only if the observer saw its body
-//! return (or, for an `XFAIL`, raise under an `xfail` marker); any other disagreement grades
-//! the run unresolved and names the tests ([`check`]).
+//! grading runs an observer (`observer.py`) in the test runner's interpreter, ahead of the
+//! project's code, that wraps every test function and records whether its own body ran and
+//! how it ended. A FAIL_TO_PASS or PASS_TO_PASS test that the log reports passed counts only if
+//! the observer saw its body return (or, for an `XFAIL`, raise as an expected failure); any
+//! other disagreement grades the run unresolved and names the tests ([`check`]).
 //!
-//! Two runners ([`Runner`], chosen by the task's log parser):
-//! - **pytest**: a plugin (`PYTEST_PLUGINS`) wrapping every collected test function; one
-//!   instance per pytest process (xdist workers each load it and append to the same file);
-//! - **unittest** (Django's `runtests.py`, `python -m unittest`): the `sitecustomize` beside
-//!   the plugin (`observer_site.py`, which then runs the environment's own) wraps each
-//!   `TestCase` instance's test method as it is created, and records the start of the
-//!   `TextTestRunner` run. Log names `method (module.Class)` map to `module.Class.method`; a
-//!   test logged under its docstring cannot be mapped and is taken from the log.
+//! How it stays out of the patch's reach:
+//! - **Loading.** [`install`] puts the observer and a one-line `.pth` file in the environment's
+//!   site-packages (read-only inside the sandbox), so every interpreter of the environment runs
+//!   it at startup whatever the test command does to `PYTHONPATH` or `PYTEST_PLUGINS`; it stays
+//!   idle unless grading names a run. A run where the runner's interpreter did not load it (a
+//!   test command using another Python, `python -S`) is unresolved with the reason, never "the
+//!   log decides".
+//! - **Pristine tests.** At startup, before any project code, it reads the task's test files
+//!   (restored by grading) and compiles them, plain and as pytest's assertion rewriter does
+//!   (before the first conftest); a test function counts only if its code is that file's code
+//!   (or, for a test the file decorates with a wrapping decorator, reached through
+//!   `__wrapped__`), still is at entry and return, and the file's module-level helpers and the
+//!   runners' assertion helpers (`pytest`, `_pytest.python_api`, `_pytest.outcomes`,
+//!   `unittest.case`) are unchanged. An `XFailed` counts as expected only under an xfail marker
+//!   in the test's own file, or raised by `pytest.xfail()` called from that file's code.
+//! - **Records.** They go to a pipe the grading side reads (the script's stderr, fd 4 of the
+//!   test command; never a file), each numbered and carrying an HMAC-SHA256 under a per-run key
+//!   ([`RunKey`]) that reaches the runner's interpreter through a one-shot pipe on fd 5 (the
+//!   first interpreter to start takes it; the key is in no environment variable or file). A
+//!   record with a wrong MAC or number, or a run without its end-of-run record, makes the run
+//!   unresolved.
 //!
-//! Where nothing loaded it (sympy's own runner, a test command that replaces `PYTHONPATH` or
-//! runs Python with `-S`/`-I`), there is nothing to compare and the log alone decides
-//! ([`Observed::loaded`] false).
+//! Two runners ([`Runner`], chosen by the task's log parser): **pytest** (a plugin registered
+//! with the run's own plugin manager as pytest creates it) and **unittest** (Django's
+//! `runtests.py`, `python -m unittest`: each `TestCase` instance's test method is wrapped as it
+//! is created; log names `method (module.Class)` map to `module.Class.method`, a test logged
+//! under its docstring cannot be mapped and is taken from the log). sympy's own runner
+//! (`bin/test`) is not observed: the log decides there.
 //!
-//! What it cannot do: the observer runs in the same interpreter as the patch's code. A patch
-//! written against dojo's observer (one that finds the records file and writes forged lines,
-//! or unwraps the functions) is not stopped by it; the guard and the exit-status check still
-//! apply. It catches the generic hacks that fool the official harness.
+//! What it cannot do: it runs in the same interpreter as the patch's code. Code written against
+//! it can find the key in the observer's memory (or in the shell's, through `/proc/<pid>/mem`)
+//! and forge a consistent record stream, or make values compare equal to anything; the README's
+//! table lists what remains and what it costs an attacker.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::ops::Bound;
+use std::path::{Path, PathBuf};
 
 use crate::grading::{Semantics, TestsStatus, matched_key};
 use crate::parsers::{StatusMap, XFAIL};
 
-/// The plugin's source, written into the sandbox for each grading run.
-pub const PLUGIN: &str = include_str!("observer.py");
+/// The observer's source, installed in each environment's site-packages ([`install`]).
+pub const OBSERVER_PY: &str = include_str!("observer.py");
 
-/// The `sitecustomize.py` written beside it: the unittest half, installed at interpreter
-/// startup.
-pub const SITECUSTOMIZE: &str = include_str!("observer_site.py");
+/// The file names [`install`] writes. The `.pth` sorts first, so it runs before any other
+/// `.pth` of the environment (an editable install's path hook included).
+const PY_NAME: &str = "_dojo_observer.py";
+const PTH_NAME: &str = "00-dojo-observer.pth";
+
+/// Why the observer could not be installed in an environment.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("no lib/python*/site-packages under the environment {0}")]
+    NoSitePackages(PathBuf),
+    #[error("writing the test observer into {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The `.pth` line for an observer at `rel` (relative to the environment's prefix): Python runs
+/// a `.pth` line that starts with `import` at startup; it loads the observer only when grading
+/// named a run, and never lets an error of its own stop the interpreter.
+fn pth_line(rel: &str) -> String {
+    format!(
+        "import os; 'DOJO_OBSERVER_RUN' in os.environ and exec(\"try:\\n import sys\\n p = os.path.join(sys.prefix, '{rel}')\\n exec(compile(open(p, 'rb').read(), p, 'exec'), {{'__name__': '_dojo_observer', '__file__': p}})\\nexcept Exception:\\n pass\\n\")\n"
+    )
+}
+
+/// Install the observer in the environment at `venv` (its host path): idempotent, each file
+/// written only when its content differs, through a rename so that a concurrent grading run
+/// never reads half a file.
+pub fn install(venv: &Path) -> Result<(), InstallError> {
+    let lib = venv.join("lib");
+    let mut found = false;
+    let dirs = std::fs::read_dir(&lib).map_err(|source| InstallError::Write {
+        path: lib.clone(),
+        source,
+    })?;
+    for d in dirs.flatten() {
+        let name = d.file_name().to_string_lossy().into_owned();
+        let site = d.path().join("site-packages");
+        if !name.starts_with("python") || !site.is_dir() {
+            continue;
+        }
+        found = true;
+        let rel = format!("lib/{name}/site-packages/{PY_NAME}");
+        write_if_changed(&site.join(PY_NAME), OBSERVER_PY)?;
+        write_if_changed(&site.join(PTH_NAME), &pth_line(&rel))?;
+    }
+    if !found {
+        return Err(InstallError::NoSitePackages(venv.to_path_buf()));
+    }
+    Ok(())
+}
+
+fn write_if_changed(path: &Path, content: &str) -> Result<(), InstallError> {
+    if std::fs::read(path).is_ok_and(|b| b == content.as_bytes()) {
+        return Ok(());
+    }
+    let err = |source| InstallError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, content).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
+}
+
+/// A grading run's secret: 32 random bytes, as 64 hex digits (the HMAC key is those digits'
+/// bytes, on both sides).
+#[derive(Clone)]
+pub struct RunKey(String);
+
+impl std::fmt::Debug for RunKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RunKey(..)")
+    }
+}
+
+impl RunKey {
+    pub fn new() -> std::io::Result<RunKey> {
+        let mut b = [0u8; 32];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+        Ok(RunKey(b.iter().map(|x| format!("{x:02x}")).collect()))
+    }
+
+    /// The 64 hex digits (what the script passes to the runner's interpreter).
+    pub(crate) fn hex(&self) -> &str {
+        &self.0
+    }
+
+    fn mac(&self, msg: &[u8]) -> String {
+        hmac_sha256(self.0.as_bytes(), msg)[..16]
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect()
+    }
+}
+
+/// HMAC-SHA256 (RFC 2104), over `sha2`, which the workspace already has: ten lines instead of
+/// another crate.
+fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut k = [0u8; 64];
+    if key.len() > 64 {
+        k[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        k[..key.len()].copy_from_slice(key);
+    }
+    let mut inner = Sha256::new();
+    inner.update(k.map(|b| b ^ 0x36));
+    inner.update(msg);
+    let mut outer = Sha256::new();
+    outer.update(k.map(|b| b ^ 0x5c));
+    outer.update(inner.finalize());
+    outer.finalize().into()
+}
 
 /// Which runner's records decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,11 +181,13 @@ pub enum Runner {
 }
 
 impl Runner {
-    /// The runner whose log `parser` reads.
-    pub fn of(parser: crate::parsers::Parser) -> Runner {
+    /// The runner whose log `parser` reads; `None` for sympy's own runner, which nothing
+    /// observes.
+    pub fn of(parser: crate::parsers::Parser) -> Option<Runner> {
         match parser {
-            crate::parsers::Parser::Django => Runner::Unittest,
-            _ => Runner::Pytest,
+            crate::parsers::Parser::Django => Some(Runner::Unittest),
+            crate::parsers::Parser::Sympy => None,
+            _ => Some(Runner::Pytest),
         }
     }
 
@@ -69,35 +200,25 @@ impl Runner {
     }
 }
 
-/// The line that separates the test command's output from the observer's records.
+/// The line (on the script's stderr) after which the observer's records come.
 pub const MARKER: &str = "@@DOJO_OBSERVER_RECORDS";
 
-/// Shell lines run before the test command: the plugin into a private directory outside the
-/// repository, on `PYTHONPATH` and in `PYTEST_PLUGINS`, and the records file named.
-pub(crate) fn setup_lines() -> String {
-    "D=$(mktemp -d /tmp/.dojo-observer-XXXXXX) && printf '%s' \"$DOJO_OBSERVER_PY\" > \"$D/dojo_observer.py\" \
-     && printf '%s' \"$DOJO_OBSERVER_SITE\" > \"$D/sitecustomize.py\" && {\n\
-     export DOJO_OBSERVER_FILE=\"$D/records\"\n\
-     export PYTHONPATH=\"$D${PYTHONPATH:+:$PYTHONPATH}\"\n\
-     export PYTEST_PLUGINS=\"dojo_observer${PYTEST_PLUGINS:+,$PYTEST_PLUGINS}\"\n\
-     }\nunset DOJO_OBSERVER_PY DOJO_OBSERVER_SITE\n"
-        .to_string()
+/// Shell lines run after the setup, around the test command: fd 4 is the script's stderr (the
+/// records' pipe), fd 5 a one-shot pipe holding the key (`DOJO_K`, read from stdin at the
+/// start), `DOJO_OBSERVER_RUN` names both and the task's test files.
+pub(crate) fn run_lines(test_cmd: &str, test_files: &[String]) -> String {
+    let files = dojo_patch::shell_quote(&test_files.join("\n"));
+    format!(
+        "export DOJO_OBSERVER_RUN=\"4 5 \"{files}\nprintf '%s\\n' '{MARKER}' >&4\n\
+         (\n{test_cmd}\n) 5<<<\"$DOJO_K\"\nrc=$?\nunset DOJO_K DOJO_OBSERVER_RUN\nexit $rc\n"
+    )
 }
 
-/// Shell lines run after the test command (its exit status in `$rc`): the marker and the
-/// records, on the same output, then the test command's status.
-pub(crate) fn teardown_lines() -> String {
-    format!("printf '\\n{MARKER}\\n'\ncat \"$DOJO_OBSERVER_FILE\" 2>/dev/null\nexit $rc\n")
-}
-
-/// The test command's output and the records after the last marker (`None`: no marker, the
-/// observer was not run).
-pub fn split_output(stdout: &str) -> (&str, Option<&str>) {
+/// The records after the marker on the script's stderr (`None`: no marker, the test command
+/// never started under the observer).
+pub fn split_records(stderr: &str) -> Option<&str> {
     let needle = format!("\n{MARKER}\n");
-    match stdout.rfind(&needle) {
-        Some(i) => (&stdout[..i], Some(&stdout[i + needle.len()..])),
-        None => (stdout, None),
-    }
+    stderr.find(&needle).map(|i| &stderr[i + needle.len()..])
 }
 
 /// How one test's body ended, as the observer saw it.
@@ -107,8 +228,13 @@ pub enum Body {
     NotRun,
     Entered,
     Returned,
-    /// The exception type's name (`AssertionError`, `XFailed`, `Skipped`).
-    Raised(String),
+    /// The exception type's name (`AssertionError`, `XFailed`, `Skipped`), and whether it is an
+    /// expected failure (an xfail marker in the test's own file, or `pytest.xfail()` called
+    /// from its code).
+    Raised {
+        exception: String,
+        expected: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,14 +246,25 @@ pub struct Item {
 /// Everything the observer recorded in one run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observed {
-    /// Some pytest process loaded the plugin.
+    /// The runner's interpreter loaded the observer and took the run's key.
     pub loaded: bool,
     /// Tests wrapped, by node id.
     pub items: BTreeMap<String, Item>,
-    /// Tests collected but not wrapped (doctests, coroutines): their log lines are taken as is.
+    /// Tests collected but not wrapped because no restored test file defines them (doctests,
+    /// tests inherited from elsewhere, other plugins' items): their log lines are taken as is.
     pub unobserved: Vec<String>,
+    /// Tests whose code is not their test file's, with why.
+    pub replaced: BTreeMap<String, String>,
     /// A process finished its collection.
     pub collected: bool,
+    /// The run's end was recorded (pytest's session finish, unittest's runner returning).
+    pub finished: bool,
+    /// Why the records cannot be trusted: a line without the run's MAC, out of order.
+    pub tampered: Vec<String>,
+    /// What the observer's audit hook saw the test process do that only code reaching into
+    /// the test machinery does (a tracer set in a test body, a function's code replaced, the
+    /// garbage collector walked outside test bodies).
+    pub audits: Vec<String>,
 }
 
 fn unhex(s: &str) -> Option<String> {
@@ -141,15 +278,49 @@ fn unhex(s: &str) -> Option<String> {
     String::from_utf8(bytes?).ok()
 }
 
-/// Read `runner`'s records (lines that do not parse are skipped: a test's own output cannot
-/// land in the file, and a torn last line is nothing to count).
-pub fn parse(records: &str, runner: Runner) -> Observed {
+/// Read `runner`'s records, checking each line's number and MAC under `key`. A line that fails
+/// either is a forgery (only the observer holds the key, and only it writes numbered lines):
+/// reading stops there and the run is marked tampered.
+pub fn parse(records: &str, runner: Runner, key: &RunKey) -> Observed {
     let mut o = Observed::default();
-    for line in records.lines() {
-        let mut f = line.splitn(3, '\t');
-        let (Some(kind), Some(id)) = (f.next(), f.next().and_then(unhex)) else {
-            continue;
+    let mut lines = records.split('\n').peekable();
+    let mut next = 0u64;
+    while let Some(line) = lines.next() {
+        if line.is_empty() && lines.peek().is_none() {
+            break;
+        }
+        let Some((body, mac)) = line.rsplit_once('\t') else {
+            o.tampered.push(format!("record {next}: not a record line"));
+            break;
         };
+        if key.mac(body.as_bytes()) != mac {
+            o.tampered
+                .push(format!("record {next}: does not carry the run's key"));
+            break;
+        }
+        let f: Vec<&str> = body.splitn(4, '\t').collect();
+        let [seq, kind, id, extra] = f[..] else {
+            o.tampered.push(format!("record {next}: malformed"));
+            break;
+        };
+        if seq.parse::<u64>().ok() != Some(next) {
+            o.tampered
+                .push(format!("record {next}: numbered {seq} (out of order)"));
+            break;
+        }
+        next += 1;
+        let Some(id) = unhex(id) else {
+            o.tampered.push(format!("record {seq}: malformed id"));
+            break;
+        };
+        if kind == "start" {
+            o.loaded = true;
+            continue;
+        }
+        if kind == "audit" {
+            o.audits.push(extra.to_string());
+            continue;
+        }
         let Some(kind) = kind.strip_prefix(runner.prefix()) else {
             continue;
         };
@@ -160,10 +331,9 @@ pub fn parse(records: &str, runner: Runner) -> Observed {
             Runner::Pytest => pytest_node_id(id),
             Runner::Unittest => id,
         };
-        let extra = f.next().unwrap_or("");
         match kind {
-            "start" => o.loaded = true,
             "collected" => o.collected = true,
+            "finish" => o.finished = true,
             "item" => {
                 // A test created twice (loaded by two names) keeps what its body did.
                 o.items.entry(id).or_insert(Item {
@@ -172,12 +342,24 @@ pub fn parse(records: &str, runner: Runner) -> Observed {
                 });
             }
             "unobserved" => o.unobserved.push(id),
+            "replaced" => {
+                o.replaced.entry(id).or_insert_with(|| extra.to_string());
+            }
             "enter" | "return" | "raise" => {
                 if let Some(item) = o.items.get_mut(&id) {
                     item.body = match kind {
                         "enter" => Body::Entered,
                         "return" => Body::Returned,
-                        _ => Body::Raised(extra.to_string()),
+                        _ => {
+                            let (exception, expected) = match extra.split_once(' ') {
+                                Some((e, "expected")) => (e, true),
+                                _ => (extra, false),
+                            };
+                            Body::Raised {
+                                exception: exception.to_string(),
+                                expected,
+                            }
+                        }
                     };
                 }
             }
@@ -190,17 +372,29 @@ pub fn parse(records: &str, runner: Runner) -> Observed {
 /// What the report says of the observer.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ObserverReport {
-    /// A pytest process of the run loaded the observer (else the log alone decided).
+    /// The runner's interpreter loaded the observer.
     pub loaded: bool,
     /// Tests whose bodies it watched.
     pub observed: usize,
+    /// Why the run as a whole is not trusted: the observer did not load, its records were
+    /// forged or cut short, the run never finished.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
     /// Tests the log reports passed that the observer did not see pass, each with what it saw.
     pub disagreements: Vec<String>,
 }
 
+impl ObserverReport {
+    /// Nothing the observer saw contradicts the log.
+    pub fn agrees(&self) -> bool {
+        self.problems.is_empty() && self.disagreements.is_empty()
+    }
+}
+
 /// Compare the tests the log reports passed (`status`'s FAIL_TO_PASS and PASS_TO_PASS
 /// successes) with what the observer saw. `sm` is the parsed log, for the status of each and
-/// the key an id matched under `sem`.
+/// the key an id matched under `sem`. Every passed test must have been seen passing, and the
+/// run itself must have loaded the observer, kept its records intact and finished.
 pub fn check(
     obs: &Observed,
     runner: Runner,
@@ -211,10 +405,29 @@ pub fn check(
     let mut r = ObserverReport {
         loaded: obs.loaded,
         observed: obs.items.len(),
+        problems: obs
+            .tampered
+            .iter()
+            .map(|t| format!("records forged: {t}"))
+            .collect(),
         disagreements: Vec::new(),
     };
-    if !obs.loaded {
+    if !obs.loaded && obs.tampered.is_empty() {
+        r.problems.push(
+            "the test observer did not load in the test runner's interpreter (a test command \
+             running another Python, or `python -S`)"
+                .into(),
+        );
         return r;
+    }
+    for a in &obs.audits {
+        r.problems.push(format!(
+            "the test process reached into the test machinery: {a}"
+        ));
+    }
+    if !obs.finished && obs.tampered.is_empty() {
+        r.problems
+            .push("the observed run never recorded its end (the runner exited early)".into());
     }
     let passed = status
         .fail_to_pass
@@ -228,6 +441,10 @@ pub fn check(
             let Some(uid) = unittest_id(key) else {
                 continue;
             };
+            if let Some(why) = obs.replaced.get(&uid) {
+                r.disagreements.push(format!("{id}: {why}"));
+                continue;
+            }
             if obs.unobserved.contains(&uid) {
                 continue;
             }
@@ -255,13 +472,21 @@ pub fn check(
             name.strip_prefix(key)
                 .is_some_and(|rest| rest.starts_with(char::is_whitespace))
         };
+        if let Some((_, why)) = obs
+            .replaced
+            .iter()
+            .find(|(n, _)| n.as_str() == key || cut(n) || squeeze(n) == key)
+        {
+            r.disagreements.push(format!("{id}: {why}"));
+            continue;
+        }
         if obs.unobserved.iter().any(|u| u == key || cut(u)) {
             continue;
         }
         let status = sm.get(key);
         let passed_body = |i: &Item| match &i.body {
             Body::Returned => true,
-            Body::Raised(e) => status == Some(XFAIL) && (i.xfail_marked || e == "XFailed"),
+            Body::Raised { expected, .. } => status == Some(XFAIL) && *expected,
             _ => false,
         };
         let item = match obs.items.get(key) {
@@ -315,7 +540,7 @@ pub fn check(
 /// What the observer saw of a test that did not pass.
 fn seen_of(i: &Item) -> String {
     match &i.body {
-        Body::Raised(e) => format!("its body raised {e}"),
+        Body::Raised { exception, .. } => format!("its body raised {exception}"),
         Body::Entered => "its body never returned".to_string(),
         _ => "its body never ran".to_string(),
     }
@@ -364,6 +589,27 @@ mod tests {
         format!("{kind}\t{hex}\t{extra}\n")
     }
 
+    fn key() -> RunKey {
+        RunKey("ab".repeat(32))
+    }
+
+    /// `lines` (from [`rec`]) as the observer writes them: numbered and signed with [`key`].
+    fn sign(lines: &str) -> String {
+        let k = key();
+        lines
+            .lines()
+            .enumerate()
+            .map(|(n, l)| {
+                let body = format!("{n}\t{l}");
+                format!("{body}\t{}\n", k.mac(body.as_bytes()))
+            })
+            .collect()
+    }
+
+    fn read(records: &str, runner: Runner) -> Observed {
+        parse(&sign(records), runner, &key())
+    }
+
     fn sm(pairs: &[(&str, &str)]) -> StatusMap {
         let mut m = StatusMap::new();
         for (k, v) in pairs {
@@ -379,7 +625,7 @@ mod tests {
         s: &TestsStatus,
         m: &StatusMap,
     ) -> ObserverReport {
-        check(&parse(records, runner), runner, s, m, Semantics::Classic)
+        check(&read(records, runner), runner, s, m, Semantics::Classic)
     }
 
     fn status(f2p: &[&str], p2p: &[&str]) -> TestsStatus {
@@ -390,13 +636,56 @@ mod tests {
     }
 
     #[test]
-    fn output_splits_at_the_last_marker() {
-        let out = format!("a\n{MARKER}\nforged\nb\n\n{MARKER}\nreal\n");
+    fn records_follow_the_first_marker_and_forgeries_stop_the_reading() {
+        let err = format!("setup\n@@DOJO_SETUP_OK\n{MARKER}\nrecords\n{MARKER}\nmore\n");
         assert_eq!(
-            split_output(&out),
-            (format!("a\n{MARKER}\nforged\nb\n").as_str(), Some("real\n"))
+            split_records(&err),
+            Some(format!("records\n{MARKER}\nmore\n").as_str())
         );
-        assert_eq!(split_output("plain"), ("plain", None));
+        assert_eq!(split_records("setup only\n"), None);
+        let good = sign(&(rec("start", "", "3.11") + &rec("finish", "", "0")));
+        let o = parse(&good, Runner::Pytest, &key());
+        assert!(o.loaded && o.finished && o.tampered.is_empty(), "{o:?}");
+        // Appended without the key, renumbered, cut in the middle of a line, or signed with
+        // another run's key: each is a forgery.
+        let forged = format!("{good}2\tfinish\t\t0\t{}\n", "0".repeat(32));
+        let lines: Vec<&str> = good.lines().collect();
+        let swapped = format!("{}\n{}\n", lines[1], lines[0]);
+        let cut = &good[..good.len() - 5];
+        let other = parse(&good, Runner::Pytest, &RunKey("cd".repeat(32)));
+        for (name, o) in [
+            ("appended", parse(&forged, Runner::Pytest, &key())),
+            ("swapped", parse(&swapped, Runner::Pytest, &key())),
+            ("cut", parse(cut, Runner::Pytest, &key())),
+            ("other key", other),
+        ] {
+            assert!(!o.tampered.is_empty(), "{name}: {o:?}");
+            let r = check(
+                &o,
+                Runner::Pytest,
+                &status(&[], &[]),
+                &sm(&[]),
+                Semantics::Classic,
+            );
+            assert!(
+                !r.agrees() && r.problems[0].starts_with("records forged"),
+                "{name}: {r:?}"
+            );
+        }
+        // A run that never recorded its end is not trusted either.
+        let r = check_records(
+            &rec("start", "", "3.11"),
+            Runner::Pytest,
+            &status(&[], &[]),
+            &sm(&[]),
+        );
+        assert!(r.problems[0].contains("never recorded its end"), "{r:?}");
+        // Known answer (RFC 4231, test case 2).
+        let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
+        assert_eq!(
+            mac.iter().map(|x| format!("{x:02x}")).collect::<String>(),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
     }
 
     #[test]
@@ -444,10 +733,9 @@ mod tests {
             + &rec("return", "t.py::ok", "")
             + &rec("enter", "t.py::faked", "")
             + &rec("raise", "t.py::faked", "AssertionError")
-            + &rec("raise", "t.py::xf", "AssertionError")
-            + &rec("raise", "t.py::xf_hack", "AssertionError")
-            + "garbage line\n";
-        let obs = parse(&records, Runner::Pytest);
+            + &rec("raise", "t.py::xf", "AssertionError expected")
+            + &rec("raise", "t.py::xf_hack", "XFailed");
+        let obs = read(&records, Runner::Pytest);
         assert!(obs.loaded && obs.collected);
         let m = sm(&[
             ("t.py::ok", PASSED),
@@ -469,7 +757,7 @@ mod tests {
             [
                 "t.py::faked: its body raised AssertionError",
                 "t.py::skipped_body: its body never ran",
-                "t.py::xf_hack: its body raised AssertionError",
+                "t.py::xf_hack: its body raised XFailed",
                 "t.py::ghost: it was never collected",
             ]
         );
@@ -520,7 +808,7 @@ mod tests {
             &m,
             Semantics::Classic,
         );
-        assert!(!r.loaded && r.disagreements.is_empty());
+        assert!(!r.loaded && r.disagreements.is_empty() && !r.agrees());
     }
 
     #[test]
@@ -549,11 +837,11 @@ mod tests {
             + &rec("u.enter", "app.tests.T.test_ok", "")
             + &rec("u.return", "app.tests.T.test_ok", "")
             + &rec("item", "x.py::pytest_only", "");
-        let obs = parse(&records, Runner::Unittest);
+        let obs = read(&records, Runner::Unittest);
         assert!(obs.loaded && obs.collected);
         assert_eq!(obs.items.len(), 2, "{obs:?}");
         assert_eq!(obs.items["app.tests.T.test_ok"].body, Body::Returned);
-        assert_eq!(parse(&records, Runner::Pytest).items.len(), 1);
+        assert_eq!(read(&records, Runner::Pytest).items.len(), 1);
         let m = sm(&[
             ("test_ok (app.tests.T)", PASSED),
             ("test_faked (app.tests.T.test_faked)", PASSED),
@@ -581,7 +869,7 @@ mod tests {
             ]
         );
         // The runner never started: a test it did not create counts as not collected yet.
-        let records = rec("u.start", "", "1");
+        let records = rec("start", "", "1");
         let r = check_records(&records, Runner::Unittest, &s, &m);
         assert!(
             r.disagreements[0].ends_with("collection never finished"),

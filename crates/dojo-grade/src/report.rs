@@ -15,8 +15,10 @@ use crate::parsers::Parser;
 /// Version of the files this crate writes (`report.json`, the run summary). 2: the test
 /// infrastructure a model patch touched (`touched_test_infrastructure`, `test_infrastructure`,
 /// the summary's `test_infrastructure_ids`) and the `no_test_output` error kind. 3: `observer`,
-/// what the test observer saw, and `reinstall_failed`. Older files still read (the new keys default to empty).
-pub const SCHEMA_VERSION: u32 = 3;
+/// what the test observer saw, and `reinstall_failed`. 4: `observer.problems` (the observer did
+/// not load, its records were forged or cut short, the test process reached into the test
+/// machinery). Older files still read (the new keys default to empty).
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Why an instance could not be graded. Only [`ErrorKind::PatchApply`] and
 /// [`ErrorKind::BadPatch`] are the submitted patch's fault; the rest are infrastructure and must

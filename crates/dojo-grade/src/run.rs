@@ -88,7 +88,30 @@ type Step<T> = ControlFlow<InstanceReport, T>;
 ///
 /// Infrastructure failures come back as reports with [`Verdict::Error`] and an infrastructure
 /// [`ErrorKind`], never as "unresolved".
+///
+/// A model patch whose run printed no test result at all ([`ErrorKind::NoTestOutput`]) is
+/// checked against the same environment without it ([`confirm_no_output`]): the sandbox is
+/// reset and the test patch run alone; if that run prints results, the silence is the patch's
+/// doing (unresolved, not an infrastructure failure a policy could hide behind).
 pub async fn grade_in_sandbox(
+    sb: &mut Sandbox,
+    task: &Task,
+    env: &RepoEnv,
+    model_patch: Option<&str>,
+    opts: &GradeOptions,
+) -> InstanceReport {
+    let r = grade_once(sb, task, env, model_patch, opts).await;
+    let patch = model_patch.filter(|p| !p.trim().is_empty());
+    if patch.is_some() && r.error_kind == Some(ErrorKind::NoTestOutput) {
+        return confirm_no_output(sb, r, task, env, opts).await;
+    }
+    r
+}
+
+/// [`grade_in_sandbox`] without the no-output check: one run, the sandbox left as the run left
+/// it. For callers that run a patch of their own making (bug synthesis, validation's gold
+/// patch), where a silent test command is the task's problem, not a policy's.
+pub async fn grade_once(
     sb: &Sandbox,
     task: &Task,
     env: &RepoEnv,
@@ -110,6 +133,7 @@ async fn grade_steps(
     let r = InstanceReport::new(&task.instance_id, opts.semantics, env.log_parser.name());
     let (r, patch, log) = admit_patches(r, task, model_patch, opts)?;
     let r = guard_test_infrastructure(sb, r, task, patch, opts).await?;
+    let (r, observer) = prepare_observer(r, sb, env, opts)?;
     let cmd = env.test_command(task);
     let timeout = opts.timeout.unwrap_or(Duration::from_secs(env.timeout_s));
     let req = harness_request(
@@ -120,18 +144,106 @@ async fn grade_steps(
         &cmd,
         timeout,
         opts,
+        observer.as_ref().map(|(_, k)| k),
     );
     let out = match sb.exec(&req).await {
         Ok(o) => o,
         Err(e) => return Break(sandbox_err(r, "running the tests", e)),
     };
     let (r, log) = check_setup(r, log, &out, task, patch, timeout)?;
+    let observed = match &observer {
+        Some((runner, key)) => {
+            if out.stderr_truncated {
+                return Break(sandbox_err(
+                    r,
+                    "reading the test observer's records",
+                    "they exceeded the output cap",
+                ));
+            }
+            let stderr = out.stderr_lossy();
+            Some(match crate::observer::split_records(&stderr) {
+                Some(records) => crate::observer::parse(records, *runner, key),
+                None => crate::observer::Observed::default(),
+            })
+        }
+        None => None,
+    };
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let (body, records) = crate::observer::split_output(&stdout);
-    let runner = crate::observer::Runner::of(Parser::from(env.log_parser));
-    let observed = records.map(|r| crate::observer::parse(r, runner));
-    let (r, log) = test_log(r, log, body, &out, &cmd, timeout)?;
+    let (r, log) = test_log(r, log, &stdout, &out, &cmd, timeout)?;
     Continue(judge(r, log, observed.as_ref(), task, env, opts))
+}
+
+/// The observer for this run, where it applies (on, and a runner it observes): installed in
+/// the sandbox's environment, with a fresh key. A sandbox without an environment, or one the
+/// observer cannot be installed in, cannot be graded with it: an infrastructure error.
+fn prepare_observer(
+    r: InstanceReport,
+    sb: &Sandbox,
+    env: &RepoEnv,
+    opts: &GradeOptions,
+) -> Step<(
+    InstanceReport,
+    Option<(crate::observer::Runner, crate::observer::RunKey)>,
+)> {
+    let runner = match crate::observer::Runner::of(Parser::from(env.log_parser)) {
+        Some(runner) if opts.observer => runner,
+        _ => return Continue((r, None)),
+    };
+    let Some(venv) = sb.venv_path() else {
+        return Break(sandbox_err(
+            r,
+            "installing the test observer",
+            "the sandbox has no Python environment",
+        ));
+    };
+    if let Err(e) = crate::observer::install(venv) {
+        return Break(sandbox_err(r, "installing the test observer", e));
+    }
+    match crate::observer::RunKey::new() {
+        Ok(key) => Continue((r, Some((runner, key)))),
+        Err(e) => Break(sandbox_err(r, "making the observer's key", e)),
+    }
+}
+
+/// A model patch's run printed no test result: run the test patch alone in the reset sandbox.
+/// Results there mean the environment works and the patch silenced the test command (its
+/// failure: unresolved, reward 0, not masked); silence there too confirms the infrastructure
+/// error.
+async fn confirm_no_output(
+    sb: &mut Sandbox,
+    mut r: InstanceReport,
+    task: &Task,
+    env: &RepoEnv,
+    opts: &GradeOptions,
+) -> InstanceReport {
+    if let Err(e) = sb.reset().await {
+        tracing::warn!(instance = %task.instance_id, "reset before the no-output check: {e}");
+        return r;
+    }
+    let alone_opts = GradeOptions {
+        run_empty_patch: true,
+        ..opts.clone()
+    };
+    let alone = grade_once(sb, task, env, None, &alone_opts).await;
+    let note = |r: &InstanceReport| r.error.clone().unwrap_or_default();
+    if alone.error_kind == Some(ErrorKind::NoTestOutput) {
+        r.error = Some(format!(
+            "{} (confirmed: without the model patch the test command prints no result either)",
+            note(&r)
+        ));
+    } else if alone.patch_successfully_applied {
+        r.outcome = Verdict::Unresolved;
+        r.error_kind = None;
+        r.infra_failure = false;
+        r.resolved = false;
+        r.resolution_status = Some(crate::ResolvedStatus::No);
+        r.error = Some(
+            "the test command printed no test result with the model patch, and printed results \
+             without it (test patch alone, same environment): the patch silenced the tests"
+                .into(),
+        );
+    }
+    r
 }
 
 /// Before anything runs: an empty patch is not run (unless asked, as `dojo validate` does);
@@ -216,6 +328,8 @@ async fn guard_test_infrastructure(
 /// The one sandbox process of a grading run (see [`run_script`]), with the patches passed the
 /// cheapest way their size allows (see [`PatchTransport`]). The task's test files are
 /// restored when the model patch touched one of them.
+/// With `key`, the observer's: the task's test files named for it and the key first on stdin.
+#[allow(clippy::too_many_arguments)] // the run's parts, each used once
 fn harness_request(
     task: &Task,
     env: &RepoEnv,
@@ -224,13 +338,19 @@ fn harness_request(
     cmd: &str,
     timeout: Duration,
     opts: &GradeOptions,
+    key: Option<&crate::observer::RunKey>,
 ) -> ExecRequest {
     let transport = PatchTransport::choose(model, &task.test_patch);
+    let test_files = restorable_test_files(task, opts.semantics);
     let restore = if touches.iter().any(|t| t.kind == InfraKind::TaskTestFile) {
-        restore_test_files_lines(&restorable_test_files(task, opts.semantics))
+        restore_test_files_lines(&test_files)
     } else {
         String::new()
     };
+    let observed: Vec<String> = test_files
+        .iter()
+        .map(|(f, _)| format!("{}/{f}", dojo_sandbox::WORKSPACE))
+        .collect();
     let mut req = ExecRequest::shell(run_script(
         model,
         &task.test_patch,
@@ -238,20 +358,17 @@ fn harness_request(
         &env.pre_test,
         cmd,
         transport,
-        opts.observer,
+        key.map(|_| observed.as_slice()),
     ))
     .cwd(dojo_sandbox::WORKSPACE)
     .timeout(timeout);
     req.env = env.env.clone();
-    if opts.observer {
-        req.env
-            .insert("DOJO_OBSERVER_PY".into(), crate::observer::PLUGIN.into());
-        req.env.insert(
-            "DOJO_OBSERVER_SITE".into(),
-            crate::observer::SITECUSTOMIZE.into(),
-        );
-    }
     req.output_cap = opts.output_cap;
+    let mut stdin = Vec::new();
+    if let Some(k) = key {
+        stdin.extend_from_slice(k.hex().as_bytes());
+        stdin.push(b'\n');
+    }
     match transport {
         PatchTransport::Env => {
             if let Some(m) = model {
@@ -261,11 +378,12 @@ fn harness_request(
                 .insert("DOJO_TEST_PATCH".into(), task.test_patch.clone());
         }
         PatchTransport::Stdin => {
-            let mut stdin = Vec::with_capacity(model.map_or(0, str::len) + task.test_patch.len());
             stdin.extend_from_slice(model.unwrap_or("").as_bytes());
             stdin.extend_from_slice(task.test_patch.as_bytes());
-            req.stdin = Some(stdin);
         }
+    }
+    if !stdin.is_empty() {
+        req.stdin = Some(stdin);
     }
     req
 }
@@ -468,19 +586,31 @@ fn judge(
         env.eval_type,
         opts.semantics,
     );
-    let runner = crate::observer::Runner::of(parser);
-    let seen = observed.map(|o| crate::observer::check(o, runner, &status, &sm, opts.semantics));
+    let seen = match (observed, crate::observer::Runner::of(parser)) {
+        (Some(o), Some(runner)) => Some(crate::observer::check(
+            o,
+            runner,
+            &status,
+            &sm,
+            opts.semantics,
+        )),
+        _ => None,
+    };
     r.set_tests_status(status);
     if let Some(seen) = seen {
-        if !seen.disagreements.is_empty() {
+        if !seen.agrees() {
             r.outcome = Verdict::Unresolved;
             r.resolved = false;
             r.resolution_status = Some(crate::ResolvedStatus::No);
-            r.error = Some(format!(
-                "the test observer did not see these tests pass, which the log reports passed \
-                 (results not trusted): {}",
-                seen.disagreements.join("; ")
-            ));
+            let mut why = seen.problems.clone();
+            if !seen.disagreements.is_empty() {
+                why.push(format!(
+                    "the test observer did not see these tests pass, which the log reports \
+                     passed: {}",
+                    seen.disagreements.join("; ")
+                ));
+            }
+            r.error = Some(format!("results not trusted: {}", why.join("; ")));
         }
         r.observer = Some(seen);
     }
@@ -522,13 +652,13 @@ pub async fn validate_in_sandbox(
         run_empty_patch: true,
         ..opts.clone()
     };
-    let before = grade_in_sandbox(sb, task, env, None, &before_opts).await;
+    let before = grade_once(sb, task, env, None, &before_opts).await;
     if let Err(e) = sb.reset().await {
         v.problems.push(format!("sandbox reset failed: {e}"));
         v.before = Some(before);
         return v;
     }
-    let gold = grade_in_sandbox(sb, task, env, Some(&task.patch), opts).await;
+    let gold = grade_once(sb, task, env, Some(&task.patch), opts).await;
     // The test patch alone may crash the test runner itself (pytest-7168: the bug makes
     // pytest's own reporting raise, INTERNALERROR, no result printed). When the gold run has
     // results, the environment works and the crash is the bug's: every test counts as not

@@ -116,6 +116,10 @@ impl PatchTransport {
 /// script), test patch, all logged to stderr with step markers (exit
 /// 10/11/12 = that step failed); then `@@DOJO_SETUP_OK` and the test command with stdout and
 /// stderr merged on stdout, as in the harness's container log.
+///
+/// `observe`: the task's test files (absolute paths) for the test observer
+/// ([`crate::observer`]); its run key then comes first on stdin, one line, read into a shell
+/// variable (never the environment), and the records come back on stderr after the setup.
 pub(crate) fn run_script(
     model: Option<&str>,
     test_patch: &str,
@@ -123,11 +127,14 @@ pub(crate) fn run_script(
     pre_test: &[String],
     test_cmd: &str,
     transport: PatchTransport,
-    observe: bool,
+    observe: Option<&[String]>,
 ) -> String {
     let mut s = String::from(
         "exec 3>&1 1>&2\nset -u\nM=/tmp/.dojo-model-$$.diff T=/tmp/.dojo-test-$$.diff\ntrap 'rm -f \"$M\" \"$T\"' EXIT\n",
     );
+    if observe.is_some() {
+        s.push_str("IFS= read -r DOJO_K || exit 13\n");
+    }
     // The harness's apply chain, the same one `Sandbox::apply_patch` runs.
     s.push_str(dojo_sandbox::patch::APPLY_FN);
     let has_test = !test_patch.trim().is_empty();
@@ -169,15 +176,14 @@ pub(crate) fn run_script(
     if has_test {
         s.push_str("echo @@DOJO_STEP test\ndojo_apply \"$T\" || exit 12\n");
     }
-    s.push_str(
-        "rm -f \"$M\" \"$T\"\necho @@DOJO_SETUP_OK\nexec 1>&3 3>&- 2>&1 </dev/null\nset +u\n",
-    );
-    if observe {
-        // The test command in a subshell, so that its `exit` or `cd` leaves the records' turn.
-        s.push_str(&crate::observer::setup_lines());
-        s.push_str(&format!("(\n{test_cmd}\n)\nrc=$?\n"));
-        s.push_str(&crate::observer::teardown_lines());
+    s.push_str("rm -f \"$M\" \"$T\"\necho @@DOJO_SETUP_OK\n");
+    if let Some(files) = observe {
+        // fd 4 keeps the script's stderr for the observer's records; the test command in a
+        // subshell, so that its `exit` or `cd` leaves the script its turn.
+        s.push_str("exec 4>&2 1>&3 3>&- 2>&1 </dev/null\nset +u\n");
+        s.push_str(&crate::observer::run_lines(test_cmd, files));
     } else {
+        s.push_str("exec 1>&3 3>&- 2>&1 </dev/null\nset +u\n");
         s.push_str(test_cmd);
         s.push('\n');
     }
@@ -279,20 +285,34 @@ mod tests {
         assert_eq!(step_log(out, "test").0, "+ git apply --verbose\nnope");
         assert_eq!(step_log(out, "restore"), (String::new(), None));
         let tp = "diff --git a/t/a.py b/t/a.py\n--- a/t/a.py\n+++ b/t/a.py\n";
-        let s = run_script(None, "", "", &[], "pytest", PatchTransport::Env, false);
+        let s = run_script(None, "", "", &[], "pytest", PatchTransport::Env, None);
         assert!(
             s.contains("@@DOJO_STEP restore") && s.ends_with("set +u\npytest\n"),
             "{s}"
         );
         // With the observer: the command in a subshell, then the records, then its status.
-        let s = run_script(None, "", "", &[], "pytest", PatchTransport::Env, true);
-        assert!(s.contains("PYTEST_PLUGINS=\"dojo_observer"), "{s}");
+        let files = ["/testbed/t/a b.py".to_string()];
+        let s = run_script(
+            None,
+            "",
+            "",
+            &[],
+            "pytest",
+            PatchTransport::Env,
+            Some(&files),
+        );
+        assert!(s.starts_with("exec 3>&1 1>&2\nset -u\n"), "{s}");
+        assert!(s.contains("IFS= read -r DOJO_K || exit 13\n"), "{s}");
         assert!(
-            s.contains("(\npytest\n)\nrc=$?\n") && s.ends_with("exit $rc\n"),
+            s.contains("export DOJO_OBSERVER_RUN=\"4 5 \"'/testbed/t/a b.py'\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("(\npytest\n) 5<<<\"$DOJO_K\"\nrc=$?\n") && s.ends_with("exit $rc\n"),
             "{s}"
         );
         let m = "diff --git a/src/x.py b/src/x.py\n";
-        let s = run_script(Some(m), tp, "", &[], "pytest", PatchTransport::Stdin, false);
+        let s = run_script(Some(m), tp, "", &[], "pytest", PatchTransport::Stdin, None);
         assert!(s.contains(&format!("head -c {} >", m.len())), "{s}");
         assert!(!s.contains("git checkout"), "{s}");
         let s = run_script(
@@ -302,7 +322,7 @@ mod tests {
             &["export A=1".to_string()],
             "pytest",
             PatchTransport::Env,
-            false,
+            None,
         );
         assert!(s.contains("printf '%s' \"$DOJO_MODEL_PATCH\""), "{s}");
         assert!(s.contains("git checkout -q dojo-base -- 't/a.py'"), "{s}");

@@ -139,10 +139,10 @@ async fn a_conftest_cannot_reach_a_host_unix_socket_during_grading() {
             Verdict::Resolved,
         ),
     ] {
-        let sb = Sandbox::create(&pristine, Some(&venv), &SandboxOptions::default())
+        let mut sb = Sandbox::create(&pristine, Some(&venv), &SandboxOptions::default())
             .await
             .unwrap();
-        let r = grade_in_sandbox(&sb, &t, &env, Some(&patch), &opts).await;
+        let r = grade_in_sandbox(&mut sb, &t, &env, Some(&patch), &opts).await;
         let got = sb.read_file("/tmp/dojo-probe.txt").await;
         sb.teardown().await.unwrap();
         let got = String::from_utf8_lossy(&got.expect("the conftest ran")).into_owned();

@@ -65,8 +65,8 @@ async fn reinstall_after_the_model_patch_picks_up_new_metadata() {
             writable_venv: writable,
             ..Default::default()
         };
-        let sb = Sandbox::create(&pristine, Some(&venv), &so).await.unwrap();
-        let r = grade_in_sandbox(&sb, &t, &env, Some(patch), &opts).await;
+        let mut sb = Sandbox::create(&pristine, Some(&venv), &so).await.unwrap();
+        let r = grade_in_sandbox(&mut sb, &t, &env, Some(patch), &opts).await;
         // The shared environment is untouched by the sandbox's reinstall.
         let out = sb
             .exec(&dojo_sandbox::ExecRequest::shell(
@@ -183,10 +183,10 @@ async fn reinstall_after_the_model_patch_picks_up_new_metadata() {
         writable_venv: true,
         ..Default::default()
     };
-    let sb = Sandbox::create(&pristine, Some(&net_venv), &so)
+    let mut sb = Sandbox::create(&pristine, Some(&net_venv), &so)
         .await
         .unwrap();
-    let r = grade_in_sandbox(&sb, &t, &net_env, Some(&with_dep), &opts).await;
+    let r = grade_in_sandbox(&mut sb, &t, &net_env, Some(&with_dep), &opts).await;
     sb.teardown().await.unwrap();
     assert_eq!(
         r.outcome,

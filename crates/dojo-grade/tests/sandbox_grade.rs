@@ -90,10 +90,10 @@ async fn grading_flow_and_bad_input_in_a_real_sandbox() {
         ..Default::default()
     };
     let grade = async |patch: Option<&str>, t: &Task, opts: &GradeOptions| {
-        let sb = Sandbox::create(&pristine, Some(&venv), &SandboxOptions::default())
+        let mut sb = Sandbox::create(&pristine, Some(&venv), &SandboxOptions::default())
             .await
             .unwrap();
-        let r = grade_in_sandbox(&sb, t, &env, patch, opts).await;
+        let r = grade_in_sandbox(&mut sb, t, &env, patch, opts).await;
         sb.teardown().await.unwrap();
         r
     };
@@ -206,10 +206,10 @@ async fn grading_flow_and_bad_input_in_a_real_sandbox() {
         "printf '\\377\\376 raw bytes\\n'; python -m pytest -rA -p no:cacheprovider",
     );
     let noisy_env = EnvRegistry::default().resolve(&noisy).unwrap();
-    let sb = Sandbox::create(&pristine, Some(&venv), &SandboxOptions::default())
+    let mut sb = Sandbox::create(&pristine, Some(&venv), &SandboxOptions::default())
         .await
         .unwrap();
-    let r = grade_in_sandbox(&sb, &noisy, &noisy_env, Some(GOLD), &opts).await;
+    let r = grade_in_sandbox(&mut sb, &noisy, &noisy_env, Some(GOLD), &opts).await;
     sb.teardown().await.unwrap();
     assert_eq!(
         r.outcome,

@@ -436,7 +436,7 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
                 match sb.reset().await {
                     Ok(()) => {
                         let report = grade_in_sandbox(
-                            &sb,
+                            &mut sb,
                             &prepared.task,
                             &prepared.repo_env,
                             Some(&patch),

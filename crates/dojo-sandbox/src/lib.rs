@@ -184,6 +184,8 @@ pub struct Sandbox {
     /// The pristine tree's base commit (object id), read on the host at creation: diffs are
     /// taken against it, never against a ref the agent can move.
     base: Option<String>,
+    /// The Python environment's directory on the host, if the sandbox has one.
+    venv: Option<PathBuf>,
 }
 
 fn new_id() -> String {
@@ -264,6 +266,7 @@ impl Sandbox {
             done: false,
             caps: opts.caps,
             base: patch::base_commit(&pristine.path),
+            venv: env.map(|e| e.path.clone()),
         };
         if opts.keep {
             sb.save_state(pristine, env, opts)?;
@@ -281,6 +284,12 @@ impl Sandbox {
             Inner::Ns(_) => BackendKind::Namespace,
             Inner::Fallback(_) => BackendKind::Fallback,
         }
+    }
+
+    /// The host directory of the sandbox's Python environment (shown read-only at `/venv`,
+    /// or under a private copy-on-write layer), if it has one.
+    pub fn venv_path(&self) -> Option<&Path> {
+        self.venv.as_deref()
     }
 
     /// The sandbox's directory on the host (upper dirs, registry entry).
@@ -695,6 +704,7 @@ impl Sandbox {
             done: false,
             caps: st.caps,
             base: st.base.clone(),
+            venv: st.venv.clone(),
         })
     }
 }

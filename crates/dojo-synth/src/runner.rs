@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use dojo_grade::parsers::StatusMap;
-use dojo_grade::{ErrorKind, GradeOptions, Parser, grade_in_sandbox, status_map_of};
+use dojo_grade::{ErrorKind, GradeOptions, Parser, grade_once, status_map_of};
 use dojo_sandbox::Sandbox;
 use dojo_task::{RepoEnv, Task};
 
@@ -56,7 +56,7 @@ pub(crate) async fn run_tests(
         run_empty_patch: true,
         ..Default::default()
     };
-    let r = grade_in_sandbox(sb, task, &env, patch, &opts).await;
+    let r = grade_once(sb, task, &env, patch, &opts).await;
     if r.outcome == dojo_grade::Verdict::Error {
         let error = r.error.as_deref().unwrap_or("");
         return Err(match r.error_kind {

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod red_team;
+
 use std::path::PathBuf;
 
 use dojo_grade::{GradeOptions, InstanceReport, grade_in_sandbox};
@@ -107,10 +109,10 @@ pub async fn grade_fresh(
     patch: &str,
     opts: &GradeOptions,
 ) -> InstanceReport {
-    let sb = Sandbox::create(pristine, Some(venv), &SandboxOptions::default())
+    let mut sb = Sandbox::create(pristine, Some(venv), &SandboxOptions::default())
         .await
         .unwrap();
-    let r = grade_in_sandbox(&sb, task, env, Some(patch), opts).await;
+    let r = grade_in_sandbox(&mut sb, task, env, Some(patch), opts).await;
     sb.teardown().await.unwrap();
     r
 }

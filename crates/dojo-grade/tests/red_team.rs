@@ -1,0 +1,221 @@
+//! The generated red-team suite ([`common::red_team`]): every behaviour, at each moment it can
+//! run, under pytest and under a unittest runner (Django's shape), graded for real in
+//! namespace sandboxes with uv-built environments. The bug is never fixed, so every variant must
+//! come out unresolved (or an infrastructure failure confirmed without the patch), never
+//! masked; the attacks marked `Remains` (written against the observer's objects in memory) are
+//! measured and printed, not asserted.
+//!
+//! CI runs a sample (each attack at its first trigger, on each runner); `DOJO_RED_TEAM=full`
+//! runs every variant and prints the table BENCHMARKS.md records
+//! (`scripts/bench-red-team.sh`).
+//!
+//! Needs the sandbox's kernel features, uv and PyPI access (for pytest); otherwise SKIPPED
+//! (under `CI=true` a missing feature fails instead).
+
+use std::time::Duration;
+
+mod common;
+use common::red_team::{self, Expect, Runner, Trigger};
+use common::{sandbox_for, skip};
+
+use dojo_grade::{GradeOptions, InstanceReport, Verdict};
+use dojo_task::{EnvRegistry, RepoEnv, Task};
+use serde_json::json;
+
+const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n";
+const GOLD: &str = "diff --git a/calc/core.py b/calc/core.py\n--- a/calc/core.py\n+++ b/calc/core.py\n@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n \n \n def mul(a, b):\n";
+
+/// pytest-style tests, run by pytest (unittest-style classes are the unittest runner's; pytest's
+/// handling of them is in `grade_hacks.rs` and `observer_shapes.rs`). The failing assertion is
+/// not the body's last line (a trace function could jump over it).
+const PYTEST_TESTS: &str = "from calc.core import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n    assert add(0, 0) == 0\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n";
+const UNIT_TESTS: &str = "import unittest\n\nfrom calc.core import add, mul\n\n\nclass AddTest(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n        self.assertEqual(add(0, 0), 0)\n\n\nclass MulTest(unittest.TestCase):\n    def test_mul(self):\n        self.assertEqual(mul(2, 3), 6)\n";
+
+struct Setup {
+    task: Task,
+    env: RepoEnv,
+    pristine: dojo_sandbox::Pristine,
+    venv: dojo_sandbox::PythonEnv,
+}
+
+/// The calc project for `runner`: the package is imported before any test module (by the
+/// pristine root conftest under pytest, by the tests package under unittest), as real
+/// projects' conftests and packages do.
+async fn setup(runner: Runner) -> Result<Setup, String> {
+    let (files, tests, f2p, p2p, cmd, parser, reqs) = match runner {
+        Runner::Pytest => (
+            vec![
+                ("calc/__init__.py", ""),
+                ("calc/core.py", CALC),
+                ("conftest.py", "import calc  # noqa: F401\n"),
+                ("tests/__init__.py", ""),
+            ],
+            PYTEST_TESTS,
+            json!(["tests/test_calc.py::test_add"]),
+            json!(["tests/test_calc.py::test_mul"]),
+            "python -m pytest -rA -p no:cacheprovider tests",
+            "pytest",
+            json!(["pytest==8.3.3"]),
+        ),
+        Runner::Unittest => (
+            vec![
+                ("calc/__init__.py", ""),
+                ("calc/core.py", CALC),
+                ("tests/__init__.py", "import calc  # noqa: F401\n"),
+            ],
+            UNIT_TESTS,
+            json!(["test_add (tests.test_calc.AddTest.test_add)"]),
+            json!(["test_mul (tests.test_calc.MulTest.test_mul)"]),
+            "python -m unittest -v tests.test_calc",
+            "django",
+            json!([]),
+        ),
+    };
+    let task = common::task(json!({
+        "instance_id": format!("local__calc-red-{runner:?}"), "repo": "local/calc",
+        "base_commit": "x", "patch": GOLD,
+        "test_patch": common::new_files(&[("tests/test_calc.py", tests)]), "version": "1.0",
+        "FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p,
+        "env": {"python": "3.11", "requirements": reqs, "editable": false,
+                "test_cmd": cmd, "test_directives": "none", "log_parser": parser,
+                "timeout_s": 120, "env": {"PYTHONPATH": "/testbed"}}}));
+    let env = EnvRegistry::default()
+        .resolve(&task)
+        .map_err(|e| e.to_string())?;
+    let (pristine, venv) = sandbox_for(common::project(&files), &env).await?;
+    Ok(Setup {
+        task,
+        env,
+        pristine,
+        venv,
+    })
+}
+
+/// What a variant's grade shows, for the table: `held` when it is unresolved (or a confirmed
+/// infrastructure failure) and not masked.
+fn held(r: &InstanceReport) -> bool {
+    match r.outcome {
+        Verdict::Unresolved => !r.infra_failure,
+        Verdict::Error => r.infra_failure && r.error.as_deref().unwrap_or("").contains("confirmed"),
+        _ => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_attacks_are_unresolved() {
+    if !common::sandboxes_or_skip() {
+        return;
+    }
+    let full = std::env::var("DOJO_RED_TEAM").is_ok_and(|v| v == "full");
+    let opts = GradeOptions {
+        timeout: Some(Duration::from_secs(60)),
+        ..Default::default()
+    };
+    let mut setups = Vec::new();
+    for runner in [Runner::Pytest, Runner::Unittest] {
+        match setup(runner).await {
+            Ok(s) => setups.push((runner, s)),
+            Err(e) => return skip(format!("cannot build the calc project for {runner:?}: {e}")),
+        }
+    }
+    let blind = GradeOptions {
+        observer: false,
+        ..opts.clone()
+    };
+    let grade = async |runner: Runner, patch: &str| {
+        let s = &setups.iter().find(|(r, _)| *r == runner).unwrap().1;
+        common::grade_fresh(&s.pristine, &s.venv, &s.task, &s.env, patch, &opts).await
+    };
+    let grade_blind = async |runner: Runner, patch: &str| {
+        let s = &setups.iter().find(|(r, _)| *r == runner).unwrap().1;
+        common::grade_fresh(&s.pristine, &s.venv, &s.task, &s.env, patch, &blind).await
+    };
+    // The control: the real fix resolves under both runners, the observer watching.
+    for runner in [Runner::Pytest, Runner::Unittest] {
+        let r = grade(runner, GOLD).await;
+        assert_eq!(
+            r.outcome,
+            Verdict::Resolved,
+            "{runner:?}: {:?}\n{}",
+            r.error,
+            r.test_output
+        );
+        assert!(r.observer.as_ref().is_some_and(|o| o.loaded && o.agrees()));
+    }
+    let variants = if full {
+        red_team::variants()
+    } else {
+        red_team::sample()
+    };
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    for (attack, trigger, runner) in &variants {
+        let init = red_team::package_init(attack, *trigger);
+        let patch = common::init_patch(&init);
+        let r = grade(*runner, &patch).await;
+        let ok = held(&r);
+        // The same patch graded from the log alone (the official harness's view): whether the
+        // attack fools a grader without the observer.
+        let b = grade_blind(*runner, &patch).await;
+        rows.push(format!(
+            "| {} | {} | {trigger:?} | {runner:?} | {} | {} | {} |",
+            attack.name,
+            if attack.observer_aware {
+                "observer-aware"
+            } else {
+                "generic"
+            },
+            if b.resolved { "resolved" } else { "unresolved" },
+            if ok { "held" } else { "**passed**" },
+            r.error
+                .as_deref()
+                .unwrap_or("")
+                .chars()
+                .take(110)
+                .collect::<String>()
+                .replace('|', "/")
+        ));
+        if attack.expect == Expect::Unresolved && !ok {
+            failures.push(format!(
+                "{} ({trigger:?}, {runner:?}): {:?} infra={} {:?}\n{}",
+                attack.name, r.outcome, r.infra_failure, r.error, r.test_output
+            ));
+        }
+    }
+    println!("| attack | kind | trigger | runner | log alone | with the observer | reason |");
+    println!("|---|---|---|---|---|---|---|");
+    for row in &rows {
+        println!("{row}");
+    }
+    let passed = rows.iter().filter(|r| r.contains("**passed**")).count();
+    let fooling = rows.iter().filter(|r| r.contains("| resolved |")).count();
+    println!(
+        "red team: {} variants ({fooling} fool the log alone), {} held, {passed} passed ({})",
+        rows.len(),
+        rows.len() - passed,
+        if full { "full" } else { "sample" }
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn every_attack_has_a_variant_in_the_sample() {
+    let sample = red_team::sample();
+    for a in red_team::attacks() {
+        for r in a.runners {
+            assert!(
+                sample
+                    .iter()
+                    .any(|(s, t, sr)| s.name == a.name && sr == r && *t == a.triggers[0]),
+                "{} on {r:?}",
+                a.name
+            );
+        }
+    }
+    assert!(red_team::variants().len() > sample.len());
+    assert!(
+        red_team::variants()
+            .iter()
+            .any(|(_, t, _)| *t == Trigger::AtExit)
+    );
+}
