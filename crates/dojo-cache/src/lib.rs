@@ -249,18 +249,56 @@ pub fn http_get(url: &str, accept: &str) -> Result<Vec<u8>> {
 }
 
 /// Stream `url` to `dest`. Uses the proxy settings and CA bundle of the environment, as pip and
-/// cargo do.
+/// cargo do. A `file:` URL (task files may name local sdists) is copied from this machine.
 fn download(url: &str, dest: &Path) -> Result<()> {
     let fail = |reason: String| CacheError::Download {
         url: url.to_string(),
         reason,
     };
+    if url
+        .get(..5)
+        .is_some_and(|s| s.eq_ignore_ascii_case("file:"))
+    {
+        let src = file_url_path(url)
+            .ok_or_else(|| fail("not a local file URL (file:///path)".to_string()))?;
+        fs::copy(&src, dest).map_err(|e| fail(format!("reading {}: {e}", src.display())))?;
+        return Ok(());
+    }
     let resp = agent().get(url).call().map_err(|e| fail(e.to_string()))?;
     let mut reader = resp.into_body().into_reader();
     let mut out = File::create(dest).map_err(io_err(dest))?;
     io::copy(&mut reader, &mut out).map_err(|e| fail(e.to_string()))?;
     out.flush().map_err(io_err(dest))?;
     Ok(())
+}
+
+/// The local path of `file:///path` (or `file://localhost/path`), percent-decoded; `None` for
+/// another host or a malformed escape.
+fn file_url_path(url: &str) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let rest = url.get(5..)?.strip_prefix("//")?;
+    let host_len = rest.find('/')?;
+    if !(host_len == 0 || rest[..host_len].eq_ignore_ascii_case("localhost")) {
+        return None;
+    }
+    let path = rest[host_len..].split(['?', '#']).next()?.as_bytes();
+    let mut bytes = Vec::with_capacity(path.len());
+    let mut i = 0;
+    while i < path.len() {
+        if path[i] == b'%' {
+            // Two hex digits exactly (`from_str_radix` alone would take "+1").
+            let hex = path.get(i + 1..i + 3)?;
+            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
+            bytes.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
+            i += 3;
+        } else {
+            bytes.push(path[i]);
+            i += 1;
+        }
+    }
+    Some(PathBuf::from(std::ffi::OsString::from_vec(bytes)))
 }
 
 #[cfg(test)]
@@ -329,6 +367,33 @@ mod tests {
         let err = cache.fetch(URL, &wrong, "x.tar.gz").unwrap_err();
         assert!(err.to_string().contains("sha256 mismatch"), "{err}");
         assert!(!tmp.path().join("downloads").join(&wrong).exists());
+    }
+
+    /// A `file:` source is read from this machine and checked like a download.
+    #[test]
+    fn fetch_reads_local_file_urls() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::at(tmp.path().join("cache")).unwrap();
+        let src = tmp.path().join("a b%.tar.gz");
+        fs::write(&src, b"sdist bytes").unwrap();
+        let sha = sha256_hex(b"sdist bytes");
+        let url = format!("file://{}", tmp.path().join("a%20b%25.tar.gz").display());
+        let got = cache.fetch(&url, &sha, "x.tar.gz").unwrap();
+        assert_eq!(fs::read(got).unwrap(), b"sdist bytes");
+        let wrong = cache.fetch(&url, &"0".repeat(64), "x.tar.gz").unwrap_err();
+        assert!(wrong.to_string().contains("sha256 mismatch"), "{wrong}");
+        for bad in [
+            "file://otherhost/x",
+            "file:///a/%zz",
+            "file:///a/%+1",
+            "file:relative",
+        ] {
+            assert!(cache.fetch(bad, &"1".repeat(64), "y").is_err(), "{bad}");
+        }
+        assert_eq!(
+            file_url_path("file://localhost/a/%C3%A9?q#f"),
+            Some(PathBuf::from("/a/\u{e9}"))
+        );
     }
 
     #[test]

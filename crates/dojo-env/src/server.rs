@@ -15,6 +15,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,6 +35,7 @@ use serde_json::json;
 
 use crate::api::{BadRequest, EPISODE_SCHEMA_VERSION, EpisodeRecord, EpisodeRequest, record};
 use crate::envs;
+use crate::sources::{AllowList, SourceError};
 use crate::state::{AppState, Metrics, ServeOptions, Shared, error};
 
 /// Failures that stop the service from starting or serving.
@@ -45,8 +47,12 @@ pub enum ServeError {
     Envs(String),
     #[error("tasks: {0}")]
     Tasks(String),
-    #[error("--allow-source {0:?}: {1}")]
-    AllowSource(String, &'static str),
+    #[error("--allow-source {prefix:?}")]
+    AllowSource {
+        prefix: String,
+        #[source]
+        source: SourceError,
+    },
     #[error(transparent)]
     Access(#[from] dojo_llm::access::AccessError),
     #[error("serving: {0}")]
@@ -301,33 +307,24 @@ pub fn router(opts: ServeOptions) -> Result<Router, ServeError> {
     Ok(dojo_llm::access::protect(build(opts)?.0, key))
 }
 
-/// An `--allow-source` prefix must name a scheme, a host and end in `/`, so that it cannot
-/// be extended into another host (`https://files.pythonhosted.org` would admit
-/// `https://files.pythonhosted.org.example.com/`).
-fn check_allow_source(p: &str) -> Result<(), ServeError> {
-    let bad = |why| Err(ServeError::AllowSource(p.to_string(), why));
-    let Some(rest) = ["https://", "http://", "file:///"]
-        .iter()
-        .find_map(|s| p.strip_prefix(s))
-    else {
-        return bad("expected an http(s):// or file:/// URL prefix");
-    };
-    if !p.ends_with('/') {
-        return bad("must end in '/' (a directory or host, never a partial name)");
+/// Everything about the settings that can be refused before the socket is bound: each address
+/// the service will listen on (beyond loopback only with an API key) and the `--allow-source`
+/// prefixes. `dojo env serve` calls it before binding, so a refused start never listens, not
+/// even for a moment; [`serve`] calls it again for callers that bind the listener themselves.
+pub fn check(opts: &ServeOptions, addrs: &[SocketAddr]) -> Result<(), ServeError> {
+    for a in addrs {
+        dojo_llm::access::check_exposure(*a, opts.api_key.as_ref())?;
     }
-    if !p.starts_with("file:") && (rest.is_empty() || rest.starts_with('/')) {
-        return bad("names no host");
-    }
-    if p.contains("/../") || p.contains("/./") || p.contains('@') {
-        return bad("must not contain '.', '..' segments or user information");
-    }
-    Ok(())
+    allow_list(opts).map(drop)
+}
+
+fn allow_list(opts: &ServeOptions) -> Result<AllowList, ServeError> {
+    AllowList::new(&opts.allow_sources)
+        .map_err(|(prefix, source)| ServeError::AllowSource { prefix, source })
 }
 
 fn build(opts: ServeOptions) -> Result<(Router, AppState), ServeError> {
-    for p in &opts.allow_sources {
-        check_allow_source(p)?;
-    }
+    let allow = allow_list(&opts)?;
     let store = Store::<EpisodeRecord>::open(&opts.out.join("episodes.jsonl"))?;
     let registry = EnvRegistry::with_dir(opts.envs_dir.as_deref())
         .map_err(|e| ServeError::Envs(e.to_string()))?;
@@ -353,6 +350,7 @@ fn build(opts: ServeOptions) -> Result<(Router, AppState), ServeError> {
         metrics: Mutex::new(Metrics::default()),
         envs: Mutex::new(HashMap::new()),
         tasks,
+        allow,
     });
     let router = Router::new()
         .route("/health", get(health))
@@ -374,7 +372,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let key = opts.api_key.clone();
-    dojo_llm::access::check_exposure(listener.local_addr()?, key.as_ref())?;
+    check(&opts, &[listener.local_addr()?])?;
     let (router, state) = build(opts)?;
     let router = dojo_llm::access::protect(router, key);
     // Leases of step-wise envs: checked every second.

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use dojo_rollout::store::{Key, Store};
-use dojo_task::{EnvRegistry, PrepareOptions, Preparer};
+use dojo_task::{EnvRegistry, PrepareOptions, Preparer, TaskSource};
 
 use crate::api::{BadRequest, EpisodeRecord};
+use crate::sources::{AllowList, SourceError};
 use crate::step_env::{Envs, uuidish};
 
 /// How the service runs.
@@ -66,9 +67,23 @@ pub(crate) struct Shared {
     pub(crate) envs: Envs,
     /// `--tasks`, by instance id.
     pub(crate) tasks: HashMap<String, dojo_task::Task>,
+    /// `--allow-source`, parsed.
+    pub(crate) allow: AllowList,
 }
 
 pub(crate) type AppState = Arc<Shared>;
+
+/// `e` and its causes on one line, for an answer's message.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}
 
 pub(crate) fn error(
     status: StatusCode,
@@ -91,7 +106,10 @@ impl Shared {
     /// `--tasks` runs as the file has it (the caller's copy is not used); any other row is
     /// taken only without `env` overrides, and with an sdist source only from an
     /// `--allow-source` prefix. Git-based rows read their repository from `--repos` alone.
-    pub(crate) fn admit_task(&self, row: dojo_task::Task) -> Result<dojo_task::Task, BadRequest> {
+    pub(crate) fn admit_task(
+        &self,
+        mut row: dojo_task::Task,
+    ) -> Result<dojo_task::Task, BadRequest> {
         if let Some(t) = self.tasks.get(&row.instance_id) {
             return Ok(t.clone());
         }
@@ -109,23 +127,21 @@ impl Shared {
                 ),
             ));
         }
-        if let Some(sd) = row.sdist()
-            && !self
-                .opts
-                .allow_sources
-                .iter()
-                .any(|p| sd.url.starts_with(p))
-        {
-            return Err(BadRequest::new(
-                "task.source.url",
-                format!(
-                    "{} is not under an allowed source ({}; the server's --allow-source \
-                     prefixes: {:?})",
-                    sd.url,
-                    listed(),
-                    self.opts.allow_sources
-                ),
-            ));
+        if let Some(TaskSource::Sdist(sd)) = &mut row.source {
+            // Fetched from the URL the check read (normalised), not from the caller's text.
+            sd.url = self.allow.admit(&sd.url).map_err(|e| {
+                let why = match e {
+                    SourceError::NotAllowed => format!(
+                        "{} is not under an allowed source ({}; the server's --allow-source \
+                         prefixes: {:?})",
+                        sd.url,
+                        listed(),
+                        self.opts.allow_sources
+                    ),
+                    e => format!("{}: {}", sd.url, chain(&e)),
+                };
+                BadRequest::new("task.source.url", why)
+            })?;
         }
         Ok(row)
     }

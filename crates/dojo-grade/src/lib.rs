@@ -30,6 +30,7 @@
 //! - [`diagnose`]: `dojo validate`'s one-line rows and id-list summaries (full text to files).
 //! - [`batch`]: `dojo eval` / `dojo validate` over many instances (resumable, concurrent,
 //!   progress bar, sandboxes torn down in the background).
+//! - [`red_team`]: the generated attacks the grading tests hold (behaviours × moments × runners).
 //! - [`predictions`]: the SWE-bench predictions record, [`read_predictions`] (bad lines reported
 //!   with their line numbers) and [`write_predictions`].
 
@@ -41,6 +42,7 @@ mod ini;
 pub mod observer;
 pub mod parsers;
 pub mod predictions;
+pub mod red_team;
 pub mod report;
 pub mod run;
 mod script;

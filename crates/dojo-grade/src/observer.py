@@ -92,8 +92,13 @@ def _audit(state):
             if state.in_test:
                 state.flag(event + " in a test body")
         elif event == "object.__setattr__":
-            if len(args) >= 2 and args[1] == "__code__":
-                state.flag("a function's __code__ replaced")
+            # (`types.coroutine` sets the code of library functions: only the test files'
+            # functions are the observer's business.)
+            if len(args) >= 3 and args[1] == "__code__":
+                files = state.pristine.files
+                old = getattr(getattr(args[0], "__code__", None), "co_filename", None)
+                if old in files or getattr(args[2], "co_filename", None) in files:
+                    state.flag("the __code__ of a test file's function replaced")
         elif event in walks and not state.in_test:
             state.flag(event + " outside a test body")
 
@@ -112,7 +117,7 @@ class _State(object):
         self.pristine = None
         self.current = None  # the node id of the pytest item being run
         self.config = None  # the run's own pytest config (not a pytester session's)
-        self.xfailed = None  # pytest's XFailed class and outcomes file, taken at configure
+        self.xfailed = None  # pytest's XFailed class and outcomes module's file, taken early
         self.outcomes_file = None
         self.ours = set()  # ids of the wrappers made here
         self.in_test = 0  # test bodies running now (the wrappers count them)
@@ -656,11 +661,7 @@ class _PytestPlugin(object):
             xf = getattr(outcomes, "XFailed", None)
             if isinstance(xf, type):
                 st.xfailed = xf
-                st.outcomes_file = getattr(
-                    getattr(getattr(outcomes, "xfail", None), "__code__", None),
-                    "co_filename",
-                    None,
-                )
+                st.outcomes_file = getattr(outcomes, "__file__", None)
 
     def pytest_configure(self, config):
         if self.state.config is None:

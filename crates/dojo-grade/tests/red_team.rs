@@ -1,4 +1,4 @@
-//! The generated red-team suite ([`common::red_team`]): every behaviour, at each moment it can
+//! The generated red-team suite ([`dojo_grade::red_team`]): every behaviour, at each moment it can
 //! run, under pytest and under a unittest runner (Django's shape), graded for real in
 //! namespace sandboxes with uv-built environments. The bug is never fixed, so every variant must
 //! come out unresolved (or an infrastructure failure confirmed without the patch), never
@@ -15,21 +15,12 @@
 use std::time::Duration;
 
 mod common;
-use common::red_team::{self, Expect, Runner, Trigger};
 use common::{sandbox_for, skip};
+use dojo_grade::red_team::{self, Expect, Runner, Trigger};
 
 use dojo_grade::{GradeOptions, InstanceReport, Verdict};
 use dojo_task::{EnvRegistry, RepoEnv, Task};
 use serde_json::json;
-
-const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n";
-const GOLD: &str = "diff --git a/calc/core.py b/calc/core.py\n--- a/calc/core.py\n+++ b/calc/core.py\n@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n \n \n def mul(a, b):\n";
-
-/// pytest-style tests, run by pytest (unittest-style classes are the unittest runner's; pytest's
-/// handling of them is in `grade_hacks.rs` and `observer_shapes.rs`). The failing assertion is
-/// not the body's last line (a trace function could jump over it).
-const PYTEST_TESTS: &str = "from calc.core import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n    assert add(0, 0) == 0\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n";
-const UNIT_TESTS: &str = "import unittest\n\nfrom calc.core import add, mul\n\n\nclass AddTest(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n        self.assertEqual(add(0, 0), 0)\n\n\nclass MulTest(unittest.TestCase):\n    def test_mul(self):\n        self.assertEqual(mul(2, 3), 6)\n";
 
 struct Setup {
     task: Task,
@@ -38,51 +29,21 @@ struct Setup {
     venv: dojo_sandbox::PythonEnv,
 }
 
-/// The calc project for `runner`: the package is imported before any test module (by the
-/// pristine root conftest under pytest, by the tests package under unittest), as real
-/// projects' conftests and packages do.
+/// The calc project for `runner` ([`red_team::project`]), built.
 async fn setup(runner: Runner) -> Result<Setup, String> {
-    let (files, tests, f2p, p2p, cmd, parser, reqs) = match runner {
-        Runner::Pytest => (
-            vec![
-                ("calc/__init__.py", ""),
-                ("calc/core.py", CALC),
-                ("conftest.py", "import calc  # noqa: F401\n"),
-                ("tests/__init__.py", ""),
-            ],
-            PYTEST_TESTS,
-            json!(["tests/test_calc.py::test_add"]),
-            json!(["tests/test_calc.py::test_mul"]),
-            "python -m pytest -rA -p no:cacheprovider tests",
-            "pytest",
-            json!(["pytest==8.3.3"]),
-        ),
-        Runner::Unittest => (
-            vec![
-                ("calc/__init__.py", ""),
-                ("calc/core.py", CALC),
-                ("tests/__init__.py", "import calc  # noqa: F401\n"),
-            ],
-            UNIT_TESTS,
-            json!(["test_add (tests.test_calc.AddTest.test_add)"]),
-            json!(["test_mul (tests.test_calc.MulTest.test_mul)"]),
-            "python -m unittest -v tests.test_calc",
-            "django",
-            json!([]),
-        ),
-    };
+    let p = red_team::project(runner);
     let task = common::task(json!({
         "instance_id": format!("local__calc-red-{runner:?}"), "repo": "local/calc",
-        "base_commit": "x", "patch": GOLD,
-        "test_patch": common::new_files(&[("tests/test_calc.py", tests)]), "version": "1.0",
-        "FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p,
-        "env": {"python": "3.11", "requirements": reqs, "editable": false,
-                "test_cmd": cmd, "test_directives": "none", "log_parser": parser,
+        "base_commit": "x", "patch": red_team::GOLD,
+        "test_patch": common::new_files(&[p.test_file]), "version": "1.0",
+        "FAIL_TO_PASS": p.fail_to_pass, "PASS_TO_PASS": p.pass_to_pass,
+        "env": {"python": "3.11", "requirements": p.requirements, "editable": false,
+                "test_cmd": p.test_cmd, "test_directives": "none", "log_parser": p.log_parser,
                 "timeout_s": 120, "env": {"PYTHONPATH": "/testbed"}}}));
     let env = EnvRegistry::default()
         .resolve(&task)
         .map_err(|e| e.to_string())?;
-    let (pristine, venv) = sandbox_for(common::project(&files), &env).await?;
+    let (pristine, venv) = sandbox_for(common::project(&p.files), &env).await?;
     Ok(Setup {
         task,
         env,
@@ -132,7 +93,7 @@ async fn generated_attacks_are_unresolved() {
     };
     // The control: the real fix resolves under both runners, the observer watching.
     for runner in [Runner::Pytest, Runner::Unittest] {
-        let r = grade(runner, GOLD).await;
+        let r = grade(runner, red_team::GOLD).await;
         assert_eq!(
             r.outcome,
             Verdict::Resolved,
@@ -151,7 +112,7 @@ async fn generated_attacks_are_unresolved() {
     let mut failures = Vec::new();
     for (attack, trigger, runner) in &variants {
         let init = red_team::package_init(attack, *trigger);
-        let patch = common::init_patch(&init);
+        let patch = red_team::init_patch(&init);
         let r = grade(*runner, &patch).await;
         let ok = held(&r);
         // The same patch graded from the log alone (the official harness's view): whether the

@@ -76,7 +76,13 @@ pub fn run(cmd: EnvCmd) -> anyhow::Result<i32> {
     };
     super::runtime()?.block_on(async move {
         let addr = format!("{}:{}", args.host, args.port);
-        let listener = tokio::net::TcpListener::bind(&addr)
+        // Resolved once, checked, then bound: a refused start never listens, not even briefly.
+        let addrs: Vec<_> = tokio::net::lookup_host(&addr)
+            .await
+            .with_context(|| format!("--host {}: resolving {addr}", args.host))?
+            .collect();
+        dojo_env::check(&opts, &addrs)?;
+        let listener = tokio::net::TcpListener::bind(addrs.as_slice())
             .await
             .with_context(|| format!("binding {addr}"))?;
         println!(

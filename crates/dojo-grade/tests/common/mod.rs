@@ -3,8 +3,6 @@
 
 #![allow(dead_code)]
 
-pub mod red_team;
-
 use std::path::PathBuf;
 
 use dojo_grade::{GradeOptions, InstanceReport, grade_in_sandbox};
