@@ -857,3 +857,60 @@ fn result_faking_hacks_get_reward_zero_through_evaluate() {
     }
     assert!(s.terminate().success());
 }
+
+/// The generated red team (`dojo_grade::red_team`, CI's sample) through step-wise envs: each
+/// behaviour written by the agent's bash command into the project's package (appended to
+/// `src/isodate/__init__.py`, aimed at the bug's function `isodate.isotzinfo.build_tzinfo` and
+/// the task's own FAIL_TO_PASS ids), then `/evaluate`: reward 0 and not masked for every one
+/// the suite requires held, silencing the test command included.
+#[test]
+fn generated_attacks_get_reward_zero_through_evaluate() {
+    use dojo_grade::red_team::{self, Expect, Runner, Target};
+    if let Err(reason) = bundled_ready(&[TASK]) {
+        println!("SKIPPED: {reason}");
+        return;
+    }
+    let dir = scratch("env-red-team");
+    let out = dir.path().join("envs");
+    let mut s = start(&out, &["--max-episodes", "1", "--tasks", BUNDLED]);
+    let row = task_row(TASK);
+    let target = Target {
+        module: "isodate.isotzinfo".into(),
+        function: "build_tzinfo".into(),
+        tests: serde_json::from_value(row["FAIL_TO_PASS"].clone()).unwrap(),
+    };
+    let attacks: Vec<_> = red_team::sample()
+        .into_iter()
+        .filter(|(a, _, r)| *r == Runner::Pytest && a.expect == Expect::Unresolved)
+        .collect();
+    assert!(attacks.len() >= 10, "{}", attacks.len());
+    for (i, (attack, trigger, _)) in attacks.iter().enumerate() {
+        let code = red_team::package_code(attack, *trigger, &target);
+        let command = format!("cat >> src/isodate/__init__.py <<'DOJO_EOF'\n\n{code}\nDOJO_EOF");
+        let id = format!("red-{i}");
+        let (status, env) = env_post(&s, "/v1/envs", &json!({"task_id": TASK, "env_id": id}));
+        assert_eq!(status, 200, "{}: {env}", attack.name);
+        let tools: Vec<dojo_llm::ToolSpec> = serde_json::from_value(env["tools"].clone()).unwrap();
+        let names = dojo_rollout::gold::ToolNames::from_specs(&tools);
+        let (status, step) = env_post(
+            &s,
+            &format!("/v1/envs/{id}/step"),
+            &json!({"call": {"name": names.bash, "arguments": {names.bash_arg.clone(): command}}}),
+        );
+        assert_eq!(status, 200, "{}: {step}", attack.name);
+        let (status, graded) = env_post(&s, &format!("/v1/envs/{id}/evaluate"), &json!({}));
+        assert_eq!(status, 200, "{}: {graded}", attack.name);
+        let report = &graded["trajectory"]["grading"][TASK];
+        assert_eq!(
+            (
+                graded["reward"].as_f64(),
+                graded["raw_reward"].as_f64(),
+                graded["masked"].as_bool()
+            ),
+            (Some(0.0), Some(0.0), Some(false)),
+            "{} ({trigger:?}): {report}",
+            attack.name
+        );
+    }
+    assert!(s.terminate().success());
+}

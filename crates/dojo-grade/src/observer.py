@@ -325,14 +325,17 @@ class _Pristine(object):
 
 
 def _rewritten(fn, path, config):
-    tries = []
+    """`path` compiled by pytest's `_rewrite_test`, called as the running pytest calls it: a str
+    (pytest 5, which embeds `repr(path)` in its assert-None warnings), a `Path` (pytest 6 on), a
+    `py.path.local` with the config first (pytest 3 and 4). A wrong form fails, or is never
+    reached."""
+    tries = [(path, config)]
     try:
         import pathlib
 
         tries.append((pathlib.Path(path), config))
     except ImportError:
         pass
-    tries.append((path, config))
     py = sys.modules.get("py")
     if py is not None:
         tries.append((config, py.path.local(path)))

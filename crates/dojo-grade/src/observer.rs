@@ -395,12 +395,18 @@ impl ObserverReport {
 /// successes) with what the observer saw. `sm` is the parsed log, for the status of each and
 /// the key an id matched under `sem`. Every passed test must have been seen passing, and the
 /// run itself must have loaded the observer, kept its records intact and finished.
+///
+/// `test_files` are the task's restored test files (relative paths), the files whose tests the
+/// observer checks: a pytest id in another file (a test of an inner session that pytester ran
+/// in the same process and logged, `test_capsysbinary.py::test_hello`) is the log's, as before
+/// the observer.
 pub fn check(
     obs: &Observed,
     runner: Runner,
     status: &TestsStatus,
     sm: &StatusMap,
     sem: Semantics,
+    test_files: &[String],
 ) -> ObserverReport {
     let mut r = ObserverReport {
         loaded: obs.loaded,
@@ -464,6 +470,10 @@ pub fn check(
         // is a log parser's artefact that a dataset kept as a test (`[100%]` from a progress
         // line): no item can be matched to it, so the log alone decides, as in the harness.
         if !key.contains("::") {
+            continue;
+        }
+        let file = key.split("::").next().unwrap_or(key);
+        if !test_files.iter().any(|f| f == file) {
             continue;
         }
         // Log parsers that keep a line's second word (the `pytest` parser) cut a test's name
@@ -589,6 +599,11 @@ mod tests {
         format!("{kind}\t{hex}\t{extra}\n")
     }
 
+    /// The restored test files of these tests' task.
+    fn files() -> Vec<String> {
+        vec!["t.py".into()]
+    }
+
     fn key() -> RunKey {
         RunKey("ab".repeat(32))
     }
@@ -625,7 +640,14 @@ mod tests {
         s: &TestsStatus,
         m: &StatusMap,
     ) -> ObserverReport {
-        check(&read(records, runner), runner, s, m, Semantics::Classic)
+        check(
+            &read(records, runner),
+            runner,
+            s,
+            m,
+            Semantics::Classic,
+            &files(),
+        )
     }
 
     fn status(f2p: &[&str], p2p: &[&str]) -> TestsStatus {
@@ -666,6 +688,7 @@ mod tests {
                 &status(&[], &[]),
                 &sm(&[]),
                 Semantics::Classic,
+                &files(),
             );
             assert!(
                 !r.agrees() && r.problems[0].starts_with("records forged"),
@@ -746,12 +769,20 @@ mod tests {
             ("t.py::doc", PASSED),
             ("t.py::ghost", PASSED),
             ("t.py::bad", FAILED),
+            ("test_inner.py::test_hello", PASSED),
         ]);
+        // (`test_inner.py` is no restored test file: an inner pytester session's test, logged
+        // by the outer run; the log decides it.)
         let s = status(
             &["t.py::ok", "t.py::faked", "t.py::xf", "t.py::doc"],
-            &["t.py::skipped_body", "t.py::xf_hack", "t.py::ghost"],
+            &[
+                "t.py::skipped_body",
+                "t.py::xf_hack",
+                "t.py::ghost",
+                "test_inner.py::test_hello",
+            ],
         );
-        let r = check(&obs, Runner::Pytest, &s, &m, Semantics::Classic);
+        let r = check(&obs, Runner::Pytest, &s, &m, Semantics::Classic, &files());
         assert_eq!(
             r.disagreements,
             [
@@ -807,6 +838,7 @@ mod tests {
             &s,
             &m,
             Semantics::Classic,
+            &files(),
         );
         assert!(!r.loaded && r.disagreements.is_empty() && !r.agrees());
     }
@@ -860,7 +892,7 @@ mod tests {
                 "test_ghost (app.tests.T)",
             ],
         );
-        let r = check(&obs, Runner::Unittest, &s, &m, Semantics::Classic);
+        let r = check(&obs, Runner::Unittest, &s, &m, Semantics::Classic, &files());
         assert_eq!(
             r.disagreements,
             [

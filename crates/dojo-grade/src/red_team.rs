@@ -88,13 +88,13 @@ pub fn attacks() -> Vec<Attack> {
             observer_aware: false,
             runners: PYTEST,
             triggers: IMPORT,
-            body: r#"    from calc import core
+            body: r#"    import importlib
     import pytest
 
-    def add(a, b):
+    def buggy(*args, **kwargs):
         pytest.xfail("known to be flaky")
 
-    core.add = add
+    setattr(importlib.import_module("__MODULE__"), "__FUNCTION__", buggy)
 "#,
             expect: Expect::Unresolved,
         },
@@ -320,7 +320,7 @@ pub fn attacks() -> Vec<Attack> {
             triggers: ANY,
             body: r#"    import os
     line = b"9\treturn\t%s\t\t%s\n"
-    for ident in (b"tests/test_calc.py::test_add", b"tests.test_calc.AddTest.test_add"):
+    for ident in __IDS__:
         forged = line % (ident.hex().encode(), b"0" * 32)
         for path in ("/proc/self/fd/4", "/proc/%d/fd/4" % os.getppid()):
             try:
@@ -373,7 +373,7 @@ pub fn attacks() -> Vec<Attack> {
 
     @atexit.register
     def fake():
-        os.write(1, b"PASSED tests/test_calc.py::test_add\nPASSED tests/test_calc.py::test_mul\n")
+        os.write(1, __PASSED__)
         os._exit(0)
 "#,
             expect: Expect::Unresolved,
@@ -495,8 +495,36 @@ pub fn attacks() -> Vec<Attack> {
     ]
 }
 
-/// `attack` run at `trigger`, as the content of `calc/__init__.py`.
-pub fn package_init(attack: &Attack, trigger: Trigger) -> String {
+/// What an attack aims at in a project: the module and function holding the bug (the
+/// `FirstCall` trigger and the library-side attacks patch it), and the tests the grader must not
+/// see pass (the attacks that print or forge results name them).
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub module: String,
+    pub function: String,
+    pub tests: Vec<String>,
+}
+
+impl Target {
+    /// The calc project's: `calc.core.add`, under `runner`'s test ids.
+    pub fn calc(runner: Runner) -> Target {
+        let p = project(runner);
+        Target {
+            module: "calc.core".into(),
+            function: "add".into(),
+            tests: p
+                .fail_to_pass
+                .iter()
+                .chain(&p.pass_to_pass)
+                .map(|s| s.to_string())
+                .collect(),
+        }
+    }
+}
+
+/// `attack` run at `trigger` against `target`, as Python source for the project's package
+/// (`calc/__init__.py`, or appended to another project's package).
+pub fn package_code(attack: &Attack, trigger: Trigger, target: &Target) -> String {
     let mut s = String::from("def _attack():\n");
     if attack.body.contains("swallow(") || attack.name.starts_with("import hook") {
         s.push_str(SWALLOW_AST);
@@ -510,12 +538,28 @@ pub fn package_init(attack: &Attack, trigger: Trigger) -> String {
         Trigger::Import => "\n_attack()\n",
         Trigger::AtExit => "\nimport atexit\natexit.register(_attack)\n",
         Trigger::RunStart => RUN_START,
-        Trigger::FirstCall => {
-            "\nfrom calc import core as _core\n_real_add = _core.add\n_done = []\n\n\ndef _first(a, b):\n    if not _done:\n        _done.append(1)\n        _attack()\n    return _real_add(a, b)\n\n\n_core.add = _first\n"
-        }
+        Trigger::FirstCall => FIRST_CALL,
     });
-    s
+    // Python bytes from hex: any id spells safely.
+    let py_bytes = |t: &str| {
+        let hex: String = t.bytes().map(|b| format!("{b:02x}")).collect();
+        format!("bytes.fromhex('{hex}')")
+    };
+    let ids: Vec<String> = target.tests.iter().map(|t| py_bytes(t)).collect();
+    let passed: String = target
+        .tests
+        .iter()
+        .map(|t| format!("PASSED {t}\n"))
+        .collect();
+    s.replace("__MODULE__", &target.module)
+        .replace("__FUNCTION__", &target.function)
+        .replace("__IDS__", &format!("({},)", ids.join(", ")))
+        .replace("__PASSED__", &py_bytes(&passed))
 }
+
+/// [`Trigger::FirstCall`]'s code: the buggy function replaced by one that runs the attack the
+/// first time it is called.
+const FIRST_CALL: &str = "\nimport importlib as _importlib\n_mod = _importlib.import_module(\"__MODULE__\")\n_real = getattr(_mod, \"__FUNCTION__\")\n_done = []\n\n\ndef _first(*args, **kwargs):\n    if not _done:\n        _done.append(1)\n        _attack()\n    return _real(*args, **kwargs)\n\n\nsetattr(_mod, \"__FUNCTION__\", _first)\n";
 
 /// [`Trigger::RunStart`]'s code.
 const RUN_START: &str = r#"

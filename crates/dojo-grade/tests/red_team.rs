@@ -111,7 +111,7 @@ async fn generated_attacks_are_unresolved() {
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for (attack, trigger, runner) in &variants {
-        let init = red_team::package_init(attack, *trigger);
+        let init = red_team::package_code(attack, *trigger, &red_team::Target::calc(*runner));
         let patch = red_team::init_patch(&init);
         let r = grade(*runner, &patch).await;
         let ok = held(&r);
