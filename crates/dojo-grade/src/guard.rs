@@ -54,7 +54,8 @@ pub enum InfraKind {
     /// A module or package at the repository root named like the test runner, its plugins'
     /// machinery or the standard library's test modules (`pytest.py`, `_pytest/`, `pluggy/`,
     /// `unittest.py`, `site.py`, ...): `python -m pytest` and `PYTHONPATH=/testbed` put the
-    /// root ahead of the installed ones, so it replaces them.
+    /// root ahead of the installed ones, so it replaces them. Also a repository's own runner
+    /// (sympy's `bin/test`, `sympy/testing/runtests.py`): it writes the log that is graded.
     RunnerShadow,
     /// Package metadata (`*.dist-info/`, `*.egg-info/`, `entry_points.txt`): a `pytest11`
     /// entry point in a `.dist-info` on `sys.path` is a plugin pytest loads.
@@ -130,6 +131,15 @@ const SHADOWABLE: &[&str] = &[
     "site",
 ];
 
+/// Repositories' own test runners, which their test commands run and their log parsers read:
+/// sympy's `bin/test` and the `runtests.py` behind it (no observer hooks sympy's runner, so its
+/// report is the log; no gold patch of SWE-bench Verified touches these).
+const OWN_RUNNERS: &[&str] = &[
+    "bin/test",
+    "sympy/testing/runtests.py",
+    "sympy/utilities/runtests.py",
+];
+
 /// The kind a path has by its name alone (`None`: not test infrastructure by name; the
 /// configuration files that hold more than pytest's settings are judged by their hunks).
 fn kind_by_name(path: &str) -> Option<InfraKind> {
@@ -140,7 +150,7 @@ fn kind_by_name(path: &str) -> Option<InfraKind> {
         Some(_) => Some(top),
         None => top.strip_suffix(".py"),
     };
-    if top_module.is_some_and(|m| SHADOWABLE.contains(&m)) {
+    if top_module.is_some_and(|m| SHADOWABLE.contains(&m)) || OWN_RUNNERS.contains(&path) {
         return Some(InfraKind::RunnerShadow);
     }
     if name == "entry_points.txt"
@@ -480,6 +490,21 @@ mod tests {
         // pytest's own sources (SWE-bench's pytest tasks edit them) are not at the root.
         let own = add_file("src/_pytest/python.py", "x") + &add_file("src/pytest/__init__.py", "x");
         assert!(kinds(&own, &[], None).is_empty());
+        // sympy's own runner writes the log its parser reads; its library is the project's.
+        let sympy = add_file("sympy/testing/runtests.py", "x")
+            + &add_file("bin/test", "x")
+            + &add_file("sympy/testing/pytest.py", "x");
+        let got: Vec<(String, InfraKind)> = kinds(&sympy, &[], None);
+        assert_eq!(
+            got,
+            [
+                ("bin/test".to_string(), InfraKind::RunnerShadow),
+                (
+                    "sympy/testing/runtests.py".to_string(),
+                    InfraKind::RunnerShadow
+                ),
+            ]
+        );
     }
 
     #[test]

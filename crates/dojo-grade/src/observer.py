@@ -71,6 +71,8 @@ def _boot():
     state = _State(key, out)
     state.emit("start", "", "%d.%d" % sys.version_info[:2])
     state.pristine = _Pristine([p for p in tests.split("\n") if p])
+    for path in sorted(state.pristine.files):
+        state.emit("file", path)
     _audit(state)
     _hook_imports(state)
 

@@ -261,6 +261,9 @@ pub struct Observed {
     pub finished: bool,
     /// Why the records cannot be trusted: a line without the run's MAC, out of order.
     pub tampered: Vec<String>,
+    /// The test files the observer read at startup (relative to the workspace): the files
+    /// whose tests it checks.
+    pub files: Vec<String>,
     /// What the observer's audit hook saw the test process do that only code reaching into
     /// the test machinery does (a tracer set in a test body, a function's code replaced, the
     /// garbage collector walked outside test bodies).
@@ -319,6 +322,11 @@ pub fn parse(records: &str, runner: Runner, key: &RunKey) -> Observed {
         }
         if kind == "audit" {
             o.audits.push(extra.to_string());
+            continue;
+        }
+        if kind == "file" {
+            let rel = id.strip_prefix(dojo_sandbox::WORKSPACE).unwrap_or(&id);
+            o.files.push(rel.trim_start_matches('/').to_string());
             continue;
         }
         let Some(kind) = kind.strip_prefix(runner.prefix()) else {
@@ -396,17 +404,15 @@ impl ObserverReport {
 /// the key an id matched under `sem`. Every passed test must have been seen passing, and the
 /// run itself must have loaded the observer, kept its records intact and finished.
 ///
-/// `test_files` are the task's restored test files (relative paths), the files whose tests the
-/// observer checks: a pytest id in another file (a test of an inner session that pytester ran
-/// in the same process and logged, `test_capsysbinary.py::test_hello`) is the log's, as before
-/// the observer.
+/// A pytest id in a file the observer did not read at startup (not one of the task's test
+/// files, or one that does not exist: a test of an inner session that pytester ran in the same
+/// process and the outer run logged, `test_capsysbinary.py::test_hello`) is the log's.
 pub fn check(
     obs: &Observed,
     runner: Runner,
     status: &TestsStatus,
     sm: &StatusMap,
     sem: Semantics,
-    test_files: &[String],
 ) -> ObserverReport {
     let mut r = ObserverReport {
         loaded: obs.loaded,
@@ -473,7 +479,7 @@ pub fn check(
             continue;
         }
         let file = key.split("::").next().unwrap_or(key);
-        if !test_files.iter().any(|f| f == file) {
+        if !obs.files.iter().any(|f| f == file) {
             continue;
         }
         // Log parsers that keep a line's second word (the `pytest` parser) cut a test's name
@@ -599,11 +605,6 @@ mod tests {
         format!("{kind}\t{hex}\t{extra}\n")
     }
 
-    /// The restored test files of these tests' task.
-    fn files() -> Vec<String> {
-        vec!["t.py".into()]
-    }
-
     fn key() -> RunKey {
         RunKey("ab".repeat(32))
     }
@@ -621,8 +622,11 @@ mod tests {
             .collect()
     }
 
+    /// `records` read for `runner`, after the record of the one test file these tests' task has
+    /// (`t.py`, as the observer reports the files it read).
     fn read(records: &str, runner: Runner) -> Observed {
-        parse(&sign(records), runner, &key())
+        let records = rec("file", "/testbed/t.py", "") + records;
+        parse(&sign(&records), runner, &key())
     }
 
     fn sm(pairs: &[(&str, &str)]) -> StatusMap {
@@ -640,14 +644,7 @@ mod tests {
         s: &TestsStatus,
         m: &StatusMap,
     ) -> ObserverReport {
-        check(
-            &read(records, runner),
-            runner,
-            s,
-            m,
-            Semantics::Classic,
-            &files(),
-        )
+        check(&read(records, runner), runner, s, m, Semantics::Classic)
     }
 
     fn status(f2p: &[&str], p2p: &[&str]) -> TestsStatus {
@@ -688,7 +685,6 @@ mod tests {
                 &status(&[], &[]),
                 &sm(&[]),
                 Semantics::Classic,
-                &files(),
             );
             assert!(
                 !r.agrees() && r.problems[0].starts_with("records forged"),
@@ -782,7 +778,7 @@ mod tests {
                 "test_inner.py::test_hello",
             ],
         );
-        let r = check(&obs, Runner::Pytest, &s, &m, Semantics::Classic, &files());
+        let r = check(&obs, Runner::Pytest, &s, &m, Semantics::Classic);
         assert_eq!(
             r.disagreements,
             [
@@ -838,7 +834,6 @@ mod tests {
             &s,
             &m,
             Semantics::Classic,
-            &files(),
         );
         assert!(!r.loaded && r.disagreements.is_empty() && !r.agrees());
     }
@@ -892,7 +887,7 @@ mod tests {
                 "test_ghost (app.tests.T)",
             ],
         );
-        let r = check(&obs, Runner::Unittest, &s, &m, Semantics::Classic, &files());
+        let r = check(&obs, Runner::Unittest, &s, &m, Semantics::Classic);
         assert_eq!(
             r.disagreements,
             [

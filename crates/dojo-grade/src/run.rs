@@ -587,20 +587,13 @@ fn judge(
         opts.semantics,
     );
     let seen = match (observed, crate::observer::Runner::of(parser)) {
-        (Some(o), Some(runner)) => {
-            let files: Vec<String> = restorable_test_files(task, opts.semantics)
-                .into_iter()
-                .map(|(f, _)| f)
-                .collect();
-            Some(crate::observer::check(
-                o,
-                runner,
-                &status,
-                &sm,
-                opts.semantics,
-                &files,
-            ))
-        }
+        (Some(o), Some(runner)) => Some(crate::observer::check(
+            o,
+            runner,
+            &status,
+            &sm,
+            opts.semantics,
+        )),
         _ => None,
     };
     r.set_tests_status(status);
