@@ -586,3 +586,112 @@ fn a_killed_validate_keeps_the_tasks_it_finished() {
         "every task finished before the kill"
     );
 }
+
+/// The generated red team (`dojo_grade::red_team`, CI's sample, pytest runner) through
+/// `dojo eval`: the calc project as a local git repository, one task per attack (the same
+/// project, each its own instance id), each prediction the attack written into the project's
+/// package. None resolves, none is an error: every one is graded unresolved, the one that
+/// silences the test command included (the test patch alone printed results).
+#[test]
+fn eval_grades_generated_attacks_unresolved() {
+    use dojo_grade::red_team::{self, Expect, Runner, Target};
+    if !dojo_sandbox::doctor::namespaces_usable() && !common::ci() {
+        println!("SKIPPED: namespaces/overlayfs unavailable");
+        return;
+    }
+    let dir = scratch("red-team");
+    let repo = dir.join("repos").join("local__calc");
+    let project = red_team::project(Runner::Pytest);
+    for (path, body) in &project.files {
+        let f = repo.join(path);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, body).unwrap();
+    }
+    let git = |args: &[&str]| {
+        let o = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t", "-C"])
+            .arg(&repo)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", stderr(&o));
+        stdout(&o).trim().to_string()
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "calc"]);
+    let base = git(&["rev-parse", "HEAD"]);
+    let (path, body) = project.test_file;
+    let test_patch = format!(
+        "diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{} @@\n{}",
+        body.lines().count(),
+        body.lines().map(|l| format!("+{l}\n")).collect::<String>()
+    );
+    let attacks: Vec<_> = red_team::sample()
+        .into_iter()
+        .filter(|(a, _, r)| *r == Runner::Pytest && a.expect == Expect::Unresolved)
+        .collect();
+    let (mut tasks, mut preds) = (String::new(), String::new());
+    for (i, (attack, trigger, _)) in attacks.iter().enumerate() {
+        let id = format!("local__calc-{i}");
+        let row = serde_json::json!({
+            "instance_id": id, "repo": "local/calc", "base_commit": base, "version": "1.0",
+            "patch": red_team::GOLD, "test_patch": test_patch,
+            "FAIL_TO_PASS": project.fail_to_pass, "PASS_TO_PASS": project.pass_to_pass,
+            "env": {"python": "3.11", "requirements": project.requirements, "editable": false,
+                    "test_cmd": project.test_cmd, "test_directives": "none",
+                    "log_parser": project.log_parser, "timeout_s": 120,
+                    "env": {"PYTHONPATH": "/testbed"}}});
+        tasks.push_str(&format!("{row}\n"));
+        let code = red_team::package_code(attack, *trigger, &Target::calc(Runner::Pytest));
+        preds.push_str(&format!(
+            "{}\n",
+            prediction(&id, Some(&red_team::init_patch(&code)))
+        ));
+    }
+    let (t, p, o) = (
+        dir.join("tasks.jsonl"),
+        dir.join("preds.jsonl"),
+        dir.join("out"),
+    );
+    std::fs::write(&t, tasks).unwrap();
+    std::fs::write(&p, preds).unwrap();
+    let repos = dir.join("repos");
+    let run = dojo(&[
+        "eval",
+        "--tasks",
+        t.to_str().unwrap(),
+        "--repos",
+        repos.to_str().unwrap(),
+        "--predictions",
+        p.to_str().unwrap(),
+        "--out",
+        o.to_str().unwrap(),
+        "--workers",
+        "2",
+        "--quiet",
+    ]);
+    let s = stdout(&run);
+    let n = attacks.len();
+    assert!(
+        s.contains(&format!(
+            "{n} submitted, 0 resolved, {n} unresolved, 0 empty patch, 0 error"
+        )),
+        "{s}\n{}",
+        stderr(&run)
+    );
+    for (i, (attack, trigger, _)) in attacks.iter().enumerate() {
+        let id = format!("local__calc-{i}");
+        let r = read_json(&o.join(&id).join("report.json"));
+        assert_eq!(
+            (
+                r[&id]["resolved"].as_bool(),
+                r[&id]["infra_failure"].as_bool()
+            ),
+            (Some(false), Some(false)),
+            "{} ({trigger:?}): {}",
+            attack.name,
+            r[&id]
+        );
+    }
+}
