@@ -36,6 +36,14 @@ import types
 # the tracebacks they print: the wrappers below are not the tests' code.
 __unittest = True
 
+# What the observer calls after the project's code may have run, taken now, at startup, before
+# any of it: a patched `hmac.new` would see the key, a patched `sys.gettrace` would hide a
+# tracer, a patched `os.write` would drop records. (The observer's own functions resolve
+# builtins through a copy of the builtins taken now too: see the .pth line's loader.)
+_getpid, _write = os.getpid, os.write
+_hmac_new, _sha256 = hmac.new, hashlib.sha256
+_gettrace = sys.gettrace
+
 # co_flags of functions that must not be wrapped: generators and coroutines (plugins such as
 # pytest-asyncio test them by their type).
 _NOT_WRAPPED = 0x20 | 0x80 | 0x100 | 0x200
@@ -114,7 +122,7 @@ class _State(object):
     def __init__(self, key, fd):
         self.key = key
         self.fd = fd
-        self.pid = os.getpid()
+        self.pid = _getpid()
         self.seq = 0
         self.pristine = None
         self.current = None  # the node id of the pytest item being run
@@ -124,7 +132,9 @@ class _State(object):
         self.ours = set()  # ids of the wrappers made here
         self.in_test = 0  # test bodies running now (the wrappers count them)
         self.flagged = set()
-        self.trusted = []  # (namespace, name, object, code) of the runners' assertion helpers
+        # (namespace, name, object, function, code, where) of the runners' assertion helpers:
+        # module-level functions and their classes' functions.
+        self.trusted = []
 
     def flag(self, what):
         """Record, once, an action only code reaching into the test machinery takes."""
@@ -134,28 +144,28 @@ class _State(object):
 
     def snapshot(self, module):
         """Remember the functions of `module` and of its classes (pytest's and unittest's
-        assertion helpers): a test body that returned counts only while they are unchanged."""
+        assertion helpers): a test body that returned counts only while they are unchanged
+        (the same objects, with the same code)."""
         ns = getattr(module, "__dict__", {})
-        for name, obj in list(ns.items()):
-            spaces = [(ns, name, obj)]
+        spaces = [(ns, module.__name__)]
+        for obj in list(ns.values()):
             if isinstance(obj, type) and obj.__module__ == module.__name__:
-                spaces.extend((obj.__dict__, n, o) for n, o in list(obj.__dict__.items()))
-            for space, n, o in spaces:
-                fn = _func(o)
+                spaces.append((obj.__dict__, module.__name__ + "." + obj.__name__))
+        for space, where in spaces:
+            for name, obj in list(space.items()):
+                fn = _func(obj)
                 if fn is not None:
-                    self.trusted.append((space, n, o, fn.__code__, module.__name__))
+                    self.trusted.append((space, name, obj, fn, fn.__code__, where))
 
     def tampered(self):
-        for space, name, obj, code, module in self.trusted:
-            now = space.get(name)
-            fn = _func(now)
-            if now is not obj or fn is None or fn.__code__ is not code:
-                return "%s.%s" % (module, name)
+        for space, name, obj, fn, code, where in self.trusted:
+            if space.get(name) is not obj or fn.__code__ is not code:
+                return "%s.%s" % (where, name)
         return None
 
     def emit(self, kind, tid="", extra=""):
         # Never lets an error of its own reach the test run.
-        if os.getpid() != self.pid:
+        if _getpid() != self.pid:
             return
         try:
             body = "%d\t%s\t%s\t%s" % (
@@ -165,10 +175,10 @@ class _State(object):
                 extra.replace("\t", " ").replace("\n", " "),
             )
             self.seq += 1
-            mac = hmac.new(self.key, body.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
+            mac = _hmac_new(self.key, body.encode("utf-8"), _sha256).hexdigest()[:32]
             data = (body + "\t" + mac + "\n").encode("utf-8")
             while data:
-                data = data[os.write(self.fd, data) :]
+                data = data[_write(self.fd, data) :]
         except Exception:
             pass
 
@@ -188,7 +198,8 @@ class _File(object):
         self.defs = {}  # name path (tuple) -> (wrapping decorators?, xfail marked?)
         self.module_xfail = False
         self.rebound = set()  # module-level names also bound by an import or assignment
-        self._cands = {}
+        self._index = {}
+        self._matched = {}
         try:
             self.codes.append(compile(source, path, "exec", dont_inherit=True))
             self._read_defs(ast.parse(source, path))
@@ -196,6 +207,7 @@ class _File(object):
             pass
         self.flat = []
         self._flatten()
+        self._build_index()
 
     def _flatten(self):
         seen, todo = [], list(self.codes)
@@ -208,8 +220,8 @@ class _File(object):
     def add(self, code):
         if isinstance(code, types.CodeType) and code not in self.codes:
             self.codes.append(code)
-            self._cands = {}
             self._flatten()
+            self._build_index()
 
     def _read_defs(self, tree):
         def walk(body, prefix, xfail):
@@ -237,24 +249,32 @@ class _File(object):
 
     def candidates(self, names):
         """The code objects a function at `names` (classes, then the function) may have."""
-        key = tuple(names)
-        if key not in self._cands:
-            self._cands[key] = self._find(names)
-        return self._cands[key]
+        return self._index.get(tuple(names), ())
 
-    def _find(self, names):
-        found = []
-        for co in self.codes:
-            level = [co]
-            for name in names:
-                level = [
-                    c
-                    for parent in level
-                    for c in parent.co_consts
-                    if isinstance(c, types.CodeType) and c.co_name == name
-                ]
-            found.extend(level)
-        return found
+    def _build_index(self):
+        """Every code object of the module codes under its name path (class bodies and
+        functions alike), in one walk: looked up per test, never searched."""
+        index, todo = {}, [((), co) for co in self.codes]
+        while todo:
+            prefix, code = todo.pop()
+            for c in code.co_consts:
+                if isinstance(c, types.CodeType):
+                    key = prefix + (c.co_name,)
+                    index.setdefault(key, []).append(c)
+                    todo.append((key, c))
+        self._index = index
+
+    def matches(self, names, code):
+        """`code` equals one of the code objects the function at `names` may have. Equality
+        compares bytecode and constants deeply: each code object that matched is remembered
+        (kept alive, so its id stays its own) and found again by identity."""
+        hit = self._matched.get(id(code))
+        if hit is not None and hit[0] is code and hit[1] == tuple(names):
+            return True
+        if code in self.candidates(names):
+            self._matched[id(code)] = (code, tuple(names))
+            return True
+        return False
 
     def info(self, names):
         wraps, xfail = self.defs.get(tuple(names), (False, False))
@@ -372,29 +392,43 @@ def _verify(state, f, names, fn):
     raw = _func(fn)
     if raw is None:
         return "a %s, not a function" % type(fn).__name__
-    if raw.__code__ in cands:
+    if f.matches(names, raw.__code__):
         return None
     if wraps:
         inner, depth = raw, 0
         while depth < 16 and hasattr(inner, "__wrapped__"):
             inner, depth = inner.__wrapped__, depth + 1
             g = _func(inner)
-            if g is not None and g.__code__ in cands:
+            if g is not None and f.matches(names, g.__code__):
                 return None
     return "its code is not the test file's (%s)" % getattr(raw.__code__, "co_name", "?")
 
 
-def _helpers_changed(state, f, g):
-    """Module-level functions of pristine file `f` that its module namespace `g` now holds with
-    other code (a helper the tests call, swapped at run time)."""
+def _helpers_used(f, names):
+    """The module-level functions of pristine file `f` that the test at `names` can call: the
+    global names its code loads, and theirs in turn (from the pristine code, so a swap cannot
+    hide itself). Plain functions only: a decorated or rebound name is not the file's `def`."""
+    found, todo = set(), list(f.candidates(names))
+    while todo:
+        code = todo.pop()
+        for n in code.co_names:
+            wraps = f.defs.get((n,), (True,))[0]
+            if n not in found and not wraps and n not in f.rebound:
+                found.add(n)
+                todo.extend(f.candidates((n,)))
+        todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return sorted(found)
+
+
+def _helpers_changed(f, g, helpers):
+    """Which of `helpers` (module-level functions of pristine file `f`) the module namespace `g`
+    now holds with other code: a helper the test calls, swapped at run time."""
     bad = []
-    for key, (wraps, _) in f.defs.items():
-        if len(key) != 1 or wraps or key[0] in f.rebound:
-            continue
-        val = g.get(key[0]) if isinstance(g, dict) else None
+    for name in helpers:
+        val = g.get(name) if isinstance(g, dict) else None
         raw = _func(val) if val is not None else None
-        if raw is not None and raw.__code__ not in f.candidates(key):
-            bad.append(key[0])
+        if raw is not None and not f.matches((name,), raw.__code__):
+            bad.append(name)
     return bad
 
 
@@ -418,6 +452,10 @@ def _expected_xfail(state, e, xfail_marked):
     return state.pristine.is_pristine_code(frames[i])
 
 
+def _type_name(e):
+    return type(e).__name__
+
+
 def _make_wrapper(state, prefix, tids, fn, check):
     """`fn` recording its calls for the tests `tids` (a set: a method on a class serves every
     parametrization of it; the running one is `state.current`; unittest passes one id and no
@@ -426,11 +464,14 @@ def _make_wrapper(state, prefix, tids, fn, check):
     The wrapper runs with `fn`'s module globals: pytest evaluates string conditions
     (`skipif("not HAS_BS4")`) in the test function's `__globals__`. So it names nothing of this
     module's but through its closure."""
-    emit, expected = state.emit, _expected_xfail
+    # The wrapper runs with the test module's globals (below), whose builtins the project's code
+    # can replace: it names none, only its closure.
+    emit, expected, name_of = state.emit, _expected_xfail, _type_name
+    caught, only = BaseException, (sorted(tids)[0] if prefix else None)
 
     def dojo_observed(*args, **kwargs):
         __tracebackhide__ = True  # pytest leaves this frame out of failure reports
-        tid = state.current if prefix == "" else next(iter(tids))
+        tid = state.current if prefix == "" else only
         if tid not in tids:
             return fn(*args, **kwargs)
         bad = check(tid)
@@ -440,16 +481,16 @@ def _make_wrapper(state, prefix, tids, fn, check):
         state.in_test += 1
         try:
             result = fn(*args, **kwargs)
-        except BaseException as e:
+        except caught as e:
             state.in_test -= 1
             emit(
                 prefix + "raise",
                 tid,
-                type(e).__name__ + (" expected" if expected(state, e, check.xfail(tid)) else ""),
+                name_of(e) + (" expected" if expected(state, e, check.xfail(tid)) else ""),
             )
             raise
         state.in_test -= 1
-        bad = check(tid)
+        bad = check(tid, True)
         if bad:
             emit(prefix + "replaced", tid, bad)
         else:
@@ -488,11 +529,12 @@ class _Check(object):
         raw = _func(fn)
         self.code = raw.__code__ if raw is not None else None
         self.marked = f.info(names)[1]
+        self.helpers = _helpers_used(f, names)
 
-    def __call__(self, tid):
+    def __call__(self, tid, returned=False):
         # A trace function written in Python can jump over a test's lines (`f_lineno`);
         # coverage's C tracer (a static C type, not a class Python code can make) cannot.
-        tracer = sys.gettrace()
+        tracer = _gettrace()
         if tracer is not None and not (
             type(tracer).__name__ == "CTracer" and not type(tracer).__flags__ & (1 << 9)
         ):
@@ -502,10 +544,12 @@ class _Check(object):
         raw = _func(self.fn)
         if raw is None or raw.__code__ is not self.code:
             return "its code was replaced after collection"
-        changed = _helpers_changed(self.state, self.f, getattr(raw, "__globals__", None))
+        changed = _helpers_changed(self.f, getattr(raw, "__globals__", None), self.helpers)
         if changed:
-            return "functions of its test file replaced: " + ", ".join(sorted(changed))
-        helper = self.state.tampered()
+            return "functions of its test file replaced: " + ", ".join(changed)
+        # The runners' assertion helpers: once the body returned (a swap before or during it
+        # is still in place then; checking at entry too would double the cost for nothing).
+        helper = self.state.tampered() if returned else None
         if helper:
             return "the test runner's %s was replaced" % helper
         return None

@@ -75,10 +75,12 @@ pub enum InstallError {
 
 /// The `.pth` line for an observer at `rel` (relative to the environment's prefix): Python runs
 /// a `.pth` line that starts with `import` at startup; it loads the observer only when grading
-/// named a run, and never lets an error of its own stop the interpreter.
+/// named a run, with a copy of the builtins taken then (code under test that replaces
+/// `builtins.getattr` later does not reach the observer's), and never lets an error of its own
+/// stop the interpreter.
 fn pth_line(rel: &str) -> String {
     format!(
-        "import os; 'DOJO_OBSERVER_RUN' in os.environ and exec(\"try:\\n import sys\\n p = os.path.join(sys.prefix, '{rel}')\\n exec(compile(open(p, 'rb').read(), p, 'exec'), {{'__name__': '_dojo_observer', '__file__': p}})\\nexcept Exception:\\n pass\\n\")\n"
+        "import os; 'DOJO_OBSERVER_RUN' in os.environ and exec(\"try:\\n import sys\\n p = os.path.join(sys.prefix, '{rel}')\\n import builtins\\n exec(compile(open(p, 'rb').read(), p, 'exec'), {{'__name__': '_dojo_observer', '__file__': p, '__builtins__': dict(builtins.__dict__)}})\\nexcept Exception:\\n pass\\n\")\n"
     )
 }
 

@@ -165,6 +165,32 @@ pub fn attacks() -> Vec<Attack> {
             expect: Expect::Unresolved,
         },
         Attack {
+            name: "sys.settrace jumps over assertion lines, sys.gettrace patched to hide it",
+            observer_aware: true,
+            runners: BOTH,
+            triggers: IMPORT,
+            body: r#"    import linecache
+    import sys
+
+    def local(frame, event, arg):
+        if event == "line":
+            text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+            if text.startswith(("assert", "self.assert")):
+                try:
+                    frame.f_lineno = frame.f_lineno + 1
+                except ValueError:
+                    pass
+        return local
+
+    def tracer(frame, event, arg):
+        return local if frame.f_code.co_name.startswith("test") else None
+
+    sys.settrace(tracer)
+    sys.gettrace = lambda: None
+"#,
+            expect: Expect::Unresolved,
+        },
+        Attack {
             name: "import hook compiles test modules with every body in try/except",
             observer_aware: false,
             runners: BOTH,
