@@ -18,8 +18,10 @@
 #   wrapper records whether its body ran and how it ended.
 #
 # Records go to RECORDS_FD, a pipe the grading side reads (nothing can truncate or rewrite what
-# was written), one line each: SEQ <tab> KIND <tab> hex(id) <tab> EXTRA <tab> MAC, numbered
-# from 0, MAC = HMAC-SHA256(key, the line before it) in hex, first 32 digits. unittest's kinds
+# was written), one line each: PID <tab> SEQ <tab> KIND <tab> hex(id) <tab> EXTRA <tab> MAC,
+# numbered from 0 in each process, MAC = HMAC-SHA256(key, the line before it) in hex, first 32
+# digits. A process that holds the key but runs no tests (`tox`) hands it to the Python
+# processes it starts, so its child pytest is observed too. unittest's kinds
 # start with "u.", its ids are `module.Class.method`.
 #
 # It runs in the same interpreter as the code under test, so code written against it can still
@@ -43,6 +45,9 @@ __unittest = True
 _getpid, _write = os.getpid, os.write
 _hmac_new, _sha256 = hmac.new, hashlib.sha256
 _gettrace = sys.gettrace
+
+# Where the repository is: modules loaded from it are the project's code.
+_WORKSPACE = "/testbed/"
 
 # co_flags of functions that must not be wrapped: generators and coroutines (plugins such as
 # pytest-asyncio test them by their type).
@@ -77,12 +82,52 @@ def _boot():
     except OSError:
         return
     state = _State(key, out)
+    state.tests = tests
     state.emit("start", "", "%d.%d" % sys.version_info[:2])
     state.pristine = _Pristine([p for p in tests.split("\n") if p])
     for path in sorted(state.pristine.files):
         state.emit("file", path)
     _audit(state)
     _hook_imports(state)
+
+
+def _project_loaded():
+    """Whether any module of the repository (the workspace) is loaded in this process."""
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if isinstance(f, str) and f.startswith(_WORKSPACE):
+            return True
+    return False
+
+
+def _hook_subprocess(state, subprocess):
+    """Hand the key down to the Python processes a wrapper starts (`tox --current-env` runs
+    pytest as its child; `subprocess` closes other descriptors): while this process has not
+    become a test runner and has loaded nothing of the repository, each child it starts gets the
+    records descriptor and a one-shot pipe holding the key. A runner never hands it down: the
+    code under test runs in it and in its children."""
+    popen_init = subprocess.Popen.__init__
+    pipe, write, close = os.pipe, _write, os.close
+
+    def __init__(self, args, *rest, **kwargs):
+        if state.runner or _project_loaded():
+            return popen_init(self, args, *rest, **kwargs)
+        r, w = pipe()
+        try:
+            write(w, state.key)
+        finally:
+            close(w)
+        try:
+            kwargs["pass_fds"] = tuple(set(kwargs.get("pass_fds", ())) | set([r, state.fd]))
+            env = kwargs.get("env")
+            env = dict(os.environ if env is None else env)
+            env["DOJO_OBSERVER_RUN"] = "%d %d %s" % (state.fd, r, state.tests)
+            kwargs["env"] = env
+            return popen_init(self, args, *rest, **kwargs)
+        finally:
+            close(r)
+
+    subprocess.Popen.__init__ = __init__
 
 
 def _audit(state):
@@ -125,6 +170,8 @@ class _State(object):
         self.pid = _getpid()
         self.seq = 0
         self.pristine = None
+        self.tests = ""  # DOJO_OBSERVER_RUN's test files, handed down with the key
+        self.runner = False  # a test runner started here: the key stays in this process
         self.current = None  # the node id of the pytest item being run
         self.config = None  # the run's own pytest config (not a pytester session's)
         self.xfailed = None  # pytest's XFailed class and outcomes module's file, taken early
@@ -168,7 +215,8 @@ class _State(object):
         if _getpid() != self.pid:
             return
         try:
-            body = "%d\t%s\t%s\t%s" % (
+            body = "%d\t%d\t%s\t%s\t%s" % (
+                self.pid,
                 self.seq,
                 kind,
                 tid.encode("utf-8", "replace").hex(),
@@ -752,6 +800,7 @@ def _hook_pytest_config(state, module):
         init(self, *args, **kwargs)
         if not done:
             done.append(self)
+            state.runner = True
             self.register(plugin, "dojo_observer")
 
     manager.__init__ = __init__
@@ -785,6 +834,7 @@ def _observe_case(state, case, name):
     if _func(raw).__code__.co_flags & _NOT_WRAPPED:
         # A coroutine (Django wraps those itself).
         return state.emit("u.unobserved", tid, "coroutine or generator")
+    state.runner = True
     bound = getattr(case, name)
     check = _Check(state, f, names, raw)
     wrapped = _make_wrapper(state, "u.", set([tid]), bound, check)
@@ -808,6 +858,7 @@ def _hook_unittest(state, unittest):
     runner_run = unittest.TextTestRunner.run
 
     def run(self, test):
+        state.runner = True
         try:
             state.emit("u.collected", "", str(test.countTestCases()))
         except Exception:
@@ -831,6 +882,7 @@ def _hook_imports(state):
     hooks = {
         "_pytest.config": _hook_pytest_config,
         "unittest": _hook_unittest,
+        "subprocess": _hook_subprocess,
     }
     for name in list(hooks):
         if name in sys.modules:

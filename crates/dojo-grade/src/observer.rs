@@ -283,41 +283,59 @@ fn unhex(s: &str) -> Option<String> {
     String::from_utf8(bytes?).ok()
 }
 
-/// Read `runner`'s records, checking each line's number and MAC under `key`. A line that fails
-/// either is a forgery (only the observer holds the key, and only it writes numbered lines):
+/// Read `runner`'s records, checking each line's number and MAC under `key`. Each process that
+/// took the key writes its own stream (`pid`, then a number from 0); a line that fails either
+/// check is a forgery (only the observer holds the key, and only it writes numbered lines):
 /// reading stops there and the run is marked tampered.
 pub fn parse(records: &str, runner: Runner, key: &RunKey) -> Observed {
     let mut o = Observed::default();
     let mut lines = records.split('\n').peekable();
-    let mut next = 0u64;
+    let mut next: BTreeMap<u64, u64> = BTreeMap::new();
+    // Per process: it collected tests, it recorded their end.
+    let mut streams: BTreeMap<u64, (bool, bool)> = BTreeMap::new();
+    let mut n = 0usize;
     while let Some(line) = lines.next() {
         if line.is_empty() && lines.peek().is_none() {
             break;
         }
+        n += 1;
         let Some((body, mac)) = line.rsplit_once('\t') else {
-            o.tampered.push(format!("record {next}: not a record line"));
+            o.tampered.push(format!("line {n}: not a record"));
             break;
         };
         if key.mac(body.as_bytes()) != mac {
             o.tampered
-                .push(format!("record {next}: does not carry the run's key"));
+                .push(format!("line {n}: does not carry the run's key"));
             break;
         }
-        let f: Vec<&str> = body.splitn(4, '\t').collect();
-        let [seq, kind, id, extra] = f[..] else {
-            o.tampered.push(format!("record {next}: malformed"));
+        let f: Vec<&str> = body.splitn(5, '\t').collect();
+        let [pid, seq, kind, id, extra] = f[..] else {
+            o.tampered.push(format!("line {n}: malformed"));
             break;
         };
-        if seq.parse::<u64>().ok() != Some(next) {
-            o.tampered
-                .push(format!("record {next}: numbered {seq} (out of order)"));
+        let (Ok(pid), Ok(seq)) = (pid.parse::<u64>(), seq.parse::<u64>()) else {
+            o.tampered.push(format!("line {n}: malformed numbers"));
+            break;
+        };
+        let expected = next.entry(pid).or_insert(0);
+        if seq != *expected {
+            o.tampered.push(format!(
+                "line {n}: process {pid}'s record {seq} where {expected} was due (out of order)"
+            ));
             break;
         }
-        next += 1;
+        *expected += 1;
         let Some(id) = unhex(id) else {
-            o.tampered.push(format!("record {seq}: malformed id"));
+            o.tampered.push(format!("line {n}: malformed id"));
             break;
         };
+        let stream = streams.entry(pid).or_default();
+        if kind.ends_with("collected") {
+            stream.0 = true;
+        }
+        if kind.ends_with("finish") {
+            stream.1 = true;
+        }
         if kind == "start" {
             o.loaded = true;
             continue;
@@ -343,7 +361,6 @@ pub fn parse(records: &str, runner: Runner, key: &RunKey) -> Observed {
         };
         match kind {
             "collected" => o.collected = true,
-            "finish" => o.finished = true,
             "item" => {
                 // A test created twice (loaded by two names) keeps what its body did.
                 o.items.entry(id).or_insert(Item {
@@ -376,6 +393,8 @@ pub fn parse(records: &str, runner: Runner, key: &RunKey) -> Observed {
             _ => {}
         }
     }
+    // Every process that collected tests recorded their end.
+    o.finished = streams.values().any(|s| s.0) && streams.values().all(|s| s.0 <= s.1);
     o
 }
 
@@ -618,7 +637,7 @@ mod tests {
             .lines()
             .enumerate()
             .map(|(n, l)| {
-                let body = format!("{n}\t{l}");
+                let body = format!("7\t{n}\t{l}");
                 format!("{body}\t{}\n", k.mac(body.as_bytes()))
             })
             .collect()
@@ -664,12 +683,28 @@ mod tests {
             Some(format!("records\n{MARKER}\nmore\n").as_str())
         );
         assert_eq!(split_records("setup only\n"), None);
-        let good = sign(&(rec("start", "", "3.11") + &rec("finish", "", "0")));
+        let good = sign(
+            &(rec("start", "", "3.11") + &rec("collected", "", "0") + &rec("finish", "", "0")),
+        );
         let o = parse(&good, Runner::Pytest, &key());
         assert!(o.loaded && o.finished && o.tampered.is_empty(), "{o:?}");
+        // Two processes (a wrapper that handed the key down, and its pytest), interleaved, each
+        // numbered from 0: trusted; the runner's stream must end.
+        let k = key();
+        let line = |pid: u32, n: u32, kind: &str| {
+            let body = format!("{pid}\t{n}\t{kind}\t\t");
+            format!("{body}\t{}\n", k.mac(body.as_bytes()))
+        };
+        let two = line(1, 0, "start") + &line(2, 0, "start") + &line(2, 1, "collected");
+        let o = parse(&two, Runner::Pytest, &k);
+        assert!(o.tampered.is_empty() && o.collected && !o.finished, "{o:?}");
+        let o = parse(&(two.clone() + &line(2, 2, "finish")), Runner::Pytest, &k);
+        assert!(o.tampered.is_empty() && o.finished, "{o:?}");
+        let o = parse(&(two + &line(2, 1, "finish")), Runner::Pytest, &k);
+        assert!(o.tampered[0].contains("out of order"), "{o:?}");
         // Appended without the key, renumbered, cut in the middle of a line, or signed with
         // another run's key: each is a forgery.
-        let forged = format!("{good}2\tfinish\t\t0\t{}\n", "0".repeat(32));
+        let forged = format!("{good}7\t2\tfinish\t\t0\t{}\n", "0".repeat(32));
         let lines: Vec<&str> = good.lines().collect();
         let swapped = format!("{}\n{}\n", lines[1], lines[0]);
         let cut = &good[..good.len() - 5];
