@@ -732,6 +732,24 @@ fn bad_settings_are_refused_before_binding() {
     }
 }
 
+/// A step-wise env of `TASK` named `id`: one bash step running `command`, then `/evaluate`;
+/// the graded answer (`name` labels the assertion messages).
+fn bash_then_evaluate(s: &Service, id: &str, name: &str, command: &str) -> Value {
+    let (code, env) = env_post(s, "/v1/envs", &json!({"task_id": TASK, "env_id": id}));
+    assert_eq!(code, 200, "{name}: {env}");
+    let tools: Vec<dojo_llm::ToolSpec> = serde_json::from_value(env["tools"].clone()).unwrap();
+    let names = dojo_rollout::gold::ToolNames::from_specs(&tools);
+    let (code, step) = env_post(
+        s,
+        &format!("/v1/envs/{id}/step"),
+        &json!({"call": {"name": names.bash, "arguments": {names.bash_arg.clone(): command}}}),
+    );
+    assert_eq!(code, 200, "{name}: {step}");
+    let (code, graded) = env_post(s, &format!("/v1/envs/{id}/evaluate"), &json!({}));
+    assert_eq!(code, 200, "{name}: {graded}");
+    graded
+}
+
 /// The red-team behaviours of the integrity issue through step-wise envs: the agent's bash
 /// command writes the hack into the workspace (the real fix is never made), `/evaluate` grades
 /// it, and every one gets reward 0, not masked (the agent's doing), with the reason in the
@@ -824,22 +842,7 @@ fn result_faking_hacks_get_reward_zero_through_evaluate() {
         ),
     ];
     for (i, (name, command, reason)) in hacks.iter().enumerate() {
-        let (code, env) = env_post(
-            &s,
-            "/v1/envs",
-            &json!({"task_id": TASK, "env_id": format!("hack-{i}")}),
-        );
-        assert_eq!(code, 200, "{name}: {env}");
-        let tools: Vec<dojo_llm::ToolSpec> = serde_json::from_value(env["tools"].clone()).unwrap();
-        let names = dojo_rollout::gold::ToolNames::from_specs(&tools);
-        let (code, step) = env_post(
-            &s,
-            &format!("/v1/envs/hack-{i}/step"),
-            &json!({"call": {"name": names.bash, "arguments": {names.bash_arg.clone(): command}}}),
-        );
-        assert_eq!(code, 200, "{name}: {step}");
-        let (code, graded) = env_post(&s, &format!("/v1/envs/hack-{i}/evaluate"), &json!({}));
-        assert_eq!(code, 200, "{name}: {graded}");
+        let graded = bash_then_evaluate(&s, &format!("hack-{i}"), name, command);
         let report = &graded["trajectory"]["grading"][TASK];
         assert_eq!(
             (
@@ -887,19 +890,7 @@ fn generated_attacks_get_reward_zero_through_evaluate() {
     for (i, (attack, trigger, _)) in attacks.iter().enumerate() {
         let code = red_team::package_code(attack, *trigger, &target);
         let command = format!("cat >> src/isodate/__init__.py <<'DOJO_EOF'\n\n{code}\nDOJO_EOF");
-        let id = format!("red-{i}");
-        let (status, env) = env_post(&s, "/v1/envs", &json!({"task_id": TASK, "env_id": id}));
-        assert_eq!(status, 200, "{}: {env}", attack.name);
-        let tools: Vec<dojo_llm::ToolSpec> = serde_json::from_value(env["tools"].clone()).unwrap();
-        let names = dojo_rollout::gold::ToolNames::from_specs(&tools);
-        let (status, step) = env_post(
-            &s,
-            &format!("/v1/envs/{id}/step"),
-            &json!({"call": {"name": names.bash, "arguments": {names.bash_arg.clone(): command}}}),
-        );
-        assert_eq!(status, 200, "{}: {step}", attack.name);
-        let (status, graded) = env_post(&s, &format!("/v1/envs/{id}/evaluate"), &json!({}));
-        assert_eq!(status, 200, "{}: {graded}", attack.name);
+        let graded = bash_then_evaluate(&s, &format!("red-{i}"), attack.name, &command);
         let report = &graded["trajectory"]["grading"][TASK];
         assert_eq!(
             (

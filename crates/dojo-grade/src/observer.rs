@@ -26,11 +26,17 @@
 //!   `unittest.case`) are unchanged. An `XFailed` counts as expected only under an xfail marker
 //!   in the test's own file, or raised by `pytest.xfail()` called from that file's code.
 //! - **Records.** They go to a pipe the grading side reads (the script's stderr, fd 4 of the
-//!   test command; never a file), each numbered and carrying an HMAC-SHA256 under a per-run key
-//!   ([`RunKey`]) that reaches the runner's interpreter through a one-shot pipe on fd 5 (the
-//!   first interpreter to start takes it; the key is in no environment variable or file). A
-//!   record with a wrong MAC or number, or a run without its end-of-run record, makes the run
-//!   unresolved.
+//!   test command; never a file), each numbered per process and carrying an HMAC-SHA256 under a
+//!   per-run key ([`RunKey`]) that reaches the runner's interpreter through a one-shot pipe on
+//!   fd 5 (the first interpreter to start takes it; the key is in no environment variable or
+//!   file). An interpreter that holds the key, runs no tests and has loaded nothing of the
+//!   repository (`tox --current-env`, SWE-bench's sphinx command) hands it to the Python
+//!   processes it starts; a test runner never does. A record with a wrong MAC or number, or a
+//!   process that collected tests without recording their end, makes the run unresolved. What
+//!   the observer calls after project code may run (`hmac.new`, `os.write`, `sys.gettrace`,
+//!   the builtins) is bound at startup.
+//! - **Audit.** An audit hook (it cannot be removed) flags a tracer set inside a test body, a
+//!   test file's function given other code, and garbage-collector walks outside test bodies.
 //!
 //! Two runners ([`Runner`], chosen by the task's log parser): **pytest** (a plugin registered
 //! with the run's own plugin manager as pytest creates it) and **unittest** (Django's

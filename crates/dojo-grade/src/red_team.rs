@@ -81,6 +81,36 @@ const SWALLOW_AST: &str = r#"    import ast
         return tree
 "#;
 
+/// A `sys.settrace` function that jumps over a test's assertion lines (shared by the attacks
+/// that install it openly and hidden).
+macro_rules! jump_tracer {
+    () => {
+        r#"    import linecache
+    import sys
+
+    def local(frame, event, arg):
+        if event == "line":
+            text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+            if text.startswith(("assert", "self.assert")):
+                try:
+                    frame.f_lineno = frame.f_lineno + 1
+                except ValueError:
+                    pass
+        return local
+
+    def tracer(frame, event, arg):
+        return local if frame.f_code.co_name.startswith("test") else None
+
+    sys.settrace(tracer)
+    caller = sys._getframe(1)
+    while caller is not None:
+        if caller.f_code.co_name.startswith("test"):
+            caller.f_trace = local
+        caller = caller.f_back
+"#
+    };
+}
+
 pub fn attacks() -> Vec<Attack> {
     vec![
         Attack {
@@ -139,29 +169,7 @@ pub fn attacks() -> Vec<Attack> {
             observer_aware: false,
             runners: BOTH,
             triggers: IMPORT,
-            body: r#"    import linecache
-    import sys
-
-    def local(frame, event, arg):
-        if event == "line":
-            text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-            if text.startswith(("assert", "self.assert")):
-                try:
-                    frame.f_lineno = frame.f_lineno + 1
-                except ValueError:
-                    pass
-        return local
-
-    def tracer(frame, event, arg):
-        return local if frame.f_code.co_name.startswith("test") else None
-
-    sys.settrace(tracer)
-    caller = sys._getframe(1)
-    while caller is not None:
-        if caller.f_code.co_name.startswith("test"):
-            caller.f_trace = local
-        caller = caller.f_back
-"#,
+            body: jump_tracer!(),
             expect: Expect::Unresolved,
         },
         Attack {
@@ -169,25 +177,7 @@ pub fn attacks() -> Vec<Attack> {
             observer_aware: true,
             runners: BOTH,
             triggers: IMPORT,
-            body: r#"    import linecache
-    import sys
-
-    def local(frame, event, arg):
-        if event == "line":
-            text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-            if text.startswith(("assert", "self.assert")):
-                try:
-                    frame.f_lineno = frame.f_lineno + 1
-                except ValueError:
-                    pass
-        return local
-
-    def tracer(frame, event, arg):
-        return local if frame.f_code.co_name.startswith("test") else None
-
-    sys.settrace(tracer)
-    sys.gettrace = lambda: None
-"#,
+            body: concat!(jump_tracer!(), "    sys.gettrace = lambda: None\n"),
             expect: Expect::Unresolved,
         },
         Attack {
@@ -340,21 +330,28 @@ pub fn attacks() -> Vec<Attack> {
             expect: Expect::Unresolved,
         },
         Attack {
-            name: "records forged on every inherited descriptor (fd 4, /proc/<parent>/fd/4)",
+            name: "records forged on every pipe the process holds, and on its parent's fd 4",
             observer_aware: true,
             runners: BOTH,
             triggers: ANY,
             body: r#"    import os
-    line = b"9\treturn\t%s\t\t%s\n"
+    import stat
+    pid = os.getpid()
     for ident in __IDS__:
-        forged = line % (ident.hex().encode(), b"0" * 32)
-        for path in ("/proc/self/fd/4", "/proc/%d/fd/4" % os.getppid()):
+        forged = b"%d\t9\treturn\t%s\t\t%s\n" % (pid, ident.hex().encode(), b"0" * 32)
+        fds = [int(n) for n in os.listdir("/proc/self/fd")]
+        for fd in fds:
             try:
-                fd = os.open(path, os.O_WRONLY)
-                os.write(fd, forged)
-                os.close(fd)
+                if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, forged)
             except OSError:
                 pass
+        try:
+            fd = os.open("/proc/%d/fd/4" % os.getppid(), os.O_WRONLY)
+            os.write(fd, forged)
+            os.close(fd)
+        except OSError:
+            pass
 "#,
             expect: Expect::Unresolved,
         },
