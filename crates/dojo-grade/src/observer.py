@@ -27,24 +27,45 @@
 # It runs in the same interpreter as the code under test, so code written against it can still
 # find the key in its memory; see observer.rs for what that leaves open. It only uses modules
 # imported before the project's code, and works from Python 3.5 and pytest 3 on.
-import ast
-import hashlib
-import hmac
+import _ast as ast  # the node types; the `ast` module (and `re` behind it) costs 7 ms to import
 import os
 import sys
 import types
+
+try:  # SHA-256 without hashlib, whose OpenSSL import costs 3 ms at every interpreter start
+    from _sha2 import sha256 as _sha256  # Python 3.12 on
+except ImportError:
+    try:
+        from _sha256 import sha256 as _sha256
+    except ImportError:
+        from hashlib import sha256 as _sha256
 
 # unittest (and pytest's unittest support) leave the frames of modules with this global out of
 # the tracebacks they print: the wrappers below are not the tests' code.
 __unittest = True
 
 # What the observer calls after the project's code may have run, taken now, at startup, before
-# any of it: a patched `hmac.new` would see the key, a patched `sys.gettrace` would hide a
-# tracer, a patched `os.write` would drop records. (The observer's own functions resolve
-# builtins through a copy of the builtins taken now too: see the .pth line's loader.)
+# any of it: a patched `sys.gettrace` would hide a tracer, a patched `os.write` would drop
+# records. (The observer's own functions resolve builtins through a copy of the builtins taken
+# now too: see the .pth line's loader; the MAC is computed here, not by a module.)
 _getpid, _write = os.getpid, os.write
-_hmac_new, _sha256 = hmac.new, hashlib.sha256
 _gettrace = sys.gettrace
+
+
+def _hmac_sha256(key):
+    """HMAC-SHA256 (RFC 2104) under `key` (at most 64 bytes): a function of the message giving
+    its MAC in hex, the padded key's hash states prepared once."""
+    k = key + b"\0" * (64 - len(key))
+    inner0 = _sha256(bytes(b ^ 0x36 for b in k))
+    outer0 = _sha256(bytes(b ^ 0x5C for b in k))
+
+    def mac(msg):
+        inner, outer = inner0.copy(), outer0.copy()
+        inner.update(msg)
+        outer.update(inner.digest())
+        return outer.hexdigest()
+
+    return mac
 
 # Where the repository is: modules loaded from it are the project's code.
 _WORKSPACE = "/testbed/"
@@ -166,6 +187,7 @@ class _State(object):
 
     def __init__(self, key, fd):
         self.key = key
+        self.mac = _hmac_sha256(key)
         self.fd = fd
         self.pid = _getpid()
         self.seq = 0
@@ -223,7 +245,7 @@ class _State(object):
                 extra.replace("\t", " ").replace("\n", " "),
             )
             self.seq += 1
-            mac = _hmac_new(self.key, body.encode("utf-8"), _sha256).hexdigest()[:32]
+            mac = self.mac(body.encode("utf-8"))[:32]
             data = (body + "\t" + mac + "\n").encode("utf-8")
             while data:
                 data = data[_write(self.fd, data) :]
@@ -250,7 +272,7 @@ class _File(object):
         self._matched = {}
         try:
             self.codes.append(compile(source, path, "exec", dont_inherit=True))
-            self._read_defs(ast.parse(source, path))
+            self._read_defs(compile(source, path, "exec", 0x400, True))  # PyCF_ONLY_AST
         except Exception:
             pass
         self.flat = []
@@ -290,7 +312,7 @@ class _File(object):
                 elif isinstance(node, ast.Assign):
                     names = [t.id for t in node.targets if isinstance(t, ast.Name)]
                     self.rebound.update(names)
-                    if "pytestmark" in names and "xfail" in ast.dump(node.value):
+                    if "pytestmark" in names and _mentions_xfail(node.value):
                         self.module_xfail = True
 
         walk(tree.body, (), False)
@@ -340,6 +362,21 @@ def _dotted(node):
     if isinstance(node, ast.Name):
         parts.append(node.id)
     return ".".join(reversed(parts))
+
+
+def _mentions_xfail(node):
+    """Whether an expression names anything `xfail` (`pytestmark = [pytest.mark.xfail, ...]`)."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, ast.Name) and "xfail" in n.id.lower():
+            return True
+        if isinstance(n, ast.Attribute) and "xfail" in n.attr.lower():
+            return True
+        for field in getattr(n, "_fields", ()):
+            v = getattr(n, field, None)
+            todo.extend(v if isinstance(v, list) else [v] if isinstance(v, ast.AST) else [])
+    return False
 
 
 def _marker(dotted):
