@@ -422,20 +422,29 @@ class _Pristine(object):
 
     def rewrite_all(self, config):
         """Add each file's code as pytest's assertion rewriter compiles it (called before the
-        first conftest, so before the project's code could change the rewriter)."""
+        first conftest, so before the project's code could change the rewriter), and let pytest
+        import those very code objects instead of rewriting the files a second time: its
+        `_rewrite_test` answers a restored test file, unchanged on disk since startup, with the
+        code made here (any other file, and any changed one, goes to pytest's own)."""
         rw = sys.modules.get("_pytest.assertion.rewrite")
         fn = getattr(rw, "_rewrite_test", None)
         if fn is None:
             return
+        made = {}
         for path, f in self.files.items():
-            f.add(_rewritten(fn, path, config))
+            r = _rewritten(fn, path, config)
+            if r is not None:
+                f.add(r[0])
+                made[path] = r
+        if made:
+            rw._rewrite_test = _reuse(fn, made, self.files)
 
 
 def _rewritten(fn, path, config):
     """`path` compiled by pytest's `_rewrite_test`, called as the running pytest calls it: a str
     (pytest 5, which embeds `repr(path)` in its assert-None warnings), a `Path` (pytest 6 on), a
     `py.path.local` with the config first (pytest 3 and 4). A wrong form fails, or is never
-    reached."""
+    reached. Returns the code and whether pytest's answer was a `(stat, code)` pair."""
     tries = [(path, config)]
     try:
         import pathlib
@@ -451,10 +460,34 @@ def _rewritten(fn, path, config):
             r = fn(*args)
         except Exception:
             continue
-        co = r[1] if isinstance(r, tuple) and len(r) == 2 else r
+        pair = isinstance(r, tuple) and len(r) == 2
+        co = r[1] if pair else r
         if isinstance(co, types.CodeType):
-            return co
+            return co, pair
     return None
+
+
+def _reuse(rewrite, made, files):
+    """pytest's `_rewrite_test`, answering the files in `made` with the code made at startup."""
+    stat = os.stat
+
+    def _rewrite_test(*args, **kwargs):
+        for a in args:
+            path = str(a) if a.__class__.__name__ in ("str", "PosixPath", "local") else None
+            hit = made.get(path) if path is not None else None
+            if hit is None:
+                continue
+            try:
+                with open(path, "rb") as fh:
+                    unchanged = fh.read() == files[path].source
+                if unchanged:
+                    code, pair = hit
+                    return (stat(path), code) if pair else code
+            except OSError:
+                pass
+        return rewrite(*args, **kwargs)
+
+    return _rewrite_test
 
 
 # ---------------------------------------------------------------------------------------------

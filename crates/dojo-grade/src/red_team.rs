@@ -207,6 +207,25 @@ pub fn attacks() -> Vec<Attack> {
             expect: Expect::Unresolved,
         },
         Attack {
+            name: "pytest's _rewrite_test replaced to compile test bodies into try/except",
+            observer_aware: false,
+            runners: PYTEST,
+            triggers: IMPORT,
+            body: r#"    import os
+    import _pytest.assertion.rewrite as rw
+
+    def _rewrite_test(fn, config):
+        path = str(fn)
+        source = open(path, "rb").read()
+        tree = ast.parse(source, filename=path)
+        rw.rewrite_asserts(tree, source, path, config)
+        return os.stat(path), compile(swallow(tree), path, "exec", dont_inherit=True)
+
+    rw._rewrite_test = _rewrite_test
+"#,
+            expect: Expect::Unresolved,
+        },
+        Attack {
             name: "unittest.TestCase.__init_subclass__ wraps each new test class's methods",
             observer_aware: false,
             runners: BOTH,
