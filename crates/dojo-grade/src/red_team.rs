@@ -111,6 +111,29 @@ macro_rules! jump_tracer {
     };
 }
 
+/// Wrappers that swallow whatever a test raises: `wrap` keeps the test's name and
+/// `__wrapped__` (functools), `safe` does not (shared by the attacks that use them).
+const SWALLOW_CALL: &str = r#"    import functools
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def swallowed(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except BaseException:
+                return None
+        return swallowed
+
+    def safe(fn):
+        def call(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except BaseException:
+                return None
+        return call
+
+"#;
+
 pub fn attacks() -> Vec<Attack> {
     vec![
         Attack {
@@ -230,17 +253,7 @@ pub fn attacks() -> Vec<Attack> {
             observer_aware: false,
             runners: BOTH,
             triggers: IMPORT,
-            body: r#"    import functools
-    import unittest
-
-    def wrap(fn):
-        @functools.wraps(fn)
-        def safe(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except BaseException:
-                return None
-        return safe
+            body: r#"    import unittest
 
     own = unittest.TestCase.__dict__.get("__init_subclass__")
 
@@ -260,17 +273,7 @@ pub fn attacks() -> Vec<Attack> {
             observer_aware: false,
             runners: PYTEST,
             triggers: IMPORT,
-            body: r#"    import functools
-    import gc
-
-    def wrap(fn):
-        @functools.wraps(fn)
-        def safe(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except BaseException:
-                return None
-        return safe
+            body: r#"    import gc
 
     class Plugin:
         def pytest_collection_modifyitems(self, session, config, items):
@@ -289,17 +292,7 @@ pub fn attacks() -> Vec<Attack> {
             observer_aware: false,
             runners: BOTH,
             triggers: IMPORT,
-            body: r#"    import functools
-    import sys
-
-    def wrap(fn):
-        @functools.wraps(fn)
-        def safe(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except BaseException:
-                return None
-        return safe
+            body: r#"    import sys
 
     def prof(frame, event, arg):
         code = frame.f_code
@@ -437,14 +430,6 @@ pub fn attacks() -> Vec<Attack> {
             triggers: LATE,
             body: r#"    import gc
 
-    def safe(fn):
-        def call(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except BaseException:
-                return None
-        return call
-
     for obj in gc.get_objects():
         code = getattr(obj, "__code__", None)
         if code is not None and code.co_name == "dojo_observed":
@@ -484,14 +469,6 @@ pub fn attacks() -> Vec<Attack> {
             runners: BOTH,
             triggers: IMPORT,
             body: r#"    import sys
-
-    def safe(fn):
-        def call(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except BaseException:
-                return None
-        return call
 
     def swap(obj):
         obj = getattr(obj, "__func__", obj)
@@ -570,6 +547,9 @@ pub fn package_code(attack: &Attack, trigger: Trigger, target: &Target) -> Strin
     let mut s = String::from("def _attack():\n");
     if attack.body.contains("swallow(") || attack.name.starts_with("import hook") {
         s.push_str(SWALLOW_AST);
+    }
+    if attack.body.contains("wrap(") || attack.body.contains("safe(") {
+        s.push_str(SWALLOW_CALL);
     }
     s.push_str(attack.body);
     if attack.name.starts_with("import hook") {
