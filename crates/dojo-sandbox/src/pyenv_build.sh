@@ -12,7 +12,14 @@ trap 'rm -rf /venv/.dojo-uv' EXIT
 # Byte-compiled at install, as pip (the harness's installer) does: a module compiled later, at
 # import under a test suite's `filterwarnings = error`, turns its SyntaxWarnings into errors
 # (flask 2.0's blinker 1.4: `invalid escape sequence`), where the harness's image had a .pyc.
-export UV_LINK_MODE=copy UV_NO_PROGRESS=1 UV_COMPILE_BYTECODE=1
+# uv's compiler script needs Python >= 3.7 (py_compile.PycInvalidationMode): older interpreters
+# compile the venv's site-packages with their own compileall at the end instead.
+export UV_LINK_MODE=copy UV_NO_PROGRESS=1
+if "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 7))'; then
+  export UV_COMPILE_BYTECODE=1; COMPILE_AFTER=
+else
+  COMPILE_AFTER=1
+fi
 if [ "$INSTALLER" = pip ]; then SEED=--seed; else SEED=; fi
 "$UV" venv -q --allow-existing $SEED --python "$PY" /venv
 if [ -n "${DOJO_EXCLUDE_NEWER:-}" ]; then
@@ -74,6 +81,10 @@ if [ "$EDITABLE" = 1 ]; then
   fi
 fi
 if [ -n "${DOJO_INSTALL:-}" ]; then cd /testbed && bash -euo pipefail -c "$DOJO_INSTALL"; fi
+if [ -n "$COMPILE_AFTER" ]; then
+  # (A file the interpreter cannot compile stays uncompiled, as with pip.)
+  /venv/bin/python -m compileall -q /venv/lib/python*/site-packages >/dev/null 2>&1 || true
+fi
 if [ -s /tmp/dojo-pre-install-files ]; then
   # Their final content, as a patch over the base: the diff base of sandboxes (patch.rs).
   cp /tmp/dojo-pre-install-files /venv/.dojo-tree-changed

@@ -348,6 +348,47 @@ async fn pyenv_interpreter_under_a_private_home_runs_in_sandboxes() {
     sb.teardown().await.unwrap();
 }
 
+/// Python 3.6 (SWE-bench's django 3.0-3.2 specs) with the uv installer: uv's byte-compiling
+/// script needs Python >= 3.7, so such a build compiles with the interpreter's own compileall
+/// instead. It used to fail at the environment; now it builds, imports its requirement, and
+/// has it compiled.
+#[tokio::test]
+async fn a_python_36_environment_builds_with_uv() {
+    skip_unless_ns!();
+    skip_unless_uv!();
+    let Some(python) = dojo_sandbox::pyenv::pyenv_python("3.6") else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true: pyenv's Python 3.6 is missing"
+        );
+        eprintln!("SKIPPED: no Python 3.6 here");
+        return;
+    };
+    let spec = PythonEnvSpec {
+        python: "3.6".into(),
+        requirements: vec!["six==1.16.0".into()],
+        editable: false,
+        ..Default::default()
+    };
+    assert_eq!(spec.interpreter().unwrap(), python);
+    let env = PythonEnv::build_async(&spec, None).await.unwrap();
+    let p = common::small_pristine();
+    let sb = Sandbox::create(&p, Some(&env), &SandboxOptions::default())
+        .await
+        .unwrap();
+    let out = common::sh(
+        &sb,
+        "python -c 'import sys, six; print(\"%d.%d\" % sys.version_info[:2], six.__version__)'; ls /venv/lib/python3.6/site-packages/__pycache__ | grep -c '^six'",
+    )
+    .await;
+    assert_eq!(
+        out.stdout_lossy().lines().collect::<Vec<_>>(),
+        ["3.6 1.16.0", "1"],
+        "{out:?}"
+    );
+    sb.teardown().await.unwrap();
+}
+
 /// `exclude_newer`: every install of the build resolves as of that day, with either installer
 /// (and is byte-compiled, as pip compiles);
 /// with pip the venv's seeded setuptools is taken back to that day too (the SWE-bench images
