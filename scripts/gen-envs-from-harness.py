@@ -45,9 +45,12 @@ matter, i.e. when any of these holds, else uv:
      file is written by the build; and their eval scripts re-run `pip install -e .`);
   4. the project compiles extensions against the environment's pinned packages (matplotlib,
      scikit-learn, astropy): pip's legacy `setup.py develop` (projects without a PEP 517
-     build-system) builds against the venv's numpy, uv's isolated build against the newest one.
+     build-system) builds against the venv's numpy, uv's isolated build against the newest one;
+  5. the interpreter is older than Python 3.7 (django 3.0-3.2's 3.6): the newest setuptools
+     for it (59.6) has no `build_editable`, so uv's editable install fails where the harness's
+     pip ran `setup.py develop`.
 uv stays only for pure-Python projects with a plain `pip install -e .` (flask, sympy, xarray,
-django >= 3.0, seaborn 0.11), where the PEP 660 editable serves /testbed the same way.
+django >= 4.0, seaborn 0.11), where the PEP 660 editable serves /testbed the same way.
 An eval script's reinstall (`pip install -e .` before the tests) runs only in pip-built
 environments (envs/README.md): uv-built ones skip it and rely on the editable install.
 """
@@ -287,6 +290,7 @@ def transcribe(repo, version, spec, reqs_paths):
         or old_setuptools(t["requirements"])
         or repo in ("pylint-dev/pylint", "pytest-dev/pytest")
         or repo in ("matplotlib/matplotlib", "scikit-learn/scikit-learn", "astropy/astropy")
+        or tuple(int(x) for x in str(t["python"]).split(".")[:2]) < (3, 7)
     )
     t["installer"] = "pip" if pip else "uv"
     t["network"] = repo == "psf/requests"
