@@ -570,6 +570,12 @@ mod tests {
         assert_eq!(e.test_cmd, "./tests/runtests.py --verbosity 2");
         assert_eq!(e.directives, Directives::Django);
         assert_eq!(e.env.get("LC_ALL").map(String::as_str), Some("en_US.UTF-8"));
+        // Python 3.6's newest setuptools has no build_editable: the harness's pip, not uv.
+        let e = resolve("django/django", "3.0");
+        assert_eq!(
+            (e.spec.python.as_str(), e.spec.installer),
+            ("3.6", Installer::Pip)
+        );
         let e = resolve("pallets/flask", "2.2");
         assert_eq!(e.spec.python, "3.11");
         assert_eq!(e.spec.installer, Installer::Uv);
