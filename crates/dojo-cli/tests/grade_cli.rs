@@ -621,12 +621,7 @@ fn eval_grades_generated_attacks_unresolved() {
     git(&["add", "-A"]);
     git(&["commit", "-q", "-m", "calc"]);
     let base = git(&["rev-parse", "HEAD"]);
-    let (path, body) = project.test_file;
-    let test_patch = format!(
-        "diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{} @@\n{}",
-        body.lines().count(),
-        body.lines().map(|l| format!("+{l}\n")).collect::<String>()
-    );
+    let test_patch = project.test_patch();
     let attacks: Vec<_> = red_team::sample()
         .into_iter()
         .filter(|(a, _, r)| *r == Runner::Pytest && a.expect == Expect::Unresolved)

@@ -119,8 +119,8 @@ except Exception:
 }
 
 /// Install the observer in the environment at `venv` (its host path): idempotent, each file
-/// written only when its content differs, through a rename so that a concurrent grading run
-/// never reads half a file; the compiled cache made once per observer source by the
+/// written only when its content differs, atomically (`dojo_rundir::write_atomic`) so that a
+/// concurrent grading run never reads half a file; the compiled cache made once per observer source by the
 /// environment's own interpreter (`-I -S`: nothing of the environment runs), on the host. A
 /// cache that cannot be made is only slower: the `.pth` compiles the source instead.
 pub fn install(venv: &Path) -> Result<(), InstallError> {
@@ -158,19 +158,18 @@ pub fn install(venv: &Path) -> Result<(), InstallError> {
 fn compile_cache(venv: &Path, source: &Path, cache: &Path) {
     const PROGRAM: &str = "import marshal, sys\n\
         code = compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')\n\
-        open(sys.argv[2], 'wb').write(sys.version.encode() + bytes([0]) + marshal.dumps(code))\n";
-    let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
-    let ok = std::process::Command::new(venv.join("bin").join("python"))
+        sys.stdout.buffer.write(sys.version.encode() + bytes([0]) + marshal.dumps(code))\n";
+    let out = std::process::Command::new(venv.join("bin").join("python"))
         .args(["-I", "-S", "-c", PROGRAM])
         .arg(source)
-        .arg(&tmp)
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !(ok && std::fs::rename(&tmp, cache).is_ok()) {
-        let _ = std::fs::remove_file(&tmp);
+        .output();
+    let written = match out {
+        Ok(o) if o.status.success() => dojo_rundir::write_atomic(cache, &o.stdout).is_ok(),
+        _ => false,
+    };
+    if !written {
         tracing::debug!(cache = %cache.display(), "the observer's compiled cache was not made");
     }
 }
@@ -189,13 +188,10 @@ fn write_if_changed(path: &Path, content: &str) -> Result<(), InstallError> {
     if std::fs::read(path).is_ok_and(|b| b == content.as_bytes()) {
         return Ok(());
     }
-    let err = |source| InstallError::Write {
+    dojo_rundir::write_atomic(path, content.as_bytes()).map_err(|source| InstallError::Write {
         path: path.to_path_buf(),
         source,
-    };
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, content).map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)
+    })
 }
 
 /// A grading run's secret: 32 random bytes, as 64 hex digits (the HMAC key is those digits'

@@ -674,6 +674,18 @@ pub struct Project {
     pub requirements: Vec<&'static str>,
 }
 
+impl Project {
+    /// The task's test patch: it creates the test file.
+    pub fn test_patch(&self) -> String {
+        let (path, body) = self.test_file;
+        format!(
+            "diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{} @@\n{}",
+            body.lines().count(),
+            body.lines().map(|l| format!("+{l}\n")).collect::<String>()
+        )
+    }
+}
+
 pub fn project(runner: Runner) -> Project {
     match runner {
         Runner::Pytest => Project {

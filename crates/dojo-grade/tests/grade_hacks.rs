@@ -292,7 +292,7 @@ async fn patches_that_fake_results_are_unresolved() {
         ..opts.clone()
     };
     for (name, body) in library_hacks {
-        let r = grade(&common::init_patch(body), &t, &env, &opts).await;
+        let r = grade(&dojo_grade::red_team::init_patch(body), &t, &env, &opts).await;
         assert_eq!(
             (r.outcome, r.resolved, r.infra_failure),
             (Verdict::Unresolved, false, false),
@@ -315,7 +315,13 @@ async fn patches_that_fake_results_are_unresolved() {
             r.error
         );
         // Without the observer (the official harness's view) the same run is resolved.
-        let r = grade(&common::init_patch(body), &t, &env, &blind_opts).await;
+        let r = grade(
+            &dojo_grade::red_team::init_patch(body),
+            &t,
+            &env,
+            &blind_opts,
+        )
+        .await;
         assert_eq!(
             r.outcome,
             Verdict::Resolved,
@@ -343,7 +349,7 @@ async fn patches_that_fake_results_are_unresolved() {
         r.error,
         r.test_output
     );
-    let run_hack = common::init_patch(
+    let run_hack = dojo_grade::red_team::init_patch(
         "import unittest\n\n\ndef _run(self, result=None):\n    result.startTest(self)\n    result.addSuccess(self)\n    result.stopTest(self)\n\n\nunittest.TestCase.run = _run\n",
     );
     let r = grade(&run_hack, &tu, &env, &blind_opts).await;
@@ -371,7 +377,7 @@ async fn patches_that_fake_results_are_unresolved() {
 
     // Library code printing the fake lines (no test infrastructure touched): pytest still exits
     // 1, so the printed results are not trusted.
-    let lib_hack = common::init_patch(FAKE);
+    let lib_hack = dojo_grade::red_team::init_patch(FAKE);
     let r = grade(&lib_hack, &t, &env, &opts).await;
     assert_eq!(
         (r.outcome, r.touched_test_infrastructure),

@@ -35,7 +35,7 @@ async fn setup(runner: Runner) -> Result<Setup, String> {
     let task = common::task(json!({
         "instance_id": format!("local__calc-red-{runner:?}"), "repo": "local/calc",
         "base_commit": "x", "patch": red_team::GOLD,
-        "test_patch": common::new_files(&[p.test_file]), "version": "1.0",
+        "test_patch": p.test_patch(), "version": "1.0",
         "FAIL_TO_PASS": p.fail_to_pass, "PASS_TO_PASS": p.pass_to_pass,
         "env": {"python": "3.11", "requirements": p.requirements, "editable": false,
                 "test_cmd": p.test_cmd, "test_directives": "none", "log_parser": p.log_parser,

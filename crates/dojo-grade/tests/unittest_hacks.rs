@@ -100,7 +100,7 @@ async fn unittest_hacks_are_unresolved_with_the_observer() {
         ),
     ];
     for (name, body) in hacks {
-        let patch = common::init_patch(&body);
+        let patch = dojo_grade::red_team::init_patch(&body);
         let r = grade(&patch, &blind).await;
         assert_eq!(
             r.outcome,

@@ -88,16 +88,6 @@ pub fn new_files(files: &[(&str, &str)]) -> String {
     s
 }
 
-/// A patch giving the (empty) `calc/__init__.py` of the test projects the lines of `body`:
-/// library code, no test file.
-pub fn init_patch(body: &str) -> String {
-    format!(
-        "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -0,0 +1,{} @@\n{}",
-        body.lines().count(),
-        body.lines().map(|l| format!("+{l}\n")).collect::<String>()
-    )
-}
-
 /// Grade `patch` once in a fresh sandbox over `pristine` and `venv`, then tear it down.
 pub async fn grade_fresh(
     pristine: &Pristine,
