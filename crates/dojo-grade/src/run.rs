@@ -150,7 +150,9 @@ async fn grade_steps(
         Ok(o) => o,
         Err(e) => return Break(sandbox_err(r, "running the tests", e)),
     };
-    let (r, log) = check_setup(r, log, &out, task, patch, timeout)?;
+    // Setup log, then (after the marker) the observer's records: converted once.
+    let stderr = out.stderr_lossy();
+    let (r, log) = check_setup(r, log, &out, &stderr, task, patch, timeout)?;
     let observed = match &observer {
         Some((runner, key)) => {
             if out.stderr_truncated {
@@ -160,7 +162,6 @@ async fn grade_steps(
                     "they exceeded the output cap",
                 ));
             }
-            let stderr = out.stderr_lossy();
             Some(match crate::observer::split_records(&stderr) {
                 Some(records) => crate::observer::parse(records, *runner, key),
                 None => crate::observer::Observed::default(),
@@ -391,18 +392,19 @@ fn harness_request(
 /// Did the setup part of the run (model patch, test-file restore, test patch) succeed? Its
 /// step log says which step failed: the model patch not applying is the patch's fault, the
 /// rest are the task's or the infrastructure's.
+/// `setup` is the run's stderr (`out.stderr`, decoded).
 fn check_setup(
     mut r: InstanceReport,
     mut log: String,
     out: &ExecOutput,
+    setup: &str,
     task: &Task,
     model: Option<&str>,
     timeout: Duration,
 ) -> Step<(InstanceReport, String)> {
-    let setup = out.stderr_lossy();
     let setup_ok = setup.lines().any(|l| l == "@@DOJO_SETUP_OK");
     if model.is_some() {
-        let (model_log, method) = step_log(&setup, "model");
+        let (model_log, method) = step_log(setup, "model");
         if !setup_ok && out.exit_code == Some(10) {
             r.test_output = format!("{APPLY_PATCH_FAIL}:\n{model_log}\n");
             return Break(r.fail(
@@ -416,7 +418,7 @@ fn check_setup(
             r.patch_apply_method.as_deref().unwrap_or("?"),
         ));
     }
-    let (eval_log, _) = step_log(&setup, "eval_script");
+    let (eval_log, _) = step_log(setup, "eval_script");
     if !eval_log.is_empty() {
         log.push_str(&format!(
             "+ (eval script, before the test patch)\n{eval_log}\n"
@@ -452,11 +454,11 @@ fn check_setup(
                     ErrorKind::TestPatchApply,
                     format!(
                         "the task's test patch does not apply:\n{}",
-                        step_log(&setup, "test").0
+                        step_log(setup, "test").0
                     ),
                 )
             }
-            (_, Some(11)) => sandbox_err(r, "restoring test files", step_log(&setup, "restore").0),
+            (_, Some(11)) => sandbox_err(r, "restoring test files", step_log(setup, "restore").0),
             (_, code) => sandbox_err(
                 r,
                 "applying the patches",
