@@ -132,12 +132,15 @@ const SHADOWABLE: &[&str] = &[
 ];
 
 /// Repositories' own test runners, which their test commands run and their log parsers read:
-/// sympy's `bin/test` and the `runtests.py` behind it (no observer hooks sympy's runner, so its
-/// report is the log; no gold patch of SWE-bench Verified touches these).
+/// sympy's `bin/test`, the `runtests.py` behind it, and the assertion helpers its tests import
+/// (`raises`, `XFAIL`: the observer compiles them from disk at startup and holds the tests to
+/// them). No gold patch of SWE-bench Verified or Lite touches these.
 const OWN_RUNNERS: &[&str] = &[
     "bin/test",
     "sympy/testing/runtests.py",
     "sympy/utilities/runtests.py",
+    "sympy/testing/pytest.py",
+    "sympy/utilities/pytest.py",
 ];
 
 /// The kind a path has by its name alone (`None`: not test infrastructure by name; the
@@ -490,15 +493,22 @@ mod tests {
         // pytest's own sources (SWE-bench's pytest tasks edit them) are not at the root.
         let own = add_file("src/_pytest/python.py", "x") + &add_file("src/pytest/__init__.py", "x");
         assert!(kinds(&own, &[], None).is_empty());
-        // sympy's own runner writes the log its parser reads; its library is the project's.
+        // sympy's own runner writes the log its parser reads, and its tests assert through
+        // `sympy.testing.pytest` (the observer holds them to its startup copy); the rest of
+        // its library is the project's.
         let sympy = add_file("sympy/testing/runtests.py", "x")
             + &add_file("bin/test", "x")
-            + &add_file("sympy/testing/pytest.py", "x");
+            + &add_file("sympy/testing/pytest.py", "x")
+            + &add_file("sympy/testing/randtest.py", "x");
         let got: Vec<(String, InfraKind)> = kinds(&sympy, &[], None);
         assert_eq!(
             got,
             [
                 ("bin/test".to_string(), InfraKind::RunnerShadow),
+                (
+                    "sympy/testing/pytest.py".to_string(),
+                    InfraKind::RunnerShadow
+                ),
                 (
                     "sympy/testing/runtests.py".to_string(),
                     InfraKind::RunnerShadow

@@ -38,12 +38,15 @@
 //! - **Audit.** An audit hook (it cannot be removed) flags a tracer set inside a test body, a
 //!   test file's function given other code, and garbage-collector walks outside test bodies.
 //!
-//! Two runners ([`Runner`], chosen by the task's log parser): **pytest** (a plugin registered
+//! Three runners ([`Runner`], chosen by the task's log parser): **pytest** (a plugin registered
 //! with the run's own plugin manager as pytest creates it) and **unittest** (Django's
 //! `runtests.py`, `python -m unittest`: each `TestCase` instance's test method is wrapped as it
 //! is created; log names `method (module.Class)` map to `module.Class.method`, a test logged
-//! under its docstring cannot be mapped and is taken from the log). sympy's own runner
-//! (`bin/test`) is not observed: the log decides there.
+//! under its docstring cannot be mapped and is taken from the log) and **sympy's own runner**
+//! (`bin/test`: the functions of each test file's namespace are wrapped as the runner `exec`s
+//! it; `PYTHONHASHSEED` is set so that the runner stays in the observed process; its
+//! assertion helpers, which live in the repository, are compiled at startup and must be
+//! unchanged when a test returns).
 //!
 //! What it cannot do: it runs in the same interpreter as the patch's code. Code written against
 //! it can find the key in the observer's memory (or in the shell's, through `/proc/<pid>/mem`)
@@ -250,15 +253,17 @@ pub enum Runner {
     Pytest,
     /// unittest's loader and `TextTestRunner`: the `django` log parser's runs.
     Unittest,
+    /// sympy's own runner (`bin/test`, `SymPyTests`): the `sympy` log parser's runs.
+    Sympy,
 }
 
 impl Runner {
-    /// The runner whose log `parser` reads; `None` for sympy's own runner, which nothing
-    /// observes.
+    /// The runner whose log `parser` reads (every parser's runner is observed today; `None`
+    /// is for one that is not).
     pub fn of(parser: crate::parsers::Parser) -> Option<Runner> {
         match parser {
             crate::parsers::Parser::Django => Some(Runner::Unittest),
-            crate::parsers::Parser::Sympy => None,
+            crate::parsers::Parser::Sympy => Some(Runner::Sympy),
             _ => Some(Runner::Pytest),
         }
     }
@@ -268,7 +273,32 @@ impl Runner {
         match self {
             Runner::Pytest => "",
             Runner::Unittest => "u.",
+            Runner::Sympy => "s.",
         }
+    }
+
+    /// Environment the test command runs with under this runner's observer. sympy's
+    /// `bin/test` re-runs itself in a subprocess only to randomise string hashes, unless
+    /// `PYTHONHASHSEED` is set: a random seed set here keeps its tests in the process the
+    /// observer watches, hashes as random as the harness's (and the seed is in its header).
+    pub(crate) fn env(self) -> Option<(&'static str, String)> {
+        match self {
+            Runner::Sympy => Some(("PYTHONHASHSEED", hash_seed().to_string())),
+            _ => None,
+        }
+    }
+}
+
+/// A random 32-bit seed (sympy's runner draws one with `random.randrange(2**32)`).
+fn hash_seed() -> u32 {
+    let mut b = [0u8; 4];
+    match std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)) {
+        Ok(()) => u32::from_le_bytes(b),
+        // No /dev/urandom: the clock's nanoseconds are random enough for hash order.
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0),
     }
 }
 
@@ -428,6 +458,11 @@ pub fn parse(records: &str, runner: Runner, key: &RunKey) -> Observed {
         let id = match runner {
             Runner::Pytest => pytest_node_id(id),
             Runner::Unittest => id,
+            // sympy's log names a test by its function name alone (`file::name` recorded): a
+            // name in two files keeps what the last body run did, as the log's last line does.
+            Runner::Sympy => id
+                .rsplit_once("::")
+                .map_or(id.clone(), |(_, n)| n.to_string()),
         };
         match kind {
             "collected" => o.collected = true,
@@ -539,9 +574,13 @@ pub fn check(
         .chain(&status.pass_to_pass.success);
     for id in passed {
         let key = matched_key(id, sm, sem).unwrap_or(id.as_str());
-        if runner == Runner::Unittest {
+        if runner != Runner::Pytest {
             // A name the runner's records cannot be matched to (a docstring) is the log's.
-            let Some(uid) = unittest_id(key) else {
+            let uid = match runner {
+                Runner::Unittest => unittest_id(key),
+                _ => Some(key.to_string()),
+            };
+            let Some(uid) = uid else {
                 continue;
             };
             if let Some(why) = obs.replaced.get(&uid) {
@@ -1009,5 +1048,72 @@ mod tests {
             r.disagreements[0].ends_with("collection never finished"),
             "{r:?}"
         );
+    }
+    #[test]
+    fn sympy_records_are_matched_by_function_name_the_last_body_run_deciding() {
+        let records = rec("start", "", "3.9")
+            + &rec("s.collected", "", "2")
+            + &rec("s.item", "sympy/a/tests/test_a.py::test_x", "")
+            + &rec("s.item", "sympy/a/tests/test_a.py::test_forged", "")
+            + &rec(
+                "s.replaced",
+                "sympy/a/tests/test_a.py::test_swapped",
+                "not its code",
+            )
+            + &rec("s.item", "sympy/b/tests/test_b.py::test_x", "")
+            + &rec("s.enter", "sympy/a/tests/test_a.py::test_x", "")
+            + &rec(
+                "s.raise",
+                "sympy/a/tests/test_a.py::test_x",
+                "AssertionError",
+            )
+            + &rec("s.enter", "sympy/b/tests/test_b.py::test_x", "")
+            + &rec("s.return", "sympy/b/tests/test_b.py::test_x", "")
+            + &rec("s.enter", "sympy/a/tests/test_a.py::test_forged", "")
+            + &rec("s.raise", "sympy/a/tests/test_a.py::test_forged", "Failed")
+            + &rec("u.item", "app.tests.T.test_x", "")
+            + &rec("s.finish", "", "");
+        let obs = read(&records, Runner::Sympy);
+        assert!(obs.loaded && obs.collected && obs.finished, "{obs:?}");
+        assert_eq!(obs.items.len(), 2, "{obs:?}");
+        // Two files' test_x: the log keeps the last line printed, the records the last body.
+        assert_eq!(obs.items["test_x"].body, Body::Returned);
+        let m = sm(&[
+            ("test_x", PASSED),
+            ("test_forged", PASSED),
+            ("test_swapped", PASSED),
+            ("test_ghost", PASSED),
+        ]);
+        let s = status(&["test_x", "test_forged"], &["test_swapped", "test_ghost"]);
+        let r = check(&obs, Runner::Sympy, &s, &m, Semantics::Classic);
+        assert_eq!(
+            r.disagreements,
+            [
+                "test_forged: its body raised Failed",
+                "test_swapped: not its code",
+                "test_ghost: it was never collected",
+            ]
+        );
+        // A run whose runner never reached its end (its `test` replaced, `os._exit`).
+        let cut: String = records.lines().take(13).map(|l| format!("{l}\n")).collect();
+        let r = check(
+            &read(&cut, Runner::Sympy),
+            Runner::Sympy,
+            &s,
+            &m,
+            Semantics::Classic,
+        );
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.contains("never recorded its end")),
+            "{r:?}"
+        );
+        assert_eq!(
+            Runner::Sympy.env().map(|(k, _)| k),
+            Some("PYTHONHASHSEED"),
+            "sympy's runner must stay in the observed process"
+        );
+        assert_eq!(Runner::Pytest.env(), None);
     }
 }

@@ -144,7 +144,7 @@ async fn grade_steps(
         &cmd,
         timeout,
         opts,
-        observer.as_ref().map(|(_, k)| k),
+        observer.as_ref(),
     );
     let out = match sb.exec(&req).await {
         Ok(o) => o,
@@ -339,8 +339,9 @@ fn harness_request(
     cmd: &str,
     timeout: Duration,
     opts: &GradeOptions,
-    key: Option<&crate::observer::RunKey>,
+    observer: Option<&(crate::observer::Runner, crate::observer::RunKey)>,
 ) -> ExecRequest {
+    let key = observer.map(|(_, k)| k);
     let transport = PatchTransport::choose(model, &task.test_patch);
     let test_files = restorable_test_files(task, opts.semantics);
     let restore = if touches.iter().any(|t| t.kind == InfraKind::TaskTestFile) {
@@ -364,6 +365,9 @@ fn harness_request(
     .cwd(dojo_sandbox::WORKSPACE)
     .timeout(timeout);
     req.env = env.env.clone();
+    if let Some((name, value)) = observer.and_then(|(runner, _)| runner.env()) {
+        req.env.entry(name.to_string()).or_insert(value);
+    }
     req.output_cap = opts.output_cap;
     let mut stdin = Vec::new();
     if let Some(k) = key {
