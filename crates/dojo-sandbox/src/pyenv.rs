@@ -306,6 +306,25 @@ pub struct PythonEnv {
 
 pub use crate::uv::find_uv;
 
+/// The marker the build script prints before each step (`step` in `pyenv_build.sh`).
+const STEP_MARKER: &str = "@@DOJO_BUILD_STEP ";
+
+/// The last step a failed build's stderr names, and the stderr without the step markers.
+fn failed_step(stderr: &str) -> (String, String) {
+    let mut step = String::from("starting the build");
+    let mut log = String::with_capacity(stderr.len());
+    for line in stderr.lines() {
+        match line.strip_prefix(STEP_MARKER) {
+            Some(s) => step = s.to_string(),
+            None => {
+                log.push_str(line);
+                log.push('\n');
+            }
+        }
+    }
+    (step, log)
+}
+
 /// The build, in the harness's order: venv (seeded with pip for the pip installer),
 /// `pre_install` commands, requirements, the editable project, the `install` commands.
 const BUILD_SCRIPT: &str = include_str!("pyenv_build.sh");
@@ -497,7 +516,8 @@ fn build_into(
     }
     let out = out.map_err(BuildError::io("starting the environment build"))?;
     if !out.status.success() {
-        let mut log = String::from_utf8_lossy(&out.stderr).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let (step, mut log) = failed_step(&stderr);
         if log.len() > 8000 {
             let mut start = log.len() - 8000;
             while !log.is_char_boundary(start) {
@@ -505,8 +525,12 @@ fn build_into(
             }
             log = log[start..].to_string();
         }
+        let installer = match spec.installer {
+            Installer::Uv => "uv",
+            Installer::Pip => "pip",
+        };
         return Err(BuildError::Failed {
-            what: "uv".into(),
+            what: format!("the environment build (installer {installer}), step {step:?},"),
             status: out.status,
             output: log.trim().to_string(),
         });

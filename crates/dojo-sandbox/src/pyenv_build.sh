@@ -8,6 +8,9 @@ pep660 = v >= (25, 3) or (v >= (22, 1) and os.path.exists("/testbed/pyproject.to
 sys.exit(0 if pep660 else 1)'
 
 UV="$1"; PY="$2"; EDITABLE="$3"; INSTALLER="$4"; shift 4
+# Each step named on stderr before it runs: a failed build's error names the last one
+# (pyenv.rs, `failed_step`).
+step() { echo "@@DOJO_BUILD_STEP $*" >&2; }
 trap 'rm -rf /venv/.dojo-uv' EXIT
 # Byte-compiled at install, as pip (the harness's installer) does: a module compiled later, at
 # import under a test suite's `filterwarnings = error`, turns its SyntaxWarnings into errors
@@ -21,11 +24,13 @@ else
   COMPILE_AFTER=1
 fi
 if [ "$INSTALLER" = pip ]; then SEED=--seed; else SEED=; fi
+step "creating the venv (uv venv, Python $PY)"
 "$UV" venv -q --allow-existing $SEED --python "$PY" /venv
 if [ -n "${DOJO_EXCLUDE_NEWER:-}" ]; then
   # After seeding: the newest pip is the one with --uploaded-prior-to (pip >= 26).
   export UV_EXCLUDE_NEWER="$DOJO_EXCLUDE_NEWER" PIP_UPLOADED_PRIOR_TO="$DOJO_EXCLUDE_NEWER"
   if [ "$INSTALLER" = pip ]; then
+    step "checking pip for exclude_newer"
     if ! /venv/bin/python -m pip install --help | grep -q -- --uploaded-prior-to; then
       echo "exclude_newer needs pip >= 26 (--uploaded-prior-to), which needs Python >= 3.9; this venv has $(/venv/bin/python -m pip --version)" >&2
       exit 1
@@ -39,6 +44,7 @@ mkdir -p /venv/etc/git && printf '[safe]\n\tdirectory = *\n' > /venv/etc/git/con
 export XDG_CONFIG_HOME=/venv/etc
 export VIRTUAL_ENV=/venv PATH="/venv/bin:$PATH"
 if [ -n "${DOJO_PRE_INSTALL:-}" ]; then
+  step "pre_install commands"
   (cd /testbed && bash -euo pipefail -c "$DOJO_PRE_INSTALL")
   # The harness's pre_install edits tracked files too (sphinx: `sed -i 's/pytest/pytest -rA/'
   # tox.ini`) and its image keeps the edits: note which files, so that the environment keeps
@@ -61,8 +67,9 @@ if [ "$INSTALLER" = pip ] && /venv/bin/python -c "$NEEDS_COMPAT"; then
   # config setting, which switches it to an isolated PEP 517 build with today's setuptools.
   printf '[install]\nconfig-settings = editable_mode=compat\n' > /venv/pip.conf
 fi
-if [ "$#" -gt 0 ]; then inst "$@"; fi
+if [ "$#" -gt 0 ]; then step "installing the requirements"; inst "$@"; fi
 if [ "$EDITABLE" = 1 ]; then
+  step "installing the project editable (/testbed)"
   if [ "$INSTALLER" = pip ]; then
     # A build backend pinned below setuptools 64 has no build_editable; old pip then ran
     # `setup.py develop` with the venv's setuptools, which is what building without isolation
@@ -80,7 +87,7 @@ if [ "$EDITABLE" = 1 ]; then
     inst -e /testbed
   fi
 fi
-if [ -n "${DOJO_INSTALL:-}" ]; then cd /testbed && bash -euo pipefail -c "$DOJO_INSTALL"; fi
+if [ -n "${DOJO_INSTALL:-}" ]; then step "install commands"; cd /testbed && bash -euo pipefail -c "$DOJO_INSTALL"; fi
 if [ -n "$COMPILE_AFTER" ]; then
   # (A file the interpreter cannot compile stays uncompiled, as with pip.)
   /venv/bin/python -m compileall -q /venv/lib/python*/site-packages >/dev/null 2>&1 || true
@@ -101,6 +108,7 @@ fi
 # (Python < 3.11 takes the prefix from the home of the pyvenv.cfg beside the resolved binary),
 # and lib/pythonX.Y links the standard library too (3.11+ look for it beside the resolved
 # binary). Started as /venv/bin/python, it is the same venv as before (sys.prefix = /venv).
+step "making the venv's interpreter self-contained"
 real="$(readlink -f /venv/bin/python)"
 if [ "$real" != /venv/bin/python ]; then
   std="$(/venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')"

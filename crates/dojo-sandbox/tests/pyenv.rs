@@ -442,3 +442,31 @@ async fn exclude_newer_resolves_as_of_that_day() {
         }
     }
 }
+
+/// A failed build names the installer that ran and the step that failed (it used to say "uv"
+/// whichever installer ran), and its log is the failing command's, without the step markers.
+#[tokio::test]
+async fn a_failed_build_names_its_installer_and_step() {
+    skip_unless_ns!();
+    skip_unless_uv!();
+    for (installer, name) in [
+        (dojo_sandbox::pyenv::Installer::Uv, "installer uv"),
+        (dojo_sandbox::pyenv::Installer::Pip, "installer pip"),
+    ] {
+        let spec = PythonEnvSpec {
+            python: "3.11".into(),
+            installer,
+            requirements: vec!["./dojo-no-such-requirement-dir".into()],
+            editable: false,
+            ..Default::default()
+        };
+        let e = PythonEnv::build_async(&spec, None).await.unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains(name), "{msg}");
+        assert!(
+            msg.contains("step \"installing the requirements\""),
+            "{msg}"
+        );
+        assert!(!msg.contains("@@DOJO_BUILD_STEP"), "{msg}");
+    }
+}
