@@ -220,10 +220,28 @@ pub fn normalise(inputs: &[PathBuf], out: &Path) -> Result<FetchReport, TaskErro
     Ok(rep)
 }
 
+/// GitHub, where `dojo repos sync` clones from by default.
+pub const GITHUB: &str = "https://github.com";
+
+/// The SWE-bench organisation's smaller mirrors of the repositories whose upstream history is
+/// too large to bring to most machines: each holds every base and environment-setup commit of
+/// SWE-bench (Verified, Lite, full) in a fraction of the upstream's size (django 250 MB,
+/// matplotlib 444 MB, scikit-learn 160 MB). The other SWE-bench repositories come from
+/// upstream.
+pub const SWE_BENCH_MIRRORS: &[(&str, &str)] = &[
+    ("django/django", "swe-bench/django__django"),
+    ("matplotlib/matplotlib", "swe-bench/matplotlib__matplotlib"),
+    (
+        "scikit-learn/scikit-learn",
+        "swe-bench/scikit-learn__scikit-learn",
+    ),
+];
+
 /// Where `dojo repos sync` takes a repository from.
 #[derive(Debug, Clone)]
 pub enum RepoSource {
-    /// `{base}/{owner}/{name}.git` (default `https://github.com`).
+    /// `{base}/{owner}/{name}.git` (default [`GITHUB`], where the repositories of
+    /// [`SWE_BENCH_MIRRORS`] come from their SWE-bench mirrors).
     Url(String),
     /// A directory holding a clone or mirror per repository, laid out as `--repos` is
     /// (`owner__name` or `name`).
@@ -236,13 +254,21 @@ impl RepoSource {
         match from {
             Some(f) if Path::new(f).is_dir() => RepoSource::Dir(PathBuf::from(f)),
             Some(f) => RepoSource::Url(f.trim_end_matches('/').to_string()),
-            None => RepoSource::Url("https://github.com".into()),
+            None => RepoSource::Url(GITHUB.into()),
         }
     }
 
-    fn locate(&self, repo: &str) -> Result<String, TaskError> {
+    /// The clone URL or directory of `repo`.
+    pub fn locate(&self, repo: &str) -> Result<String, TaskError> {
         match self {
-            RepoSource::Url(base) => Ok(format!("{base}/{repo}.git")),
+            RepoSource::Url(base) => {
+                let mirrored = SWE_BENCH_MIRRORS
+                    .iter()
+                    .find(|(upstream, _)| upstream.eq_ignore_ascii_case(repo))
+                    .map(|(_, m)| *m)
+                    .filter(|_| base == GITHUB);
+                Ok(format!("{base}/{}.git", mirrored.unwrap_or(repo)))
+            }
             RepoSource::Dir(d) => crate::find_repo(d, repo)
                 .map(|p| p.display().to_string())
                 .map_err(|e| match e {
@@ -265,8 +291,24 @@ pub struct RepoSync {
     pub mirror: PathBuf,
     /// "cloned" or "fetched", or the error.
     pub result: Result<&'static str, TaskError>,
-    /// Commits the tasks need (base and environment setup) that the mirror lacks.
-    pub missing_commits: Vec<String>,
+    /// Commits the tasks need that the mirror lacks, each with what needs it (`base of
+    /// django__django-11099`, `environment setup of …`: the first task that does).
+    pub missing_commits: Vec<MissingCommit>,
+}
+
+/// A commit a task needs that a mirror lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingCommit {
+    pub commit: String,
+    /// `base` or `environment setup`.
+    pub role: &'static str,
+    pub instance_id: String,
+}
+
+impl std::fmt::Display for MissingCommit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({} of {})", self.commit, self.role, self.instance_id)
+    }
 }
 
 impl RepoSync {
@@ -281,13 +323,29 @@ impl std::fmt::Display for RepoSync {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (&self.result, self.missing_commits.first()) {
             (Ok(what), None) => write!(f, "{}: {what} → {}", self.repo, self.mirror.display()),
-            (Ok(what), Some(first)) => write!(
-                f,
-                "{}: {what} → {}, but {} commit(s) the tasks need are missing (first: {first})",
-                self.repo,
-                self.mirror.display(),
-                self.missing_commits.len(),
-            ),
+            (Ok(what), Some(_)) => {
+                const SHOWN: usize = 5;
+                let shown: Vec<String> = self
+                    .missing_commits
+                    .iter()
+                    .take(SHOWN)
+                    .map(ToString::to_string)
+                    .collect();
+                let more = self.missing_commits.len().saturating_sub(SHOWN);
+                write!(
+                    f,
+                    "{}: {what} → {}, but it lacks {} commit(s) the tasks need: {}{}",
+                    self.repo,
+                    self.mirror.display(),
+                    self.missing_commits.len(),
+                    shown.join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
+                )
+            }
             (Err(e), _) => write!(f, "{}: FAILED: {e}", self.repo),
         }
     }
@@ -307,27 +365,41 @@ pub fn sync_summary(results: &[RepoSync], mirror: &Path) -> String {
 /// check that it holds each task's `base_commit` and `environment_setup_commit`. The directory
 /// is then what `--repos` takes.
 pub fn sync_repos(tasks: &[crate::Task], mirror: &Path, from: &RepoSource) -> Vec<RepoSync> {
-    let mut by_repo: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    // Per repository: each commit with the first task that needs it, and as what.
+    type Needs<'a> = Vec<(&'a str, &'static str, &'a str)>;
+    let mut by_repo: std::collections::BTreeMap<&str, Needs> = Default::default();
     for t in tasks.iter().filter(|t| t.sdist().is_none()) {
         let v = by_repo.entry(t.repo.as_str()).or_default();
-        v.push(&t.base_commit);
+        v.push((&t.base_commit, "base", &t.instance_id));
         if !t.environment_setup_commit.is_empty() {
-            v.push(&t.environment_setup_commit);
+            v.push((
+                &t.environment_setup_commit,
+                "environment setup",
+                &t.instance_id,
+            ));
         }
     }
     let mut out = Vec::new();
     for (repo, commits) in by_repo {
         let dest = mirror.join(repo.replace('/', "__"));
         let result = sync_one(repo, &dest, from);
-        let mut missing: Vec<String> = Vec::new();
+        let mut missing: Vec<MissingCommit> = Vec::new();
         if result.is_ok() {
-            for c in commits {
+            let mut checked = std::collections::HashSet::new();
+            for (c, role, id) in commits {
+                if !checked.insert(c) {
+                    continue;
+                }
                 let ok = git(&dest)
                     .args(["cat-file", "-e", &format!("{c}^{{commit}}")])
                     .output()
                     .is_ok_and(|o| o.status.success());
-                if !ok && !missing.iter().any(|m| m == c) {
-                    missing.push(c.to_string());
+                if !ok {
+                    missing.push(MissingCommit {
+                        commit: c.to_string(),
+                        role,
+                        instance_id: id.to_string(),
+                    });
                 }
             }
         }
@@ -505,7 +577,11 @@ mod tests {
         assert!(by["o/one"].missing_commits.is_empty());
         assert_eq!(
             by["o/two"].missing_commits,
-            ["0000000000000000000000000000000000000000"]
+            [MissingCommit {
+                commit: "0000000000000000000000000000000000000000".into(),
+                role: "base",
+                instance_id: "o__two-2".into()
+            }]
         );
         let e = by["x/three"].result.as_ref().unwrap_err().to_string();
         assert!(e.contains("x/three") && e.contains("--from"), "{e}");
@@ -527,13 +603,44 @@ mod tests {
         );
     }
 
+    /// The three repositories too large to bring from upstream come from SWE-bench's mirrors
+    /// (GitHub only: another URL base is taken as given); the others from upstream.
+    #[test]
+    fn large_swe_bench_repositories_come_from_their_mirrors() {
+        let gh = RepoSource::parse(None);
+        assert_eq!(
+            gh.locate("django/django").unwrap(),
+            "https://github.com/swe-bench/django__django.git"
+        );
+        assert_eq!(
+            gh.locate("scikit-learn/scikit-learn").unwrap(),
+            "https://github.com/swe-bench/scikit-learn__scikit-learn.git"
+        );
+        assert_eq!(
+            gh.locate("sympy/sympy").unwrap(),
+            "https://github.com/sympy/sympy.git"
+        );
+        let other = RepoSource::parse(Some("https://git.example/"));
+        assert_eq!(
+            other.locate("django/django").unwrap(),
+            "https://git.example/django/django.git"
+        );
+    }
+
     #[test]
     fn sync_and_fetch_lines() {
         let r = |result, missing: &[&str]| RepoSync {
             repo: "o/n".into(),
             mirror: PathBuf::from("/m/o__n"),
             result,
-            missing_commits: missing.iter().map(|c| c.to_string()).collect(),
+            missing_commits: missing
+                .iter()
+                .map(|c| MissingCommit {
+                    commit: c.to_string(),
+                    role: "base",
+                    instance_id: "o__n-1".into(),
+                })
+                .collect(),
         };
         let rs = [
             r(Ok("cloned"), &[]),
@@ -544,7 +651,7 @@ mod tests {
         assert_eq!(lines[0], "o/n: cloned → /m/o__n");
         assert_eq!(
             lines[1],
-            "o/n: fetched → /m/o__n, but 2 commit(s) the tasks need are missing (first: abc)"
+            "o/n: fetched → /m/o__n, but it lacks 2 commit(s) the tasks need: abc (base of o__n-1), def (base of o__n-1)"
         );
         assert!(lines[2].starts_with("o/n: FAILED: "), "{}", lines[2]);
         assert_eq!(

@@ -93,7 +93,9 @@ pub enum ReposCmd {
         #[arg(long)]
         mirror: PathBuf,
         /// Where to clone from: a directory of clones/mirrors (`owner__name` or `name`), or a
-        /// URL base (`{base}/{owner}/{name}.git`). Default: https://github.com.
+        /// URL base (`{base}/{owner}/{name}.git`). Default: https://github.com, where django,
+        /// matplotlib and scikit-learn come from SWE-bench's smaller mirrors
+        /// (`swe-bench/{owner}__{name}`, every SWE-bench commit in a fraction of the size).
         #[arg(long = "from")]
         from: Option<String>,
     },
