@@ -15,10 +15,10 @@
 use std::time::Duration;
 
 mod common;
-use common::{sandbox_for, skip};
+use common::{held, sandbox_for, skip};
 use dojo_grade::red_team::{self, Expect, Runner, Trigger};
 
-use dojo_grade::{GradeOptions, InstanceReport, Verdict};
+use dojo_grade::{GradeOptions, Verdict};
 use dojo_task::{EnvRegistry, RepoEnv, Task};
 use serde_json::json;
 
@@ -50,16 +50,6 @@ async fn setup(runner: Runner) -> Result<Setup, String> {
         pristine,
         venv,
     })
-}
-
-/// What a variant's grade shows, for the table: `held` when it is unresolved (or a confirmed
-/// infrastructure failure) and not masked.
-fn held(r: &InstanceReport) -> bool {
-    match r.outcome {
-        Verdict::Unresolved => !r.infra_failure,
-        Verdict::Error => r.infra_failure && r.error.as_deref().unwrap_or("").contains("confirmed"),
-        _ => false,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

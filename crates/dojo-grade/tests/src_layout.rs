@@ -19,8 +19,7 @@ mod common;
 use common::skip;
 
 use dojo_grade::{GradeOptions, validate_in_sandbox};
-use dojo_sandbox::{Sandbox, SandboxOptions};
-use dojo_task::{EnvRegistry, PrepareOptions, load_selected};
+use dojo_task::{EnvRegistry, load_selected};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_test_command_setting_pythonpath_validates_with_the_observer() {
@@ -38,23 +37,10 @@ async fn a_test_command_setting_pythonpath_validates_with_the_observer() {
     env.spec.editable = false;
     env.env.remove("PYTHONPATH");
     env.test_cmd = format!("PYTHONPATH=src {}", env.test_cmd);
-    let (t, e) = (task.clone(), env.clone());
-    let prepared = match tokio::task::spawn_blocking(move || {
-        dojo_task::prepare(&t, &e, &PrepareOptions::default())
-    })
-    .await
-    .unwrap()
-    {
+    let (_prepared, mut sb) = match common::prepared_sandbox(&task, &env).await {
         Ok(p) => p,
-        Err(e) => return skip(format!("cannot prepare {}: {e}", task.instance_id)),
+        Err(e) => return skip(e),
     };
-    let mut sb = Sandbox::create(
-        &prepared.pristine,
-        Some(&prepared.env),
-        &SandboxOptions::default(),
-    )
-    .await
-    .unwrap();
     let opts = GradeOptions {
         timeout: Some(Duration::from_secs(240)),
         ..Default::default()

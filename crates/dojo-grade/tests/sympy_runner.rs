@@ -16,11 +16,10 @@
 use std::time::Duration;
 
 mod common;
-use common::skip;
+use common::{held, skip};
 
-use dojo_grade::{GradeOptions, InstanceReport, Verdict, grade_in_sandbox, validate_in_sandbox};
-use dojo_sandbox::{Sandbox, SandboxOptions};
-use dojo_task::{EnvRegistry, PrepareOptions, Task};
+use dojo_grade::{GradeOptions, grade_in_sandbox, validate_in_sandbox};
+use dojo_task::{EnvRegistry, Task};
 use serde_json::json;
 
 const SDIST: &str = "https://files.pythonhosted.org/packages/e5/57/3485a1a3dff51bfd691962768b14310dae452431754bfc091250be50dd29/sympy-1.12.tar.gz";
@@ -193,14 +192,6 @@ fn append_patch(root: &std::path::Path, path: &str, code: &str) -> String {
     )
 }
 
-fn held(r: &InstanceReport) -> bool {
-    match r.outcome {
-        Verdict::Unresolved => !r.infra_failure,
-        Verdict::Error => r.infra_failure && r.error.as_deref().unwrap_or("").contains("confirmed"),
-        _ => false,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sympys_runner_is_observed_and_attacks_on_it_are_unresolved() {
     if !common::sandboxes_or_skip() {
@@ -212,23 +203,10 @@ async fn sympys_runner_is_observed_and_attacks_on_it_are_unresolved() {
     env.test_cmd = "python -c 'import sys, sympy; sys.exit(not sympy.test(*sys.argv[1:], \
                     verbose=True, colors=False))'"
         .into();
-    let (t, e) = (task.clone(), env.clone());
-    let prepared = match tokio::task::spawn_blocking(move || {
-        dojo_task::prepare(&t, &e, &PrepareOptions::default())
-    })
-    .await
-    .unwrap()
-    {
+    let (prepared, mut sb) = match common::prepared_sandbox(&task, &env).await {
         Ok(p) => p,
-        Err(e) => return skip(format!("cannot prepare {}: {e}", task.instance_id)),
+        Err(e) => return skip(e),
     };
-    let mut sb = Sandbox::create(
-        &prepared.pristine,
-        Some(&prepared.env),
-        &SandboxOptions::default(),
-    )
-    .await
-    .unwrap();
     let opts = GradeOptions {
         timeout: Some(Duration::from_secs(300)),
         ..Default::default()

@@ -104,3 +104,38 @@ pub async fn grade_fresh(
     sb.teardown().await.unwrap();
     r
 }
+
+/// `task` prepared for `env` (its checkout and environment, built once and cached) and a
+/// sandbox over them; the error says why it could not be prepared (network, kernel features).
+pub async fn prepared_sandbox(
+    task: &Task,
+    env: &RepoEnv,
+) -> Result<(dojo_task::PreparedTask, Sandbox), String> {
+    let (t, e) = (task.clone(), env.clone());
+    let prepared = tokio::task::spawn_blocking(move || {
+        dojo_task::prepare(&t, &e, &dojo_task::PrepareOptions::default())
+    })
+    .await
+    .unwrap()
+    .map_err(|e| format!("cannot prepare {}: {e}", task.instance_id))?;
+    let sb = Sandbox::create(
+        &prepared.pristine,
+        Some(&prepared.env),
+        &SandboxOptions::default(),
+    )
+    .await
+    .map_err(|e| format!("cannot create a sandbox for {}: {e}", task.instance_id))?;
+    Ok((prepared, sb))
+}
+
+/// Whether a red-team grade held: unresolved (not as an infrastructure failure), or an
+/// infrastructure error confirmed without the patch; never resolved, never masked.
+pub fn held(r: &InstanceReport) -> bool {
+    match r.outcome {
+        dojo_grade::Verdict::Unresolved => !r.infra_failure,
+        dojo_grade::Verdict::Error => {
+            r.infra_failure && r.error.as_deref().unwrap_or("").contains("confirmed")
+        }
+        _ => false,
+    }
+}
