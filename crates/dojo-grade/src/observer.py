@@ -298,14 +298,22 @@ class _File(object):
             self._build_index()
 
     def _read_defs(self, tree):
-        def walk(body, prefix, xfail):
+        # A class decorator other than a marker may wrap every test method of the class
+        # (`@mock.patch(...)` on a Django TestCase): its methods are reached through
+        # `__wrapped__` as if decorated themselves.
+        def walk(body, prefix, xfail, cls_wraps=False):
             for node in body:
                 if isinstance(node, ast.ClassDef):
                     marks = [_dotted(d) for d in node.decorator_list]
-                    walk(node.body, prefix + (node.name,), xfail or _any_xfail(marks))
+                    walk(
+                        node.body,
+                        prefix + (node.name,),
+                        xfail or _any_xfail(marks),
+                        cls_wraps or any(not _marker(m) for m in marks),
+                    )
                 elif isinstance(node, (ast.FunctionDef, getattr(ast, "AsyncFunctionDef", ()))):
                     marks = [_dotted(d) for d in node.decorator_list]
-                    wraps = any(not _marker(m) for m in marks)
+                    wraps = cls_wraps or any(not _marker(m) for m in marks)
                     key = prefix + (node.name,)
                     old = self.defs.get(key, (False, False))
                     self.defs[key] = (old[0] or wraps, old[1] or xfail or _any_xfail(marks))

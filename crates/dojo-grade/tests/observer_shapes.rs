@@ -1,6 +1,7 @@
 //! The test observer on the shapes real suites use (found on SWE-bench's astroid and
 //! marshmallow): test methods that are static, class methods, inherited, parametrized on a
 //! class, unittest-style, xfail-marked, reading `request.instance`, with ids cut at a space,
+//! methods a class decorator wraps (`@mock.patch` on a whole class, as Django's suites do),
 //! and string `skipif` / `xfail` conditions that name the test module's globals (astropy's
 //! `skipif("not HAS_BS4")`, which pytest evaluates in the test function's `__globals__`).
 //! Graded with the observer, every honest test still passes, the observer saw every body, and
@@ -18,7 +19,10 @@ use dojo_grade::{GradeOptions, Verdict};
 use dojo_task::EnvRegistry;
 use serde_json::json;
 
-const SHAPES: &str = r#"import unittest
+const SHAPES: &str = r#"import os
+import unittest
+from unittest import mock
+
 import pytest
 
 HAS_THING = True
@@ -81,6 +85,13 @@ class UBase(unittest.TestCase):
 class UChild(UBase):
     def test_child(self):
         self.assertEqual(self.v, 3)
+
+
+# A class decorator that wraps every test method (Django's suites patch whole classes).
+@mock.patch("os.getcwd", return_value="/patched")
+class UPatched(unittest.TestCase):
+    def test_patched(self, getcwd):
+        self.assertEqual(os.getcwd(), "/patched")
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,6 +119,7 @@ async fn honest_tests_of_every_shape_pass_under_the_observer() {
         "tests/test_shapes.py::UChild::test_base",
         "tests/test_shapes.py::UChild::test_ustatic",
         "tests/test_shapes.py::UChild::test_child",
+        "tests/test_shapes.py::UPatched::test_patched",
     ];
     let t = common::task(json!({
         "instance_id": "local__shapes-1", "repo": "local/shapes", "base_commit": "x",
