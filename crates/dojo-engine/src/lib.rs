@@ -10,12 +10,12 @@
 //!   step and dojo-train's differentiable pass, which differ only in how a projection reads
 //!   its weight and where attention finds earlier positions (a KV cache or the batch itself).
 //! - [`model`]: one transformer for Llama (SmolLM2) and Qwen2/2.5/3 with an external
-//!   preallocated [`KvCache`]; [`loader`]: GGUF (quantized), safetensors, random tiny models.
-//!   [`WeightMode`] picks how GGUF weights are multiplied (the file's kernels, dojo-kernels'
-//!   Q4_1/Q8_0 decode kernels with a dense prefill from 96-token chunks, or dense f32), by what
-//!   is fast in this build. A decode step is one forward pass for every sequence in it (one
-//!   token alone is a batch of one), its attention one kernel over all their caches
-//!   (`dojo_kernels::decode_attention`).
+//!   preallocated [`KvCache`] ([`kv_cache`]: copy-on-write forks, f32 or f16); [`loader`]:
+//!   GGUF (quantized), safetensors, random tiny models. [`WeightMode`] picks how GGUF
+//!   weights are multiplied (the file's kernels, dojo-kernels' Q4_1/Q8_0 decode kernels with a
+//!   dense prefill from 96-token chunks, or dense f32), by what is fast in this build. A decode
+//!   step is one forward pass for every sequence in it (one token alone is a batch of one),
+//!   its attention one kernel over all their caches (`dojo_kernels::decode_attention`).
 //! - [`Engine`]: a worker thread running requests with continuous batching (every active
 //!   sequence advances in one batched decode step; requests sharing a prompt prefill it once)
 //!   or round-robin, with sampling ([`SamplingParams`]), stop handling, token ids + logprobs,
@@ -31,6 +31,7 @@ pub mod block;
 pub mod completions;
 pub mod config;
 pub mod engine;
+pub mod kv_cache;
 pub mod loader;
 pub mod model;
 pub mod sampling;
@@ -41,8 +42,9 @@ use std::path::PathBuf;
 pub use config::{Arch, Config};
 pub use dojo_kernels::q4_1;
 pub use engine::{Engine, EngineOptions, FinishReason, GenerateRequest, Generation, Stats};
+pub use kv_cache::{KvCache, KvCacheType};
 pub use loader::WeightMode;
-pub use model::{KvCache, KvCacheType, Model};
+pub use model::Model;
 pub use sampling::SamplingParams;
 
 /// Engine failures. `Request` and `ContextLength` are the caller's (HTTP 400); the rest are
