@@ -108,6 +108,8 @@ def _boot():
     state.pristine = _Pristine([p for p in tests.split("\n") if p])
     for path in sorted(state.pristine.files):
         state.emit("file", path)
+        for doc in sorted(state.pristine.files[path].docs):
+            state.emit("u.filedoc", "", doc)
     state.helpers = _Helpers()
     _audit(state)
     _hook_imports(state)
@@ -272,6 +274,7 @@ class _File(object):
         self.module_xfail = False
         self.rebound = set()  # module-level names also bound by an import or assignment
         self.imported = {}  # module-level `from M import N as L`: L -> (M, N)
+        self.docs = set()  # first docstring lines of its test functions (unittest's names)
         self._index = {}
         self._matched = {}
         try:
@@ -315,6 +318,10 @@ class _File(object):
                     marks = [_dotted(d) for d in node.decorator_list]
                     wraps = cls_wraps or any(not _marker(m) for m in marks)
                     key = prefix + (node.name,)
+                    if node.name.startswith("test"):
+                        doc = _first_doc_line(node)
+                        if doc:
+                            self.docs.add(doc)
                     old = self.defs.get(key, (False, False))
                     self.defs[key] = (old[0] or wraps, old[1] or xfail or _any_xfail(marks))
                 elif prefix:
@@ -364,6 +371,14 @@ class _File(object):
     def info(self, names):
         wraps, xfail = self.defs.get(tuple(names), (False, False))
         return wraps, xfail or self.module_xfail
+
+
+def _first_doc_line(node):
+    """The first line of a function's docstring, as unittest's `shortDescription` gives it."""
+    body = getattr(node, "body", None) or [None]
+    value = getattr(body[0], "value", None) if isinstance(body[0], ast.Expr) else None
+    text = getattr(value, "value", getattr(value, "s", None))  # Constant (3.8+), Str before
+    return text.strip().split("\n")[0].strip() if isinstance(text, str) else ""
 
 
 def _dotted(node):
@@ -1043,6 +1058,13 @@ def _observe_case(state, case, name):
     wrapped = _make_wrapper(state, "u.", set([tid]), bound, check)
     setattr(case, name, wrapped)
     state.emit("u.item", tid, "xfail" if check.marked else "")
+    # A runner with descriptions on (Django's at verbosity 2) logs a test that has a docstring
+    # under its first line: the grading side matches such a log name through this record.
+    # (unittest's own `shortDescription`, computed here: the method could be replaced.)
+    doc = getattr(case, "_testMethodDoc", None)
+    doc = doc.strip().split("\n")[0].strip() if isinstance(doc, str) else ""
+    if doc:
+        state.emit("u.doc", tid, doc)
 
 
 def _hook_unittest(state, unittest):

@@ -42,7 +42,9 @@
 //! with the run's own plugin manager as pytest creates it) and **unittest** (Django's
 //! `runtests.py`, `python -m unittest`: each `TestCase` instance's test method is wrapped as it
 //! is created; log names `method (module.Class)` map to `module.Class.method`, a test logged
-//! under its docstring cannot be mapped and is taken from the log) and **sympy's own runner**
+//! under its docstring, as Django's runner logs it, maps through the docstring records: the one
+//! whose body ran last, and a docstring of a restored file's test that no observed test
+//! carries was never collected) and **sympy's own runner**
 //! (`bin/test`: the functions of each test file's namespace are wrapped as the runner `exec`s
 //! it; `PYTHONHASHSEED` is set so that the runner stays in the observed process; its
 //! assertion helpers, which live in the repository, are compiled at startup and must be
@@ -343,6 +345,8 @@ pub enum Body {
 pub struct Item {
     pub body: Body,
     pub xfail_marked: bool,
+    /// When its body last started, in the order of all bodies' starts (`None`: never).
+    pub entered: Option<usize>,
 }
 
 /// Everything the observer recorded in one run.
@@ -370,6 +374,13 @@ pub struct Observed {
     /// the test machinery does (a tracer set in a test body, a function's code replaced, the
     /// garbage collector walked outside test bodies).
     pub audits: Vec<String>,
+    /// unittest: the first line of a test's docstring (the name a runner with descriptions
+    /// on, Django's, logs the test under) -> the tests that have it.
+    pub docs: BTreeMap<String, Vec<String>>,
+    /// unittest: the first docstring lines of the test functions in the restored test files
+    /// (read at startup): a log name among them belongs to a test the observer should have
+    /// seen.
+    pub file_docs: std::collections::BTreeSet<String>,
 }
 
 fn unhex(s: &str) -> Option<String> {
@@ -394,6 +405,7 @@ pub fn parse(records: &str, runner: Runner, key: &RunKey) -> Observed {
     // Per process: it collected tests, it recorded their end.
     let mut streams: BTreeMap<u64, (bool, bool)> = BTreeMap::new();
     let mut n = 0usize;
+    let mut entered = 0usize;
     while let Some(line) = lines.next() {
         if line.is_empty() && lines.peek().is_none() {
             break;
@@ -471,14 +483,28 @@ pub fn parse(records: &str, runner: Runner, key: &RunKey) -> Observed {
                 o.items.entry(id).or_insert(Item {
                     body: Body::NotRun,
                     xfail_marked: extra == "xfail",
+                    entered: None,
                 });
             }
             "unobserved" => o.unobserved.push(id),
+            "filedoc" => {
+                o.file_docs.insert(extra.to_string());
+            }
+            "doc" => {
+                let ids = o.docs.entry(extra.to_string()).or_default();
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
             "replaced" => {
                 o.replaced.entry(id).or_insert_with(|| extra.to_string());
             }
             "enter" | "return" | "raise" => {
                 if let Some(item) = o.items.get_mut(&id) {
+                    if kind == "enter" {
+                        item.entered = Some(entered);
+                        entered += 1;
+                    }
                     item.body = match kind {
                         "enter" => Body::Entered,
                         "return" => Body::Returned,
@@ -575,12 +601,31 @@ pub fn check(
     for id in passed {
         let key = matched_key(id, sm, sem).unwrap_or(id.as_str());
         if runner != Runner::Pytest {
-            // A name the runner's records cannot be matched to (a docstring) is the log's.
+            // A name matched to no record, and no docstring of a restored test file's test, is
+            // the log's (a test the observer does not watch).
             let uid = match runner {
-                Runner::Unittest => unittest_id(key),
+                Runner::Unittest => unittest_id(key).or_else(|| {
+                    // A name logged from a docstring: the test with that docstring whose body
+                    // ran last (the log keeps the last line under a name).
+                    obs.docs.get(key).and_then(|ids| {
+                        ids.iter()
+                            .max_by_key(|i| obs.items.get(*i).and_then(|it| it.entered))
+                            .cloned()
+                    })
+                }),
                 _ => Some(key.to_string()),
             };
             let Some(uid) = uid else {
+                // A docstring of a test in a restored file that no observed test carries: that
+                // test was never created (other names are the log's, as unobserved tests).
+                if runner == Runner::Unittest && obs.file_docs.contains(key) {
+                    let seen = if obs.collected {
+                        "it was never collected"
+                    } else {
+                        "collection never finished"
+                    };
+                    r.disagreements.push(format!("{id}: {seen}"));
+                }
                 continue;
             };
             if let Some(why) = obs.replaced.get(&uid) {
@@ -1115,5 +1160,51 @@ mod tests {
             "sympy's runner must stay in the observed process"
         );
         assert_eq!(Runner::Pytest.env(), None);
+    }
+    #[test]
+    fn unittest_names_logged_from_docstrings_are_matched_through_the_doc_records() {
+        let records = rec("start", "", "3.11")
+            + &rec("u.filedoc", "", "Shared description.")
+            + &rec("u.filedoc", "", "Forged description.")
+            + &rec("u.filedoc", "", "Never created.")
+            + &rec("u.item", "app.tests.T.test_a", "")
+            + &rec("u.doc", "app.tests.T.test_a", "Shared description.")
+            + &rec("u.item", "app.tests.T.test_b", "")
+            + &rec("u.doc", "app.tests.T.test_b", "Shared description.")
+            + &rec("u.item", "app.tests.T.test_c", "")
+            + &rec("u.doc", "app.tests.T.test_c", "Forged description.")
+            + &rec("u.collected", "", "3")
+            + &rec("u.enter", "app.tests.T.test_a", "")
+            + &rec("u.raise", "app.tests.T.test_a", "AssertionError")
+            + &rec("u.enter", "app.tests.T.test_b", "")
+            + &rec("u.return", "app.tests.T.test_b", "")
+            + &rec("u.enter", "app.tests.T.test_c", "")
+            + &rec("u.raise", "app.tests.T.test_c", "AssertionError")
+            + &rec("u.finish", "", "");
+        let obs = read(&records, Runner::Unittest);
+        assert_eq!(obs.docs["Shared description."].len(), 2, "{obs:?}");
+        assert_eq!(obs.file_docs.len(), 3);
+        let m = sm(&[
+            ("Shared description.", PASSED),
+            ("Forged description.", PASSED),
+            ("Never created.", PASSED),
+            ("A docstring of a test outside the restored files.", PASSED),
+        ]);
+        let s = status(
+            &["Shared description.", "Forged description."],
+            &[
+                "Never created.",
+                "A docstring of a test outside the restored files.",
+            ],
+        );
+        let r = check(&obs, Runner::Unittest, &s, &m, Semantics::Classic);
+        // Two tests share a docstring: the log keeps the last one's line, and so does this.
+        assert_eq!(
+            r.disagreements,
+            [
+                "Forged description.: its body raised AssertionError",
+                "Never created.: it was never collected",
+            ]
+        );
     }
 }
