@@ -605,11 +605,23 @@ pub fn check(
             // the log's (a test the observer does not watch).
             let uid = match runner {
                 Runner::Unittest => unittest_id(key).or_else(|| {
-                    // A name logged from a docstring: the test with that docstring whose body
-                    // ran last (the log keeps the last line under a name).
+                    // A name logged from a docstring. Several tests may share one (a mixin's
+                    // test in each backend's class): the log kept one line of theirs, which
+                    // need not be the last run's (a test whose error output split its line
+                    // left none), so one of them returning is enough, as with pytest's cut
+                    // names; none did: the one that ran last is named.
                     obs.docs.get(key).and_then(|ids| {
+                        let returned = |i: &&String| {
+                            obs.items
+                                .get(*i)
+                                .is_some_and(|it| it.body == Body::Returned)
+                        };
                         ids.iter()
-                            .max_by_key(|i| obs.items.get(*i).and_then(|it| it.entered))
+                            .find(returned)
+                            .or_else(|| {
+                                ids.iter()
+                                    .max_by_key(|i| obs.items.get(*i).and_then(|it| it.entered))
+                            })
                             .cloned()
                     })
                 }),
@@ -1198,7 +1210,8 @@ mod tests {
             ],
         );
         let r = check(&obs, Runner::Unittest, &s, &m, Semantics::Classic);
-        // Two tests share a docstring: the log keeps the last one's line, and so does this.
+        // Two tests share a docstring: one of them returning is enough (the log kept one
+        // line of theirs); a docstring of one test is that test's.
         assert_eq!(
             r.disagreements,
             [
