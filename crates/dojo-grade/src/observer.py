@@ -67,6 +67,9 @@ def _hmac_sha256(key):
 
     return mac
 
+# The standard library's unittest package (its wrappers only skip or mark, never swallow).
+_UNITTEST_DIR = os.path.join(os.path.dirname(os.__file__), "unittest") + os.sep
+
 # Where the repository is: modules loaded from it are the project's code.
 _WORKSPACE = "/testbed/"
 
@@ -676,6 +679,10 @@ def _helpers_changed(f, g, helpers, ours=()):
         val = g.get(name) if isinstance(g, dict) else None
         raw = _func(val) if val is not None else None
         if raw is not None and id(raw) in ours:
+            raw = _func(getattr(raw, "__wrapped__", None))
+        # unittest's own skip wrapper around the file's function (Django's
+        # `mark_expected_failures_and_skips`, run by a test, skips functions that way).
+        while raw is not None and raw.__code__.co_filename.startswith(_UNITTEST_DIR):
             raw = _func(getattr(raw, "__wrapped__", None))
         if raw is not None and not f.matches((name,), raw.__code__):
             bad.append(name)
