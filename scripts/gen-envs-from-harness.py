@@ -32,6 +32,10 @@ What the transcription does, per harness key (envs/README.md describes the targe
 - a conda list's setuptools pin is also installed on its own first (`pre_install`), as
   `conda create` has it in place before pip's step builds `pip_packages`; astropy < 4's
   astropy_helpers submodule and the harness's pip are `pre_install` steps too (AH_HELPERS).
+- what the harness's image has but the registries cannot give is SUBSTITUTED, and each
+  generated file says so (its header and the version's table): pins without wheels for the
+  version's interpreter (SUBSTITUTE), an older pip for an install command pip 26 refuses
+  (INSTALL_PIP), matplotlib's qhull and FreeType downloads (MPL_QHULL_STEP, MPL_FREETYPE_STEP).
 
 Installer rule (`installer = "pip"` vs uv's default): pip wherever the harness's pip semantics
 matter, i.e. when any of these holds, else uv:
@@ -86,14 +90,21 @@ PARSERS = {r: p for r, (_, p) in REPOS.items()}
 # environment_setup_commit; dojo's `requirements_file` names one path, so it is chosen per
 # repository (and per version where the harness's first path did not exist yet). Checked in
 # the projects' git history at their release tags: pylint's requirements_test.txt (2.8-4.0),
-# flask's requirements/dev.txt (2.0-3.1), sympy's requirements-dev.txt (1.13, 1.14); not
-# checked: django's tests/requirements/py3.txt (1.7-5.2) and matplotlib's paths (3.0-3.4).
+# flask's requirements/dev.txt (2.0-3.1), sympy's requirements-dev.txt (1.13, 1.14); matplotlib's
+# requirements/dev/dev-requirements.txt exists from 3.4 on (v3.4.0 and 3.4's Verified setup
+# commit f93c0a3; travis_all.txt was renamed testing/all.txt in 0481c01, 2021-01), and not at
+# v3.0.0-v3.3.0 nor the 3.0 / 3.1 setup commits (d062859, 42259bb), where the harness falls
+# through to requirements/testing/travis_all.txt. Not checked: django's tests/requirements/py3.txt
+# (1.7-5.2).
+REQS_FALLBACK = {
+    "matplotlib/matplotlib": {
+        v: "requirements/testing/travis_all.txt" for v in ("3.0", "3.1", "3.2", "3.3")
+    },
+}
+
+
 def reqs_path(repo, version, paths):
-    if repo == "matplotlib/matplotlib" and version in ("3.0", "3.1", "3.2", "3.3", "3.4"):
-        # requirements/dev/dev-requirements.txt appeared with 3.5; before it the harness falls
-        # through to its second path. (From matplotlib's history, not checked here.)
-        return "requirements/testing/travis_all.txt"
-    return paths[0]
+    return REQS_FALLBACK.get(repo, {}).get(version, paths[0])
 
 TIMEOUT_S = 1800
 
@@ -132,7 +143,15 @@ EXCLUDE_NEWER = {
 AH_HELPERS = {"astropy/astropy": {"1.3": "3.0.2", "3.1": "3.2.1"}}
 HARNESS_PIP = {"astropy/astropy": {v: "23.3.2" for v in ("3.0", "3.1", "3.2")}}
 TEST_EXTRAS = {"astropy/astropy": {"3.1": "pytest-mpl objgraph ipython coverage skyfield"}}
-EXCLUDE_NEWER_VERSIONS = {"astropy/astropy": {v: "2024-01-01" for v in ("3.0", "3.1", "3.2")}}
+EXCLUDE_NEWER_VERSIONS = {
+    "astropy/astropy": {v: "2024-01-01" for v in ("3.0", "3.1", "3.2")},
+    # The versions whose conda lists leave most packages unpinned and whose Python has pip 26
+    # (>= 3.9; 3.6-3.8 cannot have a day): as of the day xarray's conda list takes, before
+    # numpy 2.0 and after the harness's newest pins of them (scikit-learn: cython==3.0.10,
+    # 2024-03-26; matplotlib: setuptools==68.1.2, fonttools==4.42.1, 2023-08).
+    "scikit-learn/scikit-learn": {v: "2024-06-01" for v in ("1.3", "1.4", "1.5", "1.6")},
+    "matplotlib/matplotlib": {v: "2024-06-01" for v in ("3.5", "3.6", "3.7", "3.8", "3.9")},
+}
 
 # The harness's `conda create` puts setuptools (with `pkg_resources`, before setuptools 81) in
 # every environment; dojo's uv venvs have none. Where a version's tests need it and its spec
@@ -140,6 +159,100 @@ EXCLUDE_NEWER_VERSIONS = {"astropy/astropy": {v: "2024-01-01" for v in ("3.0", "
 # SWE-bench Lite: pytest 8.0's `test_resources_provider_for_loader` skipped and
 # `test_cmdline_python_namespace_package` failed without it, pytest-11143 / -11148).
 CONDA_SETUPTOOLS = {"pytest-dev/pytest": {"8.0": "setuptools==68.0.0"}}
+
+# Pins the harness's conda satisfied but PyPI cannot on the version's interpreter (no wheel for
+# it: pip builds the sdist, which fails), replaced by the nearest release that has manylinux
+# wheels for it; and unpinned names that resolve differently on PyPI than conda did then.
+# (repo, version) -> {name: (requirement, why)}; the replacement is said in the version's table.
+# Checked with `pip download --only-binary :all: --python-version X.Y --platform
+# manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64 --no-deps`.
+_SK_NEW = {
+    "numpy": (
+        "numpy==1.19.3",
+        "numpy==1.19.2 has no cp39 wheel on PyPI (conda had a py39 build); 1.19.3 is the "
+        "first 1.19.x with one (manylinux2010)",
+    ),
+    "scipy": (
+        "scipy==1.5.4",
+        "scipy==1.5.2 has no cp39 wheel on PyPI (nor 1.5.3); 1.5.4 is the first 1.5.x with one "
+        "(manylinux1)",
+    ),
+}
+_SK_OLD = {
+    "cython": (
+        "cython<3",
+        "unpinned `cython` resolves to Cython 3 on PyPI, whose compiler rejects these .pyx "
+        "files; the harness's conda (Python 3.6) had 0.29.x: the newest 0.29 (0.29.37, cp36 "
+        "wheel) is taken",
+    ),
+}
+# An interpreter no registry here offers, replaced by the nearest one that runs the version's
+# pins (django 1.7-2.2 and matplotlib 1.0-2.2 ask for 3.5; their releases support 3.6). Results
+# under a substituted interpreter are counted apart in envs/VALIDATION.md.
+PYTHON_SUBSTITUTE = {
+    "3.5": (
+        "3.6",
+        "CPython 3.5 is in no registry here (pyenv's oldest 3.x is 3.6.15, uv manages none "
+        "before 3.7); 3.6 is the nearest",
+    ),
+}
+
+SUBSTITUTE = {
+    "scikit-learn/scikit-learn": {
+        **{v: _SK_OLD for v in ("0.20", "0.21", "0.22")},
+        **{v: _SK_NEW for v in ("1.3", "1.4", "1.5", "1.6")},
+    },
+}
+
+# The harness's install command needs an older pip than the venv's: pip 26 (the newest for
+# Python >= 3.9) has no `--no-use-pep517` (scikit-learn >= 1.3's `pip install -v
+# --no-use-pep517 --no-build-isolation -e .`, also the eval script's reinstall). Installed right
+# before the install command (the requirements keep pip 26 and its exclude_newer date); pip
+# 23.3.2 (the newest as of the version's day) runs `setup.py develop` with the venv's setuptools
+# (the project's pyproject.toml names no build backend), with the venv's pip.conf
+# (`editable_mode=compat` is accepted there, measured).
+INSTALL_PIP = {"scikit-learn/scikit-learn": {v: "23.3.2" for v in ("1.3", "1.4", "1.5", "1.6")}}
+
+# matplotlib's C libraries. The harness's pre_install downloads qhull 2020.2 from qhull.org
+# into build/ (where setupext.py looks before downloading it itself), and setupext.py downloads
+# FreeType 2.6.1 (the version its image tests were drawn with) at build time; neither host is
+# reachable here (only the package registries). The project is installed at each instance's
+# base commit, and what its setupext.py does varies inside one harness version (3.4's base
+# commits read setup.cfg, later ones mplsetup.cfg; 3.0-3.3 bundle qhull in extern/libqhull), so
+# both steps look at the tree's setupext.py:
+# - qhull, where setupext.py would download qhull-2020.2: the same sources (qhull_r 8.0.2,
+#   "2020.2.r 2020/08/31") from PyPI's cmeel-qhull 8.0.2.1 sdist (its qhull/ tree; cmeel's patch
+#   only touches CMakeLists.txt), unpacked into build/qhull-2020.2. pip download prepares the
+#   sdist's metadata, which for cmeel is a CMake build of qhull (a minute or two): CMake 4 needs
+#   CMAKE_POLICY_VERSION_MINIMUM for qhull's CMakeLists, and the download ignores the version's
+#   exclude_newer day (8.0.2.1 is from 2025).
+# - FreeType, where setupext.py has the [libs] system_freetype option (its default, False,
+#   downloads 2.6.1; older trees take the system's by default, as the harness's did): no
+#   registry has 2.6.1's sources, so the system's (Debian's libfreetype-dev and pkg-config,
+#   2.12.1 on this project's machines, part of their image), in the file setupext.py reads
+#   (mplsetup.cfg or setup.cfg). matplotlib's image comparisons of text are drawn with FreeType
+#   2.6.1: with another version those tests fail ("Matplotlib is not built with the correct
+#   FreeType version to run tests"), in the harness's PASS_TO_PASS lists too.
+MPL_QHULL_STEP = (
+    "if grep -q qhull-2020 setupext.py; then "
+    "env -u PIP_UPLOADED_PRIOR_TO CMAKE_POLICY_VERSION_MINIMUM=3.5 python -m pip download "
+    "--no-deps --no-binary cmeel-qhull -d /tmp/qhull cmeel-qhull==8.0.2.1 && "
+    "mkdir -p build/qhull-2020.2 && tar -xzf /tmp/qhull/cmeel_qhull-8.0.2.1.tar.gz "
+    "-C build/qhull-2020.2 --strip-components=2 --no-same-owner cmeel_qhull-8.0.2.1/qhull; fi"
+)
+MPL_FREETYPE_STEP = (
+    "if grep -q \"'libs', 'system_freetype'\" setupext.py; then cfg=setup.cfg; "
+    "if grep -q mplsetup.cfg setupext.py; then cfg=mplsetup.cfg; fi; "
+    "printf '[libs]\\nsystem_freetype = True\\n' >> \"$cfg\"; fi"
+)
+QHULL_DOWNLOAD = re.compile(r"QHULL")
+
+
+def mpl_lib_steps(repo, qhull_download):
+    """matplotlib's qhull and FreeType steps (above), where the harness downloads qhull."""
+    if repo != "matplotlib/matplotlib" or not qhull_download:
+        return []
+    return [MPL_QHULL_STEP, MPL_FREETYPE_STEP]
 
 
 def helpers_steps(repo, version, reqs):
@@ -185,8 +298,29 @@ CONDA_ENV_PIP = {
         "pytest-cov", "pytest-env", "pytest-xdist", "pytest-timeout", "rasterio", "scipy",
         "seaborn", "setuptools", "sparse", "toolz", "typing-extensions", "zarr",
     ],
+    # matplotlib's environment.yml (3.5 on): the union of the files at the Verified versions'
+    # setup commits (3.5: de98877e, 3.6: 73909bcb, 3.7: 0849036f), under PyPI's names; the
+    # harness's pip_packages pin most runtime dependencies (numpy==1.25.2 ...) over them.
+    "matplotlib/matplotlib": [
+        "contourpy>=1.0.1", "cycler>=0.10.0", "fonttools>=4.22.0", "importlib-resources>=3.2.0",
+        "kiwisolver>=1.0.1", "numpy>=1.19", "pillow>=6.2", "pybind11>=2.6.0", "pyparsing",
+        "python-dateutil>=2.1", "setuptools", "setuptools-scm", "colorspacious", "ipython",
+        "ipywidgets", "numpydoc>=0.8", "packaging", "pydata-sphinx-theme", "pyyaml",
+        "sphinx>=1.8.1,!=2.0.0", "sphinx-copybutton", "sphinx-gallery>=0.10", "sphinx-design",
+        "mpl-sphinx-theme", "sphinxcontrib-svg2pdfconverter", "pikepdf", "coverage",
+        "flake8>=3.8", "flake8-docstrings>=1.4.0", "ipykernel",
+        "nbconvert[execute]!=6.0.0,!=6.0.1", "nbformat!=5.0.0,!=5.0.1", "pandas!=0.25.0",
+        "psutil", "pydocstyle>=5.1.0", "pytest!=4.6.0,!=5.4.0", "pytest-cov",
+        "pytest-rerunfailures", "pytest-timeout", "pytest-xdist", "tornado", "pytz", "black",
+    ],
 }
-CONDA_ENV_LEFT_OUT = "cdms2 (conda only), cfgrib (ecCodes C library), pre-commit"
+CONDA_ENV_LEFT_OUT = {
+    "pydata/xarray": "cdms2 (conda only), cfgrib (ecCodes C library), pre-commit",
+    "matplotlib/matplotlib": (
+        "cairocffi (needs the cairo C library), pygobject, gtk3/gtk4 (GObject and GTK C "
+        "libraries), pyqt (Qt), wxpython (no Linux wheels), graphviz (a C program), pre-commit"
+    ),
+}
 
 # Built-in defaults of the format (envs/README.md): keys equal to these are not written.
 BUILTIN = {
@@ -242,12 +376,26 @@ def transcribe(repo, version, spec, reqs_paths):
     """One harness spec -> (table, notes): the version table and what it cannot express."""
     t, notes = {}, []
     t["python"] = spec["python"]
-    pre = []
+    if t["python"] in PYTHON_SUBSTITUTE:
+        new, why = PYTHON_SUBSTITUTE[t["python"]]
+        notes.append(f"substituted: python {t['python']} -> {new}: {why}")
+        t["python"] = new
+    pre, qhull = [], []
     for cmd in spec.get("pre_install", []):
         if SYSTEM_CMD.search(cmd):
             notes.append(f"pre_install (system, left out): {cmd}")
+        elif repo == "matplotlib/matplotlib" and QHULL_DOWNLOAD.search(cmd):
+            qhull.append(cmd)
         else:
             pre.append(cmd)
+    if qhull:
+        notes.append(
+            "substituted: pre_install's qhull download from qhull.org (unreachable) -> qhull "
+            "2020.2 from PyPI's cmeel-qhull sdist where the tree's setupext.py downloads it "
+            "(3.0-3.3 bundle extern/libqhull), and the system's FreeType (2.12.1) for the 2.6.1 "
+            "it downloads where it has [libs] system_freetype: text image tests differ "
+            "(MPL_QHULL_STEP, MPL_FREETYPE_STEP in the generator)"
+        )
     t["pre_install"] = pre
     pkgs = spec.get("packages", "")
     conda = []
@@ -257,7 +405,7 @@ def transcribe(repo, version, spec, reqs_paths):
         conda = list(CONDA_ENV_PIP[repo])
         notes.append(
             "conda environment.yml (packages = environment.yml): installed from PyPI "
-            f"(CONDA_ENV_PIP in the generator) except {CONDA_ENV_LEFT_OUT}"
+            f"(CONDA_ENV_PIP in the generator) except {CONDA_ENV_LEFT_OUT[repo]}"
         )
     elif pkgs == "environment.yml":
         notes.append("conda environment.yml (packages = environment.yml): not installed")
@@ -272,7 +420,14 @@ def transcribe(repo, version, spec, reqs_paths):
     t["requirements"] = merge(conda, spec.get("pip_packages", []))
     if version in CONDA_SETUPTOOLS.get(repo, {}):
         t["requirements"] = merge(t["requirements"], [CONDA_SETUPTOOLS[repo][version]])
+    subst = SUBSTITUTE.get(repo, {}).get(version, {})
+    for i, r in enumerate(t["requirements"]):
+        if req_name(r) in subst:
+            new, why = subst[req_name(r)]
+            t["requirements"][i] = new
+            notes.append(f"substituted: {r} -> {new}: {why}")
     gen += helpers_steps(repo, version, t["requirements"])
+    gen += mpl_lib_steps(repo, bool(qhull))
     GENERATED_PRE.update(gen)
     t["pre_install"] = gen + pre
     install = spec.get("install", "")
@@ -285,6 +440,13 @@ def transcribe(repo, version, spec, reqs_paths):
         t["editable"], t["install"] = True, []
     else:
         t["editable"], t["install"] = False, [install] if install else []
+    if version in INSTALL_PIP.get(repo, {}):
+        pin = INSTALL_PIP[repo][version]
+        t["install"] = [f"python -m pip install pip=={pin}", *t["install"]]
+        notes.append(
+            f"substituted: pip=={pin} before the install (the venv's pip 26 has no "
+            "--no-use-pep517; INSTALL_PIP in the generator)"
+        )
     pip = (
         not t["editable"]
         or old_setuptools(t["requirements"])
@@ -393,7 +555,10 @@ def render(repo, specs, reqs_paths):
     for v in versions:
         out.append(f'\n[versions."{v}"]\n')
         for n in notes[v]:
-            out.append(f"# not expressible: {n}\n")
+            if n.startswith("substituted: "):
+                out.append(f"# {n}\n")
+            else:
+                out.append(f"# not expressible: {n}\n")
         out.append(table_text(per_version[v]))
     text = "".join(out)
     check_roundtrip(repo, text, schema, default, per_version)
@@ -415,7 +580,18 @@ def header(repo, versions, tables, notes):
         "# edit the generator, not this file. One table per harness version; a version the",
         "# harness does not list gets only [default]. Coverage on this machine: envs/COVERAGE.md.",
     ]
-    all_notes = sorted({n for v in versions for n in notes[v]})
+    subst = sorted({n for v in versions for n in notes[v] if n.startswith("substituted: ")})
+    all_notes = sorted(
+        {n for v in versions for n in notes[v] if not n.startswith("substituted: ")}
+    )
+    if subst:
+        lines.append("#")
+        lines.append("# SUBSTITUTED (what the harness's image has cannot be had here: no network but the")
+        lines.append("# package registries, no conda; each version's table repeats its own):")
+        for n in subst:
+            vs = [v for v in versions if n in notes[v]]
+            lines.append(f"#   - {n[len('substituted: '):]}")
+            lines.append(f"#     versions: {', '.join(vs)}")
     if all_notes:
         lines.append("#")
         lines.append("# NOT EXPRESSIBLE in the spec format (the official image has it, dojo does not;")
@@ -467,7 +643,7 @@ OVERRIDE_GUESS = [
     ("django/django", lambda x: v(x) < [3], "no: Django < 3 predates 3.10's removals (collections ABCs, asyncio)"),
     ("django/django", lambda x: v(x) < [4], "unlikely: Django 3.x supports up to 3.9/3.10"),
     ("django/django", lambda x: True, "likely: Django 4.x runs on 3.11 (officially from 4.1.3)"),
-    ("matplotlib/matplotlib", lambda x: True, "no: the conda environment.yml / apt / qhull download stay missing"),
+    ("matplotlib/matplotlib", lambda x: True, "no: the apt packages and FreeType 2.6.1 stay missing"),
     ("mwaskom/seaborn", lambda x: v(x) < [0, 12], "unlikely: pandas==1.3.5 has no 3.11 wheel (source build)"),
     ("mwaskom/seaborn", lambda x: True, "likely: pins have 3.11 wheels"),
     ("pallets/flask", lambda x: True, "likely: pure Python, pins install on 3.11"),

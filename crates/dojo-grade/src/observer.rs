@@ -678,7 +678,7 @@ pub fn check(
         if let Some((_, why)) = obs
             .replaced
             .iter()
-            .find(|(n, _)| n.as_str() == key || cut(n) || squeeze(n) == key)
+            .find(|(n, _)| n.as_str() == key || cut(n) || as_logged(n) == key)
         {
             r.disagreements.push(format!("{id}: {why}"));
             continue;
@@ -715,7 +715,7 @@ pub fn check(
                     obs.items
                         .iter()
                         .filter(|(n, _)| {
-                            let n = squeeze(n);
+                            let n = as_logged(n);
                             n == key || cut(&n)
                         })
                         .map(|(_, i)| i)
@@ -774,6 +774,26 @@ fn pytest_node_id(id: String) -> String {
     }
     let id = id.replace("::()::", "::");
     id.strip_suffix("::()").map(str::to_string).unwrap_or(id)
+}
+
+/// A node id as the official parsers log it: runs of blanks squeezed ([`squeeze`]), and a
+/// parameter that is an absolute path cut to its last component (`parse_log_pytest_options`:
+/// `test_stdin[/tmp/x/mymodule.py]` is logged `test_stdin[/mymodule.py]`, pylint's and
+/// requests' datasets list it so; several node ids may share the logged name).
+fn as_logged(name: &str) -> String {
+    let name = squeeze(name);
+    let (Some(open), Some(close)) = (name.find('['), name.rfind(']')) else {
+        return name;
+    };
+    if close < open {
+        return name;
+    }
+    let option = &name[open + 1..close];
+    if option.starts_with('/') && !option.starts_with("//") && !option.contains('*') {
+        let last = option.rsplit('/').next().unwrap_or(option);
+        return format!("{}[/{last}]", &name[..open]);
+    }
+    format!("{}[{option}]", &name[..open])
 }
 
 /// `name` with every run of whitespace as one space, ends trimmed (Python's
@@ -1030,6 +1050,26 @@ mod tests {
             r.disagreements,
             ["t.py::f[``other one``-y]: its body raised AssertionError"]
         );
+        // A parameter that is an absolute path, logged as its last component by the official
+        // `parse_log_pytest_options` (pylint's `test_stdin[/mymodule.py]`, requests-6028).
+        let records = rec("start", "", "1")
+            + &rec("item", "t.py::g[/tmp/pytest-1/mymodule.py]", "")
+            + &rec("item", "t.py::h[/tmp/a/b.py]", "")
+            + &rec("collected", "", "2")
+            + &rec("return", "t.py::g[/tmp/pytest-1/mymodule.py]", "")
+            + &rec("raise", "t.py::h[/tmp/a/b.py]", "AssertionError");
+        let m = sm(&[
+            ("t.py::g[/mymodule.py]", PASSED),
+            ("t.py::h[/b.py]", PASSED),
+        ]);
+        let s = status(&["t.py::g[/mymodule.py]", "t.py::h[/b.py]"], &[]);
+        let r = check_records(&records, Runner::Pytest, &s, &m);
+        assert_eq!(
+            r.disagreements,
+            ["t.py::h[/b.py]: its body raised AssertionError"]
+        );
+        assert_eq!(as_logged("t.py::f[//x/y]"), "t.py::f[//x/y]");
+        assert_eq!(as_logged("t.py::f[/a/*/y]"), "t.py::f[/a/*/y]");
         // Not loaded: nothing to compare.
         let r = check(
             &Observed::default(),

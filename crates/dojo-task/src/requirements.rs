@@ -69,11 +69,7 @@ fn collect(
                     reason: format!("-r includes nested deeper than {MAX_DEPTH}"),
                 });
             }
-            let inc = if dir.is_empty() {
-                file.to_string()
-            } else {
-                format!("{dir}/{file}")
-            };
+            let inc = join_relative(dir, file);
             let body = read(&inc).ok_or_else(|| TaskError::Parse {
                 location: path.to_string(),
                 reason: format!("included file {inc} not found"),
@@ -90,6 +86,23 @@ fn collect(
         out.push(line.to_string());
     }
     Ok(())
+}
+
+/// `file` relative to the directory `dir` of the repository, with `.` and `..` resolved, since
+/// `git show` takes only normal paths (matplotlib 3.4's `-r ../doc/doc-requirements.txt`). A
+/// `..` above the repository root is dropped: the lookup then fails and names the path.
+fn join_relative(dir: &str, file: &str) -> String {
+    let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
+    for part in file.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    parts.join("/")
 }
 
 /// The file's requirements without those a pinned requirement names, then the pinned ones.
@@ -170,6 +183,20 @@ mod tests {
         assert!(e.contains("r.txt") && e.contains("missing.txt"), "{e}");
         let looped = |_: &str| Some("-r r.txt\n".to_string());
         assert!(parse_requirements("r.txt", "-r r.txt\n", &looped).is_err());
+    }
+
+    #[test]
+    fn includes_resolve_parent_directories() {
+        // matplotlib 3.4: requirements/dev/dev-requirements.txt has `-r ../doc/doc-requirements.txt`.
+        let files = |p: &str| match p {
+            "requirements/doc/doc-requirements.txt" => Some("sphinx>=3\n".to_string()),
+            "top.txt" => Some("six\n".to_string()),
+            _ => None,
+        };
+        let text = "-r ../doc/doc-requirements.txt\n-r ./../../top.txt\n";
+        let reqs = parse_requirements("requirements/dev/dev-requirements.txt", text, &files);
+        assert_eq!(reqs.unwrap(), ["sphinx>=3", "six"]);
+        assert_eq!(join_relative("", "../x.txt"), "x.txt");
     }
 
     #[test]
