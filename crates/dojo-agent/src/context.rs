@@ -10,6 +10,7 @@
 //! decides and shapes; the loop owns the rollout's state and the policy call.
 
 use dojo_llm::{ChatMessage, Role, Usage};
+use dojo_rundir::clip::{Keep, Unit, clip};
 use dojo_trajectory::{CompressionEvent, PromptPart, Trajectory};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -105,7 +106,7 @@ fn transcript(
             } else {
                 "OBSERVATION"
             };
-            let clipped = crate::tools::clip_chars(&text, max_observation_chars);
+            let (clipped, _) = clip(&text, max_observation_chars, Unit::Chars, Keep::Head);
             transcript.push_str(&format!("{label}:\n{clipped}\n"));
         }
         transcript.push('\n');

@@ -310,10 +310,10 @@ fn gold_replay_records_world_data_that_curate_exports() {
     for row in lines(&capped.join("messages.jsonl")) {
         let m = row["messages"].as_array().unwrap();
         let user = m[1]["content"].as_str().unwrap();
-        assert!(user.contains("[... truncated: 20 of"), "{user}");
+        assert!(user.contains(" characters cut]"), "{user}");
         let target: Value = serde_json::from_str(m[2]["content"].as_str().unwrap()).unwrap();
         let report = target["test_report"].as_str().unwrap();
-        assert!(report.starts_with("[... "), "{report}");
+        assert!(report.starts_with("[… "), "{report}");
         assert_eq!(
             report.split_once("cut]\n").unwrap().1.chars().count(),
             10,

@@ -20,8 +20,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use dojo_rundir::clip::{Keep, Unit, clip};
 use dojo_world::record::{WORLD_FILE, WORLD_SCHEMA_VERSION, WorldBody, WorldRecord};
-use dojo_world::{Caps, Rendered, swr_messages, swt_messages, tail_chars};
+use dojo_world::{Caps, Rendered, swr_messages, swt_messages};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -339,7 +340,7 @@ pub fn samples(records: Vec<(WorldRecord, Origin)>, cfg: &WorldConfig) -> (Vec<C
         // Long outputs of the targets keep their tail (`Caps::target_output`), counted per field.
         let mut tail = |field: &str, text: &mut String| {
             if let Some(cap) = cfg.caps.target_output {
-                let (kept, cut) = tail_chars(text, cap);
+                let (kept, cut) = clip(text, cap, Unit::Chars, Keep::Tail);
                 if cut {
                     *stats
                         .truncated_targets
@@ -572,7 +573,7 @@ mod tests {
         };
         assert_eq!(
             answer(0),
-            r#"{"test_report":"[... 18 earlier characters cut]\n3 passed","reward":1}"#
+            r#"{"test_report":"[… 18 characters cut]\n3 passed","reward":1}"#
         );
         assert_eq!(answer(1), r#"{"test_report":"1 passed","reward":1}"#);
         let mut cfg = WorldConfig::new(WorldKind::Swt);
@@ -582,7 +583,7 @@ mod tests {
         assert!(!stats.truncated_targets.contains_key("stderr"));
         assert_eq!(
             cands[0].traj.messages[2]["content"],
-            "{\"stdout\":\"[... 9 earlier characters cut]\\n.py\\n\",\"stderr\":\"\",\"exit_code\":0}"
+            "{\"stdout\":\"[… 9 characters cut]\\n.py\\n\",\"stderr\":\"\",\"exit_code\":0}"
         );
     }
 

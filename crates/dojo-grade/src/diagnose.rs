@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use dojo_rundir::clip::{self, Keep, Unit};
+
 use crate::grading::Semantics;
 use crate::parsers::{ERROR, FAILED, SKIPPED, StatusMap};
 use crate::report::Validation;
@@ -54,12 +56,8 @@ pub fn ids_by_status(ids: &[String], sm: &StatusMap, sem: Semantics) -> String {
 /// The first line of `text`, at most [`PROBLEM_CHARS`] characters; whether it was cut.
 fn first_line(text: &str) -> (String, bool) {
     let line = text.lines().next().unwrap_or("").trim_end();
-    let cut = line.chars().count() > PROBLEM_CHARS || text.trim_end().contains('\n');
-    let mut s: String = line.chars().take(PROBLEM_CHARS).collect();
-    if line.chars().count() > PROBLEM_CHARS {
-        s.push('…');
-    }
-    (s, cut)
+    let c = clip::cut(line, PROBLEM_CHARS, Unit::Chars, Keep::Head);
+    (c.ellipsis(), c.is_cut() || text.trim_end().contains('\n'))
 }
 
 /// The table header matching [`validate_row`].

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dojo_rundir::clip::{self, Keep, Unit};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
-use crate::error::clip;
 use crate::{BoxFuture, ChatBackend, ChatRequest, ChatResponse, LlmError, Usage};
 
 /// One server.
@@ -83,17 +83,17 @@ pub fn api_key_from_env(var: Option<&str>) -> Option<String> {
 pub struct ClientConfig {
     pub endpoints: Vec<EndpointConfig>,
     /// Whole-request timeout (a long generation needs minutes).
-    #[serde(default = "default_timeout", with = "secs")]
+    #[serde(default = "default_timeout", with = "dojo_rundir::secs")]
     pub request_timeout: Duration,
-    #[serde(default = "default_connect_timeout", with = "secs")]
+    #[serde(default = "default_connect_timeout", with = "dojo_rundir::secs")]
     pub connect_timeout: Duration,
     /// Attempts after the first, for retryable (infrastructure) failures.
     #[serde(default = "default_retries")]
     pub max_retries: u32,
     /// First backoff; doubles per attempt up to `backoff_max`, with full jitter.
-    #[serde(default = "default_backoff", with = "secs")]
+    #[serde(default = "default_backoff", with = "dojo_rundir::secs")]
     pub backoff_base: Duration,
-    #[serde(default = "default_backoff_max", with = "secs")]
+    #[serde(default = "default_backoff_max", with = "dojo_rundir::secs")]
     pub backoff_max: Duration,
 }
 
@@ -111,18 +111,6 @@ fn default_backoff() -> Duration {
 }
 fn default_backoff_max() -> Duration {
     Duration::from_secs(30)
-}
-
-mod secs {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(d.as_secs_f64())
-    }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let v = f64::deserialize(d)?;
-        Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom)
-    }
 }
 
 impl ClientConfig {
@@ -371,7 +359,7 @@ impl OpenAiClient {
                 endpoint: name.to_string(),
                 status,
                 detail,
-                snippet: clip(trimmed, 200),
+                snippet: clip::cut(trimmed, 200, Unit::Bytes, Keep::Head).ellipsis(),
             }
         })?;
         if parsed.choices.is_empty() {
@@ -379,7 +367,7 @@ impl OpenAiClient {
                 endpoint: name.to_string(),
                 status,
                 detail: "response has no choices".into(),
-                snippet: clip(&text, 200),
+                snippet: clip::cut(&text, 200, Unit::Bytes, Keep::Head).ellipsis(),
             });
         }
         if let (Some(u), Ok(mut total)) = (&parsed.usage, self.usage.lock()) {

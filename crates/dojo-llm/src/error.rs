@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use dojo_rundir::clip::{self, Keep, Unit};
+
 /// Whose fault a failure is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -115,7 +117,7 @@ impl LlmError {
         retry_after: Option<Duration>,
     ) -> LlmError {
         let endpoint = endpoint.to_string();
-        let body = clip(body, 2000);
+        let body = clip::clip(body, 2000, Unit::Bytes, Keep::Head).0;
         match status {
             429 => LlmError::RateLimited {
                 endpoint,
@@ -161,18 +163,6 @@ fn looks_like_context_overflow(body: &str) -> bool {
     .any(|p| b.contains(p))
 }
 
-/// At most `max` bytes of `s`, cut on a char boundary.
-pub(crate) fn clip(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,8 +186,12 @@ mod tests {
     }
 
     #[test]
-    fn clip_respects_char_boundaries() {
-        assert_eq!(clip("ééé", 3), "é…");
-        assert_eq!(clip("abc", 5), "abc");
+    fn long_bodies_are_clipped_with_the_marker() {
+        let e = LlmError::from_status("e", 500, &"é".repeat(1500), None);
+        let LlmError::Server { body, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert!(body.ends_with("\n[… 1000 bytes cut]"), "{body}");
+        assert_eq!(body.len(), 2000 + "\n[… 1000 bytes cut]".len());
     }
 }

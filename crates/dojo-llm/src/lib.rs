@@ -24,9 +24,6 @@ pub use client::{
 pub use error::{FailureClass, LlmError};
 pub use wire::*;
 
-use std::future::Future;
-use std::pin::Pin;
-
 /// The seed of one stream of a seeded run: sample `i` of a task, turn `i` of a rollout, step `i`
 /// of an RL run. A request's `seed` fixes that request's whole random stream (here and in vLLM),
 /// so reusing one seed, or offsetting it by one, makes streams that should be independent
@@ -43,8 +40,9 @@ pub fn derive_seed(seed: u64, stream: u64) -> u64 {
     mix(seed ^ mix(stream))
 }
 
-/// A boxed, `Send` future; lets [`ChatBackend`] be used as `dyn ChatBackend`.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed, `Send` future; lets [`ChatBackend`] be used as `dyn ChatBackend` (the workspace's
+/// one alias, owned by `dojo-rundir`).
+pub use dojo_rundir::BoxFuture;
 
 /// Anything that answers chat completions: the HTTP client, the in-process engine, a scripted
 /// test policy.

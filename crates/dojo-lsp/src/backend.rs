@@ -6,15 +6,13 @@
 //! `tokio::process::Child` with piped stdio; everything above this module is the same.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::process::Stdio;
 use std::time::UNIX_EPOCH;
 
 use crate::LspError;
 
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use dojo_rundir::BoxFuture;
 
 /// Modification stamp of one workspace file: what the sync layer compares between queries to
 /// notice edits made by shell commands, which the editor tool never sees.

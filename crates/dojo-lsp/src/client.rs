@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dojo_rundir::clip::{self, Keep, Unit};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -99,11 +100,11 @@ impl Client {
                     let mut t = lock(&tail);
                     t.push_str(&String::from_utf8_lossy(&buf[..n]));
                     if t.len() > STDERR_TAIL * 2 {
-                        let cut = t.len() - STDERR_TAIL;
-                        let cut = (cut..t.len())
-                            .find(|&i| t.is_char_boundary(i))
-                            .unwrap_or(t.len());
-                        t.replace_range(..cut, "");
+                        let kept = clip::cut(&t, STDERR_TAIL, Unit::Bytes, Keep::Tail)
+                            .tail
+                            .len();
+                        let start = t.len() - kept;
+                        t.replace_range(..start, "");
                     }
                 }
             });

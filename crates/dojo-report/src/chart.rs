@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use dojo_rundir::clip::{self, Keep, Unit};
+
 use crate::{escape, number};
 
 /// Series colours, in order.
@@ -46,10 +48,10 @@ fn open(w: f64, h: f64, title: &str) -> String {
     )
 }
 
-/// Shortens a label to `max` characters, marking the cut with `…`.
+/// Shortens a label to `max` characters, `…` included where it was cut.
 fn shorten(t: &str, max: usize) -> String {
     if t.chars().count() > max {
-        t.chars().take(max - 1).chain(['…']).collect()
+        clip::cut(t, max - 1, Unit::Chars, Keep::Head).ellipsis()
     } else {
         t.to_string()
     }

@@ -6,11 +6,12 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use dojo_rundir::clip::{self, Keep, Unit};
 use dojo_trajectory::Trajectory;
 
 use crate::{Page, Table, escape};
 
-/// Characters of one message shown before it is cut (the record keeps everything).
+/// Bytes of one message shown before it is cut on a char boundary (the record keeps everything).
 pub const MAX_MESSAGE_CHARS: usize = 20_000;
 
 /// The page's file name: the task id with anything outside `[A-Za-z0-9._-]` replaced, plus the
@@ -40,18 +41,7 @@ pub fn page_name(task_id: &str, sample: u32) -> String {
 }
 
 fn clip(text: &str) -> String {
-    if text.len() <= MAX_MESSAGE_CHARS {
-        return text.to_string();
-    }
-    let mut end = MAX_MESSAGE_CHARS;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!(
-        "{}\n[… {} more characters in the record]",
-        &text[..end],
-        text.len() - end
-    )
+    clip::clip(text, MAX_MESSAGE_CHARS, Unit::Bytes, Keep::Head).0
 }
 
 /// The whole page of one trajectory.

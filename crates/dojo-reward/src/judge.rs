@@ -24,6 +24,7 @@
 //! so the score leans away from the present answer (stated in the output as `bound`).
 
 use dojo_llm::{ChatMessage, ChatResponse, MessageContent, Role};
+use dojo_rundir::clip::{self, Keep, Unit};
 
 pub const JUDGE_SYSTEM: &str = "You are an expert judge of software-engineering agents. You \
 are shown the log of an agent working on an issue in a code repository, and the final diff it \
@@ -35,9 +36,10 @@ with exactly <judgement>YES</judgement> if it resolves the issue, or \
 /// Caps on what the judge reads.
 #[derive(Debug, Clone, Copy)]
 pub struct JudgeLimits {
-    /// Characters kept of each observation (tool result).
+    /// Characters kept of each observation (tool result), counted in bytes (cut on a char
+    /// boundary, marked `[… N bytes cut]`).
     pub max_observation_chars: usize,
-    /// Characters of the whole log (turns in the middle are dropped first).
+    /// Characters of the whole log, counted in bytes (turns in the middle are dropped first).
     pub max_log_chars: usize,
 }
 
@@ -50,15 +52,9 @@ impl Default for JudgeLimits {
     }
 }
 
+/// The head of `text` within `max` bytes (the log's budget is in bytes), the cut marked.
 fn clip(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}\n[… {} characters cut]", &text[..end], text.len() - end)
+    clip::clip(text, max, Unit::Bytes, Keep::Head).0
 }
 
 fn render_message(m: &ChatMessage, limits: &JudgeLimits) -> String {
@@ -344,7 +340,7 @@ mod tests {
         assert!(log.contains("turns omitted"));
         assert!(log.contains("<function=execute_bash>\n<parameter=command>echo 29</parameter>"));
         assert!(!log.contains("echo 0<"));
-        assert!(log.contains("[… 2900 characters cut]"));
+        assert!(log.contains("[… 2900 bytes cut]"));
         assert!(log.ends_with("FINAL DIFF:\ndiff --git a/m.py b/m.py\n+fix\n\n"));
         assert!(log.len() <= 2_000 + 200, "{}", log.len());
         let short = interaction_log(&conversation(1), "", &JudgeLimits::default());

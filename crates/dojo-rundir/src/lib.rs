@@ -12,15 +12,29 @@
 //!   with a completion marker, keep-N pruning and leftover cleanup).
 //!
 //! It sits at the bottom of the crate graph (serde and the standard library only), so that the
-//! crash semantics are stated and tested once.
+//! crash semantics are stated and tested once. Being the bottom floor, it also owns the small
+//! helpers every crate would otherwise write again:
+//!
+//! - [`clip`]: cutting text to a limit in chars or bytes (head, tail or both ends), with the one
+//!   marker `[… N characters cut]` / `[… N bytes cut]`;
+//! - [`BoxFuture`]: the boxed future object-safe async traits return;
+//! - [`secs`]: a `Duration` as seconds in serde formats;
+//! - [`json::type_name`]: how error messages name a JSON value's type.
 
 pub mod atomic;
 pub mod checkpoint;
+pub mod clip;
+pub mod json;
 pub mod lines;
 pub mod log;
 pub mod manifest;
+pub mod secs;
 
 use std::path::{Path, PathBuf};
+
+/// A boxed `Send` future: what the object-safe async traits return (chat backends, sandbox
+/// workspaces, language-server backends, agent tools).
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 pub use atomic::write_atomic;
 pub use lines::{JsonlLines, Line};

@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::clip::{Keep, Unit};
 use crate::{Result, RunDirError};
 
 /// Which fields of the manifest must be equal to resume. Fields are dotted paths into the
@@ -204,9 +205,11 @@ fn describe(field: &str, a: Option<&Value>, b: Option<&Value>) -> String {
 fn show(v: Option<&Value>) -> String {
     const MAX: usize = 60;
     let s = v.map_or_else(|| "absent".to_string(), Value::to_string);
-    match s.char_indices().nth(MAX) {
-        Some((i, _)) => format!("{}… ({} chars)", &s[..i], s.chars().count()),
-        None => s,
+    let c = crate::clip::cut(&s, MAX, Unit::Chars, Keep::Head);
+    if c.is_cut() {
+        format!("{} ({} chars)", c.ellipsis(), MAX + c.cut)
+    } else {
+        s
     }
 }
 

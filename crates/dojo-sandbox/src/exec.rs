@@ -7,6 +7,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use dojo_rundir::clip::{self, Unit};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use crate::child::Request;
@@ -16,12 +17,15 @@ use crate::sys;
 use crate::types::{ExecOutput, ExecRequest, OutputCap};
 
 /// Keeps the first `head` and the last `tail` bytes of a stream; memory is bounded by head+tail.
+/// Raw bytes (a cut may split a UTF-8 char; lossy decoding shows it as U+FFFD), marked with the
+/// workspace's one marker, `[… N bytes cut]` ([`dojo_rundir::clip::marker`]).
 #[derive(Debug)]
 pub(crate) struct CapBuf {
     cap: OutputCap,
     head: Vec<u8>,
     tail: VecDeque<u8>,
-    pub(crate) truncated: bool,
+    /// Bytes dropped between the head and the tail.
+    cut: usize,
 }
 
 impl CapBuf {
@@ -30,7 +34,7 @@ impl CapBuf {
             cap,
             head: Vec::new(),
             tail: VecDeque::new(),
-            truncated: false,
+            cut: 0,
         }
     }
     pub(crate) fn push(&mut self, mut data: &[u8]) {
@@ -43,35 +47,32 @@ impl CapBuf {
             return;
         }
         if self.cap.tail == 0 {
-            self.truncated = true;
+            self.cut += data.len();
             return;
         }
         if data.len() >= self.cap.tail {
-            self.truncated |= !self.tail.is_empty() || data.len() > self.cap.tail;
+            self.cut += self.tail.len() + data.len() - self.cap.tail;
             self.tail.clear();
             self.tail.extend(&data[data.len() - self.cap.tail..]);
             return;
         }
         let overflow = (self.tail.len() + data.len()).saturating_sub(self.cap.tail);
         if overflow > 0 {
-            self.truncated = true;
+            self.cut += overflow;
             self.tail.drain(..overflow);
         }
         self.tail.extend(data);
     }
     pub(crate) fn finish(self) -> (Vec<u8>, bool) {
         let mut v = self.head;
-        if self.truncated {
-            v.extend_from_slice(
-                format!(
-                    "\n[... output truncated by dojo-sandbox (head {} + tail {} bytes kept) ...]\n",
-                    self.cap.head, self.cap.tail
-                )
-                .as_bytes(),
-            );
+        let truncated = self.cut > 0;
+        if truncated {
+            v.push(b'\n');
+            v.extend_from_slice(clip::marker(self.cut, Unit::Bytes).as_bytes());
+            v.push(b'\n');
         }
         v.extend(self.tail);
-        (v, self.truncated)
+        (v, truncated)
     }
 }
 
@@ -391,8 +392,7 @@ mod tests {
         let (v, t) = b.finish();
         assert!(t);
         let s = String::from_utf8(v).unwrap();
-        assert!(s.starts_with("abcd"), "{s}");
-        assert!(s.ends_with("klmn"), "{s}");
+        assert_eq!(s, "abcd\n[… 6 bytes cut]\nklmn");
     }
 
     #[test]

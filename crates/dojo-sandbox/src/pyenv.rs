@@ -17,6 +17,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use dojo_rundir::clip::{self, Keep, Unit};
+
 use crate::child::{self, EnvBuildPlan, Layers, UV_CACHE_PATH};
 use crate::cmdenv::{GIT_SAFE_DIRECTORY_ENV, VENV_PATH};
 use crate::error::{BuildError, Result, SandboxError, io_err};
@@ -517,14 +519,8 @@ fn build_into(
     let out = out.map_err(BuildError::io("starting the environment build"))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let (step, mut log) = failed_step(&stderr);
-        if log.len() > 8000 {
-            let mut start = log.len() - 8000;
-            while !log.is_char_boundary(start) {
-                start += 1;
-            }
-            log = log[start..].to_string();
-        }
+        let (step, log) = failed_step(&stderr);
+        let log = clip::cut(&log, 8000, Unit::Bytes, Keep::Tail).kept();
         let installer = match spec.installer {
             Installer::Uv => "uv",
             Installer::Pip => "pip",

@@ -8,10 +8,11 @@ use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use dojo_rundir::clip::{self, Unit};
+
 use crate::{ExecOutput, ExecRequest, Sandbox, SandboxError, WORKSPACE};
 
-/// A boxed `Send` future (the same type as `dojo_llm::BoxFuture`).
-pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+pub use dojo_rundir::BoxFuture;
 
 /// What the agent's tools do to a workspace. Every error is an infrastructure failure.
 pub trait Workspace: Send + Sync {
@@ -165,12 +166,18 @@ impl LocalWorkspace {
     }
 }
 
+/// The sandbox's output cap, on the whole output: the first `head` and last `tail` bytes around
+/// the one marker (`\n[… N bytes cut]\n`), as a sandboxed command's output reads.
 fn cap(mut bytes: Vec<u8>, head: usize, tail: usize) -> (Vec<u8>, bool) {
     if bytes.len() <= head + tail {
         return (bytes, false);
     }
     let tail_part = bytes.split_off(bytes.len() - tail);
+    let cut = bytes.len() - head;
     bytes.truncate(head);
+    bytes.push(b'\n');
+    bytes.extend_from_slice(clip::marker(cut, Unit::Bytes).as_bytes());
+    bytes.push(b'\n');
     bytes.extend_from_slice(&tail_part);
     (bytes, true)
 }
@@ -244,7 +251,10 @@ mod tests {
 
     #[test]
     fn cap_keeps_head_and_tail() {
-        assert_eq!(cap(b"abcdef".to_vec(), 2, 2), (b"abef".to_vec(), true));
+        assert_eq!(
+            cap(b"abcdef".to_vec(), 2, 2),
+            ("ab\n[… 2 bytes cut]\nef".as_bytes().to_vec(), true)
+        );
         assert_eq!(cap(b"abc".to_vec(), 2, 2), (b"abc".to_vec(), false));
     }
 }

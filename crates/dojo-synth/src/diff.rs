@@ -7,6 +7,8 @@
 //! minimal diff. The same function writes the bug patch (clean → buggy) and the gold patch
 //! (buggy → clean), which is its exact reverse.
 
+use dojo_rundir::clip::{self, Unit};
+
 /// Lines of context around the change, as git's default.
 const CONTEXT: usize = 3;
 
@@ -31,11 +33,7 @@ fn heading(old: &[&str], first: usize) -> String {
         let b = l.as_bytes().first().copied().unwrap_or(b' ');
         if b.is_ascii_alphabetic() || b == b'_' || b == b'$' {
             let t = l.trim_end();
-            let mut end = t.len().min(HEADING_MAX);
-            while !t.is_char_boundary(end) {
-                end -= 1;
-            }
-            return format!(" {}", &t[..end]);
+            return format!(" {}", clip::head(t, HEADING_MAX, Unit::Bytes));
         }
     }
     String::new()

@@ -7,6 +7,8 @@
 //! sections `-rA` prints). Memory addresses are normalised, so the same mutant gives the same
 //! text on every run.
 
+use dojo_rundir::clip::{self, Keep, Unit};
+
 /// What the log says about one failing test.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Symptom {
@@ -225,14 +227,9 @@ pub fn problem_statement(
     (out, symptoms)
 }
 
+/// At most `max` characters of a quoted line, `…` where it was cut.
 fn shorten(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(max).collect();
-        t.push('…');
-        t
-    }
+    clip::cut(s, max, Unit::Chars, Keep::Head).ellipsis()
 }
 
 #[cfg(test)]

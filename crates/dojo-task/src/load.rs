@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 
+use dojo_rundir::json::type_name;
 use serde_json::{Map, Value};
 
 use crate::TaskError;
@@ -131,15 +132,7 @@ fn not_object(loc: &Location, v: &Value) -> TaskError {
         location: loc.to_string(),
         instance_id: "?".into(),
         field: "(row)".into(),
-        reason: format!("expected a JSON object, found {}", json_kind(v)),
-    }
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Object(_) => "an object",
-        Value::Array(_) => "an array",
-        _ => "a scalar",
+        reason: format!("expected a JSON object, found {}", type_name(v)),
     }
 }
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use dojo_rundir::json::type_name;
 use serde_json::{Map, Value};
 
 use crate::TaskError;
@@ -109,17 +110,6 @@ impl Ctx<'_> {
             field: field.to_string(),
             reason: reason.into(),
         }
-    }
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -17,6 +17,7 @@ use std::time::Duration;
 use dojo_llm::{
     ChatBackend, ChatRequest, ClientConfig, EndpointConfig, LlmError, OpenAiClient, Usage,
 };
+use dojo_rundir::clip::{self, Unit};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -115,9 +116,9 @@ pub struct WorldClientConfig {
     pub swr_model: String,
     pub swt_temperature: f64,
     pub swr_temperature: f64,
-    #[serde(with = "secs")]
+    #[serde(with = "dojo_rundir::secs")]
     pub swt_timeout: Duration,
-    #[serde(with = "secs")]
+    #[serde(with = "dojo_rundir::secs")]
     pub swr_timeout: Duration,
     pub swt_max_tokens: Option<u32>,
     pub swr_max_tokens: Option<u32>,
@@ -148,18 +149,6 @@ impl Default for WorldClientConfig {
             swr_samples: 1,
             swr_seed: 0,
         }
-    }
-}
-
-mod secs {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(d.as_secs_f64())
-    }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let v = f64::deserialize(d)?;
-        Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom)
     }
 }
 
@@ -453,7 +442,7 @@ pub(crate) fn unparseable(
         role,
         backend: backend.describe(),
         error,
-        snippet: reply.chars().take(200).collect(),
+        snippet: clip::head(reply, 200, Unit::Chars).to_string(),
     }
 }
 

@@ -21,6 +21,7 @@
 use std::time::Duration;
 
 use dojo_llm::{ChatBackend, ChatMessage, ChatRequest};
+use dojo_rundir::clip::{self, Unit};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -89,7 +90,7 @@ pub struct CotConfig {
     pub teacher_model: String,
     pub judge_model: String,
     pub teacher_temperature: f64,
-    #[serde(with = "secs")]
+    #[serde(with = "dojo_rundir::secs")]
     pub timeout: Duration,
     pub caps: Caps,
 }
@@ -103,17 +104,6 @@ impl Default for CotConfig {
             timeout: Duration::from_secs(1200),
             caps: Caps::default(),
         }
-    }
-}
-
-mod secs {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(d.as_secs_f64())
-    }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        Duration::try_from_secs_f64(f64::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
 
@@ -246,14 +236,14 @@ fn think_block(reply: &str) -> Option<&str> {
 fn parse_verdict(text: &str) -> Result<(bool, String), ParseError> {
     let body = strip_think(text)?.trim();
     let start = body.find('{').ok_or_else(|| ParseError::NoJson {
-        snippet: body.chars().take(120).collect(),
+        snippet: clip::head(body, 120, Unit::Chars).to_string(),
     })?;
     let v: Value = serde_json::Deserializer::from_str(&body[start..])
         .into_iter::<Value>()
         .next()
         .and_then(Result::ok)
         .ok_or_else(|| ParseError::NoJson {
-            snippet: body.chars().take(120).collect(),
+            snippet: clip::head(body, 120, Unit::Chars).to_string(),
         })?;
     let keep = v
         .get("keep")

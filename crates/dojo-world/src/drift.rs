@@ -10,6 +10,7 @@
 //! folded into disagreement.
 
 use dojo_grade::parsers::{Parser, StatusMap};
+use dojo_rundir::clip::{self, Unit};
 use serde::{Deserialize, Serialize};
 
 /// Version of the serialized [`DriftSummary`] and [`TransitionDrift`] layout.
@@ -95,9 +96,9 @@ pub fn compare_transition(real: &Observed, sim: &Observed, parser: Parser) -> Tr
 
 /// Normalised Levenshtein similarity of the first [`TEXT_CAP_CHARS`] characters of each side.
 pub fn text_similarity(a: &str, b: &str) -> f64 {
-    let a: String = a.chars().take(TEXT_CAP_CHARS).collect();
-    let b: String = b.chars().take(TEXT_CAP_CHARS).collect();
-    strsim::normalized_levenshtein(&a, &b)
+    let a = clip::head(a, TEXT_CAP_CHARS, Unit::Chars);
+    let b = clip::head(b, TEXT_CAP_CHARS, Unit::Chars);
+    strsim::normalized_levenshtein(a, b)
 }
 
 /// Reward-model verdicts against real grading; "resolved" is the positive class.

@@ -46,5 +46,5 @@ pub use client::{
 };
 pub use context::{FileView, SwrContext, SwrTarget, SwtContext, SwtTarget, WorldTask};
 pub use parse::{ParseError, parse_swr_reply, parse_swt_reply};
-pub use prompt::{Caps, NoRoom, Rendered, Truncation, swr_messages, swt_messages, tail_chars};
+pub use prompt::{Caps, NoRoom, Rendered, Truncation, swr_messages, swt_messages};
 pub use record::{WORLD_FILE, WORLD_SCHEMA_VERSION, WorldRecord, runs_python_or_tests};

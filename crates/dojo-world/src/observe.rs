@@ -23,7 +23,6 @@ use dojo_sandbox::{ExecRequest, SandboxError, WORKSPACE};
 
 use crate::classify::{CommandClass, PythonRun, classify_with};
 use crate::context::FileView;
-use crate::prompt::truncate_chars;
 
 /// Bounds on what is read of a workspace for one question.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,9 +229,10 @@ fn workspace_path(view: &str) -> String {
     }
 }
 
+/// The head of a file's text, unmarked: [`ReadLimits::max_file_chars`] says where it ends.
 fn clip(bytes: &[u8], max_chars: usize) -> String {
     let text = String::from_utf8_lossy(bytes);
-    truncate_chars(&text, max_chars).0.to_string()
+    dojo_rundir::clip::head(&text, max_chars, dojo_rundir::clip::Unit::Chars).to_string()
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@
 //! validates wins). Anything else is a [`ParseError`]: the simulated environment reports it as an
 //! infrastructure failure and never substitutes a value (no default exit code, no reward 0).
 
+use dojo_rundir::clip::{self, Unit};
+use dojo_rundir::json::describe;
 use serde_json::{Map, Value};
 
 use crate::context::{SwrTarget, SwtTarget};
@@ -78,7 +80,7 @@ fn parse_with<T>(
         }
     }
     Err(last_err.unwrap_or_else(|| ParseError::NoJson {
-        snippet: body.chars().take(120).collect(),
+        snippet: clip::head(body, 120, Unit::Chars).to_string(),
     }))
 }
 
@@ -123,17 +125,6 @@ fn fenced_blocks(body: &str) -> Vec<&str> {
     blocks
 }
 
-fn type_name(v: &Value) -> String {
-    match v {
-        Value::Null => "null".into(),
-        Value::Bool(b) => format!("boolean {b}"),
-        Value::Number(n) => format!("number {n}"),
-        Value::String(_) => "a string".into(),
-        Value::Array(_) => "an array".into(),
-        Value::Object(_) => "an object".into(),
-    }
-}
-
 fn field<'a>(obj: &'a Map<String, Value>, name: &'static str) -> Result<&'a Value, ParseError> {
     obj.get(name)
         .ok_or(ParseError::MissingField { field: name })
@@ -145,7 +136,7 @@ fn string_field(obj: &Map<String, Value>, name: &'static str) -> Result<String, 
         other => Err(ParseError::WrongType {
             field: name,
             expected: "a string",
-            found: type_name(other),
+            found: describe(other),
         }),
     }
 }
@@ -157,7 +148,7 @@ fn exit_code_field(obj: &Map<String, Value>) -> Result<i32, ParseError> {
         .ok_or_else(|| ParseError::WrongType {
             field: "exit_code",
             expected: "an integer",
-            found: type_name(v),
+            found: describe(v),
         })
 }
 
@@ -169,7 +160,7 @@ fn reward_field(obj: &Map<String, Value>) -> Result<u8, ParseError> {
         _ => Err(ParseError::WrongType {
             field: "reward",
             expected: "0 or 1",
-            found: type_name(v),
+            found: describe(v),
         }),
     }
 }

@@ -4,9 +4,10 @@
 //! the order SWE-World uses: initial analysis, problem, (hints,) command, executed code,
 //! (original files,) agent patch, gold patch, and for SWR the FAIL_TO_PASS / PASS_TO_PASS lists.
 //! Each section has a cap ([`Caps`]). The rule when a section is over its cap: keep its first
-//! `cap` characters (cut on a character boundary) and append one marker line saying how much was
-//! kept, so the model sees that text is missing; every cut is reported in
-//! [`Rendered::truncations`] so curation and runs can count them.
+//! `cap` characters (cut on a character boundary) and append the workspace's one marker line,
+//! `[… N characters cut]` ([`dojo_rundir::clip`]), so the model sees that text is missing and
+//! how much; every cut is reported in [`Rendered::truncations`] so curation and runs can count
+//! them.
 //!
 //! Caps are in characters, not tokens: prompts are rendered without a tokenizer (the simulated
 //! environment may talk to any remote model). [`Caps::swe_world`] converts SWE-World's token caps
@@ -14,6 +15,7 @@
 //! English.
 
 use dojo_llm::ChatMessage;
+use dojo_rundir::clip::{self, Keep, Unit};
 use serde::{Deserialize, Serialize};
 
 use crate::context::{FileView, SwrContext, SwtContext};
@@ -41,8 +43,9 @@ pub struct Caps {
     pub max_files: usize,
     /// Training targets only (`dojo curate --world`): keep the last this many characters of
     /// SWR's test report and of SWT's stdout and stderr, where a test run's summary is, after a
-    /// marker line ([`tail_chars`]). `None` (SWE-World, the default) keeps them whole; a small
-    /// model with a short context needs short answers.
+    /// marker line (`[… N characters cut]`, [`dojo_rundir::clip`] keeping the tail). `None`
+    /// (SWE-World, the default) keeps them whole; a small model with a short context needs
+    /// short answers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_output: Option<usize>,
 }
@@ -374,18 +377,15 @@ struct Cutter {
 
 impl Cutter {
     fn section(&mut self, name: &str, text: &str, cap: usize) -> String {
-        let (kept, original) = truncate_chars(text, cap);
-        match original {
-            None => text.to_string(),
-            Some(original_chars) => {
-                self.truncations.push(Truncation {
-                    section: name.to_string(),
-                    original_chars,
-                    kept_chars: cap,
-                });
-                format!("{kept}\n[... truncated: {cap} of {original_chars} characters shown]")
-            }
+        let c = clip::cut(text, cap, Unit::Chars, Keep::Head);
+        if c.is_cut() {
+            self.truncations.push(Truncation {
+                section: name.to_string(),
+                original_chars: cap + c.cut,
+                kept_chars: cap,
+            });
         }
+        c.marked()
     }
 
     fn finish(self, system: &str, user: String, dropped_files: usize) -> Rendered {
@@ -397,52 +397,9 @@ impl Cutter {
     }
 }
 
-/// The first `cap` characters of `text`, and the original length in characters when it was cut.
-pub fn truncate_chars(text: &str, cap: usize) -> (&str, Option<usize>) {
-    match text.char_indices().nth(cap) {
-        None => (text, None),
-        Some((end, _)) => (&text[..end], Some(text.chars().count())),
-    }
-}
-
-/// The last `cap` characters of `text` after a marker line saying how much was cut (the head
-/// rule of the sections, mirrored: the end of a command's output is where its verdict is), and
-/// whether it was cut.
-pub fn tail_chars(text: &str, cap: usize) -> (String, bool) {
-    let total = text.chars().count();
-    if total <= cap {
-        return (text.to_string(), false);
-    }
-    let start = text
-        .char_indices()
-        .nth(total - cap)
-        .map_or(text.len(), |(i, _)| i);
-    (
-        format!(
-            "[... {} earlier characters cut]\n{}",
-            total - cap,
-            &text[start..]
-        ),
-        true,
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tails_keep_the_end_on_a_character_boundary() {
-        assert_eq!(tail_chars("abc", 3), ("abc".to_string(), false));
-        assert_eq!(
-            tail_chars("héllo wörld", 5),
-            ("[... 6 earlier characters cut]\nwörld".to_string(), true)
-        );
-        assert_eq!(
-            tail_chars("ab", 0),
-            ("[... 2 earlier characters cut]\n".to_string(), true)
-        );
-    }
 
     const PATCH: &str = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n";
 
@@ -556,10 +513,7 @@ mod tests {
             }]
         );
         let user = r.messages[1].text();
-        assert!(user.contains(&format!(
-            "{}\n[... truncated: 10 of 50 characters shown]",
-            "é".repeat(10)
-        )));
+        assert!(user.contains(&format!("{}\n[… 40 characters cut]", "é".repeat(10))));
         // calc.py was dropped (max_files 1), so no original content is shown for it.
         assert!(user.contains("No original files provided."));
         let caps = Caps {

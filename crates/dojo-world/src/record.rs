@@ -20,6 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use dojo_rundir::clip::{Keep, Unit};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -139,10 +140,11 @@ pub fn test_report_section(log: &str, start_marker: &str, end_marker: &str) -> O
     (!section.trim().is_empty()).then(|| section.to_string())
 }
 
-/// At most `max` characters of `text` (its head), and whether it was cut.
+/// At most `max` characters of `text` (its head), unmarked (the record says it is incomplete),
+/// and whether it was cut.
 pub fn clip_chars(text: &str, max: usize) -> (String, bool) {
-    let (kept, cut) = crate::prompt::truncate_chars(text, max);
-    (kept.to_string(), cut.is_some())
+    let c = dojo_rundir::clip::cut(text, max, Unit::Chars, Keep::Head);
+    (c.head.to_string(), c.is_cut())
 }
 
 // ---------------------------------------------------------------------------------------------

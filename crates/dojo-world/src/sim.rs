@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use dojo_grade::parsers::Parser;
 use dojo_llm::BoxFuture;
+use dojo_rundir::clip::{Keep, Unit, clip, cut};
 use dojo_sandbox::Workspace;
 use dojo_sandbox::{ExecOutput, ExecRequest, Sandbox, SandboxError, WORKSPACE};
 use serde::{Deserialize, Serialize};
@@ -433,7 +434,7 @@ impl<'a> SimWorkspace<'a> {
                         self.push(rec, None, true);
                         Err(SandboxError::Other(format!(
                             "simulated environment: no answer for `{}`: {e}",
-                            cap_chars(script)
+                            cut(script, LOG_TEXT_CAP, Unit::Chars, Keep::Head).ellipsis()
                         )))
                     }
                 }
@@ -536,14 +537,9 @@ fn synthetic(stdout: &str, stderr: &str, code: i32, duration: Duration) -> ExecO
     }
 }
 
+/// The log's copy of a command or an output: its head, the cut marked.
 fn cap_chars(s: &str) -> String {
-    if s.chars().count() <= LOG_TEXT_CAP {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(LOG_TEXT_CAP).collect();
-        t.push('…');
-        t
-    }
+    clip(s, LOG_TEXT_CAP, Unit::Chars, Keep::Head).0
 }
 
 fn cap_prediction(p: PredictedOutput) -> PredictedOutput {

@@ -5,6 +5,7 @@
 use std::sync::LazyLock;
 
 use dojo_llm::BoxFuture;
+use dojo_rundir::clip::{self, Keep, Unit};
 use dojo_sandbox::{ExecRequest, WORKSPACE};
 use regex::Regex;
 use serde_json::{Map, Value, json};
@@ -195,11 +196,12 @@ fn clean(s: &str) -> String {
 
 const CUT_MARK: &str = "<Observation truncated in middle for saving context>";
 
-/// Keep the first `head` and last `tail` lines, then cap characters the same way.
+/// Keep the first `head` and last `tail` lines, then cap bytes the same way (the first and last
+/// `max_chars / 2`, cut on char boundaries), with R2E's marker (its tool contract) in the middle.
 pub(crate) fn truncate(s: &str, head: usize, tail: usize, max_chars: usize) -> (String, bool) {
     let lines: Vec<&str> = s.split('\n').collect();
     let mut cut = false;
-    let mut out = if lines.len() > head + tail {
+    let out = if lines.len() > head + tail {
         cut = true;
         let mut v = lines[..head].to_vec();
         v.push(CUT_MARK);
@@ -208,18 +210,9 @@ pub(crate) fn truncate(s: &str, head: usize, tail: usize, max_chars: usize) -> (
     } else {
         s.to_string()
     };
-    if out.len() > max_chars {
-        cut = true;
-        let half = max_chars / 2;
-        let mut a = half;
-        while !out.is_char_boundary(a) {
-            a -= 1;
-        }
-        let mut b = out.len() - half;
-        while !out.is_char_boundary(b) {
-            b += 1;
-        }
-        out = format!("{}\n{CUT_MARK}\n{}", &out[..a], &out[b..]);
+    let ends = clip::cut(&out, max_chars, Unit::Bytes, Keep::Ends);
+    if ends.is_cut() {
+        return (ends.marked_with(CUT_MARK), true);
     }
     (out, cut)
 }
@@ -298,6 +291,14 @@ mod tests {
         let (out, cut) = truncate(&"x".repeat(50), 40, 40, 20);
         assert!(cut && out.contains(CUT_MARK) && out.len() < 80);
         assert_eq!(truncate("a\nb", 40, 40, 100), ("a\nb".to_string(), false));
+        // Bytes, never splitting a char: 10 bytes each end is five two-byte chars.
+        assert_eq!(
+            truncate(&"é".repeat(30), 40, 40, 21),
+            (
+                format!("{}\n{CUT_MARK}\n{}", "é".repeat(5), "é".repeat(5)),
+                true
+            )
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use dojo_llm::BoxFuture;
+use dojo_rundir::clip::{self, Keep, Unit};
 use dojo_sandbox::{ExecRequest, SandboxError};
 use serde_json::{Map, Value, json};
 
@@ -69,25 +70,22 @@ pub struct EditorTool {
 
 const SNIPPET_CONTEXT: usize = 4;
 
+/// R2E's marker of a clipped editor output (its tool contract, kept verbatim).
+const CLIPPED: &str = "<response clipped><NOTE>Only part of this output is shown to save context. Search the file \
+                       with `grep -n` to find the line numbers you need, then view that range.</NOTE>";
+
 impl EditorTool {
     pub fn new(cfg: EditorConfig) -> Self {
         EditorTool { cfg }
     }
 
-    fn clip(&self, mut text: String) -> (String, bool) {
-        if text.len() <= self.cfg.max_chars {
+    /// The head of `text` within `max_chars` bytes, after which R2E's note says it was clipped.
+    fn clip(&self, text: String) -> (String, bool) {
+        let c = clip::cut(&text, self.cfg.max_chars, Unit::Bytes, Keep::Head);
+        if !c.is_cut() {
             return (text, false);
         }
-        let mut end = self.cfg.max_chars;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push_str(
-            "\n<response clipped><NOTE>Only part of this output is shown to save context. Search the file with \
-             `grep -n` to find the line numbers you need, then view that range.</NOTE>",
-        );
-        (text, true)
+        (c.marked_with(CLIPPED), true)
     }
 
     async fn run(

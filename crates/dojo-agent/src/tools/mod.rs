@@ -26,6 +26,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dojo_llm::{BoxFuture, ToolSpec};
+use dojo_rundir::clip::{self, Keep, Unit};
+use dojo_rundir::json::type_name;
 use dojo_sandbox::SandboxError;
 use serde_json::{Map, Value};
 
@@ -366,23 +368,9 @@ impl Args<'_> {
     }
 }
 
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// At most `max` characters of `s`.
+/// At most `max` characters of `s` quoted in a message, `…` where it was cut.
 pub(crate) fn clip_chars(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
-    }
+    clip::cut(s, max, Unit::Chars, Keep::Head).ellipsis()
 }
 
 /// R2E's wrapper for every tool but bash: `Execution output of [name]:\n…`.

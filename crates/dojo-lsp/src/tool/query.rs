@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use dojo_rundir::clip::{Keep, Unit, clip};
 use lsp_types::{
     CallHierarchyIncomingCall, CallHierarchyItem, CallHierarchyOutgoingCall, DocumentHighlight,
     DocumentSymbolResponse, GotoDefinitionResponse, Hover, Location, OneOf, Position, Range,
@@ -14,8 +15,8 @@ use serde_json::{Value, json};
 use super::position::{clean_symbol, contains, find_symbol, flatten_symbols};
 use super::render::{
     MAX_DEF_LOCATIONS, MAX_HOVER_CHARS, MAX_REFERENCES, MAX_SOURCE_LINES, MAX_SYMBOL_LINES,
-    MAX_WORKSPACE_FILES, MAX_WORKSPACE_SYMBOLS, call_line, calls_section, cap_chars, hover_text,
-    kind_name, numbered, outline, plural,
+    MAX_WORKSPACE_FILES, MAX_WORKSPACE_SYMBOLS, call_line, calls_section, hover_text, kind_name,
+    numbered, outline, plural,
 };
 use super::{Args, Command, Fail, LspInfraKind, Res, bad};
 use crate::LspError;
@@ -334,7 +335,7 @@ impl Call<'_> {
             at.symbol,
             at.file,
             at.pos.line + 1,
-            cap_chars(text.trim(), MAX_HOVER_CHARS)
+            clip(text.trim(), MAX_HOVER_CHARS, Unit::Chars, Keep::Head).0
         ))
     }
 

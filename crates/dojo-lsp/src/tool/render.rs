@@ -107,17 +107,6 @@ pub(super) fn hover_text(c: HoverContents) -> String {
     }
 }
 
-pub(super) fn cap_chars(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_string();
-    }
-    let head: String = s.chars().take(max).collect();
-    format!(
-        "{head}\n[... {} more characters not shown]",
-        s.chars().count() - max
-    )
-}
-
 /// Readable names of LSP symbol kinds.
 pub fn kind_name(k: SymbolKind) -> &'static str {
     const NAMES: [&str; 26] = [
@@ -170,11 +159,5 @@ mod tests {
     fn numbered_lines_are_one_based() {
         let lines = ["a", "b", "c"];
         assert_eq!(numbered(&lines, 1, 2), "   2 | b\n   3 | c\n");
-    }
-
-    #[test]
-    fn caps_long_hover() {
-        let s = "x".repeat(10);
-        assert_eq!(cap_chars(&s, 4), "xxxx\n[... 6 more characters not shown]");
     }
 }
