@@ -584,22 +584,31 @@ def header(repo, versions, tables, notes):
     all_notes = sorted(
         {n for v in versions for n in notes[v] if not n.startswith("substituted: ")}
     )
-    if subst:
-        lines.append("#")
-        lines.append("# SUBSTITUTED (what the harness's image has cannot be had here: no network but the")
-        lines.append("# package registries, no conda; each version's table repeats its own):")
-        for n in subst:
+    def section(heading, items, prefix=""):
+        """A header section: its heading, then each note with the versions that have it."""
+        if not items:
+            return
+        lines.extend(["#", *heading])
+        for n in items:
             vs = [v for v in versions if n in notes[v]]
-            lines.append(f"#   - {n[len('substituted: '):]}")
+            lines.append(f"#   - {n[len(prefix):]}")
             lines.append(f"#     versions: {', '.join(vs)}")
-    if all_notes:
-        lines.append("#")
-        lines.append("# NOT EXPRESSIBLE in the spec format (the official image has it, dojo does not;")
-        lines.append("# the format has no key for it, so only this comment says so):")
-        for n in all_notes:
-            vs = [v for v in versions if n in notes[v]]
-            lines.append(f"#   - {n}")
-            lines.append(f"#     versions: {', '.join(vs)}")
+
+    section(
+        [
+            "# SUBSTITUTED (what the harness's image has cannot be had here: no network but the",
+            "# package registries, no conda; each version's table repeats its own):",
+        ],
+        subst,
+        "substituted: ",
+    )
+    section(
+        [
+            "# NOT EXPRESSIBLE in the spec format (the official image has it, dojo does not;",
+            "# the format has no key for it, so only this comment says so):",
+        ],
+        all_notes,
+    )
     if name in ("scikit-learn", "sympy", "requests", "astropy"):
         lines.append("#")
         lines.append("# The harness's conda package list (`packages`) is installed from PyPI here,")
