@@ -836,12 +836,11 @@ class _Check(object):
 
 
 def _node_names(nodeid):
-    """`tests/t.py::T::()::test_x[1]` -> ("tests/t.py", ["T", "test_x"])."""
-    parts = nodeid.split("::")
-    names = [p for p in parts[1:] if p != "()"]
-    if names:
-        names[-1] = names[-1].split("[", 1)[0]
-    return parts[0], names
+    """`tests/t.py::T::()::test_x[1]` -> ("tests/t.py", ["T", "test_x"]). The parameters are
+    cut off first: they may hold `::` themselves (sphinx's `test_inline[verify-.. glossary::`)."""
+    filepart, _, rest = nodeid.partition("::")
+    names = [p for p in rest.split("[", 1)[0].split("::") if p and p != "()"]
+    return filepart, names
 
 
 def _wrap_method(state, item, cls, name, make):
