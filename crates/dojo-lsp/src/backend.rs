@@ -33,6 +33,15 @@ pub struct Launch {
 }
 
 /// A place to run a language server: a host directory or a sandbox.
+///
+/// **Execution model.** An [`crate::LspSession`] holds a backend as an `Arc` (or is lent one
+/// for a query, [`crate::LspSession::query_on`]) and calls it under its state lock: `spawn` at
+/// the start and at each restart after a crash, then, before every query, `scan` and the
+/// `read_file`s the sync step needs, one after another. A session's queries are serialised, but
+/// the workspace behind a backend is also changed by the agent's other tools meanwhile, so a
+/// method must not assume the files stay as they were between calls. Futures run
+/// on a tokio runtime and must not block its threads; errors are the backend's (infrastructure),
+/// never an answer about the code.
 pub trait Backend: Send + Sync {
     /// The workspace root as the *server* sees it (absolute).
     fn root(&self) -> &Path;

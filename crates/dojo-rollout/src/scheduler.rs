@@ -39,6 +39,13 @@ pub trait RolloutRecord: Keyed + Clone + Send + Sync + 'static {
 }
 
 /// Runs one job to a finished record.
+///
+/// **Execution model.** [`run_jobs`] shares one runner (an `Arc`) among up to
+/// [`SchedulerConfig::sandboxes`] jobs at once, each in its own tokio task on the caller's
+/// runtime, so `run` must be `Send` and safe to call concurrently. Jobs whose key the store
+/// already holds are not run (resume); the others start in plan order and finish in any order,
+/// and the scheduler appends each record to the store as its job finishes. A `run` that panics
+/// does not stop the others: the scheduler records [`Runner::infra_failure`] for its job.
 pub trait Runner: Send + Sync + 'static {
     type Rec: RolloutRecord;
     /// Run, grade and return the record. Must not fail: an infrastructure problem becomes a record

@@ -358,9 +358,14 @@ impl PythonEnv {
         // installer's editables are a path entry (`editable_mode=compat`); v5: pre_install's
         // edits of tracked files are kept, and the venv survives symlinks to its interpreter; v6:
         // `editable_mode=compat` only where pip would build the editable through PEP 660; v7:
-        // uv byte-compiles at install, as pip does.
+        // uv byte-compiles at install, as pip does; v8 (pip installer only, the one whose
+        // environments an eval script reinstalls in): the project's build requirements are kept.
+        let v = match spec.installer {
+            Installer::Uv => 7,
+            Installer::Pip => 8,
+        };
         let identity = serde_json::json!({
-            "v": 7,
+            "v": v,
             "spec": built,
             "python": python,
             "pristine": if spec.editable || !spec.install.is_empty() {
@@ -748,6 +753,9 @@ fn build_env(cache: bool) -> Vec<(String, String)> {
     }
     if cache {
         env.push(("UV_CACHE_DIR".into(), UV_CACHE_PATH.into()));
+        // ccache's directory inside the same shared mount (pyenv_build.sh uses it where the
+        // host has ccache): uv keeps to its own buckets there.
+        env.push(("DOJO_CCACHE".into(), format!("{UV_CACHE_PATH}/dojo-ccache")));
     }
     env
 }

@@ -15,6 +15,13 @@ use crate::{ExecOutput, ExecRequest, Sandbox, SandboxError, WORKSPACE};
 pub use dojo_rundir::BoxFuture;
 
 /// What the agent's tools do to a workspace. Every error is an infrastructure failure.
+///
+/// **Execution model.** A workspace belongs to one rollout; its tools call it one operation at a
+/// time, in the episode's order, but readers beside the agent (a language server's sync, the
+/// simulated environment's snapshot) may call it concurrently, so implementations take `&self`
+/// and keep no per-call state. Operations are async and must not block a runtime thread: a
+/// [`Sandbox`] sends each to its own processes. A future dropped before it finishes (the
+/// episode's time ran out) leaves the workspace usable for the diff that grades it.
 pub trait Workspace: Send + Sync {
     /// Run a command (non-zero exits are not errors).
     fn exec<'a>(&'a self, req: &'a ExecRequest) -> BoxFuture<'a, Result<ExecOutput, SandboxError>>;

@@ -470,3 +470,47 @@ async fn a_failed_build_names_its_installer_and_step() {
         assert!(!msg.contains("@@DOJO_BUILD_STEP"), "{msg}");
     }
 }
+
+/// An eval script's reinstall at grading runs offline and without build isolation, so it
+/// builds with what the environment holds: a pip environment keeps the project's build
+/// requirements (here flit_core, seaborn's backend; astropy's extension-helpers), which pip's
+/// isolated editable install had only in a throwaway build environment. Without them the
+/// reinstall failed and a patch to compiled sources was never compiled.
+#[tokio::test]
+async fn pip_environments_keep_build_requirements_for_an_offline_reinstall() {
+    skip_unless_ns!();
+    skip_unless_uv!();
+    let p = common::pristine_of(&[
+        (
+            "pyproject.toml",
+            "[build-system]\nrequires = [\"flit_core>=3.2,<4\"]\nbuild-backend = \"flit_core.buildapi\"\n\n[project]\nname = \"flitpkg\"\nversion = \"0.1\"\ndescription = \"A flit project\"\n",
+        ),
+        ("flitpkg/__init__.py", "VALUE = 1\n"),
+    ]);
+    let spec = PythonEnvSpec {
+        python: "3.11".into(),
+        installer: dojo_sandbox::pyenv::Installer::Pip,
+        ..PythonEnvSpec::from_toml_str("python = \"3.11\"\n").unwrap()
+    };
+    let Some(env) = common::build_env_or_skip(&spec, &p).await else {
+        return;
+    };
+    let opts = SandboxOptions {
+        writable_venv: true,
+        ..SandboxOptions::default()
+    };
+    let sb = Sandbox::create(&p, Some(&env), &opts).await.unwrap();
+    // As `dojo_task::pre_test_commands` runs an offline reinstall.
+    let out = common::sh(
+        &sb,
+        "cd /testbed && export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INDEX=1 PIP_NO_BUILD_ISOLATION=0 \
+         && python -m pip install -q -e . && cd /tmp && python -c 'import flitpkg; print(flitpkg.__file__)'",
+    )
+    .await;
+    assert_eq!(
+        out.stdout_lossy().trim(),
+        "/testbed/flitpkg/__init__.py",
+        "{out:?}"
+    );
+    sb.teardown().await.unwrap();
+}

@@ -136,6 +136,14 @@ pub enum ModelFailure {
 }
 
 /// The transition and reward models, however they are served.
+///
+/// **Execution model.** One model serves every rollout of a run, shared behind an `Arc`: calls
+/// from different rollouts arrive concurrently (from one multi-threaded tokio runtime), while
+/// one rollout asks at most one question at a time (`transition` for each command the router
+/// simulates, in the episode's order; `reward` once, after the episode). An implementation
+/// batches or queues as its backend needs; it must not block a runtime thread. A future may be
+/// dropped before it finishes (the episode's time ran out). Every `Err` is an infrastructure
+/// failure ([`ModelFailure`]): it is never turned into an observation or a reward.
 pub trait WorldModel: Send + Sync {
     /// Predict the output of a command that runs Python or tests.
     fn transition<'a>(

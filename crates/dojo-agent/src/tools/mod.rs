@@ -113,6 +113,16 @@ impl<'w> ToolContext<'w> {
 }
 
 /// A tool the model can call.
+///
+/// **Execution model.** Each rollout gets its own registry, and its agent loop awaits one call
+/// at a time, in the order the model made them: two calls of one episode never overlap. Many
+/// rollouts run at once on one multi-threaded tokio runtime, so the future must be `Send` and
+/// must not block a runtime thread (long work goes through the workspace's `exec`, which runs
+/// in the sandbox). The loop drops the future when the episode's wall-time budget runs out, so a
+/// call may stop at any `.await`; the episode ends there. State that lives across calls of one
+/// episode (the editor's undo history) belongs in [`ToolContext::state`], not in the tool.
+/// `Err` means the sandbox failed (the episode ends as an infrastructure failure); a bad call by
+/// the model is an `Ok` output that tells it so.
 pub trait Tool: Send + Sync {
     fn name(&self) -> &str;
     /// The OpenAI function-tool JSON: `{"type": "function", "function": {name, description, parameters}}`.
