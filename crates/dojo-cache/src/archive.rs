@@ -18,17 +18,43 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// What went wrong, naming the archive (and the member, where one is at fault).
+/// `source` is the error under it, if any.
 #[derive(Debug, thiserror::Error)]
-#[error("{}: {reason}", archive.display())]
+#[error("{}: {}", archive.display(), said(reason, source))]
 pub struct ArchiveError {
     pub archive: PathBuf,
     pub reason: String,
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+/// `reason: source`, or either alone.
+fn said(reason: &str, source: &Option<Box<dyn std::error::Error + Send + Sync>>) -> String {
+    match (reason, source) {
+        (r, None) => r.to_string(),
+        ("", Some(s)) => s.to_string(),
+        (r, Some(s)) => format!("{r}: {s}"),
+    }
 }
 
 fn fail(archive: &Path, reason: impl Into<String>) -> ArchiveError {
     ArchiveError {
         archive: archive.to_path_buf(),
         reason: reason.into(),
+        source: None,
+    }
+}
+
+/// [`fail`] with the error under it.
+fn failed(
+    archive: &Path,
+    reason: impl Into<String>,
+    source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> ArchiveError {
+    ArchiveError {
+        archive: archive.to_path_buf(),
+        reason: reason.into(),
+        source: Some(source.into()),
     }
 }
 
@@ -42,7 +68,7 @@ pub fn is_zip(path: &Path) -> bool {
 /// directory: the single directory an sdist wraps its files in, or `dest` itself when the
 /// archive holds several entries at its root.
 pub fn unpack(archive: &Path, dest: &Path) -> Result<PathBuf, ArchiveError> {
-    fs::create_dir_all(dest).map_err(|e| fail(archive, format!("{}: {e}", dest.display())))?;
+    fs::create_dir_all(dest).map_err(|e| failed(archive, dest.display().to_string(), e))?;
     if is_zip(archive) {
         extract_zip(archive, dest)?;
     } else {
@@ -52,7 +78,7 @@ pub fn unpack(archive: &Path, dest: &Path) -> Result<PathBuf, ArchiveError> {
             .arg("-C")
             .arg(dest)
             .output()
-            .map_err(|e| fail(archive, format!("cannot run tar: {e}")))?;
+            .map_err(|e| failed(archive, "cannot run tar", e))?;
         if !out.status.success() {
             return Err(fail(
                 archive,
@@ -65,7 +91,7 @@ pub fn unpack(archive: &Path, dest: &Path) -> Result<PathBuf, ArchiveError> {
         }
     }
     let entries: Vec<PathBuf> = fs::read_dir(dest)
-        .map_err(|e| fail(archive, format!("{}: {e}", dest.display())))?
+        .map_err(|e| failed(archive, dest.display().to_string(), e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
     match entries.as_slice() {
@@ -82,7 +108,7 @@ pub fn extract_zip(archive: &Path, dest: &Path) -> Result<(), ArchiveError> {
     for i in 0..zip.len() {
         let mut entry = zip
             .by_index(i)
-            .map_err(|e| fail(archive, format!("member {i}: {e}")))?;
+            .map_err(|e| failed(archive, format!("member {i}"), e))?;
         let Some(rel) = entry.enclosed_name() else {
             return Err(fail(
                 archive,
@@ -93,7 +119,7 @@ pub fn extract_zip(archive: &Path, dest: &Path) -> Result<(), ArchiveError> {
             ));
         };
         let out = dest.join(&rel);
-        let io_err = |e: io::Error| fail(archive, format!("writing {}: {e}", out.display()));
+        let io_err = |e: io::Error| failed(archive, format!("writing {}", out.display()), e);
         if entry.is_dir() {
             fs::create_dir_all(&out).map_err(io_err)?;
             continue;
@@ -119,7 +145,7 @@ pub fn extract_zip(archive: &Path, dest: &Path) -> Result<(), ArchiveError> {
         .filter(|e| e.file_type().is_dir())
     {
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))
-            .map_err(|e| fail(archive, format!("{}: {e}", dir.path().display())))?;
+            .map_err(|e| failed(archive, dir.path().display().to_string(), e))?;
     }
     Ok(())
 }
@@ -135,11 +161,12 @@ pub fn extract_zip_member(
     let mut zip = open_zip(archive)?;
     let mut entry = zip
         .by_name(member)
-        .map_err(|e| fail(archive, format!("no member {member}: {e}")))?;
+        .map_err(|e| failed(archive, format!("no member {member}"), e))?;
     let io_err = |e: io::Error| {
-        fail(
+        failed(
             archive,
-            format!("extracting {member} to {}: {e}", dest.display()),
+            format!("extracting {member} to {}", dest.display()),
+            e,
         )
     };
     let mut file = BufWriter::new(File::create(dest).map_err(io_err)?);
@@ -149,8 +176,8 @@ pub fn extract_zip_member(
 }
 
 fn open_zip(archive: &Path) -> Result<zip::ZipArchive<File>, ArchiveError> {
-    let f = File::open(archive).map_err(|e| fail(archive, e.to_string()))?;
-    zip::ZipArchive::new(f).map_err(|e| fail(archive, format!("not a zip archive: {e}")))
+    let f = File::open(archive).map_err(|e| failed(archive, "", e))?;
+    zip::ZipArchive::new(f).map_err(|e| failed(archive, "not a zip archive", e))
 }
 
 #[cfg(test)]

@@ -32,17 +32,36 @@ pub enum CacheError {
         #[source]
         source: io::Error,
     },
-    #[error("download of {url} failed: {reason}")]
-    Download { url: String, reason: String },
+    #[error("download of {url} failed: {source}")]
+    Download {
+        url: String,
+        #[source]
+        source: BoxError,
+    },
+    /// A `file:` URL whose file could not be read.
+    #[error("download of {url} failed: reading {}: {source}", .path.display())]
+    Local {
+        url: String,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("sha256 mismatch for {url}: expected {expected}, got {actual}")]
     Checksum {
         url: String,
         expected: String,
         actual: String,
     },
-    #[error("building cache entry {entry} failed: {reason}")]
-    Build { entry: PathBuf, reason: String },
+    #[error("building cache entry {entry} failed: {source}")]
+    Build {
+        entry: PathBuf,
+        #[source]
+        source: BoxError,
+    },
 }
+
+/// A cause kept as it was (an HTTP client's error, a builder's own error type).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub type Result<T, E = CacheError> = std::result::Result<T, E>;
 
@@ -141,7 +160,7 @@ impl Cache {
     /// `build` receives an empty temporary directory and must fill it; on success it becomes the
     /// entry atomically. Concurrent callers (threads or processes) for the same key wait on a lock
     /// and then find the published entry. On failure nothing is published.
-    pub fn get_or_build<E: std::fmt::Display>(
+    pub fn get_or_build<E: Into<BoxError>>(
         &self,
         bucket: &str,
         key: &str,
@@ -168,7 +187,7 @@ impl Cache {
             let _ = fs::remove_dir_all(&tmp);
             return Err(CacheError::Build {
                 entry,
-                reason: e.to_string(),
+                source: e.into(),
             });
         }
         fs::rename(&tmp, &entry).map_err(io_err(&entry))?;
@@ -232,42 +251,46 @@ fn agent() -> ureq::Agent {
 /// cached and not checksummed: use it to find the URL and sha256 that [`Cache::fetch`] then
 /// downloads and verifies.
 pub fn http_get(url: &str, accept: &str) -> Result<Vec<u8>> {
-    let fail = |reason: String| CacheError::Download {
+    let fail = |source: ureq::Error| CacheError::Download {
         url: url.to_string(),
-        reason,
+        source: source.into(),
     };
     let resp = agent()
         .get(url)
         .header("Accept", accept)
         .call()
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(fail)?;
     resp.into_body()
         .with_config()
         .limit(64 << 20)
         .read_to_vec()
-        .map_err(|e| fail(e.to_string()))
+        .map_err(fail)
 }
 
 /// Stream `url` to `dest`. Uses the proxy settings and CA bundle of the environment, as pip and
 /// cargo do. A `file:` URL (task files may name local sdists) is copied from this machine.
 fn download(url: &str, dest: &Path) -> Result<()> {
-    let fail = |reason: String| CacheError::Download {
+    let fail = |source: BoxError| CacheError::Download {
         url: url.to_string(),
-        reason,
+        source,
     };
     if url
         .get(..5)
         .is_some_and(|s| s.eq_ignore_ascii_case("file:"))
     {
-        let src = file_url_path(url)
-            .ok_or_else(|| fail("not a local file URL (file:///path)".to_string()))?;
-        fs::copy(&src, dest).map_err(|e| fail(format!("reading {}: {e}", src.display())))?;
+        let src =
+            file_url_path(url).ok_or_else(|| fail("not a local file URL (file:///path)".into()))?;
+        fs::copy(&src, dest).map_err(|source| CacheError::Local {
+            url: url.to_string(),
+            path: src.clone(),
+            source,
+        })?;
         return Ok(());
     }
-    let resp = agent().get(url).call().map_err(|e| fail(e.to_string()))?;
+    let resp = agent().get(url).call().map_err(|e| fail(e.into()))?;
     let mut reader = resp.into_body().into_reader();
     let mut out = File::create(dest).map_err(io_err(dest))?;
-    io::copy(&mut reader, &mut out).map_err(|e| fail(e.to_string()))?;
+    io::copy(&mut reader, &mut out).map_err(|e| fail(e.into()))?;
     out.flush().map_err(io_err(dest))?;
     Ok(())
 }

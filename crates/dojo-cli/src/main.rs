@@ -6,6 +6,7 @@
 
 mod args;
 mod cmd;
+mod exit;
 
 use clap::{Parser, Subcommand};
 
@@ -80,7 +81,7 @@ fn quiet_on_broken_stdout() {
     }));
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() {
     quiet_on_broken_stdout();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -89,8 +90,20 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    // clap exits 2 (`Exit::Usage`) itself on a command line it rejects.
     let cli = Cli::parse();
-    let code = match cli.command {
+    let exit = match run(cli.command) {
+        Ok(exit) => exit,
+        Err(e) => {
+            eprintln!("{}", exit::report(&e));
+            exit::Exit::of_error(&e)
+        }
+    };
+    std::process::exit(exit.code());
+}
+
+fn run(command: Command) -> anyhow::Result<exit::Exit> {
+    Ok(match command {
         Command::Sandbox(c) => cmd::sandbox::run(c)?,
         Command::Tasks(c) => cmd::tasks::run_tasks(c)?,
         Command::Repos(c) => cmd::tasks::run_repos(c)?,
@@ -106,6 +119,5 @@ fn main() -> anyhow::Result<()> {
         Command::Select(a) => cmd::select::run(a)?,
         Command::Rl(a) => cmd::rl::run(*a)?,
         Command::Env(c) => cmd::env::run(c)?,
-    };
-    std::process::exit(code);
+    })
 }

@@ -18,6 +18,13 @@ pub enum CurateError {
     },
     #[error("{0}")]
     Config(String),
+    /// A row that could not be rendered (`traj_id` names it).
+    #[error("{traj_id}: {source}")]
+    Render {
+        traj_id: String,
+        #[source]
+        source: crate::render::RenderError,
+    },
     #[error("unknown filter {0:?} (known: dedup, difficulty, format, lsp, cap, none)")]
     UnknownFilter(String),
     #[error("unknown messages style {0:?} (auto, native, inline)")]

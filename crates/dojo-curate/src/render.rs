@@ -41,7 +41,7 @@ pub enum RenderError {
     Chat(#[from] dojo_tokenizer::ChatError),
     /// The tokenizer library's own error, as it reads.
     #[error("tokenizer: {0}")]
-    Tokenizer(String),
+    Tokenizer(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("tokenizer is not deterministic on the rendered text")]
     NotDeterministic,
     #[error("no step {0}")]

@@ -78,7 +78,7 @@ impl ChatModel for FormatModel {
             .tokenizer
             .hf()
             .encode_fast(text.as_str(), false)
-            .map_err(|e| RenderError::Tokenizer(e.to_string()))?;
+            .map_err(RenderError::Tokenizer)?;
         Ok(enc.len())
     }
 

@@ -222,13 +222,13 @@ impl Engine {
                     extra,
                 },
             )
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(EngineError::RequestChat)?;
         if !forced.is_empty() {
             let ids = self
                 .format()
                 .tokenizer
                 .encode(&forced)
-                .map_err(|e| bad(e.to_string()))?;
+                .map_err(EngineError::RequestChat)?;
             prompt.ids.extend(ids);
             prompt.text.push_str(&forced);
         }
@@ -371,7 +371,7 @@ impl Engine {
                 {
                     ids.push(b);
                 }
-                ids.extend(tok.encode(s).map_err(|e| bad(e.to_string()))?);
+                ids.extend(tok.encode(s).map_err(EngineError::RequestChat)?);
                 ids
             }
             Some(v @ Json::Array(a)) => match a.first() {
@@ -462,7 +462,7 @@ impl ChatBackend for Engine {
                     endpoint,
                     body: e.to_string(),
                 },
-                EngineError::Request(_) => LlmError::Rejected {
+                EngineError::Request(_) | EngineError::RequestChat(_) => LlmError::Rejected {
                     endpoint,
                     status: 400,
                     body: e.to_string(),

@@ -59,6 +59,11 @@ pub enum EngineError {
     ContextLength { tokens: usize, limit: usize },
     #[error("invalid request: {0}")]
     Request(String),
+    /// The request's messages or forced text could not be rendered or tokenized.
+    #[error("invalid request: {0}")]
+    RequestChat(#[source] dojo_tokenizer::ChatError),
+    #[error("model: {0}")]
+    Candle(#[from] candle_core::Error),
     #[error(transparent)]
     Chat(#[from] dojo_tokenizer::ChatError),
     #[error("engine: {0}")]
@@ -66,12 +71,6 @@ pub enum EngineError {
     /// The device asked for (`--device`) is unknown or unavailable in this build or machine.
     #[error("--device {spec}: {reason}")]
     Device { spec: String, reason: String },
-}
-
-impl From<candle_core::Error> for EngineError {
-    fn from(e: candle_core::Error) -> Self {
-        EngineError::Model(e.to_string())
-    }
 }
 
 /// The device named on the command line: `cpu` (the default) or `cuda` / `cuda:N`. CUDA is an

@@ -38,7 +38,7 @@ fn engine_error(e: EngineError) -> Response {
             StatusCode::BAD_REQUEST,
             ErrorBody::new(400, e.to_string(), None).with_code("context_length_exceeded"),
         ),
-        EngineError::Request(_) | EngineError::Chat(_) => {
+        EngineError::Request(_) | EngineError::RequestChat(_) | EngineError::Chat(_) => {
             error(StatusCode::BAD_REQUEST, e.to_string())
         }
         other => {

@@ -35,7 +35,7 @@ use serde_json::json;
 
 use crate::api::{BadRequest, EPISODE_SCHEMA_VERSION, EpisodeRecord, EpisodeRequest, record};
 use crate::envs;
-use crate::sources::{AllowList, SourceError};
+use crate::sources::{AllowList, BadPrefix, SourceError};
 use crate::state::{AppState, Metrics, ServeOptions, Shared, error};
 
 /// Failures that stop the service from starting or serving.
@@ -44,9 +44,9 @@ pub enum ServeError {
     #[error(transparent)]
     Store(#[from] dojo_rundir::RunDirError),
     #[error("environment specs: {0}")]
-    Envs(String),
+    Envs(#[source] dojo_task::TaskError),
     #[error("tasks: {0}")]
-    Tasks(String),
+    Tasks(#[source] dojo_task::TaskError),
     #[error("--allow-source {prefix:?}")]
     AllowSource {
         prefix: String,
@@ -320,17 +320,16 @@ pub fn check(opts: &ServeOptions, addrs: &[SocketAddr]) -> Result<(), ServeError
 
 fn allow_list(opts: &ServeOptions) -> Result<AllowList, ServeError> {
     AllowList::new(&opts.allow_sources)
-        .map_err(|(prefix, source)| ServeError::AllowSource { prefix, source })
+        .map_err(|BadPrefix { prefix, source }| ServeError::AllowSource { prefix, source })
 }
 
 fn build(opts: ServeOptions) -> Result<(Router, AppState), ServeError> {
     let allow = allow_list(&opts)?;
     let store = Store::<EpisodeRecord>::open(&opts.out.join("episodes.jsonl"))?;
-    let registry = EnvRegistry::with_dir(opts.envs_dir.as_deref())
-        .map_err(|e| ServeError::Envs(e.to_string()))?;
+    let registry = EnvRegistry::with_dir(opts.envs_dir.as_deref()).map_err(ServeError::Envs)?;
     let tasks = match &opts.tasks_file {
         Some(f) => dojo_task::load_tasks(f)
-            .map_err(|e| ServeError::Tasks(e.to_string()))?
+            .map_err(ServeError::Tasks)?
             .into_iter()
             .map(|t| (t.instance_id.clone(), t))
             .collect(),

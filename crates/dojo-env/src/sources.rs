@@ -30,6 +30,15 @@ pub enum SourceError {
 
 use SourceError::Refused;
 
+/// An `--allow-source` prefix that is refused, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("--allow-source {prefix:?}: {source}")]
+pub struct BadPrefix {
+    pub prefix: String,
+    #[source]
+    pub source: SourceError,
+}
+
 /// The parsed `--allow-source` prefixes.
 #[derive(Debug)]
 pub(crate) struct AllowList(Vec<Prefix>);
@@ -44,10 +53,15 @@ struct Prefix {
 
 impl AllowList {
     /// Parse and check every prefix; the error names the first bad one.
-    pub(crate) fn new(prefixes: &[String]) -> Result<AllowList, (String, SourceError)> {
+    pub(crate) fn new(prefixes: &[String]) -> Result<AllowList, BadPrefix> {
         prefixes
             .iter()
-            .map(|p| prefix(p).map_err(|e| (p.clone(), e)))
+            .map(|p| {
+                prefix(p).map_err(|source| BadPrefix {
+                    prefix: p.clone(),
+                    source,
+                })
+            })
             .collect::<Result<_, _>>()
             .map(AllowList)
     }
@@ -222,7 +236,7 @@ mod tests {
 
     fn list(prefixes: &[&str]) -> AllowList {
         let p: Vec<String> = prefixes.iter().map(|p| p.to_string()).collect();
-        AllowList::new(&p).unwrap_or_else(|(p, e)| panic!("{p}: {e}"))
+        AllowList::new(&p).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]

@@ -86,6 +86,27 @@ impl Pipeline {
     }
 }
 
+/// Why a grading sandbox could not be had; [`SetupError::kind`] says whose fault it is.
+#[derive(Debug, thiserror::Error)]
+enum SetupError {
+    #[error("{0}")]
+    Prepare(#[source] TaskError),
+    #[error("creating the sandbox: {0}")]
+    Create(#[source] dojo_sandbox::SandboxError),
+    /// The semaphore is never closed: this would be a bug, reported as the runner's.
+    #[error("worker slots closed")]
+    SlotsClosed,
+}
+
+impl SetupError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            SetupError::Prepare(_) => ErrorKind::EnvBuild,
+            SetupError::Create(_) | SetupError::SlotsClosed => ErrorKind::Runner,
+        }
+    }
+}
+
 async fn with_sandbox<T>(
     preparer: &Preparer,
     task: &Task,
@@ -93,11 +114,11 @@ async fn with_sandbox<T>(
     sandbox_opts: &SandboxOptions,
     pipeline: &Pipeline,
     f: impl AsyncFnOnce(&mut Sandbox) -> T,
-) -> Result<T, (ErrorKind, String)> {
+) -> Result<T, SetupError> {
     let prepared = preparer
         .prepare(task, env)
         .await
-        .map_err(|e| (ErrorKind::EnvBuild, e.to_string()))?;
+        .map_err(SetupError::Prepare)?;
     // An eval script's reinstall writes to the venv: a private copy-on-write view of it for
     // this grading sandbox only (see `dojo_task::pre_test_commands`), with the network when the
     // env lets the reinstall reach the package index.
@@ -110,11 +131,10 @@ async fn with_sandbox<T>(
     venv.runtime.network |= env.reinstall_network && reinstalls;
     let mut sb = Sandbox::create(&prepared.pristine, Some(&venv), &opts)
         .await
-        .map_err(|e| (ErrorKind::Runner, format!("creating the sandbox: {e}")))?;
-    // The semaphore is never closed; an error here would be a bug, reported as the runner's.
+        .map_err(SetupError::Create)?;
     let Ok(slot) = pipeline.slots.acquire().await else {
         pipeline.tear_down(sb);
-        return Err((ErrorKind::Runner, "worker slots closed".into()));
+        return Err(SetupError::SlotsClosed);
     };
     let out = f(&mut sb).await;
     drop(slot);
@@ -310,7 +330,8 @@ async fn eval_one(
     .await;
     match graded {
         Ok(r) => r,
-        Err((kind, msg)) => base.fail(kind, msg),
+        // The report is data written to report.json: the cause goes in as text there.
+        Err(e) => base.fail(e.kind(), e.to_string()),
     }
 }
 
@@ -386,7 +407,7 @@ async fn validate_one(
     .await
     {
         Ok(v) => v,
-        Err((kind, msg)) => failed(format!("{}: {msg}", kind.as_str())),
+        Err(e) => failed(format!("{}: {e}", e.kind().as_str())),
     };
     Validation {
         total_s: Some(started.elapsed().as_secs_f64()),

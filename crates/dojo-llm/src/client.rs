@@ -142,10 +142,13 @@ impl ClientConfig {
         let endpoints = EndpointConfig::list("OPENAI_BASE_URL", &base, key, model)?;
         let mut cfg = Self::new(endpoints);
         if let Some(t) = get(TIMEOUT_VAR).filter(|t| !t.trim().is_empty()) {
-            let bad =
-                |e: &dyn std::fmt::Display| LlmError::Config(format!("{TIMEOUT_VAR}={t:?}: {e}"));
-            let secs = t.trim().parse::<f64>().map_err(|e| bad(&e))?;
-            cfg.request_timeout = timeout_secs(secs).map_err(|e| bad(&e))?;
+            let what = format!("{TIMEOUT_VAR}={t:?}");
+            let secs = t
+                .trim()
+                .parse::<f64>()
+                .map_err(|e| LlmError::config_failed(what.clone(), e))?;
+            cfg.request_timeout =
+                timeout_secs(secs).map_err(|e| LlmError::config_failed(what, e))?;
         }
         Ok(cfg)
     }
@@ -212,8 +215,9 @@ impl OpenAiClient {
         }
         let mut endpoints = Vec::new();
         for e in &cfg.endpoints {
-            let parsed = reqwest::Url::parse(&e.base_url)
-                .map_err(|err| LlmError::Config(format!("endpoint URL {:?}: {err}", e.base_url)))?;
+            let parsed = reqwest::Url::parse(&e.base_url).map_err(|err| {
+                LlmError::config_failed(format!("endpoint URL {:?}", e.base_url), err)
+            })?;
             if !matches!(parsed.scheme(), "http" | "https") {
                 return Err(LlmError::Config(format!(
                     "endpoint URL {:?}: scheme must be http or https",
@@ -240,7 +244,7 @@ impl OpenAiClient {
             .timeout(cfg.request_timeout)
             .pool_max_idle_per_host(256)
             .build()
-            .map_err(|e| LlmError::Config(format!("building HTTP client: {e}")))?;
+            .map_err(|e| LlmError::config_failed("building HTTP client", e))?;
         Ok(OpenAiClient {
             http,
             cfg,
@@ -324,7 +328,7 @@ impl OpenAiClient {
         } else {
             serde_json::to_vec(req)
         }
-        .map_err(|e| LlmError::Config(format!("serializing request: {e}")))?;
+        .map_err(|e| LlmError::config_failed("serializing request", e))?;
         let resp = builder
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body)
@@ -494,7 +498,10 @@ mod tests {
         let err = OpenAiClient::new(ClientConfig::new(vec![EndpointConfig::new("ftp://x")]))
             .err()
             .unwrap();
-        assert!(matches!(err, LlmError::Config(_)), "{err}");
+        assert!(
+            matches!(err, LlmError::Config(_) | LlmError::ConfigFailed { .. }),
+            "{err}"
+        );
         assert!(OpenAiClient::new(ClientConfig::new(vec![])).is_err());
     }
 

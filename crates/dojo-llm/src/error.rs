@@ -61,12 +61,31 @@ pub enum LlmError {
     /// Client misconfiguration (no endpoint, bad URL); detected before any request.
     #[error("LLM client configuration: {0}")]
     Config(String),
+    /// The same, with the error under it (`what` was being set up). The cause is shared
+    /// (`Arc`) so the error stays `Clone`.
+    #[error("LLM client configuration: {what}: {source}")]
+    ConfigFailed {
+        what: String,
+        #[source]
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+    },
     /// An in-process backend (the embedded engine) failed internally.
     #[error("{endpoint}: backend failure: {detail}")]
     Backend { endpoint: String, detail: String },
 }
 
 impl LlmError {
+    /// [`LlmError::ConfigFailed`]: `source` stopped `what`.
+    pub fn config_failed(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        LlmError::ConfigFailed {
+            what: what.into(),
+            source: std::sync::Arc::new(source),
+        }
+    }
+
     /// Whose fault this failure is.
     pub fn class(&self) -> FailureClass {
         match self {
@@ -76,6 +95,7 @@ impl LlmError {
             | LlmError::Connection { .. }
             | LlmError::BadBody { .. }
             | LlmError::Config(_)
+            | LlmError::ConfigFailed { .. }
             | LlmError::Backend { .. } => FailureClass::Infrastructure,
             LlmError::ContextLength { .. } | LlmError::Rejected { .. } => FailureClass::Model,
         }
@@ -104,7 +124,7 @@ impl LlmError {
             LlmError::BadBody { .. } => "bad_body",
             LlmError::ContextLength { .. } => "context_length",
             LlmError::Rejected { .. } => "rejected",
-            LlmError::Config(_) => "config",
+            LlmError::Config(_) | LlmError::ConfigFailed { .. } => "config",
             LlmError::Backend { .. } => "backend",
         }
     }

@@ -74,7 +74,7 @@ impl HostBackend {
     pub fn new(root: impl AsRef<Path>) -> Result<Self, LspError> {
         let root = root.as_ref();
         let root = std::fs::canonicalize(root)
-            .map_err(|e| LspError::Workspace(format!("{}: {e}", root.display())))?;
+            .map_err(|e| LspError::workspace_failed(root.display().to_string(), e))?;
         Ok(HostBackend { root })
     }
 }
@@ -102,7 +102,7 @@ impl Backend for HostBackend {
                 .stderr(Stdio::piped())
                 .kill_on_drop(true)
                 .spawn()
-                .map_err(|e| LspError::ServerMissing(format!("cannot start {prog}: {e}")))
+                .map_err(|e| LspError::server_failed(format!("cannot start {prog}"), e))
         })
     }
 
@@ -113,7 +113,10 @@ impl Backend for HostBackend {
                 Ok(b) => Ok(Some(b)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) if e.raw_os_error() == Some(libc_eisdir()) => Ok(None),
-                Err(e) => Err(LspError::Workspace(format!("reading {}: {e}", p.display()))),
+                Err(e) => Err(LspError::workspace_failed(
+                    format!("reading {}", p.display()),
+                    e,
+                )),
             }
         })
     }
@@ -123,7 +126,7 @@ impl Backend for HostBackend {
         Box::pin(async move {
             tokio::task::spawn_blocking(move || scan_dir(&root))
                 .await
-                .map_err(|e| LspError::Workspace(format!("scan task: {e}")))?
+                .map_err(|e| LspError::workspace_failed("scan task", e))?
         })
     }
 
@@ -242,7 +245,7 @@ mod sandboxed {
     }
 
     fn sandbox_err(e: dojo_sandbox::SandboxError) -> LspError {
-        LspError::Workspace(format!("sandbox: {e}"))
+        LspError::workspace_failed("sandbox", e)
     }
 
     impl<S: Deref<Target = Sandbox> + Send + Sync> Backend for SandboxBackend<S> {

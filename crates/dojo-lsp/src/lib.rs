@@ -35,7 +35,7 @@ pub use backend::SandboxBackend;
 pub use backend::{Backend, HostBackend, Launch, Lent};
 pub use servers::{ServerKind, install};
 pub use session::{LspSession, SessionOptions, SessionStats};
-pub use tool::{Command, InfraEvent, LspInfraKind, LspTool, Observation};
+pub use tool::{Command, InfraEvent, LspInfraKind, LspTool, Observation, Outcome};
 
 use std::time::Duration;
 
@@ -57,17 +57,62 @@ pub enum LspError {
     Workspace(String),
     #[error("no such file: {0}")]
     NoSuchFile(String),
+    /// Installing or starting the server failed: `what` was being done.
+    #[error("language server unavailable: {what}: {source}")]
+    ServerFailed {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Reaching the workspace failed: `what` was being done.
+    #[error("workspace: {what}: {source}")]
+    WorkspaceFailed {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// An earlier failure to get the server, kept and reported again (not retried).
+    #[error(transparent)]
+    Kept(std::sync::Arc<LspError>),
+}
+
+impl LspError {
+    pub(crate) fn server_failed(
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        LspError::ServerFailed {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
+    pub(crate) fn workspace_failed(
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        LspError::WorkspaceFailed {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
 }
 
 impl LspError {
     /// The infrastructure class of this error, if it is the server's or the host's fault.
     pub fn infra_kind(&self) -> Option<LspInfraKind> {
         match self {
-            LspError::ServerMissing(_) => Some(LspInfraKind::ServerMissing),
+            LspError::ServerMissing(_) | LspError::ServerFailed { .. } => {
+                Some(LspInfraKind::ServerMissing)
+            }
+            // Only failures to get the server are kept.
+            LspError::Kept(_) => Some(LspInfraKind::ServerMissing),
             LspError::ServerCrashed(_) => Some(LspInfraKind::ServerCrashed),
             LspError::Timeout { .. } => Some(LspInfraKind::ServerTimeout),
             LspError::NotReady(_) => Some(LspInfraKind::NotReady),
-            LspError::Workspace(_) => Some(LspInfraKind::Workspace),
+            LspError::Workspace(_) | LspError::WorkspaceFailed { .. } => {
+                Some(LspInfraKind::Workspace)
+            }
             // A refused request (e.g. method not supported) is a plain answer to the agent.
             LspError::Rpc { .. } | LspError::NoSuchFile(_) => None,
         }

@@ -156,21 +156,21 @@ pub fn tools_dir() -> PathBuf {
 /// Install `kind` (once; concurrent callers wait) and return how to launch it.
 pub fn install(kind: ServerKind) -> Result<Launch, LspError> {
     let wheel = kind.wheel();
-    let miss = |e: &dyn std::fmt::Display| {
-        LspError::ServerMissing(format!("installing {} {}: {e}", kind.name(), wheel.version))
+    let miss = |e: dojo_cache::CacheError| {
+        LspError::server_failed(format!("installing {} {}", kind.name(), wheel.version), e)
     };
-    let cache = dojo_cache::Cache::open().map_err(|e| miss(&e))?;
+    let cache = dojo_cache::Cache::open().map_err(miss)?;
     let whl = cache
         .fetch(wheel.url, wheel.sha256, wheel.file_name())
-        .map_err(|e| miss(&e))?;
+        .map_err(miss)?;
     let tools = tools_dir();
-    let tools_cache = dojo_cache::Cache::at(&tools).map_err(|e| miss(&e))?;
+    let tools_cache = dojo_cache::Cache::at(&tools).map_err(miss)?;
     let key = format!("{}-{}", kind.name(), wheel.version);
     // Published as <tools>/lsp/<name>-<version>, atomically, so a half-unzipped server is
     // never launched.
     let dir = tools_cache
         .get_or_build("lsp", &key, |tmp| unzip(&whl, tmp))
-        .map_err(|e| miss(&e))?;
+        .map_err(miss)?;
     let launch = kind.launch(&dir);
     check_launch(kind, &launch, &key)?;
     Ok(launch)

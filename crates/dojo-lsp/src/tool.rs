@@ -150,16 +150,26 @@ pub struct Observation {
     pub infra: Option<InfraEvent>,
 }
 
+/// Whose problem an answer was; `dojo lsp` maps it to its exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The tool answered.
+    Success,
+    /// The tool answered with an error message (bad arguments, no answer): the caller's problem.
+    Refused,
+    /// The server could not be installed, started or kept alive.
+    Infrastructure,
+}
+
 impl Observation {
-    /// Whose problem the answer was, as `dojo lsp` exits: 0 success, 1 the tool answered with
-    /// an error message, 2 infrastructure failure.
-    pub fn exit_code(&self) -> i32 {
+    /// Whose problem the answer was.
+    pub fn outcome(&self) -> Outcome {
         if self.infra.is_some() {
-            2
+            Outcome::Infrastructure
         } else if self.success {
-            0
+            Outcome::Success
         } else {
-            1
+            Outcome::Refused
         }
     }
 
@@ -178,7 +188,13 @@ impl Observation {
         }
     }
 
-    fn failed(server: ServerKind, Fail(msg, infra): Fail) -> Self {
+    fn failed(
+        server: ServerKind,
+        Fail {
+            message: msg,
+            infra,
+        }: Fail,
+    ) -> Self {
         let mut o = Observation::err(msg);
         o.infra = infra.map(|kind| InfraEvent {
             kind,
@@ -211,7 +227,11 @@ pub struct LspTool {
 }
 
 /// An error message for the agent, possibly with an infrastructure event.
-pub(crate) struct Fail(pub(crate) String, pub(crate) Option<LspInfraKind>);
+pub(crate) struct Fail {
+    /// What the agent is told (data for its observation, so text).
+    pub(crate) message: String,
+    pub(crate) infra: Option<LspInfraKind>,
+}
 
 impl From<LspError> for Fail {
     fn from(e: LspError) -> Self {
@@ -225,14 +245,20 @@ impl From<LspError> for Fail {
                 "{e}. This is an infrastructure problem, not a problem with your input; use other tools meanwhile."
             ),
         };
-        Fail(msg, kind)
+        Fail {
+            message: msg,
+            infra: kind,
+        }
     }
 }
 
 pub(crate) type Res<T> = Result<T, Fail>;
 
 pub(crate) fn bad(msg: impl Into<String>) -> Fail {
-    Fail(msg.into(), None)
+    Fail {
+        message: msg.into(),
+        infra: None,
+    }
 }
 
 impl LspTool {
@@ -251,7 +277,7 @@ impl LspTool {
     ) -> Result<Self, LspError> {
         let launch = tokio::task::spawn_blocking(move || install(kind))
             .await
-            .map_err(|e| LspError::ServerMissing(format!("install task: {e}")))??;
+            .map_err(|e| LspError::server_failed("install task", e))??;
         LspTool::from_launch(backend, kind, launch, opts)
     }
 
@@ -389,7 +415,7 @@ impl LspTool {
 async fn install_for_sandboxes(kind: ServerKind) -> Result<crate::backend::Launch, LspError> {
     let launch = tokio::task::spawn_blocking(move || install(kind))
         .await
-        .map_err(|e| LspError::ServerMissing(format!("install task: {e}")))??;
+        .map_err(|e| LspError::server_failed("install task", e))??;
     let home = dojo_cache::dojo_home();
     if let Some(p) = launch.argv.iter().find(|a| {
         a.starts_with('/') && (std::path::Path::new(a).starts_with(&home) || a.starts_with("/tmp/"))
@@ -406,14 +432,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn exit_codes_say_whose_problem() {
+    fn outcomes_say_whose_problem() {
         let ok = Observation::ok("x".into());
-        assert_eq!(ok.exit_code(), 0);
+        assert_eq!(ok.outcome(), Outcome::Success);
         let refused = Observation {
             success: false,
             ..ok.clone()
         };
-        assert_eq!(refused.exit_code(), 1);
+        assert_eq!(refused.outcome(), Outcome::Refused);
     }
 
     #[test]

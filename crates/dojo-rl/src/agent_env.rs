@@ -11,7 +11,7 @@
 //! Execution model: [`crate::run::EpisodeSource`]'s calls come one at a time from the loop's thread;
 //! each blocks on this environment's own tokio runtime while a step's episodes run concurrently
 //! (`workers` sandboxes, their model calls batched by the engine). Nothing is retried here: a
-//! step whose rollouts fail as a whole is an [`RlError::Episode`], and the loop resumes from its
+//! step whose rollouts fail as a whole is an [`RlError::Rollouts`], and the loop resumes from its
 //! last checkpoint when run again.
 
 use std::path::{Path, PathBuf};
@@ -78,10 +78,10 @@ impl AgentEnv {
         // The world model is usable (named, its endpoints configured, an embedded one loaded)
         // before the first step.
         let world_embedded = dojo_rollout::embedded::embedded_world(opts.world.as_ref())
-            .map_err(|e| RlError::config("--world-model", e))?;
+            .map_err(|e| RlError::config_from("--world-model", e))?;
         if let Some(w) = &opts.world {
             dojo_rollout::world_sim::world_model(w, &world_embedded)
-                .map_err(|e| RlError::config(&format!("--execution {}", w.mode), e))?;
+                .map_err(|e| RlError::config_from(&format!("--execution {}", w.mode), e))?;
         }
         // In sim (and hybrid) mode a task needs no environment: `repo` + `base_commit` do.
         let needs_env = opts
@@ -89,7 +89,7 @@ impl AgentEnv {
             .as_ref()
             .is_none_or(|w| w.mode.needs_environment());
         let registry = dojo_task::EnvRegistry::with_dir(opts.envs.as_deref())
-            .map_err(|e| RlError::config("envs", e))?;
+            .map_err(|e| RlError::config_from("envs", e))?;
         let check = |flag: &str, file: &Path, instances: &[String]| {
             let tasks = load_tasks(file, instances)
                 .map_err(|e| RlError::config(flag, format!("{}: {e}", file.display())))?;
@@ -116,7 +116,10 @@ impl AgentEnv {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
-            .map_err(|e| RlError::Episode(format!("starting the async runtime: {e}")))?;
+            .map_err(|e| RlError::Rollouts {
+                what: "starting the async runtime".into(),
+                source: e.into(),
+            })?;
         let env = AgentEnv {
             rt,
             format,
@@ -149,7 +152,10 @@ impl AgentEnv {
         samples: u32,
         dir: &Path,
     ) -> Result<(Vec<Trajectory>, serde_json::Value), RlError> {
-        let infra = |e: String| RlError::Episode(format!("rollouts in {}: {e}", dir.display()));
+        let infra = |e: Box<dyn std::error::Error + Send + Sync>| RlError::Rollouts {
+            what: format!("rollouts in {}", dir.display()),
+            source: e,
+        };
         // LoRA runs sample from the adapters folded into copies of the weights. The step's
         // engine (and its copy of the weights) goes with this call; only its counters are kept.
         let engine = dojo_engine::Engine::from_parts(
@@ -160,10 +166,10 @@ impl AgentEnv {
         let backend: Arc<dyn ChatBackend> = Arc::new(engine.clone());
         // A directory left by an interrupted run was sampled from other weights.
         if dir.exists() {
-            std::fs::remove_dir_all(dir).map_err(|e| infra(e.to_string()))?;
+            std::fs::remove_dir_all(dir).map_err(|e| infra(e.into()))?;
         }
-        let agent = DojoAgent::from_policy(&policy).map_err(|e| infra(e.to_string()))?;
-        let backends = make_backends(&policy, Some(backend)).map_err(|e| infra(e.to_string()))?;
+        let agent = DojoAgent::from_policy(&policy).map_err(|e| infra(e.into()))?;
+        let backends = make_backends(&policy, Some(backend)).map_err(|e| infra(e.into()))?;
         let opts = RolloutOptions {
             shard: None,
             tasks_file: tasks_file.to_path_buf(),
@@ -186,9 +192,9 @@ impl AgentEnv {
                 backends,
                 &self.world_embedded,
             ))
-            .map_err(|e| infra(e.to_string()))?;
-        let store = dojo_rollout::Store::<Trajectory>::open(&o.store_path)
-            .map_err(|e| infra(e.to_string()))?;
+            .map_err(|e| infra(e.into()))?;
+        let store =
+            dojo_rollout::Store::<Trajectory>::open(&o.store_path).map_err(|e| infra(e.into()))?;
         Ok((store.records(), engine.stats().to_json()))
     }
 }

@@ -162,7 +162,7 @@ impl RlConfig {
     /// Read `rl.toml`; unknown keys and wrong types are errors naming the file and the key.
     pub fn from_toml_file(path: &Path) -> Result<RlConfig, RlError> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| RlError::config(&path.display().to_string(), e))?;
+            .map_err(|e| RlError::config_from(&path.display().to_string(), e))?;
         toml::from_str(&text)
             .map_err(|e| RlError::config(&path.display().to_string(), e.to_string().trim_end()))
     }

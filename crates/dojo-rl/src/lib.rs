@@ -48,6 +48,13 @@ pub const RL_SCHEMA_VERSION: u32 = 1;
 pub enum RlError {
     #[error("{field}: {reason}")]
     Config { field: String, reason: String },
+    /// The same, with the error that refused the setting.
+    #[error("{field}: {source}")]
+    ConfigFrom {
+        field: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Shaping, advantages or token streams refused a rollout or a setting.
     #[error(transparent)]
     Reward(#[from] dojo_reward::RewardError),
@@ -55,10 +62,24 @@ pub enum RlError {
     /// back short.
     #[error("{0}")]
     Episode(String),
-    #[error("{path}: {reason}")]
+    /// The same, with the error that stopped the rollouts: `what` was being done.
+    #[error("{what}: {source}")]
+    Rollouts {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("{path}: {source}")]
     Io {
         path: std::path::PathBuf,
-        reason: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: invalid: {source}")]
+    InvalidState {
+        path: std::path::PathBuf,
+        #[source]
+        source: serde_json::Error,
     },
     #[error(transparent)]
     RunDir(#[from] dojo_rundir::RunDirError),
@@ -79,10 +100,21 @@ impl RlError {
     }
 
     /// Maps an I/O error on `path` to [`RlError::Io`] (for `map_err`).
+    /// [`RlError::ConfigFrom`]: `source` refused `field`.
+    pub fn config_from(
+        field: &str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> RlError {
+        RlError::ConfigFrom {
+            field: field.to_string(),
+            source: source.into(),
+        }
+    }
+
     pub(crate) fn io(path: &std::path::Path) -> impl Fn(std::io::Error) -> RlError + '_ {
-        move |e| RlError::Io {
+        move |source| RlError::Io {
             path: path.to_path_buf(),
-            reason: e.to_string(),
+            source,
         }
     }
 }

@@ -244,9 +244,9 @@ fn load_checkpoint(
 ) -> Result<(RunState, AdamW), RlError> {
     let p = dir.join(STATE_FILE);
     let text = std::fs::read_to_string(&p).map_err(RlError::io(&p))?;
-    let st: RunState = serde_json::from_str(&text).map_err(|e| RlError::Io {
+    let st: RunState = serde_json::from_str(&text).map_err(|source| RlError::InvalidState {
         path: p.clone(),
-        reason: format!("invalid: {e}"),
+        source,
     })?;
     match model.lora() {
         Some(l) => l.load_weights(dir)?,

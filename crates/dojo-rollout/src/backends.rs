@@ -89,8 +89,7 @@ pub struct ReplayBackends {
 
 impl ReplayBackends {
     pub fn load(config: PolicyConfig, file: &Path) -> Result<ReplayBackends, RolloutError> {
-        let report =
-            dojo_trajectory::read_jsonl(file).map_err(|e| RolloutError::Policy(e.to_string()))?;
+        let report = dojo_trajectory::read_jsonl(file).map_err(RolloutError::policy)?;
         for p in &report.problems {
             tracing::warn!("replay source {}: {p:?}", file.display());
         }

@@ -24,10 +24,11 @@ use crate::world_sim::EmbeddedWorld;
 /// chat backend; `None` in a build without the `engine` feature.
 #[cfg(feature = "engine")]
 pub fn embedded_backend(model: &str) -> Result<Option<Arc<dyn ChatBackend>>, RolloutError> {
-    let load = |e: String| RolloutError::Policy(format!("loading the embedded model {model}: {e}"));
-    let spec = dojo_tokenizer::ModelSpec::resolve(model).map_err(|e| load(e.to_string()))?;
+    let what = || format!("loading the embedded model {model}");
+    let spec = dojo_tokenizer::ModelSpec::resolve(model)
+        .map_err(|e| RolloutError::policy_in(what(), e))?;
     let engine = dojo_engine::Engine::load_spec(&spec, dojo_engine::EngineOptions::default())
-        .map_err(|e| load(e.to_string()))?;
+        .map_err(|e| RolloutError::policy_in(what(), e))?;
     Ok(Some(Arc::new(engine)))
 }
 
@@ -64,7 +65,7 @@ async fn policy_engine(
     let m = model.clone();
     tokio::task::spawn_blocking(move || embedded_backend(&m))
         .await
-        .map_err(|e| RolloutError::Policy(format!("loading the embedded model: {e}")))?
+        .map_err(|e| RolloutError::policy_in("loading the embedded model", e))?
 }
 
 /// The backends of model policy `policy` (`openai:MODEL`, `embedded[:MODEL]`, a policy file of
@@ -114,9 +115,8 @@ pub async fn run_policy(opts: &RolloutOptions) -> Result<RolloutOutput, RolloutE
     let world = opts.policy.world.clone();
     let world_embedded = tokio::task::spawn_blocking(move || embedded_world(world.as_ref()))
         .await
-        .map_err(|e| RolloutError::Policy(format!("loading the world models: {e}")))??;
-    let agent =
-        DojoAgent::from_policy(&opts.policy).map_err(|e| RolloutError::Policy(e.to_string()))?;
+        .map_err(|e| RolloutError::policy_in("loading the world models", e))??;
+    let agent = DojoAgent::from_policy(&opts.policy).map_err(RolloutError::policy)?;
     let backends = make_backends(&opts.policy, embedded)?;
     run_rollout_with_world(opts, agent, backends, &world_embedded).await
 }

@@ -29,11 +29,12 @@ pub enum GoldError {
     },
     #[error("task {task}: gold patch has no file changes")]
     Empty { task: String },
-    #[error("task {task}: {path}: cannot read the file the gold patch changes: {reason}")]
+    #[error("task {task}: {path}: cannot read the file the gold patch changes: {source}")]
     Read {
         task: String,
         path: String,
-        reason: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error("task {task}: {path}: hunk at line {line} does not match the file")]
     NoMatch {
@@ -196,7 +197,7 @@ fn locate(content: &str, h: &Hunk, offset: isize) -> Option<usize> {
 
 /// The whole gold script for a task. `read` gives a file's pristine contents (repo-relative path);
 /// `test_command` is what to run before submitting (None: skip).
-pub fn plan_actions<E: std::fmt::Display>(
+pub fn plan_actions<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
     task: &str,
     patch: &str,
     workspace: &str,
@@ -225,7 +226,7 @@ pub fn plan_actions<E: std::fmt::Display>(
         let mut content = read(&path).map_err(|e| GoldError::Read {
             task: task.into(),
             path: path.clone(),
-            reason: e.to_string(),
+            source: e.into(),
         })?;
         if let Some(h) = f.hunks.first() {
             actions.push(Action::Search {

@@ -157,7 +157,7 @@ pub fn merge(
     let mut records: BTreeMap<Key, Trajectory> = BTreeMap::new();
     for (index, dir) in &by_index {
         let path = dir.join("trajectories.jsonl");
-        let rep = dojo_trajectory::read_jsonl(&path).map_err(|e| err(e.to_string()))?;
+        let rep = dojo_trajectory::read_jsonl(&path).map_err(RolloutError::MergeRead)?;
         if let Some(p) = rep.problems.first() {
             return Err(err(format!(
                 "shard {index}/{count}: {p} ({} problem(s); resume that shard with the same command, then merge)",
@@ -242,7 +242,7 @@ pub fn merge(
     }
     std::fs::create_dir_all(out).map_err(|e| RolloutError::Io {
         path: out.to_path_buf(),
-        reason: e.to_string(),
+        source: e.into(),
     })?;
     let manifest = RunManifest {
         shard: None,

@@ -103,8 +103,12 @@ pub enum PolicyError {
         "policy {0:?}: not a known shorthand (gold-replay, openai:MODEL, replay:FILE, embedded[:MODEL]) nor an existing .toml/.json file"
     )]
     Unknown(String),
-    #[error("policy file {path}: {reason}")]
-    File { path: PathBuf, reason: String },
+    #[error("policy file {path}: {source}")]
+    File {
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl PolicyConfig {
@@ -172,15 +176,15 @@ impl PolicyConfig {
     }
 
     pub fn load(path: &Path) -> Result<PolicyConfig, PolicyError> {
-        let ferr = |reason: String| PolicyError::File {
+        let ferr = |source: Box<dyn std::error::Error + Send + Sync>| PolicyError::File {
             path: path.to_path_buf(),
-            reason,
+            source,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| ferr(e.to_string()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| ferr(e.into()))?;
         if path.extension().is_some_and(|e| e == "json") {
-            serde_json::from_str(&text).map_err(|e| ferr(e.to_string()))
+            serde_json::from_str(&text).map_err(|e| ferr(e.into()))
         } else {
-            toml::from_str(&text).map_err(|e| ferr(e.to_string()))
+            toml::from_str(&text).map_err(|e| ferr(e.into()))
         }
     }
 

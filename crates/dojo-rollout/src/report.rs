@@ -209,17 +209,17 @@ pub fn write_demo_report(
     notes: &[String],
 ) -> Result<std::path::PathBuf, crate::error::RolloutError> {
     use crate::error::RolloutError;
-    let io = |path: &std::path::Path, e: &dyn std::fmt::Display| RolloutError::Io {
+    let io = |path: &std::path::Path, e: crate::error::BoxError| RolloutError::Io {
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        source: e,
     };
     // One page per trajectory, linked from the report's per-task table.
     for (o, dir) in runs {
         let records =
-            dojo_trajectory::read_jsonl(&o.store_path).map_err(|e| io(&o.store_path, &e))?;
+            dojo_trajectory::read_jsonl(&o.store_path).map_err(|e| io(&o.store_path, e.into()))?;
         let pages = out.join(dir).join("pages");
         dojo_report::trajectory::write_pages(&pages, &records.trajectories)
-            .map_err(|e| io(&pages, &e))?;
+            .map_err(|e| io(&pages, e.into()))?;
     }
     let parts: Vec<PolicyRun<'_>> = runs
         .iter()
@@ -232,7 +232,7 @@ pub fn write_demo_report(
         .collect();
     let html = render_html(title, notes, &parts);
     let report = out.join("report.html");
-    dojo_rundir::write_atomic(&report, html.as_bytes()).map_err(|e| io(&report, &e))?;
+    dojo_rundir::write_atomic(&report, html.as_bytes()).map_err(|e| io(&report, e.into()))?;
     Ok(std::fs::canonicalize(&report).unwrap_or(report))
 }
 

@@ -159,8 +159,7 @@ pub fn model_backends(
     match &policy.kind {
         PolicyKind::Openai { model, .. } => {
             let cfg = openai_client_config(&policy.kind)?;
-            let client = dojo_llm::OpenAiClient::new(cfg)
-                .map_err(|e| RolloutError::Policy(e.to_string()))?;
+            let client = dojo_llm::OpenAiClient::new(cfg).map_err(RolloutError::policy)?;
             Ok(ModelBackends {
                 config,
                 kind: "openai",
@@ -192,8 +191,7 @@ pub fn model_backends(
 /// `DOJO_LLM_TIMEOUT`), overridden by the policy file's `base_url`, `api_key_env` and
 /// `request_timeout_s`.
 fn openai_client_config(kind: &PolicyKind) -> Result<dojo_llm::ClientConfig, RolloutError> {
-    let mut cfg =
-        dojo_llm::ClientConfig::from_env().map_err(|e| RolloutError::Policy(e.to_string()))?;
+    let mut cfg = dojo_llm::ClientConfig::from_env().map_err(RolloutError::policy)?;
     let PolicyKind::Openai {
         base_url,
         api_key_env,
@@ -206,18 +204,18 @@ fn openai_client_config(kind: &PolicyKind) -> Result<dojo_llm::ClientConfig, Rol
     if let Some(url) = base_url {
         let key = dojo_llm::api_key_from_env(api_key_env.as_deref());
         cfg.endpoints = dojo_llm::EndpointConfig::list("policy base_url", url, key, None)
-            .map_err(|e| RolloutError::Policy(e.to_string()))?;
+            .map_err(RolloutError::policy)?;
     }
     if let Some(t) = request_timeout_s {
         cfg.request_timeout = dojo_llm::timeout_secs(*t)
-            .map_err(|e| RolloutError::Policy(format!("request_timeout_s: {e}")))?;
+            .map_err(|e| RolloutError::policy_in("request_timeout_s", e))?;
     }
     Ok(cfg)
 }
 
 /// Load the tasks of a run (all, or the listed instances, in file order).
 pub fn load_tasks(file: &Path, instances: &[String]) -> Result<Vec<Task>, RolloutError> {
-    dojo_task::load_selected(file, instances).map_err(|e| RolloutError::Tasks(e.to_string()))
+    dojo_task::load_selected(file, instances).map_err(RolloutError::Tasks)
 }
 
 /// `dir/run.json`. Resuming needs the same policy and shard; the task file may have moved
@@ -234,7 +232,7 @@ pub fn manifest(dir: &Path) -> dojo_rundir::Manifest<'_> {
 pub fn read_manifest(dir: &Path) -> Result<RunManifest, RolloutError> {
     manifest(dir).read()?.ok_or_else(|| RolloutError::Io {
         path: dir.join("run.json"),
-        reason: "missing: not a `dojo rollout` run directory".into(),
+        source: "missing: not a `dojo rollout` run directory".into(),
     })
 }
 
@@ -281,8 +279,7 @@ pub async fn run_rollout_with_world<A: AgentLoop>(
             );
         }
     }
-    let registry = EnvRegistry::with_dir(opts.envs_dir.as_deref())
-        .map_err(|e| RolloutError::Tasks(e.to_string()))?;
+    let registry = EnvRegistry::with_dir(opts.envs_dir.as_deref()).map_err(RolloutError::Tasks)?;
     let manifest = RunManifest {
         schema_version: RUN_SCHEMA_VERSION,
         policy: opts.policy.to_json(),
@@ -315,7 +312,7 @@ pub async fn run_rollout_with_world<A: AgentLoop>(
         .filter(|w| w.mode != dojo_world::route::ExecutionMode::Real)
     {
         let model = crate::world_sim::world_model(w, world_embedded)
-            .map_err(|e| RolloutError::Policy(format!("[world]: {e}")))?;
+            .map_err(|e| RolloutError::policy_in("[world]", e))?;
         runner.sim = Some(crate::world_sim::SimSetup {
             mode: w.mode,
             model,
@@ -334,7 +331,7 @@ pub async fn run_rollout_with_world<A: AgentLoop>(
             dojo_world::record::WorldWriter::open(&path, Default::default()).map_err(|e| {
                 RolloutError::Io {
                     path: path.clone(),
-                    reason: e.to_string(),
+                    source: e.into(),
                 }
             })?;
         runner.world = Some(Arc::new(writer));
@@ -410,7 +407,7 @@ pub(crate) fn write_run_outputs(
     let ioerr = |path: PathBuf| {
         move |e: std::io::Error| RolloutError::Io {
             path,
-            reason: e.to_string(),
+            source: e.into(),
         }
     };
     let outcomes: Vec<SampleOutcome> = plan.iter().map(|t| t.outcome()).collect();

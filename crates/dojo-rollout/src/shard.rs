@@ -57,7 +57,7 @@ impl Shard {
 pub fn task_file_sha256(path: &Path) -> Result<String, RolloutError> {
     dojo_cache::sha256_file(path).map_err(|e| RolloutError::Io {
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        source: e.into(),
     })
 }
 

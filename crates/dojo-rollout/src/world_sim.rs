@@ -62,16 +62,85 @@ pub const EMBEDDED_MAX_TOKENS: u32 = 1024;
 /// needs of it), the machine (the pristine tree could not be built), or the world model itself
 /// (a failed call: an infrastructure failure the rollout records as such). None is retried
 /// here.
+///
+/// Each says `what` went wrong and keeps the error under it, if any, as its source.
 #[derive(Debug, thiserror::Error)]
 pub enum WorldSimError {
-    #[error("{0}")]
-    Settings(String),
-    #[error("{0}")]
-    Task(String),
-    #[error("{0}")]
-    Prepare(String),
-    #[error("{0}")]
-    Model(String),
+    #[error("{}", said(what, source))]
+    Settings {
+        what: String,
+        #[source]
+        source: Option<BoxError>,
+    },
+    #[error("{}", said(what, source))]
+    Task {
+        what: String,
+        #[source]
+        source: Option<BoxError>,
+    },
+    #[error("{}", said(what, source))]
+    Prepare {
+        what: String,
+        #[source]
+        source: Option<BoxError>,
+    },
+    #[error("{}", said(what, source))]
+    Model {
+        what: String,
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// `what: source`, or either alone.
+fn said(what: &str, source: &Option<BoxError>) -> String {
+    match (what, source) {
+        (w, None) => w.to_string(),
+        ("", Some(s)) => s.to_string(),
+        (w, Some(s)) => format!("{w}: {s}"),
+    }
+}
+
+/// Constructors: `kind(what)` for a message, `kind_from(what, source)` with its cause.
+impl WorldSimError {
+    fn settings(what: impl Into<String>) -> Self {
+        WorldSimError::Settings {
+            what: what.into(),
+            source: None,
+        }
+    }
+    fn settings_from(what: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        WorldSimError::Settings {
+            what: what.into(),
+            source: Some(source.into()),
+        }
+    }
+    fn task(what: impl Into<String>) -> Self {
+        WorldSimError::Task {
+            what: what.into(),
+            source: None,
+        }
+    }
+    fn task_from(source: impl Into<BoxError>) -> Self {
+        WorldSimError::Task {
+            what: String::new(),
+            source: Some(source.into()),
+        }
+    }
+    fn prepare_from(what: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        WorldSimError::Prepare {
+            what: what.into(),
+            source: Some(source.into()),
+        }
+    }
+    fn model_from(what: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        WorldSimError::Model {
+            what: what.into(),
+            source: Some(source.into()),
+        }
+    }
 }
 
 /// The embedded engines of a run's world models, one per distinct model the policy's roles name
@@ -116,7 +185,7 @@ fn role_backend(
     let spec: WorldModelSpec = policy
         .role_model(role)
         .ok_or_else(|| {
-            WorldSimError::Settings(format!(
+            WorldSimError::settings(format!(
                 "env mode {} needs a world model for {role} ([world] model or {key} = \"openai:MODEL\" or \"embedded\", or --world-model / --{})",
                 policy.mode,
                 key.replace('_', "-")
@@ -124,14 +193,14 @@ fn role_backend(
         })?
         .parse()
         .map_err(|e: dojo_world::route::ParseModeError| {
-            WorldSimError::Settings(format!("{role}: {e}"))
+            WorldSimError::settings_from(role.to_string(), e)
         })?;
     match spec {
         WorldModelSpec::Embedded(_) => {
             // Always `Some` for an embedded spec.
             let m = spec.engine_model().unwrap_or_default();
             let backend = embedded.get(&m).ok_or_else(|| {
-                WorldSimError::Settings(format!(
+                WorldSimError::settings(format!(
                     "{role}: the embedded world model {m} is not loaded (the models a policy names are loaded by builds with the `engine` feature)"
                 ))
             })?;
@@ -142,16 +211,16 @@ fn role_backend(
         }
         WorldModelSpec::Openai(model) => {
             let mut endpoints = dojo_llm::ClientConfig::from_env()
-                .map_err(|e| WorldSimError::Settings(format!("{role}: {e}")))?
+                .map_err(|e| WorldSimError::settings_from(role.to_string(), e))?
                 .endpoints;
             if let Some(url) = policy.role_base_url(role) {
                 let key = dojo_llm::api_key_from_env(policy.api_key_env.as_deref());
                 endpoints =
                     dojo_llm::EndpointConfig::list(&format!("{role} base URL"), url, key, None)
-                        .map_err(|e| WorldSimError::Settings(e.to_string()))?;
+                        .map_err(|e| WorldSimError::settings_from("", e))?;
             }
             let backend = dojo_world::client::role_backend(role, endpoints, timeout)
-                .map_err(|e| WorldSimError::Settings(e.to_string()))?;
+                .map_err(|e| WorldSimError::settings_from("", e))?;
             Ok(RoleBackend {
                 backend,
                 remote_model: Some(model),
@@ -202,11 +271,9 @@ fn world_client(
             continue;
         };
         let reply = reply.unwrap_or(EMBEDDED_MAX_TOKENS) as usize;
-        if let Some(fitted) = cfg
-            .caps
-            .fit(window, reply)
-            .map_err(|e| WorldSimError::Settings(format!("{role} ({}): {e}", backend.describe())))?
-        {
+        if let Some(fitted) = cfg.caps.fit(window, reply).map_err(|e| {
+            WorldSimError::settings_from(format!("{role} ({})", backend.describe()), e)
+        })? {
             tracing::warn!(
                 "{role} ({}): a {window}-token context: world-model prompt caps scaled to {:.1}% \
                  (problem {} characters, executed code {}, agent patch {}, at most {} files); \
@@ -246,7 +313,7 @@ pub fn analysis_inputs(tasks: &[Task]) -> Result<Vec<AnalysisInput>, WorldSimErr
 /// without a gold patch has none to analyse: an error naming the task and the field.
 pub fn analysis_input(task: &Task) -> Result<AnalysisInput, WorldSimError> {
     if task.patch.trim().is_empty() {
-        return Err(WorldSimError::Task(format!(
+        return Err(WorldSimError::task(format!(
             "task {}: field `patch` is empty; the initial analysis is written from the gold patch",
             task.instance_id
         )));
@@ -279,13 +346,11 @@ pub fn repo_env_or_default(registry: &EnvRegistry, task: &Task) -> Result<RepoEn
         Err(TaskError::NoEnv { .. }) => {
             let mut t = task.clone();
             t.env = Some(EnvOverride::default());
-            let mut e = registry
-                .resolve(&t)
-                .map_err(|e| WorldSimError::Task(e.to_string()))?;
+            let mut e = registry.resolve(&t).map_err(WorldSimError::task_from)?;
             e.origin = "(no environment spec: defaults for simulation)".into();
             Ok(e)
         }
-        Err(e) => Err(WorldSimError::Task(e.to_string())),
+        Err(e) => Err(WorldSimError::task_from(e)),
     }
 }
 
@@ -293,15 +358,15 @@ pub fn repo_env_or_default(registry: &EnvRegistry, task: &Task) -> Result<RepoEn
 async fn pristine_only(task: &Task, preparer: &Preparer) -> Result<Pristine, WorldSimError> {
     let (t, opts) = (task.clone(), preparer.options().clone());
     tokio::task::spawn_blocking(move || {
-        let prep = WorldSimError::Prepare;
-        let source = task_source(&t, &opts).map_err(|e| prep(e.to_string()))?;
-        let store = PristineStore::open().map_err(|e| prep(format!("pristine store: {e}")))?;
-        store
-            .build(&source)
-            .map_err(|e| prep(format!("instance {}: pristine tree: {e}", t.instance_id)))
+        let source = task_source(&t, &opts).map_err(|e| WorldSimError::prepare_from("", e))?;
+        let store =
+            PristineStore::open().map_err(|e| WorldSimError::prepare_from("pristine store", e))?;
+        store.build(&source).map_err(|e| {
+            WorldSimError::prepare_from(format!("instance {}: pristine tree", t.instance_id), e)
+        })
     })
     .await
-    .map_err(|e| WorldSimError::Prepare(format!("the preparing thread failed: {e}")))?
+    .map_err(|e| WorldSimError::prepare_from("the preparing thread failed", e))?
 }
 
 /// What the world models are told about `task`: the one mapping from a dataset task, used by
@@ -336,7 +401,7 @@ pub async fn graded_test_files(
     }
     let pristine = pristine_only(task, preparer).await?;
     let sb = Sandbox::create(&pristine, None, opts).await.map_err(|e| {
-        WorldSimError::Prepare(format!("instance {}: sandbox: {e}", task.instance_id))
+        WorldSimError::prepare_from(format!("instance {}: sandbox", task.instance_id), e)
     })?;
     let files =
         test_files_after_patch(&sb, Some(&task.test_patch), &paths, Some(&pristine.path)).await;
@@ -354,9 +419,9 @@ pub async fn prepare(
     preparer: &Preparer,
 ) -> Result<SimPrepared, WorldSimError> {
     let repo_env = match setup.mode {
-        ExecutionMode::Real | ExecutionMode::Shadow => registry
-            .resolve(task)
-            .map_err(|e| WorldSimError::Task(e.to_string()))?,
+        ExecutionMode::Real | ExecutionMode::Shadow => {
+            registry.resolve(task).map_err(WorldSimError::task_from)?
+        }
         ExecutionMode::Sim | ExecutionMode::Hybrid => repo_env_or_default(registry, task)?,
     };
     let (pristine, env) = match setup.mode {
@@ -365,7 +430,7 @@ pub async fn prepare(
             let tree = preparer
                 .prepare(task, &repo_env)
                 .await
-                .map_err(|e| WorldSimError::Prepare(e.to_string()))?;
+                .map_err(|e| WorldSimError::prepare_from("", e))?;
             (tree.pristine.clone(), Some(tree.env.clone()))
         }
         ExecutionMode::Hybrid => match registry.resolve(task) {
@@ -470,7 +535,7 @@ pub async fn grade_simulated(
             }));
             Ok(())
         }
-        Err(e) => Err(WorldSimError::Model(format!("simulated grading: {e}"))),
+        Err(e) => Err(WorldSimError::model_from("simulated grading", e)),
     }
 }
 
@@ -678,7 +743,7 @@ mod tests {
             ..Default::default()
         };
         let e = world_client(&w, &engines(&["/swt"])).err().unwrap();
-        assert!(matches!(e, WorldSimError::Settings(_)), "{e}");
+        assert!(matches!(e, WorldSimError::Settings { .. }), "{e}");
         let e = e.to_string();
         assert!(e.contains("for SWR") && e.contains("swr_model"), "{e}");
     }

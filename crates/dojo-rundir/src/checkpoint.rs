@@ -182,9 +182,9 @@ mod tests {
         let steps: Vec<u64> = list(out, STATE).into_iter().map(|(s, _)| s).collect();
         assert_eq!(steps, vec![2, 3]);
         let r = publish::<RunDirError>(out, &checkpoint_name(4), |_| {
-            Err(RunDirError::Invalid {
+            Err(RunDirError::Io {
                 path: "x".into(),
-                reason: "fill failed".into(),
+                source: std::io::Error::other("fill failed"),
             })
         });
         assert!(r.is_err());

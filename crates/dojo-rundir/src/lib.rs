@@ -52,17 +52,26 @@ pub enum RunDirError {
         source: std::io::Error,
     },
     /// A damaged line that is not the last one: not something a crash of the writer leaves.
-    #[error("{path} line {line}: corrupted record ({reason}); not a torn tail, refusing to guess")]
+    #[error("{path} line {line}: corrupted record ({source}); not a torn tail, refusing to guess")]
     Corrupt {
         path: PathBuf,
         line: usize,
-        reason: String,
+        #[source]
+        source: serde_json::Error,
     },
-    #[error("{path}: cannot serialise a record: {reason}")]
-    Serialise { path: PathBuf, reason: String },
+    #[error("{path}: cannot serialise a record: {source}")]
+    Serialise {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
     /// A manifest or state file that exists but cannot be read as one.
-    #[error("{path}: invalid: {reason}")]
-    Invalid { path: PathBuf, reason: String },
+    #[error("{path}: invalid: {source}")]
+    Invalid {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error(
         "{dir} holds a run of another configuration ({}); resume with the same settings or use another --out",
         .differences.join("; ")

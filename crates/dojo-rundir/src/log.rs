@@ -87,9 +87,9 @@ impl JsonlLog {
 
     /// Append one record durably (one write, then `fdatasync`).
     pub fn append<T: Serialize + ?Sized>(&self, rec: &T) -> Result<()> {
-        let mut line = serde_json::to_vec(rec).map_err(|e| RunDirError::Serialise {
+        let mut line = serde_json::to_vec(rec).map_err(|source| RunDirError::Serialise {
             path: self.path.clone(),
-            reason: e.to_string(),
+            source,
         })?;
         line.push(b'\n');
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
@@ -107,9 +107,9 @@ impl JsonlLog {
     ) -> Result<()> {
         let mut batch = Vec::new();
         for rec in recs {
-            serde_json::to_writer(&mut batch, rec).map_err(|e| RunDirError::Serialise {
+            serde_json::to_writer(&mut batch, rec).map_err(|source| RunDirError::Serialise {
                 path: self.path.clone(),
-                reason: e.to_string(),
+                source,
             })?;
             batch.push(b'\n');
         }
@@ -141,9 +141,9 @@ impl<T: Serialize> Opened<T> {
         let path = self.log.path;
         let mut body = Vec::new();
         for r in &kept {
-            serde_json::to_writer(&mut body, r).map_err(|e| RunDirError::Serialise {
+            serde_json::to_writer(&mut body, r).map_err(|source| RunDirError::Serialise {
                 path: path.clone(),
-                reason: e.to_string(),
+                source,
             })?;
             body.push(b'\n');
         }
@@ -191,7 +191,8 @@ fn scan<T: DeserializeOwned>(path: &Path, file: &File) -> Result<(Vec<(usize, T)
     let mut offset = 0u64;
     let mut line_no = 0usize;
     let mut buf = Vec::new();
-    let mut pending_bad: Option<(usize, String)> = None;
+    // A bad line is an error only if another line follows it (else it is a torn tail).
+    let mut pending_bad: Option<Pending> = None;
     loop {
         buf.clear();
         let n = reader
@@ -201,11 +202,11 @@ fn scan<T: DeserializeOwned>(path: &Path, file: &File) -> Result<(Vec<(usize, T)
             break;
         }
         line_no += 1;
-        if let Some((line, reason)) = pending_bad.take() {
+        if let Some(Pending { line, source }) = pending_bad.take() {
             return Err(RunDirError::Corrupt {
                 path: path.to_path_buf(),
                 line,
-                reason,
+                source,
             });
         }
         if buf.last() != Some(&b'\n') {
@@ -220,10 +221,21 @@ fn scan<T: DeserializeOwned>(path: &Path, file: &File) -> Result<(Vec<(usize, T)
                 records.push((line_no, rec));
                 offset += n as u64;
             }
-            Err(e) => pending_bad = Some((line_no, e.to_string())),
+            Err(source) => {
+                pending_bad = Some(Pending {
+                    line: line_no,
+                    source,
+                })
+            }
         }
     }
     Ok((records, offset))
+}
+
+/// A line that did not parse, held until the next line shows it is not the torn tail.
+struct Pending {
+    line: usize,
+    source: serde_json::Error,
 }
 
 #[cfg(test)]

@@ -80,16 +80,13 @@ impl<'a> Manifest<'a> {
         };
         serde_json::from_str(&text)
             .map(Some)
-            .map_err(|e| RunDirError::Invalid {
-                path,
-                reason: e.to_string(),
-            })
+            .map_err(|source| RunDirError::Invalid { path, source })
     }
 
     fn decode<M: DeserializeOwned>(&self, v: Value) -> Result<M> {
-        serde_json::from_value(v).map_err(|e| RunDirError::Invalid {
+        serde_json::from_value(v).map_err(|source| RunDirError::Invalid {
             path: self.path(),
-            reason: e.to_string(),
+            source,
         })
     }
 
@@ -121,19 +118,20 @@ impl<'a> Manifest<'a> {
     pub fn write<M: Serialize>(&self, m: &M) -> Result<()> {
         let path = self.path();
         std::fs::create_dir_all(self.dir).map_err(RunDirError::io(self.dir))?;
-        let mut text = serde_json::to_string_pretty(m).map_err(|e| RunDirError::Serialise {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+        let mut text =
+            serde_json::to_string_pretty(m).map_err(|source| RunDirError::Serialise {
+                path: path.clone(),
+                source,
+            })?;
         text.push('\n');
         crate::atomic::write_atomic(&path, text.as_bytes()).map_err(RunDirError::io(&path))
     }
 }
 
 fn to_value<M: Serialize>(path: &Path, m: &M) -> Result<Value> {
-    serde_json::to_value(m).map_err(|e| RunDirError::Serialise {
+    serde_json::to_value(m).map_err(|source| RunDirError::Serialise {
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        source,
     })
 }
 

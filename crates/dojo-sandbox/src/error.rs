@@ -9,8 +9,22 @@ use std::process::ExitStatus;
 pub enum SandboxError {
     #[error("sandbox setup failed: {0}")]
     Setup(String),
-    #[error("building pristine tree for {source_desc} failed: {reason}")]
-    Pristine { source_desc: String, reason: String },
+    /// A command that sets the sandbox up (git, cp) failed.
+    #[error("sandbox setup failed: {0}")]
+    SetupCommand(#[source] BuildError),
+    /// The same, with the error under it: `what` was being done.
+    #[error("sandbox setup failed: {what}: {source}")]
+    SetupFailed {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("building pristine tree for {source_desc} failed: {source}")]
+    Pristine {
+        source_desc: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("building Python environment {spec} failed: {reason}")]
     Env { spec: String, reason: String },
     #[error("path {0:?} leaves the workspace")]
@@ -29,6 +43,26 @@ pub enum SandboxError {
     TooLarge { what: &'static str, limit: usize },
     #[error("{0}")]
     Other(String),
+    #[error("{0}")]
+    Cache(#[source] dojo_cache::CacheError),
+    /// Another failure with its cause: `what` was being done.
+    #[error("{what}: {source}")]
+    Failed {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// [`SandboxError::Failed`]: `source` stopped `what`.
+pub(crate) fn failed(
+    what: impl Into<String>,
+    source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> SandboxError {
+    SandboxError::Failed {
+        what: what.into(),
+        source: source.into(),
+    }
 }
 
 /// What went wrong building what sandboxes use (a pristine tree, a Python environment, the uv
@@ -157,6 +191,17 @@ impl SandboxError {
     /// variant but [`SandboxError::TooLarge`], which the agent's own output caused.
     pub fn is_infrastructure(&self) -> bool {
         !matches!(self, SandboxError::TooLarge { .. })
+    }
+}
+
+/// [`SandboxError::SetupFailed`]: `source` stopped `what`.
+pub(crate) fn setup_failed(
+    what: impl Into<String>,
+    source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> SandboxError {
+    SandboxError::SetupFailed {
+        what: what.into(),
+        source: source.into(),
     }
 }
 

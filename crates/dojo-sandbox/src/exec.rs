@@ -131,11 +131,10 @@ pub(crate) fn status_error(what: &str, msgs: &[(u32, i32, i32)]) -> Option<Sandb
     msgs.iter()
         .find(|m| m.0 == sys::TAG_ERR)
         .map(|&(_, step, e)| {
-            SandboxError::Setup(format!(
-                "{what}: {} failed: {}",
-                sys::step_name(step),
-                std::io::Error::from_raw_os_error(e)
-            ))
+            crate::error::setup_failed(
+                format!("{what}: {} failed", sys::step_name(step)),
+                std::io::Error::from_raw_os_error(e),
+            )
         })
 }
 
@@ -179,7 +178,7 @@ pub(crate) async fn run(
     .kill_on_drop(true);
     let mut child = cmd
         .spawn()
-        .map_err(|e| SandboxError::Setup(format!("spawning the command supervisor: {e}")))?;
+        .map_err(|e| crate::error::setup_failed("spawning the command supervisor", e))?;
     drop(status_w);
     // A just-spawned child always has a pid; never let 0/-1 reach kill(2).
     let pid = child
@@ -228,8 +227,7 @@ pub(crate) async fn run(
         }
     };
     live.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid);
-    let status =
-        status.map_err(|e| SandboxError::Setup(format!("waiting for the command: {e}")))?;
+    let status = status.map_err(|e| crate::error::setup_failed("waiting for the command", e))?;
     let msgs = status_task.await.unwrap_or_default();
     if let Some(e) = status_error("running the command", &msgs) {
         return Err(e);
@@ -254,7 +252,7 @@ pub(crate) async fn run_launched(
     req: &ExecRequest,
 ) -> Result<ExecOutput> {
     let start = Instant::now();
-    let setup = |what: &str, e: std::io::Error| SandboxError::Setup(format!("{what}: {e}"));
+    let setup = |what: &str, e: std::io::Error| crate::error::setup_failed(what, e);
     let (out_r, out_w) = pipe().map_err(|e| setup("pipe", e))?;
     let (err_r, err_w) = pipe().map_err(|e| setup("pipe", e))?;
     // Without stdin the command reads `/dev/null`, opened inside the sandbox for this command

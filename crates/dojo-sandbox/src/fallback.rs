@@ -14,7 +14,7 @@ use crate::beneath::open_path;
 use crate::child::{self, ExecPlan, Mode};
 use crate::cmdenv::{base_env, envp, exe_candidates};
 use crate::confine::{landlock_abi, rlimits, seccomp_prog};
-use crate::error::{Result, SandboxError, io_err, setup_err};
+use crate::error::{Result, SandboxError, io_err, setup_failed};
 use crate::exec::{self, LiveSet};
 use crate::pristine::{BASE_TAG, run};
 use crate::sys::{CArgv, cstr};
@@ -59,13 +59,15 @@ pub(crate) fn create(
             .arg(&ws),
         "git clone --shared",
     )
-    .map_err(setup_err)?;
-    run(git(&ws).args(["checkout", "-q", BASE_TAG]), "git checkout").map_err(setup_err)?;
+    .map_err(SandboxError::SetupCommand)?;
+    run(git(&ws).args(["checkout", "-q", BASE_TAG]), "git checkout")
+        .map_err(SandboxError::SetupCommand)?;
     let _ = std::fs::copy(
         lower.join(".git/info/exclude"),
         ws.join(".git/info/exclude"),
     );
-    run(git(&ws).args(["tag", "-f", BASE_TAG, BASE_TAG]), "git tag").map_err(setup_err)?;
+    run(git(&ws).args(["tag", "-f", BASE_TAG, BASE_TAG]), "git tag")
+        .map_err(SandboxError::SetupCommand)?;
     if let (Some(t), Some(v)) = (tree, venv) {
         // The environment build's files over the clone, left out of diffs as in namespaces.
         run(
@@ -75,7 +77,7 @@ pub(crate) fn create(
                 .arg(&ws),
             "copying the environment's tree files",
         )
-        .map_err(setup_err)?;
+        .map_err(SandboxError::SetupCommand)?;
         let list = std::fs::read(v.join(crate::pyenv::TREE_EXCLUDE)).unwrap_or_default();
         let ex = ws.join(".git/info/exclude");
         let mut f = std::fs::OpenOptions::new()
@@ -124,7 +126,7 @@ impl FbSandbox {
             env.insert(k.clone(), v.clone());
         }
         env.insert("PWD".into(), cwd.clone());
-        let (status_r, status_w) = exec::pipe().map_err(|e| setup_err(format!("pipe: {e}")))?;
+        let (status_r, status_w) = exec::pipe().map_err(|e| setup_failed("pipe", e))?;
         let plan = ExecPlan {
             mode: Mode::Fallback,
             status_w: status_w.as_raw_fd(),

@@ -22,7 +22,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::cgroup;
-use crate::error::{Result, SandboxError, io_err};
+use crate::error::{Result, io_err};
 use crate::registry::{self, start_time};
 
 const OWNER_FILE: &str = "owner.json";
@@ -45,7 +45,8 @@ pub(crate) fn record_owner(dir: &Path) -> Result<()> {
         start: start_time(pid),
     };
     let p = dir.join(OWNER_FILE);
-    let json = serde_json::to_vec(&o).map_err(|e| SandboxError::Other(e.to_string()))?;
+    let json = serde_json::to_vec(&o)
+        .map_err(|e| crate::error::failed(format!("writing {}", p.display()), e))?;
     std::fs::write(&p, json).map_err(io_err(&p))
 }
 

@@ -347,7 +347,7 @@ impl Sandbox {
             .kill_on_drop(true);
         let child = cmd
             .spawn()
-            .map_err(|e| SandboxError::Setup(format!("spawning {:?}: {e}", req.argv)))?;
+            .map_err(|e| crate::error::setup_failed(format!("spawning {:?}", req.argv), e))?;
         drop(w);
         drop(cg);
         let msgs = tokio::task::spawn_blocking(move || exec::read_status(r))
@@ -503,9 +503,8 @@ impl Sandbox {
         if !out.success() {
             return Err(self.diff_failed(out.exit_code, &out.stderr_lossy()));
         }
-        String::from_utf8(out.stdout).map_err(|e| {
-            SandboxError::Other(format!("diff of sandbox {} is not UTF-8: {e}", self.id))
-        })
+        String::from_utf8(out.stdout)
+            .map_err(|e| error::failed(format!("diff of sandbox {} is not UTF-8", self.id), e))
     }
 
     /// The same diff as [`Sandbox::diff`], streamed into `out` whatever its size, holding a
@@ -533,10 +532,12 @@ impl Sandbox {
         let mut stdout = tokio::io::BufReader::with_capacity(1 << 20, &mut stdout);
         let n = tokio::io::copy_buf(&mut stdout, out)
             .await
-            .map_err(|e| SandboxError::Other(format!("streaming the diff of {}: {e}", self.id)))?;
-        let status = p.child.wait().await.map_err(|e| {
-            SandboxError::Other(format!("waiting for the diff of {}: {e}", self.id))
-        })?;
+            .map_err(|e| error::failed(format!("streaming the diff of {}", self.id), e))?;
+        let status = p
+            .child
+            .wait()
+            .await
+            .map_err(|e| error::failed(format!("waiting for the diff of {}", self.id), e))?;
         if !status.success() {
             let e = err.await.unwrap_or_default();
             return Err(self.diff_failed(status.code(), &String::from_utf8_lossy(&e)));

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::beneath::{open_path, openat2};
 use crate::child::{self, EXTRA_SLOTS, ExecPlan, HolderPlan, Layers, Mode, Request, RootEntry};
 use crate::cmdenv::{VENV_PATH, base_env, exe_candidates};
-use crate::error::{Result, SandboxError, io_err, setup_err};
+use crate::error::{Result, SandboxError, io_err, setup_err, setup_failed};
 use crate::exec::{self, LiveSet};
 use crate::ids::{chown_to_sandbox, is_root, sandbox_gid, sandbox_uid};
 use crate::sys::cstr;
@@ -264,10 +264,10 @@ async fn start_holder_once(
         }
     }
     let cg_fds = open_procs(cg)?;
-    let (status_r, status_w) = exec::pipe().map_err(|e| setup_err(format!("pipe: {e}")))?;
+    let (status_r, status_w) = exec::pipe().map_err(|e| setup_failed("pipe", e))?;
     let exe = launcher::exe_fd();
     let socks = match exe {
-        Some(_) => Some(launcher::socketpair().map_err(|e| setup_err(format!("socketpair: {e}")))?),
+        Some(_) => Some(launcher::socketpair().map_err(|e| setup_failed("socketpair", e))?),
         None => None,
     };
     let uid = sandbox_uid();
@@ -317,7 +317,7 @@ async fn start_holder_once(
     }
     let child = cmd
         .spawn()
-        .map_err(|e| setup_err(format!("starting the sandbox holder: {e}")))?;
+        .map_err(|e| setup_failed("starting the sandbox holder", e))?;
     drop(status_w);
     drop(cg_fds);
     let ours = socks.map(|(ours, theirs)| {
@@ -359,7 +359,7 @@ async fn start_holder_once(
         let host_loopback = rt.host_loopback || crate::usernet::host_loopback_from_env();
         tokio::task::spawn_blocking(move || crate::usernet::attach(pid, host_loopback))
             .await
-            .unwrap_or_else(|e| Err(setup_err(format!("attaching slirp4netns: {e}"))))
+            .unwrap_or_else(|e| Err(setup_failed("attaching slirp4netns", e)))
             .inspect_err(|_| kill())?;
     }
     Ok(Holder {
@@ -515,7 +515,7 @@ impl NsSandbox {
     ) -> Result<(tokio::process::Command, OwnedFd, OwnedFd, Vec<OwnedFd>)> {
         let request = self.request(req)?;
         let cg_fds = open_procs(self.cgroup.as_deref())?;
-        let (status_r, status_w) = exec::pipe().map_err(|e| setup_err(format!("pipe: {e}")))?;
+        let (status_r, status_w) = exec::pipe().map_err(|e| setup_failed("pipe", e))?;
         let mut plan = ExecPlan::from_request(
             &request,
             Mode::Namespaces {

@@ -64,7 +64,7 @@ impl Source {
         }
         Err(SandboxError::Pristine {
             source_desc: s.to_string(),
-            reason: "not a directory, an archive file, or <git-repo>@<commit>".into(),
+            source: "not a directory, an archive file, or <git-repo>@<commit>".into(),
         })
     }
 }
@@ -105,7 +105,7 @@ pub const DEFAULT_PYTHON: &str = "/usr/bin/python3.11";
 impl PristineStore {
     /// The store at `$DOJO_HOME/pristine`.
     pub fn open() -> Result<PristineStore> {
-        let cache = dojo_cache::Cache::open().map_err(|e| SandboxError::Other(e.to_string()))?;
+        let cache = dojo_cache::Cache::open().map_err(SandboxError::Cache)?;
         Ok(PristineStore {
             root: cache.root().join("pristine"),
         })
@@ -119,35 +119,35 @@ impl PristineStore {
     /// Build (once) and return the pristine tree of `source`. Blocking: call it from
     /// `spawn_blocking` in async code. Precompiles bytecode with [`DEFAULT_PYTHON`] when present.
     pub fn build(&self, source: &Source) -> Result<Pristine> {
-        let err = |reason: String| SandboxError::Pristine {
+        let err = |e: Box<dyn std::error::Error + Send + Sync>| SandboxError::Pristine {
             source_desc: source.describe(),
-            reason,
+            source: e,
         };
         let identity = match source {
             Source::Git { repo, commit } => {
                 format!(
                     "git\0{}",
-                    resolve_commit(repo, commit).map_err(|e| err(e.to_string()))?
+                    resolve_commit(repo, commit).map_err(|e| err(e.into()))?
                 )
             }
             Source::Archive { path } => format!(
                 "archive\0{}",
-                dojo_cache::sha256_file(path).map_err(|e| err(e.to_string()))?
+                dojo_cache::sha256_file(path).map_err(|e| err(e.into()))?
             ),
             Source::Dir { path } => format!(
                 "dir\0{}",
                 index::scan(path, Some(&self.root.join(DIR_INDEX)))
-                    .map_err(|e| err(e.to_string()))?
+                    .map_err(|e| err(e.into()))?
                     .identity
             ),
         };
         let uid = crate::ids::sandbox_uid();
         let key = dojo_cache::sha256_hex(format!("{LAYOUT_VERSION}\0{uid}\0{identity}"));
         let (parent, bucket) = split_root(&self.root);
-        let cache = dojo_cache::Cache::at(parent).map_err(|e| err(e.to_string()))?;
+        let cache = dojo_cache::Cache::at(parent).map_err(|e| err(e.into()))?;
         let entry = cache
             .get_or_build(&bucket, &key, |tmp| build_into(source, tmp))
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(|e| err(e.into()))?;
         Ok(Pristine {
             id: key,
             path: entry.join("tree"),
@@ -159,7 +159,7 @@ impl PristineStore {
         let (s, src) = (self.clone(), source.clone());
         tokio::task::spawn_blocking(move || s.build(&src))
             .await
-            .map_err(|e| SandboxError::Other(format!("pristine build task: {e}")))?
+            .map_err(|e| crate::error::failed("pristine build task", e))?
     }
 }
 

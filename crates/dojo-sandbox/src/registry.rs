@@ -70,7 +70,8 @@ fn state_path(dir: &Path) -> PathBuf {
 
 pub(crate) fn write_state(dir: &Path, st: &State) -> Result<()> {
     let p = state_path(dir);
-    let json = serde_json::to_vec_pretty(st).map_err(|e| SandboxError::Other(e.to_string()))?;
+    let json = serde_json::to_vec_pretty(st)
+        .map_err(|e| crate::error::failed(format!("writing {}", p.display()), e))?;
     std::fs::write(&p, json).map_err(io_err(&p))
 }
 
@@ -86,7 +87,7 @@ pub(crate) fn load_dir(dir: &Path) -> Result<State> {
     let p = state_path(dir);
     let text = std::fs::read(&p)
         .map_err(|_| SandboxError::Gone(format!("{} (no {})", dir.display(), p.display())))?;
-    serde_json::from_slice(&text).map_err(|e| SandboxError::Other(format!("{}: {e}", p.display())))
+    serde_json::from_slice(&text).map_err(|e| crate::error::failed(p.display().to_string(), e))
 }
 
 /// Ids of kept sandboxes recorded here.

@@ -29,7 +29,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::error::{Result, setup_err};
+use crate::error::{Result, setup_err, setup_failed};
 
 /// The MTU slirp4netns recommends for throughput (its default 1500 is several times slower).
 const MTU: &str = "65520";
@@ -122,7 +122,7 @@ pub(crate) fn attach(holder: i32, host_loopback: bool) -> Result<()> {
     }
     let mut child = cmd
         .spawn()
-        .map_err(|e| setup_err(format!("starting {}: {e}", exe.display())))?;
+        .map_err(|e| setup_failed(format!("starting {}", exe.display()), e))?;
     drop(ready_w);
     drop(pidfd);
     let ready = wait_ready(&ready_r);

@@ -162,7 +162,7 @@ pub fn load_runs(dirs: &[PathBuf], opts: LoadOptions) -> Result<CandidateSet, Se
         }
         let report = dojo_trajectory::read_jsonl(&store).map_err(|e| SelectError::Io {
             path: store.clone(),
-            reason: e.to_string(),
+            source: e.into(),
         })?;
         for p in &report.problems {
             set.problems.push(format!("{}: {p}", store.display()));
@@ -240,7 +240,7 @@ pub async fn load_predictions(
         let (preds, malformed) =
             dojo_grade::read_predictions(file).map_err(|e| SelectError::Io {
                 path: file.clone(),
-                reason: e.to_string(),
+                source: e.into(),
             })?;
         for m in &malformed {
             set.problems
@@ -277,7 +277,7 @@ pub async fn load_predictions(
         let out = graded_dir.join(format!("p{i}"));
         std::fs::create_dir_all(&out).map_err(|e| SelectError::Io {
             path: out.clone(),
-            reason: e.to_string(),
+            source: e.into(),
         })?;
         let reports = dojo_grade::batch::eval_jobs(jobs, &out, preparer, opts).await;
         for r in reports {
@@ -343,10 +343,10 @@ pub fn tasks_file_of(dir: &Path) -> Result<String, SelectError> {
     dojo_rollout::run_dir::read_manifest(dir)
         .map(|m| m.tasks_file)
         .map_err(|e| match e {
-            RolloutError::Io { path, reason } => SelectError::Input { path, reason },
-            e => SelectError::Input {
+            e @ RolloutError::Io { .. } => SelectError::Run(Box::new(e)),
+            e => SelectError::NotARun {
                 path: dir.join("run.json"),
-                reason: format!("{e}: not a `dojo rollout` run manifest?"),
+                source: Box::new(e),
             },
         })
 }

@@ -56,7 +56,7 @@ impl HybridWeights {
     pub fn load(path: &Path) -> Result<HybridWeights, SelectError> {
         let text = std::fs::read_to_string(path).map_err(|e| SelectError::Io {
             path: path.to_path_buf(),
-            reason: e.to_string(),
+            source: e.into(),
         })?;
         let w: HybridWeights = serde_json::from_str(&text).map_err(|e| SelectError::Input {
             path: path.to_path_buf(),
@@ -87,11 +87,11 @@ impl HybridWeights {
     pub fn save(&self, path: &Path) -> Result<(), SelectError> {
         let json = serde_json::to_vec_pretty(self).map_err(|e| SelectError::Io {
             path: path.to_path_buf(),
-            reason: e.to_string(),
+            source: e.into(),
         })?;
         dojo_rundir::write_atomic(path, &json).map_err(|e| SelectError::Io {
             path: path.to_path_buf(),
-            reason: e.to_string(),
+            source: e.into(),
         })
     }
 }

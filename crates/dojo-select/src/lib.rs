@@ -55,15 +55,26 @@ pub const SELECTION_SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SelectError {
-    #[error("{path}: {reason}")]
+    #[error("{path}: {source}")]
     Io {
         path: std::path::PathBuf,
-        reason: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error("{path}: {reason}")]
     Input {
         path: std::path::PathBuf,
         reason: String,
+    },
+    /// A run directory that cannot be read. (Boxed, as in `NotARun`: a rollout error inline
+    /// would make every `Result` of this crate large.)
+    #[error("{0}")]
+    Run(#[source] Box<dojo_rollout::error::RolloutError>),
+    #[error("{}: {source}: not a `dojo rollout` run manifest?", .path.display())]
+    NotARun {
+        path: std::path::PathBuf,
+        #[source]
+        source: Box<dojo_rollout::error::RolloutError>,
     },
     #[error(
         "unknown selector `{0}` (known: oracle, random, majority, verifier, swr, tests, hybrid, all)"

@@ -329,7 +329,7 @@ fn hybrid(
     let h = Hybrid::cross_fitted(components, &tasks, DEFAULT_L2);
     std::fs::create_dir_all(&s.out).map_err(|e| SelectError::Io {
         path: s.out.clone(),
-        reason: e.to_string(),
+        source: e.into(),
     })?;
     let path = s.out.join("hybrid.json");
     h.weights().save(&path)?;

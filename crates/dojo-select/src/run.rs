@@ -235,7 +235,7 @@ fn write_outputs(
         let path = path.to_path_buf();
         move |e: std::io::Error| SelectError::Io {
             path,
-            reason: e.to_string(),
+            source: e.into(),
         }
     };
     std::fs::create_dir_all(dir).map_err(io(dir))?;
@@ -287,7 +287,7 @@ fn write_outputs(
     let path = dir.join("selection.json");
     let json = serde_json::to_vec_pretty(out).map_err(|e| SelectError::Io {
         path: path.clone(),
-        reason: e.to_string(),
+        source: e.into(),
     })?;
     dojo_rundir::write_atomic(&path, &json).map_err(io(&path))?;
     Ok(())

@@ -45,19 +45,43 @@ pub use project::{Input, Project};
 pub use run::synthesize;
 pub use summary::Summary;
 
+/// What [`SynthError::InputFrom`] says about `what` when `source` failed.
+pub(crate) fn input_from(
+    what: impl Into<String>,
+    source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> SynthError {
+    SynthError::InputFrom {
+        what: what.into(),
+        source: source.into(),
+    }
+}
+
 /// Errors that stop a run. Per-mutant problems never do: they are counted and the run goes on.
 #[derive(Debug, thiserror::Error)]
 pub enum SynthError {
     #[error("{0}")]
     Input(String),
+    /// The input could not be read or fetched: `what` names it (the project, `--source DIR`, a
+    /// line of the progress file).
+    #[error("{what}: {source}")]
+    InputFrom {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("{path}: {source}")]
     Io {
         path: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("environment of {project}: {reason}")]
-    Environment { project: String, reason: String },
+    #[error("environment of {project}: {source}")]
+    Environment {
+        project: String,
+        // Boxed: a `TaskError` beside the name would make every `Result` of this crate large.
+        #[source]
+        source: Box<dojo_task::TaskError>,
+    },
     #[error("baseline of {project}: {reason}\n--- last lines of the test log ---\n{log_tail}")]
     Baseline {
         project: String,

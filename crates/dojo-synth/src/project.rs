@@ -16,7 +16,7 @@ use std::process::Command;
 
 use dojo_task::SdistSource;
 
-use crate::SynthError;
+use crate::{SynthError, input_from};
 
 /// What to synthesize from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,13 +90,14 @@ pub fn resolve(input: &Input) -> Result<Project, SynthError> {
         Input::Pypi { name, version } => {
             let url = format!("https://pypi.org/simple/{}/", normalize(name));
             let body = dojo_cache::http_get(&url, "application/vnd.pypi.simple.v1+json")
-                .map_err(|e| SynthError::Input(format!("{name}=={version}: {e}")))?;
+                .map_err(|e| input_from(format!("{name}=={version}"), e))?;
             let sdist = pick_sdist(&body, name, version)
-                .map_err(|e| SynthError::Input(format!("{name}=={version}: {url}: {e}")))?;
-            let cache = dojo_cache::Cache::open().map_err(|e| SynthError::Input(e.to_string()))?;
+                .map_err(|e| input_from(format!("{name}=={version}: {url}"), e))?;
+            let cache =
+                dojo_cache::Cache::open().map_err(|e| input_from("the download cache", e))?;
             cache
                 .fetch(&sdist.url, &sdist.sha256, &sdist.filename)
-                .map_err(|e| SynthError::Input(format!("{name}=={version}: {e}")))?;
+                .map_err(|e| input_from(format!("{name}=={version}"), e))?;
             Ok(Project {
                 name: name.clone(),
                 version: version.clone(),
@@ -302,7 +303,8 @@ pub fn commit_input(
 
 /// Pack `dir` into a reproducible tarball in the download cache.
 fn pack_dir(dir: &Path, name: &str, version: &str) -> Result<Project, SynthError> {
-    let err = |reason: String| SynthError::Input(format!("--source {}: {reason}", dir.display()));
+    let what = || format!("--source {}", dir.display());
+    let err = |reason: String| SynthError::Input(format!("{}: {reason}", what()));
     if !dir.is_dir() {
         return Err(err("not a directory".into()));
     }
@@ -311,7 +313,7 @@ fn pack_dir(dir: &Path, name: &str, version: &str) -> Result<Project, SynthError
     let tmp = tempfile::Builder::new()
         .prefix("dojo-synth-pack-")
         .tempdir()
-        .map_err(|e| err(e.to_string()))?;
+        .map_err(|e| input_from(what(), e))?;
     let tarball = tmp.path().join(&filename);
     let script = r#"set -euo pipefail
 tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu \
@@ -326,20 +328,20 @@ tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu \
         .arg(&top)
         .arg(&tarball)
         .output()
-        .map_err(|e| err(format!("running tar: {e}")))?;
+        .map_err(|e| input_from(format!("{}: running tar", what()), e))?;
     if !out.status.success() {
         return Err(err(format!(
             "tar failed: {}",
             String::from_utf8_lossy(&out.stderr)
         )));
     }
-    let sha = dojo_cache::sha256_file(&tarball).map_err(|e| err(e.to_string()))?;
-    let cache = dojo_cache::Cache::open().map_err(|e| err(e.to_string()))?;
+    let sha = dojo_cache::sha256_file(&tarball).map_err(|e| input_from(what(), e))?;
+    let cache = dojo_cache::Cache::open().map_err(|e| input_from(what(), e))?;
     let entry = cache
         .get_or_build("downloads", &sha, |d| {
             std::fs::copy(&tarball, d.join(&filename)).map(|_| ())
         })
-        .map_err(|e| err(e.to_string()))?;
+        .map_err(|e| input_from(what(), e))?;
     let path = entry.join(&filename);
     Ok(Project {
         name: name.to_string(),

@@ -361,7 +361,7 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
     let input = opts.input.clone();
     let project = tokio::task::spawn_blocking(move || crate::project::resolve(&input))
         .await
-        .map_err(|e| SynthError::Input(e.to_string()))??;
+        .map_err(|e| crate::input_from("resolving the project", e))??;
     let label = format!("{}=={}", project.name, project.version);
     // `--envs DIR` may not exist yet: it is also where a written spec goes.
     let mut registry = EnvRegistry::with_dir(opts.envs_dir.as_deref().filter(|d| d.exists()))?;
@@ -445,9 +445,9 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
     let prepared = dojo_task::Preparer::default()
         .prepare(&clean, &env)
         .await
-        .map_err(|e| SynthError::Environment {
+        .map_err(|source| SynthError::Environment {
             project: label.clone(),
-            reason: e.to_string(),
+            source: Box::new(source),
         })?;
 
     let base = match state.baseline.clone() {

@@ -126,8 +126,9 @@ impl State {
         };
         let shown = progress_path.display().to_string();
         let bad = |n: usize, why: String| SynthError::Input(format!("{shown} line {n}: {why}"));
-        let first: Header =
-            serde_json::from_value(first.clone()).map_err(|e| bad(1, e.to_string()))?;
+        let bad_json =
+            |n: usize, e: serde_json::Error| crate::input_from(format!("{shown} line {n}"), e);
+        let first: Header = serde_json::from_value(first.clone()).map_err(|e| bad_json(1, e))?;
         if first.schema_version != PROGRESS_SCHEMA_VERSION {
             return Err(bad(
                 1,
@@ -146,17 +147,14 @@ impl State {
         for (n, v) in lines.into_iter().skip(1) {
             match v.get("kind").and_then(Value::as_str) {
                 Some("baseline") => {
-                    st.baseline =
-                        Some(serde_json::from_value(v).map_err(|e| bad(n, e.to_string()))?)
+                    st.baseline = Some(serde_json::from_value(v).map_err(|e| bad_json(n, e))?)
                 }
                 Some("mutant") => {
-                    let m: MutantRecord =
-                        serde_json::from_value(v).map_err(|e| bad(n, e.to_string()))?;
+                    let m: MutantRecord = serde_json::from_value(v).map_err(|e| bad_json(n, e))?;
                     st.mutants.insert(m.id.clone(), m);
                 }
                 Some("llm") => {
-                    let r: LlmRecord =
-                        serde_json::from_value(v).map_err(|e| bad(n, e.to_string()))?;
+                    let r: LlmRecord = serde_json::from_value(v).map_err(|e| bad_json(n, e))?;
                     st.llm.insert(r.site.clone(), r);
                 }
                 other => return Err(bad(n, format!("unknown record kind {other:?}"))),
@@ -166,7 +164,8 @@ impl State {
     }
 
     pub fn record_baseline(&mut self, b: &BaselineRecord) -> Result<(), SynthError> {
-        let mut v = serde_json::to_value(b).map_err(|e| SynthError::Input(e.to_string()))?;
+        let mut v = serde_json::to_value(b)
+            .map_err(|e| crate::input_from("serialising a progress record", e))?;
         if let Value::Object(m) = &mut v {
             m.insert("kind".into(), "baseline".into());
         }
@@ -176,7 +175,8 @@ impl State {
     }
 
     pub fn record_mutant(&mut self, m: &MutantRecord) -> Result<(), SynthError> {
-        let mut v = serde_json::to_value(m).map_err(|e| SynthError::Input(e.to_string()))?;
+        let mut v = serde_json::to_value(m)
+            .map_err(|e| crate::input_from("serialising a progress record", e))?;
         if let Value::Object(o) = &mut v {
             o.insert("kind".into(), "mutant".into());
         }
@@ -186,7 +186,8 @@ impl State {
     }
 
     pub fn record_llm(&mut self, r: &LlmRecord) -> Result<(), SynthError> {
-        let mut v = serde_json::to_value(r).map_err(|e| SynthError::Input(e.to_string()))?;
+        let mut v = serde_json::to_value(r)
+            .map_err(|e| crate::input_from("serialising a progress record", e))?;
         if let Value::Object(o) = &mut v {
             o.insert("kind".into(), "llm".into());
         }

@@ -273,9 +273,9 @@ impl EnvRegistry {
 
     /// Add one file's text; `origin` names it in errors.
     pub fn add_text(&mut self, origin: &str, text: &str) -> Result<(), TaskError> {
-        let f: EnvFile = toml::from_str(text).map_err(|e| TaskError::Env {
+        let f: EnvFile = toml::from_str(text).map_err(|source| TaskError::EnvToml {
             origin: origin.to_string(),
-            reason: e.to_string(),
+            source,
         })?;
         let check = |t: &Table, where_: &str| -> Result<(), TaskError> {
             check_table(t).map_err(|problem| TaskError::Env {

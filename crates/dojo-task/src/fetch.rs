@@ -89,6 +89,15 @@ pub fn hub_endpoint() -> String {
         .to_string()
 }
 
+/// The hub's answer was not the list of Parquet URLs asked for.
+#[derive(Debug, thiserror::Error)]
+#[error("{api} did not answer a list of Parquet URLs: {source}")]
+struct UnexpectedAnswer {
+    api: String,
+    #[source]
+    source: serde_json::Error,
+}
+
 /// Download the Parquet shards of `hf_id`'s `split` (the hub's converted Parquet, config
 /// `default`) into `dir`; the error says how to do without the hub.
 pub fn download_from_hub(hf_id: &str, split: &str, dir: &Path) -> Result<Vec<PathBuf>, TaskError> {
@@ -96,23 +105,26 @@ pub fn download_from_hub(hf_id: &str, split: &str, dir: &Path) -> Result<Vec<Pat
 }
 
 fn download_at(ep: &str, hf_id: &str, split: &str, dir: &Path) -> Result<Vec<PathBuf>, TaskError> {
-    let offline = |reason: String| TaskError::Hub {
+    let offline = |source: Box<dyn std::error::Error + Send + Sync>| TaskError::Hub {
         hf_id: hf_id.to_string(),
         split: split.to_string(),
         endpoint: ep.to_string(),
-        reason,
+        source,
     };
     let io_at = |path: &Path| {
         let path = path.display().to_string();
         move |source| TaskError::Io { path, source }
     };
     let api = format!("{ep}/api/datasets/{hf_id}/parquet/default/{split}");
-    let body =
-        dojo_cache::http_get(&api, "application/json").map_err(|e| offline(e.to_string()))?;
-    let urls: Vec<String> = serde_json::from_slice(&body)
-        .map_err(|e| offline(format!("{api} did not answer a list of Parquet URLs: {e}")))?;
+    let body = dojo_cache::http_get(&api, "application/json").map_err(|e| offline(e.into()))?;
+    let urls: Vec<String> = serde_json::from_slice(&body).map_err(|e| {
+        offline(Box::new(UnexpectedAnswer {
+            api: api.clone(),
+            source: e,
+        }))
+    })?;
     if urls.is_empty() {
-        return Err(offline(format!("{api} lists no Parquet file")));
+        return Err(offline(format!("{api} lists no Parquet file").into()));
     }
     std::fs::create_dir_all(dir).map_err(io_at(dir))?;
     let mut files = Vec::new();
@@ -124,7 +136,7 @@ fn download_at(ep: &str, hf_id: &str, split: &str, dir: &Path) -> Result<Vec<Pat
             &dojo_cache::sha256_hex(url)[..16]
         ));
         if !f.is_file() {
-            let bytes = dojo_cache::http_get(url, "*/*").map_err(|e| offline(e.to_string()))?;
+            let bytes = dojo_cache::http_get(url, "*/*").map_err(|e| offline(e.into()))?;
             dojo_rundir::write_atomic(&f, &bytes).map_err(io_at(&f))?;
         }
         files.push(f);

@@ -72,14 +72,39 @@ pub enum TaskError {
     /// The repositories of git-based tasks are not where `--repos` says.
     #[error("{0}")]
     Repos(String),
+    /// Each repository not found under `--repos`, one per line.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    MissingRepos(Vec<TaskError>),
     #[error("{location}: {reason}")]
     Parse { location: String, reason: String },
+    /// A row or file that is not valid JSON.
+    #[error("{location}: {source}")]
+    Json {
+        location: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{location}: parquet: {source}")]
+    Parquet {
+        location: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("{location}: instance {instance_id}: field {field}: {reason}")]
     Invalid {
         location: String,
         instance_id: String,
         field: String,
         reason: String,
+    },
+    /// The same, for a field whose value another parser refused.
+    #[error("{location}: instance {instance_id}: field {field}: {source}")]
+    InvalidField {
+        location: String,
+        instance_id: String,
+        field: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error("instance {instance_id} appears more than once ({locations})")]
     Duplicate {
@@ -88,15 +113,24 @@ pub enum TaskError {
     },
     #[error("environment spec {origin}: {reason}")]
     Env { origin: String, reason: String },
+    #[error("environment spec {origin}: {source}")]
+    EnvToml {
+        origin: String,
+        #[source]
+        source: toml::de::Error,
+    },
     #[error(
         "instance {instance_id}: no environment spec for repo {repo} (embedded envs/ or --envs DIR), and the task has no `env`"
     )]
     NoEnv { instance_id: String, repo: String },
-    #[error("instance {instance_id}: preparing ({step}) failed: {reason}")]
+    /// The cause is shared (`Arc`): a [`Preparer`] hands one failure to every caller waiting
+    /// on the same task.
+    #[error("instance {instance_id}: preparing ({step}) failed: {source}")]
     Prepare {
         instance_id: String,
         step: String,
-        reason: String,
+        #[source]
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
     },
     /// No clone of `repo` under a repositories directory; `via` names the option when it is
     /// not `--repos` (e.g. " (--from)").
@@ -142,12 +176,14 @@ pub enum TaskError {
     UnknownDataset { name: String, known: String },
     /// The Hugging Face hub did not give the dataset's Parquet files.
     #[error(
-        "cannot fetch {hf_id} ({split}) from the Hugging Face hub at {endpoint}: {reason}; without the hub, download the dataset's Parquet or JSONL elsewhere and pass it with --from FILE (HF_ENDPOINT names a mirror)"
+        "cannot fetch {hf_id} ({split}) from the Hugging Face hub at {endpoint}: {source}; without the hub, download the dataset's Parquet or JSONL elsewhere and pass it with --from FILE (HF_ENDPOINT names a mirror)"
     )]
     Hub {
         hf_id: String,
         split: String,
         endpoint: String,
-        reason: String,
+        /// What the hub said or did, or the message where nothing failed under it.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 }

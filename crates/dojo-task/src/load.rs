@@ -115,12 +115,12 @@ pub fn check_repos(tasks: &[Task], repos: Option<&Path>) -> Result<(), TaskError
             names.join(", ")
         )));
     };
-    let missing: Vec<String> = needed
+    let missing: Vec<TaskError> = needed
         .iter()
-        .filter_map(|r| crate::find_repo(dir, r).err().map(|e| e.to_string()))
+        .filter_map(|r| crate::find_repo(dir, r).err())
         .collect();
     if !missing.is_empty() {
-        return Err(TaskError::Repos(missing.join("\n")));
+        return Err(TaskError::MissingRepos(missing));
     }
     Ok(())
 }
@@ -178,9 +178,9 @@ pub fn read_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
                 let row = match serde_json::from_str::<Value>(&text) {
                     Ok(Value::Object(m)) => Ok(m),
                     Ok(v) => Err(not_object(&loc, &v)),
-                    Err(e) => Err(TaskError::Parse {
+                    Err(source) => Err(TaskError::Json {
                         location: loc.to_string(),
-                        reason: e.to_string(),
+                        source,
                     }),
                 };
                 out.push((loc, row));
@@ -189,9 +189,9 @@ pub fn read_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
         }
         "json" => {
             let text = std::fs::read_to_string(path).map_err(io)?;
-            let v: Value = serde_json::from_str(&text).map_err(|e| TaskError::Parse {
-                location: format!("{file} line {}", e.line()),
-                reason: e.to_string(),
+            let v: Value = serde_json::from_str(&text).map_err(|source| TaskError::Json {
+                location: format!("{file} line {}", source.line()),
+                source,
             })?;
             let items = match v {
                 Value::Array(a) => a,

@@ -103,6 +103,19 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    fn err_from(
+        &self,
+        field: &str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> TaskError {
+        TaskError::InvalidField {
+            location: self.loc.to_string(),
+            instance_id: self.id.clone().unwrap_or_else(|| "?".into()),
+            field: field.to_string(),
+            source: source.into(),
+        }
+    }
+
     fn err(&self, field: &str, reason: impl Into<String>) -> TaskError {
         TaskError::Invalid {
             location: self.loc.to_string(),
@@ -222,7 +235,7 @@ fn parse_source(ctx: &Ctx, row: &Map<String, Value>) -> Result<Option<TaskSource
             let mut rest = obj.clone();
             rest.remove("kind");
             let s: SdistSource = serde_json::from_value(Value::Object(rest))
-                .map_err(|e| ctx.err("source", e.to_string()))?;
+                .map_err(|e| ctx.err_from("source", e))?;
             if s.sha256.len() != 64 || !s.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(ctx.err(
                     "source.sha256",
@@ -286,7 +299,7 @@ fn rebench_override(ctx: &Ctx, row: &Map<String, Value>) -> Result<Option<EnvOve
         log_parser: s("log_parser")
             .map(|p| p.parse())
             .transpose()
-            .map_err(|e: TaskError| ctx.err("install_config.log_parser", e.to_string()))?,
+            .map_err(|e: TaskError| ctx.err_from("install_config.log_parser", e))?,
         ..Default::default()
     }))
 }
@@ -322,17 +335,17 @@ impl Task {
             None | Some(Value::Null) => rebench_override(&ctx, &row)?,
             Some(v) => Some(
                 serde_json::from_value::<EnvOverride>(v.clone())
-                    .map_err(|e| ctx.err("env", e.to_string()))?,
+                    .map_err(|e| ctx.err_from("env", e))?,
             ),
         };
         let eval_type = opt_str(&ctx, &row, "eval_type")?
             .map(|t| t.parse::<EvalType>())
             .transpose()
-            .map_err(|e| ctx.err("eval_type", e.to_string()))?;
+            .map_err(|e| ctx.err_from("eval_type", e))?;
         let log_parser = match opt_str(&ctx, &row, "log_parser")? {
             Some(p) => Some(
                 p.parse()
-                    .map_err(|e: TaskError| ctx.err("log_parser", e.to_string()))?,
+                    .map_err(|e: TaskError| ctx.err_from("log_parser", e))?,
             ),
             None => row
                 .get("install_config")
@@ -340,7 +353,7 @@ impl Task {
                 .and_then(Value::as_str)
                 .map(|p| p.parse())
                 .transpose()
-                .map_err(|e: TaskError| ctx.err("install_config.log_parser", e.to_string()))?,
+                .map_err(|e: TaskError| ctx.err_from("install_config.log_parser", e))?,
         };
         Ok(Task {
             repo,

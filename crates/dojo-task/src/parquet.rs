@@ -19,21 +19,21 @@ type Row = (Location, Result<Map<String, Value>, TaskError>);
 
 pub(crate) fn read_parquet_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
     let file = path.display().to_string();
-    let perr = |e: &dyn std::fmt::Display| TaskError::Parse {
+    let perr = |e: Box<dyn std::error::Error + Send + Sync>| TaskError::Parquet {
         location: file.clone(),
-        reason: format!("parquet: {e}"),
+        source: e,
     };
     let f = File::open(path).map_err(|e| TaskError::Io {
         path: file.clone(),
         source: e,
     })?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(f)
-        .map_err(|e| perr(&e))?
+        .map_err(|e| perr(e.into()))?
         .build()
-        .map_err(|e| perr(&e))?;
+        .map_err(|e| perr(e.into()))?;
     let mut out = Vec::new();
     for batch in reader {
-        let batch = batch.map_err(|e| perr(&e))?;
+        let batch = batch.map_err(|e| perr(e.into()))?;
         let schema = batch.schema();
         for r in 0..batch.num_rows() {
             let loc = Location {
@@ -49,7 +49,7 @@ pub(crate) fn read_parquet_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
                         row.insert(field.name().clone(), v);
                     }
                     Err(e) => {
-                        bad = Some(TaskError::Invalid {
+                        bad = Some(TaskError::InvalidField {
                             location: loc.to_string(),
                             instance_id: row
                                 .get("instance_id")
@@ -57,7 +57,7 @@ pub(crate) fn read_parquet_rows(path: &Path) -> Result<Vec<Row>, TaskError> {
                                 .unwrap_or("?")
                                 .to_string(),
                             field: field.name().clone(),
-                            reason: e.to_string(),
+                            source: e.into(),
                         });
                         break;
                     }

@@ -41,7 +41,14 @@ pub struct PreparedTask {
 
 /// What a preparation left for its waiting callers: the prepared task, or the step that failed
 /// and why (a [`TaskError::Prepare`] is rebuilt from it for each caller).
-type Shared = Result<Arc<PreparedTask>, (String, String)>;
+type Shared = Result<Arc<PreparedTask>, Failed>;
+
+/// A failed preparation, as kept for every caller waiting on it.
+#[derive(Debug, Clone)]
+struct Failed {
+    step: String,
+    source: Cause,
+}
 
 /// Prepares tasks, each (task, environment) at most once: see the module docs.
 ///
@@ -91,18 +98,27 @@ impl Preparer {
                 let (t, e, o) = (task.clone(), env.clone(), self.options.clone());
                 match tokio::task::spawn_blocking(move || prepare(&t, &e, &o)).await {
                     Ok(Ok(p)) => Ok(Arc::new(p)),
-                    Ok(Err(TaskError::Prepare { step, reason, .. })) => Err((step, reason)),
-                    Ok(Err(other)) => Err(("prepare".into(), other.to_string())),
-                    Err(join) => Err((
-                        "prepare".into(),
-                        format!("the preparing thread failed: {join}"),
-                    )),
+                    Ok(Err(TaskError::Prepare { step, source, .. })) => {
+                        Err(Failed { step, source })
+                    }
+                    Ok(Err(other)) => Err(Failed {
+                        step: "prepare".into(),
+                        source: Arc::new(other),
+                    }),
+                    Err(join) => Err(Failed {
+                        step: "the preparing thread".into(),
+                        source: Arc::new(join),
+                    }),
                 }
             })
             .await;
         shared
             .clone()
-            .map_err(|(step, reason)| err(task, &step, reason))
+            .map_err(|Failed { step, source }| TaskError::Prepare {
+                instance_id: task.instance_id.clone(),
+                step,
+                source,
+            })
     }
 }
 
@@ -114,20 +130,15 @@ pub fn prepare(
     opts: &PrepareOptions,
 ) -> Result<PreparedTask, TaskError> {
     let source = task_source(task, opts)?;
-    let store = PristineStore::open().map_err(|e| err(task, "pristine", e.to_string()))?;
-    let pristine = store
-        .build(&source)
-        .map_err(|e| err(task, "pristine", e.to_string()))?;
+    let store = PristineStore::open().map_err(|e| err(task, "pristine", e))?;
+    let pristine = store.build(&source).map_err(|e| err(task, "pristine", e))?;
     let spec = resolved_spec(task, env, opts, &pristine)?;
     let venv = PythonEnv::build(&spec, Some(&pristine)).map_err(|e| {
-        err(
-            task,
-            "environment",
-            format!(
-                "{e} (env of {} version {:?}, from {})",
-                env.repo, env.version, env.origin
-            ),
-        )
+        let step = format!(
+            "environment of {} version {:?}, from {}",
+            env.repo, env.version, env.origin
+        );
+        err(task, &step, e)
     })?;
     Ok(PreparedTask {
         pristine,
@@ -151,17 +162,17 @@ pub fn resolved_spec(
     let Some(file) = &env.requirements_file else {
         return Ok(env.spec.clone());
     };
-    let fail = |reason: String| err(task, "requirements_file", reason);
+    let fail = |e: Cause| prepare_err(task, "requirements_file", e);
     let read: Box<ReadFile> = match (task.sdist(), &opts.repos_dir) {
         (None, Some(root)) => {
-            let repo = find_repo(root, &task.repo).map_err(|e| fail(e.to_string()))?;
+            let repo = find_repo(root, &task.repo).map_err(|e| fail(Arc::new(e)))?;
             let commit = if task.environment_setup_commit.is_empty() {
                 task.base_commit.clone()
             } else {
                 task.environment_setup_commit.clone()
             };
             // The commit must exist: a missing file is then a plain "not found".
-            requirements::git_file(&repo, &commit, file).map_err(|e| fail(e.to_string()))?;
+            requirements::git_file(&repo, &commit, file).map_err(|e| fail(Arc::new(e)))?;
             Box::new(move |p: &str| requirements::git_file(&repo, &commit, p).ok().flatten())
         }
         _ => {
@@ -169,19 +180,36 @@ pub fn resolved_spec(
             Box::new(move |p: &str| std::fs::read_to_string(root.join(p)).ok())
         }
     };
-    let text = read(file).ok_or_else(|| fail(format!("{file} not found in the repository")))?;
+    let text =
+        read(file).ok_or_else(|| fail(message(format!("{file} not found in the repository"))))?;
     let lines =
-        requirements::parse_requirements(file, &text, &*read).map_err(|e| fail(e.to_string()))?;
+        requirements::parse_requirements(file, &text, &*read).map_err(|e| fail(Arc::new(e)))?;
     let mut spec = env.spec.clone();
     spec.requirements = requirements::merge_pinned(lines, &env.spec.requirements);
     Ok(spec)
 }
 
-fn err(task: &Task, step: &str, reason: impl Into<String>) -> TaskError {
+/// The shared cause of a [`TaskError::Prepare`].
+type Cause = Arc<dyn std::error::Error + Send + Sync>;
+
+/// A cause that is only a message (nothing failed under it).
+fn message(text: String) -> Cause {
+    Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(text))
+}
+
+fn err(
+    task: &Task,
+    step: &str,
+    source: impl std::error::Error + Send + Sync + 'static,
+) -> TaskError {
+    prepare_err(task, step, Arc::new(source))
+}
+
+fn prepare_err(task: &Task, step: &str, source: Cause) -> TaskError {
     TaskError::Prepare {
         instance_id: task.instance_id.clone(),
         step: step.to_string(),
-        reason: reason.into(),
+        source,
     }
 }
 
@@ -189,21 +217,21 @@ fn err(task: &Task, step: &str, reason: impl Into<String>) -> TaskError {
 /// bug-injected tree in the cache.
 pub fn task_source(task: &Task, opts: &PrepareOptions) -> Result<Source, TaskError> {
     if let Some(s) = task.sdist() {
-        let cache = Cache::open().map_err(|e| err(task, "cache", e.to_string()))?;
+        let cache = Cache::open().map_err(|e| err(task, "cache", e))?;
         let dir = sdist_tree(&cache, task, s)?;
         return Ok(Source::Dir { path: dir });
     }
     let Some(root) = &opts.repos_dir else {
-        return Err(err(
+        return Err(prepare_err(
             task,
             "source",
-            format!(
+            message(format!(
                 "task has no `source` and no repository directory was given (--repos DIR holding {})",
                 task.repo.replace('/', "__")
-            ),
+            )),
         ));
     };
-    let repo = find_repo(root, &task.repo).map_err(|e| err(task, "source", e.to_string()))?;
+    let repo = find_repo(root, &task.repo).map_err(|e| err(task, "source", e))?;
     Ok(Source::Git {
         repo: repo.clone(),
         commit: task.base_commit.clone(),
@@ -234,13 +262,13 @@ pub fn find_repo(root: &Path, repo: &str) -> Result<PathBuf, TaskError> {
 pub fn sdist_tree(cache: &Cache, task: &Task, s: &SdistSource) -> Result<PathBuf, TaskError> {
     let archive = cache
         .fetch(&s.url, &s.sha256, &s.filename)
-        .map_err(|e| err(task, "download", e.to_string()))?;
+        .map_err(|e| err(task, "download", e))?;
     let key = dojo_cache::sha256_hex(format!("sdist-tree-v1\0{}\0{}", s.sha256, s.bug_patch));
     cache
         .get_or_build("task-src", &key, |tmp| {
             build_tree(&archive, &s.bug_patch, tmp)
         })
-        .map_err(|e| err(task, "unpack", e.to_string()))
+        .map_err(|e| err(task, "unpack", e))
 }
 
 /// Run a command to completion; the error names `what` and carries its output.

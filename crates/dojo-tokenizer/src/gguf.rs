@@ -199,9 +199,9 @@ impl<R: Read> Reader<R> {
 
 /// Read the metadata header of the GGUF file at `path` (versions 2 and 3).
 pub fn read_metadata(path: &Path) -> Result<GgufMetadata, ChatError> {
-    let f = File::open(path).map_err(|e| ChatError::Gguf {
+    let f = File::open(path).map_err(|source| ChatError::GgufOpen {
         path: path.to_path_buf(),
-        reason: format!("cannot open: {e}"),
+        source,
     })?;
     let mut r = Reader {
         r: BufReader::with_capacity(1 << 20, f),

@@ -52,8 +52,37 @@ pub enum ChatError {
          that message is not a prefix of the full rendering, so assistant spans are ambiguous"
     )]
     NotPrefixStable { index: usize },
+    #[error("GGUF file {path}: cannot open: {source}")]
+    GgufOpen {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The tokenizer library refused the tokenizer or the text.
+    #[error("tokenizer {source_name}: {source}")]
+    TokenizerLib {
+        source_name: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("chat template: {0}")]
+    TemplateEngine(#[source] minijinja::Error),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: invalid JSON: {source}")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{0}")]
+    Archive(#[source] dojo_cache::archive::ArchiveError),
     #[error("default model: {0}")]
-    DefaultModel(String),
+    DefaultModel(#[source] dojo_cache::CacheError),
 }
 
 pub type Result<T, E = ChatError> = std::result::Result<T, E>;
@@ -148,15 +177,15 @@ impl ChatFormat {
         let tok_path = dir.join("tokenizer.json");
         let cfg_path = dir.join("tokenizer_config.json");
         let cfg: Json = match std::fs::read_to_string(&cfg_path) {
-            Ok(s) => serde_json::from_str(&s).map_err(|e| ChatError::File {
+            Ok(s) => serde_json::from_str(&s).map_err(|source| ChatError::Json {
                 path: cfg_path.clone(),
-                reason: format!("invalid JSON: {e}"),
+                source,
             })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Json::Null,
             Err(e) => {
-                return Err(ChatError::File {
+                return Err(ChatError::Io {
                     path: cfg_path,
-                    reason: e.to_string(),
+                    source: e,
                 });
             }
         };
@@ -190,9 +219,9 @@ impl ChatFormat {
                     reason: "chat_template list has no `default` entry".into(),
                 })?,
             _ if jinja_path.exists() => {
-                std::fs::read_to_string(&jinja_path).map_err(|e| ChatError::File {
+                std::fs::read_to_string(&jinja_path).map_err(|source| ChatError::Io {
                     path: jinja_path.clone(),
-                    reason: e.to_string(),
+                    source,
                 })?
             }
             _ => CHATML_TEMPLATE.to_string(),

@@ -49,9 +49,7 @@ impl ChatTemplate {
                 .trim_blocks(true)
                 .lstrip_blocks(true)
                 .build()
-                .map_err(|e| ChatError::Template {
-                    reason: e.to_string(),
-                })?,
+                .map_err(ChatError::TemplateEngine)?,
         );
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
@@ -111,9 +109,7 @@ impl ChatTemplate {
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
-            .map_err(|e| ChatError::Template {
-                reason: e.to_string(),
-            })?;
+            .map_err(ChatError::TemplateEngine)?;
         tmpl.render(Value::from(minijinja::value::Serde(&Json::Object(ctx))))
             .map_err(|e| ChatError::Template {
                 reason: render_error(&e),

@@ -54,6 +54,13 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
+fn tk_lib(source: &str, e: tokenizers::Error) -> ChatError {
+    ChatError::TokenizerLib {
+        source_name: source.to_string(),
+        source: e,
+    }
+}
+
 fn tk_err(source: &str, e: impl std::fmt::Display) -> ChatError {
     ChatError::Tokenizer {
         source_name: source.to_string(),
@@ -66,7 +73,7 @@ impl Tokenizer {
     /// (see [`crate::ChatFormat::from_hf_dir`]); here they are unset.
     pub fn from_file(path: &Path) -> Result<Tokenizer, ChatError> {
         let name = path.display().to_string();
-        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| tk_err(&name, e))?;
+        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| tk_lib(&name, e))?;
         Ok(Tokenizer {
             inner,
             bos: None,
@@ -110,14 +117,14 @@ impl Tokenizer {
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
             .build()
-            .map_err(|e| tk_err(&name, e))?;
+            .map_err(|e| tk_lib(&name, e))?;
         let mut inner = tokenizers::Tokenizer::new(bpe);
 
         let (normalizer, pre_tok, decoder) = pipeline_for_pre(&name, pre)?;
         if normalizer {
             inner
                 .with_normalizer(Some(NFC))
-                .map_err(|e| tk_err(&name, e))?;
+                .map_err(|e| tk_lib(&name, e))?;
         }
         inner.with_pre_tokenizer(Some(pre_tok));
         inner.with_decoder(Some(decoder));
@@ -141,8 +148,8 @@ impl Tokenizer {
             let plain: Vec<AddedToken> = added.into_iter().filter(|t| !t.special).collect();
             inner
                 .add_special_tokens(specials)
-                .map_err(|e| tk_err(&name, e))?;
-            inner.add_tokens(plain).map_err(|e| tk_err(&name, e))?;
+                .map_err(|e| tk_lib(&name, e))?;
+            inner.add_tokens(plain).map_err(|e| tk_lib(&name, e))?;
         }
         let id = |k: &str| meta.get(k).and_then(|v| v.as_u64()).map(|v| v as u32);
         Ok(Tokenizer {
@@ -176,7 +183,7 @@ impl Tokenizer {
         let enc = self
             .inner
             .encode(text, false)
-            .map_err(|e| tk_err(&self.source, e))?;
+            .map_err(|e| tk_lib(&self.source, e))?;
         Ok((enc.get_ids().to_vec(), enc.get_offsets().to_vec()))
     }
 
@@ -184,7 +191,7 @@ impl Tokenizer {
     pub fn decode(&self, ids: &[u32]) -> Result<String, ChatError> {
         self.inner
             .decode(ids, false)
-            .map_err(|e| tk_err(&self.source, e))
+            .map_err(|e| tk_lib(&self.source, e))
     }
 
     /// The raw vocabulary string of one token (byte-level form, e.g. `Ġsystem`).
@@ -244,7 +251,7 @@ fn pipeline_for_pre(name: &str, pre: &str) -> Result<Pipeline, ChatError> {
             SplitDelimiterBehavior::Isolated,
             false,
         )
-        .map_err(|e| tk_err(name, e))?
+        .map_err(|e| tk_lib(name, e))?
         .into())
     };
     let decoder = ByteLevelDecoder::new(false, true, true);

@@ -69,8 +69,9 @@ impl EvalSettings {
     /// Load the held-out tasks once, before training: a typo in the task file should not cost
     /// a training run.
     pub fn check_tasks(&self) -> Result<(), TrainError> {
-        load_tasks(&self.tasks, &self.instances).map_err(|err| {
-            TrainError::Config(format!("--eval-tasks {}: {err}", self.tasks.display()))
+        load_tasks(&self.tasks, &self.instances).map_err(|source| TrainError::Rollout {
+            what: format!("--eval-tasks {}", self.tasks.display()),
+            source: Box::new(source),
         })?;
         Ok(())
     }
@@ -199,13 +200,12 @@ pub async fn evaluate(
     e: &EvalSettings,
     mut progress: impl FnMut(EvalProgress<'_>),
 ) -> Result<SftEval, TrainError> {
-    let rollout = |what: &str, err: String| TrainError::Config(format!("{what}: {err}"));
-    let tasks = load_tasks(&e.tasks, &e.instances).map_err(|err| {
-        rollout(
-            &format!("--eval-tasks {}", e.tasks.display()),
-            err.to_string(),
-        )
-    })?;
+    let rollout = |what: String, source| TrainError::Rollout {
+        what,
+        source: Box::new(source),
+    };
+    let tasks = load_tasks(&e.tasks, &e.instances)
+        .map_err(|err| rollout(format!("--eval-tasks {}", e.tasks.display()), err))?;
     let n_tasks = tasks.len();
     let mut models = Vec::new();
     for (label, model) in [
@@ -238,7 +238,7 @@ pub async fn evaluate(
         });
         let o = dojo_rollout::embedded::run_policy(&opts)
             .await
-            .map_err(|err| rollout(&format!("evaluating the {label} model"), err.to_string()))?;
+            .map_err(|err| rollout(format!("evaluating the {label} model"), err))?;
         progress(EvalProgress::Done(&o));
         let store = dojo_rollout::Store::<Trajectory>::open(&o.store_path)
             .map_err(|err| TrainError::file(&o.store_path, err))?;

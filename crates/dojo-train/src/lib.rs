@@ -83,8 +83,14 @@ pub const TRAIN_SCHEMA_VERSION: u32 = 1;
 pub enum TrainError {
     #[error("{path}: {reason}")]
     Data { path: PathBuf, reason: String },
-    #[error("{path}: {reason}")]
-    File { path: PathBuf, reason: String },
+    /// A file (checkpoint, adapter, state) that cannot be read or written, or holds something
+    /// wrong: the cause, or a message where nothing failed under it.
+    #[error("{path}: {source}")]
+    File {
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("model: {0}")]
     Model(String),
     #[error("{0}")]
@@ -94,6 +100,24 @@ pub enum TrainError {
     Memory(String),
     #[error("training diverged: {0}")]
     NonFinite(String),
+    #[error("model: {0}")]
+    Candle(#[from] candle_core::Error),
+    #[error(transparent)]
+    ModelSpec(#[from] dojo_tokenizer::ModelSpecError),
+    #[error("serialising {what}: {source}")]
+    Serialise {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The evaluation's rollouts (`what` names the step).
+    #[error("{what}: {source}")]
+    Rollout {
+        what: String,
+        // Boxed: it would make every `Result` of this crate large.
+        #[source]
+        source: Box<dojo_rollout::error::RolloutError>,
+    },
     #[error(transparent)]
     Engine(#[from] dojo_engine::EngineError),
     #[error(transparent)]
@@ -103,16 +127,13 @@ pub enum TrainError {
 }
 
 impl TrainError {
-    pub fn file(path: &Path, reason: impl std::fmt::Display) -> TrainError {
+    pub fn file(
+        path: &Path,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> TrainError {
         TrainError::File {
             path: path.to_path_buf(),
-            reason: reason.to_string(),
+            source: source.into(),
         }
-    }
-}
-
-impl From<candle_core::Error> for TrainError {
-    fn from(e: candle_core::Error) -> Self {
-        TrainError::Model(e.to_string())
     }
 }

@@ -46,7 +46,7 @@ impl ModelSource {
     /// fetched on first use.
     pub fn resolve(spec: &str) -> Result<ModelSource, TrainError> {
         use dojo_tokenizer::ModelSpec;
-        match ModelSpec::resolve(spec).map_err(|e| TrainError::Config(e.to_string()))? {
+        match ModelSpec::resolve(spec)? {
             ModelSpec::Default => Ok(ModelSource::Gguf(dojo_tokenizer::default_model_path()?)),
             ModelSpec::Gguf(p) => Ok(ModelSource::Gguf(p)),
             ModelSpec::HfDir(p) => Ok(ModelSource::HfDir(p)),

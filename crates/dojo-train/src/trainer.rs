@@ -403,7 +403,10 @@ pub fn run_sft(
     }
     let data_sha = sha256_file(&dataset.report.path)?;
     let fingerprint = model.fingerprint();
-    let cfg_json = serde_json::to_value(cfg).map_err(|e| TrainError::Config(e.to_string()))?;
+    let cfg_json = serde_json::to_value(cfg).map_err(|source| TrainError::Serialise {
+        what: "the configuration",
+        source,
+    })?;
     // A new run, or the same run resumed: same model, same data, same settings but for how
     // long it runs and how often it saves (rewritten then: the report shows the current ones).
     let manifest = dojo_rundir::Manifest {
@@ -561,8 +564,10 @@ pub fn run_sft(
                     None => write_model_dir(d, &model, src, base_cfg.as_ref(), bos, eos)?,
                 }
                 opt.save(&d.join(checkpoint::OPTIMIZER_FILE))?;
-                let s =
-                    serde_json::to_value(&state).map_err(|e| TrainError::Config(e.to_string()))?;
+                let s = serde_json::to_value(&state).map_err(|source| TrainError::Serialise {
+                    what: "the trainer state",
+                    source,
+                })?;
                 write_json(&d.join(checkpoint::STATE_FILE), &s)
             })?;
             dojo_rundir::checkpoint::prune(out, checkpoint::STATE_FILE, cfg.keep_checkpoints)?;

@@ -26,6 +26,15 @@ pub const ANALYSIS_SCHEMA_VERSION: u32 = 1;
 pub const ANALYSIS_BUCKET: &str = "world-analysis";
 
 /// What the analysis is written from.
+/// A file operation on the analysis cache that failed, naming the path.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", .path.display())]
+struct AtPath {
+    path: PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AnalysisInput {
     pub task_id: String,
@@ -190,15 +199,20 @@ pub async fn cached_analysis(
         prompt_sha: sha,
         analysis: analysis.clone(),
     };
-    let setup = |reason: String| WorldError::Setup {
+    let setup = |source: std::sync::Arc<dyn std::error::Error + Send + Sync>| WorldError::Setup {
         role: Role::Analysis,
-        reason,
+        source,
+    };
+    let at = |path: &Path, source: std::io::Error| {
+        setup(std::sync::Arc::new(AtPath {
+            path: path.to_path_buf(),
+            source,
+        }))
     };
     let dir = path.parent().unwrap_or(root);
-    std::fs::create_dir_all(dir).map_err(|e| setup(format!("{}: {e}", dir.display())))?;
-    let bytes = serde_json::to_vec_pretty(&record).map_err(|e| setup(e.to_string()))?;
-    dojo_rundir::write_atomic(&path, &bytes)
-        .map_err(|e| setup(format!("{}: {e}", path.display())))?;
+    std::fs::create_dir_all(dir).map_err(|e| at(dir, e))?;
+    let bytes = serde_json::to_vec_pretty(&record).map_err(|e| setup(std::sync::Arc::new(e)))?;
+    dojo_rundir::write_atomic(&path, &bytes).map_err(|e| at(&path, e))?;
     Ok(analysis)
 }
 

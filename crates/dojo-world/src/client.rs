@@ -84,8 +84,13 @@ pub enum WorldError {
         reason: String,
     },
     /// The backend or cache could not be set up (no endpoints, bad URL, unwritable cache).
-    #[error("{role} setup: {reason}")]
-    Setup { role: Role, reason: String },
+    /// The cause is shared (`Arc`) so the error stays `Clone`.
+    #[error("{role} setup: {source}")]
+    Setup {
+        role: Role,
+        #[source]
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl WorldError {
@@ -239,7 +244,8 @@ pub fn role_backend(
     if endpoints.is_empty() {
         return Err(WorldError::Setup {
             role,
-            reason: "the endpoint list is empty".into(),
+            source: Box::<dyn std::error::Error + Send + Sync>::from("the endpoint list is empty")
+                .into(),
         });
     }
     let mut cc = ClientConfig::new(endpoints);
@@ -248,7 +254,7 @@ pub fn role_backend(
         .map(|c| Arc::new(c) as Arc<dyn ChatBackend>)
         .map_err(|e| WorldError::Setup {
             role,
-            reason: e.to_string(),
+            source: std::sync::Arc::new(e),
         })
 }
 

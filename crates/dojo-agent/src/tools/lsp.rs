@@ -136,10 +136,9 @@ impl Tool for LspToolAdapter {
                     match tool {
                         Ok(t) => t.call_in(sandbox, &args).await,
                         // Kept: the install error is reported again, not retried.
-                        Err(e) => dojo_lsp::Observation::from_error(
-                            *kind,
-                            dojo_lsp::LspError::ServerMissing(e.to_string()),
-                        ),
+                        Err(e) => {
+                            dojo_lsp::Observation::from_error(*kind, dojo_lsp::LspError::Kept(e))
+                        }
                     }
                 }
             };

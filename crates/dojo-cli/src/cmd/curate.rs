@@ -1,5 +1,6 @@
 //! `dojo curate` (dojo-curate): filter rollouts and export training data.
 
+use crate::exit::{Exit, ensure_usage};
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -104,7 +105,7 @@ pub struct CurateArgs {
     pub world_withhold_gold: bool,
 }
 
-pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
+pub fn run(args: CurateArgs) -> anyhow::Result<Exit> {
     let mut cfg = dojo_curate::Config::new(args.rollouts.clone(), args.out.clone());
     cfg.check_paths()?;
     cfg.filters = dojo_curate::FilterSet::parse(&args.filters, args.lsp_min)?;
@@ -127,16 +128,16 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
             ..Default::default()
         });
     }
-    anyhow::ensure!(
+    ensure_usage!(
         args.world.is_some() || !args.world_withhold_gold,
         "--world-withhold-gold applies to world-model data: it needs --world swt|swr"
     );
-    anyhow::ensure!(
+    ensure_usage!(
         args.world.is_some() || args.world_policy.is_none(),
         "--world-policy sets the prompt caps of world-model data: it needs --world swt|swr"
     );
     if let Some(kind) = &args.world {
-        let kind = kind.parse().map_err(anyhow::Error::msg)?;
+        let kind = kind.parse().context("--world")?;
         let mut w = dojo_curate::world::WorldConfig::new(kind);
         w.max_per_trajectory = args.world_cap;
         if let Some(path) = &args.world_policy {
@@ -154,7 +155,7 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
         cfg.world = Some(w);
     }
     let model = if args.model == "none" {
-        anyhow::ensure!(
+        ensure_usage!(
             !cfg.formats.tokens,
             "--model none cannot write the pre-tokenized parquet; use --format messages"
         );
@@ -162,7 +163,6 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
     } else {
         Some(
             dojo_curate::target_model::load(&args.model)
-                .map_err(anyhow::Error::msg)
                 .with_context(|| format!("loading --model {}", args.model))?,
         )
     };
@@ -171,9 +171,6 @@ pub fn run(args: CurateArgs) -> anyhow::Result<i32> {
         eprintln!("{w}");
     }
     print!("{}", out.report(cfg.world.as_ref()));
-    Ok(if args.strict && !out.problems.is_empty() {
-        3
-    } else {
-        0
-    })
+    // Problems in the rollouts are the data's failure.
+    Ok(Exit::failure_if(args.strict && !out.problems.is_empty()))
 }

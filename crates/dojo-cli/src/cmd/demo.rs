@@ -3,6 +3,7 @@
 //! default model, every rollout graded, a summary table, and a self-contained HTML report, all
 //! written under `$DOJO_HOME/demo` unless `--out` says otherwise.
 
+use crate::exit::Exit;
 use std::path::PathBuf;
 
 use dojo_rollout::demo;
@@ -40,7 +41,7 @@ pub struct DemoArgs {
     fresh: bool,
 }
 
-pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
+pub fn run(args: DemoArgs) -> anyhow::Result<Exit> {
     let started = std::time::Instant::now();
     let out = args
         .out
@@ -92,5 +93,6 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
     let shown = dojo_rollout::report::write_demo_report(&d.out, title, &runs, &notes)?;
     println!("report: {}", shown.display());
     println!("open it: xdg-open {}", shown.display());
-    Ok(demo::exit_code(&summaries))
+    // Gold patches that do not all resolve mean the harness, not a model, is broken.
+    Ok(Exit::infrastructure_if(!demo::trustworthy(&summaries)))
 }

@@ -1,6 +1,7 @@
 //! `dojo env serve` (dojo-env): dojo's environments behind HTTP for an RL trainer running
 //! elsewhere (verl, SkyRL, rllm): one request, one whole episode, graded and shaped.
 
+use crate::exit::{Exit, ensure_usage};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -55,9 +56,9 @@ pub struct EnvServeArgs {
     allow_sources: Vec<String>,
 }
 
-pub fn run(cmd: EnvCmd) -> anyhow::Result<i32> {
+pub fn run(cmd: EnvCmd) -> anyhow::Result<Exit> {
     let EnvCmd::Serve(args) = cmd;
-    anyhow::ensure!(
+    ensure_usage!(
         args.lease_s.is_finite() && args.lease_s > 0.0,
         "--lease-s must be a positive number of seconds"
     );
@@ -91,6 +92,6 @@ pub fn run(cmd: EnvCmd) -> anyhow::Result<i32> {
         );
         dojo_env::serve(listener, opts, dojo_llm::access::shutdown_signal()).await?;
         eprintln!("dojo env serve: shut down (running episodes finished and stored)");
-        anyhow::Ok(0)
+        anyhow::Ok(Exit::Success)
     })
 }

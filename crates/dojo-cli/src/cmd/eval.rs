@@ -1,6 +1,7 @@
 //! `dojo eval` (dojo-grade): grade SWE-bench predictions against a task file, resumably, and
 //! write the official per-instance and run reports.
 
+use crate::exit::Exit;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -30,7 +31,7 @@ pub struct EvalArgs {
     allow_test_infrastructure: bool,
 }
 
-pub fn run(args: EvalArgs) -> anyhow::Result<i32> {
+pub fn run(args: EvalArgs) -> anyhow::Result<Exit> {
     let mut l = load(&args.common)?;
     l.opts.force = args.force;
     l.opts.grade.allow_test_infrastructure = args.allow_test_infrastructure;
@@ -70,7 +71,8 @@ pub fn run(args: EvalArgs) -> anyhow::Result<i32> {
         // is an input error, not a result.
         let (file, tasks) = (&args.predictions, &args.common.tasks);
         eprintln!("{}", summary.nothing_graded(preds.len(), file, tasks));
-        return Ok(1);
+        return Ok(Exit::Failure);
     }
-    Ok(0)
+    // Unresolved predictions are the run's result; infrastructure failures leave it incomplete.
+    Ok(Exit::infrastructure_if(summary.infra_failure_instances > 0))
 }

@@ -1,10 +1,11 @@
 //! `dojo lsp` (dojo-lsp): ask a language server what the agent's `lsp_tool` would, over a host
 //! directory, and print exactly the observation the agent would see.
 
+use crate::exit::Exit;
 use std::io::Write;
 
 use anyhow::Context;
-use dojo_lsp::{Command, LspError, LspTool, Observation, ServerKind};
+use dojo_lsp::{Command, LspError, LspTool, Observation, Outcome, ServerKind};
 
 #[derive(clap::Args)]
 pub struct LspArgs {
@@ -32,7 +33,7 @@ pub struct LspArgs {
 }
 
 /// Exit codes: 0 success, 1 the tool answered with an error message, 2 infrastructure failure.
-pub fn run(args: LspArgs) -> anyhow::Result<i32> {
+pub fn run(args: LspArgs) -> anyhow::Result<Exit> {
     let kind: ServerKind = args.server.parse()?;
     let command: Command = args.command.parse()?;
     let call = command.call(
@@ -46,7 +47,9 @@ pub fn run(args: LspArgs) -> anyhow::Result<i32> {
         let tool = match LspTool::host(&args.source, kind).await {
             Ok(t) => t,
             // A server that cannot be installed or started is what the agent would be told.
-            Err(e @ LspError::ServerMissing(_)) => return show(&Observation::from_error(kind, e)),
+            Err(e @ (LspError::ServerMissing(_) | LspError::ServerFailed { .. })) => {
+                return show(&Observation::from_error(kind, e));
+            }
             Err(e) => {
                 return Err(e).with_context(|| {
                     format!("setting up {} over {}", kind.name(), args.source.display())
@@ -60,11 +63,15 @@ pub fn run(args: LspArgs) -> anyhow::Result<i32> {
 }
 
 /// Print the observation; the exit code says whose problem it was.
-fn show(obs: &Observation) -> anyhow::Result<i32> {
+fn show(obs: &Observation) -> anyhow::Result<Exit> {
     // A closed pipe (`| head`) is not an error worth a panic.
     let _ = writeln!(std::io::stdout(), "{}", obs.text);
     if let Some(ev) = &obs.infra {
         eprintln!("infrastructure event: {}", serde_json::to_string(ev)?);
     }
-    Ok(obs.exit_code())
+    Ok(match obs.outcome() {
+        Outcome::Success => Exit::Success,
+        Outcome::Refused => Exit::Failure,
+        Outcome::Infrastructure => Exit::Infrastructure,
+    })
 }

@@ -19,7 +19,7 @@ pub mod validate;
 
 /// What a command that needs the candle stack says in a build without it.
 #[cfg(not(feature = "engine"))]
-pub fn needs_engine(command: &str) -> anyhow::Result<i32> {
+pub fn needs_engine(command: &str) -> anyhow::Result<crate::exit::Exit> {
     anyhow::bail!(
         "{command} needs the candle stack, but this dojo was built without it; rebuild with the \
          `engine` feature (the default): cargo build -p dojo-cli --features engine"

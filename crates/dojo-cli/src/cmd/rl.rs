@@ -5,6 +5,7 @@
 //! model and the world models. Every check (G ≥ 2, task file, environments of the tasks, the
 //! run directory's configuration and model) runs before the first rollout.
 
+use crate::exit::Exit;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -76,7 +77,7 @@ pub struct RlArgs {
 }
 
 #[cfg(feature = "engine")]
-pub fn run(a: RlArgs) -> anyhow::Result<i32> {
+pub fn run(a: RlArgs) -> anyhow::Result<Exit> {
     use anyhow::Context;
     use dojo_rl::agent_env::{AgentEnv, AgentEnvOptions};
     use dojo_rl::config::{RlConfig, RlOverrides};
@@ -116,10 +117,10 @@ pub fn run(a: RlArgs) -> anyhow::Result<i32> {
     if let Some(line) = s.last_step_line() {
         println!("{line}");
     }
-    Ok(0)
+    Ok(Exit::Success)
 }
 
 #[cfg(not(feature = "engine"))]
-pub fn run(_: RlArgs) -> anyhow::Result<i32> {
+pub fn run(_: RlArgs) -> anyhow::Result<Exit> {
     super::needs_engine("dojo rl")
 }

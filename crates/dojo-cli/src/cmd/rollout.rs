@@ -3,6 +3,7 @@
 //! one deterministic part of the task set (one machine of many); `--merge DIR...` puts the
 //! shards' directories back into one run, checking that nothing is missing or duplicated.
 
+use crate::exit::{Exit, UsageError};
 use std::path::PathBuf;
 
 use dojo_rollout::policy::PolicyConfig;
@@ -103,15 +104,15 @@ impl WorldArgs {
     }
 }
 
-pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
+pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<Exit> {
     if !args.merge.is_empty() {
         let r = dojo_rollout::merge::merge(&args.merge, args.tasks.as_deref(), &args.out)?;
         eprintln!("{}", r.progress_line(&args.out));
         println!("{}", r.report());
-        return Ok(0);
+        return Ok(Exit::Success);
     }
     let (Some(tasks), Some(policy)) = (args.tasks, args.policy) else {
-        anyhow::bail!("--tasks and --policy are required");
+        return Err(UsageError("--tasks and --policy are required".into()).into());
     };
     let mut policy = PolicyConfig::parse(&policy)?;
     policy.override_with(args.max_steps, &args.world.overrides())?;
@@ -135,5 +136,5 @@ pub fn run_rollout(args: RolloutArgs) -> anyhow::Result<i32> {
     eprintln!("{}", out.progress_line());
     println!("{}", out.report());
     // Infrastructure failures make the run incomplete: say so in the exit code.
-    Ok(if out.summary.infra_errors > 0 { 2 } else { 0 })
+    Ok(Exit::infrastructure_if(out.summary.infra_errors > 0))
 }

@@ -1,5 +1,6 @@
 //! `dojo sandbox ...` (dojo-sandbox): doctor, run, exec, diff, rm, ls.
 
+use crate::exit::Exit;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -60,11 +61,11 @@ pub struct RunArgs {
     cmd: Vec<String>,
 }
 
-pub fn run(cmd: SandboxCmd) -> anyhow::Result<i32> {
+pub fn run(cmd: SandboxCmd) -> anyhow::Result<Exit> {
     super::runtime()?.block_on(run_async(cmd))
 }
 
-async fn run_async(cmd: SandboxCmd) -> anyhow::Result<i32> {
+async fn run_async(cmd: SandboxCmd) -> anyhow::Result<Exit> {
     match cmd {
         SandboxCmd::Doctor { json, clean } => doctor(json, clean),
         SandboxCmd::Run(a) => run_cmd(a).await,
@@ -81,18 +82,18 @@ async fn run_async(cmd: SandboxCmd) -> anyhow::Result<i32> {
             sb.diff_to(&mut out).await?;
             tokio::io::AsyncWriteExt::flush(&mut out).await?;
             sb.detach();
-            Ok(0)
+            Ok(Exit::Success)
         }
         SandboxCmd::Rm { id } => {
             Sandbox::remove(&id).await?;
             eprintln!("removed sandbox {id}");
-            Ok(0)
+            Ok(Exit::Success)
         }
         SandboxCmd::Ls => {
             for st in dojo_sandbox::registry::list() {
                 println!("{}", st.ls_line());
             }
-            Ok(0)
+            Ok(Exit::Success)
         }
     }
 }
@@ -102,17 +103,17 @@ async fn attach(id: &str) -> anyhow::Result<Sandbox> {
     sb.with_context(|| format!("opening sandbox {id}"))
 }
 
-fn doctor(json: bool, clean: bool) -> anyhow::Result<i32> {
+fn doctor(json: bool, clean: bool) -> anyhow::Result<Exit> {
     let c = dojo_sandbox::doctor::Checkup::run(clean);
     if json {
         println!("{}", serde_json::to_string_pretty(&c.to_json()?)?);
     } else {
         println!("{c}");
     }
-    Ok(0)
+    Ok(Exit::Success)
 }
 
-async fn run_cmd(a: RunArgs) -> anyhow::Result<i32> {
+async fn run_cmd(a: RunArgs) -> anyhow::Result<Exit> {
     let opts = SandboxOptions {
         backend: a.backend.parse()?,
         keep: a.keep,
@@ -132,10 +133,10 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<i32> {
 
 /// Run `cmd` with its output streamed to ours; returns its exit code (128+signal when killed,
 /// 124 on timeout, like `timeout(1)`).
-async fn pass_through(sb: &Sandbox, cmd: Vec<String>, timeout: u64) -> anyhow::Result<i32> {
+async fn pass_through(sb: &Sandbox, cmd: Vec<String>, timeout: u64) -> anyhow::Result<Exit> {
     let r = sb.pass_through(cmd, Duration::from_secs(timeout)).await?;
     if r == dojo_sandbox::PassThrough::TimedOut {
         eprintln!("dojo sandbox: command timed out after {timeout} s");
     }
-    Ok(r.code())
+    Ok(Exit::PassThrough(r.code()))
 }

@@ -2,6 +2,7 @@
 //! selectors × k table, the pass@k / best@k and turn-budget curves. The candidates and the
 //! selectors are [`dojo_select::plan`]'s; this module parses the flags and prints the table.
 
+use crate::exit::Exit;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -69,7 +70,7 @@ pub struct SelectArgs {
     pub out: PathBuf,
 }
 
-pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
+pub fn run(a: SelectArgs) -> anyhow::Result<Exit> {
     let settings = PlanSettings {
         rollouts: a.rollouts.clone(),
         predictions: a.predictions.clone(),
@@ -97,5 +98,5 @@ pub fn run(a: SelectArgs) -> anyhow::Result<i32> {
         eprintln!("{w}");
     }
     println!("{}", out.report(set.candidates(), &a.out));
-    Ok(0)
+    Ok(Exit::Success)
 }

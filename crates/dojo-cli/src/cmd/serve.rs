@@ -3,6 +3,7 @@
 //! Only available when the CLI is built with the `engine` feature (the default); without it the
 //! command explains how to get it instead of failing obscurely.
 
+use crate::exit::Exit;
 #[derive(clap::Args)]
 pub struct ServeArgs {
     /// A `.gguf` file, a Hugging Face model directory (config.json + *.safetensors +
@@ -39,7 +40,7 @@ pub struct ServeArgs {
 }
 
 #[cfg(feature = "engine")]
-pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
+pub fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     use anyhow::Context;
     use dojo_engine::{Engine, EngineOptions};
 
@@ -85,11 +86,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         .await
         .context("serving")?;
         eprintln!("dojo serve: shut down");
-        anyhow::Ok(0)
+        anyhow::Ok(Exit::Success)
     })
 }
 
 #[cfg(not(feature = "engine"))]
-pub fn run(_: ServeArgs) -> anyhow::Result<i32> {
+pub fn run(_: ServeArgs) -> anyhow::Result<Exit> {
     super::needs_engine("dojo serve")
 }

@@ -1,5 +1,6 @@
 //! `dojo synth` (dojo-synth): validated tasks from a Python project by bug injection.
 
+use crate::exit::Exit;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -104,7 +105,7 @@ fn llm_source(spec: &str, rewrites: usize) -> anyhow::Result<LlmSource> {
     })
 }
 
-pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
+pub fn run(args: SynthArgs) -> anyhow::Result<Exit> {
     let source = args.source.as_ref().map(|dir| {
         dir.canonicalize()
             .with_context(|| format!("--source {}", dir.display()))
@@ -143,5 +144,5 @@ pub fn run(args: SynthArgs) -> anyhow::Result<i32> {
     let rt = super::runtime()?;
     let summary = rt.block_on(dojo_synth::synthesize(&opts))?;
     print!("{}", summary.report(&args.out));
-    Ok(0)
+    Ok(Exit::Success)
 }

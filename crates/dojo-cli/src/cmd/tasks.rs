@@ -7,6 +7,7 @@
 //! once per task and model at temperature 0 and cached (`dojo_world::analysis`), where
 //! `dojo rollout` (`[world] analysis_model`) and `dojo curate --world-analysis-model` read it.
 
+use crate::exit::Exit;
 use std::path::{Path, PathBuf};
 
 use dojo_task::EnvRegistry;
@@ -101,7 +102,7 @@ pub enum ReposCmd {
     },
 }
 
-pub fn run_repos(cmd: ReposCmd) -> anyhow::Result<i32> {
+pub fn run_repos(cmd: ReposCmd) -> anyhow::Result<Exit> {
     let ReposCmd::Sync {
         tasks,
         mirror,
@@ -114,14 +115,13 @@ pub fn run_repos(cmd: ReposCmd) -> anyhow::Result<i32> {
         println!("{r}");
     }
     println!("{}", dojo_task::fetch::sync_summary(&results, &mirror));
-    Ok(i32::from(!results.iter().all(|r| r.ready())))
+    Ok(Exit::failure_if(!results.iter().all(|r| r.ready())))
 }
 
-fn fetch(name: &str, out: &Path, from: &[PathBuf], split: Option<String>) -> anyhow::Result<i32> {
-    let (hf_id, split, rep) =
-        dojo_task::fetch::fetch_dataset(name, out, from, split).map_err(anyhow::Error::msg)?;
+fn fetch(name: &str, out: &Path, from: &[PathBuf], split: Option<String>) -> anyhow::Result<Exit> {
+    let (hf_id, split, rep) = dojo_task::fetch::fetch_dataset(name, out, from, split)?;
     println!("{}", rep.summary(out, &hf_id, &split));
-    Ok(if rep.written == 0 { 1 } else { 0 })
+    Ok(Exit::failure_if(rep.written == 0))
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -129,7 +129,7 @@ pub enum ExportFormat {
     Verl,
 }
 
-pub fn run_tasks(cmd: TasksCmd) -> anyhow::Result<i32> {
+pub fn run_tasks(cmd: TasksCmd) -> anyhow::Result<Exit> {
     match cmd {
         TasksCmd::Check { file, envs } => check(&file, envs.as_deref()),
         TasksCmd::Fetch {
@@ -154,19 +154,19 @@ pub fn run_tasks(cmd: TasksCmd) -> anyhow::Result<i32> {
             };
             dojo_curate::export::write_verl_rl_rows(&out, &rows, &opts)?;
             println!("{}: {} verl RL rows", out.display(), rows.len());
-            Ok(0)
+            Ok(Exit::Success)
         }
         TasksCmd::Analyze(a) => analyze(a),
     }
 }
 
-fn analyze(a: AnalyzeArgs) -> anyhow::Result<i32> {
+fn analyze(a: AnalyzeArgs) -> anyhow::Result<Exit> {
     use anyhow::Context;
 
     let loaded = dojo_task::load_selected(&a.tasks, &a.instances)?;
     // A task without a gold patch is bad input: said before any request is made.
     let inputs = dojo_rollout::world_sim::analysis_inputs(&loaded)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", a.tasks.display()))?;
+        .with_context(|| a.tasks.display().to_string())?;
     let policy = dojo_rollout::policy::PolicyConfig::parse(&a.model)
         .with_context(|| format!("--model {}", a.model))?;
     let timeout = std::time::Duration::from_secs(a.timeout_s);
@@ -177,13 +177,13 @@ fn analyze(a: AnalyzeArgs) -> anyhow::Result<i32> {
         eprintln!("{f}");
     }
     println!("{}", run.summary());
-    Ok(i32::from(!run.failures().is_empty()))
+    Ok(Exit::failure_if(!run.failures().is_empty()))
 }
 
-fn check(file: &Path, envs: Option<&Path>) -> anyhow::Result<i32> {
+fn check(file: &Path, envs: Option<&Path>) -> anyhow::Result<Exit> {
     let load = dojo_task::read_tasks(file)?;
     let registry = EnvRegistry::with_dir(envs)?;
     let c = dojo_grade::task_check::TaskFileCheck::of(&file.display().to_string(), load, &registry);
     println!("{c}");
-    Ok(i32::from(c.problems() > 0))
+    Ok(Exit::failure_if(c.problems() > 0))
 }

@@ -9,6 +9,7 @@
 //! Needs the candle stack, so it is built with the `engine` feature (the default) like
 //! `dojo serve`; without it the command says how to get it.
 
+use crate::exit::Exit;
 use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
@@ -158,7 +159,7 @@ pub struct SftArgs {
 }
 
 #[cfg(feature = "engine")]
-pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
+pub fn run(cmd: TrainCmd) -> anyhow::Result<Exit> {
     use anyhow::Context;
 
     let a = match cmd {
@@ -223,20 +224,20 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<i32> {
         .with_context(|| format!("dojo train sft --out {}", a.out.display()))?;
     println!("{}", s.report(cfg.lora.is_some()));
     let Some(settings) = &eval else {
-        return Ok(0);
+        return Ok(Exit::Success);
     };
     let progress = |p: dojo_train::eval::EvalProgress<'_>| eprintln!("{p}");
     let eval = dojo_train::eval::evaluate_run(&a.out, &a.model, &src, &s, settings, progress);
     let Some(eval) = super::runtime()?.block_on(eval)? else {
-        return Ok(0);
+        return Ok(Exit::Success);
     };
     println!("{}", eval.report_lines(&a.out));
     // Infrastructure failures make the evaluation incomplete: say so in the exit code.
-    Ok(if eval.incomplete() { 2 } else { 0 })
+    Ok(Exit::infrastructure_if(eval.incomplete()))
 }
 
 #[cfg(feature = "engine")]
-fn merge(m: MergeArgs) -> anyhow::Result<i32> {
+fn merge(m: MergeArgs) -> anyhow::Result<Exit> {
     use anyhow::Context;
 
     let device = dojo_engine::device(&m.device)?;
@@ -244,10 +245,10 @@ fn merge(m: MergeArgs) -> anyhow::Result<i32> {
     let dir = dojo_train::trainer::merge_adapter(&src, &m.adapter, &m.out, &device)
         .with_context(|| format!("dojo train merge --out {}", m.out.display()))?;
     println!("merged model: {}", dir.display());
-    Ok(0)
+    Ok(Exit::Success)
 }
 
 #[cfg(not(feature = "engine"))]
-pub fn run(_: TrainCmd) -> anyhow::Result<i32> {
+pub fn run(_: TrainCmd) -> anyhow::Result<Exit> {
     super::needs_engine("dojo train")
 }

@@ -1,6 +1,7 @@
 //! `dojo validate` (dojo-grade): is each task runnable (its test patch alone fails
 //! FAIL_TO_PASS, the gold patch makes it pass)? With `--write`, fills in the lists of new tasks.
 
+use crate::exit::Exit;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -24,7 +25,7 @@ pub struct ValidateArgs {
     out: Option<PathBuf>,
 }
 
-pub fn run(args: ValidateArgs) -> anyhow::Result<i32> {
+pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
     let l = load(&args.common)?;
     let started = std::time::Instant::now();
     // With --out, each task's files are written as soon as it is validated: a run stopped
@@ -53,5 +54,5 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<i32> {
         let written = diagnose::write_lists(&args.common.tasks, &l.tasks, &results)?;
         println!("{written}");
     }
-    Ok(if ok == results.len() { 0 } else { 1 })
+    Ok(Exit::failure_if(ok != results.len()))
 }

@@ -56,8 +56,12 @@ pub enum ExportError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: parquet: {reason}")]
-    Parquet { path: PathBuf, reason: String },
+    #[error("{path}: parquet: {source}")]
+    Parquet {
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ExportError + '_ {

@@ -38,12 +38,12 @@ fn write_parquet(
     batch: RecordBatch,
     kv: Vec<(String, String)>,
 ) -> Result<(), ExportError> {
-    let perr = |e: &dyn std::fmt::Display| ExportError::Parquet {
+    let perr = |e: Box<dyn std::error::Error + Send + Sync>| ExportError::Parquet {
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        source: e,
     };
     let file = std::fs::File::create(path).map_err(io_err(path))?;
-    let level = ZstdLevel::try_new(3).map_err(|e| perr(&e))?;
+    let level = ZstdLevel::try_new(3).map_err(|e| perr(e.into()))?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(level))
         .set_key_value_metadata(Some(
@@ -52,9 +52,10 @@ fn write_parquet(
                 .collect(),
         ))
         .build();
-    let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).map_err(|e| perr(&e))?;
-    w.write(&batch).map_err(|e| perr(&e))?;
-    w.close().map_err(|e| perr(&e))?;
+    let mut w =
+        ArrowWriter::try_new(file, batch.schema(), Some(props)).map_err(|e| perr(e.into()))?;
+    w.write(&batch).map_err(|e| perr(e.into()))?;
+    w.close().map_err(|e| perr(e.into()))?;
     Ok(())
 }
 
@@ -121,7 +122,7 @@ pub(crate) fn finish(
     let schema = Schema::new_with_metadata(fields, meta);
     let batch = RecordBatch::try_new(Arc::new(schema), cols).map_err(|e| ExportError::Parquet {
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        source: e.into(),
     })?;
     write_parquet(path, batch, kv)
 }

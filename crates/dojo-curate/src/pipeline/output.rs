@@ -70,8 +70,12 @@ pub(super) fn write_exports(
 fn inline_rows(rows: &[MessagesRow]) -> Result<Vec<MessagesRow>, CurateError> {
     rows.iter()
         .map(|r| {
-            let messages = render::hermes_inline(&r.messages, &r.tools)
-                .map_err(|e| CurateError::Config(format!("{}: {e}", r.meta.traj_id)))?;
+            let messages = render::hermes_inline(&r.messages, &r.tools).map_err(|source| {
+                CurateError::Render {
+                    traj_id: r.meta.traj_id.clone(),
+                    source,
+                }
+            })?;
             Ok(MessagesRow {
                 meta: r.meta.clone(),
                 messages,

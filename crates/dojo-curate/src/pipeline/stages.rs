@@ -202,44 +202,68 @@ fn portable(t: &Traj) -> Traj {
     p
 }
 
+/// Why a trajectory's tokens could not be counted; [`CountError::kind`] is the problem kind
+/// it is dropped under.
+#[derive(Debug, thiserror::Error)]
+enum CountError {
+    #[error("{0}")]
+    InvalidRecord(#[source] render::RenderError),
+    #[error("{0}")]
+    Unrenderable(#[source] render::RenderError),
+    #[error(
+        "the policy ({policy}) was sent {sent} prompt tokens at step {step}, the target model {model} renders {ours} (first difference at token {at}): trajectories and --model do not share a tokenizer/template"
+    )]
+    TokenizerMismatch {
+        policy: String,
+        sent: usize,
+        step: usize,
+        model: String,
+        ours: usize,
+        at: usize,
+    },
+}
+
+impl CountError {
+    fn kind(&self) -> &'static str {
+        match self {
+            CountError::InvalidRecord(_) => "invalid_record",
+            CountError::Unrenderable(_) => "unrenderable",
+            CountError::TokenizerMismatch { .. } => "tokenizer_mismatch",
+        }
+    }
+}
+
 /// Token count of the longest window (what must fit the training context), after checking the
 /// recorded prompt ids (if any) against the target tokenizer.
-fn count_tokens(
-    model: &dyn ChatModel,
-    t: &Traj,
-    check_ids: bool,
-) -> Result<usize, (&'static str, String)> {
+fn count_tokens(model: &dyn ChatModel, t: &Traj, check_ids: bool) -> Result<usize, CountError> {
     let p = portable(t);
     if check_ids && let Some((k, ids)) = &t.recorded_prompt {
-        let prompt = render::prompt_of(&p, *k).map_err(|e| ("invalid_record", e.to_string()))?;
+        let prompt = render::prompt_of(&p, *k).map_err(CountError::InvalidRecord)?;
         let ours = model
             .prompt_ids(&prompt, &p.tools)
-            .map_err(|e| ("unrenderable", e.to_string()))?;
+            .map_err(CountError::Unrenderable)?;
         if &ours != ids {
             let at = ours
                 .iter()
                 .zip(ids)
                 .position(|(a, b)| a != b)
                 .unwrap_or(ours.len().min(ids.len()));
-            return Err((
-                "tokenizer_mismatch",
-                format!(
-                    "the policy ({}) was sent {} prompt tokens at step {}, the target model {} renders {} (first difference at token {at}): trajectories and --model do not share a tokenizer/template",
-                    t.source,
-                    ids.len(),
-                    k + 1,
-                    model.name(),
-                    ours.len()
-                ),
-            ));
+            return Err(CountError::TokenizerMismatch {
+                policy: t.source.to_string(),
+                sent: ids.len(),
+                step: k + 1,
+                model: model.name().to_string(),
+                ours: ours.len(),
+                at,
+            });
         }
     }
     let mut max = 0;
-    for w in render::windows(&p).map_err(|e| ("invalid_record", e.to_string()))? {
+    for w in render::windows(&p).map_err(CountError::InvalidRecord)? {
         max = max.max(
             model
                 .count(&w.messages, &p.tools)
-                .map_err(|e| ("unrenderable", e.to_string()))?,
+                .map_err(CountError::Unrenderable)?,
         );
     }
     Ok(max)
@@ -268,7 +292,8 @@ fn tokenize(
                 c.n_tokens = Some(n);
                 kept.push(c);
             }
-            Err((kind, e)) => {
+            Err(e) => {
+                let kind = e.kind();
                 *rep.dropped.entry(kind.into()).or_default() += 1;
                 out.record_problem(Problem {
                     file: c.traj.origin.file.clone(),

@@ -632,11 +632,9 @@ struct At {
 }
 
 fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Res<T> {
-    serde_json::from_value(v).map_err(|e| {
-        Fail(
-            format!("The language server sent an answer we cannot read: {e}"),
-            Some(LspInfraKind::ServerCrashed),
-        )
+    serde_json::from_value(v).map_err(|e| Fail {
+        message: format!("The language server sent an answer we cannot read: {e}"),
+        infra: Some(LspInfraKind::ServerCrashed),
     })
 }
 

@@ -111,7 +111,25 @@ pub(crate) unsafe fn run_command(plan: &ExecPlan) -> std::io::Error {
 pub(crate) unsafe fn run_inside(plan: &ExecPlan, ctl: Fd) -> ! {
     match prepare_inside() {
         Ok(sfd) => run_prepared(plan, ctl, sfd),
-        Err((step, e)) => fail_with(ctl, step, e),
+        Err(StepFailed { step, errno }) => fail_with(ctl, step, errno),
+    }
+}
+
+/// A setup step of the supervisor that failed, and its errno (reported on the control socket
+/// by [`fail_with`]). Plain data: it is made after `fork`, where nothing may allocate.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StepFailed {
+    pub(crate) step: Step,
+    pub(crate) errno: i32,
+}
+
+impl StepFailed {
+    /// `step` failed with the current errno.
+    pub(crate) fn now(step: Step) -> Self {
+        StepFailed {
+            step,
+            errno: sys::errno(),
+        }
     }
 }
 
@@ -120,18 +138,18 @@ pub(crate) unsafe fn run_inside(plan: &ExecPlan, ctl: Fd) -> ! {
 /// signalfd. A pre-warmed supervisor (the `launcher` module) runs it before any request exists;
 /// it returns the signalfd, or the failed step and its errno (reported once a request brings a
 /// control socket to report on).
-pub(crate) unsafe fn prepare_inside() -> Result<Fd, (Step, i32)> {
+pub(crate) unsafe fn prepare_inside() -> Result<Fd, StepFailed> {
     // The launcher auto-reaps (SIGCHLD ignored); the supervisor must wait for its children.
     libc::signal(libc::SIGCHLD, libc::SIG_DFL);
     if libc::getpid() != 1 || libc::unshare(libc::CLONE_NEWNS) != 0 {
-        return Err((Step::Unshare, sys::errno()));
+        return Err(StepFailed::now(Step::Unshare));
     }
     if !mount_own_proc() {
-        return Err((Step::Proc, sys::errno()));
+        return Err(StepFailed::now(Step::Proc));
     }
     let sfd = sys::block_and_signalfd(&[libc::SIGCHLD]);
     if sfd < 0 {
-        return Err((Step::Signals, sys::errno()));
+        return Err(StepFailed::now(Step::Signals));
     }
     Ok(sfd)
 }

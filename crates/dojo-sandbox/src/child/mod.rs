@@ -40,8 +40,8 @@ mod layers;
 mod plan;
 
 pub(crate) use command::{
-    command_stack, exec_command, fail_with, prepare_inside, run_command, run_inside, run_prepared,
-    supervise_started,
+    StepFailed, command_stack, exec_command, fail_with, prepare_inside, run_command, run_inside,
+    run_prepared, supervise_started,
 };
 pub(crate) use env_build::{EnvBuildPlan, UV_CACHE_PATH, run_env_build};
 pub(crate) use holder::{HolderPlan, LAUNCHER_VAR, run_holder};

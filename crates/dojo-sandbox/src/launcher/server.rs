@@ -257,7 +257,7 @@ unsafe fn spare_main(
         if confine::seccomp_install(seccomp) {
             Ok(sfd)
         } else {
-            Err((crate::sys::Step::Seccomp, crate::sys::errno()))
+            Err(child::StepFailed::now(crate::sys::Step::Seccomp))
         }
     });
     // The sandbox's Landlock ruleset, built now (a request whose rules differ builds its own).
@@ -301,7 +301,7 @@ unsafe fn spare_main(
     install_stdio(fds);
     match prepared {
         Ok(sfd) => child::run_prepared(&plan, fds[3], sfd),
-        Err((step, e)) => child::fail_with(fds[3], step, e),
+        Err(child::StepFailed { step, errno }) => child::fail_with(fds[3], step, errno),
     }
 }
 
