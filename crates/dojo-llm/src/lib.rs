@@ -12,6 +12,7 @@
 //! 5xx, timeouts, dropped connections and garbage bodies are infrastructure and are retried;
 //! other 4xx are the request's fault.
 
+#[cfg(feature = "server")]
 pub mod access;
 mod client;
 mod error;

@@ -9,7 +9,7 @@
 //! other.
 //!
 //! Execution model: [`crate::run::EpisodeSource`]'s calls come one at a time from the loop's thread;
-//! each blocks on this environment's own tokio runtime while a step's episodes run concurrently
+//! each blocks on the caller's tokio runtime (a handle to the CLI's one) while a step's episodes run concurrently
 //! (`workers` sandboxes, their model calls batched by the engine). Nothing is retried here: a
 //! step whose rollouts fail as a whole is an [`RlError::Rollouts`], and the loop resumes from its
 //! last checkpoint when run again.
@@ -55,7 +55,8 @@ pub struct AgentEnvOptions {
 
 /// Rollouts through `dojo rollout`'s path with the trainer's current weights.
 pub struct AgentEnv {
-    rt: tokio::runtime::Runtime,
+    /// The caller's runtime (the CLI's one), which each step's rollouts block on.
+    rt: tokio::runtime::Handle,
     format: dojo_tokenizer::ChatFormat,
     opts: AgentEnvOptions,
     workers: usize,
@@ -70,10 +71,12 @@ impl AgentEnv {
     /// Checks everything the run needs before the first rollout (the task files load, the
     /// instances exist, every task has an environment unless the world simulates it) and
     /// returns the environment with the training tasks' ids.
+    /// `rt`: the runtime the rollouts run on, called from outside it (the loop's thread).
     pub fn new(
         opts: AgentEnvOptions,
         cfg: &RlConfig,
         format: dojo_tokenizer::ChatFormat,
+        rt: tokio::runtime::Handle,
     ) -> Result<(AgentEnv, Vec<String>), RlError> {
         // The world model is usable (named, its endpoints configured, an embedded one loaded)
         // before the first step.
@@ -113,13 +116,6 @@ impl AgentEnv {
         }
         let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
         let workers = workers(cfg, ids.len(), opts.workers);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| RlError::Rollouts {
-                what: "starting the async runtime".into(),
-                source: e.into(),
-            })?;
         let env = AgentEnv {
             rt,
             format,

@@ -106,7 +106,6 @@ pub async fn evaluate_run(
     src: &crate::ModelSource,
     s: &crate::SftSummary,
     e: &EvalSettings,
-    progress: impl FnMut(EvalProgress<'_>),
 ) -> Result<Option<SftEval>, TrainError> {
     let Some(final_dir) = &s.final_dir else {
         return Ok(None);
@@ -114,7 +113,7 @@ pub async fn evaluate_run(
     let trained = s.merged_dir.as_ref().unwrap_or(final_dir);
     // Weights trained in this invocation make an earlier evaluation of OUT/final stale.
     let retrained = s.steps > s.resumed_from.unwrap_or(0);
-    let eval = evaluate(out, &base_model(spec, src), trained, retrained, e, progress).await?;
+    let eval = evaluate(out, &base_model(spec, src), trained, retrained, e).await?;
     crate::report::write(out)?;
     Ok(Some(eval))
 }
@@ -190,15 +189,14 @@ impl SftEval {
 /// Roll out `base` and `trained` (what the embedded engine loads: `default`, a model
 /// directory) on the held-out tasks and write `OUT/eval.json`. `retrained`: weights trained in
 /// this invocation make an earlier rollout of the trained model stale, so it is removed first.
-/// `progress` hears when each model starts and where its rollouts went. Runs on the caller's
-/// runtime.
+/// The settings' progress display gets a line when each model starts and where its rollouts
+/// went ([`EvalProgress`]). Runs on the caller's runtime.
 pub async fn evaluate(
     out: &Path,
     base: &str,
     trained: &Path,
     retrained: bool,
     e: &EvalSettings,
-    mut progress: impl FnMut(EvalProgress<'_>),
 ) -> Result<SftEval, TrainError> {
     let rollout = |what: String, source| TrainError::Rollout {
         what,
@@ -231,15 +229,17 @@ pub async fn evaluate(
             prepare: dojo_task::PrepareOptions::default(),
             progress: e.progress.clone(),
         };
-        progress(EvalProgress::Start {
+        // Through the run's progress display, so `--quiet` silences these lines too.
+        let start = EvalProgress::Start {
             label,
             model: &model,
             tasks: n_tasks,
-        });
+        };
+        e.progress.line(&start.to_string());
         let o = dojo_rollout::embedded::run_policy(&opts)
             .await
             .map_err(|err| rollout(format!("evaluating the {label} model"), err))?;
-        progress(EvalProgress::Done(&o));
+        e.progress.line(&EvalProgress::Done(&o).to_string());
         let store = dojo_rollout::Store::<Trajectory>::open(&o.store_path)
             .map_err(|err| TrainError::file(&o.store_path, err))?;
         models.push(model_eval(label, &model, &dir, &o, &store.records()));

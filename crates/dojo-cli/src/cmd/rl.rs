@@ -108,7 +108,10 @@ pub fn run(a: RlArgs) -> anyhow::Result<Exit> {
         progress: crate::cmd::progress(a.quiet),
     };
     // The world model and every task must be usable before the model loads.
-    let (mut env, ids) = AgentEnv::new(opts, &cfg, src.chat_format()?)?;
+    // The one runtime of the command; the training loop runs on this thread and blocks on it
+    // for each step's rollouts.
+    let rt = crate::cmd::runtime()?;
+    let (mut env, ids) = AgentEnv::new(opts, &cfg, src.chat_format()?, rt.handle().clone())?;
     let s = dojo_rl::run::run_from_source(&a.out, &cfg, &src, &a.model, &device, &ids, &mut env)
         .with_context(|| format!("dojo rl --out {}", a.out.display()))?;
     if let Some(r) = s.resumed_from {

@@ -226,8 +226,7 @@ pub fn run(cmd: TrainCmd) -> anyhow::Result<Exit> {
     let Some(settings) = &eval else {
         return Ok(Exit::Success);
     };
-    let progress = |p: dojo_train::eval::EvalProgress<'_>| eprintln!("{p}");
-    let eval = dojo_train::eval::evaluate_run(&a.out, &a.model, &src, &s, settings, progress);
+    let eval = dojo_train::eval::evaluate_run(&a.out, &a.model, &src, &s, settings);
     let Some(eval) = super::runtime()?.block_on(eval)? else {
         return Ok(Exit::Success);
     };
