@@ -5,11 +5,13 @@
 //! after every step. Charts are dojo-report's: reward and resolved rate, masked share and
 //! zero-variance groups, advantage moments, clip fractions, the approximate KL between the
 //! sampling and the current policy, entropy, response length, and the time split of each step
-//! (generation with grading, shaping, training). A metrics line cut short by a kill is skipped.
+//! (generation with grading, shaping, training). A line that does not parse (one cut short by a
+//! kill) is left out of the figures and named in a note on the page.
 
 use std::path::{Path, PathBuf};
 
-use dojo_report::{LineChart, PALETTE, Page, StackedRow, Table, number, stacked_bars};
+use dojo_report::{LineChart, PALETTE, Page, StackedRow, Svg, Table, number, stacked_bars};
+use dojo_rundir::BadLine;
 use serde_json::Value as Json;
 
 use crate::RlError;
@@ -18,54 +20,96 @@ use crate::metrics::{EVAL_FILE, METRICS_FILE, RUN_FILE, RlRunManifest, StepMetri
 /// The report's file name inside `OUT`.
 pub const REPORT_FILE: &str = "report.html";
 
-/// The JSON lines of `path` that parse (none when it does not exist).
-fn lines(path: &Path) -> Result<Vec<Json>, RlError> {
-    match std::fs::read_to_string(path) {
-        Ok(s) => Ok(s
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(RlError::io(path)(e)),
-    }
-}
-
 /// Mean of `f` over a step's mini-batch updates (`None` when nothing was trained).
 fn update_mean(m: &StepMetrics, f: impl Fn(&crate::update::UpdateReport) -> f64) -> Option<f64> {
     (!m.updates.is_empty()).then(|| m.updates.iter().map(f).sum::<f64>() / m.updates.len() as f64)
 }
 
-/// Render the report of the run in `out` (as HTML text).
-pub fn render(out: &Path) -> Result<String, RlError> {
+/// The run directory's files as the report reads them: [`load`] reads, [`render_files`] draws.
+#[derive(Debug, Default)]
+pub struct RunFiles {
+    /// `rl_run.json` (`None` before the run wrote it, or when it does not parse).
+    pub manifest: Option<RlRunManifest>,
+    /// The lines of `metrics.jsonl` that parse as a step's metrics.
+    pub metrics: Vec<StepMetrics>,
+    /// The lines of `metrics.jsonl` that do not (a tail cut short by a kill): shown on the page,
+    /// not dropped.
+    pub bad_metrics: Vec<BadLine>,
+    /// The lines of `eval.jsonl` that parse.
+    pub evals: Vec<Json>,
+    /// The lines of `eval.jsonl` that do not.
+    pub bad_evals: Vec<BadLine>,
+}
+
+/// Read the files of the run in `out`; a file not written yet reads as empty.
+pub fn load(out: &Path) -> Result<RunFiles, RlError> {
     let run_path = out.join(RUN_FILE);
     let manifest: Option<RlRunManifest> = match std::fs::read_to_string(&run_path) {
         Ok(s) => serde_json::from_str(&s).ok(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(RlError::io(&run_path)(e)),
     };
-    let metrics: Vec<StepMetrics> = lines(&out.join(METRICS_FILE))?
-        .into_iter()
-        .filter_map(|v| serde_json::from_value(v).ok())
-        .collect();
-    let evals = lines(&out.join(EVAL_FILE))?;
+    let metrics = dojo_rundir::read_records(out.join(METRICS_FILE))?.unwrap_or_default();
+    let evals = dojo_rundir::read_records(out.join(EVAL_FILE))?.unwrap_or_default();
+    Ok(RunFiles {
+        manifest,
+        metrics: metrics.records,
+        bad_metrics: metrics.bad,
+        evals: evals.records,
+        bad_evals: evals.bad,
+    })
+}
 
+/// Render the report of the run in `out` (as HTML text).
+pub fn render(out: &Path) -> Result<String, RlError> {
+    Ok(render_files(&load(out)?))
+}
+
+/// The page of `files`: the same files give the same bytes.
+pub fn render_files(files: &RunFiles) -> String {
     let mut page = Page::new("dojo rl");
-    if let Some(m) = &manifest {
-        let c = &m.config;
-        page.subtitle(&format!(
-            "{} · {} tasks · G = {} · {} tasks per step · {} · {} · {}",
-            m.model,
-            m.tasks.len(),
-            c.group,
-            c.tasks_per_step,
-            c.advantage.estimator.as_str(),
-            match c.lora_rank {
-                Some(r) => format!("LoRA r={r}"),
-                None => "full fine-tuning".into(),
-            },
-            format_args!("clip {}/{}", c.loss.clip_low, c.loss.clip_high),
-        ));
+    if let Some(m) = &files.manifest {
+        page.subtitle(&subtitle(m));
     }
+    cards(&mut page, &files.metrics);
+    evaluation(&mut page, &files.evals, &files.bad_evals);
+    page.heading("Per step");
+    if files.metrics.is_empty() {
+        page.note("No step finished yet.");
+    }
+    if let Some(note) = dojo_rundir::lines::bad_lines_note(METRICS_FILE, &files.bad_metrics) {
+        page.note(&note);
+    }
+    for chart in step_charts(&files.metrics) {
+        page.chart(&chart);
+    }
+    step_table(&mut page, &files.metrics);
+    if let Some(m) = &files.manifest {
+        settings(&mut page, m);
+    }
+    page.finish()
+}
+
+/// Model, task count and the settings that shape a step.
+fn subtitle(m: &RlRunManifest) -> String {
+    let c = &m.config;
+    format!(
+        "{} · {} tasks · G = {} · {} tasks per step · {} · {} · {}",
+        m.model,
+        m.tasks.len(),
+        c.group,
+        c.tasks_per_step,
+        c.advantage.estimator.as_str(),
+        match c.lora_rank {
+            Some(r) => format!("LoRA r={r}"),
+            None => "full fine-tuning".into(),
+        },
+        format_args!("clip {}/{}", c.loss.clip_low, c.loss.clip_high),
+    )
+}
+
+/// Steps, reward of the first and last steps, and episodes per hour.
+fn cards(page: &mut Page, metrics: &[StepMetrics]) {
     let episodes: usize = metrics.iter().map(|m| m.batch.episodes).sum();
     let seconds: f64 = metrics
         .iter()
@@ -103,39 +147,79 @@ pub fn render(out: &Path) -> Result<String, RlError> {
             episodes_detail.as_str(),
         ),
     ]);
+}
 
-    if !evals.is_empty() {
-        page.heading("Held-out evaluation");
-        let mut t =
-            Table::new(["step", "tasks", "resolved", "infrastructure failures"]).numeric(0..4);
-        for e in &evals {
-            let f = |k: &str| {
-                e.pointer(&format!("/eval/{k}"))
-                    .map_or("-".into(), Json::to_string)
-            };
-            t.row([
-                e.get("step").map_or("-".into(), Json::to_string),
-                f("tasks"),
-                f("resolved"),
-                f("infrastructure_failures"),
-            ]);
+/// The held-out evaluations of `eval.jsonl` (nothing when there are none).
+fn evaluation(page: &mut Page, evals: &[Json], bad: &[BadLine]) {
+    if evals.is_empty() && bad.is_empty() {
+        return;
+    }
+    page.heading("Held-out evaluation");
+    if let Some(note) = dojo_rundir::lines::bad_lines_note(EVAL_FILE, bad) {
+        page.note(&note);
+    }
+    if evals.is_empty() {
+        return;
+    }
+    let mut t = Table::new(["step", "tasks", "resolved", "infrastructure failures"]).numeric(0..4);
+    for e in evals {
+        let f = |k: &str| {
+            e.pointer(&format!("/eval/{k}"))
+                .map_or("-".into(), Json::to_string)
+        };
+        t.row([
+            e.get("step").map_or("-".into(), Json::to_string),
+            f("tasks"),
+            f("resolved"),
+            f("infrastructure_failures"),
+        ]);
+    }
+    page.table(&t);
+}
+
+/// (title, y axis, named series) of one line chart.
+type Chart<'a> = (&'a str, &'a str, Vec<(&'a str, Vec<(f64, f64)>)>);
+
+/// The SVG charts over steps: the line charts with any points, then the time split of each step.
+fn step_charts(metrics: &[StepMetrics]) -> Vec<Svg> {
+    let mut svgs = Vec::new();
+    for (title, y, series) in line_charts(metrics) {
+        let mut chart = LineChart::new(title, "step", y);
+        let mut any = false;
+        for (name, p) in series {
+            if !p.is_empty() {
+                chart = chart.series(name, p);
+                any = true;
+            }
         }
-        page.table(&t);
+        if any {
+            svgs.push(chart.svg());
+        }
     }
+    if !metrics.is_empty() {
+        let rows: Vec<StackedRow> = metrics
+            .iter()
+            .map(|m| {
+                StackedRow::new(&format!("step {}", m.step))
+                    .segment("generation + grading", m.generation_s, PALETTE[0])
+                    .segment("shaping", m.shaping_s, PALETTE[1])
+                    .segment("training", m.training_s, PALETTE[2])
+            })
+            .collect();
+        svgs.push(stacked_bars("Time per step (s)", &rows));
+    }
+    svgs
+}
 
-    page.heading("Per step");
-    if metrics.is_empty() {
-        page.note("No step finished yet.");
-    }
+/// Reward, advantages, clipping, KL, entropy, response length and gradient norm per step.
+fn line_charts(metrics: &[StepMetrics]) -> [Chart<'static>; 7] {
     let pts = |f: &dyn Fn(&StepMetrics) -> Option<f64>| -> Vec<(f64, f64)> {
         metrics
             .iter()
             .filter_map(|m| Some((m.step as f64, f(m)?)))
             .collect()
     };
-    // (title, y axis, named series)
-    type Chart<'a> = (&'a str, &'a str, Vec<(&'a str, Vec<(f64, f64)>)>);
-    let charts: [Chart; 7] = [
+    [
         (
             "Reward",
             "share",
@@ -194,33 +278,14 @@ pub fn render(out: &Path) -> Result<String, RlError> {
             "global L2 (before clipping)",
             vec![("grad norm", pts(&|m| update_mean(m, |u| u.grad_norm)))],
         ),
-    ];
-    for (title, y, series) in charts {
-        let mut chart = LineChart::new(title, "step", y);
-        let mut any = false;
-        for (name, p) in series {
-            if !p.is_empty() {
-                chart = chart.series(name, p);
-                any = true;
-            }
-        }
-        if any {
-            page.chart(&chart.svg());
-        }
-    }
-    if !metrics.is_empty() {
-        let rows: Vec<StackedRow> = metrics
-            .iter()
-            .map(|m| {
-                StackedRow::new(&format!("step {}", m.step))
-                    .segment("generation + grading", m.generation_s, PALETTE[0])
-                    .segment("shaping", m.shaping_s, PALETTE[1])
-                    .segment("training", m.training_s, PALETTE[2])
-            })
-            .collect();
-        page.chart(&stacked_bars("Time per step (s)", &rows));
-    }
+    ]
+}
 
+/// One row per step: episodes, reward, stop reasons, updates and where the time went.
+fn step_table(page: &mut Page, metrics: &[StepMetrics]) {
+    if metrics.is_empty() {
+        return;
+    }
     let mut t = Table::new([
         "step",
         "episodes",
@@ -235,7 +300,7 @@ pub fn render(out: &Path) -> Result<String, RlError> {
         "tests s (summed)",
     ])
     .numeric([0, 1, 2, 3, 4, 6, 7, 8, 9, 10]);
-    for m in &metrics {
+    for m in metrics {
         let stops: Vec<String> = m
             .batch
             .stop_reasons
@@ -256,25 +321,23 @@ pub fn render(out: &Path) -> Result<String, RlError> {
             format!("{:.1}", m.rollout_time.grading_tests_s),
         ]);
     }
-    if !metrics.is_empty() {
-        page.table(&t);
-    }
+    page.table(&t);
+}
 
-    if let Some(m) = &manifest {
-        page.heading("Settings");
-        page.note(&format!("configuration hash {}", m.config_hash));
-        let mut t = Table::new(["setting", "value"]);
-        if let Ok(Json::Object(c)) = serde_json::to_value(&m.config) {
-            for (k, v) in c {
-                t.row([k, v.to_string()]);
-            }
+/// The configuration and environment the run was started with.
+fn settings(page: &mut Page, m: &RlRunManifest) {
+    page.heading("Settings");
+    page.note(&format!("configuration hash {}", m.config_hash));
+    let mut t = Table::new(["setting", "value"]);
+    if let Ok(Json::Object(c)) = serde_json::to_value(&m.config) {
+        for (k, v) in c {
+            t.row([k, v.to_string()]);
         }
-        if !m.environment.is_null() {
-            t.row(["environment".to_string(), m.environment.to_string()]);
-        }
-        page.table(&t);
     }
-    Ok(page.finish())
+    if !m.environment.is_null() {
+        t.row(["environment".to_string(), m.environment.to_string()]);
+    }
+    page.table(&t);
 }
 
 /// Write `OUT/report.html` atomically; returns its path.
@@ -360,6 +423,34 @@ mod tests {
         assert!(html.contains("399"), "8 episodes in 72.2 s is 399 per hour");
         assert!(html.contains("submitted 3"));
         assert!(!html.contains("step 3"), "the torn line is skipped");
+    }
+
+    #[test]
+    fn a_bad_line_is_shown_not_dropped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path();
+        let body = format!(
+            "{}\nnot json\n{{\"step\":\"two\"}}\n{}\n",
+            serde_json::to_string(&step(1, 0.25)).unwrap(),
+            serde_json::to_string(&step(4, 0.75)).unwrap()
+        );
+        std::fs::write(out.join(METRICS_FILE), body).unwrap();
+        std::fs::write(out.join(EVAL_FILE), "{\"step\":2,\n").unwrap();
+        let files = load(out).unwrap();
+        assert_eq!(
+            files.metrics.len(),
+            2,
+            "the whole lines around them are read"
+        );
+        let bad: Vec<_> = files.bad_metrics.iter().map(|b| b.number).collect();
+        assert_eq!(bad, vec![2, 3]);
+        assert_eq!(files.bad_evals.len(), 1);
+        let html = render_files(&files);
+        assert!(html.contains("2 lines of metrics.jsonl not shown: line 2: "));
+        assert!(html.contains("; line 3: "));
+        assert!(html.contains("Held-out evaluation"));
+        assert!(html.contains("1 line of eval.jsonl not shown: line 1: "));
+        assert!(html.contains("step 4"));
     }
 
     #[test]

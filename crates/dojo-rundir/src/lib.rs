@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 pub use atomic::write_atomic;
-pub use lines::{JsonlLines, Line};
+pub use lines::{BadLine, JsonlLines, Line, Records, read_records};
 pub use log::JsonlLog;
 pub use manifest::{Compare, Manifest, Opened};
 

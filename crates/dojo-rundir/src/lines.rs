@@ -107,6 +107,85 @@ impl Iterator for JsonlLines {
     }
 }
 
+/// A line a reader could not use: its number and why, torn tails named as such.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadLine {
+    /// 1-based; 0 for an I/O error before any line.
+    pub number: usize,
+    /// The last line of the file, without its newline (an interrupted write).
+    pub torn: bool,
+    pub reason: String,
+}
+
+impl std::fmt::Display for BadLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.torn {
+            write!(f, "line {}: torn last line ({})", self.number, self.reason)
+        } else {
+            write!(f, "line {}: {}", self.number, self.reason)
+        }
+    }
+}
+
+/// `N lines of FILE not shown: line …; line …`, for a reader that shows what it read (`None`
+/// when every line was read).
+pub fn bad_lines_note(file: &str, bad: &[BadLine]) -> Option<String> {
+    if bad.is_empty() {
+        return None;
+    }
+    let lines: Vec<String> = bad.iter().map(BadLine::to_string).collect();
+    Some(format!(
+        "{} line{} of {file} not shown: {}",
+        bad.len(),
+        if bad.len() == 1 { "" } else { "s" },
+        lines.join("; ")
+    ))
+}
+
+/// The records of a JSONL file that parse as `T`, and every line that did not.
+#[derive(Debug, Clone)]
+pub struct Records<T> {
+    pub records: Vec<T>,
+    pub bad: Vec<BadLine>,
+}
+
+impl<T> Default for Records<T> {
+    fn default() -> Self {
+        Records {
+            records: Vec::new(),
+            bad: Vec::new(),
+        }
+    }
+}
+
+/// Reads every line of `path` as a `T` through [`JsonlLines`]; a line that does not parse is
+/// kept in [`Records::bad`] (the caller shows it) and reading goes on. `None` when the file does
+/// not exist (a run that has not written it yet); an I/O error while reading is returned.
+pub fn read_records<T: serde::de::DeserializeOwned>(
+    path: impl AsRef<Path>,
+) -> Result<Option<Records<T>>> {
+    let lines = match JsonlLines::open(path) {
+        Ok(l) => l,
+        Err(RunDirError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    let mut out = Records::default();
+    for line in lines {
+        let line = line?;
+        match serde_json::from_str(&line.text) {
+            Ok(r) => out.records.push(r),
+            Err(e) => out.bad.push(BadLine {
+                number: line.number,
+                torn: line.torn,
+                reason: e.to_string(),
+            }),
+        }
+    }
+    Ok(Some(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +211,25 @@ mod tests {
         );
         assert_eq!(r.records_seen(), 3);
         assert_eq!(r.bytes_read(), 24);
+    }
+
+    #[test]
+    fn read_records_keeps_bad_lines_and_reads_a_missing_file_as_none() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.jsonl");
+        assert!(read_records::<u32>(&p).unwrap().is_none());
+        std::fs::write(&p, "1\n\"a\"\n\n3\n{\"c\"").unwrap();
+        let r = read_records::<u32>(&p).unwrap().unwrap();
+        assert_eq!(r.records, vec![1, 3]);
+        let bad: Vec<_> = r.bad.iter().map(|b| (b.number, b.torn)).collect();
+        assert_eq!(bad, vec![(2, false), (5, true)]);
+        assert!(r.bad[1].to_string().starts_with("line 5: torn last line ("));
+        let note = bad_lines_note("x.jsonl", &r.bad).unwrap();
+        assert!(
+            note.starts_with("2 lines of x.jsonl not shown: line 2: "),
+            "{note}"
+        );
+        assert_eq!(bad_lines_note("x.jsonl", &[]), None);
     }
 
     #[test]

@@ -5,10 +5,13 @@
 //! checkpoint and at the end, atomically (a reader never sees half a page). Charts are
 //! dojo-report's line charts: loss, learning rate, gradient norm and tokens/s over optimizer
 //! steps; the evaluation table shows base vs trained resolve rates with 95% Wilson intervals.
+//! A metrics line that does not parse (one cut short by a kill) is left out of the curves and
+//! named in a note on the page.
 
 use std::path::{Path, PathBuf};
 
 use dojo_report::{LineChart, Page, Table, number};
+use dojo_rundir::BadLine;
 use serde_json::Value as Json;
 
 use crate::TrainError;
@@ -43,24 +46,55 @@ fn text(v: Option<&Json>) -> String {
     }
 }
 
+/// The run directory's files as the report reads them: [`load`] reads, [`render_files`] draws.
+#[derive(Debug, Default)]
+pub struct RunFiles {
+    /// `run.json` (`Null` before the run wrote it).
+    pub run: Json,
+    /// The lines of `metrics.jsonl` that parse.
+    pub metrics: Vec<Json>,
+    /// The lines of `metrics.jsonl` that do not (a tail cut short by a kill): shown on the page,
+    /// not dropped.
+    pub bad_metrics: Vec<BadLine>,
+    /// `eval.json`, after the evaluation hook.
+    pub eval: Option<Json>,
+}
+
+/// Read the files of the run in `out`; a file not written yet reads as empty.
+pub fn load(out: &Path) -> Result<RunFiles, TrainError> {
+    let run = read_json(&out.join("run.json"))?.unwrap_or(Json::Null);
+    let metrics = dojo_rundir::read_records(out.join("metrics.jsonl"))?.unwrap_or_default();
+    let eval = read_json(&out.join(EVAL_FILE))?;
+    Ok(RunFiles {
+        run,
+        metrics: metrics.records,
+        bad_metrics: metrics.bad,
+        eval,
+    })
+}
+
 /// Render the report of the run in `out` (as HTML text).
 pub fn render(out: &Path) -> Result<String, TrainError> {
-    let run = read_json(&out.join("run.json"))?.unwrap_or(Json::Null);
-    let metrics_path = out.join("metrics.jsonl");
-    let metrics: Vec<Json> = match std::fs::read_to_string(&metrics_path) {
-        // A line cut short by a kill is skipped, not fatal: the report shows what is whole.
-        Ok(s) => s
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(TrainError::file(&metrics_path, e)),
-    };
-    let eval = read_json(&out.join(EVAL_FILE))?;
+    Ok(render_files(&load(out)?))
+}
 
+/// The page of `files`: the same files give the same bytes.
+pub fn render_files(files: &RunFiles) -> String {
     let mut page = Page::new("dojo train sft");
+    page.subtitle(&subtitle(&files.run));
+    cards(&mut page, &files.metrics);
+    if let Some(e) = &files.eval {
+        eval_table(&mut page, e);
+    }
+    curves(&mut page, &files.metrics, &files.bad_metrics);
+    settings(&mut page, &files.run);
+    page.finish()
+}
+
+/// The source model, the data and the kind of fine-tuning.
+fn subtitle(run: &Json) -> String {
     let lora = run.pointer("/config/lora").filter(|v| !v.is_null());
-    page.subtitle(&format!(
+    format!(
         "{} on {} ({})",
         text(run.get("source")),
         text(run.pointer("/data/path")),
@@ -80,7 +114,11 @@ pub fn render(out: &Path) -> Result<String, TrainError> {
             ),
             None => "full fine-tuning".into(),
         }
-    ));
+    )
+}
+
+/// Steps, loss and throughput at a glance.
+fn cards(page: &mut Page, metrics: &[Json]) {
     let last = metrics.last();
     let steps = last.and_then(|m| m.get("step")).and_then(Json::as_u64);
     let loss = |m: Option<&Json>| {
@@ -111,55 +149,63 @@ pub fn render(out: &Path) -> Result<String, TrainError> {
             "forward + backward",
         ),
     ]);
+}
 
-    if let Some(e) = &eval {
-        page.heading("Evaluation: base vs trained");
-        page.note(&format!(
-            "{} held-out tasks from {}, rolled out through dojo rollout's path with the embedded \
-             engine ({} steps at most per rollout) and graded. Resolved with its 95% Wilson \
-             interval; valid tool calls: the share of agent turns whose action parsed into a \
-             tool call.",
-            text(e.get("n_tasks")),
-            text(e.get("tasks")),
-            text(e.get("max_steps")),
-        ));
-        let mut t = Table::new([
-            "model",
-            "resolved",
-            "rate",
-            "95% CI",
-            "valid tool calls",
-            "turns",
-            "infra errors",
-        ])
-        .numeric(1..7);
-        for m in e
-            .get("models")
-            .and_then(Json::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let pct = |v: Option<f64>| v.map_or("-".into(), |x| format!("{:.1}%", 100.0 * x));
-            let f = |k: &str| m.get(k).and_then(Json::as_f64);
-            t.row([
-                text(m.get("label")),
-                format!("{}/{}", text(m.get("resolved")), text(m.get("n"))),
-                pct(f("resolve_rate")),
-                match (f("ci95_low"), f("ci95_high")) {
-                    (Some(a), Some(b)) => format!("{:.1}–{:.1}%", 100.0 * a, 100.0 * b),
-                    _ => "-".into(),
-                },
-                pct(f("valid_tool_call_share")),
-                text(m.get("turns")),
-                text(m.get("infra_errors")),
-            ]);
-        }
-        page.table(&t);
+/// Base vs trained resolve rates of the evaluation hook's `eval.json`.
+fn eval_table(page: &mut Page, e: &Json) {
+    page.heading("Evaluation: base vs trained");
+    page.note(&format!(
+        "{} held-out tasks from {}, rolled out through dojo rollout's path with the embedded \
+         engine ({} steps at most per rollout) and graded. Resolved with its 95% Wilson \
+         interval; valid tool calls: the share of agent turns whose action parsed into a \
+         tool call.",
+        text(e.get("n_tasks")),
+        text(e.get("tasks")),
+        text(e.get("max_steps")),
+    ));
+    let mut t = Table::new([
+        "model",
+        "resolved",
+        "rate",
+        "95% CI",
+        "valid tool calls",
+        "turns",
+        "infra errors",
+    ])
+    .numeric(1..7);
+    for m in e
+        .get("models")
+        .and_then(Json::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let pct = |v: Option<f64>| v.map_or("-".into(), |x| format!("{:.1}%", 100.0 * x));
+        let f = |k: &str| m.get(k).and_then(Json::as_f64);
+        t.row([
+            text(m.get("label")),
+            format!("{}/{}", text(m.get("resolved")), text(m.get("n"))),
+            pct(f("resolve_rate")),
+            match (f("ci95_low"), f("ci95_high")) {
+                (Some(a), Some(b)) => format!("{:.1}–{:.1}%", 100.0 * a, 100.0 * b),
+                _ => "-".into(),
+            },
+            pct(f("valid_tool_call_share")),
+            text(m.get("turns")),
+            text(m.get("infra_errors")),
+        ]);
     }
+    page.table(&t);
+}
 
+/// Loss, learning rate, gradient norm and throughput over optimizer steps, and the metrics
+/// lines that could not be read.
+fn curves(page: &mut Page, metrics: &[Json], bad: &[BadLine]) {
     page.heading("Training curves");
     if metrics.is_empty() {
         page.note("No optimizer step yet.");
+    }
+    if let Some(note) = dojo_rundir::lines::bad_lines_note("metrics.jsonl", bad) {
+        page.note(&note);
     }
     for (title, key, y) in [
         ("Loss", "loss", "mean cross-entropy"),
@@ -171,7 +217,7 @@ pub fn render(out: &Path) -> Result<String, TrainError> {
         ),
         ("Throughput", "tokens_per_s", "tokens/s"),
     ] {
-        let pts = series(&metrics, key);
+        let pts = series(metrics, key);
         if !pts.is_empty() {
             page.chart(
                 &LineChart::new(title, "optimizer step", y)
@@ -180,7 +226,10 @@ pub fn render(out: &Path) -> Result<String, TrainError> {
             );
         }
     }
+}
 
+/// The configuration, the data report and the model, as `run.json` has them.
+fn settings(page: &mut Page, run: &Json) {
     page.heading("Settings");
     let mut t = Table::new(["setting", "value"]);
     if let Some(Json::Object(c)) = run.get("config") {
@@ -195,7 +244,6 @@ pub fn render(out: &Path) -> Result<String, TrainError> {
         t.row(["model".to_string(), m.to_string()]);
     }
     page.table(&t);
-    Ok(page.finish())
 }
 
 /// Write `OUT/report.html` atomically; returns its path.
@@ -268,6 +316,28 @@ mod tests {
         // No leftover temporary file.
         let names: Vec<_> = std::fs::read_dir(out).unwrap().collect();
         assert_eq!(names.len(), 4);
+    }
+
+    #[test]
+    fn a_bad_line_is_shown_not_dropped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path();
+        std::fs::write(
+            out.join("metrics.jsonl"),
+            "{\"step\": 1, \"loss\": 2.0}\n{\"step\": 2, \"loss\"\n{\"step\": 3, \"loss\": 0.75}\n",
+        )
+        .unwrap();
+        let files = load(out).unwrap();
+        assert_eq!(files.metrics.len(), 2, "the whole lines around it are read");
+        assert_eq!(files.bad_metrics.len(), 1);
+        assert_eq!(files.bad_metrics[0].number, 2);
+        assert!(!files.bad_metrics[0].torn);
+        let html = render_files(&files);
+        assert!(
+            html.contains("1 line of metrics.jsonl not shown: line 2: "),
+            "the bad line is named"
+        );
+        assert!(html.contains("0.7500"), "the line after it is read");
     }
 
     #[test]
