@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use dojo_grade::parsers::{PASSED, StatusMap};
 use dojo_grade::{GradeOptions, Parser, derive_lists, validate_in_sandbox};
 use dojo_sandbox::{Pristine, PythonEnv, Sandbox, SandboxOptions};
-use dojo_task::{EnvRegistry, RepoEnv, Task, TaskError};
+use dojo_task::{EnvRegistry, PreparedTask, RepoEnv, Task, TaskError};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
@@ -44,7 +44,7 @@ use crate::operators::{Mutation, Operator, mutations_seeded};
 use crate::options::SynthOptions;
 use crate::project::{Project, normalize};
 use crate::runner::{RunError, run_tests, test_file};
-use crate::state::{Header, MutantRecord, PROGRESS_SCHEMA_VERSION, State};
+use crate::state::{BaselineRecord, Header, MutantRecord, PROGRESS_SCHEMA_VERSION, State};
 use crate::statement::problem_statement;
 use crate::summary::Summary;
 use crate::summary::summary_from;
@@ -358,10 +358,7 @@ impl Ctx {
 /// Run (or resume) a synthesis: the tasks go to `opts.out`; returns the summary.
 pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
     let started = Instant::now();
-    let input = opts.input.clone();
-    let project = tokio::task::spawn_blocking(move || crate::project::resolve(&input))
-        .await
-        .map_err(|e| crate::input_from("resolving the project", e))??;
+    let project = resolve_project(opts).await?;
     let label = format!("{}=={}", project.name, project.version);
     // `--envs DIR` may not exist yet: it is also where a written spec goes.
     let mut registry = EnvRegistry::with_dir(opts.envs_dir.as_deref().filter(|d| d.exists()))?;
@@ -370,42 +367,147 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
         .clone()
         .unwrap_or_else(|| default_repo(&registry, &opts.input));
     let clean = clean_task(&repo, &project)?;
-    let env = match registry.resolve(&clean) {
-        Ok(e) => e,
-        Err(TaskError::NoEnv { .. }) => {
-            let dir = opts.envs_dir.clone().unwrap_or_else(|| {
-                opts.out
-                    .parent()
-                    .map_or_else(|| PathBuf::from("envs"), |p| p.join("envs"))
-            });
-            let path = dir.join(format!("{}.toml", normalize(&project.name)));
-            if path.exists() {
-                registry.add_dir(&dir)?;
-                eprintln!("using the environment spec {}", path.display());
-            } else {
-                std::fs::create_dir_all(&dir).map_err(|e| SynthError::Io {
-                    path: dir.display().to_string(),
-                    source: e,
-                })?;
-                let text = default_env_spec(&repo, &project.name, &project.version);
-                std::fs::write(&path, &text).map_err(|e| SynthError::Io {
-                    path: path.display().to_string(),
-                    source: e,
-                })?;
-                registry.add_text(&path.display().to_string(), &text)?;
-                eprintln!(
-                    "no environment spec for {repo}: wrote {} (edit it and pass --envs {} if the tests need more)",
-                    path.display(),
-                    dir.display()
-                );
-            }
-            registry.resolve(&clean)?
-        }
+    let env = resolve_env(opts, &mut registry, &repo, &project, &clean)?;
+    let ops = operators(opts);
+    let mut state = State::open(&opts.out, &run_header(opts, &project, &repo, &ops))?;
+
+    // The clean tree and venv, built once (cached in $DOJO_HOME).
+    let prepared = dojo_task::Preparer::default()
+        .prepare(&clean, &env)
+        .await
+        .map_err(|source| SynthError::Environment {
+            project: label.clone(),
+            source: Box::new(source),
+        })?;
+    let base = recorded_baseline(&mut state, &clean, &env, &prepared, opts, &label).await?;
+    let test_files = baseline_test_files(&base);
+    let Mutants {
+        files,
+        sources,
+        mut all,
+        mut per_op,
+        unparseable,
+        module_tests,
+        parsed_files,
+    } = mutations(&prepared.pristine.path, &test_files, &ops, opts);
+    if let Some(l) = &opts.llm {
+        let (asked, ok) =
+            llm_mutants(l, &mut state, &sources, &parsed_files, opts, &mut all).await?;
+        let e = per_op.entry(Operator::LlmRewrite).or_default();
+        e.0 += asked;
+        e.1 += ok;
+    }
+    let order = sample::order(all, opts.seed);
+
+    let timeout = opts.mutant_timeout.unwrap_or_else(|| {
+        Duration::from_secs_f64((3.0 * base.duration_s + 10.0).min(env.timeout_s as f64))
+    });
+    let stage_one = matches!(
+        Parser::from(env.log_parser),
+        Parser::Pytest | Parser::PytestOptions | Parser::PytestV2
+    );
+    let accepted = accepted_keys(&state);
+    let ctx = Arc::new(Ctx {
+        env_override: env_override(&env),
+        project: project.clone(),
+        repo,
+        clean,
+        env,
+        registry,
+        pristine: prepared.pristine.clone(),
+        venv: prepared.env.clone(),
+        stable_count: base.passing.len(),
+        stable: stable_tests(&base),
+        test_files: test_files.iter().cloned().collect(),
+        module_tests,
+        sources,
+        timeout,
+        seed: opts.seed,
+        max_break_share: opts.max_break_share,
+        max_fail_to_pass: opts.max_fail_to_pass,
+        final_validate: opts.final_validate,
+        hint_module: opts.hint_module,
+        sandbox: opts.sandbox.clone(),
+        stage_one,
+        accepted: Mutex::new(accepted.clone()),
+    });
+
+    let done = state.done_ids();
+    let todo: Vec<Mutation> = order
+        .into_iter()
+        .filter(|m| !done.contains(&m.id()))
+        .take(opts.max_tries.unwrap_or(usize::MAX))
+        .collect();
+    let tried = try_mutants(&ctx, &mut state, todo, accepted, opts).await?;
+    let mut s = summary(&state, &per_op, &project, &base);
+    s.source_files = files.len();
+    s.unparseable_files = unparseable;
+    s.tried_this_session = tried;
+    s.elapsed_s = started.elapsed().as_secs_f64();
+    Ok(s)
+}
+
+/// The project `opts.input` names, resolved off the async runtime (it downloads and unpacks).
+async fn resolve_project(opts: &SynthOptions) -> Result<Project, SynthError> {
+    let input = opts.input.clone();
+    tokio::task::spawn_blocking(move || crate::project::resolve(&input))
+        .await
+        .map_err(|e| crate::input_from("resolving the project", e))?
+}
+
+/// The clean task's environment. Without a spec for it, the one in the envs directory is used
+/// when there is one, else a default spec is written there (and said) for the user to edit.
+fn resolve_env(
+    opts: &SynthOptions,
+    registry: &mut EnvRegistry,
+    repo: &str,
+    project: &Project,
+    clean: &Task,
+) -> Result<RepoEnv, SynthError> {
+    match registry.resolve(clean) {
+        Ok(e) => return Ok(e),
+        Err(TaskError::NoEnv { .. }) => {}
         Err(e) => return Err(e.into()),
-    };
+    }
+    let dir = opts.envs_dir.clone().unwrap_or_else(|| {
+        opts.out
+            .parent()
+            .map_or_else(|| PathBuf::from("envs"), |p| p.join("envs"))
+    });
+    let path = dir.join(format!("{}.toml", normalize(&project.name)));
+    if path.exists() {
+        registry.add_dir(&dir)?;
+        eprintln!("using the environment spec {}", path.display());
+    } else {
+        std::fs::create_dir_all(&dir).map_err(|e| SynthError::Io {
+            path: dir.display().to_string(),
+            source: e,
+        })?;
+        let text = default_env_spec(repo, &project.name, &project.version);
+        std::fs::write(&path, &text).map_err(|e| SynthError::Io {
+            path: path.display().to_string(),
+            source: e,
+        })?;
+        registry.add_text(&path.display().to_string(), &text)?;
+        eprintln!(
+            "no environment spec for {repo}: wrote {} (edit it and pass --envs {} if the tests need more)",
+            path.display(),
+            dir.display()
+        );
+    }
+    Ok(registry.resolve(clean)?)
+}
+
+/// The operators asked for, sorted and once each (the order the header records).
+fn operators(opts: &SynthOptions) -> Vec<Operator> {
     let mut ops = opts.operators.clone();
     ops.sort();
     ops.dedup();
+    ops
+}
+
+/// The progress file's header: what a resumed run must match.
+fn run_header(opts: &SynthOptions, project: &Project, repo: &str, ops: &[Operator]) -> Header {
     let mut config = json!({
         "operators": ops.iter().map(|o| o.name()).collect::<Vec<_>>(),
         "files": opts.files,
@@ -429,118 +531,138 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
             json!({"model": l.label, "rewrites": l.rewrites}),
         );
     }
-    let header = Header {
+    Header {
         schema_version: PROGRESS_SCHEMA_VERSION,
         kind: "run".into(),
         project: project.name.clone(),
         version: project.version.clone(),
-        repo: repo.clone(),
+        repo: repo.to_string(),
         sdist_sha256: project.sdist.sha256.clone(),
         seed: opts.seed,
         config,
-    };
-    let mut state = State::open(&opts.out, &header)?;
+    }
+}
 
-    // The clean tree and venv, built once (cached in $DOJO_HOME).
-    let prepared = dojo_task::Preparer::default()
-        .prepare(&clean, &env)
-        .await
-        .map_err(|source| SynthError::Environment {
-            project: label.clone(),
-            source: Box::new(source),
-        })?;
+/// The baseline of the clean tree: the recorded one on resume, else run and recorded.
+async fn recorded_baseline(
+    state: &mut State,
+    clean: &Task,
+    env: &RepoEnv,
+    prepared: &PreparedTask,
+    opts: &SynthOptions,
+    label: &str,
+) -> Result<BaselineRecord, SynthError> {
+    if let Some(b) = state.baseline.clone() {
+        return Ok(b);
+    }
+    let b = baseline(
+        clean,
+        env,
+        &prepared.pristine,
+        &prepared.env,
+        &opts.sandbox,
+        label,
+    )
+    .await?;
+    state.record_baseline(&b)?;
+    Ok(b)
+}
 
-    let base = match state.baseline.clone() {
-        Some(b) => b,
-        None => {
-            let b = baseline(
-                &clean,
-                &env,
-                &prepared.pristine,
-                &prepared.env,
-                &opts.sandbox,
-                &label,
-            )
-            .await?;
-            state.record_baseline(&b)?;
-            b
-        }
-    };
+/// The tests that passed at baseline, as the status map a mutant's run is compared with.
+fn stable_tests(base: &BaselineRecord) -> StatusMap {
     let mut stable = StatusMap::new();
     for t in &base.passing {
         stable.insert(t.as_str(), PASSED);
     }
-    let test_files: BTreeSet<String> = base
-        .passing
+    stable
+}
+
+/// The Python test files the baseline ran.
+fn baseline_test_files(base: &BaselineRecord) -> BTreeSet<String> {
+    base.passing
         .iter()
         .chain(&base.excluded)
         .map(|t| test_file(t).to_string())
         .filter(|f| f.ends_with(".py"))
-        .collect();
-    let tree = prepared.pristine.path.clone();
+        .collect()
+}
+
+/// The operator mutations of the library files, and what the run needs to know about them.
+struct Mutants {
+    /// The library files considered.
+    files: Vec<String>,
+    /// Text of each readable file.
+    sources: BTreeMap<String, String>,
+    all: Vec<Mutation>,
+    /// Per operator: (candidates, mutations made).
+    per_op: BTreeMap<Operator, (usize, usize)>,
+    /// Files that could not be read or parsed, with why.
+    unparseable: Vec<String>,
+    /// Per file, the test files that mention its module.
+    module_tests: BTreeMap<String, Vec<String>>,
+    /// Files that parsed (the LLM stage rewrites functions of these).
+    parsed_files: Vec<String>,
+}
+
+/// Mutations of every library file under `tree`, narrowed to `--functions` when given.
+fn mutations(
+    tree: &std::path::Path,
+    test_files: &BTreeSet<String>,
+    ops: &[Operator],
+    opts: &SynthOptions,
+) -> Mutants {
     let tests_text: BTreeMap<String, String> = test_files
         .iter()
         .filter_map(|f| Some((f.clone(), std::fs::read_to_string(tree.join(f)).ok()?)))
         .collect();
-
-    // Mutations of every library file.
-    let files = source_files(&tree, &test_files, &opts.files);
-    let mut sources = BTreeMap::new();
-    let mut all = Vec::new();
-    let mut per_op: BTreeMap<Operator, (usize, usize)> = BTreeMap::new();
-    let mut unparseable = Vec::new();
-    let mut module_tests = BTreeMap::new();
-    let mut parsed_files = Vec::new();
+    let files = source_files(tree, test_files, &opts.files);
+    let mut m = Mutants {
+        files: Vec::new(),
+        sources: BTreeMap::new(),
+        all: Vec::new(),
+        per_op: BTreeMap::new(),
+        unparseable: Vec::new(),
+        module_tests: BTreeMap::new(),
+        parsed_files: Vec::new(),
+    };
     for f in &files {
         let Ok(text) = std::fs::read_to_string(tree.join(f)) else {
-            unparseable.push(format!("{f}: not UTF-8"));
+            m.unparseable.push(format!("{f}: not UTF-8"));
             continue;
         };
-        match mutations_seeded(f, &text, &ops, opts.seed) {
+        match mutations_seeded(f, &text, ops, opts.seed) {
             Ok(fm) => {
                 for (op, n) in &fm.candidates_by_op {
-                    per_op.entry(*op).or_default().0 += n;
+                    m.per_op.entry(*op).or_default().0 += n;
                 }
-                for m in &fm.mutations {
-                    per_op.entry(m.operator).or_default().1 += 1;
+                for mu in &fm.mutations {
+                    m.per_op.entry(mu.operator).or_default().1 += 1;
                 }
-                all.extend(fm.mutations);
-                parsed_files.push(f.clone());
+                m.all.extend(fm.mutations);
+                m.parsed_files.push(f.clone());
             }
-            Err(e) => unparseable.push(e.to_string()),
+            Err(e) => m.unparseable.push(e.to_string()),
         }
-        module_tests.insert(f.clone(), mentioning(f, &tests_text));
-        sources.insert(f.clone(), text);
+        m.module_tests.insert(f.clone(), mentioning(f, &tests_text));
+        m.sources.insert(f.clone(), text);
     }
-    let wanted = |function: &str| {
-        opts.functions.is_empty() || opts.functions.iter().any(|f| function.contains(f.as_str()))
-    };
+    m.files = files;
     if !opts.functions.is_empty() {
-        all.retain(|m| wanted(&m.function));
+        let wanted = |function: &str| opts.functions.iter().any(|f| function.contains(f.as_str()));
+        m.all.retain(|mu| wanted(&mu.function));
         // Candidates and parsed counts follow the filter too.
-        per_op.clear();
-        for m in &all {
-            let e = per_op.entry(m.operator).or_default();
+        m.per_op.clear();
+        for mu in &m.all {
+            let e = m.per_op.entry(mu.operator).or_default();
             e.0 += 1;
             e.1 += 1;
         }
     }
-    if let Some(l) = &opts.llm {
-        let (asked, ok) =
-            llm_mutants(l, &mut state, &sources, &parsed_files, opts, &mut all).await?;
-        let e = per_op.entry(Operator::LlmRewrite).or_default();
-        e.0 += asked;
-        e.1 += ok;
-    }
-    let order = sample::order(all, opts.seed);
+    m
+}
 
-    let timeout = opts.mutant_timeout.unwrap_or_else(|| {
-        Duration::from_secs_f64((3.0 * base.duration_s + 10.0).min(env.timeout_s as f64))
-    });
-    let stage_one = matches!(
-        Parser::from(env.log_parser),
-        Parser::Pytest | Parser::PytestOptions | Parser::PytestV2
-    );
+/// Dedupe keys of the tasks already written (a resumed run does not accept them again).
+fn accepted_keys(state: &State) -> BTreeSet<String> {
     let mut accepted: BTreeSet<String> = BTreeSet::new();
     for t in &state.tasks {
         let syn = t.get("synth");
@@ -560,37 +682,18 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
             accepted.insert(dedupe_key(file, func, &f2p));
         }
     }
-    let ctx = Arc::new(Ctx {
-        env_override: env_override(&env),
-        project: project.clone(),
-        repo,
-        clean,
-        env,
-        registry,
-        pristine: prepared.pristine.clone(),
-        venv: prepared.env.clone(),
-        stable_count: base.passing.len(),
-        stable,
-        test_files: test_files.iter().cloned().collect(),
-        module_tests,
-        sources,
-        timeout,
-        seed: opts.seed,
-        max_break_share: opts.max_break_share,
-        max_fail_to_pass: opts.max_fail_to_pass,
-        final_validate: opts.final_validate,
-        hint_module: opts.hint_module,
-        sandbox: opts.sandbox.clone(),
-        stage_one,
-        accepted: Mutex::new(accepted.clone()),
-    });
+    accepted
+}
 
-    let done = state.done_ids();
-    let todo: Vec<Mutation> = order
-        .into_iter()
-        .filter(|m| !done.contains(&m.id()))
-        .take(opts.max_tries.unwrap_or(usize::MAX))
-        .collect();
+/// Evaluate `todo` (up to `workers` at once, consumed in order) until `max_tasks` tasks are
+/// written, recording each mutant's outcome; returns how many were tried.
+async fn try_mutants(
+    ctx: &Arc<Ctx>,
+    state: &mut State,
+    todo: Vec<Mutation>,
+    mut accepted: BTreeSet<String>,
+    opts: &SynthOptions,
+) -> Result<usize, SynthError> {
     let pb = &opts.progress;
     if state.tasks.len() < opts.max_tasks {
         pb.start("synth", todo.len() as u64, 0);
@@ -652,23 +755,29 @@ pub async fn synthesize(opts: &SynthOptions) -> Result<Summary, SynthError> {
         }
     }
     pb.finish("");
+    Ok(tried)
+}
+
+/// The run's summary from its progress, with the baseline's counts and the LLM stage's drops.
+fn summary(
+    state: &State,
+    per_op: &BTreeMap<Operator, (usize, usize)>,
+    project: &Project,
+    base: &BaselineRecord,
+) -> Summary {
     let mut s = summary_from(
-        &state,
-        &per_op,
+        state,
+        per_op,
         &format!("{} {}", project.name, project.version),
     );
-    s.source_files = files.len();
-    s.unparseable_files = unparseable;
     s.baseline_passing = base.passing.len();
     s.baseline_excluded = base.excluded.len();
-    s.tried_this_session = tried;
-    s.elapsed_s = started.elapsed().as_secs_f64();
     for r in state.llm.values() {
         if r.outcome != "ok" {
             *s.dropped.entry(r.outcome.clone()).or_default() += 1;
         }
     }
-    Ok(s)
+    s
 }
 
 #[cfg(test)]
