@@ -3,7 +3,7 @@
 
 use dojo_report::{LineChart, Page, Table, escape, number};
 
-use crate::output::{CurvePoint, SelectOutput};
+use crate::output::{CurvePoint, SelectOutput, SelectorResult};
 
 fn pct(v: f64) -> String {
     format!("{:.1}%", 100.0 * v)
@@ -25,9 +25,29 @@ fn points(curve: &[CurvePoint]) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// The page of `out`: the same output gives the same bytes. It reads no file: `out` is the
+/// selection [`crate::run`] just computed, so there is nothing to load or to find unreadable here
+/// (records it could not read are already in `out.problems`, shown at the end).
 pub fn render(out: &SelectOutput) -> String {
     let mut page = Page::new("dojo select");
-    page.subtitle(&format!(
+    page.subtitle(&subtitle(out));
+    cards(&mut page, out);
+    notes(&mut page, out);
+    selectors(&mut page, out);
+    sequential(&mut page, out);
+    for s in &out.selectors {
+        choices(&mut page, s);
+    }
+    if !out.problems.is_empty() {
+        page.heading("Unreadable records");
+        page.preformatted(&out.problems);
+    }
+    page.finish()
+}
+
+/// Tasks, k, seed, and whether a run directory was still being written.
+fn subtitle(out: &SelectOutput) -> String {
+    format!(
         "{} tasks, k = {}, seed {}{}",
         out.tasks,
         out.k,
@@ -37,7 +57,11 @@ pub fn render(out: &SelectOutput) -> String {
         } else {
             ""
         }
-    ));
+    )
+}
+
+/// pass@1, pass@k and the candidates left out, at a glance.
+fn cards(page: &mut Page, out: &SelectOutput) {
     let pass1 = out.pass_at_k.first().map(with_interval).unwrap_or_default();
     let pass_k = out.pass_at_k.last().map(with_interval).unwrap_or_default();
     let left_out = format!(
@@ -53,6 +77,10 @@ pub fn render(out: &SelectOutput) -> String {
         ("pass@k", pass_k.as_str(), "any candidate resolves"),
         ("candidates", &out.k.to_string(), left_out.as_str()),
     ]);
+}
+
+/// The selection's notes and the tasks with fewer than k candidates.
+fn notes(page: &mut Page, out: &SelectOutput) {
     for n in &out.notes {
         page.note(n);
     }
@@ -69,7 +97,10 @@ pub fn render(out: &SelectOutput) -> String {
                 .join(", ")
         ));
     }
+}
 
+/// The selector table (pass@k as the first row) and the pass@k / best@k chart.
+fn selectors(page: &mut Page, out: &SelectOutput) {
     page.heading("Selectors");
     let mut header = vec!["selector".to_string()];
     header.extend((1..=out.k).map(|k| format!("k={k}")));
@@ -114,7 +145,10 @@ pub fn render(out: &SelectOutput) -> String {
         }
     }
     page.chart(&chart.svg());
+}
 
+/// pass@1 and pass@k by turn budget, as a chart and a table.
+fn sequential(page: &mut Page, out: &SelectOutput) {
     page.heading("Sequential scaling: resolved by turn budget");
     let seq = &out.sequential;
     if seq.points.is_empty() {
@@ -167,49 +201,45 @@ pub fn render(out: &SelectOutput) -> String {
             seq.without_steps
         ));
     }
+}
 
-    for s in &out.selectors {
-        page.heading(&format!("Choices of {}", s.name));
-        let mut t = Table::new([
-            "task",
-            "chosen",
-            "resolved",
-            "ties",
-            "scores (label: score ✓ resolved)",
+/// Every task's choice by selector `s`, with the scores that made it.
+fn choices(page: &mut Page, s: &SelectorResult) {
+    page.heading(&format!("Choices of {}", s.name));
+    let mut t = Table::new([
+        "task",
+        "chosen",
+        "resolved",
+        "ties",
+        "scores (label: score ✓ resolved)",
+    ]);
+    for c in &s.choices {
+        let scores = c
+            .candidates
+            .iter()
+            .map(|x| {
+                format!(
+                    "<a href=\"{}\">{}</a>: {}{}{}",
+                    escape(&x.page),
+                    escape(&x.label),
+                    number(x.score, 3),
+                    if x.resolved { " ✓" } else { "" },
+                    if x.empty { " (empty)" } else { "" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        t.row_html([
+            escape(&c.task_id),
+            escape(&c.chosen),
+            if c.resolved {
+                "yes".into()
+            } else {
+                "no".into()
+            },
+            c.ties.to_string(),
+            scores,
         ]);
-        for c in &s.choices {
-            let scores = c
-                .candidates
-                .iter()
-                .map(|x| {
-                    format!(
-                        "<a href=\"{}\">{}</a>: {}{}{}",
-                        escape(&x.page),
-                        escape(&x.label),
-                        number(x.score, 3),
-                        if x.resolved { " ✓" } else { "" },
-                        if x.empty { " (empty)" } else { "" }
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
-            t.row_html([
-                escape(&c.task_id),
-                escape(&c.chosen),
-                if c.resolved {
-                    "yes".into()
-                } else {
-                    "no".into()
-                },
-                c.ties.to_string(),
-                scores,
-            ]);
-        }
-        page.table(&t);
     }
-    if !out.problems.is_empty() {
-        page.heading("Unreadable records");
-        page.preformatted(&out.problems);
-    }
-    page.finish()
+    page.table(&t);
 }
