@@ -32,12 +32,37 @@ fn stop_color(reason: &str) -> &'static str {
     }
 }
 
-/// Render the report. `title` and `notes` (one paragraph each) go at the top.
+/// Render the report. `title` and `notes` (one paragraph each) go at the top. A pure function of
+/// what it is given: the caller ([`write_demo_report`]) has the runs' outcomes in memory, so
+/// there is no file to load here.
 pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> String {
     let mut page = Page::new(title);
     for n in notes {
         page.subtitle(n);
     }
+    cards(&mut page, runs);
+    summary_table(&mut page, runs);
+    outcomes(&mut page, runs);
+    let tasks: Vec<String> = runs
+        .iter()
+        .flat_map(|r| r.outcomes.iter().map(|o| o.task_id.clone()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    steps_and_tokens(&mut page, runs, &tasks);
+    per_task_table(&mut page, runs, &tasks);
+    page.heading("Files").list_html(runs.iter().map(|r| {
+        format!(
+            "{}: <code>{}</code>",
+            escape(&r.summary.policy),
+            escape(&r.trajectories)
+        )
+    }));
+    page.finish()
+}
+
+/// Each policy's resolved count and rate at a glance.
+fn cards(page: &mut Page, runs: &[PolicyRun<'_>]) {
     let cards: Vec<(String, String, String)> = runs
         .iter()
         .map(|r| {
@@ -58,7 +83,10 @@ pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> Str
             .iter()
             .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str())),
     );
+}
 
+/// One summary row per policy.
+fn summary_table(page: &mut Page, runs: &[PolicyRun<'_>]) {
     let mut summary = Table::new(crate::summary::COLUMNS).numeric(1..10);
     for r in runs {
         summary.row(r.summary.cells());
@@ -68,8 +96,10 @@ pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> Str
          (sandbox, environment, endpoint, grader) are never counted as the model's failures. \
          Forced = submitted on the agent's behalf when a budget ran out, then graded.",
     );
+}
 
-    // Outcomes and stop reasons per policy.
+/// Outcomes and stop reasons per policy.
+fn outcomes(page: &mut Page, runs: &[PolicyRun<'_>]) {
     let outcome_rows: Vec<StackedRow> = runs
         .iter()
         .map(|r| {
@@ -94,47 +124,55 @@ pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> Str
     page.heading("Outcomes")
         .chart(&stacked_bars("Trajectories by outcome", &outcome_rows))
         .chart(&stacked_bars("Stop reasons", &stop_rows));
+}
 
-    // Steps and tokens per task.
-    let tasks: Vec<String> = runs
+/// The mean of `f` over `r`'s samples of each of `tasks` (0 for a task it has none of).
+fn per_task(r: &PolicyRun<'_>, tasks: &[String], f: &dyn Fn(&SampleOutcome) -> f64) -> Vec<f64> {
+    tasks
         .iter()
-        .flat_map(|r| r.outcomes.iter().map(|o| o.task_id.clone()))
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let per_task = |r: &PolicyRun<'_>, f: &dyn Fn(&SampleOutcome) -> f64| -> Vec<f64> {
-        tasks
-            .iter()
-            .map(|t| {
-                let v: Vec<f64> = r
-                    .outcomes
-                    .iter()
-                    .filter(|o| &o.task_id == t)
-                    .map(f)
-                    .collect();
-                if v.is_empty() {
-                    0.0
-                } else {
-                    v.iter().sum::<f64>() / v.len() as f64
-                }
-            })
-            .collect()
-    };
+        .map(|t| {
+            let v: Vec<f64> = r
+                .outcomes
+                .iter()
+                .filter(|o| &o.task_id == t)
+                .map(f)
+                .collect();
+            if v.is_empty() {
+                0.0
+            } else {
+                v.iter().sum::<f64>() / v.len() as f64
+            }
+        })
+        .collect()
+}
+
+/// Steps and tokens per task, one bar per policy.
+fn steps_and_tokens(page: &mut Page, runs: &[PolicyRun<'_>], tasks: &[String]) {
     let steps: Vec<_> = runs
         .iter()
-        .map(|r| (r.summary.policy.clone(), per_task(r, &|o| o.steps as f64)))
+        .map(|r| {
+            (
+                r.summary.policy.clone(),
+                per_task(r, tasks, &|o| o.steps as f64),
+            )
+        })
         .collect();
     page.heading("Steps and tokens per task")
         .chart(&grouped_bars(
             "Agent steps per task (mean over samples)",
             "steps",
-            &tasks,
+            tasks,
             &steps,
         ));
     let token_runs: Vec<_> = runs
         .iter()
         .filter(|r| r.summary.total_tokens > 0)
-        .map(|r| (r.summary.policy.clone(), per_task(r, &|o| o.tokens as f64)))
+        .map(|r| {
+            (
+                r.summary.policy.clone(),
+                per_task(r, tasks, &|o| o.tokens as f64),
+            )
+        })
         .collect();
     if token_runs.is_empty() {
         page.note("No policy used tokens (scripted policies only).");
@@ -142,61 +180,61 @@ pub fn render_html(title: &str, notes: &[String], runs: &[PolicyRun<'_>]) -> Str
         page.chart(&grouped_bars(
             "Tokens per task (prompt + completion, mean over samples)",
             "tokens",
-            &tasks,
+            tasks,
             &token_runs,
         ))
         .note("Scripted policies (gold-replay, replay) call no model and use no tokens.");
     }
+}
 
-    // Per-task table: one cell per policy, one line per sample.
-    let mut per_task_table =
+/// Per-task table: one cell per policy, one line per sample.
+fn per_task_table(page: &mut Page, runs: &[PolicyRun<'_>], tasks: &[String]) {
+    let mut table =
         Table::new(std::iter::once("task").chain(runs.iter().map(|r| r.summary.policy.as_str())));
-    for t in &tasks {
+    for t in tasks {
         let mut cells = vec![format!("<code>{}</code>", escape(t))];
         for r in runs {
             let mut cell = String::new();
             for o in r.outcomes.iter().filter(|o| &o.task_id == t) {
-                let (cls, word) = if o.infra_error {
-                    ("inf", "infra error")
-                } else if o.resolved {
-                    ("ok", "resolved")
-                } else {
-                    ("no", "unresolved")
-                };
-                let badge = format!("<span class=\"b {cls}\">{word}</span>");
-                let badge = match &r.pages {
-                    Some(dir) => format!(
-                        "<a href=\"{}/{}\">{badge}</a>",
-                        escape(dir),
-                        escape(&dojo_report::trajectory::page_name(
-                            &o.task_id,
-                            o.sample_index
-                        ))
-                    ),
-                    None => badge,
-                };
-                cell.push_str(&format!(
-                    "<div>{badge} {}{} · {} steps · {} tok · {:.1}s</div>",
-                    escape(&o.stop_reason),
-                    if o.forced { " (forced)" } else { "" },
-                    o.steps,
-                    o.tokens,
-                    o.wall_secs
-                ));
+                cell.push_str(&sample_line(r, o));
             }
             cells.push(cell);
         }
-        per_task_table.row_html(cells);
+        table.row_html(cells);
     }
-    page.heading("Per task").table(&per_task_table);
-    page.heading("Files").list_html(runs.iter().map(|r| {
-        format!(
-            "{}: <code>{}</code>",
-            escape(&r.summary.policy),
-            escape(&r.trajectories)
-        )
-    }));
-    page.finish()
+    page.heading("Per task").table(&table);
+}
+
+/// One sample's line in the per-task table: its outcome badge (linked to its page when `r` has
+/// pages), stop reason, steps, tokens and time.
+fn sample_line(r: &PolicyRun<'_>, o: &SampleOutcome) -> String {
+    let (cls, word) = if o.infra_error {
+        ("inf", "infra error")
+    } else if o.resolved {
+        ("ok", "resolved")
+    } else {
+        ("no", "unresolved")
+    };
+    let badge = format!("<span class=\"b {cls}\">{word}</span>");
+    let badge = match &r.pages {
+        Some(dir) => format!(
+            "<a href=\"{}/{}\">{badge}</a>",
+            escape(dir),
+            escape(&dojo_report::trajectory::page_name(
+                &o.task_id,
+                o.sample_index
+            ))
+        ),
+        None => badge,
+    };
+    format!(
+        "<div>{badge} {}{} · {} steps · {} tok · {:.1}s</div>",
+        escape(&o.stop_reason),
+        if o.forced { " (forced)" } else { "" },
+        o.steps,
+        o.tokens,
+        o.wall_secs
+    )
 }
 
 /// Write `dojo demo`'s report into `out`: one page per trajectory under `DIR/pages` for each
