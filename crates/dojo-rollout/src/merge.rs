@@ -86,12 +86,33 @@ pub fn merge(
     }
     let mut manifests = Vec::new();
     for d in dirs {
-        manifests.push((d, read_manifest(d)?));
+        manifests.push((d.as_path(), read_manifest(d)?));
     }
+    let (by_index, count) = shards(&manifests)?;
+    let first = &manifests[0].1;
+    let tasks_file = tasks.map_or_else(|| PathBuf::from(&first.tasks_file), Path::to_path_buf);
+    let task_ids = task_ids(first, &tasks_file)?;
+    let records = read_shards(&by_index, count)?;
+    check_complete(&records, &task_ids, first.samples, count, &tasks_file)?;
+    let (summary, trajectories, predictions) = write_merged(out, &manifests, &tasks_file, records)?;
+    Ok(MergeReport {
+        shards: by_index.len(),
+        tasks: task_ids.len(),
+        trajectories,
+        summary,
+        predictions,
+    })
+}
+
+/// The shards by index and the split's count: every directory a shard of one run (same policy,
+/// samples and task file, same count), no index twice, none missing.
+fn shards<'a>(
+    manifests: &[(&'a Path, RunManifest)],
+) -> Result<(BTreeMap<u32, &'a Path>, u32), RolloutError> {
     let first = &manifests[0].1;
     let mut by_index: BTreeMap<u32, &Path> = BTreeMap::new();
     let mut count = None;
-    for (d, m) in &manifests {
+    for (d, m) in manifests {
         let shard: Shard = m
             .shard
             .as_deref()
@@ -140,22 +161,32 @@ pub fn merge(
     if !missing.is_empty() {
         return Err(err(format!("missing shards: {}", missing.join(", "))));
     }
-    let tasks_file = tasks.map_or_else(|| PathBuf::from(&first.tasks_file), Path::to_path_buf);
-    let sha = task_file_sha256(&tasks_file)?;
+    Ok((by_index, count))
+}
+
+/// The task ids of `tasks_file`, which must be the file the shards ran (same SHA-256).
+fn task_ids(first: &RunManifest, tasks_file: &Path) -> Result<Vec<String>, RolloutError> {
+    let sha = task_file_sha256(tasks_file)?;
     if first.tasks_sha256.as_deref().is_some_and(|s| s != sha) {
         return Err(err(format!(
             "{}: not the task file the shards ran (its SHA-256 differs from run.json's)",
             tasks_file.display()
         )));
     }
-    let task_ids: Vec<String> = load_tasks(&tasks_file, &[])?
+    Ok(load_tasks(tasks_file, &[])?
         .into_iter()
         .map(|t| t.instance_id)
-        .collect();
+        .collect())
+}
 
-    // Every sample of the plan exactly once, each in its own shard.
+/// Every shard's trajectories by key: a shard with an unreadable line, a sample of another
+/// shard or a sample twice is refused.
+fn read_shards(
+    by_index: &BTreeMap<u32, &Path>,
+    count: u32,
+) -> Result<BTreeMap<Key, Trajectory>, RolloutError> {
     let mut records: BTreeMap<Key, Trajectory> = BTreeMap::new();
-    for (index, dir) in &by_index {
+    for (index, dir) in by_index {
         let path = dir.join("trajectories.jsonl");
         let rep = dojo_trajectory::read_jsonl(&path).map_err(RolloutError::MergeRead)?;
         if let Some(p) = rep.problems.first() {
@@ -194,9 +225,21 @@ pub fn merge(
             )));
         }
     }
+    Ok(records)
+}
+
+/// Every sample of the plan exactly once: the samples lacking are named by shard, and a sample
+/// of a task not in `tasks_file` is refused.
+fn check_complete(
+    records: &BTreeMap<Key, Trajectory>,
+    task_ids: &[String],
+    samples: u32,
+    count: u32,
+    tasks_file: &Path,
+) -> Result<(), RolloutError> {
     let mut lacking: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-    for id in &task_ids {
-        for s in 0..first.samples {
+    for id in task_ids {
+        for s in 0..samples {
             let k = Key {
                 task_id: id.clone(),
                 sample_index: s,
@@ -232,8 +275,19 @@ pub fn merge(
             tasks_file.display()
         )));
     }
+    Ok(())
+}
 
-    // Write the merged run as one unsharded run would have.
+/// Write the merged run into `out` as one unsharded run would have: `run.json` without a shard,
+/// the trajectories in (task, sample) order, then the run's outputs under the policy label the
+/// shards printed. Returns the summary, the number of trajectories and the predictions files.
+fn write_merged(
+    out: &Path,
+    manifests: &[(&Path, RunManifest)],
+    tasks_file: &Path,
+    records: BTreeMap<Key, Trajectory>,
+) -> Result<(Summary, usize, Vec<PathBuf>), RolloutError> {
+    let first = &manifests[0].1;
     if out.join("run.json").exists() || out.join("trajectories.jsonl").exists() {
         return Err(err(format!(
             "{}: already holds a run; merge into a new directory",
@@ -273,11 +327,5 @@ pub fn merge(
         predictions,
         ..
     } = write_run_outputs(out, &label, &plan, first.samples, true)?;
-    Ok(MergeReport {
-        shards: by_index.len(),
-        tasks: task_ids.len(),
-        trajectories: outcomes.len(),
-        summary,
-        predictions,
-    })
+    Ok((summary, outcomes.len(), predictions))
 }
