@@ -281,7 +281,16 @@ struct Stream<'a> {
     plan_epoch: Option<u64>,
 }
 
-impl Stream<'_> {
+impl<'a> Stream<'a> {
+    fn new(batcher: &'a Batcher, cursor: Cursor) -> Self {
+        Stream {
+            batcher,
+            cursor,
+            plan: Vec::new(),
+            plan_epoch: None,
+        }
+    }
+
     fn next(&mut self) -> Vec<usize> {
         loop {
             if self.plan_epoch != Some(self.cursor.epoch) {
@@ -337,6 +346,93 @@ pub fn run_sft(
     opts: &RunOptions,
     device: &Device,
 ) -> Result<SftSummary, TrainError> {
+    check_config(cfg)?;
+    // Everything that can be wrong with the inputs is checked before the first step.
+    let Setup {
+        mut model,
+        cfg,
+        dataset,
+        batcher,
+        memory,
+        bos,
+        eos,
+    } = setup(src, data_path, cfg, opts, device)?;
+    let cfg = &cfg;
+    open_run(out, src, &model, cfg, &dataset.report)?;
+    let samples: Vec<TrainRow> = dataset.samples;
+    let (total_steps, total_micro) = length(cfg, &batcher);
+    let (mut state, mut opt, resumed_from) = resume(out, &model, cfg, total_steps, device)?;
+    // Metrics lines past the checkpoint resumed from are written again.
+    let metrics = checkpoint::open_step_log(&out.join("metrics.jsonl"), state.step)?;
+    let saver = Saver::new(out, src, bos, eos)?;
+    let bar = &opts.progress;
+    bar.start("train", total_steps, state.step);
+    let mut stream = Stream::new(&batcher, state.cursor);
+    let mut micro_done = micro_index(&batcher, state.cursor);
+    let mut last_loss = None;
+    let mut steps_this_run = 0u64;
+    let mut tokens_this_run = 0u64;
+    let started = Instant::now();
+    let elapsed_before = state.elapsed_s;
+    while state.step < total_steps {
+        if opts.stop_after.is_some_and(|n| steps_this_run >= n) {
+            break;
+        }
+        let t0 = Instant::now();
+        let mut n_micro = cfg.grad_accum;
+        if let Some(total) = total_micro {
+            n_micro = n_micro.min(total.saturating_sub(micro_done));
+        }
+        let micro = micro_batches(&mut stream, &samples, n_micro, device)?;
+        micro_done += n_micro;
+        let step = optimizer_step(&model, &mut opt, &micro, cfg, state.step, total_steps)?;
+        let elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
+        record_step(&mut state, stream.cursor, &micro, elapsed_s);
+        steps_this_run += 1;
+        tokens_this_run += micro.tokens as u64;
+        let dt = t0.elapsed().as_secs_f64();
+        let tps = micro.tokens as f64 / dt.max(1e-9);
+        last_loss = Some(step.loss);
+        metrics.append(&metrics_line(&state, &step, &micro, tps, dt))?;
+        bar.advance(
+            1,
+            &format!("loss {:.4} lr {:.2e} {tps:.0} tok/s", step.loss, step.lr),
+        );
+        let save_now = state.step == total_steps
+            || (cfg.save_every > 0 && state.step.is_multiple_of(cfg.save_every));
+        if save_now {
+            saver.checkpoint(&model, &opt, &state, cfg.keep_checkpoints)?;
+        }
+    }
+    bar.finish("");
+    let trainable_params = model.num_trainable();
+    let (final_dir, merged_dir) = if state.step >= total_steps {
+        saver.finish(&mut model, opts.merge, steps_this_run > 0)?
+    } else {
+        (None, None)
+    };
+    crate::report::write(out)?;
+    let run_s = started.elapsed().as_secs_f64();
+    Ok(SftSummary {
+        out: out.to_path_buf(),
+        final_dir,
+        merged_dir,
+        trainable_params,
+        resumed_from,
+        steps: state.step,
+        total_steps,
+        last_loss,
+        tokens_seen: state.tokens_seen,
+        elapsed_s: state.elapsed_s,
+        // This invocation's throughput.
+        tokens_per_s: tokens_this_run as f64 / run_s.max(1e-9),
+        data: dataset.report,
+        memory,
+    })
+}
+
+/// Settings no run can use, refused before anything is loaded.
+fn check_config(cfg: &SftConfig) -> Result<(), TrainError> {
     if cfg.grad_accum == 0 || cfg.batch_size == 0 {
         return Err(TrainError::Config(
             "--grad-accum and --batch-size must be at least 1".into(),
@@ -348,7 +444,30 @@ pub fn run_sft(
             cfg.lr
         )));
     }
-    // Everything that can be wrong with the inputs is checked before the first step.
+    Ok(())
+}
+
+/// What [`setup`] loaded and checked.
+struct Setup {
+    model: TrainModel,
+    /// The configuration with the length used filled in.
+    cfg: SftConfig,
+    dataset: data::Dataset,
+    batcher: Batcher,
+    memory: memory::Plan,
+    bos: Option<u32>,
+    eos: Option<u32>,
+}
+
+/// Load the model and the data, check that they fit each other, plan memory and enable the
+/// adapters: everything before the run directory is touched.
+fn setup(
+    src: &ModelSource,
+    data_path: &Path,
+    cfg: &SftConfig,
+    opts: &RunOptions,
+    device: &Device,
+) -> Result<Setup, TrainError> {
     let mut model = src.load(device)?;
     if let Some(l) = &cfg.lora {
         model.lora_shapes(l)?;
@@ -362,7 +481,7 @@ pub fn run_sft(
         )));
     }
     // The manifest records the length used: a run resumed under another default is refused.
-    let cfg = &SftConfig {
+    let cfg = SftConfig {
         max_len: Some(max_len),
         ..cfg.clone()
     };
@@ -391,7 +510,7 @@ pub fn run_sft(
         cfg.seed,
     );
     // The memory plan, before the adapters and the optimizer state are allocated.
-    let memory = memory_plan(&model, cfg, &dataset.samples, &batcher, opts.max_memory)?;
+    let memory = memory_plan(&model, &cfg, &dataset.samples, &batcher, opts.max_memory)?;
     if memory.checkpointing {
         model.set_checkpointing(crate::Checkpointing::On);
     }
@@ -401,14 +520,33 @@ pub fn run_sft(
     if let Some(l) = &cfg.lora {
         model.enable_lora(l.clone(), cfg.seed)?;
     }
-    let data_sha = sha256_file(&dataset.report.path)?;
+    Ok(Setup {
+        model,
+        cfg,
+        dataset,
+        batcher,
+        memory,
+        bos: fmt.tokenizer.bos_id(),
+        eos: fmt.tokenizer.eos_id(),
+    })
+}
+
+/// Open `out` for this run: a new run, or the same run resumed (same model, same data, same
+/// settings but for how long it runs and how often it saves, rewritten then: the report shows
+/// the current ones). Unfinished `final` and `merged` directories are cleaned away.
+fn open_run(
+    out: &Path,
+    src: &ModelSource,
+    model: &TrainModel,
+    cfg: &SftConfig,
+    report: &DataReport,
+) -> Result<(), TrainError> {
+    let data_sha = sha256_file(&report.path)?;
     let fingerprint = model.fingerprint();
     let cfg_json = serde_json::to_value(cfg).map_err(|source| TrainError::Serialise {
         what: "the configuration",
         source,
     })?;
-    // A new run, or the same run resumed: same model, same data, same settings but for how
-    // long it runs and how often it saves (rewritten then: the report shows the current ones).
     let manifest = dojo_rundir::Manifest {
         require_empty: true,
         ..dojo_rundir::Manifest::new(
@@ -422,15 +560,19 @@ pub fn run_sft(
         "kind": "sft",
         "model": fingerprint,
         "source": src.path(),
-        "data": {"path": dataset.report.path, "sha256": data_sha, "report": dataset.report},
+        "data": {"path": report.path, "sha256": data_sha, "report": report},
         "config": cfg_json,
     });
     if let dojo_rundir::Opened::Resumed(_) = manifest.open(&current)? {
         manifest.write(&current)?;
     }
     dojo_rundir::checkpoint::clean(out, &["final", "merged"])?;
+    Ok(())
+}
 
-    let samples: Vec<TrainRow> = dataset.samples;
+/// The run's length: optimizer steps, and the micro-batches of its epochs when the epochs
+/// bound it (`None` under `--max-steps`).
+fn length(cfg: &SftConfig, batcher: &Batcher) -> (u64, Option<usize>) {
     let total_steps = match cfg.max_steps {
         Some(n) => n,
         None => {
@@ -443,9 +585,19 @@ pub fn run_sft(
             .map(|e| batcher.epoch_plan(e).len())
             .sum::<usize>()
     });
+    (total_steps, total_micro)
+}
 
-    // Resume.
-    let mut state = TrainerState {
+/// The trainer state and the optimizer, fresh or from the newest checkpoint in `out` (whose
+/// weights are loaded into `model`), and the step resumed from.
+fn resume(
+    out: &Path,
+    model: &TrainModel,
+    cfg: &SftConfig,
+    total_steps: u64,
+    device: &Device,
+) -> Result<(TrainerState, AdamW, Option<u64>), TrainError> {
+    let state = TrainerState {
         schema_version: TRAIN_SCHEMA_VERSION,
         step: 0,
         total_steps,
@@ -454,171 +606,223 @@ pub fn run_sft(
         trained_tokens_seen: 0,
         elapsed_s: 0.0,
     };
-    let mut opt = AdamW::new(cfg.adamw);
-    let mut resumed_from = None;
-    if let Some((step, dir)) = dojo_rundir::checkpoint::list(out, checkpoint::STATE_FILE).pop() {
-        let st = checkpoint::read_state(&dir)?;
-        match model.lora() {
-            Some(l) => l.load_weights(&dir)?,
-            None => model.load_weights(&dir.join(checkpoint::WEIGHTS_FILE))?,
-        }
-        opt = AdamW::load(
-            cfg.adamw,
-            st.step,
-            &dir.join(checkpoint::OPTIMIZER_FILE),
-            model.trainable(),
-            device,
-        )?;
-        state = TrainerState { total_steps, ..st };
-        resumed_from = Some(step);
-        tracing::info!(step, dir = %dir.display(), "resuming");
-    }
-    // Metrics lines past the checkpoint resumed from are written again.
-    let metrics = checkpoint::open_step_log(&out.join("metrics.jsonl"), state.step)?;
-
-    let base_cfg = src.base_config()?;
-    let base_name = src.path().display().to_string();
-    let (bos, eos) = (fmt.tokenizer.bos_id(), fmt.tokenizer.eos_id());
-    let bar = &opts.progress;
-    bar.start("train", total_steps, state.step);
-    let mut stream = Stream {
-        batcher: &batcher,
-        cursor: state.cursor,
-        plan: Vec::new(),
-        plan_epoch: None,
+    let Some((step, dir)) = dojo_rundir::checkpoint::list(out, checkpoint::STATE_FILE).pop() else {
+        return Ok((state, AdamW::new(cfg.adamw), None));
     };
-    let mut micro_done = micro_index(&batcher, state.cursor);
-    let mut last_loss = None;
-    let mut steps_this_run = 0u64;
-    let mut tokens_this_run = 0u64;
-    let started = Instant::now();
-    let elapsed_before = state.elapsed_s;
-    while state.step < total_steps {
-        if opts.stop_after.is_some_and(|n| steps_this_run >= n) {
-            break;
-        }
-        let t0 = Instant::now();
-        let mut n_micro = cfg.grad_accum;
-        if let Some(total) = total_micro {
-            n_micro = n_micro.min(total.saturating_sub(micro_done));
-        }
-        let mut batches = Vec::with_capacity(n_micro);
-        let (mut tokens, mut trained) = (0usize, 0usize);
-        for _ in 0..n_micro {
-            let idx = stream.next();
-            let seqs: Vec<(&[u32], &[i32])> = idx
-                .iter()
-                .map(|&i| {
-                    (
-                        samples[i].input_ids.as_slice(),
-                        samples[i].labels.as_slice(),
-                    )
-                })
-                .collect();
-            tokens += seqs.iter().map(|s| s.0.len()).sum::<usize>();
-            let b = DeviceBatch::new(&seqs, device)?;
-            trained += b.n_trained;
-            batches.push(b);
-        }
-        micro_done += n_micro;
-        if let Some(l) = model.lora() {
-            l.reseed(cfg.seed, state.step);
-        }
-        let (loss, mut grads) = step_grads(&model, &batches, trained)?;
-        let grad_norm = optim::clip_grad_norm(&mut grads, cfg.max_grad_norm)?;
-        let lr = optim::lr_at(state.step, cfg.lr, cfg.warmup_steps, total_steps);
-        opt.step(model.trainable(), &grads, lr)?;
-        drop(grads);
-        state.step += 1;
-        steps_this_run += 1;
-        state.cursor = stream.cursor;
-        state.tokens_seen += tokens as u64;
-        tokens_this_run += tokens as u64;
-        state.trained_tokens_seen += trained as u64;
-        state.elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
-        let dt = t0.elapsed().as_secs_f64();
-        let tps = tokens as f64 / dt.max(1e-9);
-        last_loss = Some(loss);
-        let line = json!({
-            "schema_version": TRAIN_SCHEMA_VERSION,
-            "step": state.step,
-            "epoch": state.cursor.epoch,
-            "loss": loss,
-            "lr": lr,
-            "grad_norm": grad_norm,
-            "tokens": tokens,
-            "trained_tokens": trained,
-            "tokens_per_s": tps,
-            "step_s": dt,
-            "elapsed_s": state.elapsed_s,
-        });
-        metrics.append(&line)?;
-        bar.advance(1, &format!("loss {loss:.4} lr {lr:.2e} {tps:.0} tok/s"));
-        let save_now = state.step == total_steps
-            || (cfg.save_every > 0 && state.step.is_multiple_of(cfg.save_every));
-        if save_now {
-            dojo_rundir::checkpoint::publish(out, &checkpoint::checkpoint_name(state.step), |d| {
-                match model.lora() {
-                    // The frozen base is the source's: the adapter is all there is to save.
-                    Some(l) => l.save(d, &base_name)?,
-                    None => write_model_dir(d, &model, src, base_cfg.as_ref(), bos, eos)?,
-                }
-                opt.save(&d.join(checkpoint::OPTIMIZER_FILE))?;
-                let s = serde_json::to_value(&state).map_err(|source| TrainError::Serialise {
-                    what: "the trainer state",
-                    source,
-                })?;
-                write_json(&d.join(checkpoint::STATE_FILE), &s)
-            })?;
-            dojo_rundir::checkpoint::prune(out, checkpoint::STATE_FILE, cfg.keep_checkpoints)?;
-            crate::report::write(out)?;
-        }
+    let st = checkpoint::read_state(&dir)?;
+    match model.lora() {
+        Some(l) => l.load_weights(&dir)?,
+        None => model.load_weights(&dir.join(checkpoint::WEIGHTS_FILE))?,
     }
-    bar.finish("");
-    let mut final_dir = None;
-    let mut merged_dir = None;
-    let trainable_params = model.num_trainable();
-    if state.step >= total_steps {
-        let done = out.join("final");
-        if !checkpoint::is_complete(&done) || steps_this_run > 0 {
-            dojo_rundir::checkpoint::publish(out, "final", |d| match model.lora() {
+    let opt = AdamW::load(
+        cfg.adamw,
+        st.step,
+        &dir.join(checkpoint::OPTIMIZER_FILE),
+        model.trainable(),
+        device,
+    )?;
+    tracing::info!(step, dir = %dir.display(), "resuming");
+    Ok((TrainerState { total_steps, ..st }, opt, Some(step)))
+}
+
+/// The micro-batches of one optimizer step, on the device, with their token counts.
+struct MicroBatches {
+    batches: Vec<DeviceBatch>,
+    tokens: usize,
+    trained: usize,
+}
+
+/// The next `n` micro-batches of `stream`.
+fn micro_batches(
+    stream: &mut Stream<'_>,
+    samples: &[TrainRow],
+    n: usize,
+    device: &Device,
+) -> Result<MicroBatches, TrainError> {
+    let mut batches = Vec::with_capacity(n);
+    let (mut tokens, mut trained) = (0usize, 0usize);
+    for _ in 0..n {
+        let idx = stream.next();
+        let seqs: Vec<(&[u32], &[i32])> = idx
+            .iter()
+            .map(|&i| {
+                (
+                    samples[i].input_ids.as_slice(),
+                    samples[i].labels.as_slice(),
+                )
+            })
+            .collect();
+        tokens += seqs.iter().map(|s| s.0.len()).sum::<usize>();
+        let b = DeviceBatch::new(&seqs, device)?;
+        trained += b.n_trained;
+        batches.push(b);
+    }
+    Ok(MicroBatches {
+        batches,
+        tokens,
+        trained,
+    })
+}
+
+/// Count the step just taken over `micro` in `state`, which resumes at `cursor`.
+fn record_step(state: &mut TrainerState, cursor: Cursor, micro: &MicroBatches, elapsed_s: f64) {
+    state.step += 1;
+    state.cursor = cursor;
+    state.tokens_seen += micro.tokens as u64;
+    state.trained_tokens_seen += micro.trained as u64;
+    state.elapsed_s = elapsed_s;
+}
+
+/// What one optimizer step measured.
+struct StepStats {
+    loss: f64,
+    lr: f64,
+    grad_norm: f64,
+}
+
+/// One optimizer step (step `step` of `total_steps`, counted from 0) over `micro`: gradients,
+/// clipping, the scheduled learning rate and the update.
+fn optimizer_step(
+    model: &TrainModel,
+    opt: &mut AdamW,
+    micro: &MicroBatches,
+    cfg: &SftConfig,
+    step: u64,
+    total_steps: u64,
+) -> Result<StepStats, TrainError> {
+    if let Some(l) = model.lora() {
+        l.reseed(cfg.seed, step);
+    }
+    let (loss, mut grads) = step_grads(model, &micro.batches, micro.trained)?;
+    let grad_norm = optim::clip_grad_norm(&mut grads, cfg.max_grad_norm)?;
+    let lr = optim::lr_at(step, cfg.lr, cfg.warmup_steps, total_steps);
+    opt.step(model.trainable(), &grads, lr)?;
+    Ok(StepStats {
+        loss,
+        lr,
+        grad_norm,
+    })
+}
+
+/// The `metrics.jsonl` line of the step just taken (`state` after it).
+fn metrics_line(
+    state: &TrainerState,
+    step: &StepStats,
+    micro: &MicroBatches,
+    tokens_per_s: f64,
+    step_s: f64,
+) -> Json {
+    json!({
+        "schema_version": TRAIN_SCHEMA_VERSION,
+        "step": state.step,
+        "epoch": state.cursor.epoch,
+        "loss": step.loss,
+        "lr": step.lr,
+        "grad_norm": step.grad_norm,
+        "tokens": micro.tokens,
+        "trained_tokens": micro.trained,
+        "tokens_per_s": tokens_per_s,
+        "step_s": step_s,
+        "elapsed_s": state.elapsed_s,
+    })
+}
+
+/// Where and how a run's weights are saved: checkpoints, `final` and `merged`.
+struct Saver<'a> {
+    out: &'a Path,
+    src: &'a ModelSource,
+    base_cfg: Option<Json>,
+    /// The source's path, which an adapter names as its base.
+    base_name: String,
+    bos: Option<u32>,
+    eos: Option<u32>,
+}
+
+impl<'a> Saver<'a> {
+    fn new(
+        out: &'a Path,
+        src: &'a ModelSource,
+        bos: Option<u32>,
+        eos: Option<u32>,
+    ) -> Result<Self, TrainError> {
+        Ok(Saver {
+            out,
+            src,
+            base_cfg: src.base_config()?,
+            base_name: src.path().display().to_string(),
+            bos,
+            eos,
+        })
+    }
+
+    fn model_dir(&self, d: &Path, model: &TrainModel) -> Result<(), TrainError> {
+        write_model_dir(
+            d,
+            model,
+            self.src,
+            self.base_cfg.as_ref(),
+            self.bos,
+            self.eos,
+        )
+    }
+
+    /// Checkpoint `state.step` (weights, optimizer, trainer state), keep the newest `keep`,
+    /// and rewrite the report.
+    fn checkpoint(
+        &self,
+        model: &TrainModel,
+        opt: &AdamW,
+        state: &TrainerState,
+        keep: usize,
+    ) -> Result<(), TrainError> {
+        let name = checkpoint::checkpoint_name(state.step);
+        dojo_rundir::checkpoint::publish(self.out, &name, |d| {
+            match model.lora() {
+                // The frozen base is the source's: the adapter is all there is to save.
+                Some(l) => l.save(d, &self.base_name)?,
+                None => self.model_dir(d, model)?,
+            }
+            opt.save(&d.join(checkpoint::OPTIMIZER_FILE))?;
+            let s = serde_json::to_value(state).map_err(|source| TrainError::Serialise {
+                what: "the trainer state",
+                source,
+            })?;
+            write_json(&d.join(checkpoint::STATE_FILE), &s)
+        })?;
+        dojo_rundir::checkpoint::prune(self.out, checkpoint::STATE_FILE, keep)?;
+        crate::report::write(self.out)?;
+        Ok(())
+    }
+
+    /// `OUT/final` (with LoRA: the adapter) and, when `merge` and LoRA, `OUT/merged`; each
+    /// written again only when missing or when this invocation `trained`.
+    fn finish(
+        &self,
+        model: &mut TrainModel,
+        merge: bool,
+        trained: bool,
+    ) -> Result<(Option<PathBuf>, Option<PathBuf>), TrainError> {
+        let done = self.out.join("final");
+        if !checkpoint::is_complete(&done) || trained {
+            dojo_rundir::checkpoint::publish(self.out, "final", |d| match model.lora() {
                 Some(l) => {
-                    l.save(d, &base_name)?;
-                    src.write_tokenizer_files(d)
+                    l.save(d, &self.base_name)?;
+                    self.src.write_tokenizer_files(d)
                 }
-                None => write_model_dir(d, &model, src, base_cfg.as_ref(), bos, eos),
+                None => self.model_dir(d, model),
             })?;
         }
-        final_dir = Some(done);
-        if opts.merge && model.lora().is_some() {
-            let merged = out.join("merged");
-            if !checkpoint::is_complete(&merged) || steps_this_run > 0 {
+        let mut merged_dir = None;
+        if merge && model.lora().is_some() {
+            let merged = self.out.join("merged");
+            if !checkpoint::is_complete(&merged) || trained {
                 model.merge_lora()?;
-                dojo_rundir::checkpoint::publish(out, "merged", |d| {
-                    write_model_dir(d, &model, src, base_cfg.as_ref(), bos, eos)
-                })?;
+                dojo_rundir::checkpoint::publish(self.out, "merged", |d| self.model_dir(d, model))?;
             }
             merged_dir = Some(merged);
         }
+        Ok((Some(done), merged_dir))
     }
-    crate::report::write(out)?;
-    let run_s = started.elapsed().as_secs_f64();
-    Ok(SftSummary {
-        out: out.to_path_buf(),
-        final_dir,
-        merged_dir,
-        trainable_params,
-        resumed_from,
-        steps: state.step,
-        total_steps,
-        last_loss,
-        tokens_seen: state.tokens_seen,
-        elapsed_s: state.elapsed_s,
-        // This invocation's throughput.
-        tokens_per_s: tokens_this_run as f64 / run_s.max(1e-9),
-        data: dataset.report,
-        memory,
-    })
 }
 
 /// Merge the LoRA adapter in `adapter_dir` (peft's layout, from `dojo train sft --lora-rank`
