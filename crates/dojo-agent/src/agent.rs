@@ -13,10 +13,10 @@ use dojo_trajectory::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::action::{self, ActionFormat, CONTINUE_MSG, FormatError};
+use crate::action::{self, ActionFormat, CONTINUE_MSG, FormatError, ParsedTurn};
 use crate::context::{self, ContextConfig};
 use crate::prompt::{PromptError, Prompts};
-use crate::tools::{ToolContext, ToolError, ToolRegistry};
+use crate::tools::{ToolContext, ToolError, ToolOutput, ToolRegistry};
 use dojo_sandbox::workspace::Workspace;
 
 /// Which role carries observations back to the model.
@@ -421,8 +421,8 @@ impl<'a> Run<'a> {
         self.t.messages.len() - 1
     }
 
+    /// One turn: ask the policy, parse its call, run it, then check the token budgets.
     async fn step(&mut self, ctx: &mut ToolContext<'_>, index: u32, task: &TaskInput) -> Flow {
-        let cfg = &self.agent.cfg;
         let mut step = Step {
             index,
             started_ms: ms(self.start.elapsed()),
@@ -434,6 +434,35 @@ impl<'a> Run<'a> {
         let turn_start = self.t.messages.len();
 
         // 1. Ask the policy.
+        let assistant = match self.ask_policy(&mut step, messages, index).await {
+            Ok(m) => m,
+            Err(flow) => return flow,
+        };
+        let usage = step.usage;
+
+        // 2. Parse its call.
+        let flow = match action::parse(self.agent.cfg.action_format, &assistant) {
+            Err(fe) => self.format_error(&mut step, index, fe, &assistant),
+            Ok(turn) => self.act(ctx, &mut step, index, turn).await,
+        };
+        self.turns.push((turn_start, self.t.messages.len()));
+        self.t.steps.push(step);
+
+        // 4. Token budgets, checked after the step so its work is kept.
+        if matches!(flow, Flow::Continue) {
+            return self.token_budgets(usage);
+        }
+        flow
+    }
+
+    /// Ask the policy for the next turn and record its answer (usage, ids, token ids) on `step`;
+    /// the assistant message is pushed onto the conversation. A failed call is the returned `Err`.
+    async fn ask_policy(
+        &mut self,
+        step: &mut Step,
+        messages: Vec<ChatMessage>,
+        index: u32,
+    ) -> Result<ChatMessage, Flow> {
         let req = self.agent.request(messages, u64::from(index));
         let llm_started = Instant::now();
         let answer =
@@ -442,12 +471,12 @@ impl<'a> Run<'a> {
         self.t.llm_calls += 1;
         let resp = match answer {
             Err(_) => {
-                return Flow::Stop(
+                return Err(Flow::Stop(
                     StopReason::Timeout,
                     Some("wall-time budget ran out waiting for the policy".into()),
-                );
+                ));
             }
-            Ok(Err(e)) => return self.llm_failure(index, e),
+            Ok(Err(e)) => return Err(self.llm_failure(index, e)),
             Ok(Ok(r)) => r,
         };
         let usage = resp.usage.unwrap_or_default();
@@ -456,10 +485,10 @@ impl<'a> Run<'a> {
         step.response_id = Some(resp.id.clone()).filter(|s| !s.is_empty());
         step.prompt_token_ids = resp.prompt_token_ids.clone();
         let Some(choice) = resp.choices.into_iter().next() else {
-            return Flow::Stop(
+            return Err(Flow::Stop(
                 StopReason::LlmError,
                 Some("response without choices".into()),
-            );
+            ));
         };
         step.finish_reason = choice.finish_reason.clone();
         step.completion_token_ids = choice.token_ids.clone();
@@ -467,157 +496,172 @@ impl<'a> Run<'a> {
         let assistant = choice.message;
         self.t.messages.push(assistant.clone());
         step.assistant_message = self.t.messages.len() - 1;
+        Ok(assistant)
+    }
 
-        // 2. Parse its call.
-        let mut flow = Flow::Continue;
-        match action::parse(cfg.action_format, &assistant) {
-            Err(fe) => {
-                self.t.format_errors += 1;
-                self.consecutive_format_errors += 1;
-                self.event(index, fe.kind(), Blame::Agent, fe.to_string());
-                step.format_error = Some(fe.to_string());
-                let text = match &fe {
-                    FormatError::NoCall => CONTINUE_MSG.to_string(),
-                    other => format!("ERROR: {other}.\n{CONTINUE_MSG}"),
-                } + &self.step_suffix(index);
-                // Native calls that failed to parse still need an answer per call id.
-                let ids: Vec<String> = assistant
-                    .tool_calls
-                    .iter()
-                    .flatten()
-                    .map(|c| c.id.clone())
-                    .collect();
-                if cfg.action_format == ActionFormat::Native && !ids.is_empty() {
-                    for id in ids {
-                        let i = self.push_observation(Some(&id), text.clone());
-                        step.observation_messages.push(i);
-                    }
-                } else {
-                    let i = self.push_observation(None, text);
-                    step.observation_messages.push(i);
-                }
-                if self.consecutive_format_errors >= cfg.max_format_errors {
-                    flow = Flow::Stop(
-                        StopReason::FormatErrors,
-                        Some(format!(
-                            "{} consecutive turns without a valid function call",
-                            self.consecutive_format_errors
-                        )),
-                    );
-                }
+    /// A turn without a valid call: record it, answer it (once per native call id), and stop
+    /// after `max_format_errors` such turns in a row.
+    fn format_error(
+        &mut self,
+        step: &mut Step,
+        index: u32,
+        fe: FormatError,
+        assistant: &ChatMessage,
+    ) -> Flow {
+        let cfg = &self.agent.cfg;
+        self.t.format_errors += 1;
+        self.consecutive_format_errors += 1;
+        self.event(index, fe.kind(), Blame::Agent, fe.to_string());
+        step.format_error = Some(fe.to_string());
+        let text = match &fe {
+            FormatError::NoCall => CONTINUE_MSG.to_string(),
+            other => format!("ERROR: {other}.\n{CONTINUE_MSG}"),
+        } + &self.step_suffix(index);
+        // Native calls that failed to parse still need an answer per call id.
+        let ids: Vec<String> = assistant
+            .tool_calls
+            .iter()
+            .flatten()
+            .map(|c| c.id.clone())
+            .collect();
+        if cfg.action_format == ActionFormat::Native && !ids.is_empty() {
+            for id in ids {
+                let i = self.push_observation(Some(&id), text.clone());
+                step.observation_messages.push(i);
             }
-            Ok(turn) => {
-                self.consecutive_format_errors = 0;
-                step.action = Some(ActionRecord {
-                    tool: turn.call.name.clone(),
-                    arguments: Value::Object(turn.call.arguments.clone()),
-                    call_id: turn
-                        .call
-                        .id
-                        .clone()
-                        .unwrap_or_else(|| format!("step_{index}")),
-                });
-                // 3. Run it, within what is left of the wall-time budget.
-                let tool_started = Instant::now();
-                let result = tokio::time::timeout(
-                    self.remaining_wall(),
-                    self.agent
-                        .tools
-                        .call(ctx, &turn.call.name, &turn.call.arguments),
+        } else {
+            let i = self.push_observation(None, text);
+            step.observation_messages.push(i);
+        }
+        if self.consecutive_format_errors >= cfg.max_format_errors {
+            return Flow::Stop(
+                StopReason::FormatErrors,
+                Some(format!(
+                    "{} consecutive turns without a valid function call",
+                    self.consecutive_format_errors
+                )),
+            );
+        }
+        Flow::Continue
+    }
+
+    /// 3. Run the parsed call, within what is left of the wall-time budget.
+    async fn act(
+        &mut self,
+        ctx: &mut ToolContext<'_>,
+        step: &mut Step,
+        index: u32,
+        turn: ParsedTurn,
+    ) -> Flow {
+        self.consecutive_format_errors = 0;
+        step.action = Some(ActionRecord {
+            tool: turn.call.name.clone(),
+            arguments: Value::Object(turn.call.arguments.clone()),
+            call_id: turn
+                .call
+                .id
+                .clone()
+                .unwrap_or_else(|| format!("step_{index}")),
+        });
+        let tool_started = Instant::now();
+        let result = tokio::time::timeout(
+            self.remaining_wall(),
+            self.agent
+                .tools
+                .call(ctx, &turn.call.name, &turn.call.arguments),
+        )
+        .await;
+        step.tool_ms = ms(tool_started.elapsed());
+        match result {
+            Err(_) => Flow::Stop(
+                StopReason::Timeout,
+                Some("wall-time budget ran out during a tool call".into()),
+            ),
+            Ok(Err(ToolError::Env { tool, source })) => {
+                self.event(
+                    index,
+                    "env_error",
+                    Blame::Infrastructure,
+                    format!("{tool}: {source}"),
+                );
+                Flow::Stop(
+                    StopReason::EnvError,
+                    Some(format!("sandbox failure in {tool}: {source}")),
                 )
-                .await;
-                step.tool_ms = ms(tool_started.elapsed());
-                match result {
-                    Err(_) => {
-                        flow = Flow::Stop(
-                            StopReason::Timeout,
-                            Some("wall-time budget ran out during a tool call".into()),
-                        );
-                    }
-                    Ok(Err(ToolError::Env { tool, source })) => {
-                        self.event(
-                            index,
-                            "env_error",
-                            Blame::Infrastructure,
-                            format!("{tool}: {source}"),
-                        );
-                        flow = Flow::Stop(
-                            StopReason::EnvError,
-                            Some(format!("sandbox failure in {tool}: {source}")),
-                        );
-                    }
-                    Ok(Ok(out)) => {
-                        step.tool = Some(ToolOutcome {
-                            exit_code: out.exit_code,
-                            truncated: out.truncated,
-                            timed_out: out.timed_out,
-                            blocked: out.blocked,
-                            error: out.error,
-                            duration_ms: step.tool_ms,
-                        });
-                        if let Some(note) = &out.infra_note {
-                            self.event(
-                                index,
-                                "tool_infra",
-                                Blame::Infrastructure,
-                                format!("{}: {note}", turn.call.name),
-                            );
-                        }
-                        if out.blocked && self.agent.tools.get(&turn.call.name).is_none() {
-                            self.event(
-                                index,
-                                "unknown_tool",
-                                Blame::Agent,
-                                format!("unknown function {:?}", turn.call.name),
-                            );
-                        }
-                        let text = if out.submitted {
-                            out.text.clone()
-                        } else {
-                            out.text.clone() + &self.step_suffix(index)
-                        };
-                        let i = self.push_observation(turn.call.id.as_deref(), text);
-                        step.observation_messages.push(i);
-                        for id in &turn.skipped_ids {
-                            let i = self.push_observation(
-                                Some(id),
-                                "ERROR: Only one function call is executed per turn; this call was skipped.".into(),
-                            );
-                            step.observation_messages.push(i);
-                        }
-                        if out.submitted {
-                            flow = Flow::Stop(StopReason::Submitted, None);
-                        }
-                    }
-                }
             }
+            Ok(Ok(out)) => self.observe(step, index, &turn, out),
         }
-        self.turns.push((turn_start, self.t.messages.len()));
-        self.t.steps.push(step);
+    }
 
-        // 4. Token budgets, checked after the step so its work is kept.
-        if matches!(flow, Flow::Continue) {
-            let context_used = usage.prompt_tokens + usage.completion_tokens;
-            if let Some(max) = cfg.max_context_tokens.filter(|&m| context_used >= m) {
-                return Flow::Stop(
-                    StopReason::MaxTokens,
-                    Some(format!("context reached {context_used} of {max} tokens")),
-                );
-            }
-            if let Some(max) = cfg
-                .max_total_tokens
-                .filter(|&m| self.t.usage.total_tokens >= m)
-            {
-                return Flow::Stop(
-                    StopReason::MaxTokens,
-                    Some(format!(
-                        "rollout used {} of {max} tokens",
-                        self.t.usage.total_tokens
-                    )),
-                );
-            }
+    /// Record a tool's outcome and feed its output back, answering any skipped calls.
+    fn observe(&mut self, step: &mut Step, index: u32, turn: &ParsedTurn, out: ToolOutput) -> Flow {
+        step.tool = Some(ToolOutcome {
+            exit_code: out.exit_code,
+            truncated: out.truncated,
+            timed_out: out.timed_out,
+            blocked: out.blocked,
+            error: out.error,
+            duration_ms: step.tool_ms,
+        });
+        if let Some(note) = &out.infra_note {
+            self.event(
+                index,
+                "tool_infra",
+                Blame::Infrastructure,
+                format!("{}: {note}", turn.call.name),
+            );
         }
-        flow
+        if out.blocked && self.agent.tools.get(&turn.call.name).is_none() {
+            self.event(
+                index,
+                "unknown_tool",
+                Blame::Agent,
+                format!("unknown function {:?}", turn.call.name),
+            );
+        }
+        let text = if out.submitted {
+            out.text.clone()
+        } else {
+            out.text.clone() + &self.step_suffix(index)
+        };
+        let i = self.push_observation(turn.call.id.as_deref(), text);
+        step.observation_messages.push(i);
+        for id in &turn.skipped_ids {
+            let i = self.push_observation(
+                Some(id),
+                "ERROR: Only one function call is executed per turn; this call was skipped.".into(),
+            );
+            step.observation_messages.push(i);
+        }
+        if out.submitted {
+            return Flow::Stop(StopReason::Submitted, None);
+        }
+        Flow::Continue
+    }
+
+    /// The context and total token budgets, given the last call's usage.
+    fn token_budgets(&self, usage: dojo_llm::Usage) -> Flow {
+        let cfg = &self.agent.cfg;
+        let context_used = usage.prompt_tokens + usage.completion_tokens;
+        if let Some(max) = cfg.max_context_tokens.filter(|&m| context_used >= m) {
+            return Flow::Stop(
+                StopReason::MaxTokens,
+                Some(format!("context reached {context_used} of {max} tokens")),
+            );
+        }
+        if let Some(max) = cfg
+            .max_total_tokens
+            .filter(|&m| self.t.usage.total_tokens >= m)
+        {
+            return Flow::Stop(
+                StopReason::MaxTokens,
+                Some(format!(
+                    "rollout used {} of {max} tokens",
+                    self.t.usage.total_tokens
+                )),
+            );
+        }
+        Flow::Continue
     }
 
     fn llm_failure(&mut self, index: u32, e: LlmError) -> Flow {
