@@ -411,35 +411,12 @@ pub fn parse(records: &str, runner: Runner, key: &RunKey) -> Observed {
             break;
         }
         n += 1;
-        let Some((body, mac)) = line.rsplit_once('\t') else {
-            o.tampered.push(format!("line {n}: not a record"));
-            break;
-        };
-        if key.mac(body.as_bytes()) != mac {
-            o.tampered
-                .push(format!("line {n}: does not carry the run's key"));
-            break;
-        }
-        let f: Vec<&str> = body.splitn(5, '\t').collect();
-        let [pid, seq, kind, id, extra] = f[..] else {
-            o.tampered.push(format!("line {n}: malformed"));
-            break;
-        };
-        let (Ok(pid), Ok(seq)) = (pid.parse::<u64>(), seq.parse::<u64>()) else {
-            o.tampered.push(format!("line {n}: malformed numbers"));
-            break;
-        };
-        let expected = next.entry(pid).or_insert(0);
-        if seq != *expected {
-            o.tampered.push(format!(
-                "line {n}: process {pid}'s record {seq} where {expected} was due (out of order)"
-            ));
-            break;
-        }
-        *expected += 1;
-        let Some(id) = unhex(id) else {
-            o.tampered.push(format!("line {n}: malformed id"));
-            break;
+        let (pid, kind, id, extra) = match verify(line, n, key, &mut next) {
+            Ok(r) => r,
+            Err(forged) => {
+                o.tampered.push(forged);
+                break;
+            }
         };
         let stream = streams.entry(pid).or_default();
         if kind.ends_with("collected") {
@@ -476,57 +453,98 @@ pub fn parse(records: &str, runner: Runner, key: &RunKey) -> Observed {
                 .rsplit_once("::")
                 .map_or(id.clone(), |(_, n)| n.to_string()),
         };
-        match kind {
-            "collected" => o.collected = true,
-            "item" => {
-                // A test created twice (loaded by two names) keeps what its body did.
-                o.items.entry(id).or_insert(Item {
-                    body: Body::NotRun,
-                    xfail_marked: extra == "xfail",
-                    entered: None,
-                });
-            }
-            "unobserved" => o.unobserved.push(id),
-            "filedoc" => {
-                o.file_docs.insert(extra.to_string());
-            }
-            "doc" => {
-                let ids = o.docs.entry(extra.to_string()).or_default();
-                if !ids.contains(&id) {
-                    ids.push(id);
-                }
-            }
-            "replaced" => {
-                o.replaced.entry(id).or_insert_with(|| extra.to_string());
-            }
-            "enter" | "return" | "raise" => {
-                if let Some(item) = o.items.get_mut(&id) {
-                    if kind == "enter" {
-                        item.entered = Some(entered);
-                        entered += 1;
-                    }
-                    item.body = match kind {
-                        "enter" => Body::Entered,
-                        "return" => Body::Returned,
-                        _ => {
-                            let (exception, expected) = match extra.split_once(' ') {
-                                Some((e, "expected")) => (e, true),
-                                _ => (extra, false),
-                            };
-                            Body::Raised {
-                                exception: exception.to_string(),
-                                expected,
-                            }
-                        }
-                    };
-                }
-            }
-            _ => {}
-        }
+        record(&mut o, kind, id, extra, &mut entered);
     }
     // Every process that collected tests recorded their end.
     o.finished = streams.values().any(|s| s.0) && streams.values().all(|s| s.0 <= s.1);
     o
+}
+
+/// Line `n` of the records, checked: its MAC under `key`, its fields, and its number, due next
+/// in its process's stream (`next`, advanced). Returns the process, kind, decoded id and extra
+/// field; a line that fails a check is the `Err`, saying why.
+fn verify<'l>(
+    line: &'l str,
+    n: usize,
+    key: &RunKey,
+    next: &mut BTreeMap<u64, u64>,
+) -> Result<(u64, &'l str, String, &'l str), String> {
+    let Some((body, mac)) = line.rsplit_once('\t') else {
+        return Err(format!("line {n}: not a record"));
+    };
+    if key.mac(body.as_bytes()) != mac {
+        return Err(format!("line {n}: does not carry the run's key"));
+    }
+    let f: Vec<&str> = body.splitn(5, '\t').collect();
+    let [pid, seq, kind, id, extra] = f[..] else {
+        return Err(format!("line {n}: malformed"));
+    };
+    let (Ok(pid), Ok(seq)) = (pid.parse::<u64>(), seq.parse::<u64>()) else {
+        return Err(format!("line {n}: malformed numbers"));
+    };
+    let expected = next.entry(pid).or_insert(0);
+    if seq != *expected {
+        return Err(format!(
+            "line {n}: process {pid}'s record {seq} where {expected} was due (out of order)"
+        ));
+    }
+    *expected += 1;
+    let Some(id) = unhex(id) else {
+        return Err(format!("line {n}: malformed id"));
+    };
+    Ok((pid, kind, id, extra))
+}
+
+/// One of the runner's records (`kind` without its prefix) of test `id`, into `o`; `entered`
+/// numbers the bodies in the order they were entered.
+fn record(o: &mut Observed, kind: &str, id: String, extra: &str, entered: &mut usize) {
+    match kind {
+        "collected" => o.collected = true,
+        "item" => {
+            // A test created twice (loaded by two names) keeps what its body did.
+            o.items.entry(id).or_insert(Item {
+                body: Body::NotRun,
+                xfail_marked: extra == "xfail",
+                entered: None,
+            });
+        }
+        "unobserved" => o.unobserved.push(id),
+        "filedoc" => {
+            o.file_docs.insert(extra.to_string());
+        }
+        "doc" => {
+            let ids = o.docs.entry(extra.to_string()).or_default();
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        "replaced" => {
+            o.replaced.entry(id).or_insert_with(|| extra.to_string());
+        }
+        "enter" | "return" | "raise" => {
+            if let Some(item) = o.items.get_mut(&id) {
+                if kind == "enter" {
+                    item.entered = Some(*entered);
+                    *entered += 1;
+                }
+                item.body = match kind {
+                    "enter" => Body::Entered,
+                    "return" => Body::Returned,
+                    _ => {
+                        let (exception, expected) = match extra.split_once(' ') {
+                            Some((e, "expected")) => (e, true),
+                            _ => (extra, false),
+                        };
+                        Body::Raised {
+                            exception: exception.to_string(),
+                            expected,
+                        }
+                    }
+                };
+            }
+        }
+        _ => {}
+    }
 }
 
 /// What the report says of the observer.
@@ -600,147 +618,158 @@ pub fn check(
         .chain(&status.pass_to_pass.success);
     for id in passed {
         let key = matched_key(id, sm, sem).unwrap_or(id.as_str());
-        if runner != Runner::Pytest {
-            // A name matched to no record, and no docstring of a restored test file's test, is
-            // the log's (a test the observer does not watch).
-            let uid = match runner {
-                Runner::Unittest => unittest_id(key).or_else(|| {
-                    // A name logged from a docstring. Several tests may share one (a mixin's
-                    // test in each backend's class): the log kept one line of theirs, which
-                    // need not be the last run's (a test whose error output split its line
-                    // left none), so one of them returning is enough, as with pytest's cut
-                    // names; none did: the one that ran last is named.
-                    obs.docs.get(key).and_then(|ids| {
-                        let returned = |i: &&String| {
-                            obs.items
-                                .get(*i)
-                                .is_some_and(|it| it.body == Body::Returned)
-                        };
-                        ids.iter()
-                            .find(returned)
-                            .or_else(|| {
-                                ids.iter()
-                                    .max_by_key(|i| obs.items.get(*i).and_then(|it| it.entered))
-                            })
-                            .cloned()
-                    })
-                }),
-                _ => Some(key.to_string()),
-            };
-            let Some(uid) = uid else {
-                // A docstring of a test in a restored file that no observed test carries: that
-                // test was never created (other names are the log's, as unobserved tests).
-                if runner == Runner::Unittest && obs.file_docs.contains(key) {
-                    let seen = if obs.collected {
-                        "it was never collected"
-                    } else {
-                        "collection never finished"
-                    };
-                    r.disagreements.push(format!("{id}: {seen}"));
-                }
-                continue;
-            };
-            if let Some(why) = obs.replaced.get(&uid) {
-                r.disagreements.push(format!("{id}: {why}"));
-                continue;
-            }
-            if obs.unobserved.contains(&uid) {
-                continue;
-            }
-            let seen = match obs.items.get(&uid) {
-                Some(Item {
-                    body: Body::Returned,
-                    ..
-                }) => continue,
-                Some(i) => seen_of(i),
-                None if !obs.collected => "collection never finished".to_string(),
-                None => "it was never collected".to_string(),
-            };
-            r.disagreements.push(format!("{id}: {seen}"));
-            continue;
-        }
-        // Every pytest item's node id has a `::` (file, then item); a logged name without one
-        // is a log parser's artefact that a dataset kept as a test (`[100%]` from a progress
-        // line): no item can be matched to it, so the log alone decides, as in the harness.
-        if !key.contains("::") {
-            continue;
-        }
-        let file = key.split("::").next().unwrap_or(key);
-        if !obs.files.iter().any(|f| f == file) {
-            continue;
-        }
-        // Log parsers that keep a line's second word (the `pytest` parser) cut a test's name
-        // at its first space, as the datasets' ids are cut; pytest's node ids are whole.
-        let cut = |name: &str| {
-            name.strip_prefix(key)
-                .is_some_and(|rest| rest.starts_with(char::is_whitespace))
+        let disagreement = if runner != Runner::Pytest {
+            check_named(obs, runner, id, key)
+        } else {
+            check_pytest(obs, sm, id, key)
         };
-        // A node id the log names by `key`: whole, cut, or as the parsers log it (squeezed,
-        // a path parameter shortened) and then whole or cut.
-        let names = |n: &str| {
-            n == key || cut(n) || {
-                let logged = as_logged(n);
-                logged == key || cut(&logged)
-            }
-        };
-        if let Some((_, why)) = obs.replaced.iter().find(|(n, _)| names(n)) {
-            r.disagreements.push(format!("{id}: {why}"));
-            continue;
-        }
-        // Unobserved tests are the log's, whatever their names look like in it (sphinx-8621's
-        // `test_inline[verify-.. glossary::\n\n   term1...]`, logged squeezed and matched whole).
-        if obs.unobserved.iter().any(|u| names(u)) {
-            continue;
-        }
-        let status = sm.get(key);
-        let passed_body = |i: &Item| match &i.body {
-            Body::Returned => true,
-            Body::Raised { expected, .. } => status == Some(XFAIL) && *expected,
-            _ => false,
-        };
-        let item = match obs.items.get(key) {
-            Some(i) => Some(i),
-            None => {
-                // The node ids under a cut name follow it in the map's order.
-                let whole: Vec<&Item> = obs
-                    .items
-                    .range::<str, _>((Bound::Excluded(key), Bound::Unbounded))
-                    .take_while(|(n, _)| n.starts_with(key))
-                    .filter(|(n, _)| cut(n))
-                    .map(|(_, i)| i)
-                    .collect();
-                // Several tests under one cut name: the log kept one line of them; one that
-                // passed is enough (all of them forged is what must not pass).
-                if whole.iter().any(|i| passed_body(i)) {
-                    continue;
-                }
-                // The `pytest_v2` family of parsers splits a line on whitespace and joins the
-                // words with one space, so a node id with a run of blanks (`code   sample`) is
-                // logged squeezed: compare squeezed names too.
-                let squeezed: Vec<&Item> = if whole.is_empty() {
-                    obs.items
-                        .iter()
-                        .filter(|(n, _)| names(n))
-                        .map(|(_, i)| i)
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                if squeezed.iter().any(|i| passed_body(i)) {
-                    continue;
-                }
-                whole.first().or(squeezed.first()).copied()
-            }
-        };
-        let seen = match item {
-            Some(i) if passed_body(i) => continue,
-            Some(i) => seen_of(i),
-            None if !obs.collected => "collection never finished".to_string(),
-            None => "it was never collected".to_string(),
-        };
-        r.disagreements.push(format!("{id}: {seen}"));
+        r.disagreements.extend(disagreement);
     }
     r
+}
+
+/// A unittest or sympy test `id` the log reports passed, matched under `key`: what the
+/// observer saw that contradicts it, if anything.
+fn check_named(obs: &Observed, runner: Runner, id: &str, key: &str) -> Option<String> {
+    // A name matched to no record, and no docstring of a restored test file's test, is
+    // the log's (a test the observer does not watch).
+    let uid = match runner {
+        Runner::Unittest => unittest_id(key).or_else(|| {
+            // A name logged from a docstring. Several tests may share one (a mixin's
+            // test in each backend's class): the log kept one line of theirs, which
+            // need not be the last run's (a test whose error output split its line
+            // left none), so one of them returning is enough, as with pytest's cut
+            // names; none did: the one that ran last is named.
+            obs.docs.get(key).and_then(|ids| {
+                let returned = |i: &&String| {
+                    obs.items
+                        .get(*i)
+                        .is_some_and(|it| it.body == Body::Returned)
+                };
+                ids.iter()
+                    .find(returned)
+                    .or_else(|| {
+                        ids.iter()
+                            .max_by_key(|i| obs.items.get(*i).and_then(|it| it.entered))
+                    })
+                    .cloned()
+            })
+        }),
+        _ => Some(key.to_string()),
+    };
+    let Some(uid) = uid else {
+        // A docstring of a test in a restored file that no observed test carries: that
+        // test was never created (other names are the log's, as unobserved tests).
+        if runner == Runner::Unittest && obs.file_docs.contains(key) {
+            let seen = if obs.collected {
+                "it was never collected"
+            } else {
+                "collection never finished"
+            };
+            return Some(format!("{id}: {seen}"));
+        }
+        return None;
+    };
+    if let Some(why) = obs.replaced.get(&uid) {
+        return Some(format!("{id}: {why}"));
+    }
+    if obs.unobserved.contains(&uid) {
+        return None;
+    }
+    let seen = match obs.items.get(&uid) {
+        Some(Item {
+            body: Body::Returned,
+            ..
+        }) => return None,
+        Some(i) => seen_of(i),
+        None if !obs.collected => "collection never finished".to_string(),
+        None => "it was never collected".to_string(),
+    };
+    Some(format!("{id}: {seen}"))
+}
+
+/// A pytest test `id` the log reports passed, matched under `key` (`sm` for its status): what
+/// the observer saw that contradicts it, if anything.
+fn check_pytest(obs: &Observed, sm: &StatusMap, id: &str, key: &str) -> Option<String> {
+    // Every pytest item's node id has a `::` (file, then item); a logged name without one
+    // is a log parser's artefact that a dataset kept as a test (`[100%]` from a progress
+    // line): no item can be matched to it, so the log alone decides, as in the harness.
+    if !key.contains("::") {
+        return None;
+    }
+    let file = key.split("::").next().unwrap_or(key);
+    if !obs.files.iter().any(|f| f == file) {
+        return None;
+    }
+    // Log parsers that keep a line's second word (the `pytest` parser) cut a test's name
+    // at its first space, as the datasets' ids are cut; pytest's node ids are whole.
+    let cut = |name: &str| {
+        name.strip_prefix(key)
+            .is_some_and(|rest| rest.starts_with(char::is_whitespace))
+    };
+    // A node id the log names by `key`: whole, cut, or as the parsers log it (squeezed,
+    // a path parameter shortened) and then whole or cut.
+    let names = |n: &str| {
+        n == key || cut(n) || {
+            let logged = as_logged(n);
+            logged == key || cut(&logged)
+        }
+    };
+    if let Some((_, why)) = obs.replaced.iter().find(|(n, _)| names(n)) {
+        return Some(format!("{id}: {why}"));
+    }
+    // Unobserved tests are the log's, whatever their names look like in it (sphinx-8621's
+    // `test_inline[verify-.. glossary::\n\n   term1...]`, logged squeezed and matched whole).
+    if obs.unobserved.iter().any(|u| names(u)) {
+        return None;
+    }
+    let status = sm.get(key);
+    let passed_body = |i: &Item| match &i.body {
+        Body::Returned => true,
+        Body::Raised { expected, .. } => status == Some(XFAIL) && *expected,
+        _ => false,
+    };
+    let item = match obs.items.get(key) {
+        Some(i) => Some(i),
+        None => {
+            // The node ids under a cut name follow it in the map's order.
+            let whole: Vec<&Item> = obs
+                .items
+                .range::<str, _>((Bound::Excluded(key), Bound::Unbounded))
+                .take_while(|(n, _)| n.starts_with(key))
+                .filter(|(n, _)| cut(n))
+                .map(|(_, i)| i)
+                .collect();
+            // Several tests under one cut name: the log kept one line of them; one that
+            // passed is enough (all of them forged is what must not pass).
+            if whole.iter().any(|i| passed_body(i)) {
+                return None;
+            }
+            // The `pytest_v2` family of parsers splits a line on whitespace and joins the
+            // words with one space, so a node id with a run of blanks (`code   sample`) is
+            // logged squeezed: compare squeezed names too.
+            let squeezed: Vec<&Item> = if whole.is_empty() {
+                obs.items
+                    .iter()
+                    .filter(|(n, _)| names(n))
+                    .map(|(_, i)| i)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            if squeezed.iter().any(|i| passed_body(i)) {
+                return None;
+            }
+            whole.first().or(squeezed.first()).copied()
+        }
+    };
+    let seen = match item {
+        Some(i) if passed_body(i) => return None,
+        Some(i) => seen_of(i),
+        None if !obs.collected => "collection never finished".to_string(),
+        None => "it was never collected".to_string(),
+    };
+    Some(format!("{id}: {seen}"))
 }
 
 /// What the observer saw of a test that did not pass.
