@@ -415,59 +415,7 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
         traj.run_id = (!self.run_id.is_empty()).then(|| self.run_id.clone());
         traj.started_at_ms = started;
         traj.environment.sandbox_backend = Some(format!("{:?}", sb.backend()).to_lowercase());
-        // Grade at every stop (forced submissions too), never after an infrastructure stop.
-        let mut swr = None;
-        let sim = prepared.sim.as_ref();
-        if !traj.stop_reason.is_infrastructure() && !traj.infra_failure {
-            let patch = traj.patch.clone().unwrap_or_default();
-            if let Some(run) = sim.filter(|r| r.simulated_grading()) {
-                // No environment to grade in: the reward model's verdict is the grade.
-                if let Err(e) = crate::world_sim::grade_simulated(run, &sb, &mut traj).await {
-                    grading_failed(&mut traj, e.to_string());
-                }
-            } else {
-                // Shadow: the reward model judges the same final state, before the reset.
-                let shadow = match sim {
-                    Some(run) if run.mode == dojo_world::route::ExecutionMode::Shadow => {
-                        Some(crate::world_sim::predict_reward(run, &sb, &patch).await)
-                    }
-                    _ => None,
-                };
-                match sb.reset().await {
-                    Ok(()) => {
-                        let report = grade_in_sandbox(
-                            &mut sb,
-                            &prepared.task,
-                            &prepared.repo_env,
-                            Some(&patch),
-                            &self.grade,
-                        )
-                        .await;
-                        traj.set_grade(report.resolved);
-                        if let Some(w) = &self.world {
-                            swr = swr_record(&sb, &prepared, job.sample_index, &patch, &report, w)
-                                .await;
-                        }
-                        if report.infra_failure {
-                            grading_failed(&mut traj, report.error.clone().unwrap_or_default());
-                        }
-                        traj.grading = Some(report.to_json());
-                        if let (Some(run), Some(predicted)) = (sim, shadow) {
-                            let real = (!report.infra_failure).then_some(report.resolved);
-                            crate::world_sim::record_shadow_reward(run, &mut traj, predicted, real);
-                        }
-                    }
-                    Err(e) => {
-                        grading_failed(
-                            &mut traj,
-                            format!("resetting the sandbox for grading: {e}"),
-                        );
-                    }
-                }
-            }
-        } else {
-            traj.infra_failure = true;
-        }
+        let swr = self.grade(&mut sb, &prepared, &job, &mut traj).await;
         self.write_world(&job, &traj, swr);
         if let Err(e) = sb.teardown().await {
             tracing::warn!(task = %job.task_id, "sandbox teardown: {e}");
@@ -478,6 +426,82 @@ impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
 }
 
 impl<A: AgentLoop, B: BackendFactory> AgentRunner<A, B> {
+    /// Grades a finished rollout: at every stop (forced submissions too), never after an
+    /// infrastructure stop. Returns the world-model record of the grading, when captured.
+    async fn grade(
+        &self,
+        sb: &mut Sandbox,
+        prepared: &Prepared,
+        job: &Job,
+        traj: &mut Trajectory,
+    ) -> Option<dojo_world::WorldRecord> {
+        let mut swr = None;
+        let sim = prepared.sim.as_ref();
+        if !traj.stop_reason.is_infrastructure() && !traj.infra_failure {
+            let patch = traj.patch.clone().unwrap_or_default();
+            if let Some(run) = sim.filter(|r| r.simulated_grading()) {
+                // No environment to grade in: the reward model's verdict is the grade.
+                if let Err(e) = crate::world_sim::grade_simulated(run, sb, traj).await {
+                    grading_failed(traj, e.to_string());
+                }
+            } else {
+                swr = self.grade_in_env(sb, prepared, job, traj, &patch).await;
+            }
+        } else {
+            traj.infra_failure = true;
+        }
+        swr
+    }
+
+    /// Grades `patch` in the reset sandbox (with the reward model's shadow prediction, before
+    /// the reset, in shadow mode).
+    async fn grade_in_env(
+        &self,
+        sb: &mut Sandbox,
+        prepared: &Prepared,
+        job: &Job,
+        traj: &mut Trajectory,
+        patch: &str,
+    ) -> Option<dojo_world::WorldRecord> {
+        let mut swr = None;
+        let sim = prepared.sim.as_ref();
+        // Shadow: the reward model judges the same final state, before the reset.
+        let shadow = match sim {
+            Some(run) if run.mode == dojo_world::route::ExecutionMode::Shadow => {
+                Some(crate::world_sim::predict_reward(run, sb, patch).await)
+            }
+            _ => None,
+        };
+        match sb.reset().await {
+            Ok(()) => {
+                let report = grade_in_sandbox(
+                    sb,
+                    &prepared.task,
+                    &prepared.repo_env,
+                    Some(patch),
+                    &self.grade,
+                )
+                .await;
+                traj.set_grade(report.resolved);
+                if let Some(w) = &self.world {
+                    swr = swr_record(sb, prepared, job.sample_index, patch, &report, w).await;
+                }
+                if report.infra_failure {
+                    grading_failed(traj, report.error.clone().unwrap_or_default());
+                }
+                traj.grading = Some(report.to_json());
+                if let (Some(run), Some(predicted)) = (sim, shadow) {
+                    let real = (!report.infra_failure).then_some(report.resolved);
+                    crate::world_sim::record_shadow_reward(run, traj, predicted, real);
+                }
+            }
+            Err(e) => {
+                grading_failed(traj, format!("resetting the sandbox for grading: {e}"));
+            }
+        }
+        swr
+    }
+
     /// Writes a finished rollout's world records before its trajectory is stored. A rollout
     /// that failed on infrastructure runs again on resume, so its buffered records are dropped
     /// rather than captured twice. A write failure loses the records, not the rollout.
