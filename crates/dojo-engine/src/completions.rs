@@ -107,6 +107,111 @@ fn knobs(raw: RawKnobs<'_>) -> Result<Knobs, EngineError> {
     })
 }
 
+/// A chat request's messages and tools as JSON for the template (no tools: `None`), after the
+/// checks that come first (no streaming, some messages).
+fn chat_json(req: &ChatRequest) -> Result<(Vec<Json>, Option<Vec<Json>>), EngineError> {
+    if req.stream == Some(true) {
+        return Err(bad(
+            "streaming is not supported by dojo serve; send stream: false",
+        ));
+    }
+    if req.messages.is_empty() {
+        return Err(bad("messages must not be empty"));
+    }
+    let messages: Vec<Json> = req
+        .messages
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad(format!("messages: {e}")))?;
+    let tools: Option<Vec<Json>> = match &req.tools {
+        Some(t) if !t.is_empty() => Some(
+            t.iter()
+                .map(serde_json::to_value)
+                .collect::<Result<_, _>>()
+                .map_err(|e| bad(format!("tools: {e}")))?,
+        ),
+        _ => None,
+    };
+    Ok((messages, tools))
+}
+
+/// The request's `chat_template_kwargs`, for the template.
+fn template_kwargs(req: &ChatRequest) -> Result<Option<Map<String, Json>>, EngineError> {
+    match req.extra.get("chat_template_kwargs") {
+        None | Some(Json::Null) => Ok(None),
+        Some(Json::Object(m)) => Ok(Some(m.clone())),
+        Some(other) => Err(bad(format!(
+            "chat_template_kwargs must be an object, got {other}"
+        ))),
+    }
+}
+
+/// The opening of the tool call that `tool_choice` forces (empty: none). A named `tool_choice`
+/// (or `required` with a single tool) is enforced by starting the assistant turn with the
+/// call's opening, as guided decoding would; those forced tokens end the prompt
+/// (`prompt_token_ids`), they are not sampled.
+fn forced_call(req: &ChatRequest, tools: Option<&[Json]>) -> Result<String, EngineError> {
+    let forced_name = match &req.tool_choice {
+        Some(Json::Object(o)) => o
+            .get("function")
+            .and_then(|f| f.get("name"))
+            .and_then(Json::as_str)
+            .map(str::to_string),
+        Some(Json::String(s)) if s == "required" => match req.tools.as_deref() {
+            Some([only]) => Some(only.function.name.clone()),
+            _ => None,
+        },
+        _ => None,
+    };
+    match (&forced_name, tools) {
+        (Some(name), Some(t)) => {
+            if !t.iter().any(|t| t["function"]["name"] == name.as_str()) {
+                return Err(bad(format!(
+                    "tool_choice names `{name}`, which is not in tools"
+                )));
+            }
+            Ok(format!(
+                "<tool_call>\n{{\"name\": {}, \"arguments\": ",
+                json!(name)
+            ))
+        }
+        (Some(_), None) => Err(bad("tool_choice names a function but no tools were given")),
+        _ => Ok(String::new()),
+    }
+}
+
+/// A text completion's sampling knobs, whether it asks for logprobs, and whether it stops at
+/// the end-of-sequence token.
+fn completion_knobs(obj: &Map<String, Json>) -> Result<(Knobs, bool, bool), EngineError> {
+    let f = |k: &str| obj.get(k).and_then(Json::as_f64);
+    let u = |k: &str| obj.get(k).and_then(Json::as_u64);
+    let stop: Option<Stop> = match obj.get("stop") {
+        None | Some(Json::Null) => None,
+        Some(v) => Some(
+            serde_json::from_value(v.clone())
+                .map_err(|_| bad("stop must be a string or a list of strings"))?,
+        ),
+    };
+    let top_logprobs = u("logprobs").unwrap_or(0) as usize;
+    let want_logprobs = obj.get("logprobs").is_some_and(|v| !v.is_null());
+    let k = knobs(RawKnobs {
+        temperature: f("temperature"),
+        top_p: f("top_p"),
+        extra: obj,
+        seed: u("seed"),
+        max_tokens: Some(u("max_tokens").unwrap_or(16) as u32),
+        stop: stop.as_ref(),
+        n: u("n").map(|n| n as u32),
+        top_logprobs,
+    })?;
+    let stop_at_eos = !obj
+        .get("ignore_eos")
+        .and_then(Json::as_bool)
+        .unwrap_or(false);
+    Ok((k, want_logprobs, stop_at_eos))
+}
+
 impl Engine {
     /// Generate `n` choices for one prompt (seeds `seed`, `seed+1`, …).
     async fn generate_n(
@@ -149,89 +254,12 @@ impl Engine {
 
     /// Answer an OpenAI chat completion request.
     pub async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, EngineError> {
-        if req.stream == Some(true) {
-            return Err(bad(
-                "streaming is not supported by dojo serve; send stream: false",
-            ));
-        }
-        if req.messages.is_empty() {
-            return Err(bad("messages must not be empty"));
-        }
-        let messages: Vec<Json> = req
-            .messages
-            .iter()
-            .map(serde_json::to_value)
-            .collect::<Result<_, _>>()
-            .map_err(|e| bad(format!("messages: {e}")))?;
-        let tools: Option<Vec<Json>> = match &req.tools {
-            Some(t) if !t.is_empty() => Some(
-                t.iter()
-                    .map(serde_json::to_value)
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| bad(format!("tools: {e}")))?,
-            ),
-            _ => None,
-        };
+        let (messages, tools) = chat_json(&req)?;
         let parse_tools =
             tools.is_some() && req.tool_choice.as_ref().and_then(Json::as_str) != Some("none");
-        let extra = match req.extra.get("chat_template_kwargs") {
-            None | Some(Json::Null) => None,
-            Some(Json::Object(m)) => Some(m.clone()),
-            Some(other) => {
-                return Err(bad(format!(
-                    "chat_template_kwargs must be an object, got {other}"
-                )));
-            }
-        };
-        // A named `tool_choice` (or `required` with a single tool) is enforced by starting the
-        // assistant turn with the call's opening, as guided decoding would; those forced tokens
-        // end the prompt (`prompt_token_ids`), they are not sampled.
-        let forced_name = match &req.tool_choice {
-            Some(Json::Object(o)) => o
-                .get("function")
-                .and_then(|f| f.get("name"))
-                .and_then(Json::as_str)
-                .map(str::to_string),
-            Some(Json::String(s)) if s == "required" => match req.tools.as_deref() {
-                Some([only]) => Some(only.function.name.clone()),
-                _ => None,
-            },
-            _ => None,
-        };
-        let forced = match (&forced_name, &tools) {
-            (Some(name), Some(t)) => {
-                if !t.iter().any(|t| t["function"]["name"] == name.as_str()) {
-                    return Err(bad(format!(
-                        "tool_choice names `{name}`, which is not in tools"
-                    )));
-                }
-                format!("<tool_call>\n{{\"name\": {}, \"arguments\": ", json!(name))
-            }
-            (Some(_), None) => {
-                return Err(bad("tool_choice names a function but no tools were given"));
-            }
-            _ => String::new(),
-        };
-        let mut prompt = self
-            .format()
-            .prompt(
-                &messages,
-                tools.as_deref(),
-                &RenderOptions {
-                    add_generation_prompt: true,
-                    extra,
-                },
-            )
-            .map_err(EngineError::RequestChat)?;
-        if !forced.is_empty() {
-            let ids = self
-                .format()
-                .tokenizer
-                .encode(&forced)
-                .map_err(EngineError::RequestChat)?;
-            prompt.ids.extend(ids);
-            prompt.text.push_str(&forced);
-        }
+        let extra = template_kwargs(&req)?;
+        let forced = forced_call(&req, tools.as_deref())?;
+        let prompt = self.chat_prompt(&messages, tools.as_deref(), extra, &forced)?;
         let want_logprobs = req.logprobs == Some(true);
         let k = knobs(RawKnobs {
             temperature: req.temperature,
@@ -253,44 +281,9 @@ impl Engine {
         let mut choices = Vec::with_capacity(gens.len());
         for (i, g) in gens.into_iter().enumerate() {
             usage.completion_tokens += g.token_ids.len() as u64;
-            let (content, tool_calls) = if parse_tools {
-                let text = format!("{forced}{}", g.text);
-                let p = dojo_tokenizer::parse_tool_calls(&text, &format!("call_{id}_{i}_"));
-                let calls: Vec<ToolCall> = p
-                    .tool_calls
-                    .into_iter()
-                    .filter_map(|c| serde_json::from_value(c).ok())
-                    .collect();
-                (p.content, calls)
-            } else {
-                (Some(g.text.clone()), Vec::new())
-            };
-            let finish = if !tool_calls.is_empty() && g.finish_reason == FinishReason::Stop {
-                "tool_calls"
-            } else {
-                g.finish_reason.as_str()
-            };
-            let logprobs = want_logprobs.then(|| self.choice_logprobs(&g));
-            let mut extra = Map::new();
-            if let Some(s) = &g.stop_string {
-                extra.insert("stop_reason".into(), json!(s));
-            }
-            extra.insert("cached_tokens".into(), json!(g.cached_tokens));
-            choices.push(Choice {
-                index: i as u32,
-                message: ChatMessage {
-                    role: Role::Assistant,
-                    content: content.map(MessageContent::Text),
-                    name: None,
-                    tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
-                    tool_call_id: None,
-                    extra: Map::new(),
-                },
-                finish_reason: Some(finish.to_string()),
-                logprobs,
-                token_ids: Some(g.token_ids),
-                extra,
-            });
+            let call_prefix = format!("call_{id}_{i}_");
+            let parse = parse_tools.then_some((forced.as_str(), call_prefix.as_str()));
+            choices.push(self.chat_choice(i, g, parse, want_logprobs));
         }
         usage.prompt_tokens = prompt.ids.len() as u64;
         usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
@@ -305,6 +298,87 @@ impl Engine {
             prompt_token_ids: Some(prompt.ids),
             extra: Map::new(),
         })
+    }
+
+    /// The rendered prompt of a chat request, ending in the `forced` opening of a tool call
+    /// (empty: none).
+    fn chat_prompt(
+        &self,
+        messages: &[Json],
+        tools: Option<&[Json]>,
+        extra: Option<Map<String, Json>>,
+        forced: &str,
+    ) -> Result<dojo_tokenizer::Prompt, EngineError> {
+        let mut prompt = self
+            .format()
+            .prompt(
+                messages,
+                tools,
+                &RenderOptions {
+                    add_generation_prompt: true,
+                    extra,
+                },
+            )
+            .map_err(EngineError::RequestChat)?;
+        if !forced.is_empty() {
+            let ids = self
+                .format()
+                .tokenizer
+                .encode(forced)
+                .map_err(EngineError::RequestChat)?;
+            prompt.ids.extend(ids);
+            prompt.text.push_str(forced);
+        }
+        Ok(prompt)
+    }
+
+    /// Choice `i` of a chat completion. `parse`: the tool calls are parsed out of the text (with
+    /// the forced opening the prompt ended in, and the prefix of their call ids).
+    fn chat_choice(
+        &self,
+        i: usize,
+        g: Generation,
+        parse: Option<(&str, &str)>,
+        want_logprobs: bool,
+    ) -> Choice {
+        let (content, tool_calls) = if let Some((forced, call_prefix)) = parse {
+            let text = format!("{forced}{}", g.text);
+            let p = dojo_tokenizer::parse_tool_calls(&text, call_prefix);
+            let calls: Vec<ToolCall> = p
+                .tool_calls
+                .into_iter()
+                .filter_map(|c| serde_json::from_value(c).ok())
+                .collect();
+            (p.content, calls)
+        } else {
+            (Some(g.text.clone()), Vec::new())
+        };
+        let finish = if !tool_calls.is_empty() && g.finish_reason == FinishReason::Stop {
+            "tool_calls"
+        } else {
+            g.finish_reason.as_str()
+        };
+        let logprobs = want_logprobs.then(|| self.choice_logprobs(&g));
+        let mut extra = Map::new();
+        if let Some(s) = &g.stop_string {
+            extra.insert("stop_reason".into(), json!(s));
+        }
+        extra.insert("cached_tokens".into(), json!(g.cached_tokens));
+        Choice {
+            index: i as u32,
+            message: ChatMessage {
+                role: Role::Assistant,
+                content: content.map(MessageContent::Text),
+                name: None,
+                tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
+                tool_call_id: None,
+                extra: Map::new(),
+            },
+            finish_reason: Some(finish.to_string()),
+            logprobs,
+            token_ids: Some(g.token_ids),
+            extra,
+        }
     }
 
     fn token_text(&self, id: u32) -> String {
@@ -356,6 +430,34 @@ impl Engine {
                 "streaming is not supported by dojo serve; send stream: false",
             ));
         }
+        let prompt = self.completion_prompt(obj)?;
+        let (k, want_logprobs, stop_at_eos) = completion_knobs(obj)?;
+        let gens = self.generate_n(prompt.clone(), &k, stop_at_eos).await?;
+        let completion_tokens: usize = gens.iter().map(|g| g.token_ids.len()).sum();
+        let choices: Vec<Json> = gens
+            .into_iter()
+            .enumerate()
+            .map(|(i, g)| self.completion_choice(i, g, want_logprobs))
+            .collect();
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        Ok(json!({
+            "id": format!("cmpl-{id}"),
+            "object": "text_completion",
+            "created": now(),
+            "model": self.model_id(),
+            "choices": choices,
+            "prompt_token_ids": prompt,
+            "usage": {
+                "prompt_tokens": prompt.len(),
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt.len() + completion_tokens,
+            },
+        }))
+    }
+
+    /// A text completion's prompt: text (tokenized as is, BOS added when the model asks for it)
+    /// or token ids (`[1, 2, 3]`, or `[[1, 2, 3]]`).
+    fn completion_prompt(&self, obj: &Map<String, Json>) -> Result<Vec<u32>, EngineError> {
         let ids_of = |v: &Json| -> Option<Vec<u32>> {
             v.as_array()?
                 .iter()
@@ -384,71 +486,29 @@ impl Engine {
             .ok_or_else(|| bad("prompt must be a string or a list of token ids"))?,
             _ => return Err(bad("prompt must be a string or a list of token ids")),
         };
-        let f = |k: &str| obj.get(k).and_then(Json::as_f64);
-        let u = |k: &str| obj.get(k).and_then(Json::as_u64);
-        let stop: Option<Stop> = match obj.get("stop") {
-            None | Some(Json::Null) => None,
-            Some(v) => Some(
-                serde_json::from_value(v.clone())
-                    .map_err(|_| bad("stop must be a string or a list of strings"))?,
-            ),
-        };
-        let top_logprobs = u("logprobs").unwrap_or(0) as usize;
-        let want_logprobs = obj.get("logprobs").is_some_and(|v| !v.is_null());
-        let k = knobs(RawKnobs {
-            temperature: f("temperature"),
-            top_p: f("top_p"),
-            extra: obj,
-            seed: u("seed"),
-            max_tokens: Some(u("max_tokens").unwrap_or(16) as u32),
-            stop: stop.as_ref(),
-            n: u("n").map(|n| n as u32),
-            top_logprobs,
-        })?;
-        let stop_at_eos = !obj
-            .get("ignore_eos")
-            .and_then(Json::as_bool)
-            .unwrap_or(false);
-        let gens = self.generate_n(prompt.clone(), &k, stop_at_eos).await?;
-        let completion_tokens: usize = gens.iter().map(|g| g.token_ids.len()).sum();
-        let choices: Vec<Json> = gens
-            .into_iter()
-            .enumerate()
-            .map(|(i, g)| {
-                let logprobs = want_logprobs.then(|| {
-                    json!({
-                        "tokens": g.token_ids.iter().map(|&t| self.token_text(t)).collect::<Vec<_>>(),
-                        "token_logprobs": g.logprobs,
-                        "top_logprobs": g.top_logprobs.iter().map(|top| {
-                            top.iter().map(|&(t, l)| (self.token_text(t), json!(l))).collect::<Map<_, _>>()
-                        }).collect::<Vec<_>>(),
-                    })
-                });
-                json!({
-                    "index": i,
-                    "text": g.text,
-                    "logprobs": logprobs,
-                    "finish_reason": g.finish_reason.as_str(),
-                    "stop_reason": g.stop_string,
-                    "token_ids": g.token_ids,
-                    "cached_tokens": g.cached_tokens,
-                })
+        Ok(prompt)
+    }
+
+    /// Choice `i` of a text completion, as JSON.
+    fn completion_choice(&self, i: usize, g: Generation, want_logprobs: bool) -> Json {
+        let logprobs = want_logprobs.then(|| {
+            json!({
+                "tokens": g.token_ids.iter().map(|&t| self.token_text(t)).collect::<Vec<_>>(),
+                "token_logprobs": g.logprobs,
+                "top_logprobs": g.top_logprobs.iter().map(|top| {
+                    top.iter().map(|&(t, l)| (self.token_text(t), json!(l))).collect::<Map<_, _>>()
+                }).collect::<Vec<_>>(),
             })
-            .collect();
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        Ok(json!({
-            "id": format!("cmpl-{id}"),
-            "object": "text_completion",
-            "created": now(),
-            "model": self.model_id(),
-            "choices": choices,
-            "prompt_token_ids": prompt,
-            "usage": {
-                "prompt_tokens": prompt.len(),
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt.len() + completion_tokens,
-            },
-        }))
+        });
+        json!({
+            "index": i,
+            "text": g.text,
+            "logprobs": logprobs,
+            "finish_reason": g.finish_reason.as_str(),
+            "stop_reason": g.stop_string,
+            "token_ids": g.token_ids,
+            "cached_tokens": g.cached_tokens,
+        })
     }
 }
 
