@@ -57,6 +57,161 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The task that owns the server's stdin, writing each frame whole.
+fn spawn_writer(stdin: tokio::process::ChildStdin, mut out_rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+    tokio::spawn(async move {
+        let mut stdin = stdin;
+        while let Some(frame) = out_rx.recv().await {
+            if stdin.write_all(&frame).await.is_err() || stdin.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// The task that drains the server's stderr into `tail` (its last [`STDERR_TAIL`] bytes or so).
+/// The returned receiver fires when stderr closes (at once when there is none).
+fn spawn_stderr(
+    stderr: Option<tokio::process::ChildStderr>,
+    tail: Arc<Mutex<String>>,
+) -> oneshot::Receiver<()> {
+    let (stderr_done_tx, stderr_done) = oneshot::channel::<()>();
+    if let Some(mut err) = stderr {
+        tokio::spawn(async move {
+            let _done = stderr_done_tx;
+            let mut buf = vec![0u8; 8192];
+            while let Ok(n) = err.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                let mut t = lock(&tail);
+                t.push_str(&String::from_utf8_lossy(&buf[..n]));
+                if t.len() > STDERR_TAIL * 2 {
+                    let kept = clip::cut(&t, STDERR_TAIL, Unit::Bytes, Keep::Tail)
+                        .tail
+                        .len();
+                    let start = t.len() - kept;
+                    t.replace_range(..start, "");
+                }
+            }
+        });
+    }
+    stderr_done
+}
+
+/// The reader task's state: routes responses to their requests, answers the server's own
+/// requests, and tracks its progress.
+struct Reader {
+    pending: Pending,
+    reply: mpsc::UnboundedSender<Vec<u8>>,
+    progress: watch::Sender<Progress>,
+    /// `$/progress` tokens begun and not yet ended.
+    tokens: HashSet<String>,
+    state: Progress,
+}
+
+impl Reader {
+    /// Read frames until the server's stdout ends, then mark the client dead and fail every
+    /// pending request with the crash's detail (`tail`: the server's last stderr).
+    async fn run(
+        mut self,
+        stdout: tokio::process::ChildStdout,
+        alive_tx: watch::Sender<bool>,
+        tail: Arc<Mutex<String>>,
+        stderr_done: oneshot::Receiver<()>,
+    ) {
+        let mut r = BufReader::new(stdout);
+        let why = loop {
+            let msg = match read_frame(&mut r).await {
+                Ok(m) => m,
+                Err(FrameError::Eof) => break "server exited".to_string(),
+                Err(e) => break format!("unreadable server output: {e}"),
+            };
+            self.handle(&msg);
+        };
+        // A dying server's last words arrive on stderr; give them a moment to land.
+        let _ = tokio::time::timeout(Duration::from_secs(1), stderr_done).await;
+        let _ = alive_tx.send(false);
+        let detail = crash_detail(&why, &lock(&tail));
+        for (_, tx) in lock(&self.pending).drain() {
+            let _ = tx.send(Err(LspError::ServerCrashed(detail.clone())));
+        }
+    }
+
+    /// One message from the server.
+    fn handle(&mut self, msg: &Value) {
+        let method = msg.get("method").and_then(Value::as_str);
+        let id = msg.get("id").cloned();
+        match (method, id) {
+            (Some(m), Some(id)) => {
+                let result = answer_server_request(m, msg.get("params"));
+                let _ = self.reply.send(encode(
+                    &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                ));
+                if m == "workspace/configuration" {
+                    self.state.configured += 1;
+                    let _ = self.progress.send(self.state.clone());
+                }
+            }
+            (Some("window/logMessage"), None) => {
+                let text = msg
+                    .pointer("/params/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if !self.state.files_found && reports_files_found(text) {
+                    self.state.files_found = true;
+                    let _ = self.progress.send(self.state.clone());
+                }
+            }
+            (Some("$/progress"), None) => self.on_progress(msg),
+            (Some(_), None) => {} // diagnostics, log messages: not needed for navigation
+            (None, Some(id)) => self.on_response(msg, &id),
+            (None, None) => {}
+        }
+    }
+
+    /// A `$/progress` notification: a token begun or ended.
+    fn on_progress(&mut self, msg: &Value) {
+        let params = msg.get("params");
+        let token = params
+            .and_then(|p| p.get("token"))
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        match params
+            .and_then(|p| p.pointer("/value/kind"))
+            .and_then(Value::as_str)
+        {
+            Some("begin") => {
+                self.tokens.insert(token);
+            }
+            Some("end") if self.tokens.remove(&token) => self.state.ended += 1,
+            _ => {}
+        }
+        self.state.active = self.tokens.len();
+        let _ = self.progress.send(self.state.clone());
+    }
+
+    /// The response to one of our requests, to whoever waits for it (if anyone still does).
+    fn on_response(&self, msg: &Value, id: &Value) {
+        let Some(id) = id.as_i64() else { return };
+        let Some(tx) = lock(&self.pending).remove(&id) else {
+            return;
+        };
+        let res = match msg.get("error") {
+            Some(e) => Err(LspError::Rpc {
+                code: e.get("code").and_then(Value::as_i64).unwrap_or(0),
+                message: e
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            }),
+            None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
+        };
+        let _ = tx.send(res);
+    }
+}
+
 impl Client {
     /// Take over a spawned child with piped stdio and start the I/O tasks.
     pub fn start(mut child: tokio::process::Child) -> Result<Client, LspError> {
@@ -71,131 +226,24 @@ impl Client {
         let stderr = child.stderr.take();
         let pid = child.id();
         let pending: Pending = Arc::default();
-        let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (out_tx, out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let (alive_tx, alive) = watch::channel(true);
         let (progress_tx, progress) = watch::channel(Progress::default());
         let stderr_tail = Arc::new(Mutex::new(String::new()));
 
         // Writer: one task owns stdin so frames never interleave.
-        tokio::spawn(async move {
-            let mut stdin = stdin;
-            while let Some(frame) = out_rx.recv().await {
-                if stdin.write_all(&frame).await.is_err() || stdin.flush().await.is_err() {
-                    break;
-                }
-            }
-        });
-
+        spawn_writer(stdin, out_rx);
         // Stderr: keep the tail for crash messages; never let the pipe fill up.
-        let (stderr_done_tx, stderr_done) = oneshot::channel::<()>();
-        if let Some(mut err) = stderr {
-            let tail = stderr_tail.clone();
-            tokio::spawn(async move {
-                let _done = stderr_done_tx;
-                let mut buf = vec![0u8; 8192];
-                while let Ok(n) = err.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    let mut t = lock(&tail);
-                    t.push_str(&String::from_utf8_lossy(&buf[..n]));
-                    if t.len() > STDERR_TAIL * 2 {
-                        let kept = clip::cut(&t, STDERR_TAIL, Unit::Bytes, Keep::Tail)
-                            .tail
-                            .len();
-                        let start = t.len() - kept;
-                        t.replace_range(..start, "");
-                    }
-                }
-            });
-        }
-
+        let stderr_done = spawn_stderr(stderr, stderr_tail.clone());
         // Reader: route responses, answer server requests, track progress.
-        let reader_pending = pending.clone();
-        let reply = out_tx.clone();
-        let tail = stderr_tail.clone();
-        tokio::spawn(async move {
-            let mut r = BufReader::new(stdout);
-            let mut tokens: HashSet<String> = HashSet::new();
-            let mut state = Progress::default();
-            let why = loop {
-                let msg = match read_frame(&mut r).await {
-                    Ok(m) => m,
-                    Err(FrameError::Eof) => break "server exited".to_string(),
-                    Err(e) => break format!("unreadable server output: {e}"),
-                };
-                let method = msg.get("method").and_then(Value::as_str);
-                let id = msg.get("id").cloned();
-                match (method, id) {
-                    (Some(m), Some(id)) => {
-                        let result = answer_server_request(m, msg.get("params"));
-                        let _ = reply.send(encode(
-                            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
-                        ));
-                        if m == "workspace/configuration" {
-                            state.configured += 1;
-                            let _ = progress_tx.send(state.clone());
-                        }
-                    }
-                    (Some("window/logMessage"), None) => {
-                        let text = msg
-                            .pointer("/params/message")
-                            .and_then(Value::as_str)
-                            .unwrap_or("");
-                        if !state.files_found && reports_files_found(text) {
-                            state.files_found = true;
-                            let _ = progress_tx.send(state.clone());
-                        }
-                    }
-                    (Some("$/progress"), None) => {
-                        let params = msg.get("params");
-                        let token = params
-                            .and_then(|p| p.get("token"))
-                            .map(|t| t.to_string())
-                            .unwrap_or_default();
-                        match params
-                            .and_then(|p| p.pointer("/value/kind"))
-                            .and_then(Value::as_str)
-                        {
-                            Some("begin") => {
-                                tokens.insert(token);
-                            }
-                            Some("end") if tokens.remove(&token) => state.ended += 1,
-                            _ => {}
-                        }
-                        state.active = tokens.len();
-                        let _ = progress_tx.send(state.clone());
-                    }
-                    (Some(_), None) => {} // diagnostics, log messages: not needed for navigation
-                    (None, Some(id)) => {
-                        let Some(id) = id.as_i64() else { continue };
-                        let Some(tx) = lock(&reader_pending).remove(&id) else {
-                            continue;
-                        };
-                        let res = match msg.get("error") {
-                            Some(e) => Err(LspError::Rpc {
-                                code: e.get("code").and_then(Value::as_i64).unwrap_or(0),
-                                message: e
-                                    .get("message")
-                                    .and_then(Value::as_str)
-                                    .unwrap_or("")
-                                    .to_string(),
-                            }),
-                            None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
-                        };
-                        let _ = tx.send(res);
-                    }
-                    (None, None) => {}
-                }
-            };
-            // A dying server's last words arrive on stderr; give them a moment to land.
-            let _ = tokio::time::timeout(Duration::from_secs(1), stderr_done).await;
-            let _ = alive_tx.send(false);
-            let detail = crash_detail(&why, &lock(&tail));
-            for (_, tx) in lock(&reader_pending).drain() {
-                let _ = tx.send(Err(LspError::ServerCrashed(detail.clone())));
-            }
-        });
+        let reader = Reader {
+            pending: pending.clone(),
+            reply: out_tx.clone(),
+            progress: progress_tx,
+            tokens: HashSet::new(),
+            state: Progress::default(),
+        };
+        tokio::spawn(reader.run(stdout, alive_tx, stderr_tail.clone(), stderr_done));
 
         Ok(Client {
             out: out_tx,
