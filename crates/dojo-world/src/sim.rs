@@ -383,7 +383,7 @@ impl<'a> SimWorkspace<'a> {
             CommandClass::Blocked(_) => "blocked",
             CommandClass::Real => return self.inner.exec(req).await,
         };
-        let mut rec = CommandRecord {
+        let rec = CommandRecord {
             command: cap_chars(script),
             class: class_name.into(),
             route: route.as_str().into(),
@@ -395,21 +395,7 @@ impl<'a> SimWorkspace<'a> {
             real_ms: None,
         };
         match route {
-            Route::Real => {
-                // Python run for real (hybrid; real mode with an observer): the observer records
-                // it from the state before it ran.
-                let before = match (&class, self.observer) {
-                    (CommandClass::Python(run), Some(_)) => self.snapshot(run, cwd).await.ok(),
-                    _ => None,
-                };
-                let t0 = Instant::now();
-                let out = self.run_real(req, script, before.as_ref()).await;
-                rec.real_ms = Some(t0.elapsed().as_millis() as u64);
-                if self.mode != ExecutionMode::Real {
-                    self.push(rec, None, false);
-                }
-                out
-            }
+            Route::Real => self.run_routed_real(req, script, cwd, &class, rec).await,
             Route::Canned => {
                 self.push(rec, None, false);
                 Ok(synthetic(CANNED_INSTALL, "", 0, Duration::ZERO))
@@ -421,79 +407,122 @@ impl<'a> SimWorkspace<'a> {
                 self.push(rec, None, false);
                 Ok(synthetic("", &msg, 1, Duration::ZERO))
             }
-            Route::Simulate => {
-                let CommandClass::Python(run) = &class else {
-                    return self.inner.exec(req).await;
-                };
-                let before = self.snapshot(run, cwd).await;
-                let (files, result, ms) = self.predict(script, &before).await;
-                rec.files = files;
-                rec.model_ms = ms;
-                match result {
-                    Ok(p) => {
-                        let out =
-                            synthetic(&p.stdout, &p.stderr, p.exit_code, Duration::from_millis(ms));
-                        rec.prediction = Some(cap_prediction(p));
-                        self.push(rec, None, false);
-                        Ok(out)
-                    }
-                    Err(e) => {
-                        rec.error = Some(e.to_string());
-                        self.push(rec, None, true);
-                        Err(SandboxError::Other(format!(
-                            "simulated environment: no answer for `{}`: {e}",
-                            cut(script, LOG_TEXT_CAP, Unit::Chars, Keep::Head).ellipsis()
-                        )))
-                    }
-                }
+            Route::Simulate => self.simulate(req, script, cwd, &class, rec).await,
+            Route::Shadow => self.shadow(req, script, cwd, &class, rec).await,
+        }
+    }
+
+    /// A Python run for real (hybrid; real mode with an observer): the observer records it from
+    /// the state before it ran.
+    async fn run_routed_real(
+        &self,
+        req: &ExecRequest,
+        script: &str,
+        cwd: &str,
+        class: &CommandClass,
+        mut rec: CommandRecord,
+    ) -> Result<ExecOutput, SandboxError> {
+        let before = match (class, self.observer) {
+            (CommandClass::Python(run), Some(_)) => self.snapshot(run, cwd).await.ok(),
+            _ => None,
+        };
+        let t0 = Instant::now();
+        let out = self.run_real(req, script, before.as_ref()).await;
+        rec.real_ms = Some(t0.elapsed().as_millis() as u64);
+        if self.mode != ExecutionMode::Real {
+            self.push(rec, None, false);
+        }
+        out
+    }
+
+    /// A Python run answered by the model alone.
+    async fn simulate(
+        &self,
+        req: &ExecRequest,
+        script: &str,
+        cwd: &str,
+        class: &CommandClass,
+        mut rec: CommandRecord,
+    ) -> Result<ExecOutput, SandboxError> {
+        let CommandClass::Python(run) = class else {
+            return self.inner.exec(req).await;
+        };
+        let before = self.snapshot(run, cwd).await;
+        let (files, result, ms) = self.predict(script, &before).await;
+        rec.files = files;
+        rec.model_ms = ms;
+        match result {
+            Ok(p) => {
+                let out = synthetic(&p.stdout, &p.stderr, p.exit_code, Duration::from_millis(ms));
+                rec.prediction = Some(cap_prediction(p));
+                self.push(rec, None, false);
+                Ok(out)
             }
-            Route::Shadow => {
-                // The model is asked about the workspace as it is before the command runs, as
-                // in `sim` (and as capture records real runs): a command that writes files
-                // must not show the model its own effects. The same snapshot goes to the
-                // observer: the workspace is read once.
-                let (before, predicted) = match &class {
-                    CommandClass::Python(run) => {
-                        let before = self.snapshot(run, cwd).await;
-                        let predicted = self.predict(script, &before).await;
-                        (before.ok(), Some(predicted))
-                    }
-                    _ => (None, None),
-                };
-                let t0 = Instant::now();
-                let real = self.run_real(req, script, before.as_ref()).await?;
-                rec.real_ms = Some(t0.elapsed().as_millis() as u64);
-                let Some((files, result, ms)) = predicted else {
-                    self.push(rec, None, false);
-                    return Ok(real);
-                };
-                rec.files = files;
-                rec.model_ms = ms;
-                match result {
-                    Ok(p) => {
-                        let observed_real = Observed {
-                            stdout: real.stdout_lossy(),
-                            stderr: real.stderr_lossy(),
-                            exit_code: if real.timed_out { None } else { real.exit_code },
-                        };
-                        let observed_sim = Observed {
-                            stdout: p.stdout.clone(),
-                            stderr: p.stderr.clone(),
-                            exit_code: Some(p.exit_code),
-                        };
-                        let d = compare_transition(&observed_real, &observed_sim, self.task.parser);
-                        rec.prediction = Some(cap_prediction(p));
-                        rec.drift = Some(d.clone());
-                        self.push(rec, Some(&d), false);
-                    }
-                    Err(e) => {
-                        rec.error = Some(e.to_string());
-                        self.push(rec, None, true);
-                    }
-                }
-                Ok(real)
+            Err(e) => {
+                rec.error = Some(e.to_string());
+                self.push(rec, None, true);
+                Err(SandboxError::Other(format!(
+                    "simulated environment: no answer for `{}`: {e}",
+                    cut(script, LOG_TEXT_CAP, Unit::Chars, Keep::Head).ellipsis()
+                )))
             }
         }
+    }
+
+    /// A command run for real, its Python runs also predicted by the model and the two
+    /// compared (the drift recorded).
+    async fn shadow(
+        &self,
+        req: &ExecRequest,
+        script: &str,
+        cwd: &str,
+        class: &CommandClass,
+        mut rec: CommandRecord,
+    ) -> Result<ExecOutput, SandboxError> {
+        // The model is asked about the workspace as it is before the command runs, as in `sim`
+        // (and as capture records real runs): a command that writes files must not show the
+        // model its own effects. The same snapshot goes to the observer: the workspace is read
+        // once.
+        let (before, predicted) = match class {
+            CommandClass::Python(run) => {
+                let before = self.snapshot(run, cwd).await;
+                let predicted = self.predict(script, &before).await;
+                (before.ok(), Some(predicted))
+            }
+            _ => (None, None),
+        };
+        let t0 = Instant::now();
+        let real = self.run_real(req, script, before.as_ref()).await?;
+        rec.real_ms = Some(t0.elapsed().as_millis() as u64);
+        let Some((files, result, ms)) = predicted else {
+            self.push(rec, None, false);
+            return Ok(real);
+        };
+        rec.files = files;
+        rec.model_ms = ms;
+        match result {
+            Ok(p) => {
+                let observed_real = Observed {
+                    stdout: real.stdout_lossy(),
+                    stderr: real.stderr_lossy(),
+                    exit_code: if real.timed_out { None } else { real.exit_code },
+                };
+                let observed_sim = Observed {
+                    stdout: p.stdout.clone(),
+                    stderr: p.stderr.clone(),
+                    exit_code: Some(p.exit_code),
+                };
+                let d = compare_transition(&observed_real, &observed_sim, self.task.parser);
+                rec.prediction = Some(cap_prediction(p));
+                rec.drift = Some(d.clone());
+                self.push(rec, Some(&d), false);
+            }
+            Err(e) => {
+                rec.error = Some(e.to_string());
+                self.push(rec, None, true);
+            }
+        }
+        Ok(real)
     }
 }
 
