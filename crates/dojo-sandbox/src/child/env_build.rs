@@ -156,6 +156,12 @@ unsafe fn parent(plan: &EnvBuildPlan, c: libc::pid_t, status: Fd, sync_w: Fd) ->
 }
 
 /// C (pid 1 of the build's pid namespace): build the root at /tmp/root and pivot into it.
+///
+/// It stays one long function on purpose: it runs in a forked child (before exec), where only
+/// async-signal-safe calls are allowed and the mounts must happen in exactly this order;
+/// splitting it would add indirection (and risk) to code that cannot be debugged or
+/// unit-tested in place, and it already reads as one sequence of mounts, each failing with its
+/// own [`Step`].
 unsafe fn build_root(plan: &EnvBuildPlan) -> Result<(), Step> {
     let null = std::ptr::null::<libc::c_char>();
     let ok = |b: bool, step: Step| if b { Ok(()) } else { Err(step) };

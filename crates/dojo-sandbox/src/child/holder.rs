@@ -147,6 +147,14 @@ pub(crate) unsafe fn run_holder(plan: &HolderPlan) -> std::io::Error {
     sys::wait_and_exit_like(c)
 }
 
+/// Pid 1 of the new pid namespace: stage the layers (or make the staged mounts private), build
+/// the new root, pivot into it, then become the launcher or hold the namespaces.
+///
+/// It stays one long function on purpose: it runs in a forked child between fork and exec,
+/// where only async-signal-safe calls are allowed, and its mounts must happen in exactly this
+/// order; splitting it would add indirection (and risk) to code that cannot be debugged or
+/// unit-tested in place, for no gain in reading, since it already reads as one sequence of
+/// mounts, each failing with its own [`Step`].
 unsafe fn holder_init(
     plan: &HolderPlan,
     status: Fd,
