@@ -719,8 +719,10 @@ fn check_pytest(obs: &Observed, sm: &StatusMap, id: &str, key: &str) -> Option<S
         return Some(format!("{id}: {why}"));
     }
     // Unobserved tests are the log's, whatever their names look like in it (sphinx-8621's
-    // `test_inline[verify-.. glossary::\n\n   term1...]`, logged squeezed and matched whole).
-    if obs.unobserved.iter().any(|u| names(u)) {
+    // `test_inline[verify-.. glossary::\n\n   term1...]`, logged squeezed and matched whole);
+    // but an observed test of exactly the logged name decides, whatever unobserved items share
+    // its cut or squeezed name (an item made at run time as `test_x ` must not excuse `test_x`).
+    if !obs.items.contains_key(key) && obs.unobserved.iter().any(|u| names(u)) {
         return None;
     }
     let status = sm.get(key);
@@ -1120,6 +1122,26 @@ mod tests {
             let r = check_records(&records, Runner::Pytest, &s, &m);
             assert_eq!(r.disagreements, Vec::<String>::new(), "{cut}");
         }
+        // An item made at run time whose node id is a listed test's plus a blank: as an
+        // unobserved twin it does not excuse the observed test that raised, and as the
+        // observer records such a name in a restored file (replaced) it is a disagreement.
+        let m = sm(&[("t.py::g", PASSED)]);
+        let s = status(&["t.py::g"], &[]);
+        let twin = rec("start", "", "1")
+            + &rec("item", "t.py::g", "")
+            + &rec("unobserved", "t.py::g ", "Function")
+            + &rec("collected", "", "2")
+            + &rec("raise", "t.py::g", "AssertionError");
+        let r = check_records(&twin, Runner::Pytest, &s, &m);
+        assert_eq!(r.disagreements, ["t.py::g: its body raised AssertionError"]);
+        let alone = rec("start", "", "1")
+            + &rec("replaced", "t.py::g ", "a node name pytest does not make")
+            + &rec("collected", "", "1");
+        let r = check_records(&alone, Runner::Pytest, &s, &m);
+        assert_eq!(
+            r.disagreements,
+            ["t.py::g: a node name pytest does not make"]
+        );
         assert_eq!(as_logged("t.py::f[//x/y]"), "t.py::f[//x/y]");
         assert_eq!(as_logged("t.py::f[/a/*/y]"), "t.py::f[/a/*/y]");
         // Not loaded: nothing to compare.

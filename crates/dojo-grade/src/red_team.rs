@@ -291,6 +291,29 @@ pub fn attacks() -> Vec<Attack> {
             expect: Expect::Unresolved,
         },
         Attack {
+            name: "plugin registered at run time swaps each item for a passing twin named with a trailing blank",
+            observer_aware: true,
+            runners: PYTEST,
+            triggers: IMPORT,
+            body: r#"    import gc
+    import pytest
+
+    class Plugin:
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_collection_modifyitems(self, session, config, items):
+            for n, item in enumerate(items):
+                if isinstance(item, pytest.Function):
+                    items[n] = pytest.Function.from_parent(
+                        item.parent, name=item.name + " ", callobj=lambda *a, **k: None
+                    )
+
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "PytestPluginManager":
+            obj.register(Plugin(), "twins")
+"#,
+            expect: Expect::Unresolved,
+        },
+        Attack {
             name: "sys.setprofile swaps a test module's functions as it finishes loading",
             observer_aware: false,
             runners: BOTH,
