@@ -23,7 +23,7 @@ pub enum CurateError {
     Render {
         traj_id: String,
         #[source]
-        source: crate::render::RenderError,
+        source: RenderError,
     },
     #[error("unknown filter {0:?} (known: dedup, difficulty, format, lsp, cap, none)")]
     UnknownFilter(String),
@@ -41,4 +41,36 @@ pub(crate) fn write_file(p: &Path, s: &str) -> Result<(), CurateError> {
         path: p.to_path_buf(),
         source,
     })
+}
+
+/// Why a trajectory could not be cut into windows, or a conversation rendered and tokenized
+/// for the target model (the pipeline records it as a problem naming the task).
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error(transparent)]
+    Chat(#[from] dojo_tokenizer::ChatError),
+    /// The tokenizer library's own error, as it reads.
+    #[error("tokenizer: {0}")]
+    Tokenizer(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("tokenizer is not deterministic on the rendered text")]
+    NotDeterministic,
+    #[error("no step {0}")]
+    NoStep(usize),
+    #[error("step {step} refers to message {index}, past the {len} messages")]
+    NoMessage {
+        step: usize,
+        index: usize,
+        len: usize,
+    },
+    #[error("step {step} generated message {index}, past the end")]
+    PastEnd { step: usize, index: usize },
+    #[error("step {step} refers to compression summary {index}, which is missing")]
+    NoSummary { step: usize, index: usize },
+    #[error("step {step} spans messages {start}..{end} of {len}: out of order")]
+    OutOfOrder {
+        step: usize,
+        start: usize,
+        end: usize,
+        len: usize,
+    },
 }

@@ -33,37 +33,9 @@ pub struct RenderedSample {
     pub spans: Vec<Span>,
 }
 
-/// Why a trajectory could not be cut into windows, or a conversation rendered and tokenized
-/// for the target model (the pipeline records it as a problem naming the task).
-#[derive(Debug, thiserror::Error)]
-pub enum RenderError {
-    #[error(transparent)]
-    Chat(#[from] dojo_tokenizer::ChatError),
-    /// The tokenizer library's own error, as it reads.
-    #[error("tokenizer: {0}")]
-    Tokenizer(#[source] Box<dyn std::error::Error + Send + Sync>),
-    #[error("tokenizer is not deterministic on the rendered text")]
-    NotDeterministic,
-    #[error("no step {0}")]
-    NoStep(usize),
-    #[error("step {step} refers to message {index}, past the {len} messages")]
-    NoMessage {
-        step: usize,
-        index: usize,
-        len: usize,
-    },
-    #[error("step {step} generated message {index}, past the end")]
-    PastEnd { step: usize, index: usize },
-    #[error("step {step} refers to compression summary {index}, which is missing")]
-    NoSummary { step: usize, index: usize },
-    #[error("step {step} spans messages {start}..{end} of {len}: out of order")]
-    OutOfOrder {
-        step: usize,
-        start: usize,
-        end: usize,
-        len: usize,
-    },
-}
+// Defined with the crate's other errors, which name it (`CurateError::Render`): error.rs
+// depends on no other module of the crate.
+pub use crate::error::RenderError;
 
 /// A chat template plus the tokenizer of the target model.
 pub trait ChatModel: Send + Sync {
