@@ -9,6 +9,7 @@
 //!   an atomic `rename`. A crash mid-build leaves only a temporary directory that the next build
 //!   removes; readers never see a partial entry.
 //! - [`Cache::fetch`]: a download checked against its sha256 before it is published.
+//! - [`share`]: identical files of entries stored once (hard links into `objects/`).
 //! - [`archive`]: unpacking the sdists and wheels those entries are built from.
 //!
 //! One file published atomically (reports, summaries, manifests) is `dojo_rundir::write_atomic`.
@@ -16,6 +17,7 @@
 //! Layout: `$DOJO_HOME/<bucket>/<key>` (default `$DOJO_HOME` = `~/.cache/dojo`).
 
 pub mod archive;
+pub mod share;
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -153,6 +155,12 @@ impl Cache {
         let dir = self.root.join(bucket);
         fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         Ok(dir)
+    }
+
+    /// Store the identical files of `dir` (an entry being built) once: [`share::share_files`]
+    /// into the `objects` bucket.
+    pub fn share(&self, dir: &Path) -> Result<share::ShareStats> {
+        share::share_files(dir, &self.bucket("objects")?)
     }
 
     /// Return `<bucket>/<key>`, building it first if it does not exist.

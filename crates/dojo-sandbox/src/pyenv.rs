@@ -378,7 +378,9 @@ impl PythonEnv {
         let cache = dojo_cache::Cache::open().map_err(|e| err(e.to_string()))?;
         let entry = cache
             .get_or_build("envs", &key, |tmp| {
-                build_into(spec, pristine, &python, &uv, tmp)
+                build_into(spec, pristine, &python, &uv, tmp)?;
+                share_venv(&cache, &tmp.join("venv"));
+                Ok::<_, BuildError>(())
             })
             .map_err(|e| err(e.to_string()))?;
         let tree = entry.join("tree");
@@ -403,6 +405,26 @@ impl PythonEnv {
         tokio::task::spawn_blocking(move || PythonEnv::build(&s, p.as_ref()))
             .await
             .map_err(|e| SandboxError::Other(format!("env build task: {e}")))?
+    }
+}
+
+/// The venv's files that other environments have too (every package but the project) stored
+/// once, before the entry is published. Only disk is at stake: a failure is logged and the
+/// environment kept as built.
+fn share_venv(cache: &dojo_cache::Cache, venv: &Path) {
+    match cache.share(venv) {
+        Ok(s) => tracing::info!(
+            venv = %venv.display(),
+            files = s.files,
+            shared_mb = s.shared_bytes / 1_000_000,
+            stored_mb = s.stored_bytes / 1_000_000,
+            "environment files stored once"
+        ),
+        Err(e) => tracing::warn!(
+            venv = %venv.display(),
+            error = &e as &dyn std::error::Error,
+            "environment files not shared; the environment keeps its own copies"
+        ),
     }
 }
 

@@ -159,17 +159,8 @@ async fn old_pip_keeps_setup_py_develop_for_a_project_without_pyproject() {
         ),
         ("legacypkg/__init__.py", "VALUE = 1\n"),
     ]);
-    let p = PristineStore::open()
-        .unwrap()
-        .build(&Source::Dir { path: src })
-        .unwrap();
-    let env = match PythonEnv::build_async(&spec, Some(&p)).await {
-        Ok(e) => e,
-        Err(e) if e.to_string().contains("network") => {
-            eprintln!("SKIPPED: no package index reachable: {e}");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some((p, env)) = editable_env(&spec, src).await else {
+        return;
     };
     let site = env.path.join("lib/python3.8/site-packages");
     assert!(
@@ -513,4 +504,72 @@ async fn pip_environments_keep_build_requirements_for_an_offline_reinstall() {
         "{out:?}"
     );
     sb.teardown().await.unwrap();
+}
+
+/// Environments of two projects with the same packages store those packages once (one inode
+/// for `six.py` in both venvs, dojo-cache's `share`), and the interpreter still loads their
+/// compiled files: the build moved each .pyc's source timestamp with its source.
+#[tokio::test]
+async fn environments_of_two_projects_store_their_common_packages_once() {
+    skip_unless_ns!();
+    skip_unless_uv!();
+    use std::os::unix::fs::MetadataExt;
+    let spec = PythonEnvSpec::from_toml_str(
+        "python = \"3.11\"\nrequirements = [\"six==1.16.0\"]\ninstaller = \"pip\"\n",
+    )
+    .unwrap();
+    let mut built = Vec::new();
+    for name in ["alpha", "beta"] {
+        let pyproject = format!(
+            "[build-system]\nrequires = [\"setuptools>=64\"]\nbuild-backend = \"setuptools.build_meta\"\n\n[project]\nname = \"{name}\"\nversion = \"0.1\"\n"
+        );
+        let init = format!("{name}/__init__.py");
+        let src = common::tree(&[
+            ("pyproject.toml", pyproject.as_str()),
+            (init.as_str(), "NAME = 1\n"),
+        ]);
+        let Some(built_one) = editable_env(&spec, src).await else {
+            return;
+        };
+        built.push(built_one);
+    }
+    let six = |env: &PythonEnv| {
+        std::fs::metadata(env.path.join("lib/python3.11/site-packages/six.py"))
+            .unwrap()
+            .ino()
+    };
+    assert_ne!(built[0].1.id, built[1].1.id, "one environment per project");
+    assert_eq!(six(&built[0].1), six(&built[1].1), "six.py stored twice");
+
+    let (p, env) = &built[1];
+    let sb = Sandbox::create(p, Some(env), &SandboxOptions::default())
+        .await
+        .unwrap();
+    let out = common::sh(
+        &sb,
+        "cd /tmp && python -v -c 'import six, beta' 2>&1 | grep -c \"code object from '/venv/lib/python3.11/site-packages/__pycache__/six\"",
+    )
+    .await;
+    assert_eq!(out.stdout_lossy().trim(), "1", "{out:?}");
+    sb.teardown().await.unwrap();
+}
+
+/// The pristine tree of `src` and `spec`'s environment for it; `None` (the test skips) where
+/// no package index is reachable.
+async fn editable_env(
+    spec: &PythonEnvSpec,
+    src: std::path::PathBuf,
+) -> Option<(dojo_sandbox::Pristine, PythonEnv)> {
+    let p = PristineStore::open()
+        .unwrap()
+        .build(&Source::Dir { path: src })
+        .unwrap();
+    match PythonEnv::build_async(spec, Some(&p)).await {
+        Ok(e) => Some((p, e)),
+        Err(e) if e.to_string().contains("network") => {
+            eprintln!("SKIPPED: no package index reachable: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
 }
