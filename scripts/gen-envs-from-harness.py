@@ -185,6 +185,13 @@ _SK_OLD = {
         "files; the harness's conda (Python 3.6) had 0.29.x: the newest 0.29 (0.29.37, cp36 "
         "wheel) is taken",
     ),
+    "pytest": (
+        "pytest==6.2.4",
+        "unpinned `pytest` resolves to 7.0.1 on PyPI (the newest for Python 3.6); the "
+        "harness's conda image had 6.2.4 (its logs: `pytest-6.2.4, py-1.11.0, "
+        "pluggy-0.13.1`), whose parametrize ids the lists were made with (a complex value is "
+        "named by argument and index, `train_size3`, where 7.0 writes `1j`: 14983)",
+    ),
 }
 # An interpreter no registry here offers, replaced by the nearest one that runs the version's
 # pins (django 1.7-2.2 and matplotlib 1.0-2.2 ask for 3.5; their releases support 3.6). Results

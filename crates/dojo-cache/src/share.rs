@@ -3,14 +3,17 @@
 //! Environments of one SWE-bench version differ in the project they install, not in the
 //! hundreds of MB of packages beside it (numpy, scipy, pandas, matplotlib: 284 MB in each
 //! scikit-learn environment), yet each instance has its own environment because its project is
-//! installed into it. [`share_files`] gives a published entry's identical files one inode.
+//! installed into it; pristine trees of one repository differ in a few files of thousands.
+//! [`share_files`] gives the identical files of an entry being built one inode with those of
+//! the entries before it.
 //!
-//! Why it is safe: a cache entry is never written after it is published (sandboxes mount an
-//! environment read-only, or as the lower layer of a private overlay, whose writes copy up).
+//! Why it is safe: a cache entry is never written after it is published (sandboxes mount it
+//! read-only, or as the lower layer of a private overlay, whose writes copy up; the fallback
+//! backend's Landlock rules allow writes only in its own workspace and /tmp).
 //! A hard link shares metadata as well as content, so the key is the content's sha256 *and* the
 //! file's mode, owner and modification time: linking never changes what a file looks like, only
-//! where its blocks are. (Environment builds give their files one timestamp so that this key
-//! matches across entries; see `pyenv_build.sh`.)
+//! where its blocks are. (dojo-sandbox's builders, of venvs and of pristine trees, give their
+//! files one timestamp so that this key matches across entries.)
 //!
 //! Crash semantics: a file is replaced by `rename` of a fresh link over it, so at every instant
 //! it has either its old inode or the object's, both with the same bytes. An object is created

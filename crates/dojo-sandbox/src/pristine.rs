@@ -146,7 +146,11 @@ impl PristineStore {
         let (parent, bucket) = split_root(&self.root);
         let cache = dojo_cache::Cache::at(parent).map_err(|e| err(e.into()))?;
         let entry = cache
-            .get_or_build(&bucket, &key, |tmp| build_into(source, tmp))
+            .get_or_build(&bucket, &key, |tmp| {
+                build_into(source, tmp)?;
+                crate::pyenv::share_entry(&cache, &tmp.join("tree"));
+                Ok::<_, BuildError>(())
+            })
             .map_err(|e| err(e.into()))?;
         Ok(Pristine {
             id: key,
@@ -285,7 +289,8 @@ fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), BuildError
     }
     strip_bytecode(&tree);
     // Before the commit, so the index's stat data matches and git never rehashes the tree.
-    pin_source_mtimes(&tree);
+    let uniform = matches!(source, Source::Git { .. });
+    pin_mtimes(&tree, if uniform { Pin::All } else { Pin::Sources });
     init_repo(&tree, release_tag.as_deref())?;
     if Path::new(DEFAULT_PYTHON).exists() && std::env::var_os("DOJO_NO_COMPILEALL").is_none() {
         // Best effort: Python-2-only files fail to compile and that is fine.
@@ -296,6 +301,7 @@ fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), BuildError
             .stderr(Stdio::null())
             .status();
     }
+    pin_mtimes(&tree, Pin::Derived);
     if crate::ids::is_root() {
         let uid = crate::ids::sandbox_uid();
         run(
@@ -316,23 +322,47 @@ fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), BuildError
     Ok(())
 }
 
-/// A fixed past mtime for every source file, set before `compileall`.
-///
-/// Python trusts a `.pyc` whose recorded source mtime (whole seconds) and size still match. An
-/// edit made in the same second as the tree was written, keeping the size (`a - b` → `a + b`),
-/// would otherwise run the stale bytecode. With sources pinned to 2000-01-01 every later edit
-/// gets a different mtime.
-fn pin_source_mtimes(tree: &Path) {
-    const PINNED: std::time::Duration = std::time::Duration::from_secs(946_684_800);
+/// 2000-01-01, the mtime [`pin_mtimes`] gives.
+const PINNED: std::time::Duration = std::time::Duration::from_secs(946_684_800);
+
+/// Which files of a tree [`pin_mtimes`] gives the fixed past mtime.
+#[derive(Clone, Copy)]
+enum Pin {
+    /// Python sources, before `compileall`: Python trusts a `.pyc` whose recorded source mtime
+    /// (whole seconds) and size still match, so an edit made in the same second as the tree was
+    /// written, keeping the size (`a - b` → `a + b`), would otherwise run the stale bytecode.
+    /// With sources pinned every later edit gets a different mtime.
+    Sources,
+    /// Every file outside `.git`, before `compileall`: a `git archive` export gives them all
+    /// one time (the commit's), so one other time keeps their order (what `make`-like checks
+    /// read) and makes the files trees of one repository have in common identical in metadata
+    /// too, so the cache stores them once ([`dojo_cache::Cache::share`]).
+    All,
+    /// After `compileall` and the commit, for sharing too: the bytecode files themselves (their
+    /// headers keep the sources' time) and git's objects (git reads no object's mtime with
+    /// `gc.auto=0`); never `.git/index`, whose own mtime git compares entries against.
+    Derived,
+}
+
+fn pin_mtimes(tree: &Path, pin: Pin) {
     let when = std::time::UNIX_EPOCH + PINNED;
-    for entry in walkdir::WalkDir::new(tree)
+    let git_dir = tree.join(".git");
+    let walk = walkdir::WalkDir::new(tree)
         .into_iter()
-        .filter_entry(|e| e.file_name() != ".git")
-        .filter_map(|e| e.ok())
-    {
+        .filter_entry(|e| matches!(pin, Pin::Derived) || e.path() != git_dir);
+    for entry in walk.filter_map(|e| e.ok()) {
+        let path = entry.path();
+        let wanted = match pin {
+            Pin::Sources => path.extension().is_some_and(|x| x == "py"),
+            Pin::All => true,
+            Pin::Derived => {
+                path.extension().is_some_and(|x| x == "pyc")
+                    || path.starts_with(git_dir.join("objects"))
+            }
+        };
         if entry.file_type().is_file()
-            && entry.path().extension().is_some_and(|x| x == "py")
-            && let Ok(f) = std::fs::File::options().write(true).open(entry.path())
+            && wanted
+            && let Ok(f) = std::fs::File::options().write(true).open(path)
         {
             let _ = f.set_modified(when);
         }

@@ -379,7 +379,7 @@ impl PythonEnv {
         let entry = cache
             .get_or_build("envs", &key, |tmp| {
                 build_into(spec, pristine, &python, &uv, tmp)?;
-                share_venv(&cache, &tmp.join("venv"));
+                share_entry(&cache, &tmp.join("venv"));
                 Ok::<_, BuildError>(())
             })
             .map_err(|e| err(e.to_string()))?;
@@ -408,22 +408,22 @@ impl PythonEnv {
     }
 }
 
-/// The venv's files that other environments have too (every package but the project) stored
-/// once, before the entry is published. Only disk is at stake: a failure is logged and the
-/// environment kept as built.
-fn share_venv(cache: &dojo_cache::Cache, venv: &Path) {
-    match cache.share(venv) {
+/// The files of an entry being built (a venv, a pristine tree) that other entries have too
+/// (every package but the project; a repository's unchanged files) stored once, before the
+/// entry is published. Only disk is at stake: a failure is logged and the entry kept as built.
+pub(crate) fn share_entry(cache: &dojo_cache::Cache, dir: &Path) {
+    match cache.share(dir) {
         Ok(s) => tracing::info!(
-            venv = %venv.display(),
+            dir = %dir.display(),
             files = s.files,
             shared_mb = s.shared_bytes / 1_000_000,
             stored_mb = s.stored_bytes / 1_000_000,
-            "environment files stored once"
+            "cache entry's files stored once"
         ),
         Err(e) => tracing::warn!(
-            venv = %venv.display(),
+            dir = %dir.display(),
             error = &e as &dyn std::error::Error,
-            "environment files not shared; the environment keeps its own copies"
+            "cache entry's files not shared; the entry keeps its own copies"
         ),
     }
 }

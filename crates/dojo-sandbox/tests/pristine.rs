@@ -206,3 +206,63 @@ async fn directory_source_is_recognised_until_it_changes() {
     std::fs::write(root.join("pkg/__pycache__/mod.cpython-311.pyc"), "b").unwrap();
     assert_eq!(store.build(&dir).unwrap().id, edited.id);
 }
+
+/// Trees of two commits of one repository store their unchanged files once (one inode, through
+/// dojo-cache's `share`), while what a sandbox sees does not change: the files' content, the
+/// compiled bytecode the interpreter loads, and an empty diff until something is edited.
+#[tokio::test]
+async fn trees_of_two_commits_store_their_unchanged_files_once() {
+    skip_unless_ns!();
+    use std::os::unix::fs::MetadataExt;
+    let body = "def f():\n    return 1\n".repeat(50);
+    let repo = common::tree(&[
+        ("pkg/__init__.py", ""),
+        ("pkg/same.py", &body),
+        ("pkg/changed.py", "x = 1\n"),
+        ("data.txt", "kept\n"),
+    ]);
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "one"]);
+    let one = git(&repo, &["rev-parse", "HEAD"]);
+    std::fs::write(repo.join("pkg/changed.py"), "x = 2\n").unwrap();
+    git(&repo, &["commit", "-qam", "two"]);
+    let two = git(&repo, &["rev-parse", "HEAD"]);
+    let store = PristineStore::open().unwrap();
+    let build = |commit: &str| {
+        store
+            .build(&Source::Git {
+                repo: repo.clone(),
+                commit: commit.into(),
+            })
+            .unwrap()
+    };
+    let (a, b) = (build(&one), build(&two));
+    let ino =
+        |p: &dojo_sandbox::Pristine, f: &str| std::fs::metadata(p.path.join(f)).unwrap().ino();
+    assert_eq!(ino(&a, "pkg/same.py"), ino(&b, "pkg/same.py"));
+    assert_eq!(ino(&a, "data.txt"), ino(&b, "data.txt"));
+    assert_ne!(ino(&a, "pkg/changed.py"), ino(&b, "pkg/changed.py"));
+    assert_eq!(
+        std::fs::read_to_string(b.path.join("pkg/changed.py")).unwrap(),
+        "x = 2\n"
+    );
+
+    let sb = Sandbox::create(&b, None, &SandboxOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        sb.diff().await.unwrap(),
+        "",
+        "an untouched tree has no diff"
+    );
+    if std::path::Path::new(dojo_sandbox::pristine::DEFAULT_PYTHON).exists() {
+        let out = common::sh(
+            &sb,
+            "/usr/bin/python3.11 -v -c 'import sys; sys.path.insert(0, \".\"); import pkg.same' 2>&1 | grep -c \"code object from '/testbed/pkg/__pycache__/same\"",
+        )
+        .await;
+        assert_eq!(out.stdout_lossy().trim(), "1", "{out:?}");
+    }
+    sb.teardown().await.unwrap();
+}
