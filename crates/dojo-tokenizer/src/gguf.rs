@@ -138,11 +138,24 @@ impl<R: Read> Reader<R> {
         }
     }
 
+    /// The header failed at `what` on an underlying error, which stays the cause.
+    fn read_err(
+        &self,
+        what: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> ChatError {
+        ChatError::GgufRead {
+            path: self.path.clone(),
+            what,
+            source: Box::new(source),
+        }
+    }
+
     fn bytes<const N: usize>(&mut self) -> Result<[u8; N], ChatError> {
         let mut b = [0u8; N];
         self.r
             .read_exact(&mut b)
-            .map_err(|e| self.err(format!("truncated header: {e}")))?;
+            .map_err(|e| self.read_err("truncated header", e))?;
         Ok(b)
     }
 
@@ -162,8 +175,8 @@ impl<R: Read> Reader<R> {
         let mut buf = vec![0u8; n as usize];
         self.r
             .read_exact(&mut buf)
-            .map_err(|e| self.err(format!("truncated header: {e}")))?;
-        String::from_utf8(buf).map_err(|e| self.err(format!("string is not UTF-8: {e}")))
+            .map_err(|e| self.read_err("truncated header", e))?;
+        String::from_utf8(buf).map_err(|e| self.read_err("string is not UTF-8", e))
     }
 
     fn value(&mut self, ty: u32) -> Result<GgufValue, ChatError> {

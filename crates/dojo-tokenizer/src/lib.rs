@@ -41,17 +41,38 @@ pub enum ChatError {
     Gguf { path: PathBuf, reason: String },
     #[error("tokenizer {source_name}: {reason}")]
     Tokenizer { source_name: String, reason: String },
+    /// minijinja refused the template or failed rendering it: `reason` is its message as
+    /// shown (with the template line, or what the template raised).
     #[error("chat template: {reason}")]
-    Template { reason: String },
+    TemplateFailed {
+        reason: String,
+        #[source]
+        source: minijinja::Error,
+    },
     #[error("{path}: {reason}")]
     File { path: PathBuf, reason: String },
     #[error("message {index}: {reason}")]
     Message { index: usize, reason: String },
+    #[error("message {index}: tool call arguments are not valid JSON ({source}): {arguments}")]
+    ToolArguments {
+        index: usize,
+        arguments: String,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error(
         "chat template is not prefix-stable at message {index}: rendering the conversation up to \
          that message is not a prefix of the full rendering, so assistant spans are ambiguous"
     )]
     NotPrefixStable { index: usize },
+    /// The GGUF header could not be read (`what`: cut short, a string not UTF-8).
+    #[error("GGUF file {path}: {what}: {source}")]
+    GgufRead {
+        path: PathBuf,
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("GGUF file {path}: cannot open: {source}")]
     GgufOpen {
         path: PathBuf,

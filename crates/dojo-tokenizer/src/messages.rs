@@ -87,10 +87,13 @@ fn arguments_object(index: usize, args: Option<&Json>) -> Result<Json> {
     match args {
         None | Some(Json::Null) => Ok(json!({})),
         Some(Json::String(s)) if s.trim().is_empty() => Ok(json!({})),
-        Some(Json::String(s)) => serde_json::from_str(s).map_err(|e| ChatError::Message {
-            index,
-            reason: format!("tool call arguments are not valid JSON ({e}): {s}"),
-        }),
+        Some(Json::String(s)) => {
+            serde_json::from_str(s).map_err(|source| ChatError::ToolArguments {
+                index,
+                arguments: s.clone(),
+                source,
+            })
+        }
         Some(v) => Ok(v.clone()),
     }
 }
@@ -125,30 +128,8 @@ pub fn normalize_messages(
                 index,
                 reason: "`tool_calls` must be a list".into(),
             })?;
-            let mut fixed = Vec::with_capacity(calls.len());
-            for call in calls {
-                let mut call = call.clone();
-                let shown = call.to_string();
-                let func = call
-                    .get_mut("function")
-                    .and_then(Json::as_object_mut)
-                    .ok_or_else(|| ChatError::Message {
-                        index,
-                        reason: format!("tool call without `function` object: {shown}"),
-                    })?;
-                let args = arguments_object(index, func.get("arguments"))?;
-                let name = func
-                    .get("name")
-                    .and_then(Json::as_str)
-                    .ok_or_else(|| ChatError::Message {
-                        index,
-                        reason: "tool call without function `name`".into(),
-                    })?
-                    .to_string();
-                calls_text.push(hermes_tool_call(&name, &args));
-                func.insert("arguments".into(), args);
-                fixed.push(call);
-            }
+            let (fixed, text) = fixed_tool_calls(index, calls)?;
+            calls_text = text;
             if calls.is_empty() {
                 msg.remove("tool_calls");
             } else {
@@ -164,18 +145,7 @@ pub fn normalize_messages(
                 msg.remove("tool_calls");
             }
             if role == "tool" {
-                let block = format!("<tool_response>\n{content}\n</tool_response>");
-                let prev_is_tool = out.last().and_then(|p: &Json| p.get("_tool_run")).is_some();
-                if prev_is_tool && let Some(prev) = out.last_mut().and_then(Json::as_object_mut) {
-                    let merged = format!(
-                        "{}\n{block}",
-                        prev.get("content").and_then(Json::as_str).unwrap_or("")
-                    );
-                    prev.insert("content".into(), Json::String(merged));
-                    continue;
-                }
-                out.push(json!({"role": "user", "content": block, "_tool_run": true}));
-                origin.push(index);
+                push_tool_response(&mut out, &mut origin, index, &content);
                 continue;
             }
         }
@@ -194,22 +164,7 @@ pub fn normalize_messages(
         if template_supports_tools {
             pass_tools = Some(tools.to_vec());
         } else {
-            let block = hermes_tools_block(tools);
-            match out.first_mut().and_then(Json::as_object_mut) {
-                Some(first) if first.get("role").and_then(Json::as_str) == Some("system") => {
-                    let sys = first.get("content").and_then(Json::as_str).unwrap_or("");
-                    let merged = if sys.is_empty() {
-                        block
-                    } else {
-                        format!("{sys}\n\n{block}")
-                    };
-                    first.insert("content".into(), Json::String(merged));
-                }
-                _ => {
-                    out.insert(0, json!({"role": "system", "content": block}));
-                    origin.insert(0, 0);
-                }
-            }
+            write_tools_into_system(&mut out, &mut origin, tools);
         }
     }
     Ok(Normalized {
@@ -217,6 +172,76 @@ pub fn normalize_messages(
         origin,
         tools: pass_tools,
     })
+}
+
+/// Message `index`'s tool calls with their `arguments` as objects, and each call as the
+/// Hermes `<tool_call>` text a template without tool support is given instead.
+fn fixed_tool_calls(index: usize, calls: &[Json]) -> Result<(Vec<Json>, Vec<String>)> {
+    let mut fixed = Vec::with_capacity(calls.len());
+    let mut calls_text = Vec::with_capacity(calls.len());
+    for call in calls {
+        let mut call = call.clone();
+        let shown = call.to_string();
+        let func = call
+            .get_mut("function")
+            .and_then(Json::as_object_mut)
+            .ok_or_else(|| ChatError::Message {
+                index,
+                reason: format!("tool call without `function` object: {shown}"),
+            })?;
+        let args = arguments_object(index, func.get("arguments"))?;
+        let name = func
+            .get("name")
+            .and_then(Json::as_str)
+            .ok_or_else(|| ChatError::Message {
+                index,
+                reason: "tool call without function `name`".into(),
+            })?
+            .to_string();
+        calls_text.push(hermes_tool_call(&name, &args));
+        func.insert("arguments".into(), args);
+        fixed.push(call);
+    }
+    Ok((fixed, calls_text))
+}
+
+/// A tool result for a template without tool support: a `user` message of
+/// `<tool_response>` blocks, one for a run of consecutive results (marked `_tool_run` until
+/// the end of normalisation).
+fn push_tool_response(out: &mut Vec<Json>, origin: &mut Vec<usize>, index: usize, content: &str) {
+    let block = format!("<tool_response>\n{content}\n</tool_response>");
+    let prev_is_tool = out.last().and_then(|p: &Json| p.get("_tool_run")).is_some();
+    if prev_is_tool && let Some(prev) = out.last_mut().and_then(Json::as_object_mut) {
+        let merged = format!(
+            "{}\n{block}",
+            prev.get("content").and_then(Json::as_str).unwrap_or("")
+        );
+        prev.insert("content".into(), Json::String(merged));
+        return;
+    }
+    out.push(json!({"role": "user", "content": block, "_tool_run": true}));
+    origin.push(index);
+}
+
+/// The Hermes `# Tools` block at the end of the system message, or as a new first system
+/// message when there is none.
+fn write_tools_into_system(out: &mut Vec<Json>, origin: &mut Vec<usize>, tools: &[Json]) {
+    let block = hermes_tools_block(tools);
+    match out.first_mut().and_then(Json::as_object_mut) {
+        Some(first) if first.get("role").and_then(Json::as_str) == Some("system") => {
+            let sys = first.get("content").and_then(Json::as_str).unwrap_or("");
+            let merged = if sys.is_empty() {
+                block
+            } else {
+                format!("{sys}\n\n{block}")
+            };
+            first.insert("content".into(), Json::String(merged));
+        }
+        _ => {
+            out.insert(0, json!({"role": "system", "content": block}));
+            origin.insert(0, 0);
+        }
+    }
 }
 
 /// An assistant turn read back from generated text.

@@ -57,8 +57,9 @@ impl ChatTemplate {
         });
         env.add_filter("tojson", tojson_filter);
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
-            .map_err(|e| ChatError::Template {
+            .map_err(|e| ChatError::TemplateFailed {
                 reason: format!("template does not compile: {e:#}"),
+                source: e,
             })?;
         Ok(ChatTemplate {
             env,
@@ -111,8 +112,9 @@ impl ChatTemplate {
             .get_template(TEMPLATE_NAME)
             .map_err(ChatError::TemplateEngine)?;
         tmpl.render(Value::from(minijinja::value::Serde(&Json::Object(ctx))))
-            .map_err(|e| ChatError::Template {
+            .map_err(|e| ChatError::TemplateFailed {
                 reason: render_error(&e),
+                source: e,
             })
     }
 }
