@@ -123,13 +123,19 @@ fn chat_json(req: &ChatRequest) -> Result<(Vec<Json>, Option<Vec<Json>>), Engine
         .iter()
         .map(serde_json::to_value)
         .collect::<Result<_, _>>()
-        .map_err(|e| bad(format!("messages: {e}")))?;
+        .map_err(|source| EngineError::RequestJson {
+            what: "messages",
+            source,
+        })?;
     let tools: Option<Vec<Json>> = match &req.tools {
         Some(t) if !t.is_empty() => Some(
             t.iter()
                 .map(serde_json::to_value)
                 .collect::<Result<_, _>>()
-                .map_err(|e| bad(format!("tools: {e}")))?,
+                .map_err(|source| EngineError::RequestJson {
+                    what: "tools",
+                    source,
+                })?,
         ),
         _ => None,
     };
@@ -522,7 +528,9 @@ impl ChatBackend for Engine {
                     endpoint,
                     body: e.to_string(),
                 },
-                EngineError::Request(_) | EngineError::RequestChat(_) => LlmError::Rejected {
+                EngineError::Request(_)
+                | EngineError::RequestJson { .. }
+                | EngineError::RequestChat(_) => LlmError::Rejected {
                     endpoint,
                     status: 400,
                     body: e.to_string(),

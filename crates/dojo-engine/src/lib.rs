@@ -53,12 +53,37 @@ pub use sampling::SamplingParams;
 pub enum EngineError {
     #[error("loading model {path}: {reason}")]
     Load { path: PathBuf, reason: String },
+    /// Loading failed on an underlying error (I/O, JSON, candle), kept as the cause.
+    #[error("loading model {path}: {what}: {source}")]
+    LoadFrom {
+        path: PathBuf,
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// candle could not read the GGUF file: `message` is the first line of its error (candle
+    /// appends a backtrace when RUST_BACKTRACE is set).
+    #[error("loading model {path}: not a readable GGUF file: {message}")]
+    GgufRead {
+        path: PathBuf,
+        message: String,
+        // Boxed: a candle error inline would make every `Result` of this crate large.
+        #[source]
+        source: Box<candle_core::Error>,
+    },
     #[error("model: {0}")]
     Model(String),
     #[error("prompt of {tokens} tokens exceeds the maximum context length of {limit} tokens")]
     ContextLength { tokens: usize, limit: usize },
     #[error("invalid request: {0}")]
     Request(String),
+    /// A part of the request (`what`: messages, tools) could not be turned into JSON.
+    #[error("invalid request: {what}: {source}")]
+    RequestJson {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
     /// The request's messages or forced text could not be rendered or tokenized.
     #[error("invalid request: {0}")]
     RequestChat(#[source] dojo_tokenizer::ChatError),
@@ -71,6 +96,15 @@ pub enum EngineError {
     /// The device asked for (`--device`) is unknown or unavailable in this build or machine.
     #[error("--device {spec}: {reason}")]
     Device { spec: String, reason: String },
+    /// The CUDA device asked for exists in this build but could not be opened.
+    #[error("--device {spec}: opening CUDA device {ordinal}: {source}")]
+    DeviceOpen {
+        spec: String,
+        ordinal: usize,
+        // Boxed: a candle error inline would make every `Result` of this crate large.
+        #[source]
+        source: Box<candle_core::Error>,
+    },
 }
 
 /// The device named on the command line: `cpu` (the default) or `cuda` / `cuda:N`. CUDA is an
@@ -98,8 +132,11 @@ pub fn device(spec: &str) -> Result<candle_core::Device, EngineError> {
                 .into(),
         ));
     }
-    candle_core::Device::new_cuda(ordinal)
-        .map_err(|e| fail(format!("opening CUDA device {ordinal}: {e}")))
+    candle_core::Device::new_cuda(ordinal).map_err(|source| EngineError::DeviceOpen {
+        spec: spec.to_string(),
+        ordinal,
+        source: Box::new(source),
+    })
 }
 
 #[cfg(test)]

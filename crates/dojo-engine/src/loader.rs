@@ -20,6 +20,19 @@ fn model_err(path: &Path, reason: impl std::fmt::Display) -> EngineError {
     }
 }
 
+/// A load failure on an underlying error, which stays the cause.
+fn model_cause(
+    path: &Path,
+    what: impl Into<String>,
+    source: impl std::error::Error + Send + Sync + 'static,
+) -> EngineError {
+    EngineError::LoadFrom {
+        path: path.to_path_buf(),
+        what: what.into(),
+        source: Box::new(source),
+    }
+}
+
 /// How the linear layers of a quantized GGUF model are multiplied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WeightMode {
@@ -120,7 +133,7 @@ fn ggml_type_name(id: u32) -> &'static str {
 fn gguf_read_error(path: &Path, e: candle_core::Error) -> EngineError {
     // candle appends a backtrace when RUST_BACKTRACE is set; the first line is the message.
     let full = e.to_string();
-    let msg = full.lines().next().unwrap_or_default();
+    let msg = full.lines().next().unwrap_or_default().to_string();
     if let Some(id) = msg
         .strip_prefix("unknown dtype for tensor ")
         .and_then(|n| n.trim().parse::<u32>().ok())
@@ -134,7 +147,11 @@ fn gguf_read_error(path: &Path, e: candle_core::Error) -> EngineError {
             ),
         );
     }
-    model_err(path, format!("not a readable GGUF file: {msg}"))
+    EngineError::GgufRead {
+        path: path.to_path_buf(),
+        message: msg,
+        source: Box::new(e),
+    }
 }
 
 /// Load a GGUF model (any quantization candle supports: Q4_0/1, Q5_0/1, Q8_0, K-quants, F16,
@@ -152,9 +169,42 @@ pub fn load_gguf_with(
     device: &Device,
     mode: WeightMode,
 ) -> Result<Model, EngineError> {
-    let mut f = File::open(path).map_err(|e| model_err(path, format!("cannot open: {e}")))?;
-    let ct = gguf_file::Content::read(&mut f).map_err(|e| gguf_read_error(path, e))?;
-    let md = &ct.metadata;
+    let mut file = File::open(path).map_err(|e| model_cause(path, "cannot open", e))?;
+    let ct = gguf_file::Content::read(&mut file).map_err(|e| gguf_read_error(path, e))?;
+    let config = gguf_config(path, &ct.metadata)?;
+    let mode = resolve_weight_mode(mode, &ct);
+    let mut w = GgufWeights {
+        path,
+        ct: &ct,
+        file,
+        device,
+        mode,
+    };
+    let embed_q = w.quantized("token_embd.weight")?;
+    let embed = w.dequantize(&embed_q, "token_embd.weight")?;
+    let lm_head = if w.has("output.weight") {
+        let q = w.quantized("output.weight")?;
+        w.matmul(q, "output.weight")?
+    } else if mode == WeightMode::Dense {
+        // Tied: share the already dequantized embedding.
+        QMatMul::Tensor(embed.clone())
+    } else {
+        w.matmul(embed_q, "token_embd.weight")?
+    };
+    let norm = w.dense("output_norm.weight")?;
+    let layers = (0..config.num_layers)
+        .map(|i| w.layer(i))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut model = Model::new(config, embed, layers, norm, lm_head, device)?;
+    if mode == WeightMode::Mixed {
+        model.dense_prefill_rows = Some(DENSE_PREFILL_ROWS);
+    }
+    Ok(model)
+}
+
+/// The model's dimensions from a GGUF file's `{arch}.*` metadata (the vocabulary size comes
+/// from the embedding later).
+fn gguf_config(path: &Path, md: &HashMap<String, gguf_file::Value>) -> Result<Config, EngineError> {
     let get = |k: &str| md.get(k);
     let arch_name = get("general.architecture")
         .and_then(|v| v.to_string().ok())
@@ -175,7 +225,7 @@ pub fn load_gguf_with(
     let float = |k: &str| get(&format!("{arch_name}.{k}")).and_then(|v| v.to_f32().ok());
     let hidden = int("embedding_length")?;
     let heads = int("attention.head_count")?;
-    let config = Config {
+    Ok(Config {
         arch,
         vocab_size: 0,
         hidden_size: hidden,
@@ -188,9 +238,12 @@ pub fn load_gguf_with(
         rms_eps: float("attention.layer_norm_rms_epsilon").unwrap_or(1e-6) as f64,
         max_position: int("context_length").unwrap_or(4096),
         rope_interleaved: arch == Arch::Llama,
-    };
-    // Dense when asked, or (auto) when a 2-D weight's quantization has no fast kernel here and
-    // the f32 copy is affordable.
+    })
+}
+
+/// [`WeightMode::Auto`] decided for this file: dense when a 2-D weight's quantization has no
+/// fast kernel here (a portable x86 build) and the f32 copy is affordable, mixed otherwise.
+fn resolve_weight_mode(mode: WeightMode, ct: &gguf_file::Content) -> WeightMode {
     let dense_bytes: usize = ct
         .tensor_infos
         .values()
@@ -206,91 +259,113 @@ pub fn load_gguf_with(
         WeightMode::Auto => WeightMode::Mixed,
         m => m,
     };
-    let dense_weights = mode == WeightMode::Dense;
     tracing::debug!(?mode, dense_bytes, "GGUF weight mode");
-    let matmul = |q: candle_core::quantized::QTensor, name: &str| -> Result<QMatMul, EngineError> {
-        let terr = |e: candle_core::Error| model_err(path, format!("tensor {name}: {e}"));
-        match mode {
-            WeightMode::Dense => Ok(QMatMul::Tensor(q.dequantize(device).map_err(terr)?)),
+    mode
+}
+
+/// The tensors of an open GGUF file, read one by one in the form the [`WeightMode`] asks for.
+struct GgufWeights<'a> {
+    path: &'a Path,
+    ct: &'a gguf_file::Content,
+    file: File,
+    device: &'a Device,
+    mode: WeightMode,
+}
+
+impl GgufWeights<'_> {
+    fn has(&self, name: &str) -> bool {
+        self.ct.tensor_infos.contains_key(name)
+    }
+
+    fn quantized(&mut self, name: &str) -> Result<candle_core::quantized::QTensor, EngineError> {
+        self.ct
+            .tensor(&mut self.file, name, self.device)
+            .map_err(|e| model_cause(self.path, format!("tensor {name}"), e))
+    }
+
+    fn dequantize(
+        &self,
+        q: &candle_core::quantized::QTensor,
+        name: &str,
+    ) -> Result<Tensor, EngineError> {
+        q.dequantize(self.device)
+            .map_err(|e| model_cause(self.path, format!("tensor {name}"), e))
+    }
+
+    /// A tensor read and dequantized to f32 (norms, biases).
+    fn dense(&mut self, name: &str) -> Result<Tensor, EngineError> {
+        let q = self.quantized(name)?;
+        self.dequantize(&q, name)
+    }
+
+    /// A 2-D weight as the [`WeightMode`] multiplies it.
+    fn matmul(
+        &self,
+        q: candle_core::quantized::QTensor,
+        name: &str,
+    ) -> Result<QMatMul, EngineError> {
+        let terr = |e: candle_core::Error| model_cause(self.path, format!("tensor {name}"), e);
+        match self.mode {
+            WeightMode::Dense => Ok(QMatMul::Tensor(self.dequantize(&q, name)?)),
             WeightMode::Mixed
                 if needs_requant(q.dtype())
                     && q.shape().dims().last().is_some_and(|d| d % 32 == 0) =>
             {
-                let dense = q.dequantize(device).map_err(terr)?;
+                let dense = self.dequantize(&q, name)?;
                 let q8 = candle_core::quantized::QTensor::quantize(&dense, GgmlDType::Q8_0)
                     .map_err(terr)?;
                 Ok(QMatMul::from_qtensor(q8)?)
             }
             // candle's CPU kernels for these types take blocks in pairs and panic on an odd
             // count (a row of 32, 96, ... values): keep such a weight dense instead.
-            _ if device.is_cpu()
+            _ if self.device.is_cpu()
                 && matches!(
                     q.dtype(),
                     GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1
                 )
                 && q.shape().dims().last().is_some_and(|d| d % 64 != 0) =>
             {
-                Ok(QMatMul::Tensor(q.dequantize(device).map_err(terr)?))
+                Ok(QMatMul::Tensor(self.dequantize(&q, name)?))
             }
             _ => Ok(QMatMul::from_qtensor(q)?),
         }
-    };
-    let mut qt = |name: &str| {
-        ct.tensor(&mut f, name, device)
-            .map_err(|e| model_err(path, format!("tensor {name}: {e}")))
-    };
-    let has = |name: &str| ct.tensor_infos.contains_key(name);
-    let dense = |q: candle_core::quantized::QTensor, name: &str| {
-        q.dequantize(device)
-            .map_err(|e| model_err(path, format!("tensor {name}: {e}")))
-    };
-    let embed_q = qt("token_embd.weight")?;
-    let embed = embed_q
-        .dequantize(device)
-        .map_err(|e| model_err(path, format!("tensor token_embd.weight: {e}")))?;
-    let lm_head = if has("output.weight") {
-        matmul(qt("output.weight")?, "output.weight")?
-    } else if dense_weights {
-        // Tied: share the already dequantized embedding.
-        QMatMul::Tensor(embed.clone())
-    } else {
-        matmul(embed_q, "token_embd.weight")?
-    };
-    let norm_q = qt("output_norm.weight")?;
-    let norm = dense(norm_q, "output_norm.weight")?;
-    let mut layers = Vec::with_capacity(config.num_layers);
-    for i in 0..config.num_layers {
+    }
+
+    /// `{prefix}.{n}.weight`, with `{prefix}.{n}.bias` when the file has one.
+    fn linear(&mut self, prefix: &str, n: &str) -> Result<Linear, EngineError> {
+        let wname = format!("{prefix}.{n}.weight");
+        let q = self.quantized(&wname)?;
+        let w = self.matmul(q, &wname)?;
+        let bname = format!("{prefix}.{n}.bias");
+        let b = if self.has(&bname) {
+            Some(self.dense(&bname)?)
+        } else {
+            None
+        };
+        Ok(Linear { w, b })
+    }
+
+    /// Transformer block `i` (`blk.{i}.*`).
+    fn layer(&mut self, i: usize) -> Result<Layer, EngineError> {
         let p = format!("blk.{i}");
-        let mut lin = |n: &str| -> Result<Linear, EngineError> {
-            let wname = format!("{p}.{n}.weight");
-            let w = matmul(qt(&wname)?, &wname)?;
-            let bname = format!("{p}.{n}.bias");
-            let b = if has(&bname) {
-                Some(dense(qt(&bname)?, &bname)?)
-            } else {
-                None
-            };
-            Ok(Linear { w, b })
-        };
-        let q = lin("attn_q")?;
-        let k = lin("attn_k")?;
-        let v = lin("attn_v")?;
-        let o = lin("attn_output")?;
-        let gate = lin("ffn_gate")?;
-        let up = lin("ffn_up")?;
-        let down = lin("ffn_down")?;
-        let mut vec_t = |n: &str| -> Result<Tensor, EngineError> {
-            let name = format!("{p}.{n}.weight");
-            dense(qt(&name)?, &name)
-        };
-        let attn_norm = vec_t("attn_norm")?;
-        let ffn_norm = vec_t("ffn_norm")?;
-        let (q_norm, k_norm) = if has(&format!("{p}.attn_q_norm.weight")) {
-            (Some(vec_t("attn_q_norm")?), Some(vec_t("attn_k_norm")?))
+        let q = self.linear(&p, "attn_q")?;
+        let k = self.linear(&p, "attn_k")?;
+        let v = self.linear(&p, "attn_v")?;
+        let o = self.linear(&p, "attn_output")?;
+        let gate = self.linear(&p, "ffn_gate")?;
+        let up = self.linear(&p, "ffn_up")?;
+        let down = self.linear(&p, "ffn_down")?;
+        let attn_norm = self.dense(&format!("{p}.attn_norm.weight"))?;
+        let ffn_norm = self.dense(&format!("{p}.ffn_norm.weight"))?;
+        let (q_norm, k_norm) = if self.has(&format!("{p}.attn_q_norm.weight")) {
+            (
+                Some(self.dense(&format!("{p}.attn_q_norm.weight"))?),
+                Some(self.dense(&format!("{p}.attn_k_norm.weight"))?),
+            )
         } else {
             (None, None)
         };
-        layers.push(Layer {
+        Ok(Layer {
             attn_norm,
             q,
             k,
@@ -302,33 +377,48 @@ pub fn load_gguf_with(
             gate,
             up,
             down,
-        });
+        })
     }
-    let mut model = Model::new(config, embed, layers, norm, lm_head, device)?;
-    if mode == WeightMode::Mixed {
-        model.dense_prefill_rows = Some(DENSE_PREFILL_ROWS);
-    }
-    Ok(model)
 }
 
 /// Load a Hugging Face directory: `config.json` + `*.safetensors` (f32/bf16/f16, computed in
 /// f32 on the CPU).
 pub fn load_safetensors(dir: &Path, device: &Device) -> Result<Model, EngineError> {
-    let cfg_path = dir.join("config.json");
+    let (config, tied) = safetensors_config(&dir.join("config.json"))?;
+    let mut tensors = SafetensorsWeights {
+        dir,
+        tensors: read_safetensors(dir, device)?,
+    };
+    let embed = tensors.take("model.embed_tokens.weight")?;
+    let norm = tensors.take("model.norm.weight")?;
+    let lm_head = if tied {
+        QMatMul::Tensor(embed.clone())
+    } else {
+        QMatMul::Tensor(tensors.take("lm_head.weight")?)
+    };
+    let layers = (0..config.num_layers)
+        .map(|i| tensors.layer(config.arch, i))
+        .collect::<Result<Vec<_>, _>>()?;
+    Model::new(config, embed, layers, norm, lm_head, device)
+}
+
+/// The model's dimensions from `config.json`, and whether the output head is tied to the
+/// embedding (`tie_word_embeddings`).
+fn safetensors_config(cfg_path: &Path) -> Result<(Config, bool), EngineError> {
     let cfg: Json = serde_json::from_str(
-        &std::fs::read_to_string(&cfg_path).map_err(|e| model_err(&cfg_path, e))?,
+        &std::fs::read_to_string(cfg_path).map_err(|e| model_cause(cfg_path, "cannot read", e))?,
     )
-    .map_err(|e| model_err(&cfg_path, format!("invalid JSON: {e}")))?;
+    .map_err(|e| model_cause(cfg_path, "invalid JSON", e))?;
     let arch_name = cfg.get("model_type").and_then(Json::as_str).unwrap_or("");
     let arch = Arch::parse(arch_name).ok_or_else(|| {
         model_err(
-            &cfg_path,
+            cfg_path,
             format!("unsupported model_type `{arch_name}` (supported: llama, qwen2, qwen3)"),
         )
     })?;
     if let Some(rs) = cfg.get("rope_scaling").filter(|v| !v.is_null()) {
         return Err(model_err(
-            &cfg_path,
+            cfg_path,
             format!("rope_scaling is not supported: {rs}"),
         ));
     }
@@ -338,7 +428,7 @@ pub fn load_safetensors(dir: &Path, device: &Device) -> Result<Model, EngineErro
         .filter(|t| *t != "default")
     {
         return Err(model_err(
-            &cfg_path,
+            cfg_path,
             format!("rope_parameters.rope_type `{rt}` is not supported"),
         ));
     }
@@ -346,7 +436,7 @@ pub fn load_safetensors(dir: &Path, device: &Device) -> Result<Model, EngineErro
         cfg.get(k)
             .and_then(Json::as_u64)
             .map(|v| v as usize)
-            .ok_or_else(|| model_err(&cfg_path, format!("missing integer `{k}`")))
+            .ok_or_else(|| model_err(cfg_path, format!("missing integer `{k}`")))
     };
     let hidden = int("hidden_size")?;
     let heads = int("num_attention_heads")?;
@@ -376,9 +466,14 @@ pub fn load_safetensors(dir: &Path, device: &Device) -> Result<Model, EngineErro
         .get("tie_word_embeddings")
         .and_then(Json::as_bool)
         .unwrap_or(false);
-    let mut tensors: HashMap<String, Tensor> = HashMap::new();
+    Ok((config, tied))
+}
+
+/// Every tensor of every `*.safetensors` file in `dir` (in name order; a later file's tensor
+/// replaces an earlier one of the same name).
+fn read_safetensors(dir: &Path, device: &Device) -> Result<HashMap<String, Tensor>, EngineError> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| model_err(dir, e))?
+        .map_err(|e| model_cause(dir, "cannot list", e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
         .collect();
@@ -386,68 +481,74 @@ pub fn load_safetensors(dir: &Path, device: &Device) -> Result<Model, EngineErro
     if files.is_empty() {
         return Err(model_err(dir, "no *.safetensors files"));
     }
+    let mut tensors = HashMap::new();
     for f in &files {
-        let part = candle_core::safetensors::load(f, device).map_err(|e| model_err(f, e))?;
+        let part = candle_core::safetensors::load(f, device)
+            .map_err(|e| model_cause(f, "cannot read safetensors", e))?;
         tensors.extend(part);
     }
-    let mut take = |name: &str| -> Result<Tensor, EngineError> {
-        tensors
+    Ok(tensors)
+}
+
+/// The tensors of a Hugging Face checkpoint, each taken once and converted to f32.
+struct SafetensorsWeights<'a> {
+    dir: &'a Path,
+    tensors: HashMap<String, Tensor>,
+}
+
+impl SafetensorsWeights<'_> {
+    fn take(&mut self, name: &str) -> Result<Tensor, EngineError> {
+        self.tensors
             .remove(name)
-            .ok_or_else(|| model_err(dir, format!("missing tensor {name}")))?
+            .ok_or_else(|| model_err(self.dir, format!("missing tensor {name}")))?
             .to_dtype(DType::F32)
-            .map_err(|e| model_err(dir, format!("tensor {name}: {e}")))
-    };
-    let embed = take("model.embed_tokens.weight")?;
-    let norm = take("model.norm.weight")?;
-    let lm_head = if tied {
-        QMatMul::Tensor(embed.clone())
-    } else {
-        QMatMul::Tensor(take("lm_head.weight")?)
-    };
-    let mut layers = Vec::with_capacity(config.num_layers);
-    for i in 0..config.num_layers {
+            .map_err(|e| model_cause(self.dir, format!("tensor {name}"), e))
+    }
+
+    fn linear(&mut self, prefix: &str, n: &str, with_bias: bool) -> Result<Linear, EngineError> {
+        Ok(Linear {
+            w: QMatMul::Tensor(self.take(&format!("{prefix}.{n}.weight"))?),
+            b: if with_bias {
+                Some(self.take(&format!("{prefix}.{n}.bias"))?)
+            } else {
+                None
+            },
+        })
+    }
+
+    /// Transformer block `i` (`model.layers.{i}.*`): Qwen2 has q/k/v biases, Qwen3 q/k norms.
+    fn layer(&mut self, arch: Arch, i: usize) -> Result<Layer, EngineError> {
         let p = format!("model.layers.{i}");
         let bias = arch == Arch::Qwen2;
-        let mut lin = |n: &str, with_bias: bool| -> Result<Linear, EngineError> {
-            Ok(Linear {
-                w: QMatMul::Tensor(take(&format!("{p}.{n}.weight"))?),
-                b: if with_bias {
-                    Some(take(&format!("{p}.{n}.bias"))?)
-                } else {
-                    None
-                },
-            })
-        };
-        let q = lin("self_attn.q_proj", bias)?;
-        let k = lin("self_attn.k_proj", bias)?;
-        let v = lin("self_attn.v_proj", bias)?;
-        let o = lin("self_attn.o_proj", false)?;
-        let gate = lin("mlp.gate_proj", false)?;
-        let up = lin("mlp.up_proj", false)?;
-        let down = lin("mlp.down_proj", false)?;
+        let q = self.linear(&p, "self_attn.q_proj", bias)?;
+        let k = self.linear(&p, "self_attn.k_proj", bias)?;
+        let v = self.linear(&p, "self_attn.v_proj", bias)?;
+        let o = self.linear(&p, "self_attn.o_proj", false)?;
+        let gate = self.linear(&p, "mlp.gate_proj", false)?;
+        let up = self.linear(&p, "mlp.up_proj", false)?;
+        let down = self.linear(&p, "mlp.down_proj", false)?;
         let (q_norm, k_norm) = if arch == Arch::Qwen3 {
             (
-                Some(take(&format!("{p}.self_attn.q_norm.weight"))?),
-                Some(take(&format!("{p}.self_attn.k_norm.weight"))?),
+                Some(self.take(&format!("{p}.self_attn.q_norm.weight"))?),
+                Some(self.take(&format!("{p}.self_attn.k_norm.weight"))?),
             )
         } else {
             (None, None)
         };
-        layers.push(Layer {
-            attn_norm: take(&format!("{p}.input_layernorm.weight"))?,
+        Ok(Layer {
+            attn_norm: self.take(&format!("{p}.input_layernorm.weight"))?,
             q,
             k,
             v,
             o,
             q_norm,
             k_norm,
-            ffn_norm: take(&format!("{p}.post_attention_layernorm.weight"))?,
+            ffn_norm: self.take(&format!("{p}.post_attention_layernorm.weight"))?,
             gate,
             up,
             down,
-        });
+        })
     }
-    Model::new(config, embed, layers, norm, lm_head, device)
 }
 
 /// A randomly initialised model (normal, std 0.02; norms at 1), deterministic in `seed`.

@@ -38,9 +38,10 @@ fn engine_error(e: EngineError) -> Response {
             StatusCode::BAD_REQUEST,
             ErrorBody::new(400, e.to_string(), None).with_code("context_length_exceeded"),
         ),
-        EngineError::Request(_) | EngineError::RequestChat(_) | EngineError::Chat(_) => {
-            error(StatusCode::BAD_REQUEST, e.to_string())
-        }
+        EngineError::Request(_)
+        | EngineError::RequestJson { .. }
+        | EngineError::RequestChat(_)
+        | EngineError::Chat(_) => error(StatusCode::BAD_REQUEST, e.to_string()),
         other => {
             tracing::error!(error = %other, "engine failure");
             error(StatusCode::INTERNAL_SERVER_ERROR, other.to_string())
