@@ -11,7 +11,8 @@ use candle_core::{DType, Tensor, Var};
 
 use crate::TrainError;
 use crate::lora::Lora;
-use crate::model::{Checkpointing, LossRows, TrainModel};
+use crate::model::{BlockInputs, Checkpointing, LossRows, TrainModel};
+use rand::rngs::StdRng;
 
 impl TrainModel {
     /// Activation checkpointing for [`TrainModel::loss_grads`] (off by default): the memory
@@ -82,7 +83,28 @@ impl TrainModel {
             LossRows::Whole => n_rows,
         }
         .max(1);
-        let checkpointing = match self.checkpointing {
+        let checkpointing = self.wants_checkpointing(ids, chunk.min(n_rows))?;
+        let ctx = self.block_inputs(ids)?;
+        let fwd = self.forward_blocks(ids, &ctx, train, checkpointing)?;
+        let (total, dtop) = self.head_grads(&fwd.top, rows, chunk, &mut loss, grads)?;
+        let Some(g) = dtop else {
+            return Ok(total);
+        };
+        if !checkpointing {
+            // One pass through the graph the forward built.
+            let surrogate = (fwd.top * g)?.sum_all()?;
+            self.accumulate_grads(&surrogate.backward()?, grads)?;
+            return Ok(total);
+        }
+        self.backward_blocks(ids, &ctx, train, fwd, g, grads)?;
+        Ok(total)
+    }
+
+    /// Whether this batch runs with activation checkpointing: as set, or under
+    /// [`Checkpointing::Auto`] when its activations (with `logit_rows` rows of logits at once)
+    /// would not fit the budget.
+    fn wants_checkpointing(&self, ids: &Tensor, logit_rows: usize) -> Result<bool, TrainError> {
+        Ok(match self.checkpointing {
             Checkpointing::Off => false,
             Checkpointing::On => true,
             Checkpointing::Auto { activation_budget } => {
@@ -90,34 +112,60 @@ impl TrainModel {
                 let shape = crate::memory::BatchShape {
                     rows: b,
                     len: t,
-                    logit_rows: chunk.min(n_rows),
+                    logit_rows,
                 };
                 crate::memory::needs_checkpointing(&self.config, shape, activation_budget)
             }
-        };
-        let n = self.config.num_layers;
-        let ctx = self.block_inputs(ids)?;
-        // With checkpointing: each block's input (and the dropout state it started from).
+        })
+    }
+
+    /// The forward pass through every block. With checkpointing each block's input is
+    /// detached and kept with the dropout state it started from, so that the backward pass
+    /// can recompute it; without, `top` carries the whole graph.
+    fn forward_blocks(
+        &self,
+        ids: &Tensor,
+        ctx: &BlockInputs,
+        train: bool,
+        checkpointing: bool,
+    ) -> Result<BlockForward, TrainError> {
         let mut inputs = Vec::new();
         let mut rng = Vec::new();
         let mut x = self.embed(ids)?;
         if checkpointing {
             x = x.detach();
         }
-        for i in 0..n {
+        for i in 0..self.config.num_layers {
             if checkpointing {
                 rng.push(self.lora.as_ref().map(Lora::dropout_state));
-                let y = self.block(i, &x, &ctx, train)?.detach();
+                let y = self.block(i, &x, ctx, train)?.detach();
                 inputs.push(x);
                 x = y;
             } else {
-                x = self.block(i, &x, &ctx, train)?;
+                x = self.block(i, &x, ctx, train)?;
             }
         }
-        let rng_after = self.lora.as_ref().map(Lora::dropout_state);
+        Ok(BlockForward {
+            top: x,
+            inputs,
+            rng,
+            rng_after: self.lora.as_ref().map(Lora::dropout_state),
+        })
+    }
 
-        // The head, chunk by chunk, on the last hidden states as a leaf.
-        let top = Var::from_tensor(&x.detach())?;
+    /// The head and the loss, `chunk` rows at a time, on the last hidden states as a leaf:
+    /// the head's gradients go into `grads`; returns the summed loss (detached) and the
+    /// leaf's summed gradient (`None` when no loss reaches it).
+    fn head_grads(
+        &self,
+        top: &Tensor,
+        rows: &Tensor,
+        chunk: usize,
+        loss: &mut impl FnMut(&Tensor, Range<usize>) -> candle_core::Result<Tensor>,
+        grads: &mut HashMap<String, Tensor>,
+    ) -> Result<(Tensor, Option<Tensor>), TrainError> {
+        let n_rows = rows.dim(0)?;
+        let top = Var::from_tensor(&top.detach())?;
         let mut total: Option<Tensor> = None;
         let mut dtop: Option<Tensor> = None;
         let mut start = 0;
@@ -146,26 +194,36 @@ impl TrainModel {
             Some(t) => t,
             None => Tensor::zeros((), DType::F32, &self.device)?,
         };
-        drop(top);
-        let Some(mut g) = dtop else {
-            return Ok(total);
-        };
+        Ok((total, dtop))
+    }
 
-        if !checkpointing {
-            // One pass through the graph the forward built.
-            let surrogate = (x * g)?.sum_all()?;
-            self.accumulate_grads(&surrogate.backward()?, grads)?;
-            return Ok(total);
-        }
-        drop(x);
-        for i in (0..n).rev() {
+    /// With checkpointing: `g`, the gradient at the last hidden states, back through the
+    /// blocks from the last, each recomputed from its saved input with its dropout state (at
+    /// most one block's graph alive), then into the embedding unless LoRA freezes it.
+    fn backward_blocks(
+        &self,
+        ids: &Tensor,
+        ctx: &BlockInputs,
+        train: bool,
+        fwd: BlockForward,
+        mut g: Tensor,
+        grads: &mut HashMap<String, Tensor>,
+    ) -> Result<(), TrainError> {
+        let BlockForward {
+            top,
+            mut inputs,
+            rng,
+            rng_after,
+        } = fwd;
+        drop(top);
+        for i in (0..self.config.num_layers).rev() {
             let input = inputs.pop().expect("one input per block");
             if let (Some(lora), Some(Some(state))) = (&self.lora, rng.get(i)) {
                 lora.set_dropout_state(state.clone());
             }
             let xv = Var::from_tensor(&input)?;
             drop(input);
-            let surrogate = (self.block(i, xv.as_tensor(), &ctx, train)? * &g)?.sum_all()?;
+            let surrogate = (self.block(i, xv.as_tensor(), ctx, train)? * &g)?.sum_all()?;
             let store = surrogate.backward()?;
             self.accumulate_grads(&store, grads)?;
             let dx = store.get(xv.as_tensor()).cloned();
@@ -176,7 +234,7 @@ impl TrainModel {
                     if let (Some(lora), Some(state)) = (&self.lora, rng_after) {
                         lora.set_dropout_state(state);
                     }
-                    return Ok(total);
+                    return Ok(());
                 }
             }
         }
@@ -188,6 +246,18 @@ impl TrainModel {
             let surrogate = (self.embed(ids)? * g)?.sum_all()?;
             self.accumulate_grads(&surrogate.backward()?, grads)?;
         }
-        Ok(total)
+        Ok(())
     }
+}
+
+/// What [`TrainModel::forward_blocks`] leaves for the backward pass.
+struct BlockForward {
+    /// The hidden states after the last block (detached under checkpointing).
+    top: Tensor,
+    /// Under checkpointing: each block's input, detached.
+    inputs: Vec<Tensor>,
+    /// Under checkpointing: the LoRA dropout state each block started from.
+    rng: Vec<Option<StdRng>>,
+    /// The LoRA dropout state after the forward pass, restored once the backward is done.
+    rng_after: Option<StdRng>,
 }

@@ -47,8 +47,10 @@ pub struct TrainerState {
 pub fn read_state(dir: &Path) -> Result<TrainerState, TrainError> {
     let p = dir.join(STATE_FILE);
     let s = std::fs::read_to_string(&p).map_err(|e| TrainError::file(&p, e))?;
-    let st: TrainerState =
-        serde_json::from_str(&s).map_err(|e| TrainError::file(&p, format!("invalid: {e}")))?;
+    let st: TrainerState = serde_json::from_str(&s).map_err(|source| TrainError::Json {
+        path: p.to_path_buf(),
+        source,
+    })?;
     if st.schema_version != crate::TRAIN_SCHEMA_VERSION {
         return Err(TrainError::file(
             &p,

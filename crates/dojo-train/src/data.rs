@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use arrow::array::{Array, AsArray, ListArray};
 use arrow::datatypes::{DataType, Int32Type, Int64Type};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
@@ -124,6 +124,19 @@ fn bad(path: &Path, reason: impl Into<String>) -> TrainError {
     }
 }
 
+/// The data file failed at step `what` on an underlying error, which stays the cause.
+fn bad_from(
+    path: &Path,
+    what: &'static str,
+    source: impl std::error::Error + Send + Sync + 'static,
+) -> TrainError {
+    TrainError::DataFrom {
+        path: path.to_path_buf(),
+        what,
+        source: Box::new(source),
+    }
+}
+
 fn list_column<'a>(
     path: &Path,
     batch: &'a arrow::array::RecordBatch,
@@ -191,31 +204,7 @@ pub fn load_tokens(
             format!("--max-len {max_len}: need at least 2 tokens"),
         ));
     }
-    let file = File::open(path).map_err(|e| bad(path, format!("cannot open: {e}")))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-        .map_err(|e| bad(path, format!("not a readable Parquet file: {e}")))?;
-    let tokenizer_sha = builder
-        .metadata()
-        .file_metadata()
-        .key_value_metadata()
-        .and_then(|kv| kv.iter().find(|k| k.key == "dojo.tokenizer_sha"))
-        .and_then(|k| k.value.clone());
-    let schema = builder.schema().clone();
-    for name in ["input_ids", "labels"] {
-        if schema.field_with_name(name).is_err() {
-            let have: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-            return Err(bad(
-                path,
-                format!(
-                    "no column `{name}` (columns: {}); expected dojo curate's tokens.parquet",
-                    have.join(", ")
-                ),
-            ));
-        }
-    }
-    let reader = builder
-        .build()
-        .map_err(|e| bad(path, format!("reading: {e}")))?;
+    let (reader, tokenizer_sha) = open_tokens(path)?;
     let mut report = DataReport {
         path: path.to_path_buf(),
         max_len,
@@ -225,69 +214,15 @@ pub fn load_tokens(
     let mut samples = Vec::new();
     let mut row_base = 0usize;
     for batch in reader {
-        let batch = batch.map_err(|e| bad(path, format!("reading: {e}")))?;
+        let batch = batch.map_err(|e| bad_from(path, "reading", e))?;
         let ids_col = list_column(path, &batch, "input_ids")?;
         let lab_col = list_column(path, &batch, "labels")?;
         for r in 0..batch.num_rows() {
-            let row = row_base + r;
             report.rows += 1;
             let ids = row_values(path, ids_col, "input_ids", r)?;
             let labels = row_values(path, lab_col, "labels", r)?;
-            if ids.len() != labels.len() {
-                return Err(bad(
-                    path,
-                    format!(
-                        "row {row}: {} input_ids but {} labels",
-                        ids.len(),
-                        labels.len()
-                    ),
-                ));
-            }
-            if let Some(&id) = ids.iter().find(|&&i| i < 0 || i as usize >= vocab_size) {
-                return Err(bad(
-                    path,
-                    format!(
-                        "row {row}: token id {id} is outside the model's vocabulary (size \
-                         {vocab_size}); was the data tokenized for another model?"
-                    ),
-                ));
-            }
-            if let Some(&l) = labels
-                .iter()
-                .find(|&&l| l != -100 && (l < 0 || l as usize >= vocab_size))
-            {
-                return Err(bad(
-                    path,
-                    format!(
-                        "row {row}: label {l} is neither -100 nor a token id below {vocab_size}"
-                    ),
-                ));
-            }
-            let mut s = TrainRow {
-                input_ids: ids.iter().map(|&i| i as u32).collect(),
-                labels: labels.iter().map(|&l| l as i32).collect(),
-            };
-            if s.input_ids.len() > max_len {
-                match overlong {
-                    Overlong::Drop => {
-                        report.dropped_overlong += 1;
-                        continue;
-                    }
-                    Overlong::Truncate => {
-                        s.input_ids.truncate(max_len);
-                        s.labels.truncate(max_len);
-                        report.truncated += 1;
-                    }
-                }
-            }
-            let trained = s.n_trained();
-            if trained == 0 {
-                report.dropped_untrained += 1;
-                continue;
-            }
-            report.tokens += s.input_ids.len();
-            report.trained_tokens += trained;
-            samples.push(s);
+            let s = checked_row(path, row_base + r, &ids, &labels, vocab_size)?;
+            samples.extend(admit(&mut report, s, max_len, overlong));
         }
         row_base += batch.num_rows();
     }
@@ -307,6 +242,109 @@ pub fn load_tokens(
         report,
         tokenizer_sha,
     })
+}
+
+/// Open a `tokens.parquet` and check it has dojo curate's columns: its batch reader and the
+/// `dojo.tokenizer_sha` it was written with.
+fn open_tokens(path: &Path) -> Result<(ParquetRecordBatchReader, Option<String>), TrainError> {
+    let file = File::open(path).map_err(|e| bad_from(path, "cannot open", e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| bad_from(path, "not a readable Parquet file", e))?;
+    let tokenizer_sha = builder
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|k| k.key == "dojo.tokenizer_sha"))
+        .and_then(|k| k.value.clone());
+    let schema = builder.schema().clone();
+    for name in ["input_ids", "labels"] {
+        if schema.field_with_name(name).is_err() {
+            let have: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            return Err(bad(
+                path,
+                format!(
+                    "no column `{name}` (columns: {}); expected dojo curate's tokens.parquet",
+                    have.join(", ")
+                ),
+            ));
+        }
+    }
+    let reader = builder.build().map_err(|e| bad_from(path, "reading", e))?;
+    Ok((reader, tokenizer_sha))
+}
+
+/// Row `row` as a [`TrainRow`], once its lengths agree, its ids are in the vocabulary and its
+/// labels are −100 or ids.
+fn checked_row(
+    path: &Path,
+    row: usize,
+    ids: &[i64],
+    labels: &[i64],
+    vocab_size: usize,
+) -> Result<TrainRow, TrainError> {
+    if ids.len() != labels.len() {
+        return Err(bad(
+            path,
+            format!(
+                "row {row}: {} input_ids but {} labels",
+                ids.len(),
+                labels.len()
+            ),
+        ));
+    }
+    if let Some(&id) = ids.iter().find(|&&i| i < 0 || i as usize >= vocab_size) {
+        return Err(bad(
+            path,
+            format!(
+                "row {row}: token id {id} is outside the model's vocabulary (size \
+                 {vocab_size}); was the data tokenized for another model?"
+            ),
+        ));
+    }
+    if let Some(&l) = labels
+        .iter()
+        .find(|&&l| l != -100 && (l < 0 || l as usize >= vocab_size))
+    {
+        return Err(bad(
+            path,
+            format!("row {row}: label {l} is neither -100 nor a token id below {vocab_size}"),
+        ));
+    }
+    Ok(TrainRow {
+        input_ids: ids.iter().map(|&i| i as u32).collect(),
+        labels: labels.iter().map(|&l| l as i32).collect(),
+    })
+}
+
+/// The row as trained (cut to `max_len` under [`Overlong::Truncate`]), or `None` when it is
+/// dropped (too long under [`Overlong::Drop`], or nothing left to learn); counted in `report`.
+fn admit(
+    report: &mut DataReport,
+    mut s: TrainRow,
+    max_len: usize,
+    overlong: Overlong,
+) -> Option<TrainRow> {
+    if s.input_ids.len() > max_len {
+        match overlong {
+            Overlong::Drop => {
+                report.dropped_overlong += 1;
+                return None;
+            }
+            Overlong::Truncate => {
+                s.input_ids.truncate(max_len);
+                s.labels.truncate(max_len);
+                report.truncated += 1;
+            }
+        }
+    }
+    let trained = s.n_trained();
+    if trained == 0 {
+        report.dropped_untrained += 1;
+        return None;
+    }
+    report.tokens += s.input_ids.len();
+    report.trained_tokens += trained;
+    Some(s)
 }
 
 /// Position in the stream of micro-batches: the next batch is `index` of epoch `epoch`.

@@ -83,6 +83,14 @@ pub const TRAIN_SCHEMA_VERSION: u32 = 1;
 pub enum TrainError {
     #[error("{path}: {reason}")]
     Data { path: PathBuf, reason: String },
+    /// The data file could not be opened or read: `what` says which step, `source` why.
+    #[error("{path}: {what}: {source}")]
+    DataFrom {
+        path: PathBuf,
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A file (checkpoint, adapter, state) that cannot be read or written, or holds something
     /// wrong: the cause, or a message where nothing failed under it.
     #[error("{path}: {source}")]
@@ -90,6 +98,13 @@ pub enum TrainError {
         path: PathBuf,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A JSON file (config, state, metrics) that does not parse.
+    #[error("{path}: invalid JSON: {source}")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
     },
     #[error("model: {0}")]
     Model(String),

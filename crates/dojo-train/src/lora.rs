@@ -183,8 +183,10 @@ impl LoraConfig {
     pub fn read(dir: &Path) -> Result<(LoraConfig, Json), TrainError> {
         let p = dir.join(ADAPTER_CONFIG_FILE);
         let s = std::fs::read_to_string(&p).map_err(|e| TrainError::file(&p, e))?;
-        let v: Json = serde_json::from_str(&s)
-            .map_err(|e| TrainError::file(&p, format!("invalid JSON: {e}")))?;
+        let v: Json = serde_json::from_str(&s).map_err(|source| TrainError::Json {
+            path: p.to_path_buf(),
+            source,
+        })?;
         let field = |k: &str| {
             v.get(k)
                 .ok_or_else(|| TrainError::file(&p, format!("missing field {k}")))

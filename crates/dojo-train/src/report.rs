@@ -25,7 +25,10 @@ fn read_json(path: &Path) -> Result<Option<Json>, TrainError> {
     match std::fs::read_to_string(path) {
         Ok(s) => serde_json::from_str(&s)
             .map(Some)
-            .map_err(|e| TrainError::file(path, format!("invalid JSON: {e}"))),
+            .map_err(|source| TrainError::Json {
+                path: path.to_path_buf(),
+                source,
+            }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(TrainError::file(path, e)),
     }

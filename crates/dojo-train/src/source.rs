@@ -84,7 +84,10 @@ impl ModelSource {
                 let s = std::fs::read_to_string(&p).map_err(|e| TrainError::file(&p, e))?;
                 serde_json::from_str(&s)
                     .map(Some)
-                    .map_err(|e| TrainError::file(&p, format!("invalid JSON: {e}")))
+                    .map_err(|source| TrainError::Json {
+                        path: p.to_path_buf(),
+                        source,
+                    })
             }
         }
     }
