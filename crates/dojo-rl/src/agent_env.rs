@@ -94,18 +94,20 @@ impl AgentEnv {
         let registry = dojo_task::EnvRegistry::with_dir(opts.envs.as_deref())
             .map_err(|e| RlError::config_from("envs", e))?;
         let check = |flag: &str, file: &Path, instances: &[String]| {
-            let tasks = load_tasks(file, instances)
-                .map_err(|e| RlError::config(flag, format!("{}: {e}", file.display())))?;
+            let tasks = load_tasks(file, instances).map_err(|e| RlError::ConfigAt {
+                field: flag.to_string(),
+                what: file.display().to_string(),
+                source: e.into(),
+            })?;
             for t in tasks.iter().filter(|_| needs_env) {
-                registry.resolve(t).map_err(|e| {
-                    RlError::config(
-                        flag,
-                        format!(
-                            "{}: task {} has no environment (add an env spec with --envs, or train in --execution sim): {e}",
-                            file.display(),
-                            t.instance_id
-                        ),
-                    )
+                registry.resolve(t).map_err(|e| RlError::ConfigAt {
+                    field: flag.to_string(),
+                    what: format!(
+                        "{}: task {} has no environment (add an env spec with --envs, or train in --execution sim)",
+                        file.display(),
+                        t.instance_id
+                    ),
+                    source: e.into(),
                 })?;
             }
             Ok::<_, RlError>(tasks)

@@ -158,13 +158,29 @@ impl Default for RlConfig {
     }
 }
 
+/// A TOML parse error, shown without the newline toml ends its text with.
+#[derive(Debug)]
+pub struct TomlError(pub toml::de::Error);
+
+impl std::fmt::Display for TomlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.to_string().trim_end())
+    }
+}
+
+impl std::error::Error for TomlError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
 impl RlConfig {
     /// Read `rl.toml`; unknown keys and wrong types are errors naming the file and the key.
     pub fn from_toml_file(path: &Path) -> Result<RlConfig, RlError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| RlError::config_from(&path.display().to_string(), e))?;
         toml::from_str(&text)
-            .map_err(|e| RlError::config(&path.display().to_string(), e.to_string().trim_end()))
+            .map_err(|e| RlError::config_from(&path.display().to_string(), TomlError(e)))
     }
 
     /// SWE-Master's recipe with rollout budgets the embedded 135M model finishes on a CPU:

@@ -55,6 +55,14 @@ pub enum RlError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The same, with what in the setting was refused (`what`: the file, the task).
+    #[error("{field}: {what}: {source}")]
+    ConfigAt {
+        field: String,
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Shaping, advantages or token streams refused a rollout or a setting.
     #[error(transparent)]
     Reward(#[from] dojo_reward::RewardError),
@@ -99,7 +107,6 @@ impl RlError {
         }
     }
 
-    /// Maps an I/O error on `path` to [`RlError::Io`] (for `map_err`).
     /// [`RlError::ConfigFrom`]: `source` refused `field`.
     pub fn config_from(
         field: &str,
@@ -111,6 +118,7 @@ impl RlError {
         }
     }
 
+    /// Maps an I/O error on `path` to [`RlError::Io`] (for `map_err`).
     pub(crate) fn io(path: &std::path::Path) -> impl Fn(std::io::Error) -> RlError + '_ {
         move |source| RlError::Io {
             path: path.to_path_buf(),

@@ -28,7 +28,7 @@ fn update_mean(m: &StepMetrics, f: impl Fn(&crate::update::UpdateReport) -> f64)
 /// The run directory's files as the report reads them: [`load`] reads, [`render_files`] draws.
 #[derive(Debug, Default)]
 pub struct RunFiles {
-    /// `rl_run.json` (`None` before the run wrote it, or when it does not parse).
+    /// `rl_run.json` (`None` before the run wrote it; one that does not parse is an error).
     pub manifest: Option<RlRunManifest>,
     /// The lines of `metrics.jsonl` that parse as a step's metrics.
     pub metrics: Vec<StepMetrics>,
@@ -45,7 +45,14 @@ pub struct RunFiles {
 pub fn load(out: &Path) -> Result<RunFiles, RlError> {
     let run_path = out.join(RUN_FILE);
     let manifest: Option<RlRunManifest> = match std::fs::read_to_string(&run_path) {
-        Ok(s) => serde_json::from_str(&s).ok(),
+        // The manifest is written whole (atomically) before the first step: text that does
+        // not parse is a damaged run directory, which the report says rather than hides.
+        Ok(s) => Some(
+            serde_json::from_str(&s).map_err(|source| RlError::InvalidState {
+                path: run_path.clone(),
+                source,
+            })?,
+        ),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(RlError::io(&run_path)(e)),
     };
@@ -458,5 +465,18 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let html = render(tmp.path()).unwrap();
         assert!(html.contains("No step finished yet."));
+    }
+
+    #[test]
+    fn a_manifest_that_does_not_parse_is_an_error_naming_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join(RUN_FILE), "{\"schema_version\": 1, \"conf").unwrap();
+        let e = render(tmp.path()).unwrap_err();
+        assert!(matches!(e, RlError::InvalidState { .. }), "{e:?}");
+        assert!(e.to_string().contains(RUN_FILE), "{e}");
+        assert!(
+            std::error::Error::source(&e).is_some(),
+            "the parse error is kept"
+        );
     }
 }
