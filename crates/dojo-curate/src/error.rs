@@ -18,6 +18,13 @@ pub enum CurateError {
     },
     #[error("{0}")]
     Config(String),
+    /// The configuration could not be turned into JSON for the manifest at `path`.
+    #[error("the configuration cannot be recorded in {}: {source}", .path.display())]
+    RecordConfig {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
     /// A row that could not be rendered (`traj_id` names it).
     #[error("{traj_id}: {source}")]
     Render {

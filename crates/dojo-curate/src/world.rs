@@ -317,109 +317,141 @@ pub fn samples(records: Vec<(WorldRecord, Origin)>, cfg: &WorldConfig) -> (Vec<C
                 WorldBody::Swr { context, .. } => context.gold_patch = None,
             }
         }
-        if let Some((root, model)) = &cfg.analysis {
-            let slot = match &mut r.body {
-                WorldBody::Swt { context, .. } => &mut context.analysis,
-                WorldBody::Swr { context, .. } => &mut context.analysis,
-            };
-            if slot.is_none() {
-                let found = analyses
-                    .entry(r.task_id.clone())
-                    .or_insert_with(|| {
-                        dojo_world::analysis::lookup_analysis(root, &r.task_id, model)
-                    })
-                    .clone();
-                if found.is_some() {
-                    stats.analysis_attached += 1;
-                } else {
-                    stats.analysis_missing += 1;
-                }
-                *slot = found;
-            }
-        }
-        // Long outputs of the targets keep their tail (`Caps::target_output`), counted per field.
-        let mut tail = |field: &str, text: &mut String| {
-            if let Some(cap) = cfg.caps.target_output {
-                let (kept, cut) = clip(text, cap, Unit::Chars, Keep::Tail);
-                if cut {
-                    *stats
-                        .truncated_targets
-                        .entry(field.to_string())
-                        .or_default() += 1;
-                    *text = kept;
-                }
-            }
-        };
-        let (rendered, target, reward, row_id): (Rendered, String, f64, String) = match &mut r.body
-        {
-            WorldBody::Swt {
-                seq,
-                context,
-                target,
-                ..
-            } => {
-                tail("stdout", &mut target.stdout);
-                tail("stderr", &mut target.stderr);
-                (
-                    swt_messages(context, &cfg.caps),
-                    target.to_json(),
-                    0.0,
-                    format!("{}#{}/swt{seq}", r.task_id, r.sample_index),
-                )
-            }
-            WorldBody::Swr { context, target } => {
-                tail("test_report", &mut target.test_report);
-                (
-                    swr_messages(context, &cfg.caps),
-                    target.to_json(),
-                    f64::from(target.reward),
-                    format!("{}#{}/swr", r.task_id, r.sample_index),
-                )
-            }
-        };
-        if rendered.is_truncated() {
-            stats.truncated_samples += 1;
-        }
-        for t in &rendered.truncations {
-            *stats
-                .truncated_sections
-                .entry(t.section.clone())
-                .or_default() += 1;
-        }
-        stats.dropped_files += rendered.dropped_files;
-        let mut messages: Vec<Value> = rendered
-            .messages
-            .iter()
-            .map(|m| json!({"role": role_name(m), "content": m.text()}))
-            .collect();
-        messages.push(json!({"role": "assistant", "content": target}));
-        out.push(Cand {
-            n_tokens: None,
-            traj: Traj {
-                origin,
-                schema_version: u64::from(r.schema_version),
-                task_id: r.task_id.clone(),
-                sample: i64::from(r.sample_index),
-                source: format!("world-{}", cfg.kind.as_str()),
-                messages,
-                tools: Vec::new(),
-                stop_reason: "world_record".into(),
-                stop: StopKind::Submitted,
-                forced: false,
-                reward,
-                resolved: reward >= 1.0,
-                format_errors: 0,
-                graded: true,
-                steps: Vec::new(),
-                summaries: Vec::new(),
-                recorded_tokens: None,
-                recorded_prompt: None,
-                patch: None,
-                row_id: Some(row_id),
-            },
-        });
+        attach_analysis(&mut r, cfg, &mut analyses, &mut stats);
+        let rendered = render_record(&mut r, cfg, &mut stats);
+        out.push(candidate(&r, origin, cfg, rendered));
     }
     (out, stats)
+}
+
+/// The task's cached initial analysis (looked up once per task) into a record that has none,
+/// when the configuration asks for it.
+fn attach_analysis(
+    r: &mut WorldRecord,
+    cfg: &WorldConfig,
+    analyses: &mut HashMap<String, Option<String>>,
+    stats: &mut WorldStats,
+) {
+    let Some((root, model)) = &cfg.analysis else {
+        return;
+    };
+    let slot = match &mut r.body {
+        WorldBody::Swt { context, .. } => &mut context.analysis,
+        WorldBody::Swr { context, .. } => &mut context.analysis,
+    };
+    if slot.is_some() {
+        return;
+    }
+    let found = analyses
+        .entry(r.task_id.clone())
+        .or_insert_with(|| dojo_world::analysis::lookup_analysis(root, &r.task_id, model))
+        .clone();
+    if found.is_some() {
+        stats.analysis_attached += 1;
+    } else {
+        stats.analysis_missing += 1;
+    }
+    *slot = found;
+}
+
+/// A record rendered for training: the prompt, the target as JSON, the reward and the row id.
+struct RenderedRecord {
+    rendered: Rendered,
+    target: String,
+    reward: f64,
+    row_id: String,
+}
+
+/// The record's prompt in SWE-World's layout and its target, with long target outputs cut to
+/// their tail (`Caps::target_output`); every cut is counted in `stats`.
+fn render_record(r: &mut WorldRecord, cfg: &WorldConfig, stats: &mut WorldStats) -> RenderedRecord {
+    // Long outputs of the targets keep their tail, counted per field.
+    let mut tail = |field: &str, text: &mut String| {
+        if let Some(cap) = cfg.caps.target_output {
+            let (kept, cut) = clip(text, cap, Unit::Chars, Keep::Tail);
+            if cut {
+                *stats
+                    .truncated_targets
+                    .entry(field.to_string())
+                    .or_default() += 1;
+                *text = kept;
+            }
+        }
+    };
+    let out = match &mut r.body {
+        WorldBody::Swt {
+            seq,
+            context,
+            target,
+            ..
+        } => {
+            tail("stdout", &mut target.stdout);
+            tail("stderr", &mut target.stderr);
+            RenderedRecord {
+                rendered: swt_messages(context, &cfg.caps),
+                target: target.to_json(),
+                reward: 0.0,
+                row_id: format!("{}#{}/swt{seq}", r.task_id, r.sample_index),
+            }
+        }
+        WorldBody::Swr { context, target } => {
+            tail("test_report", &mut target.test_report);
+            RenderedRecord {
+                rendered: swr_messages(context, &cfg.caps),
+                target: target.to_json(),
+                reward: f64::from(target.reward),
+                row_id: format!("{}#{}/swr", r.task_id, r.sample_index),
+            }
+        }
+    };
+    if out.rendered.is_truncated() {
+        stats.truncated_samples += 1;
+    }
+    for t in &out.rendered.truncations {
+        *stats
+            .truncated_sections
+            .entry(t.section.clone())
+            .or_default() += 1;
+    }
+    stats.dropped_files += out.rendered.dropped_files;
+    out
+}
+
+/// The candidate curation's filters and exports take: the rendered messages with the target as
+/// the assistant's answer, graded by the record's reward.
+fn candidate(r: &WorldRecord, origin: Origin, cfg: &WorldConfig, rec: RenderedRecord) -> Cand {
+    let mut messages: Vec<Value> = rec
+        .rendered
+        .messages
+        .iter()
+        .map(|m| json!({"role": role_name(m), "content": m.text()}))
+        .collect();
+    messages.push(json!({"role": "assistant", "content": rec.target}));
+    Cand {
+        n_tokens: None,
+        traj: Traj {
+            origin,
+            schema_version: u64::from(r.schema_version),
+            task_id: r.task_id.clone(),
+            sample: i64::from(r.sample_index),
+            source: format!("world-{}", cfg.kind.as_str()),
+            messages,
+            tools: Vec::new(),
+            stop_reason: "world_record".into(),
+            stop: StopKind::Submitted,
+            forced: false,
+            reward: rec.reward,
+            resolved: rec.reward >= 1.0,
+            format_errors: 0,
+            graded: true,
+            steps: Vec::new(),
+            summaries: Vec::new(),
+            recorded_tokens: None,
+            recorded_prompt: None,
+            patch: None,
+            row_id: Some(rec.row_id),
+        },
+    }
 }
 
 fn role_name(m: &dojo_llm::ChatMessage) -> Value {

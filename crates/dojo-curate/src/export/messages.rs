@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow::array::{ListArray, StringArray, StructArray};
+use arrow::array::{ArrayRef, ListArray, StringArray, StructArray};
 use arrow::buffer::OffsetBuffer;
-use arrow::datatypes::{DataType, Field, Fields};
+use arrow::datatypes::{DataType, Field, FieldRef, Fields};
 use serde_json::Value;
 
 use super::parquet_io::{finish, kv_metadata, list_of, meta_columns, named};
@@ -40,7 +40,27 @@ pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), E
     let metas: Vec<&RowMeta> = rows.iter().map(|r| &r.meta).collect();
     let (mut fields, mut cols) = meta_columns(&metas);
     let all: Vec<&Value> = rows.iter().flat_map(|r| r.messages.iter()).collect();
-    // tool_calls: list<struct{id, type, function: struct{name, arguments: struct{...}}}>
+    let (tool_calls, call_item, json_paths) = tool_calls_array(&all);
+    let (f, a) = messages_column(rows, &all, tool_calls, call_item);
+    fields.push(named(f, "messages"));
+    cols.push(a);
+    let (tools_type, tools_array, tools_json_paths) = tools_column(rows);
+    fields.push(Field::new("tools", tools_type, false));
+    cols.push(tools_array);
+    let kv = kv_metadata(
+        "messages",
+        &[
+            ("dojo.arguments_json_paths", json_paths.join(",")),
+            ("dojo.tools_json_paths", tools_json_paths.join(",")),
+        ],
+    );
+    finish(path, fields, cols, kv)
+}
+
+/// Every message's `tool_calls`, one list per message (null where it has none):
+/// `list<struct{id, type, function: struct{name, arguments: struct{...}}}>`; with the list's
+/// item field and the argument paths kept as JSON text.
+fn tool_calls_array(all: &[&Value]) -> (ListArray, FieldRef, Vec<String>) {
     let calls: Vec<&Value> = all
         .iter()
         .flat_map(|m| {
@@ -109,6 +129,17 @@ pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), E
         Arc::new(call_struct),
         Some(has_calls.into()),
     );
+    (tool_calls, call_item, json_paths)
+}
+
+/// The `messages` column: per row, the list of its message structs (role, content,
+/// reasoning_content, tool_calls, tool_call_id, name).
+fn messages_column(
+    rows: &[MessagesRow],
+    all: &[&Value],
+    tool_calls: ListArray,
+    call_item: FieldRef,
+) -> (Field, ArrayRef) {
     let msg_fields = Fields::from(vec![
         Field::new("role", DataType::Utf8, false),
         Field::new("content", DataType::Utf8, false),
@@ -139,15 +170,17 @@ pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), E
         ],
         None,
     );
-    let (f, a) = list_of(
+    list_of(
         DataType::Struct(msg_fields),
         rows.iter().map(|r| r.messages.len()),
         Arc::new(msg_struct),
-    );
-    fields.push(named(f, "messages"));
-    cols.push(a);
-    // tools: list<struct> over the union of the tool schemas' keys, like the arguments. verl
-    // hands the column to `apply_chat_template(tools=...)`, which takes objects, not JSON text.
+    )
+}
+
+/// The `tools` column: list<struct> over the union of the tool schemas' keys, like the
+/// arguments (verl hands it to `apply_chat_template(tools=...)`, which takes objects, not JSON
+/// text); with the paths kept as JSON text.
+fn tools_column(rows: &[MessagesRow]) -> (DataType, ArrayRef, Vec<String>) {
     let tools: Vec<Value> = rows.iter().map(|r| Value::Array(r.tools.clone())).collect();
     let tools_ty = tools
         .iter()
@@ -161,16 +194,7 @@ pub fn write_messages_parquet(path: &Path, rows: &[MessagesRow]) -> Result<(), E
     let mut tools_json_paths = Vec::new();
     tools_ty.json_paths("tools", &mut tools_json_paths);
     let (tools_type, tools_array) = tools_ty.build(&tools.iter().map(Some).collect::<Vec<_>>());
-    fields.push(Field::new("tools", tools_type, false));
-    cols.push(tools_array);
-    let kv = kv_metadata(
-        "messages",
-        &[
-            ("dojo.arguments_json_paths", json_paths.join(",")),
-            ("dojo.tools_json_paths", tools_json_paths.join(",")),
-        ],
-    );
-    finish(path, fields, cols, kv)
+    (tools_type, tools_array, tools_json_paths)
 }
 
 /// Writes the messages JSONL (`messages`, `tools`, metadata columns).

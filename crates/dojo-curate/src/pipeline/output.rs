@@ -94,11 +94,9 @@ pub(super) fn write_manifest(
 ) -> Result<(), CurateError> {
     // Explicitly, not inside `json!` (which unwraps): a path that is not UTF-8 cannot be
     // recorded, and that is an error, not a panic.
-    let config = serde_json::to_value(cfg).map_err(|e| {
-        CurateError::Config(format!(
-            "the configuration cannot be recorded in {}: {e}",
-            p.display()
-        ))
+    let config = serde_json::to_value(cfg).map_err(|source| CurateError::RecordConfig {
+        path: p.to_path_buf(),
+        source,
     })?;
     let m = json!({
         "schema_version": EXPORT_SCHEMA_VERSION,
