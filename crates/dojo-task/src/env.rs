@@ -278,9 +278,10 @@ impl EnvRegistry {
             source,
         })?;
         let check = |t: &Table, where_: &str| -> Result<(), TaskError> {
-            check_table(t).map_err(|problem| TaskError::Env {
+            check_table(t).map_err(|problem| TaskError::EnvTable {
                 origin: origin.to_string(),
-                reason: format!("{where_}: {problem}"),
+                table: where_.to_string(),
+                source: Box::new(problem),
             })
         };
         match f.schema_version {
@@ -325,6 +326,33 @@ impl EnvRegistry {
     /// The environment of `task`: defaults ← `[default]` ← `[versions."v"]` ← task `env` ←
     /// `eval_script` test command and task `log_parser`.
     pub fn resolve(&self, task: &Task) -> Result<RepoEnv, TaskError> {
+        let (layers, origin) = self.layers(task)?;
+        let mut env = merged(task, &layers, origin);
+        if let Some(script) = &task.eval_script {
+            let cmd = eval_script_test_cmd(script).ok_or_else(|| TaskError::Invalid {
+                location: "(task)".into(),
+                instance_id: task.instance_id.clone(),
+                field: "eval_script".into(),
+                reason: "has no test command between ': '>>>>> Start Test Output'' and ': '>>>>> End Test Output''".into(),
+            })?;
+            env.test_cmd = cmd;
+            env.directives = Directives::None;
+            env.pre_test =
+                crate::pre_test_commands(script, &task.base_commit, env.reinstall_network);
+            env.origin.push_str(" + eval_script");
+        }
+        if let Some(p) = task.log_parser {
+            env.log_parser = p;
+        }
+        if let Some(t) = task.eval_type {
+            env.eval_type = t;
+        }
+        Ok(env)
+    }
+
+    /// The tables that apply to `task`, lowest first (`[default]`, `[versions."v"]`, the task's
+    /// own `env`), and where they come from, for [`RepoEnv::origin`].
+    fn layers(&self, task: &Task) -> Result<(Vec<Table>, String), TaskError> {
         let mut layers: Vec<Table> = Vec::new();
         let mut origin = String::new();
         match self.files.get(&task.repo) {
@@ -346,99 +374,85 @@ impl EnvRegistry {
         }
         if let Some(o) = &task.env {
             let t = Table::from(o);
-            check_table(&t).map_err(|problem| TaskError::Invalid {
+            check_table(&t).map_err(|problem| TaskError::InvalidField {
                 location: "(task)".into(),
                 instance_id: task.instance_id.clone(),
                 field: "env".into(),
-                reason: problem.to_string(),
+                source: Box::new(problem),
             })?;
             layers.push(t);
             origin.push_str(" + task env");
         }
-        let pick = |f: fn(&Table) -> Option<String>| layers.iter().rev().find_map(f);
-        let mut env = RepoEnv {
-            repo: task.repo.clone(),
-            version: task.version.clone(),
-            spec: PythonEnvSpec {
-                python: pick(|t| t.python.clone()).unwrap_or_else(|| "3.11".into()),
-                requirements: layers
-                    .iter()
-                    .rev()
-                    .find_map(|t| t.requirements.clone())
-                    .unwrap_or_default(),
-                install: layers
-                    .iter()
-                    .rev()
-                    .find_map(|t| t.install.clone())
-                    .unwrap_or_default(),
-                editable: layers.iter().rev().find_map(|t| t.editable).unwrap_or(true),
-                pre_install: layers
-                    .iter()
-                    .rev()
-                    .find_map(|t| t.pre_install.clone())
-                    .unwrap_or_default(),
-                installer: layers
-                    .iter()
-                    .rev()
-                    .find_map(|t| t.installer)
-                    .unwrap_or_default(),
-                network: layers.iter().rev().find_map(|t| t.network).unwrap_or(false),
-                cpus: layers.iter().rev().find_map(|t| t.cpus),
-                exclude_newer: pick(|t| t.exclude_newer.clone()),
-            },
-            requirements_file: pick(|t| t.requirements_file.clone()),
-            test_cmd: pick(|t| t.test_cmd.clone()).unwrap_or_else(|| "pytest -rA".into()),
-            log_parser: layers
+        Ok((layers, origin))
+    }
+}
+
+/// The environment `layers` (lowest first) give: each setting from the highest layer that has
+/// it, else its default.
+fn merged(task: &Task, layers: &[Table], origin: String) -> RepoEnv {
+    let pick = |f: fn(&Table) -> Option<String>| layers.iter().rev().find_map(f);
+    RepoEnv {
+        repo: task.repo.clone(),
+        version: task.version.clone(),
+        spec: PythonEnvSpec {
+            python: pick(|t| t.python.clone()).unwrap_or_else(|| "3.11".into()),
+            requirements: layers
                 .iter()
                 .rev()
-                .find_map(|t| t.log_parser)
-                .unwrap_or(LogParser::Pytest),
-            timeout_s: layers
-                .iter()
-                .rev()
-                .find_map(|t| t.timeout_s)
-                .unwrap_or(1800),
-            directives: pick(|t| t.test_directives.clone())
-                .and_then(|d| Directives::parse(&d))
-                .unwrap_or(Directives::Files),
-            eval_type: layers
-                .iter()
-                .rev()
-                .find_map(|t| t.eval_type)
+                .find_map(|t| t.requirements.clone())
                 .unwrap_or_default(),
-            env: layers
+            install: layers
                 .iter()
                 .rev()
-                .find_map(|t| t.env.clone())
+                .find_map(|t| t.install.clone())
                 .unwrap_or_default(),
-            pre_test: Vec::new(),
-            reinstall_network: layers
+            editable: layers.iter().rev().find_map(|t| t.editable).unwrap_or(true),
+            pre_install: layers
                 .iter()
                 .rev()
-                .find_map(|t| t.reinstall_network)
-                .unwrap_or(false),
-            origin,
-        };
-        if let Some(script) = &task.eval_script {
-            let cmd = eval_script_test_cmd(script).ok_or_else(|| TaskError::Invalid {
-                location: "(task)".into(),
-                instance_id: task.instance_id.clone(),
-                field: "eval_script".into(),
-                reason: "has no test command between ': '>>>>> Start Test Output'' and ': '>>>>> End Test Output''".into(),
-            })?;
-            env.test_cmd = cmd;
-            env.directives = Directives::None;
-            env.pre_test =
-                crate::pre_test_commands(script, &task.base_commit, env.reinstall_network);
-            env.origin.push_str(" + eval_script");
-        }
-        if let Some(p) = task.log_parser {
-            env.log_parser = p;
-        }
-        if let Some(t) = task.eval_type {
-            env.eval_type = t;
-        }
-        Ok(env)
+                .find_map(|t| t.pre_install.clone())
+                .unwrap_or_default(),
+            installer: layers
+                .iter()
+                .rev()
+                .find_map(|t| t.installer)
+                .unwrap_or_default(),
+            network: layers.iter().rev().find_map(|t| t.network).unwrap_or(false),
+            cpus: layers.iter().rev().find_map(|t| t.cpus),
+            exclude_newer: pick(|t| t.exclude_newer.clone()),
+        },
+        requirements_file: pick(|t| t.requirements_file.clone()),
+        test_cmd: pick(|t| t.test_cmd.clone()).unwrap_or_else(|| "pytest -rA".into()),
+        log_parser: layers
+            .iter()
+            .rev()
+            .find_map(|t| t.log_parser)
+            .unwrap_or(LogParser::Pytest),
+        timeout_s: layers
+            .iter()
+            .rev()
+            .find_map(|t| t.timeout_s)
+            .unwrap_or(1800),
+        directives: pick(|t| t.test_directives.clone())
+            .and_then(|d| Directives::parse(&d))
+            .unwrap_or(Directives::Files),
+        eval_type: layers
+            .iter()
+            .rev()
+            .find_map(|t| t.eval_type)
+            .unwrap_or_default(),
+        env: layers
+            .iter()
+            .rev()
+            .find_map(|t| t.env.clone())
+            .unwrap_or_default(),
+        pre_test: Vec::new(),
+        reinstall_network: layers
+            .iter()
+            .rev()
+            .find_map(|t| t.reinstall_network)
+            .unwrap_or(false),
+        origin,
     }
 }
 

@@ -106,6 +106,16 @@ pub enum TaskError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The same, saying what the value should have been (`what`).
+    #[error("{location}: instance {instance_id}: field {field}: {what}: {source}")]
+    InvalidValue {
+        location: String,
+        instance_id: String,
+        field: String,
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("instance {instance_id} appears more than once ({locations})")]
     Duplicate {
         instance_id: String,
@@ -113,6 +123,14 @@ pub enum TaskError {
     },
     #[error("environment spec {origin}: {reason}")]
     Env { origin: String, reason: String },
+    /// A table of an environment spec (`table`: which) holds a value that is not allowed.
+    #[error("environment spec {origin}: {table}: {source}")]
+    EnvTable {
+        origin: String,
+        table: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("environment spec {origin}: {source}")]
     EnvToml {
         origin: String,

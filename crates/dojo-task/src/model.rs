@@ -124,6 +124,22 @@ impl Ctx<'_> {
             reason: reason.into(),
         }
     }
+
+    /// [`TaskError::InvalidValue`]: `field` is not `what` it should be, as `source` found.
+    fn err_value(
+        &self,
+        field: &str,
+        what: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> TaskError {
+        TaskError::InvalidValue {
+            location: self.loc.to_string(),
+            instance_id: self.id.clone().unwrap_or_else(|| "?".into()),
+            field: field.to_string(),
+            what,
+            source: Box::new(source),
+        }
+    }
 }
 
 fn opt_str(ctx: &Ctx, row: &Map<String, Value>, field: &str) -> Result<Option<String>, TaskError> {
@@ -177,9 +193,8 @@ fn test_list(
     let arr = match v {
         Value::Array(a) => a,
         Value::String(s) => {
-            decoded = serde_json::from_str::<Value>(s).map_err(|e| {
-                ctx.err(field, format!("string is not a JSON list of test ids: {e}"))
-            })?;
+            decoded = serde_json::from_str::<Value>(s)
+                .map_err(|e| ctx.err_value(field, "string is not a JSON list of test ids", e))?;
             match &decoded {
                 Value::Array(a) => a,
                 other => {
