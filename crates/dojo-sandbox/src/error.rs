@@ -29,6 +29,10 @@ pub enum SandboxError {
     Env { spec: String, reason: String },
     #[error("path {0:?} leaves the workspace")]
     PathEscape(String),
+    /// A patch refused before it is applied: a path that leaves the repository, a symlink out
+    /// of it, binary hunks.
+    #[error("patch refused: {0}")]
+    PatchRefused(#[source] dojo_patch::Refusal),
     #[error("I/O error on {path}: {source}")]
     Io {
         path: String,
@@ -37,6 +41,13 @@ pub enum SandboxError {
     },
     #[error("sandbox {0} is gone (torn down or its holder died)")]
     Gone(String),
+    /// The same, found by the error under it: `what` failed.
+    #[error("sandbox {what}: {source} is gone (torn down or its holder died)")]
+    GoneFrom {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// What the sandboxed code made is over a [`crate::TransferCaps`] cap: the one variant
     /// that is the agent's doing (see [`SandboxError::is_infrastructure`]).
     #[error("{what} too large: over the {limit}-byte cap")]

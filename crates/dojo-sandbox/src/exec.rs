@@ -295,7 +295,10 @@ pub(crate) async fn run_launched(
     // A launcher that does not take the request within the command's own timeout is stalled:
     // the sandbox's failure, not the command's.
     match tokio::time::timeout(req.timeout, client.send(request, fds)).await {
-        Ok(sent) => sent.map_err(|e| SandboxError::Gone(format!("the sandbox launcher: {e}")))?,
+        Ok(sent) => sent.map_err(|e| SandboxError::GoneFrom {
+            what: "the sandbox launcher".into(),
+            source: e.into(),
+        })?,
         Err(_) => {
             return Err(SandboxError::Gone(format!(
                 "the sandbox launcher took no request for {:?} (its socket stayed full)",

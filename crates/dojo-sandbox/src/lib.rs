@@ -419,7 +419,7 @@ impl Sandbox {
                 {
                     return Err(SandboxError::Io { path: abs, source });
                 }
-                Err(SandboxError::Gone(g)) => return Err(SandboxError::Gone(g)),
+                Err(e @ (SandboxError::Gone(_) | SandboxError::GoneFrom { .. })) => return Err(e),
                 Err(_) => {}
             }
         }
@@ -575,7 +575,7 @@ impl Sandbox {
     pub async fn apply_patch(&self, patch_text: &str) -> Result<ApplyOutcome> {
         dojo_patch::Patch::parse(patch_text)
             .check_paths()
-            .map_err(|r| SandboxError::PathEscape(r.to_string()))?;
+            .map_err(SandboxError::PatchRefused)?;
         let name = format!("/tmp/.dojo-patch-{}.diff", new_id());
         self.write_file(&name, patch_text.as_bytes()).await?;
         let out = self

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use crate::beneath::{open_path, openat2};
@@ -239,6 +239,96 @@ async fn start_holder(
     }
 }
 
+/// The descriptors the holder is handed (open until it is spawned).
+struct HolderFds {
+    /// The status pipe's write end.
+    status_w: RawFd,
+    /// The cgroup's `cgroup.procs` files, to join.
+    cgroup_procs: Vec<RawFd>,
+    /// The launcher's executable, when sandboxes use it.
+    exe: Option<RawFd>,
+    /// The holder's end of the launcher's socket pair.
+    launcher_sock: Option<RawFd>,
+}
+
+/// Everything the holder does, prepared in the parent (paths, mount options, maps, the
+/// descriptors in `fds`), since the child may only make async-signal-safe calls.
+fn holder_plan(
+    fs: &Filesystems<'_>,
+    layer: &Path,
+    keep: bool,
+    limits: &Limits,
+    fds: HolderFds,
+) -> HolderPlan {
+    let Filesystems {
+        lower,
+        venv,
+        rt,
+        venv_writable,
+    } = *fs;
+    let uid = sandbox_uid();
+    let gid = sandbox_gid();
+    let RootPlan {
+        entries,
+        hide,
+        etc,
+        extra,
+    } = root_plan(venv);
+    HolderPlan {
+        switch_to: is_root().then_some((uid, gid)),
+        keep,
+        status_w: fds.status_w,
+        lifeline_r: (!keep).then(exec::lifeline_r),
+        layers: Layers {
+            lower: Some(path_c(lower)),
+            tree: rt.tree.as_deref().map(path_c),
+            layer: path_c(layer),
+            venv: venv.map(path_c),
+            cache: None,
+            etc,
+            extra,
+        },
+        cgroup_procs: fds.cgroup_procs,
+        uid_map: cstr(format!("0 {uid} 1\n")),
+        gid_map: cstr(format!("0 {gid} 1\n")),
+        entries,
+        hide,
+        tmp_opts: cstr(format!("mode=1777,size={}", tmp_size(limits))),
+        layer_tmpfs: workspace_size(limits).map(|b| cstr(format!("mode=0755,size={b}"))),
+        shm_opts: cstr("mode=1777,size=256m"),
+        launcher: fds.exe.zip(fds.launcher_sock),
+        prewarm: launcher::prewarm(),
+        launcher_env: fds.exe.and_then(|_| launcher::loader_env()),
+        scrub: sys::cmdline_areas(),
+        cpus: rt.cpus.map(cpu_mask),
+        venv_writable: venv_writable && venv.is_some(),
+    }
+}
+
+/// What the holder reported on its status pipe until it closed it, and the launcher's client
+/// when it set up and the launcher answers; a launcher that does not answer a holder that set
+/// up is turned off for the sandboxes to come.
+async fn holder_status(
+    status_r: OwnedFd,
+    ours: Option<OwnedFd>,
+    with_launcher: bool,
+) -> (Vec<(u32, i32, i32)>, Option<launcher::Client>) {
+    let (msgs, client) = tokio::task::spawn_blocking(move || {
+        let msgs = exec::read_status(status_r);
+        let ok = msgs.iter().any(|m| m.0 == sys::TAG_OK);
+        (
+            msgs,
+            ours.filter(|_| ok).and_then(launcher::Client::connect),
+        )
+    })
+    .await
+    .unwrap_or_default();
+    if with_launcher && client.is_none() && msgs.iter().any(|m| m.0 == sys::TAG_OK) {
+        launcher::disable();
+    }
+    (msgs, client)
+}
+
 async fn start_holder_once(
     dir: &Path,
     generation: u32,
@@ -248,20 +338,17 @@ async fn start_holder_once(
     limits: &Limits,
 ) -> Result<Holder> {
     let Filesystems {
-        lower,
-        venv,
-        rt,
-        venv_writable,
+        lower, venv, rt, ..
     } = *fs;
     let layer = make_layer_dir(dir, generation)?;
-    for p in [lower, &layer]
+    // Checked here: the holder could only report a failed mount.
+    if let Some(p) = [lower, &layer]
         .into_iter()
         .chain(venv)
         .chain(rt.tree.as_deref())
+        .find(|p| !p.is_dir())
     {
-        if !p.is_dir() {
-            return Err(setup_err(format!("{} is not a directory", p.display())));
-        }
+        return Err(setup_err(format!("{} is not a directory", p.display())));
     }
     let cg_fds = open_procs(cg)?;
     let (status_r, status_w) = exec::pipe().map_err(|e| setup_failed("pipe", e))?;
@@ -270,43 +357,18 @@ async fn start_holder_once(
         Some(_) => Some(launcher::socketpair().map_err(|e| setup_failed("socketpair", e))?),
         None => None,
     };
-    let uid = sandbox_uid();
-    let gid = sandbox_gid();
-    let RootPlan {
-        entries,
-        hide,
-        etc,
-        extra,
-    } = root_plan(venv);
-    let plan = HolderPlan {
-        switch_to: is_root().then_some((uid, gid)),
+    let plan = holder_plan(
+        fs,
+        &layer,
         keep,
-        status_w: status_w.as_raw_fd(),
-        lifeline_r: (!keep).then(exec::lifeline_r),
-        layers: Layers {
-            lower: Some(path_c(lower)),
-            tree: rt.tree.as_deref().map(path_c),
-            layer: path_c(&layer),
-            venv: venv.map(path_c),
-            cache: None,
-            etc,
-            extra,
+        limits,
+        HolderFds {
+            status_w: status_w.as_raw_fd(),
+            cgroup_procs: cg_fds.iter().map(|f| f.as_raw_fd()).collect(),
+            exe,
+            launcher_sock: socks.as_ref().map(|s| s.1.as_raw_fd()),
         },
-        cgroup_procs: cg_fds.iter().map(|f| f.as_raw_fd()).collect(),
-        uid_map: cstr(format!("0 {uid} 1\n")),
-        gid_map: cstr(format!("0 {gid} 1\n")),
-        entries,
-        hide,
-        tmp_opts: cstr(format!("mode=1777,size={}", tmp_size(limits))),
-        layer_tmpfs: workspace_size(limits).map(|b| cstr(format!("mode=0755,size={b}"))),
-        shm_opts: cstr("mode=1777,size=256m"),
-        launcher: exe.zip(socks.as_ref().map(|s| s.1.as_raw_fd())),
-        prewarm: launcher::prewarm(),
-        launcher_env: exe.and_then(|_| launcher::loader_env()),
-        scrub: sys::cmdline_areas(),
-        cpus: rt.cpus.map(cpu_mask),
-        venv_writable: venv_writable && venv.is_some(),
-    };
+    );
     let mut cmd = tokio::process::Command::new("/bin/false");
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -324,19 +386,7 @@ async fn start_holder_once(
         drop(theirs);
         ours
     });
-    let (msgs, client) = tokio::task::spawn_blocking(move || {
-        let msgs = exec::read_status(status_r);
-        let ok = msgs.iter().any(|m| m.0 == sys::TAG_OK);
-        (
-            msgs,
-            ours.filter(|_| ok).and_then(launcher::Client::connect),
-        )
-    })
-    .await
-    .unwrap_or_default();
-    if exe.is_some() && client.is_none() && msgs.iter().any(|m| m.0 == sys::TAG_OK) {
-        launcher::disable();
-    }
+    let (msgs, client) = holder_status(status_r, ours, exe.is_some()).await;
     let pid = msgs.iter().find(|m| m.0 == sys::TAG_PID).map(|m| m.1);
     let kill = || {
         if let Some(p) = pid {
@@ -375,11 +425,10 @@ async fn start_holder_once(
 pub(crate) async fn create(a: CreateArgs<'_>) -> Result<NsSandbox> {
     let cg = match cgroup::detect() {
         Some(d) => Some(d.create(a.id, a.limits).map_err(|e| {
-            setup_err(format!(
-                "creating the {} cgroup for sandbox {}: {e}",
-                d.version(),
-                a.id
-            ))
+            setup_failed(
+                format!("creating the {} cgroup for sandbox {}", d.version(), a.id),
+                e,
+            )
         })?),
         None => None,
     };

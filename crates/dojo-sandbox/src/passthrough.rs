@@ -100,7 +100,7 @@ impl Sandbox {
     pub async fn remove(id: &str) -> Result<()> {
         match Sandbox::attach(id).await {
             Ok(sb) => sb.teardown().await?,
-            Err(SandboxError::Gone(_)) => {
+            Err(SandboxError::Gone(_) | SandboxError::GoneFrom { .. }) => {
                 let dir = crate::sandboxes_dir().join(id);
                 if id.is_empty() || id.contains('/') || !dir.exists() {
                     return Err(SandboxError::Other(format!("no sandbox {id}")));

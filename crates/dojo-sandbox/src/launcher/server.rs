@@ -51,6 +51,10 @@ pub(crate) fn linked() -> bool {
 }
 
 /// The launcher loop (pid 1 of the sandbox). Never returns.
+///
+/// It stays one loop on purpose: its state (the spares' slots, when to arm them, the counts of
+/// dead spares and lost requests, the socket that may be closed) is read and changed by every
+/// step of an iteration, and each step is a few raw system calls already commented in place.
 unsafe fn serve(sock: RawFd, life: RawFd, prewarm: bool, venv_writable: bool) -> ! {
     for fd in [sock, life] {
         if fd >= 0 {
@@ -502,6 +506,10 @@ impl Prebuilt {
 /// message (then `ended` is set), or when reading failed (it is not). Its fds: `[stdin, stdout,
 /// stderr, ctl]`; a request sent with three (no stdin) gets `devnull` as stdin, or `/dev/null`
 /// opened now when that is -1.
+///
+/// It stays one function on purpose: every way out must close exactly the descriptors
+/// received so far (`fail`), and one body keeps that in sight from the `recvmsg` to the
+/// parsed request.
 pub(super) unsafe fn recv_request(
     sock: RawFd,
     devnull: RawFd,

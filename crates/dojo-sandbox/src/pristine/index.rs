@@ -160,11 +160,48 @@ fn excluded(e: &walkdir::DirEntry) -> bool {
         || (e.file_type().is_file() && (name.ends_with(b".pyc") || name.ends_with(b".pyo")))
 }
 
+/// The digest of a file or symlink read now: a file's sha256, a symlink's target in hex.
+fn read_digest(e: &walkdir::DirEntry) -> Result<String, BuildError> {
+    if e.file_type().is_symlink() {
+        let t = std::fs::read_link(e.path()).map_err(BuildError::io(e.path().display()))?;
+        Ok(hex::encode(t.as_os_str().as_encoded_bytes()))
+    } else {
+        Ok(dojo_cache::sha256_file(e.path())?)
+    }
+}
+
+/// A file's part of the content hash after its path: `l` and a symlink's target, or `x` / `f`
+/// (executable or not) and a file's digest; then a separator.
+fn hash_content(
+    h: &mut sha2::Sha256,
+    e: &walkdir::DirEntry,
+    md: &std::fs::Metadata,
+    digest: &str,
+) -> Result<(), BuildError> {
+    use std::os::unix::fs::PermissionsExt;
+    if e.file_type().is_symlink() {
+        // The target itself, as the content hash always had it.
+        h.update(b"l");
+        h.update(hex::decode(digest).map_err(|source| BuildError::Digest {
+            path: e.path().display().to_string(),
+            source,
+        })?);
+    } else {
+        h.update(if md.permissions().mode() & 0o111 != 0 {
+            b"x"
+        } else {
+            b"f"
+        });
+        h.update(digest.as_bytes());
+    }
+    h.update([0]);
+    Ok(())
+}
+
 /// Content identity of the directory `root`. With `index_dir`, stat data remembered from the
 /// previous scan of the same directory lets unchanged files go unread, and the index is updated
 /// for the next scan; without it every file is read.
 pub(crate) fn scan(root: &Path, index_dir: Option<&Path>) -> Result<DirScan, BuildError> {
-    use std::os::unix::fs::PermissionsExt;
     if !root.is_dir() {
         return Err(BuildError::NotADir(root.to_path_buf()));
     }
@@ -221,31 +258,10 @@ pub(crate) fn scan(root: &Path, index_dir: Option<&Path>) -> Result<DirScan, Bui
             Some(d) => d,
             None => {
                 files_read += 1;
-                if ft.is_symlink() {
-                    let t =
-                        std::fs::read_link(e.path()).map_err(BuildError::io(e.path().display()))?;
-                    hex::encode(t.as_os_str().as_encoded_bytes())
-                } else {
-                    dojo_cache::sha256_file(e.path())?
-                }
+                read_digest(&e)?
             }
         };
-        if ft.is_symlink() {
-            // The target itself, as the content hash always had it.
-            h.update(b"l");
-            h.update(hex::decode(&digest).map_err(|source| BuildError::Digest {
-                path: e.path().display().to_string(),
-                source,
-            })?);
-        } else {
-            h.update(if md.permissions().mode() & 0o111 != 0 {
-                b"x"
-            } else {
-                b"f"
-            });
-            h.update(digest.as_bytes());
-        }
-        h.update([0]);
+        hash_content(&mut h, &e, &md, &digest)?;
         if let Some(r) = rel_str {
             let racy = stat.mtime_ns > racy_after;
             files.push(IndexEntry {
