@@ -263,13 +263,18 @@ mod sandboxed {
                 req.env = launch.env.clone();
                 // A language server lives as long as the rollout; the session kills it on drop.
                 req.timeout = Duration::from_secs(7 * 24 * 3600);
-                let proc = self.sandbox.spawn(&req).await.map_err(|e| {
-                    LspError::ServerMissing(format!(
-                        "cannot start {:?} in sandbox {}: {e}",
-                        launch.argv,
-                        self.sandbox.id()
-                    ))
-                })?;
+                let proc = self
+                    .sandbox
+                    .spawn(&req)
+                    .await
+                    .map_err(|e| LspError::ServerFailed {
+                        what: format!(
+                            "cannot start {:?} in sandbox {}",
+                            launch.argv,
+                            self.sandbox.id()
+                        ),
+                        source: e.into(),
+                    })?;
                 Ok(proc.child)
             })
         }

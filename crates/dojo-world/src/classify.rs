@@ -148,6 +148,69 @@ impl Words {
             self.cur.words.push(w);
         }
     }
+
+    /// A single-quoted string starting at `i` (the quote): its text joins the word as is.
+    /// Returns the index after the closing quote.
+    fn single_quoted(&mut self, chars: &[char], mut i: usize) -> usize {
+        self.in_word = true;
+        i += 1;
+        while i < chars.len() && chars[i] != '\'' {
+            self.word.push(chars[i]);
+            i += 1;
+        }
+        i + 1
+    }
+
+    /// A double-quoted string starting at `i` (the quote), with the backslash escapes the shell
+    /// honours there. Returns the index after the closing quote.
+    fn double_quoted(&mut self, chars: &[char], mut i: usize) -> usize {
+        self.in_word = true;
+        i += 1;
+        while i < chars.len() && chars[i] != '"' {
+            if chars[i] == '\\'
+                && i + 1 < chars.len()
+                && matches!(chars[i + 1], '"' | '\\' | '$' | '`')
+            {
+                i += 1;
+            }
+            self.word.push(chars[i]);
+            i += 1;
+        }
+        i + 1
+    }
+
+    /// A redirection operator starting at `i` (`<` or `>`): dropped with its target (a file
+    /// descriptor before it, a `&N` descriptor after it), except that a heredoc's body and a
+    /// here-string's word are stdin. Returns the index after the operator.
+    fn redirection(&mut self, chars: &[char], mut i: usize, seg_index: usize) -> usize {
+        // A word made only of digits (or `&`) right before is a file descriptor.
+        if self.in_word && self.word.chars().all(|c| c.is_ascii_digit() || c == '&') {
+            self.word.clear();
+            self.in_word = false;
+        } else {
+            self.end_word(seg_index);
+        }
+        let mut op = String::from(chars[i]);
+        i += 1;
+        while i < chars.len() && matches!(chars[i], '<' | '>' | '&' | '-' | '|') {
+            op.push(chars[i]);
+            i += 1;
+        }
+        if op == "<<" || op == "<<-" {
+            self.heredoc_next = Some(op == "<<-");
+        } else if op == "<<<" {
+            // A here-string: its word is stdin, not an argument; keep it as such.
+            self.skip_next = true;
+        } else if op.ends_with('&') || op == ">&-" {
+            // `2>&1`, `>&2`: the target is a descriptor.
+            while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '-') {
+                i += 1;
+            }
+        } else {
+            self.skip_next = true;
+        }
+        i
+    }
 }
 
 /// Split a script into simple commands at `;`, `&`, `&&`, `|`, `||`, newlines and
@@ -162,30 +225,8 @@ fn split(script: &str) -> Vec<Segment> {
     while i < chars.len() {
         let c = chars[i];
         match c {
-            '\'' => {
-                st.in_word = true;
-                i += 1;
-                while i < chars.len() && chars[i] != '\'' {
-                    st.word.push(chars[i]);
-                    i += 1;
-                }
-                i += 1;
-            }
-            '"' => {
-                st.in_word = true;
-                i += 1;
-                while i < chars.len() && chars[i] != '"' {
-                    if chars[i] == '\\'
-                        && i + 1 < chars.len()
-                        && matches!(chars[i + 1], '"' | '\\' | '$' | '`')
-                    {
-                        i += 1;
-                    }
-                    st.word.push(chars[i]);
-                    i += 1;
-                }
-                i += 1;
-            }
+            '\'' => i = st.single_quoted(&chars, i),
+            '"' => i = st.double_quoted(&chars, i),
             '\\' => {
                 if i + 1 < chars.len() {
                     if chars[i + 1] != '\n' {
@@ -206,34 +247,7 @@ fn split(script: &str) -> Vec<Segment> {
                 st.end_word(segs.len());
                 i += 1;
             }
-            '<' | '>' => {
-                // A word made only of digits (or `&`) right before is a file descriptor.
-                if st.in_word && st.word.chars().all(|c| c.is_ascii_digit() || c == '&') {
-                    st.word.clear();
-                    st.in_word = false;
-                } else {
-                    st.end_word(segs.len());
-                }
-                let mut op = String::from(c);
-                i += 1;
-                while i < chars.len() && matches!(chars[i], '<' | '>' | '&' | '-' | '|') {
-                    op.push(chars[i]);
-                    i += 1;
-                }
-                if op == "<<" || op == "<<-" {
-                    st.heredoc_next = Some(op == "<<-");
-                } else if op == "<<<" {
-                    // A here-string: its word is stdin, not an argument; keep it as such.
-                    st.skip_next = true;
-                } else if op.ends_with('&') || op == ">&-" {
-                    // `2>&1`, `>&2`: the target is a descriptor.
-                    while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '-') {
-                        i += 1;
-                    }
-                } else {
-                    st.skip_next = true;
-                }
-            }
+            '<' | '>' => i = st.redirection(&chars, i, segs.len()),
             ';' | '&' | '|' | '(' | ')' | '`' | '\n' => {
                 st.end_word(segs.len());
                 segs.push(std::mem::take(&mut st.cur));

@@ -461,10 +461,13 @@ impl<'a> SimWorkspace<'a> {
             Err(e) => {
                 rec.error = Some(e.to_string());
                 self.push(rec, None, true);
-                Err(SandboxError::Other(format!(
-                    "simulated environment: no answer for `{}`: {e}",
-                    cut(script, LOG_TEXT_CAP, Unit::Chars, Keep::Head).ellipsis()
-                )))
+                Err(SandboxError::Failed {
+                    what: format!(
+                        "simulated environment: no answer for `{}`",
+                        cut(script, LOG_TEXT_CAP, Unit::Chars, Keep::Head).ellipsis()
+                    ),
+                    source: Box::new(e),
+                })
             }
         }
     }
