@@ -137,6 +137,9 @@ const SWALLOW_CALL: &str = r#"    import functools
 
 "#;
 
+/// Every attack the red team runs. One data table, one entry per attack (its name, when it
+/// triggers, the Python it injects), so it stays long: each entry reads whole, and adding an
+/// attack is adding an entry.
 pub fn attacks() -> Vec<Attack> {
     vec![
         Attack {

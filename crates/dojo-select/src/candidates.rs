@@ -246,22 +246,7 @@ pub async fn load_predictions(
             set.problems
                 .push(format!("{}: line {}: {}", file.display(), m.line, m.reason));
         }
-        let mut jobs = Vec::new();
-        for p in preds {
-            match tasks.iter().find(|t| t.instance_id == p.instance_id) {
-                Some(t) => jobs.push(dojo_grade::batch::EvalJob {
-                    task: t.clone(),
-                    env: registry.resolve(t).map_err(std::sync::Arc::new),
-                    prediction: p,
-                }),
-                None => set.problems.push(format!(
-                    "{}: line {}: instance {} is not in the task file",
-                    file.display(),
-                    p.line,
-                    p.instance_id
-                )),
-            }
-        }
+        let jobs = prediction_jobs(file, preds, tasks, registry, &mut set.problems);
         let patches: BTreeMap<String, (Option<String>, String)> = jobs
             .iter()
             .map(|j| {
@@ -286,32 +271,10 @@ pub async fn load_predictions(
                 continue;
             }
             let (patch, model) = patches.get(&r.instance_id).cloned().unwrap_or_default();
-            let mut t = Trajectory::new(r.instance_id.clone(), i as u32);
-            t.stop_reason = dojo_trajectory::StopReason::Submitted;
-            t.policy.kind = "predictions".into();
-            t.policy.model = Some(model);
-            t.patch = patch.clone();
-            t.grading = Some(r.to_json());
-            t.set_grade(r.resolved);
-            t.metadata.insert(
-                "predictions_file".into(),
-                serde_json::Value::String(file.display().to_string()),
-            );
-            let patch = patch.unwrap_or_default();
             by_task
                 .entry(r.instance_id.clone())
                 .or_default()
-                .push(Candidate {
-                    run: 0,
-                    sample_index: i as u32,
-                    key: normalized_key(&patch),
-                    resolved: r.resolved,
-                    graded: true,
-                    steps: 0,
-                    stop_reason: "submitted".into(),
-                    patch,
-                    record: Arc::new(t),
-                });
+                .push(prediction_candidate(file, i as u32, &r, patch, model));
         }
     }
     set.tasks = by_task
@@ -334,6 +297,68 @@ pub async fn load_predictions(
         )));
     }
     Ok(set)
+}
+
+/// The grading jobs of one predictions file: each prediction with its task and environment;
+/// a prediction of an instance the task file does not have goes to `problems`.
+fn prediction_jobs(
+    file: &Path,
+    preds: Vec<dojo_grade::Prediction>,
+    tasks: &[dojo_task::Task],
+    registry: &dojo_task::EnvRegistry,
+    problems: &mut Vec<String>,
+) -> Vec<dojo_grade::batch::EvalJob> {
+    let mut jobs = Vec::new();
+    for p in preds {
+        match tasks.iter().find(|t| t.instance_id == p.instance_id) {
+            Some(t) => jobs.push(dojo_grade::batch::EvalJob {
+                task: t.clone(),
+                env: registry.resolve(t).map_err(std::sync::Arc::new),
+                prediction: p,
+            }),
+            None => problems.push(format!(
+                "{}: line {}: instance {} is not in the task file",
+                file.display(),
+                p.line,
+                p.instance_id
+            )),
+        }
+    }
+    jobs
+}
+
+/// A graded prediction as a candidate: sample `sample` of its task, with a trajectory record
+/// that says where it came from (`predictions` policy, the file) and how it was graded.
+fn prediction_candidate(
+    file: &Path,
+    sample: u32,
+    r: &dojo_grade::InstanceReport,
+    patch: Option<String>,
+    model: String,
+) -> Candidate {
+    let mut t = Trajectory::new(r.instance_id.clone(), sample);
+    t.stop_reason = dojo_trajectory::StopReason::Submitted;
+    t.policy.kind = "predictions".into();
+    t.policy.model = Some(model);
+    t.patch = patch.clone();
+    t.grading = Some(r.to_json());
+    t.set_grade(r.resolved);
+    t.metadata.insert(
+        "predictions_file".into(),
+        serde_json::Value::String(file.display().to_string()),
+    );
+    let patch = patch.unwrap_or_default();
+    Candidate {
+        run: 0,
+        sample_index: sample,
+        key: normalized_key(&patch),
+        resolved: r.resolved,
+        graded: true,
+        steps: 0,
+        stop_reason: "submitted".into(),
+        patch,
+        record: Arc::new(t),
+    }
 }
 
 /// The task file a `dojo rollout` run directory was run over, as its `run.json` names it

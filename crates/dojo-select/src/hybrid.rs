@@ -58,9 +58,10 @@ impl HybridWeights {
             path: path.to_path_buf(),
             source: e.into(),
         })?;
-        let w: HybridWeights = serde_json::from_str(&text).map_err(|e| SelectError::Input {
+        let w: HybridWeights = serde_json::from_str(&text).map_err(|e| SelectError::InputFrom {
             path: path.to_path_buf(),
-            reason: format!("not hybrid selector weights: {e}"),
+            what: "not hybrid selector weights",
+            source: e.into(),
         })?;
         if w.schema_version != HYBRID_SCHEMA_VERSION {
             return Err(SelectError::Input {

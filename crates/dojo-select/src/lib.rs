@@ -66,6 +66,14 @@ pub enum SelectError {
         path: std::path::PathBuf,
         reason: String,
     },
+    /// An input file that does not read as what it should be: `what` says what was expected.
+    #[error("{path}: {what}: {source}")]
+    InputFrom {
+        path: std::path::PathBuf,
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A run directory that cannot be read. (Boxed, as in `NotARun`: a rollout error inline
     /// would make every `Result` of this crate large.)
     #[error("{0}")]
@@ -85,6 +93,15 @@ pub enum SelectError {
     /// A setting the caller gave (a flag of `dojo select`) is missing or does not work.
     #[error("{flag}: {reason}")]
     Settings { flag: String, reason: String },
+    /// A flag whose value failed to load (`value`: what it names, when it says more than the
+    /// cause does).
+    #[error("{flag}: {}{source}", .value.as_ref().map(|v| format!("{v}: ")).unwrap_or_default())]
+    SettingsFrom {
+        flag: String,
+        value: Option<String>,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Saved hybrid weights for other selectors than this run's.
     #[error(
         "the weights are for the selectors [{weights}], but this run has [{selectors}]: select with the same selectors (and --verifier if it was used) or refit"

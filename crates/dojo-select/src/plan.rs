@@ -71,24 +71,24 @@ fn flag(flag: &str, reason: impl std::fmt::Display) -> SelectError {
     }
 }
 
+/// `flag`'s value (`value`, when naming it helps) failed to load: the error stays the cause.
+fn flag_from(
+    flag: &str,
+    value: Option<String>,
+    source: impl std::error::Error + Send + Sync + 'static,
+) -> SelectError {
+    SelectError::SettingsFrom {
+        flag: flag.to_string(),
+        value,
+        source: Box::new(source),
+    }
+}
+
 /// Loads the candidates and builds the selectors; `say` hears each selector's note (how its
 /// scores were obtained, what failed) as it is computed.
 pub async fn plan(s: &PlanSettings, mut say: impl FnMut(&str)) -> Result<Plan, SelectError> {
     let kinds = SelectorKind::parse_list(&s.selector)?;
-    // `all` runs the model-scored selectors whose model is given; named alone, they need it.
-    let all = s.selector.split(',').any(|x| x.trim() == "all");
-    if kinds.contains(&SelectorKind::Verifier) && s.verifier.is_none() && !all {
-        return Err(flag(
-            "--verifier",
-            "the verifier selector needs a judge model: --verifier openai:MODEL | embedded[:MODEL] | POLICY_FILE",
-        ));
-    }
-    if kinds.contains(&SelectorKind::Swr) && s.swr.is_none() && !all {
-        return Err(flag(
-            "--swr",
-            "the swr selector needs SWE-World's reward model: --swr openai:MODEL | embedded[:MODEL] | POLICY_FILE",
-        ));
-    }
+    check_models_given(s, &kinds)?;
     let wants_tests = kinds.contains(&SelectorKind::Tests) || kinds.contains(&SelectorKind::Hybrid);
     let wants_swr = s.swr.is_some()
         && (kinds.contains(&SelectorKind::Swr) || kinds.contains(&SelectorKind::Hybrid));
@@ -100,52 +100,19 @@ pub async fn plan(s: &PlanSettings, mut say: impl FnMut(&str)) -> Result<Plan, S
     let set = load_candidates(s, ctx.as_ref(), &mut say).await?;
     let k = s.k.unwrap_or_else(|| set.max_k()).max(1); // a set with no candidates: 1
     let mut notes = Vec::new();
-    // Seconds spent scoring beforehand, by selector (a hybrid's: its components').
-    let mut precompute: HashMap<String, f64> = HashMap::new();
-    let mut note = |n: String| {
-        say(&n);
-        notes.push(n);
+    let mut scoring = Scoring {
+        precompute: HashMap::new(),
+        note: |n: String| {
+            say(&n);
+            notes.push(n);
+        },
     };
-    let verifier_sel = match &s.verifier {
-        Some(spec)
-            if kinds.contains(&SelectorKind::Verifier) || kinds.contains(&SelectorKind::Hybrid) =>
-        {
-            let started = Instant::now();
-            let (v, n) = verifier(spec, &set, s.verifier_concurrency).await?;
-            precompute.insert("verifier".into(), started.elapsed().as_secs_f64());
-            note(n);
-            Some(v)
-        }
-        Some(_) => None,
-        None => {
-            if kinds.contains(&SelectorKind::Verifier) {
-                note("verifier: not run (no --verifier given)".to_string());
-            }
-            None
-        }
-    };
-    let swr_sel = match (&s.swr, &ctx) {
-        (Some(spec), Some(ctx)) if wants_swr => {
-            let started = Instant::now();
-            let (v, n) = swr(spec, ctx, &set, s.swr_samples, s.verifier_concurrency).await?;
-            precompute.insert("swr".into(), started.elapsed().as_secs_f64());
-            note(n);
-            Some(v)
-        }
-        (None, _) if kinds.contains(&SelectorKind::Swr) => {
-            note("swr: not run (no --swr given)".to_string());
-            None
-        }
-        _ => None,
-    };
-    let tests_sel: Option<SharedSelector> = match (&ctx, wants_tests) {
-        (Some(ctx), true) => {
-            let started = Instant::now();
-            let (v, n) = run_tests(ctx, &set, k).await;
-            precompute.insert("tests".into(), started.elapsed().as_secs_f64());
-            note(n);
-            Some(v)
-        }
+    let verifier_sel = scoring.verifier(s, &kinds, &set).await?;
+    let swr_sel = scoring
+        .swr(s, &kinds, ctx.as_ref().filter(|_| wants_swr), &set)
+        .await?;
+    let tests_sel = match (&ctx, wants_tests) {
+        (Some(ctx), true) => Some(scoring.tests(ctx, &set, k).await),
         _ => None,
     };
     let majority = SelectorKind::Majority
@@ -162,21 +129,14 @@ pub async fn plan(s: &PlanSettings, mut say: impl FnMut(&str)) -> Result<Plan, S
                 components.extend(tests_sel.clone());
                 components.extend(verifier_sel.clone());
                 components.extend(swr_sel.clone());
-                let parts: f64 = components
-                    .iter()
-                    .filter_map(|c| precompute.get(c.name()))
-                    .sum();
-                let started = Instant::now();
-                let (h, n) = hybrid(s, components, &set, k)?;
-                precompute.insert("hybrid".into(), parts + started.elapsed().as_secs_f64());
-                note(n);
-                Some(h)
+                Some(scoring.hybrid(s, components, &set, k)?)
             }
             SelectorKind::Majority => Some(majority.clone()),
             _ => kind.build(),
         };
         selectors.extend(v);
     }
+    let precompute = scoring.precompute;
     Ok(Plan {
         set,
         options: SelectOptions {
@@ -190,6 +150,115 @@ pub async fn plan(s: &PlanSettings, mut say: impl FnMut(&str)) -> Result<Plan, S
     })
 }
 
+/// A model-scored selector named alone needs its model (`all` runs those whose model is given).
+fn check_models_given(s: &PlanSettings, kinds: &[SelectorKind]) -> Result<(), SelectError> {
+    let all = s.selector.split(',').any(|x| x.trim() == "all");
+    if kinds.contains(&SelectorKind::Verifier) && s.verifier.is_none() && !all {
+        return Err(flag(
+            "--verifier",
+            "the verifier selector needs a judge model: --verifier openai:MODEL | embedded[:MODEL] | POLICY_FILE",
+        ));
+    }
+    if kinds.contains(&SelectorKind::Swr) && s.swr.is_none() && !all {
+        return Err(flag(
+            "--swr",
+            "the swr selector needs SWE-World's reward model: --swr openai:MODEL | embedded[:MODEL] | POLICY_FILE",
+        ));
+    }
+    Ok(())
+}
+
+/// The selectors whose scores are computed before selection (verifier, SWR, tests, hybrid):
+/// each one's seconds go into `precompute` (a hybrid's include its components') and its note
+/// to `note`.
+struct Scoring<N> {
+    precompute: HashMap<String, f64>,
+    note: N,
+}
+
+impl<N: FnMut(String)> Scoring<N> {
+    async fn verifier(
+        &mut self,
+        s: &PlanSettings,
+        kinds: &[SelectorKind],
+        set: &CandidateSet,
+    ) -> Result<Option<SharedSelector>, SelectError> {
+        match &s.verifier {
+            Some(spec)
+                if kinds.contains(&SelectorKind::Verifier)
+                    || kinds.contains(&SelectorKind::Hybrid) =>
+            {
+                let started = Instant::now();
+                let (v, n) = verifier(spec, set, s.verifier_concurrency).await?;
+                self.precompute
+                    .insert("verifier".into(), started.elapsed().as_secs_f64());
+                (self.note)(n);
+                Ok(Some(v))
+            }
+            Some(_) => Ok(None),
+            None => {
+                if kinds.contains(&SelectorKind::Verifier) {
+                    (self.note)("verifier: not run (no --verifier given)".to_string());
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// `ctx`: the tasks, when SWR is wanted.
+    async fn swr(
+        &mut self,
+        s: &PlanSettings,
+        kinds: &[SelectorKind],
+        ctx: Option<&TaskContext>,
+        set: &CandidateSet,
+    ) -> Result<Option<SharedSelector>, SelectError> {
+        match (&s.swr, ctx) {
+            (Some(spec), Some(ctx)) => {
+                let started = Instant::now();
+                let (v, n) = swr(spec, ctx, set, s.swr_samples, s.verifier_concurrency).await?;
+                self.precompute
+                    .insert("swr".into(), started.elapsed().as_secs_f64());
+                (self.note)(n);
+                Ok(Some(v))
+            }
+            (None, _) if kinds.contains(&SelectorKind::Swr) => {
+                (self.note)("swr: not run (no --swr given)".to_string());
+                Ok(None)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    async fn tests(&mut self, ctx: &TaskContext, set: &CandidateSet, k: usize) -> SharedSelector {
+        let started = Instant::now();
+        let (v, n) = run_tests(ctx, set, k).await;
+        self.precompute
+            .insert("tests".into(), started.elapsed().as_secs_f64());
+        (self.note)(n);
+        v
+    }
+
+    fn hybrid(
+        &mut self,
+        s: &PlanSettings,
+        components: Vec<SharedSelector>,
+        set: &CandidateSet,
+        k: usize,
+    ) -> Result<SharedSelector, SelectError> {
+        let parts: f64 = components
+            .iter()
+            .filter_map(|c| self.precompute.get(c.name()))
+            .sum();
+        let started = Instant::now();
+        let (h, n) = hybrid(s, components, set, k)?;
+        self.precompute
+            .insert("hybrid".into(), parts + started.elapsed().as_secs_f64());
+        (self.note)(n);
+        Ok(h)
+    }
+}
+
 fn task_context(s: &PlanSettings) -> Result<TaskContext, SelectError> {
     let path = match &s.tasks {
         Some(p) => p.clone(),
@@ -201,13 +270,15 @@ fn task_context(s: &PlanSettings) -> Result<TaskContext, SelectError> {
             PathBuf::from(crate::candidates::tasks_file_of(dir)?)
         }
     };
-    let tasks = dojo_task::load_tasks(&path).map_err(|e| SelectError::Input {
+    let tasks = dojo_task::load_tasks(&path).map_err(|e| SelectError::InputFrom {
         path: path.clone(),
-        reason: format!("loading the task file (pass --tasks if the run's task file moved): {e}"),
+        what: "loading the task file (pass --tasks if the run's task file moved)",
+        source: e.into(),
     })?;
     Ok(TaskContext {
         tasks,
-        registry: EnvRegistry::with_dir(s.envs.as_deref()).map_err(|e| flag("--envs", e))?,
+        registry: EnvRegistry::with_dir(s.envs.as_deref())
+            .map_err(|e| flag_from("--envs", None, e))?,
         preparer: Preparer::new(PrepareOptions {
             repos_dir: s.repos.clone(),
         }),
@@ -315,7 +386,7 @@ fn hybrid(
             w.tasks
         );
         let h = Hybrid::with_weights(components, w)
-            .map_err(|e| flag("--hybrid-weights", format!("{}: {e}", path.display())))?;
+            .map_err(|e| flag_from("--hybrid-weights", Some(path.display().to_string()), e))?;
         return Ok((Arc::new(h), n));
     }
     let tasks: Vec<crate::TaskCandidates> = set
@@ -349,10 +420,10 @@ async fn model(
     name: &str,
     spec: &str,
 ) -> Result<(PolicyConfig, Arc<dyn dojo_llm::ChatBackend>), SelectError> {
-    let policy = PolicyConfig::parse(spec).map_err(|e| flag(name, e))?;
+    let policy = PolicyConfig::parse(spec).map_err(|e| flag_from(name, None, e))?;
     let model = dojo_rollout::embedded::policy_backends(&policy)
         .await
-        .map_err(|e| flag(name, format!("{spec}: {e}")))?;
+        .map_err(|e| flag_from(name, Some(spec.to_string()), e))?;
     let backend = model.for_sample(0);
     Ok((policy, backend))
 }
@@ -424,7 +495,7 @@ async fn verifier(
     let (policy, backend) = model("--verifier", spec).await?;
     let judgements = judge_all(backend, set, JudgeLimits::default(), concurrency)
         .await
-        .map_err(|e| flag("--verifier", e))?;
+        .map_err(|e| flag_from("--verifier", None, e))?;
     let scored = judgements
         .values()
         .filter(|j| matches!(j, Judgement::Scored { .. }))

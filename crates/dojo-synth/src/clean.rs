@@ -199,7 +199,10 @@ pub(crate) async fn baseline(
         };
         let sb = Sandbox::create(pristine, Some(venv), sb_opts)
             .await
-            .map_err(|e| fail(format!("creating a sandbox: {e}"), ""))?;
+            .map_err(|source| SynthError::BaselineSandbox {
+                project: project.to_string(),
+                source,
+            })?;
         let r = run_tests(&sb, ctx_clean, env, &[], None, timeout).await;
         let _ = sb.teardown().await;
         let r = match r {

@@ -88,6 +88,13 @@ pub enum SynthError {
         reason: String,
         log_tail: String,
     },
+    /// The baseline's sandbox could not be created.
+    #[error("baseline of {project}: creating a sandbox: {source}")]
+    BaselineSandbox {
+        project: String,
+        #[source]
+        source: dojo_sandbox::SandboxError,
+    },
     #[error(transparent)]
     Task(#[from] dojo_task::TaskError),
     #[error(transparent)]

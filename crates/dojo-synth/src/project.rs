@@ -192,7 +192,12 @@ pub fn export_commit(repo: &Path, rev: &str, dest: &Path) -> Result<String, Synt
         .args(["rev-parse", "--verify", "--quiet"])
         .arg(format!("{rev}^{{commit}}"))
         .output()
-        .map_err(|e| err(format!("running git: {e}")))?;
+        .map_err(|e| {
+            input_from(
+                format!("--source {} --commit {rev}: running git", repo.display()),
+                e,
+            )
+        })?;
     if !commit.status.success() {
         return Err(err("not a commit of this repository".into()));
     }
@@ -205,7 +210,15 @@ pub fn export_commit(repo: &Path, rev: &str, dest: &Path) -> Result<String, Synt
         .arg(&commit)
         .arg(dest)
         .output()
-        .map_err(|e| err(format!("running git archive: {e}")))?;
+        .map_err(|e| {
+            input_from(
+                format!(
+                    "--source {} --commit {rev}: running git archive",
+                    repo.display()
+                ),
+                e,
+            )
+        })?;
     if !out.status.success() {
         return Err(err(format!(
             "git archive failed: {}",

@@ -195,62 +195,9 @@ impl<'a> Collector<'a> {
 
     fn mutate(&mut self, n: Node<'a>) {
         match n.kind() {
-            "comparison_operator" => {
-                for k in children(n).into_iter().filter(|k| !k.is_named()) {
-                    if let Some(r) = flip_compare(self.text(&k)) {
-                        self.push(
-                            Operator::CompareFlip,
-                            k.start_byte(),
-                            k.end_byte(),
-                            r.into(),
-                        );
-                    }
-                }
-            }
-            "boolean_operator" => {
-                let (Some(op), Some(l), Some(r)) = (
-                    n.child_by_field_name("operator"),
-                    n.child_by_field_name("left"),
-                    n.child_by_field_name("right"),
-                ) else {
-                    return;
-                };
-                let flipped = if op.kind() == "and" { "or" } else { "and" };
-                self.push(
-                    Operator::BoolFlip,
-                    op.start_byte(),
-                    op.end_byte(),
-                    flipped.into(),
-                );
-                let (s, e) = (n.start_byte(), n.end_byte());
-                self.push(Operator::DropOperand, s, e, self.text(&l).into());
-                self.push(Operator::DropOperand, s, e, self.text(&r).into());
-            }
-            "binary_operator" | "augmented_assignment" => {
-                let Some(op) = n.child_by_field_name("operator") else {
-                    return;
-                };
-                let operands = [
-                    n.child_by_field_name("left"),
-                    n.child_by_field_name("right"),
-                ];
-                // `"a" + b`, `"%s" % x`, `[0] * n`: string/sequence operations, not arithmetic.
-                if operands
-                    .iter()
-                    .flatten()
-                    .any(|o| is_string(o) || matches!(o.kind(), "list" | "tuple"))
-                {
-                    return;
-                }
-                if let Some(r) = flip_arith(op.kind()) {
-                    self.push(
-                        Operator::ArithFlip,
-                        op.start_byte(),
-                        op.end_byte(),
-                        r.into(),
-                    );
-                }
-            }
+            "comparison_operator" => self.comparison(n),
+            "boolean_operator" => self.boolean(n),
+            "binary_operator" | "augmented_assignment" => self.arithmetic(n),
             "integer" => self.integer(n),
             "slice" => {
                 for k in named_children(n) {
@@ -308,18 +255,82 @@ impl<'a> Collector<'a> {
             "raise_statement" | "break_statement" | "continue_statement" | "delete_statement" => {
                 self.remove_statement(n, Operator::RemoveStmt)
             }
-            "default_parameter" | "typed_default_parameter" => {
-                let Some(v) = n.child_by_field_name("value") else {
-                    return;
-                };
-                let (s, e) = (v.start_byte(), v.end_byte());
-                match v.kind() {
-                    "true" => self.push(Operator::ChangeDefault, s, e, "False".into()),
-                    "false" => self.push(Operator::ChangeDefault, s, e, "True".into()),
-                    // Integers: handled (as ChangeDefault) by the integer rule.
-                    _ => {}
-                }
+            "default_parameter" | "typed_default_parameter" => self.default_value(n),
+            _ => {}
+        }
+    }
+
+    /// `compare_flip`: each comparison operator of `n` replaced by its flip.
+    fn comparison(&mut self, n: Node<'a>) {
+        for k in children(n).into_iter().filter(|k| !k.is_named()) {
+            if let Some(r) = flip_compare(self.text(&k)) {
+                self.push(
+                    Operator::CompareFlip,
+                    k.start_byte(),
+                    k.end_byte(),
+                    r.into(),
+                );
             }
+        }
+    }
+
+    /// `bool_flip` (`and` ↔ `or`) and `drop_operand` (the expression becomes one side).
+    fn boolean(&mut self, n: Node<'a>) {
+        let (Some(op), Some(l), Some(r)) = (
+            n.child_by_field_name("operator"),
+            n.child_by_field_name("left"),
+            n.child_by_field_name("right"),
+        ) else {
+            return;
+        };
+        let flipped = if op.kind() == "and" { "or" } else { "and" };
+        self.push(
+            Operator::BoolFlip,
+            op.start_byte(),
+            op.end_byte(),
+            flipped.into(),
+        );
+        let (s, e) = (n.start_byte(), n.end_byte());
+        self.push(Operator::DropOperand, s, e, self.text(&l).into());
+        self.push(Operator::DropOperand, s, e, self.text(&r).into());
+    }
+
+    /// `arith_flip` on an arithmetic operator (binary or augmented assignment).
+    fn arithmetic(&mut self, n: Node<'a>) {
+        let Some(op) = n.child_by_field_name("operator") else {
+            return;
+        };
+        let operands = [
+            n.child_by_field_name("left"),
+            n.child_by_field_name("right"),
+        ];
+        // `"a" + b`, `"%s" % x`, `[0] * n`: string/sequence operations, not arithmetic.
+        if operands
+            .iter()
+            .flatten()
+            .any(|o| is_string(o) || matches!(o.kind(), "list" | "tuple"))
+        {
+            return;
+        }
+        if let Some(r) = flip_arith(op.kind()) {
+            self.push(
+                Operator::ArithFlip,
+                op.start_byte(),
+                op.end_byte(),
+                r.into(),
+            );
+        }
+    }
+
+    /// `change_default` on a boolean default value (integers: by the integer rule).
+    fn default_value(&mut self, n: Node<'a>) {
+        let Some(v) = n.child_by_field_name("value") else {
+            return;
+        };
+        let (s, e) = (v.start_byte(), v.end_byte());
+        match v.kind() {
+            "true" => self.push(Operator::ChangeDefault, s, e, "False".into()),
+            "false" => self.push(Operator::ChangeDefault, s, e, "True".into()),
             _ => {}
         }
     }
