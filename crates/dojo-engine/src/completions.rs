@@ -535,10 +535,7 @@ impl ChatBackend for Engine {
                     status: 400,
                     body: e.to_string(),
                 },
-                other => LlmError::Backend {
-                    endpoint,
-                    detail: other.to_string(),
-                },
+                other => LlmError::backend_failed(endpoint, other),
             })
         })
     }

@@ -72,6 +72,13 @@ pub enum LlmError {
     /// An in-process backend (the embedded engine) failed internally.
     #[error("{endpoint}: backend failure: {detail}")]
     Backend { endpoint: String, detail: String },
+    /// The same, with the backend's own error (shared, so the error stays `Clone`).
+    #[error("{endpoint}: backend failure: {source}")]
+    BackendFailed {
+        endpoint: String,
+        #[source]
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl LlmError {
@@ -86,6 +93,17 @@ impl LlmError {
         }
     }
 
+    /// [`LlmError::BackendFailed`]: `source` failed the in-process backend at `endpoint`.
+    pub fn backend_failed(
+        endpoint: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        LlmError::BackendFailed {
+            endpoint: endpoint.into(),
+            source: std::sync::Arc::new(source),
+        }
+    }
+
     /// Whose fault this failure is.
     pub fn class(&self) -> FailureClass {
         match self {
@@ -96,7 +114,8 @@ impl LlmError {
             | LlmError::BadBody { .. }
             | LlmError::Config(_)
             | LlmError::ConfigFailed { .. }
-            | LlmError::Backend { .. } => FailureClass::Infrastructure,
+            | LlmError::Backend { .. }
+            | LlmError::BackendFailed { .. } => FailureClass::Infrastructure,
             LlmError::ContextLength { .. } | LlmError::Rejected { .. } => FailureClass::Model,
         }
     }
@@ -125,7 +144,7 @@ impl LlmError {
             LlmError::ContextLength { .. } => "context_length",
             LlmError::Rejected { .. } => "rejected",
             LlmError::Config(_) | LlmError::ConfigFailed { .. } => "config",
-            LlmError::Backend { .. } => "backend",
+            LlmError::Backend { .. } | LlmError::BackendFailed { .. } => "backend",
         }
     }
 
