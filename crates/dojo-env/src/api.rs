@@ -126,7 +126,11 @@ impl Keyed for EpisodeRecord {
 #[error("{field}: {reason}")]
 pub struct BadRequest {
     pub field: String,
+    /// What the client is told (the refusing error's text, when one refused the value).
     pub reason: String,
+    /// The error that refused the value, when one did.
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
 impl BadRequest {
@@ -134,6 +138,17 @@ impl BadRequest {
         BadRequest {
             field: field.into(),
             reason: reason.into(),
+            source: None,
+        }
+    }
+
+    /// `field` refused by `source`: its text is the reason the client reads, and it stays the
+    /// cause.
+    pub fn refused(field: &str, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        BadRequest {
+            field: field.into(),
+            reason: source.to_string(),
+            source: Some(Box::new(source)),
         }
     }
 }
@@ -153,7 +168,7 @@ pub(crate) fn check_lease_and_shaping(
     }
     shaping
         .validate()
-        .map_err(|e| BadRequest::new("shaping", e.to_string()))
+        .map_err(|e| BadRequest::refused("shaping", e))
 }
 
 /// A task row sent in a request, checked as a task file's row would be.
@@ -163,14 +178,14 @@ pub(crate) fn task_of_row(row: &Map<String, Value>) -> Result<dojo_task::Task, B
         unit: "task",
         index: 1,
     };
-    dojo_task::Task::from_row(row.clone(), &loc).map_err(|e| BadRequest::new("task", e.to_string()))
+    dojo_task::Task::from_row(row.clone(), &loc).map_err(|e| BadRequest::refused("task", e))
 }
 
 impl EpisodeRequest {
     /// Parse and check a request body.
     pub fn parse(body: &[u8]) -> Result<EpisodeRequest, BadRequest> {
         let req: EpisodeRequest =
-            serde_json::from_slice(body).map_err(|e| BadRequest::new("body", e.to_string()))?;
+            serde_json::from_slice(body).map_err(|e| BadRequest::refused("body", e))?;
         if req.episode_id.trim().is_empty() || req.episode_id.len() > 256 {
             return Err(BadRequest::new(
                 "episode_id",
@@ -191,7 +206,7 @@ impl EpisodeRequest {
     pub fn policy(&self) -> Result<PolicyConfig, BadRequest> {
         let mut p = match &self.policy {
             PolicySpec::Shorthand(s) => {
-                PolicyConfig::parse(s).map_err(|e| BadRequest::new("policy", e.to_string()))?
+                PolicyConfig::parse(s).map_err(|e| BadRequest::refused("policy", e))?
             }
             PolicySpec::Config(c) => (**c).clone(),
         };

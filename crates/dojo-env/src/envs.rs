@@ -103,7 +103,7 @@ fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, BadRequest> {
     } else {
         body
     };
-    serde_json::from_slice(body).map_err(|e| BadRequest::new("body", e.to_string()))
+    serde_json::from_slice(body).map_err(|e| BadRequest::refused("body", e))
 }
 
 impl EnvRequest {
@@ -148,7 +148,7 @@ impl EnvRequest {
         for (k, v) in &self.budgets {
             map.insert(k.clone(), v.clone());
         }
-        DojoAgent::from_settings(map).map_err(|e| BadRequest::new("agent", e.to_string()))
+        DojoAgent::from_settings(map).map_err(|e| BadRequest::refused("agent", e))
     }
 }
 
@@ -268,13 +268,19 @@ pub(crate) async fn create(State(s): State<AppState>, body: Bytes) -> Response {
     let seen = io.next().await;
     drop(io);
     env.touch();
-    let mut out = json!({
+    let out = json!({
         "env_id": id,
         "tools": tools,
         "action_format": format.as_str(),
         "lease_s": lease.as_secs_f64(),
         "sandbox": sandbox.lock().ok().and_then(|p| p.clone()),
     });
+    first_answer(&id, out, seen)
+}
+
+/// The answer to `POST /envs`: the env's description `out` with its first observation, or
+/// with its result when it ended before the first turn.
+fn first_answer(id: &str, mut out: Value, seen: Seen) -> Response {
     match seen {
         Seen::Prompt(m) => {
             out["done"] = json!(false);
@@ -285,7 +291,7 @@ pub(crate) async fn create(State(s): State<AppState>, body: Bytes) -> Response {
             out["done"] = json!(true);
             out["result"] = json!(rec);
         }
-        Seen::Cancelled => return not_found(&id),
+        Seen::Cancelled => return not_found(id),
     }
     axum::Json(out).into_response()
 }

@@ -26,7 +26,7 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use dojo_rollout::agent_runner::{AgentRunner, DojoAgent};
+use dojo_rollout::agent_runner::{AgentRunner, BackendFactory, DojoAgent};
 use dojo_rollout::run_dir::make_backends;
 use dojo_rollout::scheduler::{Job, Runner};
 use dojo_rollout::store::Store;
@@ -70,6 +70,59 @@ impl Drop for InFlight {
     }
 }
 
+/// Marks `episode_id` as running, for as long as the returned guard lives. The answer instead
+/// when it has finished meanwhile (its record) or is running already (409).
+fn claim(s: &AppState, episode_id: &str) -> Result<InFlight, Box<Response>> {
+    let Ok(mut f) = s.in_flight.lock() else {
+        return Err(Box::new(error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            None,
+            "state lock poisoned",
+        )));
+    };
+    // Checked again under the lock: a run of this id may have finished (and stored its record)
+    // since the caller's check, and must not run twice.
+    if let Some(rec) = s.stored(episode_id) {
+        return Err(Box::new(axum::Json(rec).into_response()));
+    }
+    if !f.insert(episode_id.to_string()) {
+        return Err(Box::new(error(
+            StatusCode::CONFLICT,
+            Some("episode_id"),
+            format!("episode {episode_id} is running; ask again when it has finished"),
+        )));
+    }
+    drop(f);
+    Ok(InFlight(s.clone(), episode_id.to_string()))
+}
+
+/// The episode's trajectory, or, when its lease runs out first, an infrastructure failure that
+/// says so (the run is cancelled and its sandbox removed).
+async fn run_within_lease(
+    state: &AppState,
+    runner: Arc<AgentRunner<DojoAgent, Box<dyn BackendFactory>>>,
+    job: Job,
+    lease: Duration,
+) -> dojo_trajectory::Trajectory {
+    let r = runner.clone();
+    let j = job.clone();
+    match tokio::time::timeout(lease, async move { r.run(j).await }).await {
+        Ok(t) => t,
+        Err(_) => {
+            if let Ok(mut m) = state.metrics.lock() {
+                m.lease_expired += 1;
+            }
+            runner.infra_failure(
+                &job,
+                format!(
+                    "the episode's lease of {:.0} s expired: cancelled, its sandbox removed",
+                    lease.as_secs_f64()
+                ),
+            )
+        }
+    }
+}
+
 async fn post_episode(State(s): State<AppState>, body: Bytes) -> Response {
     let req = match EpisodeRequest::parse(&body) {
         Ok(r) => r,
@@ -84,37 +137,16 @@ async fn post_episode(State(s): State<AppState>, body: Bytes) -> Response {
     };
     let agent = match DojoAgent::from_policy(&policy) {
         Ok(a) => a,
-        Err(e) => return s.bad(BadRequest::new("policy", e.to_string())),
+        Err(e) => return s.bad(BadRequest::refused("policy", e)),
     };
     let backends = match make_backends(&policy, None) {
         Ok(b) => b,
-        Err(e) => return s.bad(BadRequest::new("policy", e.to_string())),
+        Err(e) => return s.bad(BadRequest::refused("policy", e)),
     };
-    {
-        let Ok(mut f) = s.in_flight.lock() else {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                None,
-                "state lock poisoned",
-            );
-        };
-        // Checked again under the lock: a run of this id may have finished (and stored its
-        // record) since the check above, and must not run twice.
-        if let Some(rec) = s.stored(&req.episode_id) {
-            return axum::Json(rec).into_response();
-        }
-        if !f.insert(req.episode_id.clone()) {
-            return error(
-                StatusCode::CONFLICT,
-                Some("episode_id"),
-                format!(
-                    "episode {} is running; ask again when it has finished",
-                    req.episode_id
-                ),
-            );
-        }
-    }
-    let guard = InFlight(s.clone(), req.episode_id.clone());
+    let guard = match claim(&s, &req.episode_id) {
+        Ok(g) => g,
+        Err(r) => return *r,
+    };
     let permit = match s.admit().await {
         Ok(p) => p,
         Err(r) => return r,
@@ -141,23 +173,7 @@ async fn post_episode(State(s): State<AppState>, body: Bytes) -> Response {
         let _permit = permit;
         let _guard = guard;
         let t0 = Instant::now();
-        let r = runner.clone();
-        let j = job.clone();
-        let traj = match tokio::time::timeout(lease, async move { r.run(j).await }).await {
-            Ok(t) => t,
-            Err(_) => {
-                if let Ok(mut m) = state.metrics.lock() {
-                    m.lease_expired += 1;
-                }
-                runner.infra_failure(
-                    &job,
-                    format!(
-                        "the episode's lease of {:.0} s expired: cancelled, its sandbox removed",
-                        lease.as_secs_f64()
-                    ),
-                )
-            }
-        };
+        let traj = run_within_lease(&state, runner, job, lease).await;
         let rec = record(
             &req.episode_id,
             req.group_id.clone(),

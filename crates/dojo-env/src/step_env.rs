@@ -38,10 +38,7 @@ impl ChatBackend for StepBackend {
             self.prompts.send(req.messages).await.map_err(|_| gone())?;
             let turn = self.turns.lock().await.recv().await.ok_or_else(gone)?;
             let resp = json!({"id": "", "choices": [{"index": 0, "message": turn, "finish_reason": "stop"}]});
-            serde_json::from_value(resp).map_err(|e| LlmError::Backend {
-                endpoint: "env client".into(),
-                detail: e.to_string(),
-            })
+            serde_json::from_value(resp).map_err(|e| LlmError::backend_failed("env client", e))
         })
     }
     fn describe(&self) -> String {
