@@ -440,6 +440,11 @@ fn attend_portable_f32(rows: &Rows<f32>, hd: usize, s: f32, sc: &mut Vec<f32>, o
 /// `rows` into `out` (member `m`'s rows at `m · rep · hd`). A shared key or value is read
 /// once for every row of the group; a row is computed as over one contiguous cache.
 ///
+/// It stays one function on purpose: it is inlined into each `#[target_feature]` caller so
+/// that its loops are compiled for that CPU's features, which helpers would keep only if they
+/// were all `#[inline(always)]` too; and its three phases (scores, softmax, weighted sum) share
+/// the per-member offsets and already read as three sections.
+///
 /// # Safety
 /// The CPU has the features `W` needs to widen rows ([`Widen::widen`]).
 #[inline(always)]
