@@ -34,6 +34,7 @@ impl ChatBackend for StepBackend {
             let gone = || LlmError::Connection {
                 endpoint: "env client".into(),
                 detail: "the env was closed".into(),
+                source: None,
             };
             self.prompts.send(req.messages).await.map_err(|_| gone())?;
             let turn = self.turns.lock().await.recv().await.ok_or_else(gone)?;

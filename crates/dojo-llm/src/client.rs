@@ -334,7 +334,7 @@ impl OpenAiClient {
             .body(body)
             .send()
             .await
-            .map_err(|e| transport_error(name, &e, self.cfg.request_timeout))?;
+            .map_err(|e| transport_error(name, e, self.cfg.request_timeout))?;
         let status = resp.status().as_u16();
         let retry_after = resp
             .headers()
@@ -345,7 +345,7 @@ impl OpenAiClient {
         let bytes = resp
             .bytes()
             .await
-            .map_err(|e| transport_error(name, &e, self.cfg.request_timeout))?;
+            .map_err(|e| transport_error(name, e, self.cfg.request_timeout))?;
         let text = String::from_utf8_lossy(&bytes);
         if !(200..300).contains(&status) {
             return Err(LlmError::from_status(name, status, &text, retry_after));
@@ -364,6 +364,7 @@ impl OpenAiClient {
                 status,
                 detail,
                 snippet: clip::cut(trimmed, 200, Unit::Bytes, Keep::Head).ellipsis(),
+                source: Some(std::sync::Arc::new(e)),
             }
         })?;
         if parsed.choices.is_empty() {
@@ -372,6 +373,7 @@ impl OpenAiClient {
                 status,
                 detail: "response has no choices".into(),
                 snippet: clip::cut(&text, 200, Unit::Bytes, Keep::Head).ellipsis(),
+                source: None,
             });
         }
         if let (Some(u), Ok(mut total)) = (&parsed.usage, self.usage.lock()) {
@@ -441,7 +443,7 @@ fn random_unit() -> f64 {
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
-fn transport_error(endpoint: &str, e: &reqwest::Error, timeout: Duration) -> LlmError {
+fn transport_error(endpoint: &str, e: reqwest::Error, timeout: Duration) -> LlmError {
     let endpoint = endpoint.to_string();
     if e.is_timeout() {
         return LlmError::Timeout {
@@ -451,13 +453,17 @@ fn transport_error(endpoint: &str, e: &reqwest::Error, timeout: Duration) -> Llm
     }
     // Walk the source chain: "connection closed before message completed" hides there.
     let mut detail = e.to_string();
-    let mut src = std::error::Error::source(e);
+    let mut src = std::error::Error::source(&e);
     while let Some(s) = src {
         detail.push_str(": ");
         detail.push_str(&s.to_string());
         src = s.source();
     }
-    LlmError::Connection { endpoint, detail }
+    LlmError::Connection {
+        endpoint,
+        detail,
+        source: Some(std::sync::Arc::new(e)),
+    }
 }
 
 /// A lightweight handle: clone an `Arc<OpenAiClient>` into many agents.

@@ -35,8 +35,16 @@ pub enum LlmError {
     },
     #[error("{endpoint}: no response within {after:?}")]
     Timeout { endpoint: String, after: Duration },
+    /// `detail` is the transport error's whole chain as text (what hides under "error sending
+    /// request" is what tells); the error itself, when there is one, stays the source (shared,
+    /// so the error stays `Clone`).
     #[error("{endpoint}: connection failed: {detail}")]
-    Connection { endpoint: String, detail: String },
+    Connection {
+        endpoint: String,
+        detail: String,
+        #[source]
+        source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
+    },
     /// HTTP 2xx whose body is not a chat completion: HTML from a proxy, truncated JSON, no
     /// choices.
     #[error(
@@ -47,6 +55,9 @@ pub enum LlmError {
         status: u16,
         detail: String,
         snippet: String,
+        /// The JSON error, when the body did not parse.
+        #[source]
+        source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
     },
     /// The prompt does not fit the model's context window (a 400 that says so).
     #[error("{endpoint}: context length exceeded: {body}")]
