@@ -6,8 +6,9 @@
 //!
 //! - [`Cache::get_or_build`]: build an entry at most once across threads *and processes*
 //!   (an exclusive file lock per entry), into a temporary sibling directory, then publish it with
-//!   an atomic `rename`. A crash mid-build leaves only a temporary directory that the next build
-//!   removes; readers never see a partial entry.
+//!   an atomic `rename`. A crash mid-build leaves only a temporary directory, which the next
+//!   build in its bucket removes once no builder holds its key's lock; readers never see a
+//!   partial entry.
 //! - [`Cache::fetch`]: a download checked against its sha256 before it is published.
 //! - [`share`]: identical files of entries stored once (hard links into `objects/`).
 //! - [`archive`]: unpacking the sdists and wheels those entries are built from.
@@ -186,6 +187,7 @@ impl Cache {
         if entry.exists() {
             return Ok(entry);
         }
+        sweep_orphans(&dir, key);
         let tmp = dir.join(format!(".{key}.tmp-{}", std::process::id()));
         if tmp.exists() {
             fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
@@ -253,6 +255,38 @@ fn agent() -> ureq::Agent {
         .tls_config(tls.build())
         .build()
         .into()
+}
+
+/// Remove the temporary directories that builders killed mid-build left in `dir` (a bucket):
+/// `.<key>.tmp-<pid>` of a key whose lock nobody holds. The caller holds `own`'s lock, so every
+/// temporary of `own` is an orphan. Best effort: what cannot be removed stays for the next
+/// build (each is hundreds of MB for an environment, and nothing else would ever remove it).
+fn sweep_orphans(dir: &Path, own: &str) {
+    let Ok(names) = fs::read_dir(dir) else {
+        return;
+    };
+    for name in names.flatten().map(|e| e.file_name()) {
+        let Some((key, _pid)) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix('.'))
+            .and_then(|n| n.rsplit_once(".tmp-"))
+        else {
+            continue;
+        };
+        let path = dir.join(&name);
+        if key == own {
+            let _ = fs::remove_dir_all(&path);
+            continue;
+        }
+        // A builder of `key` holds its lock for as long as its temporary is in use.
+        let lock_path = dir.join(format!(".{key}.lock"));
+        let Ok(lock) = File::create(&lock_path) else {
+            continue;
+        };
+        if lock.try_lock().is_ok() {
+            let _ = fs::remove_dir_all(&path);
+        }
+    }
 }
 
 /// GET a small document (a package index page) into memory, with an `Accept` header. Not
@@ -382,6 +416,31 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().contains("tmp"))
             .collect();
         assert!(leftovers.is_empty());
+    }
+
+    /// Temporaries of builders killed mid-build (another pid) are removed by the next build in
+    /// the bucket, its own key's and other keys' alike, but never one whose key's lock is held.
+    #[test]
+    fn a_killed_builders_temporaries_are_swept_unless_their_key_is_locked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::at(tmp.path()).unwrap();
+        let b = cache.bucket("b").unwrap();
+        for orphan in [".k.tmp-999999", ".other.tmp-999998", ".busy.tmp-999997"] {
+            fs::create_dir_all(b.join(orphan).join("venv")).unwrap();
+        }
+        let busy = File::create(b.join(".busy.lock")).unwrap();
+        busy.lock().unwrap();
+        // (flock: a lock taken through another open file of the same path conflicts.)
+        std::thread::scope(|s| {
+            s.spawn(|| cache.get_or_build("b", "k", |d| fs::write(d.join("f"), b"x")))
+                .join()
+                .unwrap()
+                .unwrap();
+        });
+        assert!(!b.join(".k.tmp-999999").exists());
+        assert!(!b.join(".other.tmp-999998").exists());
+        assert!(b.join(".busy.tmp-999997").exists(), "a held lock: in use");
+        drop(busy);
     }
 
     /// A real download from PyPI (a registry this project may reach): the verified file is
