@@ -35,7 +35,8 @@ What the transcription does, per harness key (envs/README.md describes the targe
 - what the harness's image has but the registries cannot give is SUBSTITUTED, and each
   generated file says so (its header and the version's table): pins without wheels for the
   version's interpreter (SUBSTITUTE), an older pip for an install command pip 26 refuses
-  (INSTALL_PIP), matplotlib's qhull and FreeType downloads (MPL_QHULL_STEP, MPL_FREETYPE_STEP).
+  (INSTALL_PIP), matplotlib's qhull, FreeType and jQuery UI downloads (MPL_QHULL_STEP,
+  MPL_FREETYPE_STEP, MPL_JQUERY_STEP).
 
 Installer rule (`installer = "pip"` vs uv's default): pip wherever the harness's pip semantics
 matter, i.e. when any of these holds, else uv:
@@ -253,6 +254,25 @@ MPL_FREETYPE_STEP = (
     "printf '[libs]\\nsystem_freetype = True\\n' >> \"$cfg\"; fi"
 )
 QHULL_DOWNLOAD = re.compile(r"QHULL")
+# matplotlib < 3.2's setup.py (and setupext.py where it moved) downloads jQuery UI 1.12.1's
+# release zip from jqueryui.com into lib/matplotlib/backends/web_backend/ at build time, unless
+# its jquery-ui-1.12.1/ directory is there. npm's jquery-ui 1.12.1 is the source tree, not that
+# release; matplotlib's own 3.1.3 wheel on PyPI ships the release's files (the zip's 24 files:
+# jquery-ui.js/.min.js, the CSS, external/jquery, images, index.html), so they are taken from
+# it, where the tree's build would download them. The download was in the tree from February
+# 2019 to June 2020 (#11246 to "Remove jQuery and jQuery UI"): the versions of those commits.
+MPL_JQUERY_VERSIONS = {"3.0", "3.1", "3.2", "3.3"}
+MPL_JQUERY_STEP = (
+    "if grep -qs jquery-ui-1.12.1.zip setup.py setupext.py && "
+    "[ ! -d lib/matplotlib/backends/web_backend/jquery-ui-1.12.1 ]; then "
+    "env -u PIP_UPLOADED_PRIOR_TO python -m pip download --no-deps --only-binary=:all: "
+    "--python-version 3.7 --platform manylinux1_x86_64 -d /tmp/mplwheel matplotlib==3.1.3 && "
+    "python -c \"import glob, zipfile; z = zipfile.ZipFile(glob.glob('/tmp/mplwheel/*.whl')[0]); "
+    "p = 'matplotlib/backends/web_backend/jquery-ui-1.12.1/'; "
+    "[z.extract(n, '/tmp/mplwheel/x') for n in z.namelist() if n.startswith(p)]\" && "
+    "cp -r /tmp/mplwheel/x/matplotlib/backends/web_backend/jquery-ui-1.12.1 "
+    "lib/matplotlib/backends/web_backend/; fi"
+)
 
 
 def mpl_lib_steps(repo, qhull_download):
@@ -435,6 +455,13 @@ def transcribe(repo, version, spec, reqs_paths):
             notes.append(f"substituted: {r} -> {new}: {why}")
     gen += helpers_steps(repo, version, t["requirements"])
     gen += mpl_lib_steps(repo, bool(qhull))
+    if repo == "matplotlib/matplotlib" and version in MPL_JQUERY_VERSIONS:
+        gen.append(MPL_JQUERY_STEP)
+        notes.append(
+            "substituted: the build's jQuery UI 1.12.1 download from jqueryui.com "
+            "(unreachable) -> the same release's files from matplotlib 3.1.3's wheel on PyPI, "
+            "where the tree's setup.py downloads it (MPL_JQUERY_STEP in the generator)"
+        )
     GENERATED_PRE.update(gen)
     t["pre_install"] = gen + pre
     install = spec.get("install", "")
