@@ -2,7 +2,8 @@
 //! marshmallow): test methods that are static, class methods, inherited, parametrized on a
 //! class, unittest-style, xfail-marked, reading `request.instance`, with ids cut at a space,
 //! methods a class decorator wraps (`@mock.patch` on a whole class, as Django's suites do),
-//! and string `skipif` / `xfail` conditions that name the test module's globals (astropy's
+//! a test a library wrapper keeps in its closure (matplotlib's `check_figures_equal`, found
+//! on SWE-bench's matplotlib-22719), and string `skipif` / `xfail` conditions that name the test module's globals (astropy's
 //! `skipif("not HAS_BS4")`, which pytest evaluates in the test function's `__globals__`).
 //! Graded with the observer, every honest test still passes, the observer saw every body, and
 //! nothing disagrees. Real pytest in a real sandbox.
@@ -24,6 +25,8 @@ import unittest
 from unittest import mock
 
 import pytest
+
+from calc.deco import figures, style
 
 HAS_THING = True
 MISSING = False
@@ -87,11 +90,34 @@ class UChild(UBase):
         self.assertEqual(self.v, 3)
 
 
+# A wrapper that keeps the test in its closure, no `__wrapped__` (matplotlib's
+# check_figures_equal), under a contextlib decorator (matplotlib's `@mpl.style.context`).
+@style("default")
+@figures
+def test_closure_wrapped(fig):
+    assert fig == "figure"
+
+
 # A class decorator that wraps every test method (Django's suites patch whole classes).
 @mock.patch("os.getcwd", return_value="/patched")
 class UPatched(unittest.TestCase):
     def test_patched(self, getcwd):
         self.assertEqual(os.getcwd(), "/patched")
+"#;
+
+const DECO: &str = r#"import contextlib
+
+
+def figures(func):
+    def wrapper(*args, **kwargs):
+        func(*args, fig="figure", **kwargs)
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def style(name):
+    yield
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,6 +127,7 @@ async fn honest_tests_of_every_shape_pass_under_the_observer() {
     }
     let src = common::project(&[
         ("calc/__init__.py", ""),
+        ("calc/deco.py", DECO),
         ("tests/__init__.py", ""),
         ("tests/test_shapes.py", SHAPES),
     ]);
@@ -120,6 +147,7 @@ async fn honest_tests_of_every_shape_pass_under_the_observer() {
         "tests/test_shapes.py::UChild::test_ustatic",
         "tests/test_shapes.py::UChild::test_child",
         "tests/test_shapes.py::UPatched::test_patched",
+        "tests/test_shapes.py::test_closure_wrapped",
     ];
     let t = common::task(json!({
         "instance_id": "local__shapes-1", "repo": "local/shapes", "base_commit": "x",
