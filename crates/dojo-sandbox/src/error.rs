@@ -27,6 +27,13 @@ pub enum SandboxError {
     },
     #[error("building Python environment {spec} failed: {reason}")]
     Env { spec: String, reason: String },
+    /// [`SandboxError::Env`] stopped by another error (the spec's TOML, uv, the cache).
+    #[error("building Python environment {spec} failed: {source}")]
+    EnvFrom {
+        spec: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("path {0:?} leaves the workspace")]
     PathEscape(String),
     /// A patch refused before it is applied: a path that leaves the repository, a symlink out

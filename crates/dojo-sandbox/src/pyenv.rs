@@ -99,18 +99,18 @@ fn yes() -> bool {
 impl PythonEnvSpec {
     /// Parse a TOML document with the `PythonEnvSpec` fields.
     pub fn from_toml_str(text: &str) -> Result<PythonEnvSpec> {
-        toml::from_str(text).map_err(|e| SandboxError::Env {
+        toml::from_str(text).map_err(|e| SandboxError::EnvFrom {
             spec: "<toml>".into(),
-            reason: e.to_string(),
+            source: e.into(),
         })
     }
 
     /// Read a TOML file with the `PythonEnvSpec` fields.
     pub fn from_toml_file(path: &Path) -> Result<PythonEnvSpec> {
         let text = std::fs::read_to_string(path).map_err(io_err(path))?;
-        toml::from_str(&text).map_err(|e| SandboxError::Env {
+        toml::from_str(&text).map_err(|e| SandboxError::EnvFrom {
             spec: path.display().to_string(),
-            reason: e.to_string(),
+            source: e.into(),
         })
     }
 
@@ -140,12 +140,16 @@ impl PythonEnvSpec {
             spec: self.describe(),
             reason,
         };
+        let from = |e: crate::BuildError| SandboxError::EnvFrom {
+            spec: self.describe(),
+            source: e.into(),
+        };
         let p = match self.python.as_str() {
             "" => PathBuf::from(crate::pristine::DEFAULT_PYTHON),
             v if v.starts_with('/') => PathBuf::from(v),
             v => match host_python(v) {
                 Some(p) => p,
-                None => managed_python(v).map_err(|e| err(e.to_string()))?,
+                None => managed_python(v).map_err(from)?,
             },
         };
         if !p.exists() {
@@ -154,7 +158,7 @@ impl PythonEnvSpec {
                 p.display()
             )));
         }
-        runnable_in_sandbox(&p).map_err(|e| err(e.to_string()))?;
+        runnable_in_sandbox(&p).map_err(from)?;
         Ok(p)
     }
 }
@@ -345,8 +349,12 @@ impl PythonEnv {
                 "an editable install needs the pristine tree of the project".into(),
             ));
         }
+        let from = |e: Box<dyn std::error::Error + Send + Sync>| SandboxError::EnvFrom {
+            spec: spec.describe(),
+            source: e,
+        };
         let python = spec.interpreter()?;
-        let uv = crate::uv::ensure_uv().map_err(|e| err(e.to_string()))?;
+        let uv = crate::uv::ensure_uv().map_err(|e| from(e.into()))?;
         // What the tests may do (network, CPUs) does not change what is built.
         let built = PythonEnvSpec {
             network: false,
@@ -375,14 +383,14 @@ impl PythonEnv {
             },
         });
         let key = dojo_cache::sha256_hex(identity.to_string());
-        let cache = dojo_cache::Cache::open().map_err(|e| err(e.to_string()))?;
+        let cache = dojo_cache::Cache::open().map_err(|e| from(e.into()))?;
         let entry = cache
             .get_or_build("envs", &key, |tmp| {
                 build_into(spec, pristine, &python, &uv, tmp)?;
                 share_entry(&cache, &tmp.join("venv"));
                 Ok::<_, BuildError>(())
             })
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(|e| from(e.into()))?;
         let tree = entry.join("tree");
         Ok(PythonEnv {
             id: key,

@@ -208,7 +208,10 @@ async fn missing_python_and_uv_are_named_errors() {
         ..Default::default()
     };
     let e = PythonEnv::build(&spec, None).unwrap_err();
-    assert!(matches!(e, SandboxError::Env { .. }));
+    assert!(matches!(
+        e,
+        SandboxError::Env { .. } | SandboxError::EnvFrom { .. }
+    ));
     assert!(e.to_string().contains("python3.99"), "{e}");
     let e = PythonEnvSpec::from_toml_str("python = 3\n").unwrap_err();
     assert!(e.to_string().contains("python"), "{e}");
