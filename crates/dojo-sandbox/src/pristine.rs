@@ -347,6 +347,7 @@ enum Pin {
 fn pin_mtimes(tree: &Path, pin: Pin) {
     let when = std::time::UNIX_EPOCH + PINNED;
     let git_dir = tree.join(".git");
+    let objects = git_dir.join("objects");
     let walk = walkdir::WalkDir::new(tree)
         .into_iter()
         .filter_entry(|e| matches!(pin, Pin::Derived) || e.path() != git_dir);
@@ -356,8 +357,7 @@ fn pin_mtimes(tree: &Path, pin: Pin) {
             Pin::Sources => path.extension().is_some_and(|x| x == "py"),
             Pin::All => true,
             Pin::Derived => {
-                path.extension().is_some_and(|x| x == "pyc")
-                    || path.starts_with(git_dir.join("objects"))
+                path.extension().is_some_and(|x| x == "pyc") || path.starts_with(&objects)
             }
         };
         if entry.file_type().is_file()
