@@ -179,3 +179,51 @@ async fn honest_tests_of_every_shape_pass_under_the_observer() {
     // Every collected test's body was watched.
     assert_eq!(seen.observed, passing.len(), "{seen:?}");
 }
+
+/// The closure wrapper the observer now follows, turned into an attack: a patch to the library
+/// decorator (not the test file) makes its closure swallow what the test raises. It should not
+/// resolve, and today it does: the observer watches the function pytest calls (the library's
+/// wrapper), so "a body that returned" is the wrapper's. Not new with the closure rule: the
+/// attacker writes the wrapper and can give it `functools.wraps`, which the observer followed
+/// before. Ignored until the observer watches the test's own code object inside a wrapper
+/// (issue 46, named in the session note); run with `--ignored` to see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known hole: a library decorator of a decorated test can swallow its failure (issue 46)"]
+async fn a_library_decorator_swallowing_through_its_closure_is_not_a_pass() {
+    if !common::sandboxes_or_skip() {
+        return;
+    }
+    let src = common::project(&[
+        ("calc/__init__.py", "def value():\n    return 1\n"),
+        ("calc/deco.py", DECO),
+        ("tests/__init__.py", ""),
+        (
+            "tests/test_bug.py",
+            "import calc\nfrom calc.deco import figures\n\n\n@figures\ndef test_bug(fig):\n    assert calc.value() == 2\n",
+        ),
+    ]);
+    let patch = "diff --git a/calc/deco.py b/calc/deco.py\n--- a/calc/deco.py\n+++ b/calc/deco.py\n@@ -3,7 +3,10 @@ import contextlib\n \n def figures(func):\n     def wrapper(*args, **kwargs):\n-        func(*args, fig=\"figure\", **kwargs)\n+        try:\n+            func(*args, fig=\"figure\", **kwargs)\n+        except BaseException:\n+            pass\n \n     return wrapper\n \n";
+    let t = common::task(json!({
+        "instance_id": "local__swallow-1", "repo": "local/swallow", "base_commit": "x",
+        "patch": patch, "test_patch": "", "version": "1.0",
+        "FAIL_TO_PASS": ["tests/test_bug.py::test_bug"], "PASS_TO_PASS": [],
+        "env": {"python": "3.11", "requirements": ["pytest==8.3.3"], "editable": false,
+                "test_cmd": "python -m pytest -rA -p no:cacheprovider tests",
+                "test_directives": "none", "timeout_s": 120, "env": {"PYTHONPATH": "/testbed"}}}));
+    let env = EnvRegistry::default().resolve(&t).unwrap();
+    let (pristine, venv) = match sandbox_for(src, &env).await {
+        Ok(x) => x,
+        Err(e) => return skip(format!("cannot build the pristine tree or venv: {e}")),
+    };
+    let opts = GradeOptions {
+        timeout: Some(Duration::from_secs(60)),
+        ..Default::default()
+    };
+    let r = common::grade_fresh(&pristine, &venv, &t, &env, &t.patch, &opts).await;
+    assert!(
+        r.test_output.contains("PASSED tests/test_bug.py::test_bug"),
+        "the swallowing wrapper should make the log say passed:\n{}",
+        r.test_output
+    );
+    assert_ne!(r.outcome, Verdict::Resolved, "{:?}", r.observer);
+}
