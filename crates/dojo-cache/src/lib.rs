@@ -164,6 +164,25 @@ impl Cache {
         share::share_files(dir, &self.bucket("objects")?)
     }
 
+    /// [`Cache::share`] for a builder (a venv, a pristine tree), before it publishes: only disk
+    /// is at stake, so a failure is logged and the entry keeps its own copies.
+    pub fn share_or_keep(&self, dir: &Path) {
+        match self.share(dir) {
+            Ok(s) => tracing::info!(
+                dir = %dir.display(),
+                files = s.files,
+                shared_mb = s.shared_bytes / 1_000_000,
+                stored_mb = s.stored_bytes / 1_000_000,
+                "cache entry's files stored once"
+            ),
+            Err(e) => tracing::warn!(
+                dir = %dir.display(),
+                error = &e as &dyn std::error::Error,
+                "cache entry's files not shared; the entry keeps its own copies"
+            ),
+        }
+    }
+
     /// Return `<bucket>/<key>`, building it first if it does not exist.
     ///
     /// `build` receives an empty temporary directory and must fill it; on success it becomes the

@@ -148,7 +148,7 @@ impl PristineStore {
         let entry = cache
             .get_or_build(&bucket, &key, |tmp| {
                 build_into(source, tmp)?;
-                crate::pyenv::share_entry(&cache, &tmp.join("tree"));
+                cache.share_or_keep(&tmp.join("tree"));
                 Ok::<_, BuildError>(())
             })
             .map_err(|e| err(e.into()))?;

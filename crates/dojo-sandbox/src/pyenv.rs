@@ -387,7 +387,7 @@ impl PythonEnv {
         let entry = cache
             .get_or_build("envs", &key, |tmp| {
                 build_into(spec, pristine, &python, &uv, tmp)?;
-                share_entry(&cache, &tmp.join("venv"));
+                cache.share_or_keep(&tmp.join("venv"));
                 Ok::<_, BuildError>(())
             })
             .map_err(|e| from(e.into()))?;
@@ -413,26 +413,6 @@ impl PythonEnv {
         tokio::task::spawn_blocking(move || PythonEnv::build(&s, p.as_ref()))
             .await
             .map_err(|e| SandboxError::Other(format!("env build task: {e}")))?
-    }
-}
-
-/// The files of an entry being built (a venv, a pristine tree) that other entries have too
-/// (every package but the project; a repository's unchanged files) stored once, before the
-/// entry is published. Only disk is at stake: a failure is logged and the entry kept as built.
-pub(crate) fn share_entry(cache: &dojo_cache::Cache, dir: &Path) {
-    match cache.share(dir) {
-        Ok(s) => tracing::info!(
-            dir = %dir.display(),
-            files = s.files,
-            shared_mb = s.shared_bytes / 1_000_000,
-            stored_mb = s.stored_bytes / 1_000_000,
-            "cache entry's files stored once"
-        ),
-        Err(e) => tracing::warn!(
-            dir = %dir.display(),
-            error = &e as &dyn std::error::Error,
-            "cache entry's files not shared; the entry keeps its own copies"
-        ),
     }
 }
 
