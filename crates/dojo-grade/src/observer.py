@@ -205,6 +205,8 @@ class _State(object):
         self.xfailed = None  # pytest's XFailed class and outcomes module's file, taken early
         self.outcomes_file = None
         self.ours = set()  # ids of the wrappers made here
+        self.recorders = {}  # id -> (recorder, test function) of the recorders made here
+        self.inner = []  # [recorder, outcomes] of each running wrapped call (_Watch)
         self.in_test = 0  # test bodies running now (the wrappers count them)
         self.sympy = False  # sympy's own runner runs here
         self.helpers = None  # the repository's assertion helpers (_Helpers), read at startup
@@ -274,6 +276,9 @@ class _File(object):
         self.source = source
         self.codes = []  # module code objects: plain, then rewritten
         self.defs = {}  # name path (tuple) -> (wrapping decorators?, xfail marked?)
+        # name path -> the exceptions a `@raises(E, ...)` decorator of it names (dotted names;
+        # "" for an argument that is not one): such a test passes when its code raises them.
+        self.expects = {}
         self.module_xfail = False
         self.rebound = set()  # module-level names also bound by an import or assignment
         self.imported = {}  # module-level `from M import N as L`: L -> (M, N)
@@ -321,6 +326,11 @@ class _File(object):
                     marks = [_dotted(d) for d in node.decorator_list]
                     wraps = cls_wraps or any(not _marker(m) for m in marks)
                     key = prefix + (node.name,)
+                    for d in node.decorator_list:
+                        if isinstance(d, ast.Call) and _dotted(d.func).split(".")[-1] == "raises":
+                            named = [_dotted(a) for a in d.args if not isinstance(a, ast.Call)]
+                            ok = named and len(named) == len(d.args)
+                            self.expects[key] = named if ok else [""]
                     if node.name.startswith("test"):
                         doc = _first_doc_line(node)
                         if doc:
@@ -634,7 +644,8 @@ def _func(obj):
 def _verify(state, f, names, fn):
     """Why `fn`, the function a runner will call for the test at `names` of pristine file `f`,
     is not that test's own code (None: it is). A test whose source wraps it in a decorator
-    other than a marker may be a wrapper: then its `__wrapped__` chain must reach the code."""
+    other than a marker may be a wrapper: then it must keep the test's code where [`_reach`]
+    finds it (and [`_watch`] then watches that code)."""
     cands = f.candidates(names)
     if not cands:
         return "no function %s in the test file" % ".".join(names)
@@ -644,32 +655,200 @@ def _verify(state, f, names, fn):
         return "a %s, not a function" % type(fn).__name__
     if f.matches(names, raw.__code__):
         return None
-    if wraps:
-        # Through `__wrapped__`, and through the closure of a wrapper that keeps the test
-        # function there instead (matplotlib's `check_figures_equal`). Reaching the code only
-        # admits the wrapper: a pass still needs that code's own body to return.
-        todo, seen = [(fn, 0)], set()
-        while todo:
-            obj, depth = todo.pop()
-            if depth > 16 or id(obj) in seen or len(seen) > 256:
+    if wraps and _reach(state, f, names, fn)[0] is not None:
+        return None
+    return "its code is not the test file's (%s)" % getattr(raw.__code__, "co_name", "?")
+
+
+def _reach(state, f, names, fn):
+    """Where the wrapper `fn` keeps the test at `names` of pristine file `f`: through
+    `__wrapped__`, the closures of wrapper functions (matplotlib's `check_figures_equal` keeps
+    the test there and sets no `__wrapped__`) and the attributes of a callable object (a
+    decorator class). Returns (the test's function or None, the places holding it: ("cell",
+    cell), ("attr", object, name) or ("dict", dict, key), the recorder [`_watch`] put there
+    for an earlier item, or None). Bounded, and a hostile `__getattr__` is caught."""
+    found, holders, rec = None, [], None
+    todo, seen = [(fn, 0, None)], set()
+    while todo:
+        obj, depth, via = todo.pop()
+        if depth > 16 or id(obj) in seen or len(seen) > 256:
+            continue
+        seen.add(id(obj))
+        g = _func(obj)
+        if depth and g is not None:
+            mine = state.recorders.get(id(g))
+            if mine is not None and mine[0] is g:
+                found, rec = mine[1], g
                 continue
-            seen.add(id(obj))
-            g = _func(obj)
-            if depth and g is not None and f.matches(names, g.__code__):
-                return None
-            try:  # (an object's own __getattr__ may raise anything)
-                nxt = [getattr(obj, "__wrapped__", None)]
-            except Exception:
-                nxt = []
-            for cell in (g.__closure__ or ()) if g is not None else ():
+            if f.matches(names, g.__code__):
+                if found is None or found is g:
+                    found = g
+                    holders.append(via)
+                continue
+        nxt = []
+        try:  # (an object's own __getattr__ may raise anything)
+            w = getattr(obj, "__wrapped__", None)
+        except Exception:
+            w = None
+        if w is not None:
+            nxt.append((w, ("attr", obj, "__wrapped__")))
+        if g is not None:
+            for cell in g.__closure__ or ():
                 try:
                     c = cell.cell_contents
                 except ValueError:  # an empty cell
                     continue
-                if _func(c) is not None:  # functions only: closures hold any data
-                    nxt.append(c)
-            todo.extend((n, depth + 1) for n in nxt if n is not None)
-    return "its code is not the test file's (%s)" % getattr(raw.__code__, "co_name", "?")
+                # Functions, and objects of a class (a decorator's instance): closures
+                # hold any data; a module's or a class's namespace is not a wrapper's.
+                if _func(c) is not None or not isinstance(c, (type, types.ModuleType)):
+                    nxt.append((c, ("cell", cell)))
+        else:
+            try:
+                d = vars(obj)
+            except Exception:  # (no __dict__, or a hostile one)
+                d = None
+            for k, v in list(d.items()) if type(d) is dict else ():
+                if _func(v) is not None:
+                    nxt.append((v, ("dict", d, k)))
+        todo.extend((n, depth + 1, v) for n, v in nxt)
+    return found, holders, rec
+
+
+def _set_cell(cell, value):
+    """Put `value` in a closure cell: writable from Python 3.7, through the C API before."""
+    try:
+        cell.cell_contents = value
+        return
+    except (AttributeError, TypeError):
+        pass
+    try:
+        import ctypes  # (3.5 and 3.6 only; a module the project replaced can only fail here)
+
+        put = ctypes.pythonapi.PyCell_Set
+        put.argtypes = (ctypes.py_object, ctypes.py_object)
+        put.restype = ctypes.c_int
+        put(cell, value)
+    except Exception:
+        pass
+
+
+class _Watch(object):
+    """The test's own function inside a library wrapper, and how the wrapper's call of it must
+    end for the test to pass: a wrapper is the project's code, which a patch can change to
+    swallow what the test raises. Its outcomes are collected per call of the outer wrapper
+    (`state.inner`, a stack: the recorder records only the call its own outer call made)."""
+
+    def __init__(self, state, f, names, t, recorder):
+        self.t, self.recorder = t, recorder
+        self.expects = f.expects.get(tuple(names))
+
+    def verdict(self, outcomes):
+        """None when the wrapper returned as the test's code allows, else why not."""
+        if not outcomes:
+            return "its decorator returned without running its code"
+        returned = [o for o in outcomes if o is None]
+        raised = [o for o in outcomes if o is not None]
+        if self.expects is None:
+            if returned:
+                return None
+            return "its decorator returned where its code raised %s" % raised[-1][0].__name__
+        classes = self._expected()
+        if classes is None:
+            return "its @raises decorator names what is not an exception class"
+        if returned:
+            return "its code returned where its @raises decorator expects an exception"
+        for cls, from_body in raised:
+            mro = getattr(cls, "__mro__", ())
+            if from_body and any(c in mro for c in classes):
+                return None
+        return "its code raised %s, not what its @raises decorator names" % raised[-1][0].__name__
+
+    def _expected(self):
+        """The classes the pristine `@raises(...)` names, looked up in the test's module."""
+        out, g = [], getattr(self.t, "__globals__", {})
+        try:  # (the names reach the project's objects, whose __getattr__ may raise anything)
+            b = g.get("__builtins__", {})
+            b = b if isinstance(b, dict) else getattr(b, "__dict__", {})
+            for dotted in self.expects:
+                if not dotted:
+                    return None
+                parts = dotted.split(".")
+                obj = g[parts[0]] if parts[0] in g else b.get(parts[0])
+                for p in parts[1:]:
+                    obj = getattr(obj, p, None)
+                if not (isinstance(obj, type) and BaseException in obj.__mro__):
+                    return None
+                out.append(obj)
+        except Exception:
+            return None
+        return out
+
+
+def _watch(state, f, names, fn):
+    """For a test that `fn`, a wrapper, runs (None when `fn` is the test's own function): the
+    test's function is replaced, where the wrapper keeps it, by a recorder of how each call of
+    it ended, and a `_Watch` of it returned. A reference this does not find (a
+    `functools.partial`) is never called through the recorder, so the test cannot pass: fail
+    closed. A coroutine or generator test is left to the outer wrapper (its call returns at
+    once)."""
+    raw = _func(fn)
+    if raw is None or f.matches(names, raw.__code__):
+        return None
+    t, holders, rec = _reach(state, f, names, fn)
+    if t is None or t.__code__.co_flags & _NOT_WRAPPED:
+        return None
+    if rec is None:
+        rec = _make_recorder(state, t)
+        for h in holders:
+            try:
+                if h[0] == "cell":
+                    _set_cell(h[1], rec)
+                elif h[0] == "attr":
+                    setattr(h[1], h[2], rec)
+                else:
+                    h[1][h[2]] = rec
+            except Exception:
+                pass
+    return _Watch(state, f, names, t, rec)
+
+
+def _make_recorder(state, t):
+    """`t`, recording how each call ends into the outcomes of the outer call that is running
+    it (None: returned; (exception class, whether raised from `t`'s own code, not from the
+    call itself)). Outside such a call it is `t`."""
+    caught = BaseException
+    code = t.__code__
+
+    def dojo_inner(*args, **kwargs):
+        __tracebackhide__ = True  # pytest leaves this frame out of failure reports
+        top = state.inner[-1] if state.inner else None
+        if top is None or top[0] is not dojo_inner:
+            return t(*args, **kwargs)
+        try:
+            result = t(*args, **kwargs)
+        except caught as e:
+            tb, ran = getattr(e, "__traceback__", None), False
+            tb = tb.tb_next if tb is not None else None
+            while tb is not None and not ran:
+                ran = tb.tb_frame.f_code is code
+                tb = tb.tb_next
+            top[1].append((type(e), ran))
+            raise
+        top[1].append(None)
+        return result
+
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(dojo_inner, attr, getattr(t, attr))
+        except (AttributeError, TypeError):
+            pass
+    try:
+        dojo_inner.__dict__.update(getattr(t, "__dict__", {}))
+    except (AttributeError, TypeError):
+        pass
+    dojo_inner.__wrapped__ = t
+    state.recorders[id(dojo_inner)] = (dojo_inner, t)
+    return dojo_inner
 
 
 def _helpers_used(f, names):
@@ -731,14 +910,17 @@ def _type_name(e):
     return type(e).__name__
 
 
-def _make_wrapper(state, prefix, tids, fn, check, located=False):
+def _make_wrapper(state, prefix, tids, fn, check, located=False, watch=None):
     """`fn` recording its calls for the tests `tids` (a set: a method on a class serves every
     parametrization of it; the running one is `state.current`; unittest passes one id and no
     current). `check()` is re-run at entry and return: None, or why the code is not pristine.
 
     The wrapper runs with `fn`'s module globals: pytest evaluates string conditions
     (`skipif("not HAS_BS4")`) in the test function's `__globals__`. So it names nothing of this
-    module's but through its closure."""
+    module's but through its closure.
+
+    `watch` (a `_Watch`): `fn` is a library wrapper of the test, and returning counts only
+    when the test's own code, run inside it, ended as the watch allows."""
     # The wrapper runs with the test module's globals (below), whose builtins the project's code
     # can replace: it names none, only its closure.
     emit, expected, name_of = state.emit, _expected_xfail, _type_name
@@ -756,10 +938,14 @@ def _make_wrapper(state, prefix, tids, fn, check, located=False):
             emit(prefix + "replaced", tid, bad)
         emit(prefix + "enter", tid)
         state.in_test += 1
+        if watch is not None:
+            state.inner.append([watch.recorder, []])
         try:
             result = fn(*args, **kwargs)
         except caught as e:
             state.in_test -= 1
+            if watch is not None:
+                state.inner.pop()
             emit(
                 prefix + "raise",
                 tid,
@@ -767,7 +953,8 @@ def _make_wrapper(state, prefix, tids, fn, check, located=False):
             )
             raise
         state.in_test -= 1
-        bad = check(tid, True)
+        outcomes = state.inner.pop()[1] if watch is not None else None
+        bad = check(tid, True) or (watch.verdict(outcomes) if watch is not None else None)
         if bad:
             emit(prefix + "replaced", tid, bad)
         else:
@@ -954,7 +1141,8 @@ def _observe_item(state, item):
     if raw.__code__.co_flags & _NOT_WRAPPED:
         return state.emit("unobserved", nodeid, "coroutine or generator")
     check = _Check(state, f, names, raw)
-    make = lambda func, tids: _make_wrapper(state, "", tids, func, check)  # noqa: E731
+    watch = _watch(state, f, names, raw)
+    make = lambda func, tids: _make_wrapper(state, "", tids, func, check, watch=watch)  # noqa: E731
     if cls is not None:
         why = _wrap_method(state, item, cls, name, make)
         if why:
@@ -1083,7 +1271,8 @@ def _observe_case(state, case, name):
     state.runner = True
     bound = getattr(case, name)
     check = _Check(state, f, names, raw)
-    wrapped = _make_wrapper(state, "u.", set([tid]), bound, check)
+    watch = _watch(state, f, names, raw)
+    wrapped = _make_wrapper(state, "u.", set([tid]), bound, check, watch=watch)
     setattr(case, name, wrapped)
     state.emit("u.item", tid, "xfail" if check.marked else "")
     # A runner with descriptions on (Django's at verbosity 2) logs a test that has a docstring
@@ -1165,7 +1354,8 @@ def _observe_sympy_file(state, code, gl):
             state.emit("s.unobserved", tid, "coroutine or generator")
             continue
         check = _Check(state, f, [name], fn)
-        gl[name] = _make_wrapper(state, "s.", set([tid]), fn, check, located=True)
+        watch = _watch(state, f, [name], fn)
+        gl[name] = _make_wrapper(state, "s.", set([tid]), fn, check, located=True, watch=watch)
         state.emit("s.item", tid, "xfail" if check.marked else "")
 
 

@@ -20,11 +20,18 @@
 //! - **Pristine tests.** At startup, before any project code, it reads the task's test files
 //!   (restored by grading) and compiles them, plain and as pytest's assertion rewriter does
 //!   (before the first conftest); a test function counts only if its code is that file's code
-//!   (or, for a test the file decorates with a wrapping decorator, reached through
-//!   `__wrapped__`), still is at entry and return, and the file's module-level helpers and the
+//!   (or, for a test the file decorates with a wrapping decorator, a wrapper that keeps that
+//!   code: see the next point), still is at entry and return, and the file's module-level helpers and the
 //!   runners' assertion helpers (`pytest`, `_pytest.python_api`, `_pytest.outcomes`,
 //!   `unittest.case`) are unchanged. An `XFailed` counts as expected only under an xfail marker
 //!   in the test's own file, or raised by `pytest.xfail()` called from that file's code.
+//! - **Decorated tests.** A wrapper is the project's or a library's code, which a patch can
+//!   change to swallow the test's failure. The observer puts a recorder where the wrapper keeps
+//!   the test's function (`__wrapped__`, its closure, a decorator object's attributes); the
+//!   test passes only if the wrapper returned and the test's own code returned inside it at
+//!   least once, or, under a `@raises(E)` of the pristine file, raised `E` from its own body
+//!   and never returned. A call through a reference the observer did not find is never
+//!   recorded: fail closed.
 //! - **Records.** They go to a pipe the grading side reads (the script's stderr, fd 4 of the
 //!   test command; never a file), each numbered per process and carrying an HMAC-SHA256 under a
 //!   per-run key ([`RunKey`]) that reaches the runner's interpreter through a one-shot pipe on

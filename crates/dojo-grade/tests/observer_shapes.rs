@@ -3,7 +3,9 @@
 //! class, unittest-style, xfail-marked, reading `request.instance`, with ids cut at a space,
 //! methods a class decorator wraps (`@mock.patch` on a whole class, as Django's suites do),
 //! a test a library wrapper keeps in its closure (matplotlib's `check_figures_equal`, found
-//! on SWE-bench's matplotlib-22719), and string `skipif` / `xfail` conditions that name the test module's globals (astropy's
+//! on SWE-bench's matplotlib-22719), tests under library decorators whose own code the observer
+//! watches (astropy's `@raises`, a decorator object, hypothesis's many examples with rejected
+//! ones, `mock.patch`), and string `skipif` / `xfail` conditions that name the test module's globals (astropy's
 //! `skipif("not HAS_BS4")`, which pytest evaluates in the test function's `__globals__`).
 //! Graded with the observer, every honest test still passes, the observer saw every body, and
 //! nothing disagrees. Real pytest in a real sandbox.
@@ -26,7 +28,7 @@ from unittest import mock
 
 import pytest
 
-from calc.deco import figures, style
+from calc.deco import Retried, examples, figures, raises, style
 
 HAS_THING = True
 MISSING = False
@@ -98,6 +100,38 @@ def test_closure_wrapped(fig):
     assert fig == "figure"
 
 
+# astropy's `raises` (a decorator class whose wrapper calls `pytest.raises`): passes when the
+# test's code raises what it names.
+@raises(ZeroDivisionError)
+def test_expects_raise():
+    1 / 0
+
+
+class TestRaisesMethod:
+    @raises(KeyError, ValueError)
+    def test_method_expects_raise(self):
+        int("x")
+
+
+# A wrapper calling the test through an object it keeps (a decorator class's instance).
+@Retried.wrap
+def test_decorator_object():
+    assert True
+
+
+# Hypothesis's shape: the test run on several examples, some rejected by raising.
+@examples([0, 1, 2])
+def test_examples(x):
+    if x == 1:
+        raise examples.Rejected()
+    assert x in (0, 2)
+
+
+@mock.patch("os.getcwd", return_value="/mocked")
+def test_mock_patched(getcwd):
+    assert os.getcwd() == "/mocked"
+
+
 # A class decorator that wraps every test method (Django's suites patch whole classes).
 @mock.patch("os.getcwd", return_value="/patched")
 class UPatched(unittest.TestCase):
@@ -118,6 +152,63 @@ def figures(func):
 @contextlib.contextmanager
 def style(name):
     yield
+
+
+class raises:
+    def __init__(self, *exc):
+        self._exc = exc
+
+    def __call__(self, func):
+        import functools
+
+        import pytest
+
+        @functools.wraps(func)
+        def run_raises_test(*args, **kwargs):
+            pytest.raises(self._exc, func, *args, **kwargs)
+
+        return run_raises_test
+
+
+class Retried:
+    def __init__(self, func):
+        self.func = func
+
+    def __call__(self, *args, **kwargs):
+        return self.func(*args, **kwargs)
+
+    @classmethod
+    def wrap(cls, func):
+        import functools
+
+        retried = cls(func)
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            return retried(*args, **kwargs)
+
+        return wrapper
+
+
+def examples(values):
+    def deco(func):
+        def run():
+            for v in values:
+                try:
+                    func(v)
+                except examples.Rejected:
+                    pass
+
+        return run
+
+    return deco
+
+
+class _Rejected(Exception):
+    pass
+
+
+examples.Rejected = _Rejected
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,6 +239,11 @@ async fn honest_tests_of_every_shape_pass_under_the_observer() {
         "tests/test_shapes.py::UChild::test_child",
         "tests/test_shapes.py::UPatched::test_patched",
         "tests/test_shapes.py::test_closure_wrapped",
+        "tests/test_shapes.py::test_expects_raise",
+        "tests/test_shapes.py::TestRaisesMethod::test_method_expects_raise",
+        "tests/test_shapes.py::test_decorator_object",
+        "tests/test_shapes.py::test_examples",
+        "tests/test_shapes.py::test_mock_patched",
     ];
     let t = common::task(json!({
         "instance_id": "local__shapes-1", "repo": "local/shapes", "base_commit": "x",
@@ -188,7 +284,6 @@ async fn honest_tests_of_every_shape_pass_under_the_observer() {
 /// before. Ignored until the observer watches the test's own code object inside a wrapper
 /// (issue 46, named in the session note); run with `--ignored` to see it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known hole: a library decorator of a decorated test can swallow its failure (issue 46)"]
 async fn a_library_decorator_swallowing_through_its_closure_is_not_a_pass() {
     if !common::sandboxes_or_skip() {
         return;

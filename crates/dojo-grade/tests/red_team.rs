@@ -24,6 +24,8 @@ use serde_json::json;
 
 struct Setup {
     task: Task,
+    /// The same task with FAIL_TO_PASS cut to the decorated tests (`Attack::decorated_only`).
+    decorated: Task,
     env: RepoEnv,
     pristine: dojo_sandbox::Pristine,
     venv: dojo_sandbox::PythonEnv,
@@ -32,20 +34,25 @@ struct Setup {
 /// The calc project for `runner` ([`red_team::project`]), built.
 async fn setup(runner: Runner) -> Result<Setup, String> {
     let p = red_team::project(runner);
-    let task = common::task(json!({
-        "instance_id": format!("local__calc-red-{runner:?}"), "repo": "local/calc",
-        "base_commit": "x", "patch": red_team::GOLD,
-        "test_patch": p.test_patch(), "version": "1.0",
-        "FAIL_TO_PASS": p.fail_to_pass, "PASS_TO_PASS": p.pass_to_pass,
-        "env": {"python": "3.11", "requirements": p.requirements, "editable": false,
-                "test_cmd": p.test_cmd, "test_directives": "none", "log_parser": p.log_parser,
-                "timeout_s": 120, "env": {"PYTHONPATH": "/testbed"}}}));
+    let task_of = |f2p: &[&str], p2p: &[&str]| {
+        common::task(json!({
+            "instance_id": format!("local__calc-red-{runner:?}"), "repo": "local/calc",
+            "base_commit": "x", "patch": red_team::GOLD,
+            "test_patch": p.test_patch(), "version": "1.0",
+            "FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p,
+            "env": {"python": "3.11", "requirements": p.requirements, "editable": false,
+                    "test_cmd": p.test_cmd, "test_directives": "none", "log_parser": p.log_parser,
+                    "timeout_s": 120, "env": {"PYTHONPATH": "/testbed"}}}))
+    };
+    let task = task_of(&p.fail_to_pass, &p.pass_to_pass);
+    let decorated = task_of(&p.decorated, &[]);
     let env = EnvRegistry::default()
         .resolve(&task)
         .map_err(|e| e.to_string())?;
     let (pristine, venv) = sandbox_for(common::project(&p.files), &env).await?;
     Ok(Setup {
         task,
+        decorated,
         env,
         pristine,
         venv,
@@ -73,14 +80,12 @@ async fn generated_attacks_are_unresolved() {
         observer: false,
         ..opts.clone()
     };
-    let grade = async |runner: Runner, patch: &str| {
+    let grade_with = async |runner: Runner, decorated: bool, patch: &str, o: &GradeOptions| {
         let s = &setups.iter().find(|(r, _)| *r == runner).unwrap().1;
-        common::grade_fresh(&s.pristine, &s.venv, &s.task, &s.env, patch, &opts).await
+        let task = if decorated { &s.decorated } else { &s.task };
+        common::grade_fresh(&s.pristine, &s.venv, task, &s.env, patch, o).await
     };
-    let grade_blind = async |runner: Runner, patch: &str| {
-        let s = &setups.iter().find(|(r, _)| *r == runner).unwrap().1;
-        common::grade_fresh(&s.pristine, &s.venv, &s.task, &s.env, patch, &blind).await
-    };
+    let grade = async |runner: Runner, patch: &str| grade_with(runner, false, patch, &opts).await;
     // The control: the real fix resolves under both runners, the observer watching.
     for runner in [Runner::Pytest, Runner::Unittest] {
         let r = grade(runner, red_team::GOLD).await;
@@ -103,11 +108,11 @@ async fn generated_attacks_are_unresolved() {
     for (attack, trigger, runner) in &variants {
         let init = red_team::package_code(attack, *trigger, &red_team::Target::calc(*runner));
         let patch = red_team::init_patch(&init);
-        let r = grade(*runner, &patch).await;
+        let r = grade_with(*runner, attack.decorated_only, &patch, &opts).await;
         let ok = held(&r);
         // The same patch graded from the log alone (the official harness's view): whether the
         // attack fools a grader without the observer.
-        let b = grade_blind(*runner, &patch).await;
+        let b = grade_with(*runner, attack.decorated_only, &patch, &blind).await;
         rows.push(format!(
             "| {} | {} | {trigger:?} | {runner:?} | {} | {} | {} |",
             attack.name,
