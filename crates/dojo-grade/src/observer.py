@@ -204,7 +204,7 @@ class _State(object):
         self.config = None  # the run's own pytest config (not a pytester session's)
         self.xfailed = None  # pytest's XFailed class and outcomes module's file, taken early
         self.outcomes_file = None
-        self.ours = set()  # ids of the wrappers made here
+        self.ours = {}  # id -> (wrapper, the function it wraps, its test ids) of those made here
         self.recorders = {}  # id -> (recorder, test function) of the recorders made here
         self.inner = []  # [recorder, outcomes] of each running wrapped call (_Watch)
         self.in_test = 0  # test bodies running now (the wrappers count them)
@@ -665,8 +665,8 @@ def _reach(state, f, names, fn):
     `__wrapped__`, the closures of wrapper functions (matplotlib's `check_figures_equal` keeps
     the test there and sets no `__wrapped__`) and the attributes of a callable object (a
     decorator class). Returns (the test's function or None, the places holding it: ("cell",
-    cell), ("attr", object, name) or ("dict", dict, key), the recorder [`_watch`] put there
-    for an earlier item, or None). Bounded, and a hostile `__getattr__` is caught."""
+    cell) or ("dict", dict, key), the recorder [`_watch`] put there for an earlier item, or
+    None). Bounded, and a hostile `__getattr__` is caught."""
     found, holders, rec = None, [], None
     todo, seen = [(fn, 0, None)], set()
     while todo:
@@ -683,7 +683,8 @@ def _reach(state, f, names, fn):
             if f.matches(names, g.__code__):
                 if found is None or found is g:
                     found = g
-                    holders.append(via)
+                    if via is not None:
+                        holders.append(via)
                 continue
         nxt = []
         try:  # (an object's own __getattr__ may raise anything)
@@ -691,7 +692,9 @@ def _reach(state, f, names, fn):
         except Exception:
             w = None
         if w is not None:
-            nxt.append((w, ("attr", obj, "__wrapped__")))
+            # (Followed, never replaced: `__wrapped__` is what introspection reads, the
+            # signature pytest takes fixtures from; a wrapper calls what it keeps elsewhere.)
+            nxt.append((w, None))
         if g is not None:
             for cell in g.__closure__ or ():
                 try:
@@ -803,8 +806,6 @@ def _watch(state, f, names, fn):
             try:
                 if h[0] == "cell":
                     _set_cell(h[1], rec)
-                elif h[0] == "attr":
-                    setattr(h[1], h[2], rec)
                 else:
                     h[1][h[2]] = rec
             except Exception:
@@ -842,11 +843,11 @@ def _make_recorder(state, t):
             setattr(dojo_inner, attr, getattr(t, attr))
         except (AttributeError, TypeError):
             pass
-    try:
-        dojo_inner.__dict__.update(getattr(t, "__dict__", {}))
-    except (AttributeError, TypeError):
-        pass
-    dojo_inner.__wrapped__ = t
+    # The test's own attributes, shared: what the wrapper or a fixture sets on the test
+    # function (matplotlib 3.0's `func.parameters`) it reads back through the recorder. (So no
+    # `__wrapped__` of its own: introspection reaches the test through the wrapper's.)
+    if type(getattr(t, "__dict__", None)) is dict:
+        dojo_inner.__dict__ = t.__dict__
     state.recorders[id(dojo_inner)] = (dojo_inner, t)
     return dojo_inner
 
@@ -876,7 +877,7 @@ def _helpers_changed(f, g, helpers, ours=()):
         val = g.get(name) if isinstance(g, dict) else None
         raw = _func(val) if val is not None else None
         if raw is not None and id(raw) in ours:
-            raw = _func(getattr(raw, "__wrapped__", None))
+            raw = _func(ours[id(raw)][1])
         # unittest's own skip wrapper around the file's function (Django's
         # `mark_expected_failures_and_skips`, run by a test, skips functions that way).
         while raw is not None and raw.__code__.co_filename.startswith(_UNITTEST_DIR):
@@ -981,12 +982,18 @@ def _make_wrapper(state, prefix, tids, fn, check, located=False, watch=None):
             setattr(dojo_observed, attr, getattr(fn, attr))
         except (AttributeError, TypeError):
             pass
-    try:
-        dojo_observed.__dict__.update(getattr(fn, "__dict__", {}))
-    except (AttributeError, TypeError):
-        pass
-    dojo_observed.__wrapped__ = fn
-    state.ours.add(id(dojo_observed))
+    d = getattr(fn, "__dict__", None)
+    if type(d) is dict and "__wrapped__" in d:
+        # `fn` is a wrapper itself (functools.wraps): this one shares its attributes, so that
+        # what code reads or sets through the function pytest hands out is `fn`'s, one
+        # `__wrapped__` away from the test as without the observer (matplotlib 3.0's image
+        # comparison fixture sets `request.function.__wrapped__.parameters`).
+        dojo_observed.__dict__ = d
+    else:
+        if type(d) is dict:
+            dojo_observed.__dict__.update(d)
+        dojo_observed.__wrapped__ = fn
+    state.ours[id(dojo_observed)] = (dojo_observed, fn, tids)
     return dojo_observed
 
 
@@ -1066,15 +1073,13 @@ def _wrap_method(state, item, cls, name, make):
     else:
         return "a %s, not a function" % type(raw).__name__
     if id(func) in state.ours and owner is cls:
-        func._dojo_tids.add(item.nodeid)
+        state.ours[id(func)][2].add(item.nodeid)
         wrapped = func
     else:
         if id(func) in state.ours:
             # A base class's method, wrapped for the base's own tests: wrap the original.
-            func = func.__wrapped__
-        tids = set([item.nodeid])
-        wrapped = make(func, tids)
-        wrapped._dojo_tids = tids
+            func = state.ours[id(func)][1]
+        wrapped = make(func, set([item.nodeid]))
         setattr(cls, name, rewrap(wrapped))
     cached = getattr(item, "__dict__", {}).get("_obj")
     if isinstance(cached, types.MethodType):
@@ -1131,7 +1136,7 @@ def _observe_item(state, item):
         inner = _func(raw)
         if inner is not None and id(inner) in state.ours:
             # Wrapped already, for another parametrization of the same method.
-            fn = inner.__wrapped__
+            fn = state.ours[id(inner)][1]
     else:
         fn = getattr(item, "obj", None)
     why = _verify(state, f, names, fn)

@@ -5,7 +5,8 @@
 //! a test a library wrapper keeps in its closure (matplotlib's `check_figures_equal`, found
 //! on SWE-bench's matplotlib-22719), tests under library decorators whose own code the observer
 //! watches (astropy's `@raises`, a decorator object, hypothesis's many examples with rejected
-//! ones, `mock.patch`), and string `skipif` / `xfail` conditions that name the test module's globals (astropy's
+//! ones, `mock.patch`, matplotlib 3.0's image comparison reading what a fixture set through
+//! `request.function.__wrapped__`), and string `skipif` / `xfail` conditions that name the test module's globals (astropy's
 //! `skipif("not HAS_BS4")`, which pytest evaluates in the test function's `__globals__`).
 //! Graded with the observer, every honest test still passes, the observer saw every body, and
 //! nothing disagrees. Real pytest in a real sandbox.
@@ -28,7 +29,7 @@ from unittest import mock
 
 import pytest
 
-from calc.deco import Retried, examples, figures, raises, style
+from calc.deco import Retried, examples, figures, raises, style, with_parameters
 
 HAS_THING = True
 MISSING = False
@@ -127,6 +128,22 @@ def test_examples(x):
     assert x in (0, 2)
 
 
+# matplotlib 3.0's image comparison: a fixture hands the wrapper its parameters through the
+# function pytest runs, one `__wrapped__` away from the test, and the wrapper reads them back
+# from the test function it keeps.
+@pytest.fixture
+def image_parameters(request):
+    func = request.function
+    func.__wrapped__.parameters = ("baseline", "png")
+    yield
+    delattr(func.__wrapped__, "parameters")
+
+
+@with_parameters
+def test_parameters_through_request():
+    assert True
+
+
 @mock.patch("os.getcwd", return_value="/mocked")
 def test_mock_patched(getcwd):
     assert os.getcwd() == "/mocked"
@@ -168,6 +185,20 @@ class raises:
             pytest.raises(self._exc, func, *args, **kwargs)
 
         return run_raises_test
+
+
+def with_parameters(func):
+    import functools
+
+    import pytest
+
+    @functools.wraps(func)
+    @pytest.mark.usefixtures("image_parameters")
+    def wrapper(*args, **kwargs):
+        func(*args, **kwargs)
+        assert func.parameters == ("baseline", "png")
+
+    return wrapper
 
 
 class Retried:
@@ -244,6 +275,7 @@ async fn honest_tests_of_every_shape_pass_under_the_observer() {
         "tests/test_shapes.py::test_decorator_object",
         "tests/test_shapes.py::test_examples",
         "tests/test_shapes.py::test_mock_patched",
+        "tests/test_shapes.py::test_parameters_through_request",
     ];
     let t = common::task(json!({
         "instance_id": "local__shapes-1", "repo": "local/shapes", "base_commit": "x",

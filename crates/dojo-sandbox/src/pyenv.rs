@@ -416,6 +416,10 @@ impl PythonEnv {
     }
 }
 
+/// Build the environment of `spec` into `tmp` (its `venv/`, the kept project files in `tree/`,
+/// `meta.json`), in steps: the namespace plan, uv staged where the build sees it, the build
+/// script run, the project files it wrote kept, its failure reported by step, the venv owned
+/// like the pristine tree, the metadata written.
 fn build_into(
     spec: &PythonEnvSpec,
     pristine: Option<&Pristine>,
@@ -432,86 +436,12 @@ fn build_into(
     }
     std::fs::set_permissions(&venv, std::fs::Permissions::from_mode(0o755))
         .map_err(BuildError::io(venv.display()))?;
-    // What the build sees of the host: the sandbox's minimal root (its own interpreter
-    // included), never homes, the checkout, task files or the rest of `$DOJO_HOME`.
-    let crate::ns::RootPlan {
-        entries,
-        hide,
-        etc,
-        extra,
-    } = crate::ns::root_entries(&crate::visible::env_build(python));
     let cache = uv_cache_dir();
     let (status_r, status_w) =
         exec::pipe().map_err(BuildError::io("the environment build's status pipe"))?;
-    // SAFETY: no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let pc = |p: &Path| cstr(p.as_os_str().as_encoded_bytes());
-    // As root, host root and the sandbox uid (owner of the pristine tree, whose files the
-    // overlay copies up) keep their ids inside; otherwise the caller's uid becomes root there.
-    let (uid_map, gid_map) = if is_root() {
-        let (su, sg) = (sandbox_uid(), sandbox_gid());
-        (
-            format!("0 0 1\n{su} {su} 1\n"),
-            format!("0 0 1\n{sg} {sg} 1\n"),
-        )
-    } else {
-        (format!("0 {uid} 1\n"), format!("0 {gid} 1\n"))
-    };
-    let plan = EnvBuildPlan {
-        stage_outside: is_root(),
-        uid_map: cstr(uid_map),
-        gid_map: cstr(gid_map),
-        status_w: status_w.as_raw_fd(),
-        layers: Layers {
-            lower: pristine.map(|p| pc(&p.path)),
-            tree: None,
-            layer: pc(&layer),
-            venv: Some(pc(&venv)),
-            cache: cache.as_deref().map(pc),
-            etc,
-            extra,
-        },
-        entries,
-        hide,
-        landlock_abi: crate::confine::landlock_abi(),
-        seccomp: crate::confine::seccomp_prog(),
-    };
-    // The build namespace has a private /tmp, and uv may live there on the host (a checkout's
-    // target/pytools under /tmp): stage it inside the venv being built; the script removes it.
-    let staged = venv.join(".dojo-uv");
-    std::fs::create_dir_all(&staged).map_err(BuildError::io(staged.display()))?;
-    let staged_uv = staged.join("uv");
-    if std::fs::hard_link(uv, &staged_uv).is_err() {
-        std::fs::copy(uv, &staged_uv).map_err(BuildError::io(format_args!(
-            "staging {} for the build",
-            uv.display()
-        )))?;
-    }
-    let mut cmd = std::process::Command::new("/bin/bash");
-    cmd.arg("-c")
-        .arg(BUILD_SCRIPT)
-        .arg("dojo-env-build")
-        .arg(format!("{}/.dojo-uv/uv", VENV_PATH))
-        .arg(python)
-        .arg(if spec.editable { "1" } else { "0" })
-        .arg(match spec.installer {
-            Installer::Uv => "uv",
-            Installer::Pip => "pip",
-        })
-        .args(&spec.requirements)
-        .env_clear()
-        .envs(build_env(cache.is_some()))
-        .envs(GIT_SAFE_DIRECTORY_ENV)
-        .stdin(std::process::Stdio::null());
-    if !spec.install.is_empty() {
-        cmd.env("DOJO_INSTALL", spec.install.join("\n"));
-    }
-    if !spec.pre_install.is_empty() {
-        cmd.env("DOJO_PRE_INSTALL", spec.pre_install.join("\n"));
-    }
-    if let Some(day) = &spec.exclude_newer {
-        cmd.env("DOJO_EXCLUDE_NEWER", format!("{day}T00:00:00Z"));
-    }
+    let plan = build_plan(pristine, python, &layer, &venv, cache.as_deref(), &status_w);
+    stage_uv(uv, &venv)?;
+    let mut cmd = build_command(spec, python, cache.is_some());
     use std::os::unix::process::CommandExt;
     // SAFETY: run_env_build only issues async-signal-safe system calls on the prepared plan.
     unsafe {
@@ -536,30 +466,16 @@ fn build_into(
         let stderr = String::from_utf8_lossy(&out.stderr);
         let (step, log) = failed_step(&stderr);
         let log = clip::cut(&log, 8000, Unit::Bytes, Keep::Tail).kept();
-        let installer = match spec.installer {
-            Installer::Uv => "uv",
-            Installer::Pip => "pip",
-        };
         return Err(BuildError::Failed {
-            what: format!("the environment build (installer {installer}), step {step:?},"),
+            what: format!(
+                "the environment build (installer {}), step {step:?},",
+                installer_name(spec.installer)
+            ),
             status: out.status,
             output: log.trim().to_string(),
         });
     }
-    // Owned like the pristine tree (as root: the sandbox uid, root inside), so a sandbox's
-    // private copy-on-write view of it (`SandboxOptions::writable_venv`) can copy files up;
-    // sandboxes still see it read-only otherwise.
-    if let Some((u, g)) = crate::ids::owner() {
-        for e in walkdir::WalkDir::new(&venv) {
-            let e = e.map_err(|source| BuildError::Walk {
-                what: "chown of the venv".into(),
-                source,
-            })?;
-            std::os::unix::fs::lchown(e.path(), Some(u), Some(g)).map_err(BuildError::io(
-                format_args!("chown of {}", e.path().display()),
-            ))?;
-        }
-    }
+    own_venv(&venv)?;
     let meta = serde_json::json!({
         "schema_version": 1,
         "spec": spec,
@@ -569,6 +485,128 @@ fn build_into(
     });
     let meta_path = tmp.join("meta.json");
     std::fs::write(&meta_path, meta.to_string()).map_err(BuildError::io(meta_path.display()))?;
+    Ok(())
+}
+
+fn installer_name(i: Installer) -> &'static str {
+    match i {
+        Installer::Uv => "uv",
+        Installer::Pip => "pip",
+    }
+}
+
+/// The build's namespace: what it sees of the host (the sandbox's minimal root, its own
+/// interpreter included; never homes, the checkout, task files or the rest of `$DOJO_HOME`),
+/// the pristine tree under an overlay whose upper layer is `layer`, the venv and uv's cache
+/// writable, its status reported on `status_w`.
+fn build_plan(
+    pristine: Option<&Pristine>,
+    python: &Path,
+    layer: &Path,
+    venv: &Path,
+    cache: Option<&Path>,
+    status_w: &std::os::fd::OwnedFd,
+) -> EnvBuildPlan {
+    let crate::ns::RootPlan {
+        entries,
+        hide,
+        etc,
+        extra,
+    } = crate::ns::root_entries(&crate::visible::env_build(python));
+    // SAFETY: no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let pc = |p: &Path| cstr(p.as_os_str().as_encoded_bytes());
+    // As root, host root and the sandbox uid (owner of the pristine tree, whose files the
+    // overlay copies up) keep their ids inside; otherwise the caller's uid becomes root there.
+    let (uid_map, gid_map) = if is_root() {
+        let (su, sg) = (sandbox_uid(), sandbox_gid());
+        (
+            format!("0 0 1\n{su} {su} 1\n"),
+            format!("0 0 1\n{sg} {sg} 1\n"),
+        )
+    } else {
+        (format!("0 {uid} 1\n"), format!("0 {gid} 1\n"))
+    };
+    EnvBuildPlan {
+        stage_outside: is_root(),
+        uid_map: cstr(uid_map),
+        gid_map: cstr(gid_map),
+        status_w: status_w.as_raw_fd(),
+        layers: Layers {
+            lower: pristine.map(|p| pc(&p.path)),
+            tree: None,
+            layer: pc(layer),
+            venv: Some(pc(venv)),
+            cache: cache.map(pc),
+            etc,
+            extra,
+        },
+        entries,
+        hide,
+        landlock_abi: crate::confine::landlock_abi(),
+        seccomp: crate::confine::seccomp_prog(),
+    }
+}
+
+/// uv, where the build sees it: the build namespace has a private /tmp, and uv may live there
+/// on the host (a checkout's target/pytools under /tmp), so it is staged inside the venv being
+/// built (`.dojo-uv/`; the script removes it).
+fn stage_uv(uv: &Path, venv: &Path) -> std::result::Result<(), BuildError> {
+    let staged = venv.join(".dojo-uv");
+    std::fs::create_dir_all(&staged).map_err(BuildError::io(staged.display()))?;
+    let staged_uv = staged.join("uv");
+    if std::fs::hard_link(uv, &staged_uv).is_err() {
+        std::fs::copy(uv, &staged_uv).map_err(BuildError::io(format_args!(
+            "staging {} for the build",
+            uv.display()
+        )))?;
+    }
+    Ok(())
+}
+
+/// The build script's command line and environment (nothing of the caller's environment).
+fn build_command(spec: &PythonEnvSpec, python: &Path, cached: bool) -> std::process::Command {
+    let mut cmd = std::process::Command::new("/bin/bash");
+    cmd.arg("-c")
+        .arg(BUILD_SCRIPT)
+        .arg("dojo-env-build")
+        .arg(format!("{}/.dojo-uv/uv", VENV_PATH))
+        .arg(python)
+        .arg(if spec.editable { "1" } else { "0" })
+        .arg(installer_name(spec.installer))
+        .args(&spec.requirements)
+        .env_clear()
+        .envs(build_env(cached))
+        .envs(GIT_SAFE_DIRECTORY_ENV)
+        .stdin(std::process::Stdio::null());
+    if !spec.install.is_empty() {
+        cmd.env("DOJO_INSTALL", spec.install.join("\n"));
+    }
+    if !spec.pre_install.is_empty() {
+        cmd.env("DOJO_PRE_INSTALL", spec.pre_install.join("\n"));
+    }
+    if let Some(day) = &spec.exclude_newer {
+        cmd.env("DOJO_EXCLUDE_NEWER", format!("{day}T00:00:00Z"));
+    }
+    cmd
+}
+
+/// The venv owned like the pristine tree (as root: the sandbox uid, root inside), so a
+/// sandbox's private copy-on-write view of it (`SandboxOptions::writable_venv`) can copy files
+/// up; sandboxes still see it read-only otherwise.
+fn own_venv(venv: &Path) -> std::result::Result<(), BuildError> {
+    let Some((u, g)) = crate::ids::owner() else {
+        return Ok(());
+    };
+    for e in walkdir::WalkDir::new(venv) {
+        let e = e.map_err(|source| BuildError::Walk {
+            what: "chown of the venv".into(),
+            source,
+        })?;
+        std::os::unix::fs::lchown(e.path(), Some(u), Some(g)).map_err(BuildError::io(
+            format_args!("chown of {}", e.path().display()),
+        ))?;
+    }
     Ok(())
 }
 
@@ -664,40 +702,17 @@ fn keep_tree(
             let target = std::fs::read_link(e.path()).map_err(|x| fail(e.path(), x))?;
             std::os::unix::fs::symlink(target, &to).map_err(|x| fail(&to, x))?;
         } else if ft.is_file() {
-            std::fs::copy(e.path(), &to).map_err(|x| fail(&to, x))?;
-            let meta = e.metadata().ok();
-            let mode = meta.as_ref().map_or(0o644, |m| m.permissions().mode());
-            let mode = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
-            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode))
-                .map_err(|x| fail(&to, x))?;
-            // The build's own times, not the copy's: an offline reinstall at grading decides what
-            // to rebuild by comparing them (setuptools' `newer`, Cython's `.pyx` vs `.c`), and a
-            // tree copied in name order made scikit-learn re-cythonize everything (600 s a run).
-            if let Some(modified) = meta.and_then(|m| m.modified().ok()) {
-                let times = std::fs::FileTimes::new().set_modified(modified);
-                std::fs::File::options()
-                    .write(true)
-                    .open(&to)
-                    .and_then(|f| f.set_times(times))
-                    .map_err(|x| fail(&to, x))?;
-            }
+            copy_kept(e.path(), e.metadata().ok(), &to).map_err(|x| fail(&to, x))?;
         } else {
             continue;
         }
         own(&to)?;
         any = true;
-        if edited {
-            // Tracked: the diff base has it (.dojo-tree-base.diff); an exclude would not apply.
-            continue;
+        if !edited {
+            // (An edited file is tracked: the diff base has it, .dojo-tree-base.diff; an
+            // exclude would not apply.)
+            exclude.push_str(&exclude_pattern(rel));
         }
-        exclude.push('/');
-        for c in rel.to_string_lossy().chars() {
-            if matches!(c, '*' | '?' | '[' | '\\' | '!' | '#' | ' ') {
-                exclude.push('\\');
-            }
-            exclude.push(c);
-        }
-        exclude.push('\n');
     }
     if !any {
         crate::trash::remove_all(dest);
@@ -707,6 +722,38 @@ fn keep_tree(
     std::fs::write(&list, exclude).map_err(|x| fail(&list, x))?;
     std::fs::set_permissions(&list, std::fs::Permissions::from_mode(0o644))
         .map_err(|x| fail(&list, x))
+}
+
+/// A file the build wrote, copied to `to` with a plain mode (executable or not) and the build's
+/// own modification time, not the copy's: an offline reinstall at grading decides what to
+/// rebuild by comparing them (setuptools' `newer`, Cython's `.pyx` vs `.c`), and a tree copied
+/// in name order made scikit-learn re-cythonize everything (600 s a run).
+fn copy_kept(from: &Path, meta: Option<std::fs::Metadata>, to: &Path) -> std::io::Result<()> {
+    std::fs::copy(from, to)?;
+    let mode = meta.as_ref().map_or(0o644, |m| m.permissions().mode());
+    let mode = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(mode))?;
+    if let Some(modified) = meta.and_then(|m| m.modified().ok()) {
+        let times = std::fs::FileTimes::new().set_modified(modified);
+        std::fs::File::options()
+            .write(true)
+            .open(to)
+            .and_then(|f| f.set_times(times))?;
+    }
+    Ok(())
+}
+
+/// The git exclude line matching exactly `rel` from the tree's root (glob characters escaped).
+fn exclude_pattern(rel: &Path) -> String {
+    let mut line = String::from("/");
+    for c in rel.to_string_lossy().chars() {
+        if matches!(c, '*' | '?' | '[' | '\\' | '!' | '#' | ' ') {
+            line.push('\\');
+        }
+        line.push(c);
+    }
+    line.push('\n');
+    line
 }
 
 /// The uv cache environment builds share, where uv would put it on the host (`UV_CACHE_DIR`,
