@@ -71,7 +71,9 @@ pub struct ParsedTurn {
     pub skipped_ids: Vec<String>,
 }
 
-/// Why a turn held no usable call.
+/// Why a turn held no usable call. A value, not a wrapper of errors: it is recorded per turn
+/// (its [`FormatError::kind`]), cloned into the observation the model is shown and compared by
+/// the format filter, so `BadArguments` keeps the JSON parser's message as text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FormatError {
     #[error("no function call found")]

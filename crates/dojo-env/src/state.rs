@@ -75,14 +75,7 @@ pub(crate) type AppState = Arc<Shared>;
 
 /// `e` and its causes on one line, for an answer's message.
 fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
+    dojo_rundir::error_chain(e)
 }
 
 pub(crate) fn error(

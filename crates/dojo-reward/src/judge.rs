@@ -165,7 +165,8 @@ pub enum VerifierError {
     NoLogprobs,
     #[error("no YES or NO among the top {TOP_LOGPROBS} tokens of the reply {0:?}")]
     NoJudgement(String),
-    /// The request's error as text: this error is compared and cloned as a per-candidate result.
+    /// The request's error and its causes as text (`dojo_rundir::error_chain`): this error is
+    /// compared and cloned as a per-candidate result.
     #[error("verifier request failed: {0}")]
     Request(String),
 }

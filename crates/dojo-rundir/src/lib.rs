@@ -19,7 +19,8 @@
 //!   marker `[… N characters cut]` / `[… N bytes cut]`;
 //! - [`BoxFuture`]: the boxed future object-safe async traits return;
 //! - [`secs`]: a `Duration` as seconds in serde formats;
-//! - [`json::type_name`]: how error messages name a JSON value's type.
+//! - [`json::type_name`]: how error messages name a JSON value's type;
+//! - [`error_chain`]: an error and its causes on one line, for a message kept as text.
 
 pub mod atomic;
 pub mod checkpoint;
@@ -97,3 +98,29 @@ impl RunDirError {
 }
 
 pub type Result<T, E = RunDirError> = std::result::Result<T, E>;
+
+/// `e` and its causes (`source()` chain) on one line, joined by `": "`: the text of an error
+/// that must be kept as a value (cloned, compared, recorded) rather than as a `#[source]`.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod error_chain_tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn every_cause_is_in_the_text() {
+        let e = Outer(std::io::Error::other("inner"));
+        assert_eq!(super::error_chain(&e), "outer: inner");
+    }
+}

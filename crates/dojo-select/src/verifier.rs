@@ -62,7 +62,7 @@ pub async fn judge_all(
                 };
                 let r = match backend.complete(req).await {
                     Ok(resp) => yes_probability(&resp),
-                    Err(e) => Err(VerifierError::Request(e.to_string())),
+                    Err(e) => Err(VerifierError::Request(dojo_rundir::error_chain(&e))),
                 };
                 ((task, label), r)
             }

@@ -121,6 +121,11 @@ pub struct RewardVerdict {
 
 /// Why a world model gave no answer. Every variant is an infrastructure failure: it is never
 /// the agent's doing and never becomes a reward or an observation.
+///
+/// The causes are kept as text, not as `#[source]` errors: a failure is cloned into each
+/// rollout that asked, compared in tests and written into the episode's record, and the
+/// backends' errors (HTTP, engine, parse) are neither `Clone` nor comparable. The text is the
+/// cause's whole chain ([`dojo_rundir::error_chain`]), so nothing of it is lost.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ModelFailure {
     #[error("world model error: {0}")]
@@ -591,11 +596,12 @@ fn cap_prediction(p: PredictedOutput) -> PredictedOutput {
 }
 
 fn model_failure(e: WorldError) -> ModelFailure {
+    let text = dojo_rundir::error_chain(&e);
     match e {
-        WorldError::Timeout { .. } => ModelFailure::Timeout(e.to_string()),
-        WorldError::Unparseable { .. } => ModelFailure::Unparseable(e.to_string()),
-        WorldError::Context { .. } => ModelFailure::Context(e.to_string()),
-        WorldError::Model { .. } | WorldError::Setup { .. } => ModelFailure::Model(e.to_string()),
+        WorldError::Timeout { .. } => ModelFailure::Timeout(text),
+        WorldError::Unparseable { .. } => ModelFailure::Unparseable(text),
+        WorldError::Context { .. } => ModelFailure::Context(text),
+        WorldError::Model { .. } | WorldError::Setup { .. } => ModelFailure::Model(text),
     }
 }
 
