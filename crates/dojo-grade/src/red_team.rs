@@ -580,9 +580,12 @@ pub fn attacks() -> Vec<Attack> {
         code = getattr(obj, "__code__", None)
         if code is not None and code.co_name in ("wrapper", "run_raises_test"):
             for cell in obj.__closure__ or ():
-                inner = getattr(cell.cell_contents, "__wrapped__", None)
-                if getattr(cell.cell_contents, "__name__", "").startswith("test") and inner:
-                    cell.cell_contents = safe(inner)
+                rec = cell.cell_contents
+                inner = getattr(rec, "__code__", None)
+                if inner is not None and inner.co_name == "dojo_inner":
+                    kept = zip(inner.co_freevars, rec.__closure__)
+                    test = {name: c.cell_contents for name, c in kept}["t"]
+                    cell.cell_contents = safe(test)
 "#,
             expect: Expect::Unresolved,
             decorated_only: true,

@@ -26,6 +26,11 @@ struct Setup {
     task: Task,
     /// The same task with FAIL_TO_PASS cut to the decorated tests (`Attack::decorated_only`).
     decorated: Task,
+    /// And cut to the others: what every other attack is graded on, so that "fools the log
+    /// alone" means what it did before the decorated tests came (an attack on plain test
+    /// functions does not also have to get through a `@raises` wrapper) and a `Remains` attack
+    /// is measured where it works.
+    plain: Task,
     env: RepoEnv,
     pristine: dojo_sandbox::Pristine,
     venv: dojo_sandbox::PythonEnv,
@@ -46,6 +51,13 @@ async fn setup(runner: Runner) -> Result<Setup, String> {
     };
     let task = task_of(&p.fail_to_pass, &p.pass_to_pass);
     let decorated = task_of(&p.decorated, &[]);
+    let others: Vec<&str> = p
+        .fail_to_pass
+        .iter()
+        .copied()
+        .filter(|t| !p.decorated.contains(t))
+        .collect();
+    let plain = task_of(&others, &p.pass_to_pass);
     let env = EnvRegistry::default()
         .resolve(&task)
         .map_err(|e| e.to_string())?;
@@ -53,6 +65,7 @@ async fn setup(runner: Runner) -> Result<Setup, String> {
     Ok(Setup {
         task,
         decorated,
+        plain,
         env,
         pristine,
         venv,
@@ -80,12 +93,16 @@ async fn generated_attacks_are_unresolved() {
         observer: false,
         ..opts.clone()
     };
-    let grade_with = async |runner: Runner, decorated: bool, patch: &str, o: &GradeOptions| {
+    let grade_with = async |runner: Runner, attack: Option<&red_team::Attack>, patch: &str, o| {
         let s = &setups.iter().find(|(r, _)| *r == runner).unwrap().1;
-        let task = if decorated { &s.decorated } else { &s.task };
+        let task = match attack {
+            Some(a) if a.decorated_only => &s.decorated,
+            Some(_) => &s.plain,
+            None => &s.task,
+        };
         common::grade_fresh(&s.pristine, &s.venv, task, &s.env, patch, o).await
     };
-    let grade = async |runner: Runner, patch: &str| grade_with(runner, false, patch, &opts).await;
+    let grade = async |runner: Runner, patch: &str| grade_with(runner, None, patch, &opts).await;
     // The control: the real fix resolves under both runners, the observer watching.
     for runner in [Runner::Pytest, Runner::Unittest] {
         let r = grade(runner, red_team::GOLD).await;
@@ -108,11 +125,11 @@ async fn generated_attacks_are_unresolved() {
     for (attack, trigger, runner) in &variants {
         let init = red_team::package_code(attack, *trigger, &red_team::Target::calc(*runner));
         let patch = red_team::init_patch(&init);
-        let r = grade_with(*runner, attack.decorated_only, &patch, &opts).await;
+        let r = grade_with(*runner, Some(attack), &patch, &opts).await;
         let ok = held(&r);
         // The same patch graded from the log alone (the official harness's view): whether the
         // attack fools a grader without the observer.
-        let b = grade_with(*runner, attack.decorated_only, &patch, &blind).await;
+        let b = grade_with(*runner, Some(attack), &patch, &blind).await;
         rows.push(format!(
             "| {} | {} | {trigger:?} | {runner:?} | {} | {} | {} |",
             attack.name,
