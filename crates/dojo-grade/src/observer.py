@@ -813,6 +813,33 @@ def _watch(state, f, names, fn):
     return _Watch(state, f, names, t, rec)
 
 
+def _located(code, like):
+    """`code` as if it were at `like`'s file and first line: what `inspect.getfile` answers for
+    a function of it. (Python 3.8 on: `replace`; before, the 3.5-3.7 constructor.)"""
+    try:
+        if hasattr(code, "replace"):
+            return code.replace(co_filename=like.co_filename, co_firstlineno=like.co_firstlineno)
+        return types.CodeType(
+            code.co_argcount,
+            code.co_kwonlyargcount,
+            code.co_nlocals,
+            code.co_stacksize,
+            code.co_flags,
+            code.co_code,
+            code.co_consts,
+            code.co_names,
+            code.co_varnames,
+            like.co_filename,
+            code.co_name,
+            like.co_firstlineno,
+            code.co_lnotab,
+            code.co_freevars,
+            code.co_cellvars,
+        )
+    except Exception:
+        return code
+
+
 def _make_recorder(state, t):
     """`t`, recording how each call ends into the outcomes of the outer call that is running
     it (None: returned; (exception class, whether raised from `t`'s own code, not from the
@@ -838,6 +865,16 @@ def _make_recorder(state, t):
         top[1].append(None)
         return result
 
+    # At the test's file and line: matplotlib names an image test's baseline and result
+    # directories after `inspect.getfile` of the function its wrapper keeps. (Rebinding the
+    # name updates the cell the body reads itself through.)
+    dojo_inner = types.FunctionType(
+        _located(dojo_inner.__code__, code),
+        dojo_inner.__globals__,
+        dojo_inner.__name__,
+        dojo_inner.__defaults__,
+        dojo_inner.__closure__,
+    )
     for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
         try:
             setattr(dojo_inner, attr, getattr(t, attr))
@@ -965,10 +1002,10 @@ def _make_wrapper(state, prefix, tids, fn, check, located=False, watch=None):
     g = getattr(fn, "__globals__", None)
     code = dojo_observed.__code__
     inner = getattr(fn, "__code__", None)
-    if located and inner is not None and hasattr(code, "replace"):
+    if located and inner is not None:
         # Where `fn` is (sympy 1.0-1.4 keep a test only if `inspect.getsourcefile` of what
         # they call is its file).
-        code = code.replace(co_filename=inner.co_filename, co_firstlineno=inner.co_firstlineno)
+        code = _located(code, inner)
     if isinstance(g, dict):
         dojo_observed = types.FunctionType(
             code,

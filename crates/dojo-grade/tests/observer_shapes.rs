@@ -189,6 +189,7 @@ class raises:
 
 def with_parameters(func):
     import functools
+    import inspect
 
     import pytest
 
@@ -197,6 +198,8 @@ def with_parameters(func):
     def wrapper(*args, **kwargs):
         func(*args, **kwargs)
         assert func.parameters == ("baseline", "png")
+        # matplotlib 3.7 names the image directories after the test's file.
+        assert inspect.getfile(func).endswith("test_shapes.py"), inspect.getfile(func)
 
     return wrapper
 
