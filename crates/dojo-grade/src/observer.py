@@ -840,6 +840,20 @@ def _located(code, like):
         return code
 
 
+def _dressed(f, code, g, like):
+    """`f` made again with `code` and globals `g` (None: its own), and named and documented
+    as `like`: what reports, `skipif` strings and directory lookups read of a test function."""
+    f = types.FunctionType(
+        code, f.__globals__ if g is None else g, f.__name__, f.__defaults__, f.__closure__
+    )
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(f, attr, getattr(like, attr))
+        except (AttributeError, TypeError):
+            pass
+    return f
+
+
 def _make_recorder(state, t):
     """`t`, recording how each call ends into the outcomes of the outer call that is running
     it (None: returned; (exception class, whether raised from `t`'s own code, not from the
@@ -868,18 +882,7 @@ def _make_recorder(state, t):
     # At the test's file and line: matplotlib names an image test's baseline and result
     # directories after `inspect.getfile` of the function its wrapper keeps. (Rebinding the
     # name updates the cell the body reads itself through.)
-    dojo_inner = types.FunctionType(
-        _located(dojo_inner.__code__, code),
-        dojo_inner.__globals__,
-        dojo_inner.__name__,
-        dojo_inner.__defaults__,
-        dojo_inner.__closure__,
-    )
-    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
-        try:
-            setattr(dojo_inner, attr, getattr(t, attr))
-        except (AttributeError, TypeError):
-            pass
+    dojo_inner = _dressed(dojo_inner, _located(dojo_inner.__code__, code), None, t)
     # The test's own attributes, shared: what the wrapper or a fixture sets on the test
     # function (matplotlib 3.0's `func.parameters`) it reads back through the recorder. (So no
     # `__wrapped__` of its own: introspection reaches the test through the wrapper's.)
@@ -1006,19 +1009,7 @@ def _make_wrapper(state, prefix, tids, fn, check, located=False, watch=None):
         # Where `fn` is (sympy 1.0-1.4 keep a test only if `inspect.getsourcefile` of what
         # they call is its file).
         code = _located(code, inner)
-    if isinstance(g, dict):
-        dojo_observed = types.FunctionType(
-            code,
-            g,
-            dojo_observed.__name__,
-            dojo_observed.__defaults__,
-            dojo_observed.__closure__,
-        )
-    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
-        try:
-            setattr(dojo_observed, attr, getattr(fn, attr))
-        except (AttributeError, TypeError):
-            pass
+    dojo_observed = _dressed(dojo_observed, code, g if isinstance(g, dict) else None, fn)
     d = getattr(fn, "__dict__", None)
     if type(d) is dict and "__wrapped__" in d:
         # `fn` is a wrapper itself (functools.wraps): this one shares its attributes, so that
