@@ -234,13 +234,37 @@ INSTALL_PIP = {"scikit-learn/scikit-learn": {v: "23.3.2" for v in ("1.3", "1.4",
 #   sdist's metadata, which for cmeel is a CMake build of qhull (a minute or two): CMake 4 needs
 #   CMAKE_POLICY_VERSION_MINIMUM for qhull's CMakeLists, and the download ignores the version's
 #   exclude_newer day (8.0.2.1 is from 2025).
-# - FreeType, where setupext.py has the [libs] system_freetype option (its default, False,
-#   downloads 2.6.1; older trees take the system's by default, as the harness's did): no
-#   registry has 2.6.1's sources, so the system's (Debian's libfreetype-dev and pkg-config,
-#   2.12.1 on this project's machines, part of their image), in the file setupext.py reads
-#   (mplsetup.cfg or setup.cfg). matplotlib's image comparisons of text are drawn with FreeType
-#   2.6.1: with another version those tests fail ("Matplotlib is not built with the correct
-#   FreeType version to run tests"), in the harness's PASS_TO_PASS lists too.
+# - FreeType, where setupext.py has the [libs] system_freetype option (3.3 on; its default,
+#   False, downloads 2.6.1 from sourceforge/savannah and links it statically; older trees take
+#   the system's by default, as the harness's did, from libfreetype6-dev): no registry has
+#   2.6.1's sources; crates.io's freetype-sys 0.13.1 bundles 2.6.5's (checked by its registry
+#   checksum), which is built with FreeType's own ANSI makefile (no configure: no autotools in
+#   the image) into build/freetype-2.6.1/, where setupext.py looks first: it then neither
+#   downloads nor builds, and links it as it would 2.6.1. matplotlib's image comparisons of
+#   text are drawn with FreeType 2.6.1; 2.6.5 is the nearest release any registry has.
+FREETYPE_CRATE = (
+    "https://static.crates.io/crates/freetype-sys/freetype-sys-0.13.1.crate",
+    "a37d4011c0cc628dfa766fcc195454f4b068d7afdc2adfd28861191d866e731a",
+)
+# (The system's CA roots first, as pip's own requests are verified here; certifi's, which pip
+# bundles, where those are missing.)
+MPL_FREETYPE_FETCH = (
+    "import hashlib, io, ssl, tarfile, urllib.request\n"
+    f"url = '{FREETYPE_CRATE[0]}'\n"
+    "try:\n"
+    "    data = urllib.request.urlopen(url, timeout=300).read()\n"
+    "except Exception:\n"
+    "    from pip._vendor import certifi\n"
+    "    ctx = ssl.create_default_context(cafile=certifi.where())\n"
+    "    data = urllib.request.urlopen(url, context=ctx, timeout=300).read()\n"
+    f"assert hashlib.sha256(data).hexdigest() == '{FREETYPE_CRATE[1]}', 'freetype-sys checksum'\n"
+    "top = 'freetype-sys-0.13.1/freetype2/'\n"
+    "tar = tarfile.open(fileobj=io.BytesIO(data))\n"
+    "keep = [m for m in tar.getmembers() if m.name.startswith(top) and m.name != top]\n"
+    "for m in keep:\n"
+    "    m.name = m.name[len(top):]\n"
+    "tar.extractall('build/freetype-2.6.1', members=keep)\n"
+)
 MPL_QHULL_STEP = (
     "if grep -q qhull-2020 setupext.py; then "
     "env -u PIP_UPLOADED_PRIOR_TO CMAKE_POLICY_VERSION_MINIMUM=3.5 python -m pip download "
@@ -249,9 +273,12 @@ MPL_QHULL_STEP = (
     "-C build/qhull-2020.2 --strip-components=2 --no-same-owner cmeel_qhull-8.0.2.1/qhull; fi"
 )
 MPL_FREETYPE_STEP = (
-    "if grep -q \"'libs', 'system_freetype'\" setupext.py; then cfg=setup.cfg; "
-    "if grep -q mplsetup.cfg setupext.py; then cfg=mplsetup.cfg; fi; "
-    "printf '[libs]\\nsystem_freetype = True\\n' >> \"$cfg\"; fi"
+    "if grep -q \"'libs', 'system_freetype'\" setupext.py && "
+    "grep -Eq \"(LOCAL_FREETYPE_VERSION|TESTING_VERSION_OF_FREETYPE) = '2.6.1'\" setupext.py && "
+    "[ ! -e build/freetype-2.6.1 ]; then mkdir -p build && "
+    f"python -c {shlex.quote(MPL_FREETYPE_FETCH)} && cd build/freetype-2.6.1 && "
+    "make setup ansi >/dev/null && make -j2 CFLAGS='-c -O2 -fPIC' >/dev/null && "
+    "mkdir -p objs/.libs && cp objs/libfreetype.a objs/.libs/ && cd ../..; fi"
 )
 QHULL_DOWNLOAD = re.compile(r"QHULL")
 # matplotlib < 3.2's setup.py (and setupext.py where it moved) downloads jQuery UI 1.12.1's
@@ -275,10 +302,13 @@ MPL_JQUERY_STEP = (
 )
 
 
-def mpl_lib_steps(repo, qhull_download):
-    """matplotlib's qhull and FreeType steps (above), where the harness downloads qhull."""
+def mpl_lib_steps(repo, version, qhull_download):
+    """matplotlib's qhull and FreeType steps (above), where the harness downloads qhull; the
+    FreeType step from 3.3, the first version whose setupext.py builds its own by default."""
     if repo != "matplotlib/matplotlib" or not qhull_download:
         return []
+    if tuple(int(x) for x in version.split(".")) < (3, 3):
+        return [MPL_QHULL_STEP]
     return [MPL_QHULL_STEP, MPL_FREETYPE_STEP]
 
 
@@ -419,8 +449,9 @@ def transcribe(repo, version, spec, reqs_paths):
         notes.append(
             "substituted: pre_install's qhull download from qhull.org (unreachable) -> qhull "
             "2020.2 from PyPI's cmeel-qhull sdist where the tree's setupext.py downloads it "
-            "(3.0-3.3 bundle extern/libqhull), and the system's FreeType (2.12.1) for the 2.6.1 "
-            "it downloads where it has [libs] system_freetype: text image tests differ "
+            "(3.0-3.3 bundle extern/libqhull), and FreeType 2.6.5 (crates.io's freetype-sys "
+            "0.13.1) built where the tree's setupext.py downloads and builds 2.6.1 (3.3 on; "
+            "older trees take the system's, as the harness's did) "
             "(MPL_QHULL_STEP, MPL_FREETYPE_STEP in the generator)"
         )
     t["pre_install"] = pre
@@ -454,7 +485,7 @@ def transcribe(repo, version, spec, reqs_paths):
             t["requirements"][i] = new
             notes.append(f"substituted: {r} -> {new}: {why}")
     gen += helpers_steps(repo, version, t["requirements"])
-    gen += mpl_lib_steps(repo, bool(qhull))
+    gen += mpl_lib_steps(repo, version, bool(qhull))
     if repo == "matplotlib/matplotlib" and version in MPL_JQUERY_VERSIONS:
         gen.append(MPL_JQUERY_STEP)
         notes.append(
