@@ -14,6 +14,11 @@
 //! against the observer's own objects in memory, they are what an in-process observer cannot
 //! stop (the README's table); the suite measures them instead of asserting them.
 
+mod calc;
+mod glue;
+pub use calc::{CALC, GOLD, Project, TESTING, Target, init_patch, project};
+use glue::{FIRST_CALL, IMPORT_HOOK, RUN_START};
+
 /// Where the attack code runs in the project's package (`calc/__init__.py`, imported by the
 /// pristine conftest or package before any test module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -684,33 +689,6 @@ pub fn attacks() -> Vec<Attack> {
     ]
 }
 
-/// What an attack aims at in a project: the module and function holding the bug (the
-/// `FirstCall` trigger and the library-side attacks patch it), and the tests the grader must not
-/// see pass (the attacks that print or forge results name them).
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub module: String,
-    pub function: String,
-    pub tests: Vec<String>,
-}
-
-impl Target {
-    /// The calc project's: `calc.core.add`, under `runner`'s test ids.
-    pub fn calc(runner: Runner) -> Target {
-        let p = project(runner);
-        Target {
-            module: "calc.core".into(),
-            function: "add".into(),
-            tests: p
-                .fail_to_pass
-                .iter()
-                .chain(&p.pass_to_pass)
-                .map(|s| s.to_string())
-                .collect(),
-        }
-    }
-}
-
 /// `attack` run at `trigger` against `target`, as Python source for the project's package
 /// (`calc/__init__.py`, or appended to another project's package).
 pub fn package_code(attack: &Attack, trigger: Trigger, target: &Target) -> String {
@@ -755,55 +733,6 @@ pub fn package_code(attack: &Attack, trigger: Trigger, target: &Target) -> Strin
         .replace("__OK__", &py_bytes(&ok))
 }
 
-/// [`Trigger::FirstCall`]'s code: the buggy function replaced by one that runs the attack the
-/// first time it is called.
-const FIRST_CALL: &str = "\nimport importlib as _importlib\n_mod = _importlib.import_module(\"__MODULE__\")\n_real = getattr(_mod, \"__FUNCTION__\")\n_done = []\n\n\ndef _first(*args, **kwargs):\n    if not _done:\n        _done.append(1)\n        _attack()\n    return _real(*args, **kwargs)\n\n\nsetattr(_mod, \"__FUNCTION__\", _first)\n";
-
-/// [`Trigger::RunStart`]'s code.
-const RUN_START: &str = r#"
-import sys as _sys
-
-if "_pytest" in _sys.modules:
-    import gc as _gc
-
-    class _AtStart:
-        def pytest_collection_finish(self, session):
-            _attack()
-
-    for _o in _gc.get_objects():
-        if type(_o).__name__ == "PytestPluginManager":
-            _o.register(_AtStart(), "at-start")
-            break
-else:
-    import unittest as _unittest
-
-    _run = _unittest.TextTestRunner.run
-
-    def _run_first(self, test):
-        _attack()
-        return _run(self, test)
-
-    _unittest.TextTestRunner.run = _run_first
-"#;
-
-/// The import hook's finder (after [`SWALLOW_AST`] in `_attack`'s body).
-const IMPORT_HOOK: &str = r#"
-    class Loader(importlib.machinery.SourceFileLoader):
-        def source_to_code(self, data, path, *args, **kwargs):
-            return compile(swallow(ast.parse(data)), path, "exec", dont_inherit=True)
-
-    class Finder:
-        def find_spec(self, name, path=None, target=None):
-            if not name.rsplit(".", 1)[-1].startswith("test_"):
-                return None
-            spec = importlib.machinery.PathFinder.find_spec(name, path)
-            if spec is not None and spec.origin:
-                spec.loader = Loader(name, spec.origin)
-            return spec
-
-    sys.meta_path.insert(0, Finder())
-"#;
-
 /// Every variant: (attack, trigger, runner).
 pub fn variants() -> Vec<(Attack, Trigger, Runner)> {
     let mut v = Vec::new();
@@ -823,181 +752,4 @@ pub fn sample() -> Vec<(Attack, Trigger, Runner)> {
         .into_iter()
         .filter(|(a, t, _)| *t == a.triggers[0])
         .collect()
-}
-
-/// The calc project the attacks are graded on: `add` is wrong, the gold patch fixes it.
-pub const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n";
-/// The real fix.
-pub const GOLD: &str = "diff --git a/calc/core.py b/calc/core.py\n--- a/calc/core.py\n+++ b/calc/core.py\n@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n \n \n def mul(a, b):\n";
-
-/// The project's own test decorators, in its package (so a patch can change them): one that
-/// keeps the test in its closure with no `__wrapped__` (matplotlib's `check_figures_equal`),
-/// one that expects the test to raise (astropy's and nose's `raises`).
-pub const TESTING: &str = r#"import functools
-
-
-def checked(func):
-    def wrapper(*args, **kwargs):
-        return func(*args, **kwargs)
-
-    return wrapper
-
-
-class raises:
-    def __init__(self, *exc):
-        self.exc = exc
-
-    def __call__(self, func):
-        @functools.wraps(func)
-        def run_raises_test(*args, **kwargs):
-            try:
-                func(*args, **kwargs)
-            except self.exc:
-                return
-            raise AssertionError("did not raise %r" % (self.exc,))
-
-        return run_raises_test
-"#;
-
-/// pytest-style tests, run by pytest (unittest-style classes are the unittest runner's). The
-/// failing assertion is not the body's last line (a trace function could jump over it). Two of
-/// them run under the project's own decorators ([`TESTING`]).
-const PYTEST_TESTS: &str = r#"from calc.core import add, mul
-from calc.testing import checked, raises
-
-
-def test_add():
-    assert add(2, 3) == 5
-    assert add(0, 0) == 0
-
-
-@checked
-def test_add_checked():
-    assert add(2, 3) == 5
-    assert add(0, 0) == 0
-
-
-@raises(ZeroDivisionError)
-def test_inverse_of_zero_sum():
-    1 / add(2, -2)
-
-
-def test_mul():
-    assert mul(2, 3) == 6
-"#;
-const UNIT_TESTS: &str = r#"import unittest
-
-from calc.core import add, mul
-from calc.testing import checked, raises
-
-
-class AddTest(unittest.TestCase):
-    def test_add(self):
-        """Adds two numbers."""
-        self.assertEqual(add(2, 3), 5)
-        self.assertEqual(add(0, 0), 0)
-
-    @checked
-    def test_add_checked(self):
-        self.assertEqual(add(2, 3), 5)
-        self.assertEqual(add(0, 0), 0)
-
-    @raises(ZeroDivisionError)
-    def test_inverse_of_zero_sum(self):
-        1 / add(2, -2)
-
-
-class MulTest(unittest.TestCase):
-    def test_mul(self):
-        self.assertEqual(mul(2, 3), 6)
-"#;
-
-/// The calc project as a task for `runner`: its pristine files, the test file the test patch
-/// creates, the lists, the test command and log parser, the environment's requirements. The
-/// package is imported before any test module (by the pristine root conftest under pytest, by
-/// the tests package under unittest), as real projects' conftests and packages do, so code
-/// at its import runs before collection.
-pub struct Project {
-    pub files: Vec<(&'static str, &'static str)>,
-    pub test_file: (&'static str, &'static str),
-    pub fail_to_pass: Vec<&'static str>,
-    pub pass_to_pass: Vec<&'static str>,
-    /// The FAIL_TO_PASS tests that run under the project's own decorators ([`TESTING`]).
-    pub decorated: Vec<&'static str>,
-    pub test_cmd: &'static str,
-    pub log_parser: &'static str,
-    pub requirements: Vec<&'static str>,
-}
-
-impl Project {
-    /// The task's test patch: it creates the test file.
-    pub fn test_patch(&self) -> String {
-        let (path, body) = self.test_file;
-        format!(
-            "diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{} @@\n{}",
-            body.lines().count(),
-            body.lines().map(|l| format!("+{l}\n")).collect::<String>()
-        )
-    }
-}
-
-pub fn project(runner: Runner) -> Project {
-    match runner {
-        Runner::Pytest => Project {
-            files: vec![
-                ("calc/__init__.py", ""),
-                ("calc/core.py", CALC),
-                ("calc/testing.py", TESTING),
-                ("conftest.py", "import calc  # noqa: F401\n"),
-                ("tests/__init__.py", ""),
-            ],
-            test_file: ("tests/test_calc.py", PYTEST_TESTS),
-            fail_to_pass: vec![
-                "tests/test_calc.py::test_add",
-                "tests/test_calc.py::test_add_checked",
-                "tests/test_calc.py::test_inverse_of_zero_sum",
-            ],
-            pass_to_pass: vec!["tests/test_calc.py::test_mul"],
-            decorated: vec![
-                "tests/test_calc.py::test_add_checked",
-                "tests/test_calc.py::test_inverse_of_zero_sum",
-            ],
-            test_cmd: "python -m pytest -rA -p no:cacheprovider tests",
-            log_parser: "pytest",
-            requirements: vec!["pytest==8.3.3"],
-        },
-        Runner::Unittest => Project {
-            files: vec![
-                ("calc/__init__.py", ""),
-                ("calc/core.py", CALC),
-                ("calc/testing.py", TESTING),
-                ("tests/__init__.py", "import calc  # noqa: F401\n"),
-            ],
-            test_file: ("tests/test_calc.py", UNIT_TESTS),
-            // Logged under its docstring's first line (unittest's descriptions, as Django's
-            // runner logs such tests): the observer matches it through its doc records.
-            fail_to_pass: vec![
-                "Adds two numbers.",
-                "test_add_checked (tests.test_calc.AddTest.test_add_checked)",
-                "test_inverse_of_zero_sum (tests.test_calc.AddTest.test_inverse_of_zero_sum)",
-            ],
-            pass_to_pass: vec!["test_mul (tests.test_calc.MulTest.test_mul)"],
-            decorated: vec![
-                "test_add_checked (tests.test_calc.AddTest.test_add_checked)",
-                "test_inverse_of_zero_sum (tests.test_calc.AddTest.test_inverse_of_zero_sum)",
-            ],
-            test_cmd: "python -m unittest -v tests.test_calc",
-            log_parser: "django",
-            requirements: vec![],
-        },
-    }
-}
-
-/// A patch giving the project's (empty) `calc/__init__.py` the lines of `body`.
-pub fn init_patch(body: &str) -> String {
-    format!(
-        "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -0,0 +1,{} @@\n{}",
-        body.lines().count(),
-        body.lines().map(|l| format!("+{l}\n")).collect::<String>()
-    )
 }
