@@ -643,21 +643,23 @@ def _func(obj):
 
 def _verify(state, f, names, fn):
     """Why `fn`, the function a runner will call for the test at `names` of pristine file `f`,
-    is not that test's own code (None: it is). A test whose source wraps it in a decorator
-    other than a marker may be a wrapper: then it must keep the test's code where [`_reach`]
-    finds it (and [`_watch`] then watches that code)."""
+    is not that test's own code (None: it is), and, where `fn` is a wrapper that keeps that
+    code, what [`_reach`] found of it (for [`_watch`]; None where `fn` is the test's own
+    function). A test whose source wraps it in a decorator other than a marker may be such a
+    wrapper."""
     cands = f.candidates(names)
     if not cands:
-        return "no function %s in the test file" % ".".join(names)
+        return "no function %s in the test file" % ".".join(names), None
     wraps, _ = f.info(names)
     raw = _func(fn)
     if raw is None:
-        return "a %s, not a function" % type(fn).__name__
+        return "a %s, not a function" % type(fn).__name__, None
     if f.matches(names, raw.__code__):
-        return None
-    if wraps and _reach(state, f, names, fn)[0] is not None:
-        return None
-    return "its code is not the test file's (%s)" % getattr(raw.__code__, "co_name", "?")
+        return None, None
+    reached = _reach(state, f, names, fn) if wraps else None
+    if reached is not None and reached[0] is not None:
+        return None, reached
+    return "its code is not the test file's (%s)" % getattr(raw.__code__, "co_name", "?"), None
 
 
 def _reach(state, f, names, fn):
@@ -741,7 +743,7 @@ class _Watch(object):
     swallow what the test raises. Its outcomes are collected per call of the outer wrapper
     (`state.inner`, a stack: the recorder records only the call its own outer call made)."""
 
-    def __init__(self, state, f, names, t, recorder):
+    def __init__(self, f, names, t, recorder):
         self.t, self.recorder = t, recorder
         self.expects = f.expects.get(tuple(names))
 
@@ -787,18 +789,17 @@ class _Watch(object):
         return out
 
 
-def _watch(state, f, names, fn):
-    """For a test that `fn`, a wrapper, runs (None when `fn` is the test's own function): the
-    test's function is replaced, where the wrapper keeps it, by a recorder of how each call of
-    it ended, and a `_Watch` of it returned. A reference this does not find (a
-    `functools.partial`) is never called through the recorder, so the test cannot pass: fail
-    closed. A coroutine or generator test is left to the outer wrapper (its call returns at
-    once)."""
-    raw = _func(fn)
-    if raw is None or f.matches(names, raw.__code__):
+def _watch(state, f, names, reached):
+    """For a test that a wrapper runs (`reached`: what [`_verify`] found of it; None when the
+    runner calls the test's own function): the test's function is replaced, where the wrapper
+    keeps it, by a recorder of how each call of it ended, and a `_Watch` of it returned. A
+    reference this does not find (a `functools.partial`) is never called through the recorder,
+    so the test cannot pass: fail closed. A coroutine or generator test is left to the outer
+    wrapper (its call returns at once)."""
+    if reached is None:
         return None
-    t, holders, rec = _reach(state, f, names, fn)
-    if t is None or t.__code__.co_flags & _NOT_WRAPPED:
+    t, holders, rec = reached
+    if t.__code__.co_flags & _NOT_WRAPPED:
         return None
     if rec is None:
         rec = _make_recorder(state, t)
@@ -810,7 +811,7 @@ def _watch(state, f, names, fn):
                     h[1][h[2]] = rec
             except Exception:
                 pass
-    return _Watch(state, f, names, t, rec)
+    return _Watch(f, names, t, rec)
 
 
 def _located(code, like):
@@ -1167,14 +1168,14 @@ def _observe_item(state, item):
             fn = state.ours[id(inner)][1]
     else:
         fn = getattr(item, "obj", None)
-    why = _verify(state, f, names, fn)
+    why, reached = _verify(state, f, names, fn)
     if why:
         return state.emit("replaced", nodeid, why)
     raw = _func(fn)
     if raw.__code__.co_flags & _NOT_WRAPPED:
         return state.emit("unobserved", nodeid, "coroutine or generator")
     check = _Check(state, f, names, raw)
-    watch = _watch(state, f, names, raw)
+    watch = _watch(state, f, names, reached)
     make = lambda func, tids: _make_wrapper(state, "", tids, func, check, watch=watch)  # noqa: E731
     if cls is not None:
         why = _wrap_method(state, item, cls, name, make)
@@ -1295,7 +1296,7 @@ def _observe_case(state, case, name):
     if f is None:
         return state.emit("u.unobserved", tid, "not in a restored file")
     _, raw = _owner(cls, name)
-    why = _verify(state, f, names, raw)
+    why, reached = _verify(state, f, names, raw)
     if why:
         return state.emit("u.replaced", tid, why)
     if _func(raw).__code__.co_flags & _NOT_WRAPPED:
@@ -1304,7 +1305,7 @@ def _observe_case(state, case, name):
     state.runner = True
     bound = getattr(case, name)
     check = _Check(state, f, names, raw)
-    watch = _watch(state, f, names, raw)
+    watch = _watch(state, f, names, reached)
     wrapped = _make_wrapper(state, "u.", set([tid]), bound, check, watch=watch)
     setattr(case, name, wrapped)
     state.emit("u.item", tid, "xfail" if check.marked else "")
@@ -1378,7 +1379,7 @@ def _observe_sympy_file(state, code, gl):
         if not (name.startswith("test_") and isinstance(fn, types.FunctionType)):
             continue
         tid = "%s::%s" % (rel, name)
-        why = _verify(state, f, [name], fn)
+        why, reached = _verify(state, f, [name], fn)
         if why:
             state.emit("s.replaced", tid, why)
             continue
@@ -1387,7 +1388,7 @@ def _observe_sympy_file(state, code, gl):
             state.emit("s.unobserved", tid, "coroutine or generator")
             continue
         check = _Check(state, f, [name], fn)
-        watch = _watch(state, f, [name], fn)
+        watch = _watch(state, f, [name], reached)
         gl[name] = _make_wrapper(state, "s.", set([tid]), fn, check, located=True, watch=watch)
         state.emit("s.item", tid, "xfail" if check.marked else "")
 

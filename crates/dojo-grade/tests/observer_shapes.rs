@@ -19,7 +19,7 @@ use std::time::Duration;
 mod common;
 use common::{sandbox_for, skip};
 
-use dojo_grade::{GradeOptions, Verdict};
+use dojo_grade::{GradeOptions, InstanceReport, Verdict};
 use dojo_task::EnvRegistry;
 use serde_json::json;
 
@@ -250,12 +250,12 @@ async fn honest_tests_of_every_shape_pass_under_the_observer() {
     if !common::sandboxes_or_skip() {
         return;
     }
-    let src = common::project(&[
+    let files = [
         ("calc/__init__.py", ""),
         ("calc/deco.py", DECO),
         ("tests/__init__.py", ""),
         ("tests/test_shapes.py", SHAPES),
-    ]);
+    ];
     let passing = [
         "tests/test_shapes.py::TestShapes::test_instance",
         "tests/test_shapes.py::TestShapes::test_static",
@@ -280,24 +280,10 @@ async fn honest_tests_of_every_shape_pass_under_the_observer() {
         "tests/test_shapes.py::test_mock_patched",
         "tests/test_shapes.py::test_parameters_through_request",
     ];
-    let t = common::task(json!({
-        "instance_id": "local__shapes-1", "repo": "local/shapes", "base_commit": "x",
-        "patch": "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -0,0 +1 @@\n+X = 1\n",
-        "test_patch": "", "version": "1.0",
-        "FAIL_TO_PASS": passing, "PASS_TO_PASS": [],
-        "env": {"python": "3.11", "requirements": ["pytest==8.3.3"], "editable": false,
-                "test_cmd": "python -m pytest -rA -p no:cacheprovider tests",
-                "test_directives": "none", "timeout_s": 120, "env": {"PYTHONPATH": "/testbed"}}}));
-    let env = EnvRegistry::default().resolve(&t).unwrap();
-    let (pristine, venv) = match sandbox_for(src, &env).await {
-        Ok(x) => x,
-        Err(e) => return skip(format!("cannot build the pristine tree or venv: {e}")),
+    let patch = "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -0,0 +1 @@\n+X = 1\n";
+    let Some(r) = grade_pytest("local__shapes-1", &files, patch, &passing).await else {
+        return;
     };
-    let opts = GradeOptions {
-        timeout: Some(Duration::from_secs(60)),
-        ..Default::default()
-    };
-    let r = common::grade_fresh(&pristine, &venv, &t, &env, &t.patch, &opts).await;
     assert_eq!(
         r.outcome,
         Verdict::Resolved,
@@ -311,19 +297,16 @@ async fn honest_tests_of_every_shape_pass_under_the_observer() {
     assert_eq!(seen.observed, passing.len(), "{seen:?}");
 }
 
-/// The closure wrapper the observer now follows, turned into an attack: a patch to the library
-/// decorator (not the test file) makes its closure swallow what the test raises. It should not
-/// resolve, and today it does: the observer watches the function pytest calls (the library's
-/// wrapper), so "a body that returned" is the wrapper's. Not new with the closure rule: the
-/// attacker writes the wrapper and can give it `functools.wraps`, which the observer followed
-/// before. Ignored until the observer watches the test's own code object inside a wrapper
-/// (issue 46, named in the session note); run with `--ignored` to see it.
+/// The closure wrapper the observer follows, turned into an attack: a patch to the library
+/// decorator (not the test file) makes its closure swallow what the test raises. The log says
+/// passed; it must not resolve. It did before the observer watched the test's own code inside
+/// a wrapper (the function pytest calls is the library's wrapper, whose body returned).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_library_decorator_swallowing_through_its_closure_is_not_a_pass() {
     if !common::sandboxes_or_skip() {
         return;
     }
-    let src = common::project(&[
+    let files = [
         ("calc/__init__.py", "def value():\n    return 1\n"),
         ("calc/deco.py", DECO),
         ("tests/__init__.py", ""),
@@ -331,29 +314,47 @@ async fn a_library_decorator_swallowing_through_its_closure_is_not_a_pass() {
             "tests/test_bug.py",
             "import calc\nfrom calc.deco import figures\n\n\n@figures\ndef test_bug(fig):\n    assert calc.value() == 2\n",
         ),
-    ]);
+    ];
     let patch = "diff --git a/calc/deco.py b/calc/deco.py\n--- a/calc/deco.py\n+++ b/calc/deco.py\n@@ -3,7 +3,10 @@ import contextlib\n \n def figures(func):\n     def wrapper(*args, **kwargs):\n-        func(*args, fig=\"figure\", **kwargs)\n+        try:\n+            func(*args, fig=\"figure\", **kwargs)\n+        except BaseException:\n+            pass\n \n     return wrapper\n \n";
-    let t = common::task(json!({
-        "instance_id": "local__swallow-1", "repo": "local/swallow", "base_commit": "x",
-        "patch": patch, "test_patch": "", "version": "1.0",
-        "FAIL_TO_PASS": ["tests/test_bug.py::test_bug"], "PASS_TO_PASS": [],
-        "env": {"python": "3.11", "requirements": ["pytest==8.3.3"], "editable": false,
-                "test_cmd": "python -m pytest -rA -p no:cacheprovider tests",
-                "test_directives": "none", "timeout_s": 120, "env": {"PYTHONPATH": "/testbed"}}}));
-    let env = EnvRegistry::default().resolve(&t).unwrap();
-    let (pristine, venv) = match sandbox_for(src, &env).await {
-        Ok(x) => x,
-        Err(e) => return skip(format!("cannot build the pristine tree or venv: {e}")),
+    let f2p = ["tests/test_bug.py::test_bug"];
+    let Some(r) = grade_pytest("local__swallow-1", &files, patch, &f2p).await else {
+        return;
     };
-    let opts = GradeOptions {
-        timeout: Some(Duration::from_secs(60)),
-        ..Default::default()
-    };
-    let r = common::grade_fresh(&pristine, &venv, &t, &env, &t.patch, &opts).await;
     assert!(
         r.test_output.contains("PASSED tests/test_bug.py::test_bug"),
         "the swallowing wrapper should make the log say passed:\n{}",
         r.test_output
     );
     assert_ne!(r.outcome, Verdict::Resolved, "{:?}", r.observer);
+}
+
+/// A pytest task of `files` (pytest 8.3.3, Python 3.11, `tests/`), graded with `patch` and
+/// FAIL_TO_PASS `f2p` in a real sandbox. None (skipped) where sandboxes or the environment
+/// cannot be built here.
+async fn grade_pytest(
+    id: &str,
+    files: &[(&str, &str)],
+    patch: &str,
+    f2p: &[&str],
+) -> Option<InstanceReport> {
+    let t = common::task(json!({
+        "instance_id": id, "repo": "local/shapes", "base_commit": "x",
+        "patch": patch, "test_patch": "", "version": "1.0",
+        "FAIL_TO_PASS": f2p, "PASS_TO_PASS": [],
+        "env": {"python": "3.11", "requirements": ["pytest==8.3.3"], "editable": false,
+                "test_cmd": "python -m pytest -rA -p no:cacheprovider tests",
+                "test_directives": "none", "timeout_s": 120, "env": {"PYTHONPATH": "/testbed"}}}));
+    let env = EnvRegistry::default().resolve(&t).unwrap();
+    let (pristine, venv) = match sandbox_for(common::project(files), &env).await {
+        Ok(x) => x,
+        Err(e) => {
+            skip(format!("cannot build the pristine tree or venv: {e}"));
+            return None;
+        }
+    };
+    let opts = GradeOptions {
+        timeout: Some(Duration::from_secs(60)),
+        ..Default::default()
+    };
+    Some(common::grade_fresh(&pristine, &venv, &t, &env, &t.patch, &opts).await)
 }
