@@ -575,6 +575,30 @@ pub fn attacks() -> Vec<Attack> {
             decorated_only: true,
         },
         Attack {
+            name: "the project's test decorators run the test in a thread (its failure never reaches them)",
+            observer_aware: false,
+            runners: BOTH,
+            triggers: IMPORT,
+            body: r#"    import functools
+    import threading
+    import calc.testing as testing
+
+    def checked(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            t = threading.Thread(target=func, args=args, kwargs=kwargs)
+            t.start()
+            t.join()
+
+        return wrapper
+
+    testing.checked = checked
+    testing.raises.__call__ = lambda self, func: checked(func)
+"#,
+            expect: Expect::Unresolved,
+            decorated_only: true,
+        },
+        Attack {
             name: "the observer's recorder inside a test's decorator swapped back for the test",
             observer_aware: true,
             runners: BOTH,
