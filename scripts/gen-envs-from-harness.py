@@ -300,7 +300,9 @@ MPL_FREETYPE_STEP = (
     "if grep -q \"'libs', 'system_freetype'\" setupext.py && "
     "grep -Eq \"(LOCAL_FREETYPE_VERSION|TESTING_VERSION_OF_FREETYPE) = '2.6.1'\" setupext.py && "
     "[ ! -e build/freetype-2.6.1 ]; then mkdir -p build && "
-    f"{{ python -c {shlex.quote(MPL_FREETYPE_FETCH)}; got=$?; }}; "
+    # `|| got=$?`: pre_install runs under `bash -e`, where a bare failing command would end the
+    # step before its status is read.
+    f"got=0; python -c {shlex.quote(MPL_FREETYPE_FETCH)} || got=$?; "
     "if [ $got = 3 ]; then cd build/freetype-2.6.1 && "
     "make setup ansi >/dev/null && make -j2 CFLAGS='-c -O2 -fPIC' >/dev/null && "
     "mkdir -p objs/.libs && cp objs/libfreetype.a objs/.libs/ && cd ../..; "

@@ -521,7 +521,7 @@ fn validate_rows_are_summarised_with_the_log_path() {
     let v: Value =
         serde_json::from_str(&std::fs::read_to_string(logs.join("validation.json")).unwrap())
             .unwrap();
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     assert_eq!(v["ok"], false);
     let (total, runs) = (
         v["total_s"].as_f64().unwrap(),
@@ -581,10 +581,36 @@ fn a_killed_validate_keeps_the_tasks_it_finished() {
     assert_eq!(v["instance_id"], first);
     assert_eq!(v["ok"], true, "{v}");
     assert!(out.join(first).join("gold/report.json").is_file());
+    let kept_before = ids.iter().filter(|id| done(id)).count();
     assert!(
-        ids.iter().filter(|id| done(id)).count() < ids.len(),
+        kept_before < ids.len(),
         "every task finished before the kill"
     );
+
+    // Run again into the same directory: the finished tasks are kept as they are (their files
+    // untouched), the others validated, and the table has every task.
+    let stamp = mtime(&out.join(first).join("validation.json"));
+    let o = dojo(&args);
+    let s = stdout(&o);
+    assert!(
+        s.contains(&format!(
+            "resuming: {kept_before} of {} task(s) already validated in {}",
+            ids.len(),
+            out.display()
+        )),
+        "{s}"
+    );
+    assert_eq!(mtime(&out.join(first).join("validation.json")), stamp);
+    for id in ids {
+        assert!(done(id), "{id} not validated by the resumed run");
+        assert!(s.lines().any(|l| l.starts_with(id)), "no row for {id}: {s}");
+    }
+    // --force validates the kept ones again.
+    let mut forced = args.clone();
+    forced.push("--force");
+    let s = stdout(&dojo(&forced));
+    assert!(!s.contains("resuming"), "{s}");
+    assert_ne!(mtime(&out.join(first).join("validation.json")), stamp);
 }
 
 /// The generated red team (`dojo_grade::red_team`, CI's sample, pytest runner) through

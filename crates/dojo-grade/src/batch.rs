@@ -195,11 +195,24 @@ impl TaskSet {
         self.tasks.iter().enumerate().map(with_env).collect()
     }
 
-    /// Validate every task ([`validate_tasks`]) with these options, `on_done` seeing each
-    /// validation as it finishes; returns them in the task file's order.
-    pub async fn validate(&self, on_done: &(dyn Fn(&Validation) + Sync)) -> Vec<Validation> {
+    /// Validate every task ([`validate_tasks`]) with these options, but those `kept` holds (an
+    /// earlier run's validations, by instance id, taken as they are), `on_done` seeing each
+    /// new validation as it finishes; returns them all in the task file's order.
+    pub async fn validate(
+        &self,
+        kept: &std::collections::HashMap<String, Validation>,
+        on_done: &(dyn Fn(&Validation) + Sync),
+    ) -> Vec<Validation> {
         let preparer = Preparer::new(self.preparer_opts.clone());
-        let mut out = validate_tasks(self.validation_jobs(), &preparer, &self.opts, on_done).await;
+        let (old, new): (Vec<_>, Vec<_>) = self
+            .validation_jobs()
+            .into_iter()
+            .partition(|(_, t, _)| kept.contains_key(&t.instance_id));
+        let mut out = validate_tasks(new, &preparer, &self.opts, on_done).await;
+        out.extend(
+            old.into_iter()
+                .filter_map(|(i, t, _)| Some((i, kept.get(&t.instance_id)?.clone()))),
+        );
         out.sort_by_key(|(i, _)| *i);
         out.into_iter().map(|(_, v)| v).collect()
     }

@@ -102,10 +102,15 @@ pub fn validate_row(v: &Validation, log_dir: Option<&Path>) -> String {
     .to_string()
 }
 
+/// The schema of `validation.json`. 2 adds the problems, the derived lists and whether the
+/// validation ended at the infrastructure: what a resumed `dojo validate --out` needs to print a
+/// task's row and `--write` its lists without validating it again.
+pub const VALIDATION_SCHEMA: u64 = 2;
+
 /// Write what a validation learnt under `dir`: `problems.txt` (every problem in full), each
 /// run's `report.json` and `test_output.txt` under `test_patch_only/` and `gold/`, and last
-/// `validation.json` (verdict, list sizes, timings), atomically: its presence means the rest is
-/// there. Returns `dir`.
+/// `validation.json` (the [`Validation`] itself, list sizes, timings), atomically: its presence
+/// means the rest is there. Returns `dir`.
 pub fn write_validation(dir: &Path, v: &Validation) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let mut problems = v.problems.join("\n\n");
@@ -120,18 +125,24 @@ pub fn write_validation(dir: &Path, v: &Validation) -> std::io::Result<PathBuf> 
     }
     // The verdict and its timing, machine-readable (the reports above have the test runs' own
     // durations).
-    let summary = serde_json::json!({
-        "schema_version": 1,
-        "instance_id": v.instance_id,
-        "ok": v.ok,
-        "new_task": v.new_task,
-        "fail_to_pass": v.derived_fail_to_pass.len(),
-        "pass_to_pass": v.derived_pass_to_pass.len(),
-        "total_s": v.total_s,
-        "runs_s": v.runs_s,
-        "test_patch_only_test_s": v.before.as_ref().and_then(|r| r.test_duration_s),
-        "gold_test_s": v.gold.as_ref().and_then(|r| r.test_duration_s),
-    });
+    let mut summary = serde_json::to_value(v).map_err(std::io::Error::other)?;
+    if let Some(m) = summary.as_object_mut() {
+        let extra = serde_json::json!({
+            "schema_version": VALIDATION_SCHEMA,
+            "infra_failure": v.infra_failure(),
+            "fail_to_pass": v.derived_fail_to_pass.len(),
+            "pass_to_pass": v.derived_pass_to_pass.len(),
+            "test_patch_only_test_s": v.before.as_ref().and_then(|r| r.test_duration_s),
+            "gold_test_s": v.gold.as_ref().and_then(|r| r.test_duration_s),
+        });
+        m.extend(
+            extra
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, x)| (k.clone(), x.clone())),
+        );
+    }
     // Written last, whole or not at all: a directory with it holds every file above (a run
     // killed halfway leaves the tasks it finished complete).
     dojo_rundir::write_atomic(
@@ -139,6 +150,20 @@ pub fn write_validation(dir: &Path, v: &Validation) -> std::io::Result<PathBuf> 
         format!("{summary:#}\n").as_bytes(),
     )?;
     Ok(dir.to_path_buf())
+}
+
+/// The validation of `id` kept under `dir` by an earlier run, if it can stand for a new one:
+/// `validation.json` of this schema, of this task, not ended at the infrastructure. Anything
+/// else (no file, an older schema, another task's, unreadable) is `None`: the task is
+/// validated again, never guessed. The runs' reports are not read back (`before`, `gold` are
+/// `None`): rows and `--write` need only what the file holds.
+pub fn read_validation(dir: &Path, id: &str) -> Option<Validation> {
+    let text = std::fs::read_to_string(dir.join("validation.json")).ok()?;
+    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let current = value["schema_version"].as_u64() == Some(VALIDATION_SCHEMA);
+    let clean = value["infra_failure"].as_bool() == Some(false);
+    let v: Validation = serde_json::from_value(value).ok()?;
+    (current && clean && v.instance_id == id).then_some(v)
 }
 
 /// Where `dojo validate` keeps each task's problems and logs ([`write_validation`]): with
@@ -174,6 +199,16 @@ impl ValidationLogs {
     /// The directory of `v`'s files.
     pub fn dir(&self, v: &Validation) -> PathBuf {
         self.root.join(&v.instance_id)
+    }
+
+    /// With `out`, the validation of `id` an earlier run kept there ([`read_validation`]); its
+    /// files count as written (its row does not write them again).
+    pub fn kept(&self, id: &str) -> Option<Validation> {
+        let v = read_validation(&self.root.join(id), id).filter(|_| self.out)?;
+        if let Ok(mut done) = self.written.lock() {
+            done.insert(v.instance_id.clone());
+        }
+        Some(v)
     }
 
     /// As each task is validated: with `out`, write its files now (a failure is retried by
@@ -272,6 +307,41 @@ mod tests {
             before: None,
             gold: None,
         }
+    }
+
+    /// What `validation.json` keeps is what a resumed run reads back; an older schema, another
+    /// task's file, a validation that ended at the infrastructure and a damaged file are not
+    /// kept (validated again).
+    #[test]
+    fn a_written_validation_reads_back_only_when_it_can_stand() {
+        let dir = std::env::temp_dir().join(format!("dojo-diagnose-{}", std::process::id()));
+        let mut good = v("x__y-1", false, false, vec!["gold patch: a\nb".into()]);
+        good.runs_s = Some(2.0);
+        good.total_s = Some(3.5);
+        write_validation(&dir, &good).unwrap();
+        let back = read_validation(&dir, "x__y-1").unwrap();
+        assert_eq!(
+            serde_json::to_value(&back).unwrap(),
+            serde_json::to_value(&good).unwrap()
+        );
+        assert!(read_validation(&dir, "x__y-2").is_none(), "another task's");
+
+        let file = dir.join("validation.json");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let older = text.replace("\"schema_version\": 2", "\"schema_version\": 1");
+        std::fs::write(&file, older).unwrap();
+        assert!(read_validation(&dir, "x__y-1").is_none(), "older schema");
+        std::fs::write(&file, &text[..text.len() / 2]).unwrap();
+        assert!(read_validation(&dir, "x__y-1").is_none(), "damaged");
+
+        // The runs never happened (no sandbox, no environment): infrastructure.
+        write_validation(
+            &dir,
+            &v("x__y-1", false, false, vec!["env_build: x".into()]),
+        )
+        .unwrap();
+        assert!(read_validation(&dir, "x__y-1").is_none(), "infrastructure");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

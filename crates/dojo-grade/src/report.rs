@@ -339,8 +339,10 @@ impl RunSummary {
     }
 }
 
-/// What `dojo validate` learns about one task.
-#[derive(Debug, Clone, serde::Serialize)]
+/// What `dojo validate` learns about one task. Serialized (without the two runs' reports) into
+/// `validation.json`, from which a resumed `dojo validate --out` reads it back
+/// ([`crate::diagnose::read_validation`]).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Validation {
     pub instance_id: String,
     /// Runnable: every FAIL_TO_PASS fails with the test patch alone, and the gold patch resolves.
@@ -365,6 +367,20 @@ pub struct Validation {
     pub before: Option<InstanceReport>,
     #[serde(skip)]
     pub gold: Option<InstanceReport>,
+}
+
+impl Validation {
+    /// The validation ended at the infrastructure, not at the task: no sandbox or environment
+    /// (the runs never happened), or a run whose output the harness could not trust. A resumed
+    /// `dojo validate --out` validates such a task again, as `dojo eval` re-grades an
+    /// infrastructure failure.
+    pub fn infra_failure(&self) -> bool {
+        self.runs_s.is_none()
+            || [&self.before, &self.gold]
+                .into_iter()
+                .flatten()
+                .any(|r| r.infra_failure)
+    }
 }
 
 /// Persist one instance's files: `report.json`, `test_output.txt`, `patch.diff`.

@@ -2,6 +2,7 @@
 //! FAIL_TO_PASS, the gold patch makes it pass)? With `--write`, fills in the lists of new tasks.
 
 use crate::exit::Exit;
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -21,8 +22,13 @@ pub struct ValidateArgs {
     write: bool,
     /// Write each task's problems, and each run's report and log, under this directory (by
     /// default only the tasks that do not validate are written, under a temporary directory).
+    /// The tasks it already holds a validation of are kept: a stopped run resumes.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Validate again the tasks that `--out` already holds a validation of (by default they are
+    /// kept and the run resumes; one that ended at the infrastructure is always validated again).
+    #[arg(long)]
+    force: bool,
 }
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
@@ -37,7 +43,21 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
             eprintln!("writing {}: {e} (retried at the end)", dir.display());
         }
     };
-    let results = runtime()?.block_on(l.validate(&written_early));
+    let kept: HashMap<String, dojo_grade::Validation> = l
+        .tasks
+        .iter()
+        .filter(|_| !args.force)
+        .filter_map(|t| Some((t.instance_id.clone(), logs.kept(&t.instance_id)?)))
+        .collect();
+    if let (Some(out), false) = (&args.out, kept.is_empty()) {
+        println!(
+            "resuming: {} of {} task(s) already validated in {} (kept; --force validates them again)",
+            kept.len(),
+            l.tasks.len(),
+            out.display()
+        );
+    }
+    let results = runtime()?.block_on(l.validate(&kept, &written_early));
     let elapsed = started.elapsed();
     let ok = results.iter().filter(|v| v.ok).count();
     println!("{}", diagnose::validate_header());
