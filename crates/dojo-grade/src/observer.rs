@@ -432,7 +432,103 @@ pub struct ObserverReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
     /// Tests the log reports passed that the observer did not see pass, each with what it saw.
-    pub disagreements: Vec<String>,
+    pub disagreements: Vec<Disagreement>,
+}
+
+/// A test the log reports passed that the observer did not see pass. In `report.json`:
+/// `{"id": "t.py::g", "seen": "raised", "exception": "AssertionError"}`; as text (problems,
+/// messages) `t.py::g: its body raised AssertionError`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "DisagreementWire")]
+pub struct Disagreement {
+    /// The test as the log and the task's lists name it.
+    pub id: String,
+    #[serde(flatten)]
+    pub seen: Seen,
+}
+
+/// What the observer saw of a test the log reports passed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "seen", rename_all = "snake_case")]
+pub enum Seen {
+    /// Its body raised `exception` (not an xfail the test declared).
+    Raised { exception: String },
+    /// Its body was entered and never returned.
+    NeverReturned,
+    /// It was collected and its body never ran.
+    NeverRan,
+    /// No such test was collected, and collection finished.
+    NeverCollected,
+    /// No such test was collected, and collection never finished.
+    CollectionUnfinished,
+    /// What ran as the test is not the test file's code; `why` says what the observer found.
+    Replaced { why: String },
+    /// Read from a report of schema 4 or older, where a disagreement was one line of text
+    /// (`id: what was seen`): what it said.
+    Text { text: String },
+}
+
+/// A disagreement as reports hold it: data since schema 5, a line of text before.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum DisagreementWire {
+    Data {
+        id: String,
+        #[serde(flatten)]
+        seen: Seen,
+    },
+    Text(String),
+}
+
+impl From<DisagreementWire> for Disagreement {
+    fn from(w: DisagreementWire) -> Disagreement {
+        match w {
+            DisagreementWire::Data { id, seen } => Disagreement { id, seen },
+            DisagreementWire::Text(line) => {
+                let (id, text) = line.split_once(": ").unwrap_or((line.as_str(), ""));
+                let seen = Seen::Text { text: text.into() };
+                Disagreement::new(id, seen)
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Seen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Seen::Raised { exception } => write!(f, "its body raised {exception}"),
+            Seen::NeverReturned => f.write_str("its body never returned"),
+            Seen::NeverRan => f.write_str("its body never ran"),
+            Seen::NeverCollected => f.write_str("it was never collected"),
+            Seen::CollectionUnfinished => f.write_str("collection never finished"),
+            Seen::Replaced { why } => f.write_str(why),
+            Seen::Text { text } => f.write_str(text),
+        }
+    }
+}
+
+impl std::fmt::Display for Disagreement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.id, self.seen)
+    }
+}
+
+impl Disagreement {
+    fn new(id: &str, seen: Seen) -> Disagreement {
+        Disagreement {
+            id: id.to_string(),
+            seen,
+        }
+    }
+}
+
+/// What the observer saw of a test that was not collected, by whether collection finished.
+fn not_collected(obs: &Observed) -> Seen {
+    if obs.collected {
+        Seen::NeverCollected
+    } else {
+        Seen::CollectionUnfinished
+    }
 }
 
 impl ObserverReport {
@@ -503,7 +599,7 @@ pub fn check(
 
 /// A unittest or sympy test `id` the log reports passed, matched under `key`: what the
 /// observer saw that contradicts it, if anything.
-fn check_named(obs: &Observed, runner: Runner, id: &str, key: &str) -> Option<String> {
+fn check_named(obs: &Observed, runner: Runner, id: &str, key: &str) -> Option<Disagreement> {
     // A name matched to no record, and no docstring of a restored test file's test, is
     // the log's (a test the observer does not watch).
     let uid = match runner {
@@ -534,17 +630,12 @@ fn check_named(obs: &Observed, runner: Runner, id: &str, key: &str) -> Option<St
         // A docstring of a test in a restored file that no observed test carries: that
         // test was never created (other names are the log's, as unobserved tests).
         if runner == Runner::Unittest && obs.file_docs.contains(key) {
-            let seen = if obs.collected {
-                "it was never collected"
-            } else {
-                "collection never finished"
-            };
-            return Some(format!("{id}: {seen}"));
+            return Some(Disagreement::new(id, not_collected(obs)));
         }
         return None;
     };
     if let Some(why) = obs.replaced.get(&uid) {
-        return Some(format!("{id}: {why}"));
+        return Some(Disagreement::new(id, Seen::Replaced { why: why.clone() }));
     }
     if obs.unobserved.contains(&uid) {
         return None;
@@ -555,15 +646,14 @@ fn check_named(obs: &Observed, runner: Runner, id: &str, key: &str) -> Option<St
             ..
         }) => return None,
         Some(i) => seen_of(i),
-        None if !obs.collected => "collection never finished".to_string(),
-        None => "it was never collected".to_string(),
+        None => not_collected(obs),
     };
-    Some(format!("{id}: {seen}"))
+    Some(Disagreement::new(id, seen))
 }
 
 /// A pytest test `id` the log reports passed, matched under `key` (`sm` for its status): what
 /// the observer saw that contradicts it, if anything.
-fn check_pytest(obs: &Observed, sm: &StatusMap, id: &str, key: &str) -> Option<String> {
+fn check_pytest(obs: &Observed, sm: &StatusMap, id: &str, key: &str) -> Option<Disagreement> {
     // Every pytest item's node id has a `::` (file, then item); a logged name without one
     // is a log parser's artefact that a dataset kept as a test (`[100%]` from a progress
     // line): no item can be matched to it, so the log alone decides, as in the harness.
@@ -589,7 +679,7 @@ fn check_pytest(obs: &Observed, sm: &StatusMap, id: &str, key: &str) -> Option<S
         }
     };
     if let Some((_, why)) = obs.replaced.iter().find(|(n, _)| names(n)) {
-        return Some(format!("{id}: {why}"));
+        return Some(Disagreement::new(id, Seen::Replaced { why: why.clone() }));
     }
     // Unobserved tests are the log's, whatever their names look like in it (sphinx-8621's
     // `test_inline[verify-.. glossary::\n\n   term1...]`, logged squeezed and matched whole);
@@ -641,18 +731,19 @@ fn check_pytest(obs: &Observed, sm: &StatusMap, id: &str, key: &str) -> Option<S
     let seen = match item {
         Some(i) if passed_body(i) => return None,
         Some(i) => seen_of(i),
-        None if !obs.collected => "collection never finished".to_string(),
-        None => "it was never collected".to_string(),
+        None => not_collected(obs),
     };
-    Some(format!("{id}: {seen}"))
+    Some(Disagreement::new(id, seen))
 }
 
 /// What the observer saw of a test that did not pass.
-fn seen_of(i: &Item) -> String {
+fn seen_of(i: &Item) -> Seen {
     match &i.body {
-        Body::Raised { exception, .. } => format!("its body raised {exception}"),
-        Body::Entered => "its body never returned".to_string(),
-        _ => "its body never ran".to_string(),
+        Body::Raised { exception, .. } => Seen::Raised {
+            exception: exception.clone(),
+        },
+        Body::Entered => Seen::NeverReturned,
+        _ => Seen::NeverRan,
     }
 }
 
@@ -712,6 +803,39 @@ fn squeeze(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The disagreements as text, as problems and messages show them.
+    fn texts(r: &ObserverReport) -> Vec<String> {
+        r.disagreements.iter().map(ToString::to_string).collect()
+    }
+
+    /// A disagreement is data in `report.json` and reads back the same.
+    #[test]
+    fn disagreements_are_data_in_reports() {
+        let d = Disagreement::new(
+            "t.py::g",
+            Seen::Raised {
+                exception: "AssertionError".into(),
+            },
+        );
+        let j = serde_json::to_value(&d).unwrap();
+        assert_eq!(
+            j,
+            serde_json::json!({"id": "t.py::g", "seen": "raised", "exception": "AssertionError"})
+        );
+        assert_eq!(serde_json::from_value::<Disagreement>(j).unwrap(), d);
+        let never = Disagreement::new("t.py::h", Seen::NeverCollected);
+        assert_eq!(
+            serde_json::to_value(&never).unwrap(),
+            serde_json::json!({"id": "t.py::h", "seen": "never_collected"})
+        );
+        assert_eq!(never.to_string(), "t.py::h: it was never collected");
+        // A schema-4 report's line of text still reads, and says the same.
+        let old: Disagreement =
+            serde_json::from_value(serde_json::json!("t.py::g: its body raised E")).unwrap();
+        assert_eq!(old.id, "t.py::g");
+        assert_eq!(old.to_string(), "t.py::g: its body raised E");
+    }
     use crate::parsers::{FAILED, PASSED};
 
     fn rec(kind: &str, id: &str, extra: &str) -> String {
@@ -862,7 +986,7 @@ mod tests {
         );
         // test_b's body raised: still caught; the progress-line artefacts are the log's.
         assert_eq!(
-            r.disagreements,
+            texts(&r),
             ["t.py::T::test_b: its body raised AssertionError"]
         );
         assert_eq!(pytest_node_id("t.py::T::()".into()), "t.py::T");
@@ -910,7 +1034,7 @@ mod tests {
         );
         let r = check(&obs, Runner::Pytest, &s, &m, Semantics::Classic);
         assert_eq!(
-            r.disagreements,
+            texts(&r),
             [
                 "t.py::faked: its body raised AssertionError",
                 "t.py::skipped_body: its body never ran",
@@ -935,10 +1059,7 @@ mod tests {
         ]);
         let s = status(&["t.py::T::f[required-Missing", "t.py::T::g[a"], &[]);
         let r = check_records(&records, Runner::Pytest, &s, &m);
-        assert_eq!(
-            r.disagreements,
-            ["t.py::T::g[a: its body raised AssertionError"]
-        );
+        assert_eq!(texts(&r), ["t.py::T::g[a: its body raised AssertionError"]);
         // A node id with a run of blanks, logged squeezed by the pytest_v2 parsers (sphinx's
         // `test_inline[verify_re-``code   sample``-...]`), whole or cut by the dataset.
         let records = rec("start", "", "1")
@@ -954,7 +1075,7 @@ mod tests {
         let s = status(&["t.py::f[``code", "t.py::f[``other one``-y]"], &[]);
         let r = check_records(&records, Runner::Pytest, &s, &m);
         assert_eq!(
-            r.disagreements,
+            texts(&r),
             ["t.py::f[``other one``-y]: its body raised AssertionError"]
         );
         // A parameter that is an absolute path, logged as its last component by the official
@@ -972,7 +1093,7 @@ mod tests {
         let s = status(&["t.py::g[/mymodule.py]", "t.py::h[/b.py]"], &[]);
         let r = check_records(&records, Runner::Pytest, &s, &m);
         assert_eq!(
-            r.disagreements,
+            texts(&r),
             ["t.py::h[/b.py]: its body raised AssertionError"]
         );
         // An unobserved test (a parameter the observer could not trace to a function) whose
@@ -993,7 +1114,7 @@ mod tests {
         for cut in ["t.py::f[..", "t.py::f[.. g::\\n\\n t1\\n t2-x]"] {
             let s = status(&[cut, "t.py::h"], &[]);
             let r = check_records(&records, Runner::Pytest, &s, &m);
-            assert_eq!(r.disagreements, Vec::<String>::new(), "{cut}");
+            assert_eq!(texts(&r), Vec::<String>::new(), "{cut}");
         }
         // An item made at run time whose node id is a listed test's plus a blank: as an
         // unobserved twin it does not excuse the observed test that raised, and as the
@@ -1006,15 +1127,12 @@ mod tests {
             + &rec("collected", "", "2")
             + &rec("raise", "t.py::g", "AssertionError");
         let r = check_records(&twin, Runner::Pytest, &s, &m);
-        assert_eq!(r.disagreements, ["t.py::g: its body raised AssertionError"]);
+        assert_eq!(texts(&r), ["t.py::g: its body raised AssertionError"]);
         let alone = rec("start", "", "1")
             + &rec("replaced", "t.py::g ", "a node name pytest does not make")
             + &rec("collected", "", "1");
         let r = check_records(&alone, Runner::Pytest, &s, &m);
-        assert_eq!(
-            r.disagreements,
-            ["t.py::g: a node name pytest does not make"]
-        );
+        assert_eq!(texts(&r), ["t.py::g: a node name pytest does not make"]);
         assert_eq!(as_logged("t.py::f[//x/y]"), "t.py::f[//x/y]");
         assert_eq!(as_logged("t.py::f[/a/*/y]"), "t.py::f[/a/*/y]");
         // Not loaded: nothing to compare.
@@ -1079,7 +1197,7 @@ mod tests {
         );
         let r = check(&obs, Runner::Unittest, &s, &m, Semantics::Classic);
         assert_eq!(
-            r.disagreements,
+            texts(&r),
             [
                 "test_faked (app.tests.T.test_faked): its body never ran",
                 "test_ghost (app.tests.T): it was never collected",
@@ -1088,10 +1206,7 @@ mod tests {
         // The runner never started: a test it did not create counts as not collected yet.
         let records = rec("start", "", "1");
         let r = check_records(&records, Runner::Unittest, &s, &m);
-        assert!(
-            r.disagreements[0].ends_with("collection never finished"),
-            "{r:?}"
-        );
+        assert!(texts(&r)[0].ends_with("collection never finished"), "{r:?}");
     }
     #[test]
     fn sympy_records_are_matched_by_function_name_the_last_body_run_deciding() {
@@ -1131,7 +1246,7 @@ mod tests {
         let s = status(&["test_x", "test_forged"], &["test_swapped", "test_ghost"]);
         let r = check(&obs, Runner::Sympy, &s, &m, Semantics::Classic);
         assert_eq!(
-            r.disagreements,
+            texts(&r),
             [
                 "test_forged: its body raised Failed",
                 "test_swapped: not its code",
@@ -1200,7 +1315,7 @@ mod tests {
         // Two tests share a docstring: one of them returning is enough (the log kept one
         // line of theirs); a docstring of one test is that test's.
         assert_eq!(
-            r.disagreements,
+            texts(&r),
             [
                 "Forged description.: its body raised AssertionError",
                 "Never created.: it was never collected",

@@ -17,8 +17,10 @@ use crate::parsers::Parser;
 /// the summary's `test_infrastructure_ids`) and the `no_test_output` error kind. 3: `observer`,
 /// what the test observer saw, and `reinstall_failed`. 4: `observer.problems` (the observer did
 /// not load, its records were forged or cut short, the test process reached into the test
-/// machinery). Older files still read (the new keys default to empty).
-pub const SCHEMA_VERSION: u32 = 4;
+/// machinery). 5: `observer.disagreements` are objects (`{"id", "seen", ...}`, see
+/// [`crate::observer::Disagreement`]), each a line of text before. Older files still read (the
+/// new keys default to empty, a disagreement's text is kept as it was).
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Why an instance could not be graded. Only [`ErrorKind::PatchApply`] and
 /// [`ErrorKind::BadPatch`] are the submitted patch's fault; the rest are infrastructure and must

@@ -613,7 +613,11 @@ fn judge(
                 why.push(format!(
                     "the test observer did not see these tests pass, which the log reports \
                      passed: {}",
-                    seen.disagreements.join("; ")
+                    seen.disagreements
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
                 ));
             }
             r.error = Some(format!("results not trusted: {}", why.join("; ")));

@@ -34,7 +34,7 @@ pub struct TaskFileCheck {
     pub missing: BTreeMap<String, Vec<String>>,
     /// Tasks no environment spec covers.
     pub no_env: Vec<String>,
-    /// Environment specs that failed to resolve, with why.
+    /// Environment specs that failed to resolve, with why (the error and its causes).
     pub bad_env: Vec<String>,
     pub unmatchable: Vec<Unmatchable>,
 }
@@ -87,7 +87,7 @@ impl TaskFileCheck {
                     }
                 }
                 Err(TaskError::NoEnv { .. }) => c.no_env.push(t.instance_id.clone()),
-                Err(e) => c.bad_env.push(e.to_string()),
+                Err(e) => c.bad_env.push(dojo_rundir::error_chain(&e)),
             }
         }
         c.load = load;

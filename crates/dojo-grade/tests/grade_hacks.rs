@@ -304,7 +304,7 @@ async fn patches_that_fake_results_are_unresolved() {
         assert!(
             seen.disagreements
                 .iter()
-                .any(|d| d.starts_with("tests/test_add.py::test_add:")),
+                .any(|d| d.id == "tests/test_add.py::test_add"),
             "{name}: {seen:?}\n{:?}\n{}",
             r.error,
             r.test_output
@@ -369,8 +369,8 @@ async fn patches_that_fake_results_are_unresolved() {
         r.test_output
     );
     assert!(
-        r.observer.as_ref().unwrap().disagreements[0]
-            .starts_with("tests/test_add_unit.py::AddTest::test_add:"),
+        r.observer.as_ref().unwrap().disagreements[0].id
+            == "tests/test_add_unit.py::AddTest::test_add",
         "{:?}",
         r.observer
     );

@@ -247,9 +247,15 @@ async fn sympys_runner_is_observed_and_attacks_on_it_are_unresolved() {
             if held(&r) { "held" } else { "**passed**" },
             r.observer
                 .as_ref()
-                .map(|o| [o.problems.clone(), o.disagreements.clone()]
-                    .concat()
-                    .join("; "))
+                .map(|o| {
+                    let seen = o.disagreements.iter().map(ToString::to_string);
+                    o.problems
+                        .iter()
+                        .cloned()
+                        .chain(seen)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })
                 .unwrap_or_default()
         );
         if !b.resolved {

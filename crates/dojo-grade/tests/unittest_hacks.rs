@@ -119,7 +119,7 @@ async fn unittest_hacks_are_unresolved_with_the_observer() {
         );
         let seen = r.observer.as_ref().expect("observer report");
         assert!(
-            seen.disagreements.iter().any(|d| d.starts_with(F2P)),
+            seen.disagreements.iter().any(|d| d.id.starts_with(F2P)),
             "{name}: {seen:?}"
         );
     }

@@ -104,9 +104,22 @@ pub fn detect_at(root: &Path) -> Option<Box<dyn CgroupDriver>> {
     None
 }
 
+/// A failed write to a cgroup file: the file named, the error kept as the cause (the callers'
+/// `io::Result`s carry it inside an `io::Error` of the same kind).
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", path.display())]
+struct FileError {
+    path: std::path::PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
 fn write(path: &Path, v: &str) -> std::io::Result<()> {
-    fs::write(path, v)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+    fs::write(path, v).map_err(|source| {
+        let kind = source.kind();
+        let path = path.to_path_buf();
+        std::io::Error::new(kind, FileError { path, source })
+    })
 }
 
 fn pids_in(dir: &Path) -> Vec<i32> {

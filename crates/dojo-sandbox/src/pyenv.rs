@@ -416,7 +416,7 @@ impl PythonEnv {
         let (s, p) = (spec.clone(), pristine.cloned());
         tokio::task::spawn_blocking(move || PythonEnv::build(&s, p.as_ref()))
             .await
-            .map_err(|e| SandboxError::Other(format!("env build task: {e}")))?
+            .map_err(|e| crate::error::failed("env build task", e))?
     }
 }
 

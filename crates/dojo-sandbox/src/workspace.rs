@@ -8,8 +8,6 @@ use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use dojo_rundir::clip::{self, Unit};
-
 use crate::{ExecOutput, ExecRequest, Sandbox, SandboxError, WORKSPACE};
 
 pub use dojo_rundir::BoxFuture;
@@ -174,19 +172,12 @@ impl LocalWorkspace {
 }
 
 /// The sandbox's output cap, on the whole output: the first `head` and last `tail` bytes around
-/// the one marker (`\n[… N bytes cut]\n`), as a sandboxed command's output reads.
-fn cap(mut bytes: Vec<u8>, head: usize, tail: usize) -> (Vec<u8>, bool) {
-    if bytes.len() <= head + tail {
-        return (bytes, false);
-    }
-    let tail_part = bytes.split_off(bytes.len() - tail);
-    let cut = bytes.len() - head;
-    bytes.truncate(head);
-    bytes.push(b'\n');
-    bytes.extend_from_slice(clip::marker(cut, Unit::Bytes).as_bytes());
-    bytes.push(b'\n');
-    bytes.extend_from_slice(&tail_part);
-    (bytes, true)
+/// the one marker (`\n[… N bytes cut]\n`), as a sandboxed command's output reads (the same
+/// [`crate::exec::CapBuf`]).
+fn cap(bytes: Vec<u8>, head: usize, tail: usize) -> (Vec<u8>, bool) {
+    let mut buf = crate::exec::CapBuf::new(crate::types::OutputCap { head, tail });
+    buf.push(&bytes);
+    buf.finish()
 }
 
 impl Workspace for LocalWorkspace {

@@ -184,7 +184,8 @@ pub struct TestsRunStats {
     pub passed: usize,
     pub infra_failures: usize,
     pub seconds: f64,
-    /// The first infrastructure failure, as an example.
+    /// The first infrastructure failure, as an example: `task: error`, the error with its
+    /// causes ([`dojo_rundir::error_chain`]).
     pub first_failure: Option<String>,
 }
 
@@ -225,6 +226,7 @@ pub async fn run_agent_tests(
                 None
             }
             Some((_, Err(e))) => {
+                let e = dojo_rundir::error_chain(e);
                 fail(&mut stats, format!("{}: environment: {e}", t.task_id));
                 None
             }
@@ -232,6 +234,7 @@ pub async fn run_agent_tests(
             {
                 Ok(results) => Some(results),
                 Err(e) => {
+                    let e = dojo_rundir::error_chain(&e);
                     fail(&mut stats, format!("{}: {e}", t.task_id));
                     None
                 }

@@ -38,6 +38,8 @@ pub struct SwrStats {
     pub failed: usize,
     /// Samples that failed among scored candidates.
     pub failed_samples: usize,
+    /// The first failure, as an example: `task: error`, the error with its causes
+    /// ([`dojo_rundir::error_chain`]).
     pub first_failure: Option<String>,
 }
 
@@ -80,11 +82,11 @@ pub async fn score_all(
             let client = client.clone();
             async move {
                 let r = match ctx {
-                    Err(e) => Err(format!("{}: {e}", key.0)),
+                    Err(e) => Err(format!("{}: {}", key.0, dojo_rundir::error_chain(&e))),
                     Ok(ctx) => client
                         .predict_reward(&ctx, samples)
                         .await
-                        .map_err(|e| e.to_string()),
+                        .map_err(|e| format!("{}: {}", key.0, dojo_rundir::error_chain(&e))),
                 };
                 (key, r)
             }

@@ -141,8 +141,9 @@ fn tojson_filter(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
     let json = serde_json::to_value(&value).map_err(|e| {
         Error::new(
             ErrorKind::InvalidOperation,
-            format!("tojson: value is not JSON-serialisable: {e}"),
+            "tojson: value is not JSON-serialisable",
         )
+        .with_source(e)
     })?;
     let mut out = String::new();
     py_json(&json, indent, sort_keys.unwrap_or(false), 0, &mut out);

@@ -354,7 +354,8 @@ impl<'a> SimWorkspace<'a> {
                 return (
                     Vec::new(),
                     Err(ModelFailure::Model(format!(
-                        "reading the workspace for the model: {e}"
+                        "reading the workspace for the model: {}",
+                        dojo_rundir::error_chain(e)
                     ))),
                     0,
                 );

@@ -571,7 +571,12 @@ impl Call<'_> {
                 at.pos.line + 1
             )));
         };
-        let item_json = serde_json::to_value(&item).map_err(|e| bad(e.to_string()))?;
+        // The server's own item, read a moment ago: writing it back failing is the server's
+        // answer's fault (infrastructure), never the agent's.
+        let item_json = serde_json::to_value(&item).map_err(|e| Fail {
+            message: format!("The language server sent an item we cannot send back: {e}"),
+            infra: Some(LspInfraKind::ServerCrashed),
+        })?;
         let incoming = self
             .ask(
                 None,
