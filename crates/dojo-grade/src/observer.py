@@ -28,6 +28,7 @@
 # find the key in its memory; see observer.rs for what that leaves open. It only uses modules
 # imported before the project's code, and works from Python 3.5 and pytest 3 on.
 import _ast as ast  # the node types; the `ast` module (and `re` behind it) costs 7 ms to import
+import marshal as _marshal
 import os
 import sys
 import types
@@ -50,6 +51,14 @@ __unittest = True
 # now too: see the .pth line's loader; the MAC is computed here, not by a module.)
 _getpid, _write = os.getpid, os.write
 _gettrace = sys.gettrace
+# Python 3.12's sys.monitoring: a LINE or JUMP callback may set a frame's `f_lineno` (jump over
+# a test's assertions) as a trace function may; bound now, before project code can replace it.
+_monitoring = getattr(sys, "monitoring", None)
+_mon_events = getattr(_monitoring, "get_events", None)
+_mon_local = getattr(_monitoring, "get_local_events", None)
+_MON_JUMPY = 0
+for _e in ("LINE", "JUMP", "INSTRUCTION", "BRANCH", "BRANCH_LEFT", "BRANCH_RIGHT"):
+    _MON_JUMPY |= getattr(getattr(_monitoring, "events", None), _e, 0)
 
 
 def _hmac_sha256(key):
@@ -76,6 +85,8 @@ _WORKSPACE = "/testbed/"
 # co_flags of functions that must not be wrapped: generators and coroutines (plugins such as
 # pytest-asyncio test them by their type).
 _NOT_WRAPPED = 0x20 | 0x80 | 0x100 | 0x200
+# What a unittest case calls on itself around and inside a test, besides its assertions.
+_CASE_METHODS = ("_getAssertEqualityFunc", "_baseAssertEqual", "_formatMessage", "run", "debug")
 
 
 def _boot():
@@ -214,6 +225,9 @@ class _State(object):
         # (namespace, name, object, function, code, where) of the runners' assertion helpers:
         # module-level functions and their classes' functions.
         self.trusted = []
+        # (class __dict__, its items then) of the runners' classes: an attribute added
+        # (`TestCase.__getattribute__`) or rebound (`failureException`) shows.
+        self.classes = []
 
     def flag(self, what):
         """Record, once, an action only code reaching into the test machinery takes."""
@@ -229,7 +243,9 @@ class _State(object):
         spaces = [(ns, module.__name__)]
         for obj in list(ns.values()):
             if isinstance(obj, type) and obj.__module__ == module.__name__:
-                spaces.append((obj.__dict__, module.__name__ + "." + obj.__name__))
+                where = module.__name__ + "." + obj.__name__
+                spaces.append((obj.__dict__, where))
+                self.classes.append((obj.__dict__, dict(obj.__dict__), where))
         for space, where in spaces:
             for name, obj in list(space.items()):
                 fn = _func(obj)
@@ -240,6 +256,13 @@ class _State(object):
         for space, name, obj, fn, code, where in self.trusted:
             if space.get(name) is not obj or fn.__code__ is not code:
                 return "%s.%s" % (where, name)
+        for space, then, where in self.classes:
+            if len(space) != len(then):
+                added = [k for k in space.keys() if k not in then]
+                return "%s.%s" % (where, added[0] if added else "?")
+            for k, v in then.items():
+                if space.get(k, then) is not v:
+                    return "%s.%s" % (where, k)
         return None
 
     def emit(self, kind, tid="", extra=""):
@@ -283,6 +306,14 @@ class _File(object):
         self.rebound = set()  # module-level names also bound by an import or assignment
         self.imported = {}  # module-level `from M import N as L`: L -> (M, N)
         self.docs = set()  # first docstring lines of its test functions (unittest's names)
+        # Lines holding a call to something named `*xfail*`: where the file's own code may
+        # raise pytest's XFailed.
+        self.xfail_lines = set()
+        # id(code) -> (code, an independent copy made now): code objects handed to pytest are
+        # this file's own, so instructions written into them in place (ctypes) must show.
+        # Code equality compares the instructions themselves (3.11+ past the cached
+        # `co_code`), and the copy shares no memory with the original.
+        self.refs = {}
         self._index = {}
         self._matched = {}
         try:
@@ -293,6 +324,28 @@ class _File(object):
         self.flat = []
         self._flatten()
         self._build_index()
+        for co in self.codes:
+            self._keep(co)
+
+    def _keep(self, code):
+        """Remember an independent copy of `code` and of each code object in it."""
+        try:
+            todo = [(code, _marshal.loads(_marshal.dumps(code)))]
+        except Exception:
+            return
+        while todo:
+            co, copy = todo.pop()
+            self.refs[id(co)] = (co, copy)
+            inner = [c for c in co.co_consts if isinstance(c, types.CodeType)]
+            copies = [c for c in copy.co_consts if isinstance(c, types.CodeType)]
+            todo.extend(zip(inner, copies))
+
+    def unchanged(self, code):
+        """`code`, if compiled here, still equals the copy made when it was (its
+        instructions, constants and the code objects in it): True for code not compiled
+        here."""
+        kept = self.refs.get(id(code))
+        return kept is None or kept[0] is not code or code == kept[1]
 
     def _flatten(self):
         seen, todo = [], list(self.codes)
@@ -307,6 +360,7 @@ class _File(object):
             self.codes.append(code)
             self._flatten()
             self._build_index()
+            self._keep(code)
 
     def _read_defs(self, tree):
         # A class decorator other than a marker may wrap every test method of the class
@@ -351,6 +405,15 @@ class _File(object):
                         self.module_xfail = True
 
         walk(tree.body, (), False)
+        todo = [tree]
+        while todo:
+            n = todo.pop()
+            if isinstance(n, ast.Call) and "xfail" in _dotted(n.func).split(".")[-1].lower():
+                last = getattr(n, "end_lineno", None) or n.lineno
+                self.xfail_lines.update(range(n.lineno, last + 1))
+            for field in getattr(n, "_fields", ()):
+                v = getattr(n, field, None)
+                todo.extend(v if isinstance(v, list) else [v] if isinstance(v, ast.AST) else [])
 
     def candidates(self, names):
         """The code objects a function at `names` (classes, then the function) may have."""
@@ -462,6 +525,10 @@ class _Pristine(object):
 
     def is_pristine_code(self, code):
         return any(code in f.flat for f in self.files.values())
+
+    def xfail_call_at(self, code, line):
+        """`code` is a restored file's and its line `line` calls something `*xfail*`."""
+        return any(code in f.flat and line in f.xfail_lines for f in self.files.values())
 
     def rewrite_all(self, config):
         """Add each file's code as pytest's assertion rewriter compiles it (called before the
@@ -938,14 +1005,17 @@ def _expected_xfail(state, e, xfail_marked):
         return False
     frames, tb = [], getattr(e, "__traceback__", None)
     while tb is not None:
-        frames.append(tb.tb_frame.f_code)
+        frames.append((tb.tb_frame.f_code, tb.tb_lineno))
         tb = tb.tb_next
-    if len(frames) < 2 or frames[-1].co_filename != state.outcomes_file:
+    if len(frames) < 2 or frames[-1][0].co_filename != state.outcomes_file:
         return False
     i = len(frames) - 1
-    while i > 0 and frames[i].co_filename == state.outcomes_file:
+    while i > 0 and frames[i][0].co_filename == state.outcomes_file:
         i -= 1
-    return state.pristine.is_pristine_code(frames[i])
+    # The call into pytest's outcomes must be the file's own `xfail(...)` line: anything the
+    # test calls can be made `pytest.xfail` itself (a library function, the assertion
+    # rewriter's `_format_explanation`), reached from a pristine frame too.
+    return state.pristine.xfail_call_at(frames[i][0], frames[i][1])
 
 
 def _type_name(e):
@@ -1047,9 +1117,17 @@ class _Check(object):
             return "a trace function was active (%s)" % getattr(
                 tracer, "__qualname__", type(tracer).__name__
             )
+        if _mon_events is not None:
+            for tool in range(6):
+                if _mon_events(tool) & _MON_JUMPY or (
+                    self.code is not None and _mon_local(tool, self.code) & _MON_JUMPY
+                ):
+                    return "a sys.monitoring tool watched its lines (tool %d)" % tool
         raw = _func(self.fn)
         if raw is None or raw.__code__ is not self.code:
             return "its code was replaced after collection"
+        if not self.f.unchanged(self.code):
+            return "its bytecode was written over"
         g = getattr(raw, "__globals__", None)
         changed = _helpers_changed(self.f, g, self.helpers, self.state.ours)
         if changed:
@@ -1070,6 +1148,44 @@ class _Check(object):
 
     def xfail(self, tid):
         return self.marked
+
+
+class _CaseCheck(_Check):
+    """A unittest case's checks: the function's, and the instance's own state through which
+    its assertions run. `assertEqual` picks a comparer from the instance's
+    `_type_equality_funcs`, and `self.assertX` finds the instance's attributes first, so a
+    comparer or an assertion method put on the instance (a no-op) would pass any assertion.
+    Each must be unittest's own (as `TestCase.__init__` left it) or the test files' code."""
+
+    def __init__(self, state, f, names, fn, case, own):
+        _Check.__init__(self, state, f, names, fn)
+        self.case, self.own = case, own
+        funcs = case.__dict__.get("_type_equality_funcs")
+        self.funcs = dict(funcs) if isinstance(funcs, dict) else {}
+        self.attrs = set(case.__dict__)  # what `__init__` set: unittest's own state
+
+    def _pristine(self, v):
+        raw = _func(v)
+        return raw is not None and self.state.pristine.is_pristine_code(raw.__code__)
+
+    def __call__(self, tid, returned=False):
+        bad = _Check.__call__(self, tid, returned)
+        if bad:
+            return bad
+        d = self.case.__dict__
+        funcs = d.get("_type_equality_funcs")
+        for k, v in (funcs.items() if isinstance(funcs, dict) else ()):
+            if self.funcs.get(k, self) is v:
+                continue
+            named = getattr(type(self.case), v, None) if isinstance(v, str) else v
+            if not self._pristine(named):
+                return "its case's comparer for %s was replaced" % getattr(k, "__name__", "?")
+        for k, v in list(d.items()):
+            if k in self.attrs or k == self.own or not callable(v) or self._pristine(v):
+                continue
+            if k.startswith(("assert", "fail")) or k in _CASE_METHODS:
+                return "its case's %s was replaced on the instance" % k
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1219,7 +1335,15 @@ class _PytestPlugin(object):
         if st.config is None:
             st.config = early_config
             st.pristine.rewrite_all(early_config)
-            for name in ("pytest", "_pytest.python_api", "_pytest.outcomes"):
+            for name in (
+                "pytest",
+                "_pytest.python_api",
+                "_pytest.outcomes",
+                "_pytest.raises",
+                "_pytest.recwarn",
+                "_pytest.assertion.rewrite",
+                "_pytest.assertion.util",
+            ):
                 if name in sys.modules:
                     st.snapshot(sys.modules[name])
             outcomes = sys.modules.get("_pytest.outcomes")
@@ -1304,7 +1428,7 @@ def _observe_case(state, case, name):
         return state.emit("u.unobserved", tid, "coroutine or generator")
     state.runner = True
     bound = getattr(case, name)
-    check = _Check(state, f, names, raw)
+    check = _CaseCheck(state, f, names, raw, case, name)
     watch = _watch(state, f, names, reached)
     wrapped = _make_wrapper(state, "u.", set([tid]), bound, check, watch=watch)
     setattr(case, name, wrapped)

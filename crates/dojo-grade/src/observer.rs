@@ -67,7 +67,7 @@ use std::io::Read;
 use std::ops::Bound;
 
 use crate::grading::{Semantics, TestsStatus, matched_key};
-use crate::parsers::{StatusMap, XFAIL};
+use crate::parsers::{SKIPPED, StatusMap, XFAIL};
 
 mod install;
 pub use install::{InstallError, OBSERVER_PY, install};
@@ -463,6 +463,12 @@ pub enum Seen {
     CollectionUnfinished,
     /// What ran as the test is not the test file's code; `why` says what the observer found.
     Replaced { why: String },
+    /// A FAIL_TO_PASS test the log reports skipped: the gold patch made it pass, so a skip is
+    /// the patch's doing (a skip raised on the buggy path, failures turned into skips, a skip
+    /// condition the project's code decides), and the fix is not shown.
+    Skipped,
+    /// A test the log reports skipped whose body raised `exception`, not a skip.
+    SkippedAfterRaising { exception: String },
     /// Read from a report of schema 4 or older, where a disagreement was one line of text
     /// (`id: what was seen`): what it said.
     Text { text: String },
@@ -502,6 +508,10 @@ impl std::fmt::Display for Seen {
             Seen::NeverCollected => f.write_str("it was never collected"),
             Seen::CollectionUnfinished => f.write_str("collection never finished"),
             Seen::Replaced { why } => f.write_str(why),
+            Seen::Skipped => f.write_str("reported skipped: a FAIL_TO_PASS test must run and pass"),
+            Seen::SkippedAfterRaising { exception } => {
+                write!(f, "reported skipped, but its body raised {exception}")
+            }
             Seen::Text { text } => f.write_str(text),
         }
     }
@@ -595,6 +605,67 @@ pub fn check(
         r.disagreements.extend(disagreement);
     }
     r
+}
+
+/// The exception names runners report a test skipped for (pytest's `Skipped`, unittest's
+/// `SkipTest`, which nose and numpy re-export).
+const SKIP_EXCEPTIONS: [&str; 2] = ["Skipped", "SkipTest"];
+
+/// The skipped tests of the task's lists, against what the observer saw (classic grading
+/// counts a skipped test as neither passed nor failed, so a skip would let a broken test
+/// through):
+/// - a FAIL_TO_PASS test reported skipped is a disagreement: the gold patch made it pass;
+/// - a PASS_TO_PASS test reported skipped whose body the observer saw raise something other
+///   than a skip (a failure the run turned into a skip) is one. One skipped before its body
+///   ran (a skip marker or decorator, a skipping `setUp`) is the log's: environments skip
+///   tests the gold run skipped too.
+///
+/// Empty when the observer did not load (then [`check`] has the problem).
+pub fn check_skips(
+    obs: &Observed,
+    runner: Runner,
+    gold: &crate::grading::GoldLists,
+    sm: &StatusMap,
+    sem: Semantics,
+) -> Vec<Disagreement> {
+    if !obs.loaded {
+        return Vec::new();
+    }
+    fn skipped<'a>(id: &'a str, sm: &'a StatusMap, sem: Semantics) -> Option<&'a str> {
+        let key = matched_key(id, sm, sem).unwrap_or(id);
+        (sm.get(key) == Some(SKIPPED)).then_some(key)
+    }
+    let mut out: Vec<Disagreement> = gold
+        .fail_to_pass
+        .iter()
+        .filter(|id| skipped(id, sm, sem).is_some())
+        .map(|id| Disagreement::new(id, Seen::Skipped))
+        .collect();
+    for id in gold.pass_to_pass {
+        let Some(key) = skipped(id, sm, sem) else {
+            continue;
+        };
+        let uid = match runner {
+            Runner::Unittest => unittest_id(key).or_else(|| {
+                let ids = obs.docs.get(key)?;
+                ids.iter().find(|i| obs.items.contains_key(*i)).cloned()
+            }),
+            _ => Some(key.to_string()),
+        };
+        let item = uid.as_ref().and_then(|u| obs.items.get(u));
+        if let Some(Item {
+            body: Body::Raised { exception, .. },
+            ..
+        }) = item
+            && !SKIP_EXCEPTIONS.contains(&exception.as_str())
+        {
+            let seen = Seen::SkippedAfterRaising {
+                exception: exception.clone(),
+            };
+            out.push(Disagreement::new(id, seen));
+        }
+    }
+    out
 }
 
 /// A unittest or sympy test `id` the log reports passed, matched under `key`: what the
@@ -883,6 +954,61 @@ mod tests {
         m: &StatusMap,
     ) -> ObserverReport {
         check(&read(records, runner), runner, s, m, Semantics::Classic)
+    }
+
+    /// Skipped tests of the task's lists: a skipped FAIL_TO_PASS test is a disagreement
+    /// whatever the observer saw; a skipped PASS_TO_PASS test only when its body raised
+    /// something other than a skip (one skipped by its own `skipTest`/`pytest.skip`, or before
+    /// its body ran, is the log's).
+    #[test]
+    fn skipped_tests_of_the_lists() {
+        use crate::grading::GoldLists;
+        let records = rec("start", "", "1")
+            + &rec("collected", "", "4")
+            + &[
+                "t.py::f",
+                "t.py::p_raised",
+                "t.py::p_skip",
+                "t.py::p_marker",
+            ]
+            .iter()
+            .map(|t| rec("item", t, ""))
+            .collect::<String>()
+            + &rec("enter", "t.py::f", "")
+            + &rec("raise", "t.py::f", "SkipTest")
+            + &rec("enter", "t.py::p_raised", "")
+            + &rec("raise", "t.py::p_raised", "AssertionError")
+            + &rec("enter", "t.py::p_skip", "")
+            + &rec("raise", "t.py::p_skip", "Skipped")
+            + &rec("finish", "", "0");
+        let obs = read(&records, Runner::Pytest);
+        let all = [
+            "t.py::f",
+            "t.py::p_raised",
+            "t.py::p_skip",
+            "t.py::p_marker",
+        ];
+        let m = sm(&all.map(|t| (t, SKIPPED)));
+        let f2p = vec![all[0].to_string()];
+        let p2p: Vec<String> = all[1..].iter().map(|t| t.to_string()).collect();
+        let gold = GoldLists {
+            fail_to_pass: &f2p,
+            pass_to_pass: &p2p,
+            fail_to_fail: &[],
+            pass_to_fail: &[],
+        };
+        let found = check_skips(&obs, Runner::Pytest, &gold, &m, Semantics::Classic);
+        let texts: Vec<String> = found.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            texts,
+            [
+                "t.py::f: reported skipped: a FAIL_TO_PASS test must run and pass",
+                "t.py::p_raised: reported skipped, but its body raised AssertionError",
+            ]
+        );
+        // Not loaded: nothing to say here (`check` reports the observer missing).
+        let bare = Observed::default();
+        assert!(check_skips(&bare, Runner::Pytest, &gold, &m, Semantics::Classic).is_empty());
     }
 
     fn status(f2p: &[&str], p2p: &[&str]) -> TestsStatus {

@@ -593,13 +593,12 @@ fn judge(
         opts.semantics,
     );
     let seen = match (observed, crate::observer::Runner::of(parser)) {
-        (Some(o), Some(runner)) => Some(crate::observer::check(
-            o,
-            runner,
-            &status,
-            &sm,
-            opts.semantics,
-        )),
+        (Some(o), Some(runner)) => {
+            let mut seen = crate::observer::check(o, runner, &status, &sm, opts.semantics);
+            let skips = crate::observer::check_skips(o, runner, &gold, &sm, opts.semantics);
+            seen.disagreements.extend(skips);
+            Some(seen)
+        }
         _ => None,
     };
     r.set_tests_status(status);
