@@ -220,6 +220,8 @@ pub struct Item {
     pub xfail_marked: bool,
     /// When its body last started, in the order of all bodies' starts (`None`: never).
     pub entered: Option<usize>,
+    /// pytest: its body was entered again after it raised.
+    pub reentered: bool,
 }
 
 /// Everything the observer recorded in one run.
@@ -326,6 +328,16 @@ pub fn parse(records: &str, runner: Runner, key: &RunKey) -> Observed {
                 .rsplit_once("::")
                 .map_or(id.clone(), |(_, n)| n.to_string()),
         };
+        if runner == Runner::Pytest
+            && kind == "enter"
+            && let Some(item) = o.items.get_mut(&id)
+            && matches!(item.body, Body::Raised { .. })
+        {
+            // pytest runs an item's body once: entered again after it raised, something
+            // called it a second time (with another case's arguments, say) for a return to
+            // record.
+            item.reentered = true;
+        }
         record(&mut o, kind, id, extra, &mut entered);
     }
     // Every process that collected tests recorded their end.
@@ -379,6 +391,7 @@ fn record(o: &mut Observed, kind: &str, id: String, extra: &str, entered: &mut u
                 body: Body::NotRun,
                 xfail_marked: extra == "xfail",
                 entered: None,
+                reentered: false,
             });
         }
         "unobserved" => o.unobserved.push(id),
@@ -455,6 +468,8 @@ pub enum Seen {
     Raised { exception: String },
     /// Its body was entered and never returned.
     NeverReturned,
+    /// Its body raised, and was then run again (pytest runs it once).
+    RunAgain,
     /// It was collected and its body never ran.
     NeverRan,
     /// No such test was collected, and collection finished.
@@ -504,6 +519,7 @@ impl std::fmt::Display for Seen {
         match self {
             Seen::Raised { exception } => write!(f, "its body raised {exception}"),
             Seen::NeverReturned => f.write_str("its body never returned"),
+            Seen::RunAgain => f.write_str("its body raised and was run again"),
             Seen::NeverRan => f.write_str("its body never ran"),
             Seen::NeverCollected => f.write_str("it was never collected"),
             Seen::CollectionUnfinished => f.write_str("collection never finished"),
@@ -800,6 +816,7 @@ fn check_pytest(obs: &Observed, sm: &StatusMap, id: &str, key: &str) -> Option<D
         }
     };
     let seen = match item {
+        Some(i) if i.reentered => Seen::RunAgain,
         Some(i) if passed_body(i) => return None,
         Some(i) => seen_of(i),
         None => not_collected(obs),
@@ -954,6 +971,23 @@ mod tests {
         m: &StatusMap,
     ) -> ObserverReport {
         check(&read(records, runner), runner, s, m, Semantics::Classic)
+    }
+
+    /// A pytest body entered again after it raised (a plugin calling the test a second time
+    /// with another case's arguments) does not pass on its second return.
+    #[test]
+    fn a_body_run_again_after_it_raised_is_a_disagreement() {
+        let records = rec("start", "", "1")
+            + &rec("collected", "", "1")
+            + &rec("item", "t.py::p[1]", "")
+            + &rec("enter", "t.py::p[1]", "")
+            + &rec("raise", "t.py::p[1]", "AssertionError")
+            + &rec("enter", "t.py::p[1]", "")
+            + &rec("return", "t.py::p[1]", "")
+            + &rec("finish", "", "0");
+        let m = sm(&[("t.py::p[1]", PASSED)]);
+        let r = check_records(&records, Runner::Pytest, &status(&["t.py::p[1]"], &[]), &m);
+        assert_eq!(texts(&r), ["t.py::p[1]: its body raised and was run again"]);
     }
 
     /// Skipped tests of the task's lists: a skipped FAIL_TO_PASS test is a disagreement
