@@ -260,6 +260,17 @@ FREETYPE_261 = (
     ],
     "0a3c7dfbda6da1e8fce29232e8e96d987ababbbf71ebc8c75659e4132c367014",
 )
+# The same release from a package archive: Ubuntu 16.04's source package of FreeType 2.6.1 keeps
+# upstream's freetype-2.6.1.tar.bz2 inside its orig tarball (beside the docs and demos), which
+# archive.ubuntu.com serves where the upstream hosts do not answer. Both files are checked:
+# the orig tarball by its hash in Ubuntu's Sources index, the inner release by upstream's
+# published SHA-256 of freetype-2.6.1.tar.bz2.
+FREETYPE_261_UBUNTU = (
+    "http://archive.ubuntu.com/ubuntu/pool/main/f/freetype/freetype_2.6.1.orig.tar.gz",
+    "ffaef13dc5ccc265e97519115a51a103e88b9d9d3223289bc1a98c0c2094d5b3",
+    "freetype-2.6.1/freetype-2.6.1.tar.bz2",
+    "2f6e9a7de3ae8e85bdd2fe237e27d868d3ba7a27495e65906455c27722dd1a17",
+)
 MPL_FREETYPE_FETCH = (
     "import hashlib, io, ssl, sys, tarfile, urllib.request\n"
     "def get(url):\n"
@@ -278,6 +289,16 @@ MPL_FREETYPE_FETCH = (
     "        tarfile.open(fileobj=io.BytesIO(data)).extractall('build')\n"
     "        print('FreeType 2.6.1 from ' + url)\n"
     "        sys.exit(0)\n"
+    "try:\n"
+    f"    data = get('{FREETYPE_261_UBUNTU[0]}')\n"
+    f"    assert hashlib.sha256(data).hexdigest() == '{FREETYPE_261_UBUNTU[1]}'\n"
+    f"    inner = tarfile.open(fileobj=io.BytesIO(data)).extractfile('{FREETYPE_261_UBUNTU[2]}').read()\n"
+    f"    assert hashlib.sha256(inner).hexdigest() == '{FREETYPE_261_UBUNTU[3]}'\n"
+    "    tarfile.open(fileobj=io.BytesIO(inner)).extractall('build')\n"
+    f"    print('FreeType 2.6.1 from {FREETYPE_261_UBUNTU[0]}')\n"
+    "    sys.exit(0)\n"
+    "except Exception:\n"
+    "    pass\n"
     f"data = get('{FREETYPE_CRATE[0]}')\n"
     f"assert hashlib.sha256(data).hexdigest() == '{FREETYPE_CRATE[1]}', 'freetype-sys checksum'\n"
     "top = 'freetype-sys-0.13.1/freetype2/'\n"
