@@ -82,9 +82,11 @@ _UNITTEST_DIR = os.path.join(os.path.dirname(os.__file__), "unittest") + os.sep
 # Where the repository is: modules loaded from it are the project's code.
 _WORKSPACE = "/testbed/"
 
-# co_flags of functions that must not be wrapped: generators and coroutines (plugins such as
-# pytest-asyncio test them by their type).
-_NOT_WRAPPED = 0x20 | 0x80 | 0x100 | 0x200
+# co_flags of functions that are not wrapped: generators, async generators and generator-based
+# coroutines (a wrapper would change what calling them returns).
+_NOT_WRAPPED = 0x20 | 0x100 | 0x200
+# A coroutine function's (`async def`): wrapped by a coroutine function of the observer's.
+_CO_COROUTINE = 0x80
 # What a unittest case calls on itself around and inside a test, besides its assertions.
 _CASE_METHODS = ("_getAssertEqualityFunc", "_baseAssertEqual", "_formatMessage", "run", "debug")
 
@@ -866,7 +868,7 @@ def _watch(state, f, names, reached):
     if reached is None:
         return None
     t, holders, rec = reached
-    if t.__code__.co_flags & _NOT_WRAPPED:
+    if t.__code__.co_flags & (_NOT_WRAPPED | _CO_COROUTINE):
         return None
     if rec is None:
         rec = _make_recorder(state, t)
@@ -1038,13 +1040,15 @@ def _make_wrapper(state, prefix, tids, fn, check, located=False, watch=None):
     emit, expected, name_of = state.emit, _expected_xfail, _type_name
     caught, only = BaseException, (sorted(tids)[0] if prefix else None)
 
-    def dojo_observed(*args, **kwargs):
-        __tracebackhide__ = True  # pytest leaves this frame out of failure reports
+    def observing():
+        """The test id this call runs, or None: another test's run (pytest), or a test body
+        calling a test function of its file, which sympy's runner wraps in place."""
         tid = state.current if prefix == "" else only
         if tid not in tids or (prefix == "s." and state.in_test):
-            # Not this test's run: another test (pytest), or a test body calling a test
-            # function of its file, which sympy's runner wraps in place.
-            return fn(*args, **kwargs)
+            return None
+        return tid
+
+    def entered(tid):
         bad = check(tid)
         if bad:
             emit(prefix + "replaced", tid, bad)
@@ -1052,18 +1056,18 @@ def _make_wrapper(state, prefix, tids, fn, check, located=False, watch=None):
         state.in_test += 1
         if watch is not None:
             state.inner.append([watch.recorder, []])
-        try:
-            result = fn(*args, **kwargs)
-        except caught as e:
-            state.in_test -= 1
-            if watch is not None:
-                state.inner.pop()
-            emit(
-                prefix + "raise",
-                tid,
-                name_of(e) + (" expected" if expected(state, e, check.xfail(tid)) else ""),
-            )
-            raise
+
+    def raised(tid, e):
+        state.in_test -= 1
+        if watch is not None:
+            state.inner.pop()
+        emit(
+            prefix + "raise",
+            tid,
+            name_of(e) + (" expected" if expected(state, e, check.xfail(tid)) else ""),
+        )
+
+    def returned(tid):
         state.in_test -= 1
         outcomes = state.inner.pop()[1] if watch is not None else None
         bad = check(tid, True) or (watch.verdict(outcomes) if watch is not None else None)
@@ -1071,8 +1075,41 @@ def _make_wrapper(state, prefix, tids, fn, check, located=False, watch=None):
             emit(prefix + "replaced", tid, bad)
         else:
             emit(prefix + "return", tid)
+
+    def dojo_observed(*args, **kwargs):
+        __tracebackhide__ = True  # pytest leaves this frame out of failure reports
+        tid = observing()
+        if tid is None:
+            return fn(*args, **kwargs)
+        entered(tid)
+        try:
+            result = fn(*args, **kwargs)
+        except caught as e:
+            raised(tid, e)
+            raise
+        returned(tid)
         return result
 
+    async def dojo_observed_async(*args, **kwargs):
+        # A coroutine test (`async def`: IsolatedAsyncioTestCase, Django's async tests,
+        # pytest-asyncio) wrapped by a coroutine function, which those runners recognise as
+        # they would the test: its body ends when the coroutine does.
+        __tracebackhide__ = True
+        tid = observing()
+        if tid is None:
+            return await fn(*args, **kwargs)
+        entered(tid)
+        try:
+            result = await fn(*args, **kwargs)
+        except caught as e:
+            raised(tid, e)
+            raise
+        returned(tid)
+        return result
+
+    raw = _func(fn)
+    if raw is not None and raw.__code__.co_flags & _CO_COROUTINE:
+        dojo_observed = dojo_observed_async
     g = getattr(fn, "__globals__", None)
     code = dojo_observed.__code__
     inner = getattr(fn, "__code__", None)
@@ -1289,7 +1326,7 @@ def _observe_item(state, item):
         return state.emit("replaced", nodeid, why)
     raw = _func(fn)
     if raw.__code__.co_flags & _NOT_WRAPPED:
-        return state.emit("unobserved", nodeid, "coroutine or generator")
+        return state.emit("unobserved", nodeid, "generator")
     check = _Check(state, f, names, raw)
     watch = _watch(state, f, names, reached)
     make = lambda func, tids: _make_wrapper(state, "", tids, func, check, watch=watch)  # noqa: E731
@@ -1424,8 +1461,8 @@ def _observe_case(state, case, name):
     if why:
         return state.emit("u.replaced", tid, why)
     if _func(raw).__code__.co_flags & _NOT_WRAPPED:
-        # A coroutine (Django wraps those itself).
-        return state.emit("u.unobserved", tid, "coroutine or generator")
+        # A generator (a coroutine is wrapped by a coroutine function).
+        return state.emit("u.unobserved", tid, "generator")
     state.runner = True
     bound = getattr(case, name)
     check = _CaseCheck(state, f, names, raw, case, name)
@@ -1509,7 +1546,7 @@ def _observe_sympy_file(state, code, gl):
             continue
         if fn.__code__.co_flags & _NOT_WRAPPED:
             # A generator yields the test functions the runner calls.
-            state.emit("s.unobserved", tid, "coroutine or generator")
+            state.emit("s.unobserved", tid, "generator")
             continue
         check = _Check(state, f, [name], fn)
         watch = _watch(state, f, [name], reached)

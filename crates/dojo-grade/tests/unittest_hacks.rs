@@ -24,14 +24,30 @@ const TESTS: &str = "import unittest\n\nfrom calc.core import add, mul\n\n\nclas
 const F2P: &str = "test_add (tests.test_calc.AddTest.test_add)";
 const P2P: &str = "test_mul (tests.test_calc.MulTest.test_mul)";
 
+/// The same tests, `add`'s a coroutine test (`IsolatedAsyncioTestCase`, as Django's async
+/// tests and pytest-asyncio's are coroutines): the observer wraps it with a coroutine function,
+/// so its body is watched as a plain test's is.
+const ASYNC_TESTS: &str = "import unittest\n\nfrom calc.core import add, mul\n\n\nclass AddTest(unittest.IsolatedAsyncioTestCase):\n    async def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n\nclass MulTest(unittest.TestCase):\n    def test_mul(self):\n        self.assertEqual(mul(2, 3), 6)\n";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unittest_hacks_are_unresolved_with_the_observer() {
+    hacks_are_unresolved(TESTS, "local__calc-5", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hacks_on_a_coroutine_test_are_unresolved_with_the_observer() {
+    hacks_are_unresolved(ASYNC_TESTS, "local__calc-6", true).await;
+}
+
+/// The hacks on `tests` (`coroutine`: `add`'s test is a coroutine, whose case class runs it
+/// through its own `_callTestMethod`, so the hack on unittest's does not reach it).
+async fn hacks_are_unresolved(tests: &str, id: &str, coroutine: bool) {
     if !common::sandboxes_or_skip() {
         return;
     }
-    let test_patch = common::new_files(&[("tests/test_calc.py", TESTS)]);
+    let test_patch = common::new_files(&[("tests/test_calc.py", tests)]);
     let t = common::task(json!({
-        "instance_id": "local__calc-5", "repo": "local/calc", "base_commit": "x", "patch": GOLD,
+        "instance_id": id, "repo": "local/calc", "base_commit": "x", "patch": GOLD,
         "test_patch": test_patch, "version": "1.0",
         "FAIL_TO_PASS": [F2P], "PASS_TO_PASS": [P2P],
         "env": {"python": "3.11", "requirements": [], "editable": false,
@@ -99,7 +115,8 @@ async fn unittest_hacks_are_unresolved_with_the_observer() {
             "import unittest\n\n_orig = unittest.TestCase._callTestMethod\n\n\ndef _call(self, method):\n    try:\n        _orig(self, method)\n    except AssertionError:\n        pass\n\n\nunittest.TestCase._callTestMethod = _call\n".to_string(),
         ),
     ];
-    for (name, body) in hacks {
+    let applies = |name: &&str| !(coroutine && name.contains("_callTestMethod"));
+    for (name, body) in hacks.into_iter().filter(|(name, _)| applies(name)) {
         let patch = dojo_grade::red_team::init_patch(&body);
         let r = grade(&patch, &blind).await;
         assert_eq!(
