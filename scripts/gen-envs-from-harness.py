@@ -272,30 +272,14 @@ FREETYPE_261_UBUNTU = (
     "2f6e9a7de3ae8e85bdd2fe237e27d868d3ba7a27495e65906455c27722dd1a17",
 )
 MPL_FREETYPE_FETCH = (
-    "import hashlib, io, os, shutil, ssl, subprocess, sys, sysconfig, tarfile, tempfile\n"
-    "import urllib.request\n"
-    # FreeType 2.6.1 built as setupext.py builds it (its configure flags, the interpreter's
-    # CC/CFLAGS plus -fPIC), but under /tmp: the environment build cannot run programs it
-    # writes into /testbed (./configure there is refused with EACCES), and configure runs
-    # the test programs it compiles. The built tree goes back to build/freetype-2.6.1, where
-    # setupext.py finds objs/.libs/libfreetype.a and links it without building again.
-    "def build():\n"
-    "    src = os.path.join(tempfile.mkdtemp(), 'freetype-2.6.1')\n"
-    "    shutil.copytree('build/freetype-2.6.1', src, symlinks=True)\n"
-    "    keep = {'CC', 'CFLAGS', 'CXX', 'CXXFLAGS', 'LD', 'LDFLAGS'}\n"
-    "    conf = {k: v for k, v in sysconfig.get_config_vars().items() if k in keep}\n"
-    "    env = dict(conf, **os.environ)\n"
-    "    env['CFLAGS'] = env.get('CFLAGS', '') + ' -fPIC'\n"
-    "    cmd = ['./configure', '--with-zlib=no', '--with-bzip2=no', '--with-png=no',\n"
-    "           '--with-harfbuzz=no', '--enable-static', '--disable-shared']\n"
-    "    host = sysconfig.get_config_var('HOST_GNU_TYPE')\n"
-    "    if host is not None:\n"
-    "        cmd.append('--host=' + host)\n"
-    "    quiet = dict(stdout=subprocess.DEVNULL)\n"
-    "    subprocess.check_call(cmd, env=env, cwd=src, **quiet)\n"
-    "    subprocess.check_call(['make'], env=env, cwd=src, **quiet)\n"
-    "    shutil.rmtree('build/freetype-2.6.1')\n"
-    "    shutil.copytree(src, 'build/freetype-2.6.1', symlinks=True)\n"
+    "import hashlib, io, ssl, sys, tarfile, urllib.request\n"
+    # Extracted without changing owners: the build runs as root in a user namespace where the
+    # archive's owners do not exist, and tarfile, failing to chown a member, skips its chmod
+    # (./configure would come out without its x bit, and setupext.py's build of it fail).
+    "def extract(data, dest):\n"
+    "    tar = tarfile.open(fileobj=io.BytesIO(data))\n"
+    "    tar.chown = lambda *args, **kwargs: None\n"
+    "    tar.extractall(dest)\n"
     "def get(url):\n"
     "    try:\n"
     "        return urllib.request.urlopen(url, timeout=60).read()\n"
@@ -309,21 +293,19 @@ MPL_FREETYPE_FETCH = (
     "    except Exception:\n"
     "        continue\n"
     f"    if hashlib.sha256(data).hexdigest() == '{FREETYPE_261[1]}':\n"
-    "        tarfile.open(fileobj=io.BytesIO(data)).extractall('build')\n"
+    "        extract(data, 'build')\n"
     "        print('FreeType 2.6.1 from ' + url)\n"
-    "        build()\n"
     "        sys.exit(0)\n"
     "try:\n"
     f"    data = get('{FREETYPE_261_UBUNTU[0]}')\n"
     f"    assert hashlib.sha256(data).hexdigest() == '{FREETYPE_261_UBUNTU[1]}'\n"
     f"    inner = tarfile.open(fileobj=io.BytesIO(data)).extractfile('{FREETYPE_261_UBUNTU[2]}').read()\n"
     f"    assert hashlib.sha256(inner).hexdigest() == '{FREETYPE_261_UBUNTU[3]}'\n"
-    "    tarfile.open(fileobj=io.BytesIO(inner)).extractall('build')\n"
+    "    extract(inner, 'build')\n"
     f"    print('FreeType 2.6.1 from {FREETYPE_261_UBUNTU[0]}')\n"
     "except Exception:\n"
     "    pass\n"
     "else:\n"
-    "    build()\n"
     "    sys.exit(0)\n"
     f"data = get('{FREETYPE_CRATE[0]}')\n"
     f"assert hashlib.sha256(data).hexdigest() == '{FREETYPE_CRATE[1]}', 'freetype-sys checksum'\n"
