@@ -28,7 +28,10 @@
 # find the key in its memory; see observer.rs for what that leaves open. It only uses modules
 # imported before the project's code, and works from Python 3.5 and pytest 3 on.
 import _ast as ast  # the node types; the `ast` module (and `re` behind it) costs 7 ms to import
+import builtins as _builtins
 import marshal as _marshal
+import math as _math
+import operator as _operator
 import os
 import sys
 import types
@@ -52,13 +55,12 @@ __unittest = True
 _getpid, _write = os.getpid, os.write
 _gettrace = sys.gettrace
 # Python 3.12's sys.monitoring: a LINE or JUMP callback may set a frame's `f_lineno` (jump over
-# a test's assertions) as a trace function may; bound now, before project code can replace it.
+# a test's assertions) as a trace function may, and a PY_START callback can turn those on for a
+# test's code after its entry was checked: any event of any tool counts (coverage's `sysmon`
+# core included). Bound now, before project code can replace them.
 _monitoring = getattr(sys, "monitoring", None)
 _mon_events = getattr(_monitoring, "get_events", None)
 _mon_local = getattr(_monitoring, "get_local_events", None)
-_MON_JUMPY = 0
-for _e in ("LINE", "JUMP", "INSTRUCTION", "BRANCH", "BRANCH_LEFT", "BRANCH_RIGHT"):
-    _MON_JUMPY |= getattr(getattr(_monitoring, "events", None), _e, 0)
 
 
 def _hmac_sha256(key):
@@ -87,7 +89,9 @@ _WORKSPACE = "/testbed/"
 _NOT_WRAPPED = 0x20 | 0x100 | 0x200
 # A coroutine function's (`async def`): wrapped by a coroutine function of the observer's.
 _CO_COROUTINE = 0x80
-# What a unittest case calls on itself around and inside a test, besides its assertions.
+# What a unittest case calls on itself around and inside a test, besides its assertions: the
+# first three only unittest defines; `run` and `debug` test frameworks override (Django's
+# SimpleTestCase), so they are guarded on the instance only.
 _CASE_METHODS = ("_getAssertEqualityFunc", "_baseAssertEqual", "_formatMessage", "run", "debug")
 
 
@@ -230,6 +234,12 @@ class _State(object):
         # (class __dict__, its items then) of the runners' classes: an attribute added
         # (`TestCase.__getattribute__`) or rebound (`failureException`) shows.
         self.classes = []
+        # (namespace, its items then, name) of what assertion helpers call (`abs`, `round`,
+        # `math.isclose`, `operator.eq`): a name rebound shows; names added do not (`site` adds
+        # `exit` and `help` after this, gettext `_`).
+        self.namespaces = [
+            (m.__dict__, dict(m.__dict__), m.__name__) for m in (_builtins, _math, _operator)
+        ]
 
     def flag(self, what):
         """Record, once, an action only code reaching into the test machinery takes."""
@@ -258,6 +268,10 @@ class _State(object):
         for space, name, obj, fn, code, where in self.trusted:
             if space.get(name) is not obj or fn.__code__ is not code:
                 return "%s.%s" % (where, name)
+        for space, then, where in self.namespaces:
+            for k, v in then.items():
+                if space.get(k, then) is not v and k != "_":
+                    return "%s.%s" % (where, k)
         for space, then, where in self.classes:
             if len(space) != len(then):
                 added = [k for k in space.keys() if k not in then]
@@ -308,6 +322,7 @@ class _File(object):
         self.rebound = set()  # module-level names also bound by an import or assignment
         self.imported = {}  # module-level `from M import N as L`: L -> (M, N)
         self.docs = set()  # first docstring lines of its test functions (unittest's names)
+        self.doc_of = {}  # name path -> its test function's first docstring line ("": none)
         # Lines holding a call to something named `*xfail*`: where the file's own code may
         # raise pytest's XFailed.
         self.xfail_lines = set()
@@ -389,6 +404,7 @@ class _File(object):
                             self.expects[key] = named if ok else [""]
                     if node.name.startswith("test"):
                         doc = _first_doc_line(node)
+                        self.doc_of[key] = doc
                         if doc:
                             self.docs.add(doc)
                     old = self.defs.get(key, (False, False))
@@ -1133,6 +1149,22 @@ def _make_wrapper(state, prefix, tids, fn, check, located=False, watch=None):
     return dojo_observed
 
 
+def _plain_ctracer(tracer, code):
+    """`tracer` is coverage's C tracer (a static C type, not a class Python code can make),
+    tracing `code`'s file without a plugin: a file tracer plugin's Python code runs inside its
+    line events (`line_number_range(frame)`), where it could set `f_lineno`."""
+    t = type(tracer)
+    if t.__name__ != "CTracer" or t.__flags__ & (1 << 9):
+        return False
+    name = getattr(code, "co_filename", None)
+    cache = getattr(tracer, "should_trace_cache", None)
+    disposition = cache.get(name) if type(cache) is dict else None
+    if getattr(disposition, "file_tracer", None) is not None:
+        return False
+    tracers = getattr(tracer, "file_tracers", None)
+    return not (type(tracers) is dict and name in tracers)
+
+
 class _Check(object):
     """The checks of one test function: its code is the pristine one it was when wrapped, and the
     module-level helpers of its file still are."""
@@ -1146,20 +1178,16 @@ class _Check(object):
 
     def __call__(self, tid, returned=False):
         # A trace function written in Python can jump over a test's lines (`f_lineno`);
-        # coverage's C tracer (a static C type, not a class Python code can make) cannot.
+        # coverage's C tracer without a file tracer plugin cannot.
         tracer = _gettrace()
-        if tracer is not None and not (
-            type(tracer).__name__ == "CTracer" and not type(tracer).__flags__ & (1 << 9)
-        ):
+        if tracer is not None and not _plain_ctracer(tracer, self.code):
             return "a trace function was active (%s)" % getattr(
                 tracer, "__qualname__", type(tracer).__name__
             )
         if _mon_events is not None:
             for tool in range(6):
-                if _mon_events(tool) & _MON_JUMPY or (
-                    self.code is not None and _mon_local(tool, self.code) & _MON_JUMPY
-                ):
-                    return "a sys.monitoring tool watched its lines (tool %d)" % tool
+                if _mon_events(tool) or (self.code is not None and _mon_local(tool, self.code)):
+                    return "a sys.monitoring tool had events on (tool %d)" % tool
         raw = _func(self.fn)
         if raw is None or raw.__code__ is not self.code:
             return "its code was replaced after collection"
@@ -1198,8 +1226,21 @@ class _CaseCheck(_Check):
         _Check.__init__(self, state, f, names, fn)
         self.case, self.own = case, own
         funcs = case.__dict__.get("_type_equality_funcs")
-        self.funcs = dict(funcs) if isinstance(funcs, dict) else {}
+        self.funcs_obj = funcs
+        self.funcs = dict(funcs) if type(funcs) is dict else {}
         self.attrs = set(case.__dict__)  # what `__init__` set: unittest's own state
+        self.cls = type(case)
+        self.mro = self.cls.__mro__
+        base = sys.modules.get("unittest.case")
+        base = getattr(base, "TestCase", None)
+        # unittest's own assertion names (and what they run through): wherever the case's class
+        # chain defines one, it must be unittest's or the test files' code (a no-op put on the
+        # test's class, a mixin first in its bases, a subclass it is moved to all come first).
+        self.guarded = [
+            n
+            for n in getattr(base, "__dict__", {})
+            if n.startswith(("assert", "fail")) or n in _CASE_METHODS[:3]
+        ] + ["__getattribute__", "__getattr__"]
 
     def _pristine(self, v):
         raw = _func(v)
@@ -1209,12 +1250,30 @@ class _CaseCheck(_Check):
         bad = _Check.__call__(self, tid, returned)
         if bad:
             return bad
+        cls = type(self.case)
+        if cls is not self.cls or len(cls.__mro__) != len(self.mro):
+            return "its case's class was changed"
+        for a, b in zip(cls.__mro__, self.mro):
+            if a is not b:
+                return "its case's class was changed"
+        for name in self.guarded:
+            for c in self.mro:
+                v = c.__dict__.get(name, self)
+                if v is self:
+                    continue
+                if c.__module__.split(".")[0] != "unittest" and c is not object:
+                    if not self._pristine(v) and not self._pristine(getattr(v, "fget", None)):
+                        return "its case's %s comes from %s" % (name, c.__name__)
+                break
         d = self.case.__dict__
         funcs = d.get("_type_equality_funcs")
-        for k, v in (funcs.items() if isinstance(funcs, dict) else ()):
+        if funcs is not self.funcs_obj or (funcs is not None and type(funcs) is not dict):
+            return "its case's comparers were replaced"
+        for k, v in (funcs.items() if funcs is not None else ()):
             if self.funcs.get(k, self) is v:
                 continue
-            named = getattr(type(self.case), v, None) if isinstance(v, str) else v
+            # unittest looks a comparer named by a string up on the instance.
+            named = getattr(self.case, v, None) if isinstance(v, str) else v
             if not self._pristine(named):
                 return "its case's comparer for %s was replaced" % getattr(k, "__name__", "?")
         for k, v in list(d.items()):
@@ -1475,8 +1534,13 @@ def _observe_case(state, case, name):
     # (unittest's own `shortDescription`, computed here: the method could be replaced.)
     doc = getattr(case, "_testMethodDoc", None)
     doc = doc.strip().split("\n")[0].strip() if isinstance(doc, str) else ""
-    if doc:
-        state.emit("u.doc", tid, doc)
+    # The name is the pristine file's: a case made while the method's `__doc__` was borrowed
+    # from another test would be logged (and matched) under that test's name.
+    pristine_doc = f.doc_of.get(tuple(names), doc)
+    if doc and doc != pristine_doc:
+        state.emit("u.replaced", tid, "its docstring is not its test file's")
+    if pristine_doc:
+        state.emit("u.doc", tid, pristine_doc)
 
 
 def _hook_unittest(state, unittest):

@@ -170,7 +170,9 @@ pub fn project(runner: Runner) -> Project {
             ],
             test_cmd: "python -m pytest -rA -p no:cacheprovider tests",
             log_parser: "pytest",
-            requirements: vec!["pytest==8.3.3"],
+            // coverage (as pytest-cov puts it in many environments): the review's C-tracer
+            // attack needs it; no other attack imports it.
+            requirements: vec!["pytest==8.3.3", "coverage==7.18.0"],
         },
         Runner::Unittest => Project {
             files: vec![
@@ -194,7 +196,7 @@ pub fn project(runner: Runner) -> Project {
             ],
             test_cmd: "python -m unittest -v tests.test_calc",
             log_parser: "django",
-            requirements: vec![],
+            requirements: vec!["coverage==7.18.0"],
         },
     }
 }
