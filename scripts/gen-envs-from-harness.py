@@ -194,6 +194,30 @@ _SK_OLD = {
         "named by argument and index, `train_size3`, where 7.0 writes `1j`: 14983)",
     ),
 }
+# Unpinned packages whose release after the harness's images broke a version's tests, where
+# the version cannot take an exclude_newer day (its pip installer on Python < 3.9 has no
+# --uploaded-prior-to): the release the images had (the newest as of 2024-06-01, the day the
+# later versions take) is added to the requirements. (repo, version) -> [(requirement, why)].
+_MPL_DATEUTIL = (
+    "python-dateutil==2.9.0.post0",
+    "python-dateutil 3.0 (2026) returns no UTC offset for pandas 2.0's timezone conversion "
+    "(`'NoneType' object has no attribute 'total_seconds'`: test_dates' pandas tests)",
+)
+ERA_PINS = {
+    "matplotlib/matplotlib": {
+        **{v: [_MPL_DATEUTIL] for v in ("3.0", "3.1", "3.2", "3.3")},
+        "3.4": [
+            _MPL_DATEUTIL,
+            (
+                "setuptools-scm==8.1.0",
+                "setuptools-scm 9 renamed the `release-branch-semver` scheme 3.4's "
+                "_get_version asks for, and its DeprecationWarning is an error under "
+                "matplotlib's filterwarnings (every test_dates test that imports pandas)",
+            ),
+        ],
+    },
+}
+
 # An interpreter no registry here offers, replaced by the nearest one that runs the version's
 # pins (django 1.7-2.2 and matplotlib 1.0-2.2 ask for 3.5; their releases support 3.6). Results
 # under a substituted interpreter are counted apart in envs/VALIDATION.md.
@@ -415,6 +439,9 @@ CONDA_ENV_PIP = {
     # matplotlib's environment.yml (3.5 on): the union of the files at the Verified versions'
     # setup commits (3.5: de98877e, 3.6: 73909bcb, 3.7: 0849036f), under PyPI's names; the
     # harness's pip_packages pin most runtime dependencies (numpy==1.25.2 ...) over them.
+    # cairocffi is a pure wheel that loads the machine's libcairo.so.2 when the Cairo backend
+    # is first used (Debian's libcairo2; pycairo would need cairo's headers to build), so the
+    # `[Cairo]` tests (test_savefig_pixel_ratio[Cairo]) run where that library is installed.
     "matplotlib/matplotlib": [
         "contourpy>=1.0.1", "cycler>=0.10.0", "fonttools>=4.22.0", "importlib-resources>=3.2.0",
         "kiwisolver>=1.0.1", "numpy>=1.19", "pillow>=6.2", "pybind11>=2.6.0", "pyparsing",
@@ -426,12 +453,13 @@ CONDA_ENV_PIP = {
         "nbconvert[execute]!=6.0.0,!=6.0.1", "nbformat!=5.0.0,!=5.0.1", "pandas!=0.25.0",
         "psutil", "pydocstyle>=5.1.0", "pytest!=4.6.0,!=5.4.0", "pytest-cov",
         "pytest-rerunfailures", "pytest-timeout", "pytest-xdist", "tornado", "pytz", "black",
+        "cairocffi",
     ],
 }
 CONDA_ENV_LEFT_OUT = {
     "pydata/xarray": "cdms2 (conda only), cfgrib (ecCodes C library), pre-commit",
     "matplotlib/matplotlib": (
-        "cairocffi (needs the cairo C library), pygobject, gtk3/gtk4 (GObject and GTK C "
+        "pygobject, gtk3/gtk4 (GObject and GTK C "
         "libraries), pyqt (Qt), wxpython (no Linux wheels), graphviz (a C program), pre-commit"
     ),
 }
@@ -542,6 +570,11 @@ def transcribe(repo, version, spec, reqs_paths):
             new, why = subst[req_name(r)]
             t["requirements"][i] = new
             notes.append(f"substituted: {r} -> {new}: {why}")
+    for req, why in ERA_PINS.get(repo, {}).get(version, []):
+        t["requirements"] = merge(t["requirements"], [req])
+        notes.append(
+            f"substituted: unpinned {req_name(req)} -> {req}: {why} (ERA_PINS in the generator)"
+        )
     gen += helpers_steps(repo, version, t["requirements"])
     gen += mpl_lib_steps(repo, version, bool(qhull))
     if repo == "matplotlib/matplotlib" and version in MPL_JQUERY_VERSIONS:
