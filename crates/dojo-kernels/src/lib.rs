@@ -26,11 +26,13 @@
 //!   weight once.
 //! - [`decode_attention`]: one decode step's attention, each sequence's single query against
 //!   its own KV cache, for a batch of sequences in one parallel loop (the engine's decode).
-//! - [`causal_attention`]: queries at new positions against the keys up to each, over blocks
-//!   of positions, with a backward pass that recomputes the probabilities; the trainer's
-//!   attention and the engine's prefill (new positions after a KV cache's).
-//! - [`causal_softmax_`] and [`softmax_backward_`]: causal attention's score-sized passes, in
-//!   place on a score block; no gradient of their own.
+//! - [`causal_attention`]: queries at new positions against the keys up to each, fused in
+//!   FlashAttention-2's tiles (online softmax, no score-sized tensor), with a backward pass
+//!   that recomputes the probabilities from each row's log-sum-exp; the trainer's attention
+//!   and the engine's prefill (new positions after a KV cache's).
+//! - [`causal_softmax_`] and [`softmax_backward_`]: causal softmax passes in place on a
+//!   block of scores (the reference attention op's, kept for comparisons); no gradient of
+//!   their own.
 //!
 //! Execution model: f32, contiguous CPU tensors take the fused path (inputs are made
 //! contiguous first); any other device or dtype runs the same maths op by op through candle's
@@ -53,7 +55,9 @@ mod softmax;
 #[cfg(test)]
 mod testing;
 pub use attention::{
-    ATTENTION_BLOCK_BYTES, attention_block_positions, causal_attention, causal_attention_blocked,
+    ATTENTION_BLOCK_BYTES, KEY_TILE, QUERY_TILE, attention_block_positions,
+    attention_scratch_bytes, causal_attention, causal_attention_blocked,
+    causal_attention_reference_blocked,
 };
 pub use decode::{CacheView, KvSpan, decode_attention};
 pub use loss::cross_entropy;

@@ -26,12 +26,6 @@ const F32: u64 = 4;
 /// Measured live activations per token and block over the count of floats `block_floats`
 /// gives (allocator slack, views that copy, gradients in flight).
 const ACTIVATION_SLACK: f64 = 1.2;
-/// Score-sized tensors of one block of positions counted for the attention op's backward pass;
-/// the op bounds each ([`dojo_kernels::attention_block_positions`]). Since the softmax and its
-/// backward pass run in place, two are alive at once (the recomputed probabilities and their
-/// gradient); four were counted when candle's primitives kept a product and a difference too,
-/// and the estimate keeps that margin.
-const ATTENTION_COPIES: u64 = 4;
 /// Logit-sized `(rows, vocab)` tensors counted for the loss and its backward pass. With the
 /// fused cross-entropy two are alive (the logits, their gradient); five were counted for the
 /// primitives (shifted, exponentials, log-probabilities besides), and the estimate keeps that
@@ -100,7 +94,6 @@ pub fn estimate(
     checkpointing: bool,
 ) -> Estimate {
     let tokens = (batch.rows * batch.len) as u64;
-    let t = batch.len as u64;
     let block = (tokens as f64 * block_floats(cfg) as f64 * ACTIVATION_SLACK) as u64 * F32;
     let layers = cfg.num_layers as u64;
     let activations = if checkpointing {
@@ -110,8 +103,9 @@ pub fn estimate(
         layers * block
     };
     let heads = cfg.num_heads.max(1);
-    let block = dojo_kernels::attention_block_positions(batch.rows, heads, batch.len) as u64;
-    let attention = ATTENTION_COPIES * (batch.rows * heads) as u64 * block * t * F32;
+    // The fused attention op's temporaries (its backward pass is the peak).
+    let attention =
+        dojo_kernels::attention_scratch_bytes(batch.rows, heads, batch.len, cfg.head_dim);
     let head = HEAD_COPIES * batch.logit_rows as u64 * cfg.vocab_size as u64 * F32;
     let fixed = fixed_bytes(params, trainable, lora, 0);
     Estimate {
