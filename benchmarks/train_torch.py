@@ -70,7 +70,8 @@ def main():
         loss.backward()
         dt = time.perf_counter() - t
         print(f"iter {it}: {dt:.2f}s loss {loss.item():.4f}", flush=True)
-        if it > 0:
+        # Pass 0 is the warm-up; with --iters 0 it is the only pass, and timed.
+        if it > 0 or a.iters == 0:
             times.append(dt)
     med = statistics.median(times)
     print(

@@ -81,7 +81,18 @@ fn quiet_on_broken_stdout() {
     }));
 }
 
+/// Large freed blocks kept for reuse once a model to train is built (`dojo_kernels::alloc`,
+/// `dojo_train::memory::REUSE_BYTES`); the system allocator's behaviour in every other command.
+#[cfg(feature = "engine")]
+#[global_allocator]
+static ALLOC: dojo_kernels::alloc::ReuseLarge = dojo_kernels::alloc::ReuseLarge;
+
 fn main() {
+    // SAFETY: first thing in `main`, before any other thread or candle op.
+    #[cfg(feature = "engine")]
+    unsafe {
+        dojo_kernels::threads::single_candle_pool();
+    }
     quiet_on_broken_stdout();
     tracing_subscriber::fmt()
         .with_env_filter(

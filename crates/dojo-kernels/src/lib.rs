@@ -34,6 +34,10 @@
 //!   block of scores (the reference attention op's, kept for comparisons); no gradient of
 //!   their own.
 //!
+//! Two process-wide settings for binaries that train ([`alloc`], [`threads`]): large freed
+//! blocks kept for reuse instead of mapped afresh every step, and candle's element-wise thread
+//! pool kept to the calling thread so that rayon's is the only one spinning.
+//!
 //! Execution model: f32, contiguous CPU tensors take the fused path (inputs are made
 //! contiguous first); any other device or dtype runs the same maths op by op through candle's
 //! primitives, so results agree everywhere and only speed differs. The parity tests compare
@@ -43,6 +47,7 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, D, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
+pub mod alloc;
 mod attention;
 mod decode;
 mod loss;
@@ -54,6 +59,7 @@ mod simd;
 mod softmax;
 #[cfg(test)]
 mod testing;
+pub mod threads;
 pub use attention::{
     ATTENTION_BLOCK_BYTES, KEY_TILE, QUERY_TILE, attention_block_positions,
     attention_scratch_bytes, causal_attention, causal_attention_blocked,

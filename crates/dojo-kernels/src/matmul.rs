@@ -92,12 +92,17 @@ struct Operand<'a> {
 const SPLIT_WORK: usize = 1 << 18;
 
 /// `out (m × n, row-major) = x (m × k) · y (k × n)`, split over rayon's threads along the
-/// longer of `m` and `n` (each task packs only its part of that side).
-fn product(x: &Operand, y: &Operand, m: usize, k: usize, n: usize, out: &mut [f32]) {
+/// longer of `m` and `n` (each task packs only its part of that side). `out` may be
+/// uninitialised: with β = 0 `sgemm` writes every element and reads none (zeros when `k` is 0).
+///
+/// # Safety
+/// `out` must be valid for writes of `m × n` floats, and the operands' strides must stay within
+/// their storages for `m × k` and `k × n`.
+unsafe fn product(x: &Operand, y: &Operand, m: usize, k: usize, n: usize, out: *mut f32) {
     // One single-threaded sgemm on rows `r0..r0 + rows` and columns `c0..c0 + cols`, written
     // at `dst` (row stride `n`).
     let gemm = |r0: usize, rows: usize, c0: usize, cols: usize, dst: *mut f32| {
-        // SAFETY: the caller checked that both operands' strides stay within their storages
+        // SAFETY: the caller guarantees both operands' strides stay within their storages
         // for `m × k` and `k × n`; `dst` points at the task's own rows or columns of `out`.
         unsafe {
             matrixmultiply::sgemm(
@@ -119,18 +124,25 @@ fn product(x: &Operand, y: &Operand, m: usize, k: usize, n: usize, out: &mut [f3
         }
     };
     let threads = rayon::current_num_threads();
+    // Tasks write disjoint row or column ranges of `out`: passed as an address, as raw
+    // pointers are not `Send`.
+    let base = out as usize;
     if threads <= 1 || m * n * k < SPLIT_WORK {
-        gemm(0, m, 0, n, out.as_mut_ptr());
+        gemm(0, m, 0, n, out);
     } else if m >= n {
         let rows = m.div_ceil(threads).next_multiple_of(8);
-        out.par_chunks_mut(rows * n)
-            .enumerate()
-            .for_each(|(i, o)| gemm(i * rows, o.len() / n, 0, n, o.as_mut_ptr()));
+        (0..m.div_ceil(rows)).into_par_iter().for_each(|i| {
+            let r0 = i * rows;
+            gemm(
+                r0,
+                rows.min(m - r0),
+                0,
+                n,
+                (base as *mut f32).wrapping_add(r0 * n),
+            )
+        });
     } else {
         let cols = n.div_ceil(threads).next_multiple_of(8);
-        // Tasks write disjoint column ranges of `out`: passed as an address, as raw pointers
-        // are not `Send`.
-        let base = out.as_mut_ptr() as usize;
         (0..n.div_ceil(cols)).into_par_iter().for_each(|j| {
             let c0 = j * cols;
             gemm(
@@ -162,7 +174,10 @@ impl CustomOp2 for MatMul {
             _ => return Err(candle_core::Error::Msg("matmul: f32 inputs only".into())),
         };
         let batches: usize = d.batch.iter().product();
-        let mut c = vec![0f32; batches * d.m * d.n];
+        let len = batches * d.m * d.n;
+        // Left uninitialised: every element is written by `product` below (β = 0), and zeroing
+        // a product's output first was a pass over memory per matmul.
+        let mut c: Vec<f32> = Vec::with_capacity(len);
         let r = l1.dims().len();
         let (sa, sb) = (l1.stride(), l2.stride());
         // The furthest element each operand's strides reach must lie in its storage (the
@@ -184,7 +199,7 @@ impl CustomOp2 for MatMul {
             ));
         }
         if d.m > 0 && d.n > 0 {
-            for (i, out) in c.chunks_mut(d.m * d.n).enumerate() {
+            for i in 0..batches {
                 let x = Operand {
                     data: a,
                     offset: batch_offset(l1, &d.batch, i),
@@ -197,9 +212,22 @@ impl CustomOp2 for MatMul {
                     rs: sb[r - 2],
                     cs: sb[r - 1],
                 };
-                product(&x, &y, d.m, d.k, d.n, out);
+                // SAFETY: `c` has room for `batches` outputs of `m × n`; the layouts' reach
+                // was checked above.
+                unsafe {
+                    product(
+                        &x,
+                        &y,
+                        d.m,
+                        d.k,
+                        d.n,
+                        c.as_mut_ptr().wrapping_add(i * d.m * d.n),
+                    )
+                };
             }
         }
+        // SAFETY: every one of the `len` elements was written above (none when m or n is 0).
+        unsafe { c.set_len(len) };
         let mut shape = d.batch;
         shape.extend([d.m, d.n]);
         Ok((CpuStorage::F32(c), Shape::from(shape)))

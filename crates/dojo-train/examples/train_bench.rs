@@ -3,9 +3,13 @@
 //! Hugging Face directory this writes, so both train the same weights).
 //!
 //! `cargo run --release -p dojo-train --example train_bench -- [--model default|PATH]
-//!  [--seq 1024] [--batch 1] [--iters 3] [--write-hf DIR] [--lora-rank R] [--checkpointing]`
+//!  [--seq 1024] [--batch 1] [--iters 3] [--write-hf DIR] [--lora-rank R] [--checkpointing]
+//!  [--reuse-mib N]`
 //!
 //! `--checkpointing` turns activation checkpointing on (`TrainModel::set_checkpointing`).
+//!
+//! `--reuse-mib N`: keep at most N MiB of large freed blocks for reuse (`dojo_kernels::alloc`;
+//! the trainer's default is `dojo_train::memory::REUSE_BYTES`), 0 to keep none.
 //!
 //! `--lora-rank R` trains LoRA adapters (alpha 2R, no dropout, all seven projections, as
 //! `benchmarks/train_torch.py --lora-rank R` sets up peft) on the frozen base instead.
@@ -31,12 +35,20 @@ fn peak_rss_mb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+// As in `dojo`: large freed blocks kept for reuse once a model to train is built.
+#[global_allocator]
+static ALLOC: dojo_kernels::alloc::ReuseLarge = dojo_kernels::alloc::ReuseLarge;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // As in `dojo`: candle's element-wise ops on the calling thread unless CANDLE_NUM_THREADS
+    // is set. SAFETY: first thing in `main`, no other thread yet.
+    let candle_threads = unsafe { dojo_kernels::threads::single_candle_pool() };
     let mut model = "default".to_string();
     let (mut seq, mut batch, mut iters) = (1024usize, 1usize, 3usize);
     let mut write_hf = None;
     let mut lora_rank: Option<usize> = None;
     let mut checkpointing = false;
+    let mut reuse_mib: Option<usize> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut v = || args.next().ok_or(format!("{a} needs a value"));
@@ -48,6 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--write-hf" => write_hf = Some(std::path::PathBuf::from(v()?)),
             "--lora-rank" => lora_rank = Some(v()?.parse()?),
             "--checkpointing" => checkpointing = true,
+            "--reuse-mib" => reuse_mib = Some(v()?.parse()?),
             _ => return Err(format!("unknown argument {a}").into()),
         }
     }
@@ -68,6 +81,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(r) = lora_rank {
         let all = ["q", "k", "v", "o", "gate", "up", "down"];
         m.enable_lora(LoraConfig::new(r, 2.0 * r as f64, 0.0, &all)?, 0)?;
+    }
+    match reuse_mib {
+        Some(0) => dojo_kernels::alloc::release(),
+        Some(mib) => dojo_kernels::alloc::enable_reuse(mib << 20),
+        None => {}
     }
     if checkpointing {
         m.set_checkpointing(dojo_train::Checkpointing::On);
@@ -106,6 +124,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{}",
         serde_json::json!({
             "impl": "dojo-train (candle)",
+            "candle_threads": candle_threads,
             "model": model,
             "params": m.num_params(),
             "trainable": m.num_trainable(),

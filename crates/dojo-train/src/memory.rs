@@ -31,8 +31,19 @@ const ACTIVATION_SLACK: f64 = 1.2;
 /// primitives (shifted, exponentials, log-probabilities besides), and the estimate keeps that
 /// margin (the RL update's entropy, when asked, still builds them).
 const HEAD_COPIES: u64 = 5;
-/// Fixed overhead of the process beyond tensors (code, tokenizer, allocator pools).
-const PROCESS_BYTES: u64 = 512 << 20;
+/// Freed blocks of a MiB or more kept for reuse in a process that trains, at most
+/// ([`dojo_kernels::alloc`]: each step would otherwise map its large tensors afresh, a page
+/// fault per 4 KiB).
+pub const REUSE_BYTES: u64 = 512 << 20;
+/// Fixed overhead of the process beyond tensors (code, tokenizer, allocator pools, the blocks
+/// kept for reuse).
+const PROCESS_BYTES: u64 = (512 << 20) + REUSE_BYTES;
+
+/// Turns on the reuse of large freed blocks (up to [`REUSE_BYTES`]) for binaries whose global
+/// allocator is [`dojo_kernels::alloc::ReuseLarge`] (`dojo`, the examples); a no-op otherwise.
+pub fn reuse_freed_blocks() {
+    dojo_kernels::alloc::enable_reuse(REUSE_BYTES as usize);
+}
 
 /// Floats a token keeps alive in one transformer block until the backward pass, counted op by
 /// op from `TrainModel::block` (norms from primitives, projections, RoPE, the attention op's

@@ -289,6 +289,7 @@ impl TrainModel {
             .iter()
             .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
             .collect();
+        crate::memory::reuse_freed_blocks();
         Ok(TrainModel {
             logit_chunk_rows: crate::memory::head_chunk_rows(&config),
             config,
