@@ -157,7 +157,7 @@ fn memory_plan_refuses_a_step_over_the_budget_and_reports_one_within() {
     let fits = args("8G");
     let stdout = ok(&fits.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(
-        stdout.contains("memory plan: about 0.5 GiB a step of a 8.0 GiB budget\n"),
+        stdout.contains("memory plan: about 1.0 GiB a step of a 8.0 GiB budget\n"),
         "{stdout}"
     );
 }
