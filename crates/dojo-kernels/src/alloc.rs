@@ -62,6 +62,22 @@ impl Block {
         size: 0,
         align: 0,
     };
+
+    /// Returns a block taken out of the cache to the system allocator.
+    ///
+    /// # Safety
+    /// The block must have been kept by the cache (allocated by `System` with exactly this
+    /// size and alignment: `large_layout` of its request) and be owned by the caller alone.
+    unsafe fn free(self) {
+        // SAFETY: the caller's guarantee: `size` and `align` form the layout `System`
+        // allocated the block with.
+        unsafe {
+            System.dealloc(
+                self.ptr as *mut u8,
+                Layout::from_size_align_unchecked(self.size, self.align),
+            )
+        };
+    }
 }
 
 /// Kept blocks, oldest first.
@@ -123,13 +139,8 @@ pub fn enable_reuse(cap: usize) {
     ENABLED.store(true, Ordering::Release);
     while c.bytes > cap {
         let Some(b) = c.pop_oldest() else { break };
-        // SAFETY: as in `release`.
-        unsafe {
-            System.dealloc(
-                b.ptr as *mut u8,
-                Layout::from_size_align_unchecked(b.size, b.align),
-            )
-        };
+        // SAFETY: popped from the cache, so kept by it and now owned here alone.
+        unsafe { b.free() };
     }
 }
 
@@ -138,14 +149,8 @@ pub fn release() {
     ENABLED.store(false, Ordering::Release);
     let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     while let Some(b) = c.pop_oldest() {
-        // SAFETY: kept blocks were allocated by `System` with exactly this size and alignment
-        // (`large_layout` of the request) and are owned by the cache alone.
-        unsafe {
-            System.dealloc(
-                b.ptr as *mut u8,
-                Layout::from_size_align_unchecked(b.size, b.align),
-            )
-        };
+        // SAFETY: popped from the cache, so kept by it and now owned here alone.
+        unsafe { b.free() };
     }
 }
 
@@ -227,13 +232,8 @@ unsafe impl GlobalAlloc for ReuseLarge {
         }
         // Freed outside the lock: returning memory to the kernel can take a while.
         for b in &evicted[..n_evicted] {
-            // SAFETY: as in `release`.
-            unsafe {
-                System.dealloc(
-                    b.ptr as *mut u8,
-                    Layout::from_size_align_unchecked(b.size, b.align),
-                )
-            };
+            // SAFETY: popped from the cache under the lock, so owned here alone.
+            unsafe { b.free() };
         }
         if !kept {
             // SAFETY: the block was allocated by `System` with `large`.
