@@ -31,6 +31,10 @@ pub struct UpdateReport {
     pub loss: f64,
     pub grad_norm: f64,
     pub lr: f64,
+    /// Samples not run because their advantage was exactly 0 and the loss had no KL or
+    /// entropy term ([`policy_grads`]); the metrics are over the samples that ran.
+    #[serde(default)]
+    pub skipped_zero_advantage: usize,
     #[serde(flatten)]
     pub metrics: LossSummary,
 }
@@ -211,7 +215,24 @@ pub fn token_logprobs(
     Ok(out)
 }
 
+/// Whether a sample's loss is identically zero, so that running it would add exact zeros to
+/// the loss and every gradient: no loss token, or an advantage of exactly 0 when the loss has
+/// no KL or entropy term (the clipped surrogate is `max(−A·r, −A·clip(r))`, 0 for any ratio
+/// when `A = 0`). With SWE-Master's binary reward, every group whose rollouts all fail (or all
+/// resolve) is such a group, and on small models that is most of them.
+fn contributes_nothing(s: &EpisodeSample, loss_cfg: &LossConfig) -> bool {
+    s.n_response() == 0
+        || (s.advantage == 0.0 && loss_cfg.kl_coef == 0.0 && loss_cfg.entropy_coef == 0.0)
+}
+
 /// Loss, metrics and accumulated gradients of one mini-batch, nothing applied.
+///
+/// Samples whose loss is identically zero ([`contributes_nothing`]) are not run: the result
+/// is the one running them would give (their tokens still count in the aggregation's
+/// denominator), except that the metrics cover only the samples that ran. A mini-batch whose
+/// samples all have zero advantage gets zero gradients for every trainable weight, so the
+/// optimizer still takes its step (AdamW's moments move the weights on a zero gradient);
+/// one of masked samples only gets none, as before.
 pub fn policy_grads(
     model: &TrainModel,
     samples: &[EpisodeSample],
@@ -228,8 +249,15 @@ pub fn policy_grads(
     let mut grads: HashMap<String, Tensor> = HashMap::new();
     let mut metrics = LossMetrics::default();
     let mut loss = 0f64;
-    // Samples without loss tokens are skipped: they would add exact zeros.
-    let live: Vec<&EpisodeSample> = samples.iter().filter(|s| s.n_response() > 0).collect();
+    let live: Vec<&EpisodeSample> = samples
+        .iter()
+        .filter(|s| !contributes_nothing(s, loss_cfg))
+        .collect();
+    if live.is_empty() && samples.iter().any(|s| s.n_response() > 0) {
+        for (name, var) in model.trainable() {
+            grads.insert(name.clone(), var.as_tensor().zeros_like()?);
+        }
+    }
     for chunk in live.chunks(micro_batch_size.max(1)) {
         let b = batch(chunk, model.device())?;
         let Some((hidden_rows, _, _)) = &b.loss_rows else {
@@ -319,6 +347,10 @@ pub fn policy_update(
         loss,
         grad_norm,
         lr,
+        skipped_zero_advantage: samples
+            .iter()
+            .filter(|s| s.n_response() > 0 && contributes_nothing(s, loss_cfg))
+            .count(),
         metrics: metrics.summary(),
     })
 }

@@ -112,6 +112,61 @@ fn masked_samples_add_exactly_nothing() {
     assert_eq!(before, weights(&model));
 }
 
+fn grads_vec(g: &std::collections::HashMap<String, Tensor>, name: &str) -> Vec<f32> {
+    g[name].flatten_all().unwrap().to_vec1().unwrap()
+}
+
+#[test]
+fn zero_advantage_samples_are_skipped_without_changing_the_update() {
+    // Not running a sample whose advantage is exactly 0 must give the loss and gradients of
+    // running it; an advantage of 1e-30 forces the run and adds nothing visible in f32.
+    let model = tiny();
+    let probs = next_token_probs(&model, &PROMPT);
+    let mut a = sample_for(&PROMPT, 20, probs[20].ln());
+    a.advantage = 1.0;
+    let zero = sample_for(&PROMPT[..4], 7, probs[7].ln() - 0.3);
+    let mut tiny_adv = zero.clone();
+    tiny_adv.advantage = 1e-30;
+    for aggregation in dojo_rl::loss::Aggregation::ALL {
+        let cfg = LossConfig {
+            aggregation,
+            ..LossConfig::default()
+        };
+        let (l0, m0, g0) = policy_grads(&model, &[a.clone(), zero.clone()], &cfg, 1).unwrap();
+        let (l1, m1, g1) = policy_grads(&model, &[a.clone(), tiny_adv.clone()], &cfg, 1).unwrap();
+        assert_eq!(l0, l1, "{aggregation:?}");
+        assert_eq!(m0.tokens, 1.0, "only the sample that ran");
+        assert_eq!(m1.tokens, 2.0);
+        assert_eq!(g0.len(), g1.len());
+        for name in g0.keys() {
+            assert_eq!(grads_vec(&g0, name), grads_vec(&g1, name), "{name}");
+        }
+    }
+    // With an entropy term the zero-advantage sample has a loss of its own: it runs.
+    let cfg = LossConfig {
+        entropy_coef: 0.01,
+        ..LossConfig::default()
+    };
+    let (_, m, _) = policy_grads(&model, &[a.clone(), zero.clone()], &cfg, 1).unwrap();
+    assert_eq!(m.tokens, 2.0);
+
+    // A mini-batch of zero advantages only: zero gradients for every trainable weight, and
+    // the optimizer still steps (its moments from the step before move the weights).
+    let cfg = LossConfig::default();
+    let (l, _, g) = policy_grads(&model, std::slice::from_ref(&zero), &cfg, 1).unwrap();
+    assert_eq!(l, 0.0);
+    assert_eq!(g.len(), model.trainable().len());
+    assert!(g.keys().all(|n| grads_vec(&g, n).iter().all(|v| *v == 0.0)));
+    let mut opt = AdamW::new(OptimConfig::default().adamw());
+    let optim = OptimConfig::default();
+    policy_update(&model, &mut opt, &[a], &cfg, &optim, 1e-2).unwrap();
+    let before = weights(&model);
+    let r = policy_update(&model, &mut opt, &[zero], &cfg, &optim, 1e-2).unwrap();
+    assert_eq!((r.skipped_zero_advantage, r.metrics.tokens), (1, 0));
+    assert_eq!(opt.step, 2);
+    assert_ne!(before, weights(&model));
+}
+
 #[test]
 fn checkpointed_updates_have_the_same_loss_metrics_and_gradients() {
     // The memory plan turns activation checkpointing on for long episodes: the update must
