@@ -78,7 +78,11 @@ def count(r, key):
 def python_of(log_path):
     if not log_path.is_file():
         return "?"
-    m = re.search(r"platform \S+ -- Python (\d+\.\d+)", log_path.read_text(errors="replace"))
+    text = log_path.read_text(errors="replace")
+    # pytest's header, or sympy's own runner (`executable: /venv/bin/python  (3.9.18-final-0)`).
+    m = re.search(r"platform \S+ -- Python (\d+\.\d+)", text) or re.search(
+        r"executable: +\S+ +\((\d+\.\d+)\.", text
+    )
     return m.group(1) if m else "?"
 
 
