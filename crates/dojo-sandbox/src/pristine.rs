@@ -293,9 +293,13 @@ fn build_into(source: &Source, tmp: &Path) -> std::result::Result<(), BuildError
     pin_mtimes(&tree, if uniform { Pin::All } else { Pin::Sources });
     init_repo(&tree, release_tag.as_deref())?;
     if Path::new(DEFAULT_PYTHON).exists() && std::env::var_os("DOJO_NO_COMPILEALL").is_none() {
-        // Best effort: Python-2-only files fail to compile and that is fine.
+        // Best effort: Python-2-only files fail to compile and that is fine. `-d`: the code
+        // objects record the path the sandbox sees (`/testbed/...`) instead of this entry's own
+        // (`$DOJO_HOME/pristine/<key>/tree/...`), so identical sources give identical bytecode
+        // that the cache stores once across trees. Measured on the 75 sympy trees of Verified:
+        // 5.8 GB of bytecode, each tree's its own, before this.
         let _ = Command::new(DEFAULT_PYTHON)
-            .args(["-m", "compileall", "-q", "-j0"])
+            .args(["-m", "compileall", "-q", "-j0", "-d", crate::WORKSPACE])
             .arg(&tree)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -243,6 +243,11 @@ async fn trees_of_two_commits_store_their_unchanged_files_once() {
     assert_eq!(ino(&a, "pkg/same.py"), ino(&b, "pkg/same.py"));
     assert_eq!(ino(&a, "data.txt"), ino(&b, "data.txt"));
     assert_ne!(ino(&a, "pkg/changed.py"), ino(&b, "pkg/changed.py"));
+    if std::path::Path::new(dojo_sandbox::pristine::DEFAULT_PYTHON).exists() {
+        // The bytecode of an unchanged file too: it records the sandbox's path, not the tree's.
+        let pyc = "pkg/__pycache__/same.cpython-311.pyc";
+        assert_eq!(ino(&a, pyc), ino(&b, pyc));
+    }
     assert_eq!(
         std::fs::read_to_string(b.path.join("pkg/changed.py")).unwrap(),
         "x = 2\n"
@@ -263,6 +268,13 @@ async fn trees_of_two_commits_store_their_unchanged_files_once() {
         )
         .await;
         assert_eq!(out.stdout_lossy().trim(), "1", "{out:?}");
+        // Tracebacks name the file where the sandbox has it.
+        let out = common::sh(
+            &sb,
+            "cd /tmp && /usr/bin/python3.11 -c 'import sys; sys.path.insert(0, \"/testbed\"); import pkg.same; print(pkg.same.f.__code__.co_filename)'",
+        )
+        .await;
+        assert_eq!(out.stdout_lossy().trim(), "/testbed/pkg/same.py", "{out:?}");
     }
     sb.teardown().await.unwrap();
 }
