@@ -19,7 +19,9 @@ What the transcription does, per harness key (envs/README.md describes the targe
   it by name (as the harness's pip step runs after `conda create`).
 - `pip_packages` -> `requirements`.
 - `pre_install` -> `pre_install`, except `apt-get`/locale commands (root, the host's package
-  manager): left out and named in the header.
+  manager): left out and named in the header; the packages of HOST_PROGRAMS an `apt-get
+  install` names become `host_programs` (schema 5: preparation fails, as the environment's
+  failure, on a machine without them).
 - `install`: exactly `python -m pip install -e .` -> `editable = true`; anything else (extras,
   pip flags, a non-editable install, `setup.py`) -> `editable = false` and the command in
   `install`, run as written.
@@ -477,13 +479,19 @@ BUILTIN = {
 
 KEY_ORDER = [
     "python", "pre_install", "requirements_file", "requirements", "editable", "install",
-    "installer", "network", "cpus", "env", "exclude_newer", "test_cmd", "log_parser",
+    "installer", "network", "cpus", "env", "exclude_newer", "host_programs", "test_cmd", "log_parser",
     "timeout_s", "test_directives",
 ]
 
 # The pre_install steps the generator adds (not the harness's own): see render().
 GENERATED_PRE = set()
 SYSTEM_CMD = re.compile(r"apt-get|locale-gen|/etc/")
+# Debian packages of the harness's `apt-get install` lines that provide a program the tests run,
+# and that program: the spec requires it on the host (`host_programs`). Only those measured to
+# decide a listed test (sphinx 7.2+'s graphviz: `test_inheritance_diagram_svg_html` of 10614 is
+# skipped without `dot`); matplotlib's imagemagick, ffmpeg and texlive are not listed: no
+# measured instance needs them, and requiring them would fail every matplotlib preparation here.
+HOST_PROGRAMS = {"graphviz": "dot"}
 
 
 def req_name(req):
@@ -525,7 +533,18 @@ def transcribe(repo, version, spec, reqs_paths):
     pre, qhull = [], []
     for cmd in spec.get("pre_install", []):
         if SYSTEM_CMD.search(cmd):
-            notes.append(f"pre_install (system, left out): {cmd}")
+            needed = {
+                HOST_PROGRAMS[p]: p
+                for p in re.findall(r"[\w.+-]+", cmd.split("install", 1)[-1])
+                if "apt-get" in cmd and p in HOST_PROGRAMS
+            }
+            if needed:
+                t["host_programs"] = needed
+                notes.append(
+                    f"pre_install (system, left out; host_programs requires {', '.join(needed)}): {cmd}"
+                )
+            else:
+                notes.append(f"pre_install (system, left out): {cmd}")
         elif repo == "matplotlib/matplotlib" and QHULL_DOWNLOAD.search(cmd):
             qhull.append(cmd)
         else:
@@ -722,8 +741,11 @@ def render(repo, specs, reqs_paths):
 
 
 def schema_version(default, per_version):
-    """The lowest schema the file needs: 4 for `exclude_newer`, else 3 (`pre_install` etc.)."""
+    """The lowest schema the file needs: 5 for `host_programs`, 4 for `exclude_newer`, else 3
+    (`pre_install` etc.)."""
     tables = [default, *per_version.values()]
+    if any("host_programs" in t for t in tables):
+        return 5
     return 4 if any("exclude_newer" in t for t in tables) else 3
 
 

@@ -24,7 +24,7 @@ pub(crate) fn base_env(
     extra: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
-    let sys_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    let sys_path = crate::SYSTEM_PATH;
     match venv {
         Some(v) => {
             env.insert("PATH".into(), format!("{v}/bin:{sys_path}"));

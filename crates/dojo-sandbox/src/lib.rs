@@ -136,7 +136,7 @@ pub use pyenv::{PythonEnv, PythonEnvSpec};
 pub use registry::sandboxes_dir;
 pub use types::{
     ApplyMethod, ApplyOutcome, BackendKind, EnvRuntime, ExecOutput, ExecRequest, Limits, OutputCap,
-    SandboxOptions, TransferCaps, UnknownBackend, WORKSPACE,
+    SYSTEM_PATH, SandboxOptions, TransferCaps, UnknownBackend, WORKSPACE,
 };
 pub use workspace::{LocalWorkspace, Workspace};
 

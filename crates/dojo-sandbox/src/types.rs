@@ -10,6 +10,8 @@ use std::time::Duration;
 /// Where the workspace is mounted inside every sandbox. Editable installs point here, so each
 /// rollout imports its own copy of the project.
 pub const WORKSPACE: &str = "/testbed";
+/// The system part of every sandbox command's `PATH` (a venv's `bin` goes before it).
+pub const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// Which isolation backend a sandbox uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]

@@ -68,6 +68,9 @@ struct Table {
     reinstall_network: Option<bool>,
     /// Schema 4: resolve every install of the build as of this day (`YYYY-MM-DD`).
     exclude_newer: Option<String>,
+    /// Schema 5: programs the tests need from the host, each with the Debian package that has
+    /// it (`dot = "graphviz"`): what the harness's image installs with `apt-get`.
+    host_programs: Option<BTreeMap<String, String>>,
     test_cmd: Option<String>,
     log_parser: Option<LogParser>,
     timeout_s: Option<u64>,
@@ -90,6 +93,7 @@ impl From<&EnvOverride> for Table {
             cpus: None,
             reinstall_network: None,
             exclude_newer: None,
+            host_programs: None,
             test_cmd: o.test_cmd.clone(),
             log_parser: o.log_parser,
             timeout_s: o.timeout_s,
@@ -113,14 +117,18 @@ struct EnvFile {
 }
 
 /// The env file format this build writes and reads: 2 added `requirements_file`, 3 added
-/// `pre_install`, `installer`, `network`, `cpus` and `reinstall_network`, 4 `exclude_newer`. A
+/// `pre_install`, `installer`, `network`, `cpus` and `reinstall_network`, 4 `exclude_newer`, 5
+/// `host_programs`. A
 /// file without `schema_version` is version 1 (every key of an older version means the same in
 /// the newer ones).
-pub const ENV_SCHEMA_VERSION: u32 = 4;
+pub const ENV_SCHEMA_VERSION: u32 = 5;
 
 impl Table {
     /// The oldest schema version that has every key this table uses.
     fn needs_version(&self) -> (u32, &'static str) {
+        if self.host_programs.is_some() {
+            return (5, "host_programs");
+        }
         if self.exclude_newer.is_some() {
             return (4, "exclude_newer");
         }
@@ -172,6 +180,11 @@ pub struct RepoEnv {
     /// can only be installed from there.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub reinstall_network: bool,
+    /// Programs the tests need on the host (program → Debian package). Preparation fails, as
+    /// the environment's failure, when one is missing: without it the tests that use it skip
+    /// or fail, and a correct patch would be graded unresolved as if it were the agent's.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub host_programs: BTreeMap<String, String>,
     /// Where the spec came from (file, and whether a task override or eval_script applied).
     pub origin: String,
 }
@@ -452,6 +465,11 @@ fn merged(task: &Task, layers: &[Table], origin: String) -> RepoEnv {
             .rev()
             .find_map(|t| t.reinstall_network)
             .unwrap_or(false),
+        host_programs: layers
+            .iter()
+            .rev()
+            .find_map(|t| t.host_programs.clone())
+            .unwrap_or_default(),
         origin,
     }
 }
@@ -821,6 +839,37 @@ reinstall_network = true
             .to_string();
         assert!(
             e.contains("old.toml") && e.contains("schema_version = 4"),
+            "{e}"
+        );
+    }
+
+    /// Schema 5: `host_programs` (program → Debian package), layered like every key; refused in
+    /// a schema-4 file.
+    #[test]
+    fn schema_5_host_programs() {
+        let mut reg = EnvRegistry::default();
+        reg.add_text(
+            "v5.toml",
+            "schema_version = 5\nrepo = \"a/b\"\n[versions.\"7.2\"]\nhost_programs = { dot = \"graphviz\" }\n",
+        )
+        .unwrap();
+        let t = |v: &str| {
+            task(
+                json!({"instance_id":"a__b-1","repo":"a/b","base_commit":"c","patch":"p","version":v}),
+            )
+        };
+        assert!(reg.resolve(&t("7.1")).unwrap().host_programs.is_empty());
+        let e = reg.resolve(&t("7.2")).unwrap();
+        assert_eq!(e.host_programs["dot"], "graphviz");
+        let e = reg
+            .add_text(
+                "old.toml",
+                "schema_version = 4\nrepo = \"a/b\"\n[default]\nhost_programs = { dot = \"graphviz\" }\n",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("old.toml") && e.contains("schema_version = 5"),
             "{e}"
         );
     }

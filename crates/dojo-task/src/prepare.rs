@@ -129,6 +129,24 @@ pub fn prepare(
     env: &RepoEnv,
     opts: &PrepareOptions,
 ) -> Result<PreparedTask, TaskError> {
+    let missing = missing_host_programs(env);
+    if !missing.is_empty() {
+        let list: Vec<String> = missing
+            .iter()
+            .map(|(prog, pkg)| format!("`{prog}` (Debian/Ubuntu: apt-get install {pkg})"))
+            .collect();
+        return Err(prepare_err(
+            task,
+            "host programs",
+            message(format!(
+                "{} version {:?} needs {} on this machine, as the harness's image has it; \
+                 without it the tests that use it do not run",
+                env.repo,
+                env.version,
+                list.join(", ")
+            )),
+        ));
+    }
     let source = task_source(task, opts)?;
     let store = PristineStore::open().map_err(|e| err(task, "pristine", e))?;
     let pristine = store.build(&source).map_err(|e| err(task, "pristine", e))?;
@@ -144,6 +162,20 @@ pub fn prepare(
         pristine,
         env: venv,
     })
+}
+
+/// The programs of `env.host_programs` that no directory of the sandbox's `PATH` has, each
+/// with its package.
+pub fn missing_host_programs(env: &RepoEnv) -> Vec<(&str, &str)> {
+    env.host_programs
+        .iter()
+        .filter(|(prog, _)| {
+            !dojo_sandbox::SYSTEM_PATH
+                .split(':')
+                .any(|d| Path::new(d).join(prog).is_file())
+        })
+        .map(|(prog, pkg)| (prog.as_str(), pkg.as_str()))
+        .collect()
 }
 
 /// Reads a file of the task's repository by path (`None`: absent).
@@ -416,6 +448,7 @@ mod tests {
             requirements_file: None,
             pre_test: Vec::new(),
             reinstall_network: false,
+            host_programs: Default::default(),
             origin: "test".into(),
         };
         // No repository directory: preparation fails at its first step, without touching the
@@ -427,6 +460,28 @@ mod tests {
             assert!(e.contains("a__b-1") && e.contains("source"), "{e}");
         }
         assert_eq!(p.prepared.lock().unwrap().len(), 1);
+
+        // A host program the tests need and this machine lacks fails preparation first, as
+        // the environment's failure, naming the program and its package (not the ones found).
+        let mut needs = env.clone();
+        needs.host_programs = [("sh", "dash"), ("dojo-no-such-program", "dojo-nothing")]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .into();
+        assert_eq!(
+            missing_host_programs(&needs),
+            [("dojo-no-such-program", "dojo-nothing")]
+        );
+        let e = prepare(&t, &needs, &PrepareOptions::default()).unwrap_err();
+        let TaskError::Prepare { step, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(step, "host programs");
+        let e = e.to_string();
+        assert!(
+            e.contains("`dojo-no-such-program` (Debian/Ubuntu: apt-get install dojo-nothing)")
+                && !e.contains("`sh`"),
+            "{e}"
+        );
     }
 
     #[test]
