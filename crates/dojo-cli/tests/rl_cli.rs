@@ -192,12 +192,19 @@ fn a_real_run_steps_checkpoints_and_resumes() {
     let m: serde_json::Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
     assert_eq!(m["step"], 1);
     assert_eq!(m["episodes"], 2);
-    // Two graded rollouts of the tiny model: nothing resolved, nothing masked, and the
-    // engine's sampled tokens and logprobs reached the update.
+    // Two graded rollouts of the tiny model: nothing resolved, nothing masked, and both
+    // episodes reached the update; every advantage is 0, so neither is run (its gradient is
+    // exactly 0: `dojo_rl::update::policy_grads`) and the update says so.
     assert_eq!(m["masked_share"], 0.0, "{m}");
     assert_eq!(m["resolved_rate"], 0.0, "{m}");
     assert!(m["response_len_mean"].as_f64().unwrap() > 0.0, "{m}");
-    assert!(m["updates"][0]["tokens"].as_u64().unwrap() > 0, "{m}");
+    let updates = m["updates"].as_array().unwrap();
+    let sum = |k: &str| updates.iter().map(|u| u[k].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(
+        (sum("samples"), sum("skipped_zero_advantage"), sum("tokens")),
+        (2, 2, 0),
+        "{m}"
+    );
     // By default the group's episodes run at once and share the engine; its counters account
     // for every model call and every prompt token (prefilled, or taken from a cached or shared
     // prefix); the time split covers both episodes.
