@@ -43,6 +43,8 @@ pub struct PythonEnvSpec {
     #[serde(default)]
     pub requirements: Vec<String>,
     /// Extra shell commands run after the requirements, at the workspace root (e.g. `pip install -e .`).
+    /// They may call `dojo_pip_install ARG...`: the environment's installer (pip or uv) with
+    /// the build's settings (`exclude_newer`, the cache).
     #[serde(default)]
     pub install: Vec<String>,
     /// Install the project itself editable at `/testbed` (default true).

@@ -145,6 +145,12 @@ if [ "$EDITABLE" = 1 ]; then
     inst -e /testbed
   fi
 fi
+# Install commands may call `dojo_pip_install ARG...`: the environment's own installer with
+# its settings (exclude_newer, the cache), as requirements are installed. dojo-task moves an
+# eval script's pip install of requirement specifiers there (its eval_script.rs).
+dojo_pip_install() { inst "$@"; }
+export -f inst dojo_pip_install
+export INSTALLER UV
 if [ -n "${DOJO_INSTALL:-}" ]; then step "install commands"; cd /testbed && bash -euo pipefail -c "$DOJO_INSTALL"; fi
 if [ "$INSTALLER" = pip ] && [ -f /testbed/pyproject.toml ]; then
   # An eval script's reinstall at grading runs offline without build isolation (eval_script.rs

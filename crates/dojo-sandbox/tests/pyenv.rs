@@ -384,6 +384,7 @@ async fn a_python_36_environment_builds_with_uv() {
 }
 
 /// `exclude_newer`: every install of the build resolves as of that day, with either installer
+/// (`dojo_pip_install` in install commands too)
 /// (and is byte-compiled, as pip compiles);
 /// with pip the venv's seeded setuptools is taken back to that day too (the SWE-bench images
 /// were built when setuptools still had `pkg_resources`).
@@ -398,9 +399,13 @@ async fn exclude_newer_resolves_as_of_that_day() {
         let spec = PythonEnvSpec {
             python: "3.11".into(),
             requirements: vec!["iniconfig".into()],
+            // An install command through the environment's installer (an eval script's
+            // requirement install moved into the build): as of the day too.
+            install: vec!["dojo_pip_install -q 'six<2'".into()],
             editable: false,
             installer,
-            // iniconfig 2.0.0 came out on 2023-01-07; setuptools 66 on 2023-01-13.
+            // iniconfig 2.0.0 came out on 2023-01-07; setuptools 66 on 2023-01-13; six 1.17.0
+            // on 2024-12-04.
             exclude_newer: Some("2022-12-31".into()),
             ..Default::default()
         };
@@ -418,7 +423,8 @@ async fn exclude_newer_resolves_as_of_that_day() {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert!(
-            names.iter().any(|n| n == "iniconfig-1.1.1.dist-info"),
+            names.iter().any(|n| n == "iniconfig-1.1.1.dist-info")
+                && names.iter().any(|n| n == "six-1.16.0.dist-info"),
             "{installer:?}: {names:?}"
         );
         // Byte-compiled at install by either installer, as the harness's pip does.

@@ -352,6 +352,12 @@ impl EnvRegistry {
             env.directives = Directives::None;
             env.pre_test =
                 crate::pre_test_commands(script, &task.base_commit, env.reinstall_network);
+            // What the harness installs before the tests is installed before the tests: in
+            // this task's environment build (its own environment), not from the network at
+            // grading.
+            for args in crate::eval_script::package_installs(script) {
+                env.spec.install.push(format!("dojo_pip_install {args}"));
+            }
             env.origin.push_str(" + eval_script");
         }
         if let Some(p) = task.log_parser {
@@ -645,6 +651,16 @@ python = "3.12"
         assert_eq!(env.spec.requirements, ["pytest==8.3.3"]);
         assert_eq!(env.timeout_s, 5);
         assert_eq!(env.test_command(&t), "pytest -rA t/test_a.py");
+        assert!(env.spec.install.is_empty());
+        // An eval script's requirement install becomes the task environment's last install
+        // command (so its identity differs from the version's).
+        let t2 = task(
+            json!({"instance_id":"a","repo":"a/b","base_commit":"c","patch":"p","version":"2.0",
+            "eval_script":"python -m pip install -q 'pytest<7.2'\n: '>>>>> Start Test Output'\npytest -rA t/test_a.py\n: '>>>>> End Test Output'\n"}),
+        );
+        let env2 = reg.resolve(&t2).unwrap();
+        assert_eq!(env2.spec.install, ["dojo_pip_install -q 'pytest<7.2'"]);
+        assert_ne!(env2.spec, env.spec);
         let u = task(json!({"instance_id":"u","repo":"zz/zz","base_commit":"c","patch":"p"}));
         assert!(reg.resolve(&u).unwrap_err().to_string().contains("zz/zz"));
     }
