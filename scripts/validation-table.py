@@ -2,7 +2,7 @@
 """Write the measured validation table (envs/VALIDATION.md) from `dojo validate --out` runs.
 
 Usage:
-  python scripts/validation-table.py [--title T] [--note TEXT] TASKS.jsonl:OUT_DIR [...] > VALIDATION.md
+  python scripts/validation-table.py [--title T] [--note TEXT] [--jsonl envs/measured.jsonl --dataset verified] TASKS.jsonl:OUT_DIR [...] > VALIDATION.md
 
 Each TASKS.jsonl is a SWE-bench task file (FAIL_TO_PASS / PASS_TO_PASS as the dataset has them)
 and OUT_DIR the `--out` directory of `dojo validate --workers 1 --tasks TASKS.jsonl` (one
@@ -103,6 +103,16 @@ def main():
     ap.add_argument("runs", nargs="+", help="TASKS.jsonl:OUT_DIR")
     ap.add_argument("--title", default="Validation on this machine (measured)")
     ap.add_argument("--note", action="append", default=[])
+    ap.add_argument(
+        "--jsonl",
+        help="also merge the rows into this measurements file (envs/measured.jsonl: one row per "
+        "instance, a row of the same instance replaced), which envs/COVERAGE.md is generated from",
+    )
+    ap.add_argument(
+        "--dataset",
+        default="verified",
+        help="the dataset the instances of these runs are counted in (--jsonl): verified, lite, dev",
+    )
     a = ap.parse_args()
     rows, per_repo = [], {}
     for spec in a.runs:
@@ -206,6 +216,46 @@ def main():
             )
         out.append("")
     sys.stdout.write("\n".join(out))
+    if a.jsonl:
+        merge_jsonl(Path(a.jsonl), [measured_row(r, a.dataset) for r in rows if r["problem"] != "not run"])
+
+
+MEASURED_SCHEMA = 1
+
+
+def measured_row(r, dataset):
+    """One instance's line of envs/measured.jsonl (schema 1)."""
+    prepare = r["total_s"] - r["runs_s"] if r["total_s"] is not None and r["runs_s"] is not None else None
+    return {
+        "schema_version": MEASURED_SCHEMA,
+        "instance_id": r["id"],
+        "repo": r["repo"],
+        "version": r["version"],
+        "dataset": dataset,
+        "python": r["python"],
+        "validates": r["ok"],
+        "official_agrees": r["agree"],
+        "prepare_s": round(prepare, 1) if prepare is not None else None,
+        "runs_s": round(r["runs_s"], 1) if r["runs_s"] is not None else None,
+        "why_not": None if r["ok"] else r["problem"],
+    }
+
+
+def merge_jsonl(path, new_rows):
+    """Rows of `path` kept in order, an instance's row replaced by its new one, new ones appended."""
+    rows = {}
+    if path.is_file():
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if row.get("schema_version") != MEASURED_SCHEMA:
+                sys.exit(f"{path}:{n}: schema_version {row.get('schema_version')!r}, this script writes {MEASURED_SCHEMA}")
+            rows[row["instance_id"]] = row
+    for row in new_rows:
+        rows[row["instance_id"]] = row
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows.values()))
+    print(f"{path}: {len(rows)} rows ({len(new_rows)} from these runs)", file=sys.stderr)
 
 
 if __name__ == "__main__":
