@@ -12,6 +12,7 @@ const KINDS: &[&str] = &[
     "interpreter",
     "host",
     "policy",
+    "snapshot",
     "fixed",
 ];
 
