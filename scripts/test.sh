@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-tools.sh
 python3 scripts/check-import-cycles.py
+bash scripts/bench-collect.sh --check
 # Crates that only need dojo-llm's message types do not compile the server stack (its `server`
 # feature is for the crates that serve).
 if cargo tree -p dojo-trajectory -e normal --locked | grep -qw axum; then
