@@ -883,7 +883,7 @@ VERIFIED = {
 
 def measured_section(envs_dir):
     """COVERAGE.md's measured part: envs/measured.jsonl (one row per instance, written by
-    scripts/validation-table.py --jsonl) with the causes of envs/causes.toml."""
+    scripts/validation-table.py --jsonl) with the causes of envs/causes.json."""
     import statistics
 
     path = os.path.join(envs_dir, "measured.jsonl")
@@ -896,10 +896,10 @@ def measured_section(envs_dir):
             if r.get("schema_version") != 1:
                 sys.exit(f"{path}:{n}: schema_version {r.get('schema_version')!r}, expected 1")
             rows.append(r)
-    with open(os.path.join(envs_dir, "causes.toml"), "rb") as f:
-        causes = tomllib.load(f)
+    with open(os.path.join(envs_dir, "causes.json")) as f:
+        causes = json.load(f)
     if causes.get("schema_version") != 1:
-        sys.exit(f"{envs_dir}/causes.toml: schema_version {causes.get('schema_version')!r}, expected 1")
+        sys.exit(f"{envs_dir}/causes.json: schema_version {causes.get('schema_version')!r}, expected 1")
     causes = causes.get("instances", {})
 
     def kind(r):
@@ -925,7 +925,7 @@ def measured_section(envs_dir):
         "One row per instance, from `dojo validate --out` runs (`scripts/validation-table.py",
         "--jsonl`; the rows' evidence and each batch's build, load and times are in",
         "`envs/VALIDATION.md`), official grading (`swebench` 5.0.2) run on dojo's own logs. Why an",
-        "instance does not validate is `envs/causes.toml`, read from its logs; its *kind* says what",
+        "instance does not validate is `envs/causes.json`, read from its logs; its *kind* says what",
         "a Docker-free runner here could do about it (that file's header).",
         "",
         f"**SWE-bench Verified: {len(ver)} of {sum(VERIFIED.values())} measured, {ok} validate"
