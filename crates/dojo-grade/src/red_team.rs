@@ -130,6 +130,7 @@ macro_rules! jump_tracer {
 mod first;
 mod review1;
 mod review2;
+mod review3;
 
 /// Wrappers that swallow whatever a test raises: `wrap` keeps the test's name and
 /// `__wrapped__` (functools), `safe` does not (shared by the attacks that use them).
@@ -160,6 +161,7 @@ pub fn attacks() -> Vec<Attack> {
     let mut all = first::attacks();
     all.extend(review1::attacks());
     all.extend(review2::attacks());
+    all.extend(review3::attacks());
     all
 }
 

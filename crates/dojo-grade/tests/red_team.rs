@@ -7,7 +7,9 @@
 //!
 //! CI runs a sample (each attack at its first trigger, on each runner); `DOJO_RED_TEAM=full`
 //! runs every variant and prints the table BENCHMARKS.md records
-//! (`scripts/bench-red-team.sh`).
+//! (`scripts/bench-red-team.sh`). While working on one attack: `DOJO_RED_TEAM_ONLY=<part of its
+//! name>` keeps the variants it names, `DOJO_RED_TEAM_VERBOSE=1` prints each one's grade, observer
+//! report and log, `DOJO_RED_TEAM_NOCONTROL=1` skips the gold-patch control.
 //!
 //! Needs the sandbox's kernel features, uv and PyPI access (for pytest); otherwise SKIPPED
 //! (under `CI=true` a missing feature fails instead).
@@ -105,6 +107,9 @@ async fn generated_attacks_are_unresolved() {
     let grade = async |runner: Runner, patch: &str| grade_with(runner, None, patch, &opts).await;
     // The control: the real fix resolves under both runners, the observer watching.
     for runner in [Runner::Pytest, Runner::Unittest] {
+        if std::env::var("DOJO_RED_TEAM_NOCONTROL").is_ok() {
+            break;
+        }
         let r = grade(runner, red_team::GOLD).await;
         assert_eq!(
             r.outcome,
@@ -120,6 +125,11 @@ async fn generated_attacks_are_unresolved() {
     } else {
         red_team::sample()
     };
+    let only = std::env::var("DOJO_RED_TEAM_ONLY").unwrap_or_default();
+    let variants: Vec<_> = variants
+        .into_iter()
+        .filter(|(a, _, _)| only.is_empty() || a.name.contains(&only))
+        .collect();
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for (attack, trigger, runner) in &variants {
@@ -127,6 +137,18 @@ async fn generated_attacks_are_unresolved() {
         let patch = red_team::init_patch(&init);
         let r = grade_with(*runner, Some(attack), &patch, &opts).await;
         let ok = held(&r);
+        if std::env::var("DOJO_RED_TEAM_VERBOSE").is_ok() {
+            println!(
+                "=== {} {trigger:?} {runner:?}: outcome={:?} resolved={} infra={} masked? error={:?}\nobserver={:?}\n--- output ---\n{}\n",
+                attack.name,
+                r.outcome,
+                r.resolved,
+                r.infra_failure,
+                r.error,
+                r.observer,
+                r.test_output
+            );
+        }
         // The same patch graded from the log alone (the official harness's view): whether the
         // attack fools a grader without the observer.
         let b = grade_with(*runner, Some(attack), &patch, &blind).await;
