@@ -1521,7 +1521,8 @@ def _observe_case(state, case, name):
         # made at run time to carry a restored test's id (a third review).
         parts = tid.split(".")
         for k in range(1, len(parts) - 1):
-            if state.pristine.file_of_module(".".join(parts[:k])) is not None:
+            g = state.pristine.file_of_module(".".join(parts[:k]))
+            if g is not None and g.candidates(parts[k:]):
                 return state.emit("u.replaced", tid, "its module and qualname are not its id's")
     f, names = _defined_at(state, f, qual.split(".") + [name], cls, name)
     if f is None:
