@@ -6,7 +6,7 @@
 //! on SWE-bench's matplotlib-22719), tests under library decorators whose own code the observer
 //! watches (astropy's `@raises`, a decorator object, hypothesis's many examples with rejected
 //! ones, `mock.patch`, matplotlib 3.0's image comparison reading what a fixture set through
-//! `request.function.__wrapped__`), and string `skipif` / `xfail` conditions that name the test module's globals (astropy's
+//! `request.function.__wrapped__`), a profiler started in a test body (sqlfluff's `--profiler`), and string `skipif` / `xfail` conditions that name the test module's globals (astropy's
 //! `skipif("not HAS_BS4")`, which pytest evaluates in the test function's `__globals__`).
 //! Graded with the observer, every honest test still passes, the observer saw every body, and
 //! nothing disagrees. Real pytest in a real sandbox.
@@ -23,7 +23,8 @@ use dojo_grade::{GradeOptions, InstanceReport, Verdict};
 use dojo_task::EnvRegistry;
 use serde_json::json;
 
-const SHAPES: &str = r#"import os
+const SHAPES: &str = r#"import cProfile
+import os
 import unittest
 from unittest import mock
 
@@ -154,6 +155,15 @@ def test_mock_patched(getcwd):
 class UPatched(unittest.TestCase):
     def test_patched(self, getcwd):
         self.assertEqual(os.getcwd(), "/patched")
+
+
+def test_profiled():
+    # A profiler started in a test body (sqlfluff's `--profiler` option runs cProfile).
+    p = cProfile.Profile()
+    p.enable()
+    x = sum(range(10))
+    p.disable()
+    assert x == 45
 "#;
 
 const DECO: &str = r#"import contextlib
@@ -279,6 +289,7 @@ async fn honest_tests_of_every_shape_pass_under_the_observer() {
         "tests/test_shapes.py::test_examples",
         "tests/test_shapes.py::test_mock_patched",
         "tests/test_shapes.py::test_parameters_through_request",
+        "tests/test_shapes.py::test_profiled",
     ];
     let patch = "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -0,0 +1 @@\n+X = 1\n";
     let Some(r) = grade_pytest("local__shapes-1", &files, patch, &passing).await else {
