@@ -965,6 +965,21 @@ def measured_section(envs_dir):
             f"| {median(r['prepare_s'] for r in rs)} | {median(r['runs_s'] for r in rs)} | {bad or '-'} |"
         )
     lines.append("")
+    for ds in sorted({r["dataset"] for r in rows} - {"verified"}):
+        rs_ds = [r for r in rows if r["dataset"] == ds]
+        lines += [
+            f"SWE-bench {ds} (instances measured here, not the whole split):",
+            "",
+            "| repository | measured | validate | official agrees | not validating, by kind |",
+            "|---|---|---|---|---|",
+        ]
+        for repo in sorted({r["repo"] for r in rs_ds}):
+            rs = [r for r in rs_ds if r["repo"] == repo]
+            ag = [r["official_agrees"] for r in rs if r["official_agrees"] is not None]
+            lines.append(
+                f"| {repo} | {len(rs)} | {sum(r['validates'] for r in rs)} | {sum(ag)}/{len(ag)} | {kinds(rs)} |"
+            )
+        lines.append("")
     why = [r for r in ver if not r["validates"]]
     if why:
         lines += ["The instances that do not validate:", ""]
