@@ -373,10 +373,12 @@ impl PythonEnv {
         // edits of tracked files are kept, and the venv survives symlinks to its interpreter; v6:
         // `editable_mode=compat` only where pip would build the editable through PEP 660; v7:
         // uv byte-compiles at install, as pip does; v8 (pip installer only, the one whose
-        // environments an eval script reinstalls in): the project's build requirements are kept.
+        // environments an eval script reinstalls in): the project's build requirements are kept;
+        // v9 / v10: the base's standard library copied into the venv's installation, not
+        // linked (a module's resolved path stays under sysconfig's `stdlib`).
         let v = match spec.installer {
-            Installer::Uv => 7,
-            Installer::Pip => 8,
+            Installer::Uv => 9,
+            Installer::Pip => 10,
         };
         let identity = serde_json::json!({
             "v": v,

@@ -40,8 +40,12 @@ for d, _, names in os.walk(root):
         if not n.endswith(".pyc"):
             continue
         pyc = os.path.join(d, n)
+        if os.path.islink(pyc):
+            continue
         try:
             src = source_from_cache(pyc)
+            if os.path.islink(src):
+                continue
             mtime = int(os.stat(src).st_mtime) & 0xFFFFFFFF
         except (ValueError, OSError):
             continue
@@ -188,7 +192,7 @@ fi
 # found only through the pyvenv.cfg next to the path the interpreter was started as, so through
 # such a link its site-packages were gone. Give the venv the same property: bin/python is a copy
 # of the interpreter (resolving a link to it ends here), pyvenv.cfg's home is .dojo-base/bin, an
-# installation made of links to the base's standard library whose site-packages is the venv's
+# installation holding a copy of the base's standard library whose site-packages is the venv's
 # (Python < 3.11 takes the prefix from the home of the pyvenv.cfg beside the resolved binary),
 # and lib/pythonX.Y links the standard library too (3.11+ look for it beside the resolved
 # binary). Started as /venv/bin/python, it is the same venv as before (sys.prefix = /venv).
@@ -203,8 +207,13 @@ if [ "$real" != /venv/bin/python ]; then
   for e in "$std"/*; do
     n="${e##*/}"
     case "$n" in site-packages|dist-packages|EXTERNALLY-MANAGED) continue ;; esac
-    ln -s "$e" "$base/lib/$ver/$n"
-    [ -e "/venv/lib/$ver/$n" ] || [ -L "/venv/lib/$ver/$n" ] || ln -s "$e" "/venv/lib/$ver/$n"
+    # Copied, not linked: a module's resolved path must stay under the standard library's
+    # (astroid's `is_standard_module` compares `realpath(module.__file__)` with sysconfig's
+    # `stdlib`; through links it left it, and hashlib was not standard). Identical across
+    # environments of one interpreter (and the two copies of one), the copies are stored once
+    # (dojo-cache's objects).
+    cp -a "$e" "$base/lib/$ver/$n"
+    [ -e "/venv/lib/$ver/$n" ] || [ -L "/venv/lib/$ver/$n" ] || cp -a "$e" "/venv/lib/$ver/$n"
   done
   ln -s "/venv/lib/$ver/site-packages" "$base/lib/$ver/site-packages"
   # Debian's Python outside a venv reads <prefix>/lib/python3/dist-packages instead.

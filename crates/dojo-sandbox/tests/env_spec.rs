@@ -136,8 +136,12 @@ async fn a_symlink_to_the_venv_interpreter_still_imports_its_packages() {
     let sb = Sandbox::create(&p, Some(&env), &SandboxOptions::default())
         .await
         .unwrap();
-    let probe =
-        "import sys, linkpkg, pip; print(sys.prefix, pip.__file__.startswith('/venv/lib/'))";
+    // (And a standard module's resolved path is under sysconfig's `stdlib`, as in the harness's
+    // conda environment: astroid's `is_standard_module` compares the two.)
+    let probe = "import os, sys, sysconfig, hashlib, linkpkg, pip; \
+         r = lambda p: os.path.realpath(p); \
+         print(sys.prefix, pip.__file__.startswith('/venv/lib/') \
+         and r(hashlib.__file__).startswith(r(sysconfig.get_path('stdlib')) + '/'))";
     let out = common::sh(
         &sb,
         &format!(
