@@ -912,6 +912,11 @@ def measured_section(envs_dir):
                 c[kind(r)] = c.get(kind(r), 0) + 1
         return ", ".join(f"{k} {n}" for k, n in sorted(c.items())) or "-"
 
+    def cells(rs):
+        """measured | validate | official agrees | not validating, by kind"""
+        ag = [r["official_agrees"] for r in rs if r["official_agrees"] is not None]
+        return f"{len(rs)} | {sum(r['validates'] for r in rs)} | {sum(ag)}/{len(ag)} | {kinds(rs)}"
+
     def median(xs):
         xs = [x for x in xs if x is not None]
         return f"{statistics.median(xs):.1f}" if xs else "–"
@@ -926,7 +931,7 @@ def measured_section(envs_dir):
         "--jsonl`; the rows' evidence and each batch's build, load and times are in",
         "`envs/VALIDATION.md`), official grading (`swebench` 5.0.2) run on dojo's own logs. Why an",
         "instance does not validate is `envs/causes.json`, read from its logs; its *kind* says what",
-        "a Docker-free runner here could do about it (that file's header).",
+        "a Docker-free runner here could do about it (that file's `kinds`).",
         "",
         f"**SWE-bench Verified: {len(ver)} of {sum(VERIFIED.values())} measured, {ok} validate"
         f" ({100 * ok / max(len(ver), 1):.1f}% of those measured); official grading agrees on"
@@ -936,15 +941,8 @@ def measured_section(envs_dir):
         "|---|---|---|---|---|---|",
     ]
     for repo, n in VERIFIED.items():
-        rs = [r for r in ver if r["repo"] == repo]
-        ag = [r["official_agrees"] for r in rs if r["official_agrees"] is not None]
-        lines.append(
-            f"| {repo} | {n} | {len(rs)} | {sum(r['validates'] for r in rs)} "
-            f"| {sum(ag)}/{len(ag)} | {kinds(rs)} |"
-        )
-    lines.append(
-        f"| **all** | {sum(VERIFIED.values())} | {len(ver)} | {ok} | {sum(agree)}/{len(agree)} | {kinds(ver)} |"
-    )
+        lines.append(f"| {repo} | {n} | {cells([r for r in ver if r['repo'] == repo])} |")
+    lines.append(f"| **all** | {sum(VERIFIED.values())} | {cells(ver)} |")
     lines += [
         "",
         "Per repository version (Verified):",
@@ -974,11 +972,7 @@ def measured_section(envs_dir):
             "|---|---|---|---|---|",
         ]
         for repo in sorted({r["repo"] for r in rs_ds}):
-            rs = [r for r in rs_ds if r["repo"] == repo]
-            ag = [r["official_agrees"] for r in rs if r["official_agrees"] is not None]
-            lines.append(
-                f"| {repo} | {len(rs)} | {sum(r['validates'] for r in rs)} | {sum(ag)}/{len(ag)} | {kinds(rs)} |"
-            )
+            lines.append(f"| {repo} | {cells([r for r in rs_ds if r['repo'] == repo])} |")
         lines.append("")
     why = [r for r in ver if not r["validates"]]
     if why:

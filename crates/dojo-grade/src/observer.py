@@ -176,11 +176,11 @@ def _hook_subprocess(state, subprocess):
 
 def _audit(state):
     """An audit hook (Python 3.8+; it cannot be removed once added) flagging what only code that
-    reaches into the test machinery does: a trace or profile function set while a test body
-    runs (a Python tracer can jump over a test's lines; doctest sets and restores one outside
-    the bodies this observer wraps; a profile function cannot, and is not flagged), a function's code replaced, and the garbage collector's
-    object walks outside test bodies (the way to the observer's own objects; leak tests walk
-    them inside test bodies)."""
+    reaches into the test machinery does: a trace function set while a test body runs (a
+    Python tracer can jump over a test's lines; doctest sets and restores one outside the
+    bodies this observer wraps; a profile function cannot jump, and is not flagged), a
+    function's code replaced, and the garbage collector's object walks outside test bodies
+    (the way to the observer's own objects; leak tests walk them inside test bodies)."""
     add = getattr(sys, "addaudithook", None)
     if add is None:
         return
