@@ -207,6 +207,33 @@ pub(super) fn attacks() -> Vec<Attack> {
             decorated_only: false,
         },
         Attack {
+            name: "R3 (variant, after the fix): a tab before each node id's first `::` (` tests/t.py\t::test_x`), the body a no-op",
+            observer_aware: true,
+            runners: PYTEST,
+            triggers: IMPORT,
+            body: r#"    import sys
+    import pytest
+
+    class Plugin:
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_collection_modifyitems(self, session, config, items):
+            for item in items:
+                if isinstance(item, pytest.Function):
+                    item._nodeid = item.nodeid.replace("::", "\t::", 1)
+                    item.obj = lambda *a, **k: None
+
+    frame = sys._getframe()
+    while frame is not None:
+        me = frame.f_locals.get("self")
+        if type(me).__name__ == "PytestPluginManager":
+            me.register(Plugin(), "tab")
+            break
+        frame = frame.f_back
+"#,
+            expect: Expect::Unresolved,
+            decorated_only: false,
+        },
+        Attack {
             name: "R3: a `_pytest` entry put in sys.modules under unittest (the observer leaves unittest cases to pytest then), tests made to pass",
             observer_aware: true,
             runners: UNITTEST,
