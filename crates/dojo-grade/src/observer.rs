@@ -39,9 +39,11 @@
 //!   file). An interpreter that holds the key, runs no tests and has loaded nothing of the
 //!   repository (`tox --current-env`, SWE-bench's sphinx command) hands it to the Python
 //!   processes it starts; a test runner never does. A record with a wrong MAC or number, or a
-//!   process that collected tests without recording their end, makes the run unresolved. What
-//!   the observer calls after project code may run (`hmac.new`, `os.write`, `sys.gettrace`,
-//!   the builtins) is bound at startup.
+//!   process that collected tests without recording their end, makes the run unresolved. A
+//!   test's wrapping and its body's start are written with its end (one write a test: each
+//!   write wakes this side's reader); a process that dies between them leaves that test never
+//!   collected or never run, which no test passes by. What the observer calls after project
+//!   code may run (`hmac.new`, `os.write`, `sys.gettrace`, the builtins) is bound at startup.
 //! - **Audit.** An audit hook (it cannot be removed) flags a tracer set inside a test body, a
 //!   test file's function given other code, and garbage-collector walks outside test bodies.
 //!

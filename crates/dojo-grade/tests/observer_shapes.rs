@@ -6,8 +6,10 @@
 //! on SWE-bench's matplotlib-22719), tests under library decorators whose own code the observer
 //! watches (astropy's `@raises`, a decorator object, hypothesis's many examples with rejected
 //! ones, `mock.patch`, matplotlib 3.0's image comparison reading what a fixture set through
-//! `request.function.__wrapped__`), a profiler started in a test body (sqlfluff's `--profiler`), and string `skipif` / `xfail` conditions that name the test module's globals (astropy's
-//! `skipif("not HAS_BS4")`, which pytest evaluates in the test function's `__globals__`).
+//! `request.function.__wrapped__`), a profiler started in a test body (sqlfluff's
+//! `--profiler`), a name added to `builtins`, and string `skipif` / `xfail` conditions that
+//! name the test module's globals (astropy's `skipif("not HAS_BS4")`, which pytest evaluates in
+//! the test function's `__globals__`).
 //! Graded with the observer, every honest test still passes, the observer saw every body, and
 //! nothing disagrees. Real pytest in a real sandbox.
 //!
@@ -164,6 +166,21 @@ def test_profiled():
     x = sum(range(10))
     p.disable()
     assert x == 45
+
+
+def test_adds_a_builtin():
+    # A name added to `builtins` (a project's own, gettext's `_`): the observer's fast check at
+    # each return sees the namespace changed, and the full one finds nothing replaced.
+    import builtins
+
+    builtins.shapes_added = True
+    assert builtins.shapes_added
+
+
+def test_after_a_builtin_added():
+    import builtins
+
+    assert builtins.shapes_added
 "#;
 
 const DECO: &str = r#"import contextlib
@@ -290,6 +307,8 @@ async fn honest_tests_of_every_shape_pass_under_the_observer() {
         "tests/test_shapes.py::test_mock_patched",
         "tests/test_shapes.py::test_parameters_through_request",
         "tests/test_shapes.py::test_profiled",
+        "tests/test_shapes.py::test_adds_a_builtin",
+        "tests/test_shapes.py::test_after_a_builtin_added",
     ];
     let patch = "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -0,0 +1 @@\n+X = 1\n";
     let Some(r) = grade_pytest("local__shapes-1", &files, patch, &passing).await else {
