@@ -18,22 +18,21 @@ import timeit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT = os.path.join(ROOT, "crates", "dojo-grade", "src", "observer.py")
-# What `_PytestPlugin._initial` and the unittest hook snapshot.
-MODULES = [
-    "pytest",
-    "_pytest.python_api",
-    "_pytest.outcomes",
-    "_pytest.raises",
-    "_pytest.recwarn",
-    "_pytest.assertion.rewrite",
-    "_pytest.assertion.util",
-    "unittest.case",
-]
+
+
+def source_globals(path):
+    g = {"__name__": "_dojo_observer", "__file__": path}
+    exec(compile(open(path, "rb").read(), path, "exec"), g)
+    return g
+
+
+# What `_PytestPlugin._initial` and the unittest hook snapshot, as this checkout names them
+# (the same for the observers compared).
+MODULES = list(source_globals(DEFAULT)["_PYTEST_HELPERS"]) + ["unittest.case"]
 
 
 def load(path):
-    g = {"__name__": "_dojo_observer", "__file__": path}
-    exec(compile(open(path, "rb").read(), path, "exec"), g)
+    g = source_globals(path)
     state = g["_State"](b"k" * 64, 2)
     for name in MODULES:
         try:

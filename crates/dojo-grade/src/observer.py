@@ -1508,6 +1508,18 @@ def _observe_item(state, item):
     state.emit("item", nodeid, "xfail" if check.marked else "", True)
 
 
+# pytest's modules whose functions and classes `_State.snapshot` keeps (its assertion helpers).
+_PYTEST_HELPERS = (
+    "pytest",
+    "_pytest.python_api",
+    "_pytest.outcomes",
+    "_pytest.raises",
+    "_pytest.recwarn",
+    "_pytest.assertion.rewrite",
+    "_pytest.assertion.util",
+)
+
+
 class _PytestPlugin(object):
     """The hooks, as a plugin object registered by the run's own plugin manager."""
 
@@ -1537,15 +1549,7 @@ class _PytestPlugin(object):
         if st.config is None:
             st.config = early_config
             st.pristine.rewrite_all(early_config)
-            for name in (
-                "pytest",
-                "_pytest.python_api",
-                "_pytest.outcomes",
-                "_pytest.raises",
-                "_pytest.recwarn",
-                "_pytest.assertion.rewrite",
-                "_pytest.assertion.util",
-            ):
+            for name in _PYTEST_HELPERS:
                 if name in sys.modules:
                     st.snapshot(sys.modules[name])
             outcomes = sys.modules.get("_pytest.outcomes")
