@@ -296,15 +296,18 @@ class _State(object):
         for space, name, obj, fn, code, where in self.trusted:
             if id(space) not in whole:
                 named.setdefault(id(space), (space, []))[1].append(name)
-        whole = [(m, len(m), list(m)) for m in whole.values()]
+        whole = [(m, list(m)) for m in whole.values()]
         # (An itemgetter of two names or more gives a tuple.)
-        named = [(m, _itemgetter(*(names * 2 if len(names) == 1 else names))) for m, names in named.values()]
+        named = [
+            (m, _itemgetter(*(names * 2 if len(names) == 1 else names)))
+            for m, names in named.values()
+        ]
         return whole, named, self._values(whole, named)
 
     def _values(self, whole, named):
         """The values of `whole`'s mappings and of `named`'s names, as one list (C loops)."""
         now = []
-        for m, n, keys in whole:
+        for m, keys in whole:
             now.extend(m.values())
         for m, get in named:
             now.extend(get(m))
@@ -317,7 +320,7 @@ class _State(object):
         Run at every test's return. The full comparison by name (`_where`, some 1,300 lookups,
         about 0.1-0.3 ms) runs only when what it reads may have changed since it last found
         nothing:
-        - a namespace's or class's length or keys in order (`==` of the key lists);
+        - a namespace's or class's keys in order (`==` of the key lists, lengths included);
         - any value, compared by identity (`is` in a plain loop: `==` would call a
           replacement's `__eq__`);
         - a helper's code: only after an audit event set a function's `__code__`;
@@ -333,8 +336,8 @@ class _State(object):
         tried = fast is not None and not self.dirty
         if tried:
             whole, named, then = fast
-            for m, n, keys in whole:
-                if len(m) != n or list(m) != keys:
+            for m, keys in whole:
+                if list(m) != keys:  # (its length too)
                     break
             else:
                 try:
